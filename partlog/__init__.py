@@ -1,0 +1,47 @@
+"""partlog: coordinator-free diskless Kafka storage (per-partition metadata logs)."""
+
+from partlog.errors import Errors
+from partlog.records import (
+    BatchInfo,
+    BatchMetadata,
+    CommitBatchRequest,
+    CommitBatchResponse,
+    CreateTopicAndPartitionsRequest,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    FileUsage,
+    FindBatchRequest,
+    FindBatchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    TimestampType,
+    TopicIdPartition,
+)
+from partlog.store import CorruptEntryError, MetadataStore, StoreError
+from partlog.topic_config import TopicConfig, TopicConfigError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BatchInfo",
+    "BatchMetadata",
+    "CommitBatchRequest",
+    "CommitBatchResponse",
+    "CorruptEntryError",
+    "CreateTopicAndPartitionsRequest",
+    "DeleteRecordsRequest",
+    "DeleteRecordsResponse",
+    "Errors",
+    "FileUsage",
+    "FindBatchRequest",
+    "FindBatchResponse",
+    "ListOffsetsRequest",
+    "ListOffsetsResponse",
+    "MetadataStore",
+    "StoreError",
+    "TimestampType",
+    "TopicConfig",
+    "TopicConfigError",
+    "TopicIdPartition",
+    "__version__",
+]

@@ -1,0 +1,73 @@
+"""Kafka error codes, with Kafka's names and numbers.
+
+Clients see these numbers, so they must be exactly the ones in Apache Kafka's
+``org.apache.kafka.common.protocol.Errors``.  Only the codes a storage layer can
+return are listed; add more from Kafka's table as they become needed, never
+invent a number inside Kafka's range.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class Errors(IntEnum):
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    INVALID_FETCH_SIZE = 4
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    MESSAGE_TOO_LARGE = 10
+    OFFSET_METADATA_TOO_LARGE = 12
+    RECORD_LIST_TOO_LARGE = 18
+    NOT_ENOUGH_REPLICAS = 19
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+    INVALID_TIMESTAMP = 32
+    UNSUPPORTED_VERSION = 35
+    INVALID_CONFIG = 40
+    INVALID_REQUEST = 42
+    UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+    POLICY_VIOLATION = 44
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    DUPLICATE_SEQUENCE_NUMBER = 46
+    INVALID_PRODUCER_EPOCH = 47
+    KAFKA_STORAGE_ERROR = 56
+    UNKNOWN_PRODUCER_ID = 59
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
+    OFFSET_NOT_AVAILABLE = 78
+    INVALID_RECORD = 87
+    UNKNOWN_TOPIC_ID = 100
+
+    # --- partlog's own codes, outside Kafka's range on purpose -------------
+    # A commit whose WAL object is older than commit.deadline.ms.  The
+    # deletion-safety argument (design-brief "Deletion safety", step 1) rests on
+    # leaders refusing these, so it is a distinct code that brokers translate
+    # into a retriable Kafka error (REQUEST_TIMED_OUT) for the producer.
+    COMMIT_DEADLINE_EXCEEDED = 10_000
+
+    @property
+    def retriable(self) -> bool:
+        return self in _RETRIABLE
+
+
+_RETRIABLE = frozenset(
+    {
+        Errors.CORRUPT_MESSAGE,
+        Errors.UNKNOWN_TOPIC_OR_PARTITION,
+        Errors.LEADER_NOT_AVAILABLE,
+        Errors.NOT_LEADER_OR_FOLLOWER,
+        Errors.REQUEST_TIMED_OUT,
+        Errors.NOT_ENOUGH_REPLICAS,
+        Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        Errors.KAFKA_STORAGE_ERROR,
+        Errors.FENCED_LEADER_EPOCH,
+        Errors.UNKNOWN_LEADER_EPOCH,
+        Errors.OFFSET_NOT_AVAILABLE,
+        Errors.COMMIT_DEADLINE_EXCEEDED,
+    }
+)

@@ -1,0 +1,1323 @@
+"""MetadataStore: one broker's metadata logs, in one LMDB environment.
+
+Each partition this broker leads (or, later, follows) has a metadata log of
+entries ``[patched 61-byte v2 batch header | WAL reference]``, sequenced exactly
+as a Kafka partition leader sequences its log.  The API mirrors KIP-1164's
+BatchCoordinator, per leader (see :mod:`partlog.records`).
+
+Layout (named LMDB databases; integers big-endian so keys sort numerically):
+
+* ``meta``      counters (next partition/file/batch id) and the format version
+* ``topics``    topic_id(16) -> msgpack [name, num_partitions, configs]
+* ``tp``        topic_id(16) partition(4) -> part_id(4)
+* ``parts``     part_id(4) -> partition state (:class:`_Part`)
+* ``log``       part_id(4) base_offset(8) -> entry (:data:`_ENTRY_TAIL`)
+* ``producers`` part_id(4) producer_id(8) -> msgpack ProducerEntry
+* ``epochs``    part_id(4) leader_epoch(4) -> start_offset(8)
+* ``files``     object_key -> file_id, live_batches, live_bytes, uploader, file_size
+* ``file_ids``  file_id(8) -> object_key
+
+Writes go through a group commit: concurrent callers queue their operations,
+one of them (the leader) runs every queued operation in ONE write transaction
+and commits it (one fsync with ``sync=True``), then wakes the others.  Each
+operation validates everything before it writes anything, so one caller's bad
+input never reaches another caller's commit.  The in-memory caches (partition
+states, producer states) change only after the transaction committed: the
+operations write to a staging overlay that is thrown away on abort and retry.
+
+Readers use their own read transactions and read state from LMDB, never from
+the caches, so a ``readonly=True`` store in another process sees the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import lmdb
+import msgpack
+
+from partlog import batch_header as bh
+from partlog.batch_header import BatchHeader, patch_header
+from partlog.crc32c import crc32c
+from partlog.errors import Errors
+from partlog.producer_state import (
+    PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+    AppendedBatch,
+    ProducerEntry,
+    after_append,
+    check_append,
+)
+from partlog.records import (
+    BatchInfo,
+    BatchMetadata,
+    CommitBatchRequest,
+    CommitBatchResponse,
+    CreateTopicAndPartitionsRequest,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    FileUsage,
+    FindBatchRequest,
+    FindBatchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    TimestampType,
+    TopicIdPartition,
+)
+from partlog.topic_config import TopicConfig
+from partlog.wal_key import WalKeyError, parse_wal_key
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+# py-lmdb types values as bytes or memoryview; without buffers=True they are bytes.
+_Buf = bytes | memoryview
+
+FORMAT_VERSION = 1
+
+# Commit deadline: a leader refuses batches of WAL objects older than this,
+# measured from created_ms in the key.  It bounds how long an uploaded object
+# can still gain its first reference, which is what lets walmgr delete orphans.
+# KIP-1163 budgets upload p99 at 200-400 ms; 30 s leaves room for retries.
+COMMIT_DEADLINE_MS_DEFAULT = 30_000
+# Initial LMDB map size.  It is address space, not disk; it grows by doubling
+# when full (MapFullError never reaches a caller) up to MAP_SIZE_BYTES_MAX.
+MAP_SIZE_BYTES_DEFAULT = 1 << 30
+MAP_SIZE_BYTES_MAX = 1 << 40
+# A group commit stops taking queued writes after this many batches, so one
+# transaction (and the latency of everyone in it) stays bounded.
+GROUP_COMMIT_BATCHES_MAX = 8192
+
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+_PART_KEY = struct.Struct(">IQ")  # part_id, base_offset
+_PRODUCER_KEY = struct.Struct(">Iq")
+_EPOCH_KEY = struct.Struct(">Ii")
+_I64 = struct.Struct(">q")
+# file_id, byte_offset, size, log_append_time, batch_max_timestamp (as sent),
+# running max of effective timestamps, batch_id; then CRC-32C of everything.
+_ENTRY_TAIL = struct.Struct(">QQIqqqQ")
+_ENTRY_CRC = struct.Struct(">I")
+ENTRY_SIZE = bh.HEADER_SIZE + _ENTRY_TAIL.size + _ENTRY_CRC.size
+_FILE = struct.Struct(">QqqiQ")  # file_id, live_batches, live_bytes, uploader, file_size
+_PART_STATE = struct.Struct(">16siqqqiqqqqq")
+
+
+class StoreError(Exception):
+    """An operating error of the store (I/O, a corrupt environment)."""
+
+
+class CorruptEntryError(StoreError):
+    """An entry failed its CRC or does not parse; the message says where."""
+
+
+@dataclass(slots=True)
+class _Part:
+    """Mutable state of one partition; copied before a transaction changes it."""
+
+    part_id: int
+    tp: TopicIdPartition
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    leader_epoch: int
+    live_bytes: int
+    live_batches: int
+    running_max_timestamp: int
+    max_timestamp: int  # -1: none
+    # base offset of the first batch holding max_timestamp; -1: none, -2: unknown (rescan)
+    max_timestamp_offset: int
+
+    def copy(self) -> _Part:
+        return _Part(
+            self.part_id,
+            self.tp,
+            self.log_start_offset,
+            self.log_end_offset,
+            self.high_watermark,
+            self.leader_epoch,
+            self.live_bytes,
+            self.live_batches,
+            self.running_max_timestamp,
+            self.max_timestamp,
+            self.max_timestamp_offset,
+        )
+
+    def pack(self) -> bytes:
+        return _PART_STATE.pack(
+            self.tp.topic_id.bytes,
+            self.tp.partition,
+            self.log_start_offset,
+            self.log_end_offset,
+            self.high_watermark,
+            self.leader_epoch,
+            self.live_bytes,
+            self.live_batches,
+            self.running_max_timestamp,
+            self.max_timestamp,
+            self.max_timestamp_offset,
+        )
+
+    @classmethod
+    def unpack(cls, part_id: int, data: _Buf) -> _Part:
+        tid, p, lso, leo, hwm, epoch, lbytes, lbatches, rmax, mts, mto = _PART_STATE.unpack(data)
+        return cls(
+            part_id, TopicIdPartition(uuid.UUID(bytes=tid), p), lso, leo, hwm, epoch, lbytes, lbatches, rmax, mts, mto
+        )
+
+
+@dataclass(slots=True)
+class _Topic:
+    name: str
+    num_partitions: int
+    config: TopicConfig
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """A decoded metadata-log entry."""
+
+    header: BatchHeader
+    raw_header: bytes
+    file_id: int
+    byte_offset: int
+    size: int
+    log_append_time: int
+    batch_max_timestamp: int
+    running_max_timestamp: int
+    batch_id: int
+
+    @property
+    def base_offset(self) -> int:
+        return self.header.base_offset
+
+    @property
+    def last_offset(self) -> int:
+        return self.header.base_offset + self.header.last_offset_delta
+
+    @property
+    def effective_timestamp(self) -> int:
+        """The timestamp ListOffsets and retention use (the stored maxTimestamp)."""
+        return self.header.max_timestamp
+
+
+def _decode_entry(value: _Buf, where: str) -> _Entry:
+    if len(value) != ENTRY_SIZE:
+        raise CorruptEntryError(f"{where}: entry is {len(value)} bytes, expected {ENTRY_SIZE}")
+    body = value[: ENTRY_SIZE - _ENTRY_CRC.size]
+    (stored,) = _ENTRY_CRC.unpack_from(value, len(body))
+    if crc32c(body) != stored:
+        raise CorruptEntryError(f"{where}: entry CRC mismatch")
+    raw_header = bytes(body[: bh.HEADER_SIZE])
+    return _Entry(BatchHeader.parse(raw_header), raw_header, *_ENTRY_TAIL.unpack_from(body, bh.HEADER_SIZE))
+
+
+class _Staged:
+    """Changes of one write transaction, applied to the caches after commit."""
+
+    def __init__(self, store: MetadataStore, txn: lmdb.Transaction) -> None:
+        self.store = store
+        self.txn = txn
+        self.parts: dict[TopicIdPartition, _Part | None] = {}
+        self.topics: dict[uuid.UUID, _Topic | None] = {}
+        self.producers: dict[tuple[int, int], ProducerEntry | None] = {}
+        self.counters: dict[bytes, int] = {}
+
+    def part(self, tp: TopicIdPartition) -> _Part | None:
+        """The partition, copied into this transaction on first touch."""
+        if tp in self.parts:
+            return self.parts[tp]
+        cached = self.store._parts.get(tp)
+        if cached is None:
+            return None
+        mine = cached.copy()
+        self.parts[tp] = mine
+        return mine
+
+    def topic(self, topic_id: uuid.UUID) -> _Topic | None:
+        if topic_id in self.topics:
+            return self.topics[topic_id]
+        return self.store._topics.get(topic_id)
+
+    def producer(self, part_id: int, producer_id: int) -> ProducerEntry | None:
+        key = (part_id, producer_id)
+        if key in self.producers:
+            return self.producers[key]
+        return self.store._load_producer(self.txn, part_id, producer_id)
+
+    def next_id(self, name: bytes) -> int:
+        if name not in self.counters:
+            raw = self.txn.get(name, db=self.store._db_meta)
+            self.counters[name] = _U64.unpack(raw)[0] if raw else 0
+        value = self.counters[name]
+        self.counters[name] = value + 1
+        return value
+
+    def flush(self) -> None:
+        """Write the staged partition states, producers and counters."""
+        s = self.store
+        txn = self.txn
+        for part in self.parts.values():
+            if part is not None:
+                txn.put(_U32.pack(part.part_id), part.pack(), db=s._db_parts)
+        for (part_id, pid), entry in self.producers.items():
+            key = _PRODUCER_KEY.pack(part_id, pid)
+            if entry is None:
+                txn.delete(key, db=s._db_producers)
+            else:
+                txn.put(key, msgpack.packb(entry.to_wire()), db=s._db_producers)
+        for name, value in self.counters.items():
+            txn.put(name, _U64.pack(value), db=s._db_meta)
+
+    def apply_to_caches(self) -> None:
+        s = self.store
+        for tp, part in self.parts.items():
+            if part is None:
+                s._parts.pop(tp, None)
+            else:
+                s._parts[tp] = part
+        for tid, topic in self.topics.items():
+            if topic is None:
+                s._topics.pop(tid, None)
+            else:
+                s._topics[tid] = topic
+        for key, entry in self.producers.items():
+            if entry is None:
+                s._producers.pop(key, None)
+            else:
+                s._producers[key] = entry
+
+
+class _Write:
+    __slots__ = ("done", "error", "fn", "result", "weight")
+
+    def __init__(self, fn: Callable[[_Staged], Any], weight: int) -> None:
+        self.fn = fn
+        self.weight = weight
+        self.done = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class MetadataStore:
+    """The metadata logs of all partitions of one broker (see module doc).
+
+    Thread-safe: any number of threads may call any method; writes from
+    concurrent callers share transactions (group commit).
+    """
+
+    def __init__(
+        self,
+        env: lmdb.Environment,
+        *,
+        path: str,
+        readonly: bool,
+        sync: bool,
+        commit_deadline_ms: int,
+        producer_id_expiration_ms: int,
+        clock: Callable[[], int],
+        group_commit_batches_max: int,
+    ) -> None:
+        self._env = env
+        self.path = path
+        self.readonly = readonly
+        self.sync = sync
+        self.commit_deadline_ms = commit_deadline_ms
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.group_commit_batches_max = group_commit_batches_max
+        self._clock = clock
+        self._db_meta = env.open_db(b"meta", create=not readonly)
+        self._db_topics = env.open_db(b"topics", create=not readonly)
+        self._db_tp = env.open_db(b"tp", create=not readonly)
+        self._db_parts = env.open_db(b"parts", create=not readonly)
+        self._db_log = env.open_db(b"log", create=not readonly)
+        self._db_producers = env.open_db(b"producers", create=not readonly)
+        self._db_epochs = env.open_db(b"epochs", create=not readonly)
+        self._db_files = env.open_db(b"files", create=not readonly)
+        self._db_file_ids = env.open_db(b"file_ids", create=not readonly)
+        self._parts: dict[TopicIdPartition, _Part] = {}
+        self._topics: dict[uuid.UUID, _Topic] = {}
+        self._producers: dict[tuple[int, int], ProducerEntry] = {}
+        self._closed = False
+        # Group commit.
+        self._cond = threading.Condition()
+        self._queue: list[_Write] = []
+        self._writer_busy = False
+        # Map growth needs no live transaction in this process.
+        self._gate = threading.Condition()
+        self._readers = 0
+        self._resizing = False
+        # Counters for metrics and benchmarks.
+        self.stats = {"group_commits": 0, "writes": 0, "map_resizes": 0}
+        self._check_version()
+        if not readonly:
+            self._load_caches()
+
+    # ------------------------------------------------------------------ life
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        sync: bool = True,
+        readonly: bool = False,
+        commit_deadline_ms: int = COMMIT_DEADLINE_MS_DEFAULT,
+        producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+        clock: Callable[[], int] | None = None,
+        map_size_bytes: int = MAP_SIZE_BYTES_DEFAULT,
+        group_commit_batches_max: int = GROUP_COMMIT_BATCHES_MAX,
+    ) -> MetadataStore:
+        """Open (creating unless ``readonly``) the store in directory ``path``.
+
+        ``clock`` returns milliseconds since the epoch (default: wall clock).
+        With ``sync=True`` every returned write is on disk; with ``sync=False``
+        a crash can lose the last writes but never leaves a partial one.
+        Raises :class:`StoreError` if the directory is not a store.
+        """
+        if commit_deadline_ms <= 0:
+            raise ValueError(f"commit_deadline_ms must be > 0, got {commit_deadline_ms}")
+        if producer_id_expiration_ms <= 0:
+            raise ValueError(f"producer_id_expiration_ms must be > 0, got {producer_id_expiration_ms}")
+        if group_commit_batches_max <= 0:
+            raise ValueError(f"group_commit_batches_max must be > 0, got {group_commit_batches_max}")
+        path = os.fspath(path)
+        if readonly and not os.path.exists(os.path.join(path, "data.mdb")):
+            raise StoreError(f"{path}: no metadata store here (data.mdb missing)")
+        if not readonly:
+            os.makedirs(path, exist_ok=True)
+        try:
+            env = lmdb.open(
+                path,
+                map_size=map_size_bytes,
+                max_dbs=16,
+                readonly=readonly,
+                sync=sync,
+                metasync=sync,
+                writemap=False,
+                max_readers=256,
+            )
+        except lmdb.Error as e:
+            raise StoreError(f"{path}: cannot open LMDB environment: {e}") from e
+        return cls(
+            env,
+            path=path,
+            readonly=readonly,
+            sync=sync,
+            commit_deadline_ms=commit_deadline_ms,
+            producer_id_expiration_ms=producer_id_expiration_ms,
+            clock=clock or (lambda: time.time_ns() // 1_000_000),
+            group_commit_batches_max=group_commit_batches_max,
+        )
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._env.close()
+
+    def __enter__(self) -> MetadataStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_version(self) -> None:
+        with self._read() as txn:
+            raw = txn.get(b"version", db=self._db_meta)
+        if raw is None:
+            if self.readonly:
+                raise StoreError(f"{self.path}: not initialised as a partlog metadata store")
+            with self._env.begin(write=True) as txn:
+                txn.put(b"version", _U64.pack(FORMAT_VERSION), db=self._db_meta)
+        elif _U64.unpack(raw)[0] != FORMAT_VERSION:
+            raise StoreError(f"{self.path}: store format {_U64.unpack(raw)[0]}, this code reads {FORMAT_VERSION}")
+
+    def _load_caches(self) -> None:
+        with self._read() as txn:
+            for key, value in txn.cursor(db=self._db_topics):
+                name, n, configs = msgpack.unpackb(value)
+                self._topics[uuid.UUID(bytes=bytes(key))] = _Topic(name, n, TopicConfig().with_configs(configs))
+            for key, value in txn.cursor(db=self._db_parts):
+                part = _Part.unpack(_U32.unpack(key)[0], value)
+                self._parts[part.tp] = part
+
+    # -------------------------------------------------------------- plumbing
+
+    @contextmanager
+    def _read(self) -> Iterator[lmdb.Transaction]:
+        if self._closed:
+            raise StoreError(f"{self.path}: store is closed")
+        with self._gate:
+            while self._resizing:
+                self._gate.wait()
+            self._readers += 1
+        try:
+            try:
+                txn = self._env.begin(write=False)
+            except lmdb.MapResizedError:
+                # Another process grew the map: adopt its size.
+                self._env.set_mapsize(0)
+                txn = self._env.begin(write=False)
+            try:
+                yield txn
+            finally:
+                txn.abort()
+        finally:
+            with self._gate:
+                self._readers -= 1
+                self._gate.notify_all()
+
+    def _grow_map(self) -> None:
+        with self._gate:
+            self._resizing = True
+            try:
+                while self._readers:
+                    self._gate.wait()
+                size = self._env.info()["map_size"]
+                if size * 2 > MAP_SIZE_BYTES_MAX:
+                    raise StoreError(f"{self.path}: LMDB map would exceed {MAP_SIZE_BYTES_MAX} bytes")
+                self._env.set_mapsize(size * 2)
+                self.stats["map_resizes"] += 1
+                log.info("lmdb map grown path=%s map_size_bytes=%d", self.path, size * 2)
+            finally:
+                self._resizing = False
+                self._gate.notify_all()
+
+    def _write(self, fn: Callable[[_Staged], T], weight: int = 1) -> T:
+        """Run ``fn`` in a write transaction shared with concurrent callers."""
+        if self._closed:
+            raise StoreError(f"{self.path}: store is closed")
+        if self.readonly:
+            raise StoreError(f"{self.path}: store is open read-only")
+        w = _Write(fn, weight)
+        with self._cond:
+            self._queue.append(w)
+            while not w.done and self._writer_busy:
+                self._cond.wait()
+            if not w.done:
+                self._writer_busy = True
+                leader = True
+            else:
+                leader = False
+        if leader:
+            try:
+                while not w.done:
+                    with self._cond:
+                        group = self._take_group()
+                    self._run_group(group)
+                    with self._cond:
+                        self._cond.notify_all()
+            finally:
+                with self._cond:
+                    self._writer_busy = False
+                    self._cond.notify_all()
+        if w.error is not None:
+            raise w.error
+        return w.result  # type: ignore[no-any-return]
+
+    def _take_group(self) -> list[_Write]:
+        group: list[_Write] = []
+        weight = 0
+        while self._queue and (not group or weight + self._queue[0].weight <= self.group_commit_batches_max):
+            w = self._queue.pop(0)
+            group.append(w)
+            weight += w.weight
+        return group
+
+    def _run_group(self, group: list[_Write]) -> None:
+        try:
+            results = self._run_in_txn(group)
+        except Exception as e:
+            if len(group) == 1:
+                group[0].error = e
+                group[0].done = True
+                return
+            log.warning("group commit failed, retrying writes one by one: %r", e)
+            for w in group:
+                self._run_group([w])
+            return
+        for w, r in zip(group, results, strict=True):
+            w.result = r
+            w.done = True
+
+    def _run_in_txn(self, group: list[_Write]) -> list[Any]:
+        while True:
+            txn = self._env.begin(write=True)
+            staged = _Staged(self, txn)
+            try:
+                results = [w.fn(staged) for w in group]
+                staged.flush()
+                txn.commit()
+            except lmdb.MapFullError:
+                txn.abort()
+                self._grow_map()
+                continue
+            except BaseException:
+                txn.abort()
+                raise
+            staged.apply_to_caches()
+            self.stats["group_commits"] += 1
+            self.stats["writes"] += len(group)
+            return results
+
+    def _load_producer(self, txn: lmdb.Transaction, part_id: int, producer_id: int) -> ProducerEntry | None:
+        key = (part_id, producer_id)
+        entry = self._producers.get(key)
+        if entry is None:
+            raw = txn.get(_PRODUCER_KEY.pack(part_id, producer_id), db=self._db_producers)
+            if raw is None:
+                return None
+            entry = ProducerEntry.from_wire(msgpack.unpackb(raw))
+            self._producers[key] = entry
+        return entry
+
+    # ---------------------------------------------------------- file index
+
+    def _file_ref(self, txn: lmdb.Transaction, staged: _Staged, object_key: str, uploader: int, size: int) -> int:
+        raw = txn.get(object_key.encode(), db=self._db_files)
+        if raw is not None:
+            return int(_FILE.unpack(raw)[0])
+        file_id = staged.next_id(b"next_file_id")
+        txn.put(object_key.encode(), _FILE.pack(file_id, 0, 0, uploader, size), db=self._db_files)
+        txn.put(_U64.pack(file_id), object_key.encode(), db=self._db_file_ids)
+        return file_id
+
+    def _file_adjust(self, txn: lmdb.Transaction, file_id: int, batches: int, nbytes: int) -> None:
+        key = txn.get(_U64.pack(file_id), db=self._db_file_ids)
+        assert key is not None, f"entry references unknown file_id {file_id}"
+        raw = txn.get(key, db=self._db_files)
+        assert raw is not None, f"file index lost {key!r}"
+        fid, live_batches, live_bytes, uploader, fsize = _FILE.unpack(raw)
+        live_batches += batches
+        live_bytes += nbytes
+        assert live_batches >= 0 and live_bytes >= 0, f"negative reference count for {key!r}"
+        if live_batches == 0:
+            txn.delete(key, db=self._db_files)
+            txn.delete(_U64.pack(file_id), db=self._db_file_ids)
+        else:
+            txn.put(key, _FILE.pack(fid, live_batches, live_bytes, uploader, fsize), db=self._db_files)
+
+    # ---------------------------------------------------------------- topics
+
+    def create_topic_and_partitions(self, requests: Iterable[CreateTopicAndPartitionsRequest]) -> None:
+        """Create topics and their partitions; idempotent for existing ones.
+
+        A request for an existing topic with more partitions adds the missing
+        ones (Kafka's CreatePartitions).  Raises ValueError for a bad request
+        (negative partition count, invalid config), before anything changes.
+        """
+        reqs = list(requests)
+        configs: list[TopicConfig] = []
+        for r in reqs:
+            if r.num_partitions <= 0:
+                raise ValueError(f"topic {r.topic_name!r}: num_partitions must be > 0, got {r.num_partitions}")
+            configs.append(TopicConfig().with_configs(r.configs))
+
+        def fn(s: _Staged) -> None:
+            for r, cfg in zip(reqs, configs, strict=True):
+                topic = s.topic(r.topic_id)
+                if topic is not None:
+                    if r.num_partitions <= topic.num_partitions:
+                        continue
+                    first = topic.num_partitions
+                    topic = _Topic(topic.name, r.num_partitions, topic.config)
+                else:
+                    first = 0
+                    topic = _Topic(r.topic_name, r.num_partitions, cfg)
+                s.topics[r.topic_id] = topic
+                s.txn.put(
+                    r.topic_id.bytes,
+                    msgpack.packb([topic.name, topic.num_partitions, topic.config.to_configs()]),
+                    db=self._db_topics,
+                )
+                for p in range(first, r.num_partitions):
+                    tp = TopicIdPartition(r.topic_id, p)
+                    part_id = s.next_id(b"next_part_id")
+                    s.txn.put(r.topic_id.bytes + _U32.pack(p), _U32.pack(part_id), db=self._db_tp)
+                    s.txn.put(_EPOCH_KEY.pack(part_id, 0), _I64.pack(0), db=self._db_epochs)
+                    s.parts[tp] = _Part(part_id, tp, 0, 0, 0, 0, 0, 0, -1, -1, -1)
+
+        self._write(fn)
+
+    def alter_topic_configs(self, topic_id: uuid.UUID, configs: dict[str, str | int]) -> None:
+        """Change topic configs (Kafka names); raises KeyError for an unknown topic."""
+
+        def fn(s: _Staged) -> None:
+            topic = s.topic(topic_id)
+            if topic is None:
+                raise KeyError(f"unknown topic {topic_id}")
+            topic = _Topic(topic.name, topic.num_partitions, topic.config.with_configs(configs))
+            s.topics[topic_id] = topic
+            s.txn.put(
+                topic_id.bytes,
+                msgpack.packb([topic.name, topic.num_partitions, topic.config.to_configs()]),
+                db=self._db_topics,
+            )
+
+        self._write(fn)
+
+    def delete_topics(self, topic_ids: Iterable[uuid.UUID]) -> None:
+        """Delete topics: their logs, producer states, epochs and file references."""
+        ids = set(topic_ids)
+
+        def fn(s: _Staged) -> None:
+            for tid in ids:
+                topic = s.topic(tid)
+                if topic is None:
+                    continue
+                for p in range(topic.num_partitions):
+                    tp = TopicIdPartition(tid, p)
+                    part = s.part(tp)
+                    if part is None:
+                        continue
+                    self._drop_entries(s, part, until_offset=None)
+                    self._drop_prefix_keys(s.txn, self._db_producers, _U32.pack(part.part_id))
+                    for k in {k for k in (*self._producers, *s.producers) if k[0] == part.part_id}:
+                        s.producers[k] = None
+                    self._drop_prefix_keys(s.txn, self._db_epochs, _U32.pack(part.part_id))
+                    s.txn.delete(_U32.pack(part.part_id), db=self._db_parts)
+                    s.txn.delete(tid.bytes + _U32.pack(p), db=self._db_tp)
+                    s.parts[tp] = None
+                s.txn.delete(tid.bytes, db=self._db_topics)
+                s.topics[tid] = None
+
+        self._write(fn)
+
+    def _drop_prefix_keys(self, txn: lmdb.Transaction, db: Any, prefix: bytes) -> None:
+        cur = txn.cursor(db=db)
+        if cur.set_range(prefix):
+            while cur.key()[: len(prefix)] == prefix:
+                if not cur.delete():
+                    break
+
+    def topic_config(self, topic_id: uuid.UUID) -> TopicConfig:
+        with self._read() as txn:
+            raw = txn.get(topic_id.bytes, db=self._db_topics)
+        if raw is None:
+            raise KeyError(f"unknown topic {topic_id}")
+        return TopicConfig().with_configs(msgpack.unpackb(raw)[2])
+
+    # --------------------------------------------------------------- commit
+
+    def commit_file(
+        self,
+        object_key: str,
+        uploader_broker_id: int,
+        file_size: int,
+        batches: Sequence[CommitBatchRequest],
+    ) -> list[CommitBatchResponse]:
+        """Sequence and append the batches of one WAL object (one commit RPC).
+
+        All accepted batches are appended in ONE transaction; responses come in
+        request order.  A batch that fails validation gets its Kafka error and
+        leaves the others unaffected.  Batches of one partition are appended in
+        request order, each seeing the producer state the previous one left.
+        """
+        batches = list(batches)
+        return self._write(lambda s: self._commit(s, object_key, uploader_broker_id, file_size, batches), len(batches))
+
+    def _commit(
+        self,
+        s: _Staged,
+        object_key: str,
+        uploader: int,
+        file_size: int,
+        batches: list[CommitBatchRequest],
+    ) -> list[CommitBatchResponse]:
+        now = self._clock()
+        try:
+            key = parse_wal_key(object_key)
+        except WalKeyError as e:
+            log.warning("commit refused: %s", e)
+            return [_error(Errors.INVALID_REQUEST, b) for b in batches]
+        if now - key.created_ms > self.commit_deadline_ms:
+            log.info(
+                "commit refused: deadline object_key=%s age_ms=%d commit_deadline_ms=%d",
+                object_key,
+                now - key.created_ms,
+                self.commit_deadline_ms,
+            )
+            return [_error(Errors.COMMIT_DEADLINE_EXCEEDED, b) for b in batches]
+        if file_size <= 0:
+            return [_error(Errors.INVALID_REQUEST, b) for b in batches]
+
+        txn = s.txn
+        responses: list[CommitBatchResponse] = []
+        file_id = -1
+        added_batches = 0
+        added_bytes = 0
+        expiration_ms = self.producer_id_expiration_ms
+        log_db = self._db_log
+        for req in batches:
+            part = s.part(req.topic_id_partition)
+            if part is None:
+                responses.append(_error(Errors.UNKNOWN_TOPIC_OR_PARTITION, req))
+                continue
+            topic = s.topic(part.tp.topic_id)
+            assert topic is not None
+            cfg = topic.config
+            err, header = _validate(req, file_size, cfg, now)
+            if err is not Errors.NONE:
+                responses.append(_error(err, req))
+                continue
+            assert header is not None
+            pid = header.producer_id
+            entry: ProducerEntry | None = None
+            if pid >= 0:
+                entry = s.producer(part.part_id, pid)
+                if entry is not None and entry.is_expired(now, expiration_ms):
+                    entry = None
+                if entry is not None:
+                    dup = entry.find_duplicate(header.producer_epoch, header.base_sequence, header.last_sequence)
+                    if dup is not None:
+                        responses.append(
+                            CommitBatchResponse(
+                                Errors.NONE, dup.first_offset, dup.log_append_time, part.log_start_offset, True, req
+                            )
+                        )
+                        continue
+                perr = check_append(entry, header.producer_epoch, header.base_sequence)
+                if perr is not Errors.NONE:
+                    responses.append(_error(perr, req))
+                    continue
+            # Accepted: sequence it.
+            if file_id < 0:
+                file_id = self._file_ref(txn, s, object_key, uploader, file_size)
+            base = part.log_end_offset
+            last = base + header.last_offset_delta
+            if cfg.message_timestamp_type == TimestampType.LOG_APPEND_TIME:
+                append_time = now
+                stored = patch_header(
+                    req.header, base_offset=base, partition_leader_epoch=part.leader_epoch, log_append_time=now
+                )
+                effective_ts = now
+            else:
+                append_time = -1
+                stored = patch_header(
+                    req.header, base_offset=base, partition_leader_epoch=part.leader_epoch, log_append_time=None
+                )
+                effective_ts = header.max_timestamp
+            if effective_ts > part.running_max_timestamp:
+                part.running_max_timestamp = effective_ts
+            if effective_ts > part.max_timestamp and part.max_timestamp_offset != -2:
+                part.max_timestamp = effective_ts
+                part.max_timestamp_offset = base
+            batch_id = s.next_id(b"next_batch_id")
+            body = stored + _ENTRY_TAIL.pack(
+                file_id,
+                req.byte_offset,
+                req.size,
+                append_time,
+                header.max_timestamp,
+                part.running_max_timestamp,
+                batch_id,
+            )
+            ok = txn.put(
+                _PART_KEY.pack(part.part_id, base), body + _ENTRY_CRC.pack(crc32c(body)), db=log_db, overwrite=False
+            )
+            assert ok, f"{part.tp}: offset {base} already in the log"
+            part.log_end_offset = last + 1
+            # No replication yet: the leader's log end is its high watermark.
+            part.high_watermark = part.log_end_offset
+            part.live_bytes += req.size
+            part.live_batches += 1
+            added_batches += 1
+            added_bytes += req.size
+            if pid >= 0:
+                s.producers[(part.part_id, pid)] = after_append(
+                    entry,
+                    header.producer_epoch,
+                    AppendedBatch(
+                        header.base_sequence, header.last_sequence, base, last, header.max_timestamp, append_time
+                    ),
+                )
+            responses.append(CommitBatchResponse(Errors.NONE, base, append_time, part.log_start_offset, False, req))
+        if added_batches:
+            self._file_adjust(txn, file_id, added_batches, added_bytes)
+        return responses
+
+    # ---------------------------------------------------------- leadership
+
+    def set_leader_epoch(self, tp: TopicIdPartition, leader_epoch: int) -> None:
+        """Become leader at ``leader_epoch`` (>= the current one): new entries are
+        stamped with it, and the epoch cache records where it starts."""
+
+        def fn(s: _Staged) -> None:
+            part = s.part(tp)
+            if part is None:
+                raise KeyError(f"unknown partition {tp}")
+            if leader_epoch < part.leader_epoch:
+                raise ValueError(f"{tp}: leader epoch {leader_epoch} < current {part.leader_epoch}")
+            if leader_epoch > part.leader_epoch:
+                part.leader_epoch = leader_epoch
+                s.txn.put(
+                    _EPOCH_KEY.pack(part.part_id, leader_epoch), _I64.pack(part.log_end_offset), db=self._db_epochs
+                )
+
+        self._write(fn)
+
+    def leader_epoch_cache(self, tp: TopicIdPartition) -> list[tuple[int, int]]:
+        """(leader_epoch, start_offset) pairs, ascending."""
+        with self._read() as txn:
+            part = self._read_part(txn, tp)
+            if part is None:
+                raise KeyError(f"unknown partition {tp}")
+            prefix = _U32.pack(part.part_id)
+            out = []
+            cur = txn.cursor(db=self._db_epochs)
+            if cur.set_range(prefix):
+                for k, v in cur:
+                    if k[:4] != prefix:
+                        break
+                    out.append((_EPOCH_KEY.unpack(k)[1], _I64.unpack(v)[0]))
+            return out
+
+    # --------------------------------------------------------------- reads
+
+    def _read_part(self, txn: lmdb.Transaction, tp: TopicIdPartition) -> _Part | None:
+        raw = txn.get(tp.topic_id.bytes + _U32.pack(tp.partition), db=self._db_tp)
+        if raw is None:
+            return None
+        part_id = _U32.unpack(raw)[0]
+        state = txn.get(raw, db=self._db_parts)
+        if state is None:
+            return None
+        return _Part.unpack(part_id, state)
+
+    def _entries(self, txn: lmdb.Transaction, part: _Part, from_offset: int = 0) -> Iterator[tuple[_Buf, _Entry]]:
+        """Entries of ``part`` whose base offset >= ``from_offset``, ascending."""
+        prefix = _U32.pack(part.part_id)
+        cur = txn.cursor(db=self._db_log)
+        if not cur.set_range(_PART_KEY.pack(part.part_id, max(from_offset, 0))):
+            return
+        for k, v in cur:
+            if k[:4] != prefix:
+                return
+            yield k, _decode_entry(v, f"partition {part.tp} offset {_PART_KEY.unpack(k)[1]}")
+
+    def _entry_containing(self, txn: lmdb.Transaction, part: _Part, offset: int) -> tuple[bytes, _Entry] | None:
+        """The entry whose offset range contains ``offset``, if any."""
+        cur = txn.cursor(db=self._db_log)
+        key = _PART_KEY.pack(part.part_id, offset)
+        found = cur.set_range(key)
+        if found and cur.key() == key:
+            k, v = cur.item()
+        else:
+            # The batch that starts before `offset`: step back one entry.
+            if found:
+                if not cur.prev():
+                    return None
+            elif not cur.last():
+                return None
+            k, v = cur.item()
+            if k[:4] != key[:4]:
+                return None
+        entry = _decode_entry(v, f"partition {part.tp} offset {_PART_KEY.unpack(k)[1]}")
+        if entry.base_offset <= offset <= entry.last_offset:
+            return bytes(k), entry
+        return None
+
+    def _batch_info(self, txn: lmdb.Transaction, tp: TopicIdPartition, e: _Entry, keys: dict[int, str]) -> BatchInfo:
+        object_key = keys.get(e.file_id)
+        if object_key is None:
+            raw = txn.get(_U64.pack(e.file_id), db=self._db_file_ids)
+            if raw is None:
+                raise CorruptEntryError(f"partition {tp} offset {e.base_offset}: unknown file_id {e.file_id}")
+            object_key = bytes(raw).decode()
+            keys[e.file_id] = object_key
+        h = e.header
+        return BatchInfo(
+            e.batch_id,
+            object_key,
+            BatchMetadata(
+                tp,
+                e.byte_offset,
+                e.size,
+                e.base_offset,
+                e.last_offset,
+                e.log_append_time,
+                e.batch_max_timestamp,
+                h.timestamp_type,
+                h.producer_id,
+                h.producer_epoch,
+                h.base_sequence,
+                h.last_sequence,
+                h.partition_leader_epoch,
+                e.raw_header,
+            ),
+        )
+
+    def find_batches(self, requests: Sequence[FindBatchRequest], fetch_max_bytes: int) -> list[FindBatchResponse]:
+        """Coordinates of the batches a fetch at each request's offset returns.
+
+        As Kafka (KIP-74): batches up to the high watermark, within each
+        request's ``max_partition_fetch_bytes`` and ``fetch_max_bytes`` overall,
+        but the first batch of the first partition that has data is returned
+        even if it exceeds both, so consumers always progress.
+        """
+        out: list[FindBatchResponse] = []
+        remaining = fetch_max_bytes
+        min_one = True
+        keys: dict[int, str] = {}
+        with self._read() as txn:
+            for req in requests:
+                part = self._read_part(txn, req.topic_id_partition)
+                if part is None:
+                    out.append(FindBatchResponse(Errors.UNKNOWN_TOPIC_OR_PARTITION, (), -1, -1))
+                    continue
+                lso, hwm = part.log_start_offset, part.high_watermark
+                if req.offset < lso or req.offset > hwm:
+                    out.append(FindBatchResponse(Errors.OFFSET_OUT_OF_RANGE, (), lso, hwm))
+                    continue
+                if req.offset == hwm:
+                    out.append(FindBatchResponse(Errors.NONE, (), lso, hwm))
+                    continue
+                limit = min(req.max_partition_fetch_bytes, remaining)
+                found: list[BatchInfo] = []
+                used = 0
+                try:
+                    first = self._entry_containing(txn, part, req.offset)
+                    if first is None:
+                        raise CorruptEntryError(f"partition {part.tp}: no entry holds offset {req.offset}")
+                    for _, e in self._entries(txn, part, first[1].base_offset):
+                        if e.last_offset >= hwm:
+                            break
+                        if used + e.size > limit and not (min_one and not found):
+                            break
+                        found.append(self._batch_info(txn, part.tp, e, keys))
+                        used += e.size
+                except CorruptEntryError as e:
+                    log.error("corrupt metadata entry: %s", e)
+                    out.append(FindBatchResponse(Errors.CORRUPT_MESSAGE, (), lso, hwm, str(e)))
+                    continue
+                if found:
+                    min_one = False
+                remaining = max(0, remaining - used)
+                out.append(FindBatchResponse(Errors.NONE, tuple(found), lso, hwm))
+        return out
+
+    def list_offsets(self, requests: Sequence[ListOffsetsRequest]) -> list[ListOffsetsResponse]:
+        """Kafka ListOffsets at batch granularity (see design.md)."""
+        out: list[ListOffsetsResponse] = []
+        with self._read() as txn:
+            for req in requests:
+                tp = req.topic_id_partition
+                part = self._read_part(txn, tp)
+                if part is None:
+                    out.append(ListOffsetsResponse(Errors.UNKNOWN_TOPIC_OR_PARTITION, tp, -1, -1))
+                    continue
+                try:
+                    ts, offset = self._list_offset(txn, part, req.timestamp)
+                except CorruptEntryError as e:
+                    log.error("corrupt metadata entry: %s", e)
+                    out.append(ListOffsetsResponse(Errors.CORRUPT_MESSAGE, tp, -1, -1))
+                    continue
+                out.append(ListOffsetsResponse(Errors.NONE, tp, ts, offset))
+        return out
+
+    def _list_offset(self, txn: lmdb.Transaction, part: _Part, target: int) -> tuple[int, int]:
+        if target == ListOffsetsRequest.EARLIEST_TIMESTAMP:
+            return -1, part.log_start_offset
+        if target == ListOffsetsRequest.LATEST_TIMESTAMP:
+            return -1, part.high_watermark
+        if target == ListOffsetsRequest.MAX_TIMESTAMP:
+            if part.max_timestamp_offset >= 0:
+                return part.max_timestamp, max(part.max_timestamp_offset, part.log_start_offset)
+            if part.max_timestamp_offset == -1:
+                return -1, -1
+            best_ts, best_off = -1, -1
+            for _, e in self._entries(txn, part):
+                if e.last_offset >= part.high_watermark:
+                    break
+                if e.effective_timestamp > best_ts:
+                    best_ts, best_off = e.effective_timestamp, max(e.base_offset, part.log_start_offset)
+            return best_ts, best_off
+        if target < 0:
+            return -1, -1
+        return self._offset_for_timestamp(txn, part, target)
+
+    def _offset_for_timestamp(self, txn: lmdb.Transaction, part: _Part, target: int) -> tuple[int, int]:
+        """First batch (below the HWM) whose max timestamp >= target.
+
+        Entries carry the running max of timestamps, which is monotonic, so a
+        binary search over offsets finds the first entry whose running max
+        reaches ``target``.  Only if batches before the log start pushed the
+        running max up does the answer need a forward scan.
+        """
+        first = self._entry_containing(txn, part, part.log_start_offset)
+        if first is None:
+            return -1, -1
+        # g(x) = "the first entry at or after offset x has running max >= target"
+        # is monotonic in x; find the smallest such x in [first base, HWM].
+        lo, hi = first[1].base_offset, part.high_watermark
+        while lo < hi:
+            mid = (lo + hi) // 2
+            hit = next(self._entries(txn, part, mid), None)
+            if hit is None or hit[1].last_offset >= part.high_watermark or hit[1].running_max_timestamp >= target:
+                hi = mid
+            else:
+                lo = hit[1].base_offset + 1
+        hit = next(self._entries(txn, part, lo), None)
+        if hit is None or hit[1].last_offset >= part.high_watermark:
+            return -1, -1
+        e = hit[1]
+        if e.effective_timestamp < target:
+            # Running max was raised by batches deleted before the log start:
+            # scan forward for the first batch that reaches target itself.
+            for _, later in self._entries(txn, part, e.base_offset):
+                if later.last_offset >= part.high_watermark:
+                    return -1, -1
+                if later.effective_timestamp >= target:
+                    e = later
+                    break
+            else:
+                return -1, -1
+        return e.effective_timestamp, max(e.base_offset, part.log_start_offset)
+
+    # ------------------------------------------------------------ deletion
+
+    def delete_records(self, requests: Sequence[DeleteRecordsRequest]) -> list[DeleteRecordsResponse]:
+        """Advance log start offsets (Kafka DeleteRecords; -1 means the HWM)."""
+        reqs = list(requests)
+
+        def fn(s: _Staged) -> list[DeleteRecordsResponse]:
+            out = []
+            for r in reqs:
+                part = s.part(r.topic_id_partition)
+                if part is None:
+                    out.append(DeleteRecordsResponse(Errors.UNKNOWN_TOPIC_OR_PARTITION, -1))
+                    continue
+                offset = part.high_watermark if r.offset == -1 else r.offset
+                if offset < 0 or offset > part.high_watermark:
+                    out.append(DeleteRecordsResponse(Errors.OFFSET_OUT_OF_RANGE, -1))
+                    continue
+                if offset > part.log_start_offset:
+                    part.log_start_offset = offset
+                    self._drop_entries(s, part, until_offset=offset)
+                out.append(DeleteRecordsResponse(Errors.NONE, part.log_start_offset))
+            return out
+
+        return self._write(fn, len(reqs))
+
+    def _drop_entries(self, s: _Staged, part: _Part, until_offset: int | None) -> int:
+        """Delete entries wholly below ``until_offset`` (all if None); returns count.
+
+        Keeps the partition's live counters and the file index exact.
+        """
+        txn = s.txn
+        per_file: dict[int, list[int]] = {}
+        cur = txn.cursor(db=self._db_log)
+        prefix = _U32.pack(part.part_id)
+        dropped = 0
+        if cur.set_range(prefix):
+            while cur.key()[:4] == prefix:
+                k = cur.key()
+                e = _decode_entry(cur.value(), f"partition {part.tp} offset {_PART_KEY.unpack(k)[1]}")
+                if until_offset is not None and e.last_offset >= until_offset:
+                    break
+                acc = per_file.setdefault(e.file_id, [0, 0])
+                acc[0] -= 1
+                acc[1] -= e.size
+                part.live_batches -= 1
+                part.live_bytes -= e.size
+                if e.base_offset == part.max_timestamp_offset:
+                    part.max_timestamp_offset = -2
+                dropped += 1
+                if not cur.delete():
+                    break
+        for file_id, (nb, nbytes) in per_file.items():
+            self._file_adjust(txn, file_id, nb, nbytes)
+        assert part.live_batches >= 0 and part.live_bytes >= 0
+        if part.live_batches == 0 and part.max_timestamp_offset == -2:
+            part.max_timestamp, part.max_timestamp_offset = -1, -1
+        return dropped
+
+    def enforce_retention(self, now_ms: int | None = None) -> dict[TopicIdPartition, int]:
+        """Apply retention.ms and retention.bytes to every partition, as Kafka's
+        log cleaner does for deleted segments, batch by batch, never past the
+        HWM; expire producer states.  Returns the new log start offsets of the
+        partitions that changed."""
+        now = self._clock() if now_ms is None else now_ms
+
+        def fn(s: _Staged) -> dict[TopicIdPartition, int]:
+            changed: dict[TopicIdPartition, int] = {}
+            for tp in list(self._parts):
+                # A write earlier in this transaction may have changed it.
+                cached = s.parts[tp] if tp in s.parts else self._parts[tp]
+                topic = s.topic(tp.topic_id)
+                if cached is None or topic is None or cached.live_batches == 0:
+                    continue
+                cfg = topic.config
+                new_lso = self._retention_point(s.txn, cached, cfg, now)
+                if new_lso > cached.log_start_offset:
+                    part = s.part(tp)
+                    assert part is not None
+                    self._drop_entries(s, part, until_offset=new_lso)
+                    part.log_start_offset = new_lso
+                    changed[tp] = new_lso
+            self._expire_producers(s, now)
+            return changed
+
+        return self._write(fn)
+
+    def _retention_point(self, txn: lmdb.Transaction, part: _Part, cfg: TopicConfig, now: int) -> int:
+        """The base offset of the first batch retention keeps (or the HWM)."""
+        if cfg.retention_ms < 0 and cfg.retention_bytes < 0:
+            return part.log_start_offset
+        size = part.live_bytes
+        point = part.log_start_offset
+        for _, e in self._entries(txn, part):
+            if e.last_offset >= part.high_watermark:
+                break
+            by_time = cfg.retention_ms >= 0 and e.effective_timestamp < now - cfg.retention_ms
+            by_size = cfg.retention_bytes >= 0 and size - e.size >= cfg.retention_bytes
+            if not (by_time or by_size):
+                break
+            size -= e.size
+            point = e.last_offset + 1
+        return point
+
+    def _expire_producers(self, s: _Staged, now: int) -> None:
+        cur = s.txn.cursor(db=self._db_producers)
+        for k, v in cur:
+            entry = ProducerEntry.from_wire(msgpack.unpackb(v))
+            if entry.is_expired(now, self.producer_id_expiration_ms):
+                part_id, pid = _PRODUCER_KEY.unpack(k)
+                if (part_id, pid) not in s.producers:
+                    s.producers[(part_id, pid)] = None
+
+    # ------------------------------------------------------ file references
+
+    def referenced_files(self, object_keys: Iterable[str]) -> set[str]:
+        """The subset of ``object_keys`` that some entry of this store references
+        (entries above the HWM included)."""
+        with self._read() as txn:
+            return {k for k in object_keys if txn.get(k.encode(), db=self._db_files) is not None}
+
+    def file_usage(self) -> dict[str, FileUsage]:
+        """Live batches and bytes per referenced WAL object."""
+        with self._read() as txn:
+            return {
+                bytes(k).decode(): FileUsage(_FILE.unpack(v)[1], _FILE.unpack(v)[2])
+                for k, v in txn.cursor(db=self._db_files)
+            }
+
+    # ----------------------------------------------------------- inspection
+
+    def partitions(self) -> list[TopicIdPartition]:
+        with self._read() as txn:
+            return [_Part.unpack(_U32.unpack(k)[0], v).tp for k, v in txn.cursor(db=self._db_parts)]
+
+    def partition_state(self, tp: TopicIdPartition) -> dict[str, int]:
+        """log_start_offset, log_end_offset, high_watermark, leader_epoch, live_batches, live_bytes."""
+        with self._read() as txn:
+            part = self._read_part(txn, tp)
+        if part is None:
+            raise KeyError(f"unknown partition {tp}")
+        return {
+            "log_start_offset": part.log_start_offset,
+            "log_end_offset": part.log_end_offset,
+            "high_watermark": part.high_watermark,
+            "leader_epoch": part.leader_epoch,
+            "live_batches": part.live_batches,
+            "live_bytes": part.live_bytes,
+        }
+
+    def check(self) -> list[str]:
+        """Full consistency check: every entry's CRC, contiguous offsets, the
+        partition counters and the file index recomputed from the logs.
+        Returns the problems found (empty when the store is sound)."""
+        problems: list[str] = []
+        usage: dict[int, list[int]] = {}
+        with self._read() as txn:
+            for pk, pv in txn.cursor(db=self._db_parts):
+                part = _Part.unpack(_U32.unpack(pk)[0], pv)
+                expect = None
+                batches = nbytes = 0
+                first = True
+                try:
+                    for _, e in self._entries(txn, part):
+                        if first and not e.base_offset <= part.log_start_offset <= e.last_offset:
+                            problems.append(f"{part.tp}: log start {part.log_start_offset} not in first batch")
+                        first = False
+                        if expect is not None and e.base_offset != expect:
+                            problems.append(f"{part.tp}: gap or overlap at offset {e.base_offset}, expected {expect}")
+                        expect = e.last_offset + 1
+                        batches += 1
+                        nbytes += e.size
+                        acc = usage.setdefault(e.file_id, [0, 0])
+                        acc[0] += 1
+                        acc[1] += e.size
+                except CorruptEntryError as err:
+                    problems.append(str(err))
+                    continue
+                if expect is None and part.log_start_offset != part.log_end_offset:
+                    problems.append(
+                        f"{part.tp}: empty log but start {part.log_start_offset} != end {part.log_end_offset}"
+                    )
+                if expect is not None and expect != part.log_end_offset:
+                    problems.append(f"{part.tp}: last entry ends at {expect}, log end is {part.log_end_offset}")
+                if (batches, nbytes) != (part.live_batches, part.live_bytes):
+                    problems.append(
+                        f"{part.tp}: counters say {part.live_batches} batches/{part.live_bytes} bytes, "
+                        f"log has {batches}/{nbytes}"
+                    )
+            index: dict[int, list[int]] = {}
+            for k, v in txn.cursor(db=self._db_files):
+                fid, nb, nbytes, _, _ = _FILE.unpack(v)
+                index[fid] = [nb, nbytes]
+                back = txn.get(_U64.pack(fid), db=self._db_file_ids)
+                if back is None or bytes(back) != bytes(k):
+                    problems.append(f"file index: {bytes(k).decode()!r} has no reverse entry")
+        if index != usage:
+            problems.append(f"file index differs from the logs: index={index} logs={usage}")
+        return problems
+
+
+def _error(err: Errors, req: CommitBatchRequest) -> CommitBatchResponse:
+    return CommitBatchResponse(err, -1, -1, -1, False, req)
+
+
+def _validate(req: CommitBatchRequest, file_size: int, cfg: TopicConfig, now: int) -> tuple[Errors, BatchHeader | None]:
+    """Check one batch before anything is written (Kafka's LogValidator role)."""
+    if len(req.header) != bh.HEADER_SIZE:
+        return Errors.CORRUPT_MESSAGE, None
+    h = BatchHeader.parse(req.header)
+    if h.magic != bh.MAGIC_V2:
+        return Errors.CORRUPT_MESSAGE, None
+    if h.batch_length + bh.LOG_OVERHEAD < bh.HEADER_SIZE or req.size != h.size:
+        return Errors.CORRUPT_MESSAGE, None
+    if req.byte_offset < 0 or req.byte_offset + req.size > file_size:
+        return Errors.INVALID_REQUEST, None
+    if req.size > cfg.max_message_bytes:
+        return Errors.MESSAGE_TOO_LARGE, None
+    if h.last_offset_delta < 0 or h.record_count != h.last_offset_delta + 1:
+        return Errors.INVALID_RECORD, None
+    if (
+        req.last_offset < req.base_offset
+        or req.last_offset - req.base_offset != h.last_offset_delta
+        or req.producer_id != h.producer_id
+        or req.producer_epoch != h.producer_epoch
+        or req.base_sequence != h.base_sequence
+    ):
+        return Errors.INVALID_REQUEST, None
+    if h.is_transactional or h.is_control:
+        return Errors.INVALID_RECORD, None  # transactions are not supported (design.md)
+    if h.producer_id >= 0:
+        if h.producer_epoch < 0 or h.base_sequence < 0:
+            return Errors.INVALID_RECORD, None
+    elif h.producer_id != bh.NO_PRODUCER_ID:
+        return Errors.INVALID_RECORD, None
+    if cfg.message_timestamp_type == TimestampType.CREATE_TIME:
+        for ts in (h.base_timestamp, h.max_timestamp):
+            if now - ts > cfg.message_timestamp_before_max_ms or ts - now > cfg.message_timestamp_after_max_ms:
+                return Errors.INVALID_TIMESTAMP, None
+    return Errors.NONE, h
