@@ -17,7 +17,8 @@ clients (AppendOrigin.CLIENT):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import struct
+from typing import NamedTuple
 
 from partlog.batch_header import INT32_MAX
 from partlog.errors import Errors
@@ -29,8 +30,9 @@ NUM_BATCHES_TO_RETAIN = 5
 PRODUCER_ID_EXPIRATION_MS_DEFAULT = 86_400_000
 
 
-@dataclass(frozen=True, slots=True)
-class AppendedBatch:
+# NamedTuples, not dataclasses: two of these are built per idempotent batch on
+# the commit path, and tuple construction is several times cheaper.
+class AppendedBatch(NamedTuple):
     """What the window remembers of one appended batch."""
 
     first_seq: int
@@ -41,8 +43,7 @@ class AppendedBatch:
     log_append_time: int
 
 
-@dataclass(frozen=True, slots=True)
-class ProducerEntry:
+class ProducerEntry(NamedTuple):
     producer_epoch: int
     batches: tuple[AppendedBatch, ...]
     # Max timestamp of the last appended batch: Kafka expires producers by it.
@@ -59,24 +60,25 @@ class ProducerEntry:
     def is_expired(self, now_ms: int, expiration_ms: int) -> bool:
         return now_ms - self.last_timestamp >= expiration_ms
 
-    def to_wire(self) -> list[object]:
-        return [
-            self.producer_epoch,
-            self.last_timestamp,
-            [
-                [b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.max_timestamp, b.log_append_time]
-                for b in self.batches
-            ],
-        ]
+    def encode(self) -> bytes:
+        """Fixed-width binary form for the store (msgpack was 2 us a batch)."""
+        head = _ENTRY_HEAD.pack(self.producer_epoch, self.last_timestamp, len(self.batches))
+        return head + b"".join(_BATCH.pack(*b) for b in self.batches)
 
     @classmethod
-    def from_wire(cls, data: list[object]) -> ProducerEntry:
-        epoch, last_ts, batches = data
+    def decode(cls, data: bytes) -> ProducerEntry:
+        epoch, last_ts, n = _ENTRY_HEAD.unpack_from(data, 0)
+        if len(data) != _ENTRY_HEAD.size + n * _BATCH.size:
+            raise ValueError(f"producer entry is {len(data)} bytes, expected {_ENTRY_HEAD.size + n * _BATCH.size}")
         return cls(
-            int(epoch),  # type: ignore[call-overload]
-            tuple(AppendedBatch(*b) for b in batches),  # type: ignore[attr-defined]
-            int(last_ts),  # type: ignore[call-overload]
+            epoch,
+            tuple(AppendedBatch(*_BATCH.unpack_from(data, _ENTRY_HEAD.size + i * _BATCH.size)) for i in range(n)),
+            last_ts,
         )
+
+
+_ENTRY_HEAD = struct.Struct(">hqB")  # producer epoch, last timestamp, batch count
+_BATCH = struct.Struct(">iiqqqq")  # first/last seq, first/last offset, max timestamp, log append time
 
 
 def in_sequence(last_seq: int, next_seq: int) -> bool:

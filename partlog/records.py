@@ -25,6 +25,15 @@ class TimestampType(IntEnum):
 class TopicIdPartition:
     topic_id: uuid.UUID
     partition: int
+    # UUID.__hash__ is Python code; partitions are dict keys on every commit,
+    # so the hash is computed once.
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.topic_id.int, self.partition)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def __str__(self) -> str:
         return f"{self.topic_id}-{self.partition}"

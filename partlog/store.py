@@ -12,7 +12,7 @@ Layout (named LMDB databases; integers big-endian so keys sort numerically):
 * ``tp``        topic_id(16) partition(4) -> part_id(4)
 * ``parts``     part_id(4) -> partition state (:class:`_Part`)
 * ``log``       part_id(4) base_offset(8) -> entry (:data:`_ENTRY_TAIL`)
-* ``producers`` part_id(4) producer_id(8) -> msgpack ProducerEntry
+* ``producers`` part_id(4) producer_id(8) -> ProducerEntry.encode()
 * ``epochs``    part_id(4) leader_epoch(4) -> start_offset(8)
 * ``files``     object_key -> file_id, live_batches, live_bytes, uploader, file_size
 * ``file_ids``  file_id(8) -> object_key
@@ -46,9 +46,10 @@ import lmdb
 import msgpack
 
 from partlog import batch_header as bh
-from partlog.batch_header import BatchHeader, patch_header
+from partlog.batch_header import BatchHeader, increment_sequence, patch_header
 from partlog.crc32c import crc32c
 from partlog.errors import Errors
+from partlog.group_commit import GroupCommitPipeline, PipelineFailedError, Write
 from partlog.producer_state import (
     PRODUCER_ID_EXPIRATION_MS_DEFAULT,
     AppendedBatch,
@@ -106,9 +107,14 @@ _I64 = struct.Struct(">q")
 # running max of effective timestamps, batch_id; then CRC-32C of everything.
 _ENTRY_TAIL = struct.Struct(">QQIqqqQ")
 _ENTRY_CRC = struct.Struct(">I")
+# A whole entry with the header spliced from pieces: base offset, header[8:12],
+# leader epoch, header[16:61], then the tail, in one pack call.
+_ENTRY_PLAIN = struct.Struct(">q4si45sQQIqqqQ")
 ENTRY_SIZE = bh.HEADER_SIZE + _ENTRY_TAIL.size + _ENTRY_CRC.size
 _FILE = struct.Struct(">QqqiQ")  # file_id, live_batches, live_bytes, uploader, file_size
 _PART_STATE = struct.Struct(">16siqqqiqqqqq")
+_LEADER_EPOCH = struct.Struct(">i")
+_HEADER_UNPACK = struct.Struct(">qiibIhiqqqhii").unpack
 
 
 class StoreError(Exception):
@@ -221,18 +227,49 @@ def _decode_entry(value: _Buf, where: str) -> _Entry:
 
 
 class _Staged:
-    """Changes of one write transaction, applied to the caches after commit."""
+    """The changes one write makes, kept aside until they are known to stand.
 
-    def __init__(self, store: MetadataStore, txn: lmdb.Transaction) -> None:
+    Exclusive writes (``txn`` given) stage partition, topic, producer and
+    counter changes here and write them in ``flush``; the caches change only
+    after the transaction committed.  Sequenced commits (``txn`` None) stage the
+    same and also collect their log entries and file-reference deltas; the
+    caches change as soon as the write was sequenced without error.
+    """
+
+    def __init__(self, store: MetadataStore, txn: lmdb.Transaction | None) -> None:
         self.store = store
         self.txn = txn
+        self._reader: lmdb.Transaction | None = txn
+        self._owns_reader = False
         self.parts: dict[TopicIdPartition, _Part | None] = {}
         self.topics: dict[uuid.UUID, _Topic | None] = {}
         self.producers: dict[tuple[int, int], ProducerEntry | None] = {}
         self.counters: dict[bytes, int] = {}
+        # Sequenced commits only: log puts and file deltas [file_id, batches, bytes, uploader, size].
+        self.log_puts: list[tuple[bytes, bytes]] = []
+        self.files: dict[str, list[int]] = {}
+
+    @property
+    def wtxn(self) -> lmdb.Transaction:
+        """The write transaction of an exclusive write."""
+        assert self.txn is not None, "not an exclusive write"
+        return self.txn
+
+    def reader(self) -> lmdb.Transaction:
+        """A transaction to read committed state (opened on first use)."""
+        if self._reader is None:
+            self._reader = self.store._begin_read()
+            self._owns_reader = True
+        return self._reader
+
+    def close(self) -> None:
+        if self._owns_reader and self._reader is not None:
+            self.store._end_read(self._reader)
+            self._reader = None
+            self._owns_reader = False
 
     def part(self, tp: TopicIdPartition) -> _Part | None:
-        """The partition, copied into this transaction on first touch."""
+        """The partition, copied into this write on first touch."""
         if tp in self.parts:
             return self.parts[tp]
         cached = self.store._parts.get(tp)
@@ -251,20 +288,22 @@ class _Staged:
         key = (part_id, producer_id)
         if key in self.producers:
             return self.producers[key]
-        return self.store._load_producer(self.txn, part_id, producer_id)
+        # Every entry written since open is cached, so a cache miss means the
+        # committed state is current for this key.
+        return self.store._load_producer(self.reader(), part_id, producer_id)
 
     def next_id(self, name: bytes) -> int:
-        if name not in self.counters:
-            raw = self.txn.get(name, db=self.store._db_meta)
-            self.counters[name] = _U64.unpack(raw)[0] if raw else 0
-        value = self.counters[name]
+        value = self.counters.get(name)
+        if value is None:
+            value = self.store._next_ids.get(name, 0)
         self.counters[name] = value + 1
         return value
 
     def flush(self) -> None:
-        """Write the staged partition states, producers and counters."""
+        """Write the staged partition states, producers and counters (exclusive writes)."""
         s = self.store
         txn = self.txn
+        assert txn is not None
         for part in self.parts.values():
             if part is not None:
                 txn.put(_U32.pack(part.part_id), part.pack(), db=s._db_parts)
@@ -273,7 +312,7 @@ class _Staged:
             if entry is None:
                 txn.delete(key, db=s._db_producers)
             else:
-                txn.put(key, msgpack.packb(entry.to_wire()), db=s._db_producers)
+                txn.put(key, entry.encode(), db=s._db_producers)
         for name, value in self.counters.items():
             txn.put(name, _U64.pack(value), db=s._db_meta)
 
@@ -294,17 +333,20 @@ class _Staged:
                 s._producers.pop(key, None)
             else:
                 s._producers[key] = entry
+        s._next_ids.update(self.counters)
 
 
-class _Write:
-    __slots__ = ("done", "error", "fn", "result", "weight")
+@dataclass(slots=True)
+class _CommitGroup:
+    """A sequenced group of commit_file calls: outcomes and the bytes to write."""
 
-    def __init__(self, fn: Callable[[_Staged], Any], weight: int) -> None:
-        self.fn = fn
-        self.weight = weight
-        self.done = False
-        self.result: Any = None
-        self.error: BaseException | None = None
+    results: list[Any]
+    errors: list[BaseException | None]
+    log_puts: list[tuple[bytes, bytes]]
+    files: dict[str, list[int]]
+    parts: dict[int, bytes]
+    producers: dict[bytes, bytes]
+    counters: dict[bytes, int]
 
 
 class MetadataStore:
@@ -346,17 +388,25 @@ class MetadataStore:
         self._parts: dict[TopicIdPartition, _Part] = {}
         self._topics: dict[uuid.UUID, _Topic] = {}
         self._producers: dict[tuple[int, int], ProducerEntry] = {}
+        self._next_ids: dict[bytes, int] = {}
         self._closed = False
-        # Group commit.
-        self._cond = threading.Condition()
-        self._queue: list[_Write] = []
-        self._writer_busy = False
+        self._pipeline: GroupCommitPipeline[_CommitGroup] = GroupCommitPipeline(
+            prepare=self._sequence_group,
+            apply=self._commit_group,
+            group_weight_max=group_commit_batches_max,
+            name=path,
+        )
+        # WAL objects referenced by sequenced, not yet committed commits:
+        # key -> [file_id, batches].  referenced_files() counts them, so a
+        # reference is visible from the moment the deadline check passed.
+        self._pending_files: dict[str, list[int]] = {}
+        self._pending_lock = threading.Lock()
         # Map growth needs no live transaction in this process.
         self._gate = threading.Condition()
         self._readers = 0
         self._resizing = False
         # Counters for metrics and benchmarks.
-        self.stats = {"group_commits": 0, "writes": 0, "map_resizes": 0}
+        self.stats = {"group_commits": 0, "map_resizes": 0}
         self._check_version()
         if not readonly:
             self._load_caches()
@@ -403,6 +453,9 @@ class MetadataStore:
                 sync=sync,
                 metasync=sync,
                 writemap=False,
+                # Appends touch one tail page per partition, scattered over the
+                # file: OS readahead would only fill RSS with pages nobody reads.
+                readahead=False,
                 max_readers=256,
             )
         except lmdb.Error as e:
@@ -448,11 +501,13 @@ class MetadataStore:
             for key, value in txn.cursor(db=self._db_parts):
                 part = _Part.unpack(_U32.unpack(key)[0], value)
                 self._parts[part.tp] = part
+            for name in (b"next_part_id", b"next_file_id", b"next_batch_id"):
+                raw = txn.get(name, db=self._db_meta)
+                self._next_ids[name] = _U64.unpack(raw)[0] if raw else 0
 
     # -------------------------------------------------------------- plumbing
 
-    @contextmanager
-    def _read(self) -> Iterator[lmdb.Transaction]:
+    def _begin_read(self) -> lmdb.Transaction:
         if self._closed:
             raise StoreError(f"{self.path}: store is closed")
         with self._gate:
@@ -461,21 +516,34 @@ class MetadataStore:
             self._readers += 1
         try:
             try:
-                txn = self._env.begin(write=False)
+                return self._env.begin(write=False)
             except lmdb.MapResizedError:
                 # Another process grew the map: adopt its size.
                 self._env.set_mapsize(0)
-                txn = self._env.begin(write=False)
-            try:
-                yield txn
-            finally:
-                txn.abort()
+                return self._env.begin(write=False)
+        except BaseException:
+            self._reader_done()
+            raise
+
+    def _end_read(self, txn: lmdb.Transaction) -> None:
+        txn.abort()
+        self._reader_done()
+
+    def _reader_done(self) -> None:
+        with self._gate:
+            self._readers -= 1
+            self._gate.notify_all()
+
+    @contextmanager
+    def _read(self) -> Iterator[lmdb.Transaction]:
+        txn = self._begin_read()
+        try:
+            yield txn
         finally:
-            with self._gate:
-                self._readers -= 1
-                self._gate.notify_all()
+            self._end_read(txn)
 
     def _grow_map(self) -> None:
+        """Double the LMDB map; waits until this process has no open readers."""
         with self._gate:
             self._resizing = True
             try:
@@ -491,69 +559,31 @@ class MetadataStore:
                 self._resizing = False
                 self._gate.notify_all()
 
-    def _write(self, fn: Callable[[_Staged], T], weight: int = 1) -> T:
-        """Run ``fn`` in a write transaction shared with concurrent callers."""
+    def _check_writable(self) -> None:
         if self._closed:
             raise StoreError(f"{self.path}: store is closed")
         if self.readonly:
             raise StoreError(f"{self.path}: store is open read-only")
-        w = _Write(fn, weight)
-        with self._cond:
-            self._queue.append(w)
-            while not w.done and self._writer_busy:
-                self._cond.wait()
-            if not w.done:
-                self._writer_busy = True
-                leader = True
-            else:
-                leader = False
-        if leader:
-            try:
-                while not w.done:
-                    with self._cond:
-                        group = self._take_group()
-                    self._run_group(group)
-                    with self._cond:
-                        self._cond.notify_all()
-            finally:
-                with self._cond:
-                    self._writer_busy = False
-                    self._cond.notify_all()
-        if w.error is not None:
-            raise w.error
-        return w.result  # type: ignore[no-any-return]
 
-    def _take_group(self) -> list[_Write]:
-        group: list[_Write] = []
-        weight = 0
-        while self._queue and (not group or weight + self._queue[0].weight <= self.group_commit_batches_max):
-            w = self._queue.pop(0)
-            group.append(w)
-            weight += w.weight
-        return group
+    def _write(self, fn: Callable[[_Staged], T]) -> T:
+        """Run ``fn`` alone in its own write transaction, the pipeline drained.
 
-    def _run_group(self, group: list[_Write]) -> None:
+        For the writes that read what earlier writes wrote (deletions, topic
+        changes, epochs).  ``fn`` validates before it writes; if it raises,
+        the transaction is aborted and nothing changes.
+        """
+        self._check_writable()
         try:
-            results = self._run_in_txn(group)
-        except Exception as e:
-            if len(group) == 1:
-                group[0].error = e
-                group[0].done = True
-                return
-            log.warning("group commit failed, retrying writes one by one: %r", e)
-            for w in group:
-                self._run_group([w])
-            return
-        for w, r in zip(group, results, strict=True):
-            w.result = r
-            w.done = True
+            return self._pipeline.exclusive(lambda: self._run_exclusive(fn))
+        except PipelineFailedError as e:
+            raise StoreError(str(e)) from e
 
-    def _run_in_txn(self, group: list[_Write]) -> list[Any]:
+    def _run_exclusive(self, fn: Callable[[_Staged], T]) -> T:
         while True:
             txn = self._env.begin(write=True)
             staged = _Staged(self, txn)
             try:
-                results = [w.fn(staged) for w in group]
+                result = fn(staged)
                 staged.flush()
                 txn.commit()
             except lmdb.MapFullError:
@@ -565,8 +595,89 @@ class MetadataStore:
                 raise
             staged.apply_to_caches()
             self.stats["group_commits"] += 1
-            self.stats["writes"] += len(group)
-            return results
+            return result
+
+    def _sequence_group(self, writes: list[Write], into: _CommitGroup | None) -> _CommitGroup:
+        """Pipeline stage 1: sequence queued commit_file calls against the
+        in-memory state, which then runs ahead of disk until stage 2.  Appends
+        to ``into`` (a group not yet committing) when given."""
+        group = into if into is not None else _CommitGroup([], [], [], {}, {}, {}, {})
+        for w in writes:
+            staged = _Staged(self, None)
+            try:
+                result = self._commit(staged, *w.payload)
+            except Exception as e:  # a bug in one write must not fail the others
+                log.exception("commit_file failed while sequencing")
+                group.results.append(None)
+                group.errors.append(StoreError(f"{self.path}: commit_file failed: {e!r}"))
+                continue
+            finally:
+                staged.close()
+            staged.apply_to_caches()
+            group.results.append(result)
+            group.errors.append(None)
+            group.log_puts.extend(staged.log_puts)
+            if staged.files:
+                with self._pending_lock:
+                    for key, (fid, nb, nbytes, uploader, size) in staged.files.items():
+                        pending = self._pending_files.setdefault(key, [fid, 0])
+                        pending[1] += nb
+                        acc = group.files.setdefault(key, [fid, 0, 0, uploader, size])
+                        acc[1] += nb
+                        acc[2] += nbytes
+            for part in staged.parts.values():
+                assert part is not None
+                group.parts[part.part_id] = part.pack()
+            for (part_id, pid), entry in staged.producers.items():
+                assert entry is not None
+                group.producers[_PRODUCER_KEY.pack(part_id, pid)] = entry.encode()
+            group.counters.update(staged.counters)
+        return group
+
+    def _commit_group(self, group: _CommitGroup) -> None:
+        """Pipeline stage 2: write a sequenced group in one durable transaction."""
+        while True:
+            txn = self._env.begin(write=True)
+            try:
+                log_db = self._db_log
+                for key, value in group.log_puts:
+                    ok = txn.put(key, value, db=log_db, overwrite=False)
+                    assert ok, f"log key {key.hex()} written twice"
+                for object_key, (fid, nb, nbytes, uploader, size) in group.files.items():
+                    k = object_key.encode()
+                    raw = txn.get(k, db=self._db_files)
+                    if raw is None:
+                        txn.put(k, _FILE.pack(fid, nb, nbytes, uploader, size), db=self._db_files)
+                        txn.put(_U64.pack(fid), k, db=self._db_file_ids)
+                    else:
+                        old_fid, old_nb, old_nbytes, old_uploader, old_size = _FILE.unpack(raw)
+                        assert old_fid == fid, f"{object_key}: file_id {old_fid} on disk, {fid} sequenced"
+                        record = _FILE.pack(fid, old_nb + nb, old_nbytes + nbytes, old_uploader, old_size)
+                        txn.put(k, record, db=self._db_files)
+                for part_id, state in group.parts.items():
+                    txn.put(_U32.pack(part_id), state, db=self._db_parts)
+                for key, value in group.producers.items():
+                    txn.put(key, value, db=self._db_producers)
+                for name, counter in group.counters.items():
+                    txn.put(name, _U64.pack(counter), db=self._db_meta)
+                txn.commit()
+            except lmdb.MapFullError:
+                txn.abort()
+                self._grow_map()
+                continue
+            except BaseException:
+                txn.abort()
+                raise
+            break
+        self.stats["group_commits"] += 1
+        if group.files:
+            with self._pending_lock:
+                for object_key, (_, nb, _, _, _) in group.files.items():
+                    pending = self._pending_files[object_key]
+                    pending[1] -= nb
+                    assert pending[1] >= 0
+                    if pending[1] == 0:
+                        del self._pending_files[object_key]
 
     def _load_producer(self, txn: lmdb.Transaction, part_id: int, producer_id: int) -> ProducerEntry | None:
         key = (part_id, producer_id)
@@ -575,20 +686,23 @@ class MetadataStore:
             raw = txn.get(_PRODUCER_KEY.pack(part_id, producer_id), db=self._db_producers)
             if raw is None:
                 return None
-            entry = ProducerEntry.from_wire(msgpack.unpackb(raw))
+            entry = ProducerEntry.decode(bytes(raw))
             self._producers[key] = entry
         return entry
 
     # ---------------------------------------------------------- file index
 
-    def _file_ref(self, txn: lmdb.Transaction, staged: _Staged, object_key: str, uploader: int, size: int) -> int:
-        raw = txn.get(object_key.encode(), db=self._db_files)
-        if raw is not None:
-            return int(_FILE.unpack(raw)[0])
-        file_id = staged.next_id(b"next_file_id")
-        txn.put(object_key.encode(), _FILE.pack(file_id, 0, 0, uploader, size), db=self._db_files)
-        txn.put(_U64.pack(file_id), object_key.encode(), db=self._db_file_ids)
-        return file_id
+    def _resolve_file(self, s: _Staged, object_key: str) -> int:
+        """The file_id of ``object_key`` if some commit (pending or durable)
+        references it, else -1.  Checks the pending map BEFORE opening the
+        read snapshot: a pending entry leaves the map only after its commit is
+        durable, so one of the two always sees it."""
+        with self._pending_lock:
+            pending = self._pending_files.get(object_key)
+        if pending is not None:
+            return pending[0]
+        raw = s.reader().get(object_key.encode(), db=self._db_files)
+        return -1 if raw is None else int(_FILE.unpack(raw)[0])
 
     def _file_adjust(self, txn: lmdb.Transaction, file_id: int, batches: int, nbytes: int) -> None:
         key = txn.get(_U64.pack(file_id), db=self._db_file_ids)
@@ -633,7 +747,7 @@ class MetadataStore:
                     first = 0
                     topic = _Topic(r.topic_name, r.num_partitions, cfg)
                 s.topics[r.topic_id] = topic
-                s.txn.put(
+                s.wtxn.put(
                     r.topic_id.bytes,
                     msgpack.packb([topic.name, topic.num_partitions, topic.config.to_configs()]),
                     db=self._db_topics,
@@ -641,8 +755,8 @@ class MetadataStore:
                 for p in range(first, r.num_partitions):
                     tp = TopicIdPartition(r.topic_id, p)
                     part_id = s.next_id(b"next_part_id")
-                    s.txn.put(r.topic_id.bytes + _U32.pack(p), _U32.pack(part_id), db=self._db_tp)
-                    s.txn.put(_EPOCH_KEY.pack(part_id, 0), _I64.pack(0), db=self._db_epochs)
+                    s.wtxn.put(r.topic_id.bytes + _U32.pack(p), _U32.pack(part_id), db=self._db_tp)
+                    s.wtxn.put(_EPOCH_KEY.pack(part_id, 0), _I64.pack(0), db=self._db_epochs)
                     s.parts[tp] = _Part(part_id, tp, 0, 0, 0, 0, 0, 0, -1, -1, -1)
 
         self._write(fn)
@@ -656,7 +770,7 @@ class MetadataStore:
                 raise KeyError(f"unknown topic {topic_id}")
             topic = _Topic(topic.name, topic.num_partitions, topic.config.with_configs(configs))
             s.topics[topic_id] = topic
-            s.txn.put(
+            s.wtxn.put(
                 topic_id.bytes,
                 msgpack.packb([topic.name, topic.num_partitions, topic.config.to_configs()]),
                 db=self._db_topics,
@@ -679,14 +793,14 @@ class MetadataStore:
                     if part is None:
                         continue
                     self._drop_entries(s, part, until_offset=None)
-                    self._drop_prefix_keys(s.txn, self._db_producers, _U32.pack(part.part_id))
+                    self._drop_prefix_keys(s.wtxn, self._db_producers, _U32.pack(part.part_id))
                     for k in {k for k in (*self._producers, *s.producers) if k[0] == part.part_id}:
                         s.producers[k] = None
-                    self._drop_prefix_keys(s.txn, self._db_epochs, _U32.pack(part.part_id))
-                    s.txn.delete(_U32.pack(part.part_id), db=self._db_parts)
-                    s.txn.delete(tid.bytes + _U32.pack(p), db=self._db_tp)
+                    self._drop_prefix_keys(s.wtxn, self._db_epochs, _U32.pack(part.part_id))
+                    s.wtxn.delete(_U32.pack(part.part_id), db=self._db_parts)
+                    s.wtxn.delete(tid.bytes + _U32.pack(p), db=self._db_tp)
                     s.parts[tp] = None
-                s.txn.delete(tid.bytes, db=self._db_topics)
+                s.wtxn.delete(tid.bytes, db=self._db_topics)
                 s.topics[tid] = None
 
         self._write(fn)
@@ -721,128 +835,190 @@ class MetadataStore:
         leaves the others unaffected.  Batches of one partition are appended in
         request order, each seeing the producer state the previous one left.
         """
+        self._check_writable()
         batches = list(batches)
-        return self._write(lambda s: self._commit(s, object_key, uploader_broker_id, file_size, batches), len(batches))
+        # Everything that needs no state is checked here, in the caller's
+        # thread, so it overlaps another group's fsync instead of the
+        # sequencing stage.
+        key_error = Errors.NONE
+        created_ms = -1
+        try:
+            created_ms = parse_wal_key(object_key).created_ms
+        except WalKeyError as e:
+            log.warning("commit refused: %s", e)
+            key_error = Errors.INVALID_REQUEST
+        if file_size <= 0:
+            key_error = Errors.INVALID_REQUEST
+        checked = [_check_batch(req, file_size) for req in batches]
+        try:
+            result: list[CommitBatchResponse] = self._pipeline.submit(
+                (object_key, created_ms, key_error, uploader_broker_id, file_size, batches, checked), len(batches)
+            )
+        except PipelineFailedError as e:
+            raise StoreError(str(e)) from e
+        return result
 
     def _commit(
         self,
         s: _Staged,
         object_key: str,
+        created_ms: int,
+        key_error: Errors,
         uploader: int,
         file_size: int,
         batches: list[CommitBatchRequest],
+        checked: list[tuple[int, ...] | Errors],
     ) -> list[CommitBatchResponse]:
+        if key_error:
+            return [_error(key_error, b) for b in batches]
+        # The deadline is checked while sequencing; the reference becomes
+        # visible to referenced_files() in the same step (_pending_files).
         now = self._clock()
-        try:
-            key = parse_wal_key(object_key)
-        except WalKeyError as e:
-            log.warning("commit refused: %s", e)
-            return [_error(Errors.INVALID_REQUEST, b) for b in batches]
-        if now - key.created_ms > self.commit_deadline_ms:
+        if now - created_ms > self.commit_deadline_ms:
             log.info(
                 "commit refused: deadline object_key=%s age_ms=%d commit_deadline_ms=%d",
                 object_key,
-                now - key.created_ms,
+                now - created_ms,
                 self.commit_deadline_ms,
             )
             return [_error(Errors.COMMIT_DEADLINE_EXCEEDED, b) for b in batches]
-        if file_size <= 0:
-            return [_error(Errors.INVALID_REQUEST, b) for b in batches]
+        file_id = self._resolve_file(s, object_key)
 
-        txn = s.txn
-        responses: list[CommitBatchResponse] = []
-        file_id = -1
+        # Responses by request index; batches are processed partition by
+        # partition (request order within each), which is all Kafka orders.
+        responses: list[CommitBatchResponse | None] = [None] * len(batches)
+        by_tp: dict[TopicIdPartition, list[int]] = {}
+        for i, req in enumerate(batches):
+            by_tp.setdefault(req.topic_id_partition, []).append(i)
         added_batches = 0
         added_bytes = 0
         expiration_ms = self.producer_id_expiration_ms
-        log_db = self._db_log
-        for req in batches:
-            part = s.part(req.topic_id_partition)
+        log_puts = s.log_puts
+        entry_pack = _ENTRY_PLAIN.pack
+        crc_pack = _ENTRY_CRC.pack
+        key_pack = _PART_KEY.pack
+        producers = s.producers
+        batch_id = s.next_id(b"next_batch_id")
+        # The loop below runs once per batch: partition fields live in locals
+        # and are written back once per partition.
+        for tp, indices in by_tp.items():
+            part = s.part(tp)
             if part is None:
-                responses.append(_error(Errors.UNKNOWN_TOPIC_OR_PARTITION, req))
+                for i in indices:
+                    responses[i] = _error(Errors.UNKNOWN_TOPIC_OR_PARTITION, batches[i])
                 continue
-            topic = s.topic(part.tp.topic_id)
+            topic = s.topic(tp.topic_id)
             assert topic is not None
             cfg = topic.config
-            err, header = _validate(req, file_size, cfg, now)
-            if err is not Errors.NONE:
-                responses.append(_error(err, req))
-                continue
-            assert header is not None
-            pid = header.producer_id
-            entry: ProducerEntry | None = None
-            if pid >= 0:
-                entry = s.producer(part.part_id, pid)
-                if entry is not None and entry.is_expired(now, expiration_ms):
-                    entry = None
-                if entry is not None:
-                    dup = entry.find_duplicate(header.producer_epoch, header.base_sequence, header.last_sequence)
-                    if dup is not None:
-                        responses.append(
-                            CommitBatchResponse(
-                                Errors.NONE, dup.first_offset, dup.log_append_time, part.log_start_offset, True, req
-                            )
-                        )
-                        continue
-                perr = check_append(entry, header.producer_epoch, header.base_sequence)
-                if perr is not Errors.NONE:
-                    responses.append(_error(perr, req))
-                    continue
-            # Accepted: sequence it.
-            if file_id < 0:
-                file_id = self._file_ref(txn, s, object_key, uploader, file_size)
-            base = part.log_end_offset
-            last = base + header.last_offset_delta
-            if cfg.message_timestamp_type == TimestampType.LOG_APPEND_TIME:
-                append_time = now
-                stored = patch_header(
-                    req.header, base_offset=base, partition_leader_epoch=part.leader_epoch, log_append_time=now
-                )
-                effective_ts = now
+            log_append = cfg.message_timestamp_type == TimestampType.LOG_APPEND_TIME
+            size_max = cfg.max_message_bytes
+            if log_append:
+                ts_min, ts_max = -(2**63), 2**63  # LogAppendTime: producer timestamps are not checked
             else:
-                append_time = -1
-                stored = patch_header(
-                    req.header, base_offset=base, partition_leader_epoch=part.leader_epoch, log_append_time=None
-                )
-                effective_ts = header.max_timestamp
-            if effective_ts > part.running_max_timestamp:
-                part.running_max_timestamp = effective_ts
-            if effective_ts > part.max_timestamp and part.max_timestamp_offset != -2:
-                part.max_timestamp = effective_ts
-                part.max_timestamp_offset = base
-            batch_id = s.next_id(b"next_batch_id")
-            body = stored + _ENTRY_TAIL.pack(
-                file_id,
-                req.byte_offset,
-                req.size,
-                append_time,
-                header.max_timestamp,
-                part.running_max_timestamp,
-                batch_id,
-            )
-            ok = txn.put(
-                _PART_KEY.pack(part.part_id, base), body + _ENTRY_CRC.pack(crc32c(body)), db=log_db, overwrite=False
-            )
-            assert ok, f"{part.tp}: offset {base} already in the log"
-            part.log_end_offset = last + 1
+                ts_min = now - cfg.message_timestamp_before_max_ms
+                ts_max = now + cfg.message_timestamp_after_max_ms
+            leader_epoch = part.leader_epoch
+            part_id = part.part_id
+            lso = part.log_start_offset
+            leo = part.log_end_offset
+            running_max = part.running_max_timestamp
+            live_bytes = part.live_bytes
+            live_batches = part.live_batches
+            for i in indices:
+                req = batches[i]
+                h = checked[i]
+                if type(h) is not tuple:
+                    responses[i] = _error(h, req)  # type: ignore[arg-type]
+                    continue
+                size = req.size
+                if size > size_max:
+                    responses[i] = _error(Errors.MESSAGE_TOO_LARGE, req)
+                    continue
+                max_ts = h[8]
+                if not (ts_min <= h[7] <= ts_max and ts_min <= max_ts <= ts_max):
+                    responses[i] = _error(Errors.INVALID_TIMESTAMP, req)
+                    continue
+                delta = h[6]
+                pid = h[9]
+                entry: ProducerEntry | None = None
+                if pid >= 0:
+                    pepoch, first_seq = h[10], h[11]
+                    last_seq = increment_sequence(first_seq, delta)
+                    key = (part_id, pid)
+                    entry = producers[key] if key in producers else s.producer(part_id, pid)
+                    if entry is not None and now - entry.last_timestamp >= expiration_ms:
+                        entry = None  # expired: as if never seen
+                    if entry is not None:
+                        dup = entry.find_duplicate(pepoch, first_seq, last_seq)
+                        if dup is not None:
+                            responses[i] = CommitBatchResponse(
+                                Errors.NONE, dup.first_offset, dup.log_append_time, lso, True, req
+                            )
+                            continue
+                        perr = check_append(entry, pepoch, first_seq)
+                        if perr:
+                            responses[i] = _error(perr, req)
+                            continue
+                # Accepted: sequence it.
+                if file_id < 0:
+                    file_id = s.next_id(b"next_file_id")
+                base = leo
+                header = req.header
+                if log_append:
+                    append_time = effective_ts = now
+                    stored = patch_header(
+                        header, base_offset=base, partition_leader_epoch=leader_epoch, log_append_time=now
+                    )
+                else:
+                    append_time = -1
+                    effective_ts = max_ts
+                    stored = b""
+                if effective_ts > running_max:
+                    running_max = effective_ts
+                if effective_ts > part.max_timestamp and part.max_timestamp_offset != -2:
+                    part.max_timestamp = effective_ts
+                    part.max_timestamp_offset = base
+                if stored:
+                    body = stored + _ENTRY_TAIL.pack(
+                        file_id, req.byte_offset, size, append_time, max_ts, running_max, batch_id
+                    )
+                else:
+                    # Offset and epoch lie outside the batch CRC: splice them in.
+                    body = entry_pack(
+                        base,
+                        header[8:12],
+                        leader_epoch,
+                        header[16:],
+                        file_id,
+                        req.byte_offset,
+                        size,
+                        -1,
+                        max_ts,
+                        running_max,
+                        batch_id,
+                    )
+                batch_id += 1
+                log_puts.append((key_pack(part_id, base), body + crc_pack(crc32c(body))))
+                leo = base + delta + 1
+                live_bytes += size
+                live_batches += 1
+                added_batches += 1
+                added_bytes += size
+                if pid >= 0:
+                    producers[key] = after_append(
+                        entry, pepoch, AppendedBatch(first_seq, last_seq, base, leo - 1, max_ts, append_time)
+                    )
+                responses[i] = CommitBatchResponse(Errors.NONE, base, append_time, lso, False, req)
+            part.log_end_offset = leo
+            part.running_max_timestamp = running_max
+            part.live_bytes = live_bytes
+            part.live_batches = live_batches
             # No replication yet: the leader's log end is its high watermark.
-            part.high_watermark = part.log_end_offset
-            part.live_bytes += req.size
-            part.live_batches += 1
-            added_batches += 1
-            added_bytes += req.size
-            if pid >= 0:
-                s.producers[(part.part_id, pid)] = after_append(
-                    entry,
-                    header.producer_epoch,
-                    AppendedBatch(
-                        header.base_sequence, header.last_sequence, base, last, header.max_timestamp, append_time
-                    ),
-                )
-            responses.append(CommitBatchResponse(Errors.NONE, base, append_time, part.log_start_offset, False, req))
+            part.high_watermark = leo
+        s.counters[b"next_batch_id"] = batch_id
         if added_batches:
-            self._file_adjust(txn, file_id, added_batches, added_bytes)
-        return responses
+            s.files[object_key] = [file_id, added_batches, added_bytes, uploader, file_size]
+        return responses  # type: ignore[return-value]  # every slot is filled
 
     # ---------------------------------------------------------- leadership
 
@@ -858,7 +1034,7 @@ class MetadataStore:
                 raise ValueError(f"{tp}: leader epoch {leader_epoch} < current {part.leader_epoch}")
             if leader_epoch > part.leader_epoch:
                 part.leader_epoch = leader_epoch
-                s.txn.put(
+                s.wtxn.put(
                     _EPOCH_KEY.pack(part.part_id, leader_epoch), _I64.pack(part.log_end_offset), db=self._db_epochs
                 )
 
@@ -1105,14 +1281,14 @@ class MetadataStore:
                 out.append(DeleteRecordsResponse(Errors.NONE, part.log_start_offset))
             return out
 
-        return self._write(fn, len(reqs))
+        return self._write(fn)
 
     def _drop_entries(self, s: _Staged, part: _Part, until_offset: int | None) -> int:
         """Delete entries wholly below ``until_offset`` (all if None); returns count.
 
         Keeps the partition's live counters and the file index exact.
         """
-        txn = s.txn
+        txn = s.wtxn
         per_file: dict[int, list[int]] = {}
         cur = txn.cursor(db=self._db_log)
         prefix = _U32.pack(part.part_id)
@@ -1156,7 +1332,7 @@ class MetadataStore:
                 if cached is None or topic is None or cached.live_batches == 0:
                     continue
                 cfg = topic.config
-                new_lso = self._retention_point(s.txn, cached, cfg, now)
+                new_lso = self._retention_point(s.wtxn, cached, cfg, now)
                 if new_lso > cached.log_start_offset:
                     part = s.part(tp)
                     assert part is not None
@@ -1186,9 +1362,9 @@ class MetadataStore:
         return point
 
     def _expire_producers(self, s: _Staged, now: int) -> None:
-        cur = s.txn.cursor(db=self._db_producers)
+        cur = s.wtxn.cursor(db=self._db_producers)
         for k, v in cur:
-            entry = ProducerEntry.from_wire(msgpack.unpackb(v))
+            entry = ProducerEntry.decode(bytes(v))
             if entry.is_expired(now, self.producer_id_expiration_ms):
                 part_id, pid = _PRODUCER_KEY.unpack(k)
                 if (part_id, pid) not in s.producers:
@@ -1197,10 +1373,17 @@ class MetadataStore:
     # ------------------------------------------------------ file references
 
     def referenced_files(self, object_keys: Iterable[str]) -> set[str]:
-        """The subset of ``object_keys`` that some entry of this store references
-        (entries above the HWM included)."""
+        """The subset of ``object_keys`` that some entry of this store references:
+        entries above the HWM included, and commits sequenced but not yet
+        durable (design.md, "References stay visible")."""
+        keys = list(object_keys)
+        # Pending first, then the snapshot: a key leaves the pending map only
+        # after its commit is durable, so one of the two sees it.
+        with self._pending_lock:
+            found = {k for k in keys if k in self._pending_files}
         with self._read() as txn:
-            return {k for k in object_keys if txn.get(k.encode(), db=self._db_files) is not None}
+            found.update(k for k in keys if k not in found and txn.get(k.encode(), db=self._db_files) is not None)
+        return found
 
     def file_usage(self) -> dict[str, FileUsage]:
         """Live batches and bytes per referenced WAL object."""
@@ -1286,38 +1469,41 @@ def _error(err: Errors, req: CommitBatchRequest) -> CommitBatchResponse:
     return CommitBatchResponse(err, -1, -1, -1, False, req)
 
 
-def _validate(req: CommitBatchRequest, file_size: int, cfg: TopicConfig, now: int) -> tuple[Errors, BatchHeader | None]:
-    """Check one batch before anything is written (Kafka's LogValidator role)."""
-    if len(req.header) != bh.HEADER_SIZE:
-        return Errors.CORRUPT_MESSAGE, None
-    h = BatchHeader.parse(req.header)
-    if h.magic != bh.MAGIC_V2:
-        return Errors.CORRUPT_MESSAGE, None
-    if h.batch_length + bh.LOG_OVERHEAD < bh.HEADER_SIZE or req.size != h.size:
-        return Errors.CORRUPT_MESSAGE, None
-    if req.byte_offset < 0 or req.byte_offset + req.size > file_size:
-        return Errors.INVALID_REQUEST, None
-    if req.size > cfg.max_message_bytes:
-        return Errors.MESSAGE_TOO_LARGE, None
-    if h.last_offset_delta < 0 or h.record_count != h.last_offset_delta + 1:
-        return Errors.INVALID_RECORD, None
+def _check_batch(req: CommitBatchRequest, file_size: int) -> tuple[int, ...] | Errors:
+    """Stateless checks of one batch (Kafka's LogValidator role).
+
+    Returns the header's fields as a tuple (BatchHeader field order) when
+    valid, else the error.  Runs once per batch, so it avoids objects.
+    """
+    header = req.header
+    if len(header) != bh.HEADER_SIZE:
+        return Errors.CORRUPT_MESSAGE
+    h = _HEADER_UNPACK(header)
+    # 0 base_offset 1 batch_length 2 leader_epoch 3 magic 4 crc 5 attributes
+    # 6 last_offset_delta 7 base_ts 8 max_ts 9 producer_id 10 epoch 11 base_seq 12 count
+    if h[3] != bh.MAGIC_V2:
+        return Errors.CORRUPT_MESSAGE
+    size = req.size
+    if h[1] + bh.LOG_OVERHEAD < bh.HEADER_SIZE or size != h[1] + bh.LOG_OVERHEAD:
+        return Errors.CORRUPT_MESSAGE
+    if req.byte_offset < 0 or req.byte_offset + size > file_size:
+        return Errors.INVALID_REQUEST
+    delta = h[6]
+    if delta < 0 or h[12] != delta + 1:
+        return Errors.INVALID_RECORD
+    pid = h[9]
     if (
-        req.last_offset < req.base_offset
-        or req.last_offset - req.base_offset != h.last_offset_delta
-        or req.producer_id != h.producer_id
-        or req.producer_epoch != h.producer_epoch
-        or req.base_sequence != h.base_sequence
+        req.last_offset - req.base_offset != delta
+        or req.producer_id != pid
+        or req.producer_epoch != h[10]
+        or req.base_sequence != h[11]
     ):
-        return Errors.INVALID_REQUEST, None
-    if h.is_transactional or h.is_control:
-        return Errors.INVALID_RECORD, None  # transactions are not supported (design.md)
-    if h.producer_id >= 0:
-        if h.producer_epoch < 0 or h.base_sequence < 0:
-            return Errors.INVALID_RECORD, None
-    elif h.producer_id != bh.NO_PRODUCER_ID:
-        return Errors.INVALID_RECORD, None
-    if cfg.message_timestamp_type == TimestampType.CREATE_TIME:
-        for ts in (h.base_timestamp, h.max_timestamp):
-            if now - ts > cfg.message_timestamp_before_max_ms or ts - now > cfg.message_timestamp_after_max_ms:
-                return Errors.INVALID_TIMESTAMP, None
-    return Errors.NONE, h
+        return Errors.INVALID_REQUEST
+    if h[5] & (bh.ATTR_TRANSACTIONAL | bh.ATTR_CONTROL):
+        return Errors.INVALID_RECORD  # transactions are not supported (design.md)
+    if pid >= 0:
+        if h[10] < 0 or h[11] < 0:
+            return Errors.INVALID_RECORD
+    elif pid != bh.NO_PRODUCER_ID:
+        return Errors.INVALID_RECORD
+    return h
