@@ -138,22 +138,28 @@ def patch_header(
     base_offset: int,
     partition_leader_epoch: int,
     log_append_time: int | None,
+    create_time: bool = False,
 ) -> bytes:
     """The header as the leader stores it: offsets and epoch stamped in.
 
     With ``log_append_time`` set (a LogAppendTime topic), the timestamp-type bit
-    and maxTimestamp change too, and the CRC is updated to match the whole
-    batch, whose records this function never sees.  ``header`` must be a valid
-    v2 header (validated by the caller).
+    and maxTimestamp change too.  With ``create_time`` (a CreateTime topic and a
+    producer that set the LogAppendTime bit), the bit is cleared, as Kafka's
+    LogValidator rewrites such a batch to CreateTime.  Either way the CRC is
+    updated to match the whole batch, whose records this function never sees.
+    ``header`` must be a valid v2 header (validated by the caller).
     """
     out = bytearray(header[:HEADER_SIZE])
     _BASE_OFFSET.pack_into(out, 0, base_offset)
     _LEADER_EPOCH.pack_into(out, _OFF_LEADER_EPOCH, partition_leader_epoch)
-    if log_append_time is not None:
+    if log_append_time is not None or create_time:
         old_covered = bytes(out[CRC_START:HEADER_SIZE])
         (attributes,) = _ATTRIBUTES.unpack_from(out, _OFF_ATTRIBUTES)
-        _ATTRIBUTES.pack_into(out, _OFF_ATTRIBUTES, attributes | ATTR_TIMESTAMP_TYPE)
-        _MAX_TIMESTAMP.pack_into(out, _OFF_MAX_TIMESTAMP, log_append_time)
+        if log_append_time is not None:
+            _ATTRIBUTES.pack_into(out, _OFF_ATTRIBUTES, attributes | ATTR_TIMESTAMP_TYPE)
+            _MAX_TIMESTAMP.pack_into(out, _OFF_MAX_TIMESTAMP, log_append_time)
+        else:
+            _ATTRIBUTES.pack_into(out, _OFF_ATTRIBUTES, attributes & ~ATTR_TIMESTAMP_TYPE)
         new_covered = bytes(out[CRC_START:HEADER_SIZE])
         if new_covered != old_covered:
             (old_crc,) = _CRC.unpack_from(out, _OFF_CRC)

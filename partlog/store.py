@@ -74,7 +74,7 @@ from partlog.records import (
     TopicIdPartition,
 )
 from partlog.topic_config import TopicConfig
-from partlog.wal_key import WalKeyError, parse_wal_key
+from partlog.wal_key import OBJECT_KEY_BYTES_MAX, WalKeyError, parse_wal_key
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,7 @@ COMMIT_DEADLINE_MS_DEFAULT = 30_000
 # when full (MapFullError never reaches a caller) up to MAP_SIZE_BYTES_MAX.
 MAP_SIZE_BYTES_DEFAULT = 1 << 30
 MAP_SIZE_BYTES_MAX = 1 << 40
+MAP_SIZE_BYTES_MIN = 1 << 16
 # A group commit stops taking queued writes after this many batches, so one
 # transaction (and the latency of everyone in it) stays bounded.
 GROUP_COMMIT_BATCHES_MAX = 8192
@@ -349,6 +350,9 @@ class _CommitGroup:
     counters: dict[bytes, int]
 
 
+_DB_NAMES = (b"meta", b"topics", b"tp", b"parts", b"log", b"producers", b"epochs", b"files", b"file_ids")
+
+
 class MetadataStore:
     """The metadata logs of all partitions of one broker (see module doc).
 
@@ -376,15 +380,24 @@ class MetadataStore:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.group_commit_batches_max = group_commit_batches_max
         self._clock = clock
-        self._db_meta = env.open_db(b"meta", create=not readonly)
-        self._db_topics = env.open_db(b"topics", create=not readonly)
-        self._db_tp = env.open_db(b"tp", create=not readonly)
-        self._db_parts = env.open_db(b"parts", create=not readonly)
-        self._db_log = env.open_db(b"log", create=not readonly)
-        self._db_producers = env.open_db(b"producers", create=not readonly)
-        self._db_epochs = env.open_db(b"epochs", create=not readonly)
-        self._db_files = env.open_db(b"files", create=not readonly)
-        self._db_file_ids = env.open_db(b"file_ids", create=not readonly)
+        try:
+            dbs = [env.open_db(name, create=not readonly) for name in _DB_NAMES]
+        except lmdb.Error as e:
+            # A read-only open of an LMDB environment that is not a partlog
+            # store has no such named databases (lmdb.NotFoundError).
+            env.close()
+            raise StoreError(f"{path}: not a partlog metadata store: {e}") from e
+        (
+            self._db_meta,
+            self._db_topics,
+            self._db_tp,
+            self._db_parts,
+            self._db_log,
+            self._db_producers,
+            self._db_epochs,
+            self._db_files,
+            self._db_file_ids,
+        ) = dbs
         self._parts: dict[TopicIdPartition, _Part] = {}
         self._topics: dict[uuid.UUID, _Topic] = {}
         self._producers: dict[tuple[int, int], ProducerEntry] = {}
@@ -439,6 +452,12 @@ class MetadataStore:
             raise ValueError(f"producer_id_expiration_ms must be > 0, got {producer_id_expiration_ms}")
         if group_commit_batches_max <= 0:
             raise ValueError(f"group_commit_batches_max must be > 0, got {group_commit_batches_max}")
+        if not MAP_SIZE_BYTES_MIN <= map_size_bytes <= MAP_SIZE_BYTES_MAX:
+            # Below the minimum, creating the named databases alone fills the
+            # map before the store can grow it.
+            raise ValueError(
+                f"map_size_bytes must be in [{MAP_SIZE_BYTES_MIN}, {MAP_SIZE_BYTES_MAX}], got {map_size_bytes}"
+            )
         path = os.fspath(path)
         if readonly and not os.path.exists(os.path.join(path, "data.mdb")):
             raise StoreError(f"{path}: no metadata store here (data.mdb missing)")
@@ -542,22 +561,36 @@ class MetadataStore:
         finally:
             self._end_read(txn)
 
-    def _grow_map(self) -> None:
-        """Double the LMDB map; waits until this process has no open readers."""
+    @contextmanager
+    def _readers_drained(self) -> Iterator[None]:
+        """Hold off new read transactions of this process and wait until the
+        open ones end.  LMDB needs it to resize the map; py-lmdb >= 2.0 needs
+        it to abort a write transaction, which otherwise waits for a moment
+        without any reader in this process and, under steady read load, never
+        returns (test_aborted_write_under_read_load_does_not_hang)."""
         with self._gate:
             self._resizing = True
             try:
                 while self._readers:
                     self._gate.wait()
-                size = self._env.info()["map_size"]
-                if size * 2 > MAP_SIZE_BYTES_MAX:
-                    raise StoreError(f"{self.path}: LMDB map would exceed {MAP_SIZE_BYTES_MAX} bytes")
-                self._env.set_mapsize(size * 2)
-                self.stats["map_resizes"] += 1
-                log.info("lmdb map grown path=%s map_size_bytes=%d", self.path, size * 2)
+                yield
             finally:
                 self._resizing = False
                 self._gate.notify_all()
+
+    def _abort_write(self, txn: lmdb.Transaction) -> None:
+        with self._readers_drained():
+            txn.abort()
+
+    def _grow_map(self) -> None:
+        """Double the LMDB map; waits until this process has no open readers."""
+        with self._readers_drained():
+            size = self._env.info()["map_size"]
+            if size * 2 > MAP_SIZE_BYTES_MAX:
+                raise StoreError(f"{self.path}: LMDB map would exceed {MAP_SIZE_BYTES_MAX} bytes")
+            self._env.set_mapsize(size * 2)
+            self.stats["map_resizes"] += 1
+            log.info("lmdb map grown path=%s map_size_bytes=%d", self.path, size * 2)
 
     def _check_writable(self) -> None:
         if self._closed:
@@ -587,11 +620,11 @@ class MetadataStore:
                 staged.flush()
                 txn.commit()
             except lmdb.MapFullError:
-                txn.abort()
+                self._abort_write(txn)
                 self._grow_map()
                 continue
             except BaseException:
-                txn.abort()
+                self._abort_write(txn)
                 raise
             staged.apply_to_caches()
             self.stats["group_commits"] += 1
@@ -662,11 +695,11 @@ class MetadataStore:
                     txn.put(name, _U64.pack(counter), db=self._db_meta)
                 txn.commit()
             except lmdb.MapFullError:
-                txn.abort()
+                self._abort_write(txn)
                 self._grow_map()
                 continue
             except BaseException:
-                txn.abort()
+                self._abort_write(txn)
                 raise
             break
         self.stats["group_commits"] += 1
@@ -934,8 +967,23 @@ class MetadataStore:
                 if size > size_max:
                     responses[i] = _error(Errors.MESSAGE_TOO_LARGE, req)
                     continue
+                # Kafka's LogValidator.validateTimestamp, on the batch's first
+                # and max timestamps (records are not read): NO_TIMESTAMP (-1)
+                # is exempt from the range check; a producer may not set the
+                # LogAppendTime bit on a LogAppendTime topic, nor on a record
+                # without timestamp.
+                base_ts = h[7]
                 max_ts = h[8]
-                if not (ts_min <= h[7] <= ts_max and ts_min <= max_ts <= ts_max):
+                producer_lat = h[5] & bh.ATTR_TIMESTAMP_TYPE
+                if log_append:
+                    bad_ts = producer_lat
+                else:
+                    bad_ts = (
+                        (base_ts != -1 and not ts_min <= base_ts <= ts_max)
+                        or (max_ts != -1 and not ts_min <= max_ts <= ts_max)
+                        or (producer_lat and base_ts == -1)
+                    )
+                if bad_ts:
                     responses[i] = _error(Errors.INVALID_TIMESTAMP, req)
                     continue
                 delta = h[6]
@@ -951,9 +999,10 @@ class MetadataStore:
                     if entry is not None:
                         dup = entry.find_duplicate(pepoch, first_seq, last_seq)
                         if dup is not None:
-                            responses[i] = CommitBatchResponse(
-                                Errors.NONE, dup.first_offset, dup.log_append_time, lso, True, req
-                            )
+                            # Kafka answers a duplicate with the batch's
+                            # max timestamp (its append time on LogAppendTime).
+                            dup_time = dup.log_append_time if dup.log_append_time != -1 else dup.max_timestamp
+                            responses[i] = CommitBatchResponse(Errors.NONE, dup.first_offset, dup_time, lso, True, req)
                             continue
                         perr = check_append(entry, pepoch, first_seq)
                         if perr:
@@ -972,7 +1021,18 @@ class MetadataStore:
                 else:
                     append_time = -1
                     effective_ts = max_ts
-                    stored = b""
+                    # A producer-set LogAppendTime bit is cleared, as Kafka does.
+                    stored = (
+                        patch_header(
+                            header,
+                            base_offset=base,
+                            partition_leader_epoch=leader_epoch,
+                            log_append_time=None,
+                            create_time=True,
+                        )
+                        if producer_lat
+                        else b""
+                    )
                 if effective_ts > running_max:
                     running_max = effective_ts
                 if effective_ts > part.max_timestamp and part.max_timestamp_offset != -2:
@@ -1382,7 +1442,16 @@ class MetadataStore:
         with self._pending_lock:
             found = {k for k in keys if k in self._pending_files}
         with self._read() as txn:
-            found.update(k for k in keys if k not in found and txn.get(k.encode(), db=self._db_files) is not None)
+            for k in keys:
+                raw = k.encode()
+                # Keys no commit accepts (empty, longer than LMDB's key limit)
+                # are unreferenced; asking LMDB about them raises BadValsizeError.
+                if (
+                    k not in found
+                    and 0 < len(raw) <= OBJECT_KEY_BYTES_MAX
+                    and txn.get(raw, db=self._db_files) is not None
+                ):
+                    found.add(k)
         return found
 
     def file_usage(self) -> dict[str, FileUsage]:
@@ -1492,11 +1561,15 @@ def _check_batch(req: CommitBatchRequest, file_size: int) -> tuple[int, ...] | E
     if delta < 0 or h[12] != delta + 1:
         return Errors.INVALID_RECORD
     pid = h[9]
+    base_seq = h[11]
     if (
         req.last_offset - req.base_offset != delta
         or req.producer_id != pid
         or req.producer_epoch != h[10]
-        or req.base_sequence != h[11]
+        or req.base_sequence != base_seq
+        or req.last_sequence != (bh.NO_SEQUENCE if base_seq == bh.NO_SEQUENCE else increment_sequence(base_seq, delta))
+        or req.batch_max_timestamp != h[8]
+        or req.message_timestamp_type != (h[5] & bh.ATTR_TIMESTAMP_TYPE) >> 3
     ):
         return Errors.INVALID_REQUEST
     if h[5] & (bh.ATTR_TRANSACTIONAL | bh.ATTR_CONTROL):

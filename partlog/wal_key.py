@@ -14,8 +14,11 @@ from dataclasses import dataclass
 
 from partlog.crc32c import crc32c
 
-# S3's limit on key length, in UTF-8 bytes.
-OBJECT_KEY_BYTES_MAX = 1024
+# Longest object key, in UTF-8 bytes.  S3 allows 1024, but every store keys
+# its file index by object key and LMDB keys are at most 511 bytes, so a WAL
+# key must fit that (a prefix of up to ~470 bytes).  Checking it here, where
+# keys are made and parsed, keeps a too-long key from reaching any store.
+OBJECT_KEY_BYTES_MAX = 511
 SHARD_COUNT = 256
 
 _NAME = re.compile(r"(?P<created>[0-9]{13})-(?P<broker>0|[1-9][0-9]{0,9})-(?P<rand>[0-9a-f]{1,64})\.wal")

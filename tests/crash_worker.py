@@ -1,0 +1,123 @@
+"""Commit loop for tests/test_crash.py, run as ``python -m tests.crash_worker PATH TOPIC_ID ROUND SEED``.
+
+Opens the store with ``sync=True`` and commits from several threads (so calls
+share group commits) until it is killed (or, as a safety net, after
+``MAX_SECONDS``).  Each thread is one idempotent producer (producer id
+``ROUND * 100 + thread``, new every round, so it starts at sequence 0) writing
+to several partitions, with a few non-idempotent batches mixed in; thread 0
+also deletes records now and then.  One JSON line per event on stdout, each
+written whole and flushed under a lock:
+
+* ``{"e": "start", "leo": [...], "lso": [...]}`` once the store is open;
+* ``{"e": "begin", "k": key, "b": [[partition, pid, seq, records], ...]}``
+  just BEFORE a commit_file call (so the parent knows calls that were in
+  flight when it killed us);
+* ``{"e": "ack", "k": key, "o": [[partition, base, last], ...], "h": [hex header, ...]}``
+  after commit_file RETURNED: this is what was acknowledged;
+* ``{"e": "del", "p": partition, "lw": low_watermark}`` after delete_records returned.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import threading
+import time
+import uuid
+
+from partlog import (
+    CreateTopicAndPartitionsRequest,
+    DeleteRecordsRequest,
+    Errors,
+    MetadataStore,
+    TopicIdPartition,
+)
+from tests.batches import build_batch, request, wal_key
+
+PARTITIONS = 4
+THREADS = 4
+MAX_SECONDS = 20.0
+_out = threading.Lock()
+
+
+def emit(event: dict[str, object]) -> None:
+    line = json.dumps(event, separators=(",", ":")) + "\n"
+    with _out:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+
+
+def producer_loop(store: MetadataStore, tid: uuid.UUID, rnd: int, t: int, seed: int, deadline: float) -> None:
+    rng = random.Random(seed * 1000 + rnd * 10 + t)
+    pid = rnd * 100 + t
+    seqs = dict.fromkeys(range(PARTITIONS), 0)
+    i = 0
+    while time.monotonic() < deadline:
+        i += 1
+        if t == 0 and i % 8 == 0:
+            p = rng.randrange(PARTITIONS)
+            tp = TopicIdPartition(tid, p)
+            state = store.partition_state(tp)
+            target = rng.choice([-1, rng.randint(state["log_start_offset"], state["high_watermark"])])
+            [r] = store.delete_records([DeleteRecordsRequest(tp, target)])
+            assert r.errors == Errors.NONE, r
+            emit({"e": "del", "p": p, "lw": r.low_watermark})
+            continue
+        batches: list[tuple[int, int, int, int, bytes]] = []  # partition, pid, seq, records, bytes
+        for p in rng.sample(range(PARTITIONS), rng.randint(1, 3)):
+            for _ in range(rng.randint(1, 2)):  # at most 2 per (producer, partition) and call
+                n = rng.randint(1, 3)
+                b = build_batch(
+                    n, producer_id=pid, producer_epoch=0, base_sequence=seqs[p], timestamp_ms=int(time.time() * 1000)
+                )
+                batches.append((p, pid, seqs[p], n, b))
+                seqs[p] += n
+            if rng.random() < 0.3:
+                n = rng.randint(1, 2)
+                batches.append((p, -1, -1, n, build_batch(n, timestamp_ms=int(time.time() * 1000))))
+        key = wal_key(int(time.time() * 1000), broker_id=t)
+        reqs = []
+        off = 0
+        for p, _, _, _, b in batches:
+            reqs.append(request(TopicIdPartition(tid, p), b, byte_offset=off))
+            off += len(b)
+        emit({"e": "begin", "k": key, "b": [[p, q, s, n] for p, q, s, n, _ in batches]})
+        resps = store.commit_file(key, t, off, reqs)
+        for r in resps:
+            assert r.errors == Errors.NONE and not r.is_duplicate, r
+        offsets = [
+            [p, r.assigned_base_offset, r.assigned_base_offset + n - 1]
+            for (p, _, _, n, _), r in zip(batches, resps, strict=True)
+        ]
+        emit({"e": "ack", "k": key, "o": offsets, "h": [b[:61].hex() for *_, b in batches]})
+
+
+def main() -> None:
+    path, tid_s, rnd_s, seed_s = sys.argv[1:5]
+    tid, rnd, seed = uuid.UUID(tid_s), int(rnd_s), int(seed_s)
+    deadline = time.monotonic() + MAX_SECONDS
+    store = MetadataStore.open(path, sync=True)
+    store.create_topic_and_partitions([CreateTopicAndPartitionsRequest(tid, "crash", PARTITIONS)])
+    states = [store.partition_state(TopicIdPartition(tid, p)) for p in range(PARTITIONS)]
+    emit({"e": "start", "leo": [s["log_end_offset"] for s in states], "lso": [s["log_start_offset"] for s in states]})
+    failures: list[BaseException] = []
+
+    def run(t: int) -> None:
+        try:
+            producer_loop(store, tid, rnd, t, seed, deadline)
+        except BaseException as e:
+            failures.append(e)
+            emit({"e": "error", "t": t, "error": repr(e)})
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(THREADS)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    store.close()
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
