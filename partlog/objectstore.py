@@ -77,7 +77,9 @@ class ObjectInfo:
 @dataclass(frozen=True, slots=True)
 class ListPage:
     objects: list[ObjectInfo]
-    # True when more keys follow; continue with start_after=objects[-1].key.
+    # True when more keys may follow; continue with start_after=objects[-1].key.
+    # False means none follow.  (Some S3 servers, SeaweedFS among them, say
+    # True for a full page that only an empty page follows.)
     is_truncated: bool
 
 
@@ -209,7 +211,9 @@ class LocalDirStore:
                     raise InvalidKeyError(f"object key {key!r}: a prefix of other keys here", key=key) from e
             if self.fsync:
                 _fsync_dir(parent)
-        except NotADirectoryError as e:
+        except (NotADirectoryError, FileExistsError) as e:
+            # makedirs of "a/b/c" fails with NotADirectoryError when "a" is a
+            # file and with FileExistsError when "a/b" is.
             raise InvalidKeyError(f"object key {key!r}: a component is an existing object", key=key) from e
         except OSError as e:
             raise ObjectStoreError(f"{self.describe()}: put {key}: {e}", key=key, retriable=_retriable_os(e)) from e
@@ -315,17 +319,19 @@ class LocalDirStore:
     def delete_many(self, keys: Sequence[str]) -> DeleteResult:
         if len(keys) > DELETE_KEYS_MAX:
             raise ValueError(f"delete_many takes at most {DELETE_KEYS_MAX} keys, got {len(keys)}")
+        # Refuse a batch with a bad key before deleting anything, as S3Store does.
+        paths = [self._path(key) for key in keys]
         deleted: list[str] = []
         errors: dict[str, str] = {}
-        for key in keys:
+        for key, path in zip(keys, paths, strict=True):
             try:
-                path = self._path(key)
-                # Already gone: S3 answers Deleted too.
-                with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                # Already gone, or a "directory" (a prefix of other keys, no
+                # object of its own): S3 answers Deleted for both.
+                with contextlib.suppress(FileNotFoundError, NotADirectoryError, IsADirectoryError):
                     os.unlink(path)
                 self._prune_dirs(os.path.dirname(path))
                 deleted.append(key)
-            except (OSError, InvalidKeyError) as e:
+            except OSError as e:
                 errors[key] = str(e)
         return DeleteResult(deleted, errors)
 
@@ -411,6 +417,10 @@ class S3Store:
             code = str(e.response.get("Error", {}).get("Code", ""))
             status = int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
             msg = f"{self.describe()}: {op} {key or ''}: {code} (HTTP {status})"
+            if code == "NoSuchBucket":
+                # The store is misconfigured, not the object gone.  (A HEAD
+                # has no error body: a missing bucket looks like a missing key.)
+                return ObjectStoreError(msg, key=key, retriable=False)
             if code in ("NoSuchKey", "NotFound", "404") or status == 404:
                 return ObjectNotFoundError(msg, key=key)
             if code == "InvalidRange" or status == 416:

@@ -1,0 +1,551 @@
+"""A partlog broker: the asyncio shell around the sans-IO produce pipeline,
+the leader's MetadataStore and the fetch path.
+
+It serves, over the inter-broker RPC (``partlog.rpc``):
+
+* ``produce``: any partition; batches go into this broker's WAL buffer.
+* ``commit``: from other brokers' pipelines, for partitions this broker leads
+  (processed in arrival order per connection, so WAL-file order holds).
+* ``fetch``: partitions this broker leads, with long-poll.
+* ``metadata``, ``list_offsets``, ``init_producer_id``.
+
+Everything the broker decides lives in the sans-IO classes; this module only
+moves bytes, runs the store and the object store in threads, and keeps time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from partlog.cluster_meta import BrokerInfo, StaticMetadata
+from partlog.errors import Errors
+from partlog.fetch_path import CACHE_BYTES_MAX_DEFAULT, RangeCache, assemble, plan_reads
+from partlog.objectstore import ObjectStore
+from partlog.produce_pipeline import (
+    Action,
+    BatchResult,
+    ProduceConfig,
+    ProducePipeline,
+    Reply,
+    SendCommit,
+    Upload,
+)
+from partlog.records import (
+    BatchInfo,
+    CommitBatchRequest,
+    CommitBatchResponse,
+    CreateTopicAndPartitionsRequest,
+    FindBatchRequest,
+    ListOffsetsRequest,
+    TopicIdPartition,
+)
+from partlog.rpc import RpcClient, RpcConnectionError, RpcError, RpcRemoteError, RpcServer, RpcTimeoutError
+from partlog.rpc_frame import RpcErrorCode
+from partlog.store import MetadataStore, StoreError
+from partlog.wire import (
+    WireError,
+    dec_commit,
+    dec_commit_responses,
+    dec_tp,
+    enc_commit,
+    enc_commit_responses,
+    enc_tp,
+)
+from partlog.wire import (
+    field as wire_field,
+)
+
+log = logging.getLogger(__name__)
+
+# How long a commit RPC to another leader may take before its batches are
+# answered REQUEST_TIMED_OUT (the producer retries; idempotence dedups).
+COMMIT_RPC_TIMEOUT_MS_DEFAULT = 10_000
+# Kafka's fetch.max.wait.ms default for consumers is 500.
+FETCH_MAX_WAIT_MS_MAX = 30_000
+# Kafka's request.timeout.ms default.
+PRODUCE_TIMEOUT_MS_DEFAULT = 30_000
+# Partitions and batches per request a broker accepts.
+PRODUCE_BATCHES_MAX = 10_000
+FETCH_PARTITIONS_MAX = 10_000
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    broker_id: int
+    az: str
+    data_dir: str
+    host: str = "127.0.0.1"
+    port: int = 0
+    produce: ProduceConfig = field(default_factory=ProduceConfig)
+    sync: bool = True
+    commit_rpc_timeout_ms: int = COMMIT_RPC_TIMEOUT_MS_DEFAULT
+    commit_deadline_ms: int = 30_000
+    fetch_cache_bytes_max: int = CACHE_BYTES_MAX_DEFAULT
+    secret: bytes | None = field(default=None, repr=False)
+
+
+@dataclass(slots=True)
+class BrokerStats:
+    produce_requests: int = 0
+    produce_batches: int = 0
+    produce_bytes: int = 0
+    uploads: int = 0
+    upload_errors: int = 0
+    upload_ms: list[float] = field(default_factory=list)
+    commits_local: int = 0
+    commits_remote: int = 0
+    commit_errors: int = 0
+    commit_ms: list[float] = field(default_factory=list)
+    # Per WAL file: (local, same-AZ remote, cross-AZ remote) commit RPCs.
+    fanout: list[tuple[int, int, int]] = field(default_factory=list)
+    fetches: int = 0
+    fetch_gets: int = 0
+    commits_served: int = 0
+
+
+class Broker:
+    """One broker.  ``await start()``, then serve until ``await stop()``."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        metadata: StaticMetadata,
+        objects: ObjectStore,
+        *,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.metadata = metadata
+        self.objects = objects
+        self._clock = clock
+        self.store = MetadataStore.open(
+            config.data_dir, sync=config.sync, commit_deadline_ms=config.commit_deadline_ms, clock=clock
+        )
+        self.pipeline = ProducePipeline(
+            config.broker_id,
+            config.produce,
+            leader_of=metadata.leader_of,
+            rand_hex=lambda: secrets.token_hex(8),
+        )
+        self.cache = RangeCache(config.fetch_cache_bytes_max)
+        self.stats = BrokerStats()
+        self._server: RpcServer | None = None
+        self._clients: dict[int, RpcClient] = {}
+        self._client_locks: dict[int, asyncio.Lock] = {}
+        self._replies: dict[int, asyncio.Future[Reply]] = {}
+        self._next_produce_id = 0
+        self._room = asyncio.Condition()
+        self._commit_queues: dict[int, asyncio.Queue[SendCommit]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._timer_wake = asyncio.Event()
+        self._new_data = asyncio.Event()
+        self._upload_started: dict[int, float] = {}
+        self._stopping = False
+        self.port = 0
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        reqs = [CreateTopicAndPartitionsRequest(t.topic_id, t.name, t.num_partitions) for t in self.metadata.topics()]
+        await asyncio.to_thread(self.store.create_topic_and_partitions, reqs)
+        handlers: dict[str, Callable[[Any], Awaitable[Any]]] = {
+            "produce": self._handle_produce,
+            "commit": self._handle_commit,
+            "fetch": self._handle_fetch,
+            "metadata": self._handle_metadata,
+            "list_offsets": self._handle_list_offsets,
+            "init_producer_id": self._handle_init_producer_id,
+        }
+        self._server = RpcServer(
+            handlers,
+            host=self.config.host,
+            port=self.config.port,
+            secret=self.config.secret,
+            ordered_methods=frozenset({"commit"}),
+        )
+        await self._server.start()
+        self.port = self._server.port
+        self._spawn(self._rotation_timer())
+        log.info("broker started id=%d az=%s port=%d", self.broker_id, self.config.az, self.port)
+
+    async def stop(self) -> None:
+        """Stop serving; answered requests stay answered, pending ones fail."""
+        self._stopping = True
+        if self._server is not None:
+            await self._server.close()
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for c in self._clients.values():
+            await c.close()
+        for fut in self._replies.values():
+            if not fut.done():
+                fut.cancel()
+        await asyncio.to_thread(self.store.close)
+
+    def set_metadata(self, metadata: StaticMetadata) -> None:
+        """Adopt new metadata (brokers' ports known after they all started)."""
+        self.metadata = metadata
+        self.pipeline._leader_of = metadata.leader_of
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("broker %d task failed", self.broker_id, exc_info=task.exception())
+
+    # -------------------------------------------------------------- produce
+
+    async def produce(
+        self, batches: Sequence[tuple[TopicIdPartition, bytes]], *, timeout_ms: int = PRODUCE_TIMEOUT_MS_DEFAULT
+    ) -> list[BatchResult]:
+        """Produce with acks=1 semantics (leader commit; acks=all until
+        replication exists): answered once every batch is committed or failed."""
+        nbytes = sum(len(b) for _, b in batches)
+        deadline = time.monotonic() + timeout_ms / 1000
+        async with self._room:
+            # Back-pressure: wait for room, unless nothing is in flight (a
+            # request above the limit then gets RECORD_LIST_TOO_LARGE).
+            while nbytes > self.pipeline.room_bytes() and self.pipeline.produces_inflight:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return [
+                        BatchResult(tp, Errors.REQUEST_TIMED_OUT, error_message="broker buffer full")
+                        for tp, _ in batches
+                    ]
+                try:
+                    async with asyncio.timeout(left):
+                        await self._room.wait()
+                except TimeoutError:
+                    continue
+            produce_id = self._next_produce_id
+            self._next_produce_id += 1
+            fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+            self._replies[produce_id] = fut
+            self.stats.produce_requests += 1
+            self.stats.produce_batches += len(batches)
+            self.stats.produce_bytes += nbytes
+            had_open = self.pipeline.next_deadline_ms() is not None
+            self._perform(self.pipeline.produce(produce_id, batches, self._clock()))
+            if not had_open:
+                self._timer_wake.set()
+        try:
+            async with asyncio.timeout(max(0.001, deadline - time.monotonic())):
+                reply = await asyncio.shield(fut)
+        except TimeoutError:
+            # The pipeline still answers it later; the producer retries.
+            return [BatchResult(tp, Errors.REQUEST_TIMED_OUT, error_message="produce timeout") for tp, _ in batches]
+        return list(reply.results)
+
+    async def _rotation_timer(self) -> None:
+        while not self._stopping:
+            deadline = self.pipeline.next_deadline_ms()
+            self._timer_wake.clear()
+            if deadline is None:
+                await self._timer_wake.wait()
+                continue
+            delay = (deadline - self._clock()) / 1000
+            if delay > 0:
+                try:
+                    async with asyncio.timeout(delay):
+                        await self._timer_wake.wait()
+                    continue
+                except TimeoutError:
+                    pass
+            self._perform(self.pipeline.tick(self._clock()))
+
+    def _perform(self, actions: list[Action]) -> None:
+        for a in actions:
+            if isinstance(a, Upload):
+                self._spawn(self._upload(a))
+            elif isinstance(a, SendCommit):
+                self._queue_commit(a)
+            else:
+                fut = self._replies.pop(a.produce_id, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(a)
+                self._spawn(self._notify_room())
+
+    async def _notify_room(self) -> None:
+        async with self._room:
+            self._room.notify_all()
+
+    async def _upload(self, up: Upload) -> None:
+        start = time.monotonic()
+        error: str | None = None
+        try:
+            await asyncio.to_thread(self.objects.put, up.key, up.data)
+        except Exception as e:  # any failure fails this segment's requests, retriably
+            error = f"{type(e).__name__}: {e}"
+            self.stats.upload_errors += 1
+        self.stats.uploads += 1
+        self.stats.upload_ms.append((time.monotonic() - start) * 1000)
+        actions = self.pipeline.upload_done(up.segment_id, self._clock(), error)
+        self._record_fanout(actions)
+        self._perform(actions)
+
+    def _record_fanout(self, actions: list[Action]) -> None:
+        per_segment: dict[int, list[int]] = {}
+        for a in actions:
+            if isinstance(a, SendCommit):
+                counts = per_segment.setdefault(a.segment_id, [0, 0, 0])
+                leader = self.metadata.broker(a.leader_broker_id)
+                if a.leader_broker_id == self.broker_id:
+                    counts[0] += 1
+                elif leader is not None and leader.az == self.config.az:
+                    counts[1] += 1
+                else:
+                    counts[2] += 1
+        for counts in per_segment.values():
+            self.stats.fanout.append((counts[0], counts[1], counts[2]))
+
+    def _queue_commit(self, c: SendCommit) -> None:
+        # One queue and one sender per leader: commits to a leader leave in
+        # the order the pipeline released them (WAL-file order).
+        q = self._commit_queues.get(c.leader_broker_id)
+        if q is None:
+            q = self._commit_queues[c.leader_broker_id] = asyncio.Queue()
+            self._spawn(self._commit_sender(c.leader_broker_id, q))
+        q.put_nowait(c)
+
+    async def _commit_sender(self, leader: int, q: asyncio.Queue[SendCommit]) -> None:
+        while True:
+            c = await q.get()
+            start = time.monotonic()
+            responses: list[CommitBatchResponse] | None = None
+            error, message = Errors.REQUEST_TIMED_OUT, None
+            try:
+                if leader == self.broker_id:
+                    self.stats.commits_local += 1
+                    responses = await self._commit_local(c.key, self.broker_id, c.file_size, list(c.requests))
+                else:
+                    self.stats.commits_remote += 1
+                    client = await self._client(leader)
+                    body = await client.call(
+                        "commit",
+                        enc_commit(c.key, self.broker_id, c.file_size, c.requests),
+                        timeout_ms=self.config.commit_rpc_timeout_ms,
+                    )
+                    responses = dec_commit_responses(body, c.requests)
+            except RpcTimeoutError as e:
+                error, message = Errors.REQUEST_TIMED_OUT, f"commit to broker {leader}: {e}"
+            except (RpcConnectionError, OSError) as e:
+                error, message = Errors.NETWORK_EXCEPTION, f"commit to broker {leader}: {e}"
+                await self._drop_client(leader)
+            except (RpcRemoteError, WireError, StoreError) as e:
+                error, message = Errors.KAFKA_STORAGE_ERROR, f"commit to broker {leader}: {e}"
+            if responses is None:
+                self.stats.commit_errors += 1
+                log.warning("commit failed key=%s leader=%d: %s", c.key, leader, message)
+            self.stats.commit_ms.append((time.monotonic() - start) * 1000)
+            self._perform(self.pipeline.commit_done(c.segment_id, leader, responses, self._clock(), error, message))
+
+    async def _commit_local(
+        self, key: str, uploader: int, file_size: int, requests: list[CommitBatchRequest]
+    ) -> list[CommitBatchResponse]:
+        """Commit to this broker's own store, refusing partitions it does not lead."""
+        mine = [r for r in requests if self.metadata.leader_of(r.topic_id_partition) == self.broker_id]
+        answers: dict[int, CommitBatchResponse] = {}
+        if mine:
+            for r in await asyncio.to_thread(self.store.commit_file, key, uploader, file_size, mine):
+                answers[id(r.request)] = r
+            self._new_data.set()
+            self._new_data = asyncio.Event()
+        return [
+            answers.get(id(r)) or CommitBatchResponse(Errors.NOT_LEADER_OR_FOLLOWER, -1, -1, -1, False, r)
+            for r in requests
+        ]
+
+    async def _client(self, broker_id: int) -> RpcClient:
+        client = self._clients.get(broker_id)
+        if client is not None:
+            return client
+        lock = self._client_locks.setdefault(broker_id, asyncio.Lock())
+        async with lock:
+            client = self._clients.get(broker_id)
+            if client is None:
+                info = self.metadata.broker(broker_id)
+                if info is None or not info.port:
+                    raise RpcConnectionError(f"broker {broker_id}: address unknown")
+                client = await RpcClient.connect(info.host, info.port, secret=self.config.secret)
+                self._clients[broker_id] = client
+            return client
+
+    async def _drop_client(self, broker_id: int) -> None:
+        client = self._clients.pop(broker_id, None)
+        if client is not None:
+            await client.close()
+
+    # ------------------------------------------------------------- handlers
+
+    async def _handle_produce(self, body: Any) -> Any:
+        try:
+            m = _as_map(body, "produce")
+            items = wire_field(m, "batches", "produce")
+            if type(items) is not list or len(items) > PRODUCE_BATCHES_MAX:
+                raise WireError(f"produce.batches: a list of at most {PRODUCE_BATCHES_MAX}")
+            batches = []
+            for i, it in enumerate(items):
+                if type(it) is not list or len(it) != 3 or type(it[2]) is not bytes:
+                    raise WireError(f"produce.batches[{i}]: expected [topic_id, partition, batch bytes]")
+                batches.append((dec_tp(it[:2], f"produce.batches[{i}]"), it[2]))
+            timeout = m.get("timeout_ms", PRODUCE_TIMEOUT_MS_DEFAULT)
+            if type(timeout) is not int or timeout <= 0:
+                raise WireError("produce.timeout_ms: a positive integer")
+        except WireError as e:
+            raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
+        results = await self.produce(batches, timeout_ms=timeout)
+        return {
+            "results": [
+                [int(r.error), r.base_offset, r.log_append_time, r.log_start_offset, r.error_message] for r in results
+            ]
+        }
+
+    async def _handle_commit(self, body: Any) -> Any:
+        try:
+            key, uploader, size, reqs = dec_commit(body)
+        except WireError as e:
+            raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
+        self.stats.commits_served += 1
+        return enc_commit_responses(await self._commit_local(key, uploader, size, reqs))
+
+    async def _handle_fetch(self, body: Any) -> Any:
+        try:
+            m = _as_map(body, "fetch")
+            parts = wire_field(m, "partitions", "fetch")
+            if type(parts) is not list or len(parts) > FETCH_PARTITIONS_MAX:
+                raise WireError(f"fetch.partitions: a list of at most {FETCH_PARTITIONS_MAX}")
+            reqs = []
+            for i, p in enumerate(parts):
+                if type(p) is not list or len(p) != 4 or not all(type(x) is int for x in p[2:]):
+                    raise WireError(f"fetch.partitions[{i}]: expected [topic_id, partition, offset, max_bytes]")
+                reqs.append(FindBatchRequest(dec_tp(p[:2], f"fetch.partitions[{i}]"), p[2], max(1, p[3])))
+            max_wait = min(int(m.get("max_wait_ms", 0)), FETCH_MAX_WAIT_MS_MAX)
+            min_bytes = int(m.get("min_bytes", 1))
+            max_bytes = max(1, int(m.get("max_bytes", 50 * 1024 * 1024)))
+        except (WireError, TypeError, ValueError) as e:
+            raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
+        return await self.fetch(reqs, max_wait_ms=max_wait, min_bytes=min_bytes, max_bytes=max_bytes)
+
+    async def fetch(
+        self, reqs: list[FindBatchRequest], *, max_wait_ms: int, min_bytes: int, max_bytes: int
+    ) -> dict[str, Any]:
+        self.stats.fetches += 1
+        led = [r for r in reqs if self.metadata.leader_of(r.topic_id_partition) == self.broker_id]
+        deadline = time.monotonic() + max_wait_ms / 1000
+        while True:
+            waiter = self._new_data
+            found = await asyncio.to_thread(self.store.find_batches, led, max_bytes) if led else []
+            total = sum(b.metadata.byte_size for f in found for b in f.batches)
+            left = deadline - time.monotonic()
+            if total >= min_bytes or left <= 0 or any(f.errors != Errors.NONE for f in found):
+                break
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(left):
+                    await waiter.wait()
+        by_tp: dict[TopicIdPartition, list[BatchInfo]] = {}
+        for req, f in zip(led, found, strict=True):
+            if f.errors == Errors.NONE:
+                by_tp[req.topic_id_partition] = list(f.batches)
+        reads = plan_reads([b for bs in by_tp.values() for b in bs])
+        got = await asyncio.gather(*(self._read(r.key, r.offset, r.length) for r in reads))
+        data = assemble(by_tp, {r.key: g for r, g in zip(reads, got, strict=True)})
+        assembled = {d.topic_id_partition: d for d in data}
+        found_by_tp = {req.topic_id_partition: f for req, f in zip(led, found, strict=True)}
+        out = []
+        for r in reqs:
+            tp = r.topic_id_partition
+            answer = found_by_tp.get(tp)
+            if answer is None:
+                out.append([int(Errors.NOT_LEADER_OR_FOLLOWER), -1, -1, b"", "not the leader"])
+            elif answer.errors != Errors.NONE:
+                out.append(
+                    [int(answer.errors), answer.high_watermark, answer.log_start_offset, b"", answer.error_message]
+                )
+            else:
+                d = assembled[tp]
+                out.append([int(d.error), answer.high_watermark, answer.log_start_offset, d.records, d.error_message])
+        return {"partitions": out}
+
+    async def _read(self, key: str, offset: int, length: int) -> tuple[int, bytes] | BaseException:
+        cached = self.cache.get(key, offset, length)
+        if cached is not None:
+            return offset, cached
+        self.stats.fetch_gets += 1
+        try:
+            data = await asyncio.to_thread(self.objects.get_range, key, offset, length)
+        except Exception as e:  # answered as a retriable error for the partitions that needed it
+            return e
+        self.cache.put(key, offset, data)
+        return offset, data
+
+    async def _handle_metadata(self, body: Any) -> Any:
+        az = body.get("az") if isinstance(body, dict) else None
+        brokers = [[b.broker_id, b.az, b.host, b.port] for b in self.metadata.brokers()]
+        topics = []
+        for t in self.metadata.topics():
+            parts = []
+            for p, leader in enumerate(t.leaders):
+                target = self.metadata.representative(leader, az) if isinstance(az, str) else leader
+                parts.append([p, leader, target])
+            topics.append([t.name, t.topic_id.bytes, parts])
+        return {"brokers": brokers, "topics": topics}
+
+    async def _handle_list_offsets(self, body: Any) -> Any:
+        try:
+            m = _as_map(body, "list_offsets")
+            items = wire_field(m, "partitions", "list_offsets")
+            if type(items) is not list:
+                raise WireError("list_offsets.partitions: a list")
+            reqs = []
+            for i, it in enumerate(items):
+                if type(it) is not list or len(it) != 3 or type(it[2]) is not int:
+                    raise WireError(f"list_offsets.partitions[{i}]: expected [topic_id, partition, timestamp]")
+                reqs.append(ListOffsetsRequest(dec_tp(it[:2]), it[2]))
+        except WireError as e:
+            raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
+        led = [r for r in reqs if self.metadata.leader_of(r.topic_id_partition) == self.broker_id]
+        answers = dict(zip([id(r) for r in led], await asyncio.to_thread(self.store.list_offsets, led), strict=True))
+        out = []
+        for r in reqs:
+            a = answers.get(id(r))
+            if a is None:
+                out.append([int(Errors.NOT_LEADER_OR_FOLLOWER), -1, -1])
+            else:
+                out.append([int(a.errors), a.timestamp, a.offset])
+        return {"partitions": out}
+
+    async def _handle_init_producer_id(self, body: Any) -> Any:
+        # Until the controller hands out ID blocks (issue 4): a random 62-bit
+        # id; two producers colliding is as likely as a UUID collision.
+        return {"producer_id": secrets.randbits(62), "producer_epoch": 0}
+
+    # ------------------------------------------------------------ inspection
+
+    def info(self) -> BrokerInfo:
+        return BrokerInfo(self.broker_id, self.config.az, self.config.host, self.port)
+
+
+def _as_map(body: Any, what: str) -> dict[str, Any]:
+    if type(body) is not dict:
+        raise WireError(f"{what}: expected a map, got {type(body).__name__}")
+    return body
+
+
+__all__ = ["Broker", "BrokerConfig", "BrokerStats", "enc_tp"]

@@ -1,0 +1,485 @@
+"""A small producer and consumer speaking the broker RPC.
+
+Batches are real Kafka v2 record batches, built and parsed with kafka-python's
+record module, so a Kafka wire front end can later pass them through as is.
+
+Producer (idempotent by default, as Kafka's since 3.0):
+
+* records accumulate per partition for ``linger_ms``, then become one batch
+  per partition; batches for one broker travel in one produce request;
+* a producer in AZ ``z`` sends each partition to its representative in ``z``
+  (the ``metadata`` RPC answers it);
+* at most ``max_in_flight`` (5) requests per broker, and at most one batch
+  per partition per request, so at most 5 batches of a partition are in flight:
+  Kafka's idempotence window;
+* a retriable error re-sends the SAME batch (same sequence) after
+  ``retry_backoff_ms``, until ``delivery_timeout_ms``; the leader's
+  duplicate detection makes that exactly-once.  Later batches of the partition
+  are held back while an earlier one waits for its retry, so sequences reach
+  the leader in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+from partlog.batch_header import LOG_OVERHEAD, increment_sequence
+from partlog.errors import Errors
+from partlog.records import TopicIdPartition
+from partlog.rpc import RpcClient, RpcConnectionError, RpcRemoteError, RpcTimeoutError
+from partlog.wire import enc_tp
+
+log = logging.getLogger(__name__)
+
+# Kafka producer defaults.
+MAX_IN_FLIGHT_DEFAULT = 5
+DELIVERY_TIMEOUT_MS_DEFAULT = 120_000
+RETRY_BACKOFF_MS_DEFAULT = 100
+REQUEST_TIMEOUT_MS_DEFAULT = 30_000
+LINGER_MS_DEFAULT = 5
+BATCH_BYTES_MAX_DEFAULT = 1024 * 1024
+
+
+class ProduceError(Exception):
+    def __init__(self, error: Errors, message: str | None = None) -> None:
+        super().__init__(f"{error.name}: {message}" if message else error.name)
+        self.error = error
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    topic_id_partition: TopicIdPartition
+    offset: int
+    log_append_time: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRecord:
+    topic_id_partition: TopicIdPartition
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMeta:
+    leader: int
+    target: int
+
+
+@dataclass(slots=True)
+class ClusterView:
+    brokers: dict[int, tuple[str, str, int]]  # id -> (az, host, port)
+    topics: dict[str, tuple[Any, dict[int, PartitionMeta]]]  # name -> (topic uuid, partitions)
+
+    def tp(self, topic: str, partition: int) -> TopicIdPartition:
+        tid, parts = self.topics[topic]
+        if partition not in parts:
+            raise KeyError(f"topic {topic} has no partition {partition}")
+        return TopicIdPartition(tid, partition)
+
+    def partitions(self, topic: str) -> list[TopicIdPartition]:
+        tid, parts = self.topics[topic]
+        return [TopicIdPartition(tid, p) for p in sorted(parts)]
+
+
+class Connections:
+    """RPC clients to brokers, by id, made on first use."""
+
+    def __init__(self, bootstrap: tuple[str, int], *, secret: bytes | None = None) -> None:
+        self.bootstrap = bootstrap
+        self.secret = secret
+        self._clients: dict[int | tuple[str, int], RpcClient] = {}
+        self.view: ClusterView | None = None
+
+    async def load_metadata(self, az: str | None) -> ClusterView:
+        import uuid
+
+        client = await self._get(self.bootstrap)
+        body = await client.call("metadata", {"az": az}, timeout_ms=REQUEST_TIMEOUT_MS_DEFAULT)
+        brokers = {b[0]: (b[1], b[2], b[3]) for b in body["brokers"]}
+        topics = {}
+        for name, tid, parts in body["topics"]:
+            topics[name] = (uuid.UUID(bytes=tid), {p: PartitionMeta(leader, target) for p, leader, target in parts})
+        self.view = ClusterView(brokers, topics)
+        return self.view
+
+    async def broker(self, broker_id: int) -> RpcClient:
+        assert self.view is not None
+        _, host, port = self.view.brokers[broker_id]
+        return await self._get((host, port), broker_id)
+
+    async def _get(self, addr: tuple[str, int], broker_id: int | None = None) -> RpcClient:
+        key: int | tuple[str, int] = broker_id if broker_id is not None else addr
+        client = self._clients.get(key)
+        if client is None:
+            client = await RpcClient.connect(addr[0], addr[1], secret=self.secret)
+            self._clients[key] = client
+        return client
+
+    async def drop(self, broker_id: int) -> None:
+        client = self._clients.pop(broker_id, None)
+        if client is not None:
+            await client.close()
+
+    async def close(self) -> None:
+        for c in self._clients.values():
+            await c.close()
+        self._clients.clear()
+
+
+# ---------------------------------------------------------------- producer
+
+
+@dataclass(slots=True)
+class _Batch:
+    tp: TopicIdPartition
+    data: bytes
+    futures: list[asyncio.Future[RecordMetadata]]
+    base_sequence: int
+    created: float
+    attempts: int = 0
+
+
+@dataclass(slots=True)
+class _PartitionState:
+    pending: list[tuple[bytes | None, bytes | None, int, asyncio.Future[RecordMetadata]]] = field(default_factory=list)
+    pending_bytes: int = 0
+    next_sequence: int = 0
+    ready: deque[_Batch] = field(default_factory=deque)  # built, in sequence order, not in flight
+    inflight: int = 0
+
+
+class Producer:
+    def __init__(
+        self,
+        bootstrap: tuple[str, int],
+        *,
+        az: str | None = None,
+        secret: bytes | None = None,
+        idempotent: bool = True,
+        linger_ms: int = LINGER_MS_DEFAULT,
+        max_in_flight: int = MAX_IN_FLIGHT_DEFAULT,
+        batch_bytes_max: int = BATCH_BYTES_MAX_DEFAULT,
+        delivery_timeout_ms: int = DELIVERY_TIMEOUT_MS_DEFAULT,
+        retry_backoff_ms: int = RETRY_BACKOFF_MS_DEFAULT,
+        request_timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT,
+    ) -> None:
+        if not 1 <= max_in_flight <= 5 and idempotent:
+            raise ValueError(f"max_in_flight must be in [1, 5] for an idempotent producer, got {max_in_flight}")
+        self.az = az
+        self.idempotent = idempotent
+        self.linger_ms = linger_ms
+        self.max_in_flight = max_in_flight
+        self.batch_bytes_max = batch_bytes_max
+        self.delivery_timeout_ms = delivery_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self.request_timeout_ms = request_timeout_ms
+        self.conns = Connections(bootstrap, secret=secret)
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self._parts: dict[TopicIdPartition, _PartitionState] = {}
+        self._broker_slots: dict[int, asyncio.Semaphore] = {}
+        self._wake = asyncio.Event()
+        self._sender: asyncio.Task[None] | None = None
+        self._requests: set[asyncio.Task[None]] = set()
+        self._closing = False
+        self.stats = {"requests": 0, "batches": 0, "retries": 0, "errors": 0}
+        self.latencies_ms: list[float] = []
+
+    async def start(self) -> None:
+        await self.conns.load_metadata(self.az)
+        if self.idempotent:
+            client = await self.conns._get(self.conns.bootstrap)
+            body = await client.call("init_producer_id", {}, timeout_ms=self.request_timeout_ms)
+            self.producer_id, self.producer_epoch = body["producer_id"], body["producer_epoch"]
+        self._sender = asyncio.ensure_future(self._send_loop())
+
+    @property
+    def view(self) -> ClusterView:
+        assert self.conns.view is not None, "start() first"
+        return self.conns.view
+
+    def send(
+        self, tp: TopicIdPartition, value: bytes | None, key: bytes | None = None, timestamp_ms: int | None = None
+    ) -> asyncio.Future[RecordMetadata]:
+        """Queue one record; the future resolves with its offset once acknowledged."""
+        if self._closing:
+            raise RuntimeError("producer is closed")
+        fut: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        st = self._parts.setdefault(tp, _PartitionState())
+        ts = timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000
+        st.pending.append((key, value, ts, fut))
+        st.pending_bytes += len(value or b"") + len(key or b"") + 20
+        if st.pending_bytes >= self.batch_bytes_max:
+            self._wake.set()
+        return fut
+
+    async def flush(self) -> None:
+        futs = [f for st in self._parts.values() for *_, f in st.pending]
+        futs += [f for st in self._parts.values() for b in st.ready for f in b.futures]
+        self._wake.set()
+        while self._requests or any(st.pending or st.ready or st.inflight for st in self._parts.values()):
+            self._wake.set()
+            await asyncio.sleep(self.linger_ms / 1000 or 0.001)
+        await asyncio.gather(*futs, return_exceptions=True)
+
+    async def close(self) -> None:
+        await self.flush()
+        self._closing = True
+        if self._sender is not None:
+            self._sender.cancel()
+            await asyncio.gather(self._sender, return_exceptions=True)
+        await self.conns.close()
+
+    # ------------------------------------------------------------- sending
+
+    def _build(self, tp: TopicIdPartition, st: _PartitionState) -> None:
+        while st.pending:
+            take, size = 0, 0
+            while take < len(st.pending) and (take == 0 or size < self.batch_bytes_max):
+                k, v, _, _ = st.pending[take]
+                size += len(v or b"") + len(k or b"") + 20
+                take += 1
+            records, st.pending = st.pending[:take], st.pending[take:]
+            st.pending_bytes = max(0, st.pending_bytes - size)
+            seq = st.next_sequence if self.idempotent else -1
+            builder = DefaultRecordBatchBuilder(
+                magic=2,
+                compression_type=0,
+                is_transactional=False,
+                producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch,
+                base_sequence=seq,
+                batch_size=1 << 30,
+            )
+            for i, (k, v, ts, _) in enumerate(records):
+                builder.append(i, timestamp=ts, key=k, value=v, headers=[])
+            if self.idempotent:
+                st.next_sequence = increment_sequence(st.next_sequence, len(records))
+            st.ready.append(_Batch(tp, bytes(builder.build()), [f for *_, f in records], seq, time.monotonic()))
+
+    async def _send_loop(self) -> None:
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a
+        # cancel that races the event, and close() then waits forever.
+        while not self._closing:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.linger_ms / 1000):
+                    await self._wake.wait()
+            self._wake.clear()
+            for tp, st in self._parts.items():
+                if st.pending:
+                    self._build(tp, st)
+            self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Group ready batches by target broker, one batch per partition per request."""
+        by_broker: dict[int, list[_Batch]] = {}
+        for tp, st in self._parts.items():
+            # The head batch waits while any batch of the partition is in
+            # flight once it has been retried: order matters more than speed.
+            if not st.ready or (st.ready[0].attempts and st.inflight):
+                continue
+            if st.inflight >= self.max_in_flight:
+                continue
+            topic = next((n for n, (tid, _) in self.view.topics.items() if tid == tp.topic_id), None)
+            if topic is None:
+                self._fail_all(st, Errors.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            meta = self.view.topics[topic][1].get(tp.partition)
+            if meta is None:
+                self._fail_all(st, Errors.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            by_broker.setdefault(meta.target, []).append(st.ready[0])
+        for broker, batches in by_broker.items():
+            slots = self._broker_slots.setdefault(broker, asyncio.Semaphore(self.max_in_flight))
+            if slots.locked():
+                continue
+            for b in batches:
+                st = self._parts[b.tp]
+                st.ready.popleft()
+                st.inflight += 1
+            task = asyncio.ensure_future(self._request(broker, slots, batches))
+            self._requests.add(task)
+            task.add_done_callback(self._requests.discard)
+
+    def _fail_all(self, st: _PartitionState, error: Errors) -> None:
+        for b in st.ready:
+            for f in b.futures:
+                if not f.done():
+                    f.set_exception(ProduceError(error))
+        st.ready.clear()
+
+    async def _request(self, broker: int, slots: asyncio.Semaphore, batches: list[_Batch]) -> None:
+        async with slots:
+            self.stats["requests"] += 1
+            self.stats["batches"] += len(batches)
+            start = time.monotonic()
+            results: list[Any] | None = None
+            error = Errors.NETWORK_EXCEPTION
+            try:
+                client = await self.conns.broker(broker)
+                body = await client.call(
+                    "produce",
+                    {
+                        "batches": [[*enc_tp(b.tp), b.data] for b in batches],
+                        "timeout_ms": self.request_timeout_ms,
+                    },
+                    timeout_ms=self.request_timeout_ms + 5000,
+                )
+                results = body["results"]
+            except RpcTimeoutError:
+                error = Errors.REQUEST_TIMED_OUT
+            except (RpcConnectionError, OSError):
+                await self.conns.drop(broker)
+            except RpcRemoteError as e:
+                log.warning("produce to broker %d refused: %s", broker, e)
+                error = Errors.INVALID_REQUEST
+            elapsed_ms = (time.monotonic() - start) * 1000
+            for i, b in enumerate(batches):
+                st = self._parts[b.tp]
+                st.inflight -= 1
+                if results is not None:
+                    err_code, base, append_time, _, message = results[i]
+                    err = Errors(err_code) if err_code in Errors._value2member_map_ else Errors.UNKNOWN_SERVER_ERROR
+                else:
+                    err, base, append_time, message = error, -1, -1, None
+                if err == Errors.NONE:
+                    self.latencies_ms.append(elapsed_ms)
+                    for j, f in enumerate(b.futures):
+                        if not f.done():
+                            f.set_result(RecordMetadata(b.tp, base + j, append_time))
+                    continue
+                retriable = err.retriable or err == Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
+                age_ms = (time.monotonic() - b.created) * 1000
+                if retriable and age_ms < self.delivery_timeout_ms:
+                    self.stats["retries"] += 1
+                    b.attempts += 1
+                    self._requeue(st, b)
+                else:
+                    self.stats["errors"] += 1
+                    for f in b.futures:
+                        if not f.done():
+                            f.set_exception(ProduceError(err, message))
+            if results is None or any(r[0] != 0 for r in results):
+                await asyncio.sleep(self.retry_backoff_ms / 1000)
+            self._wake.set()
+
+    def _requeue(self, st: _PartitionState, b: _Batch) -> None:
+        # Keep sequence order among batches waiting to be (re)sent.
+        st.ready.append(b)
+        st.ready = deque(sorted(st.ready, key=lambda x: _seq_key(x.base_sequence, st.next_sequence)))
+
+
+def _seq_key(seq: int, next_seq: int) -> int:
+    """Order of sequences that may have wrapped at 2^31-1, relative to the next one."""
+    return (seq - next_seq) % (1 << 31)
+
+
+# ---------------------------------------------------------------- consumer
+
+
+def parse_records(tp: TopicIdPartition, data: bytes, from_offset: int = 0) -> list[ConsumerRecord]:
+    """The records of a fetch answer (whole v2 batches), from ``from_offset``."""
+    out = []
+    pos = 0
+    while pos + 12 <= len(data):
+        length = int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
+        end = pos + length + LOG_OVERHEAD
+        if end > len(data):
+            break
+        batch = DefaultRecordBatch(data[pos:end])
+        for r in batch:
+            if r.offset >= from_offset:
+                out.append(ConsumerRecord(tp, r.offset, r.timestamp, r.key, r.value))
+        pos = end
+    return out
+
+
+class Consumer:
+    """Fetches assigned partitions from their leaders, in order."""
+
+    def __init__(
+        self,
+        bootstrap: tuple[str, int],
+        *,
+        secret: bytes | None = None,
+        max_wait_ms: int = 500,
+        min_bytes: int = 1,
+        max_bytes: int = 50 * 1024 * 1024,
+        partition_max_bytes: int = 1024 * 1024,
+    ) -> None:
+        self.conns = Connections(bootstrap, secret=secret)
+        self.max_wait_ms = max_wait_ms
+        self.min_bytes = min_bytes
+        self.max_bytes = max_bytes
+        self.partition_max_bytes = partition_max_bytes
+        self.positions: dict[TopicIdPartition, int] = {}
+        self.high_watermarks: dict[TopicIdPartition, int] = {}
+        self.errors: dict[TopicIdPartition, Errors] = {}
+
+    async def start(self) -> None:
+        await self.conns.load_metadata(None)
+
+    @property
+    def view(self) -> ClusterView:
+        assert self.conns.view is not None, "start() first"
+        return self.conns.view
+
+    def assign(self, tps: Sequence[TopicIdPartition], offset: int = 0) -> None:
+        for tp in tps:
+            self.positions[tp] = offset
+
+    async def poll(self) -> list[ConsumerRecord]:
+        """One fetch per leader broker of the assigned partitions."""
+        by_leader: dict[int, list[TopicIdPartition]] = {}
+        for tp in self.positions:
+            name = next(n for n, (tid, _) in self.view.topics.items() if tid == tp.topic_id)
+            by_leader.setdefault(self.view.topics[name][1][tp.partition].leader, []).append(tp)
+        answers = await asyncio.gather(*(self._fetch(b, tps) for b, tps in by_leader.items()))
+        return [r for rs in answers for r in rs]
+
+    async def _fetch(self, broker: int, tps: list[TopicIdPartition]) -> list[ConsumerRecord]:
+        try:
+            client = await self.conns.broker(broker)
+            body = await client.call(
+                "fetch",
+                {
+                    "partitions": [[*enc_tp(tp), self.positions[tp], self.partition_max_bytes] for tp in tps],
+                    "max_wait_ms": self.max_wait_ms,
+                    "min_bytes": self.min_bytes,
+                    "max_bytes": self.max_bytes,
+                },
+                timeout_ms=self.max_wait_ms + REQUEST_TIMEOUT_MS_DEFAULT,
+            )
+        except (RpcConnectionError, OSError):
+            await self.conns.drop(broker)
+            return []
+        except (RpcTimeoutError, RpcRemoteError) as e:
+            log.warning("fetch from broker %d failed: %s", broker, e)
+            return []
+        out: list[ConsumerRecord] = []
+        for tp, (err, hwm, _lso, records, _msg) in zip(tps, body["partitions"], strict=True):
+            error = Errors(err) if err in Errors._value2member_map_ else Errors.UNKNOWN_SERVER_ERROR
+            if error != Errors.NONE:
+                self.errors[tp] = error
+                continue
+            self.high_watermarks[tp] = hwm
+            got = parse_records(tp, records, self.positions[tp])
+            if got:
+                self.positions[tp] = got[-1].offset + 1
+            out += got
+        return out
+
+    async def close(self) -> None:
+        await self.conns.close()

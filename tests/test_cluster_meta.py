@@ -1,0 +1,68 @@
+"""Static cluster metadata and produce representatives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from partlog.cluster_meta import MetadataError, StaticMetadata
+from partlog.records import TopicIdPartition
+
+
+@given(azs=st.integers(1, 5), per_az=st.integers(1, 8))
+def test_balanced_cluster_costs_at_most_azs_minus_one_remote_commits(azs: int, per_az: int) -> None:
+    meta = StaticMetadata.generate(azs=azs, brokers_per_az=per_az, topics={"t": azs * per_az * 3})
+    [topic] = meta.topics()
+    tps = [TopicIdPartition(topic.topic_id, p) for p in range(topic.num_partitions)]
+    for b in meta.brokers():
+        # Everything clients of b's AZ route to b: which leaders does a WAL file of b commit to?
+        leaders = {meta.leader_of(tp) for tp in tps if meta.produce_target(tp, b.az) == b.broker_id}
+        remote = leaders - {b.broker_id}
+        assert len(remote) <= azs - 1
+        assert all(meta.broker(r).az != b.az for r in remote)  # type: ignore[union-attr]
+        if per_az > 0 and azs > 1:
+            assert len(remote) == azs - 1  # exactly one leader per other AZ
+
+
+def test_representative_rules() -> None:
+    meta = StaticMetadata.generate(azs=3, brokers_per_az=2, topics={"t": 6})
+    assert meta.azs() == ["az1", "az2", "az3"] and meta.brokers_in("az1") == [1, 4]
+    assert meta.representative(2, "az2") == 2  # leader in the client's AZ
+    assert meta.representative(2, "az1") == 1  # rank 0 in az2 -> rank 0 in az1
+    assert meta.representative(5, "az1") == 4
+    assert meta.representative(5, "nowhere") == 5
+
+
+def test_imbalanced_azs() -> None:
+    meta = StaticMetadata.from_dict(
+        {
+            "brokers": [{"id": 1, "az": "a"}, {"id": 2, "az": "a"}, {"id": 3, "az": "a"}, {"id": 4, "az": "b"}],
+            "topics": [{"name": "t", "leaders": [1, 2, 3, 4]}],
+        }
+    )
+    # The lone broker of AZ b represents all three leaders of AZ a.
+    assert {meta.representative(lead, "b") for lead in (1, 2, 3)} == {4}
+    assert {meta.representative(4, "a")} == {1}
+
+
+def test_toml_and_errors(tmp_path: Path) -> None:
+    f = tmp_path / "cluster.toml"
+    f.write_text('[[brokers]]\nid = 1\naz = "a"\nport = 9000\n[[topics]]\nname = "t"\nleaders = [1, 1]\n')
+    meta = StaticMetadata.from_toml(str(f))
+    assert meta.broker(1).port == 9000  # type: ignore[union-attr]
+    assert meta.leader_of(TopicIdPartition(meta.topics()[0].topic_id, 1)) == 1
+    assert meta.leader_of(TopicIdPartition(meta.topics()[0].topic_id, 2)) is None
+    f.write_text('[[brokers]]\nid = 1\naz = "a"\n[[topics]]\nname = "t"\nleaders = [2]\n')
+    with pytest.raises(MetadataError, match=r"cluster.toml: topic t: leaders \[2\] are not brokers"):
+        StaticMetadata.from_toml(str(f))
+    f.write_text("[[brokers]]\nid = 1\n")
+    with pytest.raises(MetadataError, match="bad broker or topic entry"):
+        StaticMetadata.from_toml(str(f))
+    f.write_text("not toml [")
+    with pytest.raises(MetadataError, match=r"cluster\.toml"):
+        StaticMetadata.from_toml(str(f))
+    with pytest.raises(MetadataError, match="duplicate broker ids"):
+        StaticMetadata.from_dict({"brokers": [{"id": 1, "az": "a"}, {"id": 1, "az": "b"}]})
