@@ -20,10 +20,12 @@ import contextlib
 import logging
 import secrets
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from partlog.broker_metrics import BrokerMetrics
 from partlog.cluster_meta import BrokerInfo, StaticMetadata
 from partlog.errors import Errors
 from partlog.fetch_path import CACHE_BYTES_MAX_DEFAULT, RangeCache, assemble, plan_reads
@@ -93,6 +95,17 @@ class BrokerConfig:
     commit_deadline_ms: int = 30_000
     fetch_cache_bytes_max: int = CACHE_BYTES_MAX_DEFAULT
     secret: bytes | None = field(default=None, repr=False)
+    # Prometheus metrics on 127.0.0.1:metrics_port; 0 keeps them in-process only.
+    metrics_port: int = 0
+
+
+# Samples kept for reports (latency percentiles, fan-out per file); older
+# ones are dropped, Prometheus histograms keep the totals.
+STATS_SAMPLES_MAX = 100_000
+
+
+def _samples() -> deque[Any]:
+    return deque(maxlen=STATS_SAMPLES_MAX)
 
 
 @dataclass(slots=True)
@@ -102,13 +115,13 @@ class BrokerStats:
     produce_bytes: int = 0
     uploads: int = 0
     upload_errors: int = 0
-    upload_ms: list[float] = field(default_factory=list)
+    upload_ms: deque[float] = field(default_factory=_samples)
     commits_local: int = 0
     commits_remote: int = 0
     commit_errors: int = 0
-    commit_ms: list[float] = field(default_factory=list)
+    commit_ms: deque[float] = field(default_factory=_samples)
     # Per WAL file: (local, same-AZ remote, cross-AZ remote) commit RPCs.
-    fanout: list[tuple[int, int, int]] = field(default_factory=list)
+    fanout: deque[tuple[int, int, int]] = field(default_factory=_samples)
     fetches: int = 0
     fetch_gets: int = 0
     commits_served: int = 0
@@ -141,6 +154,9 @@ class Broker:
         )
         self.cache = RangeCache(config.fetch_cache_bytes_max)
         self.stats = BrokerStats()
+        self.metrics = BrokerMetrics(
+            config.broker_id, lambda: float(self.pipeline.inflight_bytes), config.produce.inflight_bytes_max
+        )
         self._server: RpcServer | None = None
         self._clients: dict[int, RpcClient] = {}
         self._client_locks: dict[int, asyncio.Lock] = {}
@@ -178,6 +194,8 @@ class Broker:
         await self._server.start()
         self.port = self._server.port
         self._spawn(self._rotation_timer())
+        if self.config.metrics_port:
+            self.metrics.serve(self.config.metrics_port)
         log.info("broker started id=%d az=%s port=%d", self.broker_id, self.config.az, self.port)
 
     async def stop(self) -> None:
@@ -241,6 +259,8 @@ class Broker:
             self.stats.produce_requests += 1
             self.stats.produce_batches += len(batches)
             self.stats.produce_bytes += nbytes
+            self.metrics.produce_requests.inc()
+            self.metrics.produce_bytes.inc(nbytes)
             had_open = self.pipeline.next_deadline_ms() is not None
             self._perform(self.pipeline.produce(produce_id, batches, self._clock()))
             if not had_open:
@@ -294,8 +314,14 @@ class Broker:
         except Exception as e:  # any failure fails this segment's requests, retriably
             error = f"{type(e).__name__}: {e}"
             self.stats.upload_errors += 1
+            self.metrics.upload_errors.inc()
+        elapsed = time.monotonic() - start
         self.stats.uploads += 1
-        self.stats.upload_ms.append((time.monotonic() - start) * 1000)
+        self.stats.upload_ms.append(elapsed * 1000)
+        self.metrics.uploads.inc()
+        self.metrics.upload_seconds.observe(elapsed)
+        if error is None:
+            self.metrics.upload_bytes.inc(len(up.data))
         actions = self.pipeline.upload_done(up.segment_id, self._clock(), error)
         self._record_fanout(actions)
         self._perform(actions)
@@ -314,6 +340,10 @@ class Broker:
                     counts[2] += 1
         for counts in per_segment.values():
             self.stats.fanout.append((counts[0], counts[1], counts[2]))
+            self.metrics.wal_files_committed.inc()
+            for where, n in zip(("local", "same_az", "cross_az"), counts, strict=True):
+                if n:
+                    self.metrics.commits.labels(where).inc(n)
 
     def _queue_commit(self, c: SendCommit) -> None:
         # One queue and one sender per leader: commits to a leader leave in
@@ -352,8 +382,10 @@ class Broker:
                 error, message = Errors.KAFKA_STORAGE_ERROR, f"commit to broker {leader}: {e}"
             if responses is None:
                 self.stats.commit_errors += 1
+                self.metrics.commit_errors.inc()
                 log.warning("commit failed key=%s leader=%d: %s", c.key, leader, message)
             self.stats.commit_ms.append((time.monotonic() - start) * 1000)
+            self.metrics.commit_seconds.observe(time.monotonic() - start)
             self._perform(self.pipeline.commit_done(c.segment_id, leader, responses, self._clock(), error, message))
 
     async def _commit_local(
@@ -423,6 +455,7 @@ class Broker:
         except WireError as e:
             raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
         self.stats.commits_served += 1
+        self.metrics.commits_served.inc()
         return enc_commit_responses(await self._commit_local(key, uploader, size, reqs))
 
     async def _handle_fetch(self, body: Any) -> Any:
@@ -447,6 +480,7 @@ class Broker:
         self, reqs: list[FindBatchRequest], *, max_wait_ms: int, min_bytes: int, max_bytes: int
     ) -> dict[str, Any]:
         self.stats.fetches += 1
+        self.metrics.fetches.inc()
         led = [r for r in reqs if self.metadata.leader_of(r.topic_id_partition) == self.broker_id]
         deadline = time.monotonic() + max_wait_ms / 1000
         while True:
@@ -486,13 +520,16 @@ class Broker:
     async def _read(self, key: str, offset: int, length: int) -> tuple[int, bytes] | BaseException:
         cached = self.cache.get(key, offset, length)
         if cached is not None:
+            self.metrics.fetch_cache_hits.inc()
             return offset, cached
         self.stats.fetch_gets += 1
+        self.metrics.fetch_gets.inc()
         try:
             data = await asyncio.to_thread(self.objects.get_range, key, offset, length)
         except Exception as e:  # answered as a retriable error for the partitions that needed it
             return e
         self.cache.put(key, offset, data)
+        self.metrics.cache_bytes.set(self.cache.bytes)
         return offset, data
 
     async def _handle_metadata(self, body: Any) -> Any:
