@@ -198,16 +198,44 @@ def _tps(topic_id: Any) -> list[Any]:
 def run(
     *,
     store_urls: list[str] | None = None,
+    seaweedfs: bool = False,
     seconds: float = 10.0,
     concurrency: int = 8,
     batch_bytes: int = 256 * 1024,
     commit_interval_ms: int = 250,
     progress: Callable[[str], None] = lambda m: None,
 ) -> dict[str, Any]:
-    if not store_urls:
-        store_urls = ["file://" + tempfile.mkdtemp(prefix="partlog-bench-objects-")]
+    urls = list(store_urls or [])
+    if not urls:
+        urls.append("file://" + tempfile.mkdtemp(prefix="partlog-bench-objects-"))
+    server = None
+    if seaweedfs:
+        from partlog.seaweedfs import ACCESS_KEY_ID, SECRET_ACCESS_KEY, s3_client, start_seaweedfs
+
+        progress("starting SeaweedFS on 127.0.0.1")
+        server = start_seaweedfs()
+        s3_client(server.endpoint_url).create_bucket(Bucket="partlog-bench")
+        # The broker process finds credentials through boto3's standard chain.
+        os.environ.setdefault("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID)
+        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", SECRET_ACCESS_KEY)
+        urls.append(f"s3://partlog-bench?endpoint={server.endpoint_url}")
+    try:
+        return {"results": _run_all(urls, seconds, concurrency, batch_bytes, commit_interval_ms, progress)}
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _run_all(
+    urls: list[str],
+    seconds: float,
+    concurrency: int,
+    batch_bytes: int,
+    commit_interval_ms: int,
+    progress: Callable[[str], None],
+) -> list[dict[str, Any]]:
     results = []
-    for url in store_urls:
+    for url in urls:
         progress(f"baseline: {url.split('?')[0]} puts of 4 MiB objects")
         store = open_store(url) if not url.startswith("file://") else LocalDirStore(url[len("file://") :])
         baseline = measure_put_rate(store, 4 << 20, min(seconds, 5.0))
@@ -223,4 +251,4 @@ def run(
         case["ratio_to_baseline"] = case["mib_per_s"] / baseline if baseline else 0.0
         case["target_mib_per_s"] = TARGET_MIB_PER_S
         results.append(case)
-    return {"results": results}
+    return results

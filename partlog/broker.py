@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import ssl
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -95,6 +96,10 @@ class BrokerConfig:
     commit_deadline_ms: int = 30_000
     fetch_cache_bytes_max: int = CACHE_BYTES_MAX_DEFAULT
     secret: bytes | None = field(default=None, repr=False)
+    # TLS for the broker RPC: the server side (CERT_REQUIRED for mutual TLS)
+    # and the context this broker connects to other brokers with.
+    server_ssl: ssl.SSLContext | None = field(default=None, repr=False)
+    client_ssl: ssl.SSLContext | None = field(default=None, repr=False)
     # Prometheus metrics on 127.0.0.1:metrics_port; 0 keeps them in-process only.
     metrics_port: int = 0
 
@@ -189,6 +194,7 @@ class Broker:
             host=self.config.host,
             port=self.config.port,
             secret=self.config.secret,
+            ssl=self.config.server_ssl,
             ordered_methods=frozenset({"commit"}),
         )
         await self._server.start()
@@ -231,10 +237,19 @@ class Broker:
     # -------------------------------------------------------------- produce
 
     async def produce(
-        self, batches: Sequence[tuple[TopicIdPartition, bytes]], *, timeout_ms: int = PRODUCE_TIMEOUT_MS_DEFAULT
+        self,
+        batches: Sequence[tuple[TopicIdPartition, bytes]],
+        *,
+        acks: int = -1,
+        timeout_ms: int = PRODUCE_TIMEOUT_MS_DEFAULT,
     ) -> list[BatchResult]:
-        """Produce with acks=1 semantics (leader commit; acks=all until
-        replication exists): answered once every batch is committed or failed."""
+        """Produce ``batches``.  acks=1 and acks=-1 (all) are answered once
+        every batch is committed by its leader (the same until replication
+        exists, issue 4) or failed; acks=0 is answered as soon as the batches
+        are in the WAL buffer (results NONE, offsets -1), as Kafka's acks=0
+        producer learns nothing either."""
+        if acks not in (0, 1, -1):
+            raise ValueError(f"acks must be 0, 1 or -1, got {acks}")
         nbytes = sum(len(b) for _, b in batches)
         deadline = time.monotonic() + timeout_ms / 1000
         async with self._room:
@@ -265,6 +280,8 @@ class Broker:
             self._perform(self.pipeline.produce(produce_id, batches, self._clock()))
             if not had_open:
                 self._timer_wake.set()
+        if acks == 0 and not fut.done():
+            return [BatchResult(tp, Errors.NONE) for tp, _ in batches]
         try:
             async with asyncio.timeout(max(0.001, deadline - time.monotonic())):
                 reply = await asyncio.shield(fut)
@@ -415,7 +432,9 @@ class Broker:
                 info = self.metadata.broker(broker_id)
                 if info is None or not info.port:
                     raise RpcConnectionError(f"broker {broker_id}: address unknown")
-                client = await RpcClient.connect(info.host, info.port, secret=self.config.secret)
+                client = await RpcClient.connect(
+                    info.host, info.port, secret=self.config.secret, ssl=self.config.client_ssl
+                )
                 self._clients[broker_id] = client
             return client
 
@@ -440,9 +459,12 @@ class Broker:
             timeout = m.get("timeout_ms", PRODUCE_TIMEOUT_MS_DEFAULT)
             if type(timeout) is not int or timeout <= 0:
                 raise WireError("produce.timeout_ms: a positive integer")
+            acks = m.get("acks", -1)
+            if acks not in (0, 1, -1) or type(acks) is not int:
+                raise WireError(f"produce.acks: 0, 1 or -1, got {acks!r}")
         except WireError as e:
             raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
-        results = await self.produce(batches, timeout_ms=timeout)
+        results = await self.produce(batches, acks=acks, timeout_ms=timeout)
         return {
             "results": [
                 [int(r.error), r.base_offset, r.log_append_time, r.log_start_offset, r.error_message] for r in results

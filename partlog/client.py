@@ -28,6 +28,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from ssl import SSLContext
 from typing import Any
 
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
@@ -96,9 +97,12 @@ class ClusterView:
 class Connections:
     """RPC clients to brokers, by id, made on first use."""
 
-    def __init__(self, bootstrap: tuple[str, int], *, secret: bytes | None = None) -> None:
+    def __init__(
+        self, bootstrap: tuple[str, int], *, secret: bytes | None = None, ssl: SSLContext | None = None
+    ) -> None:
         self.bootstrap = bootstrap
         self.secret = secret
+        self.ssl = ssl
         self._clients: dict[int | tuple[str, int], RpcClient] = {}
         self.view: ClusterView | None = None
 
@@ -123,7 +127,7 @@ class Connections:
         key: int | tuple[str, int] = broker_id if broker_id is not None else addr
         client = self._clients.get(key)
         if client is None:
-            client = await RpcClient.connect(addr[0], addr[1], secret=self.secret)
+            client = await RpcClient.connect(addr[0], addr[1], secret=self.secret, ssl=self.ssl)
             self._clients[key] = client
         return client
 
@@ -167,7 +171,9 @@ class Producer:
         *,
         az: str | None = None,
         secret: bytes | None = None,
+        ssl: SSLContext | None = None,
         idempotent: bool = True,
+        acks: int = -1,
         linger_ms: int = LINGER_MS_DEFAULT,
         max_in_flight: int = MAX_IN_FLIGHT_DEFAULT,
         batch_bytes_max: int = BATCH_BYTES_MAX_DEFAULT,
@@ -177,7 +183,13 @@ class Producer:
     ) -> None:
         if not 1 <= max_in_flight <= 5 and idempotent:
             raise ValueError(f"max_in_flight must be in [1, 5] for an idempotent producer, got {max_in_flight}")
+        if acks not in (0, 1, -1):
+            raise ValueError(f"acks must be 0, 1 or -1, got {acks}")
+        if idempotent and acks != -1:
+            # As Kafka: idempotence needs acks=all.
+            raise ValueError("an idempotent producer needs acks=-1 (all)")
         self.az = az
+        self.acks = acks
         self.idempotent = idempotent
         self.linger_ms = linger_ms
         self.max_in_flight = max_in_flight
@@ -185,7 +197,7 @@ class Producer:
         self.delivery_timeout_ms = delivery_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
         self.request_timeout_ms = request_timeout_ms
-        self.conns = Connections(bootstrap, secret=secret)
+        self.conns = Connections(bootstrap, secret=secret, ssl=ssl)
         self.producer_id = -1
         self.producer_epoch = -1
         self._parts: dict[TopicIdPartition, _PartitionState] = {}
@@ -334,6 +346,7 @@ class Producer:
                     {
                         "batches": [[*enc_tp(b.tp), b.data] for b in batches],
                         "timeout_ms": self.request_timeout_ms,
+                        "acks": self.acks,
                     },
                     timeout_ms=self.request_timeout_ms + 5000,
                 )
@@ -358,7 +371,9 @@ class Producer:
                     self.latencies_ms.append(elapsed_ms)
                     for j, f in enumerate(b.futures):
                         if not f.done():
-                            f.set_result(RecordMetadata(b.tp, base + j, append_time))
+                            # acks=0: no offsets known (-1), as Kafka's producer.
+                            offset = base + j if base >= 0 else -1
+                            f.set_result(RecordMetadata(b.tp, offset, append_time))
                     continue
                 retriable = err.retriable or err == Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
                 age_ms = (time.monotonic() - b.created) * 1000
@@ -414,12 +429,13 @@ class Consumer:
         bootstrap: tuple[str, int],
         *,
         secret: bytes | None = None,
+        ssl: SSLContext | None = None,
         max_wait_ms: int = 500,
         min_bytes: int = 1,
         max_bytes: int = 50 * 1024 * 1024,
         partition_max_bytes: int = 1024 * 1024,
     ) -> None:
-        self.conns = Connections(bootstrap, secret=secret)
+        self.conns = Connections(bootstrap, secret=secret, ssl=ssl)
         self.max_wait_ms = max_wait_ms
         self.min_bytes = min_bytes
         self.max_bytes = max_bytes

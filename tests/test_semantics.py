@@ -31,6 +31,7 @@ from partlog import (
 )
 from partlog.batch_header import ATTR_TIMESTAMP_TYPE, HEADER_SIZE, BatchHeader
 from tests.batches import build_batch, request, wal_key
+from tests.clock import Clock
 
 T0 = 1_700_000_000_000
 SEQ_MAX = 2**31 - 1
@@ -38,14 +39,6 @@ EARLIEST = ListOffsetsRequest.EARLIEST_TIMESTAMP
 LATEST = ListOffsetsRequest.LATEST_TIMESTAMP
 MAX_TS = ListOffsetsRequest.MAX_TIMESTAMP
 BIG = 1 << 30
-
-
-class Clock:
-    def __init__(self, now: int) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
 
 
 @pytest.fixture

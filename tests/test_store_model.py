@@ -34,6 +34,7 @@ from partlog import (
 )
 from partlog.wal_key import make_wal_key
 from tests.batches import build_batch, request
+from tests.clock import Clock
 from tests.reference_model import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -76,14 +77,6 @@ SEQ_MODES_HAPPY = ("next",) * 8 + ("dup", "bump")
 TS_OFFSETS_HAPPY = (0, 0, 0, -1, -999, -45_000)
 
 
-class FakeClock:
-    def __init__(self, now: int) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-
 @functools.cache
 def cached_batch(records: int, pid: int, epoch: int, seq: int, ts: int, value_bytes: int) -> bytes:
     return build_batch(
@@ -106,7 +99,7 @@ class StoreVsModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.path = tempfile.mkdtemp(prefix="partlog-model-")
-        self.clock = FakeClock(T0)
+        self.clock = Clock(T0)
         self.store = self._open()
         self.model = KafkaModel(commit_deadline_ms=COMMIT_DEADLINE_MS, producer_id_expiration_ms=PRODUCER_EXPIRY_MS)
         self.all_topics: list[uuid.UUID] = []  # ever created, deleted ones included

@@ -39,6 +39,7 @@ from partlog import (
 from partlog.batch_header import HEADER_SIZE, BatchHeader
 from partlog.wal_key import WalKeyError, make_wal_key, parse_wal_key
 from tests.batches import build_batch, request, wal_key
+from tests.clock import Clock
 
 T0 = 1_700_000_000_000
 BIG = 1 << 30
@@ -47,14 +48,6 @@ BEFORE_MAX_MS = 60_000
 AFTER_MAX_MS = 10_000
 DEADLINE_MS = 5_000
 REPO = Path(__file__).resolve().parent.parent
-
-
-class Clock:
-    def __init__(self, now: int) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
 
 
 @pytest.fixture
