@@ -222,7 +222,7 @@ class Broker:
     def set_metadata(self, metadata: StaticMetadata) -> None:
         """Adopt new metadata (brokers' ports known after they all started)."""
         self.metadata = metadata
-        self.pipeline._leader_of = metadata.leader_of
+        self.pipeline.leader_of = metadata.leader_of
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)
@@ -409,17 +409,20 @@ class Broker:
         self, key: str, uploader: int, file_size: int, requests: list[CommitBatchRequest]
     ) -> list[CommitBatchResponse]:
         """Commit to this broker's own store, refusing partitions it does not lead."""
-        mine = [r for r in requests if self.metadata.leader_of(r.topic_id_partition) == self.broker_id]
-        answers: dict[int, CommitBatchResponse] = {}
+        mine = [i for i, r in enumerate(requests) if self.metadata.leader_of(r.topic_id_partition) == self.broker_id]
+        answers: list[CommitBatchResponse] = [
+            CommitBatchResponse(Errors.NOT_LEADER_OR_FOLLOWER, -1, -1, -1, False, r) for r in requests
+        ]
         if mine:
-            for r in await asyncio.to_thread(self.store.commit_file, key, uploader, file_size, mine):
-                answers[id(r.request)] = r
+            committed = await asyncio.to_thread(
+                self.store.commit_file, key, uploader, file_size, [requests[i] for i in mine]
+            )
+            for i, resp in zip(mine, committed, strict=True):
+                answers[i] = resp
+            # Wake long-polling fetches.
             self._new_data.set()
             self._new_data = asyncio.Event()
-        return [
-            answers.get(id(r)) or CommitBatchResponse(Errors.NOT_LEADER_OR_FOLLOWER, -1, -1, -1, False, r)
-            for r in requests
-        ]
+        return answers
 
     async def _client(self, broker_id: int) -> RpcClient:
         client = self._clients.get(broker_id)
@@ -579,15 +582,12 @@ class Broker:
                 reqs.append(ListOffsetsRequest(dec_tp(it[:2]), it[2]))
         except WireError as e:
             raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
-        led = [r for r in reqs if self.metadata.leader_of(r.topic_id_partition) == self.broker_id]
-        answers = dict(zip([id(r) for r in led], await asyncio.to_thread(self.store.list_offsets, led), strict=True))
-        out = []
-        for r in reqs:
-            a = answers.get(id(r))
-            if a is None:
-                out.append([int(Errors.NOT_LEADER_OR_FOLLOWER), -1, -1])
-            else:
-                out.append([int(a.errors), a.timestamp, a.offset])
+        led = [i for i, r in enumerate(reqs) if self.metadata.leader_of(r.topic_id_partition) == self.broker_id]
+        out: list[list[int]] = [[int(Errors.NOT_LEADER_OR_FOLLOWER), -1, -1] for _ in reqs]
+        if led:
+            answers = await asyncio.to_thread(self.store.list_offsets, [reqs[i] for i in led])
+            for i, a in zip(led, answers, strict=True):
+                out[i] = [int(a.errors), a.timestamp, a.offset]
         return {"partitions": out}
 
     async def _handle_init_producer_id(self, body: Any) -> Any:

@@ -169,7 +169,8 @@ class ProducePipeline:
     ) -> None:
         self.broker_id = broker_id
         self.config = config
-        self._leader_of = leader_of
+        # Public: a shell swaps it when cluster metadata changes.
+        self.leader_of = leader_of
         self._rand_hex = rand_hex
         self._builder: WalSegmentBuilder | None = None
         self._open_batches: list[tuple[int, int, TopicIdPartition, bytes]] = []
@@ -356,7 +357,7 @@ class ProducePipeline:
             by_leader: dict[int, list[CommitBatchRequest]] = {}
             routes = seg.routes
             for produce_id, index, req in seg.batches:
-                leader = self._leader_of(req.topic_id_partition)
+                leader = self.leader_of(req.topic_id_partition)
                 if leader is None:
                     actions += self._answer(
                         produce_id,
