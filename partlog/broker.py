@@ -160,8 +160,14 @@ class Broker:
         self.cache = RangeCache(config.fetch_cache_bytes_max)
         self.stats = BrokerStats()
         self.metrics = BrokerMetrics(
-            config.broker_id, lambda: float(self.pipeline.inflight_bytes), config.produce.inflight_bytes_max
+            config.broker_id,
+            lambda: float(self.pipeline.inflight_bytes),
+            config.produce.inflight_bytes_max,
+            lambda: float(self.pipeline.uploads_inflight),
+            config.produce.uploads_inflight_max,
+            lambda: float(self.pipeline.uploads_waiting),
         )
+        self.metrics.cache_bytes_max.set(config.fetch_cache_bytes_max)
         self._server: RpcServer | None = None
         self._clients: dict[int, RpcClient] = {}
         self._client_locks: dict[int, asyncio.Lock] = {}

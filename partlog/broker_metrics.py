@@ -16,7 +16,15 @@ _COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 
 
 class BrokerMetrics:
-    def __init__(self, broker_id: int, inflight_bytes: Callable[[], float], inflight_bytes_max: int) -> None:
+    def __init__(
+        self,
+        broker_id: int,
+        inflight_bytes: Callable[[], float],
+        inflight_bytes_max: int,
+        uploads_inflight: Callable[[], float],
+        uploads_inflight_max: int,
+        uploads_waiting: Callable[[], float],
+    ) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.uploads = Counter("partlog_uploads", "WAL segments uploaded (attempts)", registry=r)
@@ -43,7 +51,13 @@ class BrokerMetrics:
         inflight.set_function(inflight_bytes)
         Gauge("partlog_inflight_bytes_max", "limit of partlog_inflight_bytes", registry=r).set(inflight_bytes_max)
         Gauge("partlog_broker_id", "this broker's id", registry=r).set(broker_id)
+        up = Gauge("partlog_uploads_inflight", "WAL segment uploads running", registry=r)
+        up.set_function(uploads_inflight)
+        Gauge("partlog_uploads_inflight_max", "limit of partlog_uploads_inflight", registry=r).set(uploads_inflight_max)
+        waiting = Gauge("partlog_uploads_waiting", "closed segments waiting for an upload slot", registry=r)
+        waiting.set_function(uploads_waiting)
         self.cache_bytes = Gauge("partlog_fetch_cache_bytes", "bytes held by the fetch cache", registry=r)
+        self.cache_bytes_max = Gauge("partlog_fetch_cache_bytes_max", "limit of partlog_fetch_cache_bytes", registry=r)
 
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
         """Expose the metrics at http://host:port/metrics (a daemon thread)."""

@@ -402,6 +402,14 @@ class ProducePipeline:
     def segments_open(self) -> int:
         return len(self._segments)
 
+    @property
+    def uploads_inflight(self) -> int:
+        return self._uploads_inflight
+
+    @property
+    def uploads_waiting(self) -> int:
+        return len(self._waiting_uploads)
+
 
 def _framing_problem(batch: bytes) -> str | None:
     """Why ``batch`` cannot go into a segment, or None."""
