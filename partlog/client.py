@@ -48,6 +48,9 @@ RETRY_BACKOFF_MS_DEFAULT = 100
 REQUEST_TIMEOUT_MS_DEFAULT = 30_000
 LINGER_MS_DEFAULT = 5
 BATCH_BYTES_MAX_DEFAULT = 1024 * 1024
+# Bytes of batches in one produce request: well under the RPC frame limit
+# (64 MiB), like Kafka's max.request.size bounds a request.
+REQUEST_BYTES_MAX_DEFAULT = 8 * 1024 * 1024
 
 
 class ProduceError(Exception):
@@ -177,6 +180,7 @@ class Producer:
         linger_ms: int = LINGER_MS_DEFAULT,
         max_in_flight: int = MAX_IN_FLIGHT_DEFAULT,
         batch_bytes_max: int = BATCH_BYTES_MAX_DEFAULT,
+        request_bytes_max: int = REQUEST_BYTES_MAX_DEFAULT,
         delivery_timeout_ms: int = DELIVERY_TIMEOUT_MS_DEFAULT,
         retry_backoff_ms: int = RETRY_BACKOFF_MS_DEFAULT,
         request_timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT,
@@ -194,6 +198,7 @@ class Producer:
         self.linger_ms = linger_ms
         self.max_in_flight = max_in_flight
         self.batch_bytes_max = batch_bytes_max
+        self.request_bytes_max = request_bytes_max
         self.delivery_timeout_ms = delivery_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
         self.request_timeout_ms = request_timeout_ms
@@ -317,11 +322,18 @@ class Producer:
             slots = self._broker_slots.setdefault(broker, asyncio.Semaphore(self.max_in_flight))
             if slots.locked():
                 continue
+            # Bounded request size: the rest waits for the next round.
+            size = 0
+            taken: list[_Batch] = []
             for b in batches:
+                if taken and size + len(b.data) > self.request_bytes_max:
+                    break
+                size += len(b.data)
+                taken.append(b)
                 st = self._parts[b.tp]
                 st.ready.popleft()
                 st.inflight += 1
-            task = asyncio.ensure_future(self._request(broker, slots, batches))
+            task = asyncio.ensure_future(self._request(broker, slots, taken))
             self._requests.add(task)
             task.add_done_callback(self._requests.discard)
 
@@ -358,6 +370,16 @@ class Producer:
             except RpcRemoteError as e:
                 log.warning("produce to broker %d refused: %s", broker, e)
                 error = Errors.INVALID_REQUEST
+            except Exception:  # anything else fails these batches, never the accounting
+                log.exception("produce to broker %d failed", broker)
+                error = Errors.UNKNOWN_SERVER_ERROR
+            if results is not None and (
+                type(results) is not list
+                or len(results) != len(batches)
+                or not all(type(r) is list and len(r) == 5 for r in results)
+            ):
+                log.warning("produce to broker %d: malformed answer", broker)
+                results, error = None, Errors.UNKNOWN_SERVER_ERROR
             elapsed_ms = (time.monotonic() - start) * 1000
             for i, b in enumerate(batches):
                 st = self._parts[b.tp]
