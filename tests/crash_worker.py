@@ -60,9 +60,9 @@ def producer_loop(store: MetadataStore, tid: uuid.UUID, rnd: int, t: int, seed: 
             tp = TopicIdPartition(tid, p)
             state = store.partition_state(tp)
             target = rng.choice([-1, rng.randint(state["log_start_offset"], state["high_watermark"])])
-            [r] = store.delete_records([DeleteRecordsRequest(tp, target)])
-            assert r.errors == Errors.NONE, r
-            emit({"e": "del", "p": p, "lw": r.low_watermark})
+            [dr] = store.delete_records([DeleteRecordsRequest(tp, target)])
+            assert dr.errors == Errors.NONE, dr
+            emit({"e": "del", "p": p, "lw": dr.low_watermark})
             continue
         batches: list[tuple[int, int, int, int, bytes]] = []  # partition, pid, seq, records, bytes
         for p in rng.sample(range(PARTITIONS), rng.randint(1, 3)):

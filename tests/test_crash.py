@@ -178,10 +178,10 @@ def _verify(store: MetadataStore, tid: uuid.UUID, history: History, prev_leo: li
                 if b.last < lso[b.partition]:
                     continue
                 expect_live += 1
-                info = entries[b.partition].get(b.base)
-                assert info is not None, f"{ctx}: acknowledged batch {b} of {key} missing (lso {lso[b.partition]})"
-                md = info.metadata
-                assert (info.object_key, md.last_offset, md.producer_id, md.base_sequence) == (
+                stored = entries[b.partition].get(b.base)
+                assert stored is not None, f"{ctx}: acknowledged batch {b} of {key} missing (lso {lso[b.partition]})"
+                md = stored.metadata
+                assert (stored.object_key, md.last_offset, md.producer_id, md.base_sequence) == (
                     key,
                     b.last,
                     b.pid,
@@ -214,15 +214,15 @@ def _verify(store: MetadataStore, tid: uuid.UUID, history: History, prev_leo: li
     # The round continued each log exactly at the end offset it found.
     if rnd >= 0:
         for p in range(PARTITIONS):
-            mine = [
+            bases = [
                 i.metadata.base_offset
                 for k, infos in by_key.items()
                 if history.calls[k].round == rnd
                 for i in infos
                 if i.metadata.topic_id_partition.partition == p
             ]
-            if mine and lso[p] <= prev_leo[p]:
-                assert min(mine) == prev_leo[p], f"{ctx}: round {rnd} started p{p} at {min(mine)}, not {prev_leo[p]}"
+            if bases and lso[p] <= prev_leo[p]:
+                assert min(bases) == prev_leo[p], f"{ctx}: round {rnd} started p{p} at {min(bases)}, not {prev_leo[p]}"
     for p in range(PARTITIONS):
         for call in history.calls.values():
             for b in call.batches:

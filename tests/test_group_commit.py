@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from partlog import (
+    CommitBatchRequest,
     CreateTopicAndPartitionsRequest,
     DeleteRecordsRequest,
     Errors,
@@ -192,7 +193,7 @@ def test_concurrent_commits_and_deletes_keep_the_log_exact(tmp_path: Path) -> No
         seqs = dict.fromkeys(tps, 0)
         for _ in range(25):
             key = wal_key(NOW, broker_id=i)
-            reqs = []
+            reqs: list[CommitBatchRequest] = []
             for tp in rng.sample(tps, 2):
                 n = rng.randint(1, 3)
                 batch = build_batch(n, producer_id=100 + i, producer_epoch=0, base_sequence=seqs[tp], timestamp_ms=NOW)
@@ -258,7 +259,7 @@ def test_pending_reference_is_visible_before_the_commit_is_durable(tmp_path: Pat
         seen.append(store.referenced_files([key]))
         real_apply(group)
 
-    store._pipeline._apply = slow_apply  # type: ignore[method-assign]
+    store._pipeline._apply = slow_apply
     store.commit_file(key, 1, 10_000, [request(tps[0], build_batch(1, timestamp_ms=NOW))])
     assert seen == [{key}]
     assert store.referenced_files([key]) == {key}

@@ -53,7 +53,7 @@ def store(tmp_path: Path, clock: Clock) -> Iterator[MetadataStore]:
         assert s.check() == []
 
 
-def topic(store: MetadataStore, partitions: int = 1, **configs: str | int) -> list[TopicIdPartition]:
+def topic(store: MetadataStore, partitions: int = 1, /, **configs: str | int) -> list[TopicIdPartition]:
     tid = uuid.uuid4()
     store.create_topic_and_partitions([CreateTopicAndPartitionsRequest(tid, f"t-{tid.hex[:6]}", partitions, configs)])
     return [TopicIdPartition(tid, p) for p in range(partitions)]
@@ -590,7 +590,8 @@ def test_retention_by_bytes(store: MetadataStore) -> None:
 
 
 def test_retention_log_append_time_uses_append_time(store: MetadataStore, clock: Clock) -> None:
-    [tp] = topic(store, **{"message.timestamp.type": "LogAppendTime", "retention.ms": 1000})
+    configs: dict[str, str | int] = {"message.timestamp.type": "LogAppendTime", "retention.ms": 1000}
+    [tp] = topic(store, **configs)
     commit1(store, tp, build_batch(1, timestamp_ms=0))  # a producer timestamp from 1970
     assert store.enforce_retention() == {}
     clock.now += 1001

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ NOW = 1_700_000_000_000
 
 
 @pytest.fixture
-def store(tmp_path: Path):
+def store(tmp_path: Path) -> Iterator[MetadataStore]:
     with MetadataStore.open(tmp_path / "s", clock=lambda: NOW) as s:
         yield s
 

@@ -64,7 +64,7 @@ def store(tmp_path: Path, clock: Clock) -> Iterator[MetadataStore]:
         assert s.check() == []
 
 
-def make_topic(store: MetadataStore, partitions: int = 2, **configs: str | int) -> list[TopicIdPartition]:
+def make_topic(store: MetadataStore, partitions: int = 2, /, **configs: str | int) -> list[TopicIdPartition]:
     tid = uuid.uuid4()
     store.create_topic_and_partitions([CreateTopicAndPartitionsRequest(tid, "t", partitions, configs)])
     return [TopicIdPartition(tid, p) for p in range(partitions)]
@@ -272,14 +272,12 @@ def test_boundaries_accepted(store: MetadataStore, clock: Clock) -> None:
 
 
 def test_log_append_time_topic_skips_timestamp_checks(store: MetadataStore) -> None:
-    tp, _ = make_topic(
-        store,
-        **{
-            "message.timestamp.type": "LogAppendTime",
-            "message.timestamp.before.max.ms": 0,
-            "message.timestamp.after.max.ms": 0,
-        },
-    )
+    configs: dict[str, str | int] = {
+        "message.timestamp.type": "LogAppendTime",
+        "message.timestamp.before.max.ms": 0,
+        "message.timestamp.after.max.ms": 0,
+    }
+    tp, _ = make_topic(store, **configs)
     a, b = build_batch(1, timestamp_ms=0), build_batch(1, timestamp_ms=T0 * 2)
     resps = store.commit_file(
         wal_key(T0), 1, len(a) + len(b), [request(tp, a, byte_offset=0), request(tp, b, byte_offset=len(a))]
@@ -405,7 +403,7 @@ def test_commit_deadline(store: MetadataStore, clock: Clock) -> None:
     late = wal_key(T0)
     resps = store.commit_file(late, 1, 2 * len(b), reqs)
     assert [(r.errors, r.assigned_base_offset) for r in resps] == [(Errors.COMMIT_DEADLINE_EXCEEDED, -1)] * 2
-    assert Errors.COMMIT_DEADLINE_EXCEEDED == 10_000 and Errors.COMMIT_DEADLINE_EXCEEDED.retriable
+    assert Errors.COMMIT_DEADLINE_EXCEEDED.value == 10_000 and Errors.COMMIT_DEADLINE_EXCEEDED.retriable
     assert store.referenced_files([late]) == set()
     assert store.file_usage() == {}
     # Exactly at the deadline: still accepted.
@@ -719,8 +717,8 @@ def test_map_growth_under_concurrency(tmp_path: Path) -> None:
         assert store.check() == []
         assert _live_in(store, tps) == kept
         b = build_batch(1)
-        [r] = store.commit_file(wal_key(store._clock()), 1, len(b), [request(tps[0], b, byte_offset=0)])
-        assert r.errors == Errors.NONE
+        [cr] = store.commit_file(wal_key(store._clock()), 1, len(b), [request(tps[0], b, byte_offset=0)])
+        assert cr.errors == Errors.NONE
 
 
 _ABORT_UNDER_READ_LOAD = textwrap.dedent(
