@@ -160,7 +160,10 @@ class _Batch:
 
 @dataclass(slots=True)
 class _PartitionState:
-    pending: list[tuple[bytes | None, bytes | None, int, asyncio.Future[RecordMetadata]]] = field(default_factory=list)
+    # (key, value, timestamp ms, monotonic send time, future)
+    pending: list[tuple[bytes | None, bytes | None, int, float, asyncio.Future[RecordMetadata]]] = field(
+        default_factory=list
+    )
     pending_bytes: int = 0
     next_sequence: int = 0
     ready: deque[_Batch] = field(default_factory=deque)  # built, in sequence order, not in flight
@@ -236,7 +239,7 @@ class Producer:
         fut: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
         st = self._parts.setdefault(tp, _PartitionState())
         ts = timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000
-        st.pending.append((key, value, ts, fut))
+        st.pending.append((key, value, ts, time.monotonic(), fut))
         st.pending_bytes += len(value or b"") + len(key or b"") + 20
         if st.pending_bytes >= self.batch_bytes_max:
             self._wake.set()
@@ -262,29 +265,36 @@ class Producer:
     # ------------------------------------------------------------- sending
 
     def _build(self, tp: TopicIdPartition, st: _PartitionState) -> None:
-        while st.pending:
-            take, size = 0, 0
-            while take < len(st.pending) and (take == 0 or size < self.batch_bytes_max):
-                k, v, _, _ = st.pending[take]
-                size += len(v or b"") + len(k or b"") + 20
-                take += 1
-            records, st.pending = st.pending[:take], st.pending[take:]
-            st.pending_bytes = max(0, st.pending_bytes - size)
-            seq = st.next_sequence if self.idempotent else -1
-            builder = DefaultRecordBatchBuilder(
-                magic=2,
-                compression_type=0,
-                is_transactional=False,
-                producer_id=self.producer_id,
-                producer_epoch=self.producer_epoch,
-                base_sequence=seq,
-                batch_size=1 << 30,
-            )
-            for i, (k, v, ts, _) in enumerate(records):
-                builder.append(i, timestamp=ts, key=k, value=v, headers=[])
-            if self.idempotent:
-                st.next_sequence = increment_sequence(st.next_sequence, len(records))
-            st.ready.append(_Batch(tp, bytes(builder.build()), [f for *_, f in records], seq, time.monotonic()))
+        """Close one batch from the partition's pending records.
+
+        Called only when no batch of the partition waits to be sent, so
+        records keep accumulating while requests are in flight: under load
+        batches grow instead of queueing up (Kafka's accumulator does the
+        same)."""
+        take, size = 0, 0
+        while take < len(st.pending) and (take == 0 or size < self.batch_bytes_max):
+            k, v, *_ = st.pending[take]
+            size += len(v or b"") + len(k or b"") + 20
+            take += 1
+        records, st.pending = st.pending[:take], st.pending[take:]
+        st.pending_bytes = max(0, st.pending_bytes - size)
+        seq = st.next_sequence if self.idempotent else -1
+        builder = DefaultRecordBatchBuilder(
+            magic=2,
+            compression_type=0,
+            is_transactional=False,
+            producer_id=self.producer_id,
+            producer_epoch=self.producer_epoch,
+            base_sequence=seq,
+            batch_size=1 << 30,
+        )
+        for i, (k, v, ts, _, _) in enumerate(records):
+            builder.append(i, timestamp=ts, key=k, value=v, headers=[])
+        if self.idempotent:
+            st.next_sequence = increment_sequence(st.next_sequence, len(records))
+        # created = the oldest record's send time: delivery timeout and
+        # latency count from send(), as a user sees them.
+        st.ready.append(_Batch(tp, bytes(builder.build()), [f for *_, f in records], seq, records[0][3]))
 
     async def _send_loop(self) -> None:
         # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a
@@ -295,7 +305,7 @@ class Producer:
                     await self._wake.wait()
             self._wake.clear()
             for tp, st in self._parts.items():
-                if st.pending:
+                if st.pending and not st.ready:
                     self._build(tp, st)
             self._dispatch()
 
@@ -348,7 +358,6 @@ class Producer:
         async with slots:
             self.stats["requests"] += 1
             self.stats["batches"] += len(batches)
-            start = time.monotonic()
             results: list[Any] | None = None
             error = Errors.NETWORK_EXCEPTION
             try:
@@ -380,7 +389,6 @@ class Producer:
             ):
                 log.warning("produce to broker %d: malformed answer", broker)
                 results, error = None, Errors.UNKNOWN_SERVER_ERROR
-            elapsed_ms = (time.monotonic() - start) * 1000
             for i, b in enumerate(batches):
                 st = self._parts[b.tp]
                 st.inflight -= 1
@@ -390,7 +398,7 @@ class Producer:
                 else:
                     err, base, append_time, message = error, -1, -1, None
                 if err == Errors.NONE:
-                    self.latencies_ms.append(elapsed_ms)
+                    self.latencies_ms.append((time.monotonic() - b.created) * 1000)
                     for j, f in enumerate(b.futures):
                         if not f.done():
                             # acks=0: no offsets known (-1), as Kafka's producer.
