@@ -503,7 +503,7 @@ class Broker:
             max_wait = min(int(m.get("max_wait_ms", 0)), FETCH_MAX_WAIT_MS_MAX)
             min_bytes = int(m.get("min_bytes", 1))
             max_bytes = max(1, int(m.get("max_bytes", 50 * 1024 * 1024)))
-        except (WireError, TypeError, ValueError) as e:
+        except (WireError, TypeError, ValueError, OverflowError) as e:  # int(inf) is an OverflowError
             raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
         return await self.fetch(reqs, max_wait_ms=max_wait, min_bytes=min_bytes, max_bytes=max_bytes)
 

@@ -168,6 +168,8 @@ class _PartitionState:
     next_sequence: int = 0
     ready: deque[_Batch] = field(default_factory=deque)  # built, in sequence order, not in flight
     inflight: int = 0
+    # A batch of ours was acknowledged: the leader knows this producer.
+    leader_knows: bool = False
 
 
 class Producer:
@@ -319,6 +321,14 @@ class Producer:
                 continue
             if st.inflight >= self.max_in_flight:
                 continue
+            # Until the leader knows this producer, one batch at a time: a
+            # leader accepts any sequence from a producer it does not know, so
+            # a second batch committed while the first failed (its WAL upload
+            # failed, its commit was lost) would leave a gap that the first
+            # one's retries could never fill (OUT_OF_ORDER_SEQUENCE_NUMBER).
+            # Once it knows us, its sequence check refuses such a batch.
+            if self.idempotent and not st.leader_knows and st.inflight:
+                continue
             topic = next((n for n, (tid, _) in self.view.topics.items() if tid == tp.topic_id), None)
             if topic is None:
                 self._fail_all(st, Errors.UNKNOWN_TOPIC_OR_PARTITION)
@@ -398,6 +408,7 @@ class Producer:
                 else:
                     err, base, append_time, message = error, -1, -1, None
                 if err == Errors.NONE:
+                    st.leader_knows = True
                     self.latencies_ms.append((time.monotonic() - b.created) * 1000)
                     for j, f in enumerate(b.futures):
                         if not f.done():

@@ -62,6 +62,10 @@ class MetadataSource(Protocol):
 
     def topics(self) -> list[TopicInfo]: ...
 
+    def representative(self, leader_id: int, az: str) -> int:
+        """The broker a client in ``az`` should produce to for partitions led by ``leader_id``."""
+        ...
+
 
 class StaticMetadata:
     """A fixed assignment: brokers and partition leaders do not change."""

@@ -37,7 +37,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from partlog.batch_header import HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2
+from partlog.batch_header import CRC_START, HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2
+from partlog.crc32c import crc32c
 from partlog.errors import Errors
 from partlog.records import CommitBatchRequest, CommitBatchResponse, TopicIdPartition
 from partlog.wal_key import make_wal_key
@@ -202,8 +203,9 @@ class ProducePipeline:
 
         A request larger than ``inflight_bytes_max`` can never fit and is
         answered ``RECORD_LIST_TOO_LARGE``; otherwise the shell must have
-        waited for ``room_bytes()``.  Batches with broken framing are answered
-        ``CORRUPT_MESSAGE`` at once and never reach a segment.
+        waited for ``room_bytes()``.  Batches with broken framing (length,
+        magic) or a failing CRC-32C are answered ``CORRUPT_MESSAGE`` at once and
+        never reach a segment.
         """
         if produce_id in self._produces:
             raise ValueError(f"produce id {produce_id} is already in flight")
@@ -420,4 +422,11 @@ def _framing_problem(batch: bytes) -> str | None:
         return f"batch length field says {length + LOG_OVERHEAD} bytes, got {len(batch)}"
     if batch[16] != MAGIC_V2:
         return f"batch magic {batch[16]}, only v2 (magic {MAGIC_V2}) is supported"
+    # As Kafka's broker (batch.ensureValid() on produce): a batch whose CRC
+    # fails would be acknowledged, then refused by every fetch (fetch_path
+    # checks it), leaving the partition unreadable past it.
+    want = int.from_bytes(batch[17:CRC_START], "big")
+    got = crc32c(memoryview(batch)[CRC_START:])
+    if got != want:
+        return f"batch CRC-32C is {got:#010x}, header says {want:#010x}"
     return None
