@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from partlog.broker_metrics import BrokerMetrics
-from partlog.cluster_meta import BrokerInfo, StaticMetadata
+from partlog.cluster_meta import BrokerInfo, MetadataSource
 from partlog.errors import Errors
 from partlog.fetch_path import CACHE_BYTES_MAX_DEFAULT, RangeCache, assemble, plan_reads
 from partlog.objectstore import ObjectStore
@@ -51,7 +51,7 @@ from partlog.records import (
 )
 from partlog.rpc import RpcClient, RpcConnectionError, RpcError, RpcRemoteError, RpcServer, RpcTimeoutError
 from partlog.rpc_frame import RpcErrorCode
-from partlog.store import MetadataStore, StoreError
+from partlog.store import COMMIT_DEADLINE_MS_DEFAULT, MetadataStore, StoreError
 from partlog.wire import (
     WireError,
     dec_commit,
@@ -93,7 +93,7 @@ class BrokerConfig:
     produce: ProduceConfig = field(default_factory=ProduceConfig)
     sync: bool = True
     commit_rpc_timeout_ms: int = COMMIT_RPC_TIMEOUT_MS_DEFAULT
-    commit_deadline_ms: int = 30_000
+    commit_deadline_ms: int = COMMIT_DEADLINE_MS_DEFAULT
     fetch_cache_bytes_max: int = CACHE_BYTES_MAX_DEFAULT
     secret: bytes | None = field(default=None, repr=False)
     # TLS for the broker RPC: the server side (CERT_REQUIRED for mutual TLS)
@@ -138,7 +138,7 @@ class Broker:
     def __init__(
         self,
         config: BrokerConfig,
-        metadata: StaticMetadata,
+        metadata: MetadataSource,
         objects: ObjectStore,
         *,
         clock: Callable[[], int] = now_ms,
@@ -218,6 +218,7 @@ class Broker:
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.metrics.close()
         for c in self._clients.values():
             await c.close()
         for fut in self._replies.values():
@@ -225,10 +226,13 @@ class Broker:
                 fut.cancel()
         await asyncio.to_thread(self.store.close)
 
-    def set_metadata(self, metadata: StaticMetadata) -> None:
-        """Adopt new metadata (brokers' ports known after they all started)."""
+    def set_metadata(self, metadata: MetadataSource) -> None:
+        """Adopt new metadata (brokers' ports, new topics).  New topics are
+        created in the store at once (idempotent; a short blocking write)."""
         self.metadata = metadata
         self.pipeline.leader_of = metadata.leader_of
+        reqs = [CreateTopicAndPartitionsRequest(t.topic_id, t.name, t.num_partitions) for t in metadata.topics()]
+        self.store.create_topic_and_partitions(reqs)
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)
@@ -519,7 +523,8 @@ class Broker:
             found = await asyncio.to_thread(self.store.find_batches, led, max_bytes) if led else []
             total = sum(b.metadata.byte_size for f in found for b in f.batches)
             left = deadline - time.monotonic()
-            if total >= min_bytes or left <= 0 or any(f.errors != Errors.NONE for f in found):
+            # Nothing led here: no commit of ours can help, answer now.
+            if not led or total >= min_bytes or left <= 0 or any(f.errors != Errors.NONE for f in found):
                 break
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(left):

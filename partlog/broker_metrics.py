@@ -5,7 +5,9 @@ cluster``).  ``serve(port)`` exposes them over HTTP on 127.0.0.1.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -25,6 +27,8 @@ class BrokerMetrics:
         uploads_inflight_max: int,
         uploads_waiting: Callable[[], float],
     ) -> None:
+        self._http: WSGIServer | None = None
+        self._http_thread: threading.Thread | None = None
         self.registry = CollectorRegistry()
         r = self.registry
         self.uploads = Counter("partlog_uploads", "WAL segments uploaded (attempts)", registry=r)
@@ -60,5 +64,15 @@ class BrokerMetrics:
         self.cache_bytes_max = Gauge("partlog_fetch_cache_bytes_max", "limit of partlog_fetch_cache_bytes", registry=r)
 
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
-        """Expose the metrics at http://host:port/metrics (a daemon thread)."""
-        start_http_server(port, addr=host, registry=self.registry)
+        """Expose the metrics at http://host:port/metrics (a daemon thread)
+        until :meth:`close`."""
+        self._http, self._http_thread = start_http_server(port, addr=host, registry=self.registry)
+
+    def close(self) -> None:
+        """Stop serving and release the port."""
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            if self._http_thread is not None:
+                self._http_thread.join(5)
+            self._http = self._http_thread = None

@@ -68,6 +68,12 @@ class ProduceConfig:
         for name in ("commit_interval_ms", "buffer_bytes_max", "inflight_bytes_max", "uploads_inflight_max"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        try:
+            # A bad prefix would otherwise fail at the first rotation, with
+            # requests already accepted.
+            make_wal_key(self.key_prefix, 0, 0, "0")
+        except ValueError as e:
+            raise ValueError(f"key_prefix {self.key_prefix!r}: {e}") from e
         if self.inflight_bytes_max < self.buffer_bytes_max:
             raise ValueError(
                 f"inflight_bytes_max ({self.inflight_bytes_max}) must be >= buffer_bytes_max ({self.buffer_bytes_max})"

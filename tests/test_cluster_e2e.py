@@ -600,11 +600,6 @@ def test_metrics_endpoint_serves_prometheus_text(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.xfail(
-    strict=True,
-    reason="BrokerMetrics.serve() drops the HTTP server start_http_server returns, so Broker.stop() cannot "
-    "shut it down: the metrics port stays bound until the process exits",
-)
 def test_stopped_broker_releases_its_metrics_port(tmp_path: Path) -> None:
     [port] = free_ports(1)
 
