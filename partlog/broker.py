@@ -74,6 +74,9 @@ COMMIT_RPC_TIMEOUT_MS_DEFAULT = 10_000
 FETCH_MAX_WAIT_MS_MAX = 30_000
 # Kafka's request.timeout.ms default.
 PRODUCE_TIMEOUT_MS_DEFAULT = 30_000
+# Kafka's log.retention.check.interval.ms default: how often the broker
+# applies retention.ms / retention.bytes to the partitions it leads.
+RETENTION_CHECK_INTERVAL_MS_DEFAULT = 300_000
 # Partitions and batches per request a broker accepts.
 PRODUCE_BATCHES_MAX = 10_000
 FETCH_PARTITIONS_MAX = 10_000
@@ -100,8 +103,16 @@ class BrokerConfig:
     # and the context this broker connects to other brokers with.
     server_ssl: ssl.SSLContext | None = field(default=None, repr=False)
     client_ssl: ssl.SSLContext | None = field(default=None, repr=False)
+    retention_check_interval_ms: int = RETENTION_CHECK_INTERVAL_MS_DEFAULT
     # Prometheus metrics on 127.0.0.1:metrics_port; 0 keeps them in-process only.
     metrics_port: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("commit_rpc_timeout_ms", "commit_deadline_ms", "retention_check_interval_ms"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"BrokerConfig.{name} must be > 0, got {getattr(self, name)}")
+        if self.fetch_cache_bytes_max < 0:
+            raise ValueError(f"BrokerConfig.fetch_cache_bytes_max must be >= 0, got {self.fetch_cache_bytes_max}")
 
 
 # Samples kept for reports (latency percentiles, fan-out per file); older
@@ -206,6 +217,7 @@ class Broker:
         await self._server.start()
         self.port = self._server.port
         self._spawn(self._rotation_timer())
+        self._spawn(self._retention_timer())
         if self.config.metrics_port:
             self.metrics.serve(self.config.metrics_port)
         log.info("broker started id=%d az=%s port=%d", self.broker_id, self.config.az, self.port)
@@ -316,6 +328,22 @@ class Broker:
                 except TimeoutError:
                     pass
             self._perform(self.pipeline.tick(self._clock()))
+
+    async def _retention_timer(self) -> None:
+        """Apply retention periodically, as Kafka's log manager does.  The
+        batches it removes drop their WAL references in the same transaction;
+        walmgr deletes the objects nobody references any more."""
+        interval_s = self.config.retention_check_interval_ms / 1000
+        while not self._stopping:
+            await asyncio.sleep(interval_s)
+            try:
+                changed = await asyncio.to_thread(self.store.enforce_retention, self._clock())
+            except StoreError:
+                log.exception("retention failed on broker %d", self.broker_id)
+                continue
+            self.metrics.retention_runs.inc()
+            if changed:
+                log.info("retention moved log start of %d partitions on broker %d", len(changed), self.broker_id)
 
     def _perform(self, actions: list[Action]) -> None:
         for a in actions:

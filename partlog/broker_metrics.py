@@ -48,6 +48,7 @@ class BrokerMetrics:
         self.commits_served = Counter("partlog_commits_served", "commit RPCs served as a leader", registry=r)
         self.produce_requests = Counter("partlog_produce_requests", "produce requests received", registry=r)
         self.produce_bytes = Counter("partlog_produce_bytes", "batch bytes received in produce requests", registry=r)
+        self.retention_runs = Counter("partlog_retention_runs", "retention passes over the led partitions", registry=r)
         self.fetches = Counter("partlog_fetches", "fetch requests served", registry=r)
         self.fetch_gets = Counter("partlog_fetch_gets", "object-store GETs made for fetches", registry=r)
         self.fetch_cache_hits = Counter("partlog_fetch_cache_hits", "fetch reads answered by the cache", registry=r)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,38 @@ def test_metadata_list_offsets_and_leadership(tmp_path: Path) -> None:
                 await b.stop()
 
     asyncio.run(main())
+
+
+@pytest.mark.timeout(60)
+def test_broker_applies_retention_periodically(tmp_path: Path) -> None:
+    async def main() -> None:
+        meta = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"t": 1})
+        objects = LocalDirStore(tmp_path / "objects", fsync=False)
+        broker = Broker(
+            BrokerConfig(1, "az1", str(tmp_path / "b1"), sync=False, retention_check_interval_ms=20), meta, objects
+        )
+        await broker.start()
+        try:
+            [topic] = meta.topics()
+            tp = TopicIdPartition(topic.topic_id, 0)
+            broker.store.alter_topic_configs(topic.topic_id, {"retention.ms": 60_000})
+            now = int(time.time() * 1000)
+            old = build_batch(2, timestamp_ms=now - 600_000)  # 10 minutes old: past retention.ms
+            new = build_batch(2, timestamp_ms=now)
+            results = await broker.produce([(tp, old), (tp, new)])
+            assert [r.base_offset for r in results] == [0, 2]
+            for _ in range(500):  # bounded: the timer runs every 20 ms
+                if broker.store.partition_state(tp)["log_start_offset"] == 2:
+                    break
+                await asyncio.sleep(0.01)
+            assert broker.store.partition_state(tp)["log_start_offset"] == 2
+            assert broker.metrics.retention_runs._value.get() >= 1
+        finally:
+            await broker.stop()
+
+    asyncio.run(main())
+
+
+def test_broker_config_refuses_bad_limits(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="retention_check_interval_ms must be > 0"):
+        BrokerConfig(1, "az1", str(tmp_path), retention_check_interval_ms=0)
