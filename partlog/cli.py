@@ -116,7 +116,13 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"... {msg}", file=sys.stderr, flush=True)
 
-    result = asyncio.run(cluster_run.run(opts, progress))
+    from partlog.objectstore import ObjectStoreError
+
+    try:
+        result = asyncio.run(cluster_run.run(opts, progress))
+    except (ObjectStoreError, ValueError) as e:
+        print(f"partlog cluster: {e}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(result))
     else:
@@ -150,7 +156,14 @@ def _cmd_broker(args: argparse.Namespace) -> int:
     if args.secret_file:
         with open(args.secret_file, "rb") as f:
             secret = f.read().strip() or None
-    store = open_store(args.store or "file://" + os.path.abspath(os.path.join(args.data_dir, "objects")))
+    from partlog.objectstore import ObjectStoreError
+
+    try:
+        store = open_store(args.store or "file://" + os.path.abspath(os.path.join(args.data_dir, "objects")))
+        store.list_page("", max_keys=1)  # fail fast on a wrong store
+    except (ObjectStoreError, ValueError) as e:
+        print(f"partlog broker: {e}", file=sys.stderr)
+        return 2
     config = BrokerConfig(
         args.id,
         me.az,

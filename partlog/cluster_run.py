@@ -64,6 +64,9 @@ async def run(opts: ClusterOptions, progress: Callable[[str], None] | None = Non
     objects: ObjectStore = (
         open_store(opts.store_url) if opts.store_url else LocalDirStore(os.path.join(data_dir, "objects"))
     )
+    # Fail fast on a wrong store: producers would otherwise retry uploads
+    # until their delivery timeout.
+    objects.list_page("", max_keys=1)
     meta = StaticMetadata.generate(azs=opts.azs, brokers_per_az=opts.brokers_per_az, topics={TOPIC: opts.partitions})
     produce_cfg = ProduceConfig(commit_interval_ms=opts.commit_interval_ms, buffer_bytes_max=opts.buffer_bytes_max)
     brokers = [
