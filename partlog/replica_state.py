@@ -1,0 +1,165 @@
+"""A partition leader's view of its replicas, sans-IO: ISR, high watermark
+and acks=all completion, as Kafka's ``Partition`` and ``Replica`` do.
+
+Inputs carry the time as a value: ``follower_fetch`` (a follower fetched at
+``fetch_offset``, i.e. its log end offset), ``leader_appended`` (the leader's
+log end moved), ``tick`` (time passed: a lagging follower may leave the ISR).
+The HWM only moves forward.
+
+Kafka's rules, kept here:
+
+* A follower is caught up at a fetch when its fetch offset reaches the
+  leader's log end offset, or the leader's log end offset as of the previous
+  fetch (``Replica.updateFetchStateOrThrow``); it leaves the ISR when it has
+  not been caught up for ``replica_lag_time_max_ms`` (30 s).
+* It rejoins the ISR when its log end offset reaches the HWM (and the start
+  of the leader's current epoch).
+* HWM = min log end offset over the ISR (leader included).
+* acks=all: refused with NOT_ENOUGH_REPLICAS before the append when the ISR
+  is smaller than ``min_insync_replicas``; completed when the HWM passes the
+  append; NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below the
+  minimum before that.
+
+Issue 4 wires this into the broker (follower fetch sessions, the KIP-1166
+HWM field); this module is the part both the brokers and the simulations run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from partlog.errors import Errors
+
+# Kafka's replica.lag.time.max.ms default.
+REPLICA_LAG_TIME_MAX_MS_DEFAULT = 30_000
+
+
+@dataclass(slots=True)
+class _Follower:
+    log_end_offset: int = 0
+    last_caught_up_ms: int = 0
+    # The leader's log end offset at this follower's previous fetch.
+    last_fetch_leader_leo: int = 0
+    last_fetch_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AckResult:
+    """An acks=all append that completed (or failed) after the ISR moved."""
+
+    required_offset: int  # the HWM the append waits for (its last offset + 1)
+    token: int
+    error: Errors
+
+
+@dataclass(slots=True)
+class _Waiting:
+    required_offset: int
+    token: int
+
+
+@dataclass(slots=True)
+class ReplicaState:
+    leader_id: int
+    replicas: tuple[int, ...]
+    min_insync_replicas: int = 1
+    replica_lag_time_max_ms: int = REPLICA_LAG_TIME_MAX_MS_DEFAULT
+    leader_epoch_start_offset: int = 0
+    log_end_offset: int = 0
+    high_watermark: int = 0
+    isr: set[int] = field(default_factory=set)
+    _followers: dict[int, _Follower] = field(default_factory=dict)
+    _waiting: list[_Waiting] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.leader_id not in self.replicas:
+            raise ValueError(f"leader {self.leader_id} is not one of the replicas {self.replicas}")
+        if not 1 <= self.min_insync_replicas <= len(self.replicas):
+            raise ValueError(f"min_insync_replicas {self.min_insync_replicas} not in [1, {len(self.replicas)}]")
+        if self.replica_lag_time_max_ms <= 0:
+            raise ValueError(f"replica_lag_time_max_ms must be > 0, got {self.replica_lag_time_max_ms}")
+        if not self.isr:
+            self.isr = set(self.replicas)  # a new leader starts from the ISR it was elected with
+        self.isr.add(self.leader_id)
+        for r in self.replicas:
+            if r != self.leader_id:
+                self._followers.setdefault(r, _Follower())
+
+    # ------------------------------------------------------------- inputs
+
+    def check_acks_all(self) -> Errors:
+        """Before an acks=all append: NOT_ENOUGH_REPLICAS if the ISR is too small."""
+        if len(self.isr) < self.min_insync_replicas:
+            return Errors.NOT_ENOUGH_REPLICAS
+        return Errors.NONE
+
+    def leader_appended(self, log_end_offset: int, now_ms: int, wait_token: int | None = None) -> list[AckResult]:
+        """The leader's log now ends at ``log_end_offset``; with ``wait_token``
+        an acks=all append waits for the HWM to reach it."""
+        if log_end_offset < self.log_end_offset:
+            raise ValueError(f"log end offset went back from {self.log_end_offset} to {log_end_offset}")
+        self.log_end_offset = log_end_offset
+        if wait_token is not None:
+            self._waiting.append(_Waiting(log_end_offset, wait_token))
+        return self._advance()
+
+    def follower_fetch(self, follower_id: int, fetch_offset: int, now_ms: int) -> list[AckResult]:
+        """A follower fetched from ``fetch_offset``: everything before it is on its log."""
+        f = self._followers.get(follower_id)
+        if f is None:
+            raise ValueError(f"broker {follower_id} is not a follower of this partition")
+        if fetch_offset > self.log_end_offset:
+            raise ValueError(
+                f"follower {follower_id} fetched at {fetch_offset}, past the log end {self.log_end_offset}"
+            )
+        f.log_end_offset = fetch_offset
+        if fetch_offset >= self.log_end_offset:
+            f.last_caught_up_ms = now_ms
+        elif fetch_offset >= f.last_fetch_leader_leo:
+            f.last_caught_up_ms = max(f.last_caught_up_ms, f.last_fetch_ms)
+        f.last_fetch_leader_leo = self.log_end_offset
+        f.last_fetch_ms = now_ms
+        if (
+            follower_id not in self.isr
+            and fetch_offset >= self.high_watermark
+            and fetch_offset >= self.leader_epoch_start_offset
+        ):
+            self.isr.add(follower_id)
+        return self._advance()
+
+    def tick(self, now_ms: int) -> list[AckResult]:
+        """Shrink the ISR of followers not caught up for replica_lag_time_max_ms."""
+        for fid, f in self._followers.items():
+            if fid in self.isr and now_ms - f.last_caught_up_ms > self.replica_lag_time_max_ms:
+                self.isr.discard(fid)
+        return self._advance()
+
+    # ---------------------------------------------------------- internals
+
+    def _advance(self) -> list[AckResult]:
+        leos = [self.log_end_offset] + [self._followers[r].log_end_offset for r in self.isr if r != self.leader_id]
+        candidate = min(leos)
+        # The HWM advances even with the ISR below min.insync.replicas (as
+        # Kafka's maybeIncrementLeaderHW): acks=all appends fail instead.
+        if candidate > self.high_watermark:
+            self.high_watermark = candidate
+        done: list[AckResult] = []
+        keep: list[_Waiting] = []
+        for w in self._waiting:
+            if self.high_watermark >= w.required_offset:
+                # Completed, but Kafka still refuses it if the ISR is below the
+                # minimum at completion (Partition.checkEnoughReplicasReachOffset).
+                err = (
+                    Errors.NONE
+                    if len(self.isr) >= self.min_insync_replicas
+                    else (Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+                )
+                done.append(AckResult(w.required_offset, w.token, err))
+            else:
+                keep.append(w)
+        self._waiting = keep
+        return done
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)

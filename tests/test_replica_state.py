@@ -1,0 +1,111 @@
+"""ISR, HWM and acks=all completion (Kafka's Partition rules) as a state machine."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from partlog.errors import Errors
+from partlog.replica_state import AckResult, ReplicaState
+
+LAG_MS = 1000
+
+
+class ReplicaMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.s = ReplicaState(leader_id=1, replicas=(1, 2, 3), min_insync_replicas=2, replica_lag_time_max_ms=LAG_MS)
+        self.now = 0
+        self.follower_leo = {2: 0, 3: 0}
+        self.hwm_seen = 0
+        self.expected_hwm = 0
+        self.waiting: dict[int, int] = {}  # token -> required offset
+        self.next_token = 0
+
+    def _done(self, results: list[AckResult]) -> None:
+        for r in results:
+            assert r.token in self.waiting, "completed twice or never waited"
+            assert self.waiting.pop(r.token) == r.required_offset <= self.s.high_watermark
+            want = Errors.NONE if len(self.s.isr) >= 2 else Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            assert r.error == want
+
+    @rule(n=st.integers(1, 5), acks_all=st.booleans())
+    def append(self, n: int, acks_all: bool) -> None:
+        if acks_all and self.s.check_acks_all() != Errors.NONE:
+            assert len(self.s.isr) < 2
+            return
+        token = None
+        if acks_all:
+            token = self.next_token
+            self.next_token += 1
+            self.waiting[token] = self.s.log_end_offset + n
+        self._done(self.s.leader_appended(self.s.log_end_offset + n, self.now, token))
+
+    @rule(follower=st.sampled_from([2, 3]), data=st.data())
+    def fetch(self, follower: int, data: st.DataObject) -> None:
+        offset = data.draw(st.integers(self.follower_leo[follower], self.s.log_end_offset))
+        self.follower_leo[follower] = offset
+        self._done(self.s.follower_fetch(follower, offset, self.now))
+
+    @rule(ms=st.sampled_from([10, 500, LAG_MS + 1]))
+    def tick(self, ms: int) -> None:
+        self.now += ms
+        self._done(self.s.tick(self.now))
+
+    @invariant()
+    def rules_hold(self) -> None:
+        s = self.s
+        assert 1 in s.isr
+        assert s.high_watermark >= self.hwm_seen, "HWM went back"
+        self.hwm_seen = s.high_watermark
+        assert s.high_watermark <= s.log_end_offset
+        # HWM = min over the ISR, unless it was already higher (it never goes back).
+        isr_min = min([s.log_end_offset] + [self.follower_leo[r] for r in s.isr if r != 1])
+        self.expected_hwm = max(self.expected_hwm, isr_min)
+        assert s.high_watermark == self.expected_hwm
+        # Nothing waits that the HWM already passed.
+        assert all(req > s.high_watermark for req in self.waiting.values())
+        assert s.waiting == len(self.waiting)
+
+
+ReplicaMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+test_replica_state_machine = ReplicaMachine.TestCase
+
+
+def test_lagging_follower_leaves_and_rejoins_the_isr() -> None:
+    s = ReplicaState(leader_id=1, replicas=(1, 2), min_insync_replicas=2, replica_lag_time_max_ms=100)
+    assert s.leader_appended(10, 0, wait_token=7) == []
+    assert s.follower_fetch(2, 10, 50) == [AckResult(10, 7, Errors.NONE)]  # HWM 10: the ack completes
+    s.leader_appended(20, 60)
+    # Behind the leader (20), but at the leader's end as of the previous fetch
+    # (10): caught up as of that fetch, at 50 ms.
+    s.follower_fetch(2, 12, 70)
+    assert s.tick(150) == [] and 2 in s.isr
+    assert s.tick(151) == [] and s.isr == {1}  # not caught up for more than 100 ms
+    assert s.check_acks_all() == Errors.NOT_ENOUGH_REPLICAS
+    assert s.high_watermark == 20  # the ISR is the leader alone
+    s.leader_appended(25, 200)
+    s.follower_fetch(2, 25, 210)  # back at the HWM: rejoins
+    assert s.isr == {1, 2} and s.check_acks_all() == Errors.NONE
+
+
+def test_ack_fails_after_append_when_the_isr_shrinks() -> None:
+    s = ReplicaState(leader_id=1, replicas=(1, 2, 3), min_insync_replicas=2, replica_lag_time_max_ms=100)
+    s.follower_fetch(2, 0, 0)
+    s.follower_fetch(3, 0, 0)
+    s.leader_appended(5, 10, wait_token=1)
+    assert s.tick(500) == [AckResult(5, 1, Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND)]
+
+
+def test_bad_configs() -> None:
+    with pytest.raises(ValueError, match="not one of the replicas"):
+        ReplicaState(leader_id=9, replicas=(1, 2))
+    with pytest.raises(ValueError, match="min_insync_replicas"):
+        ReplicaState(leader_id=1, replicas=(1, 2), min_insync_replicas=3)
+    s = ReplicaState(leader_id=1, replicas=(1, 2))
+    with pytest.raises(ValueError, match="past the log end"):
+        s.follower_fetch(2, 5, 0)
+    with pytest.raises(ValueError, match="not a follower"):
+        s.follower_fetch(3, 0, 0)
