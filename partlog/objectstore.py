@@ -115,6 +115,39 @@ class ObjectStore(Protocol):
         ...
 
 
+class ForwardingStore:
+    """An :class:`ObjectStore` that passes every call to ``inner``: subclass
+    it and override what you want to change (fault injection in tests,
+    metrics or throttling in an embedding broker)."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+
+    def put(self, key: str, data: bytes) -> None:
+        self.inner.put(key, data)
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        return self.inner.get_range(key, offset, length)
+
+    def get_suffix(self, key: str, length: int) -> tuple[bytes, int]:
+        return self.inner.get_suffix(key, length)
+
+    def get(self, key: str) -> bytes:
+        return self.inner.get(key)
+
+    def head(self, key: str) -> ObjectInfo:
+        return self.inner.head(key)
+
+    def list_page(self, prefix: str, start_after: str = "", max_keys: int = LIST_KEYS_MAX) -> ListPage:
+        return self.inner.list_page(prefix, start_after, max_keys)
+
+    def delete_many(self, keys: Sequence[str]) -> DeleteResult:
+        return self.inner.delete_many(keys)
+
+    def describe(self) -> str:
+        return self.inner.describe()
+
+
 def iter_objects(store: ObjectStore, prefix: str, start_after: str = "") -> Iterator[ObjectInfo]:
     """Every object under ``prefix`` after ``start_after``, page by page."""
     while True:

@@ -23,7 +23,11 @@ from pathlib import Path
 from partlog.broker import Broker, BrokerConfig
 from partlog.client import Consumer, Producer, RecordMetadata
 from partlog.cluster_meta import StaticMetadata
-from partlog.objectstore import LIST_KEYS_MAX, DeleteResult, ListPage, ObjectInfo, ObjectStore, ObjectStoreError
+from partlog.objectstore import (
+    ForwardingStore,
+    ObjectStore,
+    ObjectStoreError,
+)
 from partlog.produce_pipeline import ProduceConfig
 from partlog.records import TopicIdPartition
 
@@ -49,12 +53,12 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
-class FlakyStore:
+class FlakyStore(ForwardingStore):
     """Wraps an :class:`ObjectStore`; every ``fail_every``-th put raises a
     retriable :class:`ObjectStoreError` (deterministic: by call count)."""
 
     def __init__(self, inner: ObjectStore, fail_every: int) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.fail_every = fail_every
         self.puts = 0
         self.failed = 0
@@ -69,24 +73,6 @@ class FlakyStore:
         if fail:
             raise ObjectStoreError(f"injected failure: put {key}", key=key, retriable=True)
         self.inner.put(key, data)
-
-    def get_range(self, key: str, offset: int, length: int) -> bytes:
-        return self.inner.get_range(key, offset, length)
-
-    def get_suffix(self, key: str, length: int) -> tuple[bytes, int]:
-        return self.inner.get_suffix(key, length)
-
-    def get(self, key: str) -> bytes:
-        return self.inner.get(key)
-
-    def head(self, key: str) -> ObjectInfo:
-        return self.inner.head(key)
-
-    def list_page(self, prefix: str, start_after: str = "", max_keys: int = LIST_KEYS_MAX) -> ListPage:
-        return self.inner.list_page(prefix, start_after, max_keys)
-
-    def delete_many(self, keys: Sequence[str]) -> DeleteResult:
-        return self.inner.delete_many(keys)
 
     def describe(self) -> str:
         return f"flaky({self.inner.describe()})"

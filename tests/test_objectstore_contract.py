@@ -24,6 +24,7 @@ from partlog.objectstore import (
     DELETE_KEYS_MAX,
     KEY_BYTES_MAX,
     DeleteResult,
+    ForwardingStore,
     InvalidKeyError,
     ListPage,
     LocalDirStore,
@@ -455,35 +456,17 @@ def test_list_empty_store(store: ObjectStore) -> None:
     assert store.list_page("a/", "a/b", 1) == ListPage([], False)
 
 
-class SmallPages:
+class SmallPages(ForwardingStore):
     """A store whose listings come in pages of at most ``page`` keys."""
 
     def __init__(self, inner: ObjectStore, page: int) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.page = page
         self.calls = 0
 
     def list_page(self, prefix: str, start_after: str = "", max_keys: int = 1000) -> ListPage:
         self.calls += 1
         return self.inner.list_page(prefix, start_after, min(max_keys, self.page))
-
-    def put(self, key: str, data: bytes) -> None:
-        self.inner.put(key, data)
-
-    def get_range(self, key: str, offset: int, length: int) -> bytes:
-        return self.inner.get_range(key, offset, length)
-
-    def get_suffix(self, key: str, length: int) -> tuple[bytes, int]:
-        return self.inner.get_suffix(key, length)
-
-    def get(self, key: str) -> bytes:
-        return self.inner.get(key)
-
-    def head(self, key: str) -> ObjectInfo:
-        return self.inner.head(key)
-
-    def delete_many(self, keys: Sequence[str]) -> DeleteResult:
-        return self.inner.delete_many(keys)
 
     def describe(self) -> str:
         return f"{self.inner.describe()} in pages of {self.page}"
