@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from partlog.client import build_record_batch
 from partlog.cluster_meta import StaticMetadata
 from partlog.objectstore import LocalDirStore, ObjectStore, open_store
 from partlog.rpc import RpcClient
@@ -44,21 +45,8 @@ def _free_port() -> int:
 
 
 def _batch(records: int, value_bytes: int) -> bytes:
-    from kafka.record.default_records import DefaultRecordBatchBuilder
-
-    b = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 30,
-    )
     now = time.time_ns() // 1_000_000
-    for i in range(records):
-        b.append(i, timestamp=now, key=None, value=os.urandom(value_bytes), headers=[])
-    return bytes(b.build())
+    return build_record_batch([(None, os.urandom(value_bytes), now) for _ in range(records)])
 
 
 def _percentile(values: list[float], q: float) -> float:

@@ -21,13 +21,14 @@ import logging
 import secrets
 import ssl
 import time
+import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from partlog.broker_metrics import BrokerMetrics
-from partlog.cluster_meta import BrokerInfo, MetadataSource
+from partlog.cluster_meta import BrokerInfo, MetadataSource, StaticMetadata
 from partlog.errors import Errors
 from partlog.fetch_path import CACHE_BYTES_MAX_DEFAULT, RangeCache, assemble, plan_reads
 from partlog.objectstore import ObjectStore
@@ -56,13 +57,9 @@ from partlog.wire import (
     WireError,
     dec_commit,
     dec_commit_responses,
-    dec_tp,
+    dec_partition_items,
     enc_commit,
     enc_commit_responses,
-    enc_tp,
-)
-from partlog.wire import (
-    field as wire_field,
 )
 
 log = logging.getLogger(__name__)
@@ -77,9 +74,11 @@ PRODUCE_TIMEOUT_MS_DEFAULT = 30_000
 # Kafka's log.retention.check.interval.ms default: how often the broker
 # applies retention.ms / retention.bytes to the partitions it leads.
 RETENTION_CHECK_INTERVAL_MS_DEFAULT = 300_000
+# A fetch's default total bytes: Kafka's fetch.max.bytes.
+FETCH_MAX_BYTES_DEFAULT = 50 * 1024 * 1024
 # Partitions and batches per request a broker accepts.
 PRODUCE_BATCHES_MAX = 10_000
-FETCH_PARTITIONS_MAX = 10_000
+PARTITIONS_MAX = 10_000  # per fetch or list_offsets request
 
 
 def now_ms() -> int:
@@ -191,13 +190,20 @@ class Broker:
         self._new_data = asyncio.Event()
         self._upload_started: dict[int, float] = {}
         self._stopping = False
+        self._topic_ids: set[uuid.UUID] = set()
         self.port = 0
 
     # ------------------------------------------------------------ lifecycle
 
+    def _new_topics(self, metadata: MetadataSource) -> list[CreateTopicAndPartitionsRequest]:
+        """Topics of ``metadata`` this broker has not created yet (only those
+        cost a store write)."""
+        new = [t for t in metadata.topics() if t.topic_id not in self._topic_ids]
+        self._topic_ids.update(t.topic_id for t in new)
+        return [CreateTopicAndPartitionsRequest(t.topic_id, t.name, t.num_partitions) for t in new]
+
     async def start(self) -> None:
-        reqs = [CreateTopicAndPartitionsRequest(t.topic_id, t.name, t.num_partitions) for t in self.metadata.topics()]
-        await asyncio.to_thread(self.store.create_topic_and_partitions, reqs)
+        await asyncio.to_thread(self.store.create_topic_and_partitions, self._new_topics(self.metadata))
         handlers: dict[str, Callable[[Any], Awaitable[Any]]] = {
             "produce": self._handle_produce,
             "commit": self._handle_commit,
@@ -243,8 +249,9 @@ class Broker:
         created in the store at once (idempotent; a short blocking write)."""
         self.metadata = metadata
         self.pipeline.leader_of = metadata.leader_of
-        reqs = [CreateTopicAndPartitionsRequest(t.topic_id, t.name, t.num_partitions) for t in metadata.topics()]
-        self.store.create_topic_and_partitions(reqs)
+        reqs = self._new_topics(metadata)
+        if reqs:
+            self.store.create_topic_and_partitions(reqs)
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)
@@ -489,14 +496,10 @@ class Broker:
     async def _handle_produce(self, body: Any) -> Any:
         try:
             m = _as_map(body, "produce")
-            items = wire_field(m, "batches", "produce")
-            if type(items) is not list or len(items) > PRODUCE_BATCHES_MAX:
-                raise WireError(f"produce.batches: a list of at most {PRODUCE_BATCHES_MAX}")
-            batches = []
-            for i, it in enumerate(items):
-                if type(it) is not list or len(it) != 3 or type(it[2]) is not bytes:
-                    raise WireError(f"produce.batches[{i}]: expected [topic_id, partition, batch bytes]")
-                batches.append((dec_tp(it[:2], f"produce.batches[{i}]"), it[2]))
+            items = dec_partition_items(
+                m, "batches", "produce", (bytes,), "[topic_id, partition, batch bytes]", PRODUCE_BATCHES_MAX
+            )
+            batches = [(tp, rest[0]) for tp, rest in items]
             timeout = m.get("timeout_ms", PRODUCE_TIMEOUT_MS_DEFAULT)
             if type(timeout) is not int or timeout <= 0:
                 raise WireError("produce.timeout_ms: a positive integer")
@@ -524,17 +527,13 @@ class Broker:
     async def _handle_fetch(self, body: Any) -> Any:
         try:
             m = _as_map(body, "fetch")
-            parts = wire_field(m, "partitions", "fetch")
-            if type(parts) is not list or len(parts) > FETCH_PARTITIONS_MAX:
-                raise WireError(f"fetch.partitions: a list of at most {FETCH_PARTITIONS_MAX}")
-            reqs = []
-            for i, p in enumerate(parts):
-                if type(p) is not list or len(p) != 4 or not all(type(x) is int for x in p[2:]):
-                    raise WireError(f"fetch.partitions[{i}]: expected [topic_id, partition, offset, max_bytes]")
-                reqs.append(FindBatchRequest(dec_tp(p[:2], f"fetch.partitions[{i}]"), p[2], max(1, p[3])))
+            parts = dec_partition_items(
+                m, "partitions", "fetch", (int, int), "[topic_id, partition, offset, max_bytes]", PARTITIONS_MAX
+            )
+            reqs = [FindBatchRequest(tp, offset, max(1, limit)) for tp, (offset, limit) in parts]
             max_wait = min(int(m.get("max_wait_ms", 0)), FETCH_MAX_WAIT_MS_MAX)
             min_bytes = int(m.get("min_bytes", 1))
-            max_bytes = max(1, int(m.get("max_bytes", 50 * 1024 * 1024)))
+            max_bytes = max(1, int(m.get("max_bytes", FETCH_MAX_BYTES_DEFAULT)))
         except (WireError, TypeError, ValueError, OverflowError) as e:  # int(inf) is an OverflowError
             raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
         return await self.fetch(reqs, max_wait_ms=max_wait, min_bytes=min_bytes, max_bytes=max_bytes)
@@ -611,14 +610,10 @@ class Broker:
     async def _handle_list_offsets(self, body: Any) -> Any:
         try:
             m = _as_map(body, "list_offsets")
-            items = wire_field(m, "partitions", "list_offsets")
-            if type(items) is not list:
-                raise WireError("list_offsets.partitions: a list")
-            reqs = []
-            for i, it in enumerate(items):
-                if type(it) is not list or len(it) != 3 or type(it[2]) is not int:
-                    raise WireError(f"list_offsets.partitions[{i}]: expected [topic_id, partition, timestamp]")
-                reqs.append(ListOffsetsRequest(dec_tp(it[:2]), it[2]))
+            items = dec_partition_items(
+                m, "partitions", "list_offsets", (int,), "[topic_id, partition, timestamp]", PARTITIONS_MAX
+            )
+            reqs = [ListOffsetsRequest(tp, rest[0]) for tp, rest in items]
         except WireError as e:
             raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
         led = [i for i, r in enumerate(reqs) if self.metadata.leader_of(r.topic_id_partition) == self.broker_id]
@@ -646,4 +641,26 @@ def _as_map(body: Any, what: str) -> dict[str, Any]:
     return body
 
 
-__all__ = ["Broker", "BrokerConfig", "BrokerStats", "enc_tp"]
+async def start_brokers(
+    configs: Sequence[BrokerConfig], metadata: StaticMetadata, objects: ObjectStore
+) -> tuple[list[Broker], StaticMetadata]:
+    """Start in-process brokers (ports 0: the OS picks), then hand all of
+    them the metadata with the ports filled in.  If one fails to start, the
+    started ones are stopped again."""
+    brokers = [Broker(c, metadata, objects) for c in configs]
+    started: list[Broker] = []
+    try:
+        for b in brokers:
+            await b.start()
+            started.append(b)
+    except BaseException:
+        for b in started:
+            await b.stop()
+        raise
+    metadata = metadata.with_ports({b.broker_id: b.port for b in brokers})
+    for b in brokers:
+        b.set_metadata(metadata)
+    return brokers, metadata
+
+
+__all__ = ["Broker", "BrokerConfig", "BrokerStats", "start_brokers"]

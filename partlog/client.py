@@ -46,11 +46,41 @@ MAX_IN_FLIGHT_DEFAULT = 5
 DELIVERY_TIMEOUT_MS_DEFAULT = 120_000
 RETRY_BACKOFF_MS_DEFAULT = 100
 REQUEST_TIMEOUT_MS_DEFAULT = 30_000
+# The RPC waits this much longer than the request timeout the broker
+# enforces, so the broker's own REQUEST_TIMED_OUT answer arrives first.
+RPC_TIMEOUT_MARGIN_MS = 5_000
+# Kafka's consumer fetch.max.bytes and max.partition.fetch.bytes defaults.
+FETCH_MAX_BYTES_DEFAULT = 50 * 1024 * 1024
+PARTITION_FETCH_MAX_BYTES_DEFAULT = 1024 * 1024
 LINGER_MS_DEFAULT = 5
 BATCH_BYTES_MAX_DEFAULT = 1024 * 1024
 # Bytes of batches in one produce request: well under the RPC frame limit
 # (64 MiB), like Kafka's max.request.size bounds a request.
 REQUEST_BYTES_MAX_DEFAULT = 8 * 1024 * 1024
+
+
+def build_record_batch(
+    records: Sequence[tuple[bytes | None, bytes | None, int]],
+    *,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    compression: int = 0,
+) -> bytes:
+    """A Kafka v2 record batch of ``(key, value, timestamp ms)`` records, with
+    kafka-python's record module (offset deltas from 0)."""
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=compression,
+        is_transactional=False,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        batch_size=1 << 30,
+    )
+    for i, (k, v, ts) in enumerate(records):
+        builder.append(i, timestamp=ts, key=k, value=v, headers=[])
+    return bytes(builder.build())
 
 
 class ProduceError(Exception):
@@ -281,22 +311,17 @@ class Producer:
         records, st.pending = st.pending[:take], st.pending[take:]
         st.pending_bytes = max(0, st.pending_bytes - size)
         seq = st.next_sequence if self.idempotent else -1
-        builder = DefaultRecordBatchBuilder(
-            magic=2,
-            compression_type=0,
-            is_transactional=False,
+        data = build_record_batch(
+            [(k, v, ts) for k, v, ts, _, _ in records],
             producer_id=self.producer_id,
             producer_epoch=self.producer_epoch,
             base_sequence=seq,
-            batch_size=1 << 30,
         )
-        for i, (k, v, ts, _, _) in enumerate(records):
-            builder.append(i, timestamp=ts, key=k, value=v, headers=[])
         if self.idempotent:
             st.next_sequence = increment_sequence(st.next_sequence, len(records))
         # created = the oldest record's send time: delivery timeout and
         # latency count from send(), as a user sees them.
-        st.ready.append(_Batch(tp, bytes(builder.build()), [f for *_, f in records], seq, records[0][3]))
+        st.ready.append(_Batch(tp, data, [f for *_, f in records], seq, records[0][3]))
 
     async def _send_loop(self) -> None:
         # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a
@@ -379,7 +404,7 @@ class Producer:
                         "timeout_ms": self.request_timeout_ms,
                         "acks": self.acks,
                     },
-                    timeout_ms=self.request_timeout_ms + 5000,
+                    timeout_ms=self.request_timeout_ms + RPC_TIMEOUT_MARGIN_MS,
                 )
                 results = body["results"]
             except RpcTimeoutError:
@@ -473,8 +498,8 @@ class Consumer:
         ssl: SSLContext | None = None,
         max_wait_ms: int = 500,
         min_bytes: int = 1,
-        max_bytes: int = 50 * 1024 * 1024,
-        partition_max_bytes: int = 1024 * 1024,
+        max_bytes: int = FETCH_MAX_BYTES_DEFAULT,
+        partition_max_bytes: int = PARTITION_FETCH_MAX_BYTES_DEFAULT,
     ) -> None:
         self.conns = Connections(bootstrap, secret=secret, ssl=ssl)
         self.max_wait_ms = max_wait_ms

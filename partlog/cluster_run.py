@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from partlog.broker import Broker, BrokerConfig
+from partlog.broker import BrokerConfig, start_brokers
 from partlog.client import Consumer, Producer, RecordMetadata
 from partlog.cluster_meta import StaticMetadata
 from partlog.objectstore import LocalDirStore, ObjectStore, open_store
@@ -69,25 +69,17 @@ async def run(opts: ClusterOptions, progress: Callable[[str], None] | None = Non
     objects.list_page("", max_keys=1)
     meta = StaticMetadata.generate(azs=opts.azs, brokers_per_az=opts.brokers_per_az, topics={TOPIC: opts.partitions})
     produce_cfg = ProduceConfig(commit_interval_ms=opts.commit_interval_ms, buffer_bytes_max=opts.buffer_bytes_max)
-    brokers = [
-        Broker(
-            BrokerConfig(
-                b.broker_id,
-                b.az,
-                os.path.join(data_dir, "brokers", str(b.broker_id), "meta"),
-                produce=produce_cfg,
-                sync=opts.sync,
-            ),
-            meta,
-            objects,
+    configs = [
+        BrokerConfig(
+            b.broker_id,
+            b.az,
+            os.path.join(data_dir, "brokers", str(b.broker_id), "meta"),
+            produce=produce_cfg,
+            sync=opts.sync,
         )
         for b in meta.brokers()
     ]
-    for br in brokers:
-        await br.start()
-    meta = meta.with_ports({br.broker_id: br.port for br in brokers})
-    for br in brokers:
-        br.set_metadata(meta)
+    brokers, meta = await start_brokers(configs, meta, objects)
     rng = random.Random(opts.seed)
     [topic] = meta.topics()
     tps = [TopicIdPartition(topic.topic_id, p) for p in range(topic.num_partitions)]

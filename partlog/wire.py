@@ -75,6 +75,28 @@ def dec_tp(v: Any, what: str = "partition") -> TopicIdPartition:
     return TopicIdPartition(uuid.UUID(bytes=tid), part)
 
 
+def dec_partition_items(
+    body: dict[str, Any], name: str, what: str, tail: tuple[type, ...], shape: str, items_max: int
+) -> list[tuple[TopicIdPartition, list[Any]]]:
+    """The list ``body[name]`` of ``[topic_id, partition, *tail]`` items (at
+    most ``items_max``), each with its partition decoded and the tail's types
+    checked; ``shape`` describes an item for the error message."""
+    items = field(body, name, what)
+    if type(items) is not list or len(items) > items_max:
+        raise WireError(f"{what}.{name}: a list of at most {items_max} items")
+    out = []
+    for i, it in enumerate(items):
+        where = f"{what}.{name}[{i}]"
+        if (
+            type(it) is not list
+            or len(it) != 2 + len(tail)
+            or any(type(x) is not t for x, t in zip(it[2:], tail, strict=True))
+        ):
+            raise WireError(f"{where}: expected {shape}")
+        out.append((dec_tp(it[:2], where), it[2:]))
+    return out
+
+
 # ----------------------------------------------------------------- commit
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import uuid
 
-from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from kafka.record.default_records import DefaultRecordBatch
 
+from partlog.client import build_record_batch
 from partlog.records import CommitBatchRequest, TopicIdPartition
 from partlog.wal_key import make_wal_key
 
@@ -21,18 +22,13 @@ def build_batch(
     compression: int = 0,
 ) -> bytes:
     """A v2 batch of ``records`` records (timestamps ascending from timestamp_ms)."""
-    b = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=compression,
-        is_transactional=False,
+    return build_record_batch(
+        [(None, b"v" * value_bytes, timestamp_ms + i) for i in range(records)],
         producer_id=producer_id,
         producer_epoch=producer_epoch,
         base_sequence=base_sequence,
-        batch_size=1 << 30,
+        compression=compression,
     )
-    for i in range(records):
-        b.append(i, timestamp=timestamp_ms + i, key=None, value=b"v" * value_bytes, headers=[])
-    return bytes(b.build())
 
 
 def batch_crc_ok(batch: bytes) -> bool:

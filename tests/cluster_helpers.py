@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from partlog.broker import Broker, BrokerConfig
+from partlog.broker import Broker, BrokerConfig, start_brokers
 from partlog.client import Consumer, Producer, RecordMetadata
 from partlog.cluster_meta import StaticMetadata
 from partlog.objectstore import (
@@ -93,33 +93,23 @@ async def running_cluster(
 ) -> AsyncIterator[tuple[list[Broker], StaticMetadata]]:
     """Brokers on 127.0.0.1 sharing ``objects``, topic "t"; stopped on exit."""
     meta = StaticMetadata.generate(azs=azs, brokers_per_az=brokers_per_az, topics={"t": partitions})
-    brokers = [
-        Broker(
-            BrokerConfig(
-                b.broker_id,
-                b.az,
-                os.path.join(data_dir, f"broker-{b.broker_id}"),
-                produce=ProduceConfig(commit_interval_ms=commit_interval_ms),
-                sync=sync,
-                commit_rpc_timeout_ms=commit_rpc_timeout_ms,
-                metrics_port=(metrics_ports or {}).get(b.broker_id, 0),
-            ),
-            meta,
-            objects,
+    configs = [
+        BrokerConfig(
+            b.broker_id,
+            b.az,
+            os.path.join(data_dir, f"broker-{b.broker_id}"),
+            produce=ProduceConfig(commit_interval_ms=commit_interval_ms),
+            sync=sync,
+            commit_rpc_timeout_ms=commit_rpc_timeout_ms,
+            metrics_port=(metrics_ports or {}).get(b.broker_id, 0),
         )
         for b in meta.brokers()
     ]
-    started: list[Broker] = []
+    brokers, meta = await start_brokers(configs, meta, objects)
     try:
-        for br in brokers:
-            await br.start()
-            started.append(br)
-        meta = meta.with_ports({br.broker_id: br.port for br in brokers})
-        for br in brokers:
-            br.set_metadata(meta)
         yield brokers, meta
     finally:
-        for br in started:
+        for br in brokers:
             await br.stop()
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from partlog.broker import Broker, BrokerConfig
+from partlog.broker import Broker, BrokerConfig, start_brokers
 from partlog.cluster_meta import StaticMetadata
 from partlog.errors import Errors
 from partlog.objectstore import LocalDirStore
@@ -25,20 +25,10 @@ T0 = 1_700_000_000_000
 async def _brokers(tmp_path: Path, n_azs: int) -> tuple[list[Broker], StaticMetadata]:
     meta = StaticMetadata.generate(azs=n_azs, brokers_per_az=1, topics={"t": n_azs})
     objects = LocalDirStore(tmp_path / "objects", fsync=False)
-    brokers = [
-        Broker(
-            BrokerConfig(b.broker_id, b.az, os.path.join(tmp_path, f"b{b.broker_id}"), sync=False),
-            meta,
-            objects,
-        )
-        for b in meta.brokers()
+    configs = [
+        BrokerConfig(b.broker_id, b.az, os.path.join(tmp_path, f"b{b.broker_id}"), sync=False) for b in meta.brokers()
     ]
-    for b in brokers:
-        await b.start()
-    meta = meta.with_ports({b.broker_id: b.port for b in brokers})
-    for b in brokers:
-        b.set_metadata(meta)
-    return brokers, meta
+    return await start_brokers(configs, meta, objects)
 
 
 @pytest.mark.timeout(60)
