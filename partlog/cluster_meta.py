@@ -1,10 +1,11 @@
 """Cluster metadata as brokers and clients see it: brokers with their AZs,
 topics with partition leaders, and produce routing.
 
-For now the assignment is static (a TOML file or generated from flags);
-replication and an elected controller come with issue 4.  Brokers only use
-the :class:`MetadataSource` protocol, so a broker embedding partlog can supply
-its own.
+Two sources implement the :class:`MetadataSource` protocol brokers use: the
+static assignment here (a TOML file or generated from flags; leaders never
+move, ISR changes are accepted locally) and the embedded controller's
+(:mod:`partlog.controller_client`).  A broker embedding partlog can supply its
+own.
 
 Produce representatives (design brief, item 4): a client in AZ ``z`` sends a
 partition led by ``L`` to ``rep(L, z) = L`` when ``L`` is in ``z``, else to
@@ -20,11 +21,16 @@ from __future__ import annotations
 
 import tomllib
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from partlog.errors import Errors
+from partlog.producer_ids import ProducerIdBlock
 from partlog.records import TopicIdPartition
+
+# A partition without a leader (all of its ISR is down).
+NO_LEADER = -1
 
 
 class MetadataError(ValueError):
@@ -40,21 +46,59 @@ class BrokerInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """One partition's replica assignment and leadership, as the controller
+    last decided it.  ``partition_epoch`` grows with every change (leader or
+    ISR), so a stale AlterPartition is refused, as KRaft's partition epoch."""
+
+    leader: int  # NO_LEADER when offline
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    partition_epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class TopicInfo:
     topic_id: uuid.UUID
     name: str
-    # leaders[p] is the broker id leading partition p
-    leaders: tuple[int, ...]
+    partitions: tuple[PartitionInfo, ...]
 
     @property
     def num_partitions(self) -> int:
-        return len(self.leaders)
+        return len(self.partitions)
+
+    @property
+    def leaders(self) -> tuple[int, ...]:
+        """leaders[p] is the broker id leading partition p (NO_LEADER: none)."""
+        return tuple(p.leader for p in self.partitions)
+
+    @classmethod
+    def with_leaders(
+        cls, topic_id: uuid.UUID, name: str, leaders: Sequence[int], replicas: Sequence[Sequence[int]] | None = None
+    ) -> TopicInfo:
+        """Partition p led by ``leaders[p]`` at epoch 0, replicated on
+        ``replicas[p]`` (default: the leader alone), all in sync."""
+        if replicas is None:
+            replicas = [[x] for x in leaders]
+        if len(replicas) != len(leaders):
+            raise MetadataError(f"topic {name}: {len(leaders)} leaders but {len(replicas)} replica lists")
+        parts = []
+        for p, (leader, reps) in enumerate(zip(leaders, replicas, strict=True)):
+            reps = tuple(reps)
+            if leader not in reps or len(set(reps)) != len(reps):
+                raise MetadataError(f"topic {name} partition {p}: leader {leader} not once in replicas {list(reps)}")
+            parts.append(PartitionInfo(leader, 0, reps, reps))
+        return cls(topic_id, name, tuple(parts))
 
 
 class MetadataSource(Protocol):
-    """What a broker needs to know about the cluster."""
+    """What a broker needs to know about the cluster, and the two things it
+    tells the cluster's controller (ISR changes, producer-id blocks)."""
 
     def leader_of(self, tp: TopicIdPartition) -> int | None: ...
+
+    def partition(self, tp: TopicIdPartition) -> PartitionInfo | None: ...
 
     def broker(self, broker_id: int) -> BrokerInfo | None: ...
 
@@ -66,9 +110,32 @@ class MetadataSource(Protocol):
         """The broker a client in ``az`` should produce to for partitions led by ``leader_id``."""
         ...
 
+    async def alter_partition(
+        self, broker_id: int, tp: TopicIdPartition, leader_epoch: int, partition_epoch: int, isr: tuple[int, ...]
+    ) -> PartitionInfo | Errors:
+        """The leader asks to change the ISR (Kafka's AlterPartition); the
+        answer is the partition as committed, or why not (FENCED_LEADER_EPOCH,
+        INVALID_UPDATE_VERSION, NOT_LEADER_OR_FOLLOWER, INELIGIBLE_REPLICA,
+        or a retriable error when the controller cannot be reached)."""
+        ...
+
+    async def allocate_producer_ids(self, broker_id: int) -> ProducerIdBlock | None:
+        """The next block of producer ids for ``broker_id`` (KIP-730), or None
+        when this source has no controller to hand them out."""
+        ...
+
+    def add_listener(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` (in the event loop) after the metadata changed."""
+        ...
+
 
 class StaticMetadata:
-    """A fixed assignment: brokers and partition leaders do not change."""
+    """A fixed assignment: brokers and partition leaders do not change.
+
+    ISR changes are committed here, in memory: with leaders that never move
+    no election can pick a replica the ISR left, so no controller is needed
+    to make them durable.  Producer ids: none (brokers fall back to random
+    62-bit ids, design.md)."""
 
     def __init__(self, brokers: list[BrokerInfo], topics: list[TopicInfo]) -> None:
         ids = [b.broker_id for b in brokers]
@@ -82,20 +149,54 @@ class StaticMetadata:
         if len(set(names)) != len(names):
             raise MetadataError(f"duplicate topic names in {sorted(names)}")
         for t in topics:
-            unknown = set(t.leaders) - set(self._brokers)
+            unknown = {r for p in t.partitions for r in p.replicas} - set(self._brokers)
             if unknown:
-                raise MetadataError(f"topic {t.name}: leaders {sorted(unknown)} are not brokers")
+                raise MetadataError(f"topic {t.name}: replicas {sorted(unknown)} are not brokers")
         self._by_az: dict[str, list[int]] = {}
         for b in sorted(brokers, key=lambda b: b.broker_id):
             self._by_az.setdefault(b.az, []).append(b.broker_id)
+        self._listeners: list[Callable[[], None]] = []
 
     # -------------------------------------------------------- MetadataSource
 
-    def leader_of(self, tp: TopicIdPartition) -> int | None:
+    def partition(self, tp: TopicIdPartition) -> PartitionInfo | None:
         t = self._topics.get(tp.topic_id)
-        if t is None or not 0 <= tp.partition < len(t.leaders):
+        if t is None or not 0 <= tp.partition < len(t.partitions):
             return None
-        return t.leaders[tp.partition]
+        return t.partitions[tp.partition]
+
+    def leader_of(self, tp: TopicIdPartition) -> int | None:
+        p = self.partition(tp)
+        if p is None or p.leader == NO_LEADER:
+            return None
+        return p.leader
+
+    async def alter_partition(
+        self, broker_id: int, tp: TopicIdPartition, leader_epoch: int, partition_epoch: int, isr: tuple[int, ...]
+    ) -> PartitionInfo | Errors:
+        p = self.partition(tp)
+        if p is None:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION
+        if p.leader != broker_id:
+            return Errors.NOT_LEADER_OR_FOLLOWER
+        if leader_epoch != p.leader_epoch:
+            return Errors.FENCED_LEADER_EPOCH
+        if partition_epoch != p.partition_epoch:
+            return Errors.INVALID_UPDATE_VERSION
+        if broker_id not in isr or not set(isr) <= set(p.replicas):
+            return Errors.INELIGIBLE_REPLICA
+        new = replace(p, isr=tuple(r for r in p.replicas if r in isr), partition_epoch=p.partition_epoch + 1)
+        t = self._topics[tp.topic_id]
+        parts = list(t.partitions)
+        parts[tp.partition] = new
+        self._topics[tp.topic_id] = replace(t, partitions=tuple(parts))
+        return new
+
+    async def allocate_producer_ids(self, broker_id: int) -> ProducerIdBlock | None:
+        return None
+
+    def add_listener(self, fn: Callable[[], None]) -> None:
+        self._listeners.append(fn)
 
     def broker(self, broker_id: int) -> BrokerInfo | None:
         return self._brokers.get(broker_id)
@@ -138,15 +239,25 @@ class StaticMetadata:
 
     @classmethod
     def generate(
-        cls, *, azs: int, brokers_per_az: int, topics: Mapping[str, int], first_port: int = 0
+        cls,
+        *,
+        azs: int,
+        brokers_per_az: int,
+        topics: Mapping[str, int],
+        first_port: int = 0,
+        replication_factor: int = 1,
     ) -> StaticMetadata:
         """``azs`` x ``brokers_per_az`` brokers (ids from 1, AZs "az1".."azN",
         broker i in AZ ((i-1) mod azs)+1), partition leaders round-robin over
-        all brokers; topic ids derived from names (uuid5), so every process
-        generating the same cluster agrees."""
+        all brokers, the other replicas on the brokers after the leader (so
+        one per AZ while ``replication_factor <= azs``); topic ids derived
+        from names (uuid5), so every process generating the same cluster
+        agrees."""
         if azs <= 0 or brokers_per_az <= 0:
             raise MetadataError(f"need azs > 0 and brokers_per_az > 0, got {azs} and {brokers_per_az}")
         n = azs * brokers_per_az
+        if not 1 <= replication_factor <= n:
+            raise MetadataError(f"replication factor must be in [1, {n}] (the brokers), got {replication_factor}")
         brokers = [
             BrokerInfo(i, f"az{(i - 1) % azs + 1}", "127.0.0.1", first_port + i if first_port else 0)
             for i in range(1, n + 1)
@@ -156,9 +267,10 @@ class StaticMetadata:
         for name, partitions in topics.items():
             if partitions <= 0:
                 raise MetadataError(f"topic {name}: partitions must be > 0, got {partitions}")
-            leaders = tuple((start + p) % n + 1 for p in range(partitions))
+            leaders = [(start + p) % n + 1 for p in range(partitions)]
+            replicas = [[(leader - 1 + k) % n + 1 for k in range(replication_factor)] for leader in leaders]
             start += partitions
-            infos.append(TopicInfo(uuid.uuid5(uuid.NAMESPACE_URL, f"partlog-topic:{name}"), name, leaders))
+            infos.append(TopicInfo.with_leaders(topic_id_for(name), name, leaders, replicas))
         return cls(brokers, infos)
 
     @classmethod
@@ -175,6 +287,7 @@ class StaticMetadata:
         name = "orders"
         id = "6f1c..."       # optional: uuid5 of the name
         leaders = [1, 2, 3]  # partition p led by leaders[p]
+        replicas = [[1, 2], [2, 3], [3, 1]]  # optional: the leader alone
         """
         try:
             with open(path, "rb") as f:
@@ -191,18 +304,24 @@ class StaticMetadata:
                 for b in doc.get("brokers", [])
             ]
             topics = [
-                TopicInfo(
-                    uuid.UUID(str(t["id"]))
-                    if "id" in t
-                    else uuid.uuid5(uuid.NAMESPACE_URL, f"partlog-topic:{t['name']}"),
+                TopicInfo.with_leaders(
+                    uuid.UUID(str(t["id"])) if "id" in t else topic_id_for(str(t["name"])),
                     str(t["name"]),
-                    tuple(int(x) for x in t["leaders"]),
+                    [int(x) for x in t["leaders"]],
+                    [[int(x) for x in r] for r in t["replicas"]] if "replicas" in t else None,
                 )
                 for t in doc.get("topics", [])
             ]
+        except MetadataError as e:
+            raise MetadataError(f"{where}: {e}") from e
         except (KeyError, TypeError, ValueError) as e:
             raise MetadataError(f"{where}: bad broker or topic entry: {e!r}") from e
         try:
             return cls(brokers, topics)
         except MetadataError as e:
             raise MetadataError(f"{where}: {e}") from e
+
+
+def topic_id_for(name: str) -> uuid.UUID:
+    """The topic id every process derives from a topic's name (uuid5)."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"partlog-topic:{name}")

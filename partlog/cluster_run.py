@@ -1,6 +1,13 @@
 """``partlog cluster``: a local multi-AZ cluster on loopback, producers in
 every AZ, everything consumed back and verified.
 
+The brokers take their metadata from an embedded controller (its state in
+``<data-dir>/controller``): the topic is created with one replica per AZ,
+leaders are elected from the ISR when a broker dies, and with
+``kill_broker_every_s`` a random broker is stopped abruptly (no handover:
+its server, replication and store just stop) and restarted on the same data
+directory a moment later, while the producers keep going.
+
 Each record's value starts with ``<producer>:<sequence>:``, so the verifier
 knows what every acknowledged record was: it must be read back exactly once,
 at the offset its acknowledgement gave, and one producer's records to one
@@ -10,6 +17,7 @@ partition must appear in the order they were sent.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import random
@@ -21,18 +29,29 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from partlog.broker import BrokerConfig, start_brokers
+from partlog.broker import Broker, BrokerConfig
 from partlog.client import Consumer, Producer, RecordMetadata
-from partlog.cluster_meta import StaticMetadata
+from partlog.cluster_meta import BrokerInfo, StaticMetadata
+from partlog.controller import ControllerConfig
+from partlog.controller_client import ControllerMetadata
+from partlog.controller_server import ControllerServer
+from partlog.errors import Errors
 from partlog.objectstore import LocalDirStore, ObjectStore, open_store
 from partlog.produce_pipeline import ProduceConfig
 from partlog.records import TopicIdPartition
+from partlog.replication import ReplicationStats
 
 log = logging.getLogger(__name__)
 
 TOPIC = "partlog-cluster"
 # How long the final consume may take before unread records count as lost.
 VERIFY_TIMEOUT_S = 120.0
+# Demo-sized failure detection: a dead broker is fenced (and its partitions
+# get new leaders) within the session timeout.  Kafka's defaults are 9 s and 2 s.
+SESSION_TIMEOUT_MS = 3_000
+HEARTBEAT_INTERVAL_MS = 500
+# How long the cluster may take to elect every partition's first leader.
+STARTUP_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +69,19 @@ class ClusterOptions:
     buffer_bytes_max: int = 4 * 1024 * 1024
     sync: bool = True
     seed: int = 0
+    # One replica per AZ by default (at most the number of brokers).
+    replication_factor: int = 3
+    # Kill a random broker every this many seconds and restart it after
+    # restart_after_s (0: never).
+    kill_broker_every_s: float = 0.0
+    restart_after_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("azs", "brokers_per_az", "partitions", "producers_per_az", "replication_factor"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name.replace('_', '-')} must be > 0, got {getattr(self, name)}")
+        if self.kill_broker_every_s < 0 or self.restart_after_s < 0:
+            raise ValueError("kill-broker-every and restart-after must be >= 0")
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -57,6 +89,126 @@ def _percentile(values: list[float], q: float) -> float:
         return 0.0
     s = sorted(values)
     return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def _free_ports(n: int) -> list[int]:
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+class LocalCluster:
+    """A controller and brokers in this process, each broker restartable on
+    its own data directory and port."""
+
+    def __init__(self, opts: ClusterOptions, data_dir: str, objects: ObjectStore) -> None:
+        self.opts = opts
+        self.data_dir = data_dir
+        self.objects = objects
+        self.layout = StaticMetadata.generate(azs=opts.azs, brokers_per_az=opts.brokers_per_az, topics={})
+        ids = [b.broker_id for b in self.layout.brokers()]
+        self.ports = dict(zip(ids, _free_ports(len(ids)), strict=True))
+        self.controller = ControllerServer(
+            ControllerConfig(os.path.join(data_dir, "controller"), broker_session_timeout_ms=SESSION_TIMEOUT_MS)
+        )
+        self.brokers: dict[int, Broker] = {}
+        self._sources: dict[int, ControllerMetadata] = {}
+        self.admin: ControllerMetadata | None = None
+        self.killed = 0
+        # Replication counters of broker incarnations that were killed.
+        self.past = ReplicationStats()
+
+    def config(self, b: BrokerInfo) -> BrokerConfig:
+        return BrokerConfig(
+            b.broker_id,
+            b.az,
+            os.path.join(self.data_dir, "brokers", str(b.broker_id), "meta"),
+            port=self.ports[b.broker_id],
+            produce=ProduceConfig(
+                commit_interval_ms=self.opts.commit_interval_ms, buffer_bytes_max=self.opts.buffer_bytes_max
+            ),
+            sync=self.opts.sync,
+        )
+
+    async def start(self) -> None:
+        await self.controller.start()
+        for b in self.layout.brokers():
+            await self.start_broker(b.broker_id)
+        self.admin = ControllerMetadata("127.0.0.1", self.controller.port)
+        await self.admin.start()
+        rf = min(self.opts.replication_factor, len(self.layout.brokers()))
+        answer = (await self.admin.create_topics({TOPIC: (self.opts.partitions, rf)}))[TOPIC]
+        if isinstance(answer, Errors):
+            raise RuntimeError(f"cannot create topic {TOPIC}: {answer.name}")
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not all(self._led_somewhere(tp) for tp in self.partitions()):
+            if time.monotonic() > deadline:
+                raise RuntimeError("partition leaders were not elected in time")
+            await asyncio.sleep(0.05)
+
+    def partitions(self) -> list[TopicIdPartition]:
+        assert self.admin is not None
+        topic = next(t for t in self.admin.topics() if t.name == TOPIC)
+        return [TopicIdPartition(topic.topic_id, p) for p in range(topic.num_partitions)]
+
+    def _led_somewhere(self, tp: TopicIdPartition) -> bool:
+        return any(b.replicas.is_leader(tp) for b in self.brokers.values())
+
+    async def start_broker(self, broker_id: int) -> None:
+        info = self.layout.broker(broker_id)
+        assert info is not None
+        me = BrokerInfo(broker_id, info.az, "127.0.0.1", self.ports[broker_id])
+        source = ControllerMetadata("127.0.0.1", self.controller.port, me, heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS)
+        await source.start()
+        broker = Broker(self.config(me), source, self.objects)
+        await broker.start()
+        self.brokers[broker_id], self._sources[broker_id] = broker, source
+
+    async def kill(self, broker_id: int) -> None:
+        """Stop a broker abruptly: no leadership handover, no goodbye to the controller."""
+        broker, source = self.brokers.pop(broker_id), self._sources.pop(broker_id)
+        await source.stop()
+        await broker.stop()
+        st = broker.replicas.stats
+        self.past.truncations += st.truncations
+        self.past.entries_replicated += st.entries_replicated
+        self.killed += 1
+
+    def replication_total(self, name: str) -> int:
+        return int(getattr(self.past, name)) + sum(int(getattr(b.replicas.stats, name)) for b in self.brokers.values())
+
+    def bootstrap(self, az: str | None = None) -> list[tuple[str, int]]:
+        """Live brokers' addresses, those in ``az`` first."""
+        infos = sorted(self.layout.brokers(), key=lambda b: (b.az != az, b.broker_id))
+        return [("127.0.0.1", self.ports[b.broker_id]) for b in infos if b.broker_id in self.brokers]
+
+    async def stop(self) -> None:
+        for broker_id in list(self.brokers):
+            broker, source = self.brokers.pop(broker_id), self._sources.pop(broker_id)
+            await broker.stop()
+            await source.stop()
+        if self.admin is not None:
+            await self.admin.stop()
+        await self.controller.stop()
+
+
+async def _kill_loop(cluster: LocalCluster, opts: ClusterOptions, rng: random.Random) -> None:
+    """Kill one random broker every ``kill_broker_every_s`` and restart it after ``restart_after_s``."""
+    while True:
+        await asyncio.sleep(opts.kill_broker_every_s)
+        victim = rng.choice(sorted(cluster.brokers))
+        log.warning("killing broker %d", victim)
+        await cluster.kill(victim)
+        await asyncio.sleep(opts.restart_after_s)
+        log.warning("restarting broker %d", victim)
+        await cluster.start_broker(victim)
 
 
 async def run(opts: ClusterOptions, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -67,31 +219,31 @@ async def run(opts: ClusterOptions, progress: Callable[[str], None] | None = Non
     # Fail fast on a wrong store: producers would otherwise retry uploads
     # until their delivery timeout.
     objects.list_page("", max_keys=1)
-    meta = StaticMetadata.generate(azs=opts.azs, brokers_per_az=opts.brokers_per_az, topics={TOPIC: opts.partitions})
-    produce_cfg = ProduceConfig(commit_interval_ms=opts.commit_interval_ms, buffer_bytes_max=opts.buffer_bytes_max)
-    configs = [
-        BrokerConfig(
-            b.broker_id,
-            b.az,
-            os.path.join(data_dir, "brokers", str(b.broker_id), "meta"),
-            produce=produce_cfg,
-            sync=opts.sync,
-        )
-        for b in meta.brokers()
-    ]
-    brokers, meta = await start_brokers(configs, meta, objects)
+    cluster = LocalCluster(opts, data_dir, objects)
+    try:
+        await cluster.start()
+        return await _run(cluster, opts, data_dir, objects, progress)
+    finally:
+        await cluster.stop()
+
+
+async def _run(
+    cluster: LocalCluster,
+    opts: ClusterOptions,
+    data_dir: str,
+    objects: ObjectStore,
+    progress: Callable[[str], None] | None,
+) -> dict[str, Any]:
+    meta = cluster.layout
     rng = random.Random(opts.seed)
-    [topic] = meta.topics()
-    tps = [TopicIdPartition(topic.topic_id, p) for p in range(topic.num_partitions)]
+    tps = cluster.partitions()
     producers: list[Producer] = []
     for az in meta.azs():
-        local = meta.brokers_in(az)
-        for i in range(opts.producers_per_az):
-            entry = meta.broker(local[i % len(local)])
-            assert entry is not None
-            producers.append(Producer((entry.host, entry.port), az=az))
+        for _ in range(opts.producers_per_az):
+            producers.append(Producer(cluster.bootstrap(az), az=az))
     for p in producers:
         await p.start()
+    killer = asyncio.ensure_future(_kill_loop(cluster, opts, rng)) if opts.kill_broker_every_s > 0 else None
 
     acked: dict[tuple[int, int], RecordMetadata] = {}
     sent = 0
@@ -129,6 +281,14 @@ async def run(opts: ClusterOptions, progress: Callable[[str], None] | None = Non
             next_report += 1.0
             progress(f"{elapsed:5.1f}s produced {sent:,} acked {len(acked):,} failed {failed:,}")
         await asyncio.sleep(tick_s)
+    if killer is not None:
+        killer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await killer
+        # Bring every broker back, so all data is served again.
+        for b in meta.brokers():
+            if b.broker_id not in cluster.brokers:
+                await cluster.start_broker(b.broker_id)
     for p in producers:
         await p.flush()
     await asyncio.gather(*futures, return_exceptions=True)
@@ -137,8 +297,7 @@ async def run(opts: ClusterOptions, progress: Callable[[str], None] | None = Non
         progress(f"produced {sent:,} acked {len(acked):,} failed {failed:,}; consuming back")
 
     # Consume everything back.
-    first = meta.brokers()[0]
-    consumer = Consumer((first.host, first.port), max_wait_ms=100)
+    consumer = Consumer(cluster.bootstrap(), max_wait_ms=100)
     await consumer.start()
     consumer.assign(tps)
     seen: dict[tuple[int, int], list[tuple[TopicIdPartition, int]]] = {}
@@ -174,6 +333,7 @@ async def run(opts: ClusterOptions, progress: Callable[[str], None] | None = Non
             order_violations += 1
         last[(pi, tp)] = (seq, off)
 
+    brokers = list(cluster.brokers.values())
     fanout = [f for br in brokers for f in br.stats.fanout]
     latencies = [lat for p in producers for lat in p.latencies_ms]
     acked_bytes = len(acked) * opts.message_bytes
@@ -181,6 +341,11 @@ async def run(opts: ClusterOptions, progress: Callable[[str], None] | None = Non
         "azs": opts.azs,
         "brokers": len(brokers),
         "partitions": opts.partitions,
+        "replication_factor": min(opts.replication_factor, len(brokers)),
+        "leader_elections": cluster.controller.controller.leader_elections,
+        "truncations": cluster.replication_total("truncations"),
+        "brokers_killed": cluster.killed,
+        "entries_replicated": cluster.replication_total("entries_replicated"),
         "producers": len(producers),
         "records_produced": sent,
         "records_acked": len(acked),
@@ -204,15 +369,14 @@ async def run(opts: ClusterOptions, progress: Callable[[str], None] | None = Non
     }
     for p in producers:
         await p.close()
-    for br in brokers:
-        await br.stop()
     return result
 
 
 def print_report(r: dict[str, Any], out: Any = sys.stdout) -> None:
     c = r["commit_rpcs_per_file"]
     lines = [
-        f"cluster: {r['azs']} AZs, {r['brokers']} brokers, {r['partitions']} partitions, {r['producers']} producers",
+        f"cluster: {r['azs']} AZs, {r['brokers']} brokers, {r['partitions']} partitions "
+        f"(replication factor {r['replication_factor']}), {r['producers']} producers",
         f"records: produced {r['records_produced']:,}  acked {r['records_acked']:,}  failed {r['records_failed']:,}",
         f"verify:  verified {r['records_verified']:,}  lost {r['records_lost']:,}  "
         f"duplicated {r['records_duplicated']:,}  order violations {r['order_violations']:,}",
@@ -220,6 +384,8 @@ def print_report(r: dict[str, Any], out: Any = sys.stdout) -> None:
         f"same-AZ {c['same_az_mean']:.2f}, cross-AZ {c['cross_az_mean']:.2f}, remote max {c['remote_max']}",
         f"produce latency: p50 {r['produce_latency_ms']['p50']:.0f} ms, p99 {r['produce_latency_ms']['p99']:.0f} ms; "
         f"{r['mib_per_s']:.2f} MiB/s",
+        f"replication: {r['entries_replicated']:,} entries replicated, {r['leader_elections']} leader elections, "
+        f"{r['truncations']} truncations, {r['brokers_killed']} brokers killed",
         f"data: {r['data_dir']} ({r['store']})",
     ]
     print("\n".join(lines), file=out)

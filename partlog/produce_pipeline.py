@@ -99,6 +99,9 @@ class SendCommit:
     leader_broker_id: int
     file_size: int
     requests: tuple[CommitBatchRequest, ...]
+    # acks_all[i]: requests[i] came with acks=all, so the leader answers it
+    # once it is replicated to the ISR (empty: none did).
+    acks_all: tuple[bool, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +134,7 @@ class _Produce:
     nbytes: int
     results: list[BatchResult | None]
     pending: int
+    acks_all: bool = True
 
 
 @dataclass(slots=True)
@@ -204,8 +208,16 @@ class ProducePipeline:
             return None
         return self._opened_ms + self.config.commit_interval_ms
 
-    def produce(self, produce_id: int, batches: Sequence[tuple[TopicIdPartition, bytes]], now_ms: int) -> list[Action]:
-        """Accept a produce request of (partition, v2 batch) pairs.
+    def produce(
+        self,
+        produce_id: int,
+        batches: Sequence[tuple[TopicIdPartition, bytes]],
+        now_ms: int,
+        *,
+        acks_all: bool = True,
+    ) -> list[Action]:
+        """Accept a produce request of (partition, v2 batch) pairs; with
+        ``acks_all`` its commits wait for replication to the ISR.
 
         A request larger than ``inflight_bytes_max`` can never fit and is
         answered ``RECORD_LIST_TOO_LARGE``; otherwise the shell must have
@@ -219,7 +231,7 @@ class ProducePipeline:
         if nbytes > self.config.inflight_bytes_max:
             return [Reply(produce_id, tuple(BatchResult(tp, Errors.RECORD_LIST_TOO_LARGE) for tp, _ in batches))]
         assert nbytes <= self.room_bytes() or not self._produces, "shell must wait for room_bytes()"
-        p = _Produce(produce_id, nbytes, [None] * len(batches), 0)
+        p = _Produce(produce_id, nbytes, [None] * len(batches), 0, acks_all)
         accepted: list[tuple[int, TopicIdPartition, bytes]] = []
         for i, (tp, batch) in enumerate(batches):
             problem = _framing_problem(batch)
@@ -363,6 +375,7 @@ class ProducePipeline:
                 del self._segments[seg.segment_id]
                 continue
             by_leader: dict[int, list[CommitBatchRequest]] = {}
+            acks: dict[int, list[bool]] = {}
             routes = seg.routes
             for produce_id, index, req in seg.batches:
                 leader = self.leader_of(req.topic_id_partition)
@@ -377,6 +390,7 @@ class ProducePipeline:
                     continue
                 routes[req.request_id] = leader
                 by_leader.setdefault(leader, []).append(req)
+                acks.setdefault(leader, []).append(self._produces[produce_id].acks_all)
             self.stats.commit_fanout.append(len(by_leader))
             if not by_leader:
                 del self._segments[seg.segment_id]
@@ -385,7 +399,12 @@ class ProducePipeline:
             seg.batches = [b for b in seg.batches if b[2].request_id in routes]
             for leader, reqs in sorted(by_leader.items()):
                 self.stats.commits_sent += 1
-                actions.append(SendCommit(seg.segment_id, seg.key, leader, seg.size, tuple(reqs)))
+                flags = acks[leader]
+                actions.append(
+                    SendCommit(
+                        seg.segment_id, seg.key, leader, seg.size, tuple(reqs), tuple(flags) if any(flags) else ()
+                    )
+                )
         return actions
 
     def _answer(self, produce_id: int, index: int, result: BatchResult) -> list[Action]:

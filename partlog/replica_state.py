@@ -3,8 +3,11 @@ and acks=all completion, as Kafka's ``Partition`` and ``Replica`` do.
 
 Inputs carry the time as a value: ``follower_fetch`` (a follower fetched at
 ``fetch_offset``, i.e. its log end offset), ``leader_appended`` (the leader's
-log end moved), ``tick`` (time passed: a lagging follower may leave the ISR).
-The HWM only moves forward.
+log end moved).  ISR changes are two-phase, as Kafka's AlterPartition:
+``isr_proposal(now)`` says which ISR the leader wants (followers lagging for
+``replica_lag_time_max_ms`` out, caught-up ones in); the shell asks the
+controller, then reports ``isr_committed`` or ``isr_failed``.  The HWM only
+moves forward.
 
 Kafka's rules, kept here:
 
@@ -14,14 +17,16 @@ Kafka's rules, kept here:
   not been caught up for ``replica_lag_time_max_ms`` (30 s).
 * It rejoins the ISR when its log end offset reaches the HWM (and the start
   of the leader's current epoch).
-* HWM = min log end offset over the ISR (leader included).
-* acks=all: refused with NOT_ENOUGH_REPLICAS before the append when the ISR
-  is smaller than ``min_insync_replicas``; completed when the HWM passes the
-  append; NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below the
-  minimum before that.
+* HWM = min log end offset over the *maximal* ISR: the committed ISR plus
+  replicas a pending expansion adds; a pending shrink still counts the
+  replica leaving, so the HWM never passes a replica the controller may
+  still elect (``PendingExpandIsr`` / ``PendingShrinkIsr``).
+* acks=all: refused with NOT_ENOUGH_REPLICAS before the append when the
+  committed ISR is smaller than ``min_insync_replicas``; completed when the
+  HWM passes the append; NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR
+  shrank below the minimum before that.
 
-Issue 4 wires this into the broker (follower fetch sessions, the KIP-1166
-HWM field); this module is the part both the brokers and the simulations run.
+The brokers (``partlog.replication``) and the simulations run this module.
 """
 
 from __future__ import annotations
@@ -67,9 +72,13 @@ class ReplicaState:
     leader_epoch_start_offset: int = 0
     log_end_offset: int = 0
     high_watermark: int = 0
-    isr: set[int] = field(default_factory=set)
+    isr: set[int] = field(default_factory=set)  # as the controller committed it
+    partition_epoch: int = 0
+    # When this leadership started: ISR members count as caught up then.
+    start_ms: int = 0
     _followers: dict[int, _Follower] = field(default_factory=dict)
     _waiting: list[_Waiting] = field(default_factory=list)
+    _pending: frozenset[int] | None = None  # an ISR change the controller has not answered
 
     def __post_init__(self) -> None:
         if self.leader_id not in self.replicas:
@@ -83,7 +92,7 @@ class ReplicaState:
         self.isr.add(self.leader_id)
         for r in self.replicas:
             if r != self.leader_id:
-                self._followers.setdefault(r, _Follower())
+                self._followers.setdefault(r, _Follower(last_caught_up_ms=self.start_ms, last_fetch_ms=self.start_ms))
 
     # ------------------------------------------------------------- inputs
 
@@ -119,25 +128,49 @@ class ReplicaState:
             f.last_caught_up_ms = max(f.last_caught_up_ms, f.last_fetch_ms)
         f.last_fetch_leader_leo = self.log_end_offset
         f.last_fetch_ms = now_ms
-        if (
-            follower_id not in self.isr
-            and fetch_offset >= self.high_watermark
-            and fetch_offset >= self.leader_epoch_start_offset
-        ):
-            self.isr.add(follower_id)
         return self._advance()
 
-    def tick(self, now_ms: int) -> list[AckResult]:
-        """Shrink the ISR of followers not caught up for replica_lag_time_max_ms."""
+    def isr_proposal(self, now_ms: int) -> tuple[int, ...] | None:
+        """The ISR the leader wants now, if it differs from the committed one
+        and no change is pending; it is pending from now on."""
+        if self._pending is not None:
+            return None
+        want = {self.leader_id}
         for fid, f in self._followers.items():
-            if fid in self.isr and now_ms - f.last_caught_up_ms > self.replica_lag_time_max_ms:
-                self.isr.discard(fid)
+            if fid in self.isr:
+                if now_ms - f.last_caught_up_ms <= self.replica_lag_time_max_ms:
+                    want.add(fid)
+            elif f.log_end_offset >= self.high_watermark and f.log_end_offset >= self.leader_epoch_start_offset:
+                want.add(fid)
+        if want == self.isr:
+            return None
+        self._pending = frozenset(want)
+        return tuple(r for r in self.replicas if r in want)
+
+    def isr_committed(self, isr: set[int] | frozenset[int] | tuple[int, ...], partition_epoch: int) -> list[AckResult]:
+        """The controller committed ``isr`` (an answer to the proposal, or a
+        change it made itself, e.g. fencing a dead follower)."""
+        if partition_epoch < self.partition_epoch:
+            return []
+        self.isr = set(isr) | {self.leader_id}
+        self.partition_epoch = partition_epoch
+        self._pending = None
         return self._advance()
+
+    def isr_failed(self) -> None:
+        """The proposal was refused or got no answer: propose again later."""
+        self._pending = None
+
+    @property
+    def maximal_isr(self) -> set[int]:
+        return self.isr | self._pending if self._pending is not None else self.isr
 
     # ---------------------------------------------------------- internals
 
     def _advance(self) -> list[AckResult]:
-        leos = [self.log_end_offset] + [self._followers[r].log_end_offset for r in self.isr if r != self.leader_id]
+        leos = [self.log_end_offset] + [
+            self._followers[r].log_end_offset for r in self.maximal_isr if r != self.leader_id
+        ]
         candidate = min(leos)
         # The HWM advances even with the ISR below min.insync.replicas (as
         # Kafka's maybeIncrementLeaderHW): acks=all appends fail instead.
@@ -158,6 +191,12 @@ class ReplicaState:
             else:
                 keep.append(w)
         self._waiting = keep
+        return done
+
+    def fail_waiting(self, error: Errors) -> list[AckResult]:
+        """Leadership is lost: every acks=all append waiting fails with ``error``."""
+        done = [AckResult(w.required_offset, w.token, error) for w in self._waiting]
+        self._waiting = []
         return done
 
     @property

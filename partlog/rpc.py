@@ -9,7 +9,11 @@ Contract in short:
   by request id; responses may arrive in any order.
 * On each connection, the server runs requests concurrently, except methods
   in ``ordered_methods``, which run one at a time in arrival order (commits
-  to a leader must be applied in WAL-file order).
+  to a leader must be applied in WAL-file order).  An ordered handler may
+  return :class:`Deferred`: the ordered part is done (the next request may
+  start) and the answer is sent when the deferred awaitable completes (an
+  acks=all commit is appended in order, then waits for replication while
+  later commits are appended).
 * Nothing but the handshake is processed before the client proved the shared
   secret (if the server has one).
 * A peer breaking the protocol costs only its own connection: the server logs
@@ -59,6 +63,7 @@ from partlog.rpc_frame import (
 )
 
 __all__ = [
+    "Deferred",
     "RpcClient",
     "RpcConnectionError",
     "RpcError",
@@ -73,6 +78,16 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """A handler's answer that is not ready yet: the server awaits ``answer``
+    outside the connection's ordered queue, then sends what it returns (or
+    the error it raises, as for a handler)."""
+
+    answer: Awaitable[Any]
+
 
 # Kafka clients default to 5 in-flight requests per connection and Kafka
 # brokers queue 500 requests in all; a broker peer pipelines produce, fetch
@@ -400,17 +415,30 @@ class _ServerConnection:
             frame = await self.ordered.get()
             await self.run(frame)
 
-    async def run(self, frame: Frame) -> None:
-        """Run the handler and write its answer; never raises but CancelledError."""
+    async def run(self, frame: Frame, deferred: Deferred | None = None) -> None:
+        """Run the handler (or await its deferred answer) and write the answer;
+        never raises but CancelledError."""
+        release = True
         try:
             handler = self.server.handlers.get(frame.method)
-            if handler is None:
+            if handler is None and deferred is None:
                 self.send_error(
                     frame.request_id, frame.method, RpcErrorCode.UNKNOWN_METHOD, f"no method {frame.method!r}"
                 )
                 return
             try:
-                answer = await handler(frame.body)
+                if deferred is not None:
+                    answer = await deferred.answer
+                else:
+                    assert handler is not None
+                    answer = await handler(frame.body)
+                    if isinstance(answer, Deferred):
+                        # The in-flight slot passes to the task that answers.
+                        release = False
+                        task = asyncio.create_task(self.run(frame, answer))
+                        self.tasks.add(task)
+                        task.add_done_callback(self.tasks.discard)
+                        return
             except RpcError as e:
                 self.send_error(frame.request_id, frame.method, e.code, e.message)
                 return
@@ -443,7 +471,8 @@ class _ServerConnection:
             with contextlib.suppress(OSError):
                 await self.writer.drain()
         finally:
-            self.in_flight.release()
+            if release:
+                self.in_flight.release()
 
     def send(self, data: bytes) -> None:
         if self.writer.is_closing():

@@ -27,6 +27,15 @@ operations write to a staging overlay that is thrown away on abort and retry.
 
 Readers use their own read transactions and read state from LMDB, never from
 the caches, so a ``readonly=True`` store in another process sees the same.
+
+Replication (Kafka-style, per partition): the leader's :meth:`MetadataStore.read_log`
+hands out entries as :class:`ReplicatedEntry` values; a follower's store
+appends them with :meth:`MetadataStore.append_replicated` in the leader's exact
+offsets and epochs, and cuts a divergent suffix with
+:meth:`MetadataStore.truncate_to` or restarts with :meth:`MetadataStore.reset_to`.
+With ``auto_high_watermark=False`` the owner drives the high watermark
+(:meth:`MetadataStore.set_high_watermark`) from its replicas' progress; that
+value lives in memory and reaches disk with the next write of the partition.
 """
 
 from __future__ import annotations
@@ -51,6 +60,7 @@ from partlog.crc32c import crc32c
 from partlog.errors import Errors
 from partlog.group_commit import GroupCommitPipeline, PipelineFailedError, Write
 from partlog.producer_state import (
+    NUM_BATCHES_TO_RETAIN,
     PRODUCER_ID_EXPIRATION_MS_DEFAULT,
     AppendedBatch,
     ProducerEntry,
@@ -115,6 +125,7 @@ ENTRY_SIZE = bh.HEADER_SIZE + _ENTRY_TAIL.size + _ENTRY_CRC.size
 _FILE = struct.Struct(">QqqiQ")  # file_id, live_batches, live_bytes, uploader, file_size
 _PART_STATE = struct.Struct(">16siqqqiqqqqq")
 _LEADER_EPOCH = struct.Struct(">i")
+_LAST_OFFSET_DELTA = struct.Struct(">i")
 _HEADER_UNPACK = struct.Struct(">qiibIhiqqqhii").unpack
 
 
@@ -124,6 +135,68 @@ class StoreError(Exception):
 
 class CorruptEntryError(StoreError):
     """An entry failed its CRC or does not parse; the message says where."""
+
+
+class ReplicationError(StoreError):
+    """Replicated entries a follower cannot append (not contiguous with its log,
+    a leader epoch going backwards, a malformed entry); the message names the
+    partition and offset.  Nothing was written."""
+
+
+class OffsetOutOfRangeError(StoreError):
+    """:meth:`MetadataStore.read_log` from an offset outside [log start, log end].
+
+    Carries the leader's bounds so a follower can decide what to do (Kafka's
+    follower: below the log start, restart there with ``reset_to``).
+    """
+
+    def __init__(self, message: str, *, log_start_offset: int, log_end_offset: int) -> None:
+        super().__init__(message)
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicatedEntry:
+    """One metadata-log entry as a leader hands it to its followers.
+
+    Everything a follower needs to store the entry exactly as the leader did,
+    except what is local to each store (file and batch ids, the running max
+    timestamp), which the follower assigns itself.
+    """
+
+    # The stored 61-byte header: base offset and partition leader epoch patched.
+    header: bytes
+    object_key: str
+    byte_offset: int
+    size: int
+    log_append_time: int  # -1 unless LogAppendTime
+    batch_max_timestamp: int  # as sent by the producer
+    uploader_broker_id: int
+    file_size: int
+
+    @property
+    def base_offset(self) -> int:
+        return int(_I64.unpack_from(self.header, 0)[0])
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + int(_LAST_OFFSET_DELTA.unpack_from(self.header, 23)[0])
+
+    @property
+    def partition_leader_epoch(self) -> int:
+        return int(_LEADER_EPOCH.unpack_from(self.header, 12)[0])
+
+
+@dataclass(frozen=True, slots=True)
+class LogRead:
+    """A leader's answer to a follower fetch (:meth:`MetadataStore.read_log`)."""
+
+    entries: tuple[ReplicatedEntry, ...]
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    leader_epoch: int
 
 
 @dataclass(slots=True)
@@ -249,6 +322,10 @@ class _Staged:
         # Sequenced commits only: log puts and file deltas [file_id, batches, bytes, uploader, size].
         self.log_puts: list[tuple[bytes, bytes]] = []
         self.files: dict[str, list[int]] = {}
+        # In-memory high watermarks to install after commit: tp -> (value,
+        # lowers).  A raise never undoes a concurrent set_high_watermark; only
+        # truncation and reset may lower the value.
+        self.hwms: dict[TopicIdPartition, tuple[int, bool]] = {}
 
     @property
     def wtxn(self) -> lmdb.Transaction:
@@ -277,6 +354,11 @@ class _Staged:
         if cached is None:
             return None
         mine = cached.copy()
+        if self.txn is not None:
+            # An exclusive write persists the in-memory high watermark for
+            # free, and its checks ("never past the HWM") see the same value
+            # readers do.  (The pipeline is drained: the cache is durable.)
+            mine.high_watermark = self.store._effective_hwm(cached)
         self.parts[tp] = mine
         return mine
 
@@ -322,8 +404,15 @@ class _Staged:
         for tp, part in self.parts.items():
             if part is None:
                 s._parts.pop(tp, None)
+                with s._hwm_lock:
+                    s._hwms.pop(tp, None)
             else:
                 s._parts[tp] = part
+        if self.hwms:
+            with s._hwm_lock:
+                for tp, (value, lowers) in self.hwms.items():
+                    current = s._hwms.get(tp)
+                    s._hwms[tp] = value if lowers or current is None else max(current, value)
         for tid, topic in self.topics.items():
             if topic is None:
                 s._topics.pop(tid, None)
@@ -371,11 +460,13 @@ class MetadataStore:
         producer_id_expiration_ms: int,
         clock: Callable[[], int],
         group_commit_batches_max: int,
+        auto_high_watermark: bool = True,
     ) -> None:
         self._env = env
         self.path = path
         self.readonly = readonly
         self.sync = sync
+        self.auto_high_watermark = auto_high_watermark
         self.commit_deadline_ms = commit_deadline_ms
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.group_commit_batches_max = group_commit_batches_max
@@ -414,6 +505,14 @@ class MetadataStore:
         # reference is visible from the moment the deadline check passed.
         self._pending_files: dict[str, list[int]] = {}
         self._pending_lock = threading.Lock()
+        # High watermarks the owner set (set_high_watermark) or replication
+        # raised, ahead of what is persisted: advancing them must not cost a
+        # write transaction per fetch.  Readers take max(persisted, this),
+        # capped at their snapshot's log end; the next write of the
+        # partition persists it.  Written under _hwm_lock (monotonic raises
+        # must not race); read lock-free (one dict lookup).
+        self._hwms: dict[TopicIdPartition, int] = {}
+        self._hwm_lock = threading.Lock()
         # Map growth needs no live transaction in this process.
         self._gate = threading.Condition()
         self._readers = 0
@@ -438,12 +537,16 @@ class MetadataStore:
         clock: Callable[[], int] | None = None,
         map_size_bytes: int = MAP_SIZE_BYTES_DEFAULT,
         group_commit_batches_max: int = GROUP_COMMIT_BATCHES_MAX,
+        auto_high_watermark: bool = True,
     ) -> MetadataStore:
         """Open (creating unless ``readonly``) the store in directory ``path``.
 
         ``clock`` returns milliseconds since the epoch (default: wall clock).
         With ``sync=True`` every returned write is on disk; with ``sync=False``
         a crash can lose the last writes but never leaves a partial one.
+        With ``auto_high_watermark=True`` (no replication) a commit moves the
+        high watermark to the log end; with False the owner moves it with
+        :meth:`set_high_watermark` as its replicas catch up.
         Raises :class:`StoreError` if the directory is not a store.
         """
         if commit_deadline_ms <= 0:
@@ -488,6 +591,7 @@ class MetadataStore:
             producer_id_expiration_ms=producer_id_expiration_ms,
             clock=clock or (lambda: time.time_ns() // 1_000_000),
             group_commit_batches_max=group_commit_batches_max,
+            auto_high_watermark=auto_high_watermark,
         )
 
     def close(self) -> None:
@@ -930,6 +1034,8 @@ class MetadataStore:
         crc_pack = _ENTRY_CRC.pack
         key_pack = _PART_KEY.pack
         producers = s.producers
+        auto_hwm = self.auto_high_watermark
+        hwms = self._hwms
         batch_id = s.next_id(b"next_batch_id")
         # The loop below runs once per batch: partition fields live in locals
         # and are written back once per partition.
@@ -1072,8 +1178,14 @@ class MetadataStore:
             part.running_max_timestamp = running_max
             part.live_bytes = live_bytes
             part.live_batches = live_batches
-            # No replication yet: the leader's log end is its high watermark.
-            part.high_watermark = leo
+            if auto_hwm:
+                # No replication: the leader's log end is its high watermark.
+                part.high_watermark = leo
+            else:
+                # The owner drives the HWM; persist what it set so far.
+                mem = hwms.get(tp)
+                if mem is not None and mem > part.high_watermark:
+                    part.high_watermark = mem if mem < leo else leo
         s.counters[b"next_batch_id"] = batch_id
         if added_batches:
             s.files[object_key] = [file_id, added_batches, added_bytes, uploader, file_size]
@@ -1093,11 +1205,37 @@ class MetadataStore:
                 raise ValueError(f"{tp}: leader epoch {leader_epoch} < current {part.leader_epoch}")
             if leader_epoch > part.leader_epoch:
                 part.leader_epoch = leader_epoch
-                s.wtxn.put(
-                    _EPOCH_KEY.pack(part.part_id, leader_epoch), _I64.pack(part.log_end_offset), db=self._db_epochs
-                )
+                self._assign_epoch(s.wtxn, part.part_id, leader_epoch, part.log_end_offset)
 
         self._write(fn)
+
+    def _assign_epoch(self, txn: lmdb.Transaction, part_id: int, leader_epoch: int, start_offset: int) -> None:
+        """Kafka's ``LeaderEpochFileCache.assign``: record where ``leader_epoch``
+        starts, first dropping entries that would no longer be monotonic (a
+        later or equal epoch, or a start at or after ``start_offset``: an
+        epoch that wrote nothing).  Leader (``set_leader_epoch``) and follower
+        (``append_replicated``) apply the same rule, so their caches agree."""
+        prefix = _U32.pack(part_id)
+        cur = txn.cursor(db=self._db_epochs)
+        doomed = []
+        found = _last_under(cur, prefix)
+        while found and cur.key()[:4] == prefix:
+            epoch = _EPOCH_KEY.unpack(cur.key())[1]
+            if epoch < leader_epoch and _I64.unpack(cur.value())[0] < start_offset:
+                break
+            doomed.append(bytes(cur.key()))
+            found = cur.prev()
+        for key in doomed:
+            txn.delete(key, db=self._db_epochs)
+        txn.put(_EPOCH_KEY.pack(part_id, leader_epoch), _I64.pack(start_offset), db=self._db_epochs)
+
+    def _latest_epoch(self, txn: lmdb.Transaction, part_id: int) -> int:
+        """The newest epoch in the partition's epoch cache, -1 if it is empty."""
+        prefix = _U32.pack(part_id)
+        cur = txn.cursor(db=self._db_epochs)
+        if _last_under(cur, prefix) and cur.key()[:4] == prefix:
+            return int(_EPOCH_KEY.unpack(cur.key())[1])
+        return -1
 
     def leader_epoch_cache(self, tp: TopicIdPartition) -> list[tuple[int, int]]:
         """(leader_epoch, start_offset) pairs, ascending."""
@@ -1125,7 +1263,22 @@ class MetadataStore:
         state = txn.get(raw, db=self._db_parts)
         if state is None:
             return None
-        return _Part.unpack(part_id, state)
+        part = _Part.unpack(part_id, state)
+        # Every read path works with the effective high watermark.
+        part.high_watermark = self._effective_hwm(part)
+        return part
+
+    def _effective_hwm(self, part: _Part) -> int:
+        """The high watermark readers use: the persisted one, or the in-memory
+        one when it is ahead, capped at ``part``'s log end (a reader's
+        snapshot may predate entries the in-memory value already covers).
+        A ``readonly`` store in another process has no in-memory values and
+        sees the persisted one, which may lag until the next write of the
+        partition."""
+        mem = self._hwms.get(part.tp)
+        if mem is None or mem <= part.high_watermark:
+            return part.high_watermark
+        return mem if mem < part.log_end_offset else part.log_end_offset
 
     def _entries(self, txn: lmdb.Transaction, part: _Part, from_offset: int = 0) -> Iterator[tuple[_Buf, _Entry]]:
         """Entries of ``part`` whose base offset >= ``from_offset``, ascending."""
@@ -1196,7 +1349,10 @@ class MetadataStore:
         As Kafka (KIP-74): batches up to the high watermark, within each
         request's ``max_partition_fetch_bytes`` and ``fetch_max_bytes`` overall,
         but the first batch of the first partition that has data is returned
-        even if it exceeds both, so consumers always progress.
+        even if it exceeds both, so consumers always progress.  As Kafka's
+        ``LocalLog.read``, an offset in [HWM, log end] gets an empty answer
+        and only one past the log end is out of range: a new leader whose HWM
+        still lags the old one's must not send consumers into an offset reset.
         """
         out: list[FindBatchResponse] = []
         remaining = fetch_max_bytes
@@ -1209,10 +1365,10 @@ class MetadataStore:
                     out.append(FindBatchResponse(Errors.UNKNOWN_TOPIC_OR_PARTITION, (), -1, -1))
                     continue
                 lso, hwm = part.log_start_offset, part.high_watermark
-                if req.offset < lso or req.offset > hwm:
+                if req.offset < lso or req.offset > part.log_end_offset:
                     out.append(FindBatchResponse(Errors.OFFSET_OUT_OF_RANGE, (), lso, hwm))
                     continue
-                if req.offset == hwm:
+                if req.offset >= hwm:
                     out.append(FindBatchResponse(Errors.NONE, (), lso, hwm))
                     continue
                 limit = min(req.max_partition_fetch_bytes, remaining)
@@ -1264,17 +1420,25 @@ class MetadataStore:
         if target == ListOffsetsRequest.LATEST_TIMESTAMP:
             return -1, part.high_watermark
         if target == ListOffsetsRequest.MAX_TIMESTAMP:
-            if part.max_timestamp_offset >= 0:
-                return part.max_timestamp, max(part.max_timestamp_offset, part.log_start_offset)
+            # As Kafka's Partition.fetchOffsetForTimestamp: the batch holding
+            # the log's largest timestamp, or nothing while it is not below
+            # the HWM (only possible when the owner drives the HWM).
             if part.max_timestamp_offset == -1:
                 return -1, -1
-            best_ts, best_off = -1, -1
+            if part.max_timestamp_offset >= 0:
+                best_ts, best_off = part.max_timestamp, part.max_timestamp_offset
+                if part.high_watermark < part.log_end_offset:
+                    hit = self._entry_containing(txn, part, best_off)
+                    if hit is None or hit[1].last_offset >= part.high_watermark:
+                        return -1, -1
+                return best_ts, max(best_off, part.log_start_offset)
+            best_ts, best_off, best_last = -1, -1, -1
             for _, e in self._entries(txn, part):
-                if e.last_offset >= part.high_watermark:
-                    break
                 if e.effective_timestamp > best_ts:
-                    best_ts, best_off = e.effective_timestamp, max(e.base_offset, part.log_start_offset)
-            return best_ts, best_off
+                    best_ts, best_off, best_last = e.effective_timestamp, e.base_offset, e.last_offset
+            if best_off < 0 or best_last >= part.high_watermark:
+                return -1, -1
+            return best_ts, max(best_off, part.log_start_offset)
         if target < 0:
             return -1, -1
         return self._offset_for_timestamp(txn, part, target)
@@ -1391,7 +1555,7 @@ class MetadataStore:
                 if cached is None or topic is None or cached.live_batches == 0:
                     continue
                 cfg = topic.config
-                new_lso = self._retention_point(s.wtxn, cached, cfg, now)
+                new_lso = self._retention_point(s.wtxn, cached, self._effective_hwm(cached), cfg, now)
                 if new_lso > cached.log_start_offset:
                     part = s.part(tp)
                     assert part is not None
@@ -1403,14 +1567,14 @@ class MetadataStore:
 
         return self._write(fn)
 
-    def _retention_point(self, txn: lmdb.Transaction, part: _Part, cfg: TopicConfig, now: int) -> int:
+    def _retention_point(self, txn: lmdb.Transaction, part: _Part, hwm: int, cfg: TopicConfig, now: int) -> int:
         """The base offset of the first batch retention keeps (or the HWM)."""
         if cfg.retention_ms < 0 and cfg.retention_bytes < 0:
             return part.log_start_offset
         size = part.live_bytes
         point = part.log_start_offset
         for _, e in self._entries(txn, part):
-            if e.last_offset >= part.high_watermark:
+            if e.last_offset >= hwm:
                 break
             by_time = cfg.retention_ms >= 0 and e.effective_timestamp < now - cfg.retention_ms
             by_size = cfg.retention_bytes >= 0 and size - e.size >= cfg.retention_bytes
@@ -1428,6 +1592,457 @@ class MetadataStore:
                 part_id, pid = _PRODUCER_KEY.unpack(k)
                 if (part_id, pid) not in s.producers:
                     s.producers[(part_id, pid)] = None
+
+    # ---------------------------------------------------------- replication
+
+    def log_end_offset(self, tp: TopicIdPartition) -> int:
+        """The partition's log end offset, from memory: no transaction.  On a
+        leader it includes commits sequenced but not yet durable (at most two
+        groups ahead).  KeyError for an unknown partition."""
+        return self._known_part(tp).log_end_offset
+
+    def high_watermark(self, tp: TopicIdPartition) -> int:
+        """The effective high watermark (persisted or set in memory, whichever
+        is ahead, capped at the log end), from memory.  KeyError for an
+        unknown partition."""
+        return self._effective_hwm(self._known_part(tp))
+
+    def _known_part(self, tp: TopicIdPartition) -> _Part:
+        if self.readonly:
+            # A read-only store keeps no caches: read what is durable.
+            with self._read() as txn:
+                part = self._read_part(txn, tp)
+        else:
+            part = self._parts.get(tp)
+        if part is None:
+            raise KeyError(f"unknown partition {tp}")
+        return part
+
+    def set_high_watermark(self, tp: TopicIdPartition, high_watermark: int) -> int:
+        """Advance the partition's high watermark to ``high_watermark``, capped
+        at the log end; never lowers it.  Returns the effective HWM.
+
+        Called by a leader after every commit and follower fetch, so it writes
+        nothing: the value lives in memory, every read path of this store uses
+        it at once, and the next write of the partition (a commit, a deletion,
+        a replicated append) persists it.  After a restart, or in a
+        ``readonly`` store in another process, the persisted value may lag;
+        the owner re-derives the HWM from its replicas.  KeyError for an
+        unknown partition.
+        """
+        self._check_writable()
+        with self._hwm_lock:
+            part = self._parts.get(tp)
+            if part is None:
+                raise KeyError(f"unknown partition {tp}")
+            current = self._effective_hwm(part)
+            target = min(high_watermark, part.log_end_offset)
+            if target <= current:
+                return current
+            self._hwms[tp] = target
+            return target
+
+    def read_log(self, tp: TopicIdPartition, from_offset: int, max_bytes: int) -> LogRead:
+        """The leader's side of a follower fetch: entries from ``from_offset``
+        (the batch holding it, if it falls inside one) in offset order, above
+        the HWM too (followers replicate everything).  At least one entry if
+        there is any, then as many as keep the referenced batch bytes within
+        ``max_bytes``.  One read transaction, so the entries and the offsets
+        returned with them are one snapshot.
+
+        Raises :class:`OffsetOutOfRangeError` when ``from_offset`` is below
+        the log start or past the log end, KeyError for an unknown partition.
+        """
+        with self._read() as txn:
+            part = self._read_part(txn, tp)
+            if part is None:
+                raise KeyError(f"unknown partition {tp}")
+            lso, leo = part.log_start_offset, part.log_end_offset
+            if not lso <= from_offset <= leo:
+                raise OffsetOutOfRangeError(
+                    f"partition {tp}: offset {from_offset} is outside the log [{lso}, {leo}]",
+                    log_start_offset=lso,
+                    log_end_offset=leo,
+                )
+            out: list[ReplicatedEntry] = []
+            if from_offset < leo:
+                first = self._entry_containing(txn, part, from_offset)
+                if first is None:
+                    raise CorruptEntryError(f"partition {tp}: no entry holds offset {from_offset}")
+                # file_id -> (object key, uploader, file size): entries of one
+                # WAL object come in runs, so each is looked up once.
+                files: dict[int, tuple[str, int, int]] = {}
+                used = 0
+                for _, e in self._entries(txn, part, first[1].base_offset):
+                    if out and used + e.size > max_bytes:
+                        break
+                    f = files.get(e.file_id)
+                    if f is None:
+                        f = files[e.file_id] = self._file_of(txn, tp, e)
+                    out.append(
+                        ReplicatedEntry(
+                            e.raw_header,
+                            f[0],
+                            e.byte_offset,
+                            e.size,
+                            e.log_append_time,
+                            e.batch_max_timestamp,
+                            f[1],
+                            f[2],
+                        )
+                    )
+                    used += e.size
+            return LogRead(tuple(out), lso, leo, part.high_watermark, part.leader_epoch)
+
+    def _file_of(self, txn: lmdb.Transaction, tp: TopicIdPartition, e: _Entry) -> tuple[str, int, int]:
+        """Object key, uploader and file size of the WAL object ``e`` references."""
+        raw_key = txn.get(_U64.pack(e.file_id), db=self._db_file_ids)
+        raw = None if raw_key is None else txn.get(raw_key, db=self._db_files)
+        if raw_key is None or raw is None:
+            raise CorruptEntryError(f"partition {tp} offset {e.base_offset}: unknown file_id {e.file_id}")
+        _, _, _, uploader, file_size = _FILE.unpack(raw)
+        return bytes(raw_key).decode(), uploader, file_size
+
+    def append_replicated(
+        self,
+        tp: TopicIdPartition,
+        entries: Iterable[ReplicatedEntry],
+        *,
+        leader_high_watermark: int,
+        leader_log_start_offset: int,
+    ) -> int:
+        """The follower's append of entries from the leader's :meth:`read_log`;
+        returns the new log end offset.
+
+        As Kafka's follower (``AppendOrigin.REPLICATION``): the entries keep
+        the leader's offsets, headers and epochs; nothing is re-sequenced and
+        producer sequences are not checked, but producer state advances as on
+        the leader, so this store can take over as leader and still answer a
+        retry of a batch the old leader wrote as a duplicate.  A new epoch in
+        the entries starts an epoch-cache entry at its first offset.  Then
+        the log start follows the leader's (never past the log end) and the
+        HWM rises to the leader's (capped at the log end), persisted in the
+        same transaction.  Empty ``entries`` only moves log start and HWM,
+        without a write transaction unless the log start moves.
+
+        Raises :class:`ReplicationError` (naming partition and offset, nothing
+        written) when the entries do not continue this log, an epoch goes
+        backwards, or an entry is malformed; KeyError for an unknown partition.
+        """
+        self._check_writable()
+        items = list(entries)
+        # Stateless checks in the caller's thread, before the pipeline drains.
+        headers = [_check_replicated(tp, e) for e in items]
+        if not items:
+            cached = self._parts.get(tp)
+            if cached is None:
+                raise KeyError(f"unknown partition {tp}")
+            if min(leader_log_start_offset, cached.log_end_offset) <= cached.log_start_offset:
+                self.set_high_watermark(tp, leader_high_watermark)
+                return cached.log_end_offset
+
+        def fn(s: _Staged) -> int:
+            part = s.part(tp)
+            if part is None:
+                raise KeyError(f"unknown partition {tp}")
+            txn = s.wtxn
+            part_id = part.part_id
+            latest_epoch = self._latest_epoch(txn, part_id)
+            # Validate everything against this log before writing anything.
+            expect = part.log_end_offset
+            if headers and part.live_batches == 0:
+                h0 = headers[0]
+                if h0.base_offset < expect <= h0.base_offset + h0.last_offset_delta:
+                    # The leader's log start lies inside its first batch (a
+                    # DeleteRecords) and this empty log starts there: take the
+                    # whole batch, the log start stays inside it, as Kafka's
+                    # follower restarts its log at the batch's base offset.
+                    expect = h0.base_offset
+            epoch = latest_epoch
+            for h in headers:
+                if h.base_offset != expect:
+                    raise ReplicationError(
+                        f"partition {tp}: replicated entry at offset {h.base_offset} does not continue the log: "
+                        f"expected offset {expect}"
+                    )
+                if h.partition_leader_epoch < epoch:
+                    raise ReplicationError(
+                        f"partition {tp}: replicated entry at offset {h.base_offset} has leader epoch "
+                        f"{h.partition_leader_epoch}, below {epoch}"
+                    )
+                epoch = h.partition_leader_epoch
+                expect = h.base_offset + h.last_offset_delta + 1
+
+            now = self._clock()
+            expiration_ms = self.producer_id_expiration_ms
+            # object key -> [file_id, batches, bytes, uploader, file size]
+            files: dict[str, list[int]] = {}
+            puts: list[tuple[bytes, bytes]] = []
+            running_max = part.running_max_timestamp
+            epoch = latest_epoch
+            for e, h in zip(items, headers, strict=True):
+                acc = files.get(e.object_key)
+                if acc is None:
+                    file_id = self._resolve_file(s, e.object_key)
+                    if file_id < 0:
+                        file_id = s.next_id(b"next_file_id")
+                    acc = files[e.object_key] = [file_id, 0, 0, e.uploader_broker_id, e.file_size]
+                acc[1] += 1
+                acc[2] += e.size
+                base = h.base_offset
+                last = base + h.last_offset_delta
+                # The stored maxTimestamp is what ListOffsets and retention use
+                # (the append time on LogAppendTime topics), as on the leader.
+                effective_ts = h.max_timestamp
+                if effective_ts > running_max:
+                    running_max = effective_ts
+                if effective_ts > part.max_timestamp and part.max_timestamp_offset != -2:
+                    part.max_timestamp = effective_ts
+                    part.max_timestamp_offset = base
+                body = e.header + _ENTRY_TAIL.pack(
+                    acc[0],
+                    e.byte_offset,
+                    e.size,
+                    e.log_append_time,
+                    e.batch_max_timestamp,
+                    running_max,
+                    s.next_id(b"next_batch_id"),
+                )
+                puts.append((_PART_KEY.pack(part_id, base), body + _ENTRY_CRC.pack(crc32c(body))))
+                if h.partition_leader_epoch > epoch:
+                    epoch = h.partition_leader_epoch
+                    self._assign_epoch(txn, part_id, epoch, base)
+                pid = h.producer_id
+                if pid >= 0:
+                    entry = s.producer(part_id, pid)
+                    if entry is not None and now - entry.last_timestamp >= expiration_ms:
+                        entry = None  # expired, as the leader's lookup decides
+                    s.producers[(part_id, pid)] = after_append(
+                        entry,
+                        h.producer_epoch,
+                        AppendedBatch(
+                            h.base_sequence, h.last_sequence, base, last, e.batch_max_timestamp, e.log_append_time
+                        ),
+                    )
+                part.live_batches += 1
+                part.live_bytes += e.size
+                part.log_end_offset = last + 1
+            if puts:
+                _, added = txn.cursor(db=self._db_log).putmulti(puts, overwrite=False)
+                assert added == len(puts), "a replicated entry overwrote one past the log end"
+            for object_key, (file_id, nb, nbytes, uploader, file_size) in files.items():
+                self._file_add(txn, object_key, file_id, nb, nbytes, uploader, file_size)
+            part.running_max_timestamp = running_max
+            if epoch > part.leader_epoch:
+                part.leader_epoch = epoch
+            leo = part.log_end_offset
+            new_lso = min(leader_log_start_offset, leo)
+            if new_lso > part.log_start_offset:
+                part.log_start_offset = new_lso
+                self._drop_entries(s, part, until_offset=new_lso)
+            # Kafka's follower HWM: the leader's, capped at the log end, and
+            # never below the log start; ours also never goes down here.
+            hwm = max(part.high_watermark, min(leader_high_watermark, leo), part.log_start_offset)
+            part.high_watermark = hwm
+            s.hwms[tp] = (hwm, False)
+            return leo
+
+        return self._write(fn)
+
+    def _file_add(
+        self, txn: lmdb.Transaction, object_key: str, file_id: int, batches: int, nbytes: int, uploader: int, size: int
+    ) -> None:
+        """Add references to the file index, as a group commit does: the first
+        reference records uploader and size, later ones only count."""
+        k = object_key.encode()
+        raw = txn.get(k, db=self._db_files)
+        if raw is None:
+            txn.put(k, _FILE.pack(file_id, batches, nbytes, uploader, size), db=self._db_files)
+            txn.put(_U64.pack(file_id), k, db=self._db_file_ids)
+            return
+        old_fid, old_nb, old_nbytes, old_uploader, old_size = _FILE.unpack(raw)
+        assert old_fid == file_id, f"{object_key}: file_id {old_fid} on disk, {file_id} resolved"
+        txn.put(
+            k, _FILE.pack(file_id, old_nb + batches, old_nbytes + nbytes, old_uploader, old_size), db=self._db_files
+        )
+
+    def truncate_to(self, tp: TopicIdPartition, offset: int) -> int:
+        """Remove the follower's divergent suffix: every entry whose last
+        offset is >= ``offset`` (Kafka's ``truncateTo``, at a batch boundary:
+        the log end becomes the base of the first entry removed).  Returns the
+        number of entries removed; 0 if ``offset`` is at or past the log end
+        (epochs starting at the log end still go, as in Kafka).
+
+        In one transaction: the removed entries' file references, epoch-cache
+        entries starting at or after the new log end, and the HWM (persisted
+        and in memory; the only call that lowers it) capped at the new log
+        end; producers that had a batch in the suffix get their state rebuilt
+        from their remaining entries (deleted if none remain), so a truncated
+        sequence can be sent again.  The log start stays unless the cut
+        batch held it (then it becomes the new log end: the log is empty).
+
+        Raises ValueError for ``offset`` below the log start, KeyError for an
+        unknown partition.
+        """
+
+        def fn(s: _Staged) -> int:
+            cached = self._parts.get(tp)
+            if cached is None:
+                raise KeyError(f"unknown partition {tp}")
+            if offset < cached.log_start_offset:
+                raise ValueError(
+                    f"partition {tp}: cannot truncate to offset {offset}, "
+                    f"below the log start offset {cached.log_start_offset}"
+                )
+            if offset >= cached.log_end_offset:
+                # No entry goes, but as Kafka an epoch this replica started
+                # as leader without appending anything does: the new
+                # leader's entries may carry older epochs.
+                self._truncate_epochs(s.wtxn, cached.part_id, cached.log_end_offset)
+                return 0
+            part = s.part(tp)
+            assert part is not None
+            txn = s.wtxn
+            first = self._entry_containing(txn, part, offset)
+            if first is None:
+                raise CorruptEntryError(f"partition {tp}: no entry holds offset {offset}")
+            new_leo = first[1].base_offset
+            removed, pids = self._drop_suffix(s, part, new_leo)
+            part.log_end_offset = new_leo
+            part.log_start_offset = min(part.log_start_offset, new_leo)
+            part.high_watermark = min(part.high_watermark, new_leo)
+            s.hwms[tp] = (part.high_watermark, True)
+            if part.max_timestamp_offset >= new_leo:
+                part.max_timestamp_offset = -2  # rescanned on demand, as after a deletion
+            if part.live_batches == 0:
+                part.max_timestamp, part.max_timestamp_offset = -1, -1
+            # The last remaining entry holds the exact running max of the prefix.
+            prefix = _U32.pack(part.part_id)
+            cur = txn.cursor(db=self._db_log)
+            if _last_under(cur, prefix) and cur.key()[:4] == prefix:
+                last = _decode_entry(cur.value(), f"partition {tp} offset {_PART_KEY.unpack(cur.key())[1]}")
+                part.running_max_timestamp = last.running_max_timestamp
+            else:
+                part.running_max_timestamp = -1
+            self._truncate_epochs(txn, part.part_id, new_leo)
+            self._rebuild_producers(s, part, pids)
+            return removed
+
+        return self._write(fn)
+
+    def _truncate_epochs(self, txn: lmdb.Transaction, part_id: int, end_offset: int) -> None:
+        """Kafka's ``LeaderEpochFileCache.truncateFromEnd``: drop the epochs
+        starting at or after ``end_offset`` (start offsets ascend with the
+        epochs, so they are the newest ones)."""
+        prefix = _U32.pack(part_id)
+        cur = txn.cursor(db=self._db_epochs)
+        doomed = []
+        found = _last_under(cur, prefix)
+        while found and cur.key()[:4] == prefix and _I64.unpack(cur.value())[0] >= end_offset:
+            doomed.append(bytes(cur.key()))
+            found = cur.prev()
+        for key in doomed:
+            txn.delete(key, db=self._db_epochs)
+
+    def _drop_suffix(self, s: _Staged, part: _Part, from_offset: int) -> tuple[int, set[int]]:
+        """Delete entries with base offset >= ``from_offset``, keeping the live
+        counters and the file index exact; returns how many, and the producer
+        ids they held."""
+        txn = s.wtxn
+        per_file: dict[int, list[int]] = {}
+        pids: set[int] = set()
+        cur = txn.cursor(db=self._db_log)
+        prefix = _U32.pack(part.part_id)
+        dropped = 0
+        if cur.set_range(_PART_KEY.pack(part.part_id, from_offset)):
+            while cur.key()[:4] == prefix:
+                k = cur.key()
+                e = _decode_entry(cur.value(), f"partition {part.tp} offset {_PART_KEY.unpack(k)[1]}")
+                acc = per_file.setdefault(e.file_id, [0, 0])
+                acc[0] -= 1
+                acc[1] -= e.size
+                part.live_batches -= 1
+                part.live_bytes -= e.size
+                if e.header.producer_id >= 0:
+                    pids.add(e.header.producer_id)
+                dropped += 1
+                if not cur.delete():
+                    break
+        for file_id, (nb, nbytes) in per_file.items():
+            self._file_adjust(txn, file_id, nb, nbytes)
+        assert part.live_batches >= 0 and part.live_bytes >= 0
+        return dropped, pids
+
+    def _rebuild_producers(self, s: _Staged, part: _Part, pids: set[int]) -> None:
+        """Producer state of ``pids`` as replaying the partition's remaining
+        entries gives it (Kafka's ``rebuildProducerState`` after a truncation).
+
+        A window holds only the trailing batches of the producer's latest
+        epoch, at most NUM_BATCHES_TO_RETAIN, so one backward scan from the
+        log end finds them all and stops once every producer is complete.
+        """
+        if not pids:
+            return
+        open_pids = set(pids)
+        found: dict[int, list[_Entry]] = {}
+        prefix = _U32.pack(part.part_id)
+        cur = s.wtxn.cursor(db=self._db_log)
+        positioned = _last_under(cur, prefix)
+        while open_pids and positioned and cur.key()[:4] == prefix:
+            e = _decode_entry(cur.value(), f"partition {part.tp} offset {_PART_KEY.unpack(cur.key())[1]}")
+            pid = e.header.producer_id
+            if pid in open_pids:
+                newest_first = found.setdefault(pid, [])
+                if newest_first and e.header.producer_epoch != newest_first[0].header.producer_epoch:
+                    open_pids.discard(pid)  # an older epoch: its batches left the window
+                else:
+                    newest_first.append(e)
+                    if len(newest_first) == NUM_BATCHES_TO_RETAIN:
+                        open_pids.discard(pid)
+            positioned = cur.prev()
+        for pid in pids:
+            entry: ProducerEntry | None = None
+            for e in reversed(found.get(pid, [])):
+                h = e.header
+                entry = after_append(
+                    entry,
+                    h.producer_epoch,
+                    AppendedBatch(
+                        h.base_sequence,
+                        h.last_sequence,
+                        e.base_offset,
+                        e.last_offset,
+                        e.batch_max_timestamp,
+                        e.log_append_time,
+                    ),
+                )
+            s.producers[(part.part_id, pid)] = entry
+
+    def reset_to(self, tp: TopicIdPartition, offset: int) -> None:
+        """Empty the partition's log and restart it at ``offset`` (Kafka's
+        ``truncateFullyAndStartAt``), for a follower whose log end fell below
+        the leader's log start: every entry and its file references, the
+        producer states and the epoch cache go; log start, log end and HWM
+        become ``offset``.  KeyError for an unknown partition, ValueError for
+        a negative offset."""
+        if offset < 0:
+            raise ValueError(f"partition {tp}: cannot reset to negative offset {offset}")
+
+        def fn(s: _Staged) -> None:
+            part = s.part(tp)
+            if part is None:
+                raise KeyError(f"unknown partition {tp}")
+            self._drop_entries(s, part, until_offset=None)
+            part.log_start_offset = part.log_end_offset = part.high_watermark = offset
+            part.running_max_timestamp = part.max_timestamp = part.max_timestamp_offset = -1
+            s.hwms[tp] = (offset, True)
+            prefix = _U32.pack(part.part_id)
+            self._drop_prefix_keys(s.wtxn, self._db_producers, prefix)
+            for k in {k for k in (*self._producers, *s.producers) if k[0] == part.part_id}:
+                s.producers[k] = None
+            self._drop_prefix_keys(s.wtxn, self._db_epochs, prefix)
+
+        self._write(fn)
 
     # ------------------------------------------------------ file references
 
@@ -1521,6 +2136,25 @@ class MetadataStore:
                         f"{part.tp}: counters say {part.live_batches} batches/{part.live_bytes} bytes, "
                         f"log has {batches}/{nbytes}"
                     )
+                # The persisted values; the in-memory HWM only ever lies in
+                # [persisted HWM, log end] too.
+                if not part.log_start_offset <= part.high_watermark <= part.log_end_offset:
+                    problems.append(
+                        f"{part.tp}: log start {part.log_start_offset}, high watermark {part.high_watermark} "
+                        f"and log end {part.log_end_offset} out of order"
+                    )
+                # The epoch cache: start offsets ascending with the epochs, none past the log end.
+                prefix = _U32.pack(part.part_id)
+                ecur = txn.cursor(db=self._db_epochs)
+                previous = 0
+                if ecur.set_range(prefix):
+                    for k, v in ecur:
+                        if k[:4] != prefix:
+                            break
+                        epoch, start = _EPOCH_KEY.unpack(k)[1], _I64.unpack(v)[0]
+                        if not previous <= start <= part.log_end_offset:
+                            problems.append(f"{part.tp}: epoch {epoch} starts at {start}, out of order")
+                        previous = start
             index: dict[int, list[int]] = {}
             for k, v in txn.cursor(db=self._db_files):
                 fid, nb, nbytes, _, _ = _FILE.unpack(v)
@@ -1530,7 +2164,62 @@ class MetadataStore:
                     problems.append(f"file index: {bytes(k).decode()!r} has no reverse entry")
         if index != usage:
             problems.append(f"file index differs from the logs: index={index} logs={usage}")
+        for tp, mem in list(self._hwms.items()):
+            cached = self._parts.get(tp)
+            if cached is None or mem > cached.log_end_offset:
+                problems.append(f"{tp}: in-memory high watermark {mem} past the log end or of no partition")
         return problems
+
+
+def _check_replicated(tp: TopicIdPartition, e: ReplicatedEntry) -> BatchHeader:
+    """Stateless checks of one replicated entry; returns its parsed header.
+
+    The leader validated the batch when it committed it; these catch a broken
+    transfer or a broker bug before it reaches this log.  The batch CRC is not
+    checked: the records are not here.
+    """
+    if len(e.header) != bh.HEADER_SIZE:
+        raise ReplicationError(f"partition {tp}: replicated header is {len(e.header)} bytes, expected {bh.HEADER_SIZE}")
+    h = BatchHeader.parse(e.header)
+    where = f"partition {tp}: replicated entry at offset {h.base_offset}"
+    if h.magic != bh.MAGIC_V2:
+        raise ReplicationError(f"{where}: magic {h.magic}, expected {bh.MAGIC_V2}")
+    if h.size < bh.HEADER_SIZE or h.size != e.size:
+        raise ReplicationError(f"{where}: size {e.size} disagrees with the header's batch length {h.batch_length}")
+    if h.base_offset < 0 or h.last_offset_delta < 0:
+        raise ReplicationError(f"{where}: bad offsets (last offset delta {h.last_offset_delta})")
+    if h.partition_leader_epoch < 0:
+        raise ReplicationError(f"{where}: no partition leader epoch ({h.partition_leader_epoch})")
+    if not 0 < len(e.object_key.encode()) <= OBJECT_KEY_BYTES_MAX:
+        raise ReplicationError(f"{where}: object key {e.object_key!r} is empty or over {OBJECT_KEY_BYTES_MAX} bytes")
+    if e.file_size <= 0 or e.byte_offset < 0 or e.byte_offset + e.size > e.file_size:
+        raise ReplicationError(
+            f"{where}: byte range [{e.byte_offset}, {e.byte_offset + e.size}) outside file size {e.file_size}"
+        )
+    if h.timestamp_type == TimestampType.LOG_APPEND_TIME:
+        if e.log_append_time != h.max_timestamp:
+            raise ReplicationError(f"{where}: log append time {e.log_append_time}, header says {h.max_timestamp}")
+    elif e.log_append_time != -1 or e.batch_max_timestamp != h.max_timestamp:
+        raise ReplicationError(
+            f"{where}: CreateTime batch with log append time {e.log_append_time} "
+            f"or max timestamp {e.batch_max_timestamp} != header's {h.max_timestamp}"
+        )
+    if h.producer_id >= 0:
+        if h.producer_epoch < 0 or h.base_sequence < 0:
+            raise ReplicationError(f"{where}: producer {h.producer_id} without epoch or sequence")
+    elif h.producer_id != bh.NO_PRODUCER_ID:
+        raise ReplicationError(f"{where}: producer id {h.producer_id}")
+    return h
+
+
+def _last_under(cur: lmdb.Cursor, prefix: bytes) -> bool:
+    """Position ``cur`` on the last key before the first key above every key
+    starting with ``prefix``; the caller checks that key's prefix.  False if
+    there is no such key."""
+    # Every key under the prefix is shorter than this bound and sorts below it.
+    if cur.set_range(prefix + b"\xff" * 16):
+        return bool(cur.prev())
+    return bool(cur.last())
 
 
 def _error(err: Errors, req: CommitBatchRequest) -> CommitBatchResponse:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from partlog.errors import Errors
 from partlog.records import CommitBatchRequest, CommitBatchResponse, TimestampType, TopicIdPartition
+from partlog.store import ReplicatedEntry
 
 
 class WireError(ValueError):
@@ -100,18 +102,29 @@ def dec_partition_items(
 # ----------------------------------------------------------------- commit
 
 
-def enc_commit(key: str, uploader: int, file_size: int, requests: Sequence[CommitBatchRequest]) -> dict[str, Any]:
+def enc_commit(
+    key: str,
+    uploader: int,
+    file_size: int,
+    requests: Sequence[CommitBatchRequest],
+    acks_all: Sequence[bool] = (),
+) -> dict[str, Any]:
     # The header carries every other field: the leader rebuilds the request
     # from it and so cannot be handed fields that disagree with it.
-    return {
+    body: dict[str, Any] = {
         "key": key,
         "uploader": uploader,
         "file_size": file_size,
         "batches": [[r.request_id, *enc_tp(r.topic_id_partition), r.byte_offset, r.header] for r in requests],
     }
+    if any(acks_all):
+        # Request indices answered only once replicated (acks=all).
+        body["acks_all"] = [i for i, a in enumerate(acks_all) if a]
+    return body
 
 
-def dec_commit(body: Any) -> tuple[str, int, int, list[CommitBatchRequest]]:
+def dec_commit(body: Any) -> tuple[str, int, int, list[CommitBatchRequest], list[bool]]:
+    """(key, uploader, file size, requests, acks_all flags per request)."""
     m = _map(body, "commit")
     key = _str(field(m, "key", "commit"), "commit.key")
     uploader = _int(field(m, "uploader", "commit"), "commit.uploader")
@@ -132,7 +145,12 @@ def dec_commit(body: Any) -> tuple[str, int, int, list[CommitBatchRequest]]:
                 request_id, tp, byte_offset, 0, -1, -1, -1, TimestampType.CREATE_TIME, -1, -1, -1, -1, hdr
             )
         reqs.append(req)
-    return key, uploader, size, reqs
+    acks_all = [False] * len(reqs)
+    for i in _list(m.get("acks_all", []), "commit.acks_all"):
+        if type(i) is not int or not 0 <= i < len(reqs):
+            raise WireError(f"commit.acks_all: {i!r} is not a batch index below {len(reqs)}")
+        acks_all[i] = True
+    return key, uploader, size, reqs, acks_all
 
 
 def enc_commit_responses(responses: Sequence[CommitBatchResponse]) -> list[list[int]]:
@@ -160,3 +178,159 @@ def _errors(code: int) -> Errors:
 
 def dec_errors(code: Any, what: str) -> Errors:
     return _errors(_int(code, what))
+
+
+# ---------------------------------------------------------- replica fetch
+#
+# A follower's fetch of the metadata logs it replicates from one leader:
+#
+#   request  {"replica_id": int, "max_wait_ms": int, "entries_max": int,
+#             "partitions": [[topic_id, partition, current_leader_epoch,
+#                             fetch_offset, last_fetched_epoch,
+#                             high_watermark], ...]}
+#
+# ``high_watermark`` is the follower's, as KIP-1166 adds it; -1 means the
+# follower does not send it (the leader then parks as before KIP-1166).
+#
+#   response {"keys": [[object_key, uploader, file_size], ...],
+#             "partitions": [[error, high_watermark, log_start_offset,
+#                             log_end_offset, diverging_epoch,
+#                             diverging_end_offset, entries], ...]}
+#
+# with entries ``[[header, key_index, byte_offset, size, log_append_time,
+# batch_max_timestamp], ...]``: object keys are sent once per response, since
+# one WAL file holds batches of many partitions.  ``diverging_epoch`` is -2
+# when the follower's log does not diverge.
+
+NO_DIVERGENCE = -2
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaFetchPartition:
+    topic_id_partition: TopicIdPartition
+    current_leader_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    high_watermark: int  # -1: not sent
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaFetchResult:
+    error: Errors
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    log_end_offset: int = -1
+    diverging_epoch: int = NO_DIVERGENCE
+    diverging_end_offset: int = -1
+    entries: tuple[ReplicatedEntry, ...] = ()
+
+
+def enc_replica_fetch(
+    replica_id: int, max_wait_ms: int, entries_max: int, parts: Sequence[ReplicaFetchPartition]
+) -> dict[str, Any]:
+    return {
+        "replica_id": replica_id,
+        "max_wait_ms": max_wait_ms,
+        "entries_max": entries_max,
+        "partitions": [
+            [
+                *enc_tp(p.topic_id_partition),
+                p.current_leader_epoch,
+                p.fetch_offset,
+                p.last_fetched_epoch,
+                p.high_watermark,
+            ]
+            for p in parts
+        ],
+    }
+
+
+def dec_replica_fetch(body: Any, partitions_max: int) -> tuple[int, int, int, list[ReplicaFetchPartition]]:
+    """(replica_id, max_wait_ms, entries_max, partitions)."""
+    m = _map(body, "replica_fetch")
+    replica_id = _int(field(m, "replica_id", "replica_fetch"), "replica_fetch.replica_id")
+    max_wait = _int(field(m, "max_wait_ms", "replica_fetch"), "replica_fetch.max_wait_ms")
+    entries_max = _int(field(m, "entries_max", "replica_fetch"), "replica_fetch.entries_max")
+    if max_wait < 0 or entries_max <= 0:
+        raise WireError("replica_fetch: max_wait_ms must be >= 0 and entries_max > 0")
+    items = dec_partition_items(
+        m,
+        "partitions",
+        "replica_fetch",
+        (int, int, int, int),
+        "[topic_id, partition, current_leader_epoch, fetch_offset, last_fetched_epoch, high_watermark]",
+        partitions_max,
+    )
+    return replica_id, max_wait, entries_max, [ReplicaFetchPartition(tp, *rest) for tp, rest in items]
+
+
+def enc_replica_fetch_response(results: Sequence[ReplicaFetchResult]) -> dict[str, Any]:
+    keys: dict[str, int] = {}
+    key_rows: list[list[Any]] = []
+    parts = []
+    for r in results:
+        entries = []
+        for e in r.entries:
+            k = keys.get(e.object_key)
+            if k is None:
+                k = keys[e.object_key] = len(key_rows)
+                key_rows.append([e.object_key, e.uploader_broker_id, e.file_size])
+            entries.append([e.header, k, e.byte_offset, e.size, e.log_append_time, e.batch_max_timestamp])
+        parts.append(
+            [
+                int(r.error),
+                r.high_watermark,
+                r.log_start_offset,
+                r.log_end_offset,
+                r.diverging_epoch,
+                r.diverging_end_offset,
+                entries,
+            ]
+        )
+    return {"keys": key_rows, "partitions": parts}
+
+
+def dec_replica_fetch_response(body: Any, n_partitions: int) -> list[ReplicaFetchResult]:
+    m = _map(body, "replica_fetch response")
+    keys = []
+    for i, row in enumerate(_list(field(m, "keys", "replica_fetch response"), "replica_fetch response.keys")):
+        what = f"replica_fetch response.keys[{i}]"
+        key, uploader, size = _list(row, what, 3)
+        keys.append((_str(key, what), _int(uploader, what), _int(size, what)))
+    out = []
+    parts = _list(field(m, "partitions", "replica_fetch response"), "replica_fetch response.partitions", n_partitions)
+    for i, p in enumerate(parts):
+        what = f"replica_fetch response.partitions[{i}]"
+        err, hwm, lso, leo, div_epoch, div_end, raw_entries = _list(p, what, 7)
+        entries = []
+        for j, e in enumerate(_list(raw_entries, f"{what}.entries")):
+            ew = f"{what}.entries[{j}]"
+            header, k, byte_offset, size, append_time, max_ts = _list(e, ew, 6)
+            ki = _int(k, ew)
+            if not 0 <= ki < len(keys):
+                raise WireError(f"{ew}: key index {ki} out of range")
+            key, uploader, file_size = keys[ki]
+            entries.append(
+                ReplicatedEntry(
+                    _bytes(header, ew),
+                    key,
+                    _int(byte_offset, ew),
+                    _int(size, ew),
+                    _int(append_time, ew),
+                    _int(max_ts, ew),
+                    uploader,
+                    file_size,
+                )
+            )
+        out.append(
+            ReplicaFetchResult(
+                dec_errors(err, what),
+                _int(hwm, what),
+                _int(lso, what),
+                _int(leo, what),
+                _int(div_epoch, what),
+                _int(div_end, what),
+                tuple(entries),
+            )
+        )
+    return out

@@ -30,6 +30,7 @@ from partlog.objectstore import (
 )
 from partlog.produce_pipeline import ProduceConfig
 from partlog.records import TopicIdPartition
+from partlog.replication import ReplicationConfig
 
 # (producer index, sequence number within that producer)
 RecordKey = tuple[int, int]
@@ -90,9 +91,13 @@ async def running_cluster(
     commit_rpc_timeout_ms: int = 10_000,
     sync: bool = False,
     metrics_ports: dict[int, int] | None = None,
+    replication_factor: int = 1,
+    replication: ReplicationConfig | None = None,
 ) -> AsyncIterator[tuple[list[Broker], StaticMetadata]]:
     """Brokers on 127.0.0.1 sharing ``objects``, topic "t"; stopped on exit."""
-    meta = StaticMetadata.generate(azs=azs, brokers_per_az=brokers_per_az, topics={"t": partitions})
+    meta = StaticMetadata.generate(
+        azs=azs, brokers_per_az=brokers_per_az, topics={"t": partitions}, replication_factor=replication_factor
+    )
     configs = [
         BrokerConfig(
             b.broker_id,
@@ -102,6 +107,7 @@ async def running_cluster(
             sync=sync,
             commit_rpc_timeout_ms=commit_rpc_timeout_ms,
             metrics_port=(metrics_ports or {}).get(b.broker_id, 0),
+            replication=replication or ReplicationConfig(),
         )
         for b in meta.brokers()
     ]
@@ -243,7 +249,10 @@ def check_exactly_once(sent: Sent, seen: dict[RecordKey, list[Where]]) -> None:
 def write_cluster_toml(path: Path, meta: StaticMetadata, ports: dict[int, int]) -> None:
     lines = [f'[[brokers]]\nid = {b.broker_id}\naz = "{b.az}"\nport = {ports[b.broker_id]}\n' for b in meta.brokers()]
     for t in meta.topics():
-        lines.append(f'[[topics]]\nname = "{t.name}"\nid = "{t.topic_id}"\nleaders = {list(t.leaders)}\n')
+        replicas = [list(p.replicas) for p in t.partitions]
+        lines.append(
+            f'[[topics]]\nname = "{t.name}"\nid = "{t.topic_id}"\nleaders = {list(t.leaders)}\nreplicas = {replicas}\n'
+        )
     path.write_text("".join(lines))
 
 

@@ -59,7 +59,7 @@ def test_toml_and_errors(tmp_path: Path) -> None:
     assert meta.leader_of(TopicIdPartition(meta.topics()[0].topic_id, 1)) == 1
     assert meta.leader_of(TopicIdPartition(meta.topics()[0].topic_id, 2)) is None
     f.write_text('[[brokers]]\nid = 1\naz = "a"\n[[topics]]\nname = "t"\nleaders = [2]\n')
-    with pytest.raises(MetadataError, match=r"cluster.toml: topic t: leaders \[2\] are not brokers"):
+    with pytest.raises(MetadataError, match=r"cluster.toml: topic t: replicas \[2\] are not brokers"):
         StaticMetadata.from_toml(str(f))
     f.write_text("[[brokers]]\nid = 1\n")
     with pytest.raises(MetadataError, match="bad broker or topic entry"):

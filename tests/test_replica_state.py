@@ -13,6 +13,14 @@ from partlog.replica_state import AckResult, ReplicaState
 LAG_MS = 1000
 
 
+def settle(s: ReplicaState, now: int) -> list[AckResult]:
+    """Ask for the ISR the leader wants and commit it at once (a controller that agrees)."""
+    proposal = s.isr_proposal(now)
+    if proposal is None:
+        return []
+    return s.isr_committed(set(proposal), s.partition_epoch + 1)
+
+
 class ReplicaMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
@@ -52,7 +60,17 @@ class ReplicaMachine(RuleBasedStateMachine):
     @rule(ms=st.sampled_from([10, 500, LAG_MS + 1]))
     def tick(self, ms: int) -> None:
         self.now += ms
-        self._done(self.s.tick(self.now))
+
+    @rule(commit=st.booleans())
+    def alter_isr(self, commit: bool) -> None:
+        proposal = self.s.isr_proposal(self.now)
+        if proposal is None:
+            return
+        assert 1 in proposal
+        if commit:
+            self._done(self.s.isr_committed(set(proposal), self.s.partition_epoch + 1))
+        else:
+            self.s.isr_failed()
 
     @invariant()
     def rules_hold(self) -> None:
@@ -61,8 +79,9 @@ class ReplicaMachine(RuleBasedStateMachine):
         assert s.high_watermark >= self.hwm_seen, "HWM went back"
         self.hwm_seen = s.high_watermark
         assert s.high_watermark <= s.log_end_offset
-        # HWM = min over the ISR, unless it was already higher (it never goes back).
-        isr_min = min([s.log_end_offset] + [self.follower_leo[r] for r in s.isr if r != 1])
+        # HWM = min over the maximal ISR, unless it was already higher (it never goes back).
+        assert s.isr <= s.maximal_isr
+        isr_min = min([s.log_end_offset] + [self.follower_leo[r] for r in s.maximal_isr if r != 1])
         self.expected_hwm = max(self.expected_hwm, isr_min)
         assert s.high_watermark == self.expected_hwm
         # Nothing waits that the HWM already passed.
@@ -82,13 +101,22 @@ def test_lagging_follower_leaves_and_rejoins_the_isr() -> None:
     # Behind the leader (20), but at the leader's end as of the previous fetch
     # (10): caught up as of that fetch, at 50 ms.
     s.follower_fetch(2, 12, 70)
-    assert s.tick(150) == [] and 2 in s.isr
-    assert s.tick(151) == [] and s.isr == {1}  # not caught up for more than 100 ms
+    assert settle(s, 150) == [] and 2 in s.isr
+    assert s.isr_proposal(151) == (1,)  # not caught up for more than 100 ms
+    # Until the controller commits the shrink, the follower holds the HWM back.
+    assert s.high_watermark == 12 and s.isr == {1, 2}
+    assert s.isr_committed({1}, 1) == [] and s.isr == {1}
     assert s.check_acks_all() == Errors.NOT_ENOUGH_REPLICAS
     assert s.high_watermark == 20  # the ISR is the leader alone
     s.leader_appended(25, 200)
     s.follower_fetch(2, 25, 210)  # back at the HWM: rejoins
+    assert s.isr_proposal(210) == (1, 2)
+    # A pending expansion already counts for the HWM, not for acks=all.
+    assert s.maximal_isr == {1, 2} and s.check_acks_all() == Errors.NOT_ENOUGH_REPLICAS
+    s.isr_committed((1, 2), 2)
     assert s.isr == {1, 2} and s.check_acks_all() == Errors.NONE
+    # A stale push (older partition epoch) changes nothing.
+    assert s.isr_committed({1}, 1) == [] and s.isr == {1, 2}
 
 
 def test_ack_fails_after_append_when_the_isr_shrinks() -> None:
@@ -96,7 +124,16 @@ def test_ack_fails_after_append_when_the_isr_shrinks() -> None:
     s.follower_fetch(2, 0, 0)
     s.follower_fetch(3, 0, 0)
     s.leader_appended(5, 10, wait_token=1)
-    assert s.tick(500) == [AckResult(5, 1, Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND)]
+    assert s.isr_proposal(500) == (1,)
+    assert s.isr_committed({1}, 1) == [AckResult(5, 1, Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND)]
+
+
+def test_leadership_lost_fails_the_waiting_appends() -> None:
+    s = ReplicaState(leader_id=1, replicas=(1, 2), start_ms=1000)
+    s.leader_appended(3, 1000, wait_token=4)
+    assert s.isr_proposal(1500) is None  # followers count as caught up when leadership starts
+    assert s.fail_waiting(Errors.NOT_LEADER_OR_FOLLOWER) == [AckResult(3, 4, Errors.NOT_LEADER_OR_FOLLOWER)]
+    assert s.waiting == 0
 
 
 def test_bad_configs() -> None:

@@ -1,0 +1,257 @@
+"""Replication of the metadata logs between real brokers on loopback:
+followers converge, acks=all waits for the ISR, the ISR shrinks and grows,
+leader changes truncate a divergent suffix, stale epochs are fenced.
+
+Leadership moves here by handing brokers new static metadata (as a
+controller would push it), so each step happens exactly when the test says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from partlog.broker import Broker
+from partlog.client import Producer, build_record_batch
+from partlog.cluster_meta import StaticMetadata
+from partlog.errors import Errors
+from partlog.objectstore import LocalDirStore
+from partlog.records import CommitBatchRequest, TopicIdPartition
+from partlog.replication import ReplicationConfig
+from partlog.rpc import RpcClient, RpcConnectionError
+from partlog.wire import ReplicaFetchPartition, dec_replica_fetch_response, enc_commit, enc_replica_fetch
+from tests.batches import wal_key
+from tests.cluster_helpers import check_exactly_once, consume_all, produce, running_cluster, topic_partitions
+
+WAIT_S = 60.0
+
+
+def run_async(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Run an async test in its own event loop (the suite uses no asyncio plugin)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: object, **kwargs: object) -> None:
+        asyncio.run(fn(*args, **kwargs))
+
+    return wrapper
+
+
+def v2_batch(value: bytes) -> bytes:
+    return build_record_batch([(None, value, int(time.time() * 1000))])
+
+
+async def until(cond: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+def log_of(b: Broker, tp: TopicIdPartition) -> list[tuple[bytes, str, int, int]]:
+    read = b.store.read_log(tp, b.store.partition_state(tp)["log_start_offset"], 1 << 62)
+    return [(e.header, e.object_key, e.byte_offset, e.size) for e in read.entries]
+
+
+def converged(brokers: list[Broker], tp: TopicIdPartition) -> bool:
+    leos = {b.store.log_end_offset(tp) for b in brokers}
+    hwms = {b.store.high_watermark(tp) for b in brokers}
+    return len(leos) == 1 and hwms == leos
+
+
+def moved(
+    meta: StaticMetadata, leaders: dict[int, int], isr: dict[int, tuple[int, ...]] | None = None
+) -> StaticMetadata:
+    """``meta`` with partition p led by ``leaders[p]`` at the next leader epoch."""
+    [t] = meta.topics()
+    parts = list(t.partitions)
+    for p, leader in leaders.items():
+        old = parts[p]
+        parts[p] = replace(
+            old,
+            leader=leader,
+            leader_epoch=old.leader_epoch + 1,
+            isr=(isr or {}).get(p, old.isr),
+            partition_epoch=old.partition_epoch + 1,
+        )
+    return StaticMetadata(meta.brokers(), [replace(t, partitions=tuple(parts))])
+
+
+def cut_off(b: Broker, unreachable: set[int]) -> Callable[[], None]:
+    """Broker ``b`` can no longer reach ``unreachable`` for replication;
+    returns the function that heals it."""
+    real = b.replicas._client
+
+    async def client(broker_id: int) -> RpcClient:
+        if broker_id in unreachable:
+            raise RpcConnectionError(f"test: broker {broker_id} unreachable")
+        return await real(broker_id)
+
+    b.replicas._client = client
+
+    def heal() -> None:
+        b.replicas._client = real
+
+    return heal
+
+
+async def produce_one(b: Broker, tp: TopicIdPartition, acks: int, value: bytes = b"x") -> Errors:
+    [r] = await b.produce([(tp, v2_batch(value))], acks=acks, timeout_ms=20_000)
+    return r.error
+
+
+def by_id(brokers: list[Broker]) -> dict[int, Broker]:
+    return {b.broker_id: b for b in brokers}
+
+
+@run_async
+async def test_followers_converge_and_serve_the_same_log(tmp_path: Path) -> None:
+    objects = LocalDirStore(tmp_path / "objects")
+    async with running_cluster(tmp_path, objects, partitions=3, replication_factor=3) as (brokers, meta):
+        tps = topic_partitions(meta)
+        producer = Producer(("127.0.0.1", brokers[0].port), az="az1", linger_ms=2)
+        await producer.start()
+        try:
+            sent = await produce([producer], tps, 300)
+        finally:
+            await producer.close()
+        assert not sent.failed and len(sent.acked) == 300
+        for tp in tps:
+            await until(lambda tp=tp: converged(brokers, tp), f"replicas of {tp} to converge")  # type: ignore[misc]
+            logs = [log_of(b, tp) for b in brokers]
+            assert logs[0] and all(lg == logs[0] for lg in logs)
+            caches = [b.store.leader_epoch_cache(tp) for b in brokers]
+            assert all(c == caches[0] for c in caches)
+        # Every replica holds every partition here: the reference index is the same everywhere.
+        usages = [b.store.file_usage() for b in brokers]
+        assert usages[0] and all(u == usages[0] for u in usages)
+        for b in brokers:
+            assert b.store.check() == []
+        seen = await consume_all(("127.0.0.1", brokers[1].port), tps, sent)
+        check_exactly_once(sent, seen)
+
+
+@run_async
+async def test_isr_shrinks_acks_all_refused_and_follower_catches_up(tmp_path: Path) -> None:
+    cfg = ReplicationConfig(replica_lag_time_max_ms=300, min_insync_replicas=2, replica_fetch_backoff_ms=50)
+    objects = LocalDirStore(tmp_path / "objects")
+    async with running_cluster(tmp_path, objects, partitions=1, replication_factor=3, replication=cfg) as (
+        brokers,
+        meta,
+    ):
+        [tp] = topic_partitions(meta)
+        b = by_id(brokers)
+        leader = b[1]
+        assert await produce_one(leader, tp, -1) == Errors.NONE
+        heal3 = cut_off(b[3], {1})
+        await until(lambda: leader.replicas.isr(tp) == {1, 2}, "broker 3 to leave the ISR")
+        assert await produce_one(leader, tp, -1) == Errors.NONE  # ISR {1, 2} >= min.insync.replicas
+        heal2 = cut_off(b[2], {1})
+        await until(lambda: leader.replicas.isr(tp) == {1}, "broker 2 to leave the ISR")
+        assert await produce_one(leader, tp, -1) == Errors.NOT_ENOUGH_REPLICAS
+        assert await produce_one(leader, tp, 1) == Errors.NONE  # acks=1 does not need the ISR
+        # The static source committed every ISR change the leader asked for.
+        assert meta.partition(tp) is not None
+        heal2()
+        heal3()
+        await until(lambda: leader.replicas.isr(tp) == {1, 2, 3}, "followers to rejoin the ISR")
+        await until(lambda: converged(brokers, tp), "followers to catch up")
+        assert log_of(b[2], tp) == log_of(leader, tp) == log_of(b[3], tp)
+        assert await produce_one(leader, tp, -1) == Errors.NONE
+        assert leader.replicas.stats.isr_shrinks >= 2 and leader.replicas.stats.isr_expands >= 1
+
+
+@run_async
+async def test_leader_change_truncates_the_old_leaders_divergent_suffix(tmp_path: Path) -> None:
+    cfg = ReplicationConfig(replica_fetch_backoff_ms=50)
+    objects = LocalDirStore(tmp_path / "objects")
+    async with running_cluster(
+        tmp_path, objects, partitions=1, replication_factor=3, replication=cfg, commit_rpc_timeout_ms=3000
+    ) as (brokers, meta):
+        [tp] = topic_partitions(meta)
+        b = by_id(brokers)
+        producer = Producer(("127.0.0.1", b[3].port), az="az3", linger_ms=2)
+        await producer.start()
+        try:
+            sent = await produce([producer], [tp], 40)
+            assert not sent.failed
+            await until(lambda: converged(brokers, tp), "replicas to converge")
+            committed = b[1].store.log_end_offset(tp)
+
+            # Brokers 2 and 3 learn that 2 leads at epoch 1; broker 1 does not
+            # (a network partition between it and the controller).
+            new = moved(meta, {0: 2}, isr={0: (2, 3)})
+            b[2].set_metadata(new)
+            b[3].set_metadata(new)
+            await until(lambda: b[2].replicas.leader_epoch(tp) == 1, "broker 2 to lead")
+            # The stale leader still takes acks=1 writes; acks=all ones never complete.
+            assert await produce_one(b[1], tp, 1, b"lost") == Errors.NONE
+            assert await produce_one(b[1], tp, -1, b"never") in (
+                Errors.REQUEST_TIMED_OUT,
+                Errors.NOT_LEADER_OR_FOLLOWER,
+            )
+            stale_keys = {key for header, key, _, _ in log_of(b[1], tp) if int.from_bytes(header[:8]) >= committed}
+            assert stale_keys and b[1].store.log_end_offset(tp) > committed
+
+            # Fencing: epoch 0 at the new leader, epoch 1 at the stale one.
+            async def fetch_as(target: Broker, epoch: int) -> Errors:
+                c = await RpcClient.connect("127.0.0.1", target.port)
+                try:
+                    part = ReplicaFetchPartition(tp, epoch, 0, -1, -1)
+                    body = await c.call("replica_fetch", enc_replica_fetch(3, 0, 10, [part]))
+                    return dec_replica_fetch_response(body, 1)[0].error
+                finally:
+                    await c.close()
+
+            assert await fetch_as(b[2], 0) == Errors.FENCED_LEADER_EPOCH
+            assert await fetch_as(b[1], 1) == Errors.UNKNOWN_LEADER_EPOCH
+            # A follower refuses commits.
+            c = await RpcClient.connect("127.0.0.1", b[3].port)
+            try:
+                key = wal_key(int(time.time() * 1000))
+                batch = v2_batch(b"c")
+                req = CommitBatchRequest.from_header(0, tp, 0, batch[:61])
+                answer = await c.call("commit", enc_commit(key, 1, len(batch), [req]))
+                assert answer[0][0] == Errors.NOT_LEADER_OR_FOLLOWER
+            finally:
+                await c.close()
+
+            # The new leader takes more writes (the same idempotent producer
+            # continues its sequences there).
+            more = await produce([producer], [tp], 20, sent=sent, first_seq=40)
+            assert not more.failed
+
+            # Broker 1 learns the truth: it becomes a follower and truncates.
+            b[1].set_metadata(new)
+            await until(lambda: converged(brokers, tp), "broker 1 to truncate and catch up")
+            assert log_of(b[1], tp) == log_of(b[2], tp)
+            assert b[1].replicas.stats.truncations >= 1
+            assert b[1].store.referenced_files(stale_keys) == set()
+            assert b[1].store.check() == []
+        finally:
+            await producer.close()
+        seen = await consume_all(("127.0.0.1", b[2].port), [tp], more)
+        check_exactly_once(more, seen)  # also: nothing read that the producer did not send
+
+
+@pytest.mark.parametrize("acks", [1, -1])
+@run_async
+async def test_commit_pipelining_keeps_wal_file_order(tmp_path: Path, acks: int) -> None:
+    """Many WAL files in flight to one leader: offsets follow file order."""
+    objects = LocalDirStore(tmp_path / "objects")
+    async with running_cluster(tmp_path, objects, partitions=1, replication_factor=3, commit_interval_ms=1) as (
+        brokers,
+        meta,
+    ):
+        [tp] = topic_partitions(meta)
+        rep = by_id(brokers)[2]  # not the leader: its commits go over the network
+        answers = await asyncio.gather(*(rep.produce([(tp, v2_batch(str(i).encode()))], acks=acks) for i in range(30)))
+        offsets = [a[0].base_offset for a in answers]
+        assert all(a[0].error == Errors.NONE for a in answers)
+        assert sorted(offsets) == list(range(30))
