@@ -17,7 +17,15 @@ from partlog.records import (
     TimestampType,
     TopicIdPartition,
 )
-from partlog.store import CorruptEntryError, MetadataStore, StoreError
+from partlog.store import (
+    CorruptEntryError,
+    LogRead,
+    MetadataStore,
+    OffsetOutOfRangeError,
+    ReplicatedEntry,
+    ReplicationError,
+    StoreError,
+)
 from partlog.topic_config import TopicConfig, TopicConfigError
 
 __version__ = "0.1.0"
@@ -37,7 +45,11 @@ __all__ = [
     "FindBatchResponse",
     "ListOffsetsRequest",
     "ListOffsetsResponse",
+    "LogRead",
     "MetadataStore",
+    "OffsetOutOfRangeError",
+    "ReplicatedEntry",
+    "ReplicationError",
     "StoreError",
     "TimestampType",
     "TopicConfig",

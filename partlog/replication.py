@@ -482,7 +482,9 @@ class ReplicaManager:
                         )
                     )
                     continue
-                read = self.store.read_log(tp, p.fetch_offset, 1 << 62)
+                read = self.store.read_log(
+                    tp, p.fetch_offset, 1 << 62, min(entries_max, self.config.replica_fetch_entries_max)
+                )
             except OffsetOutOfRangeError:
                 state = self.store.partition_state(tp)
                 out.append(
@@ -501,7 +503,7 @@ class ReplicaManager:
                     led.rs.high_watermark,
                     read.log_start_offset,
                     read.log_end_offset,
-                    entries=tuple(read.entries[: min(entries_max, self.config.replica_fetch_entries_max)]),
+                    entries=read.entries,
                 )
             )
         return out

@@ -1642,12 +1642,15 @@ class MetadataStore:
             self._hwms[tp] = target
             return target
 
-    def read_log(self, tp: TopicIdPartition, from_offset: int, max_bytes: int) -> LogRead:
+    def read_log(
+        self, tp: TopicIdPartition, from_offset: int, max_bytes: int, max_entries: int | None = None
+    ) -> LogRead:
         """The leader's side of a follower fetch: entries from ``from_offset``
         (the batch holding it, if it falls inside one) in offset order, above
         the HWM too (followers replicate everything).  At least one entry if
         there is any, then as many as keep the referenced batch bytes within
-        ``max_bytes``.  One read transaction, so the entries and the offsets
+        ``max_bytes`` and the count within ``max_entries`` (what a fetch
+        response carries).  One read transaction, so the entries and the offsets
         returned with them are one snapshot.
 
         Raises :class:`OffsetOutOfRangeError` when ``from_offset`` is below
@@ -1674,7 +1677,7 @@ class MetadataStore:
                 files: dict[int, tuple[str, int, int]] = {}
                 used = 0
                 for _, e in self._entries(txn, part, first[1].base_offset):
-                    if out and used + e.size > max_bytes:
+                    if out and (used + e.size > max_bytes or (max_entries is not None and len(out) >= max_entries)):
                         break
                     f = files.get(e.file_id)
                     if f is None:

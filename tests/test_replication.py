@@ -255,3 +255,26 @@ async def test_commit_pipelining_keeps_wal_file_order(tmp_path: Path, acks: int)
         offsets = [a[0].base_offset for a in answers]
         assert all(a[0].error == Errors.NONE for a in answers)
         assert sorted(offsets) == list(range(30))
+
+
+@run_async
+async def test_a_follower_far_behind_catches_up_in_bounded_fetches(tmp_path: Path) -> None:
+    cfg = ReplicationConfig(replica_fetch_entries_max=2, replica_fetch_backoff_ms=50)
+    objects = LocalDirStore(tmp_path / "objects")
+    async with running_cluster(tmp_path, objects, partitions=1, replication_factor=3, replication=cfg) as (
+        brokers,
+        meta,
+    ):
+        [tp] = topic_partitions(meta)
+        b = by_id(brokers)
+        heal = cut_off(b[3], {1})
+        for i in range(12):
+            assert await produce_one(b[1], tp, 1, str(i).encode()) == Errors.NONE
+        await until(lambda: b[2].store.log_end_offset(tp) == b[1].store.log_end_offset(tp), "broker 2 to catch up")
+        assert b[3].store.log_end_offset(tp) == 0
+        fetches = b[3].replicas.stats.replica_fetches_sent
+        heal()
+        await until(lambda: converged(brokers, tp), "broker 3 to catch up")
+        # 12 entries, at most 2 a fetch.
+        assert b[3].replicas.stats.replica_fetches_sent - fetches >= 6
+        assert log_of(b[3], tp) == log_of(b[1], tp)
