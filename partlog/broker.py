@@ -777,14 +777,17 @@ class Broker:
             block = await self.metadata.allocate_producer_ids(self.broker_id)
         except Exception:  # a MetadataSource must not raise; keep serving
             log.exception("allocate_producer_ids raised")
-            block = None
+            block = Errors.UNKNOWN_SERVER_ERROR
+        if block is None:
+            # This source has no controller: random ids from now on.
+            self._no_producer_id_blocks = True
+            self.producer_ids.block_failed()
+        elif isinstance(block, Errors):
+            # Retriable (controller unreachable): the next InitProducerId asks again.
+            log.info("no producer-id block for broker %d: %s", self.broker_id, block.name)
             self.producer_ids.block_failed()
         else:
-            if block is None:
-                self._no_producer_id_blocks = True
-                self.producer_ids.block_failed()
-            else:
-                self.producer_ids.add_block(block)
+            self.producer_ids.add_block(block)
         self._producer_ids_ready.set()
 
     # ------------------------------------------------------------ inspection

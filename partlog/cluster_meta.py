@@ -92,6 +92,34 @@ class TopicInfo:
         return cls(topic_id, name, tuple(parts))
 
 
+def partition_of(topics: Mapping[uuid.UUID, TopicInfo], tp: TopicIdPartition) -> PartitionInfo | None:
+    t = topics.get(tp.topic_id)
+    if t is None or not 0 <= tp.partition < len(t.partitions):
+        return None
+    return t.partitions[tp.partition]
+
+
+def check_alter_partition(
+    p: PartitionInfo | None, broker_id: int, leader_epoch: int, partition_epoch: int, isr: Sequence[int]
+) -> Errors:
+    """Kafka's AlterPartition checks that need only the partition, in Kafka's
+    order; NONE when the ISR change may be committed (a controller adds its
+    own: the sender's broker epoch, liveness of added replicas)."""
+    if p is None:
+        return Errors.UNKNOWN_TOPIC_OR_PARTITION
+    if p.leader != broker_id:
+        return Errors.NOT_LEADER_OR_FOLLOWER
+    if leader_epoch != p.leader_epoch:
+        return Errors.FENCED_LEADER_EPOCH
+    if partition_epoch != p.partition_epoch:
+        return Errors.INVALID_UPDATE_VERSION
+    if len(set(isr)) != len(isr):
+        return Errors.INVALID_REQUEST
+    if broker_id not in isr or not set(isr) <= set(p.replicas):
+        return Errors.INELIGIBLE_REPLICA
+    return Errors.NONE
+
+
 class MetadataSource(Protocol):
     """What a broker needs to know about the cluster, and the two things it
     tells the cluster's controller (ISR changes, producer-id blocks)."""
@@ -119,9 +147,11 @@ class MetadataSource(Protocol):
         or a retriable error when the controller cannot be reached)."""
         ...
 
-    async def allocate_producer_ids(self, broker_id: int) -> ProducerIdBlock | None:
-        """The next block of producer ids for ``broker_id`` (KIP-730), or None
-        when this source has no controller to hand them out."""
+    async def allocate_producer_ids(self, broker_id: int) -> ProducerIdBlock | Errors | None:
+        """The next block of producer ids for ``broker_id`` (KIP-730); a
+        retriable error when none can be had now (the broker asks again);
+        None when this source has no controller to hand them out (the broker
+        then uses random 62-bit ids)."""
         ...
 
     def add_listener(self, fn: Callable[[], None]) -> None:
@@ -160,10 +190,7 @@ class StaticMetadata:
     # -------------------------------------------------------- MetadataSource
 
     def partition(self, tp: TopicIdPartition) -> PartitionInfo | None:
-        t = self._topics.get(tp.topic_id)
-        if t is None or not 0 <= tp.partition < len(t.partitions):
-            return None
-        return t.partitions[tp.partition]
+        return partition_of(self._topics, tp)
 
     def leader_of(self, tp: TopicIdPartition) -> int | None:
         p = self.partition(tp)
@@ -175,16 +202,10 @@ class StaticMetadata:
         self, broker_id: int, tp: TopicIdPartition, leader_epoch: int, partition_epoch: int, isr: tuple[int, ...]
     ) -> PartitionInfo | Errors:
         p = self.partition(tp)
-        if p is None:
-            return Errors.UNKNOWN_TOPIC_OR_PARTITION
-        if p.leader != broker_id:
-            return Errors.NOT_LEADER_OR_FOLLOWER
-        if leader_epoch != p.leader_epoch:
-            return Errors.FENCED_LEADER_EPOCH
-        if partition_epoch != p.partition_epoch:
-            return Errors.INVALID_UPDATE_VERSION
-        if broker_id not in isr or not set(isr) <= set(p.replicas):
-            return Errors.INELIGIBLE_REPLICA
+        err = check_alter_partition(p, broker_id, leader_epoch, partition_epoch, isr)
+        if err != Errors.NONE:
+            return err
+        assert p is not None
         new = replace(p, isr=tuple(r for r in p.replicas if r in isr), partition_epoch=p.partition_epoch + 1)
         t = self._topics[tp.topic_id]
         parts = list(t.partitions)
@@ -192,7 +213,7 @@ class StaticMetadata:
         self._topics[tp.topic_id] = replace(t, partitions=tuple(parts))
         return new
 
-    async def allocate_producer_ids(self, broker_id: int) -> ProducerIdBlock | None:
+    async def allocate_producer_ids(self, broker_id: int) -> ProducerIdBlock | Errors | None:
         return None
 
     def add_listener(self, fn: Callable[[], None]) -> None:

@@ -74,7 +74,7 @@ from typing import Any, NamedTuple
 import lmdb
 import msgpack
 
-from partlog.cluster_meta import NO_LEADER, BrokerInfo, PartitionInfo, TopicInfo, topic_id_for
+from partlog.cluster_meta import NO_LEADER, BrokerInfo, PartitionInfo, TopicInfo, check_alter_partition, topic_id_for
 from partlog.errors import Errors
 from partlog.producer_ids import (
     PRODUCER_ID_BLOCK_SIZE,
@@ -83,7 +83,7 @@ from partlog.producer_ids import (
     ProducerIdsExhaustedError,
 )
 from partlog.records import TopicIdPartition
-from partlog.wire import WireError
+from partlog.wire import WireError, expect_bytes, expect_int, expect_list, expect_map, expect_str, field
 
 __all__ = [
     "BROKER_SESSION_TIMEOUT_MS_DEFAULT",
@@ -521,8 +521,8 @@ class Controller:
                         self._last_heartbeat_ms[b.broker_id] = now_ms
                 for k, v in txn.cursor(db=self._db_topics):
                     tid = uuid.UUID(bytes=bytes(k))
-                    name, n = _list(msgpack.unpackb(v), "topic", 2)
-                    name, n = _str(name, "topic.name"), _int(n, "topic.partitions")
+                    name, n = expect_list(msgpack.unpackb(v), "topic", 2)
+                    name, n = expect_str(name, "topic.name"), expect_int(n, "topic.partitions")
                     self._topic_names[tid] = name
                     self._topic_ids[name] = tid
                     self._num_partitions[tid] = n
@@ -719,20 +719,12 @@ class Controller:
         if err != Errors.NONE:
             return err
         p = self._parts.get(tp)
-        if p is None:
-            return Errors.UNKNOWN_TOPIC_OR_PARTITION
-        if p.leader != broker_id:
-            return Errors.NOT_LEADER_OR_FOLLOWER
-        if leader_epoch != p.leader_epoch:
-            return Errors.FENCED_LEADER_EPOCH
-        if partition_epoch != p.partition_epoch:
-            return Errors.INVALID_UPDATE_VERSION
         asked = list(new_isr)
-        if len(set(asked)) != len(asked):
-            return Errors.INVALID_REQUEST
+        err = check_alter_partition(p, broker_id, leader_epoch, partition_epoch, asked)
+        if err != Errors.NONE:
+            return err
+        assert p is not None
         wanted = set(asked)
-        if broker_id not in wanted or not wanted <= set(p.replicas):
-            return Errors.INELIGIBLE_REPLICA
         d = _Draft(self)
         if any(not d.alive(r) for r in wanted - set(p.isr)):
             return Errors.INELIGIBLE_REPLICA
@@ -861,10 +853,10 @@ def _enc_broker(b: BrokerRegistration) -> list[Any]:
 
 
 def _dec_broker(broker_id: int, v: Any) -> BrokerRegistration:
-    az, host, port, epoch, fenced = _list(v, "broker", 5)
+    az, host, port, epoch, fenced = expect_list(v, "broker", 5)
     return BrokerRegistration(
-        broker_id, _str(az, "broker.az"), _str(host, "broker.host"), _int(port, "broker.port"),
-        _int(epoch, "broker.broker_epoch"), bool(fenced),
+        broker_id, expect_str(az, "broker.az"), expect_str(host, "broker.host"), expect_int(port, "broker.port"),
+        expect_int(epoch, "broker.broker_epoch"), bool(fenced),
     )  # fmt: skip
 
 
@@ -873,13 +865,13 @@ def enc_partition(p: PartitionInfo) -> list[Any]:
 
 
 def dec_partition(v: Any, what: str = "partition") -> PartitionInfo:
-    leader, leader_epoch, replicas, isr, partition_epoch = _list(v, what, 5)
+    leader, leader_epoch, replicas, isr, partition_epoch = expect_list(v, what, 5)
     return PartitionInfo(
-        _int(leader, f"{what}.leader"),
-        _int(leader_epoch, f"{what}.leader_epoch"),
-        tuple(_int(r, f"{what}.replicas[]") for r in _list(replicas, f"{what}.replicas")),
-        tuple(_int(r, f"{what}.isr[]") for r in _list(isr, f"{what}.isr")),
-        _int(partition_epoch, f"{what}.partition_epoch"),
+        expect_int(leader, f"{what}.leader"),
+        expect_int(leader_epoch, f"{what}.leader_epoch"),
+        tuple(expect_int(r, f"{what}.replicas[]") for r in expect_list(replicas, f"{what}.replicas")),
+        tuple(expect_int(r, f"{what}.isr[]") for r in expect_list(isr, f"{what}.isr")),
+        expect_int(partition_epoch, f"{what}.partition_epoch"),
     )
 
 
@@ -888,19 +880,21 @@ def enc_topic(t: TopicInfo) -> list[Any]:
 
 
 def dec_topic(v: Any, what: str = "topic") -> TopicInfo:
-    name, tid, parts = _list(v, what, 3)
-    raw = _bytes(tid, f"{what}.topic_id")
+    name, tid, parts = expect_list(v, what, 3)
+    raw = expect_bytes(tid, f"{what}.topic_id")
     if len(raw) != 16:
         raise WireError(f"{what}.topic_id: expected 16 bytes, got {len(raw)}")
     return TopicInfo(
         uuid.UUID(bytes=raw),
-        _str(name, f"{what}.name"),
-        tuple(dec_partition(p, f"{what}.partitions[{i}]") for i, p in enumerate(_list(parts, f"{what}.partitions"))),
+        expect_str(name, f"{what}.name"),
+        tuple(
+            dec_partition(p, f"{what}.partitions[{i}]") for i, p in enumerate(expect_list(parts, f"{what}.partitions"))
+        ),
     )
 
 
 def _dec_error(m: dict[str, Any], what: str) -> Errors:
-    code = _int(_field(m, "error", what), f"{what}.error")
+    code = expect_int(field(m, "error", what), f"{what}.error")
     try:
         return Errors(code)
     except ValueError:
@@ -916,11 +910,11 @@ def enc_register(b: BrokerInfo) -> dict[str, Any]:
 
 def dec_register(body: Any) -> BrokerInfo:
     w = "register_broker"
-    m = _map(body, w)
-    bid = _int(_field(m, "broker_id", w), f"{w}.broker_id")
-    az = _str(_field(m, "az", w), f"{w}.az")
-    host = _str(_field(m, "host", w), f"{w}.host")
-    port = _int(_field(m, "port", w), f"{w}.port")
+    m = expect_map(body, w)
+    bid = expect_int(field(m, "broker_id", w), f"{w}.broker_id")
+    az = expect_str(field(m, "az", w), f"{w}.az")
+    host = expect_str(field(m, "host", w), f"{w}.host")
+    port = expect_int(field(m, "port", w), f"{w}.port")
     if not 0 <= bid <= BROKER_ID_MAX:
         raise WireError(f"{w}.broker_id: must be in [0, {BROKER_ID_MAX}], got {bid}")
     if not 0 < len(az) <= AZ_CHARS_MAX:
@@ -940,11 +934,11 @@ def enc_register_response(answer: int | Errors) -> dict[str, Any]:
 
 def dec_register_response(body: Any) -> int | Errors:
     w = "register_broker response"
-    m = _map(body, w)
+    m = expect_map(body, w)
     err = _dec_error(m, w)
     if err != Errors.NONE:
         return err
-    epoch = _int(_field(m, "broker_epoch", w), f"{w}.broker_epoch")
+    epoch = expect_int(field(m, "broker_epoch", w), f"{w}.broker_epoch")
     if epoch < 0:
         raise WireError(f"{w}.broker_epoch: negative ({epoch})")
     return epoch
@@ -958,8 +952,10 @@ def enc_broker_epoch(broker_id: int, broker_epoch: int) -> dict[str, Any]:
 
 
 def dec_broker_epoch(body: Any, w: str) -> tuple[int, int]:
-    m = _map(body, w)
-    return _int(_field(m, "broker_id", w), f"{w}.broker_id"), _int(_field(m, "broker_epoch", w), f"{w}.broker_epoch")
+    m = expect_map(body, w)
+    return expect_int(field(m, "broker_id", w), f"{w}.broker_id"), expect_int(
+        field(m, "broker_epoch", w), f"{w}.broker_epoch"
+    )
 
 
 def enc_heartbeat_response(err: Errors, version: int) -> dict[str, Any]:
@@ -967,7 +963,7 @@ def enc_heartbeat_response(err: Errors, version: int) -> dict[str, Any]:
 
 
 def dec_heartbeat_response(body: Any) -> Errors:
-    return _dec_error(_map(body, "heartbeat response"), "heartbeat response")
+    return _dec_error(expect_map(body, "heartbeat response"), "heartbeat response")
 
 
 def enc_pid_response(answer: ProducerIdBlock | Errors, broker_id: int) -> dict[str, Any]:
@@ -983,14 +979,14 @@ def enc_pid_response(answer: ProducerIdBlock | Errors, broker_id: int) -> dict[s
 
 def dec_pid_response(body: Any) -> ProducerIdBlock | Errors:
     w = "allocate_producer_ids response"
-    m = _map(body, w)
+    m = expect_map(body, w)
     err = _dec_error(m, w)
     if err != Errors.NONE:
         return err
     block = ProducerIdBlock(
-        _int(_field(m, "broker_id", w), f"{w}.broker_id"),
-        _int(_field(m, "first_producer_id", w), f"{w}.first_producer_id"),
-        _int(_field(m, "size", w), f"{w}.size"),
+        expect_int(field(m, "broker_id", w), f"{w}.broker_id"),
+        expect_int(field(m, "first_producer_id", w), f"{w}.first_producer_id"),
+        expect_int(field(m, "size", w), f"{w}.size"),
     )
     if block.first_producer_id < 0 or block.size <= 0:
         raise WireError(f"{w}: bad block {block}")
@@ -1006,9 +1002,9 @@ def enc_poll(version: int, max_wait_ms: int) -> dict[str, Any]:
 
 def dec_poll(body: Any) -> tuple[int, int]:
     w = "metadata_poll"
-    m = _map(body, w)
-    version = _int(_field(m, "version", w), f"{w}.version")
-    wait = _int(_field(m, "max_wait_ms", w), f"{w}.max_wait_ms")
+    m = expect_map(body, w)
+    version = expect_int(field(m, "version", w), f"{w}.version")
+    wait = expect_int(field(m, "max_wait_ms", w), f"{w}.max_wait_ms")
     if wait < 0:
         raise WireError(f"{w}.max_wait_ms: must be >= 0, got {wait}")
     return version, wait
@@ -1026,20 +1022,23 @@ def enc_snapshot(s: MetadataSnapshot) -> dict[str, Any]:
 def dec_poll_response(body: Any) -> MetadataSnapshot | None:
     """The new snapshot, or None when the answer is "unchanged"."""
     w = "metadata_poll response"
-    m = _map(body, w)
-    version = _int(_field(m, "version", w), f"{w}.version")
+    m = expect_map(body, w)
+    version = expect_int(field(m, "version", w), f"{w}.version")
     if "topics" not in m and "brokers" not in m:
         return None
     brokers = []
-    for i, b in enumerate(_list(_field(m, "brokers", w), f"{w}.brokers")):
+    for i, b in enumerate(expect_list(field(m, "brokers", w), f"{w}.brokers")):
         what = f"{w}.brokers[{i}]"
-        bid, az, host, port = _list(b, what, 4)
+        bid, az, host, port = expect_list(b, what, 4)
         brokers.append(
             BrokerInfo(
-                _int(bid, f"{what}.id"), _str(az, f"{what}.az"), _str(host, f"{what}.host"), _int(port, f"{what}.port")
+                expect_int(bid, f"{what}.id"),
+                expect_str(az, f"{what}.az"),
+                expect_str(host, f"{what}.host"),
+                expect_int(port, f"{what}.port"),
             )
         )
-    topics = [dec_topic(t, f"{w}.topics[{i}]") for i, t in enumerate(_list(_field(m, "topics", w), f"{w}.topics"))]
+    topics = [dec_topic(t, f"{w}.topics[{i}]") for i, t in enumerate(expect_list(field(m, "topics", w), f"{w}.topics"))]
     return MetadataSnapshot(version, brokers, topics)
 
 
@@ -1062,24 +1061,24 @@ def enc_alter_partition(
 
 def dec_alter_partition(body: Any) -> tuple[int, int, TopicIdPartition, int, int, list[int]]:
     w = "alter_partition"
-    m = _map(body, w)
+    m = expect_map(body, w)
     bid, epoch = dec_broker_epoch(m, w)
-    raw = _bytes(_field(m, "topic_id", w), f"{w}.topic_id")
+    raw = expect_bytes(field(m, "topic_id", w), f"{w}.topic_id")
     if len(raw) != 16:
         raise WireError(f"{w}.topic_id: expected 16 bytes, got {len(raw)}")
-    part = _int(_field(m, "partition", w), f"{w}.partition")
+    part = expect_int(field(m, "partition", w), f"{w}.partition")
     if part < 0:
         raise WireError(f"{w}.partition: negative ({part})")
-    isr = _list(_field(m, "isr", w), f"{w}.isr")
+    isr = expect_list(field(m, "isr", w), f"{w}.isr")
     if len(isr) > BROKERS_MAX:
         raise WireError(f"{w}.isr: at most {BROKERS_MAX} broker ids, got {len(isr)}")
     return (
         bid,
         epoch,
         TopicIdPartition(uuid.UUID(bytes=raw), part),
-        _int(_field(m, "leader_epoch", w), f"{w}.leader_epoch"),
-        _int(_field(m, "partition_epoch", w), f"{w}.partition_epoch"),
-        [_int(r, f"{w}.isr[{i}]") for i, r in enumerate(isr)],
+        expect_int(field(m, "leader_epoch", w), f"{w}.leader_epoch"),
+        expect_int(field(m, "partition_epoch", w), f"{w}.partition_epoch"),
+        [expect_int(r, f"{w}.isr[{i}]") for i, r in enumerate(isr)],
     )
 
 
@@ -1091,11 +1090,11 @@ def enc_alter_partition_response(answer: PartitionInfo | Errors) -> dict[str, An
 
 def dec_alter_partition_response(body: Any) -> PartitionInfo | Errors:
     w = "alter_partition response"
-    m = _map(body, w)
+    m = expect_map(body, w)
     err = _dec_error(m, w)
     if err != Errors.NONE:
         return err
-    return dec_partition(_field(m, "partition", w), f"{w}.partition")
+    return dec_partition(field(m, "partition", w), f"{w}.partition")
 
 
 # create_topics
@@ -1107,17 +1106,17 @@ def enc_create_topics(topics: Mapping[str, tuple[int, int]]) -> dict[str, Any]:
 
 def dec_create_topics(body: Any) -> list[tuple[str, int, int]]:
     w = "create_topics"
-    items = _list(_field(_map(body, w), "topics", w), f"{w}.topics")
+    items = expect_list(field(expect_map(body, w), "topics", w), f"{w}.topics")
     if len(items) > TOPICS_PER_REQUEST_MAX:
         raise WireError(f"{w}.topics: at most {TOPICS_PER_REQUEST_MAX} topics, got {len(items)}")
     out = []
     for i, it in enumerate(items):
-        name, partitions, rf = _list(it, f"{w}.topics[{i}]", 3)
+        name, partitions, rf = expect_list(it, f"{w}.topics[{i}]", 3)
         out.append(
             (
-                _str(name, f"{w}.topics[{i}].name"),
-                _int(partitions, f"{w}.topics[{i}].partitions"),
-                _int(rf, f"{w}.topics[{i}].replication_factor"),
+                expect_str(name, f"{w}.topics[{i}].name"),
+                expect_int(partitions, f"{w}.topics[{i}].partitions"),
+                expect_int(rf, f"{w}.topics[{i}].replication_factor"),
             )
         )
     return out
@@ -1133,51 +1132,9 @@ def enc_create_topics_response(version: int, answers: Iterable[tuple[str, TopicI
 def dec_create_topics_response(body: Any) -> dict[str, TopicInfo | Errors]:
     w = "create_topics response"
     out: dict[str, TopicInfo | Errors] = {}
-    for i, item in enumerate(_list(_field(_map(body, w), "topics", w), f"{w}.topics")):
+    for i, item in enumerate(expect_list(field(expect_map(body, w), "topics", w), f"{w}.topics")):
         what = f"{w}.topics[{i}]"
-        name, code, topic = _list(item, what, 3)
+        name, code, topic = expect_list(item, what, 3)
         err = _dec_error({"error": code}, what)
-        out[_str(name, f"{what}.name")] = err if err != Errors.NONE else dec_topic(topic, f"{what}.topic")
+        out[expect_str(name, f"{what}.name")] = err if err != Errors.NONE else dec_topic(topic, f"{what}.topic")
     return out
-
-
-# Shape checks, as partlog.wire's (kept here so the controller's bodies do not
-# depend on the broker's module's private helpers).
-
-
-def _int(v: Any, what: str) -> int:
-    if type(v) is not int:
-        raise WireError(f"{what}: expected an integer, got {type(v).__name__}")
-    return v
-
-
-def _str(v: Any, what: str) -> str:
-    if type(v) is not str:
-        raise WireError(f"{what}: expected a string, got {type(v).__name__}")
-    return v
-
-
-def _bytes(v: Any, what: str) -> bytes:
-    if type(v) is not bytes:
-        raise WireError(f"{what}: expected bytes, got {type(v).__name__}")
-    return v
-
-
-def _list(v: Any, what: str, length: int | None = None) -> list[Any]:
-    if type(v) is not list:
-        raise WireError(f"{what}: expected a list, got {type(v).__name__}")
-    if length is not None and len(v) != length:
-        raise WireError(f"{what}: expected {length} items, got {len(v)}")
-    return v
-
-
-def _map(v: Any, what: str) -> dict[str, Any]:
-    if type(v) is not dict:
-        raise WireError(f"{what}: expected a map, got {type(v).__name__}")
-    return v
-
-
-def _field(m: dict[str, Any], name: str, what: str) -> Any:
-    if name not in m:
-        raise WireError(f"{what}: missing field {name!r}")
-    return m[name]

@@ -36,7 +36,15 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from partlog.cluster_meta import NO_LEADER, BrokerInfo, MetadataError, PartitionInfo, StaticMetadata, TopicInfo
+from partlog.cluster_meta import (
+    NO_LEADER,
+    BrokerInfo,
+    MetadataError,
+    PartitionInfo,
+    StaticMetadata,
+    TopicInfo,
+    partition_of,
+)
 from partlog.controller import (
     MetadataSnapshot,
     dec_alter_partition_response,
@@ -347,10 +355,7 @@ class ControllerMetadata:
         self._listeners.append(fn)
 
     def partition(self, tp: TopicIdPartition) -> PartitionInfo | None:
-        t = self._topics.get(tp.topic_id)
-        if t is None or not 0 <= tp.partition < len(t.partitions):
-            return None
-        return t.partitions[tp.partition]
+        return partition_of(self._topics, tp)
 
     def leader_of(self, tp: TopicIdPartition) -> int | None:
         p = self.partition(tp)
@@ -433,30 +438,31 @@ class ControllerMetadata:
         parts[tp.partition] = p
         self._topics[tp.topic_id] = replace(t, partitions=tuple(parts))
 
-    async def allocate_producer_ids(self, broker_id: int) -> ProducerIdBlock | None:
-        """The next producer-id block for this broker, or None when none can
-        be had now (controller unreachable, between registrations): the
-        caller retries later (``ProducerIdAllocator.block_failed``)."""
+    async def allocate_producer_ids(self, broker_id: int) -> ProducerIdBlock | Errors:
+        """The next producer-id block for this broker, or the retriable error
+        why none can be had now (controller unreachable, between
+        registrations): the caller retries later
+        (``ProducerIdAllocator.block_failed``)."""
         if self.broker_info is None or broker_id != self.broker_info.broker_id or self._broker_epoch < 0:
-            return None
+            return Errors.COORDINATOR_NOT_AVAILABLE
         epoch = self._broker_epoch
         try:
             answer = dec_pid_response(await self._call("allocate_producer_ids", enc_broker_epoch(broker_id, epoch)))
         except _UNREACHABLE as e:
             log.debug("allocate_producer_ids failed: %s", e)
-            return None
+            return Errors.COORDINATOR_NOT_AVAILABLE
         except (RpcRemoteError, WireError) as e:
             log.error("allocate_producer_ids failed: %s", e)
-            return None
+            return Errors.COORDINATOR_NOT_AVAILABLE
         if isinstance(answer, Errors):
             log.warning("controller refused a producer-id block: %s", answer.name)
             if answer in _REREGISTER:
                 self._incarnation_gone(epoch)
-            return None
+            return Errors.COORDINATOR_NOT_AVAILABLE
         block = answer
         if block.assigned_broker_id != broker_id:
             log.error("controller answered a bad producer-id block %s", block)
-            return None
+            return Errors.COORDINATOR_NOT_AVAILABLE
         return block
 
     # --------------------------------------------------------------- admin

@@ -83,8 +83,10 @@ class ReplicaState:
     def __post_init__(self) -> None:
         if self.leader_id not in self.replicas:
             raise ValueError(f"leader {self.leader_id} is not one of the replicas {self.replicas}")
-        if not 1 <= self.min_insync_replicas <= len(self.replicas):
-            raise ValueError(f"min_insync_replicas {self.min_insync_replicas} not in [1, {len(self.replicas)}]")
+        # Above the replica count is allowed, as in Kafka: acks=all is then
+        # always NOT_ENOUGH_REPLICAS, acks=1 still works.
+        if self.min_insync_replicas < 1:
+            raise ValueError(f"min_insync_replicas must be >= 1, got {self.min_insync_replicas}")
         if self.replica_lag_time_max_ms <= 0:
             raise ValueError(f"replica_lag_time_max_ms must be > 0, got {self.replica_lag_time_max_ms}")
         if not self.isr:

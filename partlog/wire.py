@@ -21,25 +21,25 @@ class WireError(ValueError):
     """A peer sent a body that does not have the expected shape."""
 
 
-def _int(v: Any, what: str) -> int:
+def expect_int(v: Any, what: str) -> int:
     if type(v) is not int:
         raise WireError(f"{what}: expected an integer, got {type(v).__name__}")
     return v
 
 
-def _bytes(v: Any, what: str) -> bytes:
+def expect_bytes(v: Any, what: str) -> bytes:
     if type(v) is not bytes:
         raise WireError(f"{what}: expected bytes, got {type(v).__name__}")
     return v
 
 
-def _str(v: Any, what: str) -> str:
+def expect_str(v: Any, what: str) -> str:
     if type(v) is not str:
         raise WireError(f"{what}: expected a string, got {type(v).__name__}")
     return v
 
 
-def _list(v: Any, what: str, length: int | None = None) -> list[Any]:
+def expect_list(v: Any, what: str, length: int | None = None) -> list[Any]:
     if type(v) is not list:
         raise WireError(f"{what}: expected a list, got {type(v).__name__}")
     if length is not None and len(v) != length:
@@ -47,7 +47,7 @@ def _list(v: Any, what: str, length: int | None = None) -> list[Any]:
     return v
 
 
-def _map(v: Any, what: str) -> dict[str, Any]:
+def expect_map(v: Any, what: str) -> dict[str, Any]:
     if type(v) is not dict:
         raise WireError(f"{what}: expected a map, got {type(v).__name__}")
     return v
@@ -67,11 +67,11 @@ def enc_tp(tp: TopicIdPartition) -> list[Any]:
 
 
 def dec_tp(v: Any, what: str = "partition") -> TopicIdPartition:
-    raw, p = _list(v, what, 2)
-    tid = _bytes(raw, f"{what}.topic_id")
+    raw, p = expect_list(v, what, 2)
+    tid = expect_bytes(raw, f"{what}.topic_id")
     if len(tid) != 16:
         raise WireError(f"{what}.topic_id: expected 16 bytes, got {len(tid)}")
-    part = _int(p, f"{what}.partition")
+    part = expect_int(p, f"{what}.partition")
     if part < 0:
         raise WireError(f"{what}.partition: negative ({part})")
     return TopicIdPartition(uuid.UUID(bytes=tid), part)
@@ -125,18 +125,18 @@ def enc_commit(
 
 def dec_commit(body: Any) -> tuple[str, int, int, list[CommitBatchRequest], list[bool]]:
     """(key, uploader, file size, requests, acks_all flags per request)."""
-    m = _map(body, "commit")
-    key = _str(field(m, "key", "commit"), "commit.key")
-    uploader = _int(field(m, "uploader", "commit"), "commit.uploader")
-    size = _int(field(m, "file_size", "commit"), "commit.file_size")
+    m = expect_map(body, "commit")
+    key = expect_str(field(m, "key", "commit"), "commit.key")
+    uploader = expect_int(field(m, "uploader", "commit"), "commit.uploader")
+    size = expect_int(field(m, "file_size", "commit"), "commit.file_size")
     reqs = []
-    for i, b in enumerate(_list(field(m, "batches", "commit"), "commit.batches")):
+    for i, b in enumerate(expect_list(field(m, "batches", "commit"), "commit.batches")):
         what = f"commit.batches[{i}]"
-        rid, tid, part, offset, header = _list(b, what, 5)
+        rid, tid, part, offset, header = expect_list(b, what, 5)
         tp = dec_tp([tid, part], what)
-        hdr = _bytes(header, f"{what}.header")
-        request_id = _int(rid, f"{what}.request_id")
-        byte_offset = _int(offset, f"{what}.byte_offset")
+        hdr = expect_bytes(header, f"{what}.header")
+        request_id = expect_int(rid, f"{what}.request_id")
+        byte_offset = expect_int(offset, f"{what}.byte_offset")
         try:
             req = CommitBatchRequest.from_header(request_id, tp, byte_offset, hdr)
         except ValueError:
@@ -146,7 +146,7 @@ def dec_commit(body: Any) -> tuple[str, int, int, list[CommitBatchRequest], list
             )
         reqs.append(req)
     acks_all = [False] * len(reqs)
-    for i in _list(m.get("acks_all", []), "commit.acks_all"):
+    for i in expect_list(m.get("acks_all", []), "commit.acks_all"):
         if type(i) is not int or not 0 <= i < len(reqs):
             raise WireError(f"commit.acks_all: {i!r} is not a batch index below {len(reqs)}")
         acks_all[i] = True
@@ -161,10 +161,12 @@ def enc_commit_responses(responses: Sequence[CommitBatchResponse]) -> list[list[
 
 
 def dec_commit_responses(v: Any, requests: Sequence[CommitBatchRequest]) -> list[CommitBatchResponse]:
-    items = _list(v, "commit responses", len(requests))
+    items = expect_list(v, "commit responses", len(requests))
     out = []
     for i, (item, req) in enumerate(zip(items, requests, strict=True)):
-        err, base, append, lso, dup = (_int(x, f"commit responses[{i}]") for x in _list(item, "commit response", 5))
+        err, base, append, lso, dup = (
+            expect_int(x, f"commit responses[{i}]") for x in expect_list(item, "commit response", 5)
+        )
         out.append(CommitBatchResponse(_errors(err), base, append, lso, bool(dup), req))
     return out
 
@@ -177,7 +179,7 @@ def _errors(code: int) -> Errors:
 
 
 def dec_errors(code: Any, what: str) -> Errors:
-    return _errors(_int(code, what))
+    return _errors(expect_int(code, what))
 
 
 # ---------------------------------------------------------- replica fetch
@@ -247,10 +249,10 @@ def enc_replica_fetch(
 
 def dec_replica_fetch(body: Any, partitions_max: int) -> tuple[int, int, int, list[ReplicaFetchPartition]]:
     """(replica_id, max_wait_ms, entries_max, partitions)."""
-    m = _map(body, "replica_fetch")
-    replica_id = _int(field(m, "replica_id", "replica_fetch"), "replica_fetch.replica_id")
-    max_wait = _int(field(m, "max_wait_ms", "replica_fetch"), "replica_fetch.max_wait_ms")
-    entries_max = _int(field(m, "entries_max", "replica_fetch"), "replica_fetch.entries_max")
+    m = expect_map(body, "replica_fetch")
+    replica_id = expect_int(field(m, "replica_id", "replica_fetch"), "replica_fetch.replica_id")
+    max_wait = expect_int(field(m, "max_wait_ms", "replica_fetch"), "replica_fetch.max_wait_ms")
+    entries_max = expect_int(field(m, "entries_max", "replica_fetch"), "replica_fetch.entries_max")
     if max_wait < 0 or entries_max <= 0:
         raise WireError("replica_fetch: max_wait_ms must be >= 0 and entries_max > 0")
     items = dec_partition_items(
@@ -291,33 +293,35 @@ def enc_replica_fetch_response(results: Sequence[ReplicaFetchResult]) -> dict[st
 
 
 def dec_replica_fetch_response(body: Any, n_partitions: int) -> list[ReplicaFetchResult]:
-    m = _map(body, "replica_fetch response")
+    m = expect_map(body, "replica_fetch response")
     keys = []
-    for i, row in enumerate(_list(field(m, "keys", "replica_fetch response"), "replica_fetch response.keys")):
+    for i, row in enumerate(expect_list(field(m, "keys", "replica_fetch response"), "replica_fetch response.keys")):
         what = f"replica_fetch response.keys[{i}]"
-        key, uploader, size = _list(row, what, 3)
-        keys.append((_str(key, what), _int(uploader, what), _int(size, what)))
+        key, uploader, size = expect_list(row, what, 3)
+        keys.append((expect_str(key, what), expect_int(uploader, what), expect_int(size, what)))
     out = []
-    parts = _list(field(m, "partitions", "replica_fetch response"), "replica_fetch response.partitions", n_partitions)
+    parts = expect_list(
+        field(m, "partitions", "replica_fetch response"), "replica_fetch response.partitions", n_partitions
+    )
     for i, p in enumerate(parts):
         what = f"replica_fetch response.partitions[{i}]"
-        err, hwm, lso, leo, div_epoch, div_end, raw_entries = _list(p, what, 7)
+        err, hwm, lso, leo, div_epoch, div_end, raw_entries = expect_list(p, what, 7)
         entries = []
-        for j, e in enumerate(_list(raw_entries, f"{what}.entries")):
+        for j, e in enumerate(expect_list(raw_entries, f"{what}.entries")):
             ew = f"{what}.entries[{j}]"
-            header, k, byte_offset, size, append_time, max_ts = _list(e, ew, 6)
-            ki = _int(k, ew)
+            header, k, byte_offset, size, append_time, max_ts = expect_list(e, ew, 6)
+            ki = expect_int(k, ew)
             if not 0 <= ki < len(keys):
                 raise WireError(f"{ew}: key index {ki} out of range")
             key, uploader, file_size = keys[ki]
             entries.append(
                 ReplicatedEntry(
-                    _bytes(header, ew),
+                    expect_bytes(header, ew),
                     key,
-                    _int(byte_offset, ew),
-                    _int(size, ew),
-                    _int(append_time, ew),
-                    _int(max_ts, ew),
+                    expect_int(byte_offset, ew),
+                    expect_int(size, ew),
+                    expect_int(append_time, ew),
+                    expect_int(max_ts, ew),
                     uploader,
                     file_size,
                 )
@@ -325,11 +329,11 @@ def dec_replica_fetch_response(body: Any, n_partitions: int) -> list[ReplicaFetc
         out.append(
             ReplicaFetchResult(
                 dec_errors(err, what),
-                _int(hwm, what),
-                _int(lso, what),
-                _int(leo, what),
-                _int(div_epoch, what),
-                _int(div_end, what),
+                expect_int(hwm, what),
+                expect_int(lso, what),
+                expect_int(leo, what),
+                expect_int(div_epoch, what),
+                expect_int(div_end, what),
                 tuple(entries),
             )
         )

@@ -631,8 +631,8 @@ def test_failover_seen_by_the_other_broker(tmp_path: Path) -> None:
                 Errors.NOT_LEADER_OR_FOLLOWER
             )
             block = await b1.allocate_producer_ids(1)
-            assert block is not None and block.assigned_broker_id == 1 and block.size == 1000
-            assert await watcher.allocate_producer_ids(1) is None
+            assert isinstance(block, ProducerIdBlock) and block.assigned_broker_id == 1 and block.size == 1000
+            assert await watcher.allocate_producer_ids(1) == Errors.COORDINATOR_NOT_AVAILABLE
 
             seen: list[int | None] = []
             b2.add_listener(lambda: seen.append(b2.leader_of(led_by_1)))
@@ -712,7 +712,7 @@ def test_controller_restart_clients_reconnect(tmp_path: Path) -> None:
             tp = TopicIdPartition(topic.topic_id, 0)
             epochs = (b1.broker_epoch, b2.broker_epoch)
             pid_first = await b1.allocate_producer_ids(1)
-            assert pid_first is not None
+            assert isinstance(pid_first, ProducerIdBlock)
 
             await server.stop()
             # Meanwhile the brokers keep their view and get retriable answers.
@@ -723,7 +723,7 @@ def test_controller_restart_clients_reconnect(tmp_path: Path) -> None:
                 leader, tp, p.leader_epoch, p.partition_epoch, (leader,)
             )
             assert answer in (Errors.COORDINATOR_NOT_AVAILABLE, Errors.REQUEST_TIMED_OUT)
-            assert await b1.allocate_producer_ids(1) is None
+            assert await b1.allocate_producer_ids(1) == Errors.COORDINATOR_NOT_AVAILABLE
             assert await b1.create_topics({"u": (1, 1)}) == {"u": Errors.COORDINATOR_NOT_AVAILABLE}
 
             server = ControllerServer(cfg, port=port)
@@ -734,7 +734,7 @@ def test_controller_restart_clients_reconnect(tmp_path: Path) -> None:
             await until(lambda: b1.topic("u") is not None, "broker 1 sees the topic created after the restart")
             assert (b1.broker_epoch, b2.broker_epoch) == epochs
             block = await b1.allocate_producer_ids(1)
-            assert block is not None and block.first_producer_id > pid_first.last_producer_id
+            assert isinstance(block, ProducerIdBlock) and block.first_producer_id > pid_first.last_producer_id
             answer = await (b1 if leader == 1 else b2).alter_partition(
                 leader, tp, p.leader_epoch, p.partition_epoch, (leader,)
             )

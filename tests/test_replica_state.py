@@ -140,7 +140,11 @@ def test_bad_configs() -> None:
     with pytest.raises(ValueError, match="not one of the replicas"):
         ReplicaState(leader_id=9, replicas=(1, 2))
     with pytest.raises(ValueError, match="min_insync_replicas"):
-        ReplicaState(leader_id=1, replicas=(1, 2), min_insync_replicas=3)
+        ReplicaState(leader_id=1, replicas=(1, 2), min_insync_replicas=0)
+    # More than the replicas, as Kafka allows: acks=all can never succeed.
+    assert ReplicaState(leader_id=1, replicas=(1, 2), min_insync_replicas=3).check_acks_all() == (
+        Errors.NOT_ENOUGH_REPLICAS
+    )
     s = ReplicaState(leader_id=1, replicas=(1, 2))
     with pytest.raises(ValueError, match="past the log end"):
         s.follower_fetch(2, 5, 0)

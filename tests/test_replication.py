@@ -18,11 +18,12 @@ from typing import Any
 
 import pytest
 
-from partlog.broker import Broker
+from partlog.broker import Broker, BrokerConfig
 from partlog.client import Producer, build_record_batch
 from partlog.cluster_meta import StaticMetadata
 from partlog.errors import Errors
 from partlog.objectstore import LocalDirStore
+from partlog.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock, ProducerIdManager
 from partlog.records import CommitBatchRequest, TopicIdPartition
 from partlog.replication import ReplicationConfig
 from partlog.rpc import RpcClient, RpcConnectionError
@@ -278,3 +279,48 @@ async def test_a_follower_far_behind_catches_up_in_bounded_fetches(tmp_path: Pat
         # 12 entries, at most 2 a fetch.
         assert b[3].replicas.stats.replica_fetches_sent - fetches >= 6
         assert log_of(b[3], tp) == log_of(b[1], tp)
+
+
+@run_async
+async def test_min_insync_above_the_replication_factor_refuses_acks_all_only(tmp_path: Path) -> None:
+    """Regression: the broker used to refuse the leadership itself."""
+    cfg = ReplicationConfig(min_insync_replicas=2)
+    async with running_cluster(tmp_path, LocalDirStore(tmp_path / "objects"), partitions=1, replication=cfg) as (
+        brokers,
+        meta,
+    ):
+        [tp] = topic_partitions(meta)
+        leader = by_id(brokers)[1]
+        assert leader.replicas.is_leader(tp)
+        assert await produce_one(leader, tp, -1) == Errors.NOT_ENOUGH_REPLICAS
+        assert await produce_one(leader, tp, 1) == Errors.NONE
+
+
+class _FlakyIds(StaticMetadata):
+    """A source whose controller is unreachable for the first request."""
+
+    def __init__(self, meta: StaticMetadata, manager: ProducerIdManager) -> None:
+        super().__init__(meta.brokers(), meta.topics())
+        self.manager = manager
+        self.calls = 0
+
+    async def allocate_producer_ids(self, broker_id: int) -> ProducerIdBlock | Errors | None:
+        self.calls += 1
+        if self.calls == 1:
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        return self.manager.allocate(broker_id)
+
+
+@run_async
+async def test_an_unreachable_controller_does_not_switch_to_random_producer_ids(tmp_path: Path) -> None:
+    """Regression: one failed block request used to switch to random ids for good."""
+    meta = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"t": 1})
+    with ProducerIdManager(tmp_path / "pids") as manager:
+        source = _FlakyIds(meta, manager)
+        broker = Broker(BrokerConfig(1, "az1", str(tmp_path / "b1"), sync=False), source, LocalDirStore(tmp_path / "o"))
+        await broker.start()
+        try:
+            pid = await broker.init_producer_id()
+            assert pid is not None and pid < PRODUCER_ID_BLOCK_SIZE and source.calls == 2
+        finally:
+            await broker.stop()
