@@ -146,19 +146,34 @@ def _cmd_broker(args: argparse.Namespace) -> int:
     from partlog.produce_pipeline import ProduceConfig
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        meta = StaticMetadata.from_toml(args.cluster)
-    except MetadataError as e:
-        print(f"partlog broker: {e}", file=sys.stderr)
+    from partlog.cluster_meta import BrokerInfo, MetadataSource
+
+    if (args.cluster is None) == (args.controller is None):
+        print("partlog broker: give exactly one of --cluster FILE and --controller HOST:PORT", file=sys.stderr)
         return 2
-    me = meta.broker(args.id)
-    if me is None or not me.port:
-        print(f"partlog broker: {args.cluster}: no broker {args.id} with a port", file=sys.stderr)
-        return 2
-    secret = None
-    if args.secret_file:
-        with open(args.secret_file, "rb") as f:
-            secret = f.read().strip() or None
+    meta: MetadataSource | None = None
+    if args.cluster is not None:
+        try:
+            static = StaticMetadata.from_toml(args.cluster)
+        except MetadataError as e:
+            print(f"partlog broker: {e}", file=sys.stderr)
+            return 2
+        found = static.broker(args.id)
+        if found is None or not found.port:
+            print(f"partlog broker: {args.cluster}: no broker {args.id} with a port", file=sys.stderr)
+            return 2
+        me, meta = found, static
+    else:
+        if args.az is None or not args.port:
+            print("partlog broker: --controller needs --az and --port", file=sys.stderr)
+            return 2
+        me = BrokerInfo(args.id, args.az, args.host, args.port)
+        try:
+            controller = _host_port(args.controller)
+        except ValueError as e:
+            print(f"partlog broker: --controller: {e}", file=sys.stderr)
+            return 2
+    secret = _read_secret(args.secret_file)
     from partlog.objectstore import ObjectStoreError
 
     try:
@@ -180,7 +195,18 @@ def _cmd_broker(args: argparse.Namespace) -> int:
     )
 
     async def serve() -> None:
-        broker = Broker(config, meta, store)
+        source: MetadataSource
+        controller_source = None
+        if meta is None:
+            from partlog.controller_client import ControllerMetadata
+
+            # Registers this broker's address; retries until the controller answers.
+            controller_source = ControllerMetadata(controller[0], controller[1], me, secret=secret)
+            await controller_source.start()
+            source = controller_source
+        else:
+            source = meta
+        broker = Broker(config, source, store)
         await broker.start()
         print(f"broker {args.id} listening on {me.host}:{broker.port}", flush=True)
         stop = asyncio.Event()
@@ -189,9 +215,91 @@ def _cmd_broker(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
         await broker.stop()
+        if controller_source is not None:
+            await controller_source.stop()
 
     asyncio.run(serve())
     return 0
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    return host, int(port)
+
+
+def _read_secret(path: str | None) -> bytes | None:
+    if not path:
+        return None
+    with open(path, "rb") as f:
+        return f.read().strip() or None
+
+
+def _cmd_controller(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+    import signal
+
+    from partlog.controller import ControllerConfig, ControllerStateError
+    from partlog.controller_server import ControllerServer
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = ControllerConfig(
+            args.data_dir,
+            broker_session_timeout_ms=args.session_timeout_ms,
+            unclean_leader_election_enable=args.unclean_leader_election,
+        )
+    except ValueError as e:
+        print(f"partlog controller: {e}", file=sys.stderr)
+        return 2
+
+    async def serve() -> int:
+        server = ControllerServer(config, host=args.host, port=args.port, secret=_read_secret(args.secret_file))
+        try:
+            await server.start()
+        except (ControllerStateError, OSError) as e:
+            print(f"partlog controller: {e}", file=sys.stderr)
+            return 2
+        print(f"controller listening on {args.host}:{server.port}", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await server.stop()
+        return 0
+
+    return asyncio.run(serve())
+
+
+def _cmd_topics_create(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from partlog.controller_client import ControllerMetadata
+    from partlog.errors import Errors
+
+    try:
+        host, port = _host_port(args.controller)
+    except ValueError as e:
+        print(f"partlog topics create: --controller: {e}", file=sys.stderr)
+        return 2
+
+    async def create() -> int:
+        client = ControllerMetadata(host, port, secret=_read_secret(args.secret_file))
+        await client.start()
+        try:
+            answer = (await client.create_topics({args.name: (args.partitions, args.replication_factor)}))[args.name]
+        finally:
+            await client.stop()
+        if isinstance(answer, Errors):
+            print(f"partlog topics create: {args.name}: {answer.name}", file=sys.stderr)
+            return 1
+        print(f"topic {answer.name} id {answer.topic_id}: leaders {list(answer.leaders)}")
+        return 0
+
+    return asyncio.run(create())
 
 
 def _cmd_bench_produce(args: argparse.Namespace) -> int:
@@ -301,6 +409,44 @@ def build_parser() -> argparse.ArgumentParser:
     brp.add_argument("--rounds", type=int, default=30, help="HWM propagation samples per case (default 30)")
     brp.set_defaults(func=_cmd_bench_replication)
 
+    ctl = sub.add_parser(
+        "controller",
+        help="run the controller: cluster metadata, leader elections, producer-id blocks",
+        description="Runs the embedded controller as its own process until SIGTERM: brokers register and heartbeat "
+        "(partlog broker --controller), it elects partition leaders from the ISR when a broker's session times out, "
+        "commits ISR changes, hands out producer-id blocks and pushes metadata by long-poll. Its state lives in "
+        "LMDB under --data-dir; a second controller on the same directory refuses to start.",
+    )
+    ctl.add_argument("--data-dir", required=True, help="state directory")
+    ctl.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    ctl.add_argument("--port", type=int, default=0, help="port to listen on (default: any free port, printed)")
+    ctl.add_argument(
+        "--session-timeout-ms", type=int, default=9000, help="fence a broker not heard from this long (default 9000)"
+    )
+    ctl.add_argument(
+        "--unclean-leader-election",
+        action="store_true",
+        help="elect an out-of-sync replica when no ISR member is alive (may lose acknowledged data)",
+    )
+    ctl.add_argument("--secret-file", default=None, help="file holding the shared secret of its RPCs")
+    ctl.set_defaults(func=_cmd_controller)
+
+    tp_ = sub.add_parser("topics", help="manage topics through the controller")
+    tp_sub = tp_.add_subparsers(dest="topics", required=True)
+    tc = tp_sub.add_parser(
+        "create",
+        help="create a topic (replicas spread over AZs)",
+        description="Asks the controller to create topic NAME with --partitions partitions of "
+        "--replication-factor replicas each, placed in distinct AZs while the factor is at most the number of AZs. "
+        "Creating an existing topic with the same shape succeeds; another shape is TOPIC_ALREADY_EXISTS (exit 1).",
+    )
+    tc.add_argument("name", metavar="NAME")
+    tc.add_argument("--controller", required=True, metavar="HOST:PORT", help="the controller's address")
+    tc.add_argument("--partitions", type=int, required=True, help="number of partitions")
+    tc.add_argument("--replication-factor", type=int, default=3, help="replicas per partition (default 3)")
+    tc.add_argument("--secret-file", default=None, help="file holding the shared secret of the controller's RPCs")
+    tc.set_defaults(func=_cmd_topics_create)
+
     cl = sub.add_parser(
         "cluster",
         help="run a local multi-AZ cluster, produce, consume back and verify",
@@ -348,12 +494,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     br = sub.add_parser(
         "broker",
-        help="run one broker of a cluster described by a TOML file",
-        description="Runs broker --id of the cluster file (brokers with AZ, host and port; topics with partition "
-        "leaders) until SIGTERM. Its MetadataStore lives in <data-dir>/brokers/<id>/meta; objects go to --store or "
-        "<data-dir>/objects.",
+        help="run one broker, with static metadata (--cluster) or a controller (--controller)",
+        description="Runs broker --id until SIGTERM, either of a static cluster file (brokers with AZ, host and "
+        "port; topics with partition leaders and replicas; leaders never move) or registered with a controller "
+        "(--controller HOST:PORT with --az and --port; leaders are elected and move on failures). Its MetadataStore "
+        "lives in <data-dir>/brokers/<id>/meta; objects go to --store or <data-dir>/objects.",
     )
-    br.add_argument("--cluster", required=True, help="cluster TOML file (see partlog.cluster_meta)")
+    br.add_argument("--cluster", default=None, help="static cluster TOML file (see partlog.cluster_meta)")
+    br.add_argument(
+        "--controller", default=None, metavar="HOST:PORT", help="take metadata from this controller instead"
+    )
+    br.add_argument("--az", default=None, help="this broker's AZ (with --controller)")
+    br.add_argument("--host", default="127.0.0.1", help="address to listen on (with --controller; default 127.0.0.1)")
+    br.add_argument("--port", type=int, default=0, help="port to listen on (with --controller)")
     br.add_argument("--id", type=int, required=True, help="this broker's id")
     br.add_argument("--data-dir", required=True, help="data directory")
     br.add_argument("--store", default=None, help="object store URL (default file://<data-dir>/objects)")

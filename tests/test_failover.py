@@ -5,11 +5,30 @@ come from controller blocks, unique across brokers and controller restarts."""
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from partlog.client import Producer
 from partlog.cluster_run import ClusterOptions, LocalCluster, run
+from partlog.controller_client import ControllerMetadata
+from partlog.errors import Errors
 from partlog.objectstore import LocalDirStore
 from partlog.producer_ids import PRODUCER_ID_BLOCK_SIZE
+from partlog.records import TopicIdPartition
+from tests.cluster_helpers import (
+    Sent,
+    check_exactly_once,
+    consume_all,
+    free_ports,
+    produce,
+    stop_processes,
+    wait_listening,
+)
 
 
 def test_brokers_killed_under_load_lose_and_duplicate_nothing(tmp_path: Path) -> None:
@@ -59,3 +78,97 @@ def test_producer_ids_come_from_blocks_unique_across_controller_restarts(tmp_pat
     assert len(set(ids)) == len(ids) == 30
     # From the controller's blocks (6 blocks at most), not random 62-bit ids.
     assert max(ids) < 6 * PRODUCER_ID_BLOCK_SIZE
+
+
+@pytest.mark.timeout(240)
+def test_leader_process_killed_with_sigkill_fails_over_to_the_isr(tmp_path: Path) -> None:
+    """``partlog controller`` and three ``partlog broker --controller``
+    processes, a topic replicated on all three.  The broker leading partition
+    0 is killed with SIGKILL while a producer (acks=all, idempotent) sends:
+    the controller fences it and elects another ISR member, producing goes on
+    while it is down, and after its restart it truncates and catches up.
+    Every acknowledged record is read back exactly once."""
+    ctl_port, *ports_list = free_ports(4)
+    ports = dict(zip((1, 2, 3), ports_list, strict=True))
+    store_url = "file://" + str(tmp_path / "objects")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+
+    def spawn(name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        with open(logs / f"{name}.log", "ab") as out:
+            return subprocess.Popen(
+                [sys.executable, "-m", "partlog.cli", *args], stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+
+    def start_broker(b: int) -> subprocess.Popen[bytes]:
+        return spawn(f"broker-{b}", [
+            "broker", "--controller", f"127.0.0.1:{ctl_port}", "--id", str(b), "--az", f"az{b}",
+            "--port", str(ports[b]), "--data-dir", str(tmp_path), "--store", store_url,
+            "--commit-interval-ms", "20", "--no-sync",
+        ])  # fmt: skip
+
+    procs = {
+        0: spawn("controller", ["controller", "--data-dir", str(tmp_path / "ctl"), "--port", str(ctl_port),
+                                "--session-timeout-ms", "2000"]),
+    }  # fmt: skip
+    try:
+        wait_listening(ctl_port, procs[0])
+        for b in ports:
+            procs[b] = start_broker(b)
+        for b, port in ports.items():
+            wait_listening(port, procs[b])
+
+        async def main() -> tuple[Sent, dict[Any, Any], int, int]:  # sent, seen, victim, acked while down
+            admin = ControllerMetadata("127.0.0.1", ctl_port)
+            await admin.start()
+            try:
+                topic = (await admin.create_topics({"t": (3, 3)}))["t"]
+                assert not isinstance(topic, Errors), topic
+                tps = [TopicIdPartition(topic.topic_id, p) for p in range(3)]
+                victim = topic.leaders[0]
+                bootstrap = [("127.0.0.1", ports[b]) for b in sorted(ports)]
+                producer = Producer(bootstrap, az="az1", retry_backoff_ms=50, linger_ms=2)
+                await producer.start()
+                sent = Sent()
+                acked_while_down = 0
+
+                async def during(i: int) -> None:
+                    nonlocal acked_while_down
+                    if i == 60:
+                        procs[victim].send_signal(signal.SIGKILL)
+                        await asyncio.to_thread(procs[victim].wait, 10)
+                    elif i == 200:
+                        # Before the restart: what was sent meanwhile is acknowledged
+                        # by the new leader (the session timeout has passed).
+                        waiting = [f for (_, seq), f in sent.futures.items() if 60 < seq < 200]
+                        await asyncio.wait(waiting, timeout=120)
+                        assert admin.leader_of(tps[0]) not in (None, victim)
+                        acked_while_down = sum(
+                            1
+                            for f in waiting
+                            if f.done() and not f.cancelled() and f.exception() is None
+                            and f.result().topic_id_partition == tps[0]
+                        )  # fmt: skip
+                        procs[victim] = start_broker(victim)
+                        await asyncio.to_thread(wait_listening, ports[victim], procs[victim])
+
+                try:
+                    await produce([producer], tps, 300, every=5, pause_s=0.02, during=during, sent=sent)
+                finally:
+                    await producer.close()
+                new_leader = admin.leader_of(tps[0])
+                assert new_leader is not None
+                seen = await consume_all(("127.0.0.1", ports[new_leader]), tps, sent)
+                return sent, seen, victim, acked_while_down
+            finally:
+                await admin.stop()
+
+        sent, seen, victim, acked_while_down = asyncio.run(main())
+        assert procs[victim].poll() is None, "the victim runs again"
+        check_exactly_once(sent, seen)
+        # Partition 0 took acknowledged writes while its first leader was dead.
+        assert acked_while_down > 0, "no write to partition 0 was acknowledged while its leader was down"
+        assert len(sent.acked) == len(sent.all_keys), f"{len(sent.failed)} records failed"
+    finally:
+        stop_processes(list(procs.values()))
