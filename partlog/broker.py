@@ -207,6 +207,9 @@ class Broker:
             lambda: float(self.pipeline.uploads_waiting),
         )
         self.metrics.cache_bytes_max.set(config.fetch_cache_bytes_max)
+        self.metrics.watch_replication(
+            lambda: self.replicas.stats, lambda: self.replicas.leaders, lambda: self.replicas.under_replicated
+        )
         self._server: RpcServer | None = None
         self._clients: dict[int, RpcClient] = {}
         self._client_locks: dict[int, asyncio.Lock] = {}

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 # Seconds: object-store PUTs are ~100 ms at p50, up to 400 ms at p99
 # (KIP-1163); commits are milliseconds.
@@ -64,6 +66,14 @@ class BrokerMetrics:
         self.cache_bytes = Gauge("partlog_fetch_cache_bytes", "bytes held by the fetch cache", registry=r)
         self.cache_bytes_max = Gauge("partlog_fetch_cache_bytes_max", "limit of partlog_fetch_cache_bytes", registry=r)
 
+    def watch_replication(
+        self, stats: Callable[[], object], leaders: Callable[[], int], under_replicated: Callable[[], int]
+    ) -> None:
+        """Expose the replication counters (``ReplicationStats``, read at
+        scrape time) and two gauges: partitions led, and led partitions whose
+        ISR is smaller than their replica set (Kafka's UnderReplicatedPartitions)."""
+        self.registry.register(_ReplicationCollector(stats, leaders, under_replicated))
+
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
         """Expose the metrics at http://host:port/metrics (a daemon thread)
         until :meth:`close`."""
@@ -77,3 +87,43 @@ class BrokerMetrics:
             if self._http_thread is not None:
                 self._http_thread.join(5)
             self._http = self._http_thread = None
+
+
+# ReplicationStats field -> (metric name, help).
+_REPLICATION_COUNTERS = {
+    "became_leader": ("partlog_replication_became_leader", "partitions this broker took the leadership of"),
+    "became_follower": ("partlog_replication_became_follower", "partitions this broker started following"),
+    "truncations": ("partlog_replication_truncations", "divergent suffixes truncated as a follower"),
+    "entries_truncated": ("partlog_replication_entries_truncated", "metadata-log entries removed by truncation"),
+    "entries_replicated": ("partlog_replication_entries_replicated", "entries appended as a follower"),
+    "replica_fetches_served": ("partlog_replication_fetches_served", "replica fetches served as a leader"),
+    "replica_fetches_parked": ("partlog_replication_fetches_parked", "replica fetches parked with nothing to send"),
+    "replica_fetches_sent": ("partlog_replication_fetches_sent", "replica fetches sent as a follower"),
+    "replica_fetch_errors": ("partlog_replication_fetch_errors", "replica fetches that failed (connection, refusal)"),
+    "isr_shrinks": ("partlog_replication_isr_shrinks", "ISR shrinks committed by the controller"),
+    "isr_expands": ("partlog_replication_isr_expands", "ISR expansions committed by the controller"),
+    "alter_partition_failures": ("partlog_replication_alter_partition_failures", "ISR changes refused or unanswered"),
+    "acks_all_failed": ("partlog_replication_acks_all_failed", "acks=all batches appended but not acknowledged"),
+}
+
+
+class _ReplicationCollector(Collector):
+    def __init__(
+        self, stats: Callable[[], object], leaders: Callable[[], int], under_replicated: Callable[[], int]
+    ) -> None:
+        self._stats = stats
+        self._leaders = leaders
+        self._under = under_replicated
+
+    def collect(self):  # type: ignore[no-untyped-def]  # prometheus-client's own signature
+        st = self._stats()
+        for attr, (name, doc) in _REPLICATION_COUNTERS.items():
+            c = CounterMetricFamily(name, doc)
+            c.add_metric([], float(getattr(st, attr)))
+            yield c
+        yield GaugeMetricFamily("partlog_partitions_led", "partitions this broker leads", value=self._leaders())
+        yield GaugeMetricFamily(
+            "partlog_under_replicated_partitions",
+            "led partitions whose ISR is smaller than their replica set",
+            value=self._under(),
+        )

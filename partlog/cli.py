@@ -288,7 +288,13 @@ def _cmd_topics_create(args: argparse.Namespace) -> int:
 
     async def create() -> int:
         client = ControllerMetadata(host, port, secret=_read_secret(args.secret_file))
-        await client.start()
+        try:
+            async with asyncio.timeout(args.timeout_ms / 1000):
+                await client.start()  # retries until the controller answers
+        except TimeoutError:
+            await client.stop()
+            print(f"partlog topics create: no answer from the controller at {host}:{port}", file=sys.stderr)
+            return 1
         try:
             answer = (await client.create_topics({args.name: (args.partitions, args.replication_factor)}))[args.name]
         finally:
@@ -445,6 +451,9 @@ def build_parser() -> argparse.ArgumentParser:
     tc.add_argument("--partitions", type=int, required=True, help="number of partitions")
     tc.add_argument("--replication-factor", type=int, default=3, help="replicas per partition (default 3)")
     tc.add_argument("--secret-file", default=None, help="file holding the shared secret of the controller's RPCs")
+    tc.add_argument(
+        "--timeout-ms", type=int, default=30_000, help="give up if the controller does not answer (default 30000)"
+    )
     tc.set_defaults(func=_cmd_topics_create)
 
     cl = sub.add_parser(
@@ -550,9 +559,18 @@ def main(argv: list[str] | None = None) -> int:
         "message_bytes",
         "duration",
         "commit_interval_ms",
+        "replication_factor",
+        "session_timeout_ms",
+        "seconds",
+        "concurrency",
+        "rounds",
+        "timeout_ms",
     ):
         if getattr(args, name, 1) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be > 0")
+    for name in ("kill_broker_every", "restart_after"):
+        if getattr(args, name, 0) < 0:
+            parser.error(f"--{name.replace('_', '-')} must be >= 0")
     return int(args.func(args))
 
 

@@ -31,6 +31,7 @@ The brokers (``partlog.replication``) and the simulations run this module.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from partlog.errors import Errors
@@ -132,9 +133,11 @@ class ReplicaState:
         f.last_fetch_ms = now_ms
         return self._advance()
 
-    def isr_proposal(self, now_ms: int) -> tuple[int, ...] | None:
+    def isr_proposal(self, now_ms: int, eligible: Callable[[int], bool] | None = None) -> tuple[int, ...] | None:
         """The ISR the leader wants now, if it differs from the committed one
-        and no change is pending; it is pending from now on."""
+        and no change is pending; it is pending from now on.  ``eligible``
+        says whether a replica may join (Kafka's ``isReplicaIsrEligible``:
+        not fenced by the controller); the controller would refuse it."""
         if self._pending is not None:
             return None
         want = {self.leader_id}
@@ -142,7 +145,11 @@ class ReplicaState:
             if fid in self.isr:
                 if now_ms - f.last_caught_up_ms <= self.replica_lag_time_max_ms:
                     want.add(fid)
-            elif f.log_end_offset >= self.high_watermark and f.log_end_offset >= self.leader_epoch_start_offset:
+            elif (
+                f.log_end_offset >= self.high_watermark
+                and f.log_end_offset >= self.leader_epoch_start_offset
+                and (eligible is None or eligible(fid))
+            ):
                 want.add(fid)
         if want == self.isr:
             return None

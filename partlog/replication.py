@@ -225,6 +225,14 @@ class ReplicaManager:
         led = self._led.get(tp)
         return None if led is None else led.leader_epoch
 
+    @property
+    def leaders(self) -> int:
+        return len(self._led)
+
+    @property
+    def under_replicated(self) -> int:
+        return sum(1 for led in self._led.values() if len(led.rs.isr) < len(led.rs.replicas))
+
     def isr(self, tp: TopicIdPartition) -> set[int] | None:
         led = self._led.get(tp)
         return None if led is None else set(led.rs.isr)
@@ -513,7 +521,9 @@ class ReplicaManager:
     def _maybe_alter_isr(self, led: _Led, now: int) -> None:
         if led.alter_inflight or now < led.alter_backoff_until_ms:
             return
-        proposal = led.rs.isr_proposal(now)
+        # A replica the metadata does not list as a live broker is fenced:
+        # asking to add it would only be refused.
+        proposal = led.rs.isr_proposal(now, lambda r: self.metadata.broker(r) is not None)
         if proposal is None:
             return
         led.alter_inflight = True

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from partlog.cli import main
+from tests.cluster_helpers import free_ports
 
 
 def test_cluster_with_a_bad_store(capsys: pytest.CaptureFixture[str]) -> None:
@@ -30,3 +31,34 @@ def test_broker_with_bad_config(tmp_path: Path, capsys: pytest.CaptureFixture[st
     cluster.write_text("not toml [")
     assert main(["broker", "--cluster", str(cluster), "--id", "1", "--data-dir", str(tmp_path)]) == 2
     assert "c.toml" in capsys.readouterr().err
+
+
+def test_broker_needs_exactly_one_metadata_source(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["broker", "--id", "1", "--data-dir", str(tmp_path)]) == 2
+    assert "exactly one of --cluster FILE and --controller HOST:PORT" in capsys.readouterr().err
+    assert main(["broker", "--controller", "127.0.0.1:1", "--id", "1", "--data-dir", str(tmp_path)]) == 2
+    assert "--controller needs --az and --port" in capsys.readouterr().err
+    args = ["broker", "--controller", "nohost", "--az", "a", "--port", "9", "--id", "1", "--data-dir", str(tmp_path)]
+    assert main(args) == 2
+    assert "expected HOST:PORT, got 'nohost'" in capsys.readouterr().err
+
+
+def test_controller_and_topics_with_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as ei:
+        main(["controller", "--data-dir", str(tmp_path), "--session-timeout-ms", "0"])
+    assert ei.value.code == 2
+    assert main(["topics", "create", "t", "--controller", "x:y", "--partitions", "1"]) == 2
+    assert "expected HOST:PORT" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as ei:
+        main(["topics", "create", "t", "--controller", "h:1", "--partitions", "0"])
+    assert ei.value.code == 2
+    with pytest.raises(SystemExit) as ei:
+        main(["cluster", "--kill-broker-every", "-1"])
+    assert ei.value.code == 2
+
+
+def test_topics_create_gives_up_on_an_unreachable_controller(capsys: pytest.CaptureFixture[str]) -> None:
+    [port] = free_ports(1)  # nobody listens there
+    args = ["topics", "create", "t", "--controller", f"127.0.0.1:{port}", "--partitions", "1", "--timeout-ms", "300"]
+    assert main(args) == 1
+    assert "no answer from the controller" in capsys.readouterr().err

@@ -150,3 +150,11 @@ def test_bad_configs() -> None:
         s.follower_fetch(2, 5, 0)
     with pytest.raises(ValueError, match="not a follower"):
         s.follower_fetch(3, 0, 0)
+
+
+def test_an_ineligible_replica_is_not_proposed_for_the_isr() -> None:
+    s = ReplicaState(leader_id=1, replicas=(1, 2), isr={1})
+    s.leader_appended(5, 0)
+    s.follower_fetch(2, 5, 10)  # caught up, but its broker is fenced
+    assert s.isr_proposal(10, eligible=lambda r: r != 2) is None
+    assert s.isr_proposal(10, eligible=lambda r: True) == (1, 2)

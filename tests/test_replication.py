@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 
 from partlog.broker import Broker, BrokerConfig
 from partlog.client import Producer, build_record_batch
@@ -134,6 +135,11 @@ async def test_followers_converge_and_serve_the_same_log(tmp_path: Path) -> None
         assert usages[0] and all(u == usages[0] for u in usages)
         for b in brokers:
             assert b.store.check() == []
+            text = generate_latest(b.metrics.registry).decode()
+            # Each broker leads one partition and follows the two others.
+            assert "partlog_partitions_led 1.0" in text
+            assert "partlog_under_replicated_partitions 0.0" in text
+            assert "partlog_replication_entries_replicated_total 0.0" not in text
         seen = await consume_all(("127.0.0.1", brokers[1].port), tps, sent)
         check_exactly_once(sent, seen)
 
