@@ -516,6 +516,7 @@ class MetadataStore:
         # Map growth needs no live transaction in this process.
         self._gate = threading.Condition()
         self._readers = 0
+        self._writers = 0  # writes in flight (close waits for them)
         self._resizing = False
         # Counters for metrics and benchmarks.
         self.stats = {"group_commits": 0, "map_resizes": 0}
@@ -595,9 +596,17 @@ class MetadataStore:
         )
 
     def close(self) -> None:
-        if not self._closed:
+        """Close the environment once the operations in flight (in other
+        threads: an asyncio shell's worker threads outlive a cancelled task)
+        have ended; new ones are refused with StoreError.  Closing LMDB under
+        a running transaction would crash the process."""
+        with self._gate:
+            if self._closed:
+                return
             self._closed = True
-            self._env.close()
+            while self._readers or self._writers:
+                self._gate.wait()
+        self._env.close()
 
     def __enter__(self) -> MetadataStore:
         return self
@@ -631,9 +640,9 @@ class MetadataStore:
     # -------------------------------------------------------------- plumbing
 
     def _begin_read(self) -> lmdb.Transaction:
-        if self._closed:
-            raise StoreError(f"{self.path}: store is closed")
         with self._gate:
+            if self._closed:
+                raise StoreError(f"{self.path}: store is closed")
             while self._resizing:
                 self._gate.wait()
             self._readers += 1
@@ -709,11 +718,24 @@ class MetadataStore:
         changes, epochs).  ``fn`` validates before it writes; if it raises,
         the transaction is aborted and nothing changes.
         """
-        self._check_writable()
+        with self._writing():
+            try:
+                return self._pipeline.exclusive(lambda: self._run_exclusive(fn))
+            except PipelineFailedError as e:
+                raise StoreError(str(e)) from e
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Count a write in flight, so that ``close`` waits for it."""
+        with self._gate:
+            self._check_writable()
+            self._writers += 1
         try:
-            return self._pipeline.exclusive(lambda: self._run_exclusive(fn))
-        except PipelineFailedError as e:
-            raise StoreError(str(e)) from e
+            yield
+        finally:
+            with self._gate:
+                self._writers -= 1
+                self._gate.notify_all()
 
     def _run_exclusive(self, fn: Callable[[_Staged], T]) -> T:
         while True:
@@ -987,9 +1009,10 @@ class MetadataStore:
             key_error = Errors.INVALID_REQUEST
         checked = [_check_batch(req, file_size) for req in batches]
         try:
-            result: list[CommitBatchResponse] = self._pipeline.submit(
-                (object_key, created_ms, key_error, uploader_broker_id, file_size, batches, checked), len(batches)
-            )
+            with self._writing():
+                result: list[CommitBatchResponse] = self._pipeline.submit(
+                    (object_key, created_ms, key_error, uploader_broker_id, file_size, batches, checked), len(batches)
+                )
         except PipelineFailedError as e:
             raise StoreError(str(e)) from e
         return result
