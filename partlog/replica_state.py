@@ -17,14 +17,20 @@ Kafka's rules, kept here:
   not been caught up for ``replica_lag_time_max_ms`` (30 s).
 * It rejoins the ISR when its log end offset reaches the HWM (and the start
   of the leader's current epoch).
-* HWM = min log end offset over the *maximal* ISR: the committed ISR plus
+* HWM = min log end offset over the *maximal* ISR (the committed ISR plus
   replicas a pending expansion adds; a pending shrink still counts the
   replica leaving, so the HWM never passes a replica the controller may
-  still elect (``PendingExpandIsr`` / ``PendingShrinkIsr``).
+  still elect: ``PendingExpandIsr`` / ``PendingShrinkIsr``) and over
+  followers outside it that are caught up and eligible (about to join:
+  ``shouldWaitForReplicaToJoinIsr``).  It does not advance while the
+  committed ISR is below the effective minimum (KIP-966's strict min ISR,
+  ``isUnderMinIsr``).
+* The effective minimum is ``min(min_insync_replicas, replicas)``
+  (``effectiveMinIsr``: a minimum above the replication factor is allowed).
 * acks=all: refused with NOT_ENOUGH_REPLICAS before the append when the
-  committed ISR is smaller than ``min_insync_replicas``; completed when the
-  HWM passes the append; NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR
-  shrank below the minimum before that.
+  committed ISR is below the effective minimum; completed when the HWM
+  passes the append; NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR is below
+  the minimum at completion.
 
 The brokers (``partlog.replication``) and the simulations run this module.
 """
@@ -80,12 +86,14 @@ class ReplicaState:
     _followers: dict[int, _Follower] = field(default_factory=dict)
     _waiting: list[_Waiting] = field(default_factory=list)
     _pending: frozenset[int] | None = None  # an ISR change the controller has not answered
+    # Whether a replica may join the ISR (not fenced); the shell sets it.
+    eligible: Callable[[int], bool] | None = None
+    _now_ms: int = 0  # the latest time an input carried
 
     def __post_init__(self) -> None:
         if self.leader_id not in self.replicas:
             raise ValueError(f"leader {self.leader_id} is not one of the replicas {self.replicas}")
-        # Above the replica count is allowed, as in Kafka: acks=all is then
-        # always NOT_ENOUGH_REPLICAS, acks=1 still works.
+        # Above the replica count is allowed, as in Kafka (effective_min_isr).
         if self.min_insync_replicas < 1:
             raise ValueError(f"min_insync_replicas must be >= 1, got {self.min_insync_replicas}")
         if self.replica_lag_time_max_ms <= 0:
@@ -93,17 +101,24 @@ class ReplicaState:
         if not self.isr:
             self.isr = set(self.replicas)  # a new leader starts from the ISR it was elected with
         self.isr.add(self.leader_id)
+        self._now_ms = self.start_ms
         for r in self.replicas:
             if r != self.leader_id:
                 self._followers.setdefault(r, _Follower(last_caught_up_ms=self.start_ms, last_fetch_ms=self.start_ms))
 
     # ------------------------------------------------------------- inputs
 
+    @property
+    def effective_min_isr(self) -> int:
+        return min(self.min_insync_replicas, len(self.replicas))
+
+    @property
+    def under_min_isr(self) -> bool:
+        return len(self.isr) < self.effective_min_isr
+
     def check_acks_all(self) -> Errors:
         """Before an acks=all append: NOT_ENOUGH_REPLICAS if the ISR is too small."""
-        if len(self.isr) < self.min_insync_replicas:
-            return Errors.NOT_ENOUGH_REPLICAS
-        return Errors.NONE
+        return Errors.NOT_ENOUGH_REPLICAS if self.under_min_isr else Errors.NONE
 
     def leader_appended(self, log_end_offset: int, now_ms: int, wait_token: int | None = None) -> list[AckResult]:
         """The leader's log now ends at ``log_end_offset``; with ``wait_token``
@@ -111,6 +126,7 @@ class ReplicaState:
         if log_end_offset < self.log_end_offset:
             raise ValueError(f"log end offset went back from {self.log_end_offset} to {log_end_offset}")
         self.log_end_offset = log_end_offset
+        self._now_ms = max(self._now_ms, now_ms)
         if wait_token is not None:
             self._waiting.append(_Waiting(log_end_offset, wait_token))
         return self._advance()
@@ -131,13 +147,16 @@ class ReplicaState:
             f.last_caught_up_ms = max(f.last_caught_up_ms, f.last_fetch_ms)
         f.last_fetch_leader_leo = self.log_end_offset
         f.last_fetch_ms = now_ms
+        self._now_ms = max(self._now_ms, now_ms)
         return self._advance()
 
-    def isr_proposal(self, now_ms: int, eligible: Callable[[int], bool] | None = None) -> tuple[int, ...] | None:
+    def isr_proposal(self, now_ms: int) -> tuple[int, ...] | None:
         """The ISR the leader wants now, if it differs from the committed one
-        and no change is pending; it is pending from now on.  ``eligible``
-        says whether a replica may join (Kafka's ``isReplicaIsrEligible``:
-        not fenced by the controller); the controller would refuse it."""
+        and no change is pending; it is pending from now on.  Only
+        ``eligible`` replicas may join (Kafka's ``isReplicaIsrEligible``: not
+        fenced by the controller, which would refuse them)."""
+        self._now_ms = max(self._now_ms, now_ms)
+        eligible = self.eligible
         if self._pending is not None:
             return None
         want = {self.leader_id}
@@ -176,26 +195,30 @@ class ReplicaState:
 
     # ---------------------------------------------------------- internals
 
+    def _holds_back_hwm(self, follower_id: int, f: _Follower, maximal: set[int]) -> bool:
+        if follower_id in maximal:
+            return True
+        # Caught up and about to join: the HWM must not run away from it.
+        return self._now_ms - f.last_caught_up_ms <= self.replica_lag_time_max_ms and (
+            self.eligible is None or self.eligible(follower_id)
+        )
+
     def _advance(self) -> list[AckResult]:
-        leos = [self.log_end_offset] + [
-            self._followers[r].log_end_offset for r in self.maximal_isr if r != self.leader_id
-        ]
-        candidate = min(leos)
-        # The HWM advances even with the ISR below min.insync.replicas (as
-        # Kafka's maybeIncrementLeaderHW): acks=all appends fail instead.
-        if candidate > self.high_watermark:
-            self.high_watermark = candidate
+        if not self.under_min_isr:
+            maximal = self.maximal_isr
+            candidate = min(
+                [self.log_end_offset]
+                + [f.log_end_offset for r, f in self._followers.items() if self._holds_back_hwm(r, f, maximal)]
+            )
+            if candidate > self.high_watermark:
+                self.high_watermark = candidate
         done: list[AckResult] = []
         keep: list[_Waiting] = []
         for w in self._waiting:
             if self.high_watermark >= w.required_offset:
                 # Completed, but Kafka still refuses it if the ISR is below the
                 # minimum at completion (Partition.checkEnoughReplicasReachOffset).
-                err = (
-                    Errors.NONE
-                    if len(self.isr) >= self.min_insync_replicas
-                    else (Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
-                )
+                err = Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND if self.under_min_isr else Errors.NONE
                 done.append(AckResult(w.required_offset, w.token, err))
             else:
                 keep.append(w)

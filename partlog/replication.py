@@ -284,6 +284,9 @@ class ReplicaManager:
                 isr=set(info.isr),
                 partition_epoch=info.partition_epoch,
                 start_ms=now,
+                # A replica the metadata does not list as a live broker is
+                # fenced: it may not join the ISR (the controller would refuse).
+                eligible=self._is_live,
             )
             self._led[tp] = _Led(tp, info.leader_epoch, rs)
             self.stats.became_leader += 1
@@ -301,6 +304,9 @@ class ReplicaManager:
             if tp in self._led:
                 self._resign(tp)
             self._following.pop(tp, None)
+
+    def _is_live(self, broker_id: int) -> bool:
+        return self.metadata.broker(broker_id) is not None
 
     def _resign(self, tp: TopicIdPartition) -> None:
         led = self._led.pop(tp)
@@ -521,9 +527,7 @@ class ReplicaManager:
     def _maybe_alter_isr(self, led: _Led, now: int) -> None:
         if led.alter_inflight or now < led.alter_backoff_until_ms:
             return
-        # A replica the metadata does not list as a live broker is fenced:
-        # asking to add it would only be refused.
-        proposal = led.rs.isr_proposal(now, lambda r: self.metadata.broker(r) is not None)
+        proposal = led.rs.isr_proposal(now)
         if proposal is None:
             return
         led.alter_inflight = True

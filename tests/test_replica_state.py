@@ -39,6 +39,11 @@ class ReplicaMachine(RuleBasedStateMachine):
             want = Errors.NONE if len(self.s.isr) >= 2 else Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
             assert r.error == want
 
+    def _frozen_under_min_isr(self, before: int) -> None:
+        # KIP-966 strict min ISR: no HWM progress below the minimum.
+        if len(self.s.isr) < 2:
+            assert self.s.high_watermark == before
+
     @rule(n=st.integers(1, 5), acks_all=st.booleans())
     def append(self, n: int, acks_all: bool) -> None:
         if acks_all and self.s.check_acks_all() != Errors.NONE:
@@ -49,13 +54,17 @@ class ReplicaMachine(RuleBasedStateMachine):
             token = self.next_token
             self.next_token += 1
             self.waiting[token] = self.s.log_end_offset + n
+        before = self.s.high_watermark
         self._done(self.s.leader_appended(self.s.log_end_offset + n, self.now, token))
+        self._frozen_under_min_isr(before)
 
     @rule(follower=st.sampled_from([2, 3]), data=st.data())
     def fetch(self, follower: int, data: st.DataObject) -> None:
         offset = data.draw(st.integers(self.follower_leo[follower], self.s.log_end_offset))
         self.follower_leo[follower] = offset
+        before = self.s.high_watermark
         self._done(self.s.follower_fetch(follower, offset, self.now))
+        self._frozen_under_min_isr(before)
 
     @rule(ms=st.sampled_from([10, 500, LAG_MS + 1]))
     def tick(self, ms: int) -> None:
@@ -79,11 +88,12 @@ class ReplicaMachine(RuleBasedStateMachine):
         assert s.high_watermark >= self.hwm_seen, "HWM went back"
         self.hwm_seen = s.high_watermark
         assert s.high_watermark <= s.log_end_offset
-        # HWM = min over the maximal ISR, unless it was already higher (it never goes back).
+        # Safety: no replica the controller may elect lacks anything below the HWM.
         assert s.isr <= s.maximal_isr
-        isr_min = min([s.log_end_offset] + [self.follower_leo[r] for r in s.maximal_isr if r != 1])
-        self.expected_hwm = max(self.expected_hwm, isr_min)
-        assert s.high_watermark == self.expected_hwm
+        assert all(self.follower_leo[r] >= s.high_watermark for r in s.maximal_isr if r != 1)
+        # Progress: with enough replicas in sync and everyone caught up, all is committed.
+        if len(s.isr) >= 2 and all(leo == s.log_end_offset for leo in self.follower_leo.values()):
+            assert s.high_watermark == s.log_end_offset
         # Nothing waits that the HWM already passed.
         assert all(req > s.high_watermark for req in self.waiting.values())
         assert s.waiting == len(self.waiting)
@@ -107,25 +117,40 @@ def test_lagging_follower_leaves_and_rejoins_the_isr() -> None:
     assert s.high_watermark == 12 and s.isr == {1, 2}
     assert s.isr_committed({1}, 1) == [] and s.isr == {1}
     assert s.check_acks_all() == Errors.NOT_ENOUGH_REPLICAS
-    assert s.high_watermark == 20  # the ISR is the leader alone
+    assert s.high_watermark == 12  # under min.insync.replicas: the HWM stays (KIP-966)
     s.leader_appended(25, 200)
-    s.follower_fetch(2, 25, 210)  # back at the HWM: rejoins
+    assert s.high_watermark == 12
+    s.follower_fetch(2, 25, 210)  # past the HWM: rejoins
     assert s.isr_proposal(210) == (1, 2)
     # A pending expansion already counts for the HWM, not for acks=all.
     assert s.maximal_isr == {1, 2} and s.check_acks_all() == Errors.NOT_ENOUGH_REPLICAS
     s.isr_committed((1, 2), 2)
-    assert s.isr == {1, 2} and s.check_acks_all() == Errors.NONE
+    assert s.isr == {1, 2} and s.check_acks_all() == Errors.NONE and s.high_watermark == 25
     # A stale push (older partition epoch) changes nothing.
     assert s.isr_committed({1}, 1) == [] and s.isr == {1, 2}
 
 
-def test_ack_fails_after_append_when_the_isr_shrinks() -> None:
+def test_an_ack_waits_while_the_isr_is_under_the_minimum() -> None:
     s = ReplicaState(leader_id=1, replicas=(1, 2, 3), min_insync_replicas=2, replica_lag_time_max_ms=100)
     s.follower_fetch(2, 0, 0)
     s.follower_fetch(3, 0, 0)
     s.leader_appended(5, 10, wait_token=1)
     assert s.isr_proposal(500) == (1,)
-    assert s.isr_committed({1}, 1) == [AckResult(5, 1, Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND)]
+    # Under the minimum the HWM stays, so the append is not acknowledged (it
+    # times out in the shell, as Kafka's DelayedProduce).
+    assert s.isr_committed({1}, 1) == [] and s.waiting == 1 and s.high_watermark == 0
+
+
+def test_a_caught_up_follower_about_to_join_holds_the_hwm_back() -> None:
+    s = ReplicaState(leader_id=1, replicas=(1, 2), isr={1}, replica_lag_time_max_ms=100)
+    s.leader_appended(5, 200)  # the follower has not been caught up for 200 ms
+    assert s.high_watermark == 5
+    s.follower_fetch(2, 5, 210)  # caught up, not yet in the ISR
+    s.leader_appended(9, 220)
+    assert s.high_watermark == 5  # Kafka's shouldWaitForReplicaToJoinIsr
+    s.eligible = lambda r: False  # fenced: it cannot join, so it does not count
+    s.leader_appended(10, 230)
+    assert s.high_watermark == 10
 
 
 def test_leadership_lost_fails_the_waiting_appends() -> None:
@@ -141,10 +166,9 @@ def test_bad_configs() -> None:
         ReplicaState(leader_id=9, replicas=(1, 2))
     with pytest.raises(ValueError, match="min_insync_replicas"):
         ReplicaState(leader_id=1, replicas=(1, 2), min_insync_replicas=0)
-    # More than the replicas, as Kafka allows: acks=all can never succeed.
-    assert ReplicaState(leader_id=1, replicas=(1, 2), min_insync_replicas=3).check_acks_all() == (
-        Errors.NOT_ENOUGH_REPLICAS
-    )
+    # More than the replicas, as Kafka allows: the effective minimum is the replica count.
+    big = ReplicaState(leader_id=1, replicas=(1, 2), min_insync_replicas=3)
+    assert big.effective_min_isr == 2 and big.check_acks_all() == Errors.NONE
     s = ReplicaState(leader_id=1, replicas=(1, 2))
     with pytest.raises(ValueError, match="past the log end"):
         s.follower_fetch(2, 5, 0)
@@ -153,8 +177,9 @@ def test_bad_configs() -> None:
 
 
 def test_an_ineligible_replica_is_not_proposed_for_the_isr() -> None:
-    s = ReplicaState(leader_id=1, replicas=(1, 2), isr={1})
+    s = ReplicaState(leader_id=1, replicas=(1, 2), isr={1}, eligible=lambda r: r != 2)
     s.leader_appended(5, 0)
     s.follower_fetch(2, 5, 10)  # caught up, but its broker is fenced
-    assert s.isr_proposal(10, eligible=lambda r: r != 2) is None
-    assert s.isr_proposal(10, eligible=lambda r: True) == (1, 2)
+    assert s.isr_proposal(10) is None
+    s.eligible = None
+    assert s.isr_proposal(10) == (1, 2)
