@@ -57,13 +57,16 @@ from partlog.replication import ReplicaManager, ReplicationConfig
 from partlog.rpc import Deferred, RpcClient, RpcConnectionError, RpcError, RpcRemoteError, RpcServer, RpcTimeoutError
 from partlog.rpc_frame import RpcErrorCode
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT, MetadataStore, StoreError
+from partlog.wal_key import WalKeyError, parse_wal_key
 from partlog.wire import (
     WireError,
     dec_commit,
     dec_commit_responses,
     dec_partition_items,
+    dec_reference_checks,
     enc_commit,
     enc_commit_responses,
+    enc_wal_uploaded,
 )
 
 log = logging.getLogger(__name__)
@@ -86,6 +89,14 @@ ACKS_ALL_TIMEOUT_MARGIN_MS = 1_000
 # Commit RPCs one broker keeps in flight to one leader (pipelined on one
 # connection, so they are appended in WAL-file order).
 COMMITS_IN_FLIGHT_MAX = 64
+# Notifications to walmgr waiting to be sent; beyond it the oldest are
+# dropped (walmgr's scans find those objects anyway).
+WALMGR_NOTIFY_QUEUE_MAX = 10_000
+# Objects per notification RPC, and how long a failed one waits.
+WALMGR_NOTIFY_BATCH_MAX = 1_000
+WALMGR_NOTIFY_BACKOFF_MS = 1_000
+# Reference checks one walmgr RPC may carry.
+REFERENCE_CHECKS_MAX = 100_000
 # Partitions and batches per request a broker accepts.
 PRODUCE_BATCHES_MAX = 10_000
 PARTITIONS_MAX = 10_000  # per fetch or list_offsets request
@@ -116,6 +127,9 @@ class BrokerConfig:
     # Prometheus metrics on 127.0.0.1:metrics_port; 0 keeps them in-process only.
     metrics_port: int = 0
     replication: ReplicationConfig = field(default_factory=ReplicationConfig)
+    # walmgr's notification address "HOST:PORT" ("" : none).  Best effort:
+    # the broker never waits for walmgr and never fails because of it.
+    walmgr_address: str = ""
 
     def __post_init__(self) -> None:
         for name in ("commit_rpc_timeout_ms", "commit_deadline_ms", "retention_check_interval_ms"):
@@ -223,6 +237,12 @@ class Broker:
         self._upload_started: dict[int, float] = {}
         self._stopping = False
         self._topic_ids: set[uuid.UUID] = set()
+        self._walmgr_queue: deque[tuple[str, int, int, int, tuple[TopicIdPartition, ...]]] = deque(
+            maxlen=WALMGR_NOTIFY_QUEUE_MAX
+        )
+        self._walmgr_wake = asyncio.Event()
+        self.walmgr_notifications_sent = 0
+        self.walmgr_notifications_dropped = 0
         self.port = 0
 
     # ------------------------------------------------------------ lifecycle
@@ -244,6 +264,7 @@ class Broker:
             "list_offsets": self._handle_list_offsets,
             "init_producer_id": self._handle_init_producer_id,
             "replica_fetch": self.replicas.handle_replica_fetch,
+            "referenced_files": self._handle_referenced_files,
         }
         self._server = RpcServer(
             handlers,
@@ -260,6 +281,8 @@ class Broker:
         self.replicas.start()
         self._spawn(self._rotation_timer())
         self._spawn(self._retention_timer())
+        if self.config.walmgr_address:
+            self._spawn(self._walmgr_notifier())
         if self.config.metrics_port:
             self.metrics.serve(self.config.metrics_port)
         log.info("broker started id=%d az=%s port=%d", self.broker_id, self.config.az, self.port)
@@ -436,6 +459,7 @@ class Broker:
         self.metrics.upload_seconds.observe(elapsed)
         if error is None:
             self.metrics.upload_bytes.inc(len(up.data))
+            self._notify_walmgr(up)
         actions = self.pipeline.upload_done(up.segment_id, self._clock(), error)
         self._record_fanout(actions)
         self._perform(actions)
@@ -708,6 +732,67 @@ class Broker:
         self.cache.put(key, offset, data)
         self.metrics.cache_bytes.set(self.cache.bytes)
         return offset, data
+
+    # ------------------------------------------------------------- walmgr
+
+    def _notify_walmgr(self, up: Upload) -> None:
+        if not self.config.walmgr_address:
+            return
+        if len(self._walmgr_queue) == self._walmgr_queue.maxlen:
+            self.walmgr_notifications_dropped += 1  # the oldest goes; a scan finds it
+        try:
+            created_ms = parse_wal_key(up.key).created_ms
+        except WalKeyError:
+            return
+        self._walmgr_queue.append((up.key, len(up.data), created_ms, self.broker_id, up.partitions))
+        self._walmgr_wake.set()
+
+    async def _walmgr_notifier(self) -> None:
+        """Send queued upload notifications to walmgr in batches; on failure
+        drop the batch and back off (walmgr's bucket scans are the safety net)."""
+        client: RpcClient | None = None
+        host, _, port = self.config.walmgr_address.rpartition(":")
+        while not self._stopping:
+            await self._walmgr_wake.wait()
+            self._walmgr_wake.clear()
+            while self._walmgr_queue:
+                n = min(len(self._walmgr_queue), WALMGR_NOTIFY_BATCH_MAX)
+                batch = [self._walmgr_queue.popleft() for _ in range(n)]
+                try:
+                    if client is None or not client.connected:
+                        client = await RpcClient.connect(
+                            host, int(port), secret=self.config.secret, ssl=self.config.client_ssl
+                        )
+                    await client.call("wal_uploaded", enc_wal_uploaded(batch), timeout_ms=10_000)
+                    self.walmgr_notifications_sent += n
+                except (RpcError, RpcConnectionError, RpcTimeoutError, OSError, ValueError) as e:
+                    self.walmgr_notifications_dropped += n
+                    log.debug("walmgr notification failed (%d objects dropped): %s", n, e)
+                    if client is not None:
+                        await client.close()
+                        client = None
+                    await asyncio.sleep(WALMGR_NOTIFY_BACKOFF_MS / 1000)
+        if client is not None:
+            await client.close()
+
+    async def _handle_referenced_files(self, body: Any) -> Any:
+        """walmgr's question: does this leader's log, at the epoch walmgr
+        knows, still reference these objects?  Entries above the HWM and
+        commits not yet durable count (``MetadataStore.referenced_files``).
+        Not the leader at that epoch: NOT_LEADER, and walmgr keeps the file."""
+        try:
+            checks = dec_reference_checks(body, REFERENCE_CHECKS_MAX)
+        except WireError as e:
+            raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
+        # Leadership is read before the store: a leader at the epoch asked
+        # then, and the store's references after, is what the gate needs
+        # (a reference cannot appear for an object past the commit deadline).
+        leading = [self.replicas.leader_epoch(tp) == epoch for _, tp, epoch in checks]
+        referenced = await asyncio.to_thread(self.store.referenced_files, {k for k, _, _ in checks})
+        verdicts = [
+            (1 if key in referenced else 0) if lead else 2 for (key, _, _), lead in zip(checks, leading, strict=True)
+        ]
+        return {"verdicts": verdicts}
 
     async def _handle_metadata(self, body: Any) -> Any:
         az = body.get("az") if isinstance(body, dict) else None

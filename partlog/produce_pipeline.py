@@ -88,6 +88,8 @@ class Upload:
     segment_id: int
     key: str
     data: bytes
+    # The partitions in the segment's footer (walmgr is told about them).
+    partitions: tuple[TopicIdPartition, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,7 +360,7 @@ class ProducePipeline:
             req = CommitBatchRequest.from_header(coord.index, tp, coord.byte_offset, batch[:HEADER_SIZE])
             seg_batches.append((produce_id, index, req))
         self._segments[segment_id] = _Segment(segment_id, key, len(built.data), seg_batches)
-        upload = Upload(segment_id, key, built.data)
+        upload = Upload(segment_id, key, built.data, tuple(r.topic_id_partition for r in built.footer.partitions))
         if self._uploads_inflight < self.config.uploads_inflight_max:
             self._uploads_inflight += 1
             return [upload]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any
 
 from partlog.errors import Errors
@@ -335,6 +336,78 @@ def dec_replica_fetch_response(body: Any, n_partitions: int) -> list[ReplicaFetc
                 expect_int(div_epoch, what),
                 expect_int(div_end, what),
                 tuple(entries),
+            )
+        )
+    return out
+
+
+# ------------------------------------------------------- reference checks
+#
+# walmgr asks a leader whether WAL objects are still referenced:
+#   request  {"checks": [[object_key, topic_id, partition, leader_epoch], ...]}
+#   response {"verdicts": [int, ...]}   (Verdict numbers)
+
+
+class Verdict(IntEnum):
+    """A leader's answer for one (object, partition) check."""
+
+    NOT_REFERENCED = 0
+    REFERENCED = 1
+    NOT_LEADER = 2  # not the leader, or not at the epoch asked
+    UNKNOWN_PARTITION = 3  # the broker does not know the partition (yet)
+
+
+def enc_reference_checks(checks: Sequence[tuple[str, TopicIdPartition, int]]) -> dict[str, Any]:
+    return {"checks": [[key, *enc_tp(tp), epoch] for key, tp, epoch in checks]}
+
+
+def dec_reference_checks(body: Any, checks_max: int) -> list[tuple[str, TopicIdPartition, int]]:
+    m = expect_map(body, "referenced_files")
+    raw = expect_list(field(m, "checks", "referenced_files"), "referenced_files.checks")
+    if len(raw) > checks_max:
+        raise WireError(f"referenced_files.checks: at most {checks_max} items, got {len(raw)}")
+    out = []
+    for i, c in enumerate(raw):
+        what = f"referenced_files.checks[{i}]"
+        key, tid, part, epoch = expect_list(c, what, 4)
+        out.append((expect_str(key, f"{what}.key"), dec_tp([tid, part], what), expect_int(epoch, f"{what}.epoch")))
+    return out
+
+
+def dec_verdicts(body: Any, n: int) -> list[int]:
+    m = expect_map(body, "referenced_files response")
+    verdicts = expect_list(field(m, "verdicts", "referenced_files response"), "referenced_files.verdicts", n)
+    return [expect_int(v, f"referenced_files.verdicts[{i}]") for i, v in enumerate(verdicts)]
+
+
+# ----------------------------------------------------------- notifications
+#
+# A broker tells walmgr about objects it uploaded (best effort):
+#   {"objects": [[object_key, size, created_ms, broker_id, [[topic_id, partition], ...]], ...]}
+
+
+def enc_wal_uploaded(objects: Sequence[tuple[str, int, int, int, Sequence[TopicIdPartition]]]) -> dict[str, Any]:
+    return {
+        "objects": [[k, size, created, broker, [enc_tp(tp) for tp in tps]] for k, size, created, broker, tps in objects]
+    }
+
+
+def dec_wal_uploaded(body: Any, objects_max: int) -> list[tuple[str, int, int, int, list[TopicIdPartition]]]:
+    m = expect_map(body, "wal_uploaded")
+    raw = expect_list(field(m, "objects", "wal_uploaded"), "wal_uploaded.objects")
+    if len(raw) > objects_max:
+        raise WireError(f"wal_uploaded.objects: at most {objects_max} items, got {len(raw)}")
+    out = []
+    for i, o in enumerate(raw):
+        what = f"wal_uploaded.objects[{i}]"
+        key, size, created, broker, tps = expect_list(o, what, 5)
+        out.append(
+            (
+                expect_str(key, f"{what}.key"),
+                expect_int(size, f"{what}.size"),
+                expect_int(created, f"{what}.created_ms"),
+                expect_int(broker, f"{what}.broker"),
+                [dec_tp(t, f"{what}.partitions[{j}]") for j, t in enumerate(expect_list(tps, f"{what}.partitions"))],
             )
         )
     return out

@@ -1,0 +1,154 @@
+"""walmgr's decision core, sans-IO: which objects may be deleted.
+
+The deletion-safety argument (design brief, "Deletion safety") in code:
+
+1. **Age gate.** Only objects older than ``commit.deadline.ms +
+   max.clock.skew.ms + grace.ms`` (by their key's ``created_ms``) are
+   considered: by then no leader can accept a first reference to them.
+2. **Leader check.** For every partition in an object's footer, the leader
+   the metadata names, at the leader epoch it names, is asked whether its log
+   still references the object (entries above the HWM and commits not yet
+   durable count).  Checks are grouped per broker: one question list each.
+   A partition whose topic no longer exists holds no reference.
+3. **Fail closed.** An object is deleted only when every one of its checks
+   was answered NOT_REFERENCED by the leader at the epoch asked, and the
+   metadata still names that leader at that epoch after the answers came
+   back.  No leader, an error, a timeout, a missing or unknown answer, or a
+   leader change keeps the object for the next round.
+
+Inputs are values (records, a view of leaders, the answers); outputs are
+values (a :class:`CheckPlan`, a :class:`Decision`).  The daemon performs the
+I/O; the property test drives this module against a reference model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from partlog.records import TopicIdPartition
+from partlog.wire import Verdict
+from walmgr.model import ObjectRecord, State
+
+# Checks one reference RPC carries at most; a bigger round is split.
+CHECKS_PER_RPC_MAX = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    key: str
+    topic_id_partition: TopicIdPartition
+    leader_epoch: int
+
+
+# (broker id, leader epoch) of a partition's leader, or None when it has none.
+LeaderView = Callable[[TopicIdPartition], "tuple[int, int] | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckPlan:
+    """The questions of one round, per broker, and what needs none."""
+
+    by_broker: dict[int, list[Check]] = field(default_factory=dict)
+    # Keys whose every partition belongs to a deleted topic: nothing to ask.
+    unreferenced: frozenset[str] = frozenset()
+    # Keys kept before asking anything, with the reason.
+    doubt: dict[str, str] = field(default_factory=dict)
+    # All keys of the round (the ones not in ``doubt`` have checks or are unreferenced).
+    keys: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    delete: list[str]
+    referenced: dict[str, str]  # key -> who references it
+    doubt: dict[str, str]  # key -> why it is kept
+
+
+def past_age_gate(record: ObjectRecord, now_ms: int, age_gate_ms: int) -> bool:
+    """Old enough that no leader can accept a first reference to it."""
+    return now_ms - record.created_ms > age_gate_ms
+
+
+def candidates(records: Iterable[ObjectRecord], now_ms: int, age_gate_ms: int) -> list[ObjectRecord]:
+    """The objects a round may check: tracked or candidate, past the gate."""
+    return [r for r in records if r.state in (State.TRACKED, State.CANDIDATE) and past_age_gate(r, now_ms, age_gate_ms)]
+
+
+def plan_checks(
+    records: Sequence[ObjectRecord], topic_exists: Callable[[TopicIdPartition], bool], leader: LeaderView
+) -> CheckPlan:
+    by_broker: dict[int, list[Check]] = {}
+    unreferenced: set[str] = set()
+    doubt: dict[str, str] = {}
+    for r in records:
+        checks: list[tuple[int, Check]] = []
+        reason = ""
+        for tp in dict.fromkeys(r.partitions):  # a footer names each partition once; be sure
+            if not topic_exists(tp):
+                continue  # a deleted topic holds no reference
+            current = leader(tp)
+            if current is None:
+                reason = f"partition {tp} has no leader"
+                break
+            broker, epoch = current
+            checks.append((broker, Check(r.key, tp, epoch)))
+        if reason:
+            doubt[r.key] = reason
+        elif not checks:
+            unreferenced.add(r.key)
+        else:
+            for broker, c in checks:
+                by_broker.setdefault(broker, []).append(c)
+    return CheckPlan(by_broker, frozenset(unreferenced), doubt, frozenset(r.key for r in records))
+
+
+def decide(plan: CheckPlan, answers: Mapping[int, Sequence[int] | str], leader_now: LeaderView) -> Decision:
+    """Combine the brokers' answers.  ``answers[broker]`` is the verdict list
+    aligned with ``plan.by_broker[broker]``, or an error text when the RPC
+    failed; ``leader_now`` is the metadata after the answers arrived."""
+    referenced: dict[str, str] = {}
+    doubt: dict[str, str] = dict(plan.doubt)
+    answered: set[str] = set()
+    for broker, checks in plan.by_broker.items():
+        got = answers.get(broker)
+        if got is None or isinstance(got, str) or len(got) != len(checks):
+            why = (
+                f"broker {broker}: {got}"
+                if isinstance(got, str)
+                else f"broker {broker}: no answer"
+                if got is None
+                else f"broker {broker}: {len(got)} answers for {len(checks)} checks"
+            )
+            for c in checks:
+                doubt.setdefault(c.key, why)
+            continue
+        for c, v in zip(checks, got, strict=True):
+            if v == Verdict.REFERENCED:
+                referenced.setdefault(c.key, f"broker {broker} partition {c.topic_id_partition}")
+            elif v != Verdict.NOT_REFERENCED:
+                doubt.setdefault(c.key, f"broker {broker} partition {c.topic_id_partition}: {_name(v)}")
+            elif leader_now(c.topic_id_partition) != (broker, c.leader_epoch):
+                doubt.setdefault(c.key, f"partition {c.topic_id_partition}: leader changed during the check")
+            else:
+                answered.add(c.key)
+    delete = sorted(
+        k for k in plan.keys if k not in referenced and k not in doubt and (k in answered or k in plan.unreferenced)
+    )
+    for k in referenced:
+        doubt.pop(k, None)  # referenced is the stronger reason to keep
+    return Decision(delete, referenced, doubt)
+
+
+def _name(v: int) -> str:
+    try:
+        return Verdict(v).name
+    except ValueError:
+        return f"unknown verdict {v}"
+
+
+def split_checks(checks: Sequence[Check], size: int = CHECKS_PER_RPC_MAX) -> list[Sequence[Check]]:
+    return [checks[i : i + size] for i in range(0, len(checks), size)]
+
+
+__all__ = ["Check", "CheckPlan", "Decision", "Verdict", "candidates", "decide", "past_age_gate", "plan_checks"]
