@@ -31,6 +31,7 @@ from partlog.objectstore import (
 from partlog.produce_pipeline import ProduceConfig
 from partlog.records import TopicIdPartition
 from partlog.replication import ReplicationConfig
+from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
 
 # (producer index, sequence number within that producer)
 RecordKey = tuple[int, int]
@@ -93,6 +94,8 @@ async def running_cluster(
     metrics_ports: dict[int, int] | None = None,
     replication_factor: int = 1,
     replication: ReplicationConfig | None = None,
+    commit_deadline_ms: int | None = None,
+    walmgr_address: str = "",
 ) -> AsyncIterator[tuple[list[Broker], StaticMetadata]]:
     """Brokers on 127.0.0.1 sharing ``objects``, topic "t"; stopped on exit."""
     meta = StaticMetadata.generate(
@@ -108,6 +111,8 @@ async def running_cluster(
             commit_rpc_timeout_ms=commit_rpc_timeout_ms,
             metrics_port=(metrics_ports or {}).get(b.broker_id, 0),
             replication=replication or ReplicationConfig(),
+            walmgr_address=walmgr_address,
+            commit_deadline_ms=commit_deadline_ms or COMMIT_DEADLINE_MS_DEFAULT,
         )
         for b in meta.brokers()
     ]

@@ -1,20 +1,231 @@
-"""walmgr command line.  The daemon lands with issue 5; until then it says so."""
+"""walmgr command line: the daemon, one-off cycles, scans, status, inspection."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
+import logging
+import signal
 import sys
+from typing import Any
+
+from walmgr.config import WalmgrConfig, WalmgrConfigError, load_config
+from walmgr.model import State
+
+
+def _config(args: argparse.Namespace) -> WalmgrConfig:
+    overrides: dict[str, Any] = {}
+    if getattr(args, "metadata", None):
+        overrides["metadata"] = args.metadata
+    if getattr(args, "prefix", None):
+        overrides["prefix"] = args.prefix
+    if args.config:
+        if args.store or args.registry:
+            raise WalmgrConfigError("give --config FILE, or --store URL and --registry DIR, not both")
+        cfg = load_config(args.config)
+        if overrides:
+            cfg = cfg.replace(**overrides)
+        return cfg
+    if not args.store or not args.registry:
+        raise WalmgrConfigError("give --config FILE, or both --store URL and --registry DIR")
+    return WalmgrConfig.for_cli(args.store, args.registry, **overrides)
+
+
+def _read_secret(cfg: WalmgrConfig) -> bytes | None:
+    if not cfg.secret_file:
+        return None
+    with open(cfg.secret_file, "rb") as f:
+        return f.read().strip() or None
+
+
+def _cmd_run(args: argparse.Namespace, cfg: WalmgrConfig) -> int:
+    from walmgr.daemon import Walmgr
+
+    async def serve() -> int:
+        mgr = Walmgr(cfg, secret=_read_secret(cfg))
+        await mgr.start()
+        loop = asyncio.get_running_loop()
+        stopping = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stopping.set)
+        runner = asyncio.ensure_future(mgr.run())
+        await stopping.wait()
+        logging.getLogger("walmgr").info("walmgr stopping (signal); the current cycle finishes its step")
+        await mgr.stop()
+        runner.cancel()
+        with _suppress():
+            await runner
+        return 0
+
+    return asyncio.run(serve())
+
+
+class _suppress:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return exc[0] is not None and issubclass(exc[0], (asyncio.CancelledError, Exception))  # type: ignore[arg-type]
+
+
+def _cmd_gc(args: argparse.Namespace, cfg: WalmgrConfig) -> int:
+    from walmgr.daemon import Walmgr
+
+    if not args.once:
+        print("walmgr gc: only --once is supported (walmgr run is the daemon)", file=sys.stderr)
+        return 2
+
+    async def once() -> dict[str, Any]:
+        mgr = Walmgr(cfg, secret=_read_secret(cfg))
+        await mgr.start()
+        try:
+            report = await mgr.cycle(dry_run=args.dry_run, full_scan=True)
+            return report.to_json()
+        finally:
+            await mgr.stop()
+
+    out = asyncio.run(once())
+    if args.json:
+        print(json.dumps(out))
+    else:
+        verb = "would delete" if args.dry_run else "deleted"
+        print(
+            f"candidates {out['candidates']}, kept referenced {out['kept_referenced']}, "
+            f"kept on doubt {out['kept_doubt']}"
+        )
+        print(
+            f"plan: {len(out['plan'])} objects; {verb} {out['deleted_files'] if not args.dry_run else len(out['plan'])}"
+        )
+        for key in out["plan"]:
+            print(f"  {key}")
+        for key, why in out["doubt"].items():
+            print(f"  kept {key}: {why}")
+        for key, reason in out["scan"]["invalid"]:
+            print(f"  not a WAL object (never deleted): {key}: {reason}")
+    return 0
+
+
+def _cmd_scan(args: argparse.Namespace, cfg: WalmgrConfig) -> int:
+    from walmgr.daemon import Walmgr
+
+    async def scan() -> dict[str, Any]:
+        mgr = Walmgr(cfg)
+        await mgr.start()
+        try:
+            report = await mgr.scan(full=True)
+            assert mgr.registry is not None
+            objects = [r.to_json() for r in mgr.registry.records()]
+            return {
+                "keys_listed": report.keys_listed,
+                "new_objects": report.new_objects,
+                "invalid": [{"key": k, "reason": why} for k, why in report.invalid],
+                "gone": report.gone,
+                "seconds": report.seconds,
+                "objects": objects,
+            }
+        finally:
+            await mgr.stop()
+
+    out = asyncio.run(scan())
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"listed {out['keys_listed']} keys in {out['seconds']:.2f} s; {out['new_objects']} new objects")
+        for o in out["objects"]:
+            print(f"{o['status']:9} {o['size']:>12} {o['created_ms']:>14} {o['key']}")
+        for inv in out["invalid"]:
+            print(f"invalid (never deleted): {inv['key']}: {inv['reason']}")
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace, cfg: WalmgrConfig) -> int:
+    from walmgr.registry import Registry
+
+    with Registry(cfg.registry, readonly=True) as reg:
+        counts = reg.counts()
+        last_cycle = reg.meta_get("last_cycle_ms")
+        last_full = reg.meta_get("last_full_scan_ms")
+    states = {s.value: {"files": counts.get(s, (0, 0))[0], "bytes": counts.get(s, (0, 0))[1]} for s in State}
+    out: dict[str, Any] = {
+        "registry": cfg.registry,
+        "states": states,
+        "last_cycle_ms": int(last_cycle) if last_cycle else None,
+        "last_full_scan_ms": int(last_full) if last_full else None,
+    }
+    if args.json:
+        print(json.dumps(out))
+    else:
+        for state, c in states.items():
+            print(f"{state:9} {c['files']:>10} files {c['bytes']:>16} bytes")
+        print(f"last cycle: {out['last_cycle_ms']}; last full scan: {out['last_full_scan_ms']}")
+    return 0
+
+
+def _cmd_inspect(args: argparse.Namespace, cfg: WalmgrConfig) -> int:
+    from walmgr.registry import Registry
+
+    with Registry(cfg.registry, readonly=True) as reg:
+        rec = reg.get(args.key)
+    if rec is None:
+        print(f"walmgr inspect: {args.key!r} is not in the registry {cfg.registry}", file=sys.stderr)
+        return 1
+    print(json.dumps(rec.to_json(), indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="walmgr",
+        description="WAL File Manager: tracks WAL objects (from broker notifications and bucket scans) and deletes "
+        "the ones no partition leader references, past commit.deadline.ms + max.clock.skew.ms + grace.ms. It fails "
+        "closed: any error, timeout or leader change keeps the object.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", default=None, help="walmgr TOML config (see walmgr/config.py)")
+        p.add_argument(
+            "--store", default=None, help="one-off: object store URL (file:///path, s3://bucket/prefix?endpoint=URL)"
+        )
+        p.add_argument("--registry", default=None, help="one-off: registry directory")
+        p.add_argument("--prefix", default=None, help="WAL key prefix (default from the config, else 'wal')")
+        p.add_argument("--metadata", default=None, help="controller://HOST:PORT or a static cluster TOML")
+        p.add_argument("--json", action="store_true", help="print one JSON object")
+
+    run = sub.add_parser("run", help="the daemon: a cycle every cycle_interval_ms until SIGTERM")
+    common(run)
+    run.set_defaults(func=_cmd_run)
+    gc = sub.add_parser("gc", help="one full cycle: scan, check, delete (with --dry-run: print the plan only)")
+    common(gc)
+    gc.add_argument("--once", action="store_true", help="run one cycle and exit (required)")
+    gc.add_argument("--dry-run", action="store_true", help="decide and print the plan; delete nothing")
+    gc.set_defaults(func=_cmd_gc)
+    scan = sub.add_parser("scan", help="a full scan of the prefix into the registry; prints every object")
+    common(scan)
+    scan.set_defaults(func=_cmd_scan)
+    status = sub.add_parser("status", help="objects and bytes per state (works while the daemon runs)")
+    common(status)
+    status.set_defaults(func=_cmd_status)
+    insp = sub.add_parser("inspect", help="one object's record: state, partitions, why it was kept")
+    common(insp)
+    insp.add_argument("key", metavar="KEY")
+    insp.set_defaults(func=_cmd_inspect)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="walmgr",
-        description="WAL File Manager: tracks WAL objects and deletes the ones no partition references. "
-        "Not implemented yet: no subcommands exist in this version.",
-    )
-    parser.parse_args(argv)
-    print("walmgr: no subcommands in this version (the WAL File Manager is not built yet)", file=sys.stderr)
-    return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from walmgr.registry import RegistryLockedError
+
+    try:
+        cfg = _config(args)
+        return int(args.func(args, cfg))
+    except (WalmgrConfigError, RegistryLockedError) as e:
+        print(f"walmgr {args.command}: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,0 +1,146 @@
+"""walmgr against real brokers: orphans are deleted, referenced objects never.
+
+A replicated cluster on loopback (static metadata, short commit deadline)
+with walmgr listening for notifications.  Orphans are real WAL segments
+uploaded and never committed; other objects lose their references through
+DeleteRecords.  Keys that are not WAL objects, and a sibling prefix, sit in
+the same bucket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from pathlib import Path
+
+import pytest
+
+from partlog.broker import Broker
+from partlog.client import Producer, build_record_batch
+from partlog.objectstore import LocalDirStore
+from partlog.records import DeleteRecordsRequest, TopicIdPartition
+from partlog.wal_key import make_wal_key
+from partlog.wal_segment import WalSegmentBuilder
+from tests.cluster_helpers import (
+    Sent,
+    check_exactly_once,
+    consume_all,
+    free_ports,
+    produce,
+    running_cluster,
+    topic_partitions,
+)
+from walmgr.config import WalmgrConfig
+from walmgr.daemon import Walmgr
+from walmgr.model import State
+from walmgr.registry import Registry, RegistryLockedError
+
+DEADLINE_MS = 800
+SKEW_MS = 100
+GRACE_MS = 100
+GATE_S = (DEADLINE_MS + SKEW_MS + GRACE_MS) / 1000
+
+
+def orphan(objects: LocalDirStore, tp: TopicIdPartition, broker_id: int = 1) -> str:
+    """A valid WAL segment holding a batch of ``tp``, uploaded and never committed."""
+    now = int(time.time() * 1000)
+    b = WalSegmentBuilder(broker_id, now)
+    b.add(tp, build_record_batch([(None, b"orphan", now)]))
+    seg = b.build()
+    key = str(make_wal_key("wal", now, broker_id, secrets.token_hex(8)))
+    objects.put(key, seg.data)
+    return key
+
+
+def referenced_keys(brokers: list[Broker]) -> set[str]:
+    return {k for b in brokers for k in b.store.file_usage()}
+
+
+def listed(objects: LocalDirStore, prefix: str = "") -> set[str]:
+    out: set[str] = set()
+    start = ""
+    while True:
+        page = objects.list_page(prefix, start)
+        out |= {o.key for o in page.objects}
+        if not page.is_truncated or not page.objects:
+            return out
+        start = page.objects[-1].key
+
+
+@pytest.mark.timeout(180)
+def test_orphans_are_deleted_and_referenced_objects_never(tmp_path: Path) -> None:
+    objects = LocalDirStore(tmp_path / "objects", fsync=False)
+    [port] = free_ports(1)
+    cfg = WalmgrConfig.for_cli(
+        "file://" + str(tmp_path / "objects"),
+        str(tmp_path / "registry"),
+        commit_deadline_ms=DEADLINE_MS,
+        max_clock_skew_ms=SKEW_MS,
+        grace_ms=GRACE_MS,
+        listen=f"127.0.0.1:{port}",
+        full_scan_interval_ms=1,
+    )
+
+    async def main() -> None:
+        mgr = Walmgr(cfg, store=objects)
+        await mgr.start()
+        try:
+            async with running_cluster(
+                tmp_path,
+                objects,
+                partitions=3,
+                replication_factor=3,
+                commit_deadline_ms=DEADLINE_MS,
+                walmgr_address=f"127.0.0.1:{port}",
+            ) as (brokers, meta):
+                mgr.metadata = meta
+                tps = topic_partitions(meta)
+                with pytest.raises(RegistryLockedError):
+                    Registry(cfg.registry)  # one active manager
+                producer = Producer(("127.0.0.1", brokers[0].port), az="az1", linger_ms=2)
+                await producer.start()
+                try:
+                    sent = await produce([producer], tps, 200)
+                finally:
+                    await producer.close()
+                assert not sent.failed
+                notified = sum(b.walmgr_notifications_sent for b in brokers)
+                orphans = {orphan(objects, tps[i % 3]) for i in range(5)}
+                objects.put("wal/zz/not-a-wal-key.txt", b"x")
+                objects.put("wal-old/00/0000000000001-1-ab.wal", b"sibling prefix")
+                bad = str(make_wal_key("wal", int(time.time() * 1000) - 10_000, 1, "bad0"))
+                objects.put(bad, b"\x01not a segment")
+                # DeleteRecords on one partition: its older objects lose their references.
+                leader = next(b for b in brokers if b.replicas.is_leader(tps[0]))
+                await asyncio.to_thread(leader.store.delete_records, [DeleteRecordsRequest(tps[0], -1)])
+                await asyncio.sleep(GATE_S + 0.2)
+                r1 = await mgr.cycle()
+                # Nothing a cycle deleted is referenced by any replica.
+                live_refs = referenced_keys(brokers)
+                assert not (set(r1.planned) & live_refs)
+                assert orphans <= set(r1.planned), (orphans - set(r1.planned), r1.doubt)
+                remaining = listed(objects)
+                assert orphans.isdisjoint(remaining)
+                assert live_refs <= remaining, "a referenced object was deleted"
+                assert {"wal/zz/not-a-wal-key.txt", "wal-old/00/0000000000001-1-ab.wal", bad} <= remaining
+                reg = mgr.registry
+                assert reg is not None
+                inv = reg.get(bad)
+                assert inv is not None and inv.state == State.INVALID
+                assert notified > 0, "brokers notified walmgr of their uploads"
+                # A second cycle has nothing left of what the first deleted.
+                r2 = await mgr.cycle()
+                assert not (set(r2.planned) & set(r1.planned))
+                # Everything acknowledged outside the DeleteRecords partition is still readable.
+                rest = tps[1:]
+                kept = Sent(
+                    {k: md for k, md in sent.acked.items() if md.topic_id_partition in rest},
+                    set(),
+                    {k: f for k, f in sent.futures.items() if f.result().topic_id_partition in rest},
+                )
+                check_exactly_once(kept, await consume_all(("127.0.0.1", brokers[1].port), rest, kept))
+        finally:
+            await mgr.stop()
+
+    asyncio.run(main())

@@ -1,0 +1,286 @@
+"""walmgr's configuration: one TOML file whose keys are the field names of
+:class:`WalmgrConfig`.
+
+Validation happens in ``__post_init__``, so a config built in code (tests,
+``walmgr scan --store URL --registry DIR``) is checked exactly like one read
+from a file.  The timing keys feed the deletion-safety argument
+(design-brief, "Deletion safety"): ``commit_deadline_ms`` must equal the
+brokers' ``commit_deadline_ms``, and :attr:`WalmgrConfig.age_gate_ms` is how
+old an object must be before walmgr considers it at all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any
+
+from partlog.objectstore import DELETE_KEYS_MAX
+from partlog.produce_pipeline import ProduceConfig
+from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
+from partlog.wal_key import make_wal_key
+
+# The brokers' default WAL key prefix (ProduceConfig.key_prefix): walmgr must
+# look where brokers write.
+PREFIX_DEFAULT = ProduceConfig().key_prefix
+# How far broker clocks may disagree with walmgr's.  NTP keeps hosts within
+# milliseconds; 10 s leaves room for a host whose NTP has failed for a while.
+MAX_CLOCK_SKEW_MS_DEFAULT = 10_000
+# Extra wait on top of the deadline and the skew: it also bounds how long a
+# reader may cache a coordinate (grace_ms >= 2 * reader_cache_ttl_ms).
+GRACE_MS_DEFAULT = 60_000
+CYCLE_INTERVAL_MS_DEFAULT = 30_000
+# A full listing catches what incremental scans miss (keys sorting before a
+# shard's position); hourly keeps its LIST cost small next to the brokers' PUTs.
+FULL_SCAN_INTERVAL_MS_DEFAULT = 3_600_000
+# Keys per DeleteObjects call: S3 allows 1000; 250 keeps one failed call's
+# retry small and spreads deletes over the cycle.
+DELETE_BATCH_SIZE_DEFAULT = 250
+CHECK_TIMEOUT_MS_DEFAULT = 10_000
+DELETE_RETRY_BACKOFF_MS_DEFAULT = 1_000
+# Deleted and gone records stay this long, for `walmgr inspect` and audits.
+TOMBSTONE_RETENTION_MS_DEFAULT = 7 * 24 * 3_600_000
+PORT_MAX = 65_535
+CONTROLLER_SCHEME = "controller://"
+# Query parameters partlog.objectstore.open_store understands in s3:// URLs.
+S3_URL_PARAMS = frozenset({"endpoint", "region"})
+
+
+class WalmgrConfigError(ValueError):
+    """A config value is wrong.  ``key`` names the config key; ``path`` the
+    file it came from (None for a config built in code)."""
+
+    def __init__(self, message: str, *, key: str | None = None, path: str | None = None) -> None:
+        where = f"{path}: " if path else ""
+        what = f"{key}: " if key else ""
+        super().__init__(f"{where}{what}{message}")
+        self.key = key
+        self.path = path
+        self.problem = message
+
+
+def split_store_url(url: str) -> tuple[str, str]:
+    """``(store URL for partlog.objectstore.open_store, key prefix)``.
+
+    For ``s3://bucket/some/prefix?endpoint=URL`` the path after the bucket
+    is the key prefix (``some/prefix``) and the store URL is
+    ``s3://bucket?endpoint=URL``; open_store itself ignores the path, so
+    keeping it there would silently list the whole bucket.  A ``file://``
+    URL or a plain path names a directory: the whole of it is the store and
+    the prefix is "" (it comes from the ``prefix`` key).
+
+    Raises ValueError naming the URL when the scheme, bucket or query is wrong.
+    """
+    if not url:
+        raise ValueError("store URL is empty")
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme in ("", "file"):
+        path = urllib.parse.unquote(parsed.path if parsed.scheme else url)
+        if not path:
+            raise ValueError(f"store URL {url!r}: no path")
+        return url, ""
+    if parsed.scheme != "s3":
+        raise ValueError(f"store URL {url!r}: scheme must be file:// or s3://")
+    if not parsed.netloc:
+        raise ValueError(f"store URL {url!r}: no bucket (s3://bucket/prefix?endpoint=URL)")
+    unknown = set(urllib.parse.parse_qs(parsed.query)) - S3_URL_PARAMS
+    if unknown:
+        known = ", ".join(sorted(S3_URL_PARAMS))
+        raise ValueError(f"store URL {url!r}: unknown parameters {sorted(unknown)} ({known})")
+    prefix = urllib.parse.unquote(parsed.path).strip("/")
+    return urllib.parse.urlunsplit(("s3", parsed.netloc, "", parsed.query, "")), prefix
+
+
+def parse_host_port(text: str, *, port_zero_ok: bool = False) -> tuple[str, int]:
+    """``HOST:PORT`` (IPv6 hosts in brackets) -> (host, port); ValueError otherwise."""
+    host, sep, port = text.rpartition(":")
+    low = 0 if port_zero_ok else 1
+    if not sep or not host or not port.isdigit() or not low <= int(port) <= PORT_MAX:
+        raise ValueError(f"expected HOST:PORT with a port in [{low}, {PORT_MAX}], got {text!r}")
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+@dataclass(frozen=True, slots=True)
+class WalmgrConfig:
+    store: str  # file:///dir, a plain dir, or s3://bucket[/prefix][?endpoint=URL&region=R]
+    registry: str  # directory of the registry's LMDB environment
+    # The WAL key prefix, as the brokers' ProduceConfig.key_prefix.  For an
+    # s3:// store whose URL has a path, that path is the prefix; giving a
+    # different one here is refused.  Normalised without slashes at the ends.
+    prefix: str = PREFIX_DEFAULT
+    commit_deadline_ms: int = COMMIT_DEADLINE_MS_DEFAULT  # must equal the brokers'
+    max_clock_skew_ms: int = MAX_CLOCK_SKEW_MS_DEFAULT
+    grace_ms: int = GRACE_MS_DEFAULT
+    reader_cache_ttl_ms: int = 0  # the longest any reader caches a coordinate
+    cycle_interval_ms: int = CYCLE_INTERVAL_MS_DEFAULT
+    full_scan_interval_ms: int = FULL_SCAN_INTERVAL_MS_DEFAULT
+    delete_batch_size: int = DELETE_BATCH_SIZE_DEFAULT
+    check_timeout_ms: int = CHECK_TIMEOUT_MS_DEFAULT
+    delete_retry_backoff_ms: int = DELETE_RETRY_BACKOFF_MS_DEFAULT
+    metadata: str = ""  # "controller://HOST:PORT", a static cluster TOML file, or "" for none
+    listen: str = ""  # "HOST:PORT" for broker notifications, "" for none
+    metrics_port: int = 0  # 0: no metrics endpoint
+    secret_file: str = ""
+    tombstone_retention_ms: int = TOMBSTONE_RETENTION_MS_DEFAULT
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            # TOML booleans are Python ints: refuse them explicitly.
+            want = int if f.type == "int" else str
+            if type(value) is not want:
+                raise WalmgrConfigError(f"must be {want.__name__}, got {type(value).__name__} {value!r}", key=f.name)
+        if not self.registry:
+            raise WalmgrConfigError("must name a directory", key="registry")
+        try:
+            _, url_prefix = split_store_url(self.store)
+        except ValueError as e:
+            raise WalmgrConfigError(str(e), key="store") from e
+        prefix = self.prefix.strip("/")
+        if url_prefix and prefix not in (url_prefix, PREFIX_DEFAULT):
+            raise WalmgrConfigError(
+                f"{prefix!r} disagrees with the path of the store URL {self.store!r} ({url_prefix!r}); give one",
+                key="prefix",
+            )
+        prefix = url_prefix or prefix
+        if not prefix:
+            # Deletion is confined to keys under "<prefix>/"; without a prefix
+            # that fence would be the whole bucket.
+            raise WalmgrConfigError("must not be empty: walmgr only touches keys under <prefix>/", key="prefix")
+        try:
+            make_wal_key(prefix, 0, 0, "0")  # the brokers' own check of key_prefix
+        except ValueError as e:
+            raise WalmgrConfigError(f"{prefix!r}: {e}", key="prefix") from e
+        object.__setattr__(self, "prefix", prefix)
+
+        positive = ("commit_deadline_ms", "cycle_interval_ms", "full_scan_interval_ms", "check_timeout_ms")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise WalmgrConfigError(f"must be > 0, got {getattr(self, name)}", key=name)
+        non_negative = (
+            "max_clock_skew_ms",
+            "grace_ms",
+            "reader_cache_ttl_ms",
+            "delete_retry_backoff_ms",
+            "tombstone_retention_ms",
+        )
+        for name in non_negative:
+            if getattr(self, name) < 0:
+                raise WalmgrConfigError(f"must be >= 0, got {getattr(self, name)}", key=name)
+        if self.grace_ms < 2 * self.reader_cache_ttl_ms:
+            # Deletion safety, point 5: no cache may hold a coordinate for
+            # longer than half the grace period.
+            raise WalmgrConfigError(
+                f"{self.grace_ms} is below 2 * reader_cache_ttl_ms ({2 * self.reader_cache_ttl_ms}): "
+                "a reader could still use a cached coordinate of a deleted object",
+                key="grace_ms",
+            )
+        if not 1 <= self.delete_batch_size <= DELETE_KEYS_MAX:
+            raise WalmgrConfigError(
+                f"must be in [1, {DELETE_KEYS_MAX}] (S3 DeleteObjects), got {self.delete_batch_size}",
+                key="delete_batch_size",
+            )
+        if not 0 <= self.metrics_port <= PORT_MAX:
+            raise WalmgrConfigError(f"must be in [0, {PORT_MAX}], got {self.metrics_port}", key="metrics_port")
+        try:
+            _ = self.controller_address, self.listen_address
+        except ValueError as e:
+            raise WalmgrConfigError(
+                str(e), key="metadata" if self.metadata.startswith(CONTROLLER_SCHEME) else "listen"
+            ) from e
+
+    @property
+    def age_gate_ms(self) -> int:
+        """How old (by its key's created_ms) an object must be before walmgr
+        considers it: after this, no leader can still commit a reference."""
+        return self.commit_deadline_ms + self.max_clock_skew_ms + self.grace_ms
+
+    @property
+    def store_url(self) -> str:
+        """The store URL for partlog.objectstore.open_store (no key prefix in it)."""
+        return split_store_url(self.store)[0]
+
+    @property
+    def controller_address(self) -> tuple[str, int] | None:
+        """(host, port) when ``metadata`` is ``controller://HOST:PORT``."""
+        if not self.metadata.startswith(CONTROLLER_SCHEME):
+            return None
+        return parse_host_port(self.metadata.removeprefix(CONTROLLER_SCHEME))
+
+    @property
+    def cluster_file(self) -> str | None:
+        """The static cluster TOML when ``metadata`` is a path."""
+        if not self.metadata or self.metadata.startswith(CONTROLLER_SCHEME):
+            return None
+        return self.metadata
+
+    @property
+    def listen_address(self) -> tuple[str, int] | None:
+        return parse_host_port(self.listen, port_zero_ok=True) if self.listen else None
+
+    def replace(self, **changes: Any) -> WalmgrConfig:
+        """A copy with ``changes`` (validated like a new config)."""
+        unknown = set(changes) - _KEYS
+        if unknown:
+            raise WalmgrConfigError(f"unknown keys {sorted(unknown)}")
+        _check_explicit_prefix(changes.get("store", self.store), changes.get("prefix"))
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def for_cli(cls, store: str, registry: str, **overrides: Any) -> WalmgrConfig:
+        """A config for a one-off command (``--store URL --registry DIR``)."""
+        unknown = set(overrides) - _KEYS
+        if unknown:
+            raise WalmgrConfigError(f"unknown keys {sorted(unknown)}")
+        _check_explicit_prefix(store, overrides.get("prefix"))
+        return cls(store=store, registry=registry, **overrides)
+
+
+_KEYS = frozenset(f.name for f in dataclasses.fields(WalmgrConfig))
+_REQUIRED = ("store", "registry")
+
+
+def _check_explicit_prefix(store: Any, prefix: Any) -> None:
+    """A prefix given explicitly must agree with the store URL's path even
+    when it is the default (``__post_init__`` cannot tell the two apart)."""
+    if not isinstance(store, str) or not isinstance(prefix, str):
+        return  # __post_init__ reports the type
+    try:
+        _, url_prefix = split_store_url(store)
+    except ValueError:
+        return  # __post_init__ reports it, naming the key
+    if url_prefix and prefix.strip("/") != url_prefix:
+        raise WalmgrConfigError(
+            f"{prefix!r} disagrees with the path of the store URL {store!r} ({url_prefix!r}); give one",
+            key="prefix",
+        )
+
+
+def load_config(path: str | os.PathLike[str]) -> WalmgrConfig:
+    """Read a TOML config; :class:`WalmgrConfigError` names the file and key.
+
+    Unknown keys are refused (a misspelt ``grace_ms`` must not silently fall
+    back to its default).
+    """
+    where = os.fspath(path)
+    try:
+        with open(where, "rb") as f:
+            doc = tomllib.load(f)
+    except OSError as e:
+        raise WalmgrConfigError(f"cannot read: {e.strerror or e}", path=where) from e
+    except tomllib.TOMLDecodeError as e:
+        raise WalmgrConfigError(f"not valid TOML: {e}", path=where) from e
+    unknown = sorted(set(doc) - _KEYS)
+    if unknown:
+        raise WalmgrConfigError(f"unknown key (known: {', '.join(sorted(_KEYS))})", key=unknown[0], path=where)
+    for name in _REQUIRED:
+        if name not in doc:
+            raise WalmgrConfigError("missing (required)", key=name, path=where)
+    try:
+        _check_explicit_prefix(doc["store"], doc.get("prefix"))
+        return WalmgrConfig(**doc)
+    except WalmgrConfigError as e:
+        raise WalmgrConfigError(e.problem, key=e.key, path=where) from e

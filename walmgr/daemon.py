@@ -1,0 +1,446 @@
+"""The walmgr daemon: the asyncio shell around the scanner, the decision
+core and the deleter.
+
+One cycle (``Walmgr.cycle``):
+
+1. learn objects: notifications (always on, best effort), an incremental
+   scan per shard, and a full scan every ``full_scan_interval_ms``;
+2. the age gate picks candidates; the decision core plans one
+   ``referenced_files`` RPC per leader broker (many keys each);
+3. the answers decide; referenced and doubtful objects are kept (with the
+   reason, for ``inspect``), the rest go into the persisted plan;
+4. the deleter deletes from the plan and records each confirmed deletion.
+
+The registry's lock makes this the only active manager on that registry.
+Every limit is a config key (``walmgr.config``) and a metric.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+from partlog.cluster_meta import MetadataSource, StaticMetadata
+from partlog.objectstore import DeleteResult, ObjectInfo, ObjectStore, ObjectStoreError, open_store
+from partlog.records import TopicIdPartition
+from partlog.rpc import RpcClient, RpcConnectionError, RpcError, RpcRemoteError, RpcServer, RpcTimeoutError
+from partlog.rpc_frame import RpcErrorCode
+from partlog.wire import WireError, dec_verdicts, dec_wal_uploaded, enc_reference_checks
+from walmgr.config import WalmgrConfig
+from walmgr.decide import CheckPlan, Decision, candidates, decide, plan_checks, split_checks
+from walmgr.deleter import DeleteReport, execute_plan
+from walmgr.model import ObjectRecord, Source, State
+from walmgr.registry import Registry
+from walmgr.scanner import Scanner, ScanReport, inspect_object, register_notifications
+
+log = logging.getLogger(__name__)
+
+# Objects one notification RPC may carry (brokers send at most 1000).
+NOTIFY_OBJECTS_MAX = 10_000
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(slots=True)
+class CycleReport:
+    started_ms: int
+    incremental: ScanReport | None = None
+    full: ScanReport | None = None
+    candidates: int = 0
+    referenced: dict[str, str] = field(default_factory=dict)
+    doubt: dict[str, str] = field(default_factory=dict)
+    planned: list[str] = field(default_factory=list)
+    deleted: DeleteReport | None = None
+    dry_run: bool = False
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.deleted
+        return {
+            "started_ms": self.started_ms,
+            "dry_run": self.dry_run,
+            "seconds": self.seconds,
+            "scan": {
+                "incremental_keys": self.incremental.keys_listed if self.incremental else 0,
+                "full_keys": self.full.keys_listed if self.full else None,
+                "new_objects": (self.incremental.new_objects if self.incremental else 0)
+                + (self.full.new_objects if self.full else 0),
+                "invalid": [list(x) for x in (self.incremental.invalid if self.incremental else [])]
+                + [list(x) for x in (self.full.invalid if self.full else [])],
+            },
+            "candidates": self.candidates,
+            "kept_referenced": len(self.referenced),
+            "kept_doubt": len(self.doubt),
+            "doubt": dict(sorted(self.doubt.items())[:100]),
+            "plan": sorted(self.planned),
+            "deleted_files": d.deleted_files if d else 0,
+            "deleted_bytes": d.deleted_bytes if d else 0,
+            "delete_failures": len(d.failed) if d else 0,
+            "refused": d.refused if d else {},
+        }
+
+
+class WalmgrMetrics:
+    def __init__(self, registry: Registry, last_cycle_ms: Callable[[], int], clock: Callable[[], int]) -> None:
+        self.prom = CollectorRegistry()
+        r = self.prom
+        self._http: Any = None
+
+        def count(state: State, i: int) -> Callable[[], float]:
+            return lambda: float(registry.counts().get(state, (0, 0))[i])
+
+        Gauge("walmgr_files_tracked", "objects tracked (not yet deleted)", registry=r).set_function(
+            lambda: float(sum(registry.counts().get(s, (0, 0))[0] for s in _LIVE))
+        )
+        Gauge("walmgr_bytes_tracked", "bytes of the objects tracked", registry=r).set_function(
+            lambda: float(sum(registry.counts().get(s, (0, 0))[1] for s in _LIVE))
+        )
+        Gauge("walmgr_candidates", "objects past the age gate awaiting a check", registry=r).set_function(
+            count(State.CANDIDATE, 0)
+        )
+        Gauge("walmgr_planned", "objects in the persisted delete plan", registry=r).set_function(
+            count(State.PLANNED, 0)
+        )
+        Gauge("walmgr_invalid", "keys under the prefix that are not valid WAL objects", registry=r).set_function(
+            count(State.INVALID, 0)
+        )
+        self.deleted_files = Counter("walmgr_deleted_files", "objects deleted (confirmed by the store)", registry=r)
+        self.deleted_bytes = Counter("walmgr_deleted_bytes", "bytes of the objects deleted", registry=r)
+        self.kept_referenced = Counter(
+            "walmgr_kept_referenced", "checks that kept an object because a leader references it", registry=r
+        )
+        self.kept_doubt = Counter(
+            "walmgr_kept_doubt", "checks that kept an object on doubt (error, timeout, leader change)", registry=r
+        )
+        self.delete_failures = Counter("walmgr_delete_failures", "deletions the store did not confirm", registry=r)
+        self.notifications = Counter("walmgr_notifications", "objects learned from broker notifications", registry=r)
+        self.scan_keys_per_s = Gauge("walmgr_scan_keys_per_second", "keys listed per second, last scan", registry=r)
+        self.cycles = Counter("walmgr_cycles", "cycles completed", registry=r)
+        self.cycle_errors = Counter("walmgr_cycle_errors", "cycles that failed (retried next interval)", registry=r)
+        Gauge("walmgr_last_cycle_age_seconds", "seconds since the last successful cycle", registry=r).set_function(
+            lambda: (clock() - last_cycle_ms()) / 1000 if last_cycle_ms() > 0 else float("nan")
+        )
+
+    def serve(self, port: int) -> None:
+        self._http, _ = start_http_server(port, addr="127.0.0.1", registry=self.prom)
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
+
+
+_LIVE = (State.TRACKED, State.CANDIDATE, State.PLANNED)
+
+
+def load_metadata(spec: str) -> MetadataSource | None:
+    """``controller://HOST:PORT`` (not started), a static cluster TOML, or None."""
+    if not spec:
+        return None
+    if spec.startswith("controller://"):
+        from partlog.controller_client import ControllerMetadata
+
+        host, _, port = spec.removeprefix("controller://").rpartition(":")
+        return ControllerMetadata(host, int(port))
+    return StaticMetadata.from_toml(spec)
+
+
+class Walmgr:
+    """``await start()``; then ``await cycle()`` or ``await run()`` until ``await stop()``."""
+
+    def __init__(
+        self,
+        config: WalmgrConfig,
+        *,
+        store: ObjectStore | None = None,
+        metadata: MetadataSource | None = None,
+        clock: Callable[[], int] = now_ms,
+        secret: bytes | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store if store is not None else open_store(config.store_url)
+        self.metadata = metadata
+        self._own_metadata = False
+        self._clock = clock
+        self._secret = secret
+        self.registry: Registry | None = None
+        self.metrics: WalmgrMetrics | None = None
+        self._server: RpcServer | None = None
+        self._clients: dict[int, RpcClient] = {}
+        self._stop = asyncio.Event()
+        self._last_cycle_ms = 0
+        self.port = 0
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        self.registry = Registry(self.config.registry)  # raises RegistryLockedError for a second manager
+        last = self.registry.meta_get("last_cycle_ms")
+        self._last_cycle_ms = int(last) if last is not None else 0
+        self.metrics = WalmgrMetrics(self.registry, lambda: self._last_cycle_ms, self._clock)
+        if self.config.metrics_port:
+            self.metrics.serve(self.config.metrics_port)
+        if self.metadata is None and self.config.metadata:
+            self.metadata = load_metadata(self.config.metadata)
+            self._own_metadata = True
+            start = getattr(self.metadata, "start", None)
+            if start is not None:
+                await start()
+        if self.config.listen:
+            host, _, port = self.config.listen.rpartition(":")
+            self._server = RpcServer({"wal_uploaded": self._handle_wal_uploaded}, host=host, port=int(port),
+                                     secret=self._secret)  # fmt: skip
+            await self._server.start()
+            self.port = self._server.port
+        log.info(
+            "walmgr started store=%s registry=%s prefix=%s age_gate_ms=%d listen=%s",
+            self.store.describe(),
+            self.config.registry,
+            self.config.prefix,
+            self.config.age_gate_ms,
+            f"127.0.0.1:{self.port}" if self._server else "-",
+        )
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._server is not None:
+            await self._server.close()
+        for c in self._clients.values():
+            await c.close()
+        self._clients.clear()
+        if self._own_metadata and self.metadata is not None:
+            stop = getattr(self.metadata, "stop", None)
+            if stop is not None:
+                await stop()
+        if self.metrics is not None:
+            self.metrics.close()
+        if self.registry is not None:
+            self.registry.close()
+            self.registry = None
+
+    async def run(self) -> None:
+        """Cycle every ``cycle_interval_ms`` until ``stop()`` (or SIGTERM in the CLI)."""
+        while not self._stop.is_set():
+            try:
+                await self.cycle()
+            except Exception:  # a failed cycle is retried next interval; never exit on it
+                log.exception("walmgr cycle failed")
+                if self.metrics is not None:
+                    self.metrics.cycle_errors.inc()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.config.cycle_interval_ms / 1000):
+                    await self._stop.wait()
+
+    # ---------------------------------------------------------- notifications
+
+    async def _handle_wal_uploaded(self, body: Any) -> Any:
+        try:
+            objects = dec_wal_uploaded(body, NOTIFY_OBJECTS_MAX)
+        except WireError as e:
+            raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
+        reg = self._reg()
+        now = self._clock()
+        added = len(await asyncio.to_thread(register_notifications, reg, self.config.prefix, objects, now))
+        if self.metrics is not None:
+            self.metrics.notifications.inc(added)
+        return {"accepted": added}
+
+    # ------------------------------------------------------------------ cycle
+
+    def _reg(self) -> Registry:
+        if self.registry is None:
+            raise RuntimeError("walmgr is not started")
+        return self.registry
+
+    async def scan(self, *, full: bool = False) -> ScanReport:
+        cfg = self.config
+        scanner = Scanner(
+            self.store,
+            self._reg(),
+            cfg.prefix,
+            clock=self._clock,
+            # Incremental scans look back over the window in which a late
+            # upload can still be committed; full scans mark an object gone
+            # only when it is older than the age gate.
+            lookback_ms=cfg.commit_deadline_ms + cfg.max_clock_skew_ms,
+            gone_age_ms=cfg.age_gate_ms,
+        )
+        report = await asyncio.to_thread(scanner.full if full else scanner.incremental)
+        if self.metrics is not None and report.seconds > 0:
+            self.metrics.scan_keys_per_s.set(report.keys_listed / report.seconds)
+        return report
+
+    async def cycle(self, *, dry_run: bool = False, full_scan: bool | None = None) -> CycleReport:
+        reg = self._reg()
+        cfg = self.config
+        start = time.monotonic()
+        report = CycleReport(self._clock(), dry_run=dry_run)
+        report.incremental = await self.scan()
+        last_full = reg.meta_get("last_full_scan_ms")
+        due = last_full is None or self._clock() - int(last_full) >= cfg.full_scan_interval_ms
+        if full_scan or (full_scan is None and due):
+            report.full = await self.scan(full=True)
+        now = self._clock()
+        cands = candidates(
+            await asyncio.to_thread(lambda: list(reg.records({State.TRACKED, State.CANDIDATE}))), now, cfg.age_gate_ms
+        )
+        # A notification's partition list is the broker's word: read the
+        # footer before anything is decided on it (one suffix GET each).
+        cands = await asyncio.to_thread(self._verify_notified, cands)
+        report.candidates = len(cands)
+        decision = await self._check(cands)
+        report.referenced, report.doubt = decision.referenced, decision.doubt
+        by_key = {r.key: r for r in cands}
+        now = self._clock()
+        kept = [
+            by_key[k].with_state(State.TRACKED, note=f"referenced: {why}", last_checked_ms=now)
+            for k, why in decision.referenced.items()
+        ] + [
+            by_key[k].with_state(State.CANDIDATE, note=f"kept: {why}", last_checked_ms=now)
+            for k, why in decision.doubt.items()
+            if k in by_key
+        ]
+        if self.metrics is not None:
+            self.metrics.kept_referenced.inc(len(decision.referenced))
+            self.metrics.kept_doubt.inc(len(decision.doubt))
+        report.planned = list(decision.delete)
+        if not dry_run:
+            await asyncio.to_thread(reg.put_many, kept)
+            await asyncio.to_thread(
+                reg.plan, [by_key[k].with_state(State.PLANNED, note="", last_checked_ms=now) for k in decision.delete]
+            )
+            report.deleted = await asyncio.to_thread(self._delete)
+            if self.metrics is not None and report.deleted is not None:
+                self.metrics.deleted_files.inc(report.deleted.deleted_files)
+                self.metrics.deleted_bytes.inc(report.deleted.deleted_bytes)
+                self.metrics.delete_failures.inc(len(report.deleted.failed))
+            await asyncio.to_thread(reg.purge_tombstones, self._clock(), cfg.tombstone_retention_ms)
+            self._last_cycle_ms = self._clock()
+            reg.meta_set("last_cycle_ms", str(self._last_cycle_ms))
+        else:
+            # The same plan, deleted by a no-op: what a real cycle would send.
+            report.deleted = DeleteReport()
+        if self.metrics is not None:
+            self.metrics.cycles.inc()
+        report.seconds = time.monotonic() - start
+        log.info(
+            "walmgr cycle candidates=%d referenced=%d doubt=%d planned=%d deleted=%d dry_run=%s seconds=%.3f",
+            report.candidates,
+            len(report.referenced),
+            len(report.doubt),
+            len(report.planned),
+            report.deleted.deleted_files if report.deleted else 0,
+            dry_run,
+            report.seconds,
+        )
+        return report
+
+    def _verify_notified(self, cands: list[ObjectRecord]) -> list[ObjectRecord]:
+        """Candidates learned from notifications, with the footer's partitions
+        (kept as the scan would record them); the footer decides, not the
+        notification.  An unreadable object stays out of this round."""
+        out: list[ObjectRecord] = []
+        verified: list[ObjectRecord] = []
+        for r in cands:
+            if r.source != Source.NOTIFICATION:
+                out.append(r)
+                continue
+            try:
+                found = inspect_object(
+                    self.store, ObjectInfo(r.key, r.size, r.created_ms), self.config.prefix, self._clock()
+                )
+            except ObjectStoreError as e:
+                log.info("walmgr could not read the footer of key=%s: %s (kept)", r.key, e)
+                continue
+            if found is None:
+                continue  # vanished: a full scan marks it gone
+            rec = replace(r, partitions=found.partitions, source=Source.SCAN, size=found.size)
+            if found.state == State.INVALID:
+                rec = rec.with_state(State.INVALID, note=found.note)
+            verified.append(rec)
+            if rec.state != State.INVALID:
+                out.append(rec)
+        if verified:
+            self._reg().put_many(verified)
+        return out
+
+    def _delete(self, delete: Callable[[Sequence[str]], DeleteResult] | None = None) -> DeleteReport:
+        return execute_plan(
+            self.store,
+            self._reg(),
+            self.config.prefix,
+            batch_size=self.config.delete_batch_size,
+            now_ms=self._clock,
+            delete=delete,
+        )
+
+    # ------------------------------------------------------------ the check
+
+    def _leader(self, tp: TopicIdPartition) -> tuple[int, int] | None:
+        p = self.metadata.partition(tp) if self.metadata is not None else None
+        if p is None or p.leader < 0:
+            return None
+        return p.leader, p.leader_epoch
+
+    def _topic_exists(self, tp: TopicIdPartition) -> bool:
+        if self.metadata is None:
+            return True  # without metadata nothing is known deleted: every check is a doubt
+        return self.metadata.partition(tp) is not None
+
+    async def _check(self, cands: list[ObjectRecord]) -> Decision:
+        if not cands:
+            return Decision([], {}, {})
+        if self.metadata is None:
+            return Decision([], {}, {r.key: "no cluster metadata configured" for r in cands})
+        plan: CheckPlan = plan_checks(cands, self._topic_exists, self._leader)
+        brokers = list(plan.by_broker)
+        answers = await asyncio.gather(*(self._ask(b, plan.by_broker[b]) for b in brokers))
+        return decide(plan, dict(zip(brokers, answers, strict=True)), self._leader)
+
+    async def _ask(self, broker_id: int, checks: list[Any]) -> list[int] | str:
+        """One broker's verdicts, or why there are none (any failure is a doubt)."""
+        out: list[int] = []
+        try:
+            async with asyncio.timeout(self.config.check_timeout_ms / 1000):
+                client = await self._client(broker_id)
+                for part in split_checks(checks):
+                    body = await client.call(
+                        "referenced_files",
+                        enc_reference_checks([(c.key, c.topic_id_partition, c.leader_epoch) for c in part]),
+                        timeout_ms=self.config.check_timeout_ms,
+                    )
+                    out += dec_verdicts(body, len(part))
+        except TimeoutError:
+            return "timed out"
+        except (RpcConnectionError, OSError) as e:
+            await self._drop_client(broker_id)
+            return f"unreachable: {e}"
+        except (RpcTimeoutError, RpcRemoteError, WireError, ObjectStoreError, ValueError) as e:
+            return f"{type(e).__name__}: {e}"
+        return out
+
+    async def _client(self, broker_id: int) -> RpcClient:
+        c = self._clients.get(broker_id)
+        if c is not None and c.connected:
+            return c
+        info = self.metadata.broker(broker_id) if self.metadata is not None else None
+        if info is None or not info.port:
+            raise RpcConnectionError(f"broker {broker_id}: address unknown")
+        c = await RpcClient.connect(info.host, info.port, secret=self._secret)
+        self._clients[broker_id] = c
+        return c
+
+    async def _drop_client(self, broker_id: int) -> None:
+        c = self._clients.pop(broker_id, None)
+        if c is not None:
+            await c.close()

@@ -1,0 +1,114 @@
+"""Deleting from the persisted plan: the last step of the deletion-safety
+argument (design brief, step 4).
+
+The plan is written to the registry before anything is deleted
+(``Registry.plan``), so a restart resumes it without re-checking or
+forgetting anything.  Each batch of at most ``delete_batch_size`` keys (S3's
+DeleteObjects takes 1000) is checked once more: only keys under the
+configured prefix, compared with a trailing ``/``, that parse as WAL keys of
+that prefix are sent; any other key leaves the plan as INVALID and is
+reported.  Every deletion the store confirmed is recorded; the rest stay
+planned and are retried next cycle (after ``delete_retry_backoff_ms``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from partlog.objectstore import DeleteResult, ObjectStore, ObjectStoreError
+from partlog.wal_key import WalKeyError, parse_wal_key
+from walmgr.model import State
+from walmgr.registry import Registry
+
+log = logging.getLogger(__name__)
+
+# S3's DeleteObjects limit.
+DELETE_BATCH_SIZE_MAX = 1000
+
+
+@dataclass(slots=True)
+class DeleteReport:
+    deleted_files: int = 0
+    deleted_bytes: int = 0
+    failed: dict[str, str] = field(default_factory=dict)  # key -> error, still planned
+    refused: dict[str, str] = field(default_factory=dict)  # key -> why it may never be deleted
+    batches: int = 0
+    seconds: float = 0.0
+
+
+def refusal(key: str, prefix: str) -> str | None:
+    """Why ``key`` must not be deleted under ``prefix``, or None."""
+    head = prefix.strip("/") + "/"
+    if not key.startswith(head):
+        return f"not under {head!r}"
+    try:
+        parsed = parse_wal_key(key)
+    except WalKeyError as e:
+        return str(e)
+    if parsed.prefix != prefix.strip("/"):
+        return f"a WAL key of prefix {parsed.prefix!r}, not {prefix.strip('/')!r}"
+    return None
+
+
+def execute_plan(
+    store: ObjectStore,
+    registry: Registry,
+    prefix: str,
+    *,
+    batch_size: int,
+    now_ms: Callable[[], int],
+    delete: Callable[[Sequence[str]], DeleteResult] | None = None,
+    batches_max: int | None = None,
+) -> DeleteReport:
+    """Delete what the plan holds, batch by batch, until it is empty or a
+    batch made no progress.  ``delete`` replaces ``store.delete_many`` (a
+    no-op for dry runs and tests)."""
+    if not 1 <= batch_size <= DELETE_BATCH_SIZE_MAX:
+        raise ValueError(f"delete batch size must be in [1, {DELETE_BATCH_SIZE_MAX}], got {batch_size}")
+    do_delete = delete or store.delete_many
+    report = DeleteReport()
+    start = time.monotonic()
+    skip: set[str] = set()  # failed this run: retried next cycle
+    while batches_max is None or report.batches < batches_max:
+        batch = [r for r in registry.planned(batch_size + len(skip)) if r.key not in skip][:batch_size]
+        if not batch:
+            break
+        refused = {r.key: why for r in batch if (why := refusal(r.key, prefix)) is not None}
+        if refused:
+            for key, why in refused.items():
+                log.error("walmgr refused to delete key=%s reason=%s", key, why)
+            registry.unplan(list(refused), note="refused: " + "; ".join(sorted(set(refused.values())))[:200],
+                            state=State.INVALID)  # fmt: skip
+            report.refused.update(refused)
+        send = [r for r in batch if r.key not in refused]
+        if not send:
+            continue
+        sizes = {r.key: r.size for r in send}
+        report.batches += 1
+        try:
+            result = do_delete([r.key for r in send])
+        except ObjectStoreError as e:
+            # Nothing confirmed: all stay planned.
+            result = DeleteResult([], {r.key: str(e) for r in send})
+        confirmed = [k for k in result.deleted if k in sizes]
+        if confirmed:
+            registry.record_deleted(confirmed, now_ms())
+            report.deleted_files += len(confirmed)
+            report.deleted_bytes += sum(sizes[k] for k in confirmed)
+        for key, err in result.errors.items():
+            if key in sizes:
+                report.failed[key] = err
+                skip.add(key)
+        unanswered = set(sizes) - set(confirmed) - set(result.errors)
+        for key in unanswered:  # the store said nothing of it: treat as failed
+            report.failed[key] = "no answer from the store"
+            skip.add(key)
+        if not confirmed:
+            break  # no progress: back off until the next cycle
+    report.seconds = time.monotonic() - start
+    if report.failed:
+        log.warning("walmgr deletions failed files=%d (retried next cycle)", len(report.failed))
+    return report

@@ -1,0 +1,521 @@
+"""walmgr's in-process scanner: learns about WAL objects by listing the bucket
+and reading the footer of each object it has never seen.
+
+The listing rules are small pure functions (:func:`shard_list_prefix`,
+:func:`shard_start_after`, :func:`group_of`, :func:`classify`) and plain
+listing generators (:func:`list_shard`, :func:`list_all`), so the Spark scan
+engine lists with identical semantics:
+
+* Every listing prefix ends with ``/``: ``wal/`` never matches ``wal-old/``,
+  ``wal2/`` or ``walx``, so nothing outside the configured prefix is read,
+  recorded or (later) deleted.
+* An incremental scan lists each shard ``<prefix>/<shard>/`` after the last
+  key it listed there, minus a look-back (``lookback_ms`` of created_ms):
+  keys in a shard sort by created_ms, but an upload that finishes late, or a
+  broker whose clock is behind, lands behind the position.  The look-back
+  costs no request (the same LIST pages, a few more keys) and known keys are
+  filtered before any GET.  Keys further behind are found by the full scan.
+* A full scan lists everything under ``<prefix>/``; live records a full scan
+  does not list become GONE, but only those created well before the listing
+  started (``gone_age_ms``), so an object still being uploaded is never
+  marked gone; a GONE key listed again is TRACKED again.
+
+Only footers of unknown keys are read (one suffix GET each, at most
+``FOOTER_READS_IN_FLIGHT_MAX`` at a time).  A bad object never raises: it is
+recorded INVALID with the reason and is never deleted or read again.  Store
+errors other than "not found" propagate (the scan is retried next cycle):
+a credentials or network problem must not turn objects INVALID for good.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from partlog.objectstore import (
+    LIST_KEYS_MAX,
+    InvalidKeyError,
+    ObjectInfo,
+    ObjectNotFoundError,
+    ObjectStore,
+    ObjectStoreError,
+    RangeNotSatisfiableError,
+)
+from partlog.records import TopicIdPartition
+from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
+from partlog.wal_key import OBJECT_KEY_BYTES_MAX, SHARD_COUNT, WalKey, WalKeyError, parse_wal_key, shard_of
+from partlog.wal_segment import WalFormatError, read_footer
+from walmgr.config import GRACE_MS_DEFAULT, MAX_CLOCK_SKEW_MS_DEFAULT
+from walmgr.model import ObjectRecord, Source, State
+from walmgr.registry import LIVE_STATES, Registry
+
+log = logging.getLogger(__name__)
+
+ALL_SHARDS = tuple(f"{i:02x}" for i in range(SHARD_COUNT))
+_SHARD_SET = frozenset(ALL_SHARDS)
+# Footer reads (suffix GETs) in flight: S3 serves thousands of GETs a second
+# per prefix; 16 keeps one scan from crowding the brokers' own requests.
+FOOTER_READS_IN_FLIGHT_MAX = 16
+# Shards listed concurrently by an incremental scan: 256 sequential LISTs of
+# ~30 ms would take ~8 s of a 30 s cycle.
+SHARD_LISTS_IN_FLIGHT_MAX = 8
+# An incremental scan re-lists this much of created_ms behind each shard's
+# position: the commit deadline plus the clock skew (the defaults), past
+# which an object can never be committed anyway.
+INCREMENTAL_LOOKBACK_MS_DEFAULT = COMMIT_DEADLINE_MS_DEFAULT + MAX_CLOCK_SKEW_MS_DEFAULT
+# A full scan marks GONE only objects created this long before its listing
+# started: the default age gate (commit deadline + skew + grace), so an
+# upload still in flight is never marked gone.
+GONE_AGE_MS_DEFAULT = COMMIT_DEADLINE_MS_DEFAULT + MAX_CLOCK_SKEW_MS_DEFAULT + GRACE_MS_DEFAULT
+# Invalid keys named in one ScanReport (all are counted and recorded).
+INVALID_REPORTED_MAX = 1000
+
+
+# ------------------------------------------------------------ pure listing rules
+
+
+def prefix_head(prefix: str) -> str:
+    """``<prefix>/``: what every key walmgr handles starts with."""
+    clean = prefix.strip("/")
+    if not clean:
+        # The fence around everything walmgr reads and deletes.
+        raise ValueError("the WAL key prefix must not be empty")
+    return clean + "/"
+
+
+def shard_list_prefix(prefix: str, shard: str) -> str:
+    """``<prefix>/<shard>/``, always with the trailing slash."""
+    if shard not in _SHARD_SET:
+        raise ValueError(f"shard {shard!r} is not two lowercase hex digits")
+    return f"{prefix_head(prefix)}{shard}/"
+
+
+def shard_start_after(prefix: str, shard: str, position: str, lookback_ms: int) -> str:
+    """Where an incremental listing of ``shard`` starts: ``lookback_ms`` of
+    created_ms before the WAL key ``position`` (the last key listed there),
+    or ``position`` itself when it is not a WAL key of this shard."""
+    if not position or lookback_ms <= 0:
+        return position
+    parsed = classify(position, prefix)
+    if isinstance(parsed, str) or parsed.shard != shard:
+        return position
+    # "<prefix>/<shard>/<13 digits>" sorts before every key of that
+    # millisecond (they continue with "-").
+    return f"{shard_list_prefix(prefix, shard)}{max(0, parsed.created_ms - lookback_ms):013d}"
+
+
+def group_of(key: str, prefix: str) -> str:
+    """The first path component after ``<prefix>/`` (a shard for WAL keys):
+    a full listing sees each group's keys together."""
+    return key[len(prefix_head(prefix)) :].split("/", 1)[0]
+
+
+def classify(key: str, prefix: str) -> WalKey | str:
+    """The parsed WAL key of ``prefix``, or why ``key`` is not one."""
+    head = prefix_head(prefix)
+    if not key.startswith(head):
+        return f"not under {head!r}"
+    try:
+        parsed = parse_wal_key(key)
+    except WalKeyError as e:
+        return f"not a WAL key: {e}"
+    if parsed.prefix != head[:-1]:
+        return f"a WAL key of prefix {parsed.prefix!r}, not {head[:-1]!r}"
+    if parsed.shard != shard_of(parsed.name):
+        # Brokers make keys with make_wal_key; anything else is not theirs.
+        return f"shard {parsed.shard!r} is not the hash shard {shard_of(parsed.name)!r} of {parsed.name!r}"
+    return parsed
+
+
+# ------------------------------------------------------------------- listing
+
+
+def iter_pages(
+    store: ObjectStore, list_prefix: str, start_after: str = "", max_keys: int = LIST_KEYS_MAX
+) -> Iterator[list[ObjectInfo]]:
+    """The pages of a listing of ``list_prefix`` after ``start_after``.
+
+    Keys a store returns outside ``list_prefix`` are dropped (never
+    trusted); a listing that does not advance raises a retriable
+    :class:`ObjectStoreError` instead of looping.  Keys are not required to
+    sort after ``start_after``: SeaweedFS orders some non-WAL keys
+    differently (tests/test_objectstore_contract.py), and dropping a key
+    would make a full scan think it gone.
+    """
+    if not list_prefix.endswith("/"):
+        raise ValueError(f"listing prefix {list_prefix!r} must end with '/'")
+    after = start_after
+    while True:
+        page = store.list_page(list_prefix, after, max_keys)
+        objects = [o for o in page.objects if o.key.startswith(list_prefix)]
+        if len(objects) != len(page.objects):
+            log.warning(
+                "store listed keys outside the request prefix=%s dropped=%d",
+                list_prefix,
+                len(page.objects) - len(objects),
+            )
+        if objects:
+            yield objects
+        if not page.is_truncated or not page.objects:
+            return
+        last = page.objects[-1].key
+        if last == after:
+            raise ObjectStoreError(
+                f"{store.describe()}: listing of {list_prefix} did not advance past {after!r}", retriable=True
+            )
+        after = last
+
+
+def list_shard(
+    store: ObjectStore, prefix: str, shard: str, start_after: str = "", max_keys: int = LIST_KEYS_MAX
+) -> Iterator[ObjectInfo]:
+    """Every object under ``<prefix>/<shard>/`` after ``start_after``."""
+    for page in iter_pages(store, shard_list_prefix(prefix, shard), start_after, max_keys):
+        yield from page
+
+
+def list_all(store: ObjectStore, prefix: str, max_keys: int = LIST_KEYS_MAX) -> Iterator[ObjectInfo]:
+    """Every object under ``<prefix>/``."""
+    for page in iter_pages(store, prefix_head(prefix), "", max_keys):
+        yield from page
+
+
+# ---------------------------------------------------------------- one object
+
+
+def _invalid(info: ObjectInfo, reason: str, now_ms: int, parsed: WalKey | None = None) -> ObjectRecord:
+    return ObjectRecord(
+        info.key,
+        info.size,
+        parsed.created_ms if parsed else -1,
+        parsed.broker_id if parsed else -1,
+        (),
+        Source.SCAN,
+        State.INVALID,
+        now_ms,
+        note=reason,
+    )
+
+
+def inspect_object(store: ObjectStore, info: ObjectInfo, prefix: str, now_ms: int) -> ObjectRecord | None:
+    """The record of a listed object: TRACKED with the footer's partitions
+    for a WAL segment (one suffix GET), INVALID with the reason for a bad
+    key or a bad segment, None if the object vanished meanwhile.
+
+    Raises :class:`ObjectStoreError` for store failures (retriable or not):
+    the object may be fine, so it is not recorded and the scan is retried.
+    """
+    parsed = classify(info.key, prefix)
+    if isinstance(parsed, str):
+        return _invalid(info, parsed, now_ms)
+    try:
+        footer, size = read_footer(store, info.key)
+    except ObjectNotFoundError:
+        return None
+    except (WalFormatError, RangeNotSatisfiableError, InvalidKeyError) as e:
+        return _invalid(info, f"not a WAL segment: {e}", now_ms, parsed)
+    if footer.created_ms != parsed.created_ms or footer.broker_id != parsed.broker_id:
+        return _invalid(
+            info,
+            f"footer says broker {footer.broker_id} created_ms {footer.created_ms}, "
+            f"the key says broker {parsed.broker_id} created_ms {parsed.created_ms}",
+            now_ms,
+            parsed,
+        )
+    return ObjectRecord(
+        info.key,
+        size,
+        parsed.created_ms,
+        parsed.broker_id,
+        tuple(r.topic_id_partition for r in footer.partitions),
+        Source.SCAN,
+        State.TRACKED,
+        now_ms,
+    )
+
+
+def register_notifications(
+    registry: Registry,
+    prefix: str,
+    objects: Iterable[tuple[str, int, int, int, Sequence[TopicIdPartition]]],
+    now_ms: int,
+) -> list[ObjectRecord]:
+    """Record brokers' upload notifications ``(key, size, created_ms,
+    broker_id, partitions)`` as NOTIFICATION records, for keys still
+    unknown, in one transaction; returns the records added.
+
+    A notification is a hint, never trusted further than its key: one whose
+    key is not a WAL key of ``prefix``, or whose created_ms or broker
+    disagree with the key, is logged and ignored.
+    """
+    records: list[ObjectRecord] = []
+    for key, size, created_ms, broker_id, partitions in objects:
+        parsed = classify(key, prefix)
+        if isinstance(parsed, str):
+            log.warning("notification ignored key=%r reason=%s", key, parsed)
+            continue
+        if parsed.created_ms != created_ms or parsed.broker_id != broker_id or size <= 0:
+            log.warning(
+                "notification ignored key=%r reason=fields disagree with the key size=%d created_ms=%d broker=%d",
+                key,
+                size,
+                created_ms,
+                broker_id,
+            )
+            continue
+        records.append(
+            ObjectRecord(
+                key, size, created_ms, broker_id, tuple(partitions), Source.NOTIFICATION, State.TRACKED, now_ms
+            )
+        )
+    return registry.put_new(records) if records else []
+
+
+def register_notification(
+    registry: Registry,
+    prefix: str,
+    key: str,
+    size: int,
+    created_ms: int,
+    broker_id: int,
+    partitions: Sequence[TopicIdPartition],
+    now_ms: int,
+) -> ObjectRecord | None:
+    """One notification (see :func:`register_notifications`): the record
+    added, or None (known already, or ignored)."""
+    added = register_notifications(registry, prefix, [(key, size, created_ms, broker_id, partitions)], now_ms)
+    return added[0] if added else None
+
+
+# ------------------------------------------------------------------ scanner
+
+
+@dataclass(frozen=True, slots=True)
+class ScanReport:
+    keys_listed: int
+    new_objects: int  # new TRACKED records
+    # Newly found invalid keys with the reason (at most INVALID_REPORTED_MAX).
+    invalid: tuple[tuple[str, str], ...]
+    gone: int  # records marked GONE (full scans)
+    seconds: float
+    bytes_new: int  # bytes of the new TRACKED objects
+    invalid_count: int = 0  # all newly found invalid keys
+    revived: int = 0  # GONE records listed again, TRACKED again (full scans)
+
+
+@dataclass(slots=True)
+class _Tally:
+    keys_listed: int = 0
+    new_objects: int = 0
+    bytes_new: int = 0
+    invalid: list[tuple[str, str]] = field(default_factory=list)
+    invalid_count: int = 0
+
+    def add(self, other: _Tally) -> None:
+        self.keys_listed += other.keys_listed
+        self.new_objects += other.new_objects
+        self.bytes_new += other.bytes_new
+        self.invalid_count += other.invalid_count
+        self.invalid.extend(other.invalid[: max(0, INVALID_REPORTED_MAX - len(self.invalid))])
+
+    def report(self, seconds: float, gone: int = 0, revived: int = 0) -> ScanReport:
+        invalid = tuple(self.invalid[:INVALID_REPORTED_MAX])
+        return ScanReport(
+            self.keys_listed, self.new_objects, invalid, gone, seconds, self.bytes_new, self.invalid_count, revived
+        )
+
+
+class Scanner:
+    """Scans ``store`` under ``prefix`` into ``registry``; ``clock`` returns
+    milliseconds since the epoch."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        registry: Registry,
+        prefix: str,
+        *,
+        clock: Callable[[], int],
+        lookback_ms: int = INCREMENTAL_LOOKBACK_MS_DEFAULT,
+        gone_age_ms: int = GONE_AGE_MS_DEFAULT,
+        page_keys_max: int = LIST_KEYS_MAX,
+        footer_reads_in_flight_max: int = FOOTER_READS_IN_FLIGHT_MAX,
+        shard_lists_in_flight_max: int = SHARD_LISTS_IN_FLIGHT_MAX,
+    ) -> None:
+        self.prefix = prefix_head(prefix)[:-1]
+        if lookback_ms < 0 or gone_age_ms < 0:
+            raise ValueError(f"lookback_ms ({lookback_ms}) and gone_age_ms ({gone_age_ms}) must be >= 0")
+        if not 1 <= page_keys_max <= LIST_KEYS_MAX:
+            raise ValueError(f"page_keys_max must be in [1, {LIST_KEYS_MAX}], got {page_keys_max}")
+        if footer_reads_in_flight_max < 1 or shard_lists_in_flight_max < 1:
+            raise ValueError("footer_reads_in_flight_max and shard_lists_in_flight_max must be >= 1")
+        self.store = store
+        self.registry = registry
+        self.clock = clock
+        self.lookback_ms = lookback_ms
+        self.gone_age_ms = gone_age_ms
+        self.page_keys_max = page_keys_max
+        self.footer_reads_in_flight_max = footer_reads_in_flight_max
+        self.shard_lists_in_flight_max = shard_lists_in_flight_max
+
+    # ------------------------------------------------------------ common
+
+    def _new_records(self, page: list[ObjectInfo], pool: ThreadPoolExecutor, tally: _Tally) -> list[ObjectRecord]:
+        """Records for the unknown keys of ``page`` (footers read in ``pool``)."""
+        tally.keys_listed += len(page)
+        recordable = []
+        for o in page:
+            if len(o.key.encode("utf-8")) > OBJECT_KEY_BYTES_MAX:
+                # Too long for the registry (and for any WAL key): reported
+                # by every scan that lists it, never recorded or deleted.
+                self._note_invalid(tally, o.key, f"longer than {OBJECT_KEY_BYTES_MAX} bytes: not a WAL key")
+            else:
+                recordable.append(o)
+        known = self.registry.known(o.key for o in recordable)
+        unknown = [o for o in recordable if o.key not in known]
+        now = self.clock()
+        out = []
+        for rec in pool.map(lambda o: inspect_object(self.store, o, self.prefix, now), unknown):
+            if rec is not None:
+                out.append(rec)
+        return out
+
+    def _count_added(self, added: list[ObjectRecord], tally: _Tally) -> None:
+        for rec in added:
+            if rec.state == State.INVALID:
+                self._note_invalid(tally, rec.key, rec.note)
+                log.warning("invalid object under the prefix key=%r reason=%s", rec.key, rec.note)
+            else:
+                tally.new_objects += 1
+                tally.bytes_new += rec.size
+
+    @staticmethod
+    def _note_invalid(tally: _Tally, key: str, reason: str) -> None:
+        tally.invalid_count += 1
+        if len(tally.invalid) < INVALID_REPORTED_MAX:
+            tally.invalid.append((key, reason))
+
+    # ------------------------------------------------------- incremental
+
+    def incremental(self, shards: Iterable[str] | None = None) -> ScanReport:
+        """List each shard from its stored position (less the look-back),
+        record the unknown keys, advance the position; per page, records and
+        position in one transaction."""
+        chosen = ALL_SHARDS if shards is None else tuple(shards)
+        for shard in chosen:
+            shard_list_prefix(self.prefix, shard)  # refuse bad shard names before any request
+        started = time.monotonic()
+        total = _Tally()
+        with (
+            ThreadPoolExecutor(self.footer_reads_in_flight_max, thread_name_prefix="walmgr-footer") as footers,
+            ThreadPoolExecutor(self.shard_lists_in_flight_max, thread_name_prefix="walmgr-list") as lists,
+        ):
+            for tally in lists.map(lambda s: self._scan_shard(s, footers), chosen):
+                total.add(tally)
+        report = total.report(time.monotonic() - started)
+        log.info(
+            "incremental scan shards=%d keys_listed=%d new_objects=%d invalid=%d bytes_new=%d seconds=%.3f",
+            len(chosen),
+            report.keys_listed,
+            report.new_objects,
+            report.invalid_count,
+            report.bytes_new,
+            report.seconds,
+        )
+        return report
+
+    def _scan_shard(self, shard: str, footers: ThreadPoolExecutor) -> _Tally:
+        tally = _Tally()
+        position = self.registry.shard_position(shard)
+        start = shard_start_after(self.prefix, shard, position, self.lookback_ms)
+        for page in iter_pages(self.store, shard_list_prefix(self.prefix, shard), start, self.page_keys_max):
+            records = self._new_records(page, footers, tally)
+            # The look-back may list only keys behind the position: never move it back.
+            new_position = max(position, page[-1].key)
+            moved = {shard: new_position} if new_position != position else None
+            if records or moved:
+                self._count_added(self.registry.put_new(records, shard_positions=moved), tally)
+            position = new_position
+        return tally
+
+    # -------------------------------------------------------------- full
+
+    def full(self) -> ScanReport:
+        """List everything under the prefix: record unknown keys, mark live
+        records that are no longer listed GONE, revive GONE ones that are;
+        then set ``last_full_scan_ms`` (the listing's start)."""
+        started = time.monotonic()
+        start_ms = self.clock()
+        created_before_ms = start_ms - self.gone_age_ms
+        tally = _Tally()
+        # Keys maybe gone; a dict as an ordered set.  Bounded by the records
+        # that really vanished, not by the bucket: one group's listed keys
+        # are held at a time.
+        maybe_gone: dict[str, None] = {}
+        seen: set[str] = set()
+        revived = 0
+        group: str | None = None
+        listed: set[str] = set()
+
+        def finish() -> None:
+            nonlocal revived
+            if group is None or group not in _SHARD_SET:
+                return  # only shards hold WAL keys, hence records
+            if group in seen:
+                # The store listed this shard in two runs (out of order):
+                # what this run lists exists after all.
+                for key in listed:
+                    maybe_gone.pop(key, None)
+            else:
+                seen.add(group)
+                for rec in self.registry.records(LIVE_STATES, key_prefix=shard_list_prefix(self.prefix, group)):
+                    if rec.key not in listed and rec.created_ms < created_before_ms:
+                        maybe_gone[rec.key] = None
+            back = [
+                rec.with_state(State.TRACKED, note="listed again after a full scan had missed it", deleted_ms=-1)
+                for rec in self.registry.records({State.GONE}, key_prefix=shard_list_prefix(self.prefix, group))
+                if rec.key in listed
+            ]
+            if back:
+                self.registry.put_many(back)
+                revived += len(back)
+                log.warning("gone objects listed again keys=%s", [r.key for r in back][:10])
+
+        with ThreadPoolExecutor(self.footer_reads_in_flight_max, thread_name_prefix="walmgr-footer") as footers:
+            for page in iter_pages(self.store, prefix_head(self.prefix), "", self.page_keys_max):
+                records = self._new_records(page, footers, tally)
+                if records:
+                    self._count_added(self.registry.put_new(records), tally)
+                for info in page:
+                    g = group_of(info.key, self.prefix)
+                    if g != group:
+                        finish()
+                        group, listed = g, set()
+                    listed.add(info.key)
+            finish()
+        for shard in ALL_SHARDS:
+            if shard not in seen:  # nothing listed there at all
+                for rec in self.registry.records(LIVE_STATES, key_prefix=shard_list_prefix(self.prefix, shard)):
+                    if rec.created_ms < created_before_ms:
+                        maybe_gone[rec.key] = None
+        gone = (
+            self.registry.mark_gone(maybe_gone, self.clock(), created_before_ms=created_before_ms) if maybe_gone else []
+        )
+        if gone:
+            log.warning("objects gone from the store (deleted by someone else) count=%d keys=%s", len(gone), gone[:10])
+        self.registry.meta_set("last_full_scan_ms", start_ms)
+        report = tally.report(time.monotonic() - started, gone=len(gone), revived=revived)
+        log.info(
+            "full scan keys_listed=%d new_objects=%d invalid=%d gone=%d revived=%d bytes_new=%d seconds=%.3f",
+            report.keys_listed,
+            report.new_objects,
+            report.invalid_count,
+            report.gone,
+            report.revived,
+            report.bytes_new,
+            report.seconds,
+        )
+        return report
