@@ -97,23 +97,29 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
         if args.endpoint:
             sep = "&" if "?" in store_url else "?"
             store_url = f"{store_url}{sep}endpoint={args.endpoint}"
-    opts = cluster_run.ClusterOptions(
-        azs=args.azs,
-        brokers_per_az=args.brokers_per_az,
-        partitions=args.partitions,
-        producers_per_az=args.producers_per_az,
-        rate_per_producer=args.rate,
-        message_bytes=args.message_bytes,
-        duration_s=args.duration,
-        data_dir=args.data_dir,
-        store_url=store_url,
-        commit_interval_ms=args.commit_interval_ms,
-        sync=not args.no_sync,
-        seed=args.seed,
-        replication_factor=args.replication_factor,
-        kill_broker_every_s=args.kill_broker_every,
-        restart_after_s=args.restart_after,
-    )
+    try:
+        opts = cluster_run.ClusterOptions(
+            azs=args.azs,
+            brokers_per_az=args.brokers_per_az,
+            partitions=args.partitions,
+            producers_per_az=args.producers_per_az,
+            rate_per_producer=args.rate,
+            message_bytes=args.message_bytes,
+            duration_s=args.duration,
+            data_dir=args.data_dir,
+            store_url=store_url,
+            commit_interval_ms=args.commit_interval_ms,
+            sync=not args.no_sync,
+            seed=args.seed,
+            replication_factor=args.replication_factor,
+            kill_broker_every_s=args.kill_broker_every,
+            restart_after_s=args.restart_after,
+            walmgr=not args.no_walmgr,
+            orphan_rate=args.orphan_rate,
+        )
+    except ValueError as e:
+        print(f"partlog cluster: {e}", file=sys.stderr)
+        return 2
 
     def progress(msg: str) -> None:
         if not args.json:
@@ -490,6 +496,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="stop a random broker abruptly every SECONDS, restart it --restart-after seconds later (default: never)",
     )
+    cl.add_argument(
+        "--orphan-rate",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="drop the commits of this share of WAL files after upload, making orphans for walmgr (default 0)",
+    )
+    cl.add_argument("--no-walmgr", action="store_true", help="do not run a walmgr beside the brokers")
     cl.add_argument(
         "--restart-after",
         type=float,

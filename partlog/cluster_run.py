@@ -1,6 +1,14 @@
 """``partlog cluster``: a local multi-AZ cluster on loopback, producers in
 every AZ, everything consumed back and verified.
 
+A walmgr runs beside them (``<data-dir>/walmgr``; demo-sized deadlines: a
+2 s commit deadline, 0.5 s clock skew and 0.5 s grace), told of every
+upload by the brokers; with ``orphan_rate`` that share of WAL files has its
+commits dropped after the upload (the batches are answered with a retriable
+error and produced again), so walmgr has orphans to delete.  The report
+says how many were created and deleted, and how many deleted objects a
+broker still referenced (always 0).
+
 The brokers take their metadata from an embedded controller (its state in
 ``<data-dir>/controller``): the topic is created with one replica per AZ,
 leaders are elected from the ISR when a broker dies, and with
@@ -37,9 +45,13 @@ from partlog.controller_client import ControllerMetadata
 from partlog.controller_server import ControllerServer
 from partlog.errors import Errors
 from partlog.objectstore import LocalDirStore, ObjectStore, open_store
-from partlog.produce_pipeline import ProduceConfig
+from partlog.produce_pipeline import ProduceConfig, SendCommit
 from partlog.records import TopicIdPartition
 from partlog.replication import ReplicationStats
+from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
+from walmgr.config import WalmgrConfig
+from walmgr.daemon import Walmgr
+from walmgr.model import State
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +64,16 @@ SESSION_TIMEOUT_MS = 3_000
 HEARTBEAT_INTERVAL_MS = 500
 # How long the cluster may take to elect every partition's first leader.
 STARTUP_TIMEOUT_S = 60.0
+# Demo-sized deletion safety (brokers and walmgr agree on the deadline).
+DEMO_COMMIT_DEADLINE_MS = 2_000
+DEMO_MAX_CLOCK_SKEW_MS = 500
+DEMO_GRACE_MS = 500
+WALMGR_CYCLE_MS = 1_000
+# After producing, walmgr gets this many cycles past the age gate to delete
+# the orphans.
+WALMGR_FINAL_CYCLES = 3
+# Segment ids an orphan-injecting broker remembers its choice for.
+ORPHAN_CHOICES_MAX = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +97,15 @@ class ClusterOptions:
     # restart_after_s (0: never).
     kill_broker_every_s: float = 0.0
     restart_after_s: float = 1.0
+    walmgr: bool = True
+    # Share of WAL files whose commits are dropped after upload (orphans).
+    orphan_rate: float = 0.0
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.orphan_rate <= 1.0:
+            raise ValueError(f"orphan-rate must be in [0, 1], got {self.orphan_rate}")
+        if self.orphan_rate and not self.walmgr:
+            raise ValueError("orphan-rate needs walmgr (it deletes the orphans)")
         for name in ("azs", "brokers_per_az", "partitions", "producers_per_az", "replication_factor"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name.replace('_', '-')} must be > 0, got {getattr(self, name)}")
@@ -104,6 +133,36 @@ def _free_ports(n: int) -> list[int]:
             sock.close()
 
 
+class OrphanInjectingBroker(Broker):
+    """A broker that drops every commit of a share of its WAL files after
+    the upload, as a crash between upload and commit would: the object is an
+    orphan, its batches are answered REQUEST_TIMED_OUT and produced again."""
+
+    def __init__(self, *args: Any, orphan_rate: float, seed: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._orphan_rate = orphan_rate
+        self._rng = random.Random(seed)
+        self._choices: dict[int, bool] = {}
+        self.orphans_created: list[str] = []
+
+    def _queue_commit(self, c: SendCommit) -> None:
+        drop = self._choices.get(c.segment_id)
+        if drop is None:
+            drop = self._choices[c.segment_id] = self._rng.random() < self._orphan_rate
+            if drop:
+                self.orphans_created.append(c.key)
+            if len(self._choices) > ORPHAN_CHOICES_MAX:
+                del self._choices[next(iter(self._choices))]
+        if drop:
+            self._perform(
+                self.pipeline.commit_done(
+                    c.segment_id, c.leader_broker_id, None, self._clock(), Errors.REQUEST_TIMED_OUT, "orphan injected"
+                )
+            )
+            return
+        super()._queue_commit(c)
+
+
 class LocalCluster:
     """A controller and brokers in this process, each broker restartable on
     its own data directory and port."""
@@ -124,6 +183,8 @@ class LocalCluster:
         self.killed = 0
         # Replication counters of broker incarnations that were killed.
         self.past = ReplicationStats()
+        self.walmgr_address = ""
+        self.orphans_created: list[str] = []
 
     def config(self, b: BrokerInfo) -> BrokerConfig:
         return BrokerConfig(
@@ -135,6 +196,8 @@ class LocalCluster:
                 commit_interval_ms=self.opts.commit_interval_ms, buffer_bytes_max=self.opts.buffer_bytes_max
             ),
             sync=self.opts.sync,
+            commit_deadline_ms=DEMO_COMMIT_DEADLINE_MS if self.opts.walmgr else COMMIT_DEADLINE_MS_DEFAULT,
+            walmgr_address=self.walmgr_address,
         )
 
     async def start(self) -> None:
@@ -167,7 +230,14 @@ class LocalCluster:
         me = BrokerInfo(broker_id, info.az, "127.0.0.1", self.ports[broker_id])
         source = ControllerMetadata("127.0.0.1", self.controller.port, me, heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS)
         await source.start()
-        broker = Broker(self.config(me), source, self.objects)
+        broker: Broker
+        if self.opts.orphan_rate > 0:
+            seed = self.opts.seed * 1000 + broker_id * 10 + self.killed
+            broker = OrphanInjectingBroker(
+                self.config(me), source, self.objects, orphan_rate=self.opts.orphan_rate, seed=seed
+            )
+        else:
+            broker = Broker(self.config(me), source, self.objects)
         await broker.start()
         self.brokers[broker_id], self._sources[broker_id] = broker, source
 
@@ -176,10 +246,21 @@ class LocalCluster:
         broker, source = self.brokers.pop(broker_id), self._sources.pop(broker_id)
         await source.stop()
         await broker.stop()
+        self._collect_orphans(broker)
         st = broker.replicas.stats
         self.past.truncations += st.truncations
         self.past.entries_replicated += st.entries_replicated
         self.killed += 1
+
+    def _collect_orphans(self, broker: Broker) -> None:
+        if isinstance(broker, OrphanInjectingBroker):
+            self.orphans_created += broker.orphans_created
+            broker.orphans_created = []
+
+    def all_orphans(self) -> list[str]:
+        for b in self.brokers.values():
+            self._collect_orphans(b)
+        return list(self.orphans_created)
 
     def replication_total(self, name: str) -> int:
         return int(getattr(self.past, name)) + sum(int(getattr(b.replicas.stats, name)) for b in self.brokers.values())
@@ -220,11 +301,68 @@ async def run(opts: ClusterOptions, progress: Callable[[str], None] | None = Non
     # until their delivery timeout.
     objects.list_page("", max_keys=1)
     cluster = LocalCluster(opts, data_dir, objects)
+    mgr: Walmgr | None = None
     try:
+        if opts.walmgr:
+            mgr = await _start_walmgr(opts, data_dir, objects)
+            cluster.walmgr_address = f"127.0.0.1:{mgr.port}"
         await cluster.start()
-        return await _run(cluster, opts, data_dir, objects, progress)
+        if mgr is not None:
+            mgr.metadata = cluster.admin
+        return await _run(cluster, opts, data_dir, objects, progress, mgr)
     finally:
+        if mgr is not None:
+            await mgr.stop()
         await cluster.stop()
+
+
+async def _start_walmgr(opts: ClusterOptions, data_dir: str, objects: ObjectStore) -> Walmgr:
+    [port] = _free_ports(1)
+    store_url = opts.store_url or "file://" + os.path.abspath(os.path.join(data_dir, "objects"))
+    cfg = WalmgrConfig.for_cli(
+        store_url,
+        os.path.join(data_dir, "walmgr"),
+        commit_deadline_ms=DEMO_COMMIT_DEADLINE_MS,
+        max_clock_skew_ms=DEMO_MAX_CLOCK_SKEW_MS,
+        grace_ms=DEMO_GRACE_MS,
+        cycle_interval_ms=WALMGR_CYCLE_MS,
+        full_scan_interval_ms=10 * WALMGR_CYCLE_MS,
+        listen=f"127.0.0.1:{port}",
+    )
+    mgr = Walmgr(cfg, store=objects)
+    await mgr.start()
+    return mgr
+
+
+async def _walmgr_finish(cluster: LocalCluster, mgr: Walmgr, runner: asyncio.Task[None]) -> dict[str, int]:
+    """Stop the daemon loop, give walmgr cycles until every orphan is past
+    the gate and deleted (or WALMGR_FINAL_CYCLES cycles past it), then count
+    what it deleted against what the brokers still reference."""
+    runner.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await runner
+    orphans = set(cluster.all_orphans())
+    gate_s = mgr.config.age_gate_ms / 1000
+    deadline = time.monotonic() + gate_s + WALMGR_FINAL_CYCLES * WALMGR_CYCLE_MS / 1000
+    reg = mgr.registry
+    assert reg is not None
+
+    def deleted_keys() -> set[str]:
+        return {r.key for r in reg.records({State.DELETED})}
+
+    while True:
+        await mgr.cycle()
+        if orphans <= deleted_keys() or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(WALMGR_CYCLE_MS / 1000)
+    deleted = deleted_keys()
+    referenced = {k for b in cluster.brokers.values() for k in b.store.file_usage()}
+    return {
+        "orphans_created": len(orphans),
+        "orphans_deleted": len(orphans & deleted),
+        "objects_deleted": len(deleted),
+        "objects_deleted_referenced": len(deleted & referenced),
+    }
 
 
 async def _run(
@@ -233,8 +371,10 @@ async def _run(
     data_dir: str,
     objects: ObjectStore,
     progress: Callable[[str], None] | None,
+    mgr: Walmgr | None = None,
 ) -> dict[str, Any]:
     meta = cluster.layout
+    walmgr_runner = asyncio.ensure_future(mgr.run()) if mgr is not None else None
     rng = random.Random(opts.seed)
     tps = cluster.partitions()
     producers: list[Producer] = []
@@ -333,6 +473,11 @@ async def _run(
             order_violations += 1
         last[(pi, tp)] = (seq, off)
 
+    walmgr_result: dict[str, int] = {}
+    if mgr is not None and walmgr_runner is not None:
+        if progress:
+            progress("walmgr: deleting orphans past the age gate")
+        walmgr_result = await _walmgr_finish(cluster, mgr, walmgr_runner)
     brokers = list(cluster.brokers.values())
     fanout = [f for br in brokers for f in br.stats.fanout]
     latencies = [lat for p in producers for lat in p.latencies_ms]
@@ -366,6 +511,7 @@ async def _run(
         "duration_s": produce_s,
         "data_dir": data_dir,
         "store": objects.describe(),
+        **walmgr_result,
     }
     for p in producers:
         await p.close()
@@ -388,4 +534,10 @@ def print_report(r: dict[str, Any], out: Any = sys.stdout) -> None:
         f"{r['truncations']} truncations, {r['brokers_killed']} brokers killed",
         f"data: {r['data_dir']} ({r['store']})",
     ]
+    if "orphans_created" in r:
+        lines.insert(
+            -1,
+            f"walmgr: orphans created {r['orphans_created']:,}, deleted {r['orphans_deleted']:,}; objects deleted "
+            f"{r['objects_deleted']:,}, of them still referenced {r['objects_deleted_referenced']}",
+        )
     print("\n".join(lines), file=out)

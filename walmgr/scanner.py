@@ -217,7 +217,9 @@ def inspect_object(store: ObjectStore, info: ObjectInfo, prefix: str, now_ms: in
         return None
     except (WalFormatError, RangeNotSatisfiableError, InvalidKeyError) as e:
         return _invalid(info, f"not a WAL segment: {e}", now_ms, parsed)
-    if footer.created_ms != parsed.created_ms or footer.broker_id != parsed.broker_id:
+    # The footer's created_ms is when the segment was opened, the key's when
+    # it was closed and named (the commit deadline counts from the later one).
+    if footer.created_ms > parsed.created_ms or footer.broker_id != parsed.broker_id:
         return _invalid(
             info,
             f"footer says broker {footer.broker_id} created_ms {footer.created_ms}, "
