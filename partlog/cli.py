@@ -198,6 +198,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
         sync=not args.no_sync,
         secret=secret,
         metrics_port=args.metrics_port,
+        walmgr_address=args.walmgr or "",
     )
 
     async def serve() -> None:
@@ -531,6 +532,9 @@ def build_parser() -> argparse.ArgumentParser:
     br.add_argument("--host", default="127.0.0.1", help="address to listen on (with --controller; default 127.0.0.1)")
     br.add_argument("--port", type=int, default=0, help="port to listen on (with --controller)")
     br.add_argument("--id", type=int, required=True, help="this broker's id")
+    br.add_argument(
+        "--walmgr", default=None, metavar="HOST:PORT", help="tell walmgr there of every upload (best effort)"
+    )
     br.add_argument("--data-dir", required=True, help="data directory")
     br.add_argument("--store", default=None, help="object store URL (default file://<data-dir>/objects)")
     br.add_argument("--secret-file", default=None, help="file holding the shared secret of inter-broker RPCs")

@@ -406,6 +406,10 @@ class S3Config:
     read_timeout_s: float = 30.0
     # SeaweedFS, MinIO and most local servers need path-style addressing.
     path_style: bool = True
+    # HTTP connections kept to the endpoint: at least the threads that use
+    # one store at once (uploads, fetch reads, walmgr's footer reads), so
+    # none waits for or discards a connection (botocore's default is 10).
+    max_pool_connections: int = 64
 
 
 class S3Store:
@@ -434,6 +438,7 @@ class S3Store:
                     connect_timeout=config.connect_timeout_s,
                     read_timeout=config.read_timeout_s,
                     s3={"addressing_style": "path" if config.path_style else "auto"},
+                    max_pool_connections=config.max_pool_connections,
                 ),
             )
         self._s3 = client

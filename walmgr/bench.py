@@ -1,0 +1,176 @@
+"""``walmgr bench``: scan and deletion throughput against SeaweedFS (or any store).
+
+1. Fill a bucket with ``objects`` small, valid WAL segments (a thread pool of
+   puts; not measured), under keys spread over the 256 shards.
+2. Baselines, measured in the same run on the same store: raw listing of
+   the prefix (keys/s) and raw DeleteObjects of a separate set of objects
+   (files/s, batches of 1000, one at a time).
+3. walmgr's full scan into an empty registry: every key listed and every
+   footer read (one suffix GET each) and recorded: keys/s; then an
+   incremental scan with everything known (listing only): keys/s.
+4. One walmgr cycle deletes them all (their topic no longer exists, so no
+   leader needs asking): plan, then DeleteObjects batches: files/s, with the
+   default batch size and with 1000.
+
+Ratios against the baselines say how much of the store's speed walmgr keeps.
+The issue's target: >= 2,000 files/s deleted.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+from partlog.client import build_record_batch
+from partlog.objectstore import ObjectStore, S3Config, S3Store, open_store
+from partlog.records import TopicIdPartition
+from partlog.wal_key import make_wal_key
+from partlog.wal_segment import WalSegmentBuilder
+from walmgr.config import WalmgrConfig
+from walmgr.deleter import execute_plan
+from walmgr.model import State
+from walmgr.registry import Registry
+from walmgr.scanner import Scanner
+
+TARGET_DELETE_FILES_PER_S = 2_000.0
+PREFIX = "wal"
+BASELINE_DELETE_OBJECTS = 10_000
+PUT_THREADS = 16
+
+
+def _fill(store: ObjectStore, prefix: str, n: int, created_ms: int, progress: Callable[[str], None]) -> list[str]:
+    tp = TopicIdPartition(uuid.UUID(int=0xDEAD), 0)  # a topic no cluster has: no reference
+    builder = WalSegmentBuilder(1, created_ms)
+    builder.add(tp, build_record_batch([(None, b"bench", created_ms)]))
+    data = builder.build().data
+    keys = [str(make_wal_key(prefix, created_ms + i // 1000, 1, secrets.token_hex(6))) for i in range(n)]
+    done = 0
+    step = max(1, n // 10)
+    with ThreadPoolExecutor(PUT_THREADS) as pool:
+        for _ in pool.map(lambda k: store.put(k, data), keys):
+            done += 1
+            if done % step == 0:
+                progress(f"  filled {done:,}/{n:,}")
+    return keys
+
+
+def _list_rate(store: ObjectStore, prefix: str) -> tuple[int, float]:
+    start = time.monotonic()
+    n, after = 0, ""
+    while True:
+        page = store.list_page(prefix + "/", after)
+        n += len(page.objects)
+        if not page.is_truncated or not page.objects:
+            break
+        after = page.objects[-1].key
+    return n, time.monotonic() - start
+
+
+def _delete_rate(store: ObjectStore, keys: list[str]) -> float:
+    start = time.monotonic()
+    for i in range(0, len(keys), 1000):
+        store.delete_many(keys[i : i + 1000])
+    return len(keys) / (time.monotonic() - start)
+
+
+@contextmanager
+def _seaweedfs(progress: Callable[[str], None]) -> Iterator[ObjectStore]:
+    from partlog.seaweedfs import ACCESS_KEY_ID, SECRET_ACCESS_KEY, s3_client, start_seaweedfs
+
+    progress("starting SeaweedFS on 127.0.0.1")
+    server = start_seaweedfs()
+    try:
+        s3_client(server.endpoint_url).create_bucket(Bucket="walmgr-bench")
+        yield S3Store(
+            S3Config(
+                "walmgr-bench",
+                endpoint_url=server.endpoint_url,
+                access_key_id=ACCESS_KEY_ID,
+                secret_access_key=SECRET_ACCESS_KEY,
+            )
+        )
+    finally:
+        server.stop()
+
+
+def run(
+    *, objects: int = 100_000, store_url: str | None = None, progress: Callable[[str], None] = print
+) -> dict[str, Any]:
+    if objects <= 0:
+        raise ValueError(f"objects must be > 0, got {objects}")
+    if store_url:
+        return _run(open_store(store_url), store_url, objects, progress)
+    with _seaweedfs(progress) as store:
+        return _run(store, store.describe(), objects, progress)
+
+
+def _run(store: ObjectStore, where: str, objects: int, progress: Callable[[str], None]) -> dict[str, Any]:
+    created_ms = int(time.time() * 1000) - 3_600_000  # an hour old: past any age gate
+    progress(f"baseline: {BASELINE_DELETE_OBJECTS:,} objects under 'bench-baseline' for raw DeleteObjects")
+    base_keys = _fill(store, "bench-baseline", BASELINE_DELETE_OBJECTS, created_ms, progress)
+    raw_delete = _delete_rate(store, base_keys)
+    progress(f"filling {objects:,} WAL objects under {PREFIX!r}")
+    _fill(store, PREFIX, objects, created_ms, progress)
+    listed, list_s = _list_rate(store, PREFIX)
+    raw_list = listed / list_s
+    out: dict[str, Any] = {
+        "store": where,
+        "objects": objects,
+        "baseline_list_keys_per_s": raw_list,
+        "baseline_delete_files_per_s": raw_delete,
+        "target_delete_files_per_s": TARGET_DELETE_FILES_PER_S,
+    }
+    with tempfile.TemporaryDirectory(prefix="walmgr-bench-") as tmp:
+        for batch_size in (250, 1000):
+            reg_dir = os.path.join(tmp, f"registry-{batch_size}")
+            with Registry(reg_dir, sync=False) as reg:
+                scanner = Scanner(store, reg, PREFIX, clock=lambda: int(time.time() * 1000))
+                if batch_size == 250:
+                    progress("walmgr full scan (list + one footer GET per object)")
+                    full = scanner.full()
+                    out["full_scan_keys_per_s"] = full.keys_listed / full.seconds
+                    out["full_scan_seconds"] = full.seconds
+                    inc = scanner.incremental()
+                    out["incremental_scan_keys_per_s"] = inc.keys_listed / inc.seconds if inc.seconds else 0.0
+                else:
+                    # The same objects again: refill what the first pass deleted.
+                    progress(f"refilling {objects:,} objects for batch size {batch_size}")
+                    _fill(store, PREFIX, objects, created_ms, progress)
+                    scanner.full()
+                cfg = WalmgrConfig.for_cli("file:///unused", reg_dir, delete_batch_size=batch_size)
+                recs = [r for r in reg.records({State.TRACKED})]
+                reg.plan(recs)
+                progress(f"deleting {len(recs):,} objects, DeleteObjects batches of {batch_size}")
+                report = execute_plan(
+                    store, reg, PREFIX, batch_size=cfg.delete_batch_size, now_ms=lambda: int(time.time() * 1000)
+                )
+                rate = report.deleted_files / report.seconds if report.seconds else 0.0
+                out[f"delete_files_per_s_batch_{batch_size}"] = rate
+                out[f"deleted_batch_{batch_size}"] = report.deleted_files
+                out[f"delete_failures_batch_{batch_size}"] = len(report.failed)
+    out["ratio_full_scan_to_list"] = out["full_scan_keys_per_s"] / raw_list
+    out["ratio_delete_to_raw"] = out["delete_files_per_s_batch_250"] / raw_delete
+    return out
+
+
+def report(r: dict[str, Any]) -> str:
+    return "\n".join(
+        [
+            f"walmgr bench: {r['objects']:,} WAL objects on {r['store']}",
+            f"  scan, full (list + footers)   {r['full_scan_keys_per_s']:10.0f} keys/s "
+            f"({r['ratio_full_scan_to_list']:.2f} of raw listing)",
+            f"  scan, incremental (all known) {r['incremental_scan_keys_per_s']:10.0f} keys/s",
+            f"  raw listing baseline          {r['baseline_list_keys_per_s']:10.0f} keys/s",
+            f"  delete, batches of 250        {r['delete_files_per_s_batch_250']:10.0f} files/s "
+            f"({r['ratio_delete_to_raw']:.2f} of raw DeleteObjects; target >= {r['target_delete_files_per_s']:.0f})",
+            f"  delete, batches of 1000       {r['delete_files_per_s_batch_1000']:10.0f} files/s",
+            f"  raw DeleteObjects baseline    {r['baseline_delete_files_per_s']:10.0f} files/s (batches of 1000)",
+        ]
+    )
