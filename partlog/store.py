@@ -2108,6 +2108,16 @@ class MetadataStore:
         with self._read() as txn:
             return [_Part.unpack(_U32.unpack(k)[0], v).tp for k, v in txn.cursor(db=self._db_parts)]
 
+    def topics(self) -> dict[uuid.UUID, tuple[str, int]]:
+        """topic_id -> (name, number of partitions) of every topic, from the
+        durable state (so a ``readonly`` store in another process sees them)."""
+        with self._read() as txn:
+            out: dict[uuid.UUID, tuple[str, int]] = {}
+            for k, v in txn.cursor(db=self._db_topics):
+                name, n, _ = msgpack.unpackb(v)
+                out[uuid.UUID(bytes=bytes(k))] = (str(name), int(n))
+            return out
+
     def partition_state(self, tp: TopicIdPartition) -> dict[str, int]:
         """log_start_offset, log_end_offset, high_watermark, leader_epoch, live_batches, live_bytes."""
         with self._read() as txn:
