@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import tomllib
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -167,7 +167,9 @@ class StaticMetadata:
     to make them durable.  Producer ids: none (brokers fall back to random
     62-bit ids, design.md)."""
 
-    def __init__(self, brokers: list[BrokerInfo], topics: list[TopicInfo]) -> None:
+    def __init__(
+        self, brokers: list[BrokerInfo], topics: list[TopicInfo], deleted_topics: Iterable[uuid.UUID] = ()
+    ) -> None:
         ids = [b.broker_id for b in brokers]
         if len(set(ids)) != len(ids):
             raise MetadataError(f"duplicate broker ids in {sorted(ids)}")
@@ -186,6 +188,12 @@ class StaticMetadata:
         for b in sorted(brokers, key=lambda b: b.broker_id):
             self._by_az.setdefault(b.az, []).append(b.broker_id)
         self._listeners: list[Callable[[], None]] = []
+        self._deleted_topics = frozenset(deleted_topics) - set(self._topics)
+
+    def topic_deleted(self, topic_id: uuid.UUID) -> bool:
+        """True when the file lists the topic as deleted: its partitions hold
+        no references (walmgr may delete objects only they were part of)."""
+        return topic_id in self._deleted_topics
 
     # -------------------------------------------------------- MetadataSource
 
@@ -233,7 +241,7 @@ class StaticMetadata:
         brokers = [
             BrokerInfo(b.broker_id, b.az, b.host, ports.get(b.broker_id, b.port)) for b in self._brokers.values()
         ]
-        return StaticMetadata(brokers, list(self._topics.values()))
+        return StaticMetadata(brokers, list(self._topics.values()), self._deleted_topics)
 
     # ------------------------------------------------------------- routing
 
@@ -309,6 +317,8 @@ class StaticMetadata:
         id = "6f1c..."       # optional: uuid5 of the name
         leaders = [1, 2, 3]  # partition p led by leaders[p]
         replicas = [[1, 2], [2, 3], [3, 1]]  # optional: the leader alone
+
+        deleted_topics = ["6f1c..."]   # optional: ids of deleted topics (walmgr)
         """
         try:
             with open(path, "rb") as f:
@@ -333,12 +343,13 @@ class StaticMetadata:
                 )
                 for t in doc.get("topics", [])
             ]
+            deleted = [uuid.UUID(str(t)) for t in doc.get("deleted_topics", [])]
         except MetadataError as e:
             raise MetadataError(f"{where}: {e}") from e
         except (KeyError, TypeError, ValueError) as e:
             raise MetadataError(f"{where}: bad broker or topic entry: {e!r}") from e
         try:
-            return cls(brokers, topics)
+            return cls(brokers, topics, deleted)
         except MetadataError as e:
             raise MetadataError(f"{where}: {e}") from e
 

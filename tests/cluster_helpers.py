@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -251,8 +252,11 @@ def check_exactly_once(sent: Sent, seen: dict[RecordKey, list[Where]]) -> None:
 # ------------------------------------------------------ broker processes
 
 
-def write_cluster_toml(path: Path, meta: StaticMetadata, ports: dict[int, int]) -> None:
-    lines = [f'[[brokers]]\nid = {b.broker_id}\naz = "{b.az}"\nport = {ports[b.broker_id]}\n' for b in meta.brokers()]
+def write_cluster_toml(
+    path: Path, meta: StaticMetadata, ports: dict[int, int], deleted_topics: Sequence[uuid.UUID] = ()
+) -> None:
+    lines = [f'deleted_topics = {[str(t) for t in deleted_topics]}\n'] if deleted_topics else []
+    lines += [f'[[brokers]]\nid = {b.broker_id}\naz = "{b.az}"\nport = {ports[b.broker_id]}\n' for b in meta.brokers()]
     for t in meta.topics():
         replicas = [list(p.replicas) for p in t.partitions]
         lines.append(

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from partlog.cluster_meta import MetadataError, StaticMetadata
+from partlog.cluster_meta import MetadataError, StaticMetadata, topic_id_for
 from partlog.records import TopicIdPartition
 
 
@@ -69,3 +70,20 @@ def test_toml_and_errors(tmp_path: Path) -> None:
         StaticMetadata.from_toml(str(f))
     with pytest.raises(MetadataError, match="duplicate broker ids"):
         StaticMetadata.from_dict({"brokers": [{"id": 1, "az": "a"}, {"id": 1, "az": "b"}]})
+
+
+def test_deleted_topics_are_listed_only_when_gone() -> None:
+    """Regression: walmgr treated a topic missing from its view as deleted; only
+    an explicit deletion counts now (a stale view must not delete anything)."""
+    gone = uuid.uuid5(uuid.NAMESPACE_URL, "partlog-topic:gone")
+    meta = StaticMetadata.from_dict(
+        {
+            "brokers": [{"id": 1, "az": "a"}],
+            "topics": [{"name": "t", "leaders": [1]}],
+            "deleted_topics": [str(gone), str(topic_id_for("t"))],
+        }
+    )
+    assert meta.topic_deleted(gone)
+    assert not meta.topic_deleted(topic_id_for("t"))  # a live topic is never deleted
+    assert not meta.topic_deleted(uuid.uuid4())  # unknown is not deleted
+    assert meta.with_ports({1: 5}).topic_deleted(gone)

@@ -104,7 +104,7 @@ def test_only_objects_nothing_can_reference_are_planned(history: list[Any]) -> N
             walmgr_now = w.now + clock_error
             live = [r for k, r in w.objects.items() if k not in w.deleted]
             cands = candidates(live, walmgr_now, GATE_MS)
-            plan = plan_checks(cands, lambda tp: tp.topic_id not in w.deleted_topics, dict(w.leader).__getitem__)
+            plan = plan_checks(cands, lambda tp: tp.topic_id in w.deleted_topics, dict(w.leader).__getitem__)
             answers: dict[int, list[int] | str] = {}
             for broker, checks in plan.by_broker.items():
                 how = behaviour.get(broker, "ok")
@@ -150,7 +150,7 @@ def test_deleted_topics_hold_no_reference_and_no_leader_keeps_the_file() -> None
     a, b = TPS[0], TPS[2]
     gone_only = _rec("k1", a)
     mixed = _rec("k2", a, b)
-    plan = plan_checks([gone_only, mixed], lambda tp: tp.topic_id != a.topic_id, lambda tp: None)
+    plan = plan_checks([gone_only, mixed], lambda tp: tp.topic_id == a.topic_id, lambda tp: None)
     assert plan.unreferenced == {"k1"} and "k2" in plan.doubt and "no leader" in plan.doubt["k2"]
     d = decide(plan, {}, lambda tp: None)
     assert d.delete == ["k1"] and "k2" in d.doubt
@@ -168,7 +168,7 @@ def test_age_gate_and_states() -> None:
 def test_one_referencing_partition_keeps_the_file_and_names_the_broker() -> None:
     rec = _rec("k", TPS[0], TPS[1])
     leaders = {TPS[0]: (1, 5), TPS[1]: (2, 3)}
-    plan = plan_checks([rec], lambda tp: True, leaders.get)
+    plan = plan_checks([rec], lambda tp: False, leaders.get)
     assert {b: [c.leader_epoch for c in cs] for b, cs in plan.by_broker.items()} == {1: [5], 2: [3]}
     d = decide(plan, {1: [Verdict.NOT_REFERENCED], 2: [Verdict.REFERENCED]}, leaders.get)
     assert d.delete == [] and "broker 2" in d.referenced["k"]

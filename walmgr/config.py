@@ -40,7 +40,6 @@ FULL_SCAN_INTERVAL_MS_DEFAULT = 3_600_000
 # retry small and spreads deletes over the cycle.
 DELETE_BATCH_SIZE_DEFAULT = 250
 CHECK_TIMEOUT_MS_DEFAULT = 10_000
-DELETE_RETRY_BACKOFF_MS_DEFAULT = 1_000
 # Deleted and gone records stay this long, for `walmgr inspect` and audits.
 TOMBSTONE_RETENTION_MS_DEFAULT = 7 * 24 * 3_600_000
 PORT_MAX = 65_535
@@ -119,7 +118,6 @@ class WalmgrConfig:
     full_scan_interval_ms: int = FULL_SCAN_INTERVAL_MS_DEFAULT
     delete_batch_size: int = DELETE_BATCH_SIZE_DEFAULT
     check_timeout_ms: int = CHECK_TIMEOUT_MS_DEFAULT
-    delete_retry_backoff_ms: int = DELETE_RETRY_BACKOFF_MS_DEFAULT
     metadata: str = ""  # "controller://HOST:PORT", a static cluster TOML file, or "" for none
     listen: str = ""  # "HOST:PORT" for broker notifications, "" for none
     metrics_port: int = 0  # 0: no metrics endpoint
@@ -164,7 +162,6 @@ class WalmgrConfig:
             "max_clock_skew_ms",
             "grace_ms",
             "reader_cache_ttl_ms",
-            "delete_retry_backoff_ms",
             "tombstone_retention_ms",
         )
         for name in non_negative:

@@ -62,6 +62,7 @@ class CycleReport:
     deleted: DeleteReport | None = None
     dry_run: bool = False
     seconds: float = 0.0
+    scan_error: str = ""
 
     def to_json(self) -> dict[str, Any]:
         d = self.deleted
@@ -69,6 +70,7 @@ class CycleReport:
             "started_ms": self.started_ms,
             "dry_run": self.dry_run,
             "seconds": self.seconds,
+            "scan_error": self.scan_error,
             "scan": {
                 "incremental_keys": self.incremental.keys_listed if self.incremental else 0,
                 "full_keys": self.full.keys_listed if self.full else None,
@@ -126,6 +128,7 @@ class WalmgrMetrics:
         self.scan_keys_per_s = Gauge("walmgr_scan_keys_per_second", "keys listed per second, last scan", registry=r)
         self.cycles = Counter("walmgr_cycles", "cycles completed", registry=r)
         self.cycle_errors = Counter("walmgr_cycle_errors", "cycles that failed (retried next interval)", registry=r)
+        self.scan_errors = Counter("walmgr_scan_errors", "scans the store failed (retried next cycle)", registry=r)
         Gauge("walmgr_last_cycle_age_seconds", "seconds since the last successful cycle", registry=r).set_function(
             lambda: (clock() - last_cycle_ms()) / 1000 if last_cycle_ms() > 0 else float("nan")
         )
@@ -285,11 +288,20 @@ class Walmgr:
         cfg = self.config
         start = time.monotonic()
         report = CycleReport(self._clock(), dry_run=dry_run)
-        report.incremental = await self.scan()
-        last_full = reg.meta_get("last_full_scan_ms")
-        due = last_full is None or self._clock() - int(last_full) >= cfg.full_scan_interval_ms
-        if full_scan or (full_scan is None and due):
-            report.full = await self.scan(full=True)
+        # A failed scan (the store down for a moment) must not stop the rest
+        # of the cycle: the objects already known are still checked and the
+        # persisted plan still runs; the scan is retried next cycle.
+        try:
+            report.incremental = await self.scan()
+            last_full = reg.meta_get("last_full_scan_ms")
+            due = last_full is None or self._clock() - int(last_full) >= cfg.full_scan_interval_ms
+            if full_scan or (full_scan is None and due):
+                report.full = await self.scan(full=True)
+        except ObjectStoreError as e:
+            report.scan_error = str(e)
+            log.warning("walmgr scan failed (retried next cycle): %s", e)
+            if self.metrics is not None:
+                self.metrics.scan_errors.inc()
         now = self._clock()
         cands = candidates(
             await asyncio.to_thread(lambda: list(reg.records({State.TRACKED, State.CANDIDATE}))), now, cfg.age_gate_ms
@@ -389,20 +401,22 @@ class Walmgr:
     def _leader(self, tp: TopicIdPartition) -> tuple[int, int] | None:
         p = self.metadata.partition(tp) if self.metadata is not None else None
         if p is None or p.leader < 0:
-            return None
+            return None  # unknown partition or no leader: a doubt
         return p.leader, p.leader_epoch
 
-    def _topic_exists(self, tp: TopicIdPartition) -> bool:
-        if self.metadata is None:
-            return True  # without metadata nothing is known deleted: every check is a doubt
-        return self.metadata.partition(tp) is not None
+    def _topic_deleted(self, tp: TopicIdPartition) -> bool:
+        """Only a source that records deletions can say so (``topic_deleted``);
+        a topic merely missing from the view is a doubt, never a deletion:
+        the view may be stale or incomplete."""
+        deleted = getattr(self.metadata, "topic_deleted", None)
+        return bool(deleted(tp.topic_id)) if deleted is not None else False
 
     async def _check(self, cands: list[ObjectRecord]) -> Decision:
         if not cands:
             return Decision([], {}, {})
         if self.metadata is None:
             return Decision([], {}, {r.key: "no cluster metadata configured" for r in cands})
-        plan: CheckPlan = plan_checks(cands, self._topic_exists, self._leader)
+        plan: CheckPlan = plan_checks(cands, self._topic_deleted, self._leader)
         brokers = list(plan.by_broker)
         answers = await asyncio.gather(*(self._ask(b, plan.by_broker[b]) for b in brokers))
         return decide(plan, dict(zip(brokers, answers, strict=True)), self._leader)

@@ -9,7 +9,9 @@ The deletion-safety argument (design brief, "Deletion safety") in code:
    the metadata names, at the leader epoch it names, is asked whether its log
    still references the object (entries above the HWM and commits not yet
    durable count).  Checks are grouped per broker: one question list each.
-   A partition whose topic no longer exists holds no reference.
+   A partition whose topic the metadata says was deleted holds no reference;
+   a partition the metadata does not know at all is a doubt (the view may be
+   stale).
 3. **Fail closed.** An object is deleted only when every one of its checks
    was answered NOT_REFERENCED by the leader at the epoch asked, and the
    metadata still names that leader at that epoch after the answers came
@@ -76,7 +78,7 @@ def candidates(records: Iterable[ObjectRecord], now_ms: int, age_gate_ms: int) -
 
 
 def plan_checks(
-    records: Sequence[ObjectRecord], topic_exists: Callable[[TopicIdPartition], bool], leader: LeaderView
+    records: Sequence[ObjectRecord], topic_deleted: Callable[[TopicIdPartition], bool], leader: LeaderView
 ) -> CheckPlan:
     by_broker: dict[int, list[Check]] = {}
     unreferenced: set[str] = set()
@@ -85,7 +87,7 @@ def plan_checks(
         checks: list[tuple[int, Check]] = []
         reason = ""
         for tp in dict.fromkeys(r.partitions):  # a footer names each partition once; be sure
-            if not topic_exists(tp):
+            if topic_deleted(tp):
                 continue  # a deleted topic holds no reference
             current = leader(tp)
             if current is None:

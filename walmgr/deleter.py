@@ -6,9 +6,10 @@ The plan is written to the registry before anything is deleted
 forgetting anything.  Each batch of at most ``delete_batch_size`` keys (S3's
 DeleteObjects takes 1000) is checked once more: only keys under the
 configured prefix, compared with a trailing ``/``, that parse as WAL keys of
-that prefix are sent; any other key leaves the plan as INVALID and is
-reported.  Every deletion the store confirmed is recorded; the rest stay
-planned and are retried next cycle (after ``delete_retry_backoff_ms``).
+that prefix in their hash shard (as the scanner's ``classify``) are sent;
+any other key leaves the plan as INVALID and is reported.  Every deletion
+the store confirmed is recorded; the rest stay planned and are retried next
+cycle (the cycle interval is the backoff).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from partlog.objectstore import DeleteResult, ObjectStore, ObjectStoreError
-from partlog.wal_key import WalKeyError, parse_wal_key
+from partlog.wal_key import WalKeyError, parse_wal_key, shard_of
 from walmgr.model import State
 from walmgr.registry import Registry
 
@@ -50,6 +51,9 @@ def refusal(key: str, prefix: str) -> str | None:
         return str(e)
     if parsed.prefix != prefix.strip("/"):
         return f"a WAL key of prefix {parsed.prefix!r}, not {prefix.strip('/')!r}"
+    if parsed.shard != shard_of(parsed.name):
+        # Brokers make keys with make_wal_key (scanner.classify): not theirs.
+        return f"shard {parsed.shard!r} is not the hash shard {shard_of(parsed.name)!r} of {parsed.name!r}"
     return None
 
 
