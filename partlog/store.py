@@ -59,6 +59,7 @@ from partlog.batch_header import BatchHeader, increment_sequence, patch_header
 from partlog.crc32c import crc32c
 from partlog.errors import Errors
 from partlog.group_commit import GroupCommitPipeline, PipelineFailedError, Write
+from partlog.lmdb_gate import LmdbGate
 from partlog.producer_state import (
     NUM_BATCHES_TO_RETAIN,
     PRODUCER_ID_EXPIRATION_MS_DEFAULT,
@@ -514,10 +515,7 @@ class MetadataStore:
         self._hwms: dict[TopicIdPartition, int] = {}
         self._hwm_lock = threading.Lock()
         # Map growth needs no live transaction in this process.
-        self._gate = threading.Condition()
-        self._readers = 0
-        self._writers = 0  # writes in flight (close waits for them)
-        self._resizing = False
+        self._gate = LmdbGate(lambda: StoreError(f"{self.path}: store is closed"))
         # Counters for metrics and benchmarks.
         self.stats = {"group_commits": 0, "map_resizes": 0}
         self._check_version()
@@ -600,13 +598,9 @@ class MetadataStore:
         threads: an asyncio shell's worker threads outlive a cancelled task)
         have ended; new ones are refused with StoreError.  Closing LMDB under
         a running transaction would crash the process."""
-        with self._gate:
-            if self._closed:
-                return
+        if self._gate.close():
             self._closed = True
-            while self._readers or self._writers:
-                self._gate.wait()
-        self._env.close()
+            self._env.close()
 
     def __enter__(self) -> MetadataStore:
         return self
@@ -640,12 +634,7 @@ class MetadataStore:
     # -------------------------------------------------------------- plumbing
 
     def _begin_read(self) -> lmdb.Transaction:
-        with self._gate:
-            if self._closed:
-                raise StoreError(f"{self.path}: store is closed")
-            while self._resizing:
-                self._gate.wait()
-            self._readers += 1
+        self._gate.enter_read()
         try:
             try:
                 return self._env.begin(write=False)
@@ -654,17 +643,12 @@ class MetadataStore:
                 self._env.set_mapsize(0)
                 return self._env.begin(write=False)
         except BaseException:
-            self._reader_done()
+            self._gate.exit_read()
             raise
 
     def _end_read(self, txn: lmdb.Transaction) -> None:
         txn.abort()
-        self._reader_done()
-
-    def _reader_done(self) -> None:
-        with self._gate:
-            self._readers -= 1
-            self._gate.notify_all()
+        self._gate.exit_read()
 
     @contextmanager
     def _read(self) -> Iterator[lmdb.Transaction]:
@@ -674,30 +658,14 @@ class MetadataStore:
         finally:
             self._end_read(txn)
 
-    @contextmanager
-    def _readers_drained(self) -> Iterator[None]:
-        """Hold off new read transactions of this process and wait until the
-        open ones end.  LMDB needs it to resize the map; py-lmdb >= 2.0 needs
-        it to abort a write transaction, which otherwise waits for a moment
-        without any reader in this process and, under steady read load, never
-        returns (test_aborted_write_under_read_load_does_not_hang)."""
-        with self._gate:
-            self._resizing = True
-            try:
-                while self._readers:
-                    self._gate.wait()
-                yield
-            finally:
-                self._resizing = False
-                self._gate.notify_all()
-
     def _abort_write(self, txn: lmdb.Transaction) -> None:
-        with self._readers_drained():
+        # py-lmdb >= 2.0 aborts only with no reader in this process (lmdb_gate).
+        with self._gate.readers_drained():
             txn.abort()
 
     def _grow_map(self) -> None:
         """Double the LMDB map; waits until this process has no open readers."""
-        with self._readers_drained():
+        with self._gate.readers_drained():
             size = self._env.info()["map_size"]
             if size * 2 > MAP_SIZE_BYTES_MAX:
                 raise StoreError(f"{self.path}: LMDB map would exceed {MAP_SIZE_BYTES_MAX} bytes")
@@ -727,15 +695,9 @@ class MetadataStore:
     @contextmanager
     def _writing(self) -> Iterator[None]:
         """Count a write in flight, so that ``close`` waits for it."""
-        with self._gate:
-            self._check_writable()
-            self._writers += 1
-        try:
+        self._check_writable()
+        with self._gate.writing():
             yield
-        finally:
-            with self._gate:
-                self._writers -= 1
-                self._gate.notify_all()
 
     def _run_exclusive(self, fn: Callable[[_Staged], T]) -> T:
         while True:

@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 import lmdb
 import msgpack
 
+from partlog.lmdb_gate import LmdbGate
 from partlog.wal_key import OBJECT_KEY_BYTES_MAX, WalKeyError, parse_wal_key
 from walmgr.model import ObjectRecord, State
 
@@ -195,13 +196,8 @@ class Registry:
         self._plan = dbs[b"plan"]
         self._shards = dbs[b"shards"]
         self._meta = dbs[b"meta"]
-        # Map growth needs no live transaction in this process; close needs
-        # none at all (closing LMDB under a transaction crashes the process).
-        self._gate = threading.Condition()
-        self._readers = 0
-        self._writers = 0
-        self._draining = False
-        self._closed = False
+        # Map growth, aborts and close need no live transaction (lmdb_gate).
+        self._gate = LmdbGate(lambda: RegistryError(f"registry {self.path}: closed"))
         self._write_lock = threading.Lock()
         self.map_resizes = 0
         try:
@@ -214,14 +210,9 @@ class Registry:
 
     def close(self) -> None:
         """Close once the operations in flight in other threads have ended."""
-        with self._gate:
-            if self._closed:
-                return
-            self._closed = True
-            while self._readers or self._writers:
-                self._gate.wait()
-        self._env.close()
-        self._unlock()
+        if self._gate.close():
+            self._env.close()
+            self._unlock()
 
     def _unlock(self) -> None:
         if self._lock_fd is not None:
@@ -247,12 +238,7 @@ class Registry:
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[lmdb.Transaction]:
-        with self._gate:
-            if self._closed:
-                raise RegistryError(f"registry {self.path}: closed")
-            while self._draining:
-                self._gate.wait()
-            self._readers += 1
+        self._gate.enter_read()
         try:
             try:
                 txn = self._env.begin(write=False)
@@ -265,61 +251,35 @@ class Registry:
             finally:
                 txn.abort()
         finally:
-            with self._gate:
-                self._readers -= 1
-                self._gate.notify_all()
-
-    @contextlib.contextmanager
-    def _readers_drained(self) -> Iterator[None]:
-        """Hold off new readers of this process and wait for the open ones:
-        LMDB needs it to resize the map, py-lmdb >= 2.0 to abort a write
-        transaction under read load (see partlog.store)."""
-        with self._gate:
-            self._draining = True
-            try:
-                while self._readers:
-                    self._gate.wait()
-                yield
-            finally:
-                self._draining = False
-                self._gate.notify_all()
+            self._gate.exit_read()
 
     def _write(self, fn: Callable[[_Write], T]) -> T:
         """Run ``fn`` in one write transaction; all or nothing.  A full map
         is doubled and ``fn`` run again."""
         if self.readonly:
             raise RegistryError(f"registry {self.path}: open read-only")
-        with self._write_lock:
-            with self._gate:
-                if self._closed:
-                    raise RegistryError(f"registry {self.path}: closed")
-                self._writers += 1
-            try:
-                while True:
-                    txn = self._env.begin(write=True)
-                    try:
-                        w = _Write(self, txn)
-                        result = fn(w)
-                        w.flush_counts()
-                        txn.commit()
-                        return result
-                    except lmdb.MapFullError:
-                        self._abort(txn)
-                        self._grow_map()
-                    except BaseException:
-                        self._abort(txn)
-                        raise
-            finally:
-                with self._gate:
-                    self._writers -= 1
-                    self._gate.notify_all()
+        with self._write_lock, self._gate.writing():
+            while True:
+                txn = self._env.begin(write=True)
+                try:
+                    w = _Write(self, txn)
+                    result = fn(w)
+                    w.flush_counts()
+                    txn.commit()
+                    return result
+                except lmdb.MapFullError:
+                    self._abort(txn)
+                    self._grow_map()
+                except BaseException:
+                    self._abort(txn)
+                    raise
 
     def _abort(self, txn: lmdb.Transaction) -> None:
-        with self._readers_drained():
+        with self._gate.readers_drained():
             txn.abort()
 
     def _grow_map(self) -> None:
-        with self._readers_drained():
+        with self._gate.readers_drained():
             size = int(self._env.info()["map_size"])
             if size * 2 > MAP_SIZE_BYTES_MAX:
                 raise RegistryError(f"registry {self.path}: LMDB map would exceed {MAP_SIZE_BYTES_MAX} bytes")
