@@ -8,6 +8,7 @@ import json
 import logging
 import signal
 import sys
+import time
 from typing import Any
 
 from walmgr.config import WalmgrConfig, WalmgrConfigError, load_config
@@ -113,7 +114,21 @@ def _cmd_scan(args: argparse.Namespace, cfg: WalmgrConfig) -> int:
         mgr = Walmgr(cfg)
         await mgr.start()
         try:
-            report = await mgr.scan(full=True)
+            if args.engine == "spark":
+                from walmgr.spark_scan import spark_scan
+
+                assert mgr.registry is not None
+                report = await asyncio.to_thread(
+                    spark_scan,
+                    cfg.store_url,
+                    mgr.registry,
+                    cfg.prefix,
+                    clock=lambda: time.time_ns() // 1_000_000,
+                    master=args.master,
+                    full=True,
+                )
+            else:
+                report = await mgr.scan(full=True)
             assert mgr.registry is not None
             objects = [r.to_json() for r in mgr.registry.records()]
             return {
@@ -215,6 +230,13 @@ def build_parser() -> argparse.ArgumentParser:
     gc.set_defaults(func=_cmd_gc)
     scan = sub.add_parser("scan", help="a full scan of the prefix into the registry; prints every object")
     common(scan)
+    scan.add_argument(
+        "--engine",
+        choices=["local", "spark"],
+        default="local",
+        help="list and read footers in this process (local) or on Spark (spark; needs pyspark and Java)",
+    )
+    scan.add_argument("--master", default="local[*]", help="Spark master for --engine spark (default local[*])")
     scan.set_defaults(func=_cmd_scan)
     status = sub.add_parser("status", help="objects and bytes per state (works while the daemon runs)")
     common(status)

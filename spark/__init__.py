@@ -1,0 +1,1 @@
+"""Spark jobs for walmgr (optional: needs ``pyspark``)."""
