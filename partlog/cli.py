@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from partlog import __version__
+from partlog.rpc import read_secret_file
 
 
 def _print_table(result: dict[str, Any]) -> None:
@@ -179,7 +180,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
         except ValueError as e:
             print(f"partlog broker: --controller: {e}", file=sys.stderr)
             return 2
-    secret = _read_secret(args.secret_file)
+    secret = read_secret_file(args.secret_file)
     from partlog.objectstore import ObjectStoreError
 
     try:
@@ -236,13 +237,6 @@ def _host_port(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _read_secret(path: str | None) -> bytes | None:
-    if not path:
-        return None
-    with open(path, "rb") as f:
-        return f.read().strip() or None
-
-
 def _cmd_controller(args: argparse.Namespace) -> int:
     import asyncio
     import logging
@@ -263,7 +257,7 @@ def _cmd_controller(args: argparse.Namespace) -> int:
         return 2
 
     async def serve() -> int:
-        server = ControllerServer(config, host=args.host, port=args.port, secret=_read_secret(args.secret_file))
+        server = ControllerServer(config, host=args.host, port=args.port, secret=read_secret_file(args.secret_file))
         try:
             await server.start()
         except (ControllerStateError, OSError) as e:
@@ -294,7 +288,7 @@ def _cmd_topics_create(args: argparse.Namespace) -> int:
         return 2
 
     async def create() -> int:
-        client = ControllerMetadata(host, port, secret=_read_secret(args.secret_file))
+        client = ControllerMetadata(host, port, secret=read_secret_file(args.secret_file))
         try:
             async with asyncio.timeout(args.timeout_ms / 1000):
                 await client.start()  # retries until the controller answers

@@ -120,7 +120,8 @@ def _percentile(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-def _free_ports(n: int) -> list[int]:
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free TCP ports on 127.0.0.1 (free when asked)."""
     import socket
 
     socks = [socket.socket() for _ in range(n)]
@@ -173,7 +174,7 @@ class LocalCluster:
         self.objects = objects
         self.layout = StaticMetadata.generate(azs=opts.azs, brokers_per_az=opts.brokers_per_az, topics={})
         ids = [b.broker_id for b in self.layout.brokers()]
-        self.ports = dict(zip(ids, _free_ports(len(ids)), strict=True))
+        self.ports = dict(zip(ids, free_ports(len(ids)), strict=True))
         self.controller = ControllerServer(
             ControllerConfig(os.path.join(data_dir, "controller"), broker_session_timeout_ms=SESSION_TIMEOUT_MS)
         )
@@ -317,7 +318,7 @@ async def run(opts: ClusterOptions, progress: Callable[[str], None] | None = Non
 
 
 async def _start_walmgr(opts: ClusterOptions, data_dir: str, objects: ObjectStore) -> Walmgr:
-    [port] = _free_ports(1)
+    [port] = free_ports(1)
     store_url = opts.store_url or "file://" + os.path.abspath(os.path.join(data_dir, "objects"))
     cfg = WalmgrConfig.for_cli(
         store_url,

@@ -73,11 +73,21 @@ __all__ = [
     "RpcRemoteError",
     "RpcServer",
     "RpcTimeoutError",
+    "read_secret_file",
 ]
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Any], Awaitable[Any]]
+
+
+def read_secret_file(path: str | None) -> bytes | None:
+    """The shared RPC secret kept in ``path`` (surrounding whitespace
+    dropped); None for no path or an empty file: no authentication."""
+    if not path:
+        return None
+    with open(path, "rb") as f:
+        return f.read().strip() or None
 
 
 @dataclass(frozen=True, slots=True)

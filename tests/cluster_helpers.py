@@ -24,6 +24,7 @@ from pathlib import Path
 from partlog.broker import Broker, BrokerConfig, start_brokers
 from partlog.client import Consumer, Producer, RecordMetadata
 from partlog.cluster_meta import StaticMetadata
+from partlog.cluster_run import free_ports as free_ports  # re-exported for the tests
 from partlog.objectstore import (
     ForwardingStore,
     ObjectStore,
@@ -42,18 +43,6 @@ Where = tuple[TopicIdPartition, int]
 # running the suite may be slow; a test that needs them has failed anyway.
 CONSUME_TIMEOUT_S = 60.0
 BROKER_START_TIMEOUT_S = 30.0
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct free TCP ports on 127.0.0.1 (free when asked)."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 class FlakyStore(ForwardingStore):

@@ -11,7 +11,6 @@ metadata does not have need no check at all.
 from __future__ import annotations
 
 import json
-import secrets
 import signal
 import subprocess
 import sys
@@ -22,26 +21,15 @@ from typing import Any
 
 import pytest
 
-from partlog.client import build_record_batch
 from partlog.cluster_meta import StaticMetadata
 from partlog.objectstore import LocalDirStore
 from partlog.records import TopicIdPartition
-from partlog.wal_key import make_wal_key
-from partlog.wal_segment import WalSegmentBuilder
 from tests.cluster_helpers import free_ports, topic_partitions, write_cluster_toml
+from tests.walmgr_helpers import orphan
 from walmgr import cli
 
 WAIT_S = 30.0
 OLD_MS = 3_600_000  # past the default age gate (30 s + 10 s + 60 s)
-
-
-def orphan(objects: LocalDirStore, tp: TopicIdPartition) -> str:
-    created = time.time_ns() // 1_000_000 - OLD_MS
-    b = WalSegmentBuilder(1, created)
-    b.add(tp, build_record_batch([(None, b"orphan", created)]))
-    key = str(make_wal_key("wal", created, 1, secrets.token_hex(8)))
-    objects.put(key, b.build().data)
-    return key
 
 
 class Setup:
@@ -59,9 +47,9 @@ class Setup:
         gone = TopicIdPartition(uuid.uuid5(uuid.NAMESPACE_URL, "walmgr-cli/gone"), 0)
         # The cluster file says the topic was deleted: its partitions hold no reference.
         write_cluster_toml(self.cluster, meta, {1: port}, deleted_topics=[gone.topic_id])
-        self.unreferenced = sorted(orphan(self.objects, gone) for _ in range(3))
+        self.unreferenced = sorted(orphan(self.objects, [gone], time.time_ns() // 1_000_000 - OLD_MS) for _ in range(3))
         [tp] = topic_partitions(meta)
-        self.doubtful = orphan(self.objects, tp)
+        self.doubtful = orphan(self.objects, [tp], time.time_ns() // 1_000_000 - OLD_MS)
         self.invalid = "wal/zz/readme.txt"
         self.objects.put(self.invalid, b"not a WAL object")
 

@@ -10,18 +10,16 @@ the same bucket.
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
 from pathlib import Path
 
 import pytest
 
 from partlog.broker import Broker
-from partlog.client import Producer, build_record_batch
+from partlog.client import Producer
 from partlog.objectstore import LocalDirStore
-from partlog.records import DeleteRecordsRequest, TopicIdPartition
+from partlog.records import DeleteRecordsRequest
 from partlog.wal_key import make_wal_key
-from partlog.wal_segment import WalSegmentBuilder
 from tests.cluster_helpers import (
     Sent,
     check_exactly_once,
@@ -31,6 +29,7 @@ from tests.cluster_helpers import (
     running_cluster,
     topic_partitions,
 )
+from tests.walmgr_helpers import listed, orphan
 from walmgr.config import WalmgrConfig
 from walmgr.daemon import Walmgr
 from walmgr.model import State
@@ -42,30 +41,8 @@ GRACE_MS = 100
 GATE_S = (DEADLINE_MS + SKEW_MS + GRACE_MS) / 1000
 
 
-def orphan(objects: LocalDirStore, tp: TopicIdPartition, broker_id: int = 1) -> str:
-    """A valid WAL segment holding a batch of ``tp``, uploaded and never committed."""
-    now = int(time.time() * 1000)
-    b = WalSegmentBuilder(broker_id, now)
-    b.add(tp, build_record_batch([(None, b"orphan", now)]))
-    seg = b.build()
-    key = str(make_wal_key("wal", now, broker_id, secrets.token_hex(8)))
-    objects.put(key, seg.data)
-    return key
-
-
 def referenced_keys(brokers: list[Broker]) -> set[str]:
     return {k for b in brokers for k in b.store.file_usage()}
-
-
-def listed(objects: LocalDirStore, prefix: str = "") -> set[str]:
-    out: set[str] = set()
-    start = ""
-    while True:
-        page = objects.list_page(prefix, start)
-        out |= {o.key for o in page.objects}
-        if not page.is_truncated or not page.objects:
-            return out
-        start = page.objects[-1].key
 
 
 @pytest.mark.timeout(180)
@@ -106,7 +83,7 @@ def test_orphans_are_deleted_and_referenced_objects_never(tmp_path: Path) -> Non
                     await producer.close()
                 assert not sent.failed
                 notified = sum(b.walmgr_notifications_sent for b in brokers)
-                orphans = {orphan(objects, tps[i % 3]) for i in range(5)}
+                orphans = {orphan(objects, [tps[i % 3]]) for i in range(5)}
                 objects.put("wal/zz/not-a-wal-key.txt", b"x")
                 objects.put("wal-old/00/0000000000001-1-ab.wal", b"sibling prefix")
                 bad = str(make_wal_key("wal", int(time.time() * 1000) - 10_000, 1, "bad0"))

@@ -58,7 +58,6 @@ from partlog.records import CommitBatchRequest, DeleteRecordsRequest, TopicIdPar
 from partlog.replication import ReplicationConfig
 from partlog.rpc import RpcClient
 from partlog.wal_key import WalKeyError, make_wal_key, parse_wal_key, shard_of
-from partlog.wal_segment import WalSegmentBuilder
 from partlog.wire import Verdict, enc_commit
 from tests.clock import Clock
 from tests.cluster_helpers import (
@@ -74,6 +73,7 @@ from tests.cluster_helpers import (
     topic_partitions,
 )
 from tests.s3server import ACCESS_KEY_ID, SECRET_ACCESS_KEY
+from tests.walmgr_helpers import listed, orphan, segment
 from walmgr import cli
 from walmgr.config import WalmgrConfig
 from walmgr.daemon import CycleReport, Walmgr
@@ -91,35 +91,6 @@ PREFIX = "wal"
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def segment(tps: Sequence[TopicIdPartition], created_ms: int, broker_id: int = 1) -> bytes:
-    """A valid WAL segment holding one batch of each of ``tps``."""
-    b = WalSegmentBuilder(broker_id, created_ms)
-    for tp in tps:
-        b.add(tp, build_record_batch([(None, b"orphan", created_ms)]))
-    return b.build().data
-
-
-def orphan(
-    objects: ObjectStore, tps: Sequence[TopicIdPartition], created_ms: int | None = None, broker_id: int = 1
-) -> str:
-    """A valid WAL segment, uploaded and never committed."""
-    created = now_ms() if created_ms is None else created_ms
-    key = str(make_wal_key(PREFIX, created, broker_id, secrets.token_hex(8)))
-    objects.put(key, segment(tps, created, broker_id))
-    return key
-
-
-def listed(objects: ObjectStore, prefix: str = "") -> set[str]:
-    out: set[str] = set()
-    start = ""
-    while True:
-        page = objects.list_page(prefix, start)
-        out |= {o.key for o in page.objects}
-        if not page.is_truncated or not page.objects:
-            return out
-        start = page.objects[-1].key
 
 
 def config(tmp_path: Path, store_url: str, **changes: Any) -> WalmgrConfig:

@@ -11,6 +11,7 @@ import sys
 import time
 from typing import Any
 
+from partlog.rpc import read_secret_file
 from walmgr.config import WalmgrConfig, WalmgrConfigError, load_config
 from walmgr.model import State
 
@@ -33,18 +34,11 @@ def _config(args: argparse.Namespace) -> WalmgrConfig:
     return WalmgrConfig.for_cli(args.store, args.registry, **overrides)
 
 
-def _read_secret(cfg: WalmgrConfig) -> bytes | None:
-    if not cfg.secret_file:
-        return None
-    with open(cfg.secret_file, "rb") as f:
-        return f.read().strip() or None
-
-
 def _cmd_run(args: argparse.Namespace, cfg: WalmgrConfig) -> int:
     from walmgr.daemon import Walmgr
 
     async def serve() -> int:
-        mgr = Walmgr(cfg, secret=_read_secret(cfg))
+        mgr = Walmgr(cfg, secret=read_secret_file(cfg.secret_file))
         await mgr.start()
         loop = asyncio.get_running_loop()
         stopping = asyncio.Event()
@@ -78,7 +72,7 @@ def _cmd_gc(args: argparse.Namespace, cfg: WalmgrConfig) -> int:
         return 2
 
     async def once() -> dict[str, Any]:
-        mgr = Walmgr(cfg, secret=_read_secret(cfg))
+        mgr = Walmgr(cfg, secret=read_secret_file(cfg.secret_file))
         await mgr.start()
         try:
             report = await mgr.cycle(dry_run=args.dry_run, full_scan=True)
