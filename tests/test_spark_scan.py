@@ -1,7 +1,10 @@
 """The Spark scan engine against the in-process scanner: on the same bucket
-(LocalDirStore) both give the same records, and a second Spark scan with
-everything known adds nothing.  Spark runs local[2], UI off, one session
-for the module.  Skipped when pyspark is not importable."""
+(LocalDirStore and SeaweedFS) both give the same records, GONE marks,
+revivals and positions, and a second Spark scan with everything known adds
+nothing; walmgr's daemon runs its full scans on Spark when configured; the
+job runs under spark-submit with partlog shipped as a zip.  Spark runs
+local[2], UI off, one session for the module.  Skipped when pyspark is not
+importable."""
 
 from __future__ import annotations
 
@@ -21,9 +24,11 @@ from partlog.wal_key import make_wal_key, shard_of
 from partlog.wal_segment import WalSegmentBuilder
 from tests.batches import build_batch
 from tests.clock import Clock
+from tests.s3server import ACCESS_KEY_ID, SECRET_ACCESS_KEY
+from walmgr.model import State
 from walmgr.registry import Registry
-from walmgr.scanner import Scanner, ScanReport
-from walmgr.spark_scan import get_session, spark_scan
+from walmgr.scanner import GONE_AGE_MS_DEFAULT, Scanner, ScanReport
+from walmgr.spark_scan import get_session, package_zip, spark_scan, stop_session
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -37,9 +42,13 @@ TPS = [TopicIdPartition(uuid.UUID(int=1), 0), TopicIdPartition(uuid.UUID(int=2),
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    session = get_session("local[2]")
+    # Executors open S3 stores through boto3's standard chain: the test
+    # SeaweedFS's credentials reach their Python workers as executor env.
+    conf = {"spark.executorEnv.AWS_ACCESS_KEY_ID": ACCESS_KEY_ID,
+            "spark.executorEnv.AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY}  # fmt: skip
+    session = get_session("local[2]", conf)
     yield session
-    session.stop()
+    stop_session()
 
 
 def segment(created_ms: int, broker_id: int) -> bytes:
@@ -158,3 +167,179 @@ def test_walmgr_scan_engine_spark_lists_what_the_local_engine_lists(
             (o["key"], o["size"], o["created_ms"], tuple(o["partitions"]), o["status"]) for o in doc["objects"]
         }
     assert out["spark"] == out["local"] and out["local"]
+
+
+def test_spark_full_scan_marks_gone_and_revives_like_in_process(spark: Any, tmp_path: Path) -> None:
+    store = LocalDirStore(tmp_path / "store", fsync=False)
+    build_bucket(store)
+    url = (tmp_path / "store").as_uri()
+    clock = Clock(NOW)
+    with (
+        Registry(tmp_path / "reg-local", sync=False) as local_reg,
+        Registry(tmp_path / "reg-spark", sync=False) as spark_reg,
+    ):
+        scanner = Scanner(store, local_reg, "wal", clock=clock)
+        scanner.full()
+        spark_scan(url, spark_reg, "wal", clock=clock, spark=spark)
+        assert spark_reg.meta_get("last_full_scan_ms") == local_reg.meta_get("last_full_scan_ms") == NOW
+
+        # Someone else deletes three old objects; a young one appears and
+        # vanishes before any scan lists it (never gone: too young).
+        old = sorted(r.key for r in local_reg.records({State.TRACKED}))[:3]
+        for key in old:
+            store.delete_many([key])
+        clock.now += 1000
+        young = put_wal(store, clock.now, 2)
+        for reg in (local_reg, spark_reg):
+            Scanner(store, reg, "wal", clock=clock).incremental([young.split("/")[1]])
+        store.delete_many([young])
+        expected = scanner.full()
+        got = spark_scan(url, spark_reg, "wal", clock=clock, spark=spark)
+        assert expected.gone == got.gone == 3
+        assert records(spark_reg) == records(local_reg)
+        assert spark_reg.meta_get("last_full_scan_ms") == local_reg.meta_get("last_full_scan_ms") == clock.now
+        young_rec = spark_reg.get(young)
+        assert young_rec is not None and young_rec.state == State.TRACKED
+
+        # One comes back (a restore): TRACKED again on both engines.
+        store.put(old[0], segment(T0, 1))
+        clock.now += 1000
+        expected = scanner.full()
+        got = spark_scan(url, spark_reg, "wal", clock=clock, spark=spark)
+        assert expected.revived == got.revived == 1 and got.gone == 0
+        assert records(spark_reg) == records(local_reg)
+
+        # The young one, once past the gone age, is gone on both.
+        clock.now += GONE_AGE_MS_DEFAULT
+        assert scanner.full().gone == 1
+        assert spark_scan(url, spark_reg, "wal", clock=clock, spark=spark).gone == 1
+        assert records(spark_reg) == records(local_reg)
+        assert spark_reg.check() == []
+
+
+def test_spark_matches_in_process_on_seaweedfs(spark: Any, s3_bucket: Any, tmp_path: Path) -> None:
+    """The same comparison against a real S3 server (its listing order and
+    long start-after keys are what the gap listings meet)."""
+    build_bucket(s3_bucket)
+    url = f"s3://{s3_bucket.config.bucket}?endpoint={s3_bucket.config.endpoint_url}"
+    clock = Clock(NOW)
+    with (
+        Registry(tmp_path / "reg-local", sync=False) as local_reg,
+        Registry(tmp_path / "reg-spark", sync=False) as spark_reg,
+    ):
+        expected = Scanner(s3_bucket, local_reg, "wal", clock=clock).full()
+        got = spark_scan(url, spark_reg, "wal", clock=clock, spark=spark)
+        assert records(spark_reg) == records(local_reg)
+        assert summary(got) == summary(expected)
+        assert expected.new_objects == 40
+
+        put_wal(s3_bucket, T0 + 700_000, 2)
+        clock.now += 1000
+        expected = Scanner(s3_bucket, local_reg, "wal", clock=clock).incremental()
+        got = spark_scan(url, spark_reg, "wal", clock=clock, spark=spark, full=False)
+        assert got.new_objects == expected.new_objects == 1
+        assert records(spark_reg) == records(local_reg)
+        assert spark_reg.shard_positions() == local_reg.shard_positions()
+
+
+def test_walmgr_daemon_runs_full_scans_on_spark_when_configured(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``[scan] engine = "spark"``: the daemon's full scans go through Spark
+    (the module's local[2] session: same master, so it is reused), its
+    incremental ones stay in-process."""
+    import asyncio
+
+    from walmgr import spark_scan as sp
+    from walmgr.config import load_config
+    from walmgr.daemon import Walmgr
+
+    store = LocalDirStore(tmp_path / "store", fsync=False)
+    build_bucket(store)
+    conf = tmp_path / "walmgr.toml"
+    conf.write_text(
+        f'store = "{(tmp_path / "store").as_uri()}"\nregistry = "{tmp_path / "reg"}"\n'
+        '[scan]\nengine = "spark"\nspark_master = "local[2]"\n'
+    )
+    cfg = load_config(conf)
+    assert (cfg.scan_engine, cfg.scan_spark_master) == ("spark", "local[2]")
+    calls: list[bool] = []
+    real = sp.spark_scan
+
+    def counting(*args: Any, **kwargs: Any) -> ScanReport:
+        calls.append(kwargs["full"])
+        return real(*args, **kwargs)
+
+    async def cycle() -> Any:
+        mgr = Walmgr(cfg, clock=Clock(NOW))
+        await mgr.start()
+        try:
+            return await mgr.cycle(dry_run=True, full_scan=True), {r.key for r in mgr._reg().records()}
+        finally:
+            await mgr.stop()
+
+    monkeypatch.setattr(sp, "spark_scan", counting)
+    report, keys = asyncio.run(cycle())
+    assert calls == [True]
+    assert report.full is not None and report.full.stages  # the Spark engine's stage times
+    with Registry(tmp_path / "reg-local", sync=False) as local_reg:
+        Scanner(store, local_reg, "wal", clock=Clock(NOW)).full()
+        assert keys == {r.key for r in local_reg.records()}
+
+
+def test_spark_submit_with_the_project_shipped_as_a_zip(tmp_path: Path) -> None:
+    """``spark-submit --py-files walmgr_spark.zip spark/scan_job.py --store
+    --registry``: in a Python that has the third-party packages but not
+    partlog, walmgr or the job's package (a venv whose only path is the dev
+    environment's site-packages, whose .pth files, partlog's editable
+    install among them, are not processed)."""
+    import os
+    import subprocess
+    import sys
+    import sysconfig
+    import venv
+
+    import pyspark
+
+    site = sysconfig.get_paths()["purelib"]
+    bare = tmp_path / "bare"
+    venv.EnvBuilder(with_pip=False).create(bare)
+    bare_python = bare / "bin" / "python"
+    bare_site = subprocess.run(
+        [str(bare_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    Path(bare_site, "deps.pth").write_text(site + "\n")
+    probe = "import importlib.util as u; print([m for m in ('partlog', 'walmgr', 'spark') if u.find_spec(m)])"
+    seen = subprocess.run([str(bare_python), "-c", probe], capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert seen.stdout.strip() == "[]", seen.stdout  # nothing of the project without the zip
+
+    store = LocalDirStore(tmp_path / "store", fsync=False)
+    build_bucket(store)
+    job = tmp_path / "scan_job.py"
+    import spark.scan_job
+
+    job.write_bytes(Path(spark.scan_job.__file__).read_bytes())
+    zip_path = package_zip(str(tmp_path / "walmgr_spark.zip"))
+    env = dict(os.environ, PYSPARK_PYTHON=str(bare_python), PYSPARK_DRIVER_PYTHON=str(bare_python))
+    env.pop("PYTHONPATH", None)
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    cmd = [
+        str(submit), "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--py-files", zip_path, str(job),
+        "--store", (tmp_path / "store").as_uri(), "--registry", str(tmp_path / "reg"),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    import json
+
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    with (
+        Registry(tmp_path / "reg", sync=False) as spark_reg,
+        Registry(tmp_path / "reg-local", sync=False) as local_reg,
+    ):
+        expected = Scanner(store, local_reg, "wal", clock=Clock(NOW)).full()
+        assert out["new_objects"] == expected.new_objects == 40
+        strip = {(r.key, r.size, r.created_ms, r.broker_id, r.partitions, r.state, r.note) for r in local_reg.records()}
+        assert {(r.key, r.size, r.created_ms, r.broker_id, r.partitions, r.state, r.note)
+                for r in spark_reg.records()} == strip  # fmt: skip
+    assert sys.executable != str(bare_python)

@@ -609,3 +609,31 @@ def test_load_config(tmp_path: Path) -> None:
         load_config(path)
     with pytest.raises(WalmgrConfigError, match="cannot read"):
         load_config(tmp_path / "missing.toml")
+
+
+@pytest.mark.parametrize(
+    ("scan_toml", "message"),
+    [
+        ('[scan]\nengine = "flink"\n', "scan.engine: must be one of local, spark, got 'flink'"),
+        ('[scan]\nengin = "spark"\n', "scan.engin: unknown key"),
+        ('[scan]\nspark_master = ""\n', "scan.spark_master: must name a Spark master"),
+        ("[scan]\nspark_master = 7\n", "scan.spark_master: must be str, got int"),
+        ('scan = "spark"\n', "scan: must be a table"),
+        ('scan_engine = "spark"\n', "scan_engine: unknown key"),  # only the [scan] table spells it
+    ],
+)
+def test_load_config_scan_table_errors(tmp_path: Path, scan_toml: str, message: str) -> None:
+    path = tmp_path / "walmgr.toml"
+    path.write_text('store = "file:///s"\nregistry = "/r"\n' + scan_toml)
+    with pytest.raises(WalmgrConfigError, match=message) as exc:
+        load_config(path)
+    assert exc.value.path == str(path)
+
+
+def test_load_config_scan_table(tmp_path: Path) -> None:
+    path = tmp_path / "walmgr.toml"
+    path.write_text('store = "file:///s"\nregistry = "/r"\n')
+    assert (load_config(path).scan_engine, load_config(path).scan_spark_master) == ("local", "local[*]")
+    path.write_text('store = "file:///s"\nregistry = "/r"\nscan.engine = "spark"\nscan.spark_master = "spark://h:7077"\n')
+    cfg = load_config(path)
+    assert (cfg.scan_engine, cfg.scan_spark_master) == ("spark", "spark://h:7077")

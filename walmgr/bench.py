@@ -14,6 +14,12 @@
 
 Ratios against the baselines say how much of the store's speed walmgr keeps.
 The issue's target: >= 2,000 files/s deleted.
+
+``walmgr bench scan --engines local,spark`` measures full scans only, each
+into an empty registry over the same objects: the in-process engine, then
+Spark in local mode with 1 and with 2 executor cores (a fresh SparkSession
+each, its start-up timed apart), with the Spark engine's stage times
+(snapshot, listing, footers, gone, merge) and the 2-core/1-core ratio.
 """
 
 from __future__ import annotations
@@ -81,7 +87,7 @@ def _delete_rate(store: ObjectStore, keys: list[str]) -> float:
 
 
 @contextmanager
-def _seaweedfs(progress: Callable[[str], None]) -> Iterator[ObjectStore]:
+def _seaweedfs(progress: Callable[[str], None]) -> Iterator[S3Store]:
     from partlog.seaweedfs import ACCESS_KEY_ID, SECRET_ACCESS_KEY, s3_client, start_seaweedfs
 
     progress("starting SeaweedFS on 127.0.0.1")
@@ -100,18 +106,123 @@ def _seaweedfs(progress: Callable[[str], None]) -> Iterator[ObjectStore]:
         server.stop()
 
 
+ENGINES = ("local", "spark")
+WHATS = ("all", "scan")
+SPARK_CORES = (1, 2)
+
+
 def run(
-    *, objects: int = 100_000, store_url: str | None = None, progress: Callable[[str], None] = print
+    *,
+    objects: int = 100_000,
+    store_url: str | None = None,
+    progress: Callable[[str], None] = print,
+    what: str = "all",
+    engines: tuple[str, ...] = ("local",),
 ) -> dict[str, Any]:
+    """``what="all"``: scans and deletions (the in-process engine);
+    ``what="scan"``: full scans with each of ``engines``."""
     if objects <= 0:
         raise ValueError(f"objects must be > 0, got {objects}")
+    if what not in WHATS:
+        raise ValueError(f"what must be one of {WHATS}, got {what!r}")
+    bad = [e for e in engines if e not in ENGINES]
+    if bad or not engines:
+        raise ValueError(f"engines must be among {ENGINES}, got {list(engines)}")
+    bench = _run if what == "all" else _run_scans
     if store_url:
-        return _run(open_store(store_url), store_url, objects, progress)
+        return bench(open_store(store_url), store_url, objects, progress, engines)
     with _seaweedfs(progress) as store:
-        return _run(store, store.describe(), objects, progress)
+        url = f"s3://walmgr-bench?endpoint={store.config.endpoint_url}"
+        if "spark" in engines:
+            # Spark's executors open the store from the URL: credentials
+            # through boto3's standard chain (the environment).
+            os.environ["AWS_ACCESS_KEY_ID"] = store.config.access_key_id or ""
+            os.environ["AWS_SECRET_ACCESS_KEY"] = store.config.secret_access_key or ""
+        return bench(store, url, objects, progress, engines)
 
 
-def _run(store: ObjectStore, where: str, objects: int, progress: Callable[[str], None]) -> dict[str, Any]:
+def _run_scans(
+    store: ObjectStore, where: str, objects: int, progress: Callable[[str], None], engines: tuple[str, ...]
+) -> dict[str, Any]:
+    created_ms = int(time.time() * 1000) - 3_600_000
+    progress(f"filling {objects:,} WAL objects under {PREFIX!r}")
+    _fill(store, PREFIX, objects, created_ms, progress)
+    listed, list_s = _list_rate(store, PREFIX)
+    out: dict[str, Any] = {
+        "store": where,
+        "objects": objects,
+        "engines": list(engines),
+        "baseline_list_keys_per_s": listed / list_s,
+        "baseline_list_seconds": list_s,
+    }
+
+    def clock() -> int:
+        return int(time.time() * 1000)
+
+    with tempfile.TemporaryDirectory(prefix="walmgr-bench-") as tmp:
+        if "local" in engines:
+            progress("local engine: full scan (list + one footer GET per object)")
+            with Registry(os.path.join(tmp, "registry-local"), sync=False) as reg:
+                full = Scanner(store, reg, PREFIX, clock=clock).full()
+            out["local"] = {
+                "keys_per_s": full.keys_listed / full.seconds,
+                "seconds": full.seconds,
+                "new_objects": full.new_objects,
+                # The listing alone is the baseline's time; the rest is footers and registry writes.
+                "stages": {"listing": list_s, "footers": max(0.0, full.seconds - list_s)},
+            }
+        if "spark" in engines:
+            from walmgr import spark_scan as sp
+
+            for cores in SPARK_CORES:
+                progress(f"spark engine, local[{cores}]: start-up, then a full scan")
+                sp.stop_session()
+                session = sp.get_session(f"local[{cores}]")
+                startup_s = sp.last_startup_s
+                with Registry(os.path.join(tmp, f"registry-spark-{cores}"), sync=False) as reg:
+                    rep = sp.spark_scan(where, reg, PREFIX, clock=clock, spark=session, work_dir=tmp)
+                stages = dict(rep.stages)
+                stages["startup"] = startup_s
+                out[f"spark_{cores}_cores"] = {
+                    "keys_per_s": rep.keys_listed / rep.seconds,
+                    "keys_per_s_with_startup": rep.keys_listed / (rep.seconds + startup_s),
+                    "seconds": rep.seconds,
+                    "new_objects": rep.new_objects,
+                    "stages": stages,
+                }
+            sp.stop_session()
+            one, two = out["spark_1_cores"]["keys_per_s"], out["spark_2_cores"]["keys_per_s"]
+            out["ratio_spark_2_to_1_cores"] = two / one
+            if "local" in engines:
+                out["ratio_spark_2_cores_to_local"] = two / out["local"]["keys_per_s"]
+    return out
+
+
+def report_scans(r: dict[str, Any]) -> str:
+    lines = [
+        f"walmgr bench scan: {r['objects']:,} WAL objects on {r['store']}",
+        f"  raw listing baseline            {r['baseline_list_keys_per_s']:10.0f} keys/s "
+        f"({r['baseline_list_seconds']:.1f} s)",
+    ]
+    labels = (("local", "local engine"), ("spark_1_cores", "spark local[1]"), ("spark_2_cores", "spark local[2]"))
+    for name, label in labels:
+        if name not in r:
+            continue
+        e = r[name]
+        stages = ", ".join(f"{k} {v:.1f}s" for k, v in e["stages"].items())
+        lines.append(f"  full scan, {label:<20} {e['keys_per_s']:10.0f} keys/s ({e['seconds']:.1f} s: {stages})")
+    if "ratio_spark_2_to_1_cores" in r:
+        lines.append(f"  spark 2 cores / 1 core          {r['ratio_spark_2_to_1_cores']:10.2f}")
+    if "ratio_spark_2_cores_to_local" in r:
+        lines.append(f"  spark 2 cores / local engine    {r['ratio_spark_2_cores_to_local']:10.2f}")
+    return "\n".join(lines)
+
+
+def _run(
+    store: ObjectStore, where: str, objects: int, progress: Callable[[str], None], engines: tuple[str, ...] = ("local",)
+) -> dict[str, Any]:
+    if engines != ("local",):
+        raise ValueError("the deletion bench runs the local engine only: use what='scan' to compare engines")
     created_ms = int(time.time() * 1000) - 3_600_000  # an hour old: past any age gate
     progress(f"baseline: {BASELINE_DELETE_OBJECTS:,} objects under 'bench-baseline' for raw DeleteObjects")
     base_keys = _fill(store, "bench-baseline", BASELINE_DELETE_OBJECTS, created_ms, progress)

@@ -8,11 +8,10 @@ import json
 import logging
 import signal
 import sys
-import time
 from typing import Any
 
 from partlog.rpc import read_secret_file
-from walmgr.config import WalmgrConfig, WalmgrConfigError, load_config
+from walmgr.config import SCAN_ENGINES, SCAN_SPARK_MASTER_DEFAULT, WalmgrConfig, WalmgrConfigError, load_config
 from walmgr.model import State
 
 
@@ -104,25 +103,18 @@ def _cmd_gc(args: argparse.Namespace, cfg: WalmgrConfig) -> int:
 def _cmd_scan(args: argparse.Namespace, cfg: WalmgrConfig) -> int:
     from walmgr.daemon import Walmgr
 
+    overrides = {}
+    if args.engine is not None:
+        overrides["scan_engine"] = args.engine
+    if args.master is not None:
+        overrides["scan_spark_master"] = args.master
+    cfg = cfg.replace(**overrides)
+
     async def scan() -> dict[str, Any]:
         mgr = Walmgr(cfg)
         await mgr.start()
         try:
-            if args.engine == "spark":
-                from walmgr.spark_scan import spark_scan
-
-                assert mgr.registry is not None
-                report = await asyncio.to_thread(
-                    spark_scan,
-                    cfg.store_url,
-                    mgr.registry,
-                    cfg.prefix,
-                    clock=lambda: time.time_ns() // 1_000_000,
-                    master=args.master,
-                    full=True,
-                )
-            else:
-                report = await mgr.scan(full=True)
+            report = await mgr.scan(full=True)
             assert mgr.registry is not None
             objects = [r.to_json() for r in mgr.registry.records()]
             return {
@@ -190,8 +182,20 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"... {msg}", file=sys.stderr, flush=True)
 
-    result = bench.run(objects=args.objects, store_url=args.store, progress=progress)
-    print(json.dumps(result) if args.json else bench.report(result))
+    engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
+    result = bench.run(objects=args.objects, store_url=args.store, progress=progress, what=args.what, engines=engines)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(bench.report(result) if args.what == "all" else bench.report_scans(result))
+    return 0
+
+
+def _cmd_spark_package(args: argparse.Namespace) -> int:
+    from walmgr.spark_scan import package_zip
+
+    path = package_zip(args.out)
+    print(path)
     return 0
 
 
@@ -226,11 +230,17 @@ def build_parser() -> argparse.ArgumentParser:
     common(scan)
     scan.add_argument(
         "--engine",
-        choices=["local", "spark"],
-        default="local",
-        help="list and read footers in this process (local) or on Spark (spark; needs pyspark and Java)",
+        choices=SCAN_ENGINES,
+        default=None,
+        help="list and read footers in this process (local) or on Spark (spark; needs pyspark and Java); "
+        "default: the config's scan.engine, else local",
     )
-    scan.add_argument("--master", default="local[*]", help="Spark master for --engine spark (default local[*])")
+    scan.add_argument(
+        "--master",
+        default=None,
+        help=f"Spark master for --engine spark (default: the config's scan.spark_master, else "
+        f"{SCAN_SPARK_MASTER_DEFAULT.replace('%', '%%')}); a non-local master gets partlog and walmgr shipped as a zip",
+    )
     scan.set_defaults(func=_cmd_scan)
     status = sub.add_parser("status", help="objects and bytes per state (works while the daemon runs)")
     common(status)
@@ -242,14 +252,31 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser(
         "bench",
         help="scan keys/s and deletion files/s against SeaweedFS (started on 127.0.0.1) or --store",
-        description="Fills a bucket with --objects small WAL segments, measures raw listing and raw DeleteObjects "
-        "as baselines, then walmgr's full scan (list + one footer GET each), an incremental scan, and deletion "
-        "from a persisted plan with batches of 250 and of 1000. Target: >= 2,000 files/s deleted.",
+        description="all (default): fills a bucket with --objects small WAL segments, measures raw listing and raw "
+        "DeleteObjects as baselines, then walmgr's full scan (list + one footer GET each), an incremental scan, and "
+        "deletion from a persisted plan with batches of 250 and of 1000 (target: >= 2,000 files/s deleted). "
+        "scan: full scans only, with each of --engines into an empty registry; spark runs local[1] and local[2] "
+        "(start-up timed apart) and reports the stages (listing, footers, merge) and the 2/1-core ratio.",
+    )
+    bench.add_argument("what", nargs="?", choices=("all", "scan"), default="all", help="what to measure")
+    bench.add_argument(
+        "--engines",
+        default="local",
+        help="scan engines for 'bench scan', comma-separated: local, spark (default local)",
     )
     bench.add_argument("--objects", type=int, default=100_000, help="objects to create (default 100,000)")
     bench.add_argument("--store", default=None, help="store URL instead of a SeaweedFS started for the bench")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.set_defaults(func=_cmd_bench, standalone=True)
+    pkg = sub.add_parser(
+        "spark-package",
+        help="write partlog + walmgr + the Spark job as one zip, for spark-submit --py-files",
+        description="Executors of a Spark cluster import partlog and walmgr: ship this zip with "
+        "'spark-submit --py-files' (walmgr itself ships it when its scan.spark_master is not local). "
+        "Third-party dependencies (boto3, crcmod, msgpack, lmdb) must be installed on the executors.",
+    )
+    pkg.add_argument("--out", default="walmgr_spark.zip", help="zip to write (default walmgr_spark.zip)")
+    pkg.set_defaults(func=_cmd_spark_package, standalone=True)
     return parser
 
 
@@ -260,8 +287,14 @@ def main(argv: list[str] | None = None) -> int:
     from walmgr.registry import RegistryLockedError
 
     if getattr(args, "standalone", False):
-        if args.objects <= 0:
-            parser.error("--objects must be > 0")
+        if args.command == "bench":
+            if args.objects <= 0:
+                parser.error("--objects must be > 0")
+            engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+            if not engines or any(e not in SCAN_ENGINES for e in engines):
+                parser.error(f"--engines: a comma-separated list of {', '.join(SCAN_ENGINES)}, got {args.engines!r}")
+            if args.what == "all" and engines != ["local"]:
+                parser.error("--engines applies to 'walmgr bench scan' (the deletion bench runs the local engine)")
         return int(args.func(args))
     try:
         cfg = _config(args)

@@ -1,5 +1,7 @@
 """walmgr's configuration: one TOML file whose keys are the field names of
-:class:`WalmgrConfig`.
+:class:`WalmgrConfig`, except the scan engine's, which sit in a ``[scan]``
+table (``scan.engine = "spark"``, ``scan.spark_master = "spark://h:7077"``)
+and map to ``scan_engine`` / ``scan_spark_master``.
 
 Validation happens in ``__post_init__``, so a config built in code (tests,
 ``walmgr scan --store URL --registry DIR``) is checked exactly like one read
@@ -46,6 +48,13 @@ PORT_MAX = 65_535
 CONTROLLER_SCHEME = "controller://"
 # Query parameters partlog.objectstore.open_store understands in s3:// URLs.
 S3_URL_PARAMS = frozenset({"endpoint", "region"})
+# Where full scans run: in this process, or on Spark (walmgr.spark_scan).
+# Incremental scans always run in-process: they list little and read only
+# new footers, and a Spark job's start-up would cost more than the scan.
+SCAN_ENGINES = ("local", "spark")
+SCAN_SPARK_MASTER_DEFAULT = "local[*]"
+# The [scan] table's keys -> WalmgrConfig fields.
+_SCAN_TABLE = {"engine": "scan_engine", "spark_master": "scan_spark_master"}
 
 
 class WalmgrConfigError(ValueError):
@@ -123,6 +132,8 @@ class WalmgrConfig:
     metrics_port: int = 0  # 0: no metrics endpoint
     secret_file: str = ""
     tombstone_retention_ms: int = TOMBSTONE_RETENTION_MS_DEFAULT
+    scan_engine: str = "local"  # TOML: [scan] engine
+    scan_spark_master: str = SCAN_SPARK_MASTER_DEFAULT  # TOML: [scan] spark_master
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -130,9 +141,17 @@ class WalmgrConfig:
             # TOML booleans are Python ints: refuse them explicitly.
             want = int if f.type == "int" else str
             if type(value) is not want:
-                raise WalmgrConfigError(f"must be {want.__name__}, got {type(value).__name__} {value!r}", key=f.name)
+                raise WalmgrConfigError(
+                    f"must be {want.__name__}, got {type(value).__name__} {value!r}", key=_toml_key(f.name)
+                )
         if not self.registry:
             raise WalmgrConfigError("must name a directory", key="registry")
+        if self.scan_engine not in SCAN_ENGINES:
+            raise WalmgrConfigError(f"must be one of {', '.join(SCAN_ENGINES)}, got {self.scan_engine!r}",
+                                    key="scan.engine")  # fmt: skip
+        if not self.scan_spark_master:
+            raise WalmgrConfigError("must name a Spark master (local[*], spark://HOST:PORT, ...)",
+                                    key="scan.spark_master")  # fmt: skip
         try:
             _, url_prefix = split_store_url(self.store)
         except ValueError as e:
@@ -237,6 +256,16 @@ class WalmgrConfig:
 
 
 _KEYS = frozenset(f.name for f in dataclasses.fields(WalmgrConfig))
+
+
+def _toml_key(field_name: str) -> str:
+    """How the TOML file spells a field (``scan_engine`` is ``scan.engine``)."""
+    for table_key, name in _SCAN_TABLE.items():
+        if name == field_name:
+            return f"scan.{table_key}"
+    return field_name
+
+
 _REQUIRED = ("store", "registry")
 
 
@@ -270,9 +299,16 @@ def load_config(path: str | os.PathLike[str]) -> WalmgrConfig:
         raise WalmgrConfigError(f"cannot read: {e.strerror or e}", path=where) from e
     except tomllib.TOMLDecodeError as e:
         raise WalmgrConfigError(f"not valid TOML: {e}", path=where) from e
-    unknown = sorted(set(doc) - _KEYS)
+    scan = doc.pop("scan", {})
+    if not isinstance(scan, dict):
+        raise WalmgrConfigError("must be a table ([scan] with engine, spark_master)", key="scan", path=where)
+    known = sorted((_KEYS - set(_SCAN_TABLE.values())) | {f"scan.{k}" for k in _SCAN_TABLE})
+    unknown = sorted(set(doc) - _KEYS) + sorted(set(doc) & set(_SCAN_TABLE.values()))
+    unknown += [f"scan.{k}" for k in sorted(set(scan) - set(_SCAN_TABLE))]
     if unknown:
-        raise WalmgrConfigError(f"unknown key (known: {', '.join(sorted(_KEYS))})", key=unknown[0], path=where)
+        raise WalmgrConfigError(f"unknown key (known: {', '.join(known)})", key=unknown[0], path=where)
+    for name, value in scan.items():
+        doc[_SCAN_TABLE[name]] = value
     for name in _REQUIRED:
         if name not in doc:
             raise WalmgrConfigError("missing (required)", key=name, path=where)

@@ -266,7 +266,26 @@ class Walmgr:
         return self.registry
 
     async def scan(self, *, full: bool = False) -> ScanReport:
+        """One scan: incremental (in this process), or full, on the engine
+        ``scan.engine`` names (this process, or Spark)."""
         cfg = self.config
+        if full and cfg.scan_engine == "spark":
+            from walmgr.spark_scan import spark_scan
+
+            report = await asyncio.to_thread(
+                spark_scan,
+                cfg.store_url,
+                self._reg(),
+                cfg.prefix,
+                clock=self._clock,
+                master=cfg.scan_spark_master,
+                full=True,
+                lookback_ms=cfg.commit_deadline_ms + cfg.max_clock_skew_ms,
+                gone_age_ms=cfg.age_gate_ms,
+            )
+            if self.metrics is not None and report.seconds > 0:
+                self.metrics.scan_keys_per_s.set(report.keys_listed / report.seconds)
+            return report
         scanner = Scanner(
             self.store,
             self._reg(),

@@ -548,6 +548,24 @@ class Registry:
 
         return self._write(fn)
 
+    def revive(self, keys: Iterable[str], note: str = "listed again after a full scan had missed it") -> list[str]:
+        """A full scan lists ``keys`` again: those still GONE become TRACKED
+        (deleted_ms cleared); rechecked inside the transaction, so a record
+        that changed meanwhile is left alone.  Returns the keys revived."""
+        key_list = list(keys)
+
+        def fn(w: _Write) -> list[str]:
+            revived = []
+            for key in key_list:
+                old = w.get(key)
+                if old is None or old.state != State.GONE:
+                    continue
+                w.replace(old, old.with_state(State.TRACKED, note=note, deleted_ms=-1))
+                revived.append(key)
+            return revived
+
+        return self._write(fn)
+
     def _transition(
         self, keys: Iterable[str], change: Callable[[ObjectRecord], ObjectRecord], states: Collection[State]
     ) -> int:

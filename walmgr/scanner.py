@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -134,7 +134,12 @@ def classify(key: str, prefix: str) -> WalKey | str:
 
 
 def iter_pages(
-    store: ObjectStore, list_prefix: str, start_after: str = "", max_keys: int = LIST_KEYS_MAX
+    store: ObjectStore,
+    list_prefix: str,
+    start_after: str = "",
+    max_keys: int = LIST_KEYS_MAX,
+    *,
+    first_page_keys: int | None = None,
 ) -> Iterator[list[ObjectInfo]]:
     """The pages of a listing of ``list_prefix`` after ``start_after``.
 
@@ -144,12 +149,18 @@ def iter_pages(
     sort after ``start_after``: SeaweedFS orders some non-WAL keys
     differently (tests/test_objectstore_contract.py), and dropping a key
     would make a full scan think it gone.
+
+    ``first_page_keys`` starts with smaller pages, growing eightfold up to
+    ``max_keys``: for a listing usually stopped after its first key, where a
+    full page costs the store the time to find 1000 keys.
     """
     if not list_prefix.endswith("/"):
         raise ValueError(f"listing prefix {list_prefix!r} must end with '/'")
     after = start_after
+    page_keys = max_keys if first_page_keys is None else max(1, min(first_page_keys, max_keys))
     while True:
-        page = store.list_page(list_prefix, after, max_keys)
+        page = store.list_page(list_prefix, after, page_keys)
+        page_keys = min(max_keys, page_keys * 8)
         objects = [o for o in page.objects if o.key.startswith(list_prefix)]
         if len(objects) != len(page.objects):
             log.warning(
@@ -306,6 +317,9 @@ class ScanReport:
     bytes_new: int  # bytes of the new TRACKED objects
     invalid_count: int = 0  # all newly found invalid keys
     revived: int = 0  # GONE records listed again, TRACKED again (full scans)
+    # Seconds per stage, where the engine measures them (the Spark engine:
+    # startup, snapshot, listing, footers, gone, merge); empty otherwise.
+    stages: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -476,15 +490,14 @@ class Scanner:
                 for rec in self.registry.records(LIVE_STATES, key_prefix=shard_list_prefix(self.prefix, group)):
                     if rec.key not in listed and rec.created_ms < created_before_ms:
                         maybe_gone[rec.key] = None
-            back = [
-                rec.with_state(State.TRACKED, note="listed again after a full scan had missed it", deleted_ms=-1)
+            back = self.registry.revive(
+                rec.key
                 for rec in self.registry.records({State.GONE}, key_prefix=shard_list_prefix(self.prefix, group))
                 if rec.key in listed
-            ]
+            )
             if back:
-                self.registry.put_many(back)
                 revived += len(back)
-                log.warning("gone objects listed again keys=%s", [r.key for r in back][:10])
+                log.warning("gone objects listed again keys=%s", back[:10])
 
         with ThreadPoolExecutor(self.footer_reads_in_flight_max, thread_name_prefix="walmgr-footer") as footers:
             for page in iter_pages(self.store, prefix_head(self.prefix), "", self.page_keys_max):

@@ -8,14 +8,23 @@ streaming it back (``toLocalIterator``, a partition at a time) through
 :meth:`Registry.put_new` (a concurrent notification is never overwritten),
 then advances the shard positions (never moves one back).
 
-Not in this increment: a Spark full scan does not mark GONE records nor
-revive GONE ones, and does not set ``last_full_scan_ms``; run the
-in-process ``Scanner.full()`` for that (ScanReport.gone/revived are 0).
+A full scan then applies the job's ``gone`` and ``revive`` sets exactly as
+``Scanner.full()`` does: live records created ``gone_age_ms`` before the
+scan started and not listed become GONE, GONE records listed again are
+TRACKED again (both rechecked inside the registry's transactions, so a
+record a notification or the deleter changed meanwhile is left alone), and
+``last_full_scan_ms`` is set to the scan's start.
+
+With a master other than ``local[...]`` the executors are other machines:
+the driver ships partlog, walmgr and the job as one zip (:func:`package_zip`,
+``SparkContext.addPyFile``); their third-party dependencies (boto3, crcmod,
+msgpack, lmdb) must be installed there.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import sys
@@ -23,6 +32,7 @@ import tempfile
 import threading
 import time
 import uuid
+import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +40,15 @@ from partlog.records import TopicIdPartition
 from partlog.wal_key import OBJECT_KEY_BYTES_MAX
 from walmgr.model import ObjectRecord, Source, State
 from walmgr.registry import Registry
-from walmgr.scanner import INCREMENTAL_LOOKBACK_MS_DEFAULT, INVALID_REPORTED_MAX, ScanReport, prefix_head
+from walmgr.scanner import (
+    GONE_AGE_MS_DEFAULT,
+    INCREMENTAL_LOOKBACK_MS_DEFAULT,
+    INVALID_REPORTED_MAX,
+    ScanReport,
+    prefix_head,
+)
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -39,42 +57,92 @@ if TYPE_CHECKING:
 MERGE_BATCH = 1000
 SHUFFLE_PARTITIONS_DEFAULT = 8
 
+# The packages executors import (shipped by package_zip).
+SHIPPED_PACKAGES = ("partlog", "walmgr", "spark")
+
 _session_lock = threading.Lock()
 _session: SparkSession | None = None
+_session_master = ""
+# Seconds the last get_session() spent starting Spark (0 when it reused one).
+last_startup_s = 0.0
+
+
+def package_zip(path: str) -> str:
+    """Write partlog, walmgr and the Spark job (their .py files) to the zip
+    ``path`` for ``spark-submit --py-files`` or ``SparkContext.addPyFile``;
+    returns ``path``."""
+    import partlog
+    import spark as spark_pkg
+    import walmgr
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for mod in (partlog, walmgr, spark_pkg):
+            root = os.path.dirname(os.path.abspath(mod.__file__ or ""))
+            name = mod.__name__
+            for dirpath, dirnames, filenames in os.walk(root):
+                dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+                for fn in sorted(filenames):
+                    if fn.endswith(".py") or fn == "py.typed":
+                        full = os.path.join(dirpath, fn)
+                        zf.write(full, os.path.join(name, os.path.relpath(full, root)))
+    return path
 
 
 def get_session(master: str = "local[*]", conf: dict[str, str] | None = None) -> SparkSession:
-    """The process's SparkSession (created once, UI off, few shuffle partitions)."""
-    global _session
+    """The process's SparkSession (UI off, few shuffle partitions), created
+    on first use and again when ``master`` changes (the old one is stopped).
+    A non-local master gets partlog and walmgr shipped as a zip."""
+    global _session, _session_master, last_startup_s
     from pyspark.sql import SparkSession
 
     with _session_lock:
+        if _session is not None and _session.sparkContext._jsc is not None and _session_master != master:
+            _session.stop()
+            _session = None
         if _session is None or _session.sparkContext._jsc is None:
-            # Executors' Python workers run this interpreter (it has partlog/walmgr).
+            started = time.monotonic()
+            # Local executors' Python workers run this interpreter (it has partlog/walmgr).
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             builder = (
                 SparkSession.builder.master(master)
                 .appName("walmgr-scan")
                 .config("spark.ui.enabled", "false")
+                .config("spark.ui.showConsoleProgress", "false")  # no progress bars in walmgr's logs
                 .config("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS_DEFAULT))
             )
             for k, v in (conf or {}).items():
                 builder = builder.config(k, v)
-            _session = builder.getOrCreate()
+            session = builder.getOrCreate()
+            if not master.startswith("local"):
+                ship = os.path.join(tempfile.mkdtemp(prefix="walmgr-spark-pkg-"), "walmgr_spark.zip")
+                session.sparkContext.addPyFile(package_zip(ship))
+            _session, _session_master = session, master
+            last_startup_s = time.monotonic() - started
+        else:
+            last_startup_s = 0.0
         return _session
 
 
+def stop_session() -> None:
+    """Stop the process's SparkSession, if any."""
+    global _session
+    with _session_lock:
+        if _session is not None:
+            _session.stop()
+            _session = None
+
+
 def write_known_keys(spark: SparkSession, registry: Registry, prefix: str, path: str, work_dir: str) -> int:
-    """Write the keys the registry holds under ``<prefix>/`` (any state) to
-    the Parquet ``path`` (one ``key`` column), streamed through a JSON-lines
-    file; returns how many."""
+    """Write the records the registry holds under ``<prefix>/`` (any state)
+    to the Parquet ``path`` (key, state, created_ms), streamed through a
+    JSON-lines file; returns how many."""
     from spark.scan_job import KNOWN_SCHEMA
 
     lines = os.path.join(work_dir, "known.jsonl")
     n = 0
     with open(lines, "w", encoding="utf-8") as f:
         for rec in registry.records(None, key_prefix=prefix_head(prefix)):
-            f.write(json.dumps({"key": rec.key}))
+            f.write(json.dumps({"key": rec.key, "state": rec.state.value, "created_ms": rec.created_ms}))
             f.write("\n")
             n += 1
     spark.read.schema(KNOWN_SCHEMA).json(lines).write.mode("overwrite").parquet(path)
@@ -116,26 +184,56 @@ def spark_scan(
     full: bool = True,
     shards: Sequence[str] | None = None,
     lookback_ms: int = INCREMENTAL_LOOKBACK_MS_DEFAULT,
+    gone_age_ms: int = GONE_AGE_MS_DEFAULT,
     spark: SparkSession | None = None,
     work_dir: str | None = None,
 ) -> ScanReport:
     """Scan ``store_url`` (an ``open_store`` URL) under ``prefix`` on Spark
-    into ``registry``: a full scan (everything under ``<prefix>/``, no GONE
-    marking) or, ``full=False``, an incremental one of ``shards`` (all when
-    None) from the registry's positions less ``lookback_ms``."""
+    into ``registry``: a full scan (everything under ``<prefix>/``, with
+    GONE marking and revival as ``Scanner.full()``; ``shards`` must be None)
+    or, ``full=False``, an incremental one of ``shards`` (all when None)
+    from the registry's positions less ``lookback_ms``.
+
+    ``ScanReport.stages`` has the seconds of each stage: ``startup``
+    (starting Spark, 0 when reused), ``snapshot`` (known keys to Parquet),
+    ``listing``, ``footers`` (anti-join and footer reads), ``gone`` and
+    ``merge`` (into the registry)."""
     from spark.scan_job import run_scan
 
+    if full and shards is not None:
+        raise ValueError("a full scan covers every shard: shards must be None")
+    if lookback_ms < 0 or gone_age_ms < 0:
+        raise ValueError(f"lookback_ms ({lookback_ms}) and gone_age_ms ({gone_age_ms}) must be >= 0")
     prefix = prefix_head(prefix)[:-1]
-    session = spark if spark is not None else get_session(master)
     started = time.monotonic()
-    now = clock()
+    session = spark if spark is not None else get_session(master)
+    startup_s = 0.0 if spark is not None else last_startup_s
+    t_scan = time.monotonic()
+    start_ms = clock()
+    now = start_ms
+    created_before_ms = start_ms - gone_age_ms
+    gone: list[str] = []
+    revived: list[str] = []
     tmp = tempfile.mkdtemp(prefix="walmgr-spark-", dir=work_dir)
     try:
         known_path = os.path.join(tmp, "known")
         out_dir = os.path.join(tmp, "out")
         write_known_keys(session, registry, prefix, known_path, tmp)
+        snapshot_s = time.monotonic() - t_scan
         positions = None if full else registry.shard_positions()
-        stats = run_scan(session, store_url, prefix, known_path, out_dir, shards, positions, lookback_ms, now)
+        stats = run_scan(
+            session,
+            store_url,
+            prefix,
+            known_path,
+            out_dir,
+            shards,
+            positions,
+            lookback_ms,
+            now,
+            created_before_ms=created_before_ms if full else None,
+        )
+        t_merge = time.monotonic()
 
         new_objects = bytes_new = invalid_count = 0
         invalid: list[tuple[str, str]] = []
@@ -161,14 +259,58 @@ def spark_scan(
                 moved[shard] = position
         if moved:
             registry.set_shard_positions(moved)
+        if stats["gone_written"]:
+            for keys in _key_batches(session, os.path.join(out_dir, "gone")):
+                gone += registry.mark_gone(keys, clock(), created_before_ms=created_before_ms)
+            for keys in _key_batches(session, os.path.join(out_dir, "revive")):
+                revived += registry.revive(keys)
+            if gone:
+                log.warning("objects gone from the store (deleted by someone else) count=%d keys=%s",
+                            len(gone), gone[:10])  # fmt: skip
+            if revived:
+                log.warning("gone objects listed again keys=%s", revived[:10])
+            registry.meta_set("last_full_scan_ms", start_ms)
+        merge_s = time.monotonic() - t_merge
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return ScanReport(
+    report = ScanReport(
         keys_listed=stats["keys_listed"],
         new_objects=new_objects,
         invalid=tuple(invalid),
-        gone=0,
+        gone=len(gone),
         seconds=time.monotonic() - started,
         bytes_new=bytes_new,
         invalid_count=invalid_count,
+        revived=len(revived),
+        stages={
+            "startup": startup_s,
+            "snapshot": snapshot_s,
+            "listing": stats["listing_s"],
+            "footers": stats["footers_s"],
+            "gone": stats["gone_s"],
+            "merge": merge_s,
+        },
     )
+    log.info(
+        "spark %s scan keys_listed=%d new_objects=%d invalid=%d gone=%d revived=%d seconds=%.3f stages=%s",
+        "full" if full else "incremental",
+        report.keys_listed,
+        report.new_objects,
+        report.invalid_count,
+        report.gone,
+        report.revived,
+        report.seconds,
+        {k: round(v, 3) for k, v in report.stages.items()},
+    )
+    return report
+
+
+def _key_batches(session: SparkSession, path: str) -> Iterator[list[str]]:
+    batch: list[str] = []
+    for row in session.read.parquet(path).toLocalIterator(prefetchPartitions=False):
+        batch.append(row["key"])
+        if len(batch) >= MERGE_BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
