@@ -1,0 +1,70 @@
+"""Design (c): classic Kafka replication, for its cross-AZ bytes and a
+first-order latency.
+
+No pipeline and no object store: a producer sends each partition's batches
+to its leader, wherever it is; the leader appends and the followers fetch
+the records.  Cross-AZ data: the produce request when the leader is in
+another AZ, plus one copy per follower in another AZ.  Latency: network to
+the leader, an append (the same apply model as partlog's leader), with
+acks=all a round trip to the slowest follower, and back.  Disk and
+bandwidth queueing are not modelled.
+"""
+
+from __future__ import annotations
+
+from partlog.cluster_meta import StaticMetadata
+from simulations.context import ProduceRequest, SimContext
+from simulations.latency import LatencySampler
+
+
+class ClassicLeader:
+    def __init__(self, ctx: SimContext, broker_id: int, view: StaticMetadata, apply: LatencySampler) -> None:
+        self.ctx = ctx
+        self.node_id = broker_id
+        self.az = ctx.broker_azs[broker_id]
+        self.alive = True
+        self.view = view
+        self._apply = apply
+
+    def set_view(self, view: StaticMetadata) -> None:
+        self.view = view
+
+    def fail(self) -> None:
+        self.alive = False
+
+    def on_produce(self, req: ProduceRequest) -> None:
+        ctx = self.ctx
+        rec = ctx.recorder
+        if not self.alive:
+            rec.produce_requests_failed += 1
+            rec.batches_failed += len(req.batches)
+            return
+        azs = ctx.broker_azs
+        me = self.node_id
+        followers: set[int] = set()
+        cross_bytes = 0
+        not_led = 0
+        for tp, batch in req.batches:
+            p = self.view.partition(tp)
+            if p is None or p.leader != me:
+                not_led += 1
+                continue
+            for r in p.isr:
+                if r != me:
+                    followers.add(r)
+                    if azs[r] != self.az:
+                        cross_bytes += len(batch)
+        if not_led:
+            rec.produce_requests_failed += 1
+            rec.batches_failed += not_led
+            return
+        rec.cross_az_data_bytes += cross_bytes
+        net = ctx.network
+        done = ctx.loop.now_ms + self._apply.sample()
+        if followers:
+            slowest = max(net.rtt_ms(self.az, azs[f]) for f in sorted(followers))
+            rec.replication_lag_ms.append(slowest / 2)
+            if req.acks_all:
+                done += slowest
+        arrival = done + net.one_way_ms(self.az, req.producer_az)
+        rec.latencies.append((req.sent_ms, arrival - req.sent_ms))

@@ -1,0 +1,177 @@
+"""``python -m simulations run|sweep|report``.
+
+* ``run SCENARIO [--seed N] [--json] [--no-timing] [--out DIR] [--duration-s S]``:
+  simulate every design of a scenario (a name in ``simulations/scenarios``
+  or a path); print a table, or with ``--json`` one JSON object; with
+  ``--out`` also write ``result.json`` and PNG plots there.
+* ``sweep SCENARIO --param KEY=V1,V2,... [--metric PATH] [--out DIR]``: one
+  run per value; a table and, with ``--out``, ``sweep.json`` and a plot.
+* ``report [--out FILE]``: regenerate ``simulations/REPORT.md`` from the
+  shipped scenarios.
+
+``wall_s`` and ``speedup`` are the only outputs that vary between runs with
+one seed; ``--no-timing`` leaves them out (byte-for-byte comparisons).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from simulations.runner import design_runs, run_scenario, to_json
+from simulations.scenario import ScenarioError, load_scenario, shipped_scenarios
+from simulations.sweep import DEFAULT_METRIC, parse_param, run_sweep
+from simulations.table import format_table
+
+DEFAULT_SEED = 1
+
+
+@contextmanager
+def _progress(total_s: float, enabled: bool, what: str) -> Iterator[Callable[[float], None] | None]:
+    """A tqdm bar on stderr counting simulated seconds; ``report(done_s)``.
+    Off when stderr is not a terminal (logs, tests, CI) or when disabled."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from tqdm import tqdm
+
+    bar = tqdm(total=round(total_s), unit="sim-s", desc=what, file=sys.stderr, leave=False)
+    done = [0]
+
+    def report(done_s: float) -> None:
+        n = int(done_s)
+        if n > done[0]:
+            bar.update(n - done[0])
+            done[0] = n
+
+    try:
+        yield report
+    finally:
+        bar.close()
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    return {"duration_s": args.duration_s} if args.duration_s is not None else {}
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    scenario = load_scenario(args.scenario, _overrides(args))
+    n = len(design_runs(scenario))
+    with _progress(n * scenario.duration_s, not args.json, scenario.name) as report:
+        cb = None if report is None else (lambda i, ms: report(i * scenario.duration_s + ms / 1000))
+        result = run_scenario(scenario, args.seed, cb)
+    timing = not args.no_timing
+    doc = to_json(result, timing=timing)
+    if args.out:
+        from simulations.plots import write_plots
+
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "result.json").write_text(json.dumps(doc, indent=2) + "\n")
+        written = write_plots(result, out)
+        if not args.json:
+            print(f"wrote {out / 'result.json'} and {len(written)} plots in {out}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print(format_table(result, timing=timing))
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    param, values = parse_param(args.param)
+    first = load_scenario(args.scenario, _overrides(args))
+    n = len(design_runs(first))
+    with _progress(len(values) * n * first.duration_s, not args.json, f"sweep {param}") as report:
+        cb = None
+        if report is not None:
+            per_value = n * first.duration_s
+            cb = lambda vi, di, ms: report(vi * per_value + di * first.duration_s + ms / 1000)  # noqa: E731
+        sweep = run_sweep(args.scenario, param, values, args.metric, args.seed, _overrides(args), cb)
+    doc = {
+        "scenario": first.name,
+        "seed": args.seed,
+        "param": param,
+        "values": list(sweep.values),
+        "metric": args.metric,
+        "series": sweep.series,
+    }
+    if args.out:
+        from simulations.plots import write_sweep_plot
+
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "sweep.json").write_text(json.dumps(doc, indent=2) + "\n")
+        points = {k: [(float(x), y) for x, y in zip(values, v, strict=True)] for k, v in sweep.series.items()}
+        if all(isinstance(x, int | float) for x in values):
+            write_sweep_plot(first.name, param, args.metric, points, out / f"sweep_{param.replace('.', '_')}.png")
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print(f"{first.name}: {args.metric} by {param}")
+        width = max(len(k) for k in sweep.series) if sweep.series else 10
+        print(" " * width + "".join(f"{v!s:>12}" for v in values))
+        for k, ys in sweep.series.items():
+            print(k.ljust(width) + "".join(f"{'-' if y is None else f'{y:.3f}':>12}" for y in ys))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from simulations.report import write_report
+
+    path = write_report(Path(args.out), args.seed, plots_dir=Path(args.plots) if args.plots else None)
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m simulations",
+        description="Deterministic simulations of multi-AZ commit fan-out on partlog's real produce pipeline and "
+        "metadata stores, side by side with a central batch coordinator (KIP-1164) and classic replication. "
+        "Scenarios are TOML files (simulations/scenarios/).",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    known = ", ".join(shipped_scenarios())
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("scenario", help=f"a shipped scenario ({known}) or a path to a .toml file")
+        sp.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"random seed (default {DEFAULT_SEED})")
+        sp.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+        sp.add_argument("--out", help="directory for the JSON and PNG plots")
+        sp.add_argument("--duration-s", type=float, help="simulated seconds (overrides the scenario's)")
+
+    run = sub.add_parser("run", help="simulate every design of a scenario")
+    common(run)
+    run.add_argument("--no-timing", action="store_true", help="leave out wall_s and speedup (comparable output)")
+    run.set_defaults(fn=cmd_run)
+
+    sweep = sub.add_parser("sweep", help="one run per value of a parameter")
+    common(sweep)
+    sweep.add_argument("--param", required=True, help="KEY=V1,V2,... e.g. brokers_per_az=1,2,4,8")
+    sweep.add_argument("--metric", default=DEFAULT_METRIC, help=f"dotted path in a design's JSON ({DEFAULT_METRIC})")
+    sweep.set_defaults(fn=cmd_sweep)
+
+    report = sub.add_parser("report", help="regenerate simulations/REPORT.md from the shipped scenarios")
+    report.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"random seed (default {DEFAULT_SEED})")
+    report.add_argument(
+        "--out", default=str(Path(__file__).parent / "REPORT.md"), help="(default: simulations/REPORT.md)"
+    )
+    report.add_argument("--plots", help="also write each scenario's plots under this directory")
+    report.set_defaults(fn=cmd_report)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        rc: int = args.fn(args)
+    except ScenarioError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return rc

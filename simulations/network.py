@@ -1,0 +1,42 @@
+"""The simulated network: round trips inside and across AZs, and FIFO
+delivery per connection.
+
+Brokers talk over one connection per peer (TCP): a message never overtakes
+an earlier one on the same connection.  The pipeline relies on it (a
+leader must see a sender's commits in WAL-file order), so the model keeps
+it: a message sampled to arrive before its predecessor arrives with it.
+Bandwidth is not modelled (messages here are small or already timed by the
+object store model).
+"""
+
+from __future__ import annotations
+
+import random
+
+from simulations.latency import LatencySampler
+from simulations.scenario import NetworkSpec
+
+
+class Network:
+    def __init__(self, spec: NetworkSpec, rng: random.Random) -> None:
+        self._same = LatencySampler(spec.rtt_same_az, rng)
+        self._cross = LatencySampler(spec.rtt_cross_az, rng)
+        # (sender node, receiver node) -> latest arrival time so far.
+        self._last_arrival_ms: dict[tuple[int, int], float] = {}
+
+    def rtt_ms(self, az_a: str, az_b: str) -> float:
+        return self._same.sample() if az_a == az_b else self._cross.sample()
+
+    def one_way_ms(self, az_a: str, az_b: str) -> float:
+        return self.rtt_ms(az_a, az_b) / 2
+
+    def deliver_at(self, src: int, dst: int, az_src: str, az_dst: str, send_ms: float) -> float:
+        """When a message sent at ``send_ms`` on connection src->dst arrives
+        (a node's call to itself arrives at once)."""
+        t = send_ms if src == dst else send_ms + self.one_way_ms(az_src, az_dst)
+        key = (src, dst)
+        last = self._last_arrival_ms.get(key, 0.0)
+        if t < last:
+            t = last
+        self._last_arrival_ms[key] = t
+        return t

@@ -1,0 +1,67 @@
+"""The run's results as a plain-text table: one column per design."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from simulations.metrics import DesignResult
+from simulations.runner import RunResult
+from simulations.scenario import Design
+
+
+def _num(x: float | None, digits: int = 2) -> str:
+    if x is None:
+        return "-"
+    if abs(x) >= 1e6:
+        return f"{x / 1e6:.{digits}f}M"
+    if abs(x) >= 1e4:
+        return f"{x / 1e3:.{digits}f}k"
+    return f"{x:.{digits}f}"
+
+
+def _files(fn: Callable[[DesignResult], float | None]) -> Callable[[DesignResult], float | None]:
+    return lambda d: None if d.design == Design.CLASSIC.value else fn(d)
+
+
+ROWS: list[tuple[str, Callable[[DesignResult], float | None]]] = [
+    ("WAL files", _files(lambda d: d.files)),
+    ("commit RPCs/file: local", _files(lambda d: d.commit_local_mean)),
+    ("commit RPCs/file: same AZ", _files(lambda d: d.commit_same_az_mean)),
+    ("commit RPCs/file: cross AZ", _files(lambda d: d.commit_cross_az_mean)),
+    ("commit RPCs/file: remote", _files(lambda d: d.commit_remote_mean)),
+    ("commit RPCs/file: remote max", _files(lambda d: d.commit_remote_max)),
+    ("distinct leaders/file", _files(lambda d: d.distinct_leaders_mean)),
+    ("commit RPCs/s per broker (mean)", _files(lambda d: d.commit_rpcs_per_s_per_broker_mean)),
+    ("commit RPCs/s per broker (max)", _files(lambda d: d.commit_rpcs_per_s_per_broker_max)),
+    ("commit RPCs/s at coordinator", lambda d: d.commit_rpcs_per_s_coordinator),
+    ("cross-AZ data B/s", lambda d: d.cross_az_data_bytes_per_s),
+    ("cross-AZ metadata B/s", lambda d: d.cross_az_metadata_bytes_per_s),
+    ("produce latency p50 ms", lambda d: d.latency_ms_p50),
+    ("produce latency p99 ms", lambda d: d.latency_ms_p99),
+    ("produce latency p99.9 ms", lambda d: d.latency_ms_p999),
+    ("metadata replication lag p99 ms", lambda d: d.replication_lag_ms_p99),
+    ("object PUT/s", lambda d: d.puts_per_s),
+    ("object GET/s", lambda d: d.gets_per_s),
+    ("monthly cost USD", lambda d: d.cost.total_usd),
+    ("produce requests", lambda d: d.produce_requests),
+    ("produce requests failed", lambda d: d.produce_requests_failed),
+]
+
+
+def format_table(r: RunResult, *, timing: bool = True) -> str:
+    heads = [f"{d.design}/{d.routing}" for d in r.designs]
+    cells = [[_num(fn(d)) for d in r.designs] for _, fn in ROWS]
+    w0 = max(len(name) for name, _ in ROWS)
+    widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(heads)]
+    lines = [
+        f"scenario {r.scenario.name}, seed {r.seed}, {r.simulated_s:g} simulated s",
+        "  ".join([" " * w0, *(h.rjust(w) for h, w in zip(heads, widths, strict=True))]),
+    ]
+    for (name, _), row in zip(ROWS, cells, strict=True):
+        lines.append("  ".join([name.ljust(w0), *(c.rjust(w) for c, w in zip(row, widths, strict=True))]))
+    for ms, what in r.designs[0].events if r.designs else ():
+        lines.append(f"event at {ms / 1000:g} s: {what}")
+    if timing:
+        per = ", ".join(f"{d.design}/{d.routing} {d.simulated_s / d.wall_s:.0f}x" for d in r.designs if d.wall_s > 0)
+        lines.append(f"wall {r.wall_s:.2f} s, speed-up {r.speedup:.0f}x for the whole run ({per})")
+    return "\n".join(lines)
