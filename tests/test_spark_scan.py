@@ -51,6 +51,22 @@ def spark() -> Iterator[Any]:
     stop_session()
 
 
+@pytest.fixture(params=["local", "seaweedfs"])
+def bucket(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[ObjectStore, str]:
+    """A store filled by build_bucket and its URL for the executors: a
+    local directory, or a bucket on SeaweedFS (a real S3 server: its listing
+    order and long start-after keys are what the gap listings meet)."""
+    store: Any
+    if request.param == "local":
+        store = LocalDirStore(tmp_path / "store", fsync=False)
+        url = (tmp_path / "store").as_uri()
+    else:
+        store = request.getfixturevalue("s3_bucket")
+        url = f"s3://{store.config.bucket}?endpoint={store.config.endpoint_url}"
+    build_bucket(store)
+    return store, url
+
+
 def segment(created_ms: int, broker_id: int) -> bytes:
     builder = WalSegmentBuilder(broker_id, created_ms)
     for tp in TPS:
@@ -66,9 +82,21 @@ def put_wal(
     return key
 
 
+def edge_shard_key(shard: str, created_ms: int) -> str:
+    """A WAL key that hashes to ``shard`` (the first and last shards bound
+    the gap listings)."""
+    for n in range(100_000):
+        key = make_wal_key("wal", created_ms, 1, f"{n:012x}")
+        if key.shard == shard:
+            return str(key)
+    raise AssertionError(f"no key for shard {shard}")
+
+
 def build_bucket(store: ObjectStore) -> None:
-    for i in range(40):  # several shards (most of the 256 stay empty)
+    for i in range(38):  # several shards (most of the 256 stay empty)
         put_wal(store, T0 + i * 1000, i % 3)
+    for shard in ("00", "ff"):  # the edges, so no other gap covers the outer ones
+        store.put(edge_shard_key(shard, T0 + 50_000), segment(T0 + 50_000, 1))
     put_wal(store, T0 + 99_000, 1, data=b"not a segment at all" * 10)  # corrupt segment
     put_wal(store, T0 + 98_000, 2, data=segment(T0 + 98_000, 7))  # footer disagrees with the key
     good = make_wal_key("wal", T0, 1, "abc")
@@ -97,10 +125,8 @@ def summary(rep: ScanReport) -> tuple[Any, ...]:
     return (rep.keys_listed, rep.new_objects, sorted(rep.invalid), rep.bytes_new, rep.invalid_count, rep.gone)
 
 
-def test_spark_full_scan_matches_in_process(spark: Any, tmp_path: Path) -> None:
-    store = LocalDirStore(tmp_path / "store", fsync=False)
-    build_bucket(store)
-    url = (tmp_path / "store").as_uri()
+def test_spark_full_scan_matches_in_process(spark: Any, bucket: tuple[ObjectStore, str], tmp_path: Path) -> None:
+    store, url = bucket
     clock = Clock(NOW)
     with (
         Registry(tmp_path / "reg-local", sync=False) as local_reg,
@@ -121,10 +147,8 @@ def test_spark_full_scan_matches_in_process(spark: Any, tmp_path: Path) -> None:
         assert again.new_objects == 0 and again.bytes_new == 0 and again.invalid_count == 1
 
 
-def test_spark_incremental_matches_in_process(spark: Any, tmp_path: Path) -> None:
-    store = LocalDirStore(tmp_path / "store", fsync=False)
-    build_bucket(store)
-    url = (tmp_path / "store").as_uri()
+def test_spark_incremental_matches_in_process(spark: Any, bucket: tuple[ObjectStore, str], tmp_path: Path) -> None:
+    store, url = bucket
     clock = Clock(NOW)
     with (
         Registry(tmp_path / "reg-local", sync=False) as local_reg,
@@ -215,31 +239,6 @@ def test_spark_full_scan_marks_gone_and_revives_like_in_process(spark: Any, tmp_
         assert spark_scan(url, spark_reg, "wal", clock=clock, spark=spark).gone == 1
         assert records(spark_reg) == records(local_reg)
         assert spark_reg.check() == []
-
-
-def test_spark_matches_in_process_on_seaweedfs(spark: Any, s3_bucket: Any, tmp_path: Path) -> None:
-    """The same comparison against a real S3 server (its listing order and
-    long start-after keys are what the gap listings meet)."""
-    build_bucket(s3_bucket)
-    url = f"s3://{s3_bucket.config.bucket}?endpoint={s3_bucket.config.endpoint_url}"
-    clock = Clock(NOW)
-    with (
-        Registry(tmp_path / "reg-local", sync=False) as local_reg,
-        Registry(tmp_path / "reg-spark", sync=False) as spark_reg,
-    ):
-        expected = Scanner(s3_bucket, local_reg, "wal", clock=clock).full()
-        got = spark_scan(url, spark_reg, "wal", clock=clock, spark=spark)
-        assert records(spark_reg) == records(local_reg)
-        assert summary(got) == summary(expected)
-        assert expected.new_objects == 40
-
-        put_wal(s3_bucket, T0 + 700_000, 2)
-        clock.now += 1000
-        expected = Scanner(s3_bucket, local_reg, "wal", clock=clock).incremental()
-        got = spark_scan(url, spark_reg, "wal", clock=clock, spark=spark, full=False)
-        assert got.new_objects == expected.new_objects == 1
-        assert records(spark_reg) == records(local_reg)
-        assert spark_reg.shard_positions() == local_reg.shard_positions()
 
 
 def test_walmgr_daemon_runs_full_scans_on_spark_when_configured(
@@ -343,3 +342,46 @@ def test_spark_submit_with_the_project_shipped_as_a_zip(tmp_path: Path) -> None:
         assert {(r.key, r.size, r.created_ms, r.broker_id, r.partitions, r.state, r.note)
                 for r in spark_reg.records()} == strip  # fmt: skip
     assert sys.executable != str(bare_python)
+
+
+def test_a_failed_spark_job_is_a_scan_error_and_the_cycle_goes_on(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An executor that cannot open the store fails the job: SparkScanError
+    naming the store, nothing merged; in the daemon it is the cycle's
+    scan_error (retried next cycle) and the rest of the cycle still runs."""
+    import asyncio
+
+    from walmgr import spark_scan as sp
+    from walmgr.config import WalmgrConfig
+    from walmgr.daemon import Walmgr
+
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_bytes(b"x")
+    with Registry(tmp_path / "reg-bad", sync=False) as reg:
+        with pytest.raises(sp.SparkScanError, match=f"Spark scan of {not_a_dir.as_uri()} under wal/ failed"):
+            spark_scan(not_a_dir.as_uri(), reg, "wal", clock=Clock(NOW), spark=spark)
+        assert list(reg.records()) == [] and reg.meta_get("last_full_scan_ms") is None
+
+    store = LocalDirStore(tmp_path / "store", fsync=False)
+    build_bucket(store)
+    cfg = WalmgrConfig.for_cli(
+        (tmp_path / "store").as_uri(), str(tmp_path / "reg"), scan_engine="spark", scan_spark_master="local[2]"
+    )
+
+    def failing(*args: Any, **kwargs: Any) -> ScanReport:
+        raise sp.SparkScanError("Spark scan failed: lost executor")
+
+    monkeypatch.setattr(sp, "spark_scan", failing)
+
+    async def cycle() -> Any:
+        mgr = Walmgr(cfg, clock=Clock(NOW))
+        await mgr.start()
+        try:
+            return await mgr.cycle(dry_run=True, full_scan=True)
+        finally:
+            await mgr.stop()
+
+    report = asyncio.run(cycle())
+    assert report.incremental is not None and report.incremental.new_objects == 40  # in-process, before
+    assert report.full is None and "lost executor" in report.scan_error

@@ -195,12 +195,52 @@ def test_run_stops_on_sigterm_with_exit_0(tmp_path: Path) -> None:
             proc.stderr.close()
 
 
-@pytest.mark.parametrize("sub", [[], ["run"], ["gc"], ["scan"], ["status"], ["inspect"]])
+@pytest.mark.parametrize(
+    "sub", [[], ["run"], ["gc"], ["scan"], ["status"], ["inspect"], ["bench"], ["bench", "scan"], ["spark-package"]]
+)
 def test_help_of_every_subcommand(sub: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as e:
         cli.main([*sub, "--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: walmgr") and "--help" in out
-    if sub:
+    if sub and sub[0] not in ("bench", "spark-package"):
         assert "--store" in out and "--registry" in out and "--config" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["bench", "scan", "--engines", "local,flink"], "--engines: a comma-separated list of local, spark"),
+        (["bench", "--engines", "spark"], "--engines applies to 'walmgr bench scan'"),
+        (["bench", "scan", "--objects", "0"], "--objects must be > 0"),
+    ],
+)
+def test_bench_refuses_bad_arguments(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_spark_engine_without_pyspark_exits_2_naming_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pyspark" else real(name, *a))
+    argv = ["scan", "--engine", "spark", "--store", f"file://{tmp_path}/objects", "--registry", str(tmp_path / "r")]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "scan.engine: pyspark is not installed: pip install 'partlog[spark]'" in err, err
+
+
+def test_spark_package_zips_the_project(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import zipfile
+
+    out = tmp_path / "pkg.zip"
+    assert cli.main(["spark-package", "--out", str(out)]) == 0
+    names = set(zipfile.ZipFile(out).namelist())
+    assert {"partlog/__init__.py", "walmgr/scanner.py", "spark/scan_job.py", "partlog/store.py"} <= names
+    assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)

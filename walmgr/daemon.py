@@ -33,12 +33,14 @@ from partlog.records import TopicIdPartition
 from partlog.rpc import RpcClient, RpcConnectionError, RpcError, RpcRemoteError, RpcServer, RpcTimeoutError
 from partlog.rpc_frame import RpcErrorCode
 from partlog.wire import WireError, dec_verdicts, dec_wal_uploaded, enc_reference_checks
-from walmgr.config import WalmgrConfig
+from walmgr.config import WalmgrConfig, WalmgrConfigError
 from walmgr.decide import CheckPlan, Decision, candidates, decide, plan_checks, split_checks
 from walmgr.deleter import DeleteReport, execute_plan
 from walmgr.model import ObjectRecord, Source, State
 from walmgr.registry import Registry
 from walmgr.scanner import Scanner, ScanReport, inspect_object, register_notifications
+from walmgr.spark_scan import SparkScanError
+from walmgr.spark_scan import check_available as check_spark_available
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +189,11 @@ class Walmgr:
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
+        if self.config.scan_engine == "spark":
+            try:
+                check_spark_available()
+            except SparkScanError as e:
+                raise WalmgrConfigError(str(e), key="scan.engine") from e
         self.registry = Registry(self.config.registry)  # raises RegistryLockedError for a second manager
         last = self.registry.meta_get("last_cycle_ms")
         self._last_cycle_ms = int(last) if last is not None else 0
@@ -316,7 +323,7 @@ class Walmgr:
             due = last_full is None or self._clock() - int(last_full) >= cfg.full_scan_interval_ms
             if full_scan or (full_scan is None and due):
                 report.full = await self.scan(full=True)
-        except ObjectStoreError as e:
+        except (ObjectStoreError, SparkScanError) as e:
             report.scan_error = str(e)
             log.warning("walmgr scan failed (retried next cycle): %s", e)
             if self.metrics is not None:

@@ -57,6 +57,20 @@ if TYPE_CHECKING:
 MERGE_BATCH = 1000
 SHUFFLE_PARTITIONS_DEFAULT = 8
 
+
+class SparkScanError(RuntimeError):
+    """The Spark job failed (an executor's store error, a lost executor, a
+    JVM problem): the scan is retried next cycle, as a store error is."""
+
+
+def check_available() -> None:
+    """Raise :class:`SparkScanError` naming the fix when pyspark is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec("pyspark") is None:
+        raise SparkScanError("pyspark is not installed: pip install 'partlog[spark]' (and Java 17 for Spark)")
+
+
 # The packages executors import (shipped by package_zip).
 SHIPPED_PACKAGES = ("partlog", "walmgr", "spark")
 
@@ -93,6 +107,7 @@ def get_session(master: str = "local[*]", conf: dict[str, str] | None = None) ->
     on first use and again when ``master`` changes (the old one is stopped).
     A non-local master gets partlog and walmgr shipped as a zip."""
     global _session, _session_master, last_startup_s
+    check_available()
     from pyspark.sql import SparkSession
 
     with _session_lock:
@@ -101,8 +116,10 @@ def get_session(master: str = "local[*]", conf: dict[str, str] | None = None) ->
             _session = None
         if _session is None or _session.sparkContext._jsc is None:
             started = time.monotonic()
-            # Local executors' Python workers run this interpreter (it has partlog/walmgr).
-            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            if master.startswith("local"):
+                # Local executors' Python workers run this interpreter (it
+                # has partlog/walmgr); a cluster's run their own Python.
+                os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             builder = (
                 SparkSession.builder.master(master)
                 .appName("walmgr-scan")
@@ -221,18 +238,22 @@ def spark_scan(
         write_known_keys(session, registry, prefix, known_path, tmp)
         snapshot_s = time.monotonic() - t_scan
         positions = None if full else registry.shard_positions()
-        stats = run_scan(
-            session,
-            store_url,
-            prefix,
-            known_path,
-            out_dir,
-            shards,
-            positions,
-            lookback_ms,
-            now,
-            created_before_ms=created_before_ms if full else None,
-        )
+        try:
+            stats = run_scan(
+                session,
+                store_url,
+                prefix,
+                known_path,
+                out_dir,
+                shards,
+                positions,
+                lookback_ms,
+                now,
+                created_before_ms=created_before_ms if full else None,
+            )
+        except Exception as e:  # Py4JJavaError wraps what executors raised
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise SparkScanError(f"Spark scan of {store_url} under {prefix}/ failed: {first}") from e
         t_merge = time.monotonic()
 
         new_objects = bytes_new = invalid_count = 0
