@@ -273,14 +273,18 @@ def test_walmgr_daemon_runs_full_scans_on_spark_when_configured(
         mgr = Walmgr(cfg, clock=Clock(NOW))
         await mgr.start()
         try:
-            return await mgr.cycle(dry_run=True, full_scan=True), {r.key for r in mgr._reg().records()}
+            report = await mgr.cycle(dry_run=True, full_scan=True)
+            assert mgr.metrics is not None
+            listing_s = mgr.metrics.prom.get_sample_value("walmgr_full_scan_seconds", {"stage": "listing"})
+            return report, {r.key for r in mgr._reg().records()}, listing_s
         finally:
             await mgr.stop()
 
     monkeypatch.setattr(sp, "spark_scan", counting)
-    report, keys = asyncio.run(cycle())
+    report, keys, listing_s = asyncio.run(cycle())
     assert calls == [True]
     assert report.full is not None and report.full.stages  # the Spark engine's stage times
+    assert listing_s == report.full.stages["listing"] > 0  # and the metric of each stage
     with Registry(tmp_path / "reg-local", sync=False) as local_reg:
         Scanner(store, local_reg, "wal", clock=Clock(NOW)).full()
         assert keys == {r.key for r in local_reg.records()}

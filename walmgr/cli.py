@@ -122,7 +122,10 @@ def _cmd_scan(args: argparse.Namespace, cfg: WalmgrConfig) -> int:
                 "new_objects": report.new_objects,
                 "invalid": [{"key": k, "reason": why} for k, why in report.invalid],
                 "gone": report.gone,
+                "revived": report.revived,
+                "engine": cfg.scan_engine,
                 "seconds": report.seconds,
+                "stages": dict(report.stages),
                 "objects": objects,
             }
         finally:
@@ -132,7 +135,12 @@ def _cmd_scan(args: argparse.Namespace, cfg: WalmgrConfig) -> int:
     if args.json:
         print(json.dumps(out))
     else:
-        print(f"listed {out['keys_listed']} keys in {out['seconds']:.2f} s; {out['new_objects']} new objects")
+        print(
+            f"{out['engine']} engine: listed {out['keys_listed']} keys in {out['seconds']:.2f} s; "
+            f"{out['new_objects']} new objects, {out['gone']} gone, {out['revived']} listed again"
+        )
+        if out["stages"]:
+            print("stages: " + ", ".join(f"{k} {v:.2f} s" for k, v in out["stages"].items()))
         for o in out["objects"]:
             print(f"{o['status']:9} {o['size']:>12} {o['created_ms']:>14} {o['key']}")
         for inv in out["invalid"]:

@@ -130,7 +130,15 @@ class WalmgrMetrics:
         self.scan_keys_per_s = Gauge("walmgr_scan_keys_per_second", "keys listed per second, last scan", registry=r)
         self.cycles = Counter("walmgr_cycles", "cycles completed", registry=r)
         self.cycle_errors = Counter("walmgr_cycle_errors", "cycles that failed (retried next interval)", registry=r)
-        self.scan_errors = Counter("walmgr_scan_errors", "scans the store failed (retried next cycle)", registry=r)
+        self.scan_errors = Counter(
+            "walmgr_scan_errors", "scans the store or the Spark job failed (retried next cycle)", registry=r
+        )
+        self.full_scan_seconds = Gauge(
+            "walmgr_full_scan_seconds",
+            "the last full scan's seconds: stage 'total', and on Spark startup/snapshot/listing/footers/gone/merge",
+            ["stage"],
+            registry=r,
+        )
         Gauge("walmgr_last_cycle_age_seconds", "seconds since the last successful cycle", registry=r).set_function(
             lambda: (clock() - last_cycle_ms()) / 1000 if last_cycle_ms() > 0 else float("nan")
         )
@@ -290,8 +298,7 @@ class Walmgr:
                 lookback_ms=cfg.commit_deadline_ms + cfg.max_clock_skew_ms,
                 gone_age_ms=cfg.age_gate_ms,
             )
-            if self.metrics is not None and report.seconds > 0:
-                self.metrics.scan_keys_per_s.set(report.keys_listed / report.seconds)
+            self._observe(report, full=True)
             return report
         scanner = Scanner(
             self.store,
@@ -305,9 +312,19 @@ class Walmgr:
             gone_age_ms=cfg.age_gate_ms,
         )
         report = await asyncio.to_thread(scanner.full if full else scanner.incremental)
-        if self.metrics is not None and report.seconds > 0:
-            self.metrics.scan_keys_per_s.set(report.keys_listed / report.seconds)
+        self._observe(report, full=full)
         return report
+
+    def _observe(self, report: ScanReport, *, full: bool) -> None:
+        m = self.metrics
+        if m is None:
+            return
+        if report.seconds > 0:
+            m.scan_keys_per_s.set(report.keys_listed / report.seconds)
+        if full:
+            m.full_scan_seconds.labels("total").set(report.seconds)
+            for stage, seconds in report.stages.items():
+                m.full_scan_seconds.labels(stage).set(seconds)
 
     async def cycle(self, *, dry_run: bool = False, full_scan: bool | None = None) -> CycleReport:
         reg = self._reg()
