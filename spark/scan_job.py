@@ -60,6 +60,8 @@ from pyspark.sql.types import (
 
 from partlog.objectstore import KEY_BYTES_MAX, LIST_KEYS_MAX, ObjectInfo, ObjectStore, open_store
 from partlog.wal_key import OBJECT_KEY_BYTES_MAX
+from walmgr.config import WalmgrConfigError
+from walmgr.registry import RegistryLockedError
 from walmgr.scanner import (
     ALL_SHARDS,
     INCREMENTAL_LOOKBACK_MS_DEFAULT,
@@ -363,14 +365,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not raw_mode and not args.config and not (args.store and args.registry):
         p.error("give --config FILE, or --store URL and --registry DIR, or --store/--known/--out")
 
+    store_url, url_prefix = "", ""
+    if raw_mode:
+        from walmgr.config import PREFIX_DEFAULT, split_store_url
+
+        # s3://bucket/prefix?...: the path is the key prefix (open_store ignores it).
+        try:
+            store_url, url_prefix = split_store_url(args.store)
+        except ValueError as e:
+            p.error(f"--store: {e}")
+        if url_prefix and args.prefix and args.prefix.strip("/") != url_prefix:
+            p.error(f"--prefix {args.prefix!r} disagrees with the store URL's path {url_prefix!r}")
+    positions = None
+    if args.positions is not None:
+        try:
+            positions = json.loads(args.positions)
+        except ValueError as e:
+            p.error(f"--positions: not JSON: {e}")
+        if not isinstance(positions, dict) or not all(isinstance(v, str) for v in positions.values()):
+            p.error('--positions: a JSON object of shard -> last listed key, e.g. {"00": "wal/00/..."}')
     spark = SparkSession.builder.appName("walmgr-scan").getOrCreate()
     try:
         if raw_mode:
-            positions = json.loads(args.positions) if args.positions is not None else None
             out: dict[str, Any] = run_scan(
                 spark,
-                args.store,
-                args.prefix or "wal",
+                store_url,
+                url_prefix or args.prefix or PREFIX_DEFAULT,
                 args.known,
                 args.out,
                 shards,
@@ -381,6 +401,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         else:
             out = _merge_mode(spark, args, shards)
+    except (WalmgrConfigError, RegistryLockedError, ValueError) as e:
+        print(f"scan_job: {e}", file=sys.stderr)
+        return 2
     finally:
         spark.stop()
     print(json.dumps(out))

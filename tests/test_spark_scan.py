@@ -389,3 +389,26 @@ def test_a_failed_spark_job_is_a_scan_error_and_the_cycle_goes_on(
     report = asyncio.run(cycle())
     assert report.incremental is not None and report.incremental.new_objects == 40  # in-process, before
     assert report.full is None and "lost executor" in report.scan_error
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--store", "file:///s"], "give --config FILE, or --store URL and --registry DIR"),
+        (["--store", "file:///s", "--known", "k"], "Parquet-only mode takes --store, --known and --out"),
+        (["--store", "file:///s", "--known", "k", "--out", "o", "--registry", "r"], "no --registry or --config"),
+        (["--store", "gs://b", "--known", "k", "--out", "o"], "--store: store URL 'gs://b': scheme"),
+        (["--store", "s3://b/one", "--known", "k", "--out", "o", "--prefix", "two"], "disagrees with the store URL"),
+        (["--store", "file:///s", "--registry", "r", "--positions", "{"], "--positions: not JSON"),
+        (["--store", "file:///s", "--registry", "r", "--positions", '{"00": 1}'], "--positions: a JSON object"),
+    ],
+)
+def test_scan_job_refuses_bad_arguments_before_starting_spark(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from spark import scan_job
+
+    with pytest.raises(SystemExit) as e:
+        scan_job.main(argv)
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
