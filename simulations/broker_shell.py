@@ -13,13 +13,21 @@ It does what ``partlog/broker.py`` does with the pipeline's actions:
 * a timer calls ``tick`` at ``next_deadline_ms``;
 * back-pressure: a request waits while ``room_bytes`` is short.
 
+As partlog/broker.py, at most ``COMMITS_IN_FLIGHT_MAX`` commits are in
+flight to one leader (the rest wait, in order), and a commit to a dead or
+unreachable leader is answered ``REQUEST_TIMED_OUT`` after
+``commit_rpc_timeout_ms``.
+
 As a leader it refuses batches of partitions it does not lead (by its own,
 possibly stale, metadata: ``NOT_LEADER_OR_FOLLOWER``, as
 ``partlog/replication.py``) and appends the rest with ``commit_file``.
 Replication to followers is modelled, not run: a follower has an entry one
-network one-way after the leader appended it, and an acks=all answer waits a
-round trip to the slowest follower (KIP-1166: the parked fetch returns at
-once, the follower's next fetch carries its new end offset).
+network one-way plus its own append (``follower_apply``) after the leader
+appended it, and an acks=all answer waits for the slowest follower's round
+trip plus its append (KIP-1166: the parked fetch returns at once, the
+follower's next fetch carries its new end offset).  Each follower in another
+AZ fetches the entries of the partitions it follows: one ``replica_fetch``
+answer per commit, sized by the real encoder.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import random
 from collections import deque
 from collections.abc import Callable, Sequence
 
+from partlog.broker import COMMITS_IN_FLIGHT_MAX
 from partlog.cluster_meta import StaticMetadata
 from partlog.errors import Errors
 from partlog.produce_pipeline import Action, ProduceConfig, ProducePipeline, Reply, SendCommit, Upload
@@ -36,7 +45,7 @@ from partlog.store import MetadataStore
 from simulations.context import CommitSender, ProduceRequest, SimContext
 from simulations.latency import LatencySampler
 from simulations.metrics import FileCommits
-from simulations.wire_bytes import METADATA_ENTRY_BYTES, commit_request_bytes, commit_response_bytes
+from simulations.wire_bytes import commit_request_bytes, commit_response_bytes, replica_fetch_response_bytes
 
 # Produce requests a broker holds back while its buffer is full.  A real
 # broker stops reading sockets; producers time out after delivery.timeout.ms.
@@ -57,6 +66,7 @@ class SimBroker:
         rng: random.Random,
         put: LatencySampler,
         apply: LatencySampler,
+        follower_apply: LatencySampler,
     ) -> None:
         """``store``: the broker leads partitions (partlog design); None
         when commits go elsewhere.  ``commit_leader_of``: where the pipeline
@@ -70,6 +80,8 @@ class SimBroker:
         self._rng = rng
         self._put = put
         self._apply = apply
+        self._follower_apply = follower_apply
+        self._commit_timeout_ms = ctx.scenario.commit.commit_rpc_timeout_ms
         self.view = view
         self.pipeline = ProducePipeline(
             broker_id,
@@ -82,8 +94,14 @@ class SimBroker:
         self._waiting: deque[ProduceRequest] = deque()
         self._tick_at: int | None = None
         # segment id -> partitions in its footer, until its commits leave
+        # (or it is released with none)
         self._segment_partitions: dict[int, tuple[TopicIdPartition, ...]] = {}
-        self._followers_cache: dict[TopicIdPartition, tuple[tuple[int, ...], int]] = {}
+        # segments whose upload has started and not finished
+        self._uploading: set[int] = set()
+        # leader -> commits in flight to it, and those waiting for a slot
+        self._commits_inflight: dict[int, int] = {}
+        self._commits_waiting: dict[int, deque[SendCommit]] = {}
+        self._followers_cache: dict[TopicIdPartition, tuple[int, ...]] = {}
 
     # ------------------------------------------------------------ metadata
 
@@ -101,11 +119,15 @@ class SimBroker:
             return
         self.alive = False
         rec = self.ctx.recorder
-        lost = list(self._inflight.values()) + list(self._waiting)
-        rec.produce_requests_failed += len(lost)
-        rec.batches_failed += sum(len(r.batches) for r in lost)
+        now = self.ctx.loop.now_ms
+        for r in [*self._inflight.values(), *self._waiting]:
+            rec.failed(now, r.send_id, 1, len(r.batches), "broker_died")
         self._inflight.clear()
         self._waiting.clear()
+        self._segment_partitions.clear()
+        self._uploading.clear()
+        self._commits_inflight.clear()
+        self._commits_waiting.clear()
 
     # ------------------------------------------------------------- produce
 
@@ -113,13 +135,11 @@ class SimBroker:
         rec = self.ctx.recorder
         if not self.alive:
             # Connection refused: the producer learns it failed.
-            rec.produce_requests_failed += 1
-            rec.batches_failed += len(req.batches)
+            rec.failed(self.ctx.loop.now_ms, req.send_id, 1, len(req.batches), "broker_dead")
             return
         if self._waiting or (req.nbytes > self.pipeline.room_bytes() and self.pipeline.produces_inflight):
             if len(self._waiting) >= WAITING_PRODUCES_MAX:
-                rec.produce_requests_failed += 1
-                rec.batches_failed += len(req.batches)
+                rec.failed(self.ctx.loop.now_ms, req.send_id, 1, len(req.batches), "overloaded")
                 return
             self._waiting.append(req)
             return
@@ -174,26 +194,32 @@ class SimBroker:
         rec = self.ctx.recorder
         rec.puts += 1
         self._segment_partitions[up.segment_id] = up.partitions
+        self._uploading.add(up.segment_id)
         error = None
         error_rate = self.ctx.scenario.object_store.put_error_rate
         if error_rate and self._rng.random() < error_rate:
             error = "simulated PUT failure"
             rec.puts_failed += 1
-        else:
-            rec.bytes_uploaded += len(up.data)
         self.ctx.loop.after(self._put.sample(), self._upload_done, up.segment_id, error)
 
     def _upload_done(self, segment_id: int, error: str | None) -> None:
         if not self.alive:
             return
+        self._uploading.discard(segment_id)
         if error is not None:
             self._segment_partitions.pop(segment_id, None)
         self._perform(self.pipeline.upload_done(segment_id, self.ctx.now_ms(), error))
+        # The pipeline releases segments in order once every earlier upload
+        # finished; one released without a commit (no partition had a
+        # known leader) never reaches _record_fanout: forget it here.
+        floor = min(self._uploading, default=None)
+        done = [s for s in self._segment_partitions if floor is None or s < floor]
+        for s in done:
+            del self._segment_partitions[s]
 
     def _record_fanout(self, commits: list[SendCommit]) -> None:
         # As partlog/broker.py's _record_fanout: per segment, where each
         # commit goes (this broker, its AZ, another AZ).
-        coordinator = self._fixed_leader_of is not None
         per_segment: dict[int, list[int]] = {}
         for c in commits:
             counts = per_segment.setdefault(c.segment_id, [0, 0, 0])
@@ -204,57 +230,74 @@ class SimBroker:
             else:
                 counts[2] += 1
         now = self.ctx.loop.now_ms
+        leader_of = self.view.leader_of
         for segment_id, (local, same, cross) in per_segment.items():
             parts = self._segment_partitions.pop(segment_id, ())
-            if coordinator:
-                leaders = {self.view.leader_of(tp) for tp in parts}
-                leaders.discard(None)
-                distinct = len(leaders)
-            else:
-                distinct = local + same + cross
-            self.ctx.recorder.files.append(FileCommits(now, self.node_id, local, same, cross, len(parts), distinct))
+            # Counted from the file's footer and this broker's metadata, not
+            # from the pipeline's commits: the two agree only if the
+            # pipeline sends one commit per leader.
+            leaders = {leader_of(tp) for tp in parts}
+            leaders.discard(None)
+            self.ctx.recorder.files.append(FileCommits(now, self.node_id, local, same, cross, len(parts), len(leaders)))
 
     def _target_az(self, node_id: int) -> str:
         return self.ctx.commit_targets[node_id].az
 
     def _reply(self, reply: Reply) -> None:
         req = self._inflight.pop(reply.produce_id)
-        rec = self.ctx.recorder
-        failed = sum(1 for r in reply.results if r.error != Errors.NONE)
-        if failed:
-            rec.produce_requests_failed += 1
-            rec.batches_failed += failed
-            return
         ctx = self.ctx
+        rec = ctx.recorder
+        errors = [r.error for r in reply.results if r.error != Errors.NONE]
+        if errors:
+            rec.failed(ctx.loop.now_ms, req.send_id, 1, len(errors), errors[0].name.lower())
+            return
         arrival = ctx.loop.now_ms + ctx.network.one_way_ms(self.az, req.producer_az)
-        rec.latencies.append((req.sent_ms, arrival - req.sent_ms))
+        rec.answered(req.send_id, req.sent_ms, arrival - req.sent_ms)
 
     # ------------------------------------------------------------- commits
 
     def _send_commit(self, c: SendCommit) -> None:
+        leader = c.leader_broker_id
+        inflight = self._commits_inflight.get(leader, 0)
+        if inflight >= COMMITS_IN_FLIGHT_MAX:
+            self._commits_waiting.setdefault(leader, deque()).append(c)
+            return
+        self._commits_inflight[leader] = inflight + 1
         ctx = self.ctx
-        target = ctx.commit_targets[c.leader_broker_id]
+        target = ctx.commit_targets[leader]
+        now = ctx.loop.now_ms
         if target is self:
-            self.receive_commit(self, c)
+            self.receive_commit(self, c, now)
             return
         if target.az != self.az:
-            ctx.recorder.cross_az_metadata_bytes += commit_request_bytes(c, self.node_id)
-        arrival = ctx.network.deliver_at(self.node_id, target.node_id, self.az, target.az, ctx.loop.now_ms)
-        ctx.loop.at(arrival, target.receive_commit, self, c)
+            ctx.recorder.cross_az_commit_bytes += commit_request_bytes(c, self.node_id)
+        arrival = ctx.network.deliver_at(self.node_id, target.node_id, self.az, target.az, now)
+        ctx.loop.at(arrival, target.receive_commit, self, c, now)
 
     def commit_answered(self, c: SendCommit, responses: Sequence[CommitBatchResponse] | None, error: Errors) -> None:
         if not self.alive:
             return
-        self._perform(self.pipeline.commit_done(c.segment_id, c.leader_broker_id, responses, self.ctx.now_ms(), error))
+        leader = c.leader_broker_id
+        self._commits_inflight[leader] -= 1
+        waiting = self._commits_waiting.get(leader)
+        if waiting:
+            self._send_commit(waiting.popleft())
+        self._perform(self.pipeline.commit_done(c.segment_id, leader, responses, self.ctx.now_ms(), error))
 
-    def receive_commit(self, sender: CommitSender, c: SendCommit) -> None:
-        """This broker as the leader: one commit RPC arrived."""
+    def receive_commit(self, sender: CommitSender, c: SendCommit, sent_ms: float) -> None:
+        """This broker as the leader: one commit RPC (sent at ``sent_ms``) arrived."""
         ctx = self.ctx
         loop = ctx.loop
         net = ctx.network
         if not self.alive:
-            # The process is gone; the sender's connection breaks.
-            loop.after(net.one_way_ms(self.az, sender.az), sender.commit_answered, c, None, Errors.NETWORK_EXCEPTION)
+            # Nobody answers: the sender's RPC times out.
+            loop.at(
+                max(loop.now_ms, sent_ms + self._commit_timeout_ms),
+                sender.commit_answered,
+                c,
+                None,
+                Errors.REQUEST_TIMED_OUT,
+            )
             return
         ctx.recorder.commit_received(self.node_id, sender is not self)
         assert self.store is not None, "a broker without a store received a commit"
@@ -275,40 +318,48 @@ class SimBroker:
                 for i, resp in zip(mine, committed, strict=True):
                     answers[i] = resp
         if mine:
-            ready += self._apply.sample() + self._replicate(c, mine)
+            ready += self._apply.sample() + self._replicate(c, sender.node_id, mine)
         if sender.az != self.az:
-            ctx.recorder.cross_az_metadata_bytes += commit_response_bytes(answers)
+            ctx.recorder.cross_az_commit_bytes += commit_response_bytes(answers)
         back = net.deliver_at(me, sender.node_id, self.az, sender.az, ready)
         loop.at(back, sender.commit_answered, c, answers, Errors.NONE)
 
-    def _followers(self, tp: TopicIdPartition) -> tuple[tuple[int, ...], int]:
-        """(followers in the ISR, how many of them are in another AZ), by
-        this broker's view; cached until the view changes."""
+    def _followers(self, tp: TopicIdPartition) -> tuple[int, ...]:
+        """The followers in the partition's ISR, by this broker's view;
+        cached until the view changes."""
         got = self._followers_cache.get(tp)
         if got is None:
             p = self.view.partition(tp)
-            azs = self.ctx.broker_azs
-            followers = tuple(r for r in p.isr if r != self.node_id) if p is not None else ()
-            got = (followers, sum(1 for r in followers if azs[r] != self.az))
+            got = tuple(r for r in p.isr if r != self.node_id) if p is not None else ()
             self._followers_cache[tp] = got
         return got
 
-    def _replicate(self, c: SendCommit, mine: list[int]) -> float:
+    def _replicate(self, c: SendCommit, uploader: int, mine: list[int]) -> float:
         """Model the followers fetching the new entries: count the cross-AZ
         bytes, record the lag, and return how long an acks=all answer waits."""
         ctx = self.ctx
-        followers: set[int] = set()
-        cross_entries = 0
         requests = c.requests
+        # follower -> indices (into requests) of the entries it fetches
+        per_follower: dict[int, list[int]] = {}
         for i in mine:
-            fs, cross = self._followers(requests[i].topic_id_partition)
-            followers.update(fs)
-            cross_entries += cross
-        if not followers:
+            for f in self._followers(requests[i].topic_id_partition):
+                per_follower.setdefault(f, []).append(i)
+        if not per_follower:
             return 0.0
-        ctx.recorder.cross_az_metadata_bytes += cross_entries * METADATA_ENTRY_BYTES
         azs = ctx.broker_azs
-        slowest_rtt = max(ctx.network.rtt_ms(self.az, azs[f]) for f in sorted(followers))
-        ctx.recorder.replication_lag_ms.append(slowest_rtt / 2)
+        rec = ctx.recorder
+        net = ctx.network
+        lag = 0.0
+        ack = 0.0
+        for f in sorted(per_follower):
+            rtt = net.rtt_ms(self.az, azs[f])
+            apply = self._follower_apply.sample()
+            lag = max(lag, rtt / 2 + apply)
+            ack = max(ack, rtt + apply)
+            if azs[f] != self.az:
+                rec.cross_az_replication_bytes += replica_fetch_response_bytes(
+                    c.key, uploader, c.file_size, [requests[i] for i in per_follower[f]]
+                )
+        rec.replication_lag_ms.append(lag)
         acks_all = c.acks_all and any(c.acks_all[i] for i in mine)
-        return slowest_rtt if acks_all else 0.0
+        return ack if acks_all else 0.0

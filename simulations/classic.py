@@ -6,8 +6,10 @@ to its leader, wherever it is; the leader appends and the followers fetch
 the records.  Cross-AZ data: the produce request when the leader is in
 another AZ, plus one copy per follower in another AZ.  Latency: network to
 the leader, an append (the same apply model as partlog's leader), with
-acks=all a round trip to the slowest follower, and back.  Disk and
-bandwidth queueing are not modelled.
+acks=all the slowest follower's round trip plus its append
+(``follower_apply``), and back; replication lag, as for partlog, the slowest
+follower's one-way plus its append.  Disk and bandwidth queueing are not
+modelled.
 """
 
 from __future__ import annotations
@@ -18,13 +20,21 @@ from simulations.latency import LatencySampler
 
 
 class ClassicLeader:
-    def __init__(self, ctx: SimContext, broker_id: int, view: StaticMetadata, apply: LatencySampler) -> None:
+    def __init__(
+        self,
+        ctx: SimContext,
+        broker_id: int,
+        view: StaticMetadata,
+        apply: LatencySampler,
+        follower_apply: LatencySampler,
+    ) -> None:
         self.ctx = ctx
         self.node_id = broker_id
         self.az = ctx.broker_azs[broker_id]
         self.alive = True
         self.view = view
         self._apply = apply
+        self._follower_apply = follower_apply
 
     def set_view(self, view: StaticMetadata) -> None:
         self.view = view
@@ -36,8 +46,7 @@ class ClassicLeader:
         ctx = self.ctx
         rec = ctx.recorder
         if not self.alive:
-            rec.produce_requests_failed += 1
-            rec.batches_failed += len(req.batches)
+            rec.failed(ctx.loop.now_ms, req.send_id, 1, len(req.batches), "broker_dead")
             return
         azs = ctx.broker_azs
         me = self.node_id
@@ -55,16 +64,21 @@ class ClassicLeader:
                     if azs[r] != self.az:
                         cross_bytes += len(batch)
         if not_led:
-            rec.produce_requests_failed += 1
-            rec.batches_failed += not_led
+            rec.failed(ctx.loop.now_ms, req.send_id, 1, not_led, "not_leader_or_follower")
             return
         rec.cross_az_data_bytes += cross_bytes
         net = ctx.network
         done = ctx.loop.now_ms + self._apply.sample()
         if followers:
-            slowest = max(net.rtt_ms(self.az, azs[f]) for f in sorted(followers))
-            rec.replication_lag_ms.append(slowest / 2)
+            lag = 0.0
+            ack = 0.0
+            for f in sorted(followers):
+                rtt = net.rtt_ms(self.az, azs[f])
+                apply = self._follower_apply.sample()
+                lag = max(lag, rtt / 2 + apply)
+                ack = max(ack, rtt + apply)
+            rec.replication_lag_ms.append(lag)
             if req.acks_all:
-                done += slowest
+                done += ack
         arrival = done + net.one_way_ms(self.az, req.producer_az)
-        rec.latencies.append((req.sent_ms, arrival - req.sent_ms))
+        rec.answered(req.send_id, req.sent_ms, arrival - req.sent_ms)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,6 +30,14 @@ from simulations.sweep import DEFAULT_METRIC, parse_param, run_sweep
 from simulations.table import format_table
 
 DEFAULT_SEED = 1
+DEFAULT_JOBS = os.cpu_count() or 1
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 @contextmanager
@@ -59,12 +68,25 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {"duration_s": args.duration_s} if args.duration_s is not None else {}
 
 
+class UsageError(Exception):
+    """A command cannot run as asked (a missing optional package)."""
+
+
+def _need_plots(wanted: object, option: str) -> None:
+    """Plots need matplotlib (the ``sim`` extra): say so before simulating."""
+    import importlib.util
+
+    if wanted and importlib.util.find_spec("matplotlib") is None:
+        raise UsageError(f"{option} writes PNG plots with matplotlib: pip install 'partlog[sim]'")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    _need_plots(args.out, "--out")
     scenario = load_scenario(args.scenario, _overrides(args))
     n = len(design_runs(scenario))
     with _progress(n * scenario.duration_s, not args.json, scenario.name) as report:
         cb = None if report is None else (lambda i, ms: report(i * scenario.duration_s + ms / 1000))
-        result = run_scenario(scenario, args.seed, cb)
+        result = run_scenario(scenario, args.seed, cb, jobs=args.jobs)
     timing = not args.no_timing
     doc = to_json(result, timing=timing)
     if args.out:
@@ -84,6 +106,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    _need_plots(args.out, "--out")
     param, values = parse_param(args.param)
     first = load_scenario(args.scenario, _overrides(args))
     n = len(design_runs(first))
@@ -92,7 +115,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if report is not None:
             per_value = n * first.duration_s
             cb = lambda vi, di, ms: report(vi * per_value + di * first.duration_s + ms / 1000)  # noqa: E731
-        sweep = run_sweep(args.scenario, param, values, args.metric, args.seed, _overrides(args), cb)
+        sweep = run_sweep(args.scenario, param, values, args.metric, args.seed, _overrides(args), cb, jobs=args.jobs)
     doc = {
         "scenario": first.name,
         "seed": args.seed,
@@ -124,7 +147,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from simulations.report import write_report
 
-    path = write_report(Path(args.out), args.seed, plots_dir=Path(args.plots) if args.plots else None)
+    _need_plots(args.plots, "--plots")
+    path = write_report(Path(args.out), args.seed, plots_dir=Path(args.plots) if args.plots else None, jobs=args.jobs)
     print(f"wrote {path}", file=sys.stderr)
     return 0
 
@@ -139,12 +163,22 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     known = ", ".join(shipped_scenarios())
 
+    def jobs_arg(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument(
+            "--jobs",
+            type=_positive_int,
+            default=DEFAULT_JOBS,
+            help=f"designs simulated at once, one process each (default: the CPU count, {DEFAULT_JOBS}); "
+            "the results do not depend on it",
+        )
+
     def common(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("scenario", help=f"a shipped scenario ({known}) or a path to a .toml file")
         sp.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"random seed (default {DEFAULT_SEED})")
         sp.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
         sp.add_argument("--out", help="directory for the JSON and PNG plots")
         sp.add_argument("--duration-s", type=float, help="simulated seconds (overrides the scenario's)")
+        jobs_arg(sp)
 
     run = sub.add_parser("run", help="simulate every design of a scenario")
     common(run)
@@ -163,6 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", default=str(Path(__file__).parent / "REPORT.md"), help="(default: simulations/REPORT.md)"
     )
     report.add_argument("--plots", help="also write each scenario's plots under this directory")
+    jobs_arg(report)
     report.set_defaults(fn=cmd_report)
     return p
 
@@ -171,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         rc: int = args.fn(args)
-    except ScenarioError as e:
+    except (ScenarioError, UsageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return rc

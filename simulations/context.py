@@ -22,6 +22,8 @@ class ProduceRequest:
 
     producer_az: str
     sent_ms: float
+    # The producer send it is part of (Recorder.send_started).
+    send_id: int
     batches: tuple[tuple[TopicIdPartition, bytes], ...]
     nbytes: int
     acks_all: bool
@@ -40,7 +42,7 @@ class CommitTarget(Protocol):
     node_id: int
     az: str
 
-    def receive_commit(self, sender: CommitSender, c: SendCommit) -> None: ...
+    def receive_commit(self, sender: CommitSender, c: SendCommit, sent_ms: float) -> None: ...
 
 
 class ProduceTarget(Protocol):

@@ -5,8 +5,13 @@ Every broker's pipeline sends each WAL file's commit to this one node (its
 exactly one commit RPC, cross-AZ for brokers outside the coordinator's AZ.
 The commits themselves run on a real :class:`MetadataStore` (sequencing,
 offsets); the latency is KIP-1163's coordinator commit latency.  The
-coordinator's own state is replicated (KIP-1164 keeps it in a topic): each
-commit's request bytes cross AZs once per other replica.
+coordinator's own state is replicated (KIP-1164 keeps it in a topic) with
+``coordinator_replication_factor`` replicas, one per other AZ first, the
+rest in its own AZ; as partlog's followers, each replica fetches a commit's
+entries (one ``replica_fetch`` answer, sized by the real encoder) and has
+them one network one-way plus its own append (``follower_apply``) after the
+coordinator appended them.  Its commit latency (KIP-1163's figure) already
+includes its replication, so that is not added to the answer.
 """
 
 from __future__ import annotations
@@ -17,37 +22,53 @@ from partlog.store import MetadataStore
 from simulations.context import CommitSender, SimContext
 from simulations.latency import LatencySampler
 from simulations.topology import COORDINATOR_ID
-from simulations.wire_bytes import commit_request_bytes, commit_response_bytes
+from simulations.wire_bytes import commit_response_bytes, replica_fetch_response_bytes
 
 
 class SimCoordinator:
-    def __init__(self, ctx: SimContext, az: str, store: MetadataStore, commit: LatencySampler) -> None:
+    def __init__(
+        self, ctx: SimContext, az: str, store: MetadataStore, commit: LatencySampler, follower_apply: LatencySampler
+    ) -> None:
         self.ctx = ctx
         self.node_id = COORDINATOR_ID
         self.az = az
         self.alive = True
         self.store = store
         self._commit = commit
-        # Replicas of its state outside its own AZ (one per other AZ at most).
-        self._cross_az_replicas = min(
-            ctx.scenario.commit.coordinator_replication_factor - 1, len(ctx.scenario.cluster.azs) - 1
-        )
+        self._follower_apply = follower_apply
+        scenario = ctx.scenario
+        replicas = scenario.commit.coordinator_replication_factor - 1
+        other_azs = [a for a in scenario.cluster.azs if a != az]
+        # The AZ of each replica of its state: other AZs first, then its own.
+        self._replica_azs = other_azs[:replicas] + [az] * max(0, replicas - len(other_azs))
+        self._timeout_ms = scenario.commit.commit_rpc_timeout_ms
 
-    def receive_commit(self, sender: CommitSender, c: SendCommit) -> None:
+    def receive_commit(self, sender: CommitSender, c: SendCommit, sent_ms: float) -> None:
         ctx = self.ctx
         loop = ctx.loop
         if not self.alive:
-            loop.after(
-                ctx.network.one_way_ms(self.az, sender.az), sender.commit_answered, c, None, Errors.NETWORK_EXCEPTION
+            # Nobody answers: the sender's RPC times out.
+            loop.at(
+                max(loop.now_ms, sent_ms + self._timeout_ms), sender.commit_answered, c, None, Errors.REQUEST_TIMED_OUT
             )
             return
         rec = ctx.recorder
         rec.commit_received(self.node_id, True)
         responses = self.store.commit_file(c.key, sender.node_id, c.file_size, list(c.requests))
-        if self._cross_az_replicas:
-            rec.cross_az_metadata_bytes += self._cross_az_replicas * commit_request_bytes(c, sender.node_id)
+        if self._replica_azs:
+            net = ctx.network
+            fetch_bytes = 0
+            lag = 0.0
+            for replica_az in self._replica_azs:
+                lag = max(lag, net.one_way_ms(self.az, replica_az) + self._follower_apply.sample())
+                if replica_az != self.az:
+                    if not fetch_bytes:
+                        fetch_bytes = replica_fetch_response_bytes(c.key, sender.node_id, c.file_size, c.requests)
+                    rec.cross_az_replication_bytes += fetch_bytes
+            rec.replication_lag_ms.append(lag)
         if sender.az != self.az:
-            rec.cross_az_metadata_bytes += commit_response_bytes(responses)
+            # (the request's bytes are counted by the sender)
+            rec.cross_az_commit_bytes += commit_response_bytes(responses)
         ready = loop.now_ms + self._commit.sample()
         back = ctx.network.deliver_at(self.node_id, sender.node_id, self.az, sender.az, ready)
         loop.at(back, sender.commit_answered, c, responses, Errors.NONE)

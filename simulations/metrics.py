@@ -46,26 +46,81 @@ class FileCommits:
 @dataclass(slots=True)
 class Recorder:
     files: list[FileCommits] = field(default_factory=list)
-    # node id -> [commit RPCs received from itself, from other nodes]
+    # node id -> [commits it made to itself (in-process calls), commit RPCs
+    # received over the network from other nodes]
     commits_received: dict[int, list[int]] = field(default_factory=dict)
     # (send time, latency) of each answered produce request, both ms
     latencies: list[tuple[float, float]] = field(default_factory=list)
+    # (send time, latency) of each producer send whose produce requests were
+    # all answered without error: the latency of its slowest request
+    send_latencies: list[tuple[float, float]] = field(default_factory=list)
+    # send id -> [produce requests not answered yet, send time, slowest latency so far]
+    sends_pending: dict[int, list[float]] = field(default_factory=dict)
+    sends: int = 0
+    sends_failed: int = 0
     produce_requests: int = 0
-    produce_requests_failed: int = 0
-    batches_failed: int = 0
+    produce_bytes: int = 0
+    # (virtual ms, produce requests, batches, why) of each failure, when it
+    # happened (for a produce request: when its broker answered it or died)
+    failures: list[tuple[float, int, int, str]] = field(default_factory=list)
     cross_az_data_bytes: int = 0
-    cross_az_metadata_bytes: int = 0
+    # Cross-AZ metadata: commit RPCs (requests and answers) and metadata-log
+    # replication (followers' fetches of the entries; the coordinator's replicas).
+    cross_az_commit_bytes: int = 0
+    cross_az_replication_bytes: int = 0
     puts: int = 0
     puts_failed: int = 0
-    bytes_uploaded: int = 0
-    # One sample per commit with followers: when the slowest follower has it.
+    # One sample per commit with followers: when the slowest follower has
+    # appended it (one-way to it plus its apply).
     replication_lag_ms: list[float] = field(default_factory=list)
+
+    @property
+    def cross_az_metadata_bytes(self) -> int:
+        return self.cross_az_commit_bytes + self.cross_az_replication_bytes
+
+    @property
+    def produce_requests_failed(self) -> int:
+        return sum(f[1] for f in self.failures)
+
+    @property
+    def batches_failed(self) -> int:
+        return sum(f[2] for f in self.failures)
 
     def commit_received(self, node_id: int, remote: bool) -> None:
         counts = self.commits_received.get(node_id)
         if counts is None:
             counts = self.commits_received[node_id] = [0, 0]
         counts[remote] += 1
+
+    def send_started(self, sent_ms: float, requests: int) -> int:
+        """A producer send split into ``requests`` produce requests; its id."""
+        send_id = self.sends
+        self.sends += 1
+        if requests:
+            self.sends_pending[send_id] = [float(requests), sent_ms, 0.0]
+        return send_id
+
+    def answered(self, send_id: int, sent_ms: float, latency_ms: float) -> None:
+        """One produce request answered without error ``latency_ms`` after it was sent."""
+        self.latencies.append((sent_ms, latency_ms))
+        s = self.sends_pending.get(send_id)
+        if s is None:
+            return  # the send already failed
+        s[0] -= 1
+        if latency_ms > s[2]:
+            s[2] = latency_ms
+        if s[0] == 0:
+            del self.sends_pending[send_id]
+            self.send_latencies.append((sent_ms, s[2]))
+
+    def failed(self, now_ms: float, send_id: int | None, requests: int, batches: int, why: str) -> None:
+        """``requests`` produce requests (``batches`` batches) of one send
+        failed at ``now_ms``; ``why``: a Kafka error name in lower case, or
+        broker_dead (refused by a dead broker), broker_died (held by a broker
+        when it died), overloaded, no_leader (the producer knew no leader)."""
+        self.failures.append((now_ms, requests, batches, why))
+        if send_id is not None and self.sends_pending.pop(send_id, None) is not None:
+            self.sends_failed += 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +132,24 @@ class BrokerFanout:
     remote_mean: float
     remote_min: int
     remote_max: int
-    commit_rpcs_received_per_s: float
+    # Commit RPCs other nodes sent it over the network, per second.
+    network_commit_rpcs_received_per_s: float
+    # Commits it made to its own store (in-process calls, no RPC), per second.
+    local_commits_per_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class FailureWindow:
+    """Failures from one event (or the start) to the next event (or the end)."""
+
+    from_ms: float
+    to_ms: float
+    # The event that opens the window ("start" for the first).
+    after: str
+    produce_requests_failed: int
+    batches_failed: int
+    # why -> produce requests (batches when no request failed: no_leader)
+    produce_requests_failed_by_reason: dict[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,14 +166,31 @@ class DesignResult:
     distinct_leaders_mean: float
     # remote commit RPCs per file -> number of files
     commit_remote_histogram: dict[int, int]
-    commit_rpcs_per_s_per_broker_mean: float
-    commit_rpcs_per_s_per_broker_max: float
+    # Commit RPCs received over the network per broker and second (the
+    # coordinator design: brokers receive none).
+    network_commit_rpcs_per_s_per_broker_mean: float
+    network_commit_rpcs_per_s_per_broker_max: float
+    # A broker's commits to its own store (in-process, not RPCs) per second.
+    local_commits_per_s_per_broker_mean: float
+    local_commits_per_s_per_broker_max: float
     commit_rpcs_per_s_coordinator: float | None
+    # WAL files one broker writes per second, for the busiest broker.
+    files_per_s_per_broker_max: float
+    produce_bytes_per_s: float
     cross_az_data_bytes_per_s: float
     cross_az_metadata_bytes_per_s: float
+    cross_az_commit_bytes_per_s: float
+    cross_az_replication_bytes_per_s: float
+    # Per produce request (one producer -> one broker).
     latency_ms_p50: float | None
     latency_ms_p99: float | None
     latency_ms_p999: float | None
+    # Per producer send (all of its produce requests answered).
+    send_latency_ms_p50: float | None
+    send_latency_ms_p99: float | None
+    send_latency_ms_p999: float | None
+    sends: int
+    sends_failed: int
     puts_per_s: float
     gets_per_s: float
     cost: MonthlyCost
@@ -110,6 +199,7 @@ class DesignResult:
     produce_requests: int
     produce_requests_failed: int
     batches_failed: int
+    failure_windows: tuple[FailureWindow, ...]
     per_broker: tuple[BrokerFanout, ...]
     # Per simulated second: mean remote commit RPCs per file, latency p99.
     timeline_remote_mean: tuple[float | None, ...]
@@ -134,6 +224,26 @@ def _mean(values: Sequence[int] | Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
+def failure_windows(
+    failures: Sequence[tuple[float, int, int, str]], events: Sequence[tuple[float, str]], end_ms: float
+) -> tuple[FailureWindow, ...]:
+    """Failures counted per window: from the start to the first event, from
+    each event to the next, from the last to ``end_ms``."""
+    bounds = [(0.0, "start"), *((ms, what) for ms, what in events if ms < end_ms)]
+    out = []
+    for i, (lo, what) in enumerate(bounds):
+        hi = bounds[i + 1][0] if i + 1 < len(bounds) else end_ms
+        last = i + 1 == len(bounds)
+        inside = [f for f in failures if lo <= f[0] < hi or (last and f[0] == hi)]
+        why: dict[str, int] = {}
+        for _, n, b, reason in inside:
+            why[reason] = why.get(reason, 0) + (n or b)
+        out.append(
+            FailureWindow(lo, hi, what, sum(f[1] for f in inside), sum(f[2] for f in inside), dict(sorted(why.items())))
+        )
+    return tuple(out)
+
+
 def summarize(
     scenario: Scenario,
     design: str,
@@ -153,7 +263,7 @@ def summarize(
     per_broker = []
     for b, az in sorted(broker_azs.items()):
         mine = [f for f in files if f.broker_id == b]
-        received = sum(rec.commits_received.get(b, [0, 0]))
+        local, received = rec.commits_received.get(b, [0, 0])
         per_broker.append(
             BrokerFanout(
                 b,
@@ -164,13 +274,16 @@ def summarize(
                 min((f.remote for f in mine), default=0),
                 max((f.remote for f in mine), default=0),
                 received / duration_s,
+                local / duration_s,
             )
         )
-    broker_rates = [pb.commit_rpcs_received_per_s for pb in per_broker]
+    broker_rates = [pb.network_commit_rpcs_received_per_s for pb in per_broker]
+    local_rates = [pb.local_commits_per_s for pb in per_broker]
     coordinator_rate = None
     if coordinator_id is not None:
         coordinator_rate = sum(rec.commits_received.get(coordinator_id, [0, 0])) / duration_s
     lat = sorted(latency for _, latency in rec.latencies)
+    send_lat = sorted(latency for _, latency in rec.send_latencies)
     lag = sorted(rec.replication_lag_ms)
     puts_per_s = rec.puts / duration_s
     gets_per_s = (rec.puts - rec.puts_failed) * scenario.gets_per_file / duration_s if rec.puts else 0.0
@@ -195,14 +308,25 @@ def summarize(
         commit_remote_max=max(remote, default=0),
         distinct_leaders_mean=_mean([f.distinct_leaders for f in files]),
         commit_remote_histogram=dict(sorted(hist.items())),
-        commit_rpcs_per_s_per_broker_mean=_mean(broker_rates),
-        commit_rpcs_per_s_per_broker_max=max(broker_rates, default=0.0),
+        network_commit_rpcs_per_s_per_broker_mean=_mean(broker_rates),
+        network_commit_rpcs_per_s_per_broker_max=max(broker_rates, default=0.0),
+        local_commits_per_s_per_broker_mean=_mean(local_rates),
+        local_commits_per_s_per_broker_max=max(local_rates, default=0.0),
         commit_rpcs_per_s_coordinator=coordinator_rate,
+        files_per_s_per_broker_max=max((pb.files for pb in per_broker), default=0) / duration_s,
+        produce_bytes_per_s=rec.produce_bytes / duration_s,
         cross_az_data_bytes_per_s=data_per_s,
         cross_az_metadata_bytes_per_s=metadata_per_s,
+        cross_az_commit_bytes_per_s=rec.cross_az_commit_bytes / duration_s,
+        cross_az_replication_bytes_per_s=rec.cross_az_replication_bytes / duration_s,
         latency_ms_p50=percentile(lat, 50),
         latency_ms_p99=percentile(lat, 99),
         latency_ms_p999=percentile(lat, 99.9),
+        send_latency_ms_p50=percentile(send_lat, 50),
+        send_latency_ms_p99=percentile(send_lat, 99),
+        send_latency_ms_p999=percentile(send_lat, 99.9),
+        sends=rec.sends,
+        sends_failed=rec.sends_failed,
         puts_per_s=puts_per_s,
         gets_per_s=gets_per_s,
         cost=monthly_cost(scenario, puts_per_s, gets_per_s, data_per_s + metadata_per_s),
@@ -211,6 +335,7 @@ def summarize(
         produce_requests=rec.produce_requests,
         produce_requests_failed=rec.produce_requests_failed,
         batches_failed=rec.batches_failed,
+        failure_windows=failure_windows(rec.failures, events, duration_s * MS_PER_S),
         per_broker=tuple(per_broker),
         timeline_remote_mean=tuple(_mean(v) if v else None for v in by_second_files),
         timeline_latency_ms_p99=tuple(percentile(sorted(v), 99) for v in by_second_lat),

@@ -81,17 +81,21 @@ class ProducerGroup:
                     unroutable += 1
                 else:
                     by_target.setdefault(dest, []).append(tp)
-        if unroutable:
-            # No leader known (offline partitions): the producer holds these.
-            rec.batches_failed += unroutable
-        batch = self._batch
         now = loop.now_ms
+        send_id = rec.send_started(now, 0 if unroutable else len(by_target))
+        if unroutable:
+            # No leader known (offline partitions): the producer holds these,
+            # and the send as a whole fails.
+            rec.sends_failed += 1
+            rec.failed(now, None, 0, unroutable, "no_leader")
+        batch = self._batch
         net = ctx.network
         for target_id, tps in by_target.items():
             target = ctx.produce_targets[target_id]
             nbytes = len(batch) * len(tps)
-            req = ProduceRequest(az, now, tuple((tp, batch) for tp in tps), nbytes, spec.acks_all)
+            req = ProduceRequest(az, now, send_id, tuple((tp, batch) for tp in tps), nbytes, spec.acks_all)
             rec.produce_requests += 1
+            rec.produce_bytes += nbytes
             if target.az != az:
                 rec.cross_az_data_bytes += nbytes
             loop.at(now + net.one_way_ms(az, target.az), target.on_produce, req)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,13 +66,31 @@ def run_scenario(
     scenario: Scenario,
     seed: int,
     progress: Callable[[int, float], None] | None = None,
+    *,
+    jobs: int = 1,
 ) -> RunResult:
-    """Simulate every design; ``progress(design index, virtual ms)``."""
+    """Simulate every design; ``progress(design index, virtual ms)``.
+
+    With ``jobs`` > 1 the designs run in that many processes at once (each
+    design is independent and seeded alike, so the results are the same as
+    one after the other); progress is then reported per finished design."""
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    runs = design_runs(scenario)
     start = time.perf_counter()
-    results = []
-    for i, (design, routing) in enumerate(design_runs(scenario)):
-        cb = None if progress is None else (lambda ms, i=i: progress(i, ms))
-        results.append(simulate(scenario, design, routing, seed, cb))
+    if jobs == 1 or len(runs) == 1:
+        results = []
+        for i, (design, routing) in enumerate(runs):
+            cb = None if progress is None else (lambda ms, i=i: progress(i, ms))
+            results.append(simulate(scenario, design, routing, seed, cb))
+    else:
+        with ProcessPoolExecutor(min(jobs, len(runs))) as pool:
+            futures = [pool.submit(simulate, scenario, design, routing, seed) for design, routing in runs]
+            for i, f in enumerate(futures):
+                f.result()
+                if progress is not None:
+                    progress(i, scenario.duration_s * 1000)
+            results = [f.result() for f in futures]
     return RunResult(scenario, seed, tuple(results), time.perf_counter() - start)
 
 
@@ -100,20 +119,38 @@ def design_json(d: DesignResult, *, timing: bool) -> dict[str, Any]:
             if has_files
             else None
         ),
+        # Commit RPCs received over the network (network_*: from other nodes)
+        # and commits a broker makes to its own store in-process (local_*).
         "commit_rpcs_per_s": (
             {
-                "per_broker_mean": _f(d.commit_rpcs_per_s_per_broker_mean),
-                "per_broker_max": _f(d.commit_rpcs_per_s_per_broker_max),
+                "network_received_per_broker_mean": _f(d.network_commit_rpcs_per_s_per_broker_mean),
+                "network_received_per_broker_max": _f(d.network_commit_rpcs_per_s_per_broker_max),
+                "local_per_broker_mean": _f(d.local_commits_per_s_per_broker_mean),
+                "local_per_broker_max": _f(d.local_commits_per_s_per_broker_max),
                 "coordinator": _f(d.commit_rpcs_per_s_coordinator),
             }
             if has_files
             else None
         ),
+        "wal_files_per_s_busiest_broker": _f(d.files_per_s_per_broker_max) if has_files else None,
+        "produce_bytes_per_s": _f(d.produce_bytes_per_s),
         "cross_az_bytes_per_s": {
             "data": _f(d.cross_az_data_bytes_per_s),
             "metadata": _f(d.cross_az_metadata_bytes_per_s),
         },
+        # metadata = commit_rpcs + replication
+        "cross_az_metadata_bytes_per_s": {
+            "commit_rpcs": _f(d.cross_az_commit_bytes_per_s),
+            "replication": _f(d.cross_az_replication_bytes_per_s),
+        },
+        # Per produce request (a producer's request to one broker).
         "produce_latency_ms": {"p50": _f(d.latency_ms_p50), "p99": _f(d.latency_ms_p99), "p999": _f(d.latency_ms_p999)},
+        # Per producer send (every produce request of the send answered).
+        "send_latency_ms": {
+            "p50": _f(d.send_latency_ms_p50),
+            "p99": _f(d.send_latency_ms_p99),
+            "p999": _f(d.send_latency_ms_p999),
+        },
         "replication_lag_ms": {"p50": _f(d.replication_lag_ms_p50), "p99": _f(d.replication_lag_ms_p99)},
         "object_requests_per_s": {"put": _f(d.puts_per_s), "get": _f(d.gets_per_s)},
         "monthly_cost_usd": _f(d.cost.total_usd),
@@ -122,9 +159,22 @@ def design_json(d: DesignResult, *, timing: bool) -> dict[str, Any]:
             "get": _f(d.cost.get_usd),
             "cross_az": _f(d.cost.cross_az_usd),
         },
+        "sends": d.sends,
+        "sends_failed": d.sends_failed,
         "produce_requests": d.produce_requests,
         "produce_requests_failed": d.produce_requests_failed,
         "batches_failed": d.batches_failed,
+        "failures_by_window": [
+            {
+                "from_s": _f(w.from_ms / 1000),
+                "to_s": _f(w.to_ms / 1000),
+                "after": w.after,
+                "produce_requests_failed": w.produce_requests_failed,
+                "batches_failed": w.batches_failed,
+                "by_reason": w.produce_requests_failed_by_reason,
+            }
+            for w in d.failure_windows
+        ],
         "per_broker": [
             {
                 "broker": b.broker_id,
@@ -134,7 +184,8 @@ def design_json(d: DesignResult, *, timing: bool) -> dict[str, Any]:
                 "remote_mean": _f(b.remote_mean),
                 "remote_min": b.remote_min,
                 "remote_max": b.remote_max,
-                "commit_rpcs_received_per_s": _f(b.commit_rpcs_received_per_s),
+                "network_commit_rpcs_received_per_s": _f(b.network_commit_rpcs_received_per_s),
+                "local_commits_per_s": _f(b.local_commits_per_s),
             }
             for b in d.per_broker
         ]

@@ -27,9 +27,10 @@ A scenario file::
 
     [buffer]        commit_interval_ms, buffer_bytes_max, inflight_bytes_max, uploads_inflight_max
     [network]       rtt_same_az_ms_p50/_p99, rtt_cross_az_ms_p50/_p99
-    [object_store]  put_ms_p50/_p99, get_ms_p50/_p99, put_usd_per_1000, get_usd_per_1000,
-                    gets_per_file, put_error_rate
-    [commit]        apply_ms_p50/_p99, coordinator_ms_p50/_p99, coordinator_replication_factor
+    [object_store]  put_ms_p50/_p99, put_usd_per_1000, get_usd_per_1000,
+                    gets_per_file (unset: one per AZ; 0 means none), put_error_rate
+    [commit]        apply_ms_p50/_p99, follower_apply_ms_p50/_p99, coordinator_ms_p50/_p99,
+                    coordinator_replication_factor, commit_rpc_timeout_ms
     [metadata]      broker_propagation_ms, client_propagation_ms, session_timeout_ms
     [cost]          cross_az_usd_per_gb
 
@@ -50,6 +51,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from partlog.broker import COMMIT_RPC_TIMEOUT_MS_DEFAULT
 from partlog.produce_pipeline import (
     BUFFER_BYTES_MAX_DEFAULT,
     COMMIT_INTERVAL_MS_DEFAULT,
@@ -71,9 +73,6 @@ RTT_CROSS_AZ_MS_P99 = 3.0
 # KIP-1163, "Append latency": upload p50 ~100 ms, p99 200-400 ms.
 PUT_MS_P50 = 100.0
 PUT_MS_P99 = 300.0
-# S3 Standard first-byte latency for small ranged GETs.
-GET_MS_P50 = 30.0
-GET_MS_P99 = 120.0
 # S3 Standard, us-east-1: $0.005 per 1,000 PUT, $0.0004 per 1,000 GET.
 PUT_USD_PER_1000 = 0.005
 GET_USD_PER_1000 = 0.0004
@@ -83,6 +82,10 @@ CROSS_AZ_USD_PER_GB = 0.02
 # (design.md measures 0.4-1.5 ms per fsync).
 APPLY_MS_P50 = 1.0
 APPLY_MS_P99 = 5.0
+# A follower appending the entries it fetched: the same kind of LMDB write
+# transaction as the leader's append, so by default the same distribution.
+FOLLOWER_APPLY_MS_P50 = APPLY_MS_P50
+FOLLOWER_APPLY_MS_P99 = APPLY_MS_P99
 # KIP-1163, "Batch Coordinates Commit: P99 ~20-50ms, P50 ~10ms".
 COORDINATOR_MS_P50 = 10.0
 COORDINATOR_MS_P99 = 35.0
@@ -157,19 +160,24 @@ class NetworkSpec:
 @dataclass(frozen=True, slots=True)
 class ObjectStoreSpec:
     put: LatencyDist
-    get: LatencyDist
     put_usd_per_1000: float
     get_usd_per_1000: float
-    # GETs per WAL file: one per AZ that reads it (0 in the file: the AZ count).
-    gets_per_file: float
+    # GETs per WAL file; None (not in the file): one per AZ that reads it.
+    gets_per_file: float | None
     put_error_rate: float
 
 
 @dataclass(frozen=True, slots=True)
 class CommitSpec:
     apply: LatencyDist
+    # A follower's append of fetched metadata-log entries (replication lag
+    # and acks=all waits include it).
+    follower_apply: LatencyDist
     coordinator: LatencyDist
     coordinator_replication_factor: int
+    # A commit RPC to a dead or unreachable node is answered REQUEST_TIMED_OUT
+    # after this long (partlog/broker.py's commit_rpc_timeout_ms).
+    commit_rpc_timeout_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +216,8 @@ class Scenario:
 
     @property
     def gets_per_file(self) -> float:
-        return self.object_store.gets_per_file or float(len(self.cluster.azs))
+        g = self.object_store.gets_per_file
+        return float(len(self.cluster.azs)) if g is None else g
 
 
 # ------------------------------------------------------------------ loading
@@ -436,10 +445,9 @@ def parse_scenario(doc: Mapping[str, Any], where: str) -> Scenario:
     o = _table(doc, where, "object_store")
     object_store = ObjectStoreSpec(
         put=o.latency("put", PUT_MS_P50, PUT_MS_P99),
-        get=o.latency("get", GET_MS_P50, GET_MS_P99),
         put_usd_per_1000=o.number("put_usd_per_1000", PUT_USD_PER_1000),
         get_usd_per_1000=o.number("get_usd_per_1000", GET_USD_PER_1000),
-        gets_per_file=o.number("gets_per_file", 0.0, hi=1000.0),
+        gets_per_file=o.number("gets_per_file", hi=1000.0) if "gets_per_file" in o.doc else None,
         put_error_rate=o.number("put_error_rate", 0.0, hi=1.0),
     )
     o.done()
@@ -447,10 +455,12 @@ def parse_scenario(doc: Mapping[str, Any], where: str) -> Scenario:
     m = _table(doc, where, "commit")
     commit = CommitSpec(
         apply=m.latency("apply", APPLY_MS_P50, APPLY_MS_P99),
+        follower_apply=m.latency("follower_apply", FOLLOWER_APPLY_MS_P50, FOLLOWER_APPLY_MS_P99),
         coordinator=m.latency("coordinator", COORDINATOR_MS_P50, COORDINATOR_MS_P99),
         coordinator_replication_factor=m.integer(
             "coordinator_replication_factor", COORDINATOR_REPLICATION_FACTOR, lo=1, hi=len(azs) * 100
         ),
+        commit_rpc_timeout_ms=m.integer("commit_rpc_timeout_ms", COMMIT_RPC_TIMEOUT_MS_DEFAULT, lo=1, hi=3_600_000),
     )
     m.done()
 
@@ -521,15 +531,17 @@ _SECTION_KEYS: dict[str, set[str]] = {
     "buffer": {"commit_interval_ms", "buffer_bytes_max", "inflight_bytes_max", "uploads_inflight_max"},
     "network": {f"rtt_{w}_az_ms_{q}" for w in ("same", "cross") for q in ("p50", "p99")},
     "object_store": {
-        *(f"{op}_ms_{q}" for op in ("put", "get") for q in ("p50", "p99")),
+        "put_ms_p50",
+        "put_ms_p99",
         "put_usd_per_1000",
         "get_usd_per_1000",
         "gets_per_file",
         "put_error_rate",
     },
     "commit": {
-        *(f"{w}_ms_{q}" for w in ("apply", "coordinator") for q in ("p50", "p99")),
+        *(f"{w}_ms_{q}" for w in ("apply", "follower_apply", "coordinator") for q in ("p50", "p99")),
         "coordinator_replication_factor",
+        "commit_rpc_timeout_ms",
     },
     "metadata": {"broker_propagation_ms", "client_propagation_ms", "session_timeout_ms"},
     "cost": {"cross_az_usd_per_gb"},

@@ -76,6 +76,7 @@ def simulate(
     partitions = topic_partitions(cluster)
     templates = BatchTemplates(EPOCH_MS)
     apply_rng = stream("apply")
+    follower_apply = LatencySampler(scenario.commit.follower_apply, stream("follower-apply"))
 
     with ExitStack() as stack:
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="partlog-sim-", dir=_temp_root()))
@@ -93,7 +94,7 @@ def simulate(
         if design is Design.CLASSIC:
             producer_routing = Routing.LEADER_ONLY
             for b in azs:
-                leader = ClassicLeader(ctx, b, truth, LatencySampler(scenario.commit.apply, apply_rng))
+                leader = ClassicLeader(ctx, b, truth, LatencySampler(scenario.commit.apply, apply_rng), follower_apply)
                 brokers[b] = leader
                 ctx.produce_targets[b] = leader
         else:
@@ -104,6 +105,7 @@ def simulate(
                     cluster.coordinator_az,
                     open_store("coordinator"),
                     LatencySampler(scenario.commit.coordinator, stream("coordinator")),
+                    follower_apply,
                 )
                 ctx.commit_targets[COORDINATOR_ID] = coordinator
             else:
@@ -120,6 +122,7 @@ def simulate(
                     rng=stream(f"broker-{b}"),
                     put=put,
                     apply=LatencySampler(scenario.commit.apply, apply_rng),
+                    follower_apply=follower_apply,
                 )
                 brokers[b] = sb
                 ctx.produce_targets[b] = sb

@@ -63,6 +63,8 @@ def run_sweep(
     seed: int,
     extra_overrides: dict[str, Any] | None = None,
     progress: Callable[[int, int, float], None] | None = None,
+    *,
+    jobs: int = 1,
 ) -> SweepResult:
     """``progress(value index, design index, virtual ms)``."""
     series: dict[str, list[float | None]] = {}
@@ -70,7 +72,7 @@ def run_sweep(
     for vi, value in enumerate(values):
         s = load_scenario(scenario, {**(extra_overrides or {}), param: value})
         cb = None if progress is None else (lambda di, ms, vi=vi: progress(vi, di, ms))
-        r = run_scenario(s, seed, cb)
+        r = run_scenario(s, seed, cb, jobs=jobs)
         runs.append(r)
         for d in r.designs:
             series.setdefault(f"{d.design}/{d.routing}", []).append(metric_of(design_json(d, timing=False), metric))

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -94,7 +97,9 @@ def test_jun_any_broker_distinct_leaders_match_expectation() -> None:
     assert abs(mean) <= 4 * sd / math.sqrt(n) + 0.05, (mean, sd, n)
     # And it is the amplification the thread feared: dozens of commit RPCs.
     assert r.distinct_leaders_mean > 50
-    # One commit RPC per distinct leader broker: that is what the pipeline does.
+    # One commit RPC per distinct leader broker: that is what the pipeline
+    # does.  distinct_leaders is counted from each file's footer partitions
+    # and the broker's metadata, independently of the commits it sent.
     assert all(f.total == f.distinct_leaders for f in files)
 
 
@@ -162,16 +167,38 @@ def test_cli_json_contract_and_byte_identical_reruns(capsys: pytest.CaptureFixtu
     doc = json.loads(capsys.readouterr().out)
     assert doc["seed"] == 5 and doc["simulated_s"] == 3
     assert doc["wall_s"] > 0 and doc["speedup"] > 0  # present; never asserted as a timing
-    assert [d["design"] for d in doc["designs"]] == ["partlog", "coordinator", "classic"]
+    assert [(d["design"], d["routing"]) for d in doc["designs"]] == [
+        ("partlog", "az-representative"),
+        ("partlog", "any-broker"),
+        ("coordinator", "any-broker"),
+        ("classic", "leader-only"),
+    ]
     for d in doc["designs"]:
         assert {"design", "routing", "commit_rpcs_per_file", "cross_az_bytes_per_s", "produce_latency_ms"} <= set(d)
         assert set(d["cross_az_bytes_per_s"]) == {"data", "metadata"}
+        meta = d["cross_az_metadata_bytes_per_s"]
+        assert meta["commit_rpcs"] + meta["replication"] == pytest.approx(
+            d["cross_az_bytes_per_s"]["metadata"], rel=1e-4
+        )
         assert set(d["produce_latency_ms"]) == {"p50", "p99", "p999"}
+        assert set(d["send_latency_ms"]) == {"p50", "p99", "p999"}
+        assert d["replication_lag_ms"]["p99"] is not None  # every design, the coordinator too
         assert set(d["object_requests_per_s"]) == {"put", "get"}
         assert isinstance(d["monthly_cost_usd"], float)
+        assert [w["after"] for w in d["failures_by_window"]] == ["start"]
     fanout = doc["designs"][0]["commit_rpcs_per_file"]
     assert {"local_mean", "remote_mean", "cross_az_mean", "remote_max", "distinct_leader_brokers_mean"} <= set(fanout)
-    assert doc["designs"][1]["commit_rpcs_per_file"]["remote_max"] == 1  # the coordinator: one RPC per file
+    assert set(doc["designs"][0]["commit_rpcs_per_s"]) == {
+        "network_received_per_broker_mean",
+        "network_received_per_broker_max",
+        "local_per_broker_mean",
+        "local_per_broker_max",
+        "coordinator",
+    }
+    coordinator = doc["designs"][2]
+    assert coordinator["commit_rpcs_per_file"]["remote_max"] == 1  # one RPC per file
+    assert coordinator["commit_rpcs_per_s"]["coordinator"] > 0
+    assert coordinator["commit_rpcs_per_s"]["network_received_per_broker_max"] == 0
     assert (tmp_path / "result.json").exists()
     assert sorted(p.name for p in tmp_path.glob("*.png")) == [
         "commit_rpcs_per_file.png",
@@ -197,3 +224,93 @@ def test_scenario_errors_name_file_and_key(tmp_path: Path) -> None:
         load_scenario(str(bad))
     with pytest.raises(ScenarioError, match="no such scenario"):
         load_scenario("no-such-scenario")
+
+
+def test_same_seed_same_output_across_processes_and_hash_seeds() -> None:
+    """Two interpreters with different str hashing give the same bytes."""
+    root = Path(__file__).resolve().parents[1]
+    args = [sys.executable, "-m", "simulations", "run", "leadership-change", "--duration-s", "2", "--json"]
+    outs = []
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        done = subprocess.run([*args, "--no-timing"], cwd=root, env=env, capture_output=True, text=True, check=True)
+        outs.append(done.stdout)
+    assert outs[0] and outs[0] == outs[1]
+    json.loads(outs[0])
+
+
+def test_network_commit_rpcs_exclude_a_brokers_own_commits() -> None:
+    r = _partlog("balanced-3az", Routing.AZ_REPRESENTATIVE, duration_s=6)
+    n = len(r.per_broker)
+    sent_remote = sum(f.remote for f in r.file_commits) / r.simulated_s
+    sent_local = sum(f.local for f in r.file_commits) / r.simulated_s
+    received = sum(b.network_commit_rpcs_received_per_s for b in r.per_broker)
+    local = sum(b.local_commits_per_s for b in r.per_broker)
+    # Commits still on the wire when the run ends are sent, not yet received.
+    assert 0.95 * sent_remote <= received <= sent_remote
+    assert local == pytest.approx(sent_local)
+    assert r.network_commit_rpcs_per_s_per_broker_mean == pytest.approx(received / n)
+    assert r.local_commits_per_s_per_broker_mean == pytest.approx(local / n)
+
+
+@pytest.mark.parametrize("timeout_ms", [2000, 10_000])
+def test_commits_to_a_dead_leader_time_out_after_the_rpc_timeout(timeout_ms: int) -> None:
+    scenario = load_scenario("broker-failure", {"duration_s": 30, "commit_rpc_timeout_ms": timeout_ms})
+    r = simulate(scenario, Design.PARTLOG, Routing.AZ_REPRESENTATIVE, SEED)
+    fail_s = scenario.events[0].at_s
+    [start, failed, fenced] = r.failure_windows
+    assert (start.from_ms, failed.from_ms, fenced.from_ms) == (0, fail_s * 1000, fenced.from_ms)
+    assert start.produce_requests_failed == 0
+    timed_out = {w.after: w.produce_requests_failed_by_reason.get("request_timed_out", 0) for w in r.failure_windows}
+    # Commits sent to the dead broker from 15 s on are answered timeout_ms later.
+    if fail_s + timeout_ms / 1000 < fenced.from_ms / 1000:
+        assert timed_out[failed.after] > 0
+    else:
+        assert timed_out[failed.after] == 0 and timed_out[fenced.after] > 0
+    assert sum(w.produce_requests_failed for w in r.failure_windows) == r.produce_requests_failed > 0
+
+
+def test_gets_per_file_unset_is_one_per_az_and_zero_means_none() -> None:
+    default = load_scenario("balanced-3az", {"duration_s": 2})
+    assert default.object_store.gets_per_file is None and default.gets_per_file == 3
+    none = load_scenario("balanced-3az", {"duration_s": 2, "gets_per_file": 0})
+    assert none.gets_per_file == 0
+    r = simulate(none, Design.PARTLOG, Routing.AZ_REPRESENTATIVE, SEED)
+    assert r.puts_per_s > 0 and r.gets_per_s == 0 and r.cost.get_usd == 0
+
+
+def test_replication_lag_includes_the_followers_apply() -> None:
+    slow = {"duration_s": 3, "follower_apply_ms_p50": 40, "follower_apply_ms_p99": 40}
+    fast = {"duration_s": 3, "follower_apply_ms_p50": 0, "follower_apply_ms_p99": 0}
+    for design in (Design.PARTLOG, Design.COORDINATOR):
+        lag_slow = simulate(load_scenario("balanced-3az", slow), design, Routing.AZ_REPRESENTATIVE, SEED)
+        lag_fast = simulate(load_scenario("balanced-3az", fast), design, Routing.AZ_REPRESENTATIVE, SEED)
+        assert lag_fast.replication_lag_ms_p50 is not None and lag_slow.replication_lag_ms_p50 is not None
+        assert lag_slow.replication_lag_ms_p50 >= 40 > 10 > lag_fast.replication_lag_ms_p50
+        assert lag_slow.cross_az_replication_bytes_per_s > 0
+
+
+def test_designs_in_parallel_processes_give_the_same_results() -> None:
+    scenario = load_scenario("imbalanced-2az", {"duration_s": 3})
+    one = json.dumps(to_json(run_scenario(scenario, 5), timing=False))
+    two = json.dumps(to_json(run_scenario(scenario, 5, jobs=2), timing=False))
+    assert one == two
+    with pytest.raises(ValueError, match="jobs must be >= 1"):
+        run_scenario(scenario, 5, jobs=0)
+
+
+def test_plots_without_matplotlib_are_a_clear_error_before_simulating(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    for argv in (
+        ["run", "balanced-3az", "--out", str(tmp_path / "o")],
+        ["sweep", "balanced-3az", "--param", "brokers_per_az=1,2", "--out", str(tmp_path / "s")],
+        ["report", "--out", str(tmp_path / "R.md"), "--plots", str(tmp_path / "p")],
+    ):
+        assert main(argv) == 2
+        assert "writes PNG plots with matplotlib: pip install 'partlog[sim]'" in capsys.readouterr().err
+    assert not (tmp_path / "R.md").exists() and not (tmp_path / "o").exists()
