@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import secrets
 import ssl as ssl_module
@@ -97,6 +98,13 @@ class Deferred:
     the error it raises, as for a handler)."""
 
     answer: Awaitable[Any]
+
+
+def close_unstarted(aw: Awaitable[Any]) -> None:
+    """Close ``aw`` if it is a coroutine that never ran: nobody will await it
+    now, and Python would warn "coroutine ... was never awaited"."""
+    if inspect.iscoroutine(aw) and inspect.getcoroutinestate(aw) == inspect.CORO_CREATED:
+        aw.close()
 
 
 # Kafka clients default to 5 in-flight requests per connection and Kafka
@@ -448,6 +456,10 @@ class _ServerConnection:
                         task = asyncio.create_task(self.run(frame, answer))
                         self.tasks.add(task)
                         task.add_done_callback(self.tasks.discard)
+                        # Cancelled before its first step (the connection
+                        # closed at once), it never awaits the answer.
+                        pending_answer = answer.answer
+                        task.add_done_callback(lambda _t: close_unstarted(pending_answer))
                         return
             except RpcError as e:
                 self.send_error(frame.request_id, frame.method, e.code, e.message)

@@ -807,3 +807,42 @@ def test_mutual_tls_refuses_a_client_without_a_cert(certs: Path) -> None:
         await client.close()
 
     serve({"echo": record}, ssl=_server_context(certs, mutual=True))(test)
+
+
+def test_a_deferred_answer_never_started_is_closed_without_a_warning() -> None:
+    """Regression: a connection closing right after a handler returned a
+    Deferred cancelled the answering task before its first step, leaving the
+    answer coroutine unawaited ("coroutine '_encoded' was never awaited" in
+    test_failover).  The server now closes such an answer."""
+    import gc
+    import inspect
+    import warnings
+
+    from partlog.rpc import close_unstarted
+
+    async def answer() -> int:
+        return 1
+
+    async def main() -> None:
+        never = answer()
+        task = asyncio.create_task(asyncio.sleep(0))
+        task.cancel()
+        task.add_done_callback(lambda _t: close_unstarted(never))
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0)  # done callbacks run
+        assert inspect.getcoroutinestate(never) == inspect.CORO_CLOSED
+
+        done = answer()
+        assert await done == 1
+        close_unstarted(done)  # finished: left alone
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        close_unstarted(fut)  # not a coroutine: left alone
+        assert not fut.done()
+        fut.cancel()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        asyncio.run(main())
+        gc.collect()
+    assert not [w for w in caught if "never awaited" in str(w.message)]
