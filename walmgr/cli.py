@@ -281,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="write partlog + walmgr + the Spark job as one zip, for spark-submit --py-files",
         description="Executors of a Spark cluster import partlog and walmgr: ship this zip with "
         "'spark-submit --py-files' (walmgr itself ships it when its scan.spark_master is not local). "
-        "Third-party dependencies (boto3, crcmod, msgpack, lmdb) must be installed on the executors.",
+        "partlog's dependencies (pyproject.toml's dependencies) must be installed on the executors.",
     )
     pkg.add_argument("--out", default="walmgr_spark.zip", help="zip to write (default walmgr_spark.zip)")
     pkg.set_defaults(func=_cmd_spark_package, standalone=True)

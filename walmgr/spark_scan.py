@@ -17,8 +17,8 @@ record a notification or the deleter changed meanwhile is left alone), and
 
 With a master other than ``local[...]`` the executors are other machines:
 the driver ships partlog, walmgr and the job as one zip (:func:`package_zip`,
-``SparkContext.addPyFile``); their third-party dependencies (boto3, crcmod,
-msgpack, lmdb) must be installed there.
+``SparkContext.addPyFile``); partlog's dependencies (pyproject.toml's
+``dependencies``) must be installed there.
 """
 
 from __future__ import annotations
