@@ -85,14 +85,11 @@ def package_zip(path: str) -> str:
     """Write partlog, walmgr and the Spark job (their .py files) to the zip
     ``path`` for ``spark-submit --py-files`` or ``SparkContext.addPyFile``;
     returns ``path``."""
-    import partlog
-    import spark as spark_pkg
-    import walmgr
+    import importlib
 
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for mod in (partlog, walmgr, spark_pkg):
-            root = os.path.dirname(os.path.abspath(mod.__file__ or ""))
-            name = mod.__name__
+        for name in SHIPPED_PACKAGES:
+            root = os.path.dirname(os.path.abspath(importlib.import_module(name).__file__ or ""))
             for dirpath, dirnames, filenames in os.walk(root):
                 dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
                 for fn in sorted(filenames):
