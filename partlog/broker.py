@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from partlog.broker_metrics import BrokerMetrics
-from partlog.cluster_meta import BrokerInfo, MetadataSource, StaticMetadata
+from partlog.cluster_meta import BrokerInfo, ClusterMismatchError, MetadataSource, StaticMetadata
 from partlog.errors import Errors
 from partlog.fetch_path import CACHE_BYTES_MAX_DEFAULT, RangeCache, assemble, plan_reads
 from partlog.objectstore import ObjectStore
@@ -244,6 +244,8 @@ class Broker:
         self.walmgr_notifications_sent = 0
         self.walmgr_notifications_dropped = 0
         self.port = 0
+        # Known from the metadata by the time the broker listens (listen()).
+        self.cluster_id: uuid.UUID | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -254,8 +256,31 @@ class Broker:
         self._topic_ids.update(t.topic_id for t in new)
         return [CreateTopicAndPartitionsRequest(t.topic_id, t.name, t.num_partitions) for t in new]
 
-    async def start(self) -> None:
-        await asyncio.to_thread(self.store.create_topic_and_partitions, self._new_topics(self.metadata))
+    def _metadata_cluster(self, metadata: MetadataSource) -> uuid.UUID:
+        """The cluster ``metadata`` names; a broker without one, or with
+        another than it started with, refuses (ClusterMismatchError)."""
+        cluster_id = getattr(metadata, "cluster_id", None)
+        if not isinstance(cluster_id, uuid.UUID):
+            raise ClusterMismatchError(f"broker {self.broker_id}: the cluster metadata names no cluster id")
+        if self.cluster_id is not None and cluster_id != self.cluster_id:
+            raise ClusterMismatchError(
+                f"broker {self.broker_id}: new metadata names cluster {cluster_id}, "
+                f"this broker serves cluster {self.cluster_id}"
+            )
+        return cluster_id
+
+    async def listen(self) -> None:
+        """Bind the RPC port (``start`` does it when not done yet).  A broker
+        that registers with a controller listens first, so a port already in
+        use fails before the controller is told this broker serves there.
+        The cluster id comes from the metadata now: the store must belong to
+        it (``MetadataStore.bind_cluster``), and the handshake announces it."""
+        if self._server is not None:
+            return
+        cluster_id = self._metadata_cluster(self.metadata)
+        await asyncio.to_thread(self.store.bind_cluster, cluster_id)
+        self.cluster_id = cluster_id
+        self.pipeline.cluster_id = cluster_id
         handlers: dict[str, Callable[[Any], Awaitable[Any]]] = {
             "produce": self._handle_produce,
             "commit": self._handle_commit,
@@ -266,16 +291,22 @@ class Broker:
             "replica_fetch": self.replicas.handle_replica_fetch,
             "referenced_files": self._handle_referenced_files,
         }
-        self._server = RpcServer(
+        server = RpcServer(
             handlers,
             host=self.config.host,
             port=self.config.port,
             secret=self.config.secret,
+            cluster_id=cluster_id,
             ssl=self.config.server_ssl,
             ordered_methods=frozenset({"commit"}),
         )
-        await self._server.start()
-        self.port = self._server.port
+        await server.start()
+        self._server = server
+        self.port = server.port
+
+    async def start(self) -> None:
+        await self.listen()
+        await asyncio.to_thread(self.store.create_topic_and_partitions, self._new_topics(self.metadata))
         self.metadata.add_listener(self._metadata_changed)
         await self.replicas.apply_metadata(self.metadata)
         self.replicas.start()
@@ -306,7 +337,9 @@ class Broker:
 
     def set_metadata(self, metadata: MetadataSource) -> None:
         """Adopt new metadata (brokers' ports, new topics).  New topics are
-        created in the store at once (idempotent; a short blocking write)."""
+        created in the store at once (idempotent; a short blocking write).
+        Metadata of another cluster raises :class:`ClusterMismatchError`."""
+        self._metadata_cluster(metadata)
         if metadata is not self.metadata:
             metadata.add_listener(self._metadata_changed)
         self.metadata = metadata
@@ -613,7 +646,11 @@ class Broker:
                 if info is None or not info.port:
                     raise RpcConnectionError(f"broker {broker_id}: address unknown")
                 client = await RpcClient.connect(
-                    info.host, info.port, secret=self.config.secret, ssl=self.config.client_ssl
+                    info.host,
+                    info.port,
+                    secret=self.config.secret,
+                    ssl=self.config.client_ssl,
+                    cluster_id=self.cluster_id,
                 )
                 self._clients[broker_id] = client
             return client
@@ -761,7 +798,11 @@ class Broker:
                 try:
                     if client is None or not client.connected:
                         client = await RpcClient.connect(
-                            host, int(port), secret=self.config.secret, ssl=self.config.client_ssl
+                            host,
+                            int(port),
+                            secret=self.config.secret,
+                            ssl=self.config.client_ssl,
+                            cluster_id=self.cluster_id,
                         )
                     await client.call("wal_uploaded", enc_wal_uploaded(batch), timeout_ms=10_000)
                     self.walmgr_notifications_sent += n

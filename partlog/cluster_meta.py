@@ -15,6 +15,16 @@ AZs the map from one AZ's brokers to another's is then a bijection, so every
 broker represents exactly one leader per other AZ and a WAL file costs one
 local commit and at most AZs - 1 remote ones.  A real hash would collide and
 raise that bound for no benefit.
+
+Cluster identity (design brief, deletion safety 0): every source names the
+cluster it describes (``cluster_id``, a random UUID made once, when the
+cluster is created).  Brokers record it in their stores and WAL footers and
+present it in every RPC handshake, and walmgr binds its registry to it, so
+two clusters with topics of the same names never mistake one another's
+objects or leaders.  Topic ids are random at creation (the controller) or
+named in a cluster file; a cluster file topic without an id gets one derived
+from the cluster id and the name, so it is stable for that cluster and no
+other.
 """
 
 from __future__ import annotations
@@ -120,9 +130,39 @@ def check_alter_partition(
     return Errors.NONE
 
 
+class ClusterMismatchError(MetadataError):
+    """Two parties that must belong to one cluster name different ones (a
+    store, a metadata source, a peer, a registry).  Nothing may proceed: it
+    is a configuration error (exit status 2 in the CLIs)."""
+
+    exit_status = 2
+
+
+def check_same_cluster(what: str, theirs: uuid.UUID | None, ours_what: str, ours: uuid.UUID | None) -> None:
+    """Raise :class:`ClusterMismatchError` naming both ids when both are
+    known and differ."""
+    if theirs is not None and ours is not None and theirs != ours:
+        raise ClusterMismatchError(f"{what} belongs to cluster {theirs}, but {ours_what} to cluster {ours}")
+
+
+def parse_cluster_id(text: str, where: str) -> uuid.UUID:
+    """A cluster id from configuration: a UUID in any of its usual spellings."""
+    try:
+        return uuid.UUID(str(text))
+    except ValueError:
+        raise MetadataError(f"{where}: cluster_id {text!r:.60} is not a UUID") from None
+
+
 class MetadataSource(Protocol):
     """What a broker needs to know about the cluster, and the two things it
-    tells the cluster's controller (ISR changes, producer-id blocks)."""
+    tells the cluster's controller (ISR changes, producer-id blocks).
+
+    ``cluster_id`` names the cluster (None only while a source has not yet
+    learned it, e.g. before it first reached its controller); a broker
+    refuses to start without one and refuses metadata naming another."""
+
+    @property
+    def cluster_id(self) -> uuid.UUID | None: ...
 
     def leader_of(self, tp: TopicIdPartition) -> int | None: ...
 
@@ -168,8 +208,18 @@ class StaticMetadata:
     62-bit ids, design.md)."""
 
     def __init__(
-        self, brokers: list[BrokerInfo], topics: list[TopicInfo], deleted_topics: Iterable[uuid.UUID] = ()
+        self,
+        brokers: list[BrokerInfo],
+        topics: list[TopicInfo],
+        deleted_topics: Iterable[uuid.UUID] = (),
+        *,
+        cluster_id: uuid.UUID,
     ) -> None:
+        # No default: two sources built without one would silently describe
+        # "the same" cluster, which is what the id exists to rule out.
+        if not isinstance(cluster_id, uuid.UUID):
+            raise MetadataError(f"cluster_id must be a uuid.UUID, got {type(cluster_id).__name__}")
+        self._cluster_id = cluster_id
         ids = [b.broker_id for b in brokers]
         if len(set(ids)) != len(ids):
             raise MetadataError(f"duplicate broker ids in {sorted(ids)}")
@@ -189,6 +239,10 @@ class StaticMetadata:
             self._by_az.setdefault(b.az, []).append(b.broker_id)
         self._listeners: list[Callable[[], None]] = []
         self._deleted_topics = frozenset(deleted_topics) - set(self._topics)
+
+    @property
+    def cluster_id(self) -> uuid.UUID:
+        return self._cluster_id
 
     def topic_deleted(self, topic_id: uuid.UUID) -> bool:
         """True when the file lists the topic as deleted: its partitions hold
@@ -241,7 +295,11 @@ class StaticMetadata:
         brokers = [
             BrokerInfo(b.broker_id, b.az, b.host, ports.get(b.broker_id, b.port)) for b in self._brokers.values()
         ]
-        return StaticMetadata(brokers, list(self._topics.values()), self._deleted_topics)
+        return StaticMetadata(brokers, list(self._topics.values()), self._deleted_topics, cluster_id=self._cluster_id)
+
+    def with_topics(self, topics: list[TopicInfo]) -> StaticMetadata:
+        """The same cluster and brokers with other topics (or other leaders)."""
+        return StaticMetadata(self.brokers(), topics, self._deleted_topics, cluster_id=self._cluster_id)
 
     # ------------------------------------------------------------- routing
 
@@ -275,13 +333,16 @@ class StaticMetadata:
         topics: Mapping[str, int],
         first_port: int = 0,
         replication_factor: int = 1,
+        cluster_id: uuid.UUID | None = None,
     ) -> StaticMetadata:
         """``azs`` x ``brokers_per_az`` brokers (ids from 1, AZs "az1".."azN",
         broker i in AZ ((i-1) mod azs)+1), partition leaders round-robin over
         all brokers, the other replicas on the brokers after the leader (so
-        one per AZ while ``replication_factor <= azs``); topic ids derived
-        from names (uuid5), so every process generating the same cluster
-        agrees."""
+        one per AZ while ``replication_factor <= azs``).  ``cluster_id``
+        defaults to a new random one (a new cluster); topic ids are derived
+        from it and the names, so every process generating the same cluster
+        with the same id agrees."""
+        cluster_id = uuid.uuid4() if cluster_id is None else cluster_id
         if azs <= 0 or brokers_per_az <= 0:
             raise MetadataError(f"need azs > 0 and brokers_per_az > 0, got {azs} and {brokers_per_az}")
         n = azs * brokers_per_az
@@ -299,12 +360,14 @@ class StaticMetadata:
             leaders = [(start + p) % n + 1 for p in range(partitions)]
             replicas = [[(leader - 1 + k) % n + 1 for k in range(replication_factor)] for leader in leaders]
             start += partitions
-            infos.append(TopicInfo.with_leaders(topic_id_for(name), name, leaders, replicas))
-        return cls(brokers, infos)
+            infos.append(TopicInfo.with_leaders(topic_id_for(cluster_id, name), name, leaders, replicas))
+        return cls(brokers, infos, cluster_id=cluster_id)
 
     @classmethod
     def from_toml(cls, path: str) -> StaticMetadata:
         """A cluster file::
+
+        cluster_id = "0f6c..."   # required: `partlog cluster-id` prints a new one
 
         [[brokers]]
         id = 1
@@ -314,7 +377,7 @@ class StaticMetadata:
 
         [[topics]]
         name = "orders"
-        id = "6f1c..."       # optional: uuid5 of the name
+        id = "6f1c..."       # optional: derived from cluster_id and the name
         leaders = [1, 2, 3]  # partition p led by leaders[p]
         replicas = [[1, 2], [2, 3], [3, 1]]  # optional: the leader alone
 
@@ -325,10 +388,17 @@ class StaticMetadata:
                 doc = tomllib.load(f)
         except (OSError, tomllib.TOMLDecodeError) as e:
             raise MetadataError(f"{path}: {e}") from e
+        except UnicodeDecodeError as e:
+            raise MetadataError(f"{path}: not UTF-8 at byte {e.start}") from e
         return cls.from_dict(doc, where=path)
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any], *, where: str = "cluster config") -> StaticMetadata:
+        if "cluster_id" not in doc:
+            raise MetadataError(
+                f"{where}: no cluster_id (every cluster needs its own; `partlog cluster-id` prints a new one)"
+            )
+        cluster_id = parse_cluster_id(doc["cluster_id"], where)
         try:
             brokers = [
                 BrokerInfo(int(b["id"]), str(b["az"]), str(b.get("host", "127.0.0.1")), int(b.get("port", 0)))
@@ -336,7 +406,7 @@ class StaticMetadata:
             ]
             topics = [
                 TopicInfo.with_leaders(
-                    uuid.UUID(str(t["id"])) if "id" in t else topic_id_for(str(t["name"])),
+                    uuid.UUID(str(t["id"])) if "id" in t else topic_id_for(cluster_id, str(t["name"])),
                     str(t["name"]),
                     [int(x) for x in t["leaders"]],
                     [[int(x) for x in r] for r in t["replicas"]] if "replicas" in t else None,
@@ -349,11 +419,14 @@ class StaticMetadata:
         except (KeyError, TypeError, ValueError) as e:
             raise MetadataError(f"{where}: bad broker or topic entry: {e!r}") from e
         try:
-            return cls(brokers, topics, deleted)
+            return cls(brokers, topics, deleted, cluster_id=cluster_id)
         except MetadataError as e:
             raise MetadataError(f"{where}: {e}") from e
 
 
-def topic_id_for(name: str) -> uuid.UUID:
-    """The topic id every process derives from a topic's name (uuid5)."""
-    return uuid.uuid5(uuid.NAMESPACE_URL, f"partlog-topic:{name}")
+def topic_id_for(cluster_id: uuid.UUID, name: str) -> uuid.UUID:
+    """The id of a cluster file's topic that names none: uuid5 of the name
+    in the cluster's namespace, so the same name in another cluster (or a
+    cluster re-created with a new id) never gets the same topic id.  The
+    controller does not use it: its topic ids are random (Kafka's rule)."""
+    return uuid.uuid5(cluster_id, f"partlog-topic:{name}")

@@ -44,6 +44,12 @@ Rules (Kafka's KRaft semantics, simplified):
   before it is returned.  Allocating a block is not a metadata change: it
   does not bump ``version``.
 
+Identity: a new state directory gets a random cluster id
+(``ControllerConfig.cluster_id`` to choose it), kept with the state and
+never changed; topic ids are random UUIDs (Kafka's rule), so a topic that is
+deleted and created again, or one of the same name in another cluster, never
+matches old references.  Randomness is passed in (``new_uuid``).
+
 Restart: reopening ``data_dir`` restores everything.  Brokers that were not
 fenced are restored as registered but not yet heard from: they get one full
 session timeout from the controller's start before they are fenced, as KRaft
@@ -51,7 +57,7 @@ gives brokers after a controller failover.
 
 Layout of ``data_dir``::
 
-    metadata/       LMDB: meta (format, version, last broker epoch), brokers,
+    metadata/       LMDB: meta (format, version, last broker epoch, cluster id), brokers,
                     topics, parts (one value per partition)
     producer_ids/   LMDB of the ProducerIdManager
 
@@ -74,7 +80,7 @@ from typing import Any, NamedTuple
 import lmdb
 import msgpack
 
-from partlog.cluster_meta import NO_LEADER, BrokerInfo, PartitionInfo, TopicInfo, check_alter_partition, topic_id_for
+from partlog.cluster_meta import NO_LEADER, BrokerInfo, PartitionInfo, TopicInfo, check_alter_partition
 from partlog.errors import Errors
 from partlog.producer_ids import (
     PRODUCER_ID_BLOCK_SIZE,
@@ -176,6 +182,7 @@ _U64 = struct.Struct(">Q")
 _KEY_FORMAT = b"format"
 _KEY_VERSION = b"version"
 _KEY_BROKER_EPOCH = b"broker_epoch"
+_KEY_CLUSTER_ID = b"cluster_id"
 
 
 class ControllerStateError(RuntimeError):
@@ -190,10 +197,15 @@ class ControllerConfig:
     # 0 disables periodic preferred-leader election.
     leader_imbalance_check_interval_ms: int = LEADER_IMBALANCE_CHECK_INTERVAL_MS_DEFAULT
     producer_id_block_size: int = PRODUCER_ID_BLOCK_SIZE
+    # The cluster id a new state directory gets (None: a random one); for an
+    # existing directory it must match the one kept there.
+    cluster_id: uuid.UUID | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.data_dir, str | os.PathLike) or not os.fspath(self.data_dir):
             raise ValueError(f"ControllerConfig.data_dir must be a non-empty path, got {self.data_dir!r}")
+        if self.cluster_id is not None and not isinstance(self.cluster_id, uuid.UUID):
+            raise ValueError(f"ControllerConfig.cluster_id must be a uuid.UUID, got {self.cluster_id!r}")
         for name, low in (
             ("broker_session_timeout_ms", 1),
             ("leader_imbalance_check_interval_ms", 0),
@@ -230,6 +242,7 @@ class MetadataSnapshot(NamedTuple):
     version: int
     brokers: list[BrokerInfo]
     topics: list[TopicInfo]
+    cluster_id: uuid.UUID | None = None
 
 
 # ------------------------------------------------------------------ events
@@ -452,8 +465,11 @@ class Controller:
     that failed was then neither applied nor answered.
     """
 
-    def __init__(self, config: ControllerConfig, *, now_ms: int) -> None:
+    def __init__(
+        self, config: ControllerConfig, *, now_ms: int, new_uuid: Callable[[], uuid.UUID] = uuid.uuid4
+    ) -> None:
         self.config = config
+        self._new_uuid = new_uuid
         root = os.fspath(config.data_dir)
         meta_dir = os.path.join(root, "metadata")
         os.makedirs(meta_dir, exist_ok=True)
@@ -475,6 +491,7 @@ class Controller:
             os.close(self._lock_fd)
             raise
         self.version = 0
+        self.cluster_id = uuid.UUID(int=0)  # set by _load
         self._broker_epoch_last = 0
         self._brokers: dict[int, BrokerRegistration] = {}
         self._last_heartbeat_ms: dict[int, int] = {}
@@ -512,6 +529,7 @@ class Controller:
             self.version = _U64.unpack(raw)[0] if raw else 0
             raw = txn.get(_KEY_BROKER_EPOCH, db=self._db_meta)
             self._broker_epoch_last = _U64.unpack(raw)[0] if raw else 0
+            stored_cluster = txn.get(_KEY_CLUSTER_ID, db=self._db_meta)
             try:
                 for k, v in txn.cursor(db=self._db_brokers):
                     b = _dec_broker(_U32.unpack(k)[0], msgpack.unpackb(v))
@@ -533,10 +551,26 @@ class Controller:
                         self._offline.add(tp)
             except (ValueError, TypeError, struct.error, WireError) as e:
                 raise ControllerStateError(f"{self.config.data_dir}: unreadable controller state: {e!r}") from e
-        if fmt is None:
+        wanted = self.config.cluster_id
+        if stored_cluster is not None:
+            if len(stored_cluster) != 16:
+                raise ControllerStateError(f"{self.config.data_dir}: unreadable cluster id {bytes(stored_cluster)!r}")
+            self.cluster_id = uuid.UUID(bytes=bytes(stored_cluster))
+            if wanted is not None and wanted != self.cluster_id:
+                raise ControllerStateError(
+                    f"{self.config.data_dir}: holds cluster {self.cluster_id}, not the configured cluster {wanted}"
+                )
+        elif fmt is not None and (self._brokers or self._parts):
+            # State from before cluster ids: its topics and brokers belong to
+            # a cluster nobody named, and walmgr could not tell it apart.
+            raise ControllerStateError(f"{self.config.data_dir}: controller state without a cluster id")
+        else:
+            self.cluster_id = wanted if wanted is not None else self._new_uuid()
+        if fmt is None or stored_cluster is None:
             with self._env.begin(write=True) as txn:
                 txn.put(_KEY_FORMAT, _U32.pack(FORMAT_VERSION), db=self._db_meta)
                 txn.put(_KEY_VERSION, _U64.pack(self.version), db=self._db_meta)
+                txn.put(_KEY_CLUSTER_ID, self.cluster_id.bytes, db=self._db_meta)
         self.check()
 
     def _commit(self, d: _Draft) -> None:
@@ -688,8 +722,9 @@ class Controller:
         alive = [b.info() for b in self._brokers.values() if not b.fenced]
         if not 1 <= replication_factor <= len(alive):
             return Errors.INVALID_REPLICATION_FACTOR
-        tid = topic_id_for(name)
-        assert tid not in self._topic_names, f"topic id {tid} of {name!r} already used"
+        tid = self._new_uuid()
+        if tid in self._topic_names:  # a repeating uuid source: refuse rather than merge two topics
+            return Errors.TOPIC_ALREADY_EXISTS
         d = _Draft(self)
         d.new_topics[tid] = (name, partitions)
         for p, reps in enumerate(assign_replicas(alive, partitions, replication_factor, len(self._parts))):
@@ -757,7 +792,7 @@ class Controller:
         if self._snapshot is None or self._snapshot.version != self.version:
             brokers = [b.info() for b in sorted(self._brokers.values(), key=lambda b: b.broker_id) if not b.fenced]
             topics = [self._topic_info(self._topic_ids[n]) for n in sorted(self._topic_ids)]
-            self._snapshot = MetadataSnapshot(self.version, brokers, topics)
+            self._snapshot = MetadataSnapshot(self.version, brokers, topics, self.cluster_id)
         return self._snapshot
 
     def _topic_info(self, tid: uuid.UUID) -> TopicInfo:

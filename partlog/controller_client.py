@@ -15,7 +15,15 @@ which ``StaticMetadata`` refuses.
 When the controller cannot be reached, the last snapshot stays, every loop
 keeps retrying with capped exponential backoff, ``alter_partition`` answers
 a retriable error and ``allocate_producer_ids`` None: nothing raises into
-the broker.
+the broker.  Every failed call is logged and counted (``failures``), so a
+daemon that keeps retrying is not silent about it; one-shot tools bound
+their wait with :meth:`start`'s ``timeout_ms``.
+
+Cluster identity: the controller names its cluster in the RPC handshake.
+The first connection adopts it (or checks the ``cluster_id`` given); a
+controller naming another cluster later is refused like an unreachable one
+and logged as an error, and one that names none is refused too: a view
+whose cluster nobody can check must not reach a broker or walmgr.
 
 When the controller says this broker's incarnation is gone (a heartbeat
 answered STALE_BROKER_EPOCH or BROKER_ID_NOT_REGISTERED: it was fenced, e.g.
@@ -39,6 +47,7 @@ from typing import Any
 from partlog.cluster_meta import (
     NO_LEADER,
     BrokerInfo,
+    ClusterMismatchError,
     MetadataError,
     PartitionInfo,
     StaticMetadata,
@@ -62,7 +71,8 @@ from partlog.controller import (
 from partlog.errors import Errors
 from partlog.producer_ids import ProducerIdBlock
 from partlog.records import TopicIdPartition
-from partlog.rpc import RpcClient, RpcConnectionError, RpcRemoteError, RpcTimeoutError
+from partlog.rpc import RpcClient, RpcConnectionError, RpcHandshakeError, RpcRemoteError, RpcTimeoutError
+from partlog.rpc_frame import RpcErrorCode
 from partlog.wire import WireError
 
 __all__ = [
@@ -89,16 +99,24 @@ _UNREACHABLE = (RpcConnectionError, RpcTimeoutError, OSError)
 _REREGISTER = (Errors.STALE_BROKER_EPOCH, Errors.BROKER_ID_NOT_REGISTERED)
 
 
+class ControllerUnavailableError(ConnectionError):
+    """A bounded wait for the controller ended without an answer."""
+
+
 class ControllerMetadata:
     """Cluster metadata from the controller at ``host:port``.
 
     ``broker`` is this broker's id, AZ and the address other brokers and
     clients reach it at (register with the port the broker listens on), or
-    None for a client-only view.  ``await start()`` returns once registered
-    (retrying until the controller answers) and holding a first snapshot;
-    wrap it in a timeout to bound the wait.  ``await stop()`` ends the
-    background tasks (it does not unregister: the controller fences the
-    broker after its session timeout)."""
+    None for a client-only view.  ``cluster_id``: the cluster this side
+    belongs to (None: adopt the controller's).  ``await connect()`` returns
+    once the controller answered a handshake (``cluster_id`` is then known);
+    ``await start()`` once registered and holding a first snapshot.  Both
+    retry until the controller answers, or for at most ``timeout_ms``
+    (then :class:`ControllerUnavailableError`); a controller of another
+    cluster raises :class:`ClusterMismatchError` at once.  ``await stop()``
+    ends the background tasks (it does not unregister: the controller fences
+    the broker after its session timeout)."""
 
     def __init__(
         self,
@@ -106,6 +124,7 @@ class ControllerMetadata:
         port: int,
         broker: BrokerInfo | None = None,
         *,
+        cluster_id: uuid.UUID | None = None,
         secret: bytes | None = None,
         ssl: ssl_module.SSLContext | None = None,
         heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS_DEFAULT,
@@ -129,6 +148,7 @@ class ControllerMetadata:
         self.host = host
         self.port = port
         self.broker_info = broker
+        self._cluster_id = cluster_id
         self._secret = secret
         self._ssl = ssl
         self.heartbeat_interval_ms = heartbeat_interval_ms
@@ -151,22 +171,49 @@ class ControllerMetadata:
         self.snapshots_received = 0
         self.registrations = 0
         self.heartbeats_answered = 0
+        # Calls that got no usable answer (unreachable, refused, malformed).
+        self.failures = 0
+        self.last_failure = ""
+        # Until start() returns, a controller of another cluster ends the
+        # wait (the caller exits); afterwards the loops log it and retry.
+        self._started = False
 
     # ------------------------------------------------------------ lifecycle
 
-    async def start(self) -> None:
-        if self.broker_info is not None:
-            await self._register()
-        attempt = 0
-        while True:
-            # Versions are >= 0: -1 is answered with the full snapshot at once.
-            with contextlib.suppress(_PollFailed):
-                snapshot = await self._poll(-1, 0)
-                if snapshot is not None:
-                    self._adopt(snapshot)
-                    break
-            await asyncio.sleep(self._backoff(attempt))
-            attempt += 1
+    @property
+    def cluster_id(self) -> uuid.UUID | None:
+        """The controller's cluster (None until a first handshake)."""
+        return self._cluster_id
+
+    async def connect(self, *, timeout_ms: int | None = None) -> uuid.UUID:
+        """Reach the controller once (no registration); returns its cluster id."""
+        async with self._bounded(timeout_ms, "answer"):
+            attempt = 0
+            while True:
+                try:
+                    await self._connected()
+                    assert self._cluster_id is not None
+                    return self._cluster_id
+                except _UNREACHABLE as e:
+                    self._failed("connect", e)
+                await asyncio.sleep(self._backoff(attempt))
+                attempt += 1
+
+    async def start(self, *, timeout_ms: int | None = None) -> None:
+        async with self._bounded(timeout_ms, "snapshot"):
+            if self.broker_info is not None:
+                await self._register()
+            attempt = 0
+            while True:
+                # Versions are >= 0: -1 is answered with the full snapshot at once.
+                with contextlib.suppress(_PollFailed):
+                    snapshot = await self._poll(-1, 0)
+                    if snapshot is not None:
+                        self._adopt(snapshot)
+                        break
+                await asyncio.sleep(self._backoff(attempt))
+                attempt += 1
+        self._started = True
         self._spawn(self._poll_loop())
         if self.broker_info is not None:
             self._spawn(self._heartbeat_loop())
@@ -201,26 +248,64 @@ class ControllerMetadata:
 
     # ---------------------------------------------------------- connection
 
+    @contextlib.asynccontextmanager
+    async def _bounded(self, timeout_ms: int | None, what: str) -> Any:
+        """Bound a retrying wait; a controller of another cluster ends it at once."""
+        try:
+            async with asyncio.timeout(None if timeout_ms is None else timeout_ms / 1000):
+                yield
+        except TimeoutError:
+            last = f" (last error: {self.last_failure})" if self.last_failure else ""
+            raise ControllerUnavailableError(
+                f"controller {self.host}:{self.port}: no {what} within {timeout_ms} ms{last}"
+            ) from None
+
+    def _failed(self, what: str, e: BaseException) -> None:
+        """Count and log a call that got no usable answer: a daemon retrying
+        for ever must say so, once per attempt (the backoff bounds the rate)."""
+        self.failures += 1
+        self.last_failure = str(e)
+        log.warning("controller %s:%d: %s failed (retrying): %s", self.host, self.port, what, e)
+
+    async def _connected(self) -> RpcClient:
+        """The shared connection, connecting when needed.  Raises
+        :class:`ClusterMismatchError` for a controller of another cluster (or
+        one naming none), else what ``RpcClient.connect`` raises."""
+        client = self._client
+        if client is not None and client.connected:
+            return client
+        async with self._connect_lock:
+            client = self._client
+            if client is not None and client.connected:
+                return client
+            if client is not None:
+                await client.close()
+                self._client = None
+            try:
+                client = await RpcClient.connect(
+                    self.host,
+                    self.port,
+                    secret=self._secret,
+                    ssl=self._ssl,
+                    timeout_ms=self.request_timeout_ms,
+                    cluster_id=self._cluster_id,
+                )
+            except RpcHandshakeError as e:
+                if e.code == RpcErrorCode.CLUSTER_MISMATCH:
+                    raise ClusterMismatchError(f"controller {self.host}:{self.port}: {e.message}") from e
+                raise
+            if client.server_cluster_id is None:
+                await client.close()
+                raise ClusterMismatchError(f"controller {self.host}:{self.port} names no cluster id")
+            self._cluster_id = client.server_cluster_id
+            self._client = client
+            return client
+
     async def _call(self, method: str, body: Any, timeout_ms: int | None = None) -> Any:
         """One call on the shared connection, connecting when needed.  Raises
-        what ``RpcClient`` raises; a lost connection is dropped so the next
-        call connects anew."""
-        client = self._client
-        if client is None or not client.connected:
-            async with self._connect_lock:
-                client = self._client
-                if client is None or not client.connected:
-                    if client is not None:
-                        await client.close()
-                        self._client = None
-                    client = await RpcClient.connect(
-                        self.host,
-                        self.port,
-                        secret=self._secret,
-                        ssl=self._ssl,
-                        timeout_ms=self.request_timeout_ms,
-                    )
-                    self._client = client
+        what ``RpcClient`` raises and :class:`ClusterMismatchError`; a lost
+        connection is dropped so the next call connects anew."""
+        client = await self._connected()
         try:
             return await client.call(method, body, timeout_ms=timeout_ms or self.request_timeout_ms)
         except RpcConnectionError:
@@ -252,9 +337,13 @@ class ControllerMetadata:
                     return
                 log.error("controller refused to register broker %d: %s", bid, answer.name)
             except _UNREACHABLE as e:
-                log.debug("controller %s:%d unreachable for registration: %s", self.host, self.port, e)
+                self._failed("register_broker", e)
+            except ClusterMismatchError as e:
+                if not self._started:
+                    raise
+                self._failed("register_broker", e)
             except (RpcRemoteError, WireError) as e:
-                log.error("registering broker %d failed: %s", bid, e)
+                self._failed("register_broker", e)
             await asyncio.sleep(self._backoff(attempt))
             attempt += 1
 
@@ -275,11 +364,8 @@ class ControllerMetadata:
                 epoch = self._broker_epoch
                 try:
                     err = dec_heartbeat_response(await self._call("heartbeat", enc_broker_epoch(bid, epoch)))
-                except _UNREACHABLE as e:
-                    log.debug("heartbeat to controller %s:%d failed: %s", self.host, self.port, e)
-                    continue
-                except (RpcRemoteError, WireError) as e:
-                    log.error("heartbeat to controller failed: %s", e)
+                except (*_UNREACHABLE, ClusterMismatchError, RpcRemoteError, WireError) as e:
+                    self._failed("heartbeat", e)
                     continue
                 if err == Errors.NONE:
                     self.heartbeats_answered += 1
@@ -309,10 +395,12 @@ class ControllerMetadata:
                 "metadata_poll", enc_poll(version, wait_ms), timeout_ms=wait_ms + self.request_timeout_ms
             )
             return dec_poll_response(resp)
-        except _UNREACHABLE as e:
-            log.debug("metadata_poll to controller %s:%d failed: %s", self.host, self.port, e)
-        except (RpcRemoteError, WireError) as e:
-            log.error("metadata_poll to controller failed: %s", e)
+        except ClusterMismatchError as e:
+            if not self._started:
+                raise
+            self._failed("metadata_poll", e)
+        except (*_UNREACHABLE, RpcRemoteError, WireError) as e:
+            self._failed("metadata_poll", e)
         raise _PollFailed
 
     async def _poll_loop(self) -> None:
@@ -329,8 +417,13 @@ class ControllerMetadata:
                 self._adopt(snapshot)
 
     def _adopt(self, s: MetadataSnapshot) -> None:
+        if s.cluster_id is not None and s.cluster_id != self._cluster_id:
+            log.error("controller snapshot version %d refused: names cluster %s, not %s", s.version, s.cluster_id,
+                      self._cluster_id)  # fmt: skip
+            return
         try:
-            routing = StaticMetadata(s.brokers, []) if s.brokers else None
+            assert self._cluster_id is not None  # a snapshot comes over a connection that named it
+            routing = StaticMetadata(s.brokers, [], cluster_id=self._cluster_id) if s.brokers else None
         except MetadataError as e:
             log.error("controller snapshot version %d refused: %s", s.version, e)
             return
@@ -415,10 +508,11 @@ class ControllerMetadata:
             )
         except RpcTimeoutError:
             return Errors.REQUEST_TIMED_OUT
-        except _UNREACHABLE:
+        except (*_UNREACHABLE, ClusterMismatchError) as e:
+            self._failed("alter_partition", e)
             return Errors.COORDINATOR_NOT_AVAILABLE
         except (RpcRemoteError, WireError) as e:
-            log.error("alter_partition failed: %s", e)
+            self._failed("alter_partition", e)
             return Errors.UNKNOWN_SERVER_ERROR
         if isinstance(answer, Errors):
             if answer in _REREGISTER:
@@ -448,11 +542,8 @@ class ControllerMetadata:
         epoch = self._broker_epoch
         try:
             answer = dec_pid_response(await self._call("allocate_producer_ids", enc_broker_epoch(broker_id, epoch)))
-        except _UNREACHABLE as e:
-            log.debug("allocate_producer_ids failed: %s", e)
-            return Errors.COORDINATOR_NOT_AVAILABLE
-        except (RpcRemoteError, WireError) as e:
-            log.error("allocate_producer_ids failed: %s", e)
+        except (*_UNREACHABLE, ClusterMismatchError, RpcRemoteError, WireError) as e:
+            self._failed("allocate_producer_ids", e)
             return Errors.COORDINATOR_NOT_AVAILABLE
         if isinstance(answer, Errors):
             log.warning("controller refused a producer-id block: %s", answer.name)

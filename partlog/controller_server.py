@@ -137,7 +137,15 @@ class ControllerServer:
             "allocate_producer_ids": self._handle_allocate_producer_ids,
             "create_topics": self._handle_create_topics,
         }
-        self._server = RpcServer(handlers, host=self.host, port=self.port, secret=self._secret, ssl=self._ssl)
+        # The challenge names the cluster: brokers and walmgr refuse another's controller.
+        self._server = RpcServer(
+            handlers,
+            host=self.host,
+            port=self.port,
+            secret=self._secret,
+            ssl=self._ssl,
+            cluster_id=self._controller.cluster_id,
+        )
         try:
             await self._server.start()
         except BaseException:

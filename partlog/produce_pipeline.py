@@ -33,6 +33,7 @@ it delays reading produce requests).
 from __future__ import annotations
 
 import logging
+import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -179,9 +180,13 @@ class ProducePipeline:
         *,
         leader_of: Callable[[TopicIdPartition], int | None],
         rand_hex: Callable[[], str],
+        cluster_id: uuid.UUID | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.config = config
+        # Written into every segment's footer; public so a shell that learns
+        # the cluster id after construction (from its metadata) can set it.
+        self.cluster_id = cluster_id
         # Public: a shell swaps it when cluster metadata changes.
         self.leader_of = leader_of
         self._rand_hex = rand_hex
@@ -249,7 +254,7 @@ class ProducePipeline:
         actions: list[Action] = []
         for i, tp, batch in accepted:
             if self._builder is None:
-                self._builder = WalSegmentBuilder(self.broker_id, now_ms)
+                self._builder = WalSegmentBuilder(self.broker_id, now_ms, self.cluster_id)
                 self._opened_ms = now_ms
             self._builder.add(tp, batch)
             self._open_batches.append((produce_id, i, tp, batch))

@@ -33,6 +33,7 @@ import inspect
 import logging
 import secrets
 import ssl as ssl_module
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +55,7 @@ from partlog.rpc_frame import (
     RpcError,
     RpcErrorCode,
     challenge_body,
+    check_cluster,
     check_hello,
     check_version,
     code_name,
@@ -211,7 +213,9 @@ class RpcServer:
     logged with the method name and answered with INTERNAL.  A method without
     a handler is answered with UNKNOWN_METHOD.
 
-    ``secret``: if set, clients must prove it in the hello.  ``ssl``: a server
+    ``secret``: if set, clients must prove it in the hello.  ``cluster_id``:
+    this server's cluster, announced in the challenge; a hello naming another
+    is refused with CLUSTER_MISMATCH.  ``ssl``: a server
     context; set ``verify_mode = CERT_REQUIRED`` (and load the CA) for mutual
     TLS.  ``port=0`` picks a free port, readable from ``.port`` after
     :meth:`start`.  Binds to loopback unless told otherwise.
@@ -230,6 +234,7 @@ class RpcServer:
         host: str = "127.0.0.1",
         port: int = 0,
         secret: bytes | None = None,
+        cluster_id: uuid.UUID | None = None,
         ssl: ssl_module.SSLContext | None = None,
         frame_bytes_max: int = RPC_FRAME_BYTES_MAX,
         ordered_methods: frozenset[str] = frozenset(),
@@ -245,6 +250,7 @@ class RpcServer:
         self.host = host
         self.port = port
         self.secret = secret
+        self.cluster_id = cluster_id
         self.ssl = ssl
         self.frame_bytes_max = frame_bytes_max
         self.ordered_methods = ordered_methods
@@ -349,7 +355,8 @@ class _ServerConnection:
 
     async def serve(self) -> None:
         try:
-            self.send(encode_frame(Kind.REQUEST, CONNECTION_REQUEST_ID, CHALLENGE_METHOD, challenge_body(self.nonce)))
+            challenge = challenge_body(self.nonce, self.server.cluster_id)
+            self.send(encode_frame(Kind.REQUEST, CONNECTION_REQUEST_ID, CHALLENGE_METHOD, challenge))
             async with asyncio.timeout(self.server.handshake_timeout_ms / 1000) as handshake_deadline:
                 while True:
                     data = await self.reader.read(READ_CHUNK_BYTES)
@@ -392,7 +399,7 @@ class _ServerConnection:
 
     def hello(self, frame: Frame) -> bool:
         try:
-            check_hello(frame, self.server.secret, self.nonce)
+            check_hello(frame, self.server.secret, self.nonce, self.server.cluster_id)
         except RpcError as e:
             self.refuse(e.code, e.message, frame.method)
             return False
@@ -533,6 +540,7 @@ class RpcClient:
         timeout_ms: int,
         frame_bytes_max: int,
         metrics: RpcMetrics,
+        server_cluster_id: uuid.UUID | None = None,
     ) -> None:
         self._reader = reader
         self._writer = writer
@@ -540,6 +548,8 @@ class RpcClient:
         self.timeout_ms = timeout_ms
         self.frame_bytes_max = frame_bytes_max
         self.metrics = metrics
+        # The cluster the server named in its challenge (None: it named none).
+        self.server_cluster_id = server_cluster_id
         self.peer = _peer(writer)
         # Id 0 is the connection's own (hello, connection-level errors).
         self._next_request_id = CONNECTION_REQUEST_ID + 1
@@ -554,14 +564,21 @@ class RpcClient:
         port: int,
         *,
         secret: bytes | None = None,
+        cluster_id: uuid.UUID | None = None,
         ssl: ssl_module.SSLContext | None = None,
         timeout_ms: int = RPC_TIMEOUT_MS_DEFAULT,
         frame_bytes_max: int = RPC_FRAME_BYTES_MAX,
     ) -> RpcClient:
         """Connect and complete the handshake within ``timeout_ms``.
 
+        ``cluster_id``: this side's cluster, sent in the hello; a server
+        naming another in its challenge is refused before the hello
+        (CLUSTER_MISMATCH).  The server's, if it names one, is
+        ``server_cluster_id`` afterwards.
+
         ``timeout_ms`` is also the default timeout of :meth:`call`.  Raises
-        :class:`RpcHandshakeError` if the server refused (``code`` says why),
+        :class:`RpcHandshakeError` if the server refused (``code`` says why)
+        or named another cluster,
         :class:`RpcConnectionError` if the connection failed (including TLS
         errors), :class:`RpcTimeoutError` on timeout.
         """
@@ -575,8 +592,11 @@ class RpcClient:
                 reader, writer = await asyncio.open_connection(host, port, ssl=ssl)
                 received: list[Frame] = []
                 challenge = await cls._next_frame(reader, decoder, metrics, received)
-                nonce = parse_challenge(challenge)
-                hello = encode_frame(Kind.REQUEST, CONNECTION_REQUEST_ID, HELLO_METHOD, hello_body(secret, nonce))
+                nonce, server_cluster_id = parse_challenge(challenge)
+                check_cluster(server_cluster_id, cluster_id, "server")
+                hello = encode_frame(
+                    Kind.REQUEST, CONNECTION_REQUEST_ID, HELLO_METHOD, hello_body(secret, nonce, cluster_id)
+                )
                 writer.write(hello)
                 metrics.frames_out += 1
                 metrics.bytes_out += len(hello)
@@ -606,7 +626,14 @@ class RpcClient:
                 raise RpcConnectionError(f"{where} failed: {type(e).__name__}: {e}") from e
             raise
         return cls(
-            reader, writer, decoder, received, timeout_ms=timeout_ms, frame_bytes_max=frame_bytes_max, metrics=metrics
+            reader,
+            writer,
+            decoder,
+            received,
+            timeout_ms=timeout_ms,
+            frame_bytes_max=frame_bytes_max,
+            metrics=metrics,
+            server_cluster_id=server_cluster_id,
         )
 
     @staticmethod

@@ -17,14 +17,25 @@ the connection; only what goes inside ``body`` may change with the version.
 
 Handshake (request id 0 belongs to the connection itself)::
 
-    server -> client   REQUEST  0 "challenge" {"version": 1, "nonce": 32 random bytes}
-    client -> server   REQUEST  0 "hello"     {"version": 1, "auth": HMAC-SHA256(secret, nonce) or b""}
+    server -> client   REQUEST  0 "challenge" {"version": 1, "nonce": 32 random bytes, "cluster": 16 bytes}
+    client -> server   REQUEST  0 "hello"     {"version": 1, "auth": HMAC-SHA256(secret, nonce) or b"",
+                                               "cluster": 16 bytes}
     server -> client   RESPONSE 0 "hello"     {"version": 1}
-                    or ERROR    0 "hello"     [AUTH_FAILED | VERSION_MISMATCH | ..., message], then close
+                    or ERROR    0 "hello"     [AUTH_FAILED | VERSION_MISMATCH | CLUSTER_MISMATCH | ..., message],
+                                              then close
 
 The server's fresh nonce makes a recorded hello useless on another connection.
 The secret authenticates the client only; it neither hides nor protects the
-stream, which is what TLS is for.  After the handshake, an ERROR with request
+stream, which is what TLS is for.
+
+``cluster`` is the cluster id (a UUID's 16 bytes), absent for a side that
+has none (a plain client, an embedder's broker without one).  Each side
+checks the other's: a server refuses a hello naming another cluster
+(CLUSTER_MISMATCH), and a client that knows its cluster refuses a challenge
+naming another before it says hello.  Brokers, the controller and walmgr all
+send theirs, so two clusters on one network never talk to each other, and
+walmgr never takes another cluster's leaders' word about an object (design
+brief, deletion safety 0).  After the handshake, an ERROR with request
 id 0 is about the connection as a whole (bad frame, shutting down) and is
 followed by the close.
 
@@ -38,6 +49,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
+import uuid
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
@@ -96,6 +108,7 @@ class RpcErrorCode(IntEnum):
     BAD_REQUEST = 9  # a handler refused the body's shape; the connection stays up
     INTERNAL = 10  # a handler failed unexpectedly (the server logged it); the connection stays up
     RESPONSE_TOO_LARGE = 11  # the handler's answer exceeds the frame limit; the connection stays up
+    CLUSTER_MISMATCH = 12  # the peer belongs to another cluster; the connection closes
 
 
 class FrameError(ValueError):
@@ -265,9 +278,15 @@ class FrameDecoder:
 # ---------------------------------------------------------------- handshake
 
 
-def challenge_body(nonce: bytes) -> dict[str, Any]:
+CLUSTER_ID_BYTES = 16
+
+
+def challenge_body(nonce: bytes, cluster_id: uuid.UUID | None = None) -> dict[str, Any]:
     assert len(nonce) == CHALLENGE_NONCE_BYTES
-    return {"version": PROTOCOL_VERSION, "nonce": nonce}
+    body: dict[str, Any] = {"version": PROTOCOL_VERSION, "nonce": nonce}
+    if cluster_id is not None:
+        body["cluster"] = cluster_id.bytes
+    return body
 
 
 def auth_proof(secret: bytes | None, nonce: bytes) -> bytes:
@@ -277,8 +296,31 @@ def auth_proof(secret: bytes | None, nonce: bytes) -> bytes:
     return hmac.new(secret, nonce, hashlib.sha256).digest()
 
 
-def hello_body(secret: bytes | None, nonce: bytes) -> dict[str, Any]:
-    return {"version": PROTOCOL_VERSION, "auth": auth_proof(secret, nonce)}
+def hello_body(secret: bytes | None, nonce: bytes, cluster_id: uuid.UUID | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"version": PROTOCOL_VERSION, "auth": auth_proof(secret, nonce)}
+    if cluster_id is not None:
+        body["cluster"] = cluster_id.bytes
+    return body
+
+
+def _cluster_field(body: dict[str, Any], who: str) -> uuid.UUID | None:
+    """The optional ``cluster`` field of a challenge or hello."""
+    raw = body.get("cluster")
+    if raw is None:
+        return None
+    if type(raw) is not bytes or len(raw) != CLUSTER_ID_BYTES:
+        raise RpcError(RpcErrorCode.CLUSTER_MISMATCH, f"{who}'s cluster id is not {CLUSTER_ID_BYTES} bytes")
+    return uuid.UUID(bytes=raw)
+
+
+def check_cluster(peer: uuid.UUID | None, own: uuid.UUID | None, who: str) -> None:
+    """Raise ``RpcError(CLUSTER_MISMATCH)`` when both sides name a cluster and
+    the names differ.  A side with no cluster id learns nothing and refuses
+    nothing here: the caller decides whether it needs the peer to have one."""
+    if peer is not None and own is not None and peer != own:
+        raise RpcError(
+            RpcErrorCode.CLUSTER_MISMATCH, f"{who} belongs to cluster {peer}, this side to cluster {own}"
+        )
 
 
 def check_version(frame: Frame) -> None:
@@ -290,12 +332,14 @@ def check_version(frame: Frame) -> None:
         )
 
 
-def parse_challenge(frame: Frame) -> bytes:
-    """The client's view of the server's first frame: return the nonce.
+def parse_challenge(frame: Frame) -> tuple[bytes, uuid.UUID | None]:
+    """The client's view of the server's first frame: the nonce and the
+    server's cluster id (None if it names none).
 
     Raises :class:`RpcError` with the server's code if the server refused the
     connection (an ERROR frame), VERSION_MISMATCH if it speaks another
-    version, and :class:`FrameError` if the frame is no challenge.
+    version, CLUSTER_MISMATCH for a malformed cluster id, and
+    :class:`FrameError` if the frame is no challenge.
     """
     check_version(frame)
     if frame.kind == Kind.ERROR:
@@ -313,15 +357,17 @@ def parse_challenge(frame: Frame) -> bytes:
     nonce = body.get("nonce")
     if type(nonce) is not bytes or len(nonce) != CHALLENGE_NONCE_BYTES:
         raise FrameError(f"challenge nonce must be {CHALLENGE_NONCE_BYTES} bytes")
-    return nonce
+    return nonce, _cluster_field(body, "server")
 
 
-def check_hello(frame: Frame, secret: bytes | None, nonce: bytes) -> None:
+def check_hello(frame: Frame, secret: bytes | None, nonce: bytes, cluster_id: uuid.UUID | None = None) -> None:
     """The server's check of the client's first frame.
 
     Returns if the client may proceed; raises :class:`RpcError` with
-    VERSION_MISMATCH, HANDSHAKE_REQUIRED (first frame not a hello) or
-    AUTH_FAILED.  Without a server secret any proof is accepted.
+    VERSION_MISMATCH, HANDSHAKE_REQUIRED (first frame not a hello),
+    AUTH_FAILED or CLUSTER_MISMATCH (the hello names another cluster than
+    ``cluster_id``).  Without a server secret any proof is accepted; a hello
+    naming no cluster is accepted (plain clients do not know it).
     """
     check_version(frame)
     if frame.kind != Kind.REQUEST or frame.method != HELLO_METHOD:
@@ -335,9 +381,9 @@ def check_hello(frame: Frame, secret: bytes | None, nonce: bytes) -> None:
             RpcErrorCode.VERSION_MISMATCH,
             f"hello asks for protocol version {version!r:.20}, this server speaks version {PROTOCOL_VERSION}",
         )
-    if secret is None:
-        return
-    proof = body.get("auth")
-    # compare_digest: a plain == leaks through timing how many leading bytes matched.
-    if type(proof) is not bytes or not hmac.compare_digest(proof, auth_proof(secret, nonce)):
-        raise RpcError(RpcErrorCode.AUTH_FAILED, "shared secret does not match" if proof else "secret required")
+    if secret is not None:
+        proof = body.get("auth")
+        # compare_digest: a plain == leaks through timing how many leading bytes matched.
+        if type(proof) is not bytes or not hmac.compare_digest(proof, auth_proof(secret, nonce)):
+            raise RpcError(RpcErrorCode.AUTH_FAILED, "shared secret does not match" if proof else "secret required")
+    check_cluster(_cluster_field(body, "client"), cluster_id, "client")

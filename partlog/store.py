@@ -440,6 +440,7 @@ class _CommitGroup:
     counters: dict[bytes, int]
 
 
+_KEY_CLUSTER_ID = b"cluster_id"  # in `meta`: the cluster this store belongs to (16 bytes)
 _DB_NAMES = (b"meta", b"topics", b"tp", b"parts", b"log", b"producers", b"epochs", b"files", b"file_ids")
 
 
@@ -537,6 +538,7 @@ class MetadataStore:
         map_size_bytes: int = MAP_SIZE_BYTES_DEFAULT,
         group_commit_batches_max: int = GROUP_COMMIT_BATCHES_MAX,
         auto_high_watermark: bool = True,
+        cluster_id: uuid.UUID | None = None,
     ) -> MetadataStore:
         """Open (creating unless ``readonly``) the store in directory ``path``.
 
@@ -546,7 +548,9 @@ class MetadataStore:
         With ``auto_high_watermark=True`` (no replication) a commit moves the
         high watermark to the log end; with False the owner moves it with
         :meth:`set_high_watermark` as its replicas catch up.
-        Raises :class:`StoreError` if the directory is not a store.
+        ``cluster_id``: :meth:`bind_cluster` to it (not with ``readonly``).
+        Raises :class:`StoreError` if the directory is not a store, or one of
+        another cluster.
         """
         if commit_deadline_ms <= 0:
             raise ValueError(f"commit_deadline_ms must be > 0, got {commit_deadline_ms}")
@@ -581,7 +585,7 @@ class MetadataStore:
             )
         except lmdb.Error as e:
             raise StoreError(f"{path}: cannot open LMDB environment: {e}") from e
-        return cls(
+        store = cls(
             env,
             path=path,
             readonly=readonly,
@@ -592,6 +596,13 @@ class MetadataStore:
             group_commit_batches_max=group_commit_batches_max,
             auto_high_watermark=auto_high_watermark,
         )
+        if cluster_id is not None:
+            try:
+                store.bind_cluster(cluster_id)
+            except BaseException:
+                store.close()
+                raise
+        return store
 
     def close(self) -> None:
         """Close the environment once the operations in flight (in other
@@ -840,6 +851,36 @@ class MetadataStore:
             txn.put(key, _FILE.pack(fid, live_batches, live_bytes, uploader, fsize), db=self._db_files)
 
     # ---------------------------------------------------------------- topics
+
+    @property
+    def cluster_id(self) -> uuid.UUID | None:
+        """The cluster this store belongs to (:meth:`bind_cluster`), or None."""
+        with self._read() as txn:
+            raw = txn.get(_KEY_CLUSTER_ID, db=self._db_meta)
+        return None if raw is None else uuid.UUID(bytes=bytes(raw))
+
+    def bind_cluster(self, cluster_id: uuid.UUID) -> None:
+        """Record that this store belongs to cluster ``cluster_id``, or check
+        that it already does: raises :class:`StoreError` naming both ids when
+        it belongs to another.  A broker binds its store at start, so a data
+        directory of one cluster is never served as part of another (its
+        references would answer the other cluster's walmgr)."""
+        assert isinstance(cluster_id, uuid.UUID), cluster_id
+        current = self.cluster_id
+        if current == cluster_id:
+            return
+        if current is not None:
+            raise StoreError(f"{self.path}: store belongs to cluster {current}, not to cluster {cluster_id}")
+
+        def fn(s: _Staged) -> None:
+            raw = s.wtxn.get(_KEY_CLUSTER_ID, db=self._db_meta)
+            if raw is not None and bytes(raw) != cluster_id.bytes:  # bound meanwhile by another caller
+                raise StoreError(
+                    f"{self.path}: store belongs to cluster {uuid.UUID(bytes=bytes(raw))}, not to cluster {cluster_id}"
+                )
+            s.wtxn.put(_KEY_CLUSTER_ID, cluster_id.bytes, db=self._db_meta)
+
+        self._write(fn)
 
     def create_topic_and_partitions(self, requests: Iterable[CreateTopicAndPartitionsRequest]) -> None:
         """Create topics and their partitions; idempotent for existing ones.

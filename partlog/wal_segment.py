@@ -77,14 +77,22 @@ class Footer:
     broker_id: int
     created_ms: int
     partitions: tuple[PartitionRange, ...]
+    # The cluster whose broker wrote the segment (None: an embedder's broker
+    # that has none; walmgr never deletes such an object).
+    cluster_id: uuid.UUID | None = None
 
     def pack(self) -> bytes:
         # Short field names keep footers small; topic ids as 16 raw bytes.
+        doc: dict[str, Any] = {
+            "v": FORMAT_VERSION,
+            "broker": self.broker_id,
+            "created_ms": self.created_ms,
+        }
+        if self.cluster_id is not None:
+            doc["cluster"] = self.cluster_id.bytes
         raw: bytes = msgpack.packb(
             {
-                "v": FORMAT_VERSION,
-                "broker": self.broker_id,
-                "created_ms": self.created_ms,
+                **doc,
                 "parts": [
                     [
                         r.topic_id_partition.topic_id.bytes,
@@ -114,6 +122,9 @@ class Footer:
         broker, created, parts = doc.get("broker"), doc.get("created_ms"), doc.get("parts")
         if not isinstance(broker, int) or not isinstance(created, int) or not isinstance(parts, list):
             raise WalFormatError(key, offset, "footer lacks broker, created_ms or parts")
+        cluster = doc.get("cluster")
+        if cluster is not None and (type(cluster) is not bytes or len(cluster) != 16):
+            raise WalFormatError(key, offset, f"footer cluster id is not 16 bytes: {cluster!r:.60}")
         ranges = []
         for i, p in enumerate(parts):
             if (
@@ -124,8 +135,10 @@ class Footer:
                 or not all(isinstance(x, int) for x in p[1:])
             ):
                 raise WalFormatError(key, offset, f"footer partition entry {i} is malformed: {p!r:.80}")
+            if p[1] < 0:
+                raise WalFormatError(key, offset, f"footer partition entry {i} has partition {p[1]}")
             ranges.append(PartitionRange(TopicIdPartition(uuid.UUID(bytes=p[0]), p[1]), p[2], p[3], p[4]))
-        return cls(broker, created, tuple(ranges))
+        return cls(broker, created, tuple(ranges), None if cluster is None else uuid.UUID(bytes=cluster))
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,9 +166,10 @@ class WalSegmentBuilder:
     when to rotate, from ``size_bytes``.
     """
 
-    def __init__(self, broker_id: int, created_ms: int) -> None:
+    def __init__(self, broker_id: int, created_ms: int, cluster_id: uuid.UUID | None = None) -> None:
         self.broker_id = broker_id
         self.created_ms = created_ms
+        self.cluster_id = cluster_id
         self._by_tp: dict[TopicIdPartition, list[tuple[int, bytes]]] = {}
         self._count = 0
         self._batch_bytes = 0
@@ -199,7 +213,7 @@ class WalSegmentBuilder:
                 chunks.append(batch)
                 pos += len(batch)
             ranges.append(PartitionRange(tp, start, pos - start, len(batches)))
-        footer = Footer(self.broker_id, self.created_ms, tuple(ranges))
+        footer = Footer(self.broker_id, self.created_ms, tuple(ranges), self.cluster_id)
         raw = footer.pack()
         chunks.append(raw)
         chunks.append(_TRAILER.pack(len(raw), crc32c(raw), TRAILER_MAGIC))
@@ -216,7 +230,15 @@ def parse_footer(tail: bytes, object_size: int, *, key: str) -> Footer | int:
     footer, the number of tail bytes needed (read them and call again).
 
     Checks version byte presence, trailer magic, footer length and CRC, and
-    that every partition range lies inside the batch area without overlap.
+    that the footer accounts for the whole batch area: it names at least one
+    partition, and its ranges, sorted, tile ``[1, footer start)`` exactly
+    (no overlap, no gap), each with at least one batch and room for a v2
+    header per batch.  So every batch of the object lies in the range of a
+    partition the footer names: walmgr asks exactly those partitions'
+    leaders, and a footer that leaves bytes unaccounted for is refused
+    rather than trusted (design.md, "Positive evidence").  Batches carry no
+    partition id, so no read of the object could check more than this about
+    which partitions it holds; :func:`check_segment` also counts the batches.
     """
     if object_size < 1 + TRAILER_BYTES:
         raise WalFormatError(key, 0, f"object is {object_size} bytes, shorter than a version byte and a trailer")
@@ -241,16 +263,27 @@ def parse_footer(tail: bytes, object_size: int, *, key: str) -> Footer | int:
     if crc32c(raw) != footer_crc:
         raise WalFormatError(key, footer_at, f"footer CRC-32C is {crc32c(raw):#010x}, trailer says {footer_crc:#010x}")
     footer: Footer = Footer.unpack(raw, key=key, offset=footer_at)
+    if not footer.partitions:
+        raise WalFormatError(key, footer_at, "footer names no partitions")
+    if len({r.topic_id_partition for r in footer.partitions}) != len(footer.partitions):
+        raise WalFormatError(key, footer_at, "footer names a partition twice")
     end = 1
     for r in sorted(footer.partitions, key=lambda r: r.byte_offset):
-        if r.byte_offset < end or r.size <= 0 or r.batch_count <= 0 or r.byte_offset + r.size > footer_at:
+        if r.byte_offset != end:
+            what = "overlaps the range before it" if r.byte_offset < end else f"leaves bytes [{end}, {r.byte_offset})"
+            raise WalFormatError(
+                key, footer_at, f"footer range of {r.topic_id_partition} [{r.byte_offset}, +{r.size}) {what}"
+            )
+        if r.batch_count <= 0 or r.size < r.batch_count * HEADER_SIZE or r.byte_offset + r.size > footer_at:
             raise WalFormatError(
                 key,
                 footer_at,
-                f"footer range of {r.topic_id_partition} [{r.byte_offset}, +{r.size}) overlaps "
-                f"another or leaves the batch area [1, {footer_at})",
+                f"footer range of {r.topic_id_partition} [{r.byte_offset}, +{r.size}) with {r.batch_count} "
+                f"batches does not fit the batch area [1, {footer_at})",
             )
         end = r.byte_offset + r.size
+    if end != footer_at:
+        raise WalFormatError(key, footer_at, f"footer leaves bytes [{end}, {footer_at}) to no partition")
     return footer
 
 
@@ -306,16 +339,13 @@ def iter_batches(data: bytes, *, key: str, object_offset: int) -> Iterator[tuple
 
 
 def check_segment(data: bytes, *, key: str) -> Footer:
-    """Fully verify a whole segment: version, footer, every batch's framing
-    and CRC, and that the footer's ranges cover exactly the batch area."""
+    """Fully verify a whole segment: version, footer (whose ranges
+    :func:`parse_footer` checks tile the batch area), and every batch's
+    framing and CRC, counted against the footer's batch counts."""
     read_version(data, key=key)
     got = parse_footer(data, len(data), key=key)
     assert not isinstance(got, int)  # the whole object holds the whole footer
-    footer_at = len(data) - TRAILER_BYTES - len(got.pack())
-    covered = 1
-    for r in sorted(got.partitions, key=lambda r: r.byte_offset):
-        if r.byte_offset != covered:
-            raise WalFormatError(key, covered, f"bytes [{covered}, {r.byte_offset}) belong to no partition")
+    for r in got.partitions:
         count = sum(
             1 for _ in iter_batches(data[r.byte_offset : r.byte_offset + r.size], key=key, object_offset=r.byte_offset)
         )
@@ -323,9 +353,6 @@ def check_segment(data: bytes, *, key: str) -> Footer:
             raise WalFormatError(
                 key, r.byte_offset, f"{r.topic_id_partition}: footer says {r.batch_count} batches, found {count}"
             )
-        covered = r.byte_offset + r.size
-    if covered != footer_at:
-        raise WalFormatError(key, covered, f"bytes [{covered}, {footer_at}) belong to no partition")
     return got
 
 
@@ -336,6 +363,7 @@ def footer_to_json(key: str, size: int, footer: Footer) -> dict[str, Any]:
         "version": FORMAT_VERSION,
         "broker_id": footer.broker_id,
         "created_ms": footer.created_ms,
+        "cluster_id": None if footer.cluster_id is None else str(footer.cluster_id),
         "partitions": [
             {
                 "topic_id": str(r.topic_id_partition.topic_id),

@@ -8,14 +8,17 @@ simulator never computes a representative itself.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping
 
 from partlog.cluster_meta import NO_LEADER, BrokerInfo, PartitionInfo, StaticMetadata, TopicInfo, topic_id_for
 from partlog.records import TopicIdPartition
 from simulations.scenario import ClusterSpec
 
+# One fixed cluster: runs with one seed must print identical output.
+CLUSTER_ID = uuid.uuid5(uuid.NAMESPACE_URL, "partlog-simulation")
 TOPIC_NAME = "sim"
-TOPIC_ID = topic_id_for(TOPIC_NAME)
+TOPIC_ID = topic_id_for(CLUSTER_ID, TOPIC_NAME)
 # Design (b)'s coordinator as a commit target: not a broker id (those start at 1).
 COORDINATOR_ID = 0
 
@@ -60,7 +63,9 @@ def initial_metadata(cluster: ClusterSpec) -> StaticMetadata:
         leaders.append(leader)
         replicas.append(reps)
     brokers = [BrokerInfo(b, azs[b]) for b in ids]
-    return StaticMetadata(brokers, [TopicInfo.with_leaders(TOPIC_ID, TOPIC_NAME, leaders, replicas)])
+    return StaticMetadata(
+        brokers, [TopicInfo.with_leaders(TOPIC_ID, TOPIC_NAME, leaders, replicas)], cluster_id=CLUSTER_ID
+    )
 
 
 def topic_partitions(cluster: ClusterSpec) -> list[TopicIdPartition]:
@@ -80,7 +85,7 @@ def with_leaders(md: StaticMetadata, new_leaders: Mapping[int, int]) -> StaticMe
         old = parts[p]
         assert leader in old.replicas, f"partition {p}: new leader {leader} not in replicas {old.replicas}"
         parts[p] = PartitionInfo(leader, old.leader_epoch + 1, old.replicas, old.isr, old.partition_epoch + 1)
-    return StaticMetadata(md.brokers(), [TopicInfo(t.topic_id, t.name, tuple(parts))])
+    return md.with_topics([TopicInfo(t.topic_id, t.name, tuple(parts))])
 
 
 def without_brokers(md: StaticMetadata, gone: Iterable[int]) -> StaticMetadata:
@@ -102,4 +107,4 @@ def without_brokers(md: StaticMetadata, gone: Iterable[int]) -> StaticMetadata:
             parts.append(PartitionInfo(old.leader, old.leader_epoch, reps, isr, old.partition_epoch + 1))
         else:
             parts.append(old)
-    return StaticMetadata(brokers, [TopicInfo(t.topic_id, t.name, tuple(parts))])
+    return StaticMetadata(brokers, [TopicInfo(t.topic_id, t.name, tuple(parts))], cluster_id=md.cluster_id)

@@ -41,6 +41,7 @@ import json
 import math
 import sys
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
@@ -66,6 +67,7 @@ from walmgr.scanner import (
     ALL_SHARDS,
     INCREMENTAL_LOOKBACK_MS_DEFAULT,
     INVALID_REPORTED_MAX,
+    NOT_UTF8_NOTE,
     group_of,
     inspect_object,
     iter_pages,
@@ -95,6 +97,9 @@ LISTING_SCHEMA = StructType(
         StructField("last_modified_ms", LongType(), False),
         StructField("shard", StringType(), False),  # REST_UNIT for non-shard keys
         StructField("recordable", BooleanType(), False),  # fits the registry
+        # False for a key that is not UTF-8 (a local store's file name): its
+        # "key" is then a printable spelling, never a position or a record.
+        StructField("utf8", BooleanType(), False),
     ]
 )
 PARTITION_TYPE = StructType(
@@ -110,6 +115,7 @@ OBJECTS_SCHEMA = StructType(
         StructField("partitions", ArrayType(PARTITION_TYPE, False), False),
         StructField("status", StringType(), False),  # tracked / invalid
         StructField("note", StringType(), False),
+        StructField("cluster", StringType(), True),  # the footer's cluster id (None: it names none)
     ]
 )
 # The registry's records under the prefix (any state): the anti-join's
@@ -162,13 +168,13 @@ def gap_starts(prefix: str) -> list[str]:
 
 def _listing_rows(
     store_url: str, prefix: str, units: Iterable[tuple[str, str]], max_keys: int
-) -> Iterator[tuple[str, int, int, str, bool]]:
+) -> Iterator[tuple[str, int, int, str, bool, bool]]:
     units = list(units)
     if not units:
         return
     store = open_store(store_url)  # one per partition, on the executor
 
-    def list_unit(unit: tuple[str, str]) -> list[tuple[str, int, int, str, bool]]:
+    def list_unit(unit: tuple[str, str]) -> list[tuple[str, int, int, str, bool, bool]]:
         shard, start_after = unit
         infos = (
             list_gap(store, prefix, start_after, max_keys)
@@ -177,8 +183,14 @@ def _listing_rows(
         )
         rows = []
         for info in infos:
-            recordable = 0 < len(info.key.encode("utf-8")) <= OBJECT_KEY_BYTES_MAX
-            rows.append((info.key, info.size, info.last_modified_ms, shard, recordable))
+            try:
+                raw = info.key.encode("utf-8")
+            except UnicodeEncodeError:  # lone surrogates: a file name that is not UTF-8
+                shown = info.key.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+                rows.append((shown, info.size, info.last_modified_ms, shard, False, False))
+                continue
+            recordable = 0 < len(raw) <= OBJECT_KEY_BYTES_MAX
+            rows.append((info.key, info.size, info.last_modified_ms, shard, recordable, True))
         return rows
 
     with ThreadPoolExecutor(min(LISTS_PER_PARTITION, len(units)), thread_name_prefix="walmgr-spark-list") as pool:
@@ -186,16 +198,19 @@ def _listing_rows(
             yield from rows
 
 
-def _object_rows(store_url: str, prefix: str, now_ms: int, rows: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
+def _object_rows(
+    store_url: str, prefix: str, now_ms: int, cluster_id: str | None, rows: Iterable[Any]
+) -> Iterator[tuple[Any, ...]]:
     it = iter(rows)
     first = next(it, None)
     if first is None:
         return
     store = open_store(store_url)  # one per partition, on the executor
     pending = [first]
+    cluster = None if cluster_id is None else uuid.UUID(cluster_id)
 
     def inspect(info: ObjectInfo) -> tuple[Any, ...] | None:
-        rec = inspect_object(store, info, prefix, now_ms)
+        rec = inspect_object(store, info, prefix, now_ms, cluster)
         if rec is None:
             return None  # vanished meanwhile
         parts = [(str(tp.topic_id), tp.partition) for tp in rec.partitions]
@@ -208,6 +223,7 @@ def _object_rows(store_url: str, prefix: str, now_ms: int, rows: Iterable[Any]) 
             parts,
             rec.state.value,
             rec.note,
+            None if rec.cluster_id is None else str(rec.cluster_id),
         )
 
     with ThreadPoolExecutor(FOOTER_READS_PER_PARTITION, thread_name_prefix="walmgr-spark-footer") as pool:
@@ -251,13 +267,17 @@ def run_scan(
     created_before_ms: int | None = None,
     units_per_partition: int = UNITS_PER_PARTITION_DEFAULT,
     page_keys_max: int = LIST_KEYS_MAX,
+    cluster_id: str | None = None,
 ) -> dict[str, Any]:
     """Scan; write ``<out_dir>/objects`` and ``<out_dir>/positions``
     (Parquet), and for a full scan given ``created_before_ms`` also
     ``<out_dir>/gone`` and ``<out_dir>/revive``; return small stats:
-    ``keys_listed``, ``too_long`` (count), ``too_long_keys`` (at most
+    ``keys_listed``, ``unrecordable`` (count of keys that cannot be WAL keys:
+    too long, or not UTF-8), ``unrecordable_keys`` ([key, reason], at most
     INVALID_REPORTED_MAX), ``gone_written`` (whether gone/revive exist) and
-    the seconds of each stage (``listing_s``, ``footers_s``, ``gone_s``)."""
+    the seconds of each stage (``listing_s``, ``footers_s``, ``gone_s``).
+    ``cluster_id`` (the registry's) makes footers naming another INVALID,
+    as :func:`walmgr.scanner.inspect_object` does."""
     prefix = prefix_head(prefix)[:-1]
     now = int(time.time() * 1000) if now_ms is None else now_ms
     if __name__ != "__main__":
@@ -279,18 +299,21 @@ def run_scan(
         t0 = time.monotonic()
         keys_listed = listed.count()  # the listing runs here (persisted)
         listing_s = time.monotonic() - t0
-        too_long_df = listed.filter(~F.col("recordable"))
-        too_long = too_long_df.count()
-        too_long_keys = [r["key"] for r in too_long_df.select("key").limit(INVALID_REPORTED_MAX).collect()]
+        unrecordable_df = listed.filter(~F.col("recordable"))
+        unrecordable = unrecordable_df.count()
+        unrecordable_keys = [
+            [r["key"], f"longer than {OBJECT_KEY_BYTES_MAX} bytes: not a WAL key" if r["utf8"] else NOT_UTF8_NOTE]
+            for r in unrecordable_df.select("key", "utf8").limit(INVALID_REPORTED_MAX).collect()
+        ]
         known = spark.read.schema(KNOWN_SCHEMA).parquet(known_path)
         unknown = listed.filter(F.col("recordable")).select("key", "size", "last_modified_ms")
         unknown = unknown.join(known.select("key"), on="key", how="left_anti")
-        objects_rdd = unknown.rdd.mapPartitions(lambda part: _object_rows(store_url, prefix, now, part))
+        objects_rdd = unknown.rdd.mapPartitions(lambda part: _object_rows(store_url, prefix, now, cluster_id, part))
         t0 = time.monotonic()
         spark.createDataFrame(objects_rdd, OBJECTS_SCHEMA).write.mode("overwrite").parquet(f"{out_dir}/objects")
         footers_s = time.monotonic() - t0
         (
-            listed.filter(F.col("shard") != REST_UNIT)
+            listed.filter((F.col("shard") != REST_UNIT) & F.col("utf8"))
             .groupBy("shard")
             .agg(F.max("key").alias("position"))
             .coalesce(1)
@@ -322,8 +345,8 @@ def run_scan(
         listed.unpersist()
     return {
         "keys_listed": keys_listed,
-        "too_long": too_long,
-        "too_long_keys": too_long_keys,
+        "unrecordable": unrecordable,
+        "unrecordable_keys": unrecordable_keys,
         "gone_written": gone_written,
         "listing_s": listing_s,
         "footers_s": footers_s,

@@ -244,7 +244,8 @@ def check_exactly_once(sent: Sent, seen: dict[RecordKey, list[Where]]) -> None:
 def write_cluster_toml(
     path: Path, meta: StaticMetadata, ports: dict[int, int], deleted_topics: Sequence[uuid.UUID] = ()
 ) -> None:
-    lines = [f"deleted_topics = {[str(t) for t in deleted_topics]}\n"] if deleted_topics else []
+    lines = [f'cluster_id = "{meta.cluster_id}"\n']
+    lines += [f"deleted_topics = {[str(t) for t in deleted_topics]}\n"] if deleted_topics else []
     lines += [f'[[brokers]]\nid = {b.broker_id}\naz = "{b.az}"\nport = {ports[b.broker_id]}\n' for b in meta.brokers()]
     for t in meta.topics():
         replicas = [list(p.replicas) for p in t.partitions]

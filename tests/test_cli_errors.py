@@ -23,7 +23,7 @@ def test_cluster_refuses_non_positive_sizes() -> None:
 
 def test_broker_with_bad_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cluster = tmp_path / "c.toml"
-    cluster.write_text('[[brokers]]\nid = 1\naz = "a"\nport = 1\n')
+    cluster.write_text('cluster_id = "0c0ffee0-0000-4000-8000-000000000013"\n[[brokers]]\nid = 1\naz = "a"\nport = 1\n')
     assert main(["broker", "--cluster", str(cluster), "--id", "2", "--data-dir", str(tmp_path)]) == 2
     assert "no broker 2" in capsys.readouterr().err
     assert main(["broker", "--cluster", str(cluster), "--id", "1", "--data-dir", str(tmp_path), "--store", "x://"]) == 2

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from partlog.cluster_meta import MetadataError, StaticMetadata, topic_id_for
 from partlog.records import TopicIdPartition
 
+CLUSTER = uuid.UUID("6b1e7c52-93a4-4b0e-8f43-1f0b8f3f2a11")
+
 
 @given(azs=st.integers(1, 5), per_az=st.integers(1, 8))
 def test_balanced_cluster_costs_at_most_azs_minus_one_remote_commits(azs: int, per_az: int) -> None:
@@ -43,6 +45,7 @@ def test_representative_rules() -> None:
 def test_imbalanced_azs() -> None:
     meta = StaticMetadata.from_dict(
         {
+            "cluster_id": str(CLUSTER),
             "brokers": [{"id": 1, "az": "a"}, {"id": 2, "az": "a"}, {"id": 3, "az": "a"}, {"id": 4, "az": "b"}],
             "topics": [{"name": "t", "leaders": [1, 2, 3, 4]}],
         }
@@ -54,22 +57,23 @@ def test_imbalanced_azs() -> None:
 
 def test_toml_and_errors(tmp_path: Path) -> None:
     f = tmp_path / "cluster.toml"
-    f.write_text('[[brokers]]\nid = 1\naz = "a"\nport = 9000\n[[topics]]\nname = "t"\nleaders = [1, 1]\n')
+    head = f'cluster_id = "{CLUSTER}"\n'
+    f.write_text(head + '[[brokers]]\nid = 1\naz = "a"\nport = 9000\n[[topics]]\nname = "t"\nleaders = [1, 1]\n')
     meta = StaticMetadata.from_toml(str(f))
     assert meta.broker(1).port == 9000  # type: ignore[union-attr]
     assert meta.leader_of(TopicIdPartition(meta.topics()[0].topic_id, 1)) == 1
     assert meta.leader_of(TopicIdPartition(meta.topics()[0].topic_id, 2)) is None
-    f.write_text('[[brokers]]\nid = 1\naz = "a"\n[[topics]]\nname = "t"\nleaders = [2]\n')
+    f.write_text(head + '[[brokers]]\nid = 1\naz = "a"\n[[topics]]\nname = "t"\nleaders = [2]\n')
     with pytest.raises(MetadataError, match=r"cluster.toml: topic t: replicas \[2\] are not brokers"):
         StaticMetadata.from_toml(str(f))
-    f.write_text("[[brokers]]\nid = 1\n")
+    f.write_text(head + "[[brokers]]\nid = 1\n")
     with pytest.raises(MetadataError, match="bad broker or topic entry"):
         StaticMetadata.from_toml(str(f))
     f.write_text("not toml [")
     with pytest.raises(MetadataError, match=r"cluster\.toml"):
         StaticMetadata.from_toml(str(f))
     with pytest.raises(MetadataError, match="duplicate broker ids"):
-        StaticMetadata.from_dict({"brokers": [{"id": 1, "az": "a"}, {"id": 1, "az": "b"}]})
+        StaticMetadata.from_dict({"cluster_id": str(CLUSTER), "brokers": [{"id": 1, "az": "a"}, {"id": 1, "az": "b"}]})
 
 
 def test_deleted_topics_are_listed_only_when_gone() -> None:
@@ -78,12 +82,13 @@ def test_deleted_topics_are_listed_only_when_gone() -> None:
     gone = uuid.uuid5(uuid.NAMESPACE_URL, "partlog-topic:gone")
     meta = StaticMetadata.from_dict(
         {
+            "cluster_id": str(CLUSTER),
             "brokers": [{"id": 1, "az": "a"}],
             "topics": [{"name": "t", "leaders": [1]}],
-            "deleted_topics": [str(gone), str(topic_id_for("t"))],
+            "deleted_topics": [str(gone), str(topic_id_for(CLUSTER, "t"))],
         }
     )
     assert meta.topic_deleted(gone)
-    assert not meta.topic_deleted(topic_id_for("t"))  # a live topic is never deleted
+    assert not meta.topic_deleted(topic_id_for(CLUSTER, "t"))  # a live topic is never deleted
     assert not meta.topic_deleted(uuid.uuid4())  # unknown is not deleted
     assert meta.with_ports({1: 5}).topic_deleted(gone)

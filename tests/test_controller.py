@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
+import uuid
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from partlog.cluster_meta import NO_LEADER, BrokerInfo, MetadataSource, PartitionInfo, TopicInfo, topic_id_for
+from partlog.cluster_meta import NO_LEADER, BrokerInfo, MetadataSource, PartitionInfo, TopicInfo
 from partlog.controller import (
     BrokerFenced,
     Controller,
@@ -67,8 +68,11 @@ def register(c: Controller, ids: list[int], now: int = 0) -> dict[int, int]:
     return epochs
 
 
-def tp_of(name: str, p: int = 0) -> TopicIdPartition:
-    return TopicIdPartition(topic_id_for(name), p)
+def tp_of(c: Controller, name: str, p: int = 0) -> TopicIdPartition:
+    """Partition ``p`` of topic ``name`` (ids are random: ask the controller;
+    an unknown name gets a fresh id, which no controller knows)."""
+    t = next((t for t in c.snapshot().topics if t.name == name), None)
+    return TopicIdPartition(t.topic_id if t is not None else uuid.uuid4(), p)
 
 
 def create(c: Controller, name: str, partitions: int, rf: int) -> TopicInfo:
@@ -118,7 +122,7 @@ def shrink_isr(c: Controller, epochs: dict[int, int], tp: TopicIdPartition, isr:
 def test_assignment_puts_one_replica_per_az_and_spreads_leaders(ctl: Controller) -> None:
     register(ctl, [1, 2, 3, 4, 5, 6])
     t = create(ctl, "orders", 12, 3)
-    assert t.topic_id == topic_id_for("orders")
+    assert t.topic_id.version == 4  # random, as Kafka's topic ids
     for p in t.partitions:
         assert len({AZ_OF[r] for r in p.replicas}) == 3, p
         assert p.leader == p.replicas[0] and p.isr == p.replicas and p.leader_epoch == p.partition_epoch == 0
@@ -182,7 +186,7 @@ def test_create_topic_errors_and_idempotent_recreate(ctl: Controller) -> None:
 def test_dead_leader_is_replaced_by_next_isr_replica_only(ctl: Controller) -> None:
     epochs = register(ctl, [1, 2, 3])
     create(ctl, "t", 1, 3)
-    tp = tp_of("t")
+    tp = tp_of(ctl, "t")
     r0, _r1, r2 = part(ctl, tp).replicas
     shrink_isr(ctl, epochs, tp, (r0, r2))  # r1 fell behind
     assert part(ctl, tp).partition_epoch == 1
@@ -199,7 +203,7 @@ def test_dead_leader_is_replaced_by_next_isr_replica_only(ctl: Controller) -> No
 def test_follower_death_only_shrinks_isr(ctl: Controller) -> None:
     epochs = register(ctl, [1, 2, 3])
     create(ctl, "t", 1, 3)
-    tp = tp_of("t")
+    tp = tp_of(ctl, "t")
     before = part(ctl, tp)
     kill(ctl, epochs, {before.replicas[1]}, 0)
     p = part(ctl, tp)
@@ -210,7 +214,7 @@ def test_follower_death_only_shrinks_isr(ctl: Controller) -> None:
 def test_last_isr_member_dies_then_comes_back_as_leader(ctl: Controller) -> None:
     epochs = register(ctl, [1, 2])
     create(ctl, "t", 1, 2)
-    tp = tp_of("t")
+    tp = tp_of(ctl, "t")
     leader, follower = part(ctl, tp).replicas
     shrink_isr(ctl, epochs, tp, (leader,))
     kill(ctl, epochs, {leader}, 0)
@@ -237,7 +241,7 @@ def test_unclean_election_only_when_enabled(tmp_path: Path) -> None:
         with Controller(config(tmp_path / str(unclean), unclean_leader_election_enable=unclean), now_ms=0) as c:
             epochs = register(c, [1, 2, 3])
             create(c, "t", 1, 3)
-            tp = tp_of("t")
+            tp = tp_of(c, "t")
             r0, r1, _r2 = part(c, tp).replicas
             shrink_isr(c, epochs, tp, (r0,))
             kill(c, epochs, {r0}, 0)
@@ -255,7 +259,7 @@ def test_unclean_election_when_a_replica_returns(tmp_path: Path) -> None:
     with Controller(config(tmp_path / "c", unclean_leader_election_enable=True), now_ms=0) as c:
         epochs = register(c, [1, 2])
         create(c, "t", 1, 2)
-        tp = tp_of("t")
+        tp = tp_of(c, "t")
         leader, follower = part(c, tp).replicas
         shrink_isr(c, epochs, tp, (leader,))
         kill(c, epochs, {leader, follower}, 0)
@@ -268,7 +272,7 @@ def test_unclean_election_when_a_replica_returns(tmp_path: Path) -> None:
 def test_fast_restart_fences_the_old_incarnation(ctl: Controller) -> None:
     epochs = register(ctl, [1, 2])
     create(ctl, "t", 1, 2)
-    tp = tp_of("t")
+    tp = tp_of(ctl, "t")
     leader, follower = part(ctl, tp).replicas
     ctl.take_events()
     # The leader restarts within its session timeout: its old incarnation is dead.
@@ -298,7 +302,7 @@ def test_preferred_leader_election(tmp_path: Path) -> None:
     with Controller(config(tmp_path / "c", leader_imbalance_check_interval_ms=interval), now_ms=0) as c:
         epochs = register(c, [1, 2])
         create(c, "t", 1, 2)
-        tp = tp_of("t")
+        tp = tp_of(c, "t")
         preferred, other = part(c, tp).replicas
         kill(c, epochs, {preferred}, 0)
         assert part(c, tp).leader == other
@@ -322,7 +326,7 @@ def test_preferred_leader_election(tmp_path: Path) -> None:
 def test_alter_partition_validation(ctl: Controller) -> None:
     epochs = register(ctl, [1, 2, 3, 4])
     create(ctl, "t", 1, 3)
-    tp = tp_of("t")
+    tp = tp_of(ctl, "t")
     p = part(ctl, tp)
     leader, f1, f2 = p.replicas
     outsider = next(b for b in epochs if b not in p.replicas)
@@ -337,8 +341,8 @@ def test_alter_partition_validation(ctl: Controller) -> None:
 
     assert alter((leader,), broker=99) == Errors.BROKER_ID_NOT_REGISTERED
     assert alter((leader,), epoch=epochs[leader] - 1) == Errors.STALE_BROKER_EPOCH
-    assert alter((leader,), t=tp_of("t", 1)) == Errors.UNKNOWN_TOPIC_OR_PARTITION
-    assert alter((leader,), t=tp_of("nope")) == Errors.UNKNOWN_TOPIC_OR_PARTITION
+    assert alter((leader,), t=tp_of(ctl, "t", 1)) == Errors.UNKNOWN_TOPIC_OR_PARTITION
+    assert alter((leader,), t=tp_of(ctl, "nope")) == Errors.UNKNOWN_TOPIC_OR_PARTITION
     assert alter((f1,), broker=f1) == Errors.NOT_LEADER_OR_FOLLOWER
     assert alter((leader,), leader_epoch=le + 1) == Errors.FENCED_LEADER_EPOCH
     assert alter((leader,), partition_epoch=pe + 1) == Errors.INVALID_UPDATE_VERSION
@@ -416,7 +420,7 @@ class _FailingWrites:
 def test_a_failed_write_changes_nothing(ctl: Controller, monkeypatch: pytest.MonkeyPatch) -> None:
     epochs = register(ctl, [1, 2])
     create(ctl, "t", 1, 2)
-    tp = tp_of("t")
+    tp = tp_of(ctl, "t")
     before, version = ctl.snapshot(), ctl.version
     with monkeypatch.context() as m:
         m.setattr(ctl, "_env", _FailingWrites(ctl._env))

@@ -82,7 +82,7 @@ def moved(
             isr=(isr or {}).get(p, old.isr),
             partition_epoch=old.partition_epoch + 1,
         )
-    return StaticMetadata(meta.brokers(), [replace(t, partitions=tuple(parts))])
+    return meta.with_topics([replace(t, partitions=tuple(parts))])
 
 
 def cut_off(b: Broker, unreachable: set[int]) -> Callable[[], None]:
@@ -307,7 +307,7 @@ class _FlakyIds(StaticMetadata):
     """A source whose controller is unreachable for the first request."""
 
     def __init__(self, meta: StaticMetadata, manager: ProducerIdManager) -> None:
-        super().__init__(meta.brokers(), meta.topics())
+        super().__init__(meta.brokers(), meta.topics(), cluster_id=meta.cluster_id)
         self.manager = manager
         self.calls = 0
 

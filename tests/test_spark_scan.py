@@ -25,6 +25,7 @@ from partlog.wal_segment import WalSegmentBuilder
 from tests.batches import build_batch
 from tests.clock import Clock
 from tests.s3server import ACCESS_KEY_ID, SECRET_ACCESS_KEY
+from tests.walmgr_helpers import TEST_CLUSTER_ID
 from walmgr.model import State
 from walmgr.registry import Registry
 from walmgr.scanner import GONE_AGE_MS_DEFAULT, Scanner, ScanReport
@@ -68,7 +69,7 @@ def bucket(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[ObjectStore,
 
 
 def segment(created_ms: int, broker_id: int) -> bytes:
-    builder = WalSegmentBuilder(broker_id, created_ms)
+    builder = WalSegmentBuilder(broker_id, created_ms, TEST_CLUSTER_ID)
     for tp in TPS:
         builder.add(tp, build_batch(2))
     return builder.build().data

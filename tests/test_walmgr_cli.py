@@ -25,7 +25,7 @@ from partlog.cluster_meta import StaticMetadata
 from partlog.objectstore import LocalDirStore
 from partlog.records import TopicIdPartition
 from tests.cluster_helpers import free_ports, topic_partitions, write_cluster_toml
-from tests.walmgr_helpers import orphan
+from tests.walmgr_helpers import TEST_CLUSTER_ID, orphan
 from walmgr import cli
 
 WAIT_S = 30.0
@@ -41,7 +41,7 @@ class Setup:
         self.objects = LocalDirStore(tmp_path / "objects", fsync=False)
         self.url = "file://" + str(tmp_path / "objects")
         self.registry = str(tmp_path / "registry")
-        meta = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"t": 1})
+        meta = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"t": 1}, cluster_id=TEST_CLUSTER_ID)
         [port] = free_ports(1)  # nothing listens there
         self.cluster = tmp_path / "cluster.toml"
         gone = TopicIdPartition(uuid.uuid5(uuid.NAMESPACE_URL, "walmgr-cli/gone"), 0)

@@ -83,7 +83,7 @@ def test_orphans_are_deleted_and_referenced_objects_never(tmp_path: Path) -> Non
                     await producer.close()
                 assert not sent.failed
                 notified = sum(b.walmgr_notifications_sent for b in brokers)
-                orphans = {orphan(objects, [tps[i % 3]]) for i in range(5)}
+                orphans = {orphan(objects, [tps[i % 3]], cluster_id=meta.cluster_id) for i in range(5)}
                 objects.put("wal/zz/not-a-wal-key.txt", b"x")
                 objects.put("wal-old/00/0000000000001-1-ab.wal", b"sibling prefix")
                 bad = str(make_wal_key("wal", int(time.time() * 1000) - 10_000, 1, "bad0"))

@@ -6,8 +6,12 @@ commits (only while an object is younger than the commit deadline by the
 committing leader's clock), deletions of references (retention,
 DeleteRecords), topic deletions, leader changes (also between asking and
 deciding), and walmgr rounds whose brokers may fail, time out, answer for a
-stale epoch or answer garbage.  The property: an object is planned for
-deletion only if the model says no reference exists and none can appear.
+stale epoch or answer garbage.  Some objects belong to another cluster
+whose topics have the same ids (its leaders are ours, as a misconfigured
+walmgr would see them) and some have footers naming no partitions.  The
+property: an object is planned for deletion only if the model says no
+reference exists and none can appear, and never one of another cluster or
+one nobody was asked about.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ GATE_MS = DEADLINE_MS + SKEW_MS + GRACE_MS
 TOPICS = [uuid.UUID(int=i + 1) for i in range(2)]
 TPS = [TopicIdPartition(t, p) for t in TOPICS for p in range(2)]
 BROKERS = [1, 2, 3]
+CLUSTER = uuid.UUID(int=0xC1)
+OTHER_CLUSTER = uuid.UUID(int=0xC2)
 
 
 class World:
@@ -41,13 +47,21 @@ class World:
         }
         self.deleted_topics: set[uuid.UUID] = set()
         self.deleted: set[str] = set()
+        # Objects of another cluster (or of none) and objects whose footer
+        # named no partitions: references to them are invisible here.
+        self.foreign: set[str] = set()
 
     def referenced(self, key: str) -> bool:
         return any(self.refs.get((key, tp), False) for tp in TPS if tp.topic_id not in self.deleted_topics)
 
 
 ops = st.one_of(
-    st.tuples(st.just("upload"), st.lists(st.sampled_from(TPS), min_size=1, max_size=4, unique=True)),
+    st.tuples(
+        st.just("upload"),
+        st.lists(st.sampled_from(TPS), min_size=1, max_size=4, unique=True),
+        st.sampled_from([CLUSTER, CLUSTER, OTHER_CLUSTER, None]),
+    ),
+    st.tuples(st.just("upload_no_partitions")),
     st.tuples(st.just("commit"), st.integers(0, 50), st.integers(0, 3), st.integers(-SKEW_MS, SKEW_MS)),
     st.tuples(st.just("unref"), st.integers(0, 50), st.sampled_from(TPS)),
     st.tuples(st.just("tick"), st.sampled_from([1, 50, 199, 200, 201, 300, 700, 1_000, 1_301])),
@@ -65,23 +79,32 @@ ops = st.one_of(
 @settings(max_examples=500, deadline=None)
 @given(st.lists(ops, max_size=60))
 # A referenced object past the gate, asked of a broker that answers for a stale epoch.
-@example([("upload", [TPS[0]]), ("commit", 0, 0, 0), ("tick", 1_301), ("tick", 300), ("round", 0, {1: "stale"}, [])])
+@example(
+    [("upload", [TPS[0]], CLUSTER), ("commit", 0, 0, 0), ("tick", 1_301), ("tick", 300), ("round", 0, {1: "stale"}, [])]
+)
 # A clock-fast walmgr: the gate must still hold for the slowest leader.
-@example([("upload", [TPS[0]]), ("tick", 1_000), ("round", SKEW_MS, {}, [])])
-@example([("upload", [TPS[0]]), ("tick", 1_301), ("round", SKEW_MS, {}, [])])
+@example([("upload", [TPS[0]], CLUSTER), ("tick", 1_000), ("round", SKEW_MS, {}, [])])
+@example([("upload", [TPS[0]], CLUSTER), ("tick", 1_301), ("round", SKEW_MS, {}, [])])
 def test_only_objects_nothing_can_reference_are_planned(history: list[Any]) -> None:
     w = World()
     for op in history:
         kind = op[0]
-        if kind == "upload":
+        if kind in ("upload", "upload_no_partitions"):
             key = f"wal/00/{w.now:013d}-1-{len(w.objects):x}.wal"
-            w.objects[key] = ObjectRecord(key, 100, w.now, 1, tuple(op[1]), Source.SCAN, State.TRACKED, w.now)
+            tps, cluster = (tuple(op[1]), op[2]) if kind == "upload" else ((), CLUSTER)
+            w.objects[key] = ObjectRecord(
+                key, 100, w.now, 1, tps, Source.SCAN, State.TRACKED, w.now, cluster_id=cluster
+            )
+            if cluster != CLUSTER or not tps:
+                w.foreign.add(key)
         elif kind == "commit":
             keys = sorted(w.objects)
             if not keys:
                 continue
             key = keys[op[1] % len(keys)]
             rec = w.objects[key]
+            if not rec.partitions:
+                continue
             tp, skew = rec.partitions[op[2] % len(rec.partitions)], op[3]
             # The leader refuses objects older than the deadline by ITS clock.
             if key not in w.deleted and (w.now + skew) - rec.created_ms <= DEADLINE_MS:
@@ -104,7 +127,7 @@ def test_only_objects_nothing_can_reference_are_planned(history: list[Any]) -> N
             walmgr_now = w.now + clock_error
             live = [r for k, r in w.objects.items() if k not in w.deleted]
             cands = candidates(live, walmgr_now, GATE_MS)
-            plan = plan_checks(cands, lambda tp: tp.topic_id in w.deleted_topics, dict(w.leader).__getitem__)
+            plan = plan_checks(cands, lambda tp: tp.topic_id in w.deleted_topics, dict(w.leader).__getitem__, CLUSTER)
             answers: dict[int, list[int] | str] = {}
             for broker, checks in plan.by_broker.items():
                 how = behaviour.get(broker, "ok")
@@ -133,6 +156,9 @@ def test_only_objects_nothing_can_reference_are_planned(history: list[Any]) -> N
             decision = decide(plan, answers, lambda tp: w.leader[tp])
             for key in decision.delete:
                 rec = w.objects[key]
+                # Another cluster's object, or one whose footer named nobody
+                # to ask: some log we cannot see may reference it.
+                assert key not in w.foreign, f"{key} planned without positive evidence"
                 assert not w.referenced(key), f"{key} planned for deletion but referenced"
                 # And no reference can appear: every leader's clock (within the
                 # skew bound) puts the object past the commit deadline.
@@ -142,15 +168,15 @@ def test_only_objects_nothing_can_reference_are_planned(history: list[Any]) -> N
             assert set(decision.delete).isdisjoint(decision.doubt)
 
 
-def _rec(key: str, *tps: TopicIdPartition, created_ms: int = 0) -> ObjectRecord:
-    return ObjectRecord(key, 1, created_ms, 1, tps, Source.SCAN, State.TRACKED, 0)
+def _rec(key: str, *tps: TopicIdPartition, created_ms: int = 0, cluster: uuid.UUID | None = CLUSTER) -> ObjectRecord:
+    return ObjectRecord(key, 1, created_ms, 1, tps, Source.SCAN, State.TRACKED, 0, cluster_id=cluster)
 
 
 def test_deleted_topics_hold_no_reference_and_no_leader_keeps_the_file() -> None:
     a, b = TPS[0], TPS[2]
     gone_only = _rec("k1", a)
     mixed = _rec("k2", a, b)
-    plan = plan_checks([gone_only, mixed], lambda tp: tp.topic_id == a.topic_id, lambda tp: None)
+    plan = plan_checks([gone_only, mixed], lambda tp: tp.topic_id == a.topic_id, lambda tp: None, CLUSTER)
     assert plan.unreferenced == {"k1"} and "k2" in plan.doubt and "no leader" in plan.doubt["k2"]
     d = decide(plan, {}, lambda tp: None)
     assert d.delete == ["k1"] and "k2" in d.doubt
@@ -168,7 +194,7 @@ def test_age_gate_and_states() -> None:
 def test_one_referencing_partition_keeps_the_file_and_names_the_broker() -> None:
     rec = _rec("k", TPS[0], TPS[1])
     leaders = {TPS[0]: (1, 5), TPS[1]: (2, 3)}
-    plan = plan_checks([rec], lambda tp: False, leaders.get)
+    plan = plan_checks([rec], lambda tp: False, leaders.get, CLUSTER)
     assert {b: [c.leader_epoch for c in cs] for b, cs in plan.by_broker.items()} == {1: [5], 2: [3]}
     d = decide(plan, {1: [Verdict.NOT_REFERENCED], 2: [Verdict.REFERENCED]}, leaders.get)
     assert d.delete == [] and "broker 2" in d.referenced["k"]
@@ -178,3 +204,18 @@ def test_one_referencing_partition_keeps_the_file_and_names_the_broker() -> None
     moved = {TPS[0]: (1, 5), TPS[1]: (3, 4)}
     d = decide(plan, {1: [Verdict.NOT_REFERENCED], 2: [Verdict.NOT_REFERENCED]}, moved.get)
     assert d.delete == [] and "leader changed" in d.doubt["k"]
+
+
+def test_no_partitions_or_another_cluster_is_a_doubt_asked_of_nobody() -> None:
+    """Regression (issue 13, item 2): a record with no partitions was
+    "unreferenced" (deleted without asking anyone); with a leader of the same
+    topic id answering NOT_REFERENCED, another cluster's object was deleted."""
+    empty = _rec("empty")
+    foreign = _rec("foreign", TPS[0], cluster=OTHER_CLUSTER)
+    unnamed = _rec("unnamed", TPS[0], cluster=None)
+    leaders = {TPS[0]: (1, 0)}
+    plan = plan_checks([empty, foreign, unnamed], lambda tp: False, leaders.get, CLUSTER)
+    assert plan.by_broker == {} and plan.unreferenced == frozenset()
+    assert set(plan.doubt) == {"empty", "foreign", "unnamed"}
+    assert "no partitions" in plan.doubt["empty"] and str(OTHER_CLUSTER) in plan.doubt["foreign"]
+    assert decide(plan, {1: [Verdict.NOT_REFERENCED]}, leaders.get).delete == []

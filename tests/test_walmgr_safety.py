@@ -73,7 +73,7 @@ from tests.cluster_helpers import (
     topic_partitions,
 )
 from tests.s3server import ACCESS_KEY_ID, SECRET_ACCESS_KEY
-from tests.walmgr_helpers import listed, orphan, segment
+from tests.walmgr_helpers import TEST_CLUSTER_ID, listed, orphan, segment
 from walmgr import cli
 from walmgr.config import WalmgrConfig
 from walmgr.daemon import CycleReport, Walmgr
@@ -436,7 +436,9 @@ async def safety_under_faults(
                 if i % 50 == 20:
                     uploads.hold(3)
                 if i in (30, 200):
-                    planted.update(orphan(objects, [tps[j % 3], tps[(j + 1) % 3]]) for j in range(3))
+                    planted.update(
+                        orphan(objects, [tps[j % 3], tps[(j + 1) % 3]], cluster_id=meta.cluster_id) for j in range(3)
+                    )
                 elif i == 60:
                     leader = next(b for b in running() if b.replicas.is_leader(tps[0]))
                     await until(lambda: leader.store.high_watermark(tps[0]) > 0, "acknowledged records on tp0")
@@ -596,8 +598,8 @@ def test_clock_skew_within_the_bound_never_deletes_what_a_leader_can_still_commi
             try:
                 # By the leader's clock: ages around the deadline, and one committed at the very deadline.
                 ages = [DEADLINE_MS + 1, DEADLINE_MS, DEADLINE_MS - 1, DEADLINE_MS // 2, 0]
-                keys = {orphan(objects, [tp], start - age): start - age for age in ages}
-                committed = orphan(objects, [tp], start - DEADLINE_MS)
+                keys = {orphan(objects, [tp], start - age, cluster_id=meta.cluster_id): start - age for age in ages}
+                committed = orphan(objects, [tp], start - DEADLINE_MS, cluster_id=meta.cluster_id)
                 size = objects.head(committed).size
                 assert await commit(broker, committed, tp, size) == Errors.NONE  # age == deadline: accepted
                 created = keys | {committed: start - DEADLINE_MS}
@@ -636,7 +638,7 @@ def at_leader(meta: StaticMetadata, leader: int, epoch: int) -> StaticMetadata:
     [t] = meta.topics()
     parts = list(t.partitions)
     parts[0] = dataclasses.replace(parts[0], leader=leader, leader_epoch=epoch, partition_epoch=epoch)
-    return StaticMetadata(meta.brokers(), [dataclasses.replace(t, partitions=tuple(parts))])
+    return meta.with_topics([dataclasses.replace(t, partitions=tuple(parts))])
 
 
 def test_answers_across_a_leadership_change_keep_the_object(tmp_path: Path) -> None:
@@ -656,7 +658,7 @@ def test_answers_across_a_leadership_change_keep_the_object(tmp_path: Path) -> N
             [tp] = topic_partitions(meta)
             b = {x.broker_id: x for x in brokers}
             assert meta.leader_of(tp) == 1
-            keys = {orphan(objects, [tp], now_ms() - 10 * GATE_MS) for _ in range(3)}
+            keys = {orphan(objects, [tp], now_ms() - 10 * GATE_MS, cluster_id=meta.cluster_id) for _ in range(3)}
             mgr = Walmgr(cfg, store=objects, metadata=meta)
             await mgr.start()
             try:
@@ -750,8 +752,10 @@ async def unknown_keys_are_never_deleted(tmp_path: Path, objects: ObjectStore, s
     prefix) or never read (outside it).  Then the deleter's own fence."""
     # Partitions of a topic the metadata says was deleted: no leader is asked.
     gone_topic = [TopicIdPartition(uuid_of("gone"), 0)]
-    generated = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"t": 1})
-    meta = StaticMetadata(generated.brokers(), generated.topics(), [gone_topic[0].topic_id])
+    generated = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"t": 1}, cluster_id=TEST_CLUSTER_ID)
+    meta = StaticMetadata(
+        generated.brokers(), generated.topics(), [gone_topic[0].topic_id], cluster_id=generated.cluster_id
+    )
     weird = weird_keys(gone_topic, with_bare_prefix=not isinstance(objects, LocalDirStore))
     for k, data in weird.items():
         objects.put(k, data)

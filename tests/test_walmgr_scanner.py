@@ -29,6 +29,7 @@ from partlog.wal_key import WalKey, make_wal_key, shard_of
 from partlog.wal_segment import WalSegmentBuilder
 from tests.batches import build_batch
 from tests.clock import Clock
+from tests.walmgr_helpers import TEST_CLUSTER_ID
 from walmgr.model import ObjectRecord, Source, State
 from walmgr.registry import Registry
 from walmgr.scanner import (
@@ -96,7 +97,7 @@ def registry(tmp_path: Path) -> Iterator[Registry]:
 
 
 def segment(created_ms: int, broker_id: int, tps: Sequence[TopicIdPartition] = TPS) -> bytes:
-    builder = WalSegmentBuilder(broker_id, created_ms)
+    builder = WalSegmentBuilder(broker_id, created_ms, TEST_CLUSTER_ID)
     for tp in tps:
         builder.add(tp, build_batch(2))
     return builder.build().data

@@ -48,12 +48,15 @@ from walmgr.scanner import Scanner
 TARGET_DELETE_FILES_PER_S = 2_000.0
 PREFIX = "wal"
 BASELINE_DELETE_OBJECTS = 10_000
+# The bench's objects belong to a cluster of their own (walmgr records only
+# objects whose footer names a cluster).
+BENCH_CLUSTER_ID = uuid.UUID("be0c0000-0000-4000-8000-00000000be0c")
 PUT_THREADS = 16
 
 
 def _fill(store: ObjectStore, prefix: str, n: int, created_ms: int, progress: Callable[[str], None]) -> list[str]:
     tp = TopicIdPartition(uuid.UUID(int=0xDEAD), 0)  # a topic no cluster has: no reference
-    builder = WalSegmentBuilder(1, created_ms)
+    builder = WalSegmentBuilder(1, created_ms, BENCH_CLUSTER_ID)
     builder.add(tp, build_record_batch([(None, b"bench", created_ms)]))
     data = builder.build().data
     keys = [str(make_wal_key(prefix, created_ms + i // 1000, 1, secrets.token_hex(6))) for i in range(n)]

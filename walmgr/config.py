@@ -17,6 +17,7 @@ import dataclasses
 import os
 import tomllib
 import urllib.parse
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,10 @@ FULL_SCAN_INTERVAL_MS_DEFAULT = 3_600_000
 # retry small and spreads deletes over the cycle.
 DELETE_BATCH_SIZE_DEFAULT = 250
 CHECK_TIMEOUT_MS_DEFAULT = 10_000
+# How long a one-shot command (gc --once, scan) waits for the cluster
+# metadata before it gives up with an error; the daemon keeps retrying (and
+# logs and counts every failure: walmgr_metadata_errors).
+METADATA_TIMEOUT_MS_DEFAULT = 30_000
 # Deleted and gone records stay this long, for `walmgr inspect` and audits.
 TOMBSTONE_RETENTION_MS_DEFAULT = 7 * 24 * 3_600_000
 PORT_MAX = 65_535
@@ -134,6 +139,16 @@ class WalmgrConfig:
     tombstone_retention_ms: int = TOMBSTONE_RETENTION_MS_DEFAULT
     scan_engine: str = "local"  # TOML: [scan] engine
     scan_spark_master: str = SCAN_SPARK_MASTER_DEFAULT  # TOML: [scan] spark_master
+    # The cluster this walmgr manages ("": the metadata's, bound on first
+    # use).  The registry, the metadata, every broker and every footer must
+    # name the same one.
+    cluster_id: str = ""
+    metadata_timeout_ms: int = METADATA_TIMEOUT_MS_DEFAULT
+    # Mutual TLS to brokers and the controller, and for the notification
+    # listener (the brokers' CA, and a certificate of walmgr's own).
+    tls_ca_file: str = ""
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -173,7 +188,22 @@ class WalmgrConfig:
             raise WalmgrConfigError(f"{prefix!r}: {e}", key="prefix") from e
         object.__setattr__(self, "prefix", prefix)
 
-        positive = ("commit_deadline_ms", "cycle_interval_ms", "full_scan_interval_ms", "check_timeout_ms")
+        if self.cluster_id:
+            try:
+                uuid.UUID(self.cluster_id)
+            except ValueError:
+                raise WalmgrConfigError(f"not a UUID: {self.cluster_id!r:.60}", key="cluster_id") from None
+        tls = {"tls_ca_file": self.tls_ca_file, "tls_cert_file": self.tls_cert_file, "tls_key_file": self.tls_key_file}
+        if any(tls.values()) and not all(tls.values()):
+            missing = next(k for k, v in tls.items() if not v)
+            raise WalmgrConfigError("TLS needs tls_ca_file, tls_cert_file and tls_key_file together", key=missing)
+        positive = (
+            "commit_deadline_ms",
+            "cycle_interval_ms",
+            "full_scan_interval_ms",
+            "check_timeout_ms",
+            "metadata_timeout_ms",
+        )
         for name in positive:
             if getattr(self, name) <= 0:
                 raise WalmgrConfigError(f"must be > 0, got {getattr(self, name)}", key=name)
@@ -213,6 +243,11 @@ class WalmgrConfig:
         """How old (by its key's created_ms) an object must be before walmgr
         considers it: after this, no leader can still commit a reference."""
         return self.commit_deadline_ms + self.max_clock_skew_ms + self.grace_ms
+
+    @property
+    def cluster(self) -> uuid.UUID | None:
+        """``cluster_id`` as a UUID (None when not configured)."""
+        return uuid.UUID(self.cluster_id) if self.cluster_id else None
 
     @property
     def store_url(self) -> str:

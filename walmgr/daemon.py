@@ -13,6 +13,14 @@ One cycle (``Walmgr.cycle``):
 
 The registry's lock makes this the only active manager on that registry.
 Every limit is a config key (``walmgr.config``) and a metric.
+
+Cluster identity (design brief, deletion safety 0): at start the registry
+is bound to one cluster id (the configured one, the metadata's, and the
+registry's own must agree), brokers are reached with that id in the
+handshake, and footers naming another cluster make their objects INVALID.
+A metadata source or a broker of another cluster stops walmgr with
+:class:`ClusterMismatchError` (exit status 2 in the CLI): nothing it would
+decide could be trusted.
 """
 
 from __future__ import annotations
@@ -20,18 +28,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from partlog.cluster_meta import MetadataSource, StaticMetadata
+from partlog.cluster_meta import ClusterMismatchError, MetadataSource, StaticMetadata, check_same_cluster
 from partlog.objectstore import DeleteResult, ObjectInfo, ObjectStore, ObjectStoreError, open_store
 from partlog.records import TopicIdPartition
-from partlog.rpc import RpcClient, RpcConnectionError, RpcError, RpcRemoteError, RpcServer, RpcTimeoutError
+from partlog.rpc import (
+    RpcClient,
+    RpcConnectionError,
+    RpcError,
+    RpcHandshakeError,
+    RpcRemoteError,
+    RpcServer,
+    RpcTimeoutError,
+    read_secret_file,
+)
 from partlog.rpc_frame import RpcErrorCode
+from partlog.tls import mutual_tls
 from partlog.wire import WireError, dec_verdicts, dec_wal_uploaded, enc_reference_checks
 from walmgr.config import WalmgrConfig, WalmgrConfigError
 from walmgr.decide import CheckPlan, Decision, candidates, decide, plan_checks, split_checks
@@ -133,6 +153,11 @@ class WalmgrMetrics:
         self.scan_errors = Counter(
             "walmgr_scan_errors", "scans the store or the Spark job failed (retried next cycle)", registry=r
         )
+        self.metadata_errors = Gauge(
+            "walmgr_metadata_errors",
+            "calls to the cluster metadata (the controller) that failed; walmgr keeps retrying",
+            registry=r,
+        )
         self.full_scan_seconds = Gauge(
             "walmgr_full_scan_seconds",
             "the last full scan's seconds: stage 'total', and on Spark startup/snapshot/listing/footers/gone/merge",
@@ -156,15 +181,23 @@ class WalmgrMetrics:
 _LIVE = (State.TRACKED, State.CANDIDATE, State.PLANNED)
 
 
-def load_metadata(spec: str) -> MetadataSource | None:
-    """``controller://HOST:PORT`` (not started), a static cluster TOML, or None."""
+def load_metadata(
+    spec: str,
+    *,
+    cluster_id: uuid.UUID | None = None,
+    secret: bytes | None = None,
+    client_ssl: ssl.SSLContext | None = None,
+) -> MetadataSource | None:
+    """``controller://HOST:PORT`` (not started; it is reached with
+    ``secret``, ``client_ssl`` and, when known, ``cluster_id``), a static
+    cluster TOML, or None."""
     if not spec:
         return None
     if spec.startswith("controller://"):
         from partlog.controller_client import ControllerMetadata
 
         host, _, port = spec.removeprefix("controller://").rpartition(":")
-        return ControllerMetadata(host, int(port))
+        return ControllerMetadata(host, int(port), cluster_id=cluster_id, secret=secret, ssl=client_ssl)
     return StaticMetadata.from_toml(spec)
 
 
@@ -179,14 +212,26 @@ class Walmgr:
         metadata: MetadataSource | None = None,
         clock: Callable[[], int] = now_ms,
         secret: bytes | None = None,
+        server_ssl: ssl.SSLContext | None = None,
+        client_ssl: ssl.SSLContext | None = None,
     ) -> None:
         self.config = config
         self.store = store if store is not None else open_store(config.store_url)
-        self.metadata = metadata
+        self.registry: Registry | None = None
+        self._metadata = metadata
         self._own_metadata = False
         self._clock = clock
+        if secret is None and config.secret_file:
+            secret = read_secret_file(config.secret_file)
         self._secret = secret
-        self.registry: Registry | None = None
+        if server_ssl is None and client_ssl is None:
+            contexts = mutual_tls(config.tls_ca_file, config.tls_cert_file, config.tls_key_file)
+            if contexts is not None:
+                server_ssl, client_ssl = contexts.server, contexts.client
+        self._server_ssl = server_ssl
+        self._client_ssl = client_ssl
+        # The cluster this walmgr manages: bound at start (see the module doc).
+        self.cluster_id: uuid.UUID | None = None
         self.metrics: WalmgrMetrics | None = None
         self._server: RpcServer | None = None
         self._clients: dict[int, RpcClient] = {}
@@ -194,9 +239,27 @@ class Walmgr:
         self._last_cycle_ms = 0
         self.port = 0
 
+    @property
+    def metadata(self) -> MetadataSource | None:
+        return self._metadata
+
+    @metadata.setter
+    def metadata(self, metadata: MetadataSource | None) -> None:
+        """Adopt other metadata (a test's, an embedder's); once started, it
+        must name the cluster the registry is bound to (ClusterMismatchError)."""
+        self._metadata = metadata
+        if self.registry is not None:
+            self._bind_cluster()
+
     # ------------------------------------------------------------ lifecycle
 
-    async def start(self) -> None:
+    async def start(self, *, metadata_timeout_ms: int | None = None) -> None:
+        """Open the registry, reach the metadata and bind the cluster id.
+
+        ``metadata_timeout_ms`` bounds the wait for a controller (one-shot
+        commands; then ``ControllerUnavailableError``); None waits as long
+        as it takes, logging and counting each failed attempt (the daemon).
+        """
         if self.config.scan_engine == "spark":
             try:
                 check_spark_available()
@@ -208,16 +271,30 @@ class Walmgr:
         self.metrics = WalmgrMetrics(self.registry, lambda: self._last_cycle_ms, self._clock)
         if self.config.metrics_port:
             self.metrics.serve(self.config.metrics_port)
-        if self.metadata is None and self.config.metadata:
-            self.metadata = load_metadata(self.config.metadata)
+        if self._metadata is None and self.config.metadata:
+            self._metadata = load_metadata(
+                self.config.metadata,
+                cluster_id=self.config.cluster or self.registry.cluster_id,
+                secret=self._secret,
+                client_ssl=self._client_ssl,
+            )
             self._own_metadata = True
+            if hasattr(self.metadata, "failures"):  # ControllerMetadata counts what it retries
+                self.metrics.metadata_errors.set_function(lambda: float(getattr(self.metadata, "failures", 0)))
             start = getattr(self.metadata, "start", None)
             if start is not None:
-                await start()
+                await start(timeout_ms=metadata_timeout_ms)
+        self._bind_cluster()
         if self.config.listen:
             host, _, port = self.config.listen.rpartition(":")
-            self._server = RpcServer({"wal_uploaded": self._handle_wal_uploaded}, host=host, port=int(port),
-                                     secret=self._secret)  # fmt: skip
+            self._server = RpcServer(
+                {"wal_uploaded": self._handle_wal_uploaded},
+                host=host,
+                port=int(port),
+                secret=self._secret,
+                ssl=self._server_ssl,
+                cluster_id=self.cluster_id,
+            )
             await self._server.start()
             self.port = self._server.port
         log.info(
@@ -228,6 +305,23 @@ class Walmgr:
             self.config.age_gate_ms,
             f"127.0.0.1:{self.port}" if self._server else "-",
         )
+
+    def _bind_cluster(self) -> None:
+        """Settle the cluster id: the configured one, the metadata's and the
+        registry's must agree (ClusterMismatchError names both otherwise);
+        the registry is bound to it on first use.  Without metadata and
+        without a configured or bound id it stays None: scans still record
+        what they find, but nothing is decided."""
+        reg = self._reg()
+        configured = self.config.cluster
+        from_metadata = getattr(self.metadata, "cluster_id", None) if self.metadata is not None else None
+        if self.metadata is not None and not isinstance(from_metadata, uuid.UUID):
+            raise ClusterMismatchError(f"the cluster metadata {self.config.metadata or '(given)'} names no cluster id")
+        check_same_cluster("the cluster metadata", from_metadata, "the configured cluster_id", configured)
+        cluster_id = from_metadata or configured or reg.cluster_id
+        if cluster_id is not None:
+            reg.bind_cluster(cluster_id)  # raises ClusterMismatchError for a registry of another cluster
+        self.cluster_id = cluster_id
 
     async def stop(self) -> None:
         self._stop.set()
@@ -251,6 +345,8 @@ class Walmgr:
         while not self._stop.is_set():
             try:
                 await self.cycle()
+            except ClusterMismatchError:
+                raise  # misconfigured: nothing decided from here on could be trusted
             except Exception:  # a failed cycle is retried next interval; never exit on it
                 log.exception("walmgr cycle failed")
                 if self.metrics is not None:
@@ -326,7 +422,14 @@ class Walmgr:
             for stage, seconds in report.stages.items():
                 m.full_scan_seconds.labels(stage).set(seconds)
 
-    async def cycle(self, *, dry_run: bool = False, full_scan: bool | None = None) -> CycleReport:
+    async def cycle(
+        self, *, dry_run: bool = False, full_scan: bool | None = None, scan_errors_fatal: bool = False
+    ) -> CycleReport:
+        """One cycle (module doc).  A failed scan is logged and the cycle
+        goes on with what is known (the daemon: the scan is retried next
+        cycle); with ``scan_errors_fatal`` (one-shot commands) it raises the
+        store's error instead, so "nothing to delete" is never printed for a
+        store that could not be read."""
         reg = self._reg()
         cfg = self.config
         start = time.monotonic()
@@ -341,6 +444,8 @@ class Walmgr:
             if full_scan or (full_scan is None and due):
                 report.full = await self.scan(full=True)
         except (ObjectStoreError, SparkScanError) as e:
+            if scan_errors_fatal:
+                raise
             report.scan_error = str(e)
             log.warning("walmgr scan failed (retried next cycle): %s", e)
             if self.metrics is not None:
@@ -351,7 +456,7 @@ class Walmgr:
         )
         # A notification's partition list is the broker's word: read the
         # footer before anything is decided on it (one suffix GET each).
-        cands = await asyncio.to_thread(self._verify_notified, cands)
+        cands = await asyncio.to_thread(self._verify_footers, cands)
         report.candidates = len(cands)
         decision = await self._check(cands)
         report.referenced, report.doubt = decision.referenced, decision.doubt
@@ -400,26 +505,36 @@ class Walmgr:
         )
         return report
 
-    def _verify_notified(self, cands: list[ObjectRecord]) -> list[ObjectRecord]:
-        """Candidates learned from notifications, with the footer's partitions
-        (kept as the scan would record them); the footer decides, not the
-        notification.  An unreadable object stays out of this round."""
+    def _verify_footers(self, cands: list[ObjectRecord]) -> list[ObjectRecord]:
+        """Candidates with a footer read and checked by this walmgr: the ones
+        learned from notifications (the footer decides, not the broker's
+        word) and the ones recorded before their cluster was known (a scan
+        before the registry was bound) are read again, as the scan would
+        record them; the rest as they are.  An unreadable object stays out
+        of this round; an invalid one (no or another cluster, a footer that
+        does not account for the object) is recorded INVALID."""
         out: list[ObjectRecord] = []
         verified: list[ObjectRecord] = []
         for r in cands:
-            if r.source != Source.NOTIFICATION:
+            if r.source != Source.NOTIFICATION and r.cluster_id is not None:
                 out.append(r)
                 continue
             try:
                 found = inspect_object(
-                    self.store, ObjectInfo(r.key, r.size, r.created_ms), self.config.prefix, self._clock()
+                    self.store,
+                    ObjectInfo(r.key, r.size, r.created_ms),
+                    self.config.prefix,
+                    self._clock(),
+                    self.cluster_id,
                 )
             except ObjectStoreError as e:
                 log.info("walmgr could not read the footer of key=%s: %s (kept)", r.key, e)
                 continue
             if found is None:
                 continue  # vanished: a full scan marks it gone
-            rec = replace(r, partitions=found.partitions, source=Source.SCAN, size=found.size)
+            rec = replace(
+                r, partitions=found.partitions, source=Source.SCAN, size=found.size, cluster_id=found.cluster_id
+            )
             if found.state == State.INVALID:
                 rec = rec.with_state(State.INVALID, note=found.note)
             verified.append(rec)
@@ -459,7 +574,9 @@ class Walmgr:
             return Decision([], {}, {})
         if self.metadata is None:
             return Decision([], {}, {r.key: "no cluster metadata configured" for r in cands})
-        plan: CheckPlan = plan_checks(cands, self._topic_deleted, self._leader)
+        if self.cluster_id is None:  # not started: _bind_cluster refuses metadata without one
+            return Decision([], {}, {r.key: "no cluster id known" for r in cands})
+        plan: CheckPlan = plan_checks(cands, self._topic_deleted, self._leader, self.cluster_id)
         brokers = list(plan.by_broker)
         answers = await asyncio.gather(*(self._ask(b, plan.by_broker[b]) for b in brokers))
         return decide(plan, dict(zip(brokers, answers, strict=True)), self._leader)
@@ -479,6 +596,12 @@ class Walmgr:
                     out += dec_verdicts(body, len(part))
         except TimeoutError:
             return "timed out"
+        except RpcHandshakeError as e:
+            if e.code == RpcErrorCode.CLUSTER_MISMATCH:
+                info = self.metadata.broker(broker_id) if self.metadata is not None else None
+                where = f" at {info.host}:{info.port}" if info is not None else ""
+                raise ClusterMismatchError(f"broker {broker_id}{where}: {e.message}") from e
+            return f"unreachable: {e}"
         except (RpcConnectionError, OSError) as e:
             await self._drop_client(broker_id)
             return f"unreachable: {e}"
@@ -493,7 +616,14 @@ class Walmgr:
         info = self.metadata.broker(broker_id) if self.metadata is not None else None
         if info is None or not info.port:
             raise RpcConnectionError(f"broker {broker_id}: address unknown")
-        c = await RpcClient.connect(info.host, info.port, secret=self._secret)
+        c = await RpcClient.connect(
+            info.host, info.port, secret=self._secret, ssl=self._client_ssl, cluster_id=self.cluster_id
+        )
+        if c.server_cluster_id is None:
+            # It cannot show it belongs to our cluster: its answers are no
+            # evidence (a doubt for every check sent to it, never a deletion).
+            await c.close()
+            raise RpcConnectionError(f"broker {broker_id} at {info.host}:{info.port} names no cluster id")
         self._clients[broker_id] = c
         return c
 

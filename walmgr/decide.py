@@ -12,7 +12,12 @@ The deletion-safety argument (design brief, "Deletion safety") in code:
    A partition whose topic the metadata says was deleted holds no reference;
    a partition the metadata does not know at all is a doubt (the view may be
    stale).
-3. **Fail closed.** An object is deleted only when every one of its checks
+3. **Positive evidence only.** The partitions come from a footer checked
+   against the object (``partlog.wal_segment.parse_footer``: it accounts for
+   the whole batch area) that names this walmgr's cluster.  A record with
+   no partitions, no cluster, or another cluster is kept: "nobody was asked"
+   never means "nobody references it".
+4. **Fail closed.** An object is deleted only when every one of its checks
    was answered NOT_REFERENCED by the leader at the epoch asked, and the
    metadata still names that leader at that epoch after the answers came
    back.  No leader, an error, a timeout, a missing or unknown answer, or a
@@ -25,6 +30,7 @@ I/O; the property test drives this module against a reference model.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -78,14 +84,26 @@ def candidates(records: Iterable[ObjectRecord], now_ms: int, age_gate_ms: int) -
 
 
 def plan_checks(
-    records: Sequence[ObjectRecord], topic_deleted: Callable[[TopicIdPartition], bool], leader: LeaderView
+    records: Sequence[ObjectRecord],
+    topic_deleted: Callable[[TopicIdPartition], bool],
+    leader: LeaderView,
+    cluster_id: uuid.UUID,
 ) -> CheckPlan:
+    """The questions for ``records`` of cluster ``cluster_id``.  A record
+    whose footer named no partitions, no cluster or another cluster is a
+    doubt, asked of nobody."""
     by_broker: dict[int, list[Check]] = {}
     unreferenced: set[str] = set()
     doubt: dict[str, str] = {}
     for r in records:
         checks: list[tuple[int, Check]] = []
         reason = ""
+        if r.cluster_id != cluster_id:
+            doubt[r.key] = f"footer names cluster {r.cluster_id}, not {cluster_id}"
+            continue
+        if not r.partitions:
+            doubt[r.key] = "footer names no partitions"
+            continue
         for tp in dict.fromkeys(r.partitions):  # a footer names each partition once; be sure
             if topic_deleted(tp):
                 continue  # a deleted topic holds no reference

@@ -52,12 +52,15 @@ class ObjectRecord:
     # Why the object is invalid, or the last reason it was kept.
     note: str = ""
     deleted_ms: int = -1
+    # The cluster the footer names (None: not read yet, e.g. a notification,
+    # or a footer without one).  walmgr deletes only objects of its own cluster.
+    cluster_id: uuid.UUID | None = None
 
     def with_state(self, state: State, *, note: str | None = None, **changes: Any) -> ObjectRecord:
         return replace(self, state=state, note=self.note if note is None else note, **changes)
 
     def to_doc(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "size": self.size,
             "created_ms": self.created_ms,
             "broker": self.broker_id,
@@ -69,6 +72,9 @@ class ObjectRecord:
             "note": self.note,
             "deleted_ms": self.deleted_ms,
         }
+        if self.cluster_id is not None:
+            doc["cluster"] = self.cluster_id.bytes
+        return doc
 
     @classmethod
     def from_doc(cls, key: str, doc: dict[str, Any]) -> ObjectRecord:
@@ -84,6 +90,7 @@ class ObjectRecord:
             int(doc["last_checked_ms"]),
             str(doc["note"]),
             int(doc["deleted_ms"]),
+            uuid.UUID(bytes=bytes(doc["cluster"])) if doc.get("cluster") is not None else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -100,4 +107,5 @@ class ObjectRecord:
             "last_checked_ms": self.last_checked_ms,
             "note": self.note,
             "deleted_ms": self.deleted_ms,
+            "cluster_id": None if self.cluster_id is None else str(self.cluster_id),
         }

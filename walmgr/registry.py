@@ -37,12 +37,14 @@ import logging
 import os
 import struct
 import threading
+import uuid
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import lmdb
 import msgpack
 
+from partlog.cluster_meta import check_same_cluster
 from partlog.lmdb_gate import LmdbGate
 from partlog.wal_key import OBJECT_KEY_BYTES_MAX, WalKeyError, parse_wal_key
 from walmgr.model import ObjectRecord, State
@@ -80,7 +82,9 @@ _COUNT_PREFIX = "count."
 COUNTER_DELETED_FILES = "deleted_files"
 COUNTER_DELETED_BYTES = "deleted_bytes"
 _META_VERSION = "format_version"
-_RESERVED_META = frozenset({_META_VERSION, COUNTER_DELETED_FILES, COUNTER_DELETED_BYTES})
+# The cluster this registry belongs to (bind_cluster), as its UUID string.
+_META_CLUSTER = "cluster_id"
+_RESERVED_META = frozenset({_META_VERSION, COUNTER_DELETED_FILES, COUNTER_DELETED_BYTES, _META_CLUSTER})
 
 T = TypeVar("T")
 
@@ -613,6 +617,30 @@ class Registry:
             total += n
             if n < PURGE_PER_TXN:
                 return total
+
+    @property
+    def cluster_id(self) -> uuid.UUID | None:
+        """The cluster this registry is bound to (:meth:`bind_cluster`), or None."""
+        raw = self.meta_get(_META_CLUSTER)
+        return None if raw is None else uuid.UUID(str(raw))
+
+    def bind_cluster(self, cluster_id: uuid.UUID) -> None:
+        """Bind this registry to ``cluster_id`` on first use, or check that it
+        is bound to it: :class:`ClusterMismatchError` names both otherwise.
+        A registry's records, plan and positions describe one cluster's
+        objects; managing another with them is the misconfiguration this
+        refuses (design brief, deletion safety 0)."""
+        assert isinstance(cluster_id, uuid.UUID), cluster_id
+
+        def fn(w: _Write) -> None:
+            raw = w.txn.get(_META_CLUSTER.encode(), db=self._meta)
+            if raw is None:
+                w.meta_put(_META_CLUSTER, str(cluster_id))
+                return
+            bound = uuid.UUID(str(msgpack.unpackb(raw, raw=False)))
+            check_same_cluster("the cluster metadata", cluster_id, f"the registry {self.path}", bound)
+
+        self._write(fn)
 
     def meta_set(self, name: str, value: Any) -> None:
         """Set a meta value (msgpack-able), e.g. last_full_scan_ms.  The

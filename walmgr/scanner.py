@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -197,7 +198,22 @@ def list_all(store: ObjectStore, prefix: str, max_keys: int = LIST_KEYS_MAX) -> 
 # ---------------------------------------------------------------- one object
 
 
-def _invalid(info: ObjectInfo, reason: str, now_ms: int, parsed: WalKey | None = None) -> ObjectRecord:
+NOT_UTF8_NOTE = "key is not UTF-8: not a WAL key"
+
+
+def _is_utf8(key: str) -> bool:
+    """False for a key holding lone surrogates: how Python spells bytes of a
+    file name that are not UTF-8 (os.fsdecode's surrogateescape)."""
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _invalid(
+    info: ObjectInfo, reason: str, now_ms: int, parsed: WalKey | None = None, cluster_id: uuid.UUID | None = None
+) -> ObjectRecord:
     return ObjectRecord(
         info.key,
         info.size,
@@ -208,13 +224,23 @@ def _invalid(info: ObjectInfo, reason: str, now_ms: int, parsed: WalKey | None =
         State.INVALID,
         now_ms,
         note=reason,
+        cluster_id=cluster_id,
     )
 
 
-def inspect_object(store: ObjectStore, info: ObjectInfo, prefix: str, now_ms: int) -> ObjectRecord | None:
+def inspect_object(
+    store: ObjectStore, info: ObjectInfo, prefix: str, now_ms: int, cluster_id: uuid.UUID | None = None
+) -> ObjectRecord | None:
     """The record of a listed object: TRACKED with the footer's partitions
     for a WAL segment (one suffix GET), INVALID with the reason for a bad
     key or a bad segment, None if the object vanished meanwhile.
+
+    The footer must pass :func:`partlog.wal_segment.parse_footer`'s checks
+    (it accounts for the whole batch area) and name a cluster: ``cluster_id``
+    when given (the registry's), else any (the record keeps it, and the
+    decision core checks it against the registry's before any deletion).
+    A footer naming no cluster, or another, makes the object INVALID:
+    reported, never deleted.
 
     Raises :class:`ObjectStoreError` for store failures (retriable or not):
     the object may be fine, so it is not recorded and the scan is retried.
@@ -228,6 +254,16 @@ def inspect_object(store: ObjectStore, info: ObjectInfo, prefix: str, now_ms: in
         return None
     except (WalFormatError, RangeNotSatisfiableError, InvalidKeyError) as e:
         return _invalid(info, f"not a WAL segment: {e}", now_ms, parsed)
+    if footer.cluster_id is None:
+        return _invalid(info, "footer names no cluster", now_ms, parsed)
+    if cluster_id is not None and footer.cluster_id != cluster_id:
+        return _invalid(
+            info,
+            f"footer names cluster {footer.cluster_id}, this registry manages cluster {cluster_id}",
+            now_ms,
+            parsed,
+            footer.cluster_id,
+        )
     # The footer's created_ms is when the segment was opened, the key's when
     # it was closed and named (the commit deadline counts from the later one).
     if footer.created_ms > parsed.created_ms or footer.broker_id != parsed.broker_id:
@@ -247,6 +283,7 @@ def inspect_object(store: ObjectStore, info: ObjectInfo, prefix: str, now_ms: in
         Source.SCAN,
         State.TRACKED,
         now_ms,
+        cluster_id=footer.cluster_id,
     )
 
 
@@ -384,7 +421,12 @@ class Scanner:
         tally.keys_listed += len(page)
         recordable = []
         for o in page:
-            if len(o.key.encode("utf-8")) > OBJECT_KEY_BYTES_MAX:
+            if not _is_utf8(o.key):
+                # A local store can hold file names that are not UTF-8 (S3 keys
+                # always are): reported by every scan, never recorded or deleted.
+                shown = o.key.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+                self._note_invalid(tally, shown, NOT_UTF8_NOTE)
+            elif len(o.key.encode("utf-8")) > OBJECT_KEY_BYTES_MAX:
                 # Too long for the registry (and for any WAL key): reported
                 # by every scan that lists it, never recorded or deleted.
                 self._note_invalid(tally, o.key, f"longer than {OBJECT_KEY_BYTES_MAX} bytes: not a WAL key")
@@ -393,8 +435,9 @@ class Scanner:
         known = self.registry.known(o.key for o in recordable)
         unknown = [o for o in recordable if o.key not in known]
         now = self.clock()
+        cluster = self.registry.cluster_id
         out = []
-        for rec in pool.map(lambda o: inspect_object(self.store, o, self.prefix, now), unknown):
+        for rec in pool.map(lambda o: inspect_object(self.store, o, self.prefix, now, cluster), unknown):
             if rec is not None:
                 out.append(rec)
         return out
@@ -449,8 +492,9 @@ class Scanner:
         start = shard_start_after(self.prefix, shard, position, self.lookback_ms)
         for page in iter_pages(self.store, shard_list_prefix(self.prefix, shard), start, self.page_keys_max):
             records = self._new_records(page, footers, tally)
-            # The look-back may list only keys behind the position: never move it back.
-            new_position = max(position, page[-1].key)
+            # The look-back may list only keys behind the position: never move
+            # it back.  A key that is not UTF-8 cannot be stored as a position.
+            new_position = max([position, *(o.key for o in page if _is_utf8(o.key))])
             moved = {shard: new_position} if new_position != position else None
             if records or moved:
                 self._count_added(self.registry.put_new(records, shard_positions=moved), tally)

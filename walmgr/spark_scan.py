@@ -37,7 +37,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from partlog.records import TopicIdPartition
-from partlog.wal_key import OBJECT_KEY_BYTES_MAX
 from walmgr.model import ObjectRecord, Source, State
 from walmgr.registry import Registry
 from walmgr.scanner import (
@@ -174,6 +173,7 @@ def _record(row: Any, now_ms: int) -> ObjectRecord:
         State(row["status"]),
         now_ms,
         note=row["note"],
+        cluster_id=uuid.UUID(row["cluster"]) if row["cluster"] else None,
     )
 
 
@@ -247,6 +247,7 @@ def spark_scan(
                 lookback_ms,
                 now,
                 created_before_ms=created_before_ms if full else None,
+                cluster_id=None if registry.cluster_id is None else str(registry.cluster_id),
             )
         except Exception as e:  # Py4JJavaError wraps what executors raised
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -255,9 +256,8 @@ def spark_scan(
 
         new_objects = bytes_new = invalid_count = 0
         invalid: list[tuple[str, str]] = []
-        for key in stats["too_long_keys"]:
-            invalid.append((key, f"longer than {OBJECT_KEY_BYTES_MAX} bytes: not a WAL key"))
-        invalid_count += stats["too_long"]
+        invalid.extend((key, reason) for key, reason in stats["unrecordable_keys"])
+        invalid_count += stats["unrecordable"]
         rows = session.read.parquet(os.path.join(out_dir, "objects")).toLocalIterator(prefetchPartitions=False)
         for batch in _batches(rows, now):
             for rec in registry.put_new(batch):
