@@ -1,0 +1,86 @@
+"""One-shot work gives up after a bounded wait and says so; daemons keep
+retrying but log and count every failure (issue 13, item 6).
+
+Regressions: ``walmgr gc --once --metadata controller://...`` with the
+controller down retried every second for ever, silently, holding the
+registry lock; with the store unreachable it exited 0 printing "plan: 0".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import pytest
+
+from partlog.cluster_run import free_ports
+from partlog.controller_client import ControllerMetadata, ControllerUnavailableError
+from partlog.objectstore import LIST_KEYS_MAX, ForwardingStore, ListPage, LocalDirStore, ObjectStoreError
+from walmgr.config import WalmgrConfig
+from walmgr.daemon import Walmgr
+from walmgr.registry import Registry
+
+
+def _config(tmp_path: Path, **changes: object) -> WalmgrConfig:
+    return WalmgrConfig.for_cli("file://" + str(tmp_path / "objects"), str(tmp_path / "registry"), **changes)
+
+
+@pytest.mark.timeout(60)
+def test_controller_down_bounded_wait_logged_and_counted(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    [port] = free_ports(1)  # nothing listens there
+
+    async def main() -> None:
+        source = ControllerMetadata("127.0.0.1", port, retry_backoff_ms=20, retry_backoff_max_ms=50)
+        with pytest.raises(ControllerUnavailableError, match=f"127.0.0.1:{port}: no snapshot within 500 ms"):
+            await source.start(timeout_ms=500)
+        assert source.failures >= 2  # every attempt counted ...
+        await source.stop()
+
+    with caplog.at_level(logging.WARNING, logger="partlog.controller_client"):
+        asyncio.run(main())
+    # ... and logged: the daemon's retries are never silent.
+    assert sum("metadata_poll failed (retrying)" in r.getMessage() for r in caplog.records) >= 2
+
+
+@pytest.mark.timeout(60)
+def test_walmgr_one_shot_gives_up_on_a_dead_controller_and_frees_the_registry(tmp_path: Path) -> None:
+    [port] = free_ports(1)
+    cfg = _config(tmp_path, metadata=f"controller://127.0.0.1:{port}")
+
+    async def main() -> None:
+        mgr = Walmgr(cfg, store=LocalDirStore(tmp_path / "objects", fsync=False))
+        try:
+            with pytest.raises(ControllerUnavailableError, match="no snapshot within 300 ms"):
+                await mgr.start(metadata_timeout_ms=300)
+        finally:
+            await mgr.stop()
+
+    asyncio.run(main())
+    with Registry(cfg.registry):  # the lock was released
+        pass
+
+
+class DownStore(ForwardingStore):
+    def list_page(self, prefix: str, start_after: str = "", max_keys: int = LIST_KEYS_MAX) -> ListPage:
+        raise ObjectStoreError("injected: connection refused", retriable=True)
+
+
+@pytest.mark.timeout(60)
+def test_a_one_shot_cycle_fails_when_the_store_cannot_be_read(tmp_path: Path) -> None:
+    store = DownStore(LocalDirStore(tmp_path / "objects", fsync=False))
+
+    async def main() -> None:
+        mgr = Walmgr(_config(tmp_path), store=store)
+        await mgr.start()
+        try:
+            # The daemon goes on (and counts the failure) ...
+            report = await mgr.cycle()
+            assert "connection refused" in report.scan_error
+            # ... a one-shot cycle raises instead of reporting "nothing to delete".
+            with pytest.raises(ObjectStoreError, match="connection refused"):
+                await mgr.cycle(scan_errors_fatal=True)
+        finally:
+            await mgr.stop()
+
+    asyncio.run(main())
