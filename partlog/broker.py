@@ -278,6 +278,11 @@ class Broker:
         if self._server is not None:
             return
         cluster_id = self._metadata_cluster(self.metadata)
+        if self.config.metrics_port:
+            try:
+                self.metrics.serve(self.config.metrics_port)
+            except OSError as e:
+                raise OSError(e.errno, f"metrics port 127.0.0.1:{self.config.metrics_port}: {e.strerror}") from e
         await asyncio.to_thread(self.store.bind_cluster, cluster_id)
         self.cluster_id = cluster_id
         self.pipeline.cluster_id = cluster_id
@@ -314,8 +319,6 @@ class Broker:
         self._spawn(self._retention_timer())
         if self.config.walmgr_address:
             self._spawn(self._walmgr_notifier())
-        if self.config.metrics_port:
-            self.metrics.serve(self.config.metrics_port)
         log.info("broker started id=%d az=%s port=%d", self.broker_id, self.config.az, self.port)
 
     async def stop(self) -> None:

@@ -5,10 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+import uuid
+from typing import TYPE_CHECKING, Any
 
 from partlog import __version__
+from partlog.cli_errors import OneLineArgumentParser, one_line, run_cli, take_debug_flag
 from partlog.rpc import read_secret_file
+
+if TYPE_CHECKING:
+    from partlog.tls import TlsContexts
 
 
 def _print_table(result: dict[str, Any]) -> None:
@@ -148,7 +153,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
     import signal
 
     from partlog.broker import Broker, BrokerConfig
-    from partlog.cluster_meta import MetadataError, StaticMetadata
+    from partlog.cluster_meta import StaticMetadata, check_same_cluster
     from partlog.objectstore import open_store
     from partlog.produce_pipeline import ProduceConfig
 
@@ -160,11 +165,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
         return 2
     meta: MetadataSource | None = None
     if args.cluster is not None:
-        try:
-            static = StaticMetadata.from_toml(args.cluster)
-        except MetadataError as e:
-            print(f"partlog broker: {e}", file=sys.stderr)
-            return 2
+        static = StaticMetadata.from_toml(args.cluster)  # MetadataError: one line, exit 2
         found = static.broker(args.id)
         if found is None or not found.port:
             print(f"partlog broker: {args.cluster}: no broker {args.id} with a port", file=sys.stderr)
@@ -181,6 +182,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
             print(f"partlog broker: --controller: {e}", file=sys.stderr)
             return 2
     secret = read_secret_file(args.secret_file)
+    tls = _tls(args)
     from partlog.objectstore import ObjectStoreError
 
     try:
@@ -198,9 +200,14 @@ def _cmd_broker(args: argparse.Namespace) -> int:
         produce=ProduceConfig(commit_interval_ms=args.commit_interval_ms),
         sync=not args.no_sync,
         secret=secret,
+        server_ssl=tls.server if tls is not None else None,
+        client_ssl=tls.client if tls is not None else None,
         metrics_port=args.metrics_port,
         walmgr_address=args.walmgr or "",
     )
+    expected_cluster = _cluster_id_arg(args.cluster_id)
+    if meta is not None:
+        check_same_cluster(f"cluster file {args.cluster}", meta.cluster_id, "--cluster-id", expected_cluster)
 
     async def serve() -> None:
         source: MetadataSource
@@ -208,25 +215,63 @@ def _cmd_broker(args: argparse.Namespace) -> int:
         if meta is None:
             from partlog.controller_client import ControllerMetadata
 
-            # Registers this broker's address; retries until the controller answers.
-            controller_source = ControllerMetadata(controller[0], controller[1], me, secret=secret)
-            await controller_source.start()
+            controller_source = ControllerMetadata(
+                controller[0],
+                controller[1],
+                me,
+                cluster_id=expected_cluster,
+                secret=secret,
+                ssl=tls.client if tls is not None else None,
+            )
             source = controller_source
         else:
             source = meta
         broker = Broker(config, source, store)
-        await broker.start()
-        print(f"broker {args.id} listening on {me.host}:{broker.port}", flush=True)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
-        await broker.stop()
-        if controller_source is not None:
-            await controller_source.stop()
+        try:
+            if controller_source is not None:
+                # The cluster id first (the store must belong to it), then the
+                # port, then the registration: a broker that cannot listen is
+                # never named to the cluster as serving there.
+                await controller_source.connect()
+            await broker.listen()
+            if controller_source is not None:
+                await controller_source.start()  # registers; retries until the controller answers
+            await broker.start()
+            print(f"broker {args.id} of cluster {broker.cluster_id} listening on {me.host}:{broker.port}", flush=True)
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
+            await stop.wait()
+        finally:
+            await broker.stop()
+            if controller_source is not None:
+                await controller_source.stop()
 
     asyncio.run(serve())
+    return 0
+
+
+def _cluster_id_arg(text: str | None) -> uuid.UUID | None:
+    from partlog.cluster_meta import parse_cluster_id
+
+    return None if text is None else parse_cluster_id(text, "--cluster-id")
+
+
+def _tls(args: argparse.Namespace) -> TlsContexts | None:
+    from partlog.tls import mutual_tls
+
+    return mutual_tls(args.tls_ca or "", args.tls_cert or "", args.tls_key or "")
+
+
+def _add_tls(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tls-ca", default=None, metavar="FILE", help="mutual TLS: the cluster's CA certificate (PEM)")
+    p.add_argument("--tls-cert", default=None, metavar="FILE", help="mutual TLS: this process's certificate (PEM)")
+    p.add_argument("--tls-key", default=None, metavar="FILE", help="mutual TLS: this process's private key (PEM)")
+
+
+def _cmd_cluster_id(args: argparse.Namespace) -> int:
+    print(uuid.uuid4())
     return 0
 
 
@@ -251,19 +296,26 @@ def _cmd_controller(args: argparse.Namespace) -> int:
             args.data_dir,
             broker_session_timeout_ms=args.session_timeout_ms,
             unclean_leader_election_enable=args.unclean_leader_election,
+            cluster_id=_cluster_id_arg(args.cluster_id),
         )
     except ValueError as e:
         print(f"partlog controller: {e}", file=sys.stderr)
         return 2
+    secret = read_secret_file(args.secret_file)
+    tls = _tls(args)
 
     async def serve() -> int:
-        server = ControllerServer(config, host=args.host, port=args.port, secret=read_secret_file(args.secret_file))
+        server = ControllerServer(
+            config, host=args.host, port=args.port, secret=secret, ssl=tls.server if tls is not None else None
+        )
         try:
             await server.start()
         except (ControllerStateError, OSError) as e:
-            print(f"partlog controller: {e}", file=sys.stderr)
+            print(f"partlog controller: {one_line(e)}", file=sys.stderr)
             return 2
-        print(f"controller listening on {args.host}:{server.port}", flush=True)
+        print(
+            f"controller of cluster {server.controller.cluster_id} listening on {args.host}:{server.port}", flush=True
+        )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -277,8 +329,9 @@ def _cmd_controller(args: argparse.Namespace) -> int:
 
 def _cmd_topics_create(args: argparse.Namespace) -> int:
     import asyncio
+    import logging
 
-    from partlog.controller_client import ControllerMetadata
+    from partlog.controller_client import ControllerMetadata, ControllerUnavailableError
     from partlog.errors import Errors
 
     try:
@@ -287,15 +340,24 @@ def _cmd_topics_create(args: argparse.Namespace) -> int:
         print(f"partlog topics create: --controller: {e}", file=sys.stderr)
         return 2
 
+    secret = read_secret_file(args.secret_file)
+    tls = _tls(args)
+    # One-shot: the final error sums up the retries, which are not logged one by one.
+    logging.getLogger("partlog.controller_client").setLevel(logging.ERROR)
+
     async def create() -> int:
-        client = ControllerMetadata(host, port, secret=read_secret_file(args.secret_file))
+        client = ControllerMetadata(
+            host, port, cluster_id=_cluster_id_arg(args.cluster_id), secret=secret, ssl=tls.client if tls else None
+        )
         try:
-            async with asyncio.timeout(args.timeout_ms / 1000):
-                await client.start()  # retries until the controller answers
-        except TimeoutError:
+            await client.start(timeout_ms=args.timeout_ms)  # retries until the controller answers
+        except ControllerUnavailableError as e:
             await client.stop()
-            print(f"partlog topics create: no answer from the controller at {host}:{port}", file=sys.stderr)
+            print(f"partlog topics create: {e}", file=sys.stderr)
             return 1
+        except BaseException:
+            await client.stop()
+            raise
         try:
             answer = (await client.create_topics({args.name: (args.partitions, args.replication_factor)}))[args.name]
         finally:
@@ -381,9 +443,18 @@ def _cmd_metadata(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="partlog", description="partlog: coordinator-free diskless Kafka storage")
+    parser = OneLineArgumentParser(prog="partlog", description="partlog: coordinator-free diskless Kafka storage")
     parser.add_argument("--version", action="version", version=f"partlog {__version__}")
+    parser.add_argument(
+        "--debug", action="store_true", help="on failure, show the traceback (accepted anywhere on the line)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
+
+    cid = sub.add_parser(
+        "cluster-id",
+        help="print a new random cluster id (for a cluster file's cluster_id, or partlog controller --cluster-id)",
+    )
+    cid.set_defaults(func=_cmd_cluster_id)
 
     bench = sub.add_parser("bench", help="benchmarks (they print numbers, never assert)")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
@@ -458,7 +529,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="elect an out-of-sync replica when no ISR member is alive (may lose acknowledged data)",
     )
-    ctl.add_argument("--secret-file", default=None, help="file holding the shared secret of its RPCs")
+    ctl.add_argument("--secret-file", default=None, help="file holding the shared secret of its RPCs (>= 16 bytes)")
+    ctl.add_argument(
+        "--cluster-id",
+        default=None,
+        metavar="UUID",
+        help="the cluster id a new state directory gets (default: a random one); an existing one must match",
+    )
+    _add_tls(ctl)
     ctl.set_defaults(func=_cmd_controller)
 
     tp_ = sub.add_parser("topics", help="manage topics through the controller")
@@ -475,6 +553,8 @@ def build_parser() -> argparse.ArgumentParser:
     tc.add_argument("--partitions", type=int, required=True, help="number of partitions")
     tc.add_argument("--replication-factor", type=int, default=3, help="replicas per partition (default 3)")
     tc.add_argument("--secret-file", default=None, help="file holding the shared secret of the controller's RPCs")
+    tc.add_argument("--cluster-id", default=None, metavar="UUID", help="refuse a controller of another cluster")
+    _add_tls(tc)
     tc.add_argument(
         "--timeout-ms", type=int, default=30_000, help="give up if the controller does not answer (default 30000)"
     )
@@ -554,7 +634,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     br.add_argument("--data-dir", required=True, help="data directory")
     br.add_argument("--store", default=None, help="object store URL (default file://<data-dir>/objects)")
-    br.add_argument("--secret-file", default=None, help="file holding the shared secret of inter-broker RPCs")
+    br.add_argument(
+        "--secret-file", default=None, help="file holding the shared secret of inter-broker RPCs (>= 16 bytes)"
+    )
+    br.add_argument(
+        "--cluster-id",
+        default=None,
+        metavar="UUID",
+        help="refuse to run unless the cluster file or the controller names this cluster",
+    )
+    _add_tls(br)
     br.add_argument("--commit-interval-ms", type=int, default=250, help="WAL buffer rotation interval (default 250)")
     br.add_argument("--metrics-port", type=int, default=0, help="Prometheus metrics on this port (0: off)")
     br.add_argument("--no-sync", action="store_true", help="do not fsync the metadata store")
@@ -616,9 +705,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+# Upper bounds of flags that have no limit elsewhere: a day, in ms.
+TIMEOUT_MS_MAX = 86_400_000
+PORT_MAX = 65_535
+
+
+def _check_ranges(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse values no run could use, before anything starts: argparse's
+    type errors and these exit 2 with one line."""
+    from partlog.controller import BROKER_ID_MAX
+
     for name in (
         "commits",
         "raw_puts",
@@ -640,10 +736,27 @@ def main(argv: list[str] | None = None) -> int:
     ):
         if getattr(args, name, 1) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be > 0")
-    for name in ("kill_broker_every", "restart_after"):
+    for name in ("kill_broker_every", "restart_after", "rss_batches"):
         if getattr(args, name, 0) < 0:
             parser.error(f"--{name.replace('_', '-')} must be >= 0")
-    return int(args.func(args))
+    for name, low, high in (
+        ("port", 0, PORT_MAX),
+        ("metrics_port", 0, PORT_MAX),
+        ("id", 0, BROKER_ID_MAX),
+        ("session_timeout_ms", 1, TIMEOUT_MS_MAX),
+        ("timeout_ms", 1, TIMEOUT_MS_MAX),
+    ):
+        value = getattr(args, name, None)
+        if value is not None and not low <= value <= high:
+            parser.error(f"--{name.replace('_', '-')} must be in [{low}, {high}], got {value}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv, debug = take_debug_flag(list(sys.argv[1:] if argv is None else argv))
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _check_ranges(parser, args)
+    return run_cli(f"partlog {args.command}", lambda: int(args.func(args)), debug=debug)
 
 
 if __name__ == "__main__":

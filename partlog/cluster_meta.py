@@ -44,7 +44,10 @@ NO_LEADER = -1
 
 
 class MetadataError(ValueError):
-    """Cluster metadata is inconsistent or a config file is wrong."""
+    """Cluster metadata is inconsistent or a config file is wrong: a
+    configuration error (exit status 2 in the CLIs)."""
+
+    exit_status = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,10 +389,12 @@ class StaticMetadata:
         try:
             with open(path, "rb") as f:
                 doc = tomllib.load(f)
-        except (OSError, tomllib.TOMLDecodeError) as e:
-            raise MetadataError(f"{path}: {e}") from e
+        except OSError as e:
+            raise MetadataError(f"cluster file {path}: {e.strerror or e}") from e
+        except tomllib.TOMLDecodeError as e:
+            raise MetadataError(f"cluster file {path}: not valid TOML: {e}") from e
         except UnicodeDecodeError as e:
-            raise MetadataError(f"{path}: not UTF-8 at byte {e.start}") from e
+            raise MetadataError(f"cluster file {path}: not UTF-8 at byte {e.start}") from e
         return cls.from_dict(doc, where=path)
 
     @classmethod

@@ -40,7 +40,7 @@ from typing import Any
 from partlog.broker import Broker, BrokerConfig
 from partlog.client import Consumer, Producer, RecordMetadata
 from partlog.cluster_meta import BrokerInfo, StaticMetadata
-from partlog.controller import ControllerConfig
+from partlog.controller import PARTITIONS_PER_TOPIC_MAX, ControllerConfig
 from partlog.controller_client import ControllerMetadata
 from partlog.controller_server import ControllerServer
 from partlog.errors import Errors
@@ -49,6 +49,7 @@ from partlog.produce_pipeline import ProduceConfig, SendCommit
 from partlog.records import TopicIdPartition
 from partlog.replication import ReplicationStats
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
+from partlog.topic_config import MAX_MESSAGE_BYTES_DEFAULT
 from walmgr.config import WalmgrConfig
 from walmgr.daemon import Walmgr
 from walmgr.model import State
@@ -74,6 +75,20 @@ WALMGR_CYCLE_MS = 1_000
 WALMGR_FINAL_CYCLES = 3
 # Segment ids an orphan-injecting broker remembers its choice for.
 ORPHAN_CHOICES_MAX = 10_000
+# Bounds on the options (flags are checked against them, so a typo such as
+# --message-bytes 1e8 is a clear error, not a 23 GB allocation):
+# a record must fit a batch under the topic's max.message.bytes (Kafka's
+# default, 1 MiB + 12) with its framing;
+MESSAGE_BYTES_MAX = MAX_MESSAGE_BYTES_DEFAULT - 1024
+# every broker, producer and the walmgr run in one process on one event loop;
+BROKERS_MAX = 64
+PRODUCERS_MAX = 1_024
+RATE_PER_PRODUCER_MAX = 1_000_000  # records/s
+# a day of producing is a soak test; more is a mistake;
+DURATION_S_MAX = 86_400.0
+# the WAL buffer must rotate well inside the demo commit deadline, or every
+# commit of a segment is refused as too old.
+COMMIT_INTERVAL_MS_MAX = DEMO_COMMIT_DEADLINE_MS // 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,11 +121,48 @@ class ClusterOptions:
             raise ValueError(f"orphan-rate must be in [0, 1], got {self.orphan_rate}")
         if self.orphan_rate and not self.walmgr:
             raise ValueError("orphan-rate needs walmgr (it deletes the orphans)")
-        for name in ("azs", "brokers_per_az", "partitions", "producers_per_az", "replication_factor"):
+        for name in (
+            "azs",
+            "brokers_per_az",
+            "partitions",
+            "producers_per_az",
+            "replication_factor",
+            "rate_per_producer",
+            "message_bytes",
+            "commit_interval_ms",
+        ):
             if getattr(self, name) <= 0:
-                raise ValueError(f"{name.replace('_', '-')} must be > 0, got {getattr(self, name)}")
+                raise ValueError(f"{_flag(name)} must be > 0, got {getattr(self, name)}")
+        bounds: dict[str, tuple[float, float]] = {
+            "azs": (self.azs, BROKERS_MAX),
+            "brokers_per_az": (self.azs * self.brokers_per_az, BROKERS_MAX),
+            "partitions": (self.partitions, PARTITIONS_PER_TOPIC_MAX),
+            "producers_per_az": (self.azs * self.producers_per_az, PRODUCERS_MAX),
+            "rate_per_producer": (self.rate_per_producer, RATE_PER_PRODUCER_MAX),
+            "message_bytes": (self.message_bytes, MESSAGE_BYTES_MAX),
+            "duration_s": (self.duration_s, DURATION_S_MAX),
+            "commit_interval_ms": (self.commit_interval_ms, COMMIT_INTERVAL_MS_MAX),
+        }
+        for name, (value, limit) in bounds.items():
+            if value > limit:
+                what = {"brokers_per_az": "brokers in all", "producers_per_az": "producers in all"}.get(
+                    name, _flag(name)
+                )
+                raise ValueError(f"{what} may be at most {_num(limit)}, got {_num(value)}")
+        if self.duration_s <= 0:
+            raise ValueError(f"duration must be > 0, got {self.duration_s}")
         if self.kill_broker_every_s < 0 or self.restart_after_s < 0:
             raise ValueError("kill-broker-every and restart-after must be >= 0")
+
+
+def _num(x: float) -> str:
+    return f"{x:,}" if isinstance(x, int) else f"{x:g}"
+
+
+def _flag(field_name: str) -> str:
+    """The command-line flag of a ClusterOptions field."""
+    flags = {"rate_per_producer": "rate", "duration_s": "duration"}
+    return "--" + flags.get(field_name, field_name).replace("_", "-")
 
 
 def _percentile(values: list[float], q: float) -> float:

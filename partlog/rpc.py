@@ -76,6 +76,7 @@ __all__ = [
     "RpcRemoteError",
     "RpcServer",
     "RpcTimeoutError",
+    "SecretFileError",
     "read_secret_file",
 ]
 
@@ -84,13 +85,45 @@ log = logging.getLogger(__name__)
 Handler = Callable[[Any], Awaitable[Any]]
 
 
+# The shortest shared secret accepted: 16 bytes (128 bits) is what HMAC
+# needs to resist guessing; a shorter one is a password, not a key.
+SECRET_BYTES_MIN = 16
+# A secret file is a key, not a document: refuse to read a large file.
+SECRET_FILE_BYTES_MAX = 4096
+
+
+class SecretFileError(ValueError):
+    """The secret file is missing, unreadable, empty or too short: a
+    configuration error (exit status 2 in the CLIs)."""
+
+    exit_status = 2
+
+
 def read_secret_file(path: str | None) -> bytes | None:
     """The shared RPC secret kept in ``path`` (surrounding whitespace
-    dropped); None for no path or an empty file: no authentication."""
+    dropped); None for no path (no authentication).
+
+    Fail closed: an empty or whitespace-only file used to mean "no
+    authentication"; now it, a secret shorter than ``SECRET_BYTES_MIN``
+    bytes, or a file that cannot be read raise :class:`SecretFileError`
+    naming the file."""
     if not path:
         return None
-    with open(path, "rb") as f:
-        return f.read().strip() or None
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(SECRET_FILE_BYTES_MAX + 1)
+    except OSError as e:
+        raise SecretFileError(f"secret file {path}: {e.strerror or e}") from e
+    if len(raw) > SECRET_FILE_BYTES_MAX:
+        raise SecretFileError(f"secret file {path}: larger than {SECRET_FILE_BYTES_MAX} bytes")
+    secret = raw.strip()
+    if not secret:
+        raise SecretFileError(f"secret file {path} is empty: refusing to run without authentication")
+    if len(secret) < SECRET_BYTES_MIN:
+        raise SecretFileError(
+            f"secret file {path}: the secret has {len(secret)} bytes, at least {SECRET_BYTES_MIN} are needed"
+        )
+    return secret
 
 
 @dataclass(frozen=True, slots=True)

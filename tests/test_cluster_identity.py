@@ -421,3 +421,38 @@ def test_store_of_cluster_file_broker(tmp_path: Path) -> None:
     run(main())
     with MetadataStore.open(os.path.join(tmp_path, "x", "broker-1"), readonly=True) as s:
         assert s.cluster_id == A
+
+
+@pytest.mark.timeout(60)
+def test_a_broker_binds_its_port_before_it_registers(tmp_path: Path) -> None:
+    """Regression (issue 13, item 7): ``partlog broker`` on a port in use
+    registered with the controller first and then died; the controller went
+    on naming the dead broker.  The order now: reach the controller (its
+    cluster id), bind the port, and only then register."""
+    import socket
+
+    from partlog.cluster_meta import BrokerInfo
+
+    async def main() -> None:
+        server = ControllerServer(ControllerConfig(str(tmp_path / "ctl")))
+        await server.start()
+        busy = socket.socket()
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        try:
+            me = BrokerInfo(1, "az1", "127.0.0.1", port)
+            source = ControllerMetadata("127.0.0.1", server.port, me)
+            assert await source.connect(timeout_ms=5_000) == server.controller.cluster_id
+            cfg = BrokerConfig(1, "az1", str(tmp_path / "b1"), port=port, sync=False)
+            broker = Broker(cfg, source, LocalDirStore(tmp_path / "objects", fsync=False))
+            with pytest.raises(OSError):
+                await broker.listen()
+            await broker.stop()
+            await source.stop()
+            assert server.controller.registration(1) is None  # never told it serves there
+        finally:
+            busy.close()
+            await server.stop()
+
+    run(main())

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import datetime
 import json
 import logging
 import signal
 import sys
 from typing import Any
 
-from partlog.rpc import read_secret_file
+from partlog.cli_errors import OneLineArgumentParser, run_cli, take_debug_flag
 from walmgr.config import SCAN_ENGINES, SCAN_SPARK_MASTER_DEFAULT, WalmgrConfig, WalmgrConfigError, load_config
 from walmgr.model import State
 
@@ -37,30 +39,31 @@ def _cmd_run(args: argparse.Namespace, cfg: WalmgrConfig) -> int:
     from walmgr.daemon import Walmgr
 
     async def serve() -> int:
-        mgr = Walmgr(cfg, secret=read_secret_file(cfg.secret_file))
-        await mgr.start()
-        loop = asyncio.get_running_loop()
-        stopping = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stopping.set)
-        runner = asyncio.ensure_future(mgr.run())
-        await stopping.wait()
-        logging.getLogger("walmgr").info("walmgr stopping (signal); the current cycle finishes its step")
-        await mgr.stop()
-        runner.cancel()
-        with _suppress():
-            await runner
-        return 0
+        mgr = Walmgr(cfg)
+        try:
+            # The daemon waits for its controller as long as it takes, logging
+            # and counting every failed attempt (walmgr_metadata_errors).
+            await mgr.start()
+            loop = asyncio.get_running_loop()
+            stopping = asyncio.Event()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stopping.set)
+            runner = asyncio.ensure_future(mgr.run())
+            stopper = asyncio.ensure_future(stopping.wait())
+            await asyncio.wait([runner, stopper], return_when=asyncio.FIRST_COMPLETED)
+            if runner.done():
+                stopper.cancel()
+                runner.result()  # a misconfiguration found while running (ClusterMismatchError) ends it
+                return 0
+            logging.getLogger("walmgr").info("walmgr stopping (signal); the current cycle finishes its step")
+            runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await runner
+            return 0
+        finally:
+            await mgr.stop()
 
     return asyncio.run(serve())
-
-
-class _suppress:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> bool:
-        return exc[0] is not None and issubclass(exc[0], (asyncio.CancelledError, Exception))  # type: ignore[arg-type]
 
 
 def _cmd_gc(args: argparse.Namespace, cfg: WalmgrConfig) -> int:
@@ -71,10 +74,12 @@ def _cmd_gc(args: argparse.Namespace, cfg: WalmgrConfig) -> int:
         return 2
 
     async def once() -> dict[str, Any]:
-        mgr = Walmgr(cfg, secret=read_secret_file(cfg.secret_file))
-        await mgr.start()
+        mgr = Walmgr(cfg)
         try:
-            report = await mgr.cycle(dry_run=args.dry_run, full_scan=True)
+            # One-shot: a bounded wait for the controller, and a store that
+            # cannot be read is a failure, never "plan: 0".
+            await mgr.start(metadata_timeout_ms=cfg.metadata_timeout_ms)
+            report = await mgr.cycle(dry_run=args.dry_run, full_scan=True, scan_errors_fatal=True)
             return report.to_json()
         finally:
             await mgr.stop()
@@ -112,8 +117,8 @@ def _cmd_scan(args: argparse.Namespace, cfg: WalmgrConfig) -> int:
 
     async def scan() -> dict[str, Any]:
         mgr = Walmgr(cfg)
-        await mgr.start()
         try:
+            await mgr.start(metadata_timeout_ms=cfg.metadata_timeout_ms)
             report = await mgr.scan(full=True)
             assert mgr.registry is not None
             objects = [r.to_json() for r in mgr.registry.records()]
@@ -155,9 +160,11 @@ def _cmd_status(args: argparse.Namespace, cfg: WalmgrConfig) -> int:
         counts = reg.counts()
         last_cycle = reg.meta_get("last_cycle_ms")
         last_full = reg.meta_get("last_full_scan_ms")
+        cluster_id = reg.cluster_id
     states = {s.value: {"files": counts.get(s, (0, 0))[0], "bytes": counts.get(s, (0, 0))[1]} for s in State}
     out: dict[str, Any] = {
         "registry": cfg.registry,
+        "cluster_id": None if cluster_id is None else str(cluster_id),
         "states": states,
         "last_cycle_ms": int(last_cycle) if last_cycle else None,
         "last_full_scan_ms": int(last_full) if last_full else None,
@@ -165,10 +172,18 @@ def _cmd_status(args: argparse.Namespace, cfg: WalmgrConfig) -> int:
     if args.json:
         print(json.dumps(out))
     else:
+        print(f"registry {cfg.registry}, cluster {out['cluster_id'] or '(not bound yet)'}")
         for state, c in states.items():
             print(f"{state:9} {c['files']:>10} files {c['bytes']:>16} bytes")
-        print(f"last cycle: {out['last_cycle_ms']}; last full scan: {out['last_full_scan_ms']}")
+        print(f"last cycle: {_iso(out['last_cycle_ms'])}; last full scan: {_iso(out['last_full_scan_ms'])}")
     return 0
+
+
+def _iso(ms: int | None) -> str:
+    """A registry time (ms since the epoch) as ISO 8601 UTC, to the second."""
+    if ms is None:
+        return "never"
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _cmd_inspect(args: argparse.Namespace, cfg: WalmgrConfig) -> int:
@@ -208,11 +223,14 @@ def _cmd_spark_package(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         prog="walmgr",
         description="WAL File Manager: tracks WAL objects (from broker notifications and bucket scans) and deletes "
         "the ones no partition leader references, past commit.deadline.ms + max.clock.skew.ms + grace.ms. It fails "
         "closed: any error, timeout or leader change keeps the object.",
+    )
+    parser.add_argument(
+        "--debug", action="store_true", help="on failure, show the traceback (accepted anywhere on the line)"
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -289,9 +307,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    argv, debug = take_debug_flag(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
     args = parser.parse_args(argv)
+    # The daemon logs its cycles; one-shot commands print their result and,
+    # on failure, one line: their logs are warnings only, and the controller
+    # client's retries (summed up in the final error) are not repeated.
+    daemon = args.command == "run"
+    logging.basicConfig(
+        level=logging.INFO if daemon or debug else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not daemon and not debug:
+        logging.getLogger("partlog.controller_client").setLevel(logging.ERROR)
+    return run_cli(f"walmgr {args.command}", lambda: _dispatch(parser, args), debug=debug)
+
+
+def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from walmgr.registry import RegistryLockedError
 
     if getattr(args, "standalone", False):

@@ -334,6 +334,8 @@ def load_config(path: str | os.PathLike[str]) -> WalmgrConfig:
         raise WalmgrConfigError(f"cannot read: {e.strerror or e}", path=where) from e
     except tomllib.TOMLDecodeError as e:
         raise WalmgrConfigError(f"not valid TOML: {e}", path=where) from e
+    except UnicodeDecodeError as e:
+        raise WalmgrConfigError(f"not UTF-8 at byte {e.start}", path=where) from e
     scan = doc.pop("scan", {})
     if not isinstance(scan, dict):
         raise WalmgrConfigError("must be a table ([scan] with engine, spark_master)", key="scan", path=where)

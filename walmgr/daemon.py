@@ -270,7 +270,10 @@ class Walmgr:
         self._last_cycle_ms = int(last) if last is not None else 0
         self.metrics = WalmgrMetrics(self.registry, lambda: self._last_cycle_ms, self._clock)
         if self.config.metrics_port:
-            self.metrics.serve(self.config.metrics_port)
+            try:
+                self.metrics.serve(self.config.metrics_port)
+            except OSError as e:
+                raise OSError(e.errno, f"metrics_port 127.0.0.1:{self.config.metrics_port}: {e.strerror}") from e
         if self._metadata is None and self.config.metadata:
             self._metadata = load_metadata(
                 self.config.metadata,

@@ -90,7 +90,11 @@ T = TypeVar("T")
 
 
 class RegistryError(Exception):
-    """The registry cannot be opened or used (the message names the directory)."""
+    """The registry cannot be opened or used (the message names the directory):
+    a configuration error (exit status 2 in the CLI) unless a subclass says
+    otherwise."""
+
+    exit_status = 2
 
 
 class RegistryLockedError(RegistryError):
@@ -99,6 +103,8 @@ class RegistryLockedError(RegistryError):
 
 class RegistryCorruptError(RegistryError):
     """A stored record or index entry does not decode; ``key`` names it."""
+
+    exit_status = 1
 
     def __init__(self, message: str, *, key: str) -> None:
         super().__init__(message)
@@ -172,7 +178,10 @@ class Registry:
             if not os.path.exists(os.path.join(self.path, "data.mdb")):
                 raise RegistryError(f"registry {self.path}: no walmgr registry here (data.mdb missing)")
         else:
-            os.makedirs(self.path, exist_ok=True)
+            try:
+                os.makedirs(self.path, exist_ok=True)
+            except OSError as e:
+                raise RegistryError(f"registry {self.path}: cannot create the directory: {e.strerror or e}") from e
             self._lock_fd = _take_lock(self.path)
         try:
             self._env = lmdb.open(
