@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import secrets
 import ssl
@@ -54,8 +55,18 @@ from partlog.records import (
     TopicIdPartition,
 )
 from partlog.replication import ReplicaManager, ReplicationConfig
-from partlog.rpc import Deferred, RpcClient, RpcConnectionError, RpcError, RpcRemoteError, RpcServer, RpcTimeoutError
+from partlog.rpc import (
+    Deferred,
+    RpcClient,
+    RpcConnectionError,
+    RpcError,
+    RpcRemoteError,
+    RpcServer,
+    RpcTimeoutError,
+    ServerLimits,
+)
 from partlog.rpc_frame import RpcErrorCode
+from partlog.rpc_methods import BROKER_SCHEMAS, PARTITIONS_MAX, PRODUCE_BATCHES_MAX, REFERENCE_CHECKS_MAX
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT, MetadataStore, StoreError
 from partlog.wal_key import WalKeyError, parse_wal_key
 from partlog.wire import (
@@ -95,11 +106,6 @@ WALMGR_NOTIFY_QUEUE_MAX = 10_000
 # Objects per notification RPC, and how long a failed one waits.
 WALMGR_NOTIFY_BATCH_MAX = 1_000
 WALMGR_NOTIFY_BACKOFF_MS = 1_000
-# Reference checks one walmgr RPC may carry.
-REFERENCE_CHECKS_MAX = 100_000
-# Partitions and batches per request a broker accepts.
-PRODUCE_BATCHES_MAX = 10_000
-PARTITIONS_MAX = 10_000  # per fetch or list_offsets request
 
 
 def now_ms() -> int:
@@ -130,6 +136,8 @@ class BrokerConfig:
     # walmgr's notification address "HOST:PORT" ("" : none).  Best effort:
     # the broker never waits for walmgr and never fails because of it.
     walmgr_address: str = ""
+    # The RPC server's connection limits and deadlines (partlog.rpc).
+    rpc_limits: ServerLimits = field(default_factory=ServerLimits)
 
     def __post_init__(self) -> None:
         for name in ("commit_rpc_timeout_ms", "commit_deadline_ms", "retention_check_interval_ms"):
@@ -246,6 +254,7 @@ class Broker:
         self.port = 0
         # Known from the metadata by the time the broker listens (listen()).
         self.cluster_id: uuid.UUID | None = None
+        self._store_reopening = False
 
     # ------------------------------------------------------------ lifecycle
 
@@ -303,7 +312,9 @@ class Broker:
             secret=self.config.secret,
             cluster_id=cluster_id,
             ssl=self.config.server_ssl,
+            schemas=BROKER_SCHEMAS,
             ordered_methods=frozenset({"commit"}),
+            **dataclasses.asdict(self.config.rpc_limits),
         )
         await server.start()
         self._server = server
@@ -625,17 +636,40 @@ class Broker:
     ) -> tuple[list[CommitBatchResponse], Awaitable[list[CommitBatchResponse]] | None]:
         """Commit to this broker's own store, refusing partitions it does not
         lead; acks=all batches come with an awaitable of the final answers."""
-        responses, wait = await self.replicas.commit(
-            key,
-            uploader,
-            file_size,
-            requests,
-            acks_all,
-            max(1, self.config.commit_rpc_timeout_ms - ACKS_ALL_TIMEOUT_MARGIN_MS),
-        )
+        try:
+            responses, wait = await self.replicas.commit(
+                key,
+                uploader,
+                file_size,
+                requests,
+                acks_all,
+                max(1, self.config.commit_rpc_timeout_ms - ACKS_ALL_TIMEOUT_MARGIN_MS),
+            )
+        except StoreError:
+            self._store_failed()
+            raise
         # Wake long-polling fetches of followers' consumers and ours.
         self._wake_fetches()
         return responses, wait
+
+    def _store_failed(self) -> None:
+        """A commit's I/O failed and the store fail-stopped (Kafka takes the
+        log directory offline): reopen it from disk in the background, once;
+        until then every commit answers KAFKA_STORAGE_ERROR (retriable)."""
+        if self.store.failed is None or self._store_reopening or self._stopping:
+            return
+        self._store_reopening = True
+        log.error("broker %d: metadata store failed (%r): reopening it", self.broker_id, self.store.failed)
+        self._spawn(self._reopen_store())
+
+    async def _reopen_store(self) -> None:
+        try:
+            await asyncio.to_thread(self.store.reopen)
+            self.metrics.store_reopens.inc()
+            log.warning("broker %d: metadata store reopened from disk", self.broker_id)
+            self._wake_fetches()
+        finally:
+            self._store_reopening = False
 
     async def _client(self, broker_id: int) -> RpcClient:
         client = self._clients.get(broker_id)
@@ -741,6 +775,12 @@ class Broker:
         reads = plan_reads([b for bs in by_tp.values() for b in bs])
         got = await asyncio.gather(*(self._read(r.key, r.offset, r.length) for r in reads))
         data = assemble(by_tp, {r.key: g for r, g in zip(reads, got, strict=True)})
+        for d in data:
+            if d.error == Errors.CORRUPT_MESSAGE:
+                # Not retriable: the bytes will not change.  Counted and
+                # logged, as Kafka's broker logs a corrupt log segment.
+                self.metrics.fetch_corrupt.inc()
+                log.warning("fetch of %s refused: %s", d.topic_id_partition, d.error_message)
         assembled = {d.topic_id_partition: d for d in data}
         found_by_tp = {req.topic_id_partition: f for req, f in zip(led, found, strict=True)}
         out = []

@@ -41,6 +41,14 @@ class BrokerMetrics:
         )
         self.commits = Counter("partlog_commits", "commit RPCs sent, by where the leader is", ["where"], registry=r)
         self.commit_errors = Counter("partlog_commit_errors", "commit RPCs that failed", registry=r)
+        self.fetch_corrupt = Counter(
+            "partlog_fetch_corrupt_batches",
+            "partition answers of fetches cut at a corrupt or truncated WAL object (CORRUPT_MESSAGE)",
+            registry=r,
+        )
+        self.store_reopens = Counter(
+            "partlog_store_reopens", "metadata store reopened after a failed commit (fail-stop)", registry=r
+        )
         self.commit_seconds = Histogram(
             "partlog_commit_seconds", "commit RPC latency", buckets=_COMMIT_BUCKETS, registry=r
         )

@@ -13,6 +13,7 @@ from partlog.cli_errors import OneLineArgumentParser, one_line, run_cli, take_de
 from partlog.rpc import read_secret_file
 
 if TYPE_CHECKING:
+    from partlog.rpc import ServerLimits
     from partlog.tls import TlsContexts
 
 
@@ -204,6 +205,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
         client_ssl=tls.client if tls is not None else None,
         metrics_port=args.metrics_port,
         walmgr_address=args.walmgr or "",
+        rpc_limits=_rpc_limits(args),
     )
     expected_cluster = _cluster_id_arg(args.cluster_id)
     if meta is not None:
@@ -268,6 +270,40 @@ def _add_tls(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-ca", default=None, metavar="FILE", help="mutual TLS: the cluster's CA certificate (PEM)")
     p.add_argument("--tls-cert", default=None, metavar="FILE", help="mutual TLS: this process's certificate (PEM)")
     p.add_argument("--tls-key", default=None, metavar="FILE", help="mutual TLS: this process's private key (PEM)")
+
+
+def _add_rpc_limits(p: argparse.ArgumentParser) -> None:
+    from partlog import rpc
+
+    g = p.add_argument_group("RPC server limits")
+    for flag, default, what in (
+        ("--connections-max", rpc.CONNECTIONS_MAX_DEFAULT, "connections in all"),
+        ("--connections-per-ip-max", rpc.CONNECTIONS_PER_IP_MAX_DEFAULT, "connections from one address"),
+        ("--handshakes-max", rpc.HANDSHAKES_MAX_DEFAULT, "connections still in the handshake"),
+        ("--handshake-timeout-ms", rpc.HANDSHAKE_TIMEOUT_MS_DEFAULT, "time to complete the hello"),
+        ("--frame-deadline-ms", rpc.FRAME_DEADLINE_MS_DEFAULT, "time to complete a started frame"),
+        ("--idle-timeout-ms", rpc.IDLE_TIMEOUT_MS_DEFAULT, "close a connection idle this long"),
+        (
+            "--request-bytes-in-flight-max",
+            rpc.REQUEST_BYTES_IN_FLIGHT_MAX_DEFAULT,
+            "bytes of requests being read or handled",
+        ),
+    ):
+        g.add_argument(flag, type=int, default=default, help=f"{what} (default {default})")
+
+
+def _rpc_limits(args: argparse.Namespace) -> ServerLimits:
+    from partlog.rpc import ServerLimits
+
+    return ServerLimits(
+        connections_max=args.connections_max,
+        connections_per_ip_max=args.connections_per_ip_max,
+        handshakes_max=args.handshakes_max,
+        request_bytes_in_flight_max=args.request_bytes_in_flight_max,
+        handshake_timeout_ms=args.handshake_timeout_ms,
+        frame_deadline_ms=args.frame_deadline_ms,
+        idle_timeout_ms=args.idle_timeout_ms,
+    )
 
 
 def _cmd_cluster_id(args: argparse.Namespace) -> int:
@@ -644,6 +680,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="refuse to run unless the cluster file or the controller names this cluster",
     )
     _add_tls(br)
+    _add_rpc_limits(br)
     br.add_argument("--commit-interval-ms", type=int, default=250, help="WAL buffer rotation interval (default 250)")
     br.add_argument("--metrics-port", type=int, default=0, help="Prometheus metrics on this port (0: off)")
     br.add_argument("--no-sync", action="store_true", help="do not fsync the metadata store")
@@ -733,6 +770,13 @@ def _check_ranges(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         "concurrency",
         "rounds",
         "timeout_ms",
+        "connections_max",
+        "connections_per_ip_max",
+        "handshakes_max",
+        "handshake_timeout_ms",
+        "frame_deadline_ms",
+        "idle_timeout_ms",
+        "request_bytes_in_flight_max",
     ):
         if getattr(args, name, 1) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be > 0")

@@ -133,6 +133,18 @@ def _addresses(bootstrap: tuple[str, int] | Sequence[tuple[str, int]]) -> list[t
     return [(str(a[0]), int(a[1])) for a in bootstrap]  # type: ignore[index]
 
 
+class CorruptRecordError(Exception):
+    """A fetch met a corrupt or truncated batch (CORRUPT_MESSAGE): the
+    consumer's position stays before it.  ``partitions`` maps each partition
+    to the broker's message (object key and byte offset); ``records`` are
+    the good records the same poll fetched."""
+
+    def __init__(self, partitions: dict[TopicIdPartition, str], records: list[ConsumerRecord]) -> None:
+        super().__init__("; ".join(f"{tp}: {why}" for tp, why in partitions.items()))
+        self.partitions = partitions
+        self.records = records
+
+
 class Connections:
     """RPC clients to brokers, by id, made on first use."""
 
@@ -150,6 +162,7 @@ class Connections:
         self.secret = secret
         self.ssl = ssl
         self._clients: dict[int | tuple[str, int], RpcClient] = {}
+        self._connecting: dict[int | tuple[str, int], asyncio.Lock] = {}
         self.view: ClusterView | None = None
 
     async def load_metadata(self, az: str | None) -> ClusterView:
@@ -189,10 +202,18 @@ class Connections:
     async def _get(self, addr: tuple[str, int], broker_id: int | None = None) -> RpcClient:
         key: int | tuple[str, int] = broker_id if broker_id is not None else addr
         client = self._clients.get(key)
-        if client is None:
-            client = await RpcClient.connect(addr[0], addr[1], secret=self.secret, ssl=self.ssl)
-            self._clients[key] = client
-        return client
+        if client is not None:
+            return client
+        # One connect per key at a time: two concurrent first calls used to
+        # both connect and the second overwrote the first in the pool,
+        # leaving a connection (and its read task) nobody closed.
+        lock = self._connecting.setdefault(key, asyncio.Lock())
+        async with lock:
+            client = self._clients.get(key)
+            if client is None:
+                client = await RpcClient.connect(addr[0], addr[1], secret=self.secret, ssl=self.ssl)
+                self._clients[key] = client
+            return client
 
     async def drop(self, broker_id: int) -> None:
         client = self._clients.pop(broker_id, None)
@@ -200,9 +221,10 @@ class Connections:
             await client.close()
 
     async def close(self) -> None:
-        for c in self._clients.values():
-            await c.close()
+        clients = list(self._clients.values())
         self._clients.clear()
+        for c in clients:
+            await c.close()
 
 
 # ---------------------------------------------------------------- producer
@@ -590,6 +612,8 @@ class Consumer:
         self.positions: dict[TopicIdPartition, int] = {}
         self.high_watermarks: dict[TopicIdPartition, int] = {}
         self.errors: dict[TopicIdPartition, Errors] = {}
+        # Partitions whose last fetch met a corrupt batch (poll raises).
+        self.corrupt: dict[TopicIdPartition, str] = {}
         self._metadata_stale = False
 
     async def start(self) -> None:
@@ -623,7 +647,14 @@ class Consumer:
                 continue
             by_leader.setdefault(leader, []).append(tp)
         answers = await asyncio.gather(*(self._fetch(b, tps) for b, tps in by_leader.items()))
-        return [r for rs in answers for r in rs]
+        records = [r for rs in answers for r in rs]
+        if self.corrupt:
+            # As Kafka's consumer: a corrupt batch is an error for the caller,
+            # not a retry (the bytes will not change).  The records fetched
+            # with it are handed over with the error, so none is lost.
+            corrupt, self.corrupt = self.corrupt, {}
+            raise CorruptRecordError(corrupt, records)
+        return records
 
     async def _fetch(self, broker: int, tps: list[TopicIdPartition]) -> list[ConsumerRecord]:
         try:
@@ -650,6 +681,8 @@ class Consumer:
         out: list[ConsumerRecord] = []
         for tp, (err, hwm, _lso, records, _msg) in zip(tps, body["partitions"], strict=True):
             error = Errors(err) if err in Errors._value2member_map_ else Errors.UNKNOWN_SERVER_ERROR
+            if error == Errors.CORRUPT_MESSAGE:
+                self.corrupt[tp] = f"offset {self.positions[tp]}: {_msg}"
             if error != Errors.NONE:
                 self.errors[tp] = error
                 if error in _STALE_METADATA:

@@ -29,6 +29,7 @@ import contextlib
 import logging
 import os
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -346,7 +347,20 @@ async def _kill_loop(cluster: LocalCluster, opts: ClusterOptions, rng: random.Ra
 
 
 async def run(opts: ClusterOptions, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run the cluster, produce, verify; the report.  Without ``data_dir``
+    everything lives in a temporary directory, removed at the end."""
+    temporary = opts.data_dir is None
     data_dir = opts.data_dir or tempfile.mkdtemp(prefix="partlog-cluster-")
+    try:
+        result = await _run_in(opts, data_dir, progress)
+    finally:
+        if temporary:
+            shutil.rmtree(data_dir, ignore_errors=True)
+    result["data_kept"] = not temporary
+    return result
+
+
+async def _run_in(opts: ClusterOptions, data_dir: str, progress: Callable[[str], None] | None) -> dict[str, Any]:
     objects: ObjectStore = (
         open_store(opts.store_url) if opts.store_url else LocalDirStore(os.path.join(data_dir, "objects"))
     )
@@ -585,7 +599,9 @@ def print_report(r: dict[str, Any], out: Any = sys.stdout) -> None:
         f"{r['mib_per_s']:.2f} MiB/s",
         f"replication: {r['entries_replicated']:,} entries replicated, {r['leader_elections']} leader elections, "
         f"{r['truncations']} truncations, {r['brokers_killed']} brokers killed",
-        f"data: {r['data_dir']} ({r['store']})",
+        f"data: {r['data_dir']} ({r['store']})"
+        if r.get("data_kept", True)
+        else "data: a temporary directory, removed at exit (--data-dir DIR keeps it)",
     ]
     if "orphans_created" in r:
         lines.insert(

@@ -106,6 +106,7 @@ __all__ = [
     "LeaderChanged",
     "MetadataSnapshot",
     "assign_replicas",
+    "read_replicas",
     "dec_alter_partition",
     "dec_alter_partition_response",
     "dec_broker_epoch",
@@ -335,6 +336,31 @@ def assign_replicas(brokers: Iterable[BrokerInfo], partitions: int, rf: int, sta
                 reps.append(b.broker_id)
         out.append(tuple(reps))
     return out
+
+
+def read_replicas(data_dir: str | os.PathLike[str]) -> dict[TopicIdPartition, tuple[int, ...]]:
+    """Every partition's replica list from a controller's state, read-only
+    (beside a running controller: LMDB readers do not block its writer).
+    Raises ControllerStateError when ``data_dir`` holds no controller state."""
+    meta_dir = os.path.join(os.fspath(data_dir), "metadata")
+    if not os.path.isfile(os.path.join(meta_dir, "data.mdb")):
+        raise ControllerStateError(f"{data_dir}: no controller state here")
+    try:
+        env = lmdb.open(meta_dir, readonly=True, max_dbs=4, map_size=MAP_SIZE_BYTES)
+    except lmdb.Error as e:
+        raise ControllerStateError(f"{data_dir}: cannot open the controller state: {e}") from e
+    try:
+        db = env.open_db(b"parts", create=False)
+        out: dict[TopicIdPartition, tuple[int, ...]] = {}
+        with env.begin() as txn:
+            for k, v in txn.cursor(db=db):
+                tp = TopicIdPartition(uuid.UUID(bytes=bytes(k[:16])), _U32.unpack(k[16:])[0])
+                out[tp] = dec_partition(msgpack.unpackb(v)).replicas
+        return out
+    except (lmdb.Error, ValueError, TypeError, struct.error, WireError) as e:
+        raise ControllerStateError(f"{data_dir}: unreadable controller state: {e!r}") from e
+    finally:
+        env.close()
 
 
 def _after_fencing(p: PartitionInfo, alive: Callable[[int], bool], unclean: bool) -> tuple[PartitionInfo, bool]:

@@ -63,6 +63,7 @@ from partlog.controller import (
 from partlog.errors import Errors
 from partlog.rpc import RpcServer
 from partlog.rpc_frame import RpcError, RpcErrorCode
+from partlog.rpc_methods import CONTROLLER_SCHEMAS
 from partlog.wire import WireError
 
 __all__ = ["METADATA_POLL_WAIT_MS_MAX", "ControllerServer", "now_ms"]
@@ -145,6 +146,7 @@ class ControllerServer:
             secret=self._secret,
             ssl=self._ssl,
             cluster_id=self._controller.cluster_id,
+            schemas=CONTROLLER_SCHEMAS,
         )
         try:
             await self._server.start()

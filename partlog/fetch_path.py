@@ -13,8 +13,10 @@ consumer receives.
 
 A batch whose bytes fail a check is not served: the partition's answer ends
 before it with ``CORRUPT_MESSAGE`` and a message naming object and offset.
-A read that fails (the object deleted under a racing walmgr, S3 down) fails
-only the partitions that needed it, with a retriable error.
+So does an object that ends before a batch the log points at (truncated:
+the store answers RangeNotSatisfiable): retrying cannot make it longer.
+A read that fails otherwise (the object deleted under a racing walmgr, S3
+down) fails only the partitions that needed it, with a retriable error.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from partlog.batch_header import CRC_START, HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2
 from partlog.crc32c import crc32c
 from partlog.errors import Errors
+from partlog.objectstore import RangeNotSatisfiableError
 from partlog.records import BatchInfo, TopicIdPartition
 
 _CRC = struct.Struct(">I")
@@ -102,6 +105,11 @@ def assemble(
         error, message = Errors.NONE, None
         for info in infos:
             got = reads.get(info.object_key)
+            if isinstance(got, RangeNotSatisfiableError):
+                # The object is shorter than the log says: corrupt, for good.
+                error = Errors.CORRUPT_MESSAGE
+                message = f"{info.object_key} at byte {info.metadata.byte_offset}: object ends before the batch ({got})"
+                break
             if got is None or isinstance(got, BaseException):
                 # The object may have been deleted under us (walmgr raced a
                 # stale coordinate) or the store failed: retriable either way.

@@ -98,6 +98,9 @@ class Sources:
     replicas: list[Replica]
     registry: Registry | None
     registry_path: str | None
+    # Replication factor per partition, from <data_dir>/controller when there
+    # is one (a static cluster file's brokers have none to read).
+    replication_factors: dict[TopicIdPartition, int] = field(default_factory=dict)
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
 
     def close(self) -> None:
@@ -155,6 +158,14 @@ def open_sources(
                 raise MetadataToolError(str(e)) from e
             src._stack.callback(store.close)
             src.replicas.append(Replica(label, path, store))
+        if data_dir is not None and os.path.isdir(os.path.join(data_dir, "controller")):
+            from partlog.controller import ControllerStateError, read_replicas
+
+            try:
+                replicas = read_replicas(os.path.join(data_dir, "controller"))
+            except ControllerStateError as e:
+                raise MetadataToolError(str(e)) from e
+            src.replication_factors = {tp: len(r) for tp, r in replicas.items()}
         reg_path = registry
         if reg_path is None and data_dir is not None:
             candidate = os.path.join(data_dir, "walmgr")
@@ -270,7 +281,10 @@ def topics_report(src: Sources) -> dict[str, Any]:
                 "log_end_offset": v.log_end_offset,
                 "live_batches": batches,
                 "live_bytes": nbytes,
-                "replicas": v.replicas,
+                # The topic's replication factor (from the controller; None
+                # without one) and how many of the stores read hold the partition.
+                "replication_factor": src.replication_factors.get(v.tp),
+                "stores": v.replicas,
                 "source": v.replica.label,
             }
         )
@@ -405,12 +419,13 @@ def print_topics(doc: dict[str, Any]) -> None:
         print(f"  deleted parts still stored: {deleted}")
         print(
             f"  {'partition':>9} {'log_start':>12} {'hwm':>12} {'log_end':>12} {'batches':>9} {'live_bytes':>14}"
-            f" {'replicas':>8}  from"
+            f" {'rf':>3} {'stores':>6}  from"
         )
         for p in t["partitions"]:
             print(
                 f"  {p['partition']:>9} {p['log_start_offset']:>12} {p['high_watermark']:>12} "
-                f"{p['log_end_offset']:>12} {p['live_batches']:>9} {p['live_bytes']:>14,} {p['replicas']:>8}  "
+                f"{p['log_end_offset']:>12} {p['live_batches']:>9} {p['live_bytes']:>14,} "
+                f"{p['replication_factor'] if p['replication_factor'] is not None else '-':>3} {p['stores']:>6}  "
                 f"{p['source']}"
             )
 

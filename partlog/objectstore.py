@@ -106,7 +106,16 @@ class ObjectStore(Protocol):
 
     def head(self, key: str) -> ObjectInfo: ...
 
-    def list_page(self, prefix: str, start_after: str = "", max_keys: int = LIST_KEYS_MAX) -> ListPage: ...
+    def list_page(self, prefix: str, start_after: str = "", max_keys: int = LIST_KEYS_MAX) -> ListPage:
+        """ListObjectsV2: keys under ``prefix`` after ``start_after``, in
+        UTF-8 byte order.  S3 keys are always UTF-8; a local store may hold
+        a file whose name is not: it is listed as a key holding lone
+        surrogates (``os.fsdecode``'s spelling of the undecodable bytes),
+        in the order of its bytes, and may be passed back as
+        ``start_after``.  Every other call refuses such a key
+        (``InvalidKeyError``): callers report it (walmgr: INVALID), never
+        read or delete it."""
+        ...
 
     def delete_many(self, keys: Sequence[str]) -> DeleteResult: ...
 
@@ -190,7 +199,10 @@ def _check_range(key: str, offset: int, length: int) -> None:
 
 
 def _utf8(s: str) -> bytes:
-    return s.encode("utf-8")
+    """A key's bytes for ordering.  Lone surrogates stand for bytes of a
+    file name that are not UTF-8 (os.fsdecode's spelling): they turn back
+    into those bytes, so such names sort where their bytes do."""
+    return s.encode("utf-8", "surrogateescape")
 
 
 # --------------------------------------------------------------- local store
@@ -206,8 +218,14 @@ class LocalDirStore:
 
     def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
         self.root = os.path.abspath(os.fspath(root))
+        # Where the root really is: a root reached through a symlink must
+        # not make every key look as if it resolved outside of it.
+        self._real_root = os.path.realpath(self.root)
+        if os.path.exists(self._real_root) and not os.path.isdir(self._real_root):
+            raise ObjectStoreError(f"{self.describe()}: the store's root is not a directory", retriable=False)
         self.fsync = fsync
-        os.makedirs(os.path.join(self.root, _TMP_DIR), exist_ok=True)
+        # The temp directory is made by the first put: a store opened only
+        # to read (partlog wal dump FILE) leaves no trace beside the file.
 
     def describe(self) -> str:
         return f"file://{self.root}"
@@ -216,14 +234,16 @@ class LocalDirStore:
         check_key(key)
         path = os.path.join(self.root, *key.split("/"))
         # check_key already refuses '..'; this guards symlinks and surprises.
-        if os.path.commonpath([self.root, os.path.realpath(path)]) != os.path.realpath(self.root):
+        if os.path.commonpath([self._real_root, os.path.realpath(path)]) != self._real_root:
             raise InvalidKeyError(f"object key {key!r} resolves outside {self.root}", key=key)
         return path
 
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
-        tmp = os.path.join(self.root, _TMP_DIR, f"{secrets.token_hex(8)}.tmp")
+        tmp_dir = os.path.join(self.root, _TMP_DIR)
+        tmp = os.path.join(tmp_dir, f"{secrets.token_hex(8)}.tmp")
         try:
+            os.makedirs(tmp_dir, exist_ok=True)
             with open(tmp, "wb") as f:
                 f.write(data)
                 if self.fsync:
@@ -339,7 +359,7 @@ class LocalDirStore:
                     continue
                 if sort_key < start_after and not start_after.startswith(sort_key):
                     continue
-                yield from self._walk(sort_key[:-1].decode(), prefix, start_after)
+                yield from self._walk(sort_key[:-1].decode("utf-8", "surrogateescape"), prefix, start_after)
             else:
                 if not sort_key.startswith(prefix) or sort_key <= start_after:
                     continue
@@ -347,7 +367,7 @@ class LocalDirStore:
                     st = e.stat(follow_symlinks=False)
                 except FileNotFoundError:
                     continue
-                yield ObjectInfo(sort_key.decode(), st.st_size, st.st_mtime_ns // 1_000_000)
+                yield ObjectInfo(sort_key.decode("utf-8", "surrogateescape"), st.st_size, st.st_mtime_ns // 1_000_000)
 
     def delete_many(self, keys: Sequence[str]) -> DeleteResult:
         if len(keys) > DELETE_KEYS_MAX:

@@ -57,6 +57,12 @@ INFLIGHT_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
 UPLOADS_INFLIGHT_MAX_DEFAULT = 8
 
 
+# Batches per segment: its commit RPC to one leader carries at most this many
+# (the RPC schema's bound).  A 4 MiB buffer of the smallest batches (61-byte
+# headers, no records) holds ~69,000; a larger buffer rotates here first.
+SEGMENT_BATCHES_MAX = 100_000
+
+
 @dataclass(frozen=True, slots=True)
 class ProduceConfig:
     commit_interval_ms: int = COMMIT_INTERVAL_MS_DEFAULT
@@ -258,7 +264,10 @@ class ProducePipeline:
                 self._opened_ms = now_ms
             self._builder.add(tp, batch)
             self._open_batches.append((produce_id, i, tp, batch))
-            if self._builder.size_bytes >= self.config.buffer_bytes_max:
+            if (
+                self._builder.size_bytes >= self.config.buffer_bytes_max
+                or self._builder.batch_count >= SEGMENT_BATCHES_MAX
+            ):
                 actions += self._rotate(now_ms)
         return actions
 

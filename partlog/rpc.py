@@ -33,6 +33,8 @@ import inspect
 import logging
 import secrets
 import ssl as ssl_module
+import struct
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -42,8 +44,13 @@ from partlog.rpc_frame import (
     CHALLENGE_METHOD,
     CHALLENGE_NONCE_BYTES,
     CONNECTION_REQUEST_ID,
+    DECODED_BYTES_PER_ELEMENT,
+    ENVELOPE_BYTES_MAX,
     HANDSHAKE_FRAME_BYTES_MAX,
     HELLO_METHOD,
+    HELLO_SCHEMA,
+    LENGTH_PREFIX_BYTES,
+    METHOD_CHARS_MAX,
     PROTOCOL_VERSION,
     REQUEST_ID_MAX,
     RPC_FRAME_BYTES_MAX,
@@ -51,6 +58,7 @@ from partlog.rpc_frame import (
     FrameDecoder,
     FrameError,
     FrameTooLargeError,
+    InvalidBody,
     Kind,
     RpcError,
     RpcErrorCode,
@@ -59,11 +67,18 @@ from partlog.rpc_frame import (
     check_hello,
     check_version,
     code_name,
+    decode_envelope,
+    decode_payload,
     encode_error,
     encode_frame,
     hello_body,
     parse_challenge,
 )
+from partlog.rpc_schema import DecodeLimits, Schema, body_limits
+from partlog.wire import WireError
+
+_LENGTH = struct.Struct(">I")
+_HELLO_LIMITS = HELLO_SCHEMA.limits()
 
 __all__ = [
     "Deferred",
@@ -77,6 +92,7 @@ __all__ = [
     "RpcServer",
     "RpcTimeoutError",
     "SecretFileError",
+    "ServerLimits",
     "read_secret_file",
 ]
 
@@ -153,6 +169,49 @@ CONNECTIONS_MAX_DEFAULT = 512
 # A connection that has not said hello holds a slot of connections_max; ten
 # seconds is ample on any network where brokers talk to each other.
 HANDSHAKE_TIMEOUT_MS_DEFAULT = 10_000
+# Connections still in the handshake: strangers (no secret proven yet) may
+# hold at most this many slots, so they cannot crowd out the brokers.
+HANDSHAKES_MAX_DEFAULT = 64
+# Connections from one peer address; Kafka's max.connections.per.ip is
+# unbounded by default, but one host flooding a broker must leave room for
+# the others (a whole test cluster on loopback uses a few dozen).
+CONNECTIONS_PER_IP_MAX_DEFAULT = 256
+# Once a frame's first byte arrived, the rest must arrive within this: a
+# half-sent frame must not hold a connection (and its buffer) for ever.
+# Kafka's request.timeout.ms: a 64 MiB frame at 2 MB/s.
+FRAME_DEADLINE_MS_DEFAULT = 30_000
+# An authenticated connection with nothing in flight for this long is closed
+# (Kafka's connections.max.idle.ms, 10 minutes); clients connect again.
+IDLE_TIMEOUT_MS_DEFAULT = 600_000
+# Bytes of requests being read, decoded or handled, server-wide, counted
+# before a frame's payload is read (Kafka's queued.max.request.bytes): past
+# it the server stops reading new frames (TCP pushes back) until answers
+# free room.  A frame costs its size plus what its body may decode to
+# (DECODED_BYTES_PER_ELEMENT per object its method's schema allows, at most
+# one per byte), so this bounds the memory requests can take.  One frame
+# larger than the whole budget is still admitted when nothing else is.
+REQUEST_BYTES_IN_FLIGHT_MAX_DEFAULT = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """An :class:`RpcServer`'s limits, as one value a process's config can
+    carry (``RpcServer(..., **dataclasses.asdict(limits))``)."""
+
+    connections_max: int = CONNECTIONS_MAX_DEFAULT
+    connections_per_ip_max: int = CONNECTIONS_PER_IP_MAX_DEFAULT
+    handshakes_max: int = HANDSHAKES_MAX_DEFAULT
+    requests_in_flight_max: int = REQUESTS_IN_FLIGHT_MAX_DEFAULT
+    request_bytes_in_flight_max: int = REQUEST_BYTES_IN_FLIGHT_MAX_DEFAULT
+    handshake_timeout_ms: int = HANDSHAKE_TIMEOUT_MS_DEFAULT
+    frame_deadline_ms: int = FRAME_DEADLINE_MS_DEFAULT
+    idle_timeout_ms: int = IDLE_TIMEOUT_MS_DEFAULT
+
+    def __post_init__(self) -> None:
+        for name in self.__slots__:
+            value = getattr(self, name)
+            if type(value) is not int or value <= 0:
+                raise ValueError(f"RPC server limit {name} must be a positive integer, got {value!r}")
 # Default bound on connect plus handshake, and on a call without its own
 # timeout: Kafka's request.timeout.ms is 30 s as well.
 RPC_TIMEOUT_MS_DEFAULT = 30_000
@@ -211,6 +270,12 @@ class RpcMetrics:
     # server only
     connections_open: int = 0
     connections_refused: int = 0
+    handshakes_open: int = 0
+    idle_closed: int = 0
+    frame_deadlines_missed: int = 0
+    bad_requests: int = 0  # bodies refused by their method's schema or decoding limits
+    request_bytes_in_flight: int = 0
+    request_bytes_waits: int = 0  # frames that waited for room in request_bytes_in_flight_max
     # client only
     timeouts: int = 0
     late_responses_dropped: int = 0
@@ -246,6 +311,12 @@ class RpcServer:
     logged with the method name and answered with INTERNAL.  A method without
     a handler is answered with UNKNOWN_METHOD.
 
+    ``schemas`` (method name -> :class:`partlog.rpc_schema.Schema`) declare
+    what each method accepts: the body is decoded under the schema's limits
+    and checked against it before the handler runs; a violation answers
+    BAD_REQUEST for that request only.  A handled method without a schema is
+    decoded under the frame's own limits.
+
     ``secret``: if set, clients must prove it in the hello.  ``cluster_id``:
     this server's cluster, announced in the challenge; a hello naming another
     is refused with CLUSTER_MISMATCH.  ``ssl``: a server
@@ -253,11 +324,16 @@ class RpcServer:
     TLS.  ``port=0`` picks a free port, readable from ``.port`` after
     :meth:`start`.  Binds to loopback unless told otherwise.
 
-    Limits: ``frame_bytes_max`` per frame (after the handshake; before it
-    ``HANDSHAKE_FRAME_BYTES_MAX``), ``requests_in_flight_max`` per connection
-    (at the limit the server stops reading that connection, which pushes back
-    through TCP), ``connections_max`` (extra connections get
-    TOO_MANY_CONNECTIONS and are closed), ``handshake_timeout_ms``.
+    Limits (each counted in ``metrics``): ``frame_bytes_max`` per frame
+    (after the handshake; before it ``HANDSHAKE_FRAME_BYTES_MAX``),
+    ``requests_in_flight_max`` per connection and
+    ``request_bytes_in_flight_max`` for the whole server (at either limit
+    the server stops reading, which pushes back through TCP),
+    ``connections_max``, ``connections_per_ip_max`` and ``handshakes_max``
+    (extra connections get TOO_MANY_CONNECTIONS and are closed),
+    ``handshake_timeout_ms`` (to complete the hello), ``frame_deadline_ms``
+    (to complete a started frame) and ``idle_timeout_ms`` (an authenticated
+    connection with nothing in flight).
     """
 
     def __init__(
@@ -269,17 +345,36 @@ class RpcServer:
         secret: bytes | None = None,
         cluster_id: uuid.UUID | None = None,
         ssl: ssl_module.SSLContext | None = None,
+        schemas: Mapping[str, Schema] | None = None,
         frame_bytes_max: int = RPC_FRAME_BYTES_MAX,
         ordered_methods: frozenset[str] = frozenset(),
         connections_max: int = CONNECTIONS_MAX_DEFAULT,
+        connections_per_ip_max: int = CONNECTIONS_PER_IP_MAX_DEFAULT,
+        handshakes_max: int = HANDSHAKES_MAX_DEFAULT,
         requests_in_flight_max: int = REQUESTS_IN_FLIGHT_MAX_DEFAULT,
+        request_bytes_in_flight_max: int = REQUEST_BYTES_IN_FLIGHT_MAX_DEFAULT,
         handshake_timeout_ms: int = HANDSHAKE_TIMEOUT_MS_DEFAULT,
+        frame_deadline_ms: int = FRAME_DEADLINE_MS_DEFAULT,
+        idle_timeout_ms: int = IDLE_TIMEOUT_MS_DEFAULT,
     ) -> None:
         if secret is not None and not secret:
             # Fail closed: an empty configured secret must not quietly mean "no auth".
             raise ValueError("secret must be non-empty bytes, or None for no authentication")
-        assert frame_bytes_max > 0 and connections_max > 0 and requests_in_flight_max > 0 and handshake_timeout_ms > 0
+        for name, value in (
+            ("frame_bytes_max", frame_bytes_max),
+            ("connections_max", connections_max),
+            ("connections_per_ip_max", connections_per_ip_max),
+            ("handshakes_max", handshakes_max),
+            ("requests_in_flight_max", requests_in_flight_max),
+            ("request_bytes_in_flight_max", request_bytes_in_flight_max),
+            ("handshake_timeout_ms", handshake_timeout_ms),
+            ("frame_deadline_ms", frame_deadline_ms),
+            ("idle_timeout_ms", idle_timeout_ms),
+        ):
+            if type(value) is not int or value <= 0:
+                raise ValueError(f"RpcServer {name} must be a positive integer, got {value!r}")
         self.handlers = dict(handlers)
+        self.schemas = dict(schemas or {})
         self.host = host
         self.port = port
         self.secret = secret
@@ -288,13 +383,71 @@ class RpcServer:
         self.frame_bytes_max = frame_bytes_max
         self.ordered_methods = ordered_methods
         self.connections_max = connections_max
+        self.connections_per_ip_max = connections_per_ip_max
+        self.handshakes_max = handshakes_max
         self.requests_in_flight_max = requests_in_flight_max
+        self.request_bytes_in_flight_max = request_bytes_in_flight_max
         self.handshake_timeout_ms = handshake_timeout_ms
+        self.frame_deadline_ms = frame_deadline_ms
+        self.idle_timeout_ms = idle_timeout_ms
         self.metrics = RpcMetrics()
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task[None], _ServerConnection] = {}
+        self._per_ip: dict[str, int] = {}
         self._refusals: set[asyncio.Task[None]] = set()
         self._closing = False
+        self._room_freed = asyncio.Event()
+        # Decoding limits per method, computed once (schemas are immutable).
+        self._limits = {m: sch.limits() for m, sch in self.schemas.items()}
+        self._unknown_limits = DecodeLimits(0, 0, 0, 0, 1)
+
+    def limits_for(self, kind: Kind, method: str) -> DecodeLimits:
+        """A request body's decoding limits: its method's schema's, the
+        frame's for a handled method without one, nothing for a method
+        nobody handles (it is answered UNKNOWN_METHOD unread)."""
+        if kind != Kind.REQUEST:
+            return self._unknown_limits
+        if method == HELLO_METHOD:
+            return _HELLO_LIMITS
+        limits = self._limits.get(method)
+        if limits is not None:
+            return limits
+        if method in self.handlers:
+            return body_limits(None, self.frame_bytes_max)
+        return self._unknown_limits
+
+    def frame_cost(self, method: str, length: int) -> int:
+        """What a request frame may cost in memory, before it is read: its
+        bytes, and what its body may decode to (one object per byte at most,
+        and no more than its method's schema allows)."""
+        elements = min(length, self.limits_for(Kind.REQUEST, method).elements_max)
+        return length + elements * DECODED_BYTES_PER_ELEMENT
+
+    async def reserve(self, cost: int) -> None:
+        """Wait for room in ``request_bytes_in_flight_max`` and take ``cost``
+        of it; a frame larger than the whole budget waits until nothing else
+        is in flight (so it is never refused, and never starves)."""
+        m = self.metrics
+
+        def fits() -> bool:
+            return (
+                m.request_bytes_in_flight == 0 or m.request_bytes_in_flight + cost <= self.request_bytes_in_flight_max
+            )
+
+        if not fits():
+            m.request_bytes_waits += 1
+            while not fits():
+                await self._room_freed.wait()
+        m.request_bytes_in_flight += cost
+
+    def release(self, cost: int) -> None:
+        if cost == 0:
+            return
+        self.metrics.request_bytes_in_flight -= cost
+        assert self.metrics.request_bytes_in_flight >= 0, self.metrics.request_bytes_in_flight
+        # Wake every waiter once; each checks again whether its frame fits now.
+        self._room_freed.set()
+        self._room_freed = asyncio.Event()
 
     async def start(self) -> None:
         """Listen; afterwards ``.port`` is the bound port."""
@@ -340,33 +493,57 @@ class RpcServer:
         # start_server makes of a coroutine callback: close() cancels it, and
         # Python 3.11's streams log a cancelled callback task as an error.
         conn = _ServerConnection(self, reader, writer)
-        if self._closing or self.metrics.connections_open >= self.connections_max:
-            refusal = asyncio.create_task(self._refuse(conn))
+        m = self.metrics
+        refusal_reason = ""
+        if self._closing:
+            refusal_reason = "server closing"
+        elif m.connections_open >= self.connections_max:
+            refusal_reason = f"server is at its limit of {self.connections_max} connections"
+        elif self._per_ip.get(conn.ip, 0) >= self.connections_per_ip_max:
+            refusal_reason = f"{conn.ip} is at its limit of {self.connections_per_ip_max} connections"
+        elif m.handshakes_open >= self.handshakes_max:
+            refusal_reason = f"server is at its limit of {self.handshakes_max} connections in the handshake"
+        if refusal_reason:
+            refusal = asyncio.create_task(self._refuse(conn, refusal_reason))
             self._refusals.add(refusal)
             refusal.add_done_callback(self._refusals.discard)
             return
-        self.metrics.connections_open += 1
+        m.connections_open += 1
+        m.handshakes_open += 1
+        self._per_ip[conn.ip] = self._per_ip.get(conn.ip, 0) + 1
         task = asyncio.create_task(conn.serve())
         self._connections[task] = conn
         task.add_done_callback(self._connection_done)
 
     def _connection_done(self, task: asyncio.Task[None]) -> None:
+        conn = self._connections.pop(task)
         self.metrics.connections_open -= 1
-        del self._connections[task]
-
-    async def _refuse(self, conn: _ServerConnection) -> None:
-        self.metrics.connections_refused += 1
-        if self._closing:
-            conn.refuse(RpcErrorCode.SHUTTING_DOWN, "server closing")
+        if not conn.authenticated:
+            self.metrics.handshakes_open -= 1
+        left = self._per_ip[conn.ip] - 1
+        if left:
+            self._per_ip[conn.ip] = left
         else:
-            conn.refuse(
-                RpcErrorCode.TOO_MANY_CONNECTIONS, f"server is at its limit of {self.connections_max} connections"
-            )
+            del self._per_ip[conn.ip]
+
+    async def _refuse(self, conn: _ServerConnection, reason: str) -> None:
+        self.metrics.connections_refused += 1
+        code = RpcErrorCode.SHUTTING_DOWN if self._closing else RpcErrorCode.TOO_MANY_CONNECTIONS
+        conn.refuse(code, reason)
         await _close_writer(conn.writer)
 
 
+class _IdleError(Exception):
+    """An authenticated connection had nothing in flight for idle_timeout_ms."""
+
+
 class _ServerConnection:
-    """One accepted connection: handshake, then a read loop dispatching frames."""
+    """One accepted connection: handshake, then a read loop dispatching frames.
+
+    Frames are read whole, one at a time: the 4-byte length, the envelope
+    (the method), room for the frame's cost in the server's budget, then the
+    rest, within the frame deadline.  A peer that stalls mid-frame, floods
+    frames or sends bombs costs its own connection and bounded memory."""
 
     def __init__(self, server: RpcServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.server = server
@@ -374,52 +551,55 @@ class _ServerConnection:
         self.reader = reader
         self.writer = writer
         self.peer = _peer(writer)
-        self.decoder = FrameDecoder(min(HANDSHAKE_FRAME_BYTES_MAX, server.frame_bytes_max))
+        addr = writer.get_extra_info("peername")
+        self.ip = str(addr[0]) if isinstance(addr, tuple) else str(addr)
         self.nonce = secrets.token_bytes(CHALLENGE_NONCE_BYTES)
         self.authenticated = False
         # Released when a request's answer is written; the read loop waits on
-        # it before dispatching, so a peer cannot have more than this running.
+        # it before reading the next frame, so a peer cannot have more than
+        # this running.
         self.in_flight = asyncio.Semaphore(server.requests_in_flight_max)
+        self.requests_in_flight = 0
+        self.last_activity = time.monotonic()
         self.tasks: set[asyncio.Task[None]] = set()
         # FIFO for ordered methods; bounded by in_flight, since every queued
         # request holds a slot.
-        self.ordered: asyncio.Queue[Frame] = asyncio.Queue()
+        self.ordered: asyncio.Queue[tuple[Frame, int]] = asyncio.Queue()
         self.ordered_worker: asyncio.Task[None] | None = None
 
     async def serve(self) -> None:
+        server = self.server
         try:
-            challenge = challenge_body(self.nonce, self.server.cluster_id)
+            challenge = challenge_body(self.nonce, server.cluster_id)
             self.send(encode_frame(Kind.REQUEST, CONNECTION_REQUEST_ID, CHALLENGE_METHOD, challenge))
-            async with asyncio.timeout(self.server.handshake_timeout_ms / 1000) as handshake_deadline:
-                while True:
-                    data = await self.reader.read(READ_CHUNK_BYTES)
-                    if not data:
-                        return
-                    self.metrics.bytes_in += len(data)
-                    try:
-                        frames = self.decoder.feed(data)
-                    except FrameTooLargeError as e:
-                        self.refuse(RpcErrorCode.FRAME_TOO_LARGE, str(e))
-                        return
-                    except FrameError as e:
-                        self.refuse(RpcErrorCode.BAD_FRAME, str(e))
-                        return
-                    for frame in frames:
-                        self.metrics.frames_in += 1
-                        if not self.authenticated:
-                            if not self.hello(frame):
-                                return
-                            handshake_deadline.reschedule(None)
-                            continue
-                        if not await self.dispatch(frame):
-                            return
-        except TimeoutError as e:
-            if self.authenticated:  # a socket-level ETIMEDOUT, not our handshake deadline
-                log.info("rpc connection lost peer=%s: %s", self.peer, e)
-            else:
+            try:
+                async with asyncio.timeout(server.handshake_timeout_ms / 1000):
+                    # Strangers get one small frame, decoded under tight limits.
+                    frame, cost = await self.read_frame(min(HANDSHAKE_FRAME_BYTES_MAX, server.frame_bytes_max))
+            except TimeoutError:
                 self.refuse(RpcErrorCode.HANDSHAKE_REQUIRED, "no hello within the handshake timeout")
-        except OSError as e:  # reset, TLS alerts: the peer's problem, not ours
-            log.info("rpc connection lost peer=%s: %s", self.peer, e)
+                return
+            if frame is None or not self.hello(frame):
+                return
+            while True:
+                await self.in_flight.acquire()
+                try:
+                    got = await self.read_frame(server.frame_bytes_max, idle=True)
+                except BaseException:
+                    self.in_flight.release()
+                    raise
+                frame, cost = got
+                if frame is None:
+                    self.in_flight.release()
+                    return
+                if not self.dispatch(frame, cost):
+                    return
+        except _IdleError:
+            self.metrics.idle_closed += 1
+            log.info("rpc closing idle connection peer=%s after %d ms", self.peer, server.idle_timeout_ms)
+            self.send_error(CONNECTION_REQUEST_ID, "", RpcErrorCode.SHUTTING_DOWN, "idle connection closed")
+        except (OSError, asyncio.IncompleteReadError) as e:  # reset, TLS alerts, EOF: the peer's business
+            log.debug("rpc connection lost peer=%s: %s", self.peer, e)
         finally:
             # The read loop has stopped; nothing more will be answered here.
             for t in self.tasks:
@@ -428,26 +608,113 @@ class _ServerConnection:
                 self.ordered_worker.cancel()
             pending = [*self.tasks, *([self.ordered_worker] if self.ordered_worker else [])]
             await asyncio.gather(*pending, return_exceptions=True)
+            # Frames queued for the ordered worker never ran: give their room back.
+            while not self.ordered.empty():
+                _, cost = self.ordered.get_nowait()
+                server.release(cost)
             await _close_writer(self.writer)
+
+    async def _read_prefix(self, idle: bool) -> bytes | None:
+        """The first byte of the next frame (None on a clean EOF).  While
+        nothing is in flight, waiting longer than idle_timeout_ms closes an
+        authenticated connection."""
+        server = self.server
+        while True:
+            try:
+                async with asyncio.timeout(server.idle_timeout_ms / 1000 if idle else None):
+                    first = await self.reader.read(1)
+                    return first or None
+            except TimeoutError:
+                quiet_s = time.monotonic() - self.last_activity
+                if self.requests_in_flight == 0 and quiet_s * 1000 >= server.idle_timeout_ms:
+                    raise _IdleError from None
+                # Something is in flight (a parked long-poll, an acks=all
+                # commit), or an answer went out meanwhile: not idle.
+
+    async def read_frame(self, frame_bytes_max: int, *, idle: bool = False) -> tuple[Frame | None, int]:
+        """The next frame and the budget it holds (0 before the handshake:
+        those frames are tiny).  ``(None, 0)`` when the connection must close
+        (the peer closed, or broke the protocol: answered and logged here)."""
+        server = self.server
+        first = await self._read_prefix(idle)
+        if first is None:
+            return None, 0
+        self.last_activity = time.monotonic()
+        deadline_s = server.frame_deadline_ms / 1000
+        try:
+            async with asyncio.timeout(deadline_s):
+                (length,) = _LENGTH.unpack(first + await self.reader.readexactly(LENGTH_PREFIX_BYTES - 1))
+                if length > frame_bytes_max:
+                    self.refuse(RpcErrorCode.FRAME_TOO_LARGE, str(FrameTooLargeError(length, frame_bytes_max)))
+                    return None, 0
+                head = await self.reader.readexactly(min(length, ENVELOPE_BYTES_MAX))
+                try:
+                    _, kind, _, method, _ = decode_envelope(head)
+                except FrameError as e:
+                    self.refuse(RpcErrorCode.BAD_FRAME, str(e))
+                    return None, 0
+        except TimeoutError:
+            self._missed_deadline()
+            return None, 0
+        cost = 0
+        if self.authenticated:
+            cost = server.frame_cost(method, length) if kind == Kind.REQUEST else length
+            # Waiting for room reads nothing more: the peer's bytes wait in TCP.
+            await server.reserve(cost)
+        try:
+            try:
+                async with asyncio.timeout(deadline_s):
+                    rest = await self.reader.readexactly(length - len(head))
+            except TimeoutError:
+                self._missed_deadline()
+                server.release(cost)
+                return None, 0
+            self.metrics.bytes_in += LENGTH_PREFIX_BYTES + length
+            self.metrics.frames_in += 1
+            try:
+                payload = bytearray(head)
+                payload += rest
+                del rest  # a large frame is held once, not twice
+                frame = decode_payload(payload, server.limits_for)
+            except FrameError as e:
+                self.refuse(RpcErrorCode.BAD_FRAME, str(e))
+                server.release(cost)
+                return None, 0
+        except BaseException:
+            server.release(cost)
+            raise
+        return frame, cost
+
+    def _missed_deadline(self) -> None:
+        self.metrics.frame_deadlines_missed += 1
+        self.refuse(
+            RpcErrorCode.BAD_FRAME,
+            f"frame not completed within the frame deadline of {self.server.frame_deadline_ms} ms",
+        )
 
     def hello(self, frame: Frame) -> bool:
         try:
+            if isinstance(frame.body, InvalidBody):
+                raise RpcError(RpcErrorCode.HANDSHAKE_REQUIRED, f"first frame must be a hello: {frame.body.reason}")
             check_hello(frame, self.server.secret, self.nonce, self.server.cluster_id)
         except RpcError as e:
             self.refuse(e.code, e.message, frame.method)
             return False
         self.authenticated = True
-        self.decoder.frame_bytes_max = self.server.frame_bytes_max
+        self.metrics.handshakes_open -= 1
         self.send(encode_frame(Kind.RESPONSE, frame.request_id, HELLO_METHOD, {"version": PROTOCOL_VERSION}))
         log.debug("rpc hello ok peer=%s", self.peer)
         return True
 
-    async def dispatch(self, frame: Frame) -> bool:
-        """Start serving one request; False if the connection must close."""
+    def dispatch(self, frame: Frame, cost: int) -> bool:
+        """Start serving one request (it holds an in-flight slot and ``cost``
+        of the server's budget until answered); False if the connection must
+        close (both released here then)."""
         try:
             check_version(frame)
         except RpcError as e:
             self.refuse(e.code, e.message, frame.method)
+            self._done(cost)
             return False
         if frame.kind != Kind.REQUEST or frame.request_id == CONNECTION_REQUEST_ID:
             # Request id 0 is the connection's own; answering it would look
@@ -456,24 +723,43 @@ class _ServerConnection:
                 RpcErrorCode.BAD_FRAME,
                 f"clients send requests with non-zero ids, got {frame.kind.name} id={frame.request_id}",
             )
+            self._done(cost)
             return False
-        await self.in_flight.acquire()
+        self.requests_in_flight += 1
         if frame.method in self.server.ordered_methods:
             if self.ordered_worker is None:
                 self.ordered_worker = asyncio.create_task(self.run_ordered())
-            self.ordered.put_nowait(frame)
+            self.ordered.put_nowait((frame, cost))
         else:
-            task = asyncio.create_task(self.run(frame))
+            task = asyncio.create_task(self.run(frame, cost))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
         return True
 
+    def _done(self, cost: int) -> None:
+        self.in_flight.release()
+        self.server.release(cost)
+
     async def run_ordered(self) -> None:
         while True:
-            frame = await self.ordered.get()
-            await self.run(frame)
+            frame, cost = await self.ordered.get()
+            await self.run(frame, cost)
 
-    async def run(self, frame: Frame, deferred: Deferred | None = None) -> None:
+    def _checked_body(self, frame: Frame) -> Any:
+        """The request's body, checked against its method's schema; raises
+        RpcError(BAD_REQUEST) naming the field."""
+        body = frame.body
+        if isinstance(body, InvalidBody):
+            raise RpcError(RpcErrorCode.BAD_REQUEST, f"{frame.method}: {body.reason}")
+        schema = self.server.schemas.get(frame.method)
+        if schema is not None:
+            try:
+                schema.check(body, frame.method)
+            except WireError as e:
+                raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
+        return body
+
+    async def run(self, frame: Frame, cost: int, deferred: Deferred | None = None) -> None:
         """Run the handler (or await its deferred answer) and write the answer;
         never raises but CancelledError."""
         release = True
@@ -481,7 +767,7 @@ class _ServerConnection:
             handler = self.server.handlers.get(frame.method)
             if handler is None and deferred is None:
                 self.send_error(
-                    frame.request_id, frame.method, RpcErrorCode.UNKNOWN_METHOD, f"no method {frame.method!r}"
+                    frame.request_id, frame.method, RpcErrorCode.UNKNOWN_METHOD, f"no method {frame.method!r:.300}"
                 )
                 return
             try:
@@ -489,11 +775,12 @@ class _ServerConnection:
                     answer = await deferred.answer
                 else:
                     assert handler is not None
-                    answer = await handler(frame.body)
+                    body = self._checked_body(frame)
+                    answer = await handler(body)
                     if isinstance(answer, Deferred):
-                        # The in-flight slot passes to the task that answers.
+                        # The in-flight slot and the budget pass to the task that answers.
                         release = False
-                        task = asyncio.create_task(self.run(frame, answer))
+                        task = asyncio.create_task(self.run(frame, cost, answer))
                         self.tasks.add(task)
                         task.add_done_callback(self.tasks.discard)
                         # Cancelled before its first step (the connection
@@ -502,6 +789,8 @@ class _ServerConnection:
                         task.add_done_callback(lambda _t: close_unstarted(pending_answer))
                         return
             except RpcError as e:
+                if e.code == RpcErrorCode.BAD_REQUEST:
+                    self.metrics.bad_requests += 1
                 self.send_error(frame.request_id, frame.method, e.code, e.message)
                 return
             except Exception as e:
@@ -534,7 +823,9 @@ class _ServerConnection:
                 await self.writer.drain()
         finally:
             if release:
-                self.in_flight.release()
+                self.requests_in_flight -= 1
+                self.last_activity = time.monotonic()
+                self._done(cost)
 
     def send(self, data: bytes) -> None:
         if self.writer.is_closing():
@@ -551,7 +842,7 @@ class _ServerConnection:
         """Log and answer a protocol violation or refusal, with the
         connection's own request id; the caller then closes."""
         log.warning("rpc closing connection peer=%s code=%s: %s", self.peer, code_name(code), message)
-        self.send_error(CONNECTION_REQUEST_ID, method, code, message)
+        self.send_error(CONNECTION_REQUEST_ID, method[:METHOD_CHARS_MAX], code, message)
 
 
 # ------------------------------------------------------------------ client
@@ -780,6 +1071,11 @@ class RpcClient:
             self.metrics.late_responses_dropped += 1
         elif frame.kind == Kind.ERROR:
             future.set_exception(RpcRemoteError(frame.body[0], frame.body[1]))
+        elif isinstance(frame.body, InvalidBody):
+            # Only this call fails: the stream is still in sync.
+            future.set_exception(
+                RpcRemoteError(RpcErrorCode.BAD_FRAME, f"answer to {frame.method!r:.60}: {frame.body.reason}")
+            )
         else:
             future.set_result(frame.body)
         return None

@@ -50,11 +50,14 @@ import hashlib
 import hmac
 import struct
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
 import msgpack
+
+from partlog.rpc_schema import BODY_ELEMENTS_MAX, Bytes, DecodeLimits, Int, Map
 
 PROTOCOL_VERSION = 1
 
@@ -75,6 +78,21 @@ CHALLENGE_NONCE_BYTES = 32
 # Request ids are msgpack unsigned integers; a client counting from 1 never
 # gets near this.
 REQUEST_ID_MAX = (1 << 64) - 1
+# The envelope [version, kind, request_id, method] fits in this many bytes
+# (a method name of METHOD_CHARS_MAX characters, 4 bytes each at most, and
+# three small integers): the server reads it before the rest of a frame, to
+# know the method and so what the rest may cost.
+ENVELOPE_BYTES_MAX = 4 * METHOD_CHARS_MAX + 64
+# Bytes of Python objects one decoded msgpack object costs at most (an empty
+# list: 56 bytes and its slot in its parent's list): what a budget of
+# decoded objects is worth in memory.
+DECODED_BYTES_PER_ELEMENT = 64
+# Responses and errors have no schema here (their decoders check them): a
+# response body may hold this many objects per byte at most, and at least
+# BODY_ELEMENTS_MAX.  Legal answers (replica fetch entries, ~14 bytes an
+# object) stay below it; a hostile peer's empty-list bomb (1 byte an object)
+# is cut off at an eighth of its size.
+RESPONSE_BYTES_PER_ELEMENT_MIN = 8
 
 LENGTH_PREFIX_BYTES = 4
 _LENGTH = struct.Struct(">I")
@@ -82,6 +100,11 @@ _LENGTH = struct.Struct(">I")
 CONNECTION_REQUEST_ID = 0
 CHALLENGE_METHOD = "challenge"
 HELLO_METHOD = "hello"
+# The hello's shape, for its decoding limits (check_hello checks the values).
+HELLO_SCHEMA = Map(
+    required={"version": Int(0, 1 << 31), "auth": Bytes(64)},
+    optional={"cluster": Bytes(16)},
+)
 
 
 class Kind(IntEnum):
@@ -158,6 +181,20 @@ class Frame:
     body: Any
 
 
+@dataclass(frozen=True, slots=True)
+class InvalidBody:
+    """The body of a frame whose envelope was fine but whose body broke the
+    decoding limits or was not msgpack: only that request (or that call's
+    answer) fails; the stream is still in sync, so the connection stays up."""
+
+    reason: str
+
+
+# Limits for one frame's body, by kind and method (the server's come from the
+# methods' schemas); None: response_limits.
+LimitsFor = Callable[[Kind, str], DecodeLimits]
+
+
 def encode_frame(
     kind: Kind,
     request_id: int,
@@ -188,21 +225,35 @@ def encode_error(request_id: int, method: str, code: int, message: str) -> bytes
     return encode_frame(Kind.ERROR, request_id, method, [int(code), message[:ERROR_MESSAGE_CHARS_MAX]])
 
 
-def decode_payload(payload: bytes) -> Frame:
-    """Parse one frame's payload (without the length prefix).
-
-    Raises :class:`FrameError` naming what is wrong.  The version is not
-    checked here: the envelope is the same in every version, and the caller
-    decides what to answer a peer from another one.
-    """
+def decode_envelope(head: bytes | bytearray) -> tuple[int, Kind, int, str, int]:
+    """``(version, kind, request_id, method, body offset)`` from the first
+    bytes of a payload (``ENVELOPE_BYTES_MAX`` suffice); raises
+    :class:`FrameError` naming what is wrong.  The version is not checked
+    here: the envelope is the same in every version, and the caller decides
+    what to answer a peer from another one."""
+    unpacker = msgpack.Unpacker(
+        raw=False,
+        strict_map_key=True,
+        max_buffer_size=max(1, len(head)),
+        max_str_len=4 * METHOD_CHARS_MAX,
+        max_bin_len=METHOD_CHARS_MAX,  # read, so that a bytes method is refused as such
+        max_array_len=5,
+        max_map_len=0,
+        max_ext_len=0,
+    )
+    unpacker.feed(head)
     try:
-        obj = msgpack.unpackb(payload, raw=False, use_list=True, strict_map_key=True)
-    except Exception as e:  # msgpack raises half a dozen types (ExtraData, StackError, UnicodeDecodeError, ...)
-        raise FrameError(f"payload of {len(payload)} bytes is not valid msgpack: {type(e).__name__}: {e}") from e
-    if type(obj) is not list or len(obj) != 5:
-        shape = f"an array of {len(obj)}" if type(obj) is list else type(obj).__name__
-        raise FrameError(f"payload must be [version, kind, request_id, method, body], got {shape}")
-    version, kind, request_id, method, body = obj
+        n = unpacker.read_array_header()
+        if n != 5:
+            raise FrameError(f"payload must be [version, kind, request_id, method, body], got an array of {n}")
+        version, kind, request_id, method = (unpacker.unpack() for _ in range(4))
+        offset = unpacker.tell()
+    except FrameError:
+        raise
+    except msgpack.OutOfData:
+        raise FrameError(f"payload does not start with an envelope of at most {len(head)} bytes") from None
+    except Exception as e:  # msgpack raises half a dozen types (StackError, ValueError, ...)
+        raise FrameError(f"payload is not a msgpack envelope: {type(e).__name__}: {e}") from e
     # `type(...) is int` because msgpack's true/false decode to bool, an int subclass.
     if type(version) is not int:
         raise FrameError(f"version must be an integer, got {type(version).__name__}")
@@ -212,11 +263,100 @@ def decode_payload(payload: bytes) -> Frame:
         raise FrameError(f"request_id must be an unsigned 64-bit integer, got {request_id!r:.40}")
     if type(method) is not str or len(method) > METHOD_CHARS_MAX:
         raise FrameError(f"method must be a string of at most {METHOD_CHARS_MAX} characters, got {method!r:.60}")
+    return version, Kind(kind), request_id, method, offset
+
+
+def response_limits(kind: Kind, method: str, body_bytes: int) -> DecodeLimits:
+    """Limits for a body without a schema here: an error's ``[code,
+    message]``, or a response (its decoder checks the shape)."""
+    if kind == Kind.ERROR:
+        return DecodeLimits(2, 0, 4 * ERROR_MESSAGE_CHARS_MAX, 0, 3)
+    elements = max(BODY_ELEMENTS_MAX, body_bytes // RESPONSE_BYTES_PER_ELEMENT_MIN)
+    return DecodeLimits(body_bytes, body_bytes, body_bytes, body_bytes, elements)
+
+
+class _Budget:
+    """Counts decoded containers and their items; past ``limit`` objects the
+    decoding stops (msgpack calls the hooks as each list or map completes,
+    so at most one more container than the budget is ever built)."""
+
+    __slots__ = ("count", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.count = 0
+        self.limit = limit
+
+    def list_hook(self, v: list[Any]) -> list[Any]:
+        self.count += len(v) + 1
+        if self.count > self.limit:
+            raise FrameError(f"body holds more than {self.limit} objects")
+        return v
+
+    def object_hook(self, v: dict[str, Any]) -> dict[str, Any]:
+        self.count += 2 * len(v) + 1
+        if self.count > self.limit:
+            raise FrameError(f"body holds more than {self.limit} objects")
+        return v
+
+
+def decode_body(data: bytes | memoryview, limits: DecodeLimits) -> Any:
+    """One msgpack object under ``limits``; raises :class:`FrameError`.
+
+    Memory: at most ``limits.elements_max`` objects are built, and strings
+    and byte strings add at most ``len(data)``: a hostile body costs no more
+    than a legal one of the same method could."""
+    kwargs: dict[str, Any] = {}
+    # A body cannot hold more objects than it has bytes: count only when the
+    # budget is below that (the hooks cost a call per container).
+    if len(data) > limits.elements_max:
+        budget = _Budget(limits.elements_max)
+        kwargs = {"list_hook": budget.list_hook, "object_hook": budget.object_hook}
+    try:
+        return msgpack.unpackb(
+            data,
+            raw=False,
+            use_list=True,
+            strict_map_key=True,
+            max_array_len=limits.array_len_max,
+            max_map_len=limits.map_len_max,
+            max_str_len=limits.str_bytes_max,
+            max_bin_len=limits.bin_bytes_max,
+            max_ext_len=0,
+            **kwargs,
+        )
+    except FrameError:
+        raise
+    except Exception as e:  # msgpack raises half a dozen types (ExtraData, StackError, UnicodeDecodeError, ...)
+        raise FrameError(
+            f"body of {len(data)} bytes is not valid msgpack within its limits: {type(e).__name__}: {e}"
+        ) from e
+
+
+def decode_payload(payload: bytes | bytearray, limits_for: LimitsFor | None = None) -> Frame:
+    """Parse one frame's payload (without the length prefix).
+
+    The envelope first (:func:`decode_envelope`; a bad one raises
+    :class:`FrameError`: the connection must close), then the body under the
+    limits ``limits_for(kind, method)`` gives (default
+    :func:`response_limits`).  A body that breaks them, or is not msgpack,
+    becomes :class:`InvalidBody` (only that request fails), except an
+    ERROR frame's, which must be ``[code, message]``.
+    """
+    version, kind, request_id, method, offset = decode_envelope(payload[:ENVELOPE_BYTES_MAX])
+    data = memoryview(payload)[offset:]  # no copy of a large body
+    limits = limits_for(kind, method) if limits_for is not None else response_limits(kind, method, len(data))
+    body: Any
+    try:
+        body = decode_body(data, limits)
+    except FrameError as e:
+        if kind == Kind.ERROR:
+            raise
+        body = InvalidBody(str(e))
     if kind == Kind.ERROR and (
         type(body) is not list or len(body) != 2 or type(body[0]) is not int or type(body[1]) is not str
     ):
         raise FrameError(f"an error's body must be [code, message], got {body!r:.80}")
-    return Frame(version, Kind(kind), request_id, method, body)
+    return Frame(version, kind, request_id, method, body)
 
 
 _KINDS = frozenset(int(k) for k in Kind)
@@ -234,12 +374,14 @@ class FrameDecoder:
     failing call are dropped, since the connection is closed anyway.
 
     ``frame_bytes_max`` may be changed between calls (the server raises it
-    once the handshake succeeds).
+    once the handshake succeeds).  ``limits_for`` gives each body's decoding
+    limits (:func:`decode_payload`).
     """
 
-    def __init__(self, frame_bytes_max: int = RPC_FRAME_BYTES_MAX) -> None:
+    def __init__(self, frame_bytes_max: int = RPC_FRAME_BYTES_MAX, limits_for: LimitsFor | None = None) -> None:
         assert frame_bytes_max > 0
         self.frame_bytes_max = frame_bytes_max
+        self.limits_for = limits_for
         self._buffer = bytearray()
         self._failed: FrameError | None = None
 
@@ -263,7 +405,7 @@ class FrameDecoder:
                 end = start + LENGTH_PREFIX_BYTES + length
                 if len(buf) < end:
                     break
-                frames.append(decode_payload(bytes(buf[start + LENGTH_PREFIX_BYTES : end])))
+                frames.append(decode_payload(bytes(buf[start + LENGTH_PREFIX_BYTES : end]), self.limits_for))
                 start = end
         except FrameError as e:
             self._failed = e

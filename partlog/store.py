@@ -111,6 +111,8 @@ GROUP_COMMIT_BATCHES_MAX = 8192
 
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
+_INT32_MAX = (1 << 31) - 1
+_INT64_MAX = (1 << 63) - 1
 _PART_KEY = struct.Struct(">IQ")  # part_id, base_offset
 _PRODUCER_KEY = struct.Struct(">Iq")
 _EPOCH_KEY = struct.Struct(">Ii")
@@ -519,6 +521,7 @@ class MetadataStore:
         self._gate = LmdbGate(lambda: StoreError(f"{self.path}: store is closed"))
         # Counters for metrics and benchmarks.
         self.stats = {"group_commits": 0, "map_resizes": 0}
+        self._open_args: dict[str, Any] | None = None
         self._check_version()
         if not readonly:
             self._load_caches()
@@ -596,6 +599,17 @@ class MetadataStore:
             group_commit_batches_max=group_commit_batches_max,
             auto_high_watermark=auto_high_watermark,
         )
+        # What reopen() needs to open the same store again.
+        store._open_args = {
+            "sync": sync,
+            "readonly": readonly,
+            "commit_deadline_ms": commit_deadline_ms,
+            "producer_id_expiration_ms": producer_id_expiration_ms,
+            "clock": clock,
+            "map_size_bytes": map_size_bytes,
+            "group_commit_batches_max": group_commit_batches_max,
+            "auto_high_watermark": auto_high_watermark,
+        }
         if cluster_id is not None:
             try:
                 store.bind_cluster(cluster_id)
@@ -603,6 +617,34 @@ class MetadataStore:
                 store.close()
                 raise
         return store
+
+    @property
+    def failed(self) -> BaseException | None:
+        """Why the store fail-stopped (a commit's I/O failed), or None.
+        Every write then raises StoreError until :meth:`reopen`."""
+        return self._pipeline.failed
+
+    def reopen(self) -> None:
+        """Recover from a fail-stop in place: wait for the operations in
+        flight, close the environment, and open it again, reloading every
+        cache from disk, as a restart would.  Nothing acknowledged is lost
+        (acknowledged means durable); what the failed commits sequenced was
+        never acknowledged and is gone.  High watermarks set in memory stay
+        (they only ever covered durable entries).  The object stays the same,
+        so its owners (the broker, replication) keep their reference."""
+        args = self._open_args
+        if args is None:
+            raise StoreError(f"{self.path}: only a store made by MetadataStore.open can be reopened")
+        hwms = dict(self._hwms)
+        reopens = self.stats.get("reopens", 0)
+        self.close()
+        fresh = MetadataStore.open(self.path, **args)
+        self.__dict__.update(fresh.__dict__)
+        with self._hwm_lock:
+            for tp, hwm in hwms.items():
+                if tp in self._parts:
+                    self._hwms[tp] = max(hwm, self._hwms.get(tp, -1))
+        self.stats["reopens"] = reopens + 1
 
     def close(self) -> None:
         """Close the environment once the operations in flight (in other
@@ -1008,8 +1050,15 @@ class MetadataStore:
         except WalKeyError as e:
             log.warning("commit refused: %s", e)
             key_error = Errors.INVALID_REQUEST
-        if file_size <= 0:
+        # Values this call will pack into fixed-width fields (the uploader is
+        # an int32, sizes and offsets int64s): refused here, per call, so no
+        # input can make the commit stage fail and fail-stop the store.
+        if type(uploader_broker_id) is not int or not 0 <= uploader_broker_id <= _INT32_MAX:
+            log.warning("commit refused: uploader %r is not a broker id", uploader_broker_id)
             key_error = Errors.INVALID_REQUEST
+        if type(file_size) is not int or not 0 < file_size <= _INT64_MAX:
+            key_error = Errors.INVALID_REQUEST
+            file_size = 1  # every batch is then outside it: INVALID_REQUEST
         checked = [_check_batch(req, file_size) for req in batches]
         try:
             with self._writing():
@@ -2282,7 +2331,7 @@ def _check_batch(req: CommitBatchRequest, file_size: int) -> tuple[int, ...] | E
     size = req.size
     if h[1] + bh.LOG_OVERHEAD < bh.HEADER_SIZE or size != h[1] + bh.LOG_OVERHEAD:
         return Errors.CORRUPT_MESSAGE
-    if req.byte_offset < 0 or req.byte_offset + size > file_size:
+    if type(req.byte_offset) is not int or req.byte_offset < 0 or req.byte_offset + size > file_size:
         return Errors.INVALID_REQUEST
     delta = h[6]
     if delta < 0 or h[12] != delta + 1:

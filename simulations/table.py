@@ -10,8 +10,12 @@ from simulations.scenario import Design
 
 
 def _num(x: float | None, digits: int = 2) -> str:
+    """A cell: counts (ints) as integers with thousands separators, rates
+    and means with ``digits`` decimals (k/M above 10^4/10^6)."""
     if x is None:
         return "-"
+    if isinstance(x, int) and not isinstance(x, bool):
+        return f"{x:,}"
     if abs(x) >= 1e6:
         return f"{x / 1e6:.{digits}f}M"
     if abs(x) >= 1e4:

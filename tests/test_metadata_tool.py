@@ -211,7 +211,8 @@ def expected_topics(fx: Fixture, *, registry: bool, source: str = "broker {}") -
             "log_end_offset": leo,
             "live_batches": len(names),
             "live_bytes": sum(S[n] for n in names),
-            "replicas": replicas,
+            "replication_factor": None,  # no controller state in the fixture
+            "stores": replicas,
             "source": source.format(broker),
         }
 
@@ -598,3 +599,24 @@ def test_end_to_end_on_a_cluster_data_dir(tmp_path: Path, capsys: pytest.Capture
             total += o["total_bytes"]
             assert o["total_bytes"] == os.path.getsize(data / "objects" / key)
     assert (used, total, referenced) == (t["live_bytes"], t["objects_total_bytes"], t["objects"])
+
+
+def test_topics_show_the_replication_factor_from_the_controller(tmp_path: Path) -> None:
+    """Regression (issue 13, newcomer polish): the column said "replicas" and
+    counted the stores holding a partition; the replication factor comes
+    from the controller's state when the data directory has one."""
+    from partlog.controller import Controller, ControllerConfig
+
+    data = tmp_path / "data"
+    with Controller(ControllerConfig(str(data / "controller")), now_ms=0) as c:
+        for b in (1, 2, 3):
+            c.register_broker(b, f"az{b}", "127.0.0.1", 9000 + b, 0)
+        topic = c.create_topic("orders", 2, 3)
+        assert not isinstance(topic, Errors)
+    store = open_store(data / "brokers" / "1" / "meta", Clock(T0), auto_high_watermark=True)
+    store.create_topic_and_partitions([CreateTopicAndPartitionsRequest(topic.topic_id, "orders", 2, {})])
+    store.close()
+    with metadata_tool.open_sources(data_dir=str(data)) as src:
+        doc = metadata_tool.topics_report(src)
+    [t] = doc["topics"]
+    assert [(p["replication_factor"], p["stores"]) for p in t["partitions"]] == [(3, 1), (3, 1)]

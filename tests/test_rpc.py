@@ -44,12 +44,14 @@ from partlog.rpc_frame import (
     FrameDecoder,
     FrameError,
     FrameTooLargeError,
+    InvalidBody,
     Kind,
     RpcErrorCode,
     auth_proof,
     decode_payload,
     encode_frame,
 )
+from partlog.rpc_schema import DecodeLimits
 
 SECRET = b"cluster secret for tests"
 
@@ -203,12 +205,10 @@ def test_encoder_refuses_frames_over_the_limit() -> None:
 @pytest.mark.parametrize(
     ("data", "problem"),
     [
-        (b"", "not valid msgpack"),
-        (b"\xc1", "not valid msgpack"),  # the one byte msgpack never uses
-        (payload([1, 0, 1, "m", b"x"])[:-1], "not valid msgpack"),  # truncated
-        (payload([1, 0, 1, "m", None]) + b"\x00", "not valid msgpack"),  # trailing bytes
-        (b"\x91\xa2\xff\xfe", "not valid msgpack"),  # invalid UTF-8 string
-        (payload({"version": 1}), "got dict"),
+        (b"", "does not start with an envelope"),
+        (b"\xc1", "not a msgpack envelope"),  # the one byte msgpack never uses
+        (b"\x91\xa2\xff\xfe", "an array of 1"),
+        (payload({"version": 1}), "not a msgpack envelope"),
         (payload([1, 0, 1, "m"]), "an array of 4"),
         (payload([1, 0, 1, "m", None, None]), "an array of 6"),
         (payload(["1", 0, 1, "m", None]), "version"),
@@ -219,17 +219,56 @@ def test_encoder_refuses_frames_over_the_limit() -> None:
         (payload([1, 0, 1.5, "m", None]), "request_id"),
         (payload([1, 0, 1, b"m", None]), "method"),
         (payload([1, 0, 1, "m" * 1000, None]), "method"),
+        (payload([1, 0, 1, ["m"], None]), "method"),  # a container where the method goes
         (payload([1, 2, 1, "m", "boom"]), "error's body"),
         (payload([1, 2, 1, "m", ["1", "boom"]]), "error's body"),
-        (payload([1, 0, 1, "m", {1: 2}]), "not valid msgpack"),  # int map keys refused
     ],
 )
-def test_malformed_payloads_raise_frame_error(data: bytes, problem: str) -> None:
+def test_malformed_envelopes_raise_frame_error(data: bytes, problem: str) -> None:
+    """A bad envelope loses the stream: the connection closes."""
     with pytest.raises(FrameError, match=problem) as e:
         decode_payload(data)
     assert not isinstance(e.value, FrameTooLargeError)
     with pytest.raises(FrameError):
         FrameDecoder().feed(struct.pack(">I", len(data)) + data)
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (payload([1, 0, 1, "m", b"x"])[:-1], "not valid msgpack"),  # truncated
+        (payload([1, 0, 1, "m", None]) + b"\x00", "not valid msgpack"),  # trailing bytes
+        (payload([1, 0, 1, "m", {1: 2}]), "not valid msgpack"),  # int map keys refused
+        (payload([1, 0, 1, "m", None])[:-1] + b"\xa2\xff\xfe", "not valid msgpack"),  # a str, not UTF-8
+    ],
+)
+def test_malformed_bodies_fail_only_their_request(data: bytes, problem: str) -> None:
+    """The envelope is fine, so the stream is still in sync: the body is an
+    InvalidBody (the server answers BAD_REQUEST for that request only)."""
+    frame = decode_payload(data)
+    assert frame.request_id == 1 and frame.method == "m"
+    assert isinstance(frame.body, InvalidBody) and problem in frame.body.reason
+
+
+def test_body_limits_stop_a_msgpack_bomb_while_it_decodes() -> None:
+    """Regression (issue 13, item 5): an array header claiming millions of
+    elements followed by 0x90 bytes (empty arrays) cost ~600 MB in a 7.6 MiB
+    frame.  Under a method's limits it stops after a budget of objects."""
+    n = 2_000_000
+    bomb = b"\xdd" + struct.pack(">I", n) + b"\x90" * n  # array32 of n empty arrays
+    data = payload([1, 0, 1, "m", None])[:-1] + bomb
+    limits = DecodeLimits(array_len_max=n, map_len_max=0, str_bytes_max=0, bin_bytes_max=0, elements_max=1000)
+    frame = decode_payload(data, lambda kind, method: limits)
+    assert isinstance(frame.body, InvalidBody) and "more than 1000 objects" in frame.body.reason
+    # A legal body of the same method decodes.
+    ok = decode_payload(payload([1, 0, 1, "m", [[] for _ in range(100)]]), lambda kind, method: limits)
+    assert ok.body == [[]] * 100
+    # Array and string headers above the schema's largest are refused before anything is built.
+    small = DecodeLimits(array_len_max=10, map_len_max=1, str_bytes_max=5, bin_bytes_max=5, elements_max=100)
+    for body in ([0] * 11, "x" * 6, b"x" * 6, {"a": 1, "b": 2}):
+        frame = decode_payload(payload([1, 0, 1, "m", body]), lambda kind, method: small)
+        assert isinstance(frame.body, InvalidBody), body
 
 
 # ----------------------------------------------------------- server, client
@@ -259,7 +298,7 @@ def test_server_survives_garbage_and_keeps_serving() -> None:
         # Garbage instead of a hello.
         raw, _ = await Raw.connect(server.port)
         raw.send(b"\x00\x00\x00\x05hello")
-        assert "not valid msgpack" in await raw.expect_error_then_eof(RpcErrorCode.BAD_FRAME)
+        assert "not a msgpack envelope" in await raw.expect_error_then_eof(RpcErrorCode.BAD_FRAME)
 
         # Garbage after a good hello.
         raw, nonce = await Raw.connect(server.port)

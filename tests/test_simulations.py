@@ -314,3 +314,11 @@ def test_plots_without_matplotlib_are_a_clear_error_before_simulating(
         assert main(argv) == 2
         assert "writes PNG plots with matplotlib: pip install 'partlog[sim]'" in capsys.readouterr().err
     assert not (tmp_path / "R.md").exists() and not (tmp_path / "o").exists()
+
+
+def test_counts_print_as_integers() -> None:
+    """Regression (issue 13, newcomer polish): counts printed as 12.00."""
+    from simulations.table import _num
+
+    assert _num(12) == "12" and _num(123_456) == "123,456"
+    assert _num(1.5) == "1.50" and _num(None) == "-" and _num(25_000.0) == "25.00k"

@@ -51,6 +51,7 @@ from partlog.rpc import (
     read_secret_file,
 )
 from partlog.rpc_frame import RpcErrorCode
+from partlog.rpc_methods import NOTIFY_OBJECTS_MAX, WALMGR_SCHEMAS
 from partlog.tls import mutual_tls
 from partlog.wire import WireError, dec_verdicts, dec_wal_uploaded, enc_reference_checks
 from walmgr.config import WalmgrConfig, WalmgrConfigError
@@ -64,8 +65,6 @@ from walmgr.spark_scan import check_available as check_spark_available
 
 log = logging.getLogger(__name__)
 
-# Objects one notification RPC may carry (brokers send at most 1000).
-NOTIFY_OBJECTS_MAX = 10_000
 
 
 def now_ms() -> int:
@@ -297,6 +296,7 @@ class Walmgr:
                 secret=self._secret,
                 ssl=self._server_ssl,
                 cluster_id=self.cluster_id,
+                schemas=WALMGR_SCHEMAS,
             )
             await self._server.start()
             self.port = self._server.port

@@ -1,0 +1,30 @@
+"""The README's "Using the store" snippet runs as written (issue 13,
+newcomer polish: it used an undefined ``header`` and ``file_size``)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def _section_code(title: str) -> str:
+    text = README.read_text()
+    section = text.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+    [code] = re.findall(r"```python\n(.*?)```", section, re.S)
+    return code
+
+
+def test_using_the_store_snippet_runs_as_written(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", _section_code("Using the store")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "NONE 0"
