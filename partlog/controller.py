@@ -106,7 +106,6 @@ __all__ = [
     "LeaderChanged",
     "MetadataSnapshot",
     "assign_replicas",
-    "read_replicas",
     "dec_alter_partition",
     "dec_alter_partition_response",
     "dec_broker_epoch",
@@ -133,6 +132,7 @@ __all__ = [
     "enc_register_response",
     "enc_snapshot",
     "enc_topic",
+    "read_replicas",
     "valid_topic_name",
 ]
 

@@ -15,7 +15,7 @@ def _section_code(title: str) -> str:
     text = README.read_text()
     section = text.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
     [code] = re.findall(r"```python\n(.*?)```", section, re.S)
-    return code
+    return str(code)
 
 
 def test_using_the_store_snippet_runs_as_written(tmp_path: Path) -> None:

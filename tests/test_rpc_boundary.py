@@ -34,7 +34,6 @@ from partlog.wal_key import make_wal_key
 from partlog.wire import enc_tp
 
 
-
 def now_ms() -> int:
     return int(time.time() * 1000)
 
