@@ -229,6 +229,7 @@ class Broker:
             lambda: float(self.pipeline.uploads_waiting),
         )
         self.metrics.cache_bytes_max.set(config.fetch_cache_bytes_max)
+        self.metrics.metadata_errors.set_function(lambda: float(getattr(self.metadata, "failures", 0)))
         self.metrics.watch_replication(
             lambda: self.replicas.stats, lambda: self.replicas.leaders, lambda: self.replicas.under_replicated
         )

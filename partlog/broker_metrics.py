@@ -73,6 +73,11 @@ class BrokerMetrics:
         waiting.set_function(uploads_waiting)
         self.cache_bytes = Gauge("partlog_fetch_cache_bytes", "bytes held by the fetch cache", registry=r)
         self.cache_bytes_max = Gauge("partlog_fetch_cache_bytes_max", "limit of partlog_fetch_cache_bytes", registry=r)
+        # Calls to the cluster metadata (the controller) that failed; the
+        # broker keeps retrying them, so a count is what shows it.
+        self.metadata_errors = Gauge(
+            "partlog_metadata_errors", "calls to the controller that failed (retried)", registry=r
+        )
 
     def watch_replication(
         self, stats: Callable[[], object], leaders: Callable[[], int], under_replicated: Callable[[], int]

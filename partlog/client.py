@@ -37,7 +37,8 @@ from partlog.batch_header import LOG_OVERHEAD, increment_sequence
 from partlog.errors import Errors
 from partlog.records import TopicIdPartition
 from partlog.rpc import RpcClient, RpcConnectionError, RpcRemoteError, RpcTimeoutError
-from partlog.wire import dec_errors, enc_tp
+from partlog.rpc_methods import RESPONSE_SCHEMAS
+from partlog.wire import WireError, dec_errors, enc_tp
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +134,12 @@ def _addresses(bootstrap: tuple[str, int] | Sequence[tuple[str, int]]) -> list[t
     return [(str(a[0]), int(a[1])) for a in bootstrap]  # type: ignore[index]
 
 
+def _checked(method: str, body: Any) -> Any:
+    """A broker's answer, checked against its declared shape (WireError)."""
+    RESPONSE_SCHEMAS[method].check(body, f"{method} answer")
+    return body
+
+
 class CorruptRecordError(Exception):
     """A fetch met a corrupt or truncated batch (CORRUPT_MESSAGE): the
     consumer's position stays before it.  ``partitions`` maps each partition
@@ -174,7 +181,7 @@ class Connections:
         for addr in addrs:
             try:
                 return await self._load_metadata_from(addr, az)
-            except (RpcConnectionError, RpcTimeoutError, RpcRemoteError, OSError) as e:
+            except (RpcConnectionError, RpcTimeoutError, RpcRemoteError, WireError, OSError) as e:
                 error = e
                 client = self._clients.pop(addr, None)
                 if client is not None:
@@ -186,7 +193,7 @@ class Connections:
         import uuid
 
         client = await self._get(addr)
-        body = await client.call("metadata", {"az": az}, timeout_ms=REQUEST_TIMEOUT_MS_DEFAULT)
+        body = _checked("metadata", await client.call("metadata", {"az": az}, timeout_ms=REQUEST_TIMEOUT_MS_DEFAULT))
         brokers = {b[0]: (b[1], b[2], b[3]) for b in body["brokers"]}
         topics = {}
         for name, tid, parts in body["topics"]:
@@ -315,7 +322,12 @@ class Producer:
         deadline = time.monotonic() + self.request_timeout_ms / 1000
         while True:
             client = await self.conns._get(self.conns.bootstrap)
-            body = await client.call("init_producer_id", {}, timeout_ms=self.request_timeout_ms)
+            try:
+                body = _checked(
+                    "init_producer_id", await client.call("init_producer_id", {}, timeout_ms=self.request_timeout_ms)
+                )
+            except WireError as e:
+                raise ProduceError(Errors.UNKNOWN_SERVER_ERROR, f"InitProducerId: {e}") from e
             err = dec_errors(body.get("error", 0), "init_producer_id.error")
             if err == Errors.NONE:
                 return int(body["producer_id"]), int(body["producer_epoch"])
@@ -669,12 +681,15 @@ class Consumer:
                 },
                 timeout_ms=self.max_wait_ms + REQUEST_TIMEOUT_MS_DEFAULT,
             )
+            _checked("fetch", body)
+            if len(body["partitions"]) != len(tps):
+                raise WireError(f"fetch answer: {len(body['partitions'])} partitions for {len(tps)} asked")
         except (RpcConnectionError, OSError):
             await self.conns.drop(broker)
             self._metadata_stale = True
             await asyncio.sleep(0.05)
             return []
-        except (RpcTimeoutError, RpcRemoteError) as e:
+        except (RpcTimeoutError, RpcRemoteError, WireError) as e:
             log.warning("fetch from broker %d failed: %s", broker, e)
             self._metadata_stale = True
             return []

@@ -16,7 +16,16 @@ the uploader is a signed int32, file sizes and byte offsets fit an int64.
 
 from __future__ import annotations
 
-from partlog.controller import AZ_CHARS_MAX, BROKERS_MAX, HOST_CHARS_MAX, TOPICS_PER_REQUEST_MAX
+from partlog.controller import (
+    AZ_CHARS_MAX,
+    BROKERS_MAX,
+    HOST_CHARS_MAX,
+    PARTITIONS_PER_TOPIC_MAX,
+    TOPICS_PER_REQUEST_MAX,
+)
+from partlog.controller import (
+    PARTITIONS_MAX as TOPIC_PARTITIONS_MAX,
+)
 from partlog.produce_pipeline import SEGMENT_BATCHES_MAX
 from partlog.rpc_frame import RPC_FRAME_BYTES_MAX
 from partlog.rpc_schema import (
@@ -62,6 +71,8 @@ COMMIT_HEADER_BYTES_MAX = 1024
 # A create_topics name: the controller answers a bad name per topic (as
 # Kafka's INVALID_TOPIC_EXCEPTION); only absurd lengths are refused here.
 TOPIC_NAME_BYTES_MAX = 1024
+# Topics in a metadata answer: the controller's partitions in all bound them.
+TOPICS_MAX = TOPIC_PARTITIONS_MAX
 NON_NEGATIVE_INT32 = Int(0, INT32_MAX)
 POSITIVE_INT32 = Int(1, INT32_MAX)
 
@@ -151,6 +162,48 @@ CONTROLLER_SCHEMAS: dict[str, Schema] = {
     ),
 }
 
+# What clients accept from a broker (partlog.client checks them: a broken or
+# hostile broker's answer fails that call, never the client).
+_ERROR_MESSAGE = Nullable(Str(4 * 2000))
+RESPONSE_SCHEMAS: dict[str, Schema] = {
+    "metadata": Map(
+        required={
+            "brokers": List(Tuple(("id", BROKER_ID), ("az", NAME), ("host", NAME), ("port", PORT)), BROKERS_MAX),
+            "topics": List(
+                Tuple(
+                    ("name", Str(TOPIC_NAME_BYTES_MAX)),
+                    ("topic_id", TOPIC_ID),
+                    (
+                        "partitions",
+                        List(
+                            Tuple(
+                                ("partition", PARTITION), ("leader", Int(-1, INT32_MAX)), ("target", Int(-1, INT32_MAX))
+                            ),
+                            PARTITIONS_PER_TOPIC_MAX,
+                        ),
+                    ),
+                ),
+                TOPICS_MAX,
+            ),
+        }
+    ),
+    "init_producer_id": Map(required={"error": INT16, "producer_id": INT64, "producer_epoch": INT16}),
+    "fetch": Map(
+        required={
+            "partitions": List(
+                Tuple(
+                    ("error", INT16),
+                    ("high_watermark", INT64),
+                    ("log_start_offset", INT64),
+                    ("records", Bytes(RPC_FRAME_BYTES_MAX)),
+                    ("message", _ERROR_MESSAGE),
+                ),
+                PARTITIONS_MAX,
+            )
+        }
+    ),
+}
+
 WALMGR_SCHEMAS: dict[str, Schema] = {
     "wal_uploaded": Map(
         required={
@@ -179,5 +232,6 @@ __all__ = [
     "PARTITIONS_MAX",
     "PRODUCE_BATCHES_MAX",
     "REFERENCE_CHECKS_MAX",
+    "RESPONSE_SCHEMAS",
     "WALMGR_SCHEMAS",
 ]

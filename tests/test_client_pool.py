@@ -43,3 +43,27 @@ def test_concurrent_first_calls_share_one_connection() -> None:
             await server.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.timeout(30)
+def test_a_hostile_metadata_answer_fails_cleanly() -> None:
+    """A broker's answer is an input too: a malformed one is a WireError
+    naming the field (the client tries the next address), not a KeyError
+    or a crash."""
+    from partlog.wire import WireError
+
+    async def bad_metadata(body: Any) -> Any:
+        return {"brokers": [[1, "az1", "127.0.0.1", 1 << 40]], "topics": []}
+
+    async def main() -> None:
+        server = RpcServer({"metadata": bad_metadata})
+        await server.start()
+        try:
+            conns = Connections(("127.0.0.1", server.port))
+            with pytest.raises(WireError, match=r"metadata answer\.brokers\[0\]\.port"):
+                await conns.load_metadata(None)
+            await conns.close()
+        finally:
+            await server.close()
+
+    asyncio.run(main())

@@ -409,10 +409,8 @@ def test_timeout_leaves_connection_usable_and_late_answer_is_dropped() -> None:
 
     async def test(server: RpcServer) -> None:
         client = await RpcClient.connect("127.0.0.1", server.port)
-        start = time.monotonic()
-        with pytest.raises(RpcTimeoutError, match="hang"):
+        with pytest.raises(RpcTimeoutError, match="no answer within 200 ms"):
             await client.call("hang", None, timeout_ms=200)
-        assert 0.15 < time.monotonic() - start < 2
         assert await client.call("echo", "ok") == "ok"
 
         with pytest.raises(RpcTimeoutError):
@@ -437,10 +435,10 @@ def test_server_close_fails_pending_calls_promptly() -> None:
         client = await RpcClient.connect("127.0.0.1", server.port)
         calls = [asyncio.create_task(client.call("hang", i, timeout_ms=20_000)) for i in range(10)]
         await asyncio.sleep(0.1)
-        start = time.monotonic()
-        await server.close()
-        results = await asyncio.gather(*calls, return_exceptions=True)
-        assert time.monotonic() - start < 3
+        # Promptly: well before the calls' own 20 s timeouts (a bound, not a measurement).
+        async with asyncio.timeout(3):
+            await server.close()
+            results = await asyncio.gather(*calls, return_exceptions=True)
         assert all(isinstance(r, RpcConnectionError) for r in results), results
         assert "SHUTTING_DOWN" in str(results[0])
         assert not client.connected
@@ -481,10 +479,9 @@ def test_server_killed_fails_pending_calls_promptly() -> None:
             client = await RpcClient.connect("127.0.0.1", port)
             calls = [asyncio.create_task(client.call("hang", i, timeout_ms=20_000)) for i in range(5)]
             await asyncio.sleep(0.1)
-            start = time.monotonic()
             os.kill(proc.pid, signal.SIGKILL)
-            results = await asyncio.gather(*calls, return_exceptions=True)
-            assert time.monotonic() - start < 3
+            async with asyncio.timeout(3):  # well before the calls' own 20 s timeouts
+                results = await asyncio.gather(*calls, return_exceptions=True)
             assert all(isinstance(r, RpcConnectionError) for r in results), results
             with pytest.raises(RpcConnectionError):
                 await client.call("hang", None)

@@ -11,6 +11,7 @@ metadata does not have need no check at all.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -98,6 +99,13 @@ def test_gc_dry_run_prints_the_plan_and_deletes_nothing_then_gc_deletes(
     assert status["states"]["candidate"]["files"] == 1  # the doubtful one, kept
     assert status["states"]["invalid"]["files"] == 1
     assert status["last_cycle_ms"] is not None and status["last_full_scan_ms"] is not None
+    assert status["cluster_id"] == str(TEST_CLUSTER_ID)
+    # The text form: the cluster, and times as ISO 8601 (UTC), not raw ms.
+    capsys.readouterr()
+    assert cli.main(s.args("status")) == 0
+    text = capsys.readouterr().out
+    assert f"cluster {TEST_CLUSTER_ID}" in text
+    assert re.search(r"last cycle: \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ; last full scan: \d{4}-", text), text
     # Without --metadata nothing is known: every candidate is kept.
     again = run_json(capsys, s.args("gc", "--once", "--json"))
     assert again["plan"] == [] and set(again["doubt"]) == {s.doubtful}
