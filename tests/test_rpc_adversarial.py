@@ -1,9 +1,10 @@
 """The adversarial suite (issue 13): a live broker process over TCP, attacked
 the way a hostile or broken peer on the loopback could.
 
-Hypothesis generates valid requests for every broker method from the
-declared schemas (``partlog.rpc_methods``) and mutates them: out-of-range
-integers, wrong types, oversized strings and lists, deep nesting.  Then
+Hypothesis generates valid requests for every method, the broker's, the
+controller's and walmgr's, from the declared schemas
+(``partlog.rpc_methods``) and mutates them: out-of-range integers, wrong
+types, oversized strings and lists, deep nesting.  Then
 msgpack bombs (an array header claiming millions of elements followed by
 empty arrays, in a 7.6 MiB and a 63 MiB frame), garbage frames, half-sent
 frames, slow senders, silent strangers, idle connections and floods of 500
@@ -31,6 +32,7 @@ import contextlib
 import math
 import os
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -63,7 +65,7 @@ from partlog.rpc_frame import (
     hello_body,
     parse_challenge,
 )
-from partlog.rpc_methods import BROKER_SCHEMAS
+from partlog.rpc_methods import BROKER_SCHEMAS, CONTROLLER_SCHEMAS, WALMGR_SCHEMAS
 from partlog.rpc_schema import Bool, Bytes, Int, List, Map, Nullable, Schema, Str, Tuple
 from partlog.wire import enc_tp
 
@@ -467,3 +469,78 @@ def test_rss_after_the_whole_suite(victim: Victim) -> None:
     healthy(victim)
     print(f"broker RSS {victim.rss() >> 20} MiB, baseline {victim.baseline_rss >> 20} MiB", file=sys.stderr)
     assert os.path.exists(f"/proc/{victim.proc.pid}")
+
+
+@pytest.fixture(scope="module")
+def other_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[int, subprocess.Popen[bytes]]]]:
+    """A controller and a walmgr (its notification listener), each a process
+    of its own: the targets for the controller's and walmgr's methods."""
+    tmp = tmp_path_factory.mktemp("others")
+    ctl_port, wm_port = free_ports(2)
+    config = tmp / "walmgr.toml"
+    config.write_text(
+        f'store = "file://{tmp}/objects"\nregistry = "{tmp}/reg"\nlisten = "127.0.0.1:{wm_port}"\n'
+        "cycle_interval_ms = 600000\n"
+    )
+    ctl = subprocess.Popen(
+        [str(BIN / "partlog"), "controller", "--data-dir", str(tmp / "ctl"), "--port", str(ctl_port)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    wm = subprocess.Popen(
+        [str(BIN / "walmgr"), "run", "--config", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        assert ctl.stdout is not None and "listening" in ctl.stdout.readline().decode()
+        deadline = time.monotonic() + WAIT_S
+        while True:  # walmgr listens once started
+            try:
+                with socket.create_connection(("127.0.0.1", wm_port), timeout=1):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline and wm.poll() is None, "walmgr did not start"
+                time.sleep(0.05)
+        yield {"controller": (ctl_port, ctl), "walmgr": (wm_port, wm)}
+    finally:
+        for p in (ctl, wm):
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+OTHER_METHODS = [("controller", m) for m in sorted(CONTROLLER_SCHEMAS)] + [
+    ("walmgr", m) for m in sorted(WALMGR_SCHEMAS)
+]
+
+
+@settings(
+    max_examples=80,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(data=st.data())
+def test_mutated_controller_and_walmgr_requests_fail_only_themselves(
+    other_servers: dict[str, tuple[int, subprocess.Popen[bytes]]], data: st.DataObject
+) -> None:
+    server, method = data.draw(st.sampled_from(OTHER_METHODS), label="method")
+    schema = (CONTROLLER_SCHEMAS if server == "controller" else WALMGR_SCHEMAS)[method]
+    body = data.draw(mutated(schema), label="body")
+    port, proc = other_servers[server]
+
+    async def attack() -> None:
+        raw = await Raw.connect(port)
+        try:
+            raw.send(request(method, body, request_id=11))
+            if method == "metadata_poll":
+                return  # a legal poll may park up to 30 s: its answer is not awaited here
+            answer = await raw.next_frame()
+            assert answer.request_id == 11, answer
+            if answer.kind == Kind.ERROR:
+                assert answer.body[0] == RpcErrorCode.BAD_REQUEST, answer.body
+        finally:
+            await raw.close()
+
+    asyncio.run(attack())
+    assert proc.poll() is None, f"the {server} died"
