@@ -368,6 +368,8 @@ def test_msgpack_bombs_cost_bounded_memory(victim: Victim, method: str, mib: flo
         await raw.close()
 
     asyncio.run(attack())
+    # Shown with -s: the numbers behind the bound.
+    print(f"\n{method} {mib} MiB bomb: broker RSS peak {peak[0] >> 20} MiB, baseline {victim.baseline_rss >> 20} MiB")
     assert peak[0] <= victim.baseline_rss + RSS_GROWTH_MAX_BYTES, f"peak RSS {peak[0] >> 20} MiB during the bomb"
     healthy(victim)
 
