@@ -295,15 +295,8 @@ def _add_rpc_limits(p: argparse.ArgumentParser) -> None:
 def _rpc_limits(args: argparse.Namespace) -> ServerLimits:
     from partlog.rpc import ServerLimits
 
-    return ServerLimits(
-        connections_max=args.connections_max,
-        connections_per_ip_max=args.connections_per_ip_max,
-        handshakes_max=args.handshakes_max,
-        request_bytes_in_flight_max=args.request_bytes_in_flight_max,
-        handshake_timeout_ms=args.handshake_timeout_ms,
-        frame_deadline_ms=args.frame_deadline_ms,
-        idle_timeout_ms=args.idle_timeout_ms,
-    )
+    # Each limit's flag is its field's name (--frame-deadline-ms: frame_deadline_ms).
+    return ServerLimits(**{name: getattr(args, name) for name in ServerLimits.__slots__ if hasattr(args, name)})
 
 
 def _cmd_cluster_id(args: argparse.Namespace) -> int:
