@@ -567,11 +567,17 @@ class Broker:
                 continue
             self.stats.commits_remote += 1
             try:
-                client = await self._client(leader)
-            except (RpcConnectionError, OSError) as e:
-                self._commit_finished(
-                    c, leader, start, None, Errors.NETWORK_EXCEPTION, f"commit to broker {leader}: {e}"
-                )
+                # Connecting counts against the commit's timeout: a leader
+                # behind a black hole must not hold this queue for the RPC
+                # layer's default handshake timeout.
+                client = await self._client(leader, timeout_ms=self.config.commit_rpc_timeout_ms)
+            except (RpcConnectionError, RpcTimeoutError, OSError) as e:
+                # Regression (issue 14, found by the deterministic simulation):
+                # a handshake timeout escaped here and killed this leader's
+                # sender for good; every later commit to it, and the produce
+                # requests behind them, waited for ever.
+                error = Errors.REQUEST_TIMED_OUT if isinstance(e, RpcTimeoutError) else Errors.NETWORK_EXCEPTION
+                self._commit_finished(c, leader, start, None, error, f"commit to broker {leader}: {e}")
                 slots.release()
                 continue
             # The task writes its frame in its first step, before this loop
@@ -672,7 +678,9 @@ class Broker:
         finally:
             self._store_reopening = False
 
-    async def _client(self, broker_id: int) -> RpcClient:
+    async def _client(self, broker_id: int, *, timeout_ms: int | None = None) -> RpcClient:
+        """The pooled connection to ``broker_id``, made (handshake included)
+        within ``timeout_ms`` (the RPC layer's default when None)."""
         client = self._clients.get(broker_id)
         if client is not None:
             return client
@@ -689,6 +697,7 @@ class Broker:
                     secret=self.config.secret,
                     ssl=self.config.client_ssl,
                     cluster_id=self.cluster_id,
+                    **({} if timeout_ms is None else {"timeout_ms": timeout_ms}),
                 )
                 self._clients[broker_id] = client
             return client
@@ -861,21 +870,22 @@ class Broker:
             await client.close()
 
     async def _handle_referenced_files(self, body: Any) -> Any:
-        """walmgr's question: does this leader's log, at the epoch walmgr
-        knows, still reference these objects?  Entries above the HWM and
-        commits not yet durable count (``MetadataStore.referenced_files``).
-        Not the leader at that epoch: NOT_LEADER, and walmgr keeps the file."""
+        """walmgr's question: does this replica's log (leader or ISR
+        follower), at the leader epoch walmgr knows, still reference these
+        objects?  Entries above the HWM and commits not yet durable count
+        (``MetadataStore.referenced_files``).  Not a replica of the partition
+        at that epoch: NOT_LEADER, and walmgr keeps the file."""
         try:
             checks = dec_reference_checks(body, REFERENCE_CHECKS_MAX)
         except WireError as e:
             raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
-        # Leadership is read before the store: a leader at the epoch asked
+        # The role is read before the store: a replica at the epoch asked
         # then, and the store's references after, is what the gate needs
         # (a reference cannot appear for an object past the commit deadline).
-        leading = [self.replicas.leader_epoch(tp) == epoch for _, tp, epoch in checks]
+        current = [self.replicas.replica_epoch(tp) == epoch for _, tp, epoch in checks]
         referenced = await asyncio.to_thread(self.store.referenced_files, {k for k, _, _ in checks})
         verdicts = [
-            (1 if key in referenced else 0) if lead else 2 for (key, _, _), lead in zip(checks, leading, strict=True)
+            (1 if key in referenced else 0) if ok else 2 for (key, _, _), ok in zip(checks, current, strict=True)
         ]
         return {"verdicts": verdicts}
 

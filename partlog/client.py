@@ -259,6 +259,8 @@ class _PartitionState:
     inflight: int = 0
     # A batch of ours was acknowledged: the leader knows this producer.
     leader_knows: bool = False
+    # The last sequence number an acks=all acknowledgement covered (None: none yet).
+    acked_through: int | None = None
 
 
 class Producer:
@@ -302,6 +304,8 @@ class Producer:
         self._parts: dict[TopicIdPartition, _PartitionState] = {}
         self._broker_slots: dict[int, asyncio.Semaphore] = {}
         self._wake = asyncio.Event()
+        # True while the send loop sleeps with nothing to do (send() wakes it).
+        self._idle = False
         self._sender: asyncio.Task[None] | None = None
         self._requests: set[asyncio.Task[None]] = set()
         self._closing = False
@@ -351,7 +355,7 @@ class Producer:
         ts = timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000
         st.pending.append((key, value, ts, time.monotonic(), fut))
         st.pending_bytes += len(value or b"") + len(key or b"") + 20
-        if st.pending_bytes >= self.batch_bytes_max:
+        if st.pending_bytes >= self.batch_bytes_max or self._idle:
             self._wake.set()
         return fut
 
@@ -405,10 +409,21 @@ class Producer:
         # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a
         # cancel that races the event, and close() then waits forever.
         while not self._closing:
+            # Idle (nothing pending, nothing to send): sleep until a record
+            # arrives instead of polling every linger_ms; the first record
+            # then starts the linger, as in Kafka's producer.
+            idle = not any(st.pending or st.ready for st in self._parts.values())
+            self._idle = idle
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.linger_ms / 1000):
+                async with asyncio.timeout(None if idle else self.linger_ms / 1000):
                     await self._wake.wait()
+            self._idle = False
             self._wake.clear()
+            if idle and not self._closing:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.linger_ms / 1000):
+                        await self._wake.wait()  # a full batch ends the linger early
+                self._wake.clear()
             await self._refresh_metadata_if_stale()
             for tp, st in self._parts.items():
                 if st.pending and not st.ready:
@@ -532,8 +547,28 @@ class Producer:
                     err = Errors(err_code) if err_code in Errors._value2member_map_ else Errors.UNKNOWN_SERVER_ERROR
                 else:
                     err, base, append_time, message = error, -1, -1, None
+                if (
+                    err == Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
+                    and self.idempotent
+                    and self.acks == -1
+                    and _written_before(b, st.acked_through)
+                ):
+                    # The leader refuses a retry whose sequence it has passed:
+                    # a later batch of ours was acknowledged with acks=all by a
+                    # leader that knew us, and a leader takes sequences only in
+                    # order, so this batch is in the log before it, committed.
+                    # Its first answer was lost (a commit whose reply never came
+                    # back to the AZ representative).  As Kafka's producer does
+                    # for DUPLICATE_SEQUENCE_NUMBER: success, offset unknown
+                    # (-1).  Regression (issue 14, found by the deterministic
+                    # simulation, seed 2): this batch was retried for ever.
+                    err, base, append_time = Errors.NONE, -1, -1
                 if err == Errors.NONE:
                     st.leader_knows = True
+                    if self.idempotent and self.acks == -1 and b.base_sequence >= 0:
+                        last = (b.base_sequence + len(b.futures) - 1) % SEQUENCE_MODULUS
+                        if st.acked_through is None or _seq_after(last, st.acked_through):
+                            st.acked_through = last
                     self.latencies_ms.append((time.monotonic() - b.created) * 1000)
                     for j, f in enumerate(b.futures):
                         if not f.done():
@@ -577,9 +612,26 @@ _STALE_METADATA = frozenset(
 )
 
 
+# Sequence numbers wrap from 2^31-1 to 0 (Kafka's DefaultRecordBatch.incrementSequence).
+SEQUENCE_MODULUS = 1 << 31
+
+
 def _seq_key(seq: int, next_seq: int) -> int:
     """Order of sequences that may have wrapped at 2^31-1, relative to the next one."""
-    return (seq - next_seq) % (1 << 31)
+    return (seq - next_seq) % SEQUENCE_MODULUS
+
+
+def _seq_after(a: int, b: int) -> bool:
+    """``a`` comes after ``b`` (within half the sequence space, across a wrap)."""
+    return 0 < (a - b) % SEQUENCE_MODULUS < SEQUENCE_MODULUS // 2
+
+
+def _written_before(b: _Batch, acked_through: int | None) -> bool:
+    """Every sequence of ``b`` is at or before ``acked_through``."""
+    if acked_through is None or b.base_sequence < 0:
+        return False
+    last = (b.base_sequence + len(b.futures) - 1) % SEQUENCE_MODULUS
+    return last == acked_through or _seq_after(acked_through, last)
 
 
 # ---------------------------------------------------------------- consumer

@@ -492,10 +492,12 @@ class Controller:
     """
 
     def __init__(
-        self, config: ControllerConfig, *, now_ms: int, new_uuid: Callable[[], uuid.UUID] = uuid.uuid4
+        self, config: ControllerConfig, *, now_ms: int, new_uuid: Callable[[], uuid.UUID] | None = None
     ) -> None:
         self.config = config
-        self._new_uuid = new_uuid
+        # Looked up at each call (not bound at import): a deterministic
+        # simulation replaces uuid.uuid4 with a seeded one.
+        self._new_uuid = new_uuid if new_uuid is not None else lambda: uuid.uuid4()
         root = os.fspath(config.data_dir)
         meta_dir = os.path.join(root, "metadata")
         os.makedirs(meta_dir, exist_ok=True)

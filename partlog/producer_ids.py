@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import lmdb
 
+from partlog import injected_bugs
+
 # KIP-730's block size.
 PRODUCER_ID_BLOCK_SIZE = 1000
 # Ask for the next block once this share of the current one is used.
@@ -56,12 +58,15 @@ class ProducerIdManager:
         # sync=True: a block is on disk before anybody can use its ids.
         self._env = lmdb.open(os.fspath(path), map_size=1 << 20, max_dbs=2, sync=True, metasync=True)
         self._db = self._env.open_db(b"producer_ids")
+        self._bug_next = 0  # injected_bugs: an in-memory counter that restarts at 0
 
     def allocate(self, broker_id: int) -> ProducerIdBlock:
         """The next block, for ``broker_id``; durable before it is returned."""
         with self._env.begin(write=True, db=self._db) as txn:
             raw = txn.get(b"next")
             first = _U64.unpack(raw)[0] if raw else 0
+            if injected_bugs.on("producer_ids_not_persisted"):
+                first, self._bug_next = self._bug_next, self._bug_next + self.block_size
             if first > PRODUCER_ID_MAX - self.block_size + 1:
                 raise ProducerIdsExhaustedError(f"no producer id block left after {first}")
             txn.put(b"next", _U64.pack(first + self.block_size))

@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from partlog import injected_bugs
 from partlog.cluster_meta import NO_LEADER, MetadataSource, PartitionInfo
 from partlog.errors import Errors
 from partlog.leader_epochs import UNDEFINED_EPOCH, EpochEndOffset, diverging_epoch, truncation_offset
@@ -225,6 +226,15 @@ class ReplicaManager:
         led = self._led.get(tp)
         return None if led is None else led.leader_epoch
 
+    def replica_epoch(self, tp: TopicIdPartition) -> int | None:
+        """The leader epoch this broker knows ``tp`` at, as its leader or as
+        a follower; None when it holds no replica of it."""
+        led = self._led.get(tp)
+        if led is not None:
+            return led.leader_epoch
+        followed = self._following.get(tp)
+        return None if followed is None else followed.leader_epoch
+
     @property
     def leaders(self) -> int:
         return len(self._led)
@@ -367,7 +377,7 @@ class ReplicaManager:
             lost: asyncio.Future[Errors] = asyncio.get_running_loop().create_future()
             lost.set_result(Errors.NOT_LEADER_OR_FOLLOWER)
             waits[tp] = lost
-        if not waits:
+        if not waits or injected_bugs.on("acks_all_before_hwm"):
             return answers, None
         return answers, self._await_acks(answers, flags, waits, timeout_ms)
 
@@ -475,15 +485,18 @@ class ReplicaManager:
             if led is None or replica_id == self.broker_id or replica_id not in led.rs.replicas:
                 out.append(ReplicaFetchResult(Errors.NOT_LEADER_OR_FOLLOWER))
                 continue
-            if p.current_leader_epoch < led.leader_epoch:
+            unfenced = injected_bugs.on("no_fetch_epoch_fencing")
+            if p.current_leader_epoch < led.leader_epoch and not unfenced:
                 out.append(ReplicaFetchResult(Errors.FENCED_LEADER_EPOCH))
                 continue
-            if p.current_leader_epoch > led.leader_epoch:
+            if p.current_leader_epoch > led.leader_epoch and not unfenced:
                 out.append(ReplicaFetchResult(Errors.UNKNOWN_LEADER_EPOCH))
                 continue
             try:
                 leo = self.store.log_end_offset(tp)
                 div = diverging_epoch(self.store.leader_epoch_cache(tp), leo, p.fetch_offset, p.last_fetched_epoch)
+                if unfenced:
+                    div = None
                 if div is not None:
                     out.append(
                         ReplicaFetchResult(

@@ -353,7 +353,7 @@ class Verdict(IntEnum):
 
     NOT_REFERENCED = 0
     REFERENCED = 1
-    NOT_LEADER = 2  # not the leader, or not at the epoch asked
+    NOT_LEADER = 2  # no replica of the partition here (leader or follower) at the epoch asked
     UNKNOWN_PARTITION = 3  # the broker does not know the partition (yet)
 
 

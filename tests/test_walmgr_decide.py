@@ -219,3 +219,32 @@ def test_no_partitions_or_another_cluster_is_a_doubt_asked_of_nobody() -> None:
     assert set(plan.doubt) == {"empty", "foreign", "unnamed"}
     assert "no partitions" in plan.doubt["empty"] and str(OTHER_CLUSTER) in plan.doubt["foreign"]
     assert decide(plan, {1: [Verdict.NOT_REFERENCED]}, leaders.get).delete == []
+
+
+def test_isr_followers_are_asked_too_and_any_reference_or_doubt_keeps_the_file() -> None:
+    """Regression (issue 14, found triaging the simulation's first deletion
+    report; `--inject walmgr_asks_only_leaders` brings it back): walmgr asked only the
+    leader.  An ISR follower can hold a divergent tail (entries of an older
+    epoch the new leader never had) referencing the object; elected before
+    it truncates, that tail becomes the log, pointing at a deleted object.
+    Every ISR member is asked at the leader's epoch; replicas outside the
+    ISR are not (they truncate such a tail before they can lead or rejoin)."""
+    rec = _rec("k", TPS[0])
+    leaders = {TPS[0]: (1, 5)}
+    isr = {TPS[0]: (1, 2, 3)}  # replica 4 is out of sync
+    plan = plan_checks([rec], lambda tp: False, leaders.get, CLUSTER, isr.__getitem__)
+    assert {b: [(c.leader, c.leader_epoch) for c in cs] for b, cs in plan.by_broker.items()} == {
+        1: [(1, 5)],
+        2: [(1, 5)],
+        3: [(1, 5)],
+    }
+    clean = {b: [Verdict.NOT_REFERENCED] for b in (1, 2, 3)}
+    assert decide(plan, clean, leaders.get).delete == ["k"]
+    d = decide(plan, {**clean, 3: [Verdict.REFERENCED]}, leaders.get)
+    assert d.delete == [] and "broker 3" in d.referenced["k"]
+    for bad in ([Verdict.NOT_LEADER], "timed out", None):
+        answers = {**clean, 2: bad} if bad is not None else {1: clean[1], 3: clean[3]}
+        d = decide(plan, answers, leaders.get)
+        assert d.delete == [] and "broker 2" in d.doubt["k"], d
+    # The leader's epoch moved between asking and deciding: keep.
+    assert decide(plan, clean, {TPS[0]: (2, 6)}.get).delete == []

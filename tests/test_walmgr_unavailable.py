@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,8 @@ import pytest
 from partlog.cluster_run import free_ports
 from partlog.controller_client import ControllerMetadata, ControllerUnavailableError
 from partlog.objectstore import LIST_KEYS_MAX, ForwardingStore, ListPage, LocalDirStore, ObjectStoreError
+from partlog.records import TopicIdPartition
+from tests.walmgr_helpers import orphan
 from walmgr.config import WalmgrConfig
 from walmgr.daemon import Walmgr
 from walmgr.registry import Registry
@@ -80,6 +83,38 @@ def test_a_one_shot_cycle_fails_when_the_store_cannot_be_read(tmp_path: Path) ->
             # ... a one-shot cycle raises instead of reporting "nothing to delete".
             with pytest.raises(ObjectStoreError, match="connection refused"):
                 await mgr.cycle(scan_errors_fatal=True)
+        finally:
+            await mgr.stop()
+
+    asyncio.run(main())
+
+
+class ShardListsDown(ForwardingStore):
+    """Per-shard LISTs (the incremental scan's) fail; the whole-prefix
+    listing (the full scan's) works."""
+
+    def list_page(self, prefix: str, start_after: str = "", max_keys: int = LIST_KEYS_MAX) -> ListPage:
+        if prefix.count("/") >= 2:
+            raise ObjectStoreError("injected: 503 SlowDown", retriable=True)
+        return super().list_page(prefix, start_after, max_keys)
+
+
+@pytest.mark.timeout(60)
+def test_the_full_scan_runs_when_the_incremental_one_failed(tmp_path: Path) -> None:
+    """Regression (issue 14, found by the deterministic simulation): a
+    failed incremental scan skipped the cycle's due full scan too, so one
+    unlucky LIST per cycle kept walmgr from learning any object."""
+    objects = LocalDirStore(tmp_path / "objects", fsync=False)
+    key = orphan(objects, [TopicIdPartition(uuid.UUID(int=1), 0)], 1_700_000_000_000)
+
+    async def main() -> None:
+        mgr = Walmgr(_config(tmp_path), store=ShardListsDown(objects))
+        await mgr.start()
+        try:
+            report = await mgr.cycle(full_scan=True)
+            assert "503 SlowDown" in report.scan_error and report.incremental is None
+            assert report.full is not None and report.full.new_objects == 1
+            assert mgr.registry is not None and mgr.registry.get(key) is not None
         finally:
             await mgr.stop()
 

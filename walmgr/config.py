@@ -21,6 +21,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from partlog import injected_bugs
 from partlog.objectstore import DELETE_KEYS_MAX
 from partlog.produce_pipeline import ProduceConfig
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
@@ -242,6 +243,8 @@ class WalmgrConfig:
     def age_gate_ms(self) -> int:
         """How old (by its key's created_ms) an object must be before walmgr
         considers it: after this, no leader can still commit a reference."""
+        if injected_bugs.on("walmgr_gate_without_commit_deadline"):
+            return self.max_clock_skew_ms + self.grace_ms
         return self.commit_deadline_ms + self.max_clock_skew_ms + self.grace_ms
 
     @property

@@ -440,19 +440,27 @@ class Walmgr:
         # A failed scan (the store down for a moment) must not stop the rest
         # of the cycle: the objects already known are still checked and the
         # persisted plan still runs; the scan is retried next cycle.
-        try:
-            report.incremental = await self.scan()
-            last_full = reg.meta_get("last_full_scan_ms")
-            due = last_full is None or self._clock() - int(last_full) >= cfg.full_scan_interval_ms
-            if full_scan or (full_scan is None and due):
-                report.full = await self.scan(full=True)
-        except (ObjectStoreError, SparkScanError) as e:
-            if scan_errors_fatal:
-                raise
-            report.scan_error = str(e)
-            log.warning("walmgr scan failed (retried next cycle): %s", e)
-            if self.metrics is not None:
-                self.metrics.scan_errors.inc()
+        # The full scan runs even when the incremental one failed: each is
+        # the other's fallback for learning objects.
+        last_full = reg.meta_get("last_full_scan_ms")
+        due = last_full is None or self._clock() - int(last_full) >= cfg.full_scan_interval_ms
+        for full in (False, True):
+            if full and not (full_scan or (full_scan is None and due)):
+                continue
+            try:
+                scanned = await self.scan(full=full)
+            except (ObjectStoreError, SparkScanError) as e:
+                if scan_errors_fatal:
+                    raise
+                report.scan_error = f"{report.scan_error}; {e}" if report.scan_error else str(e)
+                log.warning("walmgr %s scan failed (retried next cycle): %s", "full" if full else "incremental", e)
+                if self.metrics is not None:
+                    self.metrics.scan_errors.inc()
+                continue
+            if full:
+                report.full = scanned
+            else:
+                report.incremental = scanned
         now = self._clock()
         cands = candidates(
             await asyncio.to_thread(lambda: list(reg.records({State.TRACKED, State.CANDIDATE}))), now, cfg.age_gate_ms
@@ -565,6 +573,10 @@ class Walmgr:
             return None  # unknown partition or no leader: a doubt
         return p.leader, p.leader_epoch
 
+    def _isr(self, tp: TopicIdPartition) -> tuple[int, ...]:
+        p = self.metadata.partition(tp) if self.metadata is not None else None
+        return () if p is None else p.isr
+
     def _topic_deleted(self, tp: TopicIdPartition) -> bool:
         """Only a source that records deletions can say so (``topic_deleted``);
         a topic merely missing from the view is a doubt, never a deletion:
@@ -579,7 +591,7 @@ class Walmgr:
             return Decision([], {}, {r.key: "no cluster metadata configured" for r in cands})
         if self.cluster_id is None:  # not started: _bind_cluster refuses metadata without one
             return Decision([], {}, {r.key: "no cluster id known" for r in cands})
-        plan: CheckPlan = plan_checks(cands, self._topic_deleted, self._leader, self.cluster_id)
+        plan: CheckPlan = plan_checks(cands, self._topic_deleted, self._leader, self.cluster_id, self._isr)
         brokers = list(plan.by_broker)
         answers = await asyncio.gather(*(self._ask(b, plan.by_broker[b]) for b in brokers))
         return decide(plan, dict(zip(brokers, answers, strict=True)), self._leader)

@@ -34,6 +34,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from partlog import injected_bugs
 from partlog.records import TopicIdPartition
 from partlog.wire import Verdict
 from walmgr.model import ObjectRecord, State
@@ -47,10 +48,17 @@ class Check:
     key: str
     topic_id_partition: TopicIdPartition
     leader_epoch: int
+    leader: int = -1  # the leader at that epoch (the broker asked may be an ISR follower)
 
 
 # (broker id, leader epoch) of a partition's leader, or None when it has none.
 LeaderView = Callable[[TopicIdPartition], "tuple[int, int] | None"]
+# A partition's in-sync replicas as the metadata names them.
+IsrView = Callable[[TopicIdPartition], Iterable[int]]
+
+
+def _no_isr(tp: TopicIdPartition) -> Iterable[int]:
+    return ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,10 +96,12 @@ def plan_checks(
     topic_deleted: Callable[[TopicIdPartition], bool],
     leader: LeaderView,
     cluster_id: uuid.UUID,
+    isr: IsrView = _no_isr,
 ) -> CheckPlan:
-    """The questions for ``records`` of cluster ``cluster_id``.  A record
-    whose footer named no partitions, no cluster or another cluster is a
-    doubt, asked of nobody."""
+    """The questions for ``records`` of cluster ``cluster_id``: for each
+    partition, of its leader and of every other member of ``isr(tp)``, at
+    the leader's epoch.  A record whose footer named no partitions, no
+    cluster or another cluster is a doubt, asked of nobody."""
     by_broker: dict[int, list[Check]] = {}
     unreferenced: set[str] = set()
     doubt: dict[str, str] = {}
@@ -112,7 +122,9 @@ def plan_checks(
                 reason = f"partition {tp} has no leader"
                 break
             broker, epoch = current
-            checks.append((broker, Check(r.key, tp, epoch)))
+            followers = () if injected_bugs.on("walmgr_asks_only_leaders") else isr(tp)
+            for asked in dict.fromkeys((broker, *followers)):
+                checks.append((asked, Check(r.key, tp, epoch, broker)))
         if reason:
             doubt[r.key] = reason
         elif not checks:
@@ -144,11 +156,13 @@ def decide(plan: CheckPlan, answers: Mapping[int, Sequence[int] | str], leader_n
                 doubt.setdefault(c.key, why)
             continue
         for c, v in zip(checks, got, strict=True):
+            if v == Verdict.NOT_LEADER and injected_bugs.on("not_leader_counts_as_unreferenced"):
+                v = Verdict.NOT_REFERENCED
             if v == Verdict.REFERENCED:
                 referenced.setdefault(c.key, f"broker {broker} partition {c.topic_id_partition}")
             elif v != Verdict.NOT_REFERENCED:
                 doubt.setdefault(c.key, f"broker {broker} partition {c.topic_id_partition}: {_name(v)}")
-            elif leader_now(c.topic_id_partition) != (broker, c.leader_epoch):
+            elif leader_now(c.topic_id_partition) != (c.leader, c.leader_epoch):
                 doubt.setdefault(c.key, f"partition {c.topic_id_partition}: leader changed during the check")
             else:
                 answered.add(c.key)

@@ -468,12 +468,36 @@ class Scanner:
             shard_list_prefix(self.prefix, shard)  # refuse bad shard names before any request
         started = time.monotonic()
         total = _Tally()
+        failed: list[tuple[str, ObjectStoreError]] = []
+
+        def scan(shard: str, footers: ThreadPoolExecutor) -> _Tally | ObjectStoreError:
+            # One shard's failure (a 503 on its LIST) must not cost the
+            # others their progress: with 256 shards, a 1% error rate per
+            # request would otherwise fail nine scans in ten and walmgr would
+            # stop learning objects (found by the deterministic simulation).
+            try:
+                return self._scan_shard(shard, footers)
+            except ObjectStoreError as e:
+                return e
+
         with (
             ThreadPoolExecutor(self.footer_reads_in_flight_max, thread_name_prefix="walmgr-footer") as footers,
             ThreadPoolExecutor(self.shard_lists_in_flight_max, thread_name_prefix="walmgr-list") as lists,
         ):
-            for tally in lists.map(lambda s: self._scan_shard(s, footers), chosen):
-                total.add(tally)
+            for shard, got in zip(chosen, lists.map(lambda s: scan(s, footers), chosen), strict=True):
+                if isinstance(got, ObjectStoreError):
+                    failed.append((shard, got))
+                else:
+                    total.add(got)
+        if failed:
+            shard, first = failed[0]
+            log.warning("incremental scan: %d of %d shards failed (retried next scan)", len(failed), len(chosen))
+            raise ObjectStoreError(
+                f"incremental scan: {len(failed)} of {len(chosen)} shards failed (the others advanced); "
+                f"shard {shard}: {first}",
+                key=first.key,
+                retriable=first.retriable,
+            ) from first
         report = total.report(time.monotonic() - started)
         log.info(
             "incremental scan shards=%d keys_listed=%d new_objects=%d invalid=%d bytes_new=%d seconds=%.3f",

@@ -1,0 +1,49 @@
+"""Bugs the deterministic simulation must find (issue 14): test-only switches.
+
+Each name below re-introduces one real-looking bug where the code checks
+``injected_bugs.on(name)``.  Nothing in partlog turns one on: only the
+simulation harness does (``python -m simulations.dst fuzz --inject NAME``),
+to show how many seeds it takes to find it.  The check is a frozenset
+membership test, so switched off it costs nothing measurable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+KNOWN: dict[str, str] = {
+    "walmgr_gate_without_commit_deadline": (
+        "walmgr's age gate leaves out commit.deadline.ms: objects still committable look old enough"
+    ),
+    "acks_all_before_hwm": "a leader answers acks=all commits once appended, before the HWM passes them",
+    "no_fetch_epoch_fencing": (
+        "a leader serves follower fetches from any leader epoch and skips the divergence check"
+    ),
+    "producer_ids_not_persisted": "the controller hands out producer-id blocks again after it restarts",
+    "walmgr_asks_only_leaders": (
+        "walmgr asks only each partition's leader, so an ISR follower's reference counts as absent"
+    ),
+    "not_leader_counts_as_unreferenced": (
+        "walmgr takes a NOT_LEADER answer (a follower's, or a moved leader's) as 'not referenced'"
+    ),
+}
+
+_enabled: frozenset[str] = frozenset()
+
+
+def on(name: str) -> bool:
+    return name in _enabled
+
+
+def enable(names: Iterable[str]) -> None:
+    """Switch bugs on (the harness only); unknown names are refused."""
+    global _enabled
+    wanted = frozenset(names)
+    unknown = wanted - KNOWN.keys()
+    if unknown:
+        raise ValueError(f"unknown injected bugs {sorted(unknown)}; known: {', '.join(sorted(KNOWN))}")
+    _enabled = wanted
+
+
+def enabled() -> frozenset[str]:
+    return _enabled

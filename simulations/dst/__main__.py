@@ -1,0 +1,241 @@
+"""``python -m simulations.dst``: deterministic simulation of the whole system.
+
+    python -m simulations.dst fuzz [--seeds N | --hours H] [--first-seed S] [--inject NAME]
+    python -m simulations.dst replay SEED [--inject NAME] [--events]
+    python -m simulations.dst --list-injections
+
+Exit status 1 when an invariant broke (the failing seed's replay command is
+printed), 0 otherwise, 2 for usage errors.  The run re-executes itself with
+``PYTHONHASHSEED=0``: set iteration order of strings must not change between
+a run and its replay.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+from partlog import injected_bugs
+from partlog.cli_errors import OneLineArgumentParser, run_cli, take_debug_flag
+from simulations.dst.shrink import shrink
+from simulations.dst.world import Faults, Result, Shape, run
+
+# A fuzz run's defaults: a 6-broker, 12-partition cluster in 3 AZs, 20 s of
+# faults (frequent: crashes every few seconds), then 10 s to heal.
+FUZZ_SHAPE = Shape(duration_s=20.0, settle_s=10.0, rate_per_producer=20.0)
+FUZZ_FAULTS = Faults(
+    broker_crashes_per_min=6.0,
+    az_partitions_per_min=3.0,
+    controller_crashes_per_min=1.5,
+    walmgr_crashes_per_min=3.0,
+    producer_restarts_per_min=3.0,
+)
+
+
+def _replay_command(seed: int, inject: list[str], only_faults: list[int] | None = None) -> str:
+    extra = "".join(f" --inject {name}" for name in inject)
+    if only_faults is not None:
+        extra += f" --only-faults {','.join(map(str, only_faults)) or 'none'}"
+    return f"python -m simulations.dst replay {seed}{extra}"
+
+
+def _line(r: Result) -> str:
+    status = "ok" if r.ok else "FAILED"
+    return (
+        f"seed {r.seed}: {status}; {r.simulated_s:.0f} simulated s in {r.wall_s:.1f} s "
+        f"({r.simulated_s / max(r.wall_s, 1e-9):.1f}x), {r.steps:,} events, {r.acked:,} records acknowledged, "
+        f"faults {sum(r.faults.values())}"
+    )
+
+
+def cmd_fuzz(args: argparse.Namespace) -> int:
+    injected_bugs.enable(args.inject)
+    deadline = time.monotonic() + args.hours * 3600 if args.hours else None
+    seeds_run = 0
+    sim_s = wall_s = 0.0
+    events = 0
+    faults: Counter[str] = Counter()
+    failed: list[Result] = []
+    seed = args.first_seed
+    while True:
+        if deadline is None and seeds_run >= args.seeds:
+            break
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        r = run(seed, FUZZ_SHAPE, FUZZ_FAULTS)
+        seeds_run += 1
+        sim_s += r.simulated_s
+        wall_s += r.wall_s
+        events += r.steps
+        faults.update(r.faults)
+        if not args.json:
+            print(_line(r), flush=True)
+        if not r.ok:
+            failed.append(r)
+            if not args.json:
+                for v in r.violations[:3]:
+                    print(f"  {v}")
+                print(f"  replay: {_replay_command(seed, args.inject)}", flush=True)
+                if args.shrink_runs > 0:
+                    _print_shrunk(r, args)
+            if args.stop_at_first:
+                break
+        seed += 1
+    summary: dict[str, Any] = {
+        "seeds": seeds_run,
+        "failed_seeds": [r.seed for r in failed],
+        "injected": list(args.inject),
+        "simulated_hours": sim_s / 3600,
+        "wall_s": wall_s,
+        "simulated_s_per_wall_s": sim_s / wall_s if wall_s else 0.0,
+        "events": events,
+        "events_per_wall_s": events / wall_s if wall_s else 0.0,
+        "faults": dict(sorted(faults.items())),
+        "invariants": INVARIANTS,
+    }
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print()
+        print(f"seeds run            {seeds_run} (failed: {summary['failed_seeds'] or 'none'})")
+        print(f"simulated            {sim_s / 3600:.3f} h in {wall_s:.0f} s ({summary['simulated_s_per_wall_s']:.1f}x)")
+        print(f"events               {events:,} ({summary['events_per_wall_s']:,.0f}/s)")
+        print("faults injected      " + (", ".join(f"{k} {v}" for k, v in sorted(faults.items())) or "none"))
+        print("invariants checked   " + "; ".join(INVARIANTS))
+        if args.inject:
+            print(f"injected bugs        {', '.join(args.inject)}")
+    return 1 if failed else 0
+
+
+def _print_shrunk(first: Result, args: argparse.Namespace) -> None:
+    """Drop faults while the seed still fails; print the replay command
+    and the minimised trace."""
+    best, runs = shrink(
+        first, FUZZ_SHAPE, FUZZ_FAULTS, runs_max=args.shrink_runs, progress=lambda line: print(line, flush=True)
+    )
+    kept = best.fault_numbers
+    print(f"  minimised ({runs} runs): {len(kept)} of {len(first.fault_numbers)} faults still fail:")
+    print(f"    {best.violations[0]}")
+    print(f"  replay: {_replay_command(first.seed, args.inject, kept)}")
+    print("  trace:")
+    for t, what in best.events:
+        if not what.startswith("deleted "):
+            print(f"    {t:9.3f} s  {what}")
+
+
+def _fault_list(text: str) -> frozenset[int]:
+    if text == "none":
+        return frozenset()
+    try:
+        numbers = frozenset(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected fault numbers like 3,7,12 (or none), got {text!r}") from None
+    if any(n < 0 for n in numbers):
+        raise argparse.ArgumentTypeError(f"fault numbers are >= 0, got {text!r}")
+    return numbers
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    injected_bugs.enable(args.inject)
+    r = run(args.seed, FUZZ_SHAPE, FUZZ_FAULTS, args.only_faults)
+    if args.json:
+        print(json.dumps({**r.__dict__, "events": r.events if args.events else len(r.events)}, default=str))
+        return 0 if r.ok else 1
+    print(_line(r))
+    print(f"digest {r.digest} (the same for every replay of this seed)")
+    for v in r.violations:
+        print(f"  violation: {v}")
+    if args.events:
+        for t, what in r.events:
+            print(f"  {t:10.3f} s  {what}")
+    for e in r.errors_logged[:20]:
+        print(f"  logged: {e}")
+    return 0 if r.ok else 1
+
+
+INVARIANTS = [
+    "acks=all records read back once, at their offset, in send order",
+    "no acknowledged offset named twice",
+    "no WAL object deleted while any replica references it",
+    "file-reference index = recount of the log",
+    "controller epochs monotonic, one leader per epoch",
+    "leader HWM monotonic within an epoch",
+    "orphans past the gate deleted once faults stop",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineArgumentParser(
+        prog="python -m simulations.dst",
+        description="Deterministic simulation testing: the real controller, brokers, walmgr and clients on a "
+        "virtual clock and network, under injected faults, with invariants checked as events happen. "
+        "A failing seed replays exactly.",
+    )
+    p.add_argument("--list-injections", action="store_true", help="list the bugs --inject can switch on")
+    p.add_argument("--debug", action="store_true", help="on failure, show the traceback")
+    sub = p.add_subparsers(dest="command")
+    fz = sub.add_parser("fuzz", help="run seeds until one fails or the budget is spent")
+    budget = fz.add_mutually_exclusive_group()
+    budget.add_argument("--seeds", type=int, default=10, help="seeds to run (default 10)")
+    budget.add_argument("--hours", type=float, default=0.0, help="run seeds for this many wall-clock hours (soak)")
+    fz.add_argument("--first-seed", type=int, default=1, help="the first seed (default 1)")
+    fz.add_argument("--stop-at-first", action="store_true", help="stop at the first failing seed")
+    fz.add_argument(
+        "--shrink-runs",
+        type=int,
+        default=25,
+        metavar="N",
+        help="on a failure, spend at most N more runs dropping faults while it still fails, then print the "
+        "minimised trace (default 25; 0: do not shrink)",
+    )
+    fz.set_defaults(func=cmd_fuzz)
+    rp = sub.add_parser("replay", help="run one seed again, exactly")
+    rp.add_argument("seed", type=int)
+    rp.add_argument("--events", action="store_true", help="print the world's events (faults, heals)")
+    rp.add_argument(
+        "--only-faults",
+        type=_fault_list,
+        default=None,
+        metavar="K,K,...",
+        help="inject only these faults, by number (what a shrunk failure prints; 'none' for no faults)",
+    )
+    rp.set_defaults(func=cmd_replay)
+    for sp in (fz, rp):
+        sp.add_argument(
+            "--inject", action="append", default=[], metavar="NAME", help="switch on a known bug (repeatable)"
+        )
+        sp.add_argument("--json", action="store_true", help="print one JSON object")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv, debug = take_debug_flag(list(sys.argv[1:] if argv is None else argv))
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        # String hashes decide set order in the real code: fix them, or a
+        # seed would not replay.
+        os.execve(
+            sys.executable, [sys.executable, "-m", "simulations.dst", *argv], {**os.environ, "PYTHONHASHSEED": "0"}
+        )
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.list_injections:
+        for name, what in injected_bugs.KNOWN.items():
+            print(f"{name:40} {what}")
+        return 0
+    if args.command is None:
+        parser.error("give a command: fuzz or replay (or --list-injections)")
+    if args.command == "fuzz" and (args.seeds <= 0 or args.hours < 0 or args.shrink_runs < 0):
+        parser.error("--seeds must be > 0, --hours >= 0 and --shrink-runs >= 0")
+    unknown = [n for n in args.inject if n not in injected_bugs.KNOWN]
+    if unknown:
+        parser.error(f"--inject: unknown bug {unknown[0]!r} (see --list-injections)")
+    return run_cli("simulations.dst", lambda: int(args.func(args)), debug=debug)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
