@@ -36,6 +36,7 @@ from walmgr.scanner import (
     ALL_SHARDS,
     GONE_AGE_MS_DEFAULT,
     INCREMENTAL_LOOKBACK_MS_DEFAULT,
+    SHARD_FAILURES_BEFORE_GIVING_UP,
     Scanner,
     classify,
     group_of,
@@ -301,13 +302,30 @@ def test_one_failing_shard_does_not_cost_the_others_their_progress(
     down, up = key_in_shard("07", T0), key_in_shard("42", T0)
     for k in (down, up):
         store.put(k, segment(T0, 1))
-    with pytest.raises(ObjectStoreError, match=r"1 of 3 shards failed.*shard 07: 503 SlowDown") as err:
+    expected = r"1 of 3 shards not scanned \(2 advanced\); shard 07: 503 SlowDown"
+    with pytest.raises(ObjectStoreError, match=expected) as err:
         scanner(OneShardDown(store), registry, clock).incremental(["07", "42", "a0"])
     assert err.value.retriable
     assert registry.get(down) is None and must_get(registry, up).state == State.TRACKED
     assert set(registry.shard_positions()) == {"42"}
     assert scanner(store, registry, clock).incremental(["07", "42", "a0"]).new_objects == 1
     assert must_get(registry, down).state == State.TRACKED
+
+
+def test_a_store_that_is_down_fails_the_scan_without_trying_every_shard(registry: Registry) -> None:
+    class Down(ForwardingStore):
+        lists = 0
+
+        def list_page(self, prefix: str, start_after: str = "", max_keys: int = 1000) -> ListPage:
+            with lock:
+                Down.lists += 1
+            raise ObjectStoreError("connection refused", retriable=True)
+
+    lock = threading.Lock()
+    s = Scanner(Down(LocalDirStore.__new__(LocalDirStore)), registry, "wal", clock=Clock(NOW))
+    with pytest.raises(ObjectStoreError, match=r"256 of 256 shards not scanned \(0 advanced\)"):
+        s.incremental()
+    assert Down.lists <= SHARD_FAILURES_BEFORE_GIVING_UP + s.shard_lists_in_flight_max
 
 
 # ----------------------------------------------------------- prefix fences

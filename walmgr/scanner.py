@@ -30,6 +30,7 @@ a credentials or network problem must not turn objects INVALID for good.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -381,6 +382,11 @@ class _Tally:
         )
 
 
+# An incremental scan whose first shards all fail stops after this many:
+# the store is down, and trying all 256 shards would only take longer.
+SHARD_FAILURES_BEFORE_GIVING_UP = 3
+
+
 class Scanner:
     """Scans ``store`` under ``prefix`` into ``registry``; ``clock`` returns
     milliseconds since the epoch."""
@@ -469,16 +475,30 @@ class Scanner:
         started = time.monotonic()
         total = _Tally()
         failed: list[tuple[str, ObjectStoreError]] = []
+        lock = threading.Lock()  # the counters below, shared by the listing threads
+        succeeded, failures = [0], [0]
+        given_up = threading.Event()
 
-        def scan(shard: str, footers: ThreadPoolExecutor) -> _Tally | ObjectStoreError:
+        def scan(shard: str, footers: ThreadPoolExecutor) -> _Tally | ObjectStoreError | None:
             # One shard's failure (a 503 on its LIST) must not cost the
             # others their progress: with 256 shards, a 1% error rate per
             # request would otherwise fail nine scans in ten and walmgr would
             # stop learning objects (found by the deterministic simulation).
+            # A store that is down fails the first shards: then give up
+            # rather than try all 256 (None: not tried).
+            if given_up.is_set():
+                return None
             try:
-                return self._scan_shard(shard, footers)
+                tally = self._scan_shard(shard, footers)
             except ObjectStoreError as e:
+                with lock:
+                    failures[0] += 1
+                    if not succeeded[0] and failures[0] >= SHARD_FAILURES_BEFORE_GIVING_UP:
+                        given_up.set()
                 return e
+            with lock:
+                succeeded[0] += 1
+            return tally
 
         with (
             ThreadPoolExecutor(self.footer_reads_in_flight_max, thread_name_prefix="walmgr-footer") as footers,
@@ -487,14 +507,13 @@ class Scanner:
             for shard, got in zip(chosen, lists.map(lambda s: scan(s, footers), chosen), strict=True):
                 if isinstance(got, ObjectStoreError):
                     failed.append((shard, got))
-                else:
+                elif got is not None:
                     total.add(got)
         if failed:
             shard, first = failed[0]
-            log.warning("incremental scan: %d of %d shards failed (retried next scan)", len(failed), len(chosen))
             raise ObjectStoreError(
-                f"incremental scan: {len(failed)} of {len(chosen)} shards failed (the others advanced); "
-                f"shard {shard}: {first}",
+                f"incremental scan: {len(chosen) - succeeded[0]} of {len(chosen)} shards not scanned "
+                f"({succeeded[0]} advanced); shard {shard}: {first}",
                 key=first.key,
                 retriable=first.retriable,
             ) from first

@@ -13,6 +13,7 @@ a run and its replay.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -140,6 +141,48 @@ def _fault_list(text: str) -> frozenset[int]:
     return numbers
 
 
+# The issue's speed target: simulated seconds per wall second for a
+# 6-broker, 12-partition cluster under load.
+SPEED_TARGET = 200.0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Simulated seconds per wall second and events per second, for the
+    fuzz cluster idle, under its load, and under load with its faults."""
+    d = args.duration_s
+    cases = [
+        ("idle (no producers)", Shape(duration_s=d, settle_s=5.0, producers_per_az=0), Faults.none()),
+        ("under load, no faults", dataclasses.replace(FUZZ_SHAPE, duration_s=d), Faults.none()),
+        ("under load, fuzz faults", dataclasses.replace(FUZZ_SHAPE, duration_s=d), FUZZ_FAULTS),
+    ]
+    rows = []
+    for name, shape, faults in cases:
+        r = run(args.seed, shape, faults)
+        speed = r.simulated_s / r.wall_s
+        rows.append(
+            {
+                "case": name,
+                "ok": r.ok,
+                "simulated_s": round(r.simulated_s, 1),
+                "wall_s": round(r.wall_s, 2),
+                "simulated_s_per_wall_s": round(speed, 2),
+                "events_per_wall_s": round(r.steps / r.wall_s),
+                "ratio_to_target": round(speed / SPEED_TARGET, 4),
+            }
+        )
+    if args.json:
+        print(json.dumps({"target_simulated_s_per_wall_s": SPEED_TARGET, "cases": rows}))
+        return 0
+    print(f"{'case':26} {'simulated s':>11} {'wall s':>8} {'sim s / wall s':>15} {'events/s':>10} {'of target':>10}")
+    for row in rows:
+        print(
+            f"{row['case']:26} {row['simulated_s']:>11} {row['wall_s']:>8} {row['simulated_s_per_wall_s']:>15} "
+            f"{row['events_per_wall_s']:>10,} {row['ratio_to_target']:>10.3f}"
+        )
+    print(f"target: {SPEED_TARGET:.0f} simulated s per wall s under load (6 brokers, 12 partitions)")
+    return 0
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     injected_bugs.enable(args.inject)
     r = run(args.seed, FUZZ_SHAPE, FUZZ_FAULTS, args.only_faults)
@@ -161,11 +204,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
 INVARIANTS = [
     "acks=all records read back once, at their offset, in send order",
     "no acknowledged offset named twice",
-    "no WAL object deleted while any replica references it",
+    "no WAL object deleted while its partition's leader or an ISR member references it",
+    "no reference to a deleted object appears afterwards",
     "file-reference index = recount of the log",
     "controller epochs monotonic, one leader per epoch",
     "leader HWM monotonic within an epoch",
+    "producers deliver what they hold once faults stop",
     "orphans past the gate deleted once faults stop",
+    "no task spins without waiting (livelock)",
 ]
 
 
@@ -205,6 +251,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="inject only these faults, by number (what a shrunk failure prints; 'none' for no faults)",
     )
     rp.set_defaults(func=cmd_replay)
+    bn = sub.add_parser("bench", help="simulated seconds per wall second: idle, under load, under faults")
+    bn.add_argument("--duration-s", type=float, default=30.0, help="simulated seconds of each case (default 30)")
+    bn.add_argument("--seed", type=int, default=1)
+    bn.add_argument("--json", action="store_true", help="print one JSON object")
+    bn.set_defaults(func=cmd_bench, inject=[])
     for sp in (fz, rp):
         sp.add_argument(
             "--inject", action="append", default=[], metavar="NAME", help="switch on a known bug (repeatable)"
@@ -229,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command is None:
         parser.error("give a command: fuzz or replay (or --list-injections)")
+    if args.command == "bench" and args.duration_s <= 0:
+        parser.error("--duration-s must be > 0")
     if args.command == "fuzz" and (args.seeds <= 0 or args.hours < 0 or args.shrink_runs < 0):
         parser.error("--seeds must be > 0, --hours >= 0 and --shrink-runs >= 0")
     unknown = [n for n in args.inject if n not in injected_bugs.KNOWN]

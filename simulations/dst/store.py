@@ -75,6 +75,9 @@ class SimObjectStore:
         self._sorted: list[str] = []
         self.stats = StoreStats()
         self.before_delete: Callable[[Sequence[str]], None] = lambda keys: None
+        # Called once the keys are gone, before the call returns (a crash
+        # here loses the confirmation, not the deletion).
+        self.after_delete: Callable[[Sequence[str]], None] = lambda keys: None
         self.deleted: list[str] = []
         self._owed_s = 0.0  # latency of the calls not yet waited for
 
@@ -185,4 +188,5 @@ class SimObjectStore:
             if self.objects.pop(k, None) is not None:
                 del self._sorted[bisect.bisect_left(self._sorted, k)]
                 self.deleted.append(k)
+        self.after_delete(keys)
         return DeleteResult(list(keys))

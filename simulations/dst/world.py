@@ -80,6 +80,11 @@ class Violation(Exception):
     """An invariant broke; the message says which and where."""
 
 
+class SimulatedCrash(asyncio.CancelledError):
+    """Raised inside walmgr's DeleteObjects call: its process ends right
+    there, the objects deleted and the confirmation not recorded."""
+
+
 @dataclass(frozen=True)
 class Shape:
     azs: int = 3
@@ -99,11 +104,15 @@ class Faults:
     az_partitions_per_min: float = 1.0
     partition_s: tuple[float, float] = (0.5, 5.0)
     black_hole_share: float = 0.5  # of partitions: SYNs vanish instead of being refused
-    # A broker cut off from the controller only (it still reaches its peers
-    # and clients): the non-transitive partition behind zombie leaders.
+    # A broker or walmgr cut off from the controller only (it still reaches
+    # its peers): the non-transitive partition behind zombie leaders and
+    # stale views of who leads.
     controller_isolations_per_min: float = 1.0
     controller_crashes_per_min: float = 0.5
     walmgr_crashes_per_min: float = 1.0
+    # Share of walmgr's DeleteObjects calls after which it crashes before
+    # recording what S3 confirmed (in the middle of a plan).
+    walmgr_crashes_mid_plan_share: float = 0.05
     producer_restarts_per_min: float = 1.0  # a new incarnation: a new producer id
     # One open connection reset (what a lost segment does to TCP): the
     # request or its answer is lost, and the client retries (a duplicate).
@@ -137,6 +146,7 @@ class Faults:
             controller_isolations_per_min=0.0,
             controller_crashes_per_min=0.0,
             walmgr_crashes_per_min=0.0,
+            walmgr_crashes_mid_plan_share=0.0,
             producer_restarts_per_min=0.0,
             connection_resets_per_min=0.0,
             slow_links_per_min=0.0,
@@ -231,6 +241,8 @@ class World:
         self.loop = VirtualLoop(self.network)
         self.objects = SimObjectStore(random.Random(seed * 131 + 3), faults.store)
         self.objects.before_delete = self._check_delete
+        self.objects.after_delete = self._maybe_crash_mid_plan
+        self.delete_calls = 0
         self.loop.latency = self.objects.took_s
         self.layout = StaticMetadata.generate(azs=shape.azs, brokers_per_az=shape.brokers_per_az, topics={})
         self.az_of = {b.broker_id: b.az for b in self.layout.brokers()}
@@ -460,6 +472,25 @@ class World:
                 self.event(f"deleted {key} still referenced by a stale replica's divergent tail: {where}")
                 self.stale_references.setdefault(bid, set()).add(key)
 
+    def _maybe_crash_mid_plan(self, keys: Any) -> None:
+        """Maybe end walmgr in the middle of its plan: these keys are
+        deleted, and it never records that S3 confirmed them."""
+        self.delete_calls += 1
+        share = self.faults.walmgr_crashes_mid_plan_share
+        if not self.faults_on or share <= 0 or self.walmgr is None or self.walmgr.registry is None:
+            return
+        rng = random.Random(f"{self.seed}/delete/{self.delete_calls}")
+        if rng.random() >= share:
+            return
+        self.count("walmgr_crash_mid_plan", f"after deleting {len(keys)} keys, before recording them")
+        restart_after = rng.uniform(*self.faults.restart_after_s)
+        self.loop.call_soon(lambda: run_node("world", self._crash_walmgr_then_restart(restart_after)))
+        raise SimulatedCrash()
+
+    async def _crash_walmgr_then_restart(self, after_s: float) -> None:
+        await self.crash_walmgr()
+        self._schedule(after_s, self._restart_walmgr)
+
     def _references(self, store: MetadataStore, keys: set[str]) -> Iterator[tuple[TopicIdPartition, int, str]]:
         """(partition, offset, key) for every entry of ``store`` referencing one of ``keys``."""
         for tp in self.partitions:
@@ -668,13 +699,14 @@ class World:
             self.count(kind, f"#{k}")
             self._schedule(rng.uniform(*f.restart_after_s), self._restart_walmgr)
         elif kind == "controller_isolation":
-            bid = rng.choice(sorted(self.az_of))
-            pair = frozenset({f"b{bid}", "ctl"})
+            # A broker (a zombie leader) or walmgr (a stale view of leaders).
+            node = rng.choice([*(f"b{b}" for b in sorted(self.az_of)), "wm"])
+            pair = frozenset({node, "ctl"})
             if pair in self.cut_pairs:
                 return
             self.cut_pairs.add(pair)
             self.network.heal_check()
-            self.count(kind, f"#{k} broker {bid}")
+            self.count(kind, f"#{k} {node}")
             self._schedule(rng.uniform(*f.partition_s), functools.partial(self._heal_pair, pair))
         elif kind == "connection_reset":
             open_ = [t for ts in self.network.transports.values() for t in ts if not t.is_closing()]
@@ -785,7 +817,9 @@ class World:
         if self.walmgr is None or self.walmgr.registry is None:
             await run_node("wm", self.start_walmgr())
         # Producers finish what they have in flight.
-        _done, pending = await asyncio.wait(producers, timeout=self.shape.settle_s + 60)
+        pending: set[asyncio.Task[Any]] = set()
+        if producers:
+            _done, pending = await asyncio.wait(producers, timeout=self.shape.settle_s + 60)
         if pending:
             # Liveness: with every broker back, a producer delivers what it holds.
             stuck = {}
