@@ -35,6 +35,8 @@ FUZZ_FAULTS = Faults(
     controller_crashes_per_min=1.5,
     walmgr_crashes_per_min=3.0,
     producer_restarts_per_min=3.0,
+    controller_isolations_per_min=2.0,
+    walmgr_isolations_per_min=3.0,
 )
 
 
@@ -125,7 +127,7 @@ def _print_shrunk(first: Result, args: argparse.Namespace) -> None:
     print(f"  replay: {_replay_command(first.seed, args.inject, kept)}")
     print("  trace:")
     for t, what in best.events:
-        if not what.startswith("deleted "):
+        if not what.startswith("deleted ") and not what.endswith(": skipped"):
             print(f"    {t:9.3f} s  {what}")
 
 

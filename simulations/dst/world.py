@@ -69,7 +69,7 @@ TOPIC = "dst"
 COMMIT_DEADLINE_MS = 2_000
 MAX_CLOCK_SKEW_MS = 500
 GRACE_MS = 500
-SESSION_TIMEOUT_MS = 3_000
+SESSION_TIMEOUT_MS = 6_000  # the controller fences a silent broker after this (KRaft: 9 s)
 HEARTBEAT_INTERVAL_MS = 500
 WALMGR_CYCLE_MS = 1_000
 LEADER_IMBALANCE_CHECK_INTERVAL_MS = 5_000
@@ -104,10 +104,12 @@ class Faults:
     az_partitions_per_min: float = 1.0
     partition_s: tuple[float, float] = (0.5, 5.0)
     black_hole_share: float = 0.5  # of partitions: SYNs vanish instead of being refused
-    # A broker or walmgr cut off from the controller only (it still reaches
-    # its peers): the non-transitive partition behind zombie leaders and
-    # stale views of who leads.
+    # A broker cut off from the controller only (it still reaches its peers
+    # and clients): the non-transitive partition behind zombie leaders.
     controller_isolations_per_min: float = 1.0
+    # walmgr cut off from the controller only: it decides on a stale view
+    # of who leads, while it still reaches the brokers.
+    walmgr_isolations_per_min: float = 1.0
     controller_crashes_per_min: float = 0.5
     walmgr_crashes_per_min: float = 1.0
     # Share of walmgr's DeleteObjects calls after which it crashes before
@@ -144,6 +146,7 @@ class Faults:
             broker_crashes_per_min=0.0,
             az_partitions_per_min=0.0,
             controller_isolations_per_min=0.0,
+            walmgr_isolations_per_min=0.0,
             controller_crashes_per_min=0.0,
             walmgr_crashes_per_min=0.0,
             walmgr_crashes_mid_plan_share=0.0,
@@ -643,6 +646,7 @@ class World:
             "walmgr_crash": f.walmgr_crashes_per_min,
             "producer_restart": f.producer_restarts_per_min,
             "controller_isolation": f.controller_isolations_per_min,
+            "walmgr_isolation": f.walmgr_isolations_per_min,
             "connection_reset": f.connection_resets_per_min,
             "slow_link": f.slow_links_per_min,
             "clock_jump": f.clock_jumps_per_min,
@@ -698,9 +702,9 @@ class World:
             await self.crash_walmgr()
             self.count(kind, f"#{k}")
             self._schedule(rng.uniform(*f.restart_after_s), self._restart_walmgr)
-        elif kind == "controller_isolation":
+        elif kind in ("controller_isolation", "walmgr_isolation"):
             # A broker (a zombie leader) or walmgr (a stale view of leaders).
-            node = rng.choice([*(f"b{b}" for b in sorted(self.az_of)), "wm"])
+            node = "wm" if kind == "walmgr_isolation" else f"b{rng.choice(sorted(self.az_of))}"
             pair = frozenset({node, "ctl"})
             if pair in self.cut_pairs:
                 return
