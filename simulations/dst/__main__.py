@@ -210,7 +210,7 @@ INVARIANTS = [
     "no reference to a deleted object appears afterwards",
     "file-reference index = recount of the log",
     "controller epochs monotonic, one leader per epoch",
-    "leader HWM monotonic within an epoch",
+    "leader HWM monotonic within an epoch and never past an ISR member's log end",
     "producers deliver what they hold once faults stop",
     "orphans past the gate deleted once faults stop",
     "no task spins without waiting (livelock)",

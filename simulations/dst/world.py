@@ -538,6 +538,24 @@ class World:
                 if hwm < self.hwm_seen.get(key, -1):
                     self.violated(f"broker {bid} {tp} epoch {epoch}: HWM went back from {self.hwm_seen[key]} to {hwm}")
                 self.hwm_seen[key] = hwm
+                # The HWM never passes what an ISR member holds: every member
+                # of the controller's ISR (the live ones) has the committed
+                # entries, so any of them can be elected without losing one.
+                info = self.partition_info.get(tp)
+                if info is None or info.leader != bid or info.leader_epoch != epoch:
+                    continue
+                for m in info.isr:
+                    member = self.brokers.get(m)
+                    if m == bid or member is None or member.store._closed:
+                        continue
+                    try:
+                        leo = member.store.log_end_offset(tp)
+                    except (StoreError, KeyError):
+                        continue
+                    if leo < hwm:
+                        self.violated(
+                            f"{tp}: leader {bid}'s HWM {hwm} (epoch {epoch}) passes ISR member {m}'s log end {leo}"
+                        )
 
     def _check_stores(self) -> None:
         for bid, store, _ in self._stores():
