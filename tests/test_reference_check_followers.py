@@ -1,0 +1,47 @@
+"""walmgr asks a partition's ISR followers as well as its leader (issue 14):
+a follower at the leader epoch asked answers from its own log; at another
+epoch, or without a replica, it answers NOT_LEADER (walmgr keeps the file)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from partlog.client import Producer
+from partlog.objectstore import LocalDirStore
+from partlog.rpc import RpcClient
+from partlog.wire import Verdict, dec_verdicts, enc_reference_checks
+from tests.cluster_helpers import running_cluster, topic_partitions
+
+
+@pytest.mark.timeout(120)
+def test_followers_answer_from_their_own_logs_at_the_epoch_asked(tmp_path: Path) -> None:
+    objects = LocalDirStore(tmp_path / "objects", fsync=False)
+
+    async def main() -> None:
+        async with running_cluster(tmp_path, objects, partitions=1, replication_factor=3) as (brokers, meta):
+            [tp] = topic_partitions(meta)
+            leader = meta.leader_of(tp)
+            producer = Producer([("127.0.0.1", b.port) for b in brokers], acks=-1)
+            await producer.start()
+            await producer.send(tp, b"v")  # acks=all: on every ISR member
+            await producer.close()
+            [key] = brokers[0].store.file_usage()
+            other = key.replace(".wal", "0.wal")
+
+            async def ask(port: int, epoch: int) -> list[int]:
+                client = await RpcClient.connect("127.0.0.1", port, cluster_id=meta.cluster_id)
+                try:
+                    checks = [(key, tp, epoch), (other, tp, epoch)]
+                    return dec_verdicts(await client.call("referenced_files", enc_reference_checks(checks)), 2)
+                finally:
+                    await client.close()
+
+            for b in brokers:
+                role = "leader" if b.broker_id == leader else "follower"
+                assert await ask(b.port, 0) == [Verdict.REFERENCED, Verdict.NOT_REFERENCED], role
+                assert await ask(b.port, 1) == [Verdict.NOT_LEADER, Verdict.NOT_LEADER], role
+
+    asyncio.run(main())
