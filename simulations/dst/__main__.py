@@ -37,6 +37,7 @@ FUZZ_FAULTS = Faults(
     producer_restarts_per_min=3.0,
     controller_isolations_per_min=2.0,
     walmgr_isolations_per_min=3.0,
+    delete_records_per_min=6.0,
 )
 
 

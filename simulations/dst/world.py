@@ -55,7 +55,7 @@ from partlog.controller_client import ControllerMetadata
 from partlog.controller_server import ControllerServer
 from partlog.errors import Errors
 from partlog.produce_pipeline import ProduceConfig
-from partlog.records import TopicIdPartition
+from partlog.records import DeleteRecordsRequest, TopicIdPartition
 from partlog.replication import ReplicationConfig
 from partlog.store import MetadataStore, StoreError
 from simulations.dst.runtime import EPOCH_S, SimNetwork, VirtualLoop, cancel_node, deterministic_process, run_node
@@ -125,6 +125,9 @@ class Faults:
     slow_link_extra_ms: tuple[float, float] = (50.0, 1_500.0)
     # A broker's clock jumps to another offset within clock_skew_ms.
     clock_jumps_per_min: float = 1.0
+    # DeleteRecords on a partition's current leader, up to a few entries
+    # below its HWM (Kafka's AdminClient.deleteRecords, as an operator would).
+    delete_records_per_min: float = 2.0
     clock_skew_ms: int = 400  # per broker, within walmgr's max_clock_skew_ms
     latency_same_az_ms: tuple[float, float] = (0.1, 1.0)
     latency_cross_az_ms: tuple[float, float] = (0.5, 3.0)
@@ -154,6 +157,7 @@ class Faults:
             connection_resets_per_min=0.0,
             slow_links_per_min=0.0,
             clock_jumps_per_min=0.0,
+            delete_records_per_min=0.0,
             clock_skew_ms=0,
             store=StoreFaults(),
         )
@@ -257,6 +261,7 @@ class World:
         self.down: set[int] = set()
         self.walmgr: Walmgr | None = None
         self.walmgr_task: asyncio.Task[Any] | None = None
+        self.walmgr_starting: Walmgr | None = None
         self.admin: ControllerMetadata | None = None
         self.partitions: list[TopicIdPartition] = []
         self.down_links: set[frozenset[str]] = set()
@@ -268,7 +273,14 @@ class World:
         self.acked: dict[tuple[TopicIdPartition, int], bytes] = {}
         self.sent_order: dict[tuple[str, TopicIdPartition], list[bytes]] = {}
         self.acked_unplaced: dict[bytes, TopicIdPartition] = {}
+        # Log start offsets DeleteRecords set: records below are gone by design.
+        self.deleted_below: dict[TopicIdPartition, int] = {}
         self.faults_on = True
+        # One restart at a time per process kind: two pending ones (two
+        # crashes) would both see it down and start two processes on one
+        # directory.  Separate locks: walmgr's start waits for the controller.
+        self._restarting_ctl = asyncio.Lock()
+        self._restarting_wm = asyncio.Lock()
         # Scheduled restarts and heals: task -> whether its action has begun.
         self._pending: dict[asyncio.Task[Any], list[bool]] = {}
         self.producer_restarts: dict[str, asyncio.Event] = {}
@@ -388,12 +400,24 @@ class World:
             # As the broker's own node: a later crash must cancel its tasks
             # and close its listener.
             await run_node(f"b{bid}", self.start_broker(bid))
-        except Exception as e:
+        except BaseException as e:
+            # Failed or cut off halfway (the faults stopped): undo the half
+            # start, as a crash would, so it can start again from scratch.
             self.event(f"broker {bid} restart failed: {type(e).__name__}: {e}")
+            cancel_node(self.loop, f"b{bid}")
+            self.network.cut(f"b{bid}")
+            half = self.brokers.pop(bid, None)
+            if half is not None:
+                half.store.close()
+            self.sources.pop(bid, None)
             self.down.add(bid)
-            self.brokers.pop(bid, None)
+            if not isinstance(e, Exception):
+                raise
 
     async def crash_controller(self) -> None:
+        # Its last decisions (an ISR shrink it just committed) stand while it
+        # is down: the invariants judge by them, not by an older sample.
+        self._check_controller()
         cancel_node(self.loop, "ctl")
         self.network.cut("ctl")
         assert self.controller is not None
@@ -419,18 +443,28 @@ class World:
         metadata = ControllerMetadata("127.0.0.1", self.controller_port)
         await metadata.start()  # a source handed to walmgr is started by its owner
         mgr = Walmgr(cfg, store=self.objects, metadata=metadata, clock=self.now_ms)
-        await mgr.start()
-        self.walmgr = mgr
+        # A crash while it starts must release what it holds already (the
+        # registry's lock): remembered before start() returns.
+        self.walmgr_starting = mgr
+        try:
+            await mgr.start()
+        except Exception:
+            # As the CLI does when start() fails: stop what it opened.
+            self.walmgr_starting = None
+            await mgr.stop()
+            raise
+        self.walmgr, self.walmgr_starting = mgr, None
         self.walmgr_task = asyncio.ensure_future(mgr.run())
 
     async def crash_walmgr(self) -> None:
         cancel_node(self.loop, "wm")
         self.network.cut("wm")
-        mgr = self.walmgr
         await asyncio.sleep(0)
-        if mgr is not None and mgr.registry is not None:
-            mgr.registry.close()
-            mgr.registry = None
+        for mgr in (self.walmgr, self.walmgr_starting):
+            if mgr is not None and mgr.registry is not None:
+                mgr.registry.close()
+                mgr.registry = None
+        self.walmgr_starting = None
 
     # ------------------------------------------------------------ invariants
 
@@ -668,6 +702,7 @@ class World:
             "connection_reset": f.connection_resets_per_min,
             "slow_link": f.slow_links_per_min,
             "clock_jump": f.clock_jumps_per_min,
+            "delete_records": f.delete_records_per_min,
         }
         total = sum(rates.values())
         if total <= 0:
@@ -743,6 +778,20 @@ class World:
             self.slow_links[link] = extra_ms / 1000
             self.count(kind, f"#{k} {a}-{b} +{extra_ms:.0f} ms")
             self._schedule(rng.uniform(*f.partition_s), functools.partial(self._unslow, link))
+        elif kind == "delete_records":
+            tp = rng.choice(self.partitions)
+            info = self.partition_info.get(tp)
+            leader = self.brokers.get(info.leader) if info is not None else None
+            if info is None or leader is None or leader.store._closed:
+                return
+            if leader.replicas.leader_epoch(tp) != info.leader_epoch:
+                return  # the broker does not lead it (yet): an admin's request would be refused
+            st = leader.store.partition_state(tp)
+            target = max(st["log_start_offset"], st["high_watermark"] - rng.randint(0, 5))
+            [answer] = await asyncio.to_thread(leader.store.delete_records, [DeleteRecordsRequest(tp, target)])
+            if answer.errors == Errors.NONE:
+                self.deleted_below[tp] = max(self.deleted_below.get(tp, 0), answer.low_watermark)
+                self.count(kind, f"#{k} {tp.partition} below {answer.low_watermark} on broker {info.leader}")
         elif kind == "clock_jump":
             bid = rng.choice(sorted(self.az_of))
             self.skew_ms[bid] = rng.randint(-f.clock_skew_ms, f.clock_skew_ms)
@@ -779,14 +828,20 @@ class World:
         self.event(f"fast {sorted(link)}")
 
     async def _restart_controller(self) -> None:
-        if self.controller is None and self.faults_on:
-            await run_node("ctl", self.start_controller())
-            self.count("controller_restart")
+        async with self._restarting_ctl:
+            if self.controller is None and self.faults_on:
+                await run_node("ctl", self.start_controller())
+                self.count("controller_restart")
 
     async def _restart_walmgr(self) -> None:
-        if (self.walmgr is None or self.walmgr.registry is None) and self.faults_on:
-            await run_node("wm", self.start_walmgr())
-            self.count("walmgr_restart")
+        async with self._restarting_wm:
+            if (self.walmgr is None or self.walmgr.registry is None) and self.faults_on:
+                try:
+                    await run_node("wm", self.start_walmgr())
+                except Exception as e:
+                    self.event(f"walmgr restart failed: {type(e).__name__}: {e}")
+                    return
+                self.count("walmgr_restart")
 
     # ------------------------------------------------------------------- run
 
@@ -824,20 +879,27 @@ class World:
                 under_way.append(t)
             else:
                 t.cancel()
-        if under_way:
-            await asyncio.wait(under_way, timeout=30)
         self.down_links.clear()
         self.black_holes.clear()
         self.cut_pairs.clear()
         self.slow_links.clear()
         self.event("faults stop")
-        if self.controller is None:
-            await run_node("ctl", self.start_controller())
+        # The controller first: restarts under way may wait for it.
+        async with self._restarting_ctl:
+            if self.controller is None:
+                await run_node("ctl", self.start_controller())
+        if under_way:
+            _, hung = await asyncio.wait(under_way, timeout=30)
+            for t in hung:
+                t.cancel()
+            if hung:
+                await asyncio.wait(hung, timeout=5)
         for bid in sorted(self.down):
             await run_node(f"b{bid}", self.start_broker(bid))
         self.down.clear()
-        if self.walmgr is None or self.walmgr.registry is None:
-            await run_node("wm", self.start_walmgr())
+        async with self._restarting_wm:
+            if self.walmgr is None or self.walmgr.registry is None:
+                await run_node("wm", self.start_walmgr())
         # Producers finish what they have in flight.
         pending: set[asyncio.Task[Any]] = set()
         if producers:
@@ -874,7 +936,8 @@ class World:
         bootstrap = [("127.0.0.1", BROKER_PORT_BASE + b) for b in sorted(self.az_of)]
         consumer = Consumer(bootstrap, max_wait_ms=100)
         await run_node("verifier", consumer.start())
-        consumer.assign(self.partitions)
+        for tp in self.partitions:
+            consumer.assign([tp], self.deleted_below.get(tp, 0))
         want = {tp: max((o for (t, o) in self.acked if t == tp), default=-1) for tp in self.partitions}
         seen: dict[tuple[TopicIdPartition, int], bytes] = {}
         deadline = self.loop.time() + 60
@@ -896,6 +959,8 @@ class World:
                 seen[(r.topic_id_partition, r.offset)] = r.value
         await consumer.close()
         for where, value in self.acked.items():
+            if where[1] < self.deleted_below.get(where[0], 0):
+                continue  # DeleteRecords removed it
             got = seen.get(where)
             if got != value:
                 self.violated(f"{where[0]} offset {where[1]}: acknowledged {value!r}, read {got!r}")
@@ -908,6 +973,8 @@ class World:
             if len(places) > 1 and value in acked_values:
                 self.violated(f"{value!r} read {len(places)} times: {places[:3]}")
         for value, tp in self.acked_unplaced.items():
+            if value not in by_value and tp in self.deleted_below:
+                continue  # maybe below the log start DeleteRecords set
             if [t for t, _ in by_value.get(value, ())] != [tp]:
                 self.violated(f"{value!r} acknowledged (offset unknown) on {tp}, read at {by_value.get(value)}")
         for (name, tp), sent in self.sent_order.items():
