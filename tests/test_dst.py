@@ -28,7 +28,7 @@ pytestmark = pytest.mark.timeout(600)
 REGRESSION_SEEDS = {
     1: "walmgr: one failed shard LIST aborted every scan; orphans were never learned nor deleted",
     2: "a commit sender died on a handshake timeout; a lost commit reply left a batch retried for ever",
-    29: "with --inject walmgr_asks_only_leaders, an ISR member's reference was deleted",
+    7: "with --inject walmgr_asks_only_leaders an ISR member's reference is deleted; asking the ISR keeps it",
 }
 # An injected bug and the first seed that finds it (python -m simulations.dst
 # fuzz --inject NAME --stop-at-first gives it).
