@@ -56,6 +56,7 @@ from partlog.records import (
 )
 from partlog.replication import ReplicaManager, ReplicationConfig
 from partlog.rpc import (
+    RPC_TIMEOUT_MS_DEFAULT,
     Deferred,
     RpcClient,
     RpcConnectionError,
@@ -697,7 +698,7 @@ class Broker:
                     secret=self.config.secret,
                     ssl=self.config.client_ssl,
                     cluster_id=self.cluster_id,
-                    **({} if timeout_ms is None else {"timeout_ms": timeout_ms}),
+                    timeout_ms=RPC_TIMEOUT_MS_DEFAULT if timeout_ms is None else timeout_ms,
                 )
                 self._clients[broker_id] = client
             return client

@@ -566,7 +566,7 @@ class Producer:
                 if err == Errors.NONE:
                     st.leader_knows = True
                     if self.idempotent and self.acks == -1 and b.base_sequence >= 0:
-                        last = (b.base_sequence + len(b.futures) - 1) % SEQUENCE_MODULUS
+                        last = _last_sequence(b)
                         if st.acked_through is None or _seq_after(last, st.acked_through):
                             st.acked_through = last
                     self.latencies_ms.append((time.monotonic() - b.created) * 1000)
@@ -626,11 +626,16 @@ def _seq_after(a: int, b: int) -> bool:
     return 0 < (a - b) % SEQUENCE_MODULUS < SEQUENCE_MODULUS // 2
 
 
+def _last_sequence(b: _Batch) -> int:
+    """The sequence number of ``b``'s last record (wrapped)."""
+    return (b.base_sequence + len(b.futures) - 1) % SEQUENCE_MODULUS
+
+
 def _written_before(b: _Batch, acked_through: int | None) -> bool:
     """Every sequence of ``b`` is at or before ``acked_through``."""
     if acked_through is None or b.base_sequence < 0:
         return False
-    last = (b.base_sequence + len(b.futures) - 1) % SEQUENCE_MODULUS
+    last = _last_sequence(b)
     return last == acked_through or _seq_after(acked_through, last)
 
 

@@ -476,7 +476,7 @@ class Scanner:
         total = _Tally()
         failed: list[tuple[str, ObjectStoreError]] = []
         lock = threading.Lock()  # the counters below, shared by the listing threads
-        succeeded, failures = [0], [0]
+        succeeded = failures = 0
         given_up = threading.Event()
 
         def scan(shard: str, footers: ThreadPoolExecutor) -> _Tally | ObjectStoreError | None:
@@ -486,18 +486,19 @@ class Scanner:
             # stop learning objects (found by the deterministic simulation).
             # A store that is down fails the first shards: then give up
             # rather than try all 256 (None: not tried).
+            nonlocal succeeded, failures
             if given_up.is_set():
                 return None
             try:
                 tally = self._scan_shard(shard, footers)
             except ObjectStoreError as e:
                 with lock:
-                    failures[0] += 1
-                    if not succeeded[0] and failures[0] >= SHARD_FAILURES_BEFORE_GIVING_UP:
+                    failures += 1
+                    if not succeeded and failures >= SHARD_FAILURES_BEFORE_GIVING_UP:
                         given_up.set()
                 return e
             with lock:
-                succeeded[0] += 1
+                succeeded += 1
             return tally
 
         with (
@@ -512,8 +513,8 @@ class Scanner:
         if failed:
             shard, first = failed[0]
             raise ObjectStoreError(
-                f"incremental scan: {len(chosen) - succeeded[0]} of {len(chosen)} shards not scanned "
-                f"({succeeded[0]} advanced); shard {shard}: {first}",
+                f"incremental scan: {len(chosen) - succeeded} of {len(chosen)} shards not scanned "
+                f"({succeeded} advanced); shard {shard}: {first}",
                 key=first.key,
                 retriable=first.retriable,
             ) from first

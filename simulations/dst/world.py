@@ -62,7 +62,6 @@ from simulations.dst.runtime import EPOCH_S, SimNetwork, VirtualLoop, cancel_nod
 from simulations.dst.store import SimObjectStore, StoreFaults
 from walmgr.config import WalmgrConfig
 from walmgr.daemon import Walmgr
-from walmgr.deleter import execute_plan  # noqa: F401  (imported so patches below reach it)
 
 TOPIC = "dst"
 # Demo-sized deadlines, as partlog cluster's: walmgr's age gate is 3 s.
