@@ -71,6 +71,7 @@ from partlog.rpc_methods import BROKER_SCHEMAS, PARTITIONS_MAX, PRODUCE_BATCHES_
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT, MetadataStore, StoreError
 from partlog.wal_key import WalKeyError, parse_wal_key
 from partlog.wire import (
+    Verdict,
     WireError,
     dec_commit,
     dec_commit_responses,
@@ -883,10 +884,18 @@ class Broker:
         # The role is read before the store: a replica at the epoch asked
         # then, and the store's references after, is what the gate needs
         # (a reference cannot appear for an object past the commit deadline).
-        current = [self.replicas.replica_epoch(tp) == epoch for _, tp, epoch in checks]
-        referenced = await asyncio.to_thread(self.store.referenced_files, {k for k, _, _ in checks})
+        roles = [
+            Verdict.NOT_LEADER
+            if self.replicas.replica_epoch(tp) != epoch
+            else Verdict.ISR_CHANGED
+            if not self.replicas.isr_within(tp, asked)
+            else None
+            for _, tp, epoch, asked in checks
+        ]
+        referenced = await asyncio.to_thread(self.store.referenced_files, {c[0] for c in checks})
         verdicts = [
-            (1 if key in referenced else 0) if ok else 2 for (key, _, _), ok in zip(checks, current, strict=True)
+            int(role) if role is not None else int(Verdict.REFERENCED if c[0] in referenced else Verdict.NOT_REFERENCED)
+            for c, role in zip(checks, roles, strict=True)
         ]
         return {"verdicts": verdicts}
 

@@ -157,6 +157,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
     from partlog.cluster_meta import StaticMetadata, check_same_cluster
     from partlog.objectstore import open_store
     from partlog.produce_pipeline import ProduceConfig
+    from partlog.replication import ReplicationConfig
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from partlog.cluster_meta import BrokerInfo, MetadataSource
@@ -200,6 +201,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
         port=me.port,
         produce=ProduceConfig(commit_interval_ms=args.commit_interval_ms),
         sync=not args.no_sync,
+        replication=ReplicationConfig(min_insync_replicas=args.min_insync_replicas),
         secret=secret,
         server_ssl=tls.server if tls is not None else None,
         client_ssl=tls.client if tls is not None else None,
@@ -615,7 +617,11 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("--store", default=None, help="object store URL instead of <data-dir>/objects: s3://bucket")
     cl.add_argument("--endpoint", default=None, help="S3 endpoint URL for --store s3://...")
     cl.add_argument("--commit-interval-ms", type=int, default=250, help="WAL buffer rotation interval (default 250)")
-    cl.add_argument("--no-sync", action="store_true", help="do not fsync the metadata stores")
+    cl.add_argument(
+        "--no-sync",
+        action="store_true",
+        help="do not fsync the metadata stores (a power loss may undo acknowledged commits; see design.md)",
+    )
     cl.add_argument(
         "--kill-broker-every",
         type=float,
@@ -676,7 +682,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_rpc_limits(br)
     br.add_argument("--commit-interval-ms", type=int, default=250, help="WAL buffer rotation interval (default 250)")
     br.add_argument("--metrics-port", type=int, default=0, help="Prometheus metrics on this port (0: off)")
-    br.add_argument("--no-sync", action="store_true", help="do not fsync the metadata store")
+    br.add_argument(
+        "--min-insync-replicas",
+        type=int,
+        default=1,
+        metavar="N",
+        help="Kafka's min.insync.replicas: acks=all needs this many in-sync replicas, capped at the "
+        "replication factor (default 1, as Kafka's)",
+    )
+    br.add_argument(
+        "--no-sync",
+        action="store_true",
+        help="do not fsync the metadata store: a power loss may undo the last commits, acknowledged ones "
+        "included, so rely on replicas (min.insync.replicas >= 2; design.md, Durability)",
+    )
     br.set_defaults(func=_cmd_broker)
 
     wal = sub.add_parser("wal", help="WAL segments on object storage")
@@ -770,6 +789,7 @@ def _check_ranges(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         "frame_deadline_ms",
         "idle_timeout_ms",
         "request_bytes_in_flight_max",
+        "min_insync_replicas",
     ):
         if getattr(args, name, 1) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be > 0")

@@ -53,6 +53,8 @@ RPC_TIMEOUT_MARGIN_MS = 5_000
 # Kafka's consumer fetch.max.bytes and max.partition.fetch.bytes defaults.
 FETCH_MAX_BYTES_DEFAULT = 50 * 1024 * 1024
 PARTITION_FETCH_MAX_BYTES_DEFAULT = 1024 * 1024
+# Kafka's auto.offset.reset values ("none": raise, here: keep the error).
+AUTO_OFFSET_RESETS = ("earliest", "latest", "none")
 LINGER_MS_DEFAULT = 5
 BATCH_BYTES_MAX_DEFAULT = 1024 * 1024
 # Bytes of batches in one produce request: well under the RPC frame limit
@@ -672,8 +674,18 @@ class Consumer:
         min_bytes: int = 1,
         max_bytes: int = FETCH_MAX_BYTES_DEFAULT,
         partition_max_bytes: int = PARTITION_FETCH_MAX_BYTES_DEFAULT,
+        auto_offset_reset: str = "none",
     ) -> None:
+        if auto_offset_reset not in AUTO_OFFSET_RESETS:
+            raise ValueError(f"auto_offset_reset must be one of {AUTO_OFFSET_RESETS}, got {auto_offset_reset!r}")
         self.conns = Connections(bootstrap, secret=secret, ssl=ssl)
+        # Kafka's auto.offset.reset, applied when a fetch answers
+        # OFFSET_OUT_OF_RANGE (retention or DeleteRecords moved the log start
+        # past the position): "earliest" moves to the log start, "latest" to
+        # the HWM, "none" leaves the position and keeps the error in errors.
+        self.auto_offset_reset = auto_offset_reset
+        # Partition -> (from, to, high watermark) of every reset made.
+        self.resets: dict[TopicIdPartition, list[tuple[int, int, int]]] = {}
         self.max_wait_ms = max_wait_ms
         self.min_bytes = min_bytes
         self.max_bytes = max_bytes
@@ -755,6 +767,12 @@ class Consumer:
             error = Errors(err) if err in Errors._value2member_map_ else Errors.UNKNOWN_SERVER_ERROR
             if error == Errors.CORRUPT_MESSAGE:
                 self.corrupt[tp] = f"offset {self.positions[tp]}: {_msg}"
+            if error == Errors.OFFSET_OUT_OF_RANGE and self.auto_offset_reset != "none" and _lso >= 0:
+                to = _lso if self.auto_offset_reset == "earliest" else max(hwm, _lso)
+                if to != self.positions[tp]:
+                    self.resets.setdefault(tp, []).append((self.positions[tp], to, hwm))
+                    self.positions[tp] = to
+                    continue
             if error != Errors.NONE:
                 self.errors[tp] = error
                 if error in _STALE_METADATA:

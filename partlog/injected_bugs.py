@@ -16,13 +16,12 @@ KNOWN: dict[str, str] = {
         "walmgr's age gate leaves out commit.deadline.ms: objects still committable look old enough"
     ),
     "acks_all_before_hwm": "a leader answers acks=all commits once appended, before the HWM passes them",
-    "no_fetch_epoch_fencing": (
-        "a leader serves follower fetches from any leader epoch and skips the divergence check"
-    ),
+    "no_fetch_epoch_fencing": ("a leader serves follower fetches from any leader epoch and skips the divergence check"),
     "producer_ids_not_persisted": "the controller hands out producer-id blocks again after it restarts",
     "walmgr_asks_only_leaders": (
         "walmgr asks only each partition's leader, so an ISR follower's reference counts as absent"
     ),
+    "retention_past_hwm": "retention deletes batches above the high watermark (not yet committed)",
     "not_leader_counts_as_unreferenced": (
         "walmgr takes a NOT_LEADER answer (a follower's, or a moved leader's) as 'not referenced'"
     ),

@@ -150,9 +150,16 @@ class ReplicaState:
         self._now_ms = max(self._now_ms, now_ms)
         return self._advance()
 
-    def isr_proposal(self, now_ms: int) -> tuple[int, ...] | None:
+    def isr_proposal(self, now_ms: int, expand_for: int | None = None) -> tuple[int, ...] | None:
         """The ISR the leader wants now, if it differs from the committed one
-        and no change is pending; it is pending from now on.  Only
+        and no change is pending; it is pending from now on.
+
+        Lagging members leave.  Only ``expand_for``, the follower whose fetch
+        is being answered, may join (Kafka's ``maybeExpandIsr`` runs on that
+        follower's fetch; the periodic check only shrinks).  A follower that
+        stopped fetching at the HWM would otherwise rejoin on every periodic
+        check and leave again, without ever having fetched: the ISR flaps,
+        and its log start never learns what retention removed.  Only
         ``eligible`` replicas may join (Kafka's ``isReplicaIsrEligible``: not
         fenced by the controller, which would refuse them)."""
         self._now_ms = max(self._now_ms, now_ms)
@@ -165,7 +172,8 @@ class ReplicaState:
                 if now_ms - f.last_caught_up_ms <= self.replica_lag_time_max_ms:
                     want.add(fid)
             elif (
-                f.log_end_offset >= self.high_watermark
+                fid == expand_for
+                and f.log_end_offset >= self.high_watermark
                 and f.log_end_offset >= self.leader_epoch_start_offset
                 and (eligible is None or eligible(fid))
             ):

@@ -235,6 +235,17 @@ class ReplicaManager:
         followed = self._following.get(tp)
         return None if followed is None else followed.leader_epoch
 
+    def isr_within(self, tp: TopicIdPartition, asked: tuple[int, ...] | None) -> bool:
+        """For walmgr's reference check: False when this broker leads ``tp``
+        and its ISR, with a change waiting for the controller, has a member
+        not in ``asked`` (None: not checked).  walmgr's metadata may predate
+        that member's joining, and the member may hold references the ones
+        asked no longer do (a log start that has not caught up yet)."""
+        led = self._led.get(tp)
+        if led is None or asked is None:
+            return True
+        return led.rs.maximal_isr <= set(asked)
+
     @property
     def leaders(self) -> int:
         return len(self._led)
@@ -444,7 +455,14 @@ class ReplicaManager:
                         if r.log_end_offset > led.rs.log_end_offset:
                             self._complete(led, led.rs.leader_appended(r.log_end_offset, now))
                         self._complete(led, led.rs.follower_fetch(replica_id, p.fetch_offset, now))
-                        self._maybe_alter_isr(led, now)
+                        # A follower joins the ISR only once its log start
+                        # has caught up too: below the leader's it may still
+                        # hold entries retention or DeleteRecords removed,
+                        # whose objects walmgr may delete once the leader and
+                        # the ISR of the moment stop naming them (the answer
+                        # to this fetch brings the leader's log start).
+                        joins = p.log_start_offset < 0 or p.log_start_offset >= r.log_start_offset
+                        self._maybe_alter_isr(led, now, expand_for=replica_id if joins else None)
             # A fetch needs an answer now when it brings entries, an error or
             # a divergence, or (KIP-1166) the follower's HWM is behind ours.
             urgent = any(
@@ -537,10 +555,10 @@ class ReplicaManager:
 
     # --------------------------------------------------------------- the ISR
 
-    def _maybe_alter_isr(self, led: _Led, now: int) -> None:
+    def _maybe_alter_isr(self, led: _Led, now: int, expand_for: int | None = None) -> None:
         if led.alter_inflight or now < led.alter_backoff_until_ms:
             return
-        proposal = led.rs.isr_proposal(now)
+        proposal = led.rs.isr_proposal(now, expand_for)
         if proposal is None:
             return
         led.alter_inflight = True
@@ -667,6 +685,7 @@ class ReplicaManager:
                     self.store.log_end_offset(tp),
                     cache[-1][0] if cache else UNDEFINED_EPOCH,
                     hwm,
+                    self.store.log_start_offset(tp),
                 )
             )
         return parts

@@ -212,6 +212,8 @@ class ServerLimits:
             value = getattr(self, name)
             if type(value) is not int or value <= 0:
                 raise ValueError(f"RPC server limit {name} must be a positive integer, got {value!r}")
+
+
 # Default bound on connect plus handshake, and on a call without its own
 # timeout: Kafka's request.timeout.ms is 30 s as well.
 RPC_TIMEOUT_MS_DEFAULT = 30_000

@@ -460,9 +460,7 @@ def check_cluster(peer: uuid.UUID | None, own: uuid.UUID | None, who: str) -> No
     the names differ.  A side with no cluster id learns nothing and refuses
     nothing here: the caller decides whether it needs the peer to have one."""
     if peer is not None and own is not None and peer != own:
-        raise RpcError(
-            RpcErrorCode.CLUSTER_MISMATCH, f"{who} belongs to cluster {peer}, this side to cluster {own}"
-        )
+        raise RpcError(RpcErrorCode.CLUSTER_MISMATCH, f"{who} belongs to cluster {peer}, this side to cluster {own}")
 
 
 def check_version(frame: Frame) -> None:

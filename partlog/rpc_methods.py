@@ -61,6 +61,8 @@ PARTITIONS_MAX = 10_000
 COMMIT_BATCHES_MAX = SEGMENT_BATCHES_MAX
 # A reference check carries walmgr's questions for one broker (it splits larger rounds).
 REFERENCE_CHECKS_MAX = 100_000
+# The replicas of one partition walmgr names in a reference check.
+REPLICAS_ASKED_MAX = 1024
 # Objects one upload notification may carry (brokers send at most 1,000),
 # and partitions per object (a segment's footer names at most ~25,000).
 NOTIFY_OBJECTS_MAX = 10_000
@@ -120,7 +122,8 @@ BROKER_SCHEMAS: dict[str, Schema] = {
                 ),
                 PARTITIONS_MAX,
             ),
-        }
+        },
+        optional={"log_start_offsets": List(Int(-1, INT64_MAX), PARTITIONS_MAX)},
     ),
     "referenced_files": Map(
         required={
@@ -128,7 +131,8 @@ BROKER_SCHEMAS: dict[str, Schema] = {
                 Tuple(("key", OBJECT_KEY), ("topic_id", TOPIC_ID), ("partition", PARTITION), ("leader_epoch", INT32)),
                 REFERENCE_CHECKS_MAX,
             )
-        }
+        },
+        optional={"asked": List(List(BROKER_ID, REPLICAS_ASKED_MAX), REFERENCE_CHECKS_MAX)},
     ),
 }
 

@@ -55,6 +55,7 @@ import lmdb
 import msgpack
 
 from partlog import batch_header as bh
+from partlog import injected_bugs
 from partlog.batch_header import BatchHeader, increment_sequence, patch_header
 from partlog.crc32c import crc32c
 from partlog.errors import Errors
@@ -546,8 +547,10 @@ class MetadataStore:
         """Open (creating unless ``readonly``) the store in directory ``path``.
 
         ``clock`` returns milliseconds since the epoch (default: wall clock).
-        With ``sync=True`` every returned write is on disk; with ``sync=False``
-        a crash can lose the last writes but never leaves a partial one.
+        With ``sync=True`` every returned write is on disk.  With ``sync=False``
+        a process crash loses nothing, but a machine crash or power loss may
+        undo the last writes (LMDB's MDB_NOSYNC: the store stays intact only
+        on a file system that preserves write order).
         With ``auto_high_watermark=True`` (no replication) a commit moves the
         high watermark to the log end; with False the owner moves it with
         :meth:`set_high_watermark` as its replicas catch up.
@@ -1649,7 +1652,7 @@ class MetadataStore:
         size = part.live_bytes
         point = part.log_start_offset
         for _, e in self._entries(txn, part):
-            if e.last_offset >= hwm:
+            if e.last_offset >= hwm and not injected_bugs.on("retention_past_hwm"):
                 break
             by_time = cfg.retention_ms >= 0 and e.effective_timestamp < now - cfg.retention_ms
             by_size = cfg.retention_bytes >= 0 and size - e.size >= cfg.retention_bytes
@@ -1675,6 +1678,11 @@ class MetadataStore:
         leader it includes commits sequenced but not yet durable (at most two
         groups ahead).  KeyError for an unknown partition."""
         return self._known_part(tp).log_end_offset
+
+    def log_start_offset(self, tp: TopicIdPartition) -> int:
+        """The partition's log start offset, from memory.  KeyError for an
+        unknown partition."""
+        return self._known_part(tp).log_start_offset
 
     def high_watermark(self, tp: TopicIdPartition) -> int:
         """The effective high watermark (persisted or set in memory, whichever

@@ -215,6 +215,9 @@ class ReplicaFetchPartition:
     fetch_offset: int
     last_fetched_epoch: int
     high_watermark: int  # -1: not sent
+    # The follower's log start (Kafka's FetchRequest LogStartOffset); -1: not
+    # sent (an older follower).
+    log_start_offset: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +248,8 @@ def enc_replica_fetch(
             ]
             for p in parts
         ],
+        # Beside the items (an older leader ignores an unknown key).
+        "log_start_offsets": [p.log_start_offset for p in parts],
     }
 
 
@@ -264,7 +269,20 @@ def dec_replica_fetch(body: Any, partitions_max: int) -> tuple[int, int, int, li
         "[topic_id, partition, current_leader_epoch, fetch_offset, last_fetched_epoch, high_watermark]",
         partitions_max,
     )
-    return replica_id, max_wait, entries_max, [ReplicaFetchPartition(tp, *rest) for tp, rest in items]
+    starts = m.get("log_start_offsets")
+    if starts is None:
+        starts = [-1] * len(items)
+    elif type(starts) is not list or len(starts) != len(items) or any(type(x) is not int or x < -1 for x in starts):
+        raise WireError(f"replica_fetch.log_start_offsets: a list of {len(items)} integers >= -1")
+    return (
+        replica_id,
+        max_wait,
+        entries_max,
+        [
+            ReplicaFetchPartition(tp, rest[0], rest[1], rest[2], rest[3], lso)
+            for (tp, rest), lso in zip(items, starts, strict=True)
+        ],
+    )
 
 
 def enc_replica_fetch_response(results: Sequence[ReplicaFetchResult]) -> dict[str, Any]:
@@ -355,22 +373,50 @@ class Verdict(IntEnum):
     REFERENCED = 1
     NOT_LEADER = 2  # no replica of the partition here (leader or follower) at the epoch asked
     UNKNOWN_PARTITION = 3  # the broker does not know the partition (yet)
+    # The leader's ISR (with a change waiting for the controller) has a
+    # member walmgr did not ask: it may hold the reference.  Ask again with
+    # fresh metadata.
+    ISR_CHANGED = 4
 
 
-def enc_reference_checks(checks: Sequence[tuple[str, TopicIdPartition, int]]) -> dict[str, Any]:
-    return {"checks": [[key, *enc_tp(tp), epoch] for key, tp, epoch in checks]}
+# Per check, the replicas walmgr asks about the partition (leader and ISR):
+# the leader answers ISR_CHANGED if its ISR has one more.  None: not sent.
+AskedReplicas = tuple[int, ...] | None
 
 
-def dec_reference_checks(body: Any, checks_max: int) -> list[tuple[str, TopicIdPartition, int]]:
+def enc_reference_checks(checks: Sequence[tuple[str, TopicIdPartition, int, AskedReplicas]]) -> dict[str, Any]:
+    """Checks of (key, partition, leader epoch, replicas asked or None)."""
+    body: dict[str, Any] = {"checks": [[key, *enc_tp(tp), epoch] for key, tp, epoch, _ in checks]}
+    if any(asked is not None for *_, asked in checks):
+        # Beside the items (an older broker ignores an unknown key); [] for
+        # a check that names none, which no leader's ISR fits in.
+        body["asked"] = [list(asked) if asked is not None else [] for *_, asked in checks]
+    return body
+
+
+def dec_reference_checks(
+    body: Any, checks_max: int, asked_max: int = 1024
+) -> list[tuple[str, TopicIdPartition, int, AskedReplicas]]:
+    """(key, partition, leader epoch, replicas asked or None) per check."""
     m = expect_map(body, "referenced_files")
     raw = expect_list(field(m, "checks", "referenced_files"), "referenced_files.checks")
     if len(raw) > checks_max:
         raise WireError(f"referenced_files.checks: at most {checks_max} items, got {len(raw)}")
-    out = []
+    asked: list[AskedReplicas] = [None] * len(raw)
+    if "asked" in m:
+        lists = expect_list(m["asked"], "referenced_files.asked", len(raw))
+        for i, ids in enumerate(lists):
+            where = f"referenced_files.asked[{i}]"
+            if type(ids) is not list or len(ids) > asked_max:
+                raise WireError(f"{where}: a list of at most {asked_max} broker ids")
+            asked[i] = tuple(expect_int(b, f"{where}[]") for b in ids)
+    out: list[tuple[str, TopicIdPartition, int, AskedReplicas]] = []
     for i, c in enumerate(raw):
         what = f"referenced_files.checks[{i}]"
         key, tid, part, epoch = expect_list(c, what, 4)
-        out.append((expect_str(key, f"{what}.key"), dec_tp([tid, part], what), expect_int(epoch, f"{what}.epoch")))
+        out.append(
+            (expect_str(key, f"{what}.key"), dec_tp([tid, part], what), expect_int(epoch, f"{what}.epoch"), asked[i])
+        )
     return out
 
 

@@ -97,6 +97,12 @@ ROWS = [
     ),
     Row("bad store URL", lambda e: _partlog("cluster", "--store", "x://nope"), 2, "x://nope"),
     Row("unknown flag", lambda e: _partlog("broker", "--id", "1", "--data-dir", "d", "--bogus"), 2, "--bogus"),
+    Row(
+        "zero min ISR",
+        lambda e: _partlog("broker", "--id", "1", "--data-dir", "d", "--min-insync-replicas", "0"),
+        2,
+        "--min-insync-replicas",
+    ),
     # ---- partlog: files and paths
     Row(
         "missing cluster file",

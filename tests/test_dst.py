@@ -29,6 +29,7 @@ REGRESSION_SEEDS = {
     1: "walmgr: one failed shard LIST aborted every scan; orphans were never learned nor deleted",
     2: "a commit sender died on a handshake timeout; a lost commit reply left a batch retried for ever",
     7: "with --inject walmgr_asks_only_leaders an ISR member's reference is deleted; asking the ISR keeps it",
+    29: "retention, min ISR 2: a follower flapped into the ISR with a stale log start; walmgr deleted its object",
 }
 # An injected bug and the first seed that finds it (python -m simulations.dst
 # fuzz --inject NAME --stop-at-first gives it).

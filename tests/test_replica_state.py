@@ -70,12 +70,16 @@ class ReplicaMachine(RuleBasedStateMachine):
     def tick(self, ms: int) -> None:
         self.now += ms
 
-    @rule(commit=st.booleans())
-    def alter_isr(self, commit: bool) -> None:
-        proposal = self.s.isr_proposal(self.now)
+    @rule(commit=st.booleans(), expand_for=st.sampled_from([None, 2, 3]))
+    def alter_isr(self, commit: bool, expand_for: int | None) -> None:
+        # expand_for: as on a fetch of that follower; None: the periodic check.
+        isr = set(self.s.isr)
+        proposal = self.s.isr_proposal(self.now, expand_for)
         if proposal is None:
             return
         assert 1 in proposal
+        # Only the fetching follower may join.
+        assert set(proposal) - isr <= ({expand_for} if expand_for is not None else set())
         if commit:
             self._done(self.s.isr_committed(set(proposal), self.s.partition_epoch + 1))
         else:
@@ -120,8 +124,8 @@ def test_lagging_follower_leaves_and_rejoins_the_isr() -> None:
     assert s.high_watermark == 12  # under min.insync.replicas: the HWM stays (KIP-966)
     s.leader_appended(25, 200)
     assert s.high_watermark == 12
-    s.follower_fetch(2, 25, 210)  # past the HWM: rejoins
-    assert s.isr_proposal(210) == (1, 2)
+    s.follower_fetch(2, 25, 210)  # past the HWM: rejoins (on its fetch)
+    assert s.isr_proposal(210, expand_for=2) == (1, 2)
     # A pending expansion already counts for the HWM, not for acks=all.
     assert s.maximal_isr == {1, 2} and s.check_acks_all() == Errors.NOT_ENOUGH_REPLICAS
     s.isr_committed((1, 2), 2)
@@ -180,6 +184,25 @@ def test_an_ineligible_replica_is_not_proposed_for_the_isr() -> None:
     s = ReplicaState(leader_id=1, replicas=(1, 2), isr={1}, eligible=lambda r: r != 2)
     s.leader_appended(5, 0)
     s.follower_fetch(2, 5, 10)  # caught up, but its broker is fenced
-    assert s.isr_proposal(10) is None
+    assert s.isr_proposal(10, expand_for=2) is None
     s.eligible = None
-    assert s.isr_proposal(10) == (1, 2)
+    assert s.isr_proposal(10, expand_for=2) == (1, 2)
+
+
+def test_a_follower_that_stopped_fetching_does_not_rejoin_on_the_periodic_check() -> None:
+    """Regression (DST seed 29 with min.insync.replicas=2): a follower cut
+    off at the HWM (which then stays, under the minimum ISR) was added back
+    by every periodic check and dropped by the next, without fetching; its
+    log start never learned what the leader's retention removed, and walmgr,
+    having asked the ISR of the moment, deleted an object it still named."""
+    s = ReplicaState(leader_id=1, replicas=(1, 2), min_insync_replicas=2, replica_lag_time_max_ms=100)
+    s.leader_appended(5, 0)
+    s.follower_fetch(2, 5, 10)
+    s.leader_appended(9, 20)  # the follower stops fetching at 5
+    assert s.isr_proposal(200) == (1,)
+    s.isr_committed({1}, 1)
+    assert s.high_watermark == 5  # under the minimum: the HWM stays at the follower's end
+    for now in range(250, 2000, 250):  # the periodic checks: no expansion
+        assert s.isr_proposal(now) is None
+    s.follower_fetch(2, 9, 2000)  # it fetches again: now it may join
+    assert s.isr_proposal(2000, expand_for=2) == (1, 2)

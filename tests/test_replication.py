@@ -25,7 +25,7 @@ from partlog.cluster_meta import StaticMetadata
 from partlog.errors import Errors
 from partlog.objectstore import LocalDirStore
 from partlog.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock, ProducerIdManager
-from partlog.records import CommitBatchRequest, TopicIdPartition
+from partlog.records import CommitBatchRequest, DeleteRecordsRequest, TopicIdPartition
 from partlog.replication import ReplicationConfig
 from partlog.rpc import RpcClient, RpcConnectionError
 from partlog.wire import ReplicaFetchPartition, dec_replica_fetch_response, enc_commit, enc_replica_fetch
@@ -331,3 +331,57 @@ async def test_an_unreachable_controller_does_not_switch_to_random_producer_ids(
             assert pid is not None and pid < PRODUCER_ID_BLOCK_SIZE and source.calls == 2
         finally:
             await broker.stop()
+
+
+@run_async
+async def test_a_follower_joins_the_isr_only_once_its_log_start_caught_up(tmp_path: Path) -> None:
+    """Regression (DST, retention with min.insync.replicas=2): a follower
+    out of the ISR still held entries below the leader's log start (what
+    DeleteRecords or retention removed there) when it rejoined; walmgr,
+    having asked the leader and the ISR of the moment, had deleted their
+    object.  Now the fetch carries the follower's log start (Kafka's
+    FetchRequest LogStartOffset) and the leader adds it to the ISR only when
+    it is at or past its own."""
+    cfg = ReplicationConfig(replica_lag_time_max_ms=300, replica_fetch_backoff_ms=50)
+    objects = LocalDirStore(tmp_path / "objects")
+    async with running_cluster(tmp_path, objects, azs=2, partitions=1, replication_factor=2, replication=cfg) as (
+        brokers,
+        meta,
+    ):
+        [tp] = topic_partitions(meta)
+        b = by_id(brokers)
+        leader = b[meta.partition(tp).leader]  # type: ignore[union-attr]
+        follower = b[next(x for x in b if x != leader.broker_id)]
+        fid = follower.broker_id
+        assert await produce_one(leader, tp, -1) == Errors.NONE
+        cut_off(follower, {leader.broker_id})  # it stops fetching: we fetch in its name
+        await until(lambda: leader.replicas.isr(tp) == {leader.broker_id}, "the follower to leave the ISR")
+        for _ in range(3):
+            assert await produce_one(leader, tp, 1) == Errors.NONE
+        hwm = leader.store.high_watermark(tp)
+        [deleted] = leader.store.delete_records([DeleteRecordsRequest(tp, hwm - 1)])
+        assert deleted.errors == Errors.NONE
+        leader_start = leader.store.log_start_offset(tp)
+        assert leader_start == hwm - 1 > follower.store.log_start_offset(tp) == 0
+        epoch = leader.replicas.leader_epoch(tp)
+        assert epoch is not None
+        leo = leader.store.log_end_offset(tp)
+
+        async def fetch_as_follower(log_start: int) -> None:
+            c = await RpcClient.connect("127.0.0.1", leader.port)
+            try:
+                part = ReplicaFetchPartition(tp, epoch, leo, epoch, -1, log_start)
+                body = await c.call("replica_fetch", enc_replica_fetch(fid, 0, 10, [part]))
+                [r] = dec_replica_fetch_response(body, 1)
+                assert r.error == Errors.NONE and r.log_start_offset == leader_start
+            finally:
+                await c.close()
+
+        # At the leader's end and HWM, but its log start is behind: not yet.
+        for _ in range(5):
+            await fetch_as_follower(0)
+            await asyncio.sleep(0.1)
+            assert leader.replicas.isr(tp) == {leader.broker_id}
+        # Its log start caught up (it applied the leader's): it joins.
+        await fetch_as_follower(leader_start)
+        await until(lambda: leader.replicas.isr(tp) == {leader.broker_id, fid}, "the follower to rejoin")

@@ -233,16 +233,17 @@ def test_isr_followers_are_asked_too_and_any_reference_or_doubt_keeps_the_file()
     leaders = {TPS[0]: (1, 5)}
     isr = {TPS[0]: (1, 2, 3)}  # replica 4 is out of sync
     plan = plan_checks([rec], lambda tp: False, leaders.get, CLUSTER, isr.__getitem__)
-    assert {b: [(c.leader, c.leader_epoch) for c in cs] for b, cs in plan.by_broker.items()} == {
-        1: [(1, 5)],
-        2: [(1, 5)],
-        3: [(1, 5)],
+    assert {b: [(c.leader, c.leader_epoch, c.asked) for c in cs] for b, cs in plan.by_broker.items()} == {
+        1: [(1, 5, (1, 2, 3))],
+        2: [(1, 5, (1, 2, 3))],
+        3: [(1, 5, (1, 2, 3))],
     }
     clean = {b: [Verdict.NOT_REFERENCED] for b in (1, 2, 3)}
     assert decide(plan, clean, leaders.get).delete == ["k"]
     d = decide(plan, {**clean, 3: [Verdict.REFERENCED]}, leaders.get)
     assert d.delete == [] and "broker 3" in d.referenced["k"]
-    for bad in ([Verdict.NOT_LEADER], "timed out", None):
+    # ISR_CHANGED: the leader's ISR has a member not asked (it joined since).
+    for bad in ([Verdict.NOT_LEADER], [Verdict.ISR_CHANGED], "timed out", None):
         answers = {**clean, 2: bad} if bad is not None else {1: clean[1], 3: clean[3]}
         d = decide(plan, answers, leaders.get)
         assert d.delete == [] and "broker 2" in d.doubt["k"], d

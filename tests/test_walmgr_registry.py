@@ -634,6 +634,8 @@ def test_load_config_scan_table(tmp_path: Path) -> None:
     path = tmp_path / "walmgr.toml"
     path.write_text('store = "file:///s"\nregistry = "/r"\n')
     assert (load_config(path).scan_engine, load_config(path).scan_spark_master) == ("local", "local[*]")
-    path.write_text('store = "file:///s"\nregistry = "/r"\nscan.engine = "spark"\nscan.spark_master = "spark://h:7077"\n')
+    path.write_text(
+        'store = "file:///s"\nregistry = "/r"\nscan.engine = "spark"\nscan.spark_master = "spark://h:7077"\n'
+    )
     cfg = load_config(path)
     assert (cfg.scan_engine, cfg.scan_spark_master) == ("spark", "spark://h:7077")

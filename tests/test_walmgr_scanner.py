@@ -283,9 +283,7 @@ def test_retriable_error_propagates_and_keeps_position(store: CountingStore, reg
     assert scanner(store, registry, clock).incremental(["42"]).new_objects == 1
 
 
-def test_one_failing_shard_does_not_cost_the_others_their_progress(
-    store: CountingStore, registry: Registry
-) -> None:
+def test_one_failing_shard_does_not_cost_the_others_their_progress(store: CountingStore, registry: Registry) -> None:
     """Regression (issue 14, found by the deterministic simulation, seed 1):
     one failed LIST aborted the whole incremental scan.  With 256 shards and
     a 1% error rate per request, nine scans in ten failed and walmgr stopped

@@ -66,7 +66,6 @@ from walmgr.spark_scan import check_available as check_spark_available
 log = logging.getLogger(__name__)
 
 
-
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -605,7 +604,7 @@ class Walmgr:
                 for part in split_checks(checks):
                     body = await client.call(
                         "referenced_files",
-                        enc_reference_checks([(c.key, c.topic_id_partition, c.leader_epoch) for c in part]),
+                        enc_reference_checks([(c.key, c.topic_id_partition, c.leader_epoch, c.asked) for c in part]),
                         timeout_ms=self.config.check_timeout_ms,
                     )
                     out += dec_verdicts(body, len(part))

@@ -49,6 +49,9 @@ class Check:
     topic_id_partition: TopicIdPartition
     leader_epoch: int
     leader: int = -1  # the leader at that epoch (the broker asked may be an ISR follower)
+    # Every replica of the partition asked (leader and ISR): the leader
+    # answers ISR_CHANGED when its ISR has another member.
+    asked: tuple[int, ...] = ()
 
 
 # (broker id, leader epoch) of a partition's leader, or None when it has none.
@@ -100,7 +103,8 @@ def plan_checks(
 ) -> CheckPlan:
     """The questions for ``records`` of cluster ``cluster_id``: for each
     partition, of its leader and of every other member of ``isr(tp)``, at
-    the leader's epoch.  A record whose footer named no partitions, no
+    the leader's epoch; the leader also checks that its ISR has no member
+    beyond those asked (one that joined since the metadata was read).  A record whose footer named no partitions, no
     cluster or another cluster is a doubt, asked of nobody."""
     by_broker: dict[int, list[Check]] = {}
     unreferenced: set[str] = set()
@@ -123,8 +127,9 @@ def plan_checks(
                 break
             broker, epoch = current
             followers = () if injected_bugs.on("walmgr_asks_only_leaders") else isr(tp)
-            for asked in dict.fromkeys((broker, *followers)):
-                checks.append((asked, Check(r.key, tp, epoch, broker)))
+            members = tuple(dict.fromkeys((broker, *followers)))
+            for asked in members:
+                checks.append((asked, Check(r.key, tp, epoch, broker, members)))
         if reason:
             doubt[r.key] = reason
         elif not checks:

@@ -14,10 +14,15 @@ crash leaves them).
 
 Invariants, checked as events happen and at the end:
 
-* every record acknowledged with acks=all by an idempotent producer is read
-  back exactly once, at the offset its acknowledgement gave, and one
-  producer's records to one partition in the order they were sent; no two
-  acknowledgements name the same offset;
+* every record acknowledged with acks=all is read back at the offset its
+  acknowledgement gave (unless DeleteRecords or retention removed it); an
+  idempotent producer's exactly once, and one producer's records to one
+  partition in the order they were sent; no two acknowledgements name the
+  same offset (acks=1 records may be lost in a failover, and a stale leader
+  may acknowledge one at an offset committed elsewhere, as in Kafka: they
+  are counted, not required);
+* every record read was sent by some producer, and a partition's offsets
+  have no gaps (only a reset to the log start skips);
 * no WAL object is deleted while any broker's store, leader or follower,
   references it (checked inside DeleteObjects, before the delete);
 * each broker's file-reference index equals a recount from its log
@@ -90,8 +95,14 @@ class Shape:
     brokers_per_az: int = 2
     partitions: int = 12
     replication_factor: int = 3
-    producers_per_az: int = 1
+    producers_per_az: int = 1  # idempotent, acks=all
     rate_per_producer: float = 100.0  # records/s
+    # Kafka's two other delivery contracts, beside the idempotent producers:
+    # not idempotent with acks=all (duplicates allowed) and acks=1 (losses
+    # allowed in a failover).  Placed in the AZs in turn.
+    plain_producers: int = 1
+    acks1_producers: int = 1
+    rate_per_plain_producer: float = 50.0  # records/s
     duration_s: float = 30.0  # faults happen during this
     settle_s: float = 15.0  # after it, faults stop and the cluster heals
 
@@ -127,6 +138,19 @@ class Faults:
     # DeleteRecords on a partition's current leader, up to a few entries
     # below its HWM (Kafka's AdminClient.deleteRecords, as an operator would).
     delete_records_per_min: float = 2.0
+    # retention.bytes set on the topic for a while (as its config would
+    # reach every broker): each replica then deletes its oldest batches, and
+    # walmgr sees objects leave some replicas' logs before others'.  Then
+    # the limit is lifted, so that later records are read back.
+    retention_changes_per_min: float = 1.0
+    retention_bytes: tuple[int, ...] = (256, 1_024, 4_096)
+    retention_s: tuple[float, float] = (1.0, 10.0)
+    # A broker loses power: its store runs with sync off (the brokers here
+    # do, as partlog broker --no-sync), so what the OS had not yet written
+    # back, the transactions of the last power_loss_unsynced_s, is gone.
+    # Modelled as whole transactions lost (LMDB's MDB_NOMETASYNC contract).
+    power_losses_per_min: float = 1.0
+    power_loss_unsynced_s: tuple[float, float] = (0.0, 1.0)
     clock_skew_ms: int = 400  # per broker, within walmgr's max_clock_skew_ms
     latency_same_az_ms: tuple[float, float] = (0.1, 1.0)
     latency_cross_az_ms: tuple[float, float] = (0.5, 3.0)
@@ -157,6 +181,8 @@ class Faults:
             slow_links_per_min=0.0,
             clock_jumps_per_min=0.0,
             delete_records_per_min=0.0,
+            retention_changes_per_min=0.0,
+            power_losses_per_min=0.0,
             clock_skew_ms=0,
             store=StoreFaults(),
         )
@@ -176,6 +202,9 @@ class Result:
     errors_logged: list[str]
     digest: str
     faults_drawn: int = 0  # fault numbers 0..faults_drawn-1 were drawn
+    # acks=1 acknowledgements, and how many of them a failover lost (allowed).
+    acked_acks1: int = 0
+    lost_acks1: int = 0
     only_faults: frozenset[int] | None = None
 
     @property
@@ -270,6 +299,14 @@ class World:
         self.fault_counts: dict[str, int] = {}
         # (tp, offset) -> value, for acks=all acknowledgements.
         self.acked: dict[tuple[TopicIdPartition, int], bytes] = {}
+        # (tp, offset) -> value, for acks=1 acknowledgements.
+        self.acked1: dict[tuple[TopicIdPartition, int], bytes] = {}
+        self.lost_acks1 = 0
+        # Producer name -> "idempotent", "plain" (acks=all) or "acks1".
+        self.kind_of: dict[str, str] = {}
+        self.sent: set[bytes] = set()
+        # The retention.bytes the topic has now (None: Kafka's default, none).
+        self.retention_bytes: int | None = None
         self.sent_order: dict[tuple[str, TopicIdPartition], list[bytes]] = {}
         self.acked_unplaced: dict[bytes, TopicIdPartition] = {}
         # Log start offsets DeleteRecords set: records below are gone by design.
@@ -350,9 +387,13 @@ class World:
             port=BROKER_PORT_BASE + bid,
             produce=ProduceConfig(commit_interval_ms=50),
             sync=False,
+            retention_check_interval_ms=1_000,
             commit_rpc_timeout_ms=3_000,
             commit_deadline_ms=COMMIT_DEADLINE_MS,
-            replication=ReplicationConfig(replica_lag_time_max_ms=2_000),
+            # RF 3 with min.insync.replicas=2: what acks=all users run for
+            # durability (with 1, a power loss of a lone ISR member loses what
+            # it acknowledged, in Kafka as here).
+            replication=ReplicationConfig(replica_lag_time_max_ms=2_000, min_insync_replicas=2),
             walmgr_address=f"127.0.0.1:{self.walmgr.port}" if self.walmgr is not None and self.walmgr.port else "",
         )
 
@@ -378,6 +419,15 @@ class World:
         await broker.listen()
         await source.start()
         await broker.start()
+        if self.retention_bytes is not None:
+            # The topic's config as it is now (a restarted broker learns it).
+            await self._set_retention(broker, self.retention_bytes)
+
+    async def _set_retention(self, broker: Broker, limit: int) -> None:
+        if self.partitions and not broker.store._closed:
+            await asyncio.to_thread(
+                broker.store.alter_topic_configs, self.partitions[0].topic_id, {"retention.bytes": limit}
+            )
 
     async def crash_broker(self, bid: int) -> None:
         node = f"b{bid}"
@@ -564,9 +614,10 @@ class World:
                 if epoch is None or epoch < 0:
                     continue
                 try:
-                    hwm = int(broker.store.partition_state(tp)["high_watermark"])
+                    state = broker.store.partition_state(tp)
                 except (StoreError, KeyError):
                     continue
+                hwm = int(state["high_watermark"])
                 key = (bid, tp, epoch)
                 if hwm < self.hwm_seen.get(key, -1):
                     self.violated(f"broker {bid} {tp} epoch {epoch}: HWM went back from {self.hwm_seen[key]} to {hwm}")
@@ -577,6 +628,11 @@ class World:
                 info = self.partition_info.get(tp)
                 if info is None or info.leader != bid or info.leader_epoch != epoch:
                     continue
+                # On a leader, retention and DeleteRecords stop at the HWM
+                # (Kafka: the log start never passes it); past it they would
+                # remove entries not yet committed, acknowledged a moment later.
+                if state["log_start_offset"] > hwm:
+                    self.violated(f"broker {bid} {tp}: log start {state['log_start_offset']} passes the HWM {hwm}")
                 for m in info.isr:
                     member = self.brokers.get(m)
                     if m == bid or member is None or member.store._closed:
@@ -631,6 +687,18 @@ class World:
         if fut.cancelled() or fut.exception() is not None:
             return
         md = fut.result()
+        if self.kind_of[producer] == "acks1":
+            # May be lost in a failover (Kafka's contract for acks=1).  A
+            # stale leader (cut off from the controller, not yet told) still
+            # takes acks=1 writes at offsets the new leader has committed, as
+            # in Kafka; they are truncated.  A current leader writing over a
+            # committed offset shows in the acks=all read-back instead.
+            where = (tp, md.offset)
+            old = self.acked.get(where)
+            if old is not None and old != value:
+                self.event(f"{tp} offset {md.offset}: acks=1 {value!r} acknowledged where acks=all holds {old!r}")
+            self.acked1[where] = value
+            return
         if md.offset < 0:
             # Acknowledged with its offset unknown (a retry the leader had
             # already taken): it must still be read back exactly once.
@@ -642,26 +710,35 @@ class World:
             self.violated(f"{tp} offset {md.offset} acknowledged for {old!r} and {value!r}")
         self.acked[where] = value
 
-    async def _produce(self, name: str, az: str) -> None:
+    async def _produce(self, name: str, az: str, kind: str) -> None:
+        self.kind_of[name] = kind
         bootstrap = [("127.0.0.1", BROKER_PORT_BASE + b) for b in sorted(self.az_of)]
         rng = random.Random(hash((self.seed, name)) & 0xFFFFFFFF)
         restart = self.producer_restarts.setdefault(name, asyncio.Event())
         seq = 0
         while self.faults_on or self.loop.time() < self._stop_producing_at:
             restart.clear()
-            seq = await self._produce_as(name, az, bootstrap, rng, seq, restart)
+            seq = await self._produce_as(name, az, kind, bootstrap, rng, seq, restart)
 
     async def _produce_as(
         self,
         name: str,
         az: str,
+        kind: str,
         bootstrap: list[tuple[str, int]],
         rng: random.Random,
         seq: int,
         restart: asyncio.Event,
     ) -> int:
         """One producer incarnation (a producer id); the next sequence number."""
-        producer = Producer(bootstrap, az=az, acks=-1, idempotent=True, linger_ms=5, delivery_timeout_ms=600_000)
+        producer = Producer(
+            bootstrap,
+            az=az,
+            acks=1 if kind == "acks1" else -1,
+            idempotent=kind == "idempotent",
+            linger_ms=5,
+            delivery_timeout_ms=600_000,
+        )
         self.live_producers[name] = producer
         while True:
             try:
@@ -669,12 +746,14 @@ class World:
                 break
             except Exception:  # no broker reachable yet: retry
                 await asyncio.sleep(0.5)
-        interval = 1.0 / self.shape.rate_per_producer
+        rate = self.shape.rate_per_producer if kind == "idempotent" else self.shape.rate_per_plain_producer
+        interval = 1.0 / rate
         try:
             while (self.faults_on or self.loop.time() < self._stop_producing_at) and not restart.is_set():
                 tp = self.partitions[rng.randrange(len(self.partitions))]
                 value = f"{name}:{seq}".encode()
                 seq += 1
+                self.sent.add(value)
                 self.sent_order.setdefault((name, tp), []).append(value)
                 fut = producer.send(tp, value)
                 fut.add_done_callback(functools.partial(self._on_ack, name, tp, value))
@@ -702,6 +781,8 @@ class World:
             "slow_link": f.slow_links_per_min,
             "clock_jump": f.clock_jumps_per_min,
             "delete_records": f.delete_records_per_min,
+            "retention": f.retention_changes_per_min,
+            "power_loss": f.power_losses_per_min,
         }
         total = sum(rates.values())
         if total <= 0:
@@ -791,6 +872,26 @@ class World:
             if answer.errors == Errors.NONE:
                 self.deleted_below[tp] = max(self.deleted_below.get(tp, 0), answer.low_watermark)
                 self.count(kind, f"#{k} {tp.partition} below {answer.low_watermark} on broker {info.leader}")
+        elif kind == "power_loss":
+            alive = sorted(b for b, broker in self.brokers.items() if not broker.store._closed)
+            if len(alive) <= 1:
+                return
+            bid = rng.choice(alive)
+            broker = self.brokers[bid]
+            # The disk as of now; what the broker writes from here on until
+            # the power goes is lost.
+            snapshot = os.path.join(self.data_dir, f"power-{k}")
+            os.makedirs(snapshot)
+            broker.store._env.copy(snapshot)
+            self._schedule(
+                rng.uniform(*f.power_loss_unsynced_s),
+                functools.partial(self._power_off, k, bid, broker, snapshot, rng.uniform(*f.restart_after_s)),
+            )
+        elif kind == "retention":
+            limit = rng.choice(f.retention_bytes)
+            await self._retention(limit)
+            self.count(kind, f"#{k} retention.bytes={limit}")
+            self._schedule(rng.uniform(*f.retention_s), functools.partial(self._retention, -1))
         elif kind == "clock_jump":
             bid = rng.choice(sorted(self.az_of))
             self.skew_ms[bid] = rng.randint(-f.clock_skew_ms, f.clock_skew_ms)
@@ -812,6 +913,30 @@ class World:
         task = run_node("world", later())
         self._pending[task] = begun
         task.add_done_callback(lambda t: self._pending.pop(t, None))
+
+    async def _power_off(self, k: int, bid: int, broker: Broker, snapshot: str, restart_after_s: float) -> None:
+        if self.brokers.get(bid) is not broker or broker.store._closed:
+            shutil.rmtree(snapshot, ignore_errors=True)
+            return  # it crashed (and maybe restarted) meanwhile
+        await self.crash_broker(bid)
+        path = os.path.join(self.data_dir, "brokers", str(bid))
+        os.replace(os.path.join(snapshot, "data.mdb"), os.path.join(path, "data.mdb"))
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(path, "lock.mdb"))
+        shutil.rmtree(snapshot, ignore_errors=True)
+        # Its HWMs may be back where they were then (the monotonic-HWM
+        # invariant is for a leader within its epoch, and it leads no more).
+        for key in [key for key in self.hwm_seen if key[0] == bid]:
+            del self.hwm_seen[key]
+        self.count("power_loss", f"#{k} broker {bid}")
+        self._schedule(restart_after_s, functools.partial(self.restart_broker, bid))
+
+    async def _retention(self, limit: int) -> None:
+        self.retention_bytes = limit
+        for broker in list(self.brokers.values()):
+            await self._set_retention(broker, limit)
+        if limit < 0:
+            self.event("retention.bytes=-1")
 
     async def _heal(self, link: frozenset[str]) -> None:
         self.down_links.discard(link)
@@ -861,11 +986,18 @@ class World:
             await asyncio.sleep(0.05)
         self.event("cluster up")
         checks = run_node("checker", self._invariant_loop())
+        azs = sorted(set(self.az_of.values()))
         producers = [
-            run_node(f"p-{az}-{i}", self._produce(f"p{az}{i}", az))
-            for az in sorted(set(self.az_of.values()))
+            run_node(f"p-{az}-{i}", self._produce(f"p{az}{i}", az, "idempotent"))
+            for az in azs
             for i in range(self.shape.producers_per_az)
         ]
+        for i in range(self.shape.plain_producers):
+            az = azs[i % len(azs)]
+            producers.append(run_node(f"p-{az}-plain{i}", self._produce(f"q{az}{i}", az, "plain")))
+        for i in range(self.shape.acks1_producers):
+            az = azs[(i + 1) % len(azs)]
+            producers.append(run_node(f"p-{az}-acks1{i}", self._produce(f"r{az}{i}", az, "acks1")))
         faults = run_node("world", self._fault_loop())
         await asyncio.sleep(self.shape.duration_s)
         # Faults stop; everything comes back.
@@ -882,6 +1014,8 @@ class World:
         self.black_holes.clear()
         self.cut_pairs.clear()
         self.slow_links.clear()
+        if self.retention_bytes is not None and self.retention_bytes >= 0:
+            await self._retention(-1)
         self.event("faults stop")
         # The controller first: restarts under way may wait for it.
         async with self._restarting_ctl:
@@ -931,57 +1065,90 @@ class World:
         await self.start_walmgr()
 
     async def _verify(self) -> None:
-        """Every acks=all acknowledgement is read back exactly once, at its offset."""
+        """Read every partition from its log start to its HWM and check what
+        was acknowledged (see the module's docstring)."""
         bootstrap = [("127.0.0.1", BROKER_PORT_BASE + b) for b in sorted(self.az_of)]
-        consumer = Consumer(bootstrap, max_wait_ms=100)
+        # auto.offset.reset=earliest: retention may move a log start past the
+        # reader, as it does past any consumer.
+        consumer = Consumer(bootstrap, max_wait_ms=100, auto_offset_reset="earliest")
         await run_node("verifier", consumer.start())
         for tp in self.partitions:
             consumer.assign([tp], self.deleted_below.get(tp, 0))
         want = {tp: max((o for (t, o) in self.acked if t == tp), default=-1) for tp in self.partitions}
+
+        def behind(tp: TopicIdPartition) -> bool:
+            pos = consumer.positions[tp]
+            return pos <= want[tp] or pos < consumer.high_watermarks.get(tp, pos + 1)
+
         seen: dict[tuple[TopicIdPartition, int], bytes] = {}
         deadline = self.loop.time() + 60
-        while any(consumer.positions[tp] <= want[tp] for tp in self.partitions):
+        while any(behind(tp) for tp in self.partitions):
             if self.loop.time() > deadline:
                 missing = {
-                    tp: (consumer.positions[tp], want[tp])
+                    tp: (consumer.positions[tp], want[tp], consumer.high_watermarks.get(tp))
                     for tp in self.partitions
-                    if consumer.positions[tp] <= want[tp]
+                    if behind(tp)
                 }
-                self.violated(f"acknowledged records not readable within 60 s: position/last acked {missing}")
+                self.violated(f"records not readable within 60 s: position/last acked/HWM {missing}")
+            before = dict(consumer.positions)
             try:
                 records = await run_node("verifier", consumer.poll())
             except CorruptRecordError as e:
                 self.violated(f"corrupt batches: {e}")
             for r in records:
+                tp = r.topic_id_partition
+                # No gaps: each fetch continues where the last one ended.
+                if r.offset != before[tp]:
+                    self.violated(f"{tp}: read offset {r.offset} after {before[tp] - 1} (a gap)")
+                before[tp] = r.offset + 1
                 if r.value is None:
                     continue
-                seen[(r.topic_id_partition, r.offset)] = r.value
+                seen[(tp, r.offset)] = r.value
         await consumer.close()
+        # Where each partition's log started for the reader: DeleteRecords
+        # and retention removed what lies below, by design.
+        start = dict(self.deleted_below)
+        for tp, resets in consumer.resets.items():
+            for frm, to, hwm in resets:
+                self.event(f"verifier: {tp.partition} reset from {frm} to the log start {to} (HWM {hwm})")
+                if to > hwm or to < frm:
+                    self.violated(f"{tp}: reset from {frm} to a log start of {to}, HWM {hwm}")
+                start[tp] = max(start.get(tp, 0), to)
         for where, value in self.acked.items():
-            if where[1] < self.deleted_below.get(where[0], 0):
-                continue  # DeleteRecords removed it
+            if where[1] < start.get(where[0], 0):
+                continue
             got = seen.get(where)
             if got != value:
                 self.violated(f"{where[0]} offset {where[1]}: acknowledged {value!r}, read {got!r}")
-        # Exactly once, in order per producer and partition.
+        for where, value in self.acked1.items():
+            if where[1] >= start.get(where[0], 0) and seen.get(where) != value:
+                self.lost_acks1 += 1
+        # Exactly once (idempotent producers), in order per producer and partition.
         by_value: dict[bytes, list[tuple[TopicIdPartition, int]]] = {}
         for where, value in seen.items():
             by_value.setdefault(value, []).append(where)
         acked_values = set(self.acked.values()) | set(self.acked_unplaced)
         for value, places in by_value.items():
-            if len(places) > 1 and value in acked_values:
+            if value not in self.sent:
+                self.violated(f"{places[0][0]} offset {places[0][1]}: read {value!r}, which no producer sent")
+            if len(places) > 1 and value in acked_values and self._kind_of_value(value) == "idempotent":
                 self.violated(f"{value!r} read {len(places)} times: {places[:3]}")
         for value, tp in self.acked_unplaced.items():
-            if value not in by_value and tp in self.deleted_below:
-                continue  # maybe below the log start DeleteRecords set
+            if value not in by_value and start.get(tp, 0) > 0:
+                continue  # maybe below the log start DeleteRecords or retention set
             if [t for t, _ in by_value.get(value, ())] != [tp]:
                 self.violated(f"{value!r} acknowledged (offset unknown) on {tp}, read at {by_value.get(value)}")
         for (name, tp), sent in self.sent_order.items():
+            if self.kind_of[name] != "idempotent":
+                continue  # retries may reorder and duplicate without idempotence
             offsets = {v: o for (t, o), v in seen.items() if t == tp}
             read = [offsets[v] for v in sent if v in offsets]
             if read != sorted(read):
                 self.violated(f"{name} {tp}: records read out of the order sent")
         self.verified = len(self.acked) + len(self.acked_unplaced)
+
+    def _kind_of_value(self, value: bytes) -> str:
+        return self.kind_of.get(value.split(b":", 1)[0].decode(), "")
 
     async def _verify_orphans_deleted(self) -> None:
         """Liveness: objects nobody references, past the age gate, are
@@ -1067,7 +1234,9 @@ def run(
         handler.records,
         digest,
         world.faults_drawn,
-        only_faults,
+        only_faults=only_faults,
+        acked_acks1=len(world.acked1),
+        lost_acks1=world.lost_acks1,
     )
 
 
