@@ -884,18 +884,19 @@ class Broker:
         # The role is read before the store: a replica at the epoch asked
         # then, and the store's references after, is what the gate needs
         # (a reference cannot appear for an object past the commit deadline).
-        roles = [
-            Verdict.NOT_LEADER
-            if self.replicas.replica_epoch(tp) != epoch
-            else Verdict.ISR_CHANGED
-            if not self.replicas.isr_within(tp, asked)
-            else None
-            for _, tp, epoch, asked in checks
-        ]
+        roles = [Verdict.NOT_LEADER if self.replicas.replica_epoch(tp) != epoch else None for _, tp, epoch, _ in checks]
         referenced = await asyncio.to_thread(self.store.referenced_files, {c[0] for c in checks})
+        # The ISR after the store: a member that joined before this read is
+        # seen here; one that joins after has its log start at or past the
+        # leader's of that moment (it holds none of the references the
+        # leader had dropped).
         verdicts = [
-            int(role) if role is not None else int(Verdict.REFERENCED if c[0] in referenced else Verdict.NOT_REFERENCED)
-            for c, role in zip(checks, roles, strict=True)
+            int(role)
+            if role is not None
+            else int(Verdict.ISR_CHANGED)
+            if not self.replicas.isr_within(tp, asked)
+            else int(Verdict.REFERENCED if key in referenced else Verdict.NOT_REFERENCED)
+            for (key, tp, _, asked), role in zip(checks, roles, strict=True)
         ]
         return {"verdicts": verdicts}
 

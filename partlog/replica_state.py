@@ -86,6 +86,13 @@ class ReplicaState:
     _followers: dict[int, _Follower] = field(default_factory=dict)
     _waiting: list[_Waiting] = field(default_factory=list)
     _pending: frozenset[int] | None = None  # an ISR change the controller has not answered
+    # Members an expansion whose answer was lost (a timeout, a reset
+    # connection) may have added: the controller may have committed it and
+    # may elect them.  They count in the maximal ISR (the HWM waits for them,
+    # walmgr's checks must name them) until the controller's answer to a
+    # later proposal, or a newer partition epoch, settles the ISR.  Kafka
+    # keeps such an expansion pending until its outcome is known.
+    _uncertain: frozenset[int] = frozenset()
     # Whether a replica may join the ISR (not fenced); the shell sets it.
     eligible: Callable[[int], bool] | None = None
     _now_ms: int = 0  # the latest time an input carried
@@ -178,8 +185,10 @@ class ReplicaState:
                 and (eligible is None or eligible(fid))
             ):
                 want.add(fid)
-        if want == self.isr:
+        if want == self.isr and not self._uncertain:
             return None
+        # With an uncertain outcome, even the unchanged ISR is proposed: the
+        # controller's answer (the state it holds) settles it.
         self._pending = frozenset(want)
         return tuple(r for r in self.replicas if r in want)
 
@@ -191,15 +200,22 @@ class ReplicaState:
         self.isr = set(isr) | {self.leader_id}
         self.partition_epoch = partition_epoch
         self._pending = None
+        self._uncertain = frozenset()
         return self._advance()
 
-    def isr_failed(self) -> None:
-        """The proposal was refused or got no answer: propose again later."""
+    def isr_failed(self, outcome_unknown: bool = False) -> None:
+        """The proposal was refused (``outcome_unknown=False``), or its
+        answer was lost, so the controller may have committed it: propose
+        again later.  Members it would have added stay in the maximal ISR
+        until an answer or a newer partition epoch settles it."""
+        if outcome_unknown and self._pending is not None:
+            self._uncertain |= self._pending - self.isr
         self._pending = None
 
     @property
     def maximal_isr(self) -> set[int]:
-        return self.isr | self._pending if self._pending is not None else self.isr
+        maximal = self.isr | self._uncertain
+        return maximal | self._pending if self._pending is not None else maximal
 
     # ---------------------------------------------------------- internals
 

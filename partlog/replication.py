@@ -78,6 +78,13 @@ ISR_CHECK_INTERVAL_MS = 250
 ALTER_PARTITION_BACKOFF_MS = 500
 
 
+# AlterPartition answers that leave its outcome unknown (the request may
+# have been applied): the members it would add stay in the maximal ISR.
+_ALTER_OUTCOME_UNKNOWN = frozenset(
+    {Errors.REQUEST_TIMED_OUT, Errors.COORDINATOR_NOT_AVAILABLE, Errors.UNKNOWN_SERVER_ERROR}
+)
+
+
 @dataclass(frozen=True, slots=True)
 class ReplicationConfig:
     replica_lag_time_max_ms: int = REPLICA_LAG_TIME_MAX_MS_DEFAULT
@@ -461,7 +468,10 @@ class ReplicaManager:
                         # whose objects walmgr may delete once the leader and
                         # the ISR of the moment stop naming them (the answer
                         # to this fetch brings the leader's log start).
-                        joins = p.log_start_offset < 0 or p.log_start_offset >= r.log_start_offset
+                        # The leader's log start now, not the read's: retention
+                        # may have moved it while the read ran in its thread.
+                        start = self.store.log_start_offset(p.topic_id_partition)
+                        joins = p.log_start_offset < 0 or p.log_start_offset >= start
                         self._maybe_alter_isr(led, now, expand_for=replica_id if joins else None)
             # A fetch needs an answer now when it brings entries, an error or
             # a divergence, or (KIP-1166) the follower's HWM is behind ours.
@@ -586,7 +596,9 @@ class ReplicaManager:
             self._complete(led, led.rs.isr_committed(after, answer.partition_epoch))
         else:
             self.stats.alter_partition_failures += 1
-            led.rs.isr_failed()
+            # No answer from the controller (timeout, connection lost, an
+            # unexpected error): it may have committed the change.
+            led.rs.isr_failed(outcome_unknown=answer in _ALTER_OUTCOME_UNKNOWN)
             led.alter_backoff_until_ms = self._clock() + ALTER_PARTITION_BACKOFF_MS
             log.info("broker %d: ISR change of %s to %s refused: %s", self.broker_id, led.tp, proposal, answer.name)
 

@@ -31,6 +31,10 @@ class ReplicaMachine(RuleBasedStateMachine):
         self.expected_hwm = 0
         self.waiting: dict[int, int] = {}  # token -> required offset
         self.next_token = 0
+        # What the controller holds (it may differ from the leader's view
+        # when an answer is lost).
+        self.controller_isr = {1, 2, 3}
+        self.controller_pe = 0
 
     def _done(self, results: list[AckResult]) -> None:
         for r in results:
@@ -70,20 +74,40 @@ class ReplicaMachine(RuleBasedStateMachine):
     def tick(self, ms: int) -> None:
         self.now += ms
 
-    @rule(commit=st.booleans(), expand_for=st.sampled_from([None, 2, 3]))
-    def alter_isr(self, commit: bool, expand_for: int | None) -> None:
+    @rule(
+        outcome=st.sampled_from(["commit", "refuse", "lost_applied", "lost_not_applied"]),
+        expand_for=st.sampled_from([None, 2, 3]),
+    )
+    def alter_isr(self, outcome: str, expand_for: int | None) -> None:
         # expand_for: as on a fetch of that follower; None: the periodic check.
-        isr = set(self.s.isr)
+        isr = set(self.s.isr) | self.s._uncertain
         proposal = self.s.isr_proposal(self.now, expand_for)
         if proposal is None:
             return
         assert 1 in proposal
         # Only the fetching follower may join.
         assert set(proposal) - isr <= ({expand_for} if expand_for is not None else set())
-        if commit:
-            self._done(self.s.isr_committed(set(proposal), self.s.partition_epoch + 1))
-        else:
+        # The controller: a stale partition epoch is refused; the ISR it
+        # holds is answered unchanged; anything else is committed.
+        stale = self.s.partition_epoch != self.controller_pe
+        if outcome == "refuse" or (stale and outcome == "commit"):
             self.s.isr_failed()
+            return
+        applied = not stale and outcome in ("commit", "lost_applied")
+        if applied and set(proposal) != self.controller_isr:
+            self.controller_isr = set(proposal)
+            self.controller_pe += 1
+        if outcome == "commit":
+            self._done(self.s.isr_committed(set(self.controller_isr), self.controller_pe))
+        else:
+            self.s.isr_failed(outcome_unknown=True)  # the answer was lost
+
+    @rule()
+    def metadata_push(self) -> None:
+        """The controller's state reaches the leader (as the shell applies a
+        newer partition epoch from the metadata)."""
+        if self.controller_pe > self.s.partition_epoch:
+            self._done(self.s.isr_committed(set(self.controller_isr), self.controller_pe))
 
     @invariant()
     def rules_hold(self) -> None:
@@ -92,9 +116,11 @@ class ReplicaMachine(RuleBasedStateMachine):
         assert s.high_watermark >= self.hwm_seen, "HWM went back"
         self.hwm_seen = s.high_watermark
         assert s.high_watermark <= s.log_end_offset
-        # Safety: no replica the controller may elect lacks anything below the HWM.
+        # Safety: no replica the controller may elect lacks anything below
+        # the HWM, even when the leader's view lags the controller's.
         assert s.isr <= s.maximal_isr
         assert all(self.follower_leo[r] >= s.high_watermark for r in s.maximal_isr if r != 1)
+        assert all(self.follower_leo[r] >= s.high_watermark for r in self.controller_isr if r != 1)
         # Progress: with enough replicas in sync and everyone caught up, all is committed.
         if len(s.isr) >= 2 and all(leo == s.log_end_offset for leo in self.follower_leo.values()):
             assert s.high_watermark == s.log_end_offset
@@ -206,3 +232,29 @@ def test_a_follower_that_stopped_fetching_does_not_rejoin_on_the_periodic_check(
         assert s.isr_proposal(now) is None
     s.follower_fetch(2, 9, 2000)  # it fetches again: now it may join
     assert s.isr_proposal(2000, expand_for=2) == (1, 2)
+
+
+def test_an_expansion_whose_answer_was_lost_counts_until_settled() -> None:
+    """Regression (review of the DST fixes): a lost AlterPartition answer
+    dropped the expansion, though the controller may have committed it; the
+    HWM could then pass the new member, which the controller may elect, and
+    walmgr's check did not have to name it.  It stays in the maximal ISR
+    until an answer settles the ISR."""
+    s = ReplicaState(leader_id=1, replicas=(1, 2), isr={1}, min_insync_replicas=1, replica_lag_time_max_ms=100)
+    s.leader_appended(5, 0)
+    s.follower_fetch(2, 5, 10)
+    assert s.isr_proposal(10, expand_for=2) == (1, 2)
+    s.isr_failed(outcome_unknown=True)  # a timeout: the controller may hold {1, 2}
+    assert s.maximal_isr == {1, 2} and s.isr == {1}
+    s.leader_appended(9, 20)  # the follower stops fetching at 5
+    assert s.high_watermark == 5  # it may be in the ISR: the HWM waits
+    # The periodic check asks again, even with nothing to change, and the
+    # controller's answer settles it: it never committed the expansion.
+    assert s.isr_proposal(300) == (1,)
+    s.isr_committed({1}, 0)
+    assert s.maximal_isr == {1} and s.high_watermark == 9
+    # A refusal (a definite answer) adds nothing.
+    s.follower_fetch(2, 9, 310)
+    assert s.isr_proposal(310, expand_for=2) == (1, 2)
+    s.isr_failed()
+    assert s.maximal_isr == {1}

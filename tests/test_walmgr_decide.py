@@ -249,3 +249,7 @@ def test_isr_followers_are_asked_too_and_any_reference_or_doubt_keeps_the_file()
         assert d.delete == [] and "broker 2" in d.doubt["k"], d
     # The leader's epoch moved between asking and deciding: keep.
     assert decide(plan, clean, {TPS[0]: (2, 6)}.get).delete == []
+    # The ISR gained a member not asked, as walmgr now sees it: keep.
+    assert decide(plan, clean, leaders.get, isr.__getitem__).delete == ["k"]
+    d = decide(plan, clean, leaders.get, {TPS[0]: (1, 2, 3, 4)}.__getitem__)
+    assert d.delete == [] and "ISR changed" in d.doubt["k"]

@@ -593,7 +593,7 @@ class Walmgr:
         plan: CheckPlan = plan_checks(cands, self._topic_deleted, self._leader, self.cluster_id, self._isr)
         brokers = list(plan.by_broker)
         answers = await asyncio.gather(*(self._ask(b, plan.by_broker[b]) for b in brokers))
-        return decide(plan, dict(zip(brokers, answers, strict=True)), self._leader)
+        return decide(plan, dict(zip(brokers, answers, strict=True)), self._leader, self._isr)
 
     async def _ask(self, broker_id: int, checks: list[Any]) -> list[int] | str:
         """One broker's verdicts, or why there are none (any failure is a doubt)."""

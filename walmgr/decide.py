@@ -126,9 +126,9 @@ def plan_checks(
                 reason = f"partition {tp} has no leader"
                 break
             broker, epoch = current
-            followers = () if injected_bugs.on("walmgr_asks_only_leaders") else isr(tp)
-            members = tuple(dict.fromkeys((broker, *followers)))
-            for asked in members:
+            members = tuple(dict.fromkeys((broker, *isr(tp))))
+            asking = (broker,) if injected_bugs.on("walmgr_asks_only_leaders") else members
+            for asked in asking:
                 checks.append((asked, Check(r.key, tp, epoch, broker, members)))
         if reason:
             doubt[r.key] = reason
@@ -140,10 +140,16 @@ def plan_checks(
     return CheckPlan(by_broker, frozenset(unreferenced), doubt, frozenset(r.key for r in records))
 
 
-def decide(plan: CheckPlan, answers: Mapping[int, Sequence[int] | str], leader_now: LeaderView) -> Decision:
+def decide(
+    plan: CheckPlan,
+    answers: Mapping[int, Sequence[int] | str],
+    leader_now: LeaderView,
+    isr_now: IsrView | None = None,
+) -> Decision:
     """Combine the brokers' answers.  ``answers[broker]`` is the verdict list
     aligned with ``plan.by_broker[broker]``, or an error text when the RPC
-    failed; ``leader_now`` is the metadata after the answers arrived."""
+    failed; ``leader_now`` and ``isr_now`` are the metadata after the
+    answers arrived (an ISR member not asked keeps the object)."""
     referenced: dict[str, str] = {}
     doubt: dict[str, str] = dict(plan.doubt)
     answered: set[str] = set()
@@ -169,6 +175,8 @@ def decide(plan: CheckPlan, answers: Mapping[int, Sequence[int] | str], leader_n
                 doubt.setdefault(c.key, f"broker {broker} partition {c.topic_id_partition}: {_name(v)}")
             elif leader_now(c.topic_id_partition) != (c.leader, c.leader_epoch):
                 doubt.setdefault(c.key, f"partition {c.topic_id_partition}: leader changed during the check")
+            elif isr_now is not None and c.asked and not set(isr_now(c.topic_id_partition)) <= set(c.asked):
+                doubt.setdefault(c.key, f"partition {c.topic_id_partition}: ISR changed during the check")
             else:
                 answered.add(c.key)
     delete = sorted(
