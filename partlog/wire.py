@@ -248,7 +248,8 @@ def enc_replica_fetch(
             ]
             for p in parts
         ],
-        # Beside the items (an older leader ignores an unknown key).
+        # Beside the items.  A leader of an older version refuses the unknown
+        # key (BAD_REQUEST): upgrade every broker together (design.md).
         "log_start_offsets": [p.log_start_offset for p in parts],
     }
 
@@ -388,8 +389,9 @@ def enc_reference_checks(checks: Sequence[tuple[str, TopicIdPartition, int, Aske
     """Checks of (key, partition, leader epoch, replicas asked or None)."""
     body: dict[str, Any] = {"checks": [[key, *enc_tp(tp), epoch] for key, tp, epoch, _ in checks]}
     if any(asked is not None for *_, asked in checks):
-        # Beside the items (an older broker ignores an unknown key); [] for
-        # a check that names none, which no leader's ISR fits in.
+        # Beside the items (a broker of an older version refuses the unknown
+        # key: upgrade brokers before walmgr); [] for a check that names
+        # none, which no leader's ISR fits in.
         body["asked"] = [list(asked) if asked is not None else [] for *_, asked in checks]
     return body
 
