@@ -162,7 +162,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     fuzz cluster idle, under its load, and under load with its faults."""
     d = args.duration_s
     cases = [
-        ("idle (no producers)", Shape(duration_s=d, settle_s=5.0, producers_per_az=0), Faults.none()),
+        (
+            "idle (no producers)",
+            Shape(duration_s=d, settle_s=5.0, producers_per_az=0, plain_producers=0, acks1_producers=0),
+            Faults.none(),
+        ),
         ("under load, no faults", dataclasses.replace(FUZZ_SHAPE, duration_s=d), Faults.none()),
         ("under load, fuzz faults", dataclasses.replace(FUZZ_SHAPE, duration_s=d), FUZZ_FAULTS),
     ]
