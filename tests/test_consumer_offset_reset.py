@@ -6,19 +6,16 @@ moved it) answers OFFSET_OUT_OF_RANGE; "earliest" moves to the log start,
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from pathlib import Path
 
 import pytest
 
-from partlog.broker import BrokerConfig, start_brokers
 from partlog.client import Consumer, build_record_batch
-from partlog.cluster_meta import StaticMetadata
 from partlog.errors import Errors
 from partlog.objectstore import LocalDirStore
-from partlog.produce_pipeline import ProduceConfig
-from partlog.records import DeleteRecordsRequest, TopicIdPartition
+from partlog.records import DeleteRecordsRequest
+from tests.cluster_helpers import running_cluster, topic_partitions
 
 
 @pytest.mark.timeout(60)
@@ -26,13 +23,8 @@ def test_auto_offset_reset_after_delete_records(tmp_path: Path) -> None:
     objects = LocalDirStore(tmp_path / "objects", fsync=False)
 
     async def main() -> None:
-        meta = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"t": 1})
-        cfg = BrokerConfig(1, "az1", os.path.join(tmp_path, "b1"), produce=ProduceConfig(commit_interval_ms=10),
-                           sync=False)  # fmt: skip
-        [broker], meta = await start_brokers([cfg], meta, objects)
-        try:
-            [topic] = meta.topics()
-            tp = TopicIdPartition(topic.topic_id, 0)
+        async with running_cluster(tmp_path, objects, azs=1, partitions=1, commit_interval_ms=10) as ([broker], meta):
+            [tp] = topic_partitions(meta)
             for i in range(5):
                 batch = build_record_batch([(None, b"v%d" % i, int(time.time() * 1000))])
                 [r] = await broker.produce([(tp, batch)], acks=1)
@@ -57,8 +49,6 @@ def test_auto_offset_reset_after_delete_records(tmp_path: Path) -> None:
             none, got = await read_from_zero("none")
             assert got == [] and none.positions[tp] == 0 and none.errors[tp] == Errors.OFFSET_OUT_OF_RANGE
             assert tp not in none.resets
-        finally:
-            await broker.stop()
 
     asyncio.run(main())
 
