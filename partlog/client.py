@@ -55,6 +55,8 @@ FETCH_MAX_BYTES_DEFAULT = 50 * 1024 * 1024
 PARTITION_FETCH_MAX_BYTES_DEFAULT = 1024 * 1024
 # Kafka's auto.offset.reset values ("none": raise, here: keep the error).
 AUTO_OFFSET_RESETS = ("earliest", "latest", "none")
+# Resets a consumer remembers per partition (the latest ones).
+RESETS_KEPT = 16
 LINGER_MS_DEFAULT = 5
 BATCH_BYTES_MAX_DEFAULT = 1024 * 1024
 # Bytes of batches in one produce request: well under the RPC frame limit
@@ -684,8 +686,8 @@ class Consumer:
         # past the position): "earliest" moves to the log start, "latest" to
         # the HWM, "none" leaves the position and keeps the error in errors.
         self.auto_offset_reset = auto_offset_reset
-        # Partition -> (from, to, high watermark) of every reset made.
-        self.resets: dict[TopicIdPartition, list[tuple[int, int, int]]] = {}
+        # Partition -> (from, to, high watermark) of its latest resets.
+        self.resets: dict[TopicIdPartition, deque[tuple[int, int, int]]] = {}
         self.max_wait_ms = max_wait_ms
         self.min_bytes = min_bytes
         self.max_bytes = max_bytes
@@ -763,14 +765,14 @@ class Consumer:
             self._metadata_stale = True
             return []
         out: list[ConsumerRecord] = []
-        for tp, (err, hwm, _lso, records, _msg) in zip(tps, body["partitions"], strict=True):
+        for tp, (err, hwm, lso, records, msg) in zip(tps, body["partitions"], strict=True):
             error = Errors(err) if err in Errors._value2member_map_ else Errors.UNKNOWN_SERVER_ERROR
             if error == Errors.CORRUPT_MESSAGE:
-                self.corrupt[tp] = f"offset {self.positions[tp]}: {_msg}"
-            if error == Errors.OFFSET_OUT_OF_RANGE and self.auto_offset_reset != "none" and _lso >= 0:
-                to = _lso if self.auto_offset_reset == "earliest" else max(hwm, _lso)
+                self.corrupt[tp] = f"offset {self.positions[tp]}: {msg}"
+            if error == Errors.OFFSET_OUT_OF_RANGE and self.auto_offset_reset != "none" and lso >= 0:
+                to = lso if self.auto_offset_reset == "earliest" else max(hwm, lso)
                 if to != self.positions[tp]:
-                    self.resets.setdefault(tp, []).append((self.positions[tp], to, hwm))
+                    self.resets.setdefault(tp, deque(maxlen=RESETS_KEPT)).append((self.positions[tp], to, hwm))
                     self.positions[tp] = to
                     continue
             if error != Errors.NONE:
