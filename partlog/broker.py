@@ -67,7 +67,13 @@ from partlog.rpc import (
     ServerLimits,
 )
 from partlog.rpc_frame import RpcErrorCode
-from partlog.rpc_methods import BROKER_SCHEMAS, PARTITIONS_MAX, PRODUCE_BATCHES_MAX, REFERENCE_CHECKS_MAX
+from partlog.rpc_methods import (
+    BROKER_SCHEMAS,
+    PARTITIONS_MAX,
+    PRODUCE_BATCHES_MAX,
+    REFERENCE_CHECKS_MAX,
+    REPLICAS_ASKED_MAX,
+)
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT, MetadataStore, StoreError
 from partlog.wal_key import WalKeyError, parse_wal_key
 from partlog.wire import (
@@ -878,7 +884,7 @@ class Broker:
         (``MetadataStore.referenced_files``).  Not a replica of the partition
         at that epoch: NOT_LEADER, and walmgr keeps the file."""
         try:
-            checks = dec_reference_checks(body, REFERENCE_CHECKS_MAX)
+            checks = dec_reference_checks(body, REFERENCE_CHECKS_MAX, REPLICAS_ASKED_MAX)
         except WireError as e:
             raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
         # The role is read before the store: a replica at the epoch asked

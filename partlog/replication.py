@@ -467,9 +467,9 @@ class ReplicaManager:
                         # hold entries retention or DeleteRecords removed,
                         # whose objects walmgr may delete once the leader and
                         # the ISR of the moment stop naming them (the answer
-                        # to this fetch brings the leader's log start).
-                        # The leader's log start now, not the read's: retention
-                        # may have moved it while the read ran in its thread.
+                        # to this fetch brings the leader's log start).  The
+                        # leader's log start as of now, not the read's:
+                        # retention may have moved it while the read ran.
                         start = self.store.log_start_offset(p.topic_id_partition)
                         joins = p.log_start_offset < 0 or p.log_start_offset >= start
                         self._maybe_alter_isr(led, now, expand_for=replica_id if joins else None)
@@ -598,9 +598,17 @@ class ReplicaManager:
             self.stats.alter_partition_failures += 1
             # No answer from the controller (timeout, connection lost, an
             # unexpected error): it may have committed the change.
-            led.rs.isr_failed(outcome_unknown=answer in _ALTER_OUTCOME_UNKNOWN)
+            unknown = answer in _ALTER_OUTCOME_UNKNOWN
+            led.rs.isr_failed(outcome_unknown=unknown)
             led.alter_backoff_until_ms = self._clock() + ALTER_PARTITION_BACKOFF_MS
-            log.info("broker %d: ISR change of %s to %s refused: %s", self.broker_id, led.tp, proposal, answer.name)
+            log.info(
+                "broker %d: ISR change of %s to %s %s: %s",
+                self.broker_id,
+                led.tp,
+                proposal,
+                "unanswered" if unknown else "refused",
+                answer.name,
+            )
 
     async def _isr_loop(self) -> None:
         """Shrink the ISR of followers that stopped fetching (they send no

@@ -397,7 +397,7 @@ def enc_reference_checks(checks: Sequence[tuple[str, TopicIdPartition, int, Aske
 
 
 def dec_reference_checks(
-    body: Any, checks_max: int, asked_max: int = 1024
+    body: Any, checks_max: int, asked_max: int
 ) -> list[tuple[str, TopicIdPartition, int, AskedReplicas]]:
     """(key, partition, leader epoch, replicas asked or None) per check."""
     m = expect_map(body, "referenced_files")
