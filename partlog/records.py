@@ -7,6 +7,7 @@ it comes last and has a default, so code written against the KIP reads the same.
 
 from __future__ import annotations
 
+import struct
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -196,3 +197,50 @@ class FileUsage:
 
     live_batches: int
     live_bytes: int
+
+
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicatedEntry:
+    """One metadata-log entry as a leader hands it to its followers.
+
+    Everything a follower needs to store the entry exactly as the leader did,
+    except what is local to each store (file and batch ids, the running max
+    timestamp), which the follower assigns itself.
+    """
+
+    # The stored 61-byte header: base offset and partition leader epoch patched.
+    header: bytes
+    object_key: str
+    byte_offset: int
+    size: int
+    log_append_time: int  # -1 unless LogAppendTime
+    batch_max_timestamp: int  # as sent by the producer
+    uploader_broker_id: int
+    file_size: int
+
+    @property
+    def base_offset(self) -> int:
+        return int(_I64.unpack_from(self.header, 0)[0])
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + int(_I32.unpack_from(self.header, 23)[0])
+
+    @property
+    def partition_leader_epoch(self) -> int:
+        return int(_I32.unpack_from(self.header, 12)[0])
+
+
+@dataclass(frozen=True, slots=True)
+class LogRead:
+    """A leader's answer to a follower fetch (:meth:`partlog.store.MetadataStore.read_log`)."""
+
+    entries: tuple[ReplicatedEntry, ...]
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    leader_epoch: int

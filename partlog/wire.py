@@ -14,8 +14,7 @@ from enum import IntEnum
 from typing import Any
 
 from partlog.errors import Errors
-from partlog.records import CommitBatchRequest, CommitBatchResponse, TimestampType, TopicIdPartition
-from partlog.store import ReplicatedEntry
+from partlog.records import CommitBatchRequest, CommitBatchResponse, ReplicatedEntry, TimestampType, TopicIdPartition
 
 
 class WireError(ValueError):

@@ -26,7 +26,7 @@ from partlog import (
     StoreError,
     TopicIdPartition,
 )
-from partlog.group_commit import GroupCommitPipeline, PipelineFailedError, Write
+from partlog.store.group_commit import GroupCommitPipeline, PipelineFailedError, Write
 from tests.batches import build_batch, request, wal_key
 
 NOW = 1_700_000_000_000

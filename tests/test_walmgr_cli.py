@@ -250,5 +250,5 @@ def test_spark_package_zips_the_project(tmp_path: Path, capsys: pytest.CaptureFi
     out = tmp_path / "pkg.zip"
     assert cli.main(["spark-package", "--out", str(out)]) == 0
     names = set(zipfile.ZipFile(out).namelist())
-    assert {"partlog/__init__.py", "walmgr/scanner.py", "spark/scan_job.py", "partlog/store.py"} <= names
+    assert {"partlog/__init__.py", "walmgr/scanner.py", "spark/scan_job.py", "partlog/store/__init__.py"} <= names
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)

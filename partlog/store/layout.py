@@ -1,0 +1,276 @@
+"""The store's on-disk layout: LMDB database names, key and value formats,
+and the decoded records (partition state, topic, log entry) the modules share.
+
+Layout (named LMDB databases; integers big-endian so keys sort numerically):
+
+* ``meta``      counters (next partition/file/batch id) and the format version
+* ``topics``    topic_id(16) -> msgpack [name, num_partitions, configs]
+* ``tp``        topic_id(16) partition(4) -> part_id(4)
+* ``parts``     part_id(4) -> partition state (:class:`Part`)
+* ``log``       part_id(4) base_offset(8) -> entry (:data:`ENTRY_TAIL`)
+* ``producers`` part_id(4) producer_id(8) -> ProducerEntry.encode()
+* ``epochs``    part_id(4) leader_epoch(4) -> start_offset(8)
+* ``files``     object_key -> file_id, live_batches, live_bytes, uploader, file_size
+* ``file_ids``  file_id(8) -> object_key
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import lmdb
+
+from partlog import batch_header as bh
+from partlog.batch_header import BatchHeader
+from partlog.crc32c import crc32c
+from partlog.records import (
+    TopicIdPartition,
+)
+from partlog.topic_config import TopicConfig
+
+T = TypeVar("T")
+
+
+# py-lmdb types values as bytes or memoryview; without buffers=True they are bytes.
+Buf = bytes | memoryview
+
+
+FORMAT_VERSION = 1
+
+
+# Commit deadline: a leader refuses batches of WAL objects older than this,
+# measured from created_ms in the key.  It bounds how long an uploaded object
+# can still gain its first reference, which is what lets walmgr delete orphans.
+# KIP-1163 budgets upload p99 at 200-400 ms; 30 s leaves room for retries.
+COMMIT_DEADLINE_MS_DEFAULT = 30_000
+
+
+# Initial LMDB map size.  It is address space, not disk; it grows by doubling
+# when full (MapFullError never reaches a caller) up to MAP_SIZE_BYTES_MAX.
+MAP_SIZE_BYTES_DEFAULT = 1 << 30
+
+
+MAP_SIZE_BYTES_MAX = 1 << 40
+
+
+MAP_SIZE_BYTES_MIN = 1 << 16
+
+
+# A group commit stops taking queued writes after this many batches, so one
+# transaction (and the latency of everyone in it) stays bounded.
+GROUP_COMMIT_BATCHES_MAX = 8192
+
+
+U32 = struct.Struct(">I")
+
+
+U64 = struct.Struct(">Q")
+
+
+INT32_MAX = (1 << 31) - 1
+
+
+INT64_MAX = (1 << 63) - 1
+
+
+PART_KEY = struct.Struct(">IQ")  # part_id, base_offset
+
+
+PRODUCER_KEY = struct.Struct(">Iq")
+
+
+EPOCH_KEY = struct.Struct(">Ii")
+
+
+I64 = struct.Struct(">q")
+
+
+# file_id, byte_offset, size, log_append_time, batch_max_timestamp (as sent),
+# running max of effective timestamps, batch_id; then CRC-32C of everything.
+ENTRY_TAIL = struct.Struct(">QQIqqqQ")
+
+
+ENTRY_CRC = struct.Struct(">I")
+
+
+# A whole entry with the header spliced from pieces: base offset, header[8:12],
+# leader epoch, header[16:61], then the tail, in one pack call.
+ENTRY_PLAIN = struct.Struct(">q4si45sQQIqqqQ")
+
+
+ENTRY_SIZE = bh.HEADER_SIZE + ENTRY_TAIL.size + ENTRY_CRC.size
+
+
+FILE_RECORD = struct.Struct(">QqqiQ")  # file_id, live_batches, live_bytes, uploader, file_size
+
+
+PART_STATE = struct.Struct(">16siqqqiqqqqq")
+
+
+LEADER_EPOCH = struct.Struct(">i")
+
+
+LAST_OFFSET_DELTA = struct.Struct(">i")
+
+
+HEADER_UNPACK = struct.Struct(">qiibIhiqqqhii").unpack
+
+
+class StoreError(Exception):
+    """An operating error of the store (I/O, a corrupt environment)."""
+
+
+class CorruptEntryError(StoreError):
+    """An entry failed its CRC or does not parse; the message says where."""
+
+
+class ReplicationError(StoreError):
+    """Replicated entries a follower cannot append (not contiguous with its log,
+    a leader epoch going backwards, a malformed entry); the message names the
+    partition and offset.  Nothing was written."""
+
+
+class OffsetOutOfRangeError(StoreError):
+    """:meth:`MetadataStore.read_log` from an offset outside [log start, log end].
+
+    Carries the leader's bounds so a follower can decide what to do (Kafka's
+    follower: below the log start, restart there with ``reset_to``).
+    """
+
+    def __init__(self, message: str, *, log_start_offset: int, log_end_offset: int) -> None:
+        super().__init__(message)
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+@dataclass(slots=True)
+class Part:
+    """Mutable state of one partition; copied before a transaction changes it."""
+
+    part_id: int
+    tp: TopicIdPartition
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    leader_epoch: int
+    live_bytes: int
+    live_batches: int
+    running_max_timestamp: int
+    max_timestamp: int  # -1: none
+    # base offset of the first batch holding max_timestamp; -1: none, -2: unknown (rescan)
+    max_timestamp_offset: int
+
+    def copy(self) -> Part:
+        return Part(
+            self.part_id,
+            self.tp,
+            self.log_start_offset,
+            self.log_end_offset,
+            self.high_watermark,
+            self.leader_epoch,
+            self.live_bytes,
+            self.live_batches,
+            self.running_max_timestamp,
+            self.max_timestamp,
+            self.max_timestamp_offset,
+        )
+
+    def pack(self) -> bytes:
+        return PART_STATE.pack(
+            self.tp.topic_id.bytes,
+            self.tp.partition,
+            self.log_start_offset,
+            self.log_end_offset,
+            self.high_watermark,
+            self.leader_epoch,
+            self.live_bytes,
+            self.live_batches,
+            self.running_max_timestamp,
+            self.max_timestamp,
+            self.max_timestamp_offset,
+        )
+
+    @classmethod
+    def unpack(cls, part_id: int, data: Buf) -> Part:
+        tid, p, lso, leo, hwm, epoch, lbytes, lbatches, rmax, mts, mto = PART_STATE.unpack(data)
+        return cls(
+            part_id, TopicIdPartition(uuid.UUID(bytes=tid), p), lso, leo, hwm, epoch, lbytes, lbatches, rmax, mts, mto
+        )
+
+
+@dataclass(slots=True)
+class Topic:
+    name: str
+    num_partitions: int
+    config: TopicConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A decoded metadata-log entry."""
+
+    header: BatchHeader
+    raw_header: bytes
+    file_id: int
+    byte_offset: int
+    size: int
+    log_append_time: int
+    batch_max_timestamp: int
+    running_max_timestamp: int
+    batch_id: int
+
+    @property
+    def base_offset(self) -> int:
+        return self.header.base_offset
+
+    @property
+    def last_offset(self) -> int:
+        return self.header.base_offset + self.header.last_offset_delta
+
+    @property
+    def effective_timestamp(self) -> int:
+        """The timestamp ListOffsets and retention use (the stored maxTimestamp)."""
+        return self.header.max_timestamp
+
+
+def decode_entry(value: Buf, where: str) -> Entry:
+    if len(value) != ENTRY_SIZE:
+        raise CorruptEntryError(f"{where}: entry is {len(value)} bytes, expected {ENTRY_SIZE}")
+    body = value[: ENTRY_SIZE - ENTRY_CRC.size]
+    (stored,) = ENTRY_CRC.unpack_from(value, len(body))
+    if crc32c(body) != stored:
+        raise CorruptEntryError(f"{where}: entry CRC mismatch")
+    raw_header = bytes(body[: bh.HEADER_SIZE])
+    return Entry(BatchHeader.parse(raw_header), raw_header, *ENTRY_TAIL.unpack_from(body, bh.HEADER_SIZE))
+
+
+@dataclass(slots=True)
+class CommitGroup:
+    """A sequenced group of commit_file calls: outcomes and the bytes to write."""
+
+    results: list[Any]
+    errors: list[BaseException | None]
+    log_puts: list[tuple[bytes, bytes]]
+    files: dict[str, list[int]]
+    parts: dict[int, bytes]
+    producers: dict[bytes, bytes]
+    counters: dict[bytes, int]
+
+
+KEY_CLUSTER_ID = b"cluster_id"  # in `meta`: the cluster this store belongs to (16 bytes)
+
+
+DB_NAMES = (b"meta", b"topics", b"tp", b"parts", b"log", b"producers", b"epochs", b"files", b"file_ids")
+
+
+def last_under(cur: lmdb.Cursor, prefix: bytes) -> bool:
+    """Position ``cur`` on the last key before the first key above every key
+    starting with ``prefix``; the caller checks that key's prefix.  False if
+    there is no such key."""
+    # Every key under the prefix is shorter than this bound and sorts below it.
+    if cur.set_range(prefix + b"\xff" * 16):
+        return bool(cur.prev())
+    return bool(cur.last())
