@@ -24,6 +24,7 @@ import lmdb
 import psutil
 
 from partlog.batch_header import BatchHeader, increment_sequence
+from partlog.crc32c import crc32c, crc32c_crcmod
 from partlog.records import CommitBatchRequest, CreateTopicAndPartitionsRequest, TimestampType, TopicIdPartition
 from partlog.store import ENTRY_SIZE, MetadataStore
 from partlog.wal_key import make_wal_key
@@ -50,6 +51,9 @@ class CaseResult:
     latency_ms_p50: float
     latency_ms_p99: float
     ratio_to_raw: float
+    # batches/s against the journal's I/O ceiling at the same group size
+    # (sync on; for sync off the ceiling is the same number, as a yardstick)
+    ratio_to_journal_ceiling: float
     group_commits: int
 
 
@@ -151,6 +155,69 @@ def _build_commits(
     return out
 
 
+def measure_journal_ceiling(directory: str, groups: int, record_bytes: int) -> float:
+    """The I/O ceiling of the acknowledgement: one ``pwrite`` of a group's
+    journal record plus one ``fdatasync``, in a file preallocated with zeros
+    (what partlog.store.journal does), no Python work around it.  Groups per
+    second."""
+    path = os.path.join(directory, "raw-journal")
+    record = os.urandom(record_bytes)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, bytes(groups * record_bytes + 4096))
+        os.fsync(fd)
+        start = time.perf_counter()
+        for i in range(groups):
+            os.pwrite(fd, record, i * record_bytes)
+            os.fdatasync(fd)
+        elapsed = time.perf_counter() - start
+    finally:
+        os.close(fd)
+        os.remove(path)
+    return groups / elapsed
+
+
+def measure_lmdb_layout_ceiling(directory: str, groups: int, partitions: int) -> float:
+    """The ceiling of the layout before the journal: each group one durable
+    LMDB transaction putting one log key per batch and one partition state
+    per partition touched (as MetadataStore did), no Python work beyond
+    the puts.  Groups per second."""
+    path = os.path.join(directory, "raw-layout")
+    env = lmdb.open(path, map_size=1 << 34, max_dbs=4, sync=True, metasync=True)
+    try:
+        db_log, db_parts = env.open_db(b"log"), env.open_db(b"parts")
+        value, state = b"\x00" * ENTRY_SIZE, b"\x00" * 105
+        key, part_key = struct.Struct(">IQ"), struct.Struct(">I")
+        rng = random.Random(2)
+        next_offset = [0] * partitions
+        start = time.perf_counter()
+        for _ in range(groups):
+            with env.begin(write=True) as txn:
+                log_cursor = txn.cursor(db=db_log)
+                for p in rng.sample(range(partitions), PARTITIONS_PER_COMMIT):
+                    for _ in range(BATCHES_PER_COMMIT // PARTITIONS_PER_COMMIT):
+                        log_cursor.put(key.pack(p, next_offset[p]), value)
+                        next_offset[p] += RECORDS_PER_BATCH
+                    txn.put(part_key.pack(p), state, db=db_parts)
+        elapsed = time.perf_counter() - start
+    finally:
+        env.close()
+        shutil.rmtree(path, ignore_errors=True)
+    return groups / elapsed
+
+
+def measure_crc(count: int = 200_000) -> dict[str, float]:
+    """Microseconds per CRC-32C of one store entry, by each implementation."""
+    data = os.urandom(ENTRY_SIZE - 4)
+    out = {}
+    for name, fn in (("crc32c", crc32c), ("crcmod", crc32c_crcmod)):
+        start = time.perf_counter()
+        for _ in range(count):
+            fn(data)
+        out[name] = round((time.perf_counter() - start) / count * 1e6, 3)
+    return out
+
+
 def _percentile(values: list[float], q: float) -> float:
     if not values:
         return 0.0
@@ -167,6 +234,7 @@ def run_case(
     idempotent: bool,
     commits: int,
     raw_puts_per_s: float,
+    journal_ceiling_batches_per_s: float = 0.0,
     partitions: int = PARTITIONS,
 ) -> CaseResult:
     name = f"commit sync={'on' if sync else 'off'} committers={committers} {'idempotent' if idempotent else 'plain'}"
@@ -224,6 +292,9 @@ def run_case(
             latency_ms_p50=round(_percentile(all_lat, 0.50), 3),
             latency_ms_p99=round(_percentile(all_lat, 0.99), 3),
             ratio_to_raw=round(batches / elapsed / raw_puts_per_s, 3),
+            ratio_to_journal_ceiling=round(batches / elapsed / journal_ceiling_batches_per_s, 3)
+            if journal_ceiling_batches_per_s
+            else 0.0,
             group_commits=store.stats["group_commits"] - group_before,
         )
     finally:
@@ -243,6 +314,13 @@ def run(
     try:
         progress("raw LMDB puts")
         raw = measure_raw_puts(top, raw_puts, PARTITIONS)
+        # The size of one group's journal record at c=1 (64 batches).
+        record_bytes = _group_record_bytes(top)
+        ceiling_groups = max(200, commits // 2)
+        progress("raw ceilings: journal append + fdatasync; the per-batch LMDB layout, synced")
+        journal_ceiling = measure_journal_ceiling(top, ceiling_groups, record_bytes) * BATCHES_PER_COMMIT
+        layout_ceiling = measure_lmdb_layout_ceiling(top, ceiling_groups, PARTITIONS) * BATCHES_PER_COMMIT
+        crc = measure_crc()
         results = []
         for sync in (False, True):
             for idempotent in (False, True):
@@ -256,6 +334,7 @@ def run(
                             idempotent=idempotent,
                             commits=commits,
                             raw_puts_per_s=raw,
+                            journal_ceiling_batches_per_s=journal_ceiling,
                         )
                     )
         return {
@@ -265,10 +344,33 @@ def run(
             "partitions_per_commit": PARTITIONS_PER_COMMIT,
             "partitions": PARTITIONS,
             "raw_puts_per_s": round(raw, 1),
+            "journal_record_bytes": record_bytes,
+            "journal_ceiling_batches_per_s": round(journal_ceiling, 1),
+            "lmdb_layout_ceiling_batches_per_s": round(layout_ceiling, 1),
+            "crc_us_per_entry": crc,
             "results": [asdict(r) for r in results],
         }
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+def _group_record_bytes(directory: str) -> int:
+    """Bytes of the journal record of one 64-batch commit, measured on a
+    scratch store (the record is what the acknowledgement writes)."""
+    path = os.path.join(directory, "record-size")
+    now_ms = time.time_ns() // 1_000_000
+    store = MetadataStore.open(path, sync=False, clock=lambda: now_ms, checkpoint_thread=False)
+    try:
+        topic_id = uuid.uuid4()
+        store.create_topic_and_partitions([CreateTopicAndPartitionsRequest(topic_id, "size", PARTITIONS)])
+        tps = [TopicIdPartition(topic_id, p) for p in range(PARTITIONS)]
+        [(key, reqs)] = _build_commits(tps, 1, 0, True, now_ms, seed=0)
+        before = store._journal.stats["bytes"]
+        store.commit_file(key, 0, 1 << 30, reqs)
+        return int(store._journal.stats["bytes"] - before)
+    finally:
+        store.close()
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _rss_anon() -> int:

@@ -129,6 +129,9 @@ class BrokerConfig:
     port: int = 0
     produce: ProduceConfig = field(default_factory=ProduceConfig)
     sync: bool = True
+    # The store's checkpoints in a thread of their own (False: inline, by
+    # count, as the deterministic simulation needs).
+    store_checkpoint_thread: bool = True
     commit_rpc_timeout_ms: int = COMMIT_RPC_TIMEOUT_MS_DEFAULT
     commit_deadline_ms: int = COMMIT_DEADLINE_MS_DEFAULT
     fetch_cache_bytes_max: int = CACHE_BYTES_MAX_DEFAULT
@@ -206,6 +209,7 @@ class Broker:
             commit_deadline_ms=config.commit_deadline_ms,
             clock=clock,
             auto_high_watermark=False,
+            checkpoint_thread=config.store_checkpoint_thread,
         )
         self.replicas = ReplicaManager(
             config.broker_id,
@@ -241,6 +245,7 @@ class Broker:
         self.metrics.watch_replication(
             lambda: self.replicas.stats, lambda: self.replicas.leaders, lambda: self.replicas.under_replicated
         )
+        self.metrics.watch_store(self.store.store_stats)
         self._server: RpcServer | None = None
         self._clients: dict[int, RpcClient] = {}
         self._client_locks: dict[int, asyncio.Lock] = {}

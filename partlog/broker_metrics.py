@@ -87,6 +87,11 @@ class BrokerMetrics:
         ISR is smaller than their replica set (Kafka's UnderReplicatedPartitions)."""
         self.registry.register(_ReplicationCollector(stats, leaders, under_replicated))
 
+    def watch_store(self, stats: Callable[[], dict[str, int]]) -> None:
+        """Expose the metadata store's counters (``MetadataStore.store_stats``,
+        read at scrape time): group commits, journal, checkpoints, overlay."""
+        self.registry.register(_StoreCollector(stats))
+
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
         """Expose the metrics at http://host:port/metrics (a daemon thread)
         until :meth:`close`."""
@@ -140,3 +145,32 @@ class _ReplicationCollector(Collector):
             "led partitions whose ISR is smaller than their replica set",
             value=self._under(),
         )
+
+
+# MetadataStore.store_stats key -> (metric name, help, counter?).
+_STORE_METRICS = {
+    "group_commits": ("partlog_store_group_commits", "group commits made durable (journal appends)", True),
+    "journal_bytes": ("partlog_store_journal_bytes", "bytes appended to the journal", True),
+    "checkpoints": ("partlog_store_checkpoints", "checkpoints: journal groups applied to LMDB", True),
+    "checkpointed_groups": ("partlog_store_checkpointed_groups", "groups applied to LMDB by checkpoints", True),
+    "map_resizes": ("partlog_store_map_resizes", "LMDB map doublings", True),
+    "replayed_groups": ("partlog_store_replayed_groups", "journal groups replayed at the last open", False),
+    "overlay_groups": ("partlog_store_overlay_groups", "durable groups not yet applied to LMDB", False),
+    "checkpoint_groups_max": (
+        "partlog_store_checkpoint_groups_max",
+        "limit of partlog_store_overlay_groups before a checkpoint",
+        False,
+    ),
+}
+
+
+class _StoreCollector(Collector):
+    def __init__(self, stats: Callable[[], dict[str, int]]) -> None:
+        self._stats = stats
+
+    def collect(self):  # type: ignore[no-untyped-def]  # prometheus-client's own signature
+        st = self._stats()
+        for key, (name, doc, counter) in _STORE_METRICS.items():
+            family = CounterMetricFamily(name, doc) if counter else GaugeMetricFamily(name, doc)
+            family.add_metric([], float(st.get(key, 0)))
+            yield family

@@ -1,6 +1,12 @@
 """CRC-32C (Castagnoli), as Kafka's v2 record batches use it.
 
-``crc32c`` is crcmod's C extension.  ``crc32c_update`` exploits that CRC-32C is
+``crc32c`` is the ``crc32c`` package (SSE 4.2 / ARMv8 instructions where the
+CPU has them, a table otherwise); ``crc32c_crcmod`` is crcmod's C extension,
+which gives the same values.  Measured here (``partlog bench commit``
+prints both): 0.18 us against 0.62 us for a 113-byte store entry, 5 us
+against 204 us for a 64 KiB batch, so every hot path uses the first.
+crcmod stays for ``crc32c_update``'s raw register arithmetic and as the
+reference the tests compare with.  ``crc32c_update`` exploits that CRC-32C is
 affine: when only a few bytes near the start of a long message change, the new
 CRC follows from the old one, the XOR of the changed bytes and the message
 length, without reading the rest of the message.  The leader needs this to
@@ -10,9 +16,16 @@ records themselves stay in the WAL object it never sees.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import crc32c as _hardware
 import crcmod
 
-crc32c = crcmod.mkCrcFun(0x11EDC6F41, initCrc=0, rev=True, xorOut=0xFFFFFFFF)
+crc32c_crcmod = crcmod.mkCrcFun(0x11EDC6F41, initCrc=0, rev=True, xorOut=0xFFFFFFFF)
+"""CRC-32C of ``data`` (init 0xFFFFFFFF, reflected, final XOR 0xFFFFFFFF), by crcmod."""
+
+# The package's function itself: the hot paths pay no wrapper frame.
+crc32c: Callable[[bytes | bytearray | memoryview], int] = _hardware.crc32c
 """CRC-32C of ``data`` (init 0xFFFFFFFF, reflected, final XOR 0xFFFFFFFF)."""
 
 _crc32c_raw = crcmod.mkCrcFun(0x11EDC6F41, initCrc=0, rev=True, xorOut=0)

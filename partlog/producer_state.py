@@ -107,3 +107,56 @@ def after_append(entry: ProducerEntry | None, producer_epoch: int, batch: Append
         kept = entry.batches[-(NUM_BATCHES_TO_RETAIN - 1) :]
     ts = batch.log_append_time if batch.log_append_time >= 0 else batch.max_timestamp
     return ProducerEntry(producer_epoch, (*kept, batch), ts)
+
+
+class ProducerWindow:
+    """One producer's state while one commit appends to it: the mutable twin
+    of :class:`ProducerEntry`, so a run of batches costs no new entry per
+    batch (the commit path's idempotence cost, issue 15).  Its decisions are
+    exactly :meth:`ProducerEntry.find_duplicate`, :func:`check_append` and
+    :func:`after_append`; tests/test_producer_state.py checks them against
+    those on random histories.  ``entry()`` freezes it back."""
+
+    __slots__ = ("batches", "epoch", "known", "last_timestamp")
+
+    def __init__(self, entry: ProducerEntry | None) -> None:
+        self.known = entry is not None  # False: no state (never seen, or expired)
+        self.epoch = entry.producer_epoch if entry is not None else -1
+        self.batches: list[AppendedBatch] = list(entry.batches) if entry is not None else []
+        self.last_timestamp = entry.last_timestamp if entry is not None else -1
+
+    def find_duplicate(self, producer_epoch: int, first_seq: int, last_seq: int) -> AppendedBatch | None:
+        if not self.known or producer_epoch != self.epoch:
+            return None
+        for b in self.batches:
+            if b[0] == first_seq and b[1] == last_seq:
+                return b
+        return None
+
+    def check_append(self, producer_epoch: int, first_seq: int) -> Errors:
+        if not self.known:
+            return Errors.NONE
+        if producer_epoch < self.epoch:
+            return Errors.INVALID_PRODUCER_EPOCH
+        if producer_epoch != self.epoch or not self.batches:
+            return Errors.NONE if first_seq == 0 else Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
+        last = self.batches[-1][1]
+        if first_seq == last + 1 or (first_seq == 0 and last == INT32_MAX):
+            return Errors.NONE
+        return Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+    def append(self, producer_epoch: int, batch: AppendedBatch) -> None:
+        """``batch`` appended (the caller checked it first)."""
+        if not self.known or producer_epoch != self.epoch:
+            self.batches = []
+        batches = self.batches
+        batches.append(batch)
+        if len(batches) > NUM_BATCHES_TO_RETAIN:
+            del batches[0]
+        self.known = True
+        self.epoch = producer_epoch
+        self.last_timestamp = batch[5] if batch[5] >= 0 else batch[4]
+
+    def entry(self) -> ProducerEntry:
+        assert self.known, "a window that appended nothing has no entry"
+        return ProducerEntry(self.epoch, tuple(self.batches), self.last_timestamp)

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import NamedTuple
 
 from partlog.errors import Errors
 
@@ -106,8 +107,11 @@ class CommitBatchRequest:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class CommitBatchResponse:
+class CommitBatchResponse(NamedTuple):
+    """The answer for one batch of a commit.  A named tuple, not a frozen
+    dataclass: the store makes one per batch on the commit path, and a
+    tuple costs 0.3 us where the dataclass cost 1.4 (issue 15's profile)."""
+
     errors: Errors
     assigned_base_offset: int
     log_append_time: int

@@ -82,8 +82,14 @@ def simulate(
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="partlog-sim-", dir=_temp_root()))
 
         def open_store(name: str) -> MetadataStore:
+            # No checkpoint thread: the simulation runs on one thread, and a
+            # background thread would only compete with it for the GIL.
             s = MetadataStore.open(
-                os.path.join(tmp, name), sync=False, clock=ctx.now_ms, map_size_bytes=STORE_MAP_BYTES
+                os.path.join(tmp, name),
+                sync=False,
+                clock=ctx.now_ms,
+                map_size_bytes=STORE_MAP_BYTES,
+                checkpoint_thread=False,
             )
             stack.callback(s.close)
             s.create_topic_and_partitions([CreateTopicAndPartitionsRequest(TOPIC_ID, TOPIC_NAME, cluster.partitions)])

@@ -54,3 +54,12 @@ def s3_bucket(seaweedfs: str) -> Iterator[S3Store]:
         # defaults to true) and frees the bucket's volumes.
         with contextlib.suppress(Exception):
             client.delete_bucket(Bucket=bucket)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--kills",
+        type=int,
+        default=200,
+        help="SIGKILLs of the committing process in tests/test_crash.py (default 200; 1000 for a soak)",
+    )

@@ -55,7 +55,7 @@ def producer_loop(store: MetadataStore, tid: uuid.UUID, rnd: int, t: int, seed: 
     i = 0
     while time.monotonic() < deadline:
         i += 1
-        if t == 0 and i % 8 == 0:
+        if t == 0 and i % 32 == 0:
             p = rng.randrange(PARTITIONS)
             tp = TopicIdPartition(tid, p)
             state = store.partition_state(tp)
@@ -97,7 +97,10 @@ def main() -> None:
     path, tid_s, rnd_s, seed_s = sys.argv[1:5]
     tid, rnd, seed = uuid.UUID(tid_s), int(rnd_s), int(seed_s)
     deadline = time.monotonic() + MAX_SECONDS
-    store = MetadataStore.open(path, sync=True)
+    # Checkpoints now every group, now rarely: kills then find the journal
+    # empty, short or long, and a checkpoint in flight.
+    checkpoint_groups_max = random.Random(seed * 7 + rnd).choice([1, 4, 64, 100_000])
+    store = MetadataStore.open(path, sync=True, checkpoint_groups_max=checkpoint_groups_max)
     store.create_topic_and_partitions([CreateTopicAndPartitionsRequest(tid, "crash", PARTITIONS)])
     states = [store.partition_state(TopicIdPartition(tid, p)) for p in range(PARTITIONS)]
     emit({"e": "start", "leo": [s["log_end_offset"] for s in states], "lso": [s["log_start_offset"] for s in states]})

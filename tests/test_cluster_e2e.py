@@ -597,6 +597,10 @@ def test_metrics_endpoint_serves_prometheus_text(tmp_path: Path) -> None:
     assert value(r'partlog_commits_total\{where="local"\}') >= 1
     assert value("partlog_produce_requests_total") == 1
     assert value("partlog_broker_id") == 1
+    # The store: the produce's group made durable in the journal.
+    assert value("partlog_store_group_commits_total") >= 1
+    assert value("partlog_store_journal_bytes_total") > 0
+    assert 0 <= value("partlog_store_overlay_groups") <= value("partlog_store_checkpoint_groups_max") == 64
 
 
 @pytest.mark.timeout(60)

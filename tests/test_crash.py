@@ -48,7 +48,6 @@ from tests.batches import build_batch, request, wal_key
 
 REPO = Path(__file__).resolve().parent.parent
 PARTITIONS = 4  # as tests/crash_worker.py
-ROUNDS = 8
 BIG = 1 << 40
 
 
@@ -230,35 +229,48 @@ def _verify(store: MetadataStore, tid: uuid.UUID, history: History, prev_leo: li
                     assert b.last < leo[p], ctx
 
 
+# Kills that land before the worker said "start": in its imports, or while
+# its open replays the journal the previous kill left (recovery killed).
+EARLY_KILL_SHARE = 0.2
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(180)
-def test_sigkill_during_commits(tmp_path: Path) -> None:
+@pytest.mark.timeout(0)  # bounded by --kills; each round by the waits below
+def test_sigkill_during_commits(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """``--kills`` SIGKILLs (200 by default; ``pytest --kills 1000`` soaks)."""
+    kills = int(request.config.getoption("kills"))
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     path = tmp_path / "store"
     tid = uuid.uuid4()
     history = History()
     leo = [0] * PARTITIONS
-    acked_total = 0
-    for rnd in range(1, ROUNDS + 1):
+    acked_total = early = 0
+    for rnd in range(1, kills + 1):
         ctx = f"seed {seed} round {rnd}"
         worker = Worker(path, tid, rnd, seed)
-        assert worker.started.wait(timeout=60), ctx
-        time.sleep(rng.uniform(0.05, 0.5))
+        if rng.random() < EARLY_KILL_SHARE:
+            time.sleep(rng.uniform(0.0, 0.4))
+        else:
+            assert worker.started.wait(timeout=60), ctx
+            time.sleep(rng.uniform(0.0, 0.25))
         events = worker.kill()
         assert worker.proc.returncode == -signal.SIGKILL, f"{ctx}: worker exited by itself: {worker.stderr}"
         start = _record(history, events, rnd)
-        assert start, f"{ctx}: no start line; stderr: {worker.stderr}"
-        # It found exactly the logs we verified after the previous kill.
-        assert start["leo"] == leo, ctx
+        if start:
+            # It found exactly the logs we verified after the previous kill.
+            assert start["leo"] == leo, ctx
+        else:
+            early += 1
         with MetadataStore.open(path, sync=True) as store:
             _verify(store, tid, history, leo, rnd, ctx)
             leo = [store.partition_state(TopicIdPartition(tid, p))["log_end_offset"] for p in range(PARTITIONS)]
         acked = sum(1 for c in history.calls.values() if c.acked and c.round == rnd)
         acked_total += acked
     # The kills landed while calls were in flight, not only between them.
-    assert acked_total > ROUNDS, f"seed {seed}: only {acked_total} acknowledged calls"
+    assert acked_total > kills, f"seed {seed}: only {acked_total} acknowledged calls"
     assert any(not c.acked for c in history.calls.values()), f"seed {seed}: no call was in flight at a kill"
+    print(f"seed {seed}: {kills} kills ({early} before the worker was ready), {acked_total} acknowledged calls")
 
     with MetadataStore.open(path, sync=True) as store:
         _check_after_restart(store, tid, history, seed)

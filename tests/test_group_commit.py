@@ -263,5 +263,10 @@ def test_pending_reference_is_visible_before_the_commit_is_durable(tmp_path: Pat
     store.commit_file(key, 1, 10_000, [request(tps[0], build_batch(1, timestamp_ms=NOW))])
     assert seen == [{key}]
     assert store.referenced_files([key]) == {key}
+    # Durable in the journal, not yet in LMDB: still pending; a checkpoint
+    # applies it and only then releases the pending entry.
+    assert store._pending_files != {}
+    store._checkpoint()
     assert store._pending_files == {}
+    assert store.referenced_files([key]) == {key}
     store.close()

@@ -147,7 +147,9 @@ def producers(store: MetadataStore, tp: TopicIdPartition) -> dict[int, ProducerE
     part_id = store._parts[tp].part_id
     out = {}
     with store._read() as txn:
-        for k, v in txn.cursor(db=store._db_producers):
+        # LMDB, then the journal's groups not yet applied to it, newest last.
+        rows = [*txn.cursor(db=store._db_producers), *(kv for g in txn.groups for kv in g.producers.items())]
+        for k, v in rows:
             pid_part, pid = int.from_bytes(k[:4], "big"), int.from_bytes(k[4:], "big", signed=True)
             if pid_part == part_id:
                 out[pid] = ProducerEntry.decode(bytes(v))

@@ -640,10 +640,14 @@ def test_readonly_store_in_another_process_sees_new_commits(tmp_path: Path) -> N
 
             assert ask() == {"hwm": 1, "batches": 1, "problems": []}
             expected = 1
-            for _ in range(4):
+            for round_ in range(4):
                 reqs = [request(tp, b, byte_offset=i * len(b)) for i in range(200)]
                 store.commit_file(wal_key(store._clock()), 1, 200 * len(b), reqs)
                 expected += 200
+                if round_ % 2:
+                    # Into LMDB now (the map grows under the reader); else
+                    # the reader follows the journal.
+                    store.flush()
                 assert ask() == {"hwm": expected, "batches": expected, "problems": []}
             assert store.stats["map_resizes"] > 0
             proc.stdin.write("quit\n")
@@ -701,6 +705,9 @@ def test_map_growth_under_concurrency(tmp_path: Path) -> None:
         for t in writers:
             t.join()
         assert failures == []
+        # Commits reach LMDB by checkpoints (beside the committers, in their
+        # own thread); the last ones now.
+        store.flush()
         assert store.stats["map_resizes"] >= 3
         assert store._env.info()["map_size"] >= 1 << 19
         assert store.check() == []

@@ -34,7 +34,11 @@ them and is the only public class):
   decoded partition state and log entry;
 * :mod:`~partlog.store.base`: environment, transactions, caches, staging;
 * :mod:`~partlog.store.sequencing`: the commit path (``commit_file``);
-* :mod:`~partlog.store.log`: log entries and the durable group write;
+* :mod:`~partlog.store.checkpoint`: the journal append per group (the
+  acknowledgement), checkpoints into LMDB, recovery;
+* :mod:`~partlog.store.journal`: the journal files;
+* :mod:`~partlog.store.view`: what readers see (LMDB plus the overlay);
+* :mod:`~partlog.store.log`: log entries;
 * :mod:`~partlog.store.producers`: producer state kept per partition;
 * :mod:`~partlog.store.index`: file references (what walmgr asks about);
 * :mod:`~partlog.store.reads`: FindBatches, ListOffsets, log bounds, ``read_log``;
@@ -49,6 +53,7 @@ from __future__ import annotations
 
 from partlog.records import LogRead, ReplicatedEntry
 from partlog.store.check import CheckMixin
+from partlog.store.checkpoint import CheckpointMixin
 from partlog.store.layout import (
     COMMIT_DEADLINE_MS_DEFAULT,
     ENTRY_SIZE,
@@ -85,7 +90,7 @@ __all__ = [
 ]
 
 
-class MetadataStore(SequencingMixin, ReplicationMixin, RetentionMixin, TopicsMixin, CheckMixin):
+class MetadataStore(SequencingMixin, CheckpointMixin, ReplicationMixin, RetentionMixin, TopicsMixin, CheckMixin):
     """The metadata logs of all partitions of one broker (see the package doc).
 
     The API mirrors KIP-1164's BatchCoordinator, per leader.  Thread-safe:

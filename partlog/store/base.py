@@ -26,12 +26,16 @@ from partlog.records import (
     TopicIdPartition,
 )
 from partlog.store.group_commit import GroupCommitPipeline, PipelineFailedError, Write
+from partlog.store.journal import JOURNAL_SEGMENT_BYTES_DEFAULT, Journal
 from partlog.store.layout import (
+    CHECKPOINT_GROUPS_MAX_DEFAULT,
+    CHECKPOINT_INTERVAL_MS_DEFAULT,
     COMMIT_DEADLINE_MS_DEFAULT,
     DB_NAMES,
     FORMAT_VERSION,
     GROUP_COMMIT_BATCHES_MAX,
     KEY_CLUSTER_ID,
+    KEY_JOURNAL_APPLIED,
     MAP_SIZE_BYTES_DEFAULT,
     MAP_SIZE_BYTES_MAX,
     MAP_SIZE_BYTES_MIN,
@@ -44,6 +48,7 @@ from partlog.store.layout import (
     T,
     Topic,
 )
+from partlog.store.view import ReadView, Txn, overlay_part
 from partlog.topic_config import TopicConfig
 
 # One logger for the whole store: operators filter on partlog.store.
@@ -63,14 +68,15 @@ class Staged:
     def __init__(self, store: StoreBase, txn: lmdb.Transaction | None) -> None:
         self.store = store
         self.txn = txn
-        self._reader: lmdb.Transaction | None = txn
+        self._reader: Txn | None = txn
         self._owns_reader = False
         self.parts: dict[TopicIdPartition, Part | None] = {}
         self.topics: dict[uuid.UUID, Topic | None] = {}
         self.producers: dict[tuple[int, int], ProducerEntry | None] = {}
         self.counters: dict[bytes, int] = {}
-        # Sequenced commits only: log puts and file deltas [file_id, batches, bytes, uploader, size].
-        self.log_puts: list[tuple[bytes, bytes]] = []
+        # Sequenced commits only: log puts per part_id and file deltas
+        # [file_id, batches, bytes, uploader, size].
+        self.by_part: dict[int, list[tuple[bytes, bytes]]] = {}
         self.files: dict[str, list[int]] = {}
         # In-memory high watermarks to install after commit: tp -> (value,
         # lowers).  A raise never undoes a concurrent set_high_watermark; only
@@ -83,7 +89,7 @@ class Staged:
         assert self.txn is not None, "not an exclusive write"
         return self.txn
 
-    def reader(self) -> lmdb.Transaction:
+    def reader(self) -> Txn:
         """A transaction to read committed state (opened on first use)."""
         if self._reader is None:
             self._reader = self.store._begin_read()
@@ -91,7 +97,7 @@ class Staged:
         return self._reader
 
     def close(self) -> None:
-        if self._owns_reader and self._reader is not None:
+        if self._owns_reader and isinstance(self._reader, ReadView):
             self.store._end_read(self._reader)
             self._reader = None
             self._owns_reader = False
@@ -191,6 +197,10 @@ class StoreBase:
         clock: Callable[[], int],
         group_commit_batches_max: int,
         auto_high_watermark: bool = True,
+        checkpoint_groups_max: int = CHECKPOINT_GROUPS_MAX_DEFAULT,
+        checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS_DEFAULT,
+        checkpoint_thread: bool = True,
+        journal_segment_bytes: int = JOURNAL_SEGMENT_BYTES_DEFAULT,
     ) -> None:
         self._env = env
         self.path = path
@@ -200,7 +210,28 @@ class StoreBase:
         self.commit_deadline_ms = commit_deadline_ms
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.group_commit_batches_max = group_commit_batches_max
+        self.checkpoint_groups_max = checkpoint_groups_max
+        self.checkpoint_interval_ms = checkpoint_interval_ms
         self._clock = clock
+        # The journal and the overlay (checkpoint.py, view.py): groups that
+        # are durable in the journal, not yet applied to LMDB, oldest first.
+        # Replaced, never mutated, so a reader can hold a snapshot of it.
+        self._overlay: tuple[CommitGroup, ...] = ()
+        self._overlay_lock = threading.Lock()
+        self._overlay_since = 0.0
+        # Serialises LMDB write transactions of checkpoints and exclusive writes.
+        self._checkpoint_lock = threading.Lock()
+        self._checkpoint_wake = threading.Condition()
+        self._checkpointer: threading.Thread | None = None
+        self._checkpointer_stop = False
+        self._followed_seq = 0  # readonly: the last journal seq seen
+        try:
+            self._journal = Journal(
+                os.path.join(path, "journal"), sync=sync, segment_bytes=journal_segment_bytes, readonly=readonly
+            )
+        except (OSError, ValueError) as e:
+            env.close()
+            raise StoreError(f"{path}: cannot open the journal: {e}") from e
         try:
             dbs = [env.open_db(name, create=not readonly) for name in DB_NAMES]
         except lmdb.Error as e:
@@ -246,11 +277,24 @@ class StoreBase:
         # Map growth needs no live transaction in this process.
         self._gate = LmdbGate(lambda: StoreError(f"{self.path}: store is closed"))
         # Counters for metrics and benchmarks.
-        self.stats = {"group_commits": 0, "map_resizes": 0}
+        self.stats = {
+            "group_commits": 0,
+            "map_resizes": 0,
+            "checkpoints": 0,
+            "checkpointed_groups": 0,
+            "replayed_groups": 0,
+        }
         self._open_args: dict[str, Any] | None = None
         self._check_version()
-        if not readonly:
+        if readonly:
+            # What the journal holds beyond the index; every read follows
+            # the live journal of a writer in another process from here.
+            self._overlay = self._replayed_overlay()
+        else:
+            self._recover_journal()
             self._load_caches()
+            if checkpoint_thread:
+                self._start_checkpointer()
 
     @classmethod
     def open(
@@ -266,6 +310,10 @@ class StoreBase:
         group_commit_batches_max: int = GROUP_COMMIT_BATCHES_MAX,
         auto_high_watermark: bool = True,
         cluster_id: uuid.UUID | None = None,
+        checkpoint_groups_max: int = CHECKPOINT_GROUPS_MAX_DEFAULT,
+        checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS_DEFAULT,
+        checkpoint_thread: bool = True,
+        journal_segment_bytes: int = JOURNAL_SEGMENT_BYTES_DEFAULT,
     ) -> Self:
         """Open (creating unless ``readonly``) the store in directory ``path``.
 
@@ -278,6 +326,13 @@ class StoreBase:
         high watermark to the log end; with False the owner moves it with
         :meth:`set_high_watermark` as its replicas catch up.
         ``cluster_id``: :meth:`bind_cluster` to it (not with ``readonly``).
+        A commit is acknowledged once its group's journal record is written
+        (and synced with ``sync``); a checkpoint applies durable groups to
+        LMDB once ``checkpoint_groups_max`` wait or the oldest waited
+        ``checkpoint_interval_ms``, in a background thread unless
+        ``checkpoint_thread`` is False (then inline, by count only: the
+        deterministic simulation's mode).  ``journal_segment_bytes``: the
+        size of each preallocated journal file.
         Raises :class:`StoreError` if the directory is not a store, or one of
         another cluster.
         """
@@ -287,6 +342,10 @@ class StoreBase:
             raise ValueError(f"producer_id_expiration_ms must be > 0, got {producer_id_expiration_ms}")
         if group_commit_batches_max <= 0:
             raise ValueError(f"group_commit_batches_max must be > 0, got {group_commit_batches_max}")
+        if checkpoint_groups_max <= 0:
+            raise ValueError(f"checkpoint_groups_max must be > 0, got {checkpoint_groups_max}")
+        if checkpoint_interval_ms <= 0:
+            raise ValueError(f"checkpoint_interval_ms must be > 0, got {checkpoint_interval_ms}")
         if not MAP_SIZE_BYTES_MIN <= map_size_bytes <= MAP_SIZE_BYTES_MAX:
             # Below the minimum, creating the named databases alone fills the
             # map before the store can grow it.
@@ -324,6 +383,10 @@ class StoreBase:
             clock=clock or (lambda: time.time_ns() // 1_000_000),
             group_commit_batches_max=group_commit_batches_max,
             auto_high_watermark=auto_high_watermark,
+            checkpoint_groups_max=checkpoint_groups_max,
+            checkpoint_interval_ms=checkpoint_interval_ms,
+            checkpoint_thread=checkpoint_thread,
+            journal_segment_bytes=journal_segment_bytes,
         )
         # What reopen() needs to open the same store again.
         store._open_args = {
@@ -335,6 +398,10 @@ class StoreBase:
             "map_size_bytes": map_size_bytes,
             "group_commit_batches_max": group_commit_batches_max,
             "auto_high_watermark": auto_high_watermark,
+            "checkpoint_groups_max": checkpoint_groups_max,
+            "checkpoint_interval_ms": checkpoint_interval_ms,
+            "checkpoint_thread": checkpoint_thread,
+            "journal_segment_bytes": journal_segment_bytes,
         }
         if cluster_id is not None:
             try:
@@ -364,22 +431,45 @@ class StoreBase:
         hwms = dict(self._hwms)
         reopens = self.stats.get("reopens", 0)
         self.close()
-        fresh = type(self).open(self.path, **args)
+        # Opened without its own checkpoint thread: the thread and the
+        # pipeline must be bound to this object, which keeps its identity.
+        fresh = type(self).open(self.path, **{**args, "checkpoint_thread": False})
         self.__dict__.update(fresh.__dict__)
+        self._pipeline = GroupCommitPipeline(
+            prepare=self._sequence_group,
+            apply=self._commit_group,
+            group_weight_max=self.group_commit_batches_max,
+            name=self.path,
+        )
+        if args["checkpoint_thread"] and not self.readonly:
+            self._start_checkpointer()
         with self._hwm_lock:
             for tp, hwm in hwms.items():
                 if tp in self._parts:
                     self._hwms[tp] = max(hwm, self._hwms.get(tp, -1))
         self.stats["reopens"] = reopens + 1
 
-    def close(self) -> None:
+    def close(self, *, checkpoint: bool = True) -> None:
         """Close the environment once the operations in flight (in other
         threads: an asyncio shell's worker threads outlive a cancelled task)
         have ended; new ones are refused with StoreError.  Closing LMDB under
-        a running transaction would crash the process."""
+        a running transaction would crash the process.
+
+        With ``checkpoint`` (and no fail-stop) the journal is applied first,
+        so the LMDB files alone hold everything; without, what the journal
+        holds beyond the index stays there, as a crash leaves it, and the
+        next open applies it (the simulations' crash)."""
+        self._stop_checkpointer()
         if self._gate.close():
             self._closed = True
+            if checkpoint and not self.readonly and self._pipeline.failed is None:
+                try:
+                    self._checkpoint()
+                except Exception:
+                    # Nothing is lost: the next open replays the journal.
+                    log.exception("checkpoint at close failed path=%s", self.path)
             self._env.close()
+            self._journal.close()
 
     def __enter__(self) -> Self:
         return self
@@ -410,25 +500,36 @@ class StoreBase:
                 raw = txn.get(name, db=self._db_meta)
                 self._next_ids[name] = U64.unpack(raw)[0] if raw else 0
 
-    def _begin_read(self) -> lmdb.Transaction:
+    def _begin_read(self) -> ReadView:
+        """A read snapshot: the overlay first, the LMDB transaction second
+        (the order view.py's argument needs)."""
         self._gate.enter_read()
         try:
+            if self.readonly:
+                self._follow_journal()
+            groups = self._overlay
             try:
-                return self._env.begin(write=False)
+                txn = self._env.begin(write=False)
             except lmdb.MapResizedError:
                 # Another process grew the map: adopt its size.
                 self._env.set_mapsize(0)
-                return self._env.begin(write=False)
+                txn = self._env.begin(write=False)
         except BaseException:
             self._gate.exit_read()
             raise
+        if groups:
+            raw = txn.get(KEY_JOURNAL_APPLIED, db=self._db_meta)
+            applied = -1 if raw is None else int(U64.unpack(raw)[0])
+            if groups[0].seq <= applied:
+                groups = tuple(g for g in groups if g.seq > applied)
+        return ReadView(txn, groups)
 
-    def _end_read(self, txn: lmdb.Transaction) -> None:
-        txn.abort()
+    def _end_read(self, view: ReadView) -> None:
+        view.txn.abort()
         self._gate.exit_read()
 
     @contextmanager
-    def _read(self) -> Iterator[lmdb.Transaction]:
+    def _read(self) -> Iterator[ReadView]:
         txn = self._begin_read()
         try:
             yield txn
@@ -477,6 +578,13 @@ class StoreBase:
             yield
 
     def _run_exclusive(self, fn: Callable[[Staged], T]) -> T:
+        # First everything acknowledged goes to LMDB: the write reads and
+        # changes LMDB alone, and no checkpoint may run beside it.
+        with self._checkpoint_lock:
+            self._checkpoint_locked()
+            return self._run_exclusive_locked(fn)
+
+    def _run_exclusive_locked(self, fn: Callable[[Staged], T]) -> T:
         while True:
             txn = self._env.begin(write=True)
             staged = Staged(self, txn)
@@ -495,7 +603,7 @@ class StoreBase:
             self.stats["group_commits"] += 1
             return result
 
-    def _load_producer(self, txn: lmdb.Transaction, part_id: int, producer_id: int) -> ProducerEntry | None:
+    def _load_producer(self, txn: Txn, part_id: int, producer_id: int) -> ProducerEntry | None:
         key = (part_id, producer_id)
         entry = self._producers.get(key)
         if entry is None:
@@ -536,12 +644,12 @@ class StoreBase:
 
         self._write(fn)
 
-    def _read_part(self, txn: lmdb.Transaction, tp: TopicIdPartition) -> Part | None:
+    def _read_part(self, txn: Txn, tp: TopicIdPartition) -> Part | None:
         raw = txn.get(tp.topic_id.bytes + U32.pack(tp.partition), db=self._db_tp)
         if raw is None:
             return None
         part_id = U32.unpack(raw)[0]
-        state = txn.get(raw, db=self._db_parts)
+        state = overlay_part(txn, part_id) or txn.get(raw, db=self._db_parts)
         if state is None:
             return None
         part = Part.unpack(part_id, state)
@@ -572,7 +680,33 @@ class StoreBase:
             raise KeyError(f"unknown partition {tp}")
         return part
 
+    # Provided by the sequencing and checkpoint modules.
+
     def _sequence_group(self, writes: list[Write], into: CommitGroup | None) -> CommitGroup:
+        raise NotImplementedError
+
+    def _checkpoint(self) -> int:
+        """Apply every durable group of the overlay to LMDB in one
+        transaction; returns how many.  Serialised with exclusive writes."""
+        with self._checkpoint_lock:
+            return self._checkpoint_locked()
+
+    def _checkpoint_locked(self) -> int:
+        raise NotImplementedError
+
+    def _recover_journal(self) -> None:
+        raise NotImplementedError
+
+    def _replayed_overlay(self) -> tuple[CommitGroup, ...]:
+        raise NotImplementedError
+
+    def _follow_journal(self) -> None:
+        raise NotImplementedError
+
+    def _start_checkpointer(self) -> None:
+        raise NotImplementedError
+
+    def _stop_checkpointer(self) -> None:
         raise NotImplementedError
 
     def _commit_group(self, group: CommitGroup) -> None:

@@ -12,6 +12,7 @@ from partlog.store.layout import (
     Part,
 )
 from partlog.store.log import LogMixin
+from partlog.store.view import overlay_part
 
 
 class CheckMixin(LogMixin):
@@ -23,9 +24,12 @@ class CheckMixin(LogMixin):
         Returns the problems found (empty when the store is sound)."""
         problems: list[str] = []
         usage: dict[int, list[int]] = {}
+        # What a reader sees: LMDB and the overlay of durable groups not yet
+        # applied, on both sides of every comparison.
         with self._read() as txn:
             for pk, pv in txn.cursor(db=self._db_parts):
-                part = Part.unpack(U32.unpack(pk)[0], pv)
+                part_id = U32.unpack(pk)[0]
+                part = Part.unpack(part_id, overlay_part(txn, part_id) or pv)
                 expect = None
                 batches = nbytes = 0
                 first = True
@@ -82,6 +86,11 @@ class CheckMixin(LogMixin):
                 back = txn.get(U64.pack(fid), db=self._db_file_ids)
                 if back is None or bytes(back) != bytes(k):
                     problems.append(f"file index: {bytes(k).decode()!r} has no reverse entry")
+            for g in txn.groups:
+                for fid, nb, nbytes, _, _ in g.files.values():
+                    acc = index.setdefault(fid, [0, 0])
+                    acc[0] += nb
+                    acc[1] += nbytes
         if index != usage:
             problems.append(f"file index differs from the logs: index={index} logs={usage}")
         for tp, mem in list(self._hwms.items()):

@@ -217,6 +217,15 @@ class GroupCommitPipeline(Generic[P]):
             raise w.error
         return w.result
 
+    def fail_stop(self, error: BaseException) -> None:
+        """Refuse every new write from now on (a checkpoint failed).  Writes
+        already submitted finish: their durability does not depend on what
+        failed outside the stages."""
+        with self._cond:
+            if self.failed is None:
+                self.failed = error
+            self._cond.notify_all()
+
     def _notify_exclusive(self) -> None:
         if self._exclusive_waiting:
             self._cond.notify_all()

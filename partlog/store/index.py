@@ -19,6 +19,7 @@ from partlog.store.layout import (
     CorruptEntryError,
     Entry,
 )
+from partlog.store.view import Txn, overlay_file
 from partlog.wal_key import OBJECT_KEY_BYTES_MAX
 
 
@@ -52,11 +53,14 @@ class IndexMixin(StoreBase):
         else:
             txn.put(key, FILE_RECORD.pack(fid, live_batches, live_bytes, uploader, fsize), db=self._db_files)
 
-    def _file_of(self, txn: lmdb.Transaction, tp: TopicIdPartition, e: Entry) -> tuple[str, int, int]:
+    def _file_of(self, txn: Txn, tp: TopicIdPartition, e: Entry) -> tuple[str, int, int]:
         """Object key, uploader and file size of the WAL object ``e`` references."""
         raw_key = txn.get(U64.pack(e.file_id), db=self._db_file_ids)
         raw = None if raw_key is None else txn.get(raw_key, db=self._db_files)
         if raw_key is None or raw is None:
+            new = overlay_file(txn, e.file_id)
+            if new is not None:
+                return new
             raise CorruptEntryError(f"partition {tp} offset {e.base_offset}: unknown file_id {e.file_id}")
         _, _, _, uploader, file_size = FILE_RECORD.unpack(raw)
         return bytes(raw_key).decode(), uploader, file_size
@@ -90,6 +94,10 @@ class IndexMixin(StoreBase):
         with self._pending_lock:
             found = {k for k in keys if k in self._pending_files}
         with self._read() as txn:
+            # (Pending holds the overlay's references too; its groups are
+            # asked as well, so a reference never rests on one map alone.)
+            for g in txn.groups:
+                found.update(k for k in keys if k in g.files)
             for k in keys:
                 raw = k.encode()
                 # Keys no commit accepts (empty, longer than LMDB's key limit)
@@ -105,7 +113,13 @@ class IndexMixin(StoreBase):
     def file_usage(self) -> dict[str, FileUsage]:
         """Live batches and bytes per referenced WAL object."""
         with self._read() as txn:
-            return {
-                bytes(k).decode(): FileUsage(FILE_RECORD.unpack(v)[1], FILE_RECORD.unpack(v)[2])
+            usage = {
+                bytes(k).decode(): [FILE_RECORD.unpack(v)[1], FILE_RECORD.unpack(v)[2]]
                 for k, v in txn.cursor(db=self._db_files)
             }
+            for g in txn.groups:
+                for key, (_, nb, nbytes, _, _) in g.files.items():
+                    acc = usage.setdefault(key, [0, 0])
+                    acc[0] += nb
+                    acc[1] += nbytes
+        return {k: FileUsage(nb, nbytes) for k, (nb, nbytes) in usage.items()}

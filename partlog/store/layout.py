@@ -62,6 +62,11 @@ MAP_SIZE_BYTES_MIN = 1 << 16
 # A group commit stops taking queued writes after this many batches, so one
 # transaction (and the latency of everyone in it) stays bounded.
 GROUP_COMMIT_BATCHES_MAX = 8192
+# A checkpoint applies the journal's durable groups to LMDB once this many
+# wait, or the oldest has waited this long.  Each read walks the waiting
+# groups once, and each checkpoint's two syncs are shared by its groups.
+CHECKPOINT_GROUPS_MAX_DEFAULT = 64
+CHECKPOINT_INTERVAL_MS_DEFAULT = 50
 
 
 U32 = struct.Struct(">I")
@@ -247,19 +252,27 @@ def decode_entry(value: Buf, where: str) -> Entry:
     return Entry(BatchHeader.parse(raw_header), raw_header, *ENTRY_TAIL.unpack_from(body, bh.HEADER_SIZE))
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class CommitGroup:
-    """A sequenced group of commit_file calls: outcomes and the bytes to write."""
+    """A sequenced group of commit_file calls: outcomes and the bytes to write.
+
+    Once durable it is also a journal record (``seq``) and, until a
+    checkpoint applied it, part of the overlay readers see."""
 
     results: list[Any]
     errors: list[BaseException | None]
-    log_puts: list[tuple[bytes, bytes]]
+    # part_id -> log puts (key, entry), ascending: one list per partition,
+    # so a reader finds a partition's overlay entries with one lookup.
+    by_part: dict[int, list[tuple[bytes, bytes]]]
     files: dict[str, list[int]]
     parts: dict[int, bytes]
     producers: dict[bytes, bytes]
     counters: dict[bytes, int]
+    seq: int = -1  # the journal record's, once durable
 
 
+# in `meta`: the journal seq up to which groups are applied to this LMDB (u64)
+KEY_JOURNAL_APPLIED = b"journal_applied_seq"
 KEY_CLUSTER_ID = b"cluster_id"  # in `meta`: the cluster this store belongs to (16 bytes)
 
 

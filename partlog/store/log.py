@@ -1,6 +1,6 @@
-"""The metadata log: entries under (part_id, base_offset) keys, iterated,
-looked up, dropped (prefix and suffix), and the durable write of one
-sequenced group commit.
+"""The metadata log: entries under (part_id, base_offset) keys, iterated
+and looked up (LMDB and the overlay of durable, not yet applied groups),
+and dropped (prefix and suffix, by exclusive writes).
 """
 
 from __future__ import annotations
@@ -13,64 +13,18 @@ import lmdb
 from partlog.store.base import Staged
 from partlog.store.index import IndexMixin
 from partlog.store.layout import (
-    FILE_RECORD,
     PART_KEY,
     U32,
-    U64,
     Buf,
-    CommitGroup,
     Entry,
     Part,
     decode_entry,
 )
+from partlog.store.view import Txn, find_at_or_before, overlay_entries
 
 
 class LogMixin(IndexMixin):
-    """Log entries and the durable write of a group. See the module doc."""
-
-    def _commit_group(self, group: CommitGroup) -> None:
-        """Pipeline stage 2: write a sequenced group in one durable transaction."""
-        while True:
-            txn = self._env.begin(write=True)
-            try:
-                # putmulti loops in C: the commit stage holds the GIL and is
-                # the pipeline's busiest stage, so its per-put cost matters.
-                _, added = txn.cursor(db=self._db_log).putmulti(group.log_puts, overwrite=False)
-                assert added == len(group.log_puts), "a log key was written twice"
-                for object_key, (fid, nb, nbytes, uploader, size) in group.files.items():
-                    k = object_key.encode()
-                    raw = txn.get(k, db=self._db_files)
-                    if raw is None:
-                        txn.put(k, FILE_RECORD.pack(fid, nb, nbytes, uploader, size), db=self._db_files)
-                        txn.put(U64.pack(fid), k, db=self._db_file_ids)
-                    else:
-                        old_fid, old_nb, old_nbytes, old_uploader, old_size = FILE_RECORD.unpack(raw)
-                        assert old_fid == fid, f"{object_key}: file_id {old_fid} on disk, {fid} sequenced"
-                        record = FILE_RECORD.pack(fid, old_nb + nb, old_nbytes + nbytes, old_uploader, old_size)
-                        txn.put(k, record, db=self._db_files)
-                txn.cursor(db=self._db_parts).putmulti([(U32.pack(p), v) for p, v in group.parts.items()])
-                if group.producers:
-                    txn.cursor(db=self._db_producers).putmulti(list(group.producers.items()))
-                for name, counter in group.counters.items():
-                    txn.put(name, U64.pack(counter), db=self._db_meta)
-                txn.commit()
-            except lmdb.MapFullError:
-                self._abort_write(txn)
-                self._grow_map()
-                continue
-            except BaseException:
-                self._abort_write(txn)
-                raise
-            break
-        self.stats["group_commits"] += 1
-        if group.files:
-            with self._pending_lock:
-                for object_key, (_, nb, _, _, _) in group.files.items():
-                    pending = self._pending_files[object_key]
-                    pending[1] -= nb
-                    assert pending[1] >= 0
-                    if pending[1] == 0:
-                        del self._pending_files[object_key]
+    """Log entries. See the module doc."""
 
     def _drop_prefix_keys(self, txn: lmdb.Transaction, db: Any, prefix: bytes) -> None:
         cur = txn.cursor(db=db)
@@ -79,19 +33,32 @@ class LogMixin(IndexMixin):
                 if not cur.delete():
                     break
 
-    def _entries(self, txn: lmdb.Transaction, part: Part, from_offset: int = 0) -> Iterator[tuple[Buf, Entry]]:
-        """Entries of ``part`` whose base offset >= ``from_offset``, ascending."""
-        prefix = U32.pack(part.part_id)
-        cur = txn.cursor(db=self._db_log)
-        if not cur.set_range(PART_KEY.pack(part.part_id, max(from_offset, 0))):
-            return
-        for k, v in cur:
-            if k[:4] != prefix:
-                return
-            yield k, decode_entry(v, f"partition {part.tp} offset {PART_KEY.unpack(k)[1]}")
+    def _entries(self, txn: Txn, part: Part, from_offset: int = 0) -> Iterator[tuple[Buf, Entry]]:
+        """Entries of ``part`` whose base offset >= ``from_offset``, ascending:
+        LMDB's, then the overlay's (which all lie above them)."""
+        start = PART_KEY.pack(part.part_id, max(from_offset, 0))
+        overlay = overlay_entries(txn, part.part_id)
+        if not overlay or start < overlay[0][0]:
+            prefix = start[:4]
+            cur = txn.cursor(db=self._db_log)
+            if cur.set_range(start):
+                for k, v in cur:
+                    if k[:4] != prefix:
+                        break
+                    yield k, decode_entry(v, f"partition {part.tp} offset {PART_KEY.unpack(k)[1]}")
+        for k, v in overlay:
+            if k >= start:
+                yield k, decode_entry(v, f"partition {part.tp} offset {PART_KEY.unpack(k)[1]} (journal)")
 
-    def _entry_containing(self, txn: lmdb.Transaction, part: Part, offset: int) -> tuple[bytes, Entry] | None:
+    def _entry_containing(self, txn: Txn, part: Part, offset: int) -> tuple[bytes, Entry] | None:
         """The entry whose offset range contains ``offset``, if any."""
+        overlay = overlay_entries(txn, part.part_id)
+        if overlay and offset >= 0:
+            i = find_at_or_before(overlay, part.part_id, offset)
+            if i >= 0:
+                ok, ov = overlay[i]
+                entry = decode_entry(ov, f"partition {part.tp} offset {PART_KEY.unpack(ok)[1]} (journal)")
+                return (ok, entry) if entry.base_offset <= offset <= entry.last_offset else None
         cur = txn.cursor(db=self._db_log)
         key = PART_KEY.pack(part.part_id, offset)
         found = cur.set_range(key)

@@ -9,7 +9,6 @@ import logging
 import uuid
 from collections.abc import Sequence
 
-import lmdb
 import msgpack
 
 from partlog.errors import Errors
@@ -33,6 +32,7 @@ from partlog.store.layout import (
     Part,
 )
 from partlog.store.log import LogMixin
+from partlog.store.view import Txn, overlay_file
 from partlog.topic_config import TopicConfig
 
 # One logger for the whole store: operators filter on partlog.store.
@@ -49,13 +49,17 @@ class ReadsMixin(LogMixin):
             raise KeyError(f"unknown topic {topic_id}")
         return TopicConfig().with_configs(msgpack.unpackb(raw)[2])
 
-    def _batch_info(self, txn: lmdb.Transaction, tp: TopicIdPartition, e: Entry, keys: dict[int, str]) -> BatchInfo:
+    def _batch_info(self, txn: Txn, tp: TopicIdPartition, e: Entry, keys: dict[int, str]) -> BatchInfo:
         object_key = keys.get(e.file_id)
         if object_key is None:
             raw = txn.get(U64.pack(e.file_id), db=self._db_file_ids)
-            if raw is None:
-                raise CorruptEntryError(f"partition {tp} offset {e.base_offset}: unknown file_id {e.file_id}")
-            object_key = bytes(raw).decode()
+            if raw is not None:
+                object_key = bytes(raw).decode()
+            else:
+                new = overlay_file(txn, e.file_id)
+                if new is None:
+                    raise CorruptEntryError(f"partition {tp} offset {e.base_offset}: unknown file_id {e.file_id}")
+                object_key = new[0]
             keys[e.file_id] = object_key
         h = e.header
         return BatchInfo(
@@ -150,7 +154,7 @@ class ReadsMixin(LogMixin):
                 out.append(ListOffsetsResponse(Errors.NONE, tp, ts, offset))
         return out
 
-    def _list_offset(self, txn: lmdb.Transaction, part: Part, target: int) -> tuple[int, int]:
+    def _list_offset(self, txn: Txn, part: Part, target: int) -> tuple[int, int]:
         if target == ListOffsetsRequest.EARLIEST_TIMESTAMP:
             return -1, part.log_start_offset
         if target == ListOffsetsRequest.LATEST_TIMESTAMP:
@@ -179,7 +183,7 @@ class ReadsMixin(LogMixin):
             return -1, -1
         return self._offset_for_timestamp(txn, part, target)
 
-    def _offset_for_timestamp(self, txn: lmdb.Transaction, part: Part, target: int) -> tuple[int, int]:
+    def _offset_for_timestamp(self, txn: Txn, part: Part, target: int) -> tuple[int, int]:
         """First batch (below the HWM) whose max timestamp >= target.
 
         Entries carry the running max of timestamps, which is monotonic, so a

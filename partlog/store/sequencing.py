@@ -14,9 +14,7 @@ from partlog.crc32c import crc32c
 from partlog.errors import Errors
 from partlog.producer_state import (
     AppendedBatch,
-    ProducerEntry,
-    after_append,
-    check_append,
+    ProducerWindow,
 )
 from partlog.records import (
     CommitBatchRequest,
@@ -101,7 +99,7 @@ class SequencingMixin(IndexMixin, ProducersMixin):
         """Pipeline stage 1: sequence queued commit_file calls against the
         in-memory state, which then runs ahead of disk until stage 2.  Appends
         to ``into`` (a group not yet committing) when given."""
-        group = into if into is not None else CommitGroup([], [], [], {}, {}, {}, {})
+        group = into if into is not None else CommitGroup([], [], {}, {}, {}, {}, {})
         for w in writes:
             staged = Staged(self, None)
             try:
@@ -116,7 +114,12 @@ class SequencingMixin(IndexMixin, ProducersMixin):
             staged.apply_to_caches()
             group.results.append(result)
             group.errors.append(None)
-            group.log_puts.extend(staged.log_puts)
+            for part_id, puts in staged.by_part.items():
+                mine = group.by_part.get(part_id)
+                if mine is None:
+                    group.by_part[part_id] = puts
+                else:
+                    mine.extend(puts)
             if staged.files:
                 with self._pending_lock:
                     for key, (fid, nb, nbytes, uploader, size) in staged.files.items():
@@ -214,7 +217,7 @@ class SequencingMixin(IndexMixin, ProducersMixin):
         added_batches = 0
         added_bytes = 0
         expiration_ms = self.producer_id_expiration_ms
-        log_puts = s.log_puts
+        by_part = s.by_part
         entry_pack = ENTRY_PLAIN.pack
         crc_pack = ENTRY_CRC.pack
         key_pack = PART_KEY.pack
@@ -242,6 +245,11 @@ class SequencingMixin(IndexMixin, ProducersMixin):
                 ts_max = now + cfg.message_timestamp_after_max_ms
             leader_epoch = part.leader_epoch
             part_id = part.part_id
+            log_puts: list[tuple[bytes, bytes]] = []
+            # This partition's producers as this call changes them, frozen
+            # back into entries once per partition.
+            windows: dict[int, ProducerWindow] = {}
+            appended: set[int] = set()
             lso = part.log_start_offset
             leo = part.log_end_offset
             running_max = part.running_max_timestamp
@@ -278,26 +286,30 @@ class SequencingMixin(IndexMixin, ProducersMixin):
                     continue
                 delta = h[6]
                 pid = h[9]
-                entry: ProducerEntry | None = None
                 if pid >= 0:
                     pepoch, first_seq = h[10], h[11]
                     last_seq = increment_sequence(first_seq, delta)
-                    key = (part_id, pid)
-                    entry = producers[key] if key in producers else s.producer(part_id, pid)
-                    if entry is not None and now - entry.last_timestamp >= expiration_ms:
-                        entry = None  # expired: as if never seen
-                    if entry is not None:
-                        dup = entry.find_duplicate(pepoch, first_seq, last_seq)
-                        if dup is not None:
-                            # Kafka answers a duplicate with the batch's
-                            # max timestamp (its append time on LogAppendTime).
-                            dup_time = dup.log_append_time if dup.log_append_time != -1 else dup.max_timestamp
-                            responses[i] = CommitBatchResponse(Errors.NONE, dup.first_offset, dup_time, lso, True, req)
-                            continue
-                        perr = check_append(entry, pepoch, first_seq)
-                        if perr:
-                            responses[i] = _error(perr, req)
-                            continue
+                    window = windows.get(pid)
+                    if window is None:
+                        key = (part_id, pid)
+                        entry = producers[key] if key in producers else s.producer(part_id, pid)
+                        window = windows[pid] = ProducerWindow(entry)
+                    if window.known and now - window.last_timestamp >= expiration_ms:
+                        # Expired: as if never seen.  Checked per batch: a
+                        # batch appended just now with an old timestamp
+                        # leaves its producer expired for the next one.
+                        window = windows[pid] = ProducerWindow(None)
+                    dup = window.find_duplicate(pepoch, first_seq, last_seq)
+                    if dup is not None:
+                        # Kafka answers a duplicate with the batch's max
+                        # timestamp (its append time on LogAppendTime).
+                        dup_time = dup.log_append_time if dup.log_append_time != -1 else dup.max_timestamp
+                        responses[i] = CommitBatchResponse(Errors.NONE, dup.first_offset, dup_time, lso, True, req)
+                        continue
+                    perr = window.check_append(pepoch, first_seq)
+                    if perr:
+                        responses[i] = _error(perr, req)
+                        continue
                 # Accepted: sequence it.
                 if file_id < 0:
                     file_id = s.next_id(b"next_file_id")
@@ -355,10 +367,14 @@ class SequencingMixin(IndexMixin, ProducersMixin):
                 added_batches += 1
                 added_bytes += size
                 if pid >= 0:
-                    producers[key] = after_append(
-                        entry, pepoch, AppendedBatch(first_seq, last_seq, base, leo - 1, max_ts, append_time)
-                    )
+                    assert window is not None
+                    window.append(pepoch, AppendedBatch(first_seq, last_seq, base, leo - 1, max_ts, append_time))
+                    appended.add(pid)
                 responses[i] = CommitBatchResponse(Errors.NONE, base, append_time, lso, False, req)
+            if log_puts:
+                by_part[part_id] = log_puts
+            for pid in appended:
+                producers[(part_id, pid)] = windows[pid].entry()
             part.log_end_offset = leo
             part.running_max_timestamp = running_max
             part.live_bytes = live_bytes

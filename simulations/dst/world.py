@@ -391,6 +391,8 @@ class World:
             port=BROKER_PORT_BASE + bid,
             produce=ProduceConfig(commit_interval_ms=50),
             sync=False,
+            # No threads in the simulation: checkpoints run inline, by count.
+            store_checkpoint_thread=False,
             retention_check_interval_ms=1_000,
             commit_rpc_timeout_ms=3_000,
             commit_deadline_ms=COMMIT_DEADLINE_MS,
@@ -440,7 +442,9 @@ class World:
         source = self.sources.pop(bid)
         del source
         await asyncio.sleep(0)
-        broker.store.close()  # the files stay, as a process crash leaves them
+        # The files stay, as a process crash leaves them: the journal not
+        # applied to LMDB, for the restart to replay.
+        broker.store.close(checkpoint=False)
         self.down.add(bid)
 
     async def restart_broker(self, bid: int) -> None:
@@ -460,7 +464,7 @@ class World:
             self.network.cut(f"b{bid}")
             half = self.brokers.pop(bid, None)
             if half is not None:
-                half.store.close()
+                half.store.close(checkpoint=False)
             self.sources.pop(bid, None)
             self.down.add(bid)
             if not isinstance(e, Exception):
@@ -885,7 +889,7 @@ class World:
             # the power goes is lost.
             snapshot = os.path.join(self.data_dir, f"power-{k}")
             os.makedirs(snapshot)
-            broker.store._env.copy(snapshot)
+            broker.store.copy_to(snapshot)
             self._schedule(
                 rng.uniform(*f.power_loss_unsynced_s),
                 functools.partial(self._power_off, k, bid, broker, snapshot, rng.uniform(*f.restart_after_s)),
@@ -926,6 +930,9 @@ class World:
         os.replace(os.path.join(snapshot, "data.mdb"), os.path.join(path, "data.mdb"))
         with contextlib.suppress(FileNotFoundError):
             os.remove(os.path.join(path, "lock.mdb"))
+        # The snapshot's LMDB holds everything acknowledged then (copy_to
+        # applied the journal first); the journal written since is lost too.
+        shutil.rmtree(os.path.join(path, "journal"), ignore_errors=True)
         shutil.rmtree(snapshot, ignore_errors=True)
         # Its HWMs may be back where they were then (the monotonic-HWM
         # invariant is for a leader within its epoch, and it leads no more).
