@@ -23,11 +23,11 @@ from collections import deque
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from partlog import CreateTopicAndPartitionsRequest, Errors, FindBatchRequest, MetadataStore, TopicIdPartition
-from partlog.batch_header import LOG_OVERHEAD
-from partlog.fetch_path import assemble, plan_reads
-from partlog.objectstore import LocalDirStore, ObjectStore
-from partlog.produce_pipeline import Action, ProduceConfig, ProducePipeline, Reply, SendCommit, Upload
-from partlog.records import BatchInfo
+from partlog.fetch.reads import assemble, plan_reads
+from partlog.kafka.batch_header import LOG_OVERHEAD
+from partlog.kafka.records import BatchInfo
+from partlog.produce.pipeline import Action, ProduceConfig, ProducePipeline, Reply, SendCommit, Upload
+from partlog.wal.objectstore import LocalDirStore, ObjectStore
 
 BROKER_ID = 1
 TOPIC = "demo"

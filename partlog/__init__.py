@@ -1,7 +1,7 @@
 """partlog: coordinator-free diskless Kafka storage (per-partition metadata logs)."""
 
-from partlog.errors import Errors
-from partlog.records import (
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import (
     BatchInfo,
     BatchMetadata,
     CommitBatchRequest,
@@ -17,6 +17,7 @@ from partlog.records import (
     TimestampType,
     TopicIdPartition,
 )
+from partlog.kafka.topic_config import TopicConfig, TopicConfigError
 from partlog.store import (
     CorruptEntryError,
     LogRead,
@@ -26,7 +27,6 @@ from partlog.store import (
     ReplicationError,
     StoreError,
 )
-from partlog.topic_config import TopicConfig, TopicConfigError
 
 __version__ = "0.1.0"
 

@@ -33,12 +33,12 @@ from typing import Any
 
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from partlog.batch_header import LOG_OVERHEAD, increment_sequence
-from partlog.errors import Errors
-from partlog.records import TopicIdPartition
-from partlog.rpc import RpcClient, RpcConnectionError, RpcRemoteError, RpcTimeoutError
-from partlog.rpc_methods import RESPONSE_SCHEMAS
-from partlog.wire import WireError, dec_errors, enc_tp
+from partlog.kafka.batch_header import LOG_OVERHEAD, increment_sequence
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import TopicIdPartition
+from partlog.rpc.methods import RESPONSE_SCHEMAS
+from partlog.rpc.transport import RpcClient, RpcConnectionError, RpcRemoteError, RpcTimeoutError
+from partlog.rpc.wire import WireError, dec_errors, enc_tp
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 virtual clock, and (in the partlog design) the leader side of commits on a
 real :class:`MetadataStore`.
 
-It does what ``partlog/broker.py`` does with the pipeline's actions:
+It does what ``partlog/broker/server.py`` does with the pipeline's actions:
 
 * ``Upload``: a PUT to the object store (here: a sampled latency, then
   ``upload_done``);
@@ -13,14 +13,14 @@ It does what ``partlog/broker.py`` does with the pipeline's actions:
 * a timer calls ``tick`` at ``next_deadline_ms``;
 * back-pressure: a request waits while ``room_bytes`` is short.
 
-As partlog/broker.py, at most ``COMMITS_IN_FLIGHT_MAX`` commits are in
+As partlog/broker/server.py, at most ``COMMITS_IN_FLIGHT_MAX`` commits are in
 flight to one leader (the rest wait, in order), and a commit to a dead or
 unreachable leader is answered ``REQUEST_TIMED_OUT`` after
 ``commit_rpc_timeout_ms``.
 
 As a leader it refuses batches of partitions it does not lead (by its own,
 possibly stale, metadata: ``NOT_LEADER_OR_FOLLOWER``, as
-``partlog/replication.py``) and appends the rest with ``commit_file``.
+``partlog/replication/manager.py``) and appends the rest with ``commit_file``.
 Replication to followers is modelled, not run: a follower has an entry one
 network one-way plus its own append (``follower_apply``) after the leader
 appended it, and an acks=all answer waits for the slowest follower's round
@@ -36,11 +36,11 @@ import random
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from partlog.broker import COMMITS_IN_FLIGHT_MAX
-from partlog.cluster_meta import StaticMetadata
-from partlog.errors import Errors
-from partlog.produce_pipeline import Action, ProduceConfig, ProducePipeline, Reply, SendCommit, Upload
-from partlog.records import CommitBatchResponse, TopicIdPartition
+from partlog.broker.server import COMMITS_IN_FLIGHT_MAX
+from partlog.controller.cluster_meta import StaticMetadata
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import CommitBatchResponse, TopicIdPartition
+from partlog.produce.pipeline import Action, ProduceConfig, ProducePipeline, Reply, SendCommit, Upload
 from partlog.store import MetadataStore
 from simulations.context import CommitSender, ProduceRequest, SimContext
 from simulations.latency import LatencySampler
@@ -218,7 +218,7 @@ class SimBroker:
             del self._segment_partitions[s]
 
     def _record_fanout(self, commits: list[SendCommit]) -> None:
-        # As partlog/broker.py's _record_fanout: per segment, where each
+        # As partlog/broker/server.py's _record_fanout: per segment, where each
         # commit goes (this broker, its AZ, another AZ).
         per_segment: dict[int, list[int]] = {}
         for c in commits:

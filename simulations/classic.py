@@ -14,7 +14,7 @@ modelled.
 
 from __future__ import annotations
 
-from partlog.cluster_meta import StaticMetadata
+from partlog.controller.cluster_meta import StaticMetadata
 from simulations.context import ProduceRequest, SimContext
 from simulations.latency import LatencySampler
 

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from partlog.errors import Errors
-from partlog.produce_pipeline import SendCommit
-from partlog.records import CommitBatchResponse, TopicIdPartition
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import CommitBatchResponse, TopicIdPartition
+from partlog.produce.pipeline import SendCommit
 from simulations.event_loop import EventLoop
 from simulations.metrics import Recorder
 from simulations.network import Network

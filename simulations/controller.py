@@ -12,7 +12,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from partlog.cluster_meta import NO_LEADER, StaticMetadata
+from partlog.controller.cluster_meta import NO_LEADER, StaticMetadata
 from simulations.context import SimContext
 from simulations.scenario import EventKind, EventSpec
 from simulations.topology import with_leaders, without_brokers

@@ -16,8 +16,8 @@ includes its replication, so that is not added to the answer.
 
 from __future__ import annotations
 
-from partlog.errors import Errors
-from partlog.produce_pipeline import SendCommit
+from partlog.kafka.errors import Errors
+from partlog.produce.pipeline import SendCommit
 from partlog.store import MetadataStore
 from simulations.context import CommitSender, SimContext
 from simulations.latency import LatencySampler

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import random
 
-from partlog.cluster_meta import StaticMetadata
-from partlog.records import TopicIdPartition
+from partlog.controller.cluster_meta import StaticMetadata
+from partlog.kafka.records import TopicIdPartition
 from simulations.batches import BatchTemplates
 from simulations.context import ProduceRequest, SimContext
 from simulations.scenario import ProducerSpec, Routing

@@ -51,8 +51,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from partlog.broker import COMMIT_RPC_TIMEOUT_MS_DEFAULT
-from partlog.produce_pipeline import (
+from partlog.broker.server import COMMIT_RPC_TIMEOUT_MS_DEFAULT
+from partlog.produce.pipeline import (
     BUFFER_BYTES_MAX_DEFAULT,
     COMMIT_INTERVAL_MS_DEFAULT,
     INFLIGHT_BYTES_MAX_DEFAULT,
@@ -176,7 +176,7 @@ class CommitSpec:
     coordinator: LatencyDist
     coordinator_replication_factor: int
     # A commit RPC to a dead or unreachable node is answered REQUEST_TIMED_OUT
-    # after this long (partlog/broker.py's commit_rpc_timeout_ms).
+    # after this long (partlog/broker/server.py's commit_rpc_timeout_ms).
     commit_rpc_timeout_ms: int
 
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 
-from partlog.records import CreateTopicAndPartitionsRequest
+from partlog.kafka.records import CreateTopicAndPartitionsRequest
 from partlog.store import MetadataStore
 from simulations.batches import BatchTemplates
 from simulations.broker_shell import SimBroker

@@ -1,4 +1,4 @@
-"""The simulated cluster's shape as :class:`partlog.cluster_meta.StaticMetadata`:
+"""The simulated cluster's shape as :class:`partlog.controller.cluster_meta.StaticMetadata`:
 broker ids and AZs, one topic, leaders and replicas; and the metadata
 versions events produce (leaders moved, brokers gone).
 
@@ -11,8 +11,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping
 
-from partlog.cluster_meta import NO_LEADER, BrokerInfo, PartitionInfo, StaticMetadata, TopicInfo, topic_id_for
-from partlog.records import TopicIdPartition
+from partlog.controller.cluster_meta import (
+    NO_LEADER,
+    BrokerInfo,
+    PartitionInfo,
+    StaticMetadata,
+    TopicInfo,
+    topic_id_for,
+)
+from partlog.kafka.records import TopicIdPartition
 from simulations.scenario import ClusterSpec
 
 # One fixed cluster: runs with one seed must print identical output.

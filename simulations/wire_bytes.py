@@ -1,5 +1,5 @@
 """Sizes of inter-broker messages on the wire, from the real encoders
-(:mod:`partlog.wire`, :mod:`partlog.rpc_frame`), for the cross-AZ byte counts.
+(:mod:`partlog.rpc.wire`, :mod:`partlog.rpc.frame`), for the cross-AZ byte counts.
 
 One rule for every metadata byte that crosses an AZ: a commit RPC is sized
 as the frame ``enc_commit`` / ``enc_commit_responses`` make, and a copy of
@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from partlog.errors import Errors
-from partlog.produce_pipeline import SendCommit
-from partlog.records import CommitBatchRequest, CommitBatchResponse, TopicIdPartition
-from partlog.rpc_frame import Kind, encode_frame
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import CommitBatchRequest, CommitBatchResponse, TopicIdPartition
+from partlog.produce.pipeline import SendCommit
+from partlog.rpc.frame import Kind, encode_frame
+from partlog.rpc.wire import ReplicaFetchResult, enc_commit, enc_commit_responses, enc_replica_fetch_response
 from partlog.store import ReplicatedEntry
-from partlog.wire import ReplicaFetchResult, enc_commit, enc_commit_responses, enc_replica_fetch_response
 
 # A request id the size of a busy connection's (a few bytes of msgpack).
 _REQUEST_ID = 1 << 20

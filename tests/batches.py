@@ -7,8 +7,8 @@ import uuid
 from kafka.record.default_records import DefaultRecordBatch
 
 from partlog.client import build_record_batch
-from partlog.records import CommitBatchRequest, TopicIdPartition
-from partlog.wal_key import make_wal_key
+from partlog.kafka.records import CommitBatchRequest, TopicIdPartition
+from partlog.wal.key import make_wal_key
 
 
 def build_batch(

@@ -21,19 +21,19 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from partlog.broker import Broker, BrokerConfig, start_brokers
+from partlog.broker.server import Broker, BrokerConfig, start_brokers
 from partlog.client import Consumer, Producer, RecordMetadata
-from partlog.cluster_meta import StaticMetadata
-from partlog.cluster_run import free_ports as free_ports  # re-exported for the tests
-from partlog.objectstore import (
+from partlog.controller.cluster_meta import StaticMetadata
+from partlog.kafka.records import TopicIdPartition
+from partlog.produce.pipeline import ProduceConfig
+from partlog.replication.manager import ReplicationConfig
+from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
+from partlog.tools.cluster_run import free_ports as free_ports  # re-exported for the tests
+from partlog.wal.objectstore import (
     ForwardingStore,
     ObjectStore,
     ObjectStoreError,
 )
-from partlog.produce_pipeline import ProduceConfig
-from partlog.records import TopicIdPartition
-from partlog.replication import ReplicationConfig
-from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
 
 # (producer index, sequence number within that producer)
 RecordKey = tuple[int, int]
@@ -261,7 +261,7 @@ def start_broker_process(
     """``partlog broker`` as a child process; its output goes to a log file in ``data_dir``."""
     with open(data_dir / f"broker-{broker_id}.log", "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "partlog.cli", "broker", "--cluster", str(cluster), "--id", str(broker_id),
+            [sys.executable, "-m", "partlog.tools.cli", "broker", "--cluster", str(cluster), "--id", str(broker_id),
              "--data-dir", str(data_dir), "--store", store_url, *extra],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )  # fmt: skip

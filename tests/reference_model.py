@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.util import calc_crc32c
 
-from partlog.errors import Errors
-from partlog.records import (
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import (
     BatchInfo,
     BatchMetadata,
     CommitBatchRequest,

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from partlog.broker import Broker, BrokerConfig, start_brokers
-from partlog.cluster_meta import StaticMetadata
-from partlog.errors import Errors
-from partlog.objectstore import LocalDirStore
-from partlog.records import ListOffsetsRequest, TopicIdPartition
-from partlog.rpc import RpcClient, RpcRemoteError
-from partlog.wire import enc_tp
+from partlog.broker.server import Broker, BrokerConfig, start_brokers
+from partlog.controller.cluster_meta import StaticMetadata
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import ListOffsetsRequest, TopicIdPartition
+from partlog.rpc.transport import RpcClient, RpcRemoteError
+from partlog.rpc.wire import enc_tp
+from partlog.wal.objectstore import LocalDirStore
 from tests.batches import build_batch
 
 T0 = 1_700_000_000_000

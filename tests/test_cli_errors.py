@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from partlog.cli import main
+from partlog.tools.cli import main
 from tests.cluster_helpers import free_ports
 
 

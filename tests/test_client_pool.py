@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from partlog.client import Connections
-from partlog.rpc import RpcServer
+from partlog.rpc.transport import RpcServer
 
 
 async def _echo(body: Any) -> Any:
@@ -50,7 +50,7 @@ def test_a_hostile_metadata_answer_fails_cleanly() -> None:
     """A broker's answer is an input too: a malformed one is a WireError
     naming the field (the client tries the next address), not a KeyError
     or a crash."""
-    from partlog.wire import WireError
+    from partlog.rpc.wire import WireError
 
     async def bad_metadata(body: Any) -> Any:
         return {"brokers": [[1, "az1", "127.0.0.1", 1 << 40]], "topics": []}

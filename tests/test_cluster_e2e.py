@@ -27,17 +27,17 @@ from typing import Any
 
 import pytest
 
-from partlog.broker import Broker
+from partlog.broker.server import Broker
 from partlog.client import Producer, parse_records
-from partlog.cluster_meta import StaticMetadata
-from partlog.cluster_run import ClusterOptions, run
-from partlog.errors import Errors
-from partlog.objectstore import LocalDirStore, ObjectStoreError, S3Store
-from partlog.produce_pipeline import Action
-from partlog.records import CommitBatchRequest, CommitBatchResponse, TopicIdPartition
-from partlog.rpc import RpcClient, RpcRemoteError
-from partlog.rpc_frame import RpcErrorCode
-from partlog.wire import enc_tp
+from partlog.controller.cluster_meta import StaticMetadata
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import CommitBatchRequest, CommitBatchResponse, TopicIdPartition
+from partlog.produce.pipeline import Action
+from partlog.rpc.frame import RpcErrorCode
+from partlog.rpc.transport import RpcClient, RpcRemoteError
+from partlog.rpc.wire import enc_tp
+from partlog.tools.cluster_run import ClusterOptions, run
+from partlog.wal.objectstore import LocalDirStore, ObjectStoreError, S3Store
 from tests.batches import build_batch
 from tests.cluster_helpers import (
     FlakyStore,

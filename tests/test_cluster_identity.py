@@ -8,7 +8,7 @@ walmgr refuses (or keeps the objects) when any of them names another.
 Mutation checks (run by hand; each makes the named test fail, which shows
 the test can fail):
 
-* ``check_cluster`` in ``partlog/rpc_frame.py`` made a no-op (``return``
+* ``check_cluster`` in ``partlog/rpc/frame.py`` made a no-op (``return``
   at its top): ``test_walmgr_asking_another_clusters_brokers_refuses`` fails
   (the other cluster's leaders answer NOT_REFERENCED for the same topic ids
   and walmgr deletes live objects), and so do the handshake tests.
@@ -34,25 +34,25 @@ from typing import Any
 
 import pytest
 
-from partlog.broker import Broker, BrokerConfig, start_brokers
+from partlog.broker.server import Broker, BrokerConfig, start_brokers
 from partlog.client import build_record_batch
-from partlog.cluster_meta import (
+from partlog.controller.client import ControllerMetadata
+from partlog.controller.cluster_meta import (
     ClusterMismatchError,
     MetadataError,
     StaticMetadata,
     TopicInfo,
     topic_id_for,
 )
-from partlog.controller import Controller, ControllerConfig, ControllerStateError
-from partlog.controller_client import ControllerMetadata
-from partlog.controller_server import ControllerServer
-from partlog.errors import Errors
-from partlog.objectstore import LocalDirStore, ObjectStore
-from partlog.produce_pipeline import ProduceConfig
-from partlog.records import TopicIdPartition
-from partlog.rpc import RpcClient, RpcHandshakeError, RpcServer
-from partlog.rpc_frame import RpcErrorCode
+from partlog.controller.core import Controller, ControllerConfig, ControllerStateError
+from partlog.controller.server import ControllerServer
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import TopicIdPartition
+from partlog.produce.pipeline import ProduceConfig
+from partlog.rpc.frame import RpcErrorCode
+from partlog.rpc.transport import RpcClient, RpcHandshakeError, RpcServer
 from partlog.store import MetadataStore, StoreError
+from partlog.wal.objectstore import LocalDirStore, ObjectStore
 from tests.walmgr_helpers import listed
 from walmgr.config import WalmgrConfig
 from walmgr.daemon import Walmgr
@@ -115,7 +115,7 @@ def test_handshake_refuses_another_cluster_both_ways() -> None:
 def test_server_refuses_a_hello_naming_another_cluster() -> None:
     """The server's own check, with a client that skips its side of it (as
     a peer of another version or a hostile one would)."""
-    from partlog.rpc_frame import (
+    from partlog.rpc.frame import (
         CONNECTION_REQUEST_ID,
         HELLO_METHOD,
         FrameDecoder,
@@ -431,7 +431,7 @@ def test_a_broker_binds_its_port_before_it_registers(tmp_path: Path) -> None:
     cluster id), bind the port, and only then register."""
     import socket
 
-    from partlog.cluster_meta import BrokerInfo
+    from partlog.controller.cluster_meta import BrokerInfo
 
     async def main() -> None:
         server = ControllerServer(ControllerConfig(str(tmp_path / "ctl")))

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from partlog.cluster_meta import MetadataError, StaticMetadata, topic_id_for
-from partlog.records import TopicIdPartition
+from partlog.controller.cluster_meta import MetadataError, StaticMetadata, topic_id_for
+from partlog.kafka.records import TopicIdPartition
 
 CLUSTER = uuid.UUID("6b1e7c52-93a4-4b0e-8f43-1f0b8f3f2a11")
 

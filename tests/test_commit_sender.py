@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from partlog.broker import Broker, BrokerConfig
+from partlog.broker.server import Broker, BrokerConfig
 from partlog.client import build_record_batch
-from partlog.cluster_meta import StaticMetadata
-from partlog.errors import Errors
-from partlog.objectstore import LocalDirStore
-from partlog.produce_pipeline import ProduceConfig
-from partlog.rpc import RpcClient
+from partlog.controller.cluster_meta import StaticMetadata
+from partlog.kafka.errors import Errors
+from partlog.produce.pipeline import ProduceConfig
+from partlog.rpc.transport import RpcClient
+from partlog.wal.objectstore import LocalDirStore
 
 
 @pytest.mark.timeout(120)

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from partlog.client import Consumer, build_record_batch
-from partlog.errors import Errors
-from partlog.objectstore import LocalDirStore
-from partlog.records import DeleteRecordsRequest
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import DeleteRecordsRequest
+from partlog.wal.objectstore import LocalDirStore
 from tests.cluster_helpers import running_cluster, topic_partitions
 
 

@@ -23,8 +23,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from partlog.cluster_meta import NO_LEADER, BrokerInfo, MetadataSource, PartitionInfo, TopicInfo
-from partlog.controller import (
+from partlog.controller.client import ControllerMetadata
+from partlog.controller.cluster_meta import NO_LEADER, BrokerInfo, MetadataSource, PartitionInfo, TopicInfo
+from partlog.controller.core import (
     BrokerFenced,
     Controller,
     ControllerConfig,
@@ -33,13 +34,12 @@ from partlog.controller import (
     assign_replicas,
     valid_topic_name,
 )
-from partlog.controller_client import ControllerMetadata
-from partlog.controller_server import ControllerServer
-from partlog.errors import Errors
-from partlog.producer_ids import ProducerIdBlock
-from partlog.records import TopicIdPartition
-from partlog.rpc import RpcClient, RpcRemoteError
-from partlog.rpc_frame import RpcErrorCode
+from partlog.controller.server import ControllerServer
+from partlog.kafka.errors import Errors
+from partlog.kafka.producer_ids import ProducerIdBlock
+from partlog.kafka.records import TopicIdPartition
+from partlog.rpc.frame import RpcErrorCode
+from partlog.rpc.transport import RpcClient, RpcRemoteError
 
 SESSION_MS = 1_000
 AZ_OF = {1: "az1", 2: "az2", 3: "az3", 4: "az1", 5: "az2", 6: "az3"}

@@ -43,7 +43,7 @@ from partlog import (
     MetadataStore,
     TopicIdPartition,
 )
-from partlog.batch_header import BatchHeader
+from partlog.kafka.batch_header import BatchHeader
 from tests.batches import build_batch, request, wal_key
 
 REPO = Path(__file__).resolve().parent.parent

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch
 
-from partlog.batch_header import (
+from partlog.kafka.batch_header import (
     ATTR_TIMESTAMP_TYPE,
     CRC_START,
     HEADER_SIZE,
@@ -26,8 +26,8 @@ from partlog.batch_header import (
     increment_sequence,
     patch_header,
 )
-from partlog.crc32c import crc32c, crc32c_update
-from partlog.records import TimestampType
+from partlog.kafka.crc32c import crc32c, crc32c_update
+from partlog.kafka.records import TimestampType
 from tests.batches import batch_crc_ok, build_batch
 
 GZIP = 1

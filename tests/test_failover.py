@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from partlog.client import Producer
-from partlog.cluster_run import ClusterOptions, LocalCluster, run
-from partlog.controller_client import ControllerMetadata
-from partlog.errors import Errors
-from partlog.objectstore import LocalDirStore
-from partlog.producer_ids import PRODUCER_ID_BLOCK_SIZE
-from partlog.records import TopicIdPartition
+from partlog.controller.client import ControllerMetadata
+from partlog.kafka.errors import Errors
+from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE
+from partlog.kafka.records import TopicIdPartition
+from partlog.tools.cluster_run import ClusterOptions, LocalCluster, run
+from partlog.wal.objectstore import LocalDirStore
 from tests.cluster_helpers import (
     Sent,
     check_exactly_once,
@@ -102,7 +102,7 @@ def test_leader_process_killed_with_sigkill_fails_over_to_the_isr(tmp_path: Path
     def spawn(name: str, args: list[str]) -> subprocess.Popen[bytes]:
         with open(logs / f"{name}.log", "ab") as out:
             return subprocess.Popen(
-                [sys.executable, "-m", "partlog.cli", *args], stdout=out, stderr=subprocess.STDOUT,
+                [sys.executable, "-m", "partlog.tools.cli", *args], stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
             )  # fmt: skip
 

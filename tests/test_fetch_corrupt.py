@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
-from partlog.broker import BrokerConfig, start_brokers
+from partlog.broker.server import BrokerConfig, start_brokers
 from partlog.client import Consumer, CorruptRecordError, build_record_batch
-from partlog.cluster_meta import StaticMetadata
-from partlog.errors import Errors
-from partlog.fetch_path import assemble
-from partlog.objectstore import LocalDirStore, RangeNotSatisfiableError
-from partlog.produce_pipeline import ProduceConfig
-from partlog.records import BatchInfo, BatchMetadata, TimestampType, TopicIdPartition
+from partlog.controller.cluster_meta import StaticMetadata
+from partlog.fetch.reads import assemble
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import BatchInfo, BatchMetadata, TimestampType, TopicIdPartition
+from partlog.produce.pipeline import ProduceConfig
+from partlog.wal.objectstore import LocalDirStore, RangeNotSatisfiableError
 
 
 @pytest.mark.timeout(60)

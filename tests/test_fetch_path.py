@@ -10,10 +10,10 @@ from pathlib import Path
 from kafka.record.default_records import DefaultRecordBatch
 
 from partlog import CreateTopicAndPartitionsRequest, Errors, FindBatchRequest, MetadataStore, TopicIdPartition
-from partlog.fetch_path import RangeCache, assemble, plan_reads
-from partlog.objectstore import LocalDirStore
-from partlog.produce_pipeline import ProduceConfig, ProducePipeline, SendCommit, Upload
-from partlog.records import BatchInfo
+from partlog.fetch.reads import RangeCache, assemble, plan_reads
+from partlog.kafka.records import BatchInfo
+from partlog.produce.pipeline import ProduceConfig, ProducePipeline, SendCommit, Upload
+from partlog.wal.objectstore import LocalDirStore
 from tests.batches import build_batch
 
 T0 = 1_700_000_000_000

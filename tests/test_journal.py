@@ -119,3 +119,31 @@ def test_follow_sees_a_live_writer_across_rotations_and_recycling(tmp_path: Path
     assert all(data[seq - 1] == payload for seq, payload in seen.items())
     assert set(range(applied + 1, 301)) <= set(seen)
     assert reader.follow(300) == []
+
+
+def test_restart_after_a_rotation_cut_short_keeps_no_live_segment_as_spare(tmp_path: Path) -> None:
+    """A crash right after a rotation leaves a segment named after a record
+    that never became whole.  The next start writes into a segment of that
+    very name: it must not also keep it as a spare (a later rotation would
+    rename the live segment away, and its records with it)."""
+    d = str(tmp_path / "j")
+    j = Journal(d, sync=False, segment_bytes=SEGMENT)
+    j.start(1)
+    data = payloads(12, seed=5)
+    for p in data[:6]:
+        j.append(p)
+    j.close()
+    # The rotation to record 7 happened; record 7 never became whole.
+    with open(os.path.join(d, f"{7:020d}.jnl"), "wb") as f:
+        f.write(bytes(SEGMENT))
+    j = Journal(d, sync=False, segment_bytes=SEGMENT)
+    assert [s for s, _ in j.replay(0)] == [1, 2, 3, 4, 5, 6]
+    j.start(7)
+    assert all(not path.endswith(f"{7:020d}.jnl") for path in j._spares)
+    for p in data[6:]:
+        j.append(p)  # rotations recycle the spares
+    for extra in payloads(30, seed=6):
+        j.append(extra)
+    j.close()
+    again = Journal(d, sync=False, segment_bytes=SEGMENT)
+    assert list(again.replay(6))[:6] == list(enumerate(data, 1))[6:]

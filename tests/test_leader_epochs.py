@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from partlog.leader_epochs import (
+from partlog.kafka.leader_epochs import (
     UNDEFINED_EPOCH,
     EpochEndOffset,
     diverging_epoch,

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from partlog.objectstore import InvalidKeyError, LocalDirStore
-from partlog.records import TopicIdPartition
+from partlog.kafka.records import TopicIdPartition
+from partlog.wal.objectstore import InvalidKeyError, LocalDirStore
 from tests.walmgr_helpers import TEST_CLUSTER_ID, orphan, segment
 from walmgr.model import State
 from walmgr.registry import Registry

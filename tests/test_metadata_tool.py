@@ -1,4 +1,4 @@
-"""``partlog metadata topics|object`` (partlog/metadata_tool.py) on real
+"""``partlog metadata topics|object`` (partlog/tools/metadata_tool.py) on real
 stores and a real walmgr registry, every number checked against values
 computed by hand from the batches committed.
 
@@ -34,13 +34,13 @@ from typing import Any, cast
 
 import pytest
 
-from partlog import metadata_tool
-from partlog.cli import main
-from partlog.cluster_run import ClusterOptions, run
-from partlog.errors import Errors
-from partlog.metadata_tool import PartitionView, Replica, iter_log, open_sources
-from partlog.records import CreateTopicAndPartitionsRequest, DeleteRecordsRequest, TopicIdPartition
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import CreateTopicAndPartitionsRequest, DeleteRecordsRequest, TopicIdPartition
 from partlog.store import LogRead, MetadataStore, OffsetOutOfRangeError, ReplicatedEntry
+from partlog.tools import metadata_tool
+from partlog.tools.cli import main
+from partlog.tools.cluster_run import ClusterOptions, run
+from partlog.tools.metadata_tool import PartitionView, Replica, iter_log, open_sources
 from tests.batches import build_batch, request, wal_key
 from tests.clock import Clock
 from walmgr.model import ObjectRecord, Source, State
@@ -485,7 +485,7 @@ def test_runs_beside_a_store_open_for_writing(fx: Fixture) -> None:
         with Registry(fx.data / "walmgr", sync=False):
             commit(stores[0], wal_key(T0, 0), [(T1P0, "h")], S["h"] + 1)
             proc = subprocess.run(
-                [sys.executable, "-m", "partlog.cli", "metadata", "topics", "--data-dir", str(fx.data), "--json"],
+                [sys.executable, "-m", "partlog.tools.cli", "metadata", "topics", "--data-dir", str(fx.data), "--json"],
                 cwd=REPO,
                 capture_output=True,
                 text=True,
@@ -605,7 +605,7 @@ def test_topics_show_the_replication_factor_from_the_controller(tmp_path: Path) 
     """Regression (issue 13, newcomer polish): the column said "replicas" and
     counted the stores holding a partition; the replication factor comes
     from the controller's state when the data directory has one."""
-    from partlog.controller import Controller, ControllerConfig
+    from partlog.controller.core import Controller, ControllerConfig
 
     data = tmp_path / "data"
     with Controller(ControllerConfig(str(data / "controller")), now_ms=0) as c:

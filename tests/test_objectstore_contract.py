@@ -1,4 +1,4 @@
-"""The object store contract (see :mod:`partlog.objectstore`), one suite run
+"""The object store contract (see :mod:`partlog.wal.objectstore`), one suite run
 against both stores: :class:`LocalDirStore` and :class:`S3Store` on a real
 S3 server (SeaweedFS, started by ``tests/s3server.py``).
 
@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from partlog.objectstore import (
+from partlog.wal.objectstore import (
     DELETE_KEYS_MAX,
     KEY_BYTES_MAX,
     DeleteResult,

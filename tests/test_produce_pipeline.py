@@ -12,8 +12,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from partlog.errors import Errors
-from partlog.produce_pipeline import (
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import CommitBatchResponse, TopicIdPartition
+from partlog.produce.pipeline import (
     BatchResult,
     ProduceConfig,
     ProducePipeline,
@@ -21,8 +22,7 @@ from partlog.produce_pipeline import (
     SendCommit,
     Upload,
 )
-from partlog.records import CommitBatchResponse, TopicIdPartition
-from partlog.wal_segment import check_segment
+from partlog.wal.segment import check_segment
 from tests.batches import build_batch
 
 T0 = 1_700_000_000_000

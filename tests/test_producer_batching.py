@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from partlog.broker import Broker, BrokerConfig
+from partlog.broker.server import Broker, BrokerConfig
 from partlog.client import Producer
-from partlog.cluster_meta import StaticMetadata
-from partlog.objectstore import LocalDirStore
-from partlog.produce_pipeline import ProduceConfig
-from partlog.records import TopicIdPartition
+from partlog.controller.cluster_meta import StaticMetadata
+from partlog.kafka.records import TopicIdPartition
+from partlog.produce.pipeline import ProduceConfig
+from partlog.wal.objectstore import LocalDirStore
 
 
 @pytest.mark.timeout(120)

@@ -13,7 +13,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from partlog.producer_ids import (
+from partlog.kafka.producer_ids import (
     ProducerIdAllocator,
     ProducerIdBlock,
     ProducerIdManager,

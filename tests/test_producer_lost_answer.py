@@ -21,13 +21,13 @@ from typing import Any
 
 import pytest
 
-from partlog.broker import Broker, BrokerConfig
+from partlog.broker.server import Broker, BrokerConfig
 from partlog.client import Consumer, Producer, _Batch, _written_before
-from partlog.cluster_meta import StaticMetadata
-from partlog.errors import Errors
-from partlog.objectstore import LocalDirStore
-from partlog.produce_pipeline import ProduceConfig
-from partlog.records import TopicIdPartition
+from partlog.controller.cluster_meta import StaticMetadata
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import TopicIdPartition
+from partlog.produce.pipeline import ProduceConfig
+from partlog.wal.objectstore import LocalDirStore
 
 
 def test_written_before_understands_wrapped_sequences() -> None:

@@ -1,13 +1,13 @@
 """ProducerWindow (the commit path's mutable producer state) decides exactly
-as the pure functions of partlog.producer_state, on random histories."""
+as the pure functions of partlog.kafka.producer_state, on random histories."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from partlog.batch_header import INT32_MAX
-from partlog.producer_state import (
+from partlog.kafka.batch_header import INT32_MAX
+from partlog.kafka.producer_state import (
     AppendedBatch,
     ProducerEntry,
     ProducerWindow,

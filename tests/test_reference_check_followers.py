@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from partlog.client import Producer
-from partlog.objectstore import LocalDirStore
-from partlog.rpc import RpcClient
-from partlog.wire import Verdict, dec_verdicts, enc_reference_checks
+from partlog.rpc.transport import RpcClient
+from partlog.rpc.wire import Verdict, dec_verdicts, enc_reference_checks
+from partlog.wal.objectstore import LocalDirStore
 from tests.cluster_helpers import running_cluster, topic_partitions
 
 

@@ -7,8 +7,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from partlog.errors import Errors
-from partlog.replica_state import AckResult, ReplicaState
+from partlog.kafka.errors import Errors
+from partlog.replication.replica_state import AckResult, ReplicaState
 
 LAG_MS = 1000
 

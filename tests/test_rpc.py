@@ -27,16 +27,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from partlog.rpc import (
-    RpcClient,
-    RpcConnectionError,
-    RpcError,
-    RpcHandshakeError,
-    RpcRemoteError,
-    RpcServer,
-    RpcTimeoutError,
-)
-from partlog.rpc_frame import (
+from partlog.rpc.frame import (
     CHALLENGE_NONCE_BYTES,
     PROTOCOL_VERSION,
     Frame,
@@ -50,7 +41,16 @@ from partlog.rpc_frame import (
     decode_payload,
     encode_frame,
 )
-from partlog.rpc_schema import DecodeLimits
+from partlog.rpc.schema import DecodeLimits
+from partlog.rpc.transport import (
+    RpcClient,
+    RpcConnectionError,
+    RpcError,
+    RpcHandshakeError,
+    RpcRemoteError,
+    RpcServer,
+    RpcTimeoutError,
+)
 
 SECRET = b"cluster secret for tests"
 
@@ -451,7 +451,7 @@ def test_server_close_fails_pending_calls_promptly() -> None:
 _SERVER_SCRIPT = textwrap.dedent(
     """
     import asyncio
-    from partlog.rpc import RpcServer
+    from partlog.rpc.transport import RpcServer
 
     async def hang(body):
         await asyncio.Event().wait()
@@ -612,7 +612,7 @@ def test_handler_errors(caplog: pytest.LogCaptureFixture) -> None:
     async def test(server: RpcServer) -> None:
         client = await RpcClient.connect("127.0.0.1", server.port, frame_bytes_max=8192)
         with (
-            caplog.at_level(logging.ERROR, logger="partlog.rpc"),
+            caplog.at_level(logging.ERROR, logger="partlog.rpc.transport"),
             pytest.raises(RpcRemoteError, match="partition") as e,
         ):
             await client.call("boom", None)
@@ -853,7 +853,7 @@ def test_a_deferred_answer_never_started_is_closed_without_a_warning() -> None:
     import inspect
     import warnings
 
-    from partlog.rpc import close_unstarted
+    from partlog.rpc.transport import close_unstarted
 
     async def answer() -> int:
         return 1

@@ -3,7 +3,7 @@ the way a hostile or broken peer on the loopback could.
 
 Hypothesis generates valid requests for every method, the broker's, the
 controller's and walmgr's, from the declared schemas
-(``partlog.rpc_methods``) and mutates them: out-of-range integers, wrong
+(``partlog.rpc.methods``) and mutates them: out-of-range integers, wrong
 types, oversized strings and lists, deep nesting.  Then
 msgpack bombs (an array header claiming millions of elements followed by
 empty arrays, in a 7.6 MiB and a 63 MiB frame), garbage frames, half-sent
@@ -50,11 +50,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from partlog.client import build_record_batch
-from partlog.cluster_run import free_ports
-from partlog.errors import Errors
-from partlog.records import TopicIdPartition
-from partlog.rpc import RpcClient
-from partlog.rpc_frame import (
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import TopicIdPartition
+from partlog.rpc.frame import (
     CONNECTION_REQUEST_ID,
     HELLO_METHOD,
     FrameDecoder,
@@ -65,9 +63,11 @@ from partlog.rpc_frame import (
     hello_body,
     parse_challenge,
 )
-from partlog.rpc_methods import BROKER_SCHEMAS, CONTROLLER_SCHEMAS, WALMGR_SCHEMAS
-from partlog.rpc_schema import Bool, Bytes, Int, List, Map, Nullable, Schema, Str, Tuple
-from partlog.wire import enc_tp
+from partlog.rpc.methods import BROKER_SCHEMAS, CONTROLLER_SCHEMAS, WALMGR_SCHEMAS
+from partlog.rpc.schema import Bool, Bytes, Int, List, Map, Nullable, Schema, Str, Tuple
+from partlog.rpc.transport import RpcClient
+from partlog.rpc.wire import enc_tp
+from partlog.tools.cluster_run import free_ports
 
 BIN = Path(sys.executable).parent
 RSS_GROWTH_MAX_BYTES = 384 * 1024 * 1024

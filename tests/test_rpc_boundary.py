@@ -20,18 +20,23 @@ from typing import Any
 import lmdb
 import pytest
 
-from partlog.broker import Broker, BrokerConfig, start_brokers
+from partlog.broker.server import Broker, BrokerConfig, start_brokers
 from partlog.client import build_record_batch
-from partlog.cluster_meta import StaticMetadata
-from partlog.errors import Errors
-from partlog.objectstore import LocalDirStore
-from partlog.produce_pipeline import ProduceConfig
-from partlog.records import CommitBatchRequest, CreateTopicAndPartitionsRequest, FindBatchRequest, TopicIdPartition
-from partlog.rpc import RpcClient, RpcRemoteError
-from partlog.rpc_frame import RpcErrorCode
+from partlog.controller.cluster_meta import StaticMetadata
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import (
+    CommitBatchRequest,
+    CreateTopicAndPartitionsRequest,
+    FindBatchRequest,
+    TopicIdPartition,
+)
+from partlog.produce.pipeline import ProduceConfig
+from partlog.rpc.frame import RpcErrorCode
+from partlog.rpc.transport import RpcClient, RpcRemoteError
+from partlog.rpc.wire import enc_tp
 from partlog.store import MetadataStore
-from partlog.wal_key import make_wal_key
-from partlog.wire import enc_tp
+from partlog.wal.key import make_wal_key
+from partlog.wal.objectstore import LocalDirStore
 
 
 def now_ms() -> int:

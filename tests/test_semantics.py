@@ -29,7 +29,7 @@ from partlog import (
     TimestampType,
     TopicIdPartition,
 )
-from partlog.batch_header import ATTR_TIMESTAMP_TYPE, HEADER_SIZE, BatchHeader
+from partlog.kafka.batch_header import ATTR_TIMESTAMP_TYPE, HEADER_SIZE, BatchHeader
 from tests.batches import build_batch, request, wal_key
 from tests.clock import Clock
 

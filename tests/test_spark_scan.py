@@ -18,10 +18,10 @@ import pytest
 
 pytest.importorskip("pyspark", reason="pyspark is not installed (walmgr's Spark engine is optional)")
 
-from partlog.objectstore import LocalDirStore, ObjectStore
-from partlog.records import TopicIdPartition
-from partlog.wal_key import make_wal_key, shard_of
-from partlog.wal_segment import WalSegmentBuilder
+from partlog.kafka.records import TopicIdPartition
+from partlog.wal.key import make_wal_key, shard_of
+from partlog.wal.objectstore import LocalDirStore, ObjectStore
+from partlog.wal.segment import WalSegmentBuilder
 from tests.batches import build_batch
 from tests.clock import Clock
 from tests.s3server import ACCESS_KEY_ID, SECRET_ACCESS_KEY
@@ -292,7 +292,7 @@ def test_walmgr_daemon_runs_full_scans_on_spark_when_configured(
 
 
 def test_spark_submit_with_the_project_shipped_as_a_zip(tmp_path: Path) -> None:
-    """``spark-submit --py-files walmgr_spark.zip spark/scan_job.py --store
+    """``spark-submit --py-files walmgr_spark.zip spark/submit.py --store
     --registry``: in a Python that has the third-party packages but not
     partlog, walmgr or the job's package (a venv whose only path is the dev
     environment's site-packages, whose .pth files, partlog's editable
@@ -320,10 +320,10 @@ def test_spark_submit_with_the_project_shipped_as_a_zip(tmp_path: Path) -> None:
 
     store = LocalDirStore(tmp_path / "store", fsync=False)
     build_bucket(store)
-    job = tmp_path / "scan_job.py"
-    import spark.scan_job
+    job = tmp_path / "submit.py"
+    import spark.submit
 
-    job.write_bytes(Path(spark.scan_job.__file__).read_bytes())
+    job.write_bytes(Path(spark.submit.__file__).read_bytes())
     zip_path = package_zip(str(tmp_path / "walmgr_spark.zip"))
     env = dict(os.environ, PYSPARK_PYTHON=str(bare_python), PYSPARK_DRIVER_PYTHON=str(bare_python))
     env.pop("PYTHONPATH", None)
@@ -407,9 +407,9 @@ def test_a_failed_spark_job_is_a_scan_error_and_the_cycle_goes_on(
 def test_scan_job_refuses_bad_arguments_before_starting_spark(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from spark import scan_job
+    from spark import submit
 
     with pytest.raises(SystemExit) as e:
-        scan_job.main(argv)
+        submit.main(argv)
     assert e.value.code == 2
     assert message in capsys.readouterr().err

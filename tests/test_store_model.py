@@ -32,7 +32,7 @@ from partlog import (
     MetadataStore,
     TopicIdPartition,
 )
-from partlog.wal_key import make_wal_key
+from partlog.wal.key import make_wal_key
 from tests.batches import build_batch, request
 from tests.clock import Clock
 from tests.reference_model import (

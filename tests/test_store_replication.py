@@ -31,8 +31,8 @@ from partlog import (
     MetadataStore,
     TopicIdPartition,
 )
-from partlog.leader_epochs import diverging_epoch, truncation_offset
-from partlog.producer_state import ProducerEntry
+from partlog.kafka.leader_epochs import diverging_epoch, truncation_offset
+from partlog.kafka.producer_state import ProducerEntry
 from partlog.store import (
     LogRead,
     OffsetOutOfRangeError,
@@ -594,7 +594,7 @@ def test_auto_high_watermark_keeps_hwm_at_log_end(leader: MetadataStore) -> None
 def test_divergent_suffix_is_truncated_by_epoch_and_converges(leader: MetadataStore, follower: MetadataStore) -> None:
     """The follower led epoch 1 and wrote entries nobody else has; the real
     leader of epoch 2 wrote others.  Kafka's divergence arithmetic
-    (partlog.leader_epochs) finds the cut; the follower then converges."""
+    (partlog.kafka.leader_epochs) finds the cut; the follower then converges."""
     [tp] = topic([leader, follower])
     commit1(leader, tp, idem(3, 0, 0, records=2))
     replicate(leader, follower, tp)

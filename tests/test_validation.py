@@ -36,8 +36,8 @@ from partlog import (
     TopicConfigError,
     TopicIdPartition,
 )
-from partlog.batch_header import HEADER_SIZE, BatchHeader
-from partlog.wal_key import WalKeyError, make_wal_key, parse_wal_key
+from partlog.kafka.batch_header import HEADER_SIZE, BatchHeader
+from partlog.wal.key import WalKeyError, make_wal_key, parse_wal_key
 from tests.batches import build_batch, request, wal_key
 from tests.clock import Clock
 

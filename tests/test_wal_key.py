@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from partlog.wal_key import OBJECT_KEY_BYTES_MAX, WalKey, WalKeyError, make_wal_key, parse_wal_key, shard_of
+from partlog.wal.key import OBJECT_KEY_BYTES_MAX, WalKey, WalKeyError, make_wal_key, parse_wal_key, shard_of
 
 _SEGMENT = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_.", min_size=1, max_size=12).filter(
     lambda s: s not in (".", "..")

@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch
 
-from partlog.cli import main as partlog_main
-from partlog.objectstore import LocalDirStore
-from partlog.records import TopicIdPartition
-from partlog.wal_segment import (
+from partlog.kafka.records import TopicIdPartition
+from partlog.tools.cli import main as partlog_main
+from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.segment import (
     FOOTER_READ_BYTES,
     TRAILER_BYTES,
     WalFormatError,
@@ -187,7 +187,7 @@ def test_version_byte() -> None:
 
 
 def test_garbage_footer_is_format_error() -> None:
-    from partlog.crc32c import crc32c
+    from partlog.kafka.crc32c import crc32c
 
     junk = b"\xc1\xc1\xc1"  # 0xc1 is never valid msgpack
     data = b"\x00" + junk + struct.pack(">II4s", len(junk), crc32c(junk), b"PLWF")

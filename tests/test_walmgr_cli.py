@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from partlog.cluster_meta import StaticMetadata
-from partlog.objectstore import LocalDirStore
-from partlog.records import TopicIdPartition
+from partlog.controller.cluster_meta import StaticMetadata
+from partlog.kafka.records import TopicIdPartition
+from partlog.wal.objectstore import LocalDirStore
 from tests.cluster_helpers import free_ports, topic_partitions, write_cluster_toml
 from tests.walmgr_helpers import TEST_CLUSTER_ID, orphan
 from walmgr import cli

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from partlog.broker import Broker
+from partlog.broker.server import Broker
 from partlog.client import Producer
-from partlog.objectstore import LocalDirStore
-from partlog.records import DeleteRecordsRequest
-from partlog.wal_key import make_wal_key
+from partlog.kafka.records import DeleteRecordsRequest
+from partlog.wal.key import make_wal_key
+from partlog.wal.objectstore import LocalDirStore
 from tests.cluster_helpers import (
     Sent,
     check_exactly_once,

@@ -22,7 +22,7 @@ from typing import Any
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from partlog.records import TopicIdPartition
+from partlog.kafka.records import TopicIdPartition
 from walmgr.decide import Verdict, candidates, decide, plan_checks
 from walmgr.model import ObjectRecord, Source, State
 

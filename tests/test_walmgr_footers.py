@@ -10,7 +10,7 @@ asked), and a footer that overlaps itself are INVALID: kept, counted in
 Mutation checks (run by hand on a copy of the tree; each makes the named
 test fail, which shows the test can fail):
 
-* ``parse_footer``'s tiling check in ``partlog/wal_segment.py`` removed (the
+* ``parse_footer``'s tiling check in ``partlog/wal/segment.py`` removed (the
   ``r.byte_offset != end`` test and the final ``end != footer_at`` test):
   ``test_a_footer_that_leaves_out_a_referencing_partition_is_kept`` fails:
   walmgr asks only the named partition's leader, which no longer references
@@ -39,13 +39,13 @@ import msgpack
 import pytest
 from prometheus_client import generate_latest
 
-from partlog.broker import Broker
+from partlog.broker.server import Broker
 from partlog.client import build_record_batch
-from partlog.crc32c import crc32c
-from partlog.errors import Errors
-from partlog.objectstore import LocalDirStore
-from partlog.records import DeleteRecordsRequest, TopicIdPartition
-from partlog.wal_segment import FORMAT_VERSION, TRAILER_MAGIC, Footer, WalFormatError, parse_footer, read_footer
+from partlog.kafka.crc32c import crc32c
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import DeleteRecordsRequest, TopicIdPartition
+from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.segment import FORMAT_VERSION, TRAILER_MAGIC, Footer, WalFormatError, parse_footer, read_footer
 from tests.cluster_helpers import running_cluster, topic_partitions
 from walmgr.config import WalmgrConfig
 from walmgr.daemon import Walmgr

@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import walmgr.registry as registry_module
-from partlog.records import TopicIdPartition
-from partlog.wal_key import make_wal_key
+from partlog.kafka.records import TopicIdPartition
+from partlog.wal.key import make_wal_key
 from walmgr.config import WalmgrConfig, WalmgrConfigError, load_config, split_store_url
 from walmgr.model import ObjectRecord, Source, State
 from walmgr.registry import (

@@ -41,11 +41,16 @@ from typing import Any
 
 import pytest
 
-from partlog.broker import Broker, BrokerConfig
+from partlog.broker.server import Broker, BrokerConfig
 from partlog.client import Consumer, Producer, build_record_batch
-from partlog.cluster_meta import StaticMetadata
-from partlog.errors import Errors
-from partlog.objectstore import (
+from partlog.controller.cluster_meta import StaticMetadata
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import CommitBatchRequest, DeleteRecordsRequest, TopicIdPartition
+from partlog.replication.manager import ReplicationConfig
+from partlog.rpc.transport import RpcClient
+from partlog.rpc.wire import Verdict, enc_commit
+from partlog.wal.key import WalKeyError, make_wal_key, parse_wal_key, shard_of
+from partlog.wal.objectstore import (
     DeleteResult,
     ForwardingStore,
     ListPage,
@@ -54,11 +59,6 @@ from partlog.objectstore import (
     ObjectStoreError,
     S3Store,
 )
-from partlog.records import CommitBatchRequest, DeleteRecordsRequest, TopicIdPartition
-from partlog.replication import ReplicationConfig
-from partlog.rpc import RpcClient
-from partlog.wal_key import WalKeyError, make_wal_key, parse_wal_key, shard_of
-from partlog.wire import Verdict, enc_commit
 from tests.clock import Clock
 from tests.cluster_helpers import (
     CONSUME_TIMEOUT_S,

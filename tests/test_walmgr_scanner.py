@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from partlog.objectstore import (
+from partlog.kafka.records import TopicIdPartition
+from partlog.wal.key import WalKey, make_wal_key, shard_of
+from partlog.wal.objectstore import (
     ForwardingStore,
     ListPage,
     LocalDirStore,
@@ -24,9 +26,7 @@ from partlog.objectstore import (
     ObjectStoreError,
     S3Store,
 )
-from partlog.records import TopicIdPartition
-from partlog.wal_key import WalKey, make_wal_key, shard_of
-from partlog.wal_segment import WalSegmentBuilder
+from partlog.wal.segment import WalSegmentBuilder
 from tests.batches import build_batch
 from tests.clock import Clock
 from tests.walmgr_helpers import TEST_CLUSTER_ID

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from partlog.broker import Broker, BrokerConfig
+from partlog.broker.server import Broker, BrokerConfig
 from partlog.client import build_record_batch
-from partlog.cluster_meta import StaticMetadata
-from partlog.errors import Errors
-from partlog.objectstore import LocalDirStore
-from partlog.produce_pipeline import ProduceConfig
-from partlog.tls import TlsConfigError, mutual_tls
+from partlog.controller.cluster_meta import StaticMetadata
+from partlog.kafka.errors import Errors
+from partlog.produce.pipeline import ProduceConfig
+from partlog.rpc.tls import TlsConfigError, mutual_tls
+from partlog.wal.objectstore import LocalDirStore
 from tests.cluster_helpers import topic_partitions
 from tests.test_rpc import _client_context, _server_context, certs  # noqa: F401  (certs is a fixture)
 from tests.walmgr_helpers import listed, orphan

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from partlog.cluster_run import free_ports
-from partlog.controller_client import ControllerMetadata, ControllerUnavailableError
-from partlog.objectstore import LIST_KEYS_MAX, ForwardingStore, ListPage, LocalDirStore, ObjectStoreError
-from partlog.records import TopicIdPartition
+from partlog.controller.client import ControllerMetadata, ControllerUnavailableError
+from partlog.kafka.records import TopicIdPartition
+from partlog.tools.cluster_run import free_ports
+from partlog.wal.objectstore import LIST_KEYS_MAX, ForwardingStore, ListPage, LocalDirStore, ObjectStoreError
 from tests.walmgr_helpers import orphan
 from walmgr.config import WalmgrConfig
 from walmgr.daemon import Walmgr
@@ -40,7 +40,7 @@ def test_controller_down_bounded_wait_logged_and_counted(tmp_path: Path, caplog:
         assert source.failures >= 2  # every attempt counted ...
         await source.stop()
 
-    with caplog.at_level(logging.WARNING, logger="partlog.controller_client"):
+    with caplog.at_level(logging.WARNING, logger="partlog.controller.client"):
         asyncio.run(main())
     # ... and logged: the daemon's retries are never silent.
     assert sum("metadata_poll failed (retrying)" in r.getMessage() for r in caplog.records) >= 2

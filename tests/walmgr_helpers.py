@@ -8,10 +8,10 @@ import uuid
 from collections.abc import Sequence
 
 from partlog.client import build_record_batch
-from partlog.objectstore import ObjectStore
-from partlog.records import TopicIdPartition
-from partlog.wal_key import make_wal_key
-from partlog.wal_segment import WalSegmentBuilder
+from partlog.kafka.records import TopicIdPartition
+from partlog.wal.key import make_wal_key
+from partlog.wal.objectstore import ObjectStore
+from partlog.wal.segment import WalSegmentBuilder
 
 # The cluster of the objects these helpers make, unless a test says otherwise.
 TEST_CLUSTER_ID = uuid.UUID("0c0ffee0-0000-4000-8000-000000000013")

@@ -35,10 +35,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from partlog.client import build_record_batch
-from partlog.objectstore import ObjectStore, S3Config, S3Store, open_store
-from partlog.records import TopicIdPartition
-from partlog.wal_key import make_wal_key
-from partlog.wal_segment import WalSegmentBuilder
+from partlog.kafka.records import TopicIdPartition
+from partlog.wal.key import make_wal_key
+from partlog.wal.objectstore import ObjectStore, S3Config, S3Store, open_store
+from partlog.wal.segment import WalSegmentBuilder
 from walmgr.config import WalmgrConfig
 from walmgr.deleter import execute_plan
 from walmgr.model import State
@@ -91,7 +91,7 @@ def _delete_rate(store: ObjectStore, keys: list[str]) -> float:
 
 @contextmanager
 def _seaweedfs(progress: Callable[[str], None]) -> Iterator[S3Store]:
-    from partlog.seaweedfs import ACCESS_KEY_ID, SECRET_ACCESS_KEY, s3_client, start_seaweedfs
+    from partlog.tools.seaweedfs import ACCESS_KEY_ID, SECRET_ACCESS_KEY, s3_client, start_seaweedfs
 
     progress("starting SeaweedFS on 127.0.0.1")
     server = start_seaweedfs()

@@ -12,7 +12,7 @@ import signal
 import sys
 from typing import Any
 
-from partlog.cli_errors import OneLineArgumentParser, run_cli, take_debug_flag
+from partlog.tools.cli_errors import OneLineArgumentParser, run_cli, take_debug_flag
 from walmgr.config import SCAN_ENGINES, SCAN_SPARK_MASTER_DEFAULT, WalmgrConfig, WalmgrConfigError, load_config
 from walmgr.model import State
 
@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     if not daemon and not debug:
-        logging.getLogger("partlog.controller_client").setLevel(logging.ERROR)
+        logging.getLogger("partlog.controller.client").setLevel(logging.ERROR)
     return run_cli(f"walmgr {args.command}", lambda: _dispatch(parser, args), debug=debug)
 
 

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from partlog import injected_bugs
-from partlog.objectstore import DELETE_KEYS_MAX
-from partlog.produce_pipeline import ProduceConfig
+from partlog.produce.pipeline import ProduceConfig
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
-from partlog.wal_key import make_wal_key
+from partlog.wal.key import make_wal_key
+from partlog.wal.objectstore import DELETE_KEYS_MAX
 
 # The brokers' default WAL key prefix (ProduceConfig.key_prefix): walmgr must
 # look where brokers write.
@@ -52,7 +52,7 @@ METADATA_TIMEOUT_MS_DEFAULT = 30_000
 TOMBSTONE_RETENTION_MS_DEFAULT = 7 * 24 * 3_600_000
 PORT_MAX = 65_535
 CONTROLLER_SCHEME = "controller://"
-# Query parameters partlog.objectstore.open_store understands in s3:// URLs.
+# Query parameters partlog.wal.objectstore.open_store understands in s3:// URLs.
 S3_URL_PARAMS = frozenset({"endpoint", "region"})
 # Where full scans run: in this process, or on Spark (walmgr.spark_scan).
 # Incremental scans always run in-process: they list little and read only
@@ -77,7 +77,7 @@ class WalmgrConfigError(ValueError):
 
 
 def split_store_url(url: str) -> tuple[str, str]:
-    """``(store URL for partlog.objectstore.open_store, key prefix)``.
+    """``(store URL for partlog.wal.objectstore.open_store, key prefix)``.
 
     For ``s3://bucket/some/prefix?endpoint=URL`` the path after the bucket
     is the key prefix (``some/prefix``) and the store URL is
@@ -254,7 +254,7 @@ class WalmgrConfig:
 
     @property
     def store_url(self) -> str:
-        """The store URL for partlog.objectstore.open_store (no key prefix in it)."""
+        """The store URL for partlog.wal.objectstore.open_store (no key prefix in it)."""
         return split_store_url(self.store)[0]
 
     @property

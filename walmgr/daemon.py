@@ -37,10 +37,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from partlog.cluster_meta import ClusterMismatchError, MetadataSource, StaticMetadata, check_same_cluster
-from partlog.objectstore import DeleteResult, ObjectInfo, ObjectStore, ObjectStoreError, open_store
-from partlog.records import TopicIdPartition
-from partlog.rpc import (
+from partlog.controller.cluster_meta import ClusterMismatchError, MetadataSource, StaticMetadata, check_same_cluster
+from partlog.kafka.records import TopicIdPartition
+from partlog.rpc.frame import RpcErrorCode
+from partlog.rpc.methods import NOTIFY_OBJECTS_MAX, WALMGR_SCHEMAS
+from partlog.rpc.tls import mutual_tls
+from partlog.rpc.transport import (
     RpcClient,
     RpcConnectionError,
     RpcError,
@@ -50,10 +52,8 @@ from partlog.rpc import (
     RpcTimeoutError,
     read_secret_file,
 )
-from partlog.rpc_frame import RpcErrorCode
-from partlog.rpc_methods import NOTIFY_OBJECTS_MAX, WALMGR_SCHEMAS
-from partlog.tls import mutual_tls
-from partlog.wire import WireError, dec_verdicts, dec_wal_uploaded, enc_reference_checks
+from partlog.rpc.wire import WireError, dec_verdicts, dec_wal_uploaded, enc_reference_checks
+from partlog.wal.objectstore import DeleteResult, ObjectInfo, ObjectStore, ObjectStoreError, open_store
 from walmgr.config import WalmgrConfig, WalmgrConfigError
 from walmgr.decide import CheckPlan, Decision, candidates, decide, plan_checks, split_checks
 from walmgr.deleter import DeleteReport, execute_plan
@@ -192,7 +192,7 @@ def load_metadata(
     if not spec:
         return None
     if spec.startswith("controller://"):
-        from partlog.controller_client import ControllerMetadata
+        from partlog.controller.client import ControllerMetadata
 
         host, _, port = spec.removeprefix("controller://").rpartition(":")
         return ControllerMetadata(host, int(port), cluster_id=cluster_id, secret=secret, ssl=client_ssl)

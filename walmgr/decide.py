@@ -13,7 +13,7 @@ The deletion-safety argument (design brief, "Deletion safety") in code:
    a partition the metadata does not know at all is a doubt (the view may be
    stale).
 3. **Positive evidence only.** The partitions come from a footer checked
-   against the object (``partlog.wal_segment.parse_footer``: it accounts for
+   against the object (``partlog.wal.segment.parse_footer``: it accounts for
    the whole batch area) that names this walmgr's cluster.  A record with
    no partitions, no cluster, or another cluster is kept: "nobody was asked"
    never means "nobody references it".
@@ -35,8 +35,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from partlog import injected_bugs
-from partlog.records import TopicIdPartition
-from partlog.wire import Verdict
+from partlog.kafka.records import TopicIdPartition
+from partlog.rpc.wire import Verdict
 from walmgr.model import ObjectRecord, State
 
 # Checks one reference RPC carries at most; a bigger round is split.

@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from partlog.objectstore import DeleteResult, ObjectStore, ObjectStoreError
-from partlog.wal_key import WalKeyError, parse_wal_key, shard_of
+from partlog.wal.key import WalKeyError, parse_wal_key, shard_of
+from partlog.wal.objectstore import DeleteResult, ObjectStore, ObjectStoreError
 from walmgr.model import State
 from walmgr.registry import Registry
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from partlog.records import TopicIdPartition
+from partlog.kafka.records import TopicIdPartition
 
 
 class State(StrEnum):

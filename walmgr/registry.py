@@ -44,9 +44,9 @@ from typing import Any, TypeVar
 import lmdb
 import msgpack
 
-from partlog.cluster_meta import check_same_cluster
+from partlog.controller.cluster_meta import check_same_cluster
 from partlog.lmdb_gate import LmdbGate
-from partlog.wal_key import OBJECT_KEY_BYTES_MAX, WalKeyError, parse_wal_key
+from partlog.wal.key import OBJECT_KEY_BYTES_MAX, WalKeyError, parse_wal_key
 from walmgr.model import ObjectRecord, State
 
 log = logging.getLogger(__name__)

@@ -37,7 +37,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from partlog.objectstore import (
+from partlog.kafka.records import TopicIdPartition
+from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
+from partlog.wal.key import OBJECT_KEY_BYTES_MAX, SHARD_COUNT, WalKey, WalKeyError, parse_wal_key, shard_of
+from partlog.wal.objectstore import (
     LIST_KEYS_MAX,
     InvalidKeyError,
     ObjectInfo,
@@ -46,10 +49,7 @@ from partlog.objectstore import (
     ObjectStoreError,
     RangeNotSatisfiableError,
 )
-from partlog.records import TopicIdPartition
-from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
-from partlog.wal_key import OBJECT_KEY_BYTES_MAX, SHARD_COUNT, WalKey, WalKeyError, parse_wal_key, shard_of
-from partlog.wal_segment import WalFormatError, read_footer
+from partlog.wal.segment import WalFormatError, read_footer
 from walmgr.config import GRACE_MS_DEFAULT, MAX_CLOCK_SKEW_MS_DEFAULT
 from walmgr.model import ObjectRecord, Source, State
 from walmgr.registry import LIVE_STATES, Registry
@@ -236,7 +236,7 @@ def inspect_object(
     for a WAL segment (one suffix GET), INVALID with the reason for a bad
     key or a bad segment, None if the object vanished meanwhile.
 
-    The footer must pass :func:`partlog.wal_segment.parse_footer`'s checks
+    The footer must pass :func:`partlog.wal.segment.parse_footer`'s checks
     (it accounts for the whole batch area) and name a cluster: ``cluster_id``
     when given (the registry's), else any (the record keeps it, and the
     decision core checks it against the registry's before any deletion).

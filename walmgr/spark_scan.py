@@ -36,7 +36,7 @@ import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from partlog.records import TopicIdPartition
+from partlog.kafka.records import TopicIdPartition
 from walmgr.model import ObjectRecord, Source, State
 from walmgr.registry import Registry
 from walmgr.scanner import (

@@ -3,7 +3,7 @@
 Each partition this broker leads (or, later, follows) has a metadata log of
 entries ``[patched 61-byte v2 batch header | WAL reference]``, sequenced exactly
 as a Kafka partition leader sequences its log.  The API mirrors KIP-1164's
-BatchCoordinator, per leader (see :mod:`partlog.records`).
+BatchCoordinator, per leader (see :mod:`partlog.kafka.records`).
 
 The layout on disk is :mod:`partlog.store.layout`.
 
@@ -51,7 +51,7 @@ them and is the only public class):
 
 from __future__ import annotations
 
-from partlog.records import LogRead, ReplicatedEntry
+from partlog.kafka.records import LogRead, ReplicatedEntry
 from partlog.store.check import CheckMixin
 from partlog.store.checkpoint import CheckpointMixin
 from partlog.store.layout import (

@@ -17,14 +17,15 @@ from typing import Any, Self
 import lmdb
 import msgpack
 
-from partlog.lmdb_gate import LmdbGate
-from partlog.producer_state import (
+from partlog.kafka.producer_state import (
     PRODUCER_ID_EXPIRATION_MS_DEFAULT,
     ProducerEntry,
 )
-from partlog.records import (
+from partlog.kafka.records import (
     TopicIdPartition,
 )
+from partlog.kafka.topic_config import TopicConfig
+from partlog.lmdb_gate import LmdbGate
 from partlog.store.group_commit import GroupCommitPipeline, PipelineFailedError, Write
 from partlog.store.journal import JOURNAL_SEGMENT_BYTES_DEFAULT, Journal
 from partlog.store.layout import (
@@ -49,7 +50,6 @@ from partlog.store.layout import (
     Topic,
 )
 from partlog.store.view import ReadView, Txn, overlay_part
-from partlog.topic_config import TopicConfig
 
 # One logger for the whole store: operators filter on partlog.store.
 log = logging.getLogger("partlog.store")

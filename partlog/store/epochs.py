@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import lmdb
 
-from partlog.records import (
+from partlog.kafka.records import (
     TopicIdPartition,
 )
 from partlog.store.base import Staged, StoreBase

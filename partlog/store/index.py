@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 import lmdb
 
-from partlog.records import (
+from partlog.kafka.records import (
     FileUsage,
     TopicIdPartition,
 )
@@ -20,7 +20,7 @@ from partlog.store.layout import (
     Entry,
 )
 from partlog.store.view import Txn, overlay_file
-from partlog.wal_key import OBJECT_KEY_BYTES_MAX
+from partlog.wal.key import OBJECT_KEY_BYTES_MAX
 
 
 class IndexMixin(StoreBase):

@@ -38,7 +38,7 @@ import struct
 import threading
 from collections.abc import Iterator
 
-from partlog.crc32c import crc32c
+from partlog.kafka.crc32c import crc32c
 
 log = logging.getLogger("partlog.store")
 
@@ -292,6 +292,12 @@ class Journal:
         a recycled spare renamed, or a new file written full of zeros."""
         path = os.path.join(self.directory, _segment_name(first_seq))
         with self._lock:
+            # A segment of this name may be on disk already (a crash right
+            # after a rotation, before its first record was whole): it is
+            # overwritten here, so it must not stay a spare, or a later
+            # rotation would rename this live segment away.
+            if path in self._spares:
+                self._spares.remove(path)
             spare = self._spares.pop(0) if self._spares else None
         if spare is not None:
             os.replace(spare, path)

@@ -23,13 +23,13 @@ from typing import Any, TypeVar
 
 import lmdb
 
-from partlog import batch_header as bh
-from partlog.batch_header import BatchHeader
-from partlog.crc32c import crc32c
-from partlog.records import (
+from partlog.kafka import batch_header as bh
+from partlog.kafka.batch_header import BatchHeader
+from partlog.kafka.crc32c import crc32c
+from partlog.kafka.records import (
     TopicIdPartition,
 )
-from partlog.topic_config import TopicConfig
+from partlog.kafka.topic_config import TopicConfig
 
 T = TypeVar("T")
 

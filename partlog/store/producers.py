@@ -1,11 +1,11 @@
 """Producer state as the store keeps it: per (partition, producer id), loaded
 on demand and cached; expired after producer_id_expiration_ms; rebuilt from
-the log after truncation.  The idempotence rules are :mod:`partlog.producer_state`.
+the log after truncation.  The idempotence rules are :mod:`partlog.kafka.producer_state`.
 """
 
 from __future__ import annotations
 
-from partlog.producer_state import (
+from partlog.kafka.producer_state import (
     NUM_BATCHES_TO_RETAIN,
     AppendedBatch,
     ProducerEntry,

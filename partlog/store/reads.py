@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import msgpack
 
-from partlog.errors import Errors
-from partlog.records import (
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import (
     BatchInfo,
     BatchMetadata,
     FindBatchRequest,
@@ -23,6 +23,7 @@ from partlog.records import (
     ReplicatedEntry,
     TopicIdPartition,
 )
+from partlog.kafka.topic_config import TopicConfig
 from partlog.store.layout import (
     U32,
     U64,
@@ -33,7 +34,6 @@ from partlog.store.layout import (
 )
 from partlog.store.log import LogMixin
 from partlog.store.view import Txn, overlay_file
-from partlog.topic_config import TopicConfig
 
 # One logger for the whole store: operators filter on partlog.store.
 log = logging.getLogger("partlog.store")

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from partlog import batch_header as bh
-from partlog.batch_header import BatchHeader
-from partlog.crc32c import crc32c
-from partlog.producer_state import (
+from partlog.kafka import batch_header as bh
+from partlog.kafka.batch_header import BatchHeader
+from partlog.kafka.crc32c import crc32c
+from partlog.kafka.producer_state import (
     AppendedBatch,
     after_append,
 )
-from partlog.records import (
+from partlog.kafka.records import (
     ReplicatedEntry,
     TimestampType,
     TopicIdPartition,
@@ -33,7 +33,7 @@ from partlog.store.layout import (
 )
 from partlog.store.producers import ProducersMixin
 from partlog.store.reads import ReadsMixin
-from partlog.wal_key import OBJECT_KEY_BYTES_MAX
+from partlog.wal.key import OBJECT_KEY_BYTES_MAX
 
 
 def _check_replicated(tp: TopicIdPartition, e: ReplicatedEntry) -> BatchHeader:

@@ -9,19 +9,19 @@ from collections.abc import Sequence
 import lmdb
 
 from partlog import injected_bugs
-from partlog.errors import Errors
-from partlog.records import (
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import (
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     TopicIdPartition,
 )
+from partlog.kafka.topic_config import TopicConfig
 from partlog.store.base import Staged
 from partlog.store.layout import (
     Part,
 )
 from partlog.store.log import LogMixin
 from partlog.store.producers import ProducersMixin
-from partlog.topic_config import TopicConfig
 
 
 class RetentionMixin(LogMixin, ProducersMixin):

@@ -8,15 +8,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from partlog import batch_header as bh
-from partlog.batch_header import increment_sequence, patch_header
-from partlog.crc32c import crc32c
-from partlog.errors import Errors
-from partlog.producer_state import (
+from partlog.kafka import batch_header as bh
+from partlog.kafka.batch_header import increment_sequence, patch_header
+from partlog.kafka.crc32c import crc32c
+from partlog.kafka.errors import Errors
+from partlog.kafka.producer_state import (
     AppendedBatch,
     ProducerWindow,
 )
-from partlog.records import (
+from partlog.kafka.records import (
     CommitBatchRequest,
     CommitBatchResponse,
     TimestampType,
@@ -38,7 +38,7 @@ from partlog.store.layout import (
     StoreError,
 )
 from partlog.store.producers import ProducersMixin
-from partlog.wal_key import WalKeyError, parse_wal_key
+from partlog.wal.key import WalKeyError, parse_wal_key
 
 # One logger for the whole store: operators filter on partlog.store.
 log = logging.getLogger("partlog.store")

@@ -9,10 +9,11 @@ from collections.abc import Iterable
 
 import msgpack
 
-from partlog.records import (
+from partlog.kafka.records import (
     CreateTopicAndPartitionsRequest,
     TopicIdPartition,
 )
+from partlog.kafka.topic_config import TopicConfig
 from partlog.store.base import Staged
 from partlog.store.layout import (
     EPOCH_KEY,
@@ -22,7 +23,6 @@ from partlog.store.layout import (
     Topic,
 )
 from partlog.store.log import LogMixin
-from partlog.topic_config import TopicConfig
 
 
 class TopicsMixin(LogMixin):

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from partlog.objectstore import (
+from partlog.wal.objectstore import (
     DELETE_KEYS_MAX,
     LIST_KEYS_MAX,
     DeleteResult,
@@ -64,7 +64,7 @@ class StoreStats:
 
 
 class SimObjectStore:
-    """An :class:`partlog.objectstore.ObjectStore` in memory."""
+    """An :class:`partlog.wal.objectstore.ObjectStore` in memory."""
 
     def __init__(self, rng: random.Random, faults: StoreFaults) -> None:
         self.rng = rng

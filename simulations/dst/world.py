@@ -52,16 +52,16 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from partlog.broker import Broker, BrokerConfig
+from partlog.broker.server import Broker, BrokerConfig
 from partlog.client import Consumer, CorruptRecordError, Producer, RecordMetadata
-from partlog.cluster_meta import BrokerInfo, PartitionInfo, StaticMetadata
-from partlog.controller import ControllerConfig
-from partlog.controller_client import ControllerMetadata
-from partlog.controller_server import ControllerServer
-from partlog.errors import Errors
-from partlog.produce_pipeline import ProduceConfig
-from partlog.records import DeleteRecordsRequest, TopicIdPartition
-from partlog.replication import ReplicationConfig
+from partlog.controller.client import ControllerMetadata
+from partlog.controller.cluster_meta import BrokerInfo, PartitionInfo, StaticMetadata
+from partlog.controller.core import ControllerConfig
+from partlog.controller.server import ControllerServer
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import DeleteRecordsRequest, TopicIdPartition
+from partlog.produce.pipeline import ProduceConfig
+from partlog.replication.manager import ReplicationConfig
 from partlog.store import MetadataStore, StoreError
 from simulations.dst.runtime import EPOCH_S, SimNetwork, VirtualLoop, cancel_node, deterministic_process, run_node
 from simulations.dst.store import SimObjectStore, StoreFaults

@@ -1,0 +1,591 @@
+"""The embedded controller as brokers and clients see it: :class:`ControllerMetadata`,
+a :class:`partlog.controller.cluster_meta.MetadataSource` fed by the controller.
+
+A broker's instance registers (a new broker epoch per incarnation),
+heartbeats, and long-polls ``metadata_poll``; a client-only instance (no
+``BrokerInfo``) only polls.  Every new snapshot replaces the view at once
+and then the listeners run (plain callables, in the event loop).
+
+Routing (brokers, AZs, produce representatives) is delegated to a
+:class:`~partlog.controller.cluster_meta.StaticMetadata` built from each snapshot's
+alive brokers, so the rules live in one place.  Partitions are looked up in
+the snapshot's topics directly: their replica lists may name dead brokers,
+which ``StaticMetadata`` refuses.
+
+When the controller cannot be reached, the last snapshot stays, every loop
+keeps retrying with capped exponential backoff, ``alter_partition`` answers
+a retriable error and ``allocate_producer_ids`` None: nothing raises into
+the broker.  Every failed call is logged and counted (``failures``), so a
+daemon that keeps retrying is not silent about it; one-shot tools bound
+their wait with :meth:`start`'s ``timeout_ms``.
+
+Cluster identity: the controller names its cluster in the RPC handshake.
+The first connection adopts it (or checks the ``cluster_id`` given); a
+controller naming another cluster later is refused like an unreachable one
+and logged as an error, and one that names none is refused too: a view
+whose cluster nobody can check must not reach a broker or walmgr.
+
+When the controller says this broker's incarnation is gone (a heartbeat
+answered STALE_BROKER_EPOCH or BROKER_ID_NOT_REGISTERED: it was fenced, e.g.
+after a long pause), the client registers again and calls the listeners.
+``broker_epoch`` has changed then, and the broker treats it as a restart of
+its role: it re-derives every partition's role from the next snapshot (the
+controller already moved its leaderships and took it out of the ISRs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl as ssl_module
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from partlog.controller.cluster_meta import (
+    NO_LEADER,
+    BrokerInfo,
+    ClusterMismatchError,
+    MetadataError,
+    PartitionInfo,
+    StaticMetadata,
+    TopicInfo,
+    partition_of,
+)
+from partlog.controller.core import (
+    MetadataSnapshot,
+    dec_alter_partition_response,
+    dec_create_topics_response,
+    dec_heartbeat_response,
+    dec_pid_response,
+    dec_poll_response,
+    dec_register_response,
+    enc_alter_partition,
+    enc_broker_epoch,
+    enc_create_topics,
+    enc_poll,
+    enc_register,
+)
+from partlog.kafka.errors import Errors
+from partlog.kafka.producer_ids import ProducerIdBlock
+from partlog.kafka.records import TopicIdPartition
+from partlog.rpc.frame import RpcErrorCode
+from partlog.rpc.transport import RpcClient, RpcConnectionError, RpcHandshakeError, RpcRemoteError, RpcTimeoutError
+from partlog.rpc.wire import WireError
+
+__all__ = [
+    "HEARTBEAT_INTERVAL_MS_DEFAULT",
+    "ControllerMetadata",
+]
+
+log = logging.getLogger(__name__)
+
+# Kafka's broker.heartbeat.interval.ms default.
+HEARTBEAT_INTERVAL_MS_DEFAULT = 2_000
+# How long one metadata_poll parks on the controller (the server caps it at
+# 30 s); shorter means a dead controller connection is noticed sooner.
+POLL_WAIT_MS_DEFAULT = 10_000
+# Connect and per-call bound for everything but the long-poll (which gets
+# this on top of its wait): Kafka's controller request timeouts are seconds.
+REQUEST_TIMEOUT_MS_DEFAULT = 5_000
+# Kafka's retry.backoff.ms and retry.backoff.max.ms defaults.
+RETRY_BACKOFF_MS_DEFAULT = 100
+RETRY_BACKOFF_MAX_MS_DEFAULT = 1_000
+
+# What a call that did not reach the controller answers: retriable for the broker.
+_UNREACHABLE = (RpcConnectionError, RpcTimeoutError, OSError)
+_REREGISTER = (Errors.STALE_BROKER_EPOCH, Errors.BROKER_ID_NOT_REGISTERED)
+
+
+class ControllerUnavailableError(ConnectionError):
+    """A bounded wait for the controller ended without an answer."""
+
+
+class ControllerMetadata:
+    """Cluster metadata from the controller at ``host:port``.
+
+    ``broker`` is this broker's id, AZ and the address other brokers and
+    clients reach it at (register with the port the broker listens on), or
+    None for a client-only view.  ``cluster_id``: the cluster this side
+    belongs to (None: adopt the controller's).  ``await connect()`` returns
+    once the controller answered a handshake (``cluster_id`` is then known);
+    ``await start()`` once registered and holding a first snapshot.  Both
+    retry until the controller answers, or for at most ``timeout_ms``
+    (then :class:`ControllerUnavailableError`); a controller of another
+    cluster raises :class:`ClusterMismatchError` at once.  ``await stop()``
+    ends the background tasks (it does not unregister: the controller fences
+    the broker after its session timeout)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        broker: BrokerInfo | None = None,
+        *,
+        cluster_id: uuid.UUID | None = None,
+        secret: bytes | None = None,
+        ssl: ssl_module.SSLContext | None = None,
+        heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS_DEFAULT,
+        poll_wait_ms: int = POLL_WAIT_MS_DEFAULT,
+        request_timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT,
+        retry_backoff_ms: int = RETRY_BACKOFF_MS_DEFAULT,
+        retry_backoff_max_ms: int = RETRY_BACKOFF_MAX_MS_DEFAULT,
+    ) -> None:
+        for name, v in (
+            ("heartbeat_interval_ms", heartbeat_interval_ms),
+            ("request_timeout_ms", request_timeout_ms),
+            ("retry_backoff_ms", retry_backoff_ms),
+        ):
+            if v <= 0:
+                raise ValueError(f"ControllerMetadata {name} must be > 0, got {v}")
+        if poll_wait_ms < 0 or retry_backoff_max_ms < retry_backoff_ms:
+            raise ValueError(
+                f"ControllerMetadata needs poll_wait_ms >= 0 and retry_backoff_max_ms >= retry_backoff_ms, "
+                f"got {poll_wait_ms} and {retry_backoff_max_ms}"
+            )
+        self.host = host
+        self.port = port
+        self.broker_info = broker
+        self._cluster_id = cluster_id
+        self._secret = secret
+        self._ssl = ssl
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.poll_wait_ms = poll_wait_ms
+        self.request_timeout_ms = request_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self.retry_backoff_max_ms = retry_backoff_max_ms
+        self._client: RpcClient | None = None
+        self._connect_lock = asyncio.Lock()
+        self._register_lock = asyncio.Lock()
+        self._broker_epoch = -1
+        self._version = -1
+        self._routing: StaticMetadata | None = None
+        self._topics: dict[uuid.UUID, TopicInfo] = {}
+        self._listeners: list[Callable[[], None]] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._reregister = asyncio.Event()
+        self._view_changed = asyncio.Event()
+        # Counters for tests and metrics.
+        self.snapshots_received = 0
+        self.registrations = 0
+        self.heartbeats_answered = 0
+        # Calls that got no usable answer (unreachable, refused, malformed).
+        self.failures = 0
+        self.last_failure = ""
+        # Until start() returns, a controller of another cluster ends the
+        # wait (the caller exits); afterwards the loops log it and retry.
+        self._started = False
+
+    # ------------------------------------------------------------ lifecycle
+
+    @property
+    def cluster_id(self) -> uuid.UUID | None:
+        """The controller's cluster (None until a first handshake)."""
+        return self._cluster_id
+
+    async def connect(self, *, timeout_ms: int | None = None) -> uuid.UUID:
+        """Reach the controller once (no registration); returns its cluster id."""
+        async with self._bounded(timeout_ms, "answer"):
+            attempt = 0
+            while True:
+                try:
+                    await self._connected()
+                    assert self._cluster_id is not None
+                    return self._cluster_id
+                except _UNREACHABLE as e:
+                    self._failed("connect", e)
+                await asyncio.sleep(self._backoff(attempt))
+                attempt += 1
+
+    async def start(self, *, timeout_ms: int | None = None) -> None:
+        async with self._bounded(timeout_ms, "snapshot"):
+            if self.broker_info is not None:
+                await self._register()
+            attempt = 0
+            while True:
+                # Versions are >= 0: -1 is answered with the full snapshot at once.
+                with contextlib.suppress(_PollFailed):
+                    snapshot = await self._poll(-1, 0)
+                    if snapshot is not None:
+                        self._adopt(snapshot)
+                        break
+                await asyncio.sleep(self._backoff(attempt))
+                attempt += 1
+        self._started = True
+        self._spawn(self._poll_loop())
+        if self.broker_info is not None:
+            self._spawn(self._heartbeat_loop())
+
+    async def stop(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("controller client task failed", exc_info=task.exception())
+
+    @property
+    def broker_epoch(self) -> int:
+        """This broker's current broker epoch (-1: not registered)."""
+        return self._broker_epoch
+
+    @property
+    def version(self) -> int:
+        """The version of the snapshot in use (-1 before the first)."""
+        return self._version
+
+    # ---------------------------------------------------------- connection
+
+    @contextlib.asynccontextmanager
+    async def _bounded(self, timeout_ms: int | None, what: str) -> Any:
+        """Bound a retrying wait; a controller of another cluster ends it at once."""
+        try:
+            async with asyncio.timeout(None if timeout_ms is None else timeout_ms / 1000):
+                yield
+        except TimeoutError:
+            last = f" (last error: {self.last_failure})" if self.last_failure else ""
+            raise ControllerUnavailableError(
+                f"controller {self.host}:{self.port}: no {what} within {timeout_ms} ms{last}"
+            ) from None
+
+    def _failed(self, what: str, e: BaseException) -> None:
+        """Count and log a call that got no usable answer: a daemon retrying
+        for ever must say so, once per attempt (the backoff bounds the rate)."""
+        self.failures += 1
+        self.last_failure = str(e)
+        log.warning("controller %s:%d: %s failed (retrying): %s", self.host, self.port, what, e)
+
+    async def _connected(self) -> RpcClient:
+        """The shared connection, connecting when needed.  Raises
+        :class:`ClusterMismatchError` for a controller of another cluster (or
+        one naming none), else what ``RpcClient.connect`` raises."""
+        client = self._client
+        if client is not None and client.connected:
+            return client
+        async with self._connect_lock:
+            client = self._client
+            if client is not None and client.connected:
+                return client
+            if client is not None:
+                await client.close()
+                self._client = None
+            try:
+                client = await RpcClient.connect(
+                    self.host,
+                    self.port,
+                    secret=self._secret,
+                    ssl=self._ssl,
+                    timeout_ms=self.request_timeout_ms,
+                    cluster_id=self._cluster_id,
+                )
+            except RpcHandshakeError as e:
+                if e.code == RpcErrorCode.CLUSTER_MISMATCH:
+                    raise ClusterMismatchError(f"controller {self.host}:{self.port}: {e.message}") from e
+                raise
+            if client.server_cluster_id is None:
+                await client.close()
+                raise ClusterMismatchError(f"controller {self.host}:{self.port} names no cluster id")
+            self._cluster_id = client.server_cluster_id
+            self._client = client
+            return client
+
+    async def _call(self, method: str, body: Any, timeout_ms: int | None = None) -> Any:
+        """One call on the shared connection, connecting when needed.  Raises
+        what ``RpcClient`` raises and :class:`ClusterMismatchError`; a lost
+        connection is dropped so the next call connects anew."""
+        client = await self._connected()
+        try:
+            return await client.call(method, body, timeout_ms=timeout_ms or self.request_timeout_ms)
+        except RpcConnectionError:
+            if self._client is client:
+                self._client = None
+                await client.close()
+            raise
+
+    def _backoff(self, attempt: int) -> float:
+        # Capped exponent: 2**attempt must not grow without bound while retrying forever.
+        return min(self.retry_backoff_ms * (1 << min(attempt, 30)), self.retry_backoff_max_ms) / 1000
+
+    # ---------------------------------------------------------- registering
+
+    async def _register(self) -> None:
+        """Register a new incarnation, retrying until the controller answers.
+        Meanwhile ``broker_epoch`` is -1: nothing is sent for the old one."""
+        assert self.broker_info is not None
+        bid = self.broker_info.broker_id
+        self._broker_epoch = -1
+        attempt = 0
+        while True:
+            try:
+                answer = dec_register_response(await self._call("register_broker", enc_register(self.broker_info)))
+                if not isinstance(answer, Errors):
+                    self._broker_epoch = answer
+                    self.registrations += 1
+                    log.info("broker registered with the controller id=%d epoch=%d", bid, answer)
+                    return
+                log.error("controller refused to register broker %d: %s", bid, answer.name)
+            except _UNREACHABLE as e:
+                self._failed("register_broker", e)
+            except ClusterMismatchError as e:
+                if not self._started:
+                    raise
+                self._failed("register_broker", e)
+            except (RpcRemoteError, WireError) as e:
+                self._failed("register_broker", e)
+            await asyncio.sleep(self._backoff(attempt))
+            attempt += 1
+
+    def _incarnation_gone(self, epoch: int) -> None:
+        """The controller refused ``epoch``: register again, unless that
+        epoch is already history (a newer registration is done or running)."""
+        if epoch == self._broker_epoch:
+            self._reregister.set()
+
+    async def _heartbeat_loop(self) -> None:
+        assert self.broker_info is not None
+        bid = self.broker_info.broker_id
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.heartbeat_interval_ms / 1000):
+                    await self._reregister.wait()
+            if not self._reregister.is_set():
+                epoch = self._broker_epoch
+                try:
+                    err = dec_heartbeat_response(await self._call("heartbeat", enc_broker_epoch(bid, epoch)))
+                except (*_UNREACHABLE, ClusterMismatchError, RpcRemoteError, WireError) as e:
+                    self._failed("heartbeat", e)
+                    continue
+                if err == Errors.NONE:
+                    self.heartbeats_answered += 1
+                if err not in _REREGISTER:
+                    if err != Errors.NONE:
+                        log.warning("heartbeat answered %s", err.name)
+                    continue
+                log.warning(
+                    "controller no longer knows this broker's incarnation id=%d epoch=%d (%s): registering again",
+                    bid,
+                    epoch,
+                    err.name,
+                )
+            self._reregister.clear()
+            await self._register()
+            # The broker restarts its role: every partition's role comes from
+            # the snapshots that follow (the controller moved its leaderships).
+            self._notify()
+
+    # -------------------------------------------------------------- polling
+
+    async def _poll(self, version: int, wait_ms: int) -> MetadataSnapshot | None:
+        """One metadata_poll: a new snapshot, or None when unchanged; raises
+        _PollFailed when it got no usable answer."""
+        try:
+            resp = await self._call(
+                "metadata_poll", enc_poll(version, wait_ms), timeout_ms=wait_ms + self.request_timeout_ms
+            )
+            return dec_poll_response(resp)
+        except ClusterMismatchError as e:
+            if not self._started:
+                raise
+            self._failed("metadata_poll", e)
+        except (*_UNREACHABLE, RpcRemoteError, WireError) as e:
+            self._failed("metadata_poll", e)
+        raise _PollFailed
+
+    async def _poll_loop(self) -> None:
+        attempt = 0
+        while True:
+            try:
+                snapshot = await self._poll(self._version, self.poll_wait_ms)
+            except _PollFailed:
+                await asyncio.sleep(self._backoff(attempt))
+                attempt += 1
+                continue
+            attempt = 0
+            if snapshot is not None:
+                self._adopt(snapshot)
+
+    def _adopt(self, s: MetadataSnapshot) -> None:
+        if s.cluster_id is not None and s.cluster_id != self._cluster_id:
+            log.error("controller snapshot version %d refused: names cluster %s, not %s", s.version, s.cluster_id,
+                      self._cluster_id)  # fmt: skip
+            return
+        try:
+            assert self._cluster_id is not None  # a snapshot comes over a connection that named it
+            routing = StaticMetadata(s.brokers, [], cluster_id=self._cluster_id) if s.brokers else None
+        except MetadataError as e:
+            log.error("controller snapshot version %d refused: %s", s.version, e)
+            return
+        self._routing = routing
+        self._topics = {t.topic_id: t for t in s.topics}
+        self._version = s.version
+        self.snapshots_received += 1
+        self._view_changed.set()
+        self._view_changed = asyncio.Event()
+        self._notify()
+
+    def _notify(self) -> None:
+        for fn in list(self._listeners):
+            try:
+                fn()
+            except Exception:
+                log.exception("metadata listener failed")
+
+    # ------------------------------------------------------- MetadataSource
+
+    def add_listener(self, fn: Callable[[], None]) -> None:
+        self._listeners.append(fn)
+
+    def partition(self, tp: TopicIdPartition) -> PartitionInfo | None:
+        return partition_of(self._topics, tp)
+
+    def leader_of(self, tp: TopicIdPartition) -> int | None:
+        p = self.partition(tp)
+        if p is None or p.leader == NO_LEADER:
+            return None
+        return p.leader
+
+    def broker(self, broker_id: int) -> BrokerInfo | None:
+        return None if self._routing is None else self._routing.broker(broker_id)
+
+    def brokers(self) -> list[BrokerInfo]:
+        return [] if self._routing is None else self._routing.brokers()
+
+    def topics(self) -> list[TopicInfo]:
+        return sorted(self._topics.values(), key=lambda t: t.name)
+
+    def topic(self, name: str) -> TopicInfo | None:
+        return next((t for t in self._topics.values() if t.name == name), None)
+
+    def representative(self, leader_id: int, az: str) -> int:
+        """``rep(L, z)`` over the alive brokers (``StaticMetadata``'s rule);
+        the leader itself if it is not in the snapshot."""
+        if self._routing is None or self._routing.broker(leader_id) is None:
+            return leader_id
+        return self._routing.representative(leader_id, az)
+
+    def azs(self) -> list[str]:
+        return [] if self._routing is None else self._routing.azs()
+
+    def brokers_in(self, az: str) -> list[int]:
+        return [] if self._routing is None else self._routing.brokers_in(az)
+
+    def produce_target(self, tp: TopicIdPartition, client_az: str) -> int | None:
+        leader = self.leader_of(tp)
+        return None if leader is None else self.representative(leader, client_az)
+
+    async def alter_partition(
+        self, broker_id: int, tp: TopicIdPartition, leader_epoch: int, partition_epoch: int, isr: tuple[int, ...]
+    ) -> PartitionInfo | Errors:
+        """Kafka's AlterPartition for this broker.  A committed change is
+        also applied to this view at once (the next snapshot has it too), so
+        the leader's next request carries the new partition epoch.  Errors:
+        the controller's (see :meth:`partlog.controller.core.Controller.alter_partition`),
+        or REQUEST_TIMED_OUT / COORDINATOR_NOT_AVAILABLE (retriable) when it
+        cannot be reached or this broker is between registrations."""
+        if self.broker_info is None or broker_id != self.broker_info.broker_id:
+            return Errors.BROKER_ID_NOT_REGISTERED
+        if self._broker_epoch < 0:
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        epoch = self._broker_epoch
+        try:
+            answer = dec_alter_partition_response(
+                await self._call(
+                    "alter_partition",
+                    enc_alter_partition(broker_id, epoch, tp, leader_epoch, partition_epoch, isr),
+                )
+            )
+        except RpcTimeoutError:
+            return Errors.REQUEST_TIMED_OUT
+        except (*_UNREACHABLE, ClusterMismatchError) as e:
+            self._failed("alter_partition", e)
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        except (RpcRemoteError, WireError) as e:
+            self._failed("alter_partition", e)
+            return Errors.UNKNOWN_SERVER_ERROR
+        if isinstance(answer, Errors):
+            if answer in _REREGISTER:
+                self._incarnation_gone(epoch)
+            return answer
+        committed = answer
+        self._apply_partition(tp, committed)
+        return committed
+
+    def _apply_partition(self, tp: TopicIdPartition, p: PartitionInfo) -> None:
+        t = self._topics.get(tp.topic_id)
+        if t is None or not 0 <= tp.partition < len(t.partitions):
+            return
+        if p.partition_epoch <= t.partitions[tp.partition].partition_epoch:
+            return
+        parts = list(t.partitions)
+        parts[tp.partition] = p
+        self._topics[tp.topic_id] = replace(t, partitions=tuple(parts))
+
+    async def allocate_producer_ids(self, broker_id: int) -> ProducerIdBlock | Errors:
+        """The next producer-id block for this broker, or the retriable error
+        why none can be had now (controller unreachable, between
+        registrations): the caller retries later
+        (``ProducerIdAllocator.block_failed``)."""
+        if self.broker_info is None or broker_id != self.broker_info.broker_id or self._broker_epoch < 0:
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        epoch = self._broker_epoch
+        try:
+            answer = dec_pid_response(await self._call("allocate_producer_ids", enc_broker_epoch(broker_id, epoch)))
+        except (*_UNREACHABLE, ClusterMismatchError, RpcRemoteError, WireError) as e:
+            self._failed("allocate_producer_ids", e)
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        if isinstance(answer, Errors):
+            log.warning("controller refused a producer-id block: %s", answer.name)
+            if answer in _REREGISTER:
+                self._incarnation_gone(epoch)
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        block = answer
+        if block.assigned_broker_id != broker_id:
+            log.error("controller answered a bad producer-id block %s", block)
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        return block
+
+    # --------------------------------------------------------------- admin
+
+    async def create_topics(self, topics: Mapping[str, tuple[int, int]]) -> dict[str, TopicInfo | Errors]:
+        """Create topics ``{name: (partitions, replication_factor)}``.
+
+        Per topic: the TopicInfo as created (or as it exists, when it exists
+        with the same shape), or the error (TOPIC_ALREADY_EXISTS,
+        INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR, INVALID_REQUEST for a
+        bad name; COORDINATOR_NOT_AVAILABLE / REQUEST_TIMED_OUT when the
+        controller cannot be reached: retry).  Returns once this view holds
+        the created topics (or after ``request_timeout_ms``)."""
+        try:
+            out = dec_create_topics_response(await self._call("create_topics", enc_create_topics(topics)))
+        except RpcTimeoutError:
+            return dict.fromkeys(topics, Errors.REQUEST_TIMED_OUT)
+        except _UNREACHABLE:
+            return dict.fromkeys(topics, Errors.COORDINATOR_NOT_AVAILABLE)
+        except RpcRemoteError as e:
+            log.error("create_topics refused: %s", e)
+            return dict.fromkeys(topics, Errors.INVALID_REQUEST)
+        except WireError as e:
+            log.error("create_topics: bad answer: %s", e)
+            return dict.fromkeys(topics, Errors.UNKNOWN_SERVER_ERROR)
+        created = {t.topic_id for t in out.values() if isinstance(t, TopicInfo)}
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.request_timeout_ms / 1000):
+                while not created <= self._topics.keys():
+                    await self._view_changed.wait()
+        return out
+
+
+class _PollFailed(Exception):
+    """A metadata_poll got no answer (the loop backs off and retries)."""

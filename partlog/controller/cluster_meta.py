@@ -1,0 +1,437 @@
+"""Cluster metadata as brokers and clients see it: brokers with their AZs,
+topics with partition leaders, and produce routing.
+
+Two sources implement the :class:`MetadataSource` protocol brokers use: the
+static assignment here (a TOML file or generated from flags; leaders never
+move, ISR changes are accepted locally) and the embedded controller's
+(:mod:`partlog.controller.client`).  A broker embedding partlog can supply its
+own.
+
+Produce representatives (design brief, item 4): a client in AZ ``z`` sends a
+partition led by ``L`` to ``rep(L, z) = L`` when ``L`` is in ``z``, else to
+``brokers_in(z)[stable_hash(L) mod |brokers_in(z)|]``.  Our ``stable_hash(L)``
+is ``L``'s rank among the brokers of its own AZ (by id): with equally sized
+AZs the map from one AZ's brokers to another's is then a bijection, so every
+broker represents exactly one leader per other AZ and a WAL file costs one
+local commit and at most AZs - 1 remote ones.  A real hash would collide and
+raise that bound for no benefit.
+
+Cluster identity (design brief, deletion safety 0): every source names the
+cluster it describes (``cluster_id``, a random UUID made once, when the
+cluster is created).  Brokers record it in their stores and WAL footers and
+present it in every RPC handshake, and walmgr binds its registry to it, so
+two clusters with topics of the same names never mistake one another's
+objects or leaders.  Topic ids are random at creation (the controller) or
+named in a cluster file; a cluster file topic without an id gets one derived
+from the cluster id and the name, so it is stable for that cluster and no
+other.
+"""
+
+from __future__ import annotations
+
+import tomllib
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from partlog.kafka.errors import Errors
+from partlog.kafka.producer_ids import ProducerIdBlock
+from partlog.kafka.records import TopicIdPartition
+
+# A partition without a leader (all of its ISR is down).
+NO_LEADER = -1
+
+
+class MetadataError(ValueError):
+    """Cluster metadata is inconsistent or a config file is wrong: a
+    configuration error (exit status 2 in the CLIs)."""
+
+    exit_status = 2
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    broker_id: int
+    az: str
+    host: str = "127.0.0.1"
+    port: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """One partition's replica assignment and leadership, as the controller
+    last decided it.  ``partition_epoch`` grows with every change (leader or
+    ISR), so a stale AlterPartition is refused, as KRaft's partition epoch."""
+
+    leader: int  # NO_LEADER when offline
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    partition_epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    topic_id: uuid.UUID
+    name: str
+    partitions: tuple[PartitionInfo, ...]
+
+    @property
+    def num_partitions(self) -> int:
+        return len(self.partitions)
+
+    @property
+    def leaders(self) -> tuple[int, ...]:
+        """leaders[p] is the broker id leading partition p (NO_LEADER: none)."""
+        return tuple(p.leader for p in self.partitions)
+
+    @classmethod
+    def with_leaders(
+        cls, topic_id: uuid.UUID, name: str, leaders: Sequence[int], replicas: Sequence[Sequence[int]] | None = None
+    ) -> TopicInfo:
+        """Partition p led by ``leaders[p]`` at epoch 0, replicated on
+        ``replicas[p]`` (default: the leader alone), all in sync."""
+        if replicas is None:
+            replicas = [[x] for x in leaders]
+        if len(replicas) != len(leaders):
+            raise MetadataError(f"topic {name}: {len(leaders)} leaders but {len(replicas)} replica lists")
+        parts = []
+        for p, (leader, reps) in enumerate(zip(leaders, replicas, strict=True)):
+            reps = tuple(reps)
+            if leader not in reps or len(set(reps)) != len(reps):
+                raise MetadataError(f"topic {name} partition {p}: leader {leader} not once in replicas {list(reps)}")
+            parts.append(PartitionInfo(leader, 0, reps, reps))
+        return cls(topic_id, name, tuple(parts))
+
+
+def partition_of(topics: Mapping[uuid.UUID, TopicInfo], tp: TopicIdPartition) -> PartitionInfo | None:
+    t = topics.get(tp.topic_id)
+    if t is None or not 0 <= tp.partition < len(t.partitions):
+        return None
+    return t.partitions[tp.partition]
+
+
+def check_alter_partition(
+    p: PartitionInfo | None, broker_id: int, leader_epoch: int, partition_epoch: int, isr: Sequence[int]
+) -> Errors:
+    """Kafka's AlterPartition checks that need only the partition, in Kafka's
+    order; NONE when the ISR change may be committed (a controller adds its
+    own: the sender's broker epoch, liveness of added replicas)."""
+    if p is None:
+        return Errors.UNKNOWN_TOPIC_OR_PARTITION
+    if p.leader != broker_id:
+        return Errors.NOT_LEADER_OR_FOLLOWER
+    if leader_epoch != p.leader_epoch:
+        return Errors.FENCED_LEADER_EPOCH
+    if partition_epoch != p.partition_epoch:
+        return Errors.INVALID_UPDATE_VERSION
+    if len(set(isr)) != len(isr):
+        return Errors.INVALID_REQUEST
+    if broker_id not in isr or not set(isr) <= set(p.replicas):
+        return Errors.INELIGIBLE_REPLICA
+    return Errors.NONE
+
+
+class ClusterMismatchError(MetadataError):
+    """Two parties that must belong to one cluster name different ones (a
+    store, a metadata source, a peer, a registry).  Nothing may proceed: it
+    is a configuration error (exit status 2 in the CLIs)."""
+
+    exit_status = 2
+
+
+def check_same_cluster(what: str, theirs: uuid.UUID | None, ours_what: str, ours: uuid.UUID | None) -> None:
+    """Raise :class:`ClusterMismatchError` naming both ids when both are
+    known and differ."""
+    if theirs is not None and ours is not None and theirs != ours:
+        raise ClusterMismatchError(f"{what} belongs to cluster {theirs}, but {ours_what} to cluster {ours}")
+
+
+def parse_cluster_id(text: str, where: str) -> uuid.UUID:
+    """A cluster id from configuration: a UUID in any of its usual spellings."""
+    try:
+        return uuid.UUID(str(text))
+    except ValueError:
+        raise MetadataError(f"{where}: cluster_id {text!r:.60} is not a UUID") from None
+
+
+class MetadataSource(Protocol):
+    """What a broker needs to know about the cluster, and the two things it
+    tells the cluster's controller (ISR changes, producer-id blocks).
+
+    ``cluster_id`` names the cluster (None only while a source has not yet
+    learned it, e.g. before it first reached its controller); a broker
+    refuses to start without one and refuses metadata naming another."""
+
+    @property
+    def cluster_id(self) -> uuid.UUID | None: ...
+
+    def leader_of(self, tp: TopicIdPartition) -> int | None: ...
+
+    def partition(self, tp: TopicIdPartition) -> PartitionInfo | None: ...
+
+    def broker(self, broker_id: int) -> BrokerInfo | None: ...
+
+    def brokers(self) -> list[BrokerInfo]: ...
+
+    def topics(self) -> list[TopicInfo]: ...
+
+    def representative(self, leader_id: int, az: str) -> int:
+        """The broker a client in ``az`` should produce to for partitions led by ``leader_id``."""
+        ...
+
+    async def alter_partition(
+        self, broker_id: int, tp: TopicIdPartition, leader_epoch: int, partition_epoch: int, isr: tuple[int, ...]
+    ) -> PartitionInfo | Errors:
+        """The leader asks to change the ISR (Kafka's AlterPartition); the
+        answer is the partition as committed, or why not (FENCED_LEADER_EPOCH,
+        INVALID_UPDATE_VERSION, NOT_LEADER_OR_FOLLOWER, INELIGIBLE_REPLICA,
+        or a retriable error when the controller cannot be reached)."""
+        ...
+
+    async def allocate_producer_ids(self, broker_id: int) -> ProducerIdBlock | Errors | None:
+        """The next block of producer ids for ``broker_id`` (KIP-730); a
+        retriable error when none can be had now (the broker asks again);
+        None when this source has no controller to hand them out (the broker
+        then uses random 62-bit ids)."""
+        ...
+
+    def add_listener(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` (in the event loop) after the metadata changed."""
+        ...
+
+
+class StaticMetadata:
+    """A fixed assignment: brokers and partition leaders do not change.
+
+    ISR changes are committed here, in memory: with leaders that never move
+    no election can pick a replica the ISR left, so no controller is needed
+    to make them durable.  Producer ids: none (brokers fall back to random
+    62-bit ids, design.md)."""
+
+    def __init__(
+        self,
+        brokers: list[BrokerInfo],
+        topics: list[TopicInfo],
+        deleted_topics: Iterable[uuid.UUID] = (),
+        *,
+        cluster_id: uuid.UUID,
+    ) -> None:
+        # No default: two sources built without one would silently describe
+        # "the same" cluster, which is what the id exists to rule out.
+        if not isinstance(cluster_id, uuid.UUID):
+            raise MetadataError(f"cluster_id must be a uuid.UUID, got {type(cluster_id).__name__}")
+        self._cluster_id = cluster_id
+        ids = [b.broker_id for b in brokers]
+        if len(set(ids)) != len(ids):
+            raise MetadataError(f"duplicate broker ids in {sorted(ids)}")
+        if not brokers:
+            raise MetadataError("no brokers")
+        self._brokers = {b.broker_id: b for b in brokers}
+        self._topics = {t.topic_id: t for t in topics}
+        names = [t.name for t in topics]
+        if len(set(names)) != len(names):
+            raise MetadataError(f"duplicate topic names in {sorted(names)}")
+        for t in topics:
+            unknown = {r for p in t.partitions for r in p.replicas} - set(self._brokers)
+            if unknown:
+                raise MetadataError(f"topic {t.name}: replicas {sorted(unknown)} are not brokers")
+        self._by_az: dict[str, list[int]] = {}
+        for b in sorted(brokers, key=lambda b: b.broker_id):
+            self._by_az.setdefault(b.az, []).append(b.broker_id)
+        self._listeners: list[Callable[[], None]] = []
+        self._deleted_topics = frozenset(deleted_topics) - set(self._topics)
+
+    @property
+    def cluster_id(self) -> uuid.UUID:
+        return self._cluster_id
+
+    def topic_deleted(self, topic_id: uuid.UUID) -> bool:
+        """True when the file lists the topic as deleted: its partitions hold
+        no references (walmgr may delete objects only they were part of)."""
+        return topic_id in self._deleted_topics
+
+    # -------------------------------------------------------- MetadataSource
+
+    def partition(self, tp: TopicIdPartition) -> PartitionInfo | None:
+        return partition_of(self._topics, tp)
+
+    def leader_of(self, tp: TopicIdPartition) -> int | None:
+        p = self.partition(tp)
+        if p is None or p.leader == NO_LEADER:
+            return None
+        return p.leader
+
+    async def alter_partition(
+        self, broker_id: int, tp: TopicIdPartition, leader_epoch: int, partition_epoch: int, isr: tuple[int, ...]
+    ) -> PartitionInfo | Errors:
+        p = self.partition(tp)
+        err = check_alter_partition(p, broker_id, leader_epoch, partition_epoch, isr)
+        if err != Errors.NONE:
+            return err
+        assert p is not None
+        new = replace(p, isr=tuple(r for r in p.replicas if r in isr), partition_epoch=p.partition_epoch + 1)
+        t = self._topics[tp.topic_id]
+        parts = list(t.partitions)
+        parts[tp.partition] = new
+        self._topics[tp.topic_id] = replace(t, partitions=tuple(parts))
+        return new
+
+    async def allocate_producer_ids(self, broker_id: int) -> ProducerIdBlock | Errors | None:
+        return None
+
+    def add_listener(self, fn: Callable[[], None]) -> None:
+        self._listeners.append(fn)
+
+    def broker(self, broker_id: int) -> BrokerInfo | None:
+        return self._brokers.get(broker_id)
+
+    def brokers(self) -> list[BrokerInfo]:
+        return sorted(self._brokers.values(), key=lambda b: b.broker_id)
+
+    def topics(self) -> list[TopicInfo]:
+        return sorted(self._topics.values(), key=lambda t: t.name)
+
+    def with_ports(self, ports: Mapping[int, int]) -> StaticMetadata:
+        """The same assignment with brokers' listening ports filled in."""
+        brokers = [
+            BrokerInfo(b.broker_id, b.az, b.host, ports.get(b.broker_id, b.port)) for b in self._brokers.values()
+        ]
+        return StaticMetadata(brokers, list(self._topics.values()), self._deleted_topics, cluster_id=self._cluster_id)
+
+    def with_topics(self, topics: list[TopicInfo]) -> StaticMetadata:
+        """The same cluster and brokers with other topics (or other leaders)."""
+        return StaticMetadata(self.brokers(), topics, self._deleted_topics, cluster_id=self._cluster_id)
+
+    # ------------------------------------------------------------- routing
+
+    def azs(self) -> list[str]:
+        return sorted(self._by_az)
+
+    def brokers_in(self, az: str) -> list[int]:
+        return list(self._by_az.get(az, []))
+
+    def representative(self, leader_id: int, az: str) -> int:
+        """``rep(L, z)`` (module doc); the leader itself for an unknown AZ."""
+        leader = self._brokers[leader_id]
+        local = self._by_az.get(az)
+        if leader.az == az or not local:
+            return leader_id
+        rank = self._by_az[leader.az].index(leader_id)
+        return local[rank % len(local)]
+
+    def produce_target(self, tp: TopicIdPartition, client_az: str) -> int | None:
+        leader = self.leader_of(tp)
+        return None if leader is None else self.representative(leader, client_az)
+
+    # -------------------------------------------------------- construction
+
+    @classmethod
+    def generate(
+        cls,
+        *,
+        azs: int,
+        brokers_per_az: int,
+        topics: Mapping[str, int],
+        first_port: int = 0,
+        replication_factor: int = 1,
+        cluster_id: uuid.UUID | None = None,
+    ) -> StaticMetadata:
+        """``azs`` x ``brokers_per_az`` brokers (ids from 1, AZs "az1".."azN",
+        broker i in AZ ((i-1) mod azs)+1), partition leaders round-robin over
+        all brokers, the other replicas on the brokers after the leader (so
+        one per AZ while ``replication_factor <= azs``).  ``cluster_id``
+        defaults to a new random one (a new cluster); topic ids are derived
+        from it and the names, so every process generating the same cluster
+        with the same id agrees."""
+        cluster_id = uuid.uuid4() if cluster_id is None else cluster_id
+        if azs <= 0 or brokers_per_az <= 0:
+            raise MetadataError(f"need azs > 0 and brokers_per_az > 0, got {azs} and {brokers_per_az}")
+        n = azs * brokers_per_az
+        if not 1 <= replication_factor <= n:
+            raise MetadataError(f"replication factor must be in [1, {n}] (the brokers), got {replication_factor}")
+        brokers = [
+            BrokerInfo(i, f"az{(i - 1) % azs + 1}", "127.0.0.1", first_port + i if first_port else 0)
+            for i in range(1, n + 1)
+        ]
+        infos = []
+        start = 0
+        for name, partitions in topics.items():
+            if partitions <= 0:
+                raise MetadataError(f"topic {name}: partitions must be > 0, got {partitions}")
+            leaders = [(start + p) % n + 1 for p in range(partitions)]
+            replicas = [[(leader - 1 + k) % n + 1 for k in range(replication_factor)] for leader in leaders]
+            start += partitions
+            infos.append(TopicInfo.with_leaders(topic_id_for(cluster_id, name), name, leaders, replicas))
+        return cls(brokers, infos, cluster_id=cluster_id)
+
+    @classmethod
+    def from_toml(cls, path: str) -> StaticMetadata:
+        """A cluster file::
+
+        cluster_id = "0f6c..."   # required: `partlog cluster-id` prints a new one
+
+        [[brokers]]
+        id = 1
+        az = "az1"
+        host = "127.0.0.1"   # optional
+        port = 9101          # optional
+
+        [[topics]]
+        name = "orders"
+        id = "6f1c..."       # optional: derived from cluster_id and the name
+        leaders = [1, 2, 3]  # partition p led by leaders[p]
+        replicas = [[1, 2], [2, 3], [3, 1]]  # optional: the leader alone
+
+        deleted_topics = ["6f1c..."]   # optional: ids of deleted topics (walmgr)
+        """
+        try:
+            with open(path, "rb") as f:
+                doc = tomllib.load(f)
+        except OSError as e:
+            raise MetadataError(f"cluster file {path}: {e.strerror or e}") from e
+        except tomllib.TOMLDecodeError as e:
+            raise MetadataError(f"cluster file {path}: not valid TOML: {e}") from e
+        except UnicodeDecodeError as e:
+            raise MetadataError(f"cluster file {path}: not UTF-8 at byte {e.start}") from e
+        return cls.from_dict(doc, where=path)
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any], *, where: str = "cluster config") -> StaticMetadata:
+        if "cluster_id" not in doc:
+            raise MetadataError(
+                f"{where}: no cluster_id (every cluster needs its own; `partlog cluster-id` prints a new one)"
+            )
+        cluster_id = parse_cluster_id(doc["cluster_id"], where)
+        try:
+            brokers = [
+                BrokerInfo(int(b["id"]), str(b["az"]), str(b.get("host", "127.0.0.1")), int(b.get("port", 0)))
+                for b in doc.get("brokers", [])
+            ]
+            topics = [
+                TopicInfo.with_leaders(
+                    uuid.UUID(str(t["id"])) if "id" in t else topic_id_for(cluster_id, str(t["name"])),
+                    str(t["name"]),
+                    [int(x) for x in t["leaders"]],
+                    [[int(x) for x in r] for r in t["replicas"]] if "replicas" in t else None,
+                )
+                for t in doc.get("topics", [])
+            ]
+            deleted = [uuid.UUID(str(t)) for t in doc.get("deleted_topics", [])]
+        except MetadataError as e:
+            raise MetadataError(f"{where}: {e}") from e
+        except (KeyError, TypeError, ValueError) as e:
+            raise MetadataError(f"{where}: bad broker or topic entry: {e!r}") from e
+        try:
+            return cls(brokers, topics, deleted, cluster_id=cluster_id)
+        except MetadataError as e:
+            raise MetadataError(f"{where}: {e}") from e
+
+
+def topic_id_for(cluster_id: uuid.UUID, name: str) -> uuid.UUID:
+    """The id of a cluster file's topic that names none: uuid5 of the name
+    in the cluster's namespace, so the same name in another cluster (or a
+    cluster re-created with a new id) never gets the same topic id.  The
+    controller does not use it: its topic ids are random (Kafka's rule)."""
+    return uuid.uuid5(cluster_id, f"partlog-topic:{name}")

@@ -1,0 +1,328 @@
+"""The controller's asyncio shell: the RPC server around :class:`partlog.controller.core.Controller`.
+
+It moves bytes, keeps time and runs the controller's LMDB writes in a
+thread; every decision is the sans-IO core's.  One asyncio lock makes the
+controller single-writer: calls run one at a time, and after each one the
+shell logs the controller's events and, if the version moved, publishes the
+new snapshot (encoded once, shared by every long-poll).
+
+RPC methods (msgpack bodies; Kafka error codes travel as ``"error"``; a body
+of the wrong shape is answered with the RPC error BAD_REQUEST naming the
+field)::
+
+    register_broker       {"broker_id", "az", "host", "port"}
+                       -> {"error", "broker_epoch"}
+    heartbeat             {"broker_id", "broker_epoch"}
+                       -> {"error", "version"}
+    metadata_poll         {"version", "max_wait_ms"}
+                       -> {"version", "brokers": [[id, az, host, port]],
+                           "topics": [[name, topic_id, [[leader, leader_epoch,
+                                      replicas, isr, partition_epoch]]]]}
+                          at once when the controller's version differs from
+                          "version"; else after a change, or {"version"} alone
+                          after max_wait_ms (capped at METADATA_POLL_WAIT_MS_MAX)
+    alter_partition       {"broker_id", "broker_epoch", "topic_id", "partition",
+                           "leader_epoch", "partition_epoch", "isr"}
+                       -> {"error", "partition": [leader, ...] or nil}
+    allocate_producer_ids {"broker_id", "broker_epoch"}
+                       -> {"error", "broker_id", "first_producer_id", "size"}
+    create_topics         {"topics": [[name, partitions, replication_factor]]}
+                       -> {"version", "topics": [[name, error, topic or nil]]}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl as ssl_module
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from partlog.controller.cluster_meta import NO_LEADER, TopicInfo
+from partlog.controller.core import (
+    BrokerFenced,
+    BrokerRegistered,
+    Controller,
+    ControllerConfig,
+    IsrChanged,
+    LeaderChanged,
+    dec_alter_partition,
+    dec_broker_epoch,
+    dec_create_topics,
+    dec_poll,
+    dec_register,
+    enc_alter_partition_response,
+    enc_create_topics_response,
+    enc_heartbeat_response,
+    enc_pid_response,
+    enc_register_response,
+    enc_snapshot,
+)
+from partlog.kafka.errors import Errors
+from partlog.rpc.frame import RpcError, RpcErrorCode
+from partlog.rpc.methods import CONTROLLER_SCHEMAS
+from partlog.rpc.transport import RpcServer
+from partlog.rpc.wire import WireError
+
+__all__ = ["METADATA_POLL_WAIT_MS_MAX", "ControllerServer", "now_ms"]
+
+log = logging.getLogger(__name__)
+
+# A parked metadata_poll answers "unchanged" after at most this long, as
+# Kafka's fetch.max.wait.ms bounds a long-poll; clients poll again.
+METADATA_POLL_WAIT_MS_MAX = 30_000
+# The tick fences brokers: its period bounds how late after the session
+# timeout that happens (a quarter of the timeout), and a fraction of a second
+# is plenty for KRaft's 9 s default.
+TICK_INTERVAL_MS_MAX = 250
+TICK_INTERVAL_MS_MIN = 10
+
+T = TypeVar("T")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class ControllerServer:
+    """Serves one :class:`Controller` over the RPC.  ``await start()``, then
+    serve until ``await stop()``; ``.port`` is the bound port after start.
+
+    ``secret`` and ``ssl`` are as :class:`partlog.rpc.transport.RpcServer`'s; ``clock``
+    returns wall-clock ms (tests may pass their own)."""
+
+    def __init__(
+        self,
+        config: ControllerConfig,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        secret: bytes | None = None,
+        ssl: ssl_module.SSLContext | None = None,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.config = config
+        self.host = host
+        self.port = port
+        self._secret = secret
+        self._ssl = ssl
+        self._clock = clock
+        self._controller: Controller | None = None
+        self._server: RpcServer | None = None
+        self._lock = asyncio.Lock()
+        self._tick_task: asyncio.Task[None] | None = None
+        self._published_version = -1
+        self._published: dict[str, Any] = {}
+        # Set and replaced on every published change: parked polls wait on it.
+        self._changed = asyncio.Event()
+        self.tick_interval_ms = max(
+            TICK_INTERVAL_MS_MIN, min(config.broker_session_timeout_ms // 4, TICK_INTERVAL_MS_MAX)
+        )
+
+    @property
+    def controller(self) -> Controller:
+        """The core (for inspection; calls from outside must not race the shell)."""
+        assert self._controller is not None, "not started"
+        return self._controller
+
+    async def start(self) -> None:
+        assert self._controller is None, "started twice"
+        self._controller = await asyncio.to_thread(Controller, self.config, now_ms=self._clock())
+        self._publish()
+        handlers: dict[str, Callable[[Any], Awaitable[Any]]] = {
+            "register_broker": self._handle_register,
+            "heartbeat": self._handle_heartbeat,
+            "metadata_poll": self._handle_metadata_poll,
+            "alter_partition": self._handle_alter_partition,
+            "allocate_producer_ids": self._handle_allocate_producer_ids,
+            "create_topics": self._handle_create_topics,
+        }
+        # The challenge names the cluster: brokers and walmgr refuse another's controller.
+        self._server = RpcServer(
+            handlers,
+            host=self.host,
+            port=self.port,
+            secret=self._secret,
+            ssl=self._ssl,
+            cluster_id=self._controller.cluster_id,
+            schemas=CONTROLLER_SCHEMAS,
+        )
+        try:
+            await self._server.start()
+        except BaseException:
+            await asyncio.to_thread(self._controller.close)
+            self._controller = None
+            raise
+        self.port = self._server.port
+        self._tick_task = asyncio.create_task(self._tick_loop())
+        log.info(
+            "controller started port=%d data_dir=%s version=%d session_timeout_ms=%d",
+            self.port,
+            self.config.data_dir,
+            self._controller.version,
+            self.config.broker_session_timeout_ms,
+        )
+
+    async def stop(self) -> None:
+        """Stop serving (parked polls and pending calls fail on the client
+        side with a lost connection) and close the controller's LMDB."""
+        if self._tick_task is not None:
+            self._tick_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._tick_task
+            self._tick_task = None
+        if self._server is not None:
+            await self._server.close()
+            self._server = None
+        async with self._lock:
+            if self._controller is not None:
+                await asyncio.to_thread(self._controller.close)
+                self._controller = None
+        log.info("controller stopped port=%d", self.port)
+
+    # ------------------------------------------------------------ plumbing
+
+    async def _run(self, fn: Callable[[Controller], T], *, write: bool = True) -> T:
+        """Run ``fn(controller)`` as the only writer (in a thread when it may
+        write: LMDB fsyncs), then log its events and publish a new version."""
+        async with self._lock:
+            c = self.controller
+            try:
+                if not write:
+                    return fn(c)
+                task = asyncio.ensure_future(asyncio.to_thread(fn, c))
+                try:
+                    return await asyncio.shield(task)
+                except asyncio.CancelledError:
+                    # The thread runs on: hold the lock (so stop() cannot
+                    # close LMDB under it) until it is done.
+                    await asyncio.wait([task])
+                    raise
+            finally:
+                self._log_events(c)
+                self._publish()
+
+    def _publish(self) -> None:
+        c = self.controller
+        if c.version == self._published_version:
+            return
+        # Encoded once per version; every poller shares it.
+        body = enc_snapshot(c.snapshot())
+        self._published_version = c.version
+        self._published = body
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _log_events(self, c: Controller) -> None:
+        for e in c.take_events():
+            if isinstance(e, LeaderChanged):
+                if e.leader == NO_LEADER:
+                    log.warning(
+                        "partition offline topic=%s partition=%d epoch=%d isr=%s reason=%s",
+                        e.topic,
+                        e.partition,
+                        e.leader_epoch,
+                        list(e.isr),
+                        e.reason,
+                    )
+                else:
+                    log.info(
+                        "leader elected topic=%s partition=%d leader=%d epoch=%d reason=%s unclean=%s",
+                        e.topic,
+                        e.partition,
+                        e.leader,
+                        e.leader_epoch,
+                        e.reason,
+                        e.unclean,
+                    )
+            elif isinstance(e, IsrChanged):
+                log.info(
+                    "isr changed topic=%s partition=%d isr=%s partition_epoch=%d reason=%s",
+                    e.topic,
+                    e.partition,
+                    list(e.isr),
+                    e.partition_epoch,
+                    e.reason,
+                )
+            elif isinstance(e, BrokerFenced):
+                log.warning("broker fenced id=%d epoch=%d reason=%s", e.broker_id, e.broker_epoch, e.reason)
+            elif isinstance(e, BrokerRegistered):
+                log.info(
+                    "broker registered id=%d epoch=%d az=%s host=%s port=%d",
+                    e.broker_id,
+                    e.broker_epoch,
+                    e.az,
+                    e.host,
+                    e.port,
+                )
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick_interval_ms / 1000)
+            try:
+                await self._run(lambda c: c.tick(self._clock()))
+            except Exception:
+                # A failed write changed nothing; the next tick tries again.
+                log.exception("controller tick failed")
+
+    # ------------------------------------------------------------- handlers
+
+    async def _handle_register(self, body: Any) -> Any:
+        info = _decode(dec_register, body)
+        epoch = await self._run(
+            lambda c: c.register_broker(info.broker_id, info.az, info.host, info.port, self._clock())
+        )
+        return enc_register_response(epoch)
+
+    async def _handle_heartbeat(self, body: Any) -> Any:
+        bid, epoch = _decode(lambda b: dec_broker_epoch(b, "heartbeat"), body)
+        err = await self._run(lambda c: c.heartbeat(bid, epoch, self._clock()), write=False)
+        return enc_heartbeat_response(err, self._published_version)
+
+    async def _handle_metadata_poll(self, body: Any) -> Any:
+        version, wait_ms = _decode(dec_poll, body)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(wait_ms, METADATA_POLL_WAIT_MS_MAX) / 1000
+        while self._published_version == version:
+            changed = self._changed
+            left = deadline - loop.time()
+            if left <= 0:
+                return {"version": version}
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(left):
+                    await changed.wait()
+        return self._published
+
+    async def _handle_alter_partition(self, body: Any) -> Any:
+        bid, epoch, tp, leader_epoch, partition_epoch, isr = _decode(dec_alter_partition, body)
+        answer = await self._run(lambda c: c.alter_partition(bid, epoch, tp, leader_epoch, partition_epoch, isr))
+        return enc_alter_partition_response(answer)
+
+    async def _handle_allocate_producer_ids(self, body: Any) -> Any:
+        bid, epoch = _decode(lambda b: dec_broker_epoch(b, "allocate_producer_ids"), body)
+        answer = await self._run(lambda c: c.allocate_producer_ids(bid, epoch))
+        if not isinstance(answer, Errors):
+            log.info("producer ids allocated broker=%d first=%d size=%d", bid, answer.first_producer_id, answer.size)
+        return enc_pid_response(answer, bid)
+
+    async def _handle_create_topics(self, body: Any) -> Any:
+        wanted = _decode(dec_create_topics, body)
+        answers = [(name, await self._create_topic(name, partitions, rf)) for name, partitions, rf in wanted]
+        return enc_create_topics_response(self._published_version, answers)
+
+    async def _create_topic(self, name: str, partitions: int, rf: int) -> TopicInfo | Errors:
+        before = self._published_version
+        answer = await self._run(lambda c: c.create_topic(name, partitions, rf))
+        if isinstance(answer, Errors):
+            log.info("create topic refused name=%.300s error=%s", name, answer.name)
+        elif self._published_version != before:
+            log.info("topic created name=%s id=%s partitions=%d rf=%d", name, answer.topic_id, partitions, rf)
+        return answer
+
+
+def _decode(fn: Callable[[Any], T], body: Any) -> T:
+    try:
+        return fn(body)
+    except WireError as e:
+        raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e

@@ -1,0 +1,473 @@
+"""The produce pipeline of one broker, sans-IO: WAL buffer, uploads, commit
+fan-out grouped per leader broker, and the answers to producers.
+
+Inputs (each with the current time as a value): ``produce``, ``tick``,
+``upload_done``, ``commit_done``.  Outputs: actions for a shell to perform
+(``Upload``, ``SendCommit``, ``Reply``).  The asyncio broker, the deterministic
+simulations and the fault tests all drive this same class.
+
+The life of a produce request:
+
+1. ``produce`` adds its batches to the open segment.  The segment closes
+   ("rotates") when it holds ``buffer_bytes_max`` bytes or its first batch is
+   ``commit_interval_ms`` old; a closed segment becomes an ``Upload``, at most
+   ``uploads_inflight_max`` at a time (the rest wait, in order).
+2. ``upload_done``: a failed upload answers its batches with a retriable
+   error.  A successful one fans out: its batches grouped by the partition's
+   leader broker, ONE ``SendCommit`` per leader broker (the shell makes the
+   one for this broker a direct call).
+3. Commits leave in WAL-file order: a segment's commits are released only
+   once every earlier segment's upload has finished (either way).  With
+   idempotent producers keeping up to 5 requests in flight, a later file's
+   batches must not reach a leader before an earlier file's, or the leader
+   sees a sequence gap.  The shell must keep that order per leader (one
+   connection, processed in arrival order).
+4. ``commit_done``: each batch gets the leader's answer; a produce request is
+   answered (``Reply``) when all its batches are.
+
+Memory: bytes are counted from ``produce`` until the request's ``Reply``;
+``room_bytes`` tells the shell how much more it may accept (back-pressure:
+it delays reading produce requests).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from partlog.kafka.batch_header import CRC_START, HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2
+from partlog.kafka.crc32c import crc32c
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import CommitBatchRequest, CommitBatchResponse, TopicIdPartition
+from partlog.wal.key import make_wal_key
+from partlog.wal.segment import WalSegmentBuilder
+
+log = logging.getLogger(__name__)
+
+# Kafka's diskless defaults (KIP-1163): diskless.append.commit.interval.ms and
+# diskless.append.buffer.max.bytes.
+COMMIT_INTERVAL_MS_DEFAULT = 250
+BUFFER_BYTES_MAX_DEFAULT = 4 * 1024 * 1024
+# Bytes accepted but not yet answered.  16 segments' worth: uploads of ~100 ms
+# (KIP-1163's p50) at 4 MiB segments sustain ~160 MiB/s before back-pressure.
+INFLIGHT_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
+UPLOADS_INFLIGHT_MAX_DEFAULT = 8
+
+
+# Batches per segment: its commit RPC to one leader carries at most this many
+# (the RPC schema's bound).  A 4 MiB buffer of the smallest batches (61-byte
+# headers, no records) holds ~69,000; a larger buffer rotates here first.
+SEGMENT_BATCHES_MAX = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceConfig:
+    commit_interval_ms: int = COMMIT_INTERVAL_MS_DEFAULT
+    buffer_bytes_max: int = BUFFER_BYTES_MAX_DEFAULT
+    inflight_bytes_max: int = INFLIGHT_BYTES_MAX_DEFAULT
+    uploads_inflight_max: int = UPLOADS_INFLIGHT_MAX_DEFAULT
+    key_prefix: str = "wal"
+
+    def __post_init__(self) -> None:
+        for name in ("commit_interval_ms", "buffer_bytes_max", "inflight_bytes_max", "uploads_inflight_max"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        try:
+            # A bad prefix would otherwise fail at the first rotation, with
+            # requests already accepted.
+            make_wal_key(self.key_prefix, 0, 0, "0")
+        except ValueError as e:
+            raise ValueError(f"key_prefix {self.key_prefix!r}: {e}") from e
+        if self.inflight_bytes_max < self.buffer_bytes_max:
+            raise ValueError(
+                f"inflight_bytes_max ({self.inflight_bytes_max}) must be >= buffer_bytes_max ({self.buffer_bytes_max})"
+            )
+
+
+# ------------------------------------------------------------------ actions
+
+
+@dataclass(frozen=True, slots=True)
+class Upload:
+    segment_id: int
+    key: str
+    data: bytes
+    # The partitions in the segment's footer (walmgr is told about them).
+    partitions: tuple[TopicIdPartition, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SendCommit:
+    """One commit RPC: the batches of segment ``segment_id`` led by ``leader_broker_id``."""
+
+    segment_id: int
+    key: str
+    leader_broker_id: int
+    file_size: int
+    requests: tuple[CommitBatchRequest, ...]
+    # acks_all[i]: requests[i] came with acks=all, so the leader answers it
+    # once it is replicated to the ISR (empty: none did).
+    acks_all: tuple[bool, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    """The answer for one batch of a produce request (Kafka's PartitionResponse)."""
+
+    topic_id_partition: TopicIdPartition
+    error: Errors
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    produce_id: int
+    results: tuple[BatchResult, ...]
+
+
+Action = Upload | SendCommit | Reply
+
+
+# -------------------------------------------------------------- internals
+
+
+@dataclass(slots=True)
+class _Produce:
+    produce_id: int
+    nbytes: int
+    results: list[BatchResult | None]
+    pending: int
+    acks_all: bool = True
+
+
+@dataclass(slots=True)
+class _Segment:
+    segment_id: int
+    key: str
+    size: int
+    # Per batch in add order: (produce_id, index in that request, request for the leader)
+    batches: list[tuple[int, int, CommitBatchRequest]]
+    uploaded: bool | None = None  # None: in flight or waiting
+    commits_pending: set[int] = field(default_factory=set)
+    # request_id (position in the segment) -> leader broker its commit went to
+    routes: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class PipelineStats:
+    segments_uploaded: int = 0
+    segments_failed: int = 0
+    bytes_uploaded: int = 0
+    commits_sent: int = 0
+    commit_failures: int = 0
+    # Commit RPCs per segment, by where the leader is (filled by the shell's
+    # classifier): see ``commit_fanout``.
+    commit_fanout: list[int] = field(default_factory=list)
+
+
+class ProducePipeline:
+    """See the module docstring.
+
+    ``leader_of(tp)`` answers the broker id leading ``tp`` now (None when
+    unknown); ``rand_hex()`` gives the random part of object keys (the shell
+    passes a CSPRNG, simulations a seeded one).
+    """
+
+    def __init__(
+        self,
+        broker_id: int,
+        config: ProduceConfig,
+        *,
+        leader_of: Callable[[TopicIdPartition], int | None],
+        rand_hex: Callable[[], str],
+        cluster_id: uuid.UUID | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.config = config
+        # Written into every segment's footer; public so a shell that learns
+        # the cluster id after construction (from its metadata) can set it.
+        self.cluster_id = cluster_id
+        # Public: a shell swaps it when cluster metadata changes.
+        self.leader_of = leader_of
+        self._rand_hex = rand_hex
+        self._builder: WalSegmentBuilder | None = None
+        self._open_batches: list[tuple[int, int, TopicIdPartition, bytes]] = []
+        self._opened_ms = 0
+        self._produces: dict[int, _Produce] = {}
+        self._next_segment_id = 0
+        # Closed segments in id order, until their commits are all sent.
+        self._segments: dict[int, _Segment] = {}
+        self._waiting_uploads: deque[Upload] = deque()
+        self._uploads_inflight = 0
+        self._next_to_release = 0  # lowest segment id whose commits are not yet sent
+        self.inflight_bytes = 0
+        self.stats = PipelineStats()
+
+    # ------------------------------------------------------------- inputs
+
+    def room_bytes(self) -> int:
+        """How many more produce bytes may be accepted now."""
+        return max(0, self.config.inflight_bytes_max - self.inflight_bytes)
+
+    def next_deadline_ms(self) -> int | None:
+        """When ``tick`` must next be called (the open segment's rotation time)."""
+        if self._builder is None:
+            return None
+        return self._opened_ms + self.config.commit_interval_ms
+
+    def produce(
+        self,
+        produce_id: int,
+        batches: Sequence[tuple[TopicIdPartition, bytes]],
+        now_ms: int,
+        *,
+        acks_all: bool = True,
+    ) -> list[Action]:
+        """Accept a produce request of (partition, v2 batch) pairs; with
+        ``acks_all`` its commits wait for replication to the ISR.
+
+        A request larger than ``inflight_bytes_max`` can never fit and is
+        answered ``RECORD_LIST_TOO_LARGE``; otherwise the shell must have
+        waited for ``room_bytes()``.  Batches with broken framing (length,
+        magic) or a failing CRC-32C are answered ``CORRUPT_MESSAGE`` at once and
+        never reach a segment.
+        """
+        if produce_id in self._produces:
+            raise ValueError(f"produce id {produce_id} is already in flight")
+        nbytes = sum(len(b) for _, b in batches)
+        if nbytes > self.config.inflight_bytes_max:
+            return [Reply(produce_id, tuple(BatchResult(tp, Errors.RECORD_LIST_TOO_LARGE) for tp, _ in batches))]
+        assert nbytes <= self.room_bytes() or not self._produces, "shell must wait for room_bytes()"
+        p = _Produce(produce_id, nbytes, [None] * len(batches), 0, acks_all)
+        accepted: list[tuple[int, TopicIdPartition, bytes]] = []
+        for i, (tp, batch) in enumerate(batches):
+            problem = _framing_problem(batch)
+            if problem:
+                p.results[i] = BatchResult(tp, Errors.CORRUPT_MESSAGE, error_message=problem)
+            else:
+                accepted.append((i, tp, batch))
+        if not accepted:
+            return [Reply(produce_id, tuple(r for r in p.results if r is not None))]
+        p.pending = len(accepted)
+        self._produces[produce_id] = p
+        self.inflight_bytes += nbytes
+        actions: list[Action] = []
+        for i, tp, batch in accepted:
+            if self._builder is None:
+                self._builder = WalSegmentBuilder(self.broker_id, now_ms, self.cluster_id)
+                self._opened_ms = now_ms
+            self._builder.add(tp, batch)
+            self._open_batches.append((produce_id, i, tp, batch))
+            if (
+                self._builder.size_bytes >= self.config.buffer_bytes_max
+                or self._builder.batch_count >= SEGMENT_BATCHES_MAX
+            ):
+                actions += self._rotate(now_ms)
+        return actions
+
+    def tick(self, now_ms: int) -> list[Action]:
+        """Rotate the open segment if its first batch is old enough."""
+        deadline = self.next_deadline_ms()
+        if deadline is not None and now_ms >= deadline:
+            return self._rotate(now_ms)
+        return []
+
+    def flush(self, now_ms: int) -> list[Action]:
+        """Rotate now, whatever the age (shutdown, tests)."""
+        return self._rotate(now_ms) if self._builder is not None else []
+
+    def upload_done(self, segment_id: int, now_ms: int, error: str | None = None) -> list[Action]:
+        """The upload of ``segment_id`` finished; ``error`` says why it failed."""
+        seg = self._segments[segment_id]
+        assert seg.uploaded is None, f"segment {segment_id} finished uploading twice"
+        self._uploads_inflight -= 1
+        actions: list[Action] = []
+        if error is None:
+            seg.uploaded = True
+            self.stats.segments_uploaded += 1
+            self.stats.bytes_uploaded += seg.size
+        else:
+            seg.uploaded = False
+            self.stats.segments_failed += 1
+            log.warning("upload failed key=%s error=%s", seg.key, error)
+            for produce_id, index, req in seg.batches:
+                actions += self._answer(
+                    produce_id,
+                    index,
+                    BatchResult(req.topic_id_partition, Errors.KAFKA_STORAGE_ERROR, error_message=f"upload: {error}"),
+                )
+        if self._waiting_uploads and self._uploads_inflight < self.config.uploads_inflight_max:
+            self._uploads_inflight += 1
+            actions.append(self._waiting_uploads.popleft())
+        actions += self._release_commits()
+        return actions
+
+    def commit_done(
+        self,
+        segment_id: int,
+        leader_broker_id: int,
+        responses: Sequence[CommitBatchResponse] | None,
+        now_ms: int,
+        error: Errors = Errors.REQUEST_TIMED_OUT,
+        error_message: str | None = None,
+    ) -> list[Action]:
+        """The commit RPC to ``leader_broker_id`` for ``segment_id`` finished.
+
+        ``responses`` are the leader's, in request order; None means the RPC
+        failed (timeout, connection lost) and every batch in it gets
+        ``error``, retriable.  (The leader may still have applied it: an
+        idempotent producer's retry is then answered as a duplicate.)
+        """
+        seg = self._segments.get(segment_id)
+        assert seg is not None and leader_broker_id in seg.commits_pending, (
+            f"unexpected commit_done segment={segment_id} leader={leader_broker_id}"
+        )
+        seg.commits_pending.discard(leader_broker_id)
+        mine = [b for b in seg.batches if seg.routes[b[2].request_id] == leader_broker_id]
+        actions: list[Action] = []
+        if responses is None:
+            self.stats.commit_failures += 1
+            for produce_id, index, req in mine:
+                actions += self._answer(
+                    produce_id, index, BatchResult(req.topic_id_partition, error, error_message=error_message)
+                )
+        else:
+            assert len(responses) == len(mine), f"leader {leader_broker_id} answered {len(responses)} of {len(mine)}"
+            for (produce_id, index, req), resp in zip(mine, responses, strict=True):
+                err = resp.errors
+                if err == Errors.COMMIT_DEADLINE_EXCEEDED:
+                    err = Errors.REQUEST_TIMED_OUT  # our own code: producers know Kafka's
+                actions += self._answer(
+                    produce_id,
+                    index,
+                    BatchResult(
+                        req.topic_id_partition,
+                        err,
+                        resp.assigned_base_offset,
+                        resp.log_append_time,
+                        resp.log_start_offset,
+                    ),
+                )
+        if not seg.commits_pending and segment_id < self._next_to_release:
+            del self._segments[segment_id]
+        return actions
+
+    # ----------------------------------------------------------- internals
+
+    def _rotate(self, now_ms: int) -> list[Action]:
+        builder, batches = self._builder, self._open_batches
+        assert builder is not None
+        self._builder, self._open_batches = None, []
+        segment_id = self._next_segment_id
+        self._next_segment_id += 1
+        key = str(make_wal_key(self.config.key_prefix, now_ms, self.broker_id, self._rand_hex()))
+        built = builder.build()
+        seg_batches = []
+        for coord, (produce_id, index, tp, batch) in zip(built.coordinates, batches, strict=True):
+            # request_id = position in the segment: routes answers back.
+            req = CommitBatchRequest.from_header(coord.index, tp, coord.byte_offset, batch[:HEADER_SIZE])
+            seg_batches.append((produce_id, index, req))
+        self._segments[segment_id] = _Segment(segment_id, key, len(built.data), seg_batches)
+        upload = Upload(segment_id, key, built.data, tuple(r.topic_id_partition for r in built.footer.partitions))
+        if self._uploads_inflight < self.config.uploads_inflight_max:
+            self._uploads_inflight += 1
+            return [upload]
+        self._waiting_uploads.append(upload)
+        return []
+
+    def _release_commits(self) -> list[Action]:
+        """Send the commits of every uploaded segment whose predecessors all
+        finished uploading, in segment order."""
+        actions: list[Action] = []
+        while (seg := self._segments.get(self._next_to_release)) is not None and seg.uploaded is not None:
+            self._next_to_release += 1
+            if not seg.uploaded:
+                del self._segments[seg.segment_id]
+                continue
+            by_leader: dict[int, list[CommitBatchRequest]] = {}
+            acks: dict[int, list[bool]] = {}
+            routes = seg.routes
+            for produce_id, index, req in seg.batches:
+                leader = self.leader_of(req.topic_id_partition)
+                if leader is None:
+                    actions += self._answer(
+                        produce_id,
+                        index,
+                        BatchResult(
+                            req.topic_id_partition, Errors.NOT_LEADER_OR_FOLLOWER, error_message="leader unknown"
+                        ),
+                    )
+                    continue
+                routes[req.request_id] = leader
+                by_leader.setdefault(leader, []).append(req)
+                acks.setdefault(leader, []).append(self._produces[produce_id].acks_all)
+            self.stats.commit_fanout.append(len(by_leader))
+            if not by_leader:
+                del self._segments[seg.segment_id]
+                continue
+            seg.commits_pending = set(by_leader)
+            seg.batches = [b for b in seg.batches if b[2].request_id in routes]
+            for leader, reqs in sorted(by_leader.items()):
+                self.stats.commits_sent += 1
+                flags = acks[leader]
+                actions.append(
+                    SendCommit(
+                        seg.segment_id, seg.key, leader, seg.size, tuple(reqs), tuple(flags) if any(flags) else ()
+                    )
+                )
+        return actions
+
+    def _answer(self, produce_id: int, index: int, result: BatchResult) -> list[Action]:
+        p = self._produces[produce_id]
+        assert p.results[index] is None, f"produce {produce_id} batch {index} answered twice"
+        p.results[index] = result
+        p.pending -= 1
+        if p.pending:
+            return []
+        del self._produces[produce_id]
+        self.inflight_bytes -= p.nbytes
+        assert self.inflight_bytes >= 0
+        return [Reply(produce_id, tuple(r for r in p.results if r is not None))]
+
+    # ------------------------------------------------------- inspection
+
+    @property
+    def produces_inflight(self) -> int:
+        return len(self._produces)
+
+    @property
+    def segments_open(self) -> int:
+        return len(self._segments)
+
+    @property
+    def uploads_inflight(self) -> int:
+        return self._uploads_inflight
+
+    @property
+    def uploads_waiting(self) -> int:
+        return len(self._waiting_uploads)
+
+
+def _framing_problem(batch: bytes) -> str | None:
+    """Why ``batch`` cannot go into a segment, or None."""
+    if len(batch) < HEADER_SIZE:
+        return f"batch of {len(batch)} bytes is shorter than a v2 header ({HEADER_SIZE})"
+    length = int.from_bytes(batch[8:12], "big", signed=True)
+    if length + LOG_OVERHEAD != len(batch):
+        return f"batch length field says {length + LOG_OVERHEAD} bytes, got {len(batch)}"
+    if batch[16] != MAGIC_V2:
+        return f"batch magic {batch[16]}, only v2 (magic {MAGIC_V2}) is supported"
+    # As Kafka's broker (batch.ensureValid() on produce): a batch whose CRC
+    # fails would be acknowledged, then refused by every fetch (fetch_path
+    # checks it), leaving the partition unreadable past it.
+    want = int.from_bytes(batch[17:CRC_START], "big")
+    got = crc32c(memoryview(batch)[CRC_START:])
+    if got != want:
+        return f"batch CRC-32C is {got:#010x}, header says {want:#010x}"
+    return None

@@ -1,0 +1,772 @@
+"""Replication of the metadata logs between brokers: the asyncio shell around
+:class:`partlog.replication.replica_state.ReplicaState` (leader side) and the follower
+fetchers, as Kafka's ``ReplicaManager``, ``Partition`` and
+``ReplicaFetcherThread``.
+
+Roles come from the cluster metadata (``apply_metadata``): for each partition
+this broker either leads it at a leader epoch, follows its leader, or holds
+no replica.
+
+Leader side:
+
+* ``commit`` appends a WAL file's batches to the store (in the order commits
+  arrive, see :class:`partlog.rpc.transport.Deferred`) after checking leadership and,
+  for acks=all batches, ``min_insync_replicas``; it returns the responses and,
+  when some batch is acks=all, an awaitable that completes once the HWM
+  passed the append (or fails it with NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+  NOT_LEADER_OR_FOLLOWER or REQUEST_TIMED_OUT).
+* ``handle_replica_fetch`` serves followers: leader-epoch fencing, the
+  divergence check, entries from the store, and the follower's progress into
+  the ISR/HWM state.  A fetch with nothing to return is parked up to its
+  max wait until new entries arrive or, when the follower sent its HWM
+  (KIP-1166) and it is behind the leader's, answered at once; a parked one
+  is completed when the HWM moves.
+* ISR changes go to the controller (``MetadataSource.alter_partition``)
+  before they count, so the controller never elects a replica the HWM left.
+
+Follower side: one fetcher task per leader broker, fetching all partitions
+this broker follows from that leader in one request (a fetch session per
+broker pair); it appends entries, follows the leader's HWM and log start,
+and truncates a divergent suffix (``partlog.kafka.leader_epochs``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from partlog import injected_bugs
+from partlog.controller.cluster_meta import NO_LEADER, MetadataSource, PartitionInfo
+from partlog.kafka.errors import Errors
+from partlog.kafka.leader_epochs import UNDEFINED_EPOCH, EpochEndOffset, diverging_epoch, truncation_offset
+from partlog.kafka.records import CommitBatchRequest, CommitBatchResponse, TopicIdPartition
+from partlog.replication.replica_state import REPLICA_LAG_TIME_MAX_MS_DEFAULT, AckResult, ReplicaState
+from partlog.rpc.frame import RpcErrorCode
+from partlog.rpc.transport import RpcClient, RpcConnectionError, RpcError, RpcRemoteError, RpcTimeoutError
+from partlog.rpc.wire import (
+    NO_DIVERGENCE,
+    ReplicaFetchPartition,
+    ReplicaFetchResult,
+    WireError,
+    dec_replica_fetch,
+    dec_replica_fetch_response,
+    enc_replica_fetch,
+    enc_replica_fetch_response,
+)
+from partlog.store import MetadataStore, OffsetOutOfRangeError, StoreError
+
+log = logging.getLogger(__name__)
+
+# Kafka's replica.fetch.wait.max.ms and replica.fetch.backoff.ms defaults.
+REPLICA_FETCH_WAIT_MAX_MS_DEFAULT = 500
+REPLICA_FETCH_BACKOFF_MS_DEFAULT = 1000
+# Entries per partition per fetch (each ~110 bytes on the wire): bounds the
+# response of a follower far behind, like replica.fetch.max.bytes.
+REPLICA_FETCH_ENTRIES_MAX_DEFAULT = 4096
+# A leader never waits longer than this on one parked fetch.
+REPLICA_FETCH_WAIT_MS_MAX = 30_000
+# Partitions one replica fetch may name.
+REPLICA_FETCH_PARTITIONS_MAX = 100_000
+# How often the leader reconsiders the ISR (lagging followers), and how long
+# it waits after the controller refused or did not answer a change.
+ISR_CHECK_INTERVAL_MS = 250
+ALTER_PARTITION_BACKOFF_MS = 500
+
+
+# AlterPartition answers that leave its outcome unknown (the request may
+# have been applied): the members it would add stay in the maximal ISR.
+_ALTER_OUTCOME_UNKNOWN = frozenset(
+    {Errors.REQUEST_TIMED_OUT, Errors.COORDINATOR_NOT_AVAILABLE, Errors.UNKNOWN_SERVER_ERROR}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationConfig:
+    replica_lag_time_max_ms: int = REPLICA_LAG_TIME_MAX_MS_DEFAULT
+    replica_fetch_wait_max_ms: int = REPLICA_FETCH_WAIT_MAX_MS_DEFAULT
+    replica_fetch_backoff_ms: int = REPLICA_FETCH_BACKOFF_MS_DEFAULT
+    replica_fetch_entries_max: int = REPLICA_FETCH_ENTRIES_MAX_DEFAULT
+    # Kafka's broker-level min.insync.replicas (default 1).
+    min_insync_replicas: int = 1
+    # Send the follower's HWM in fetches (KIP-1166); off only to measure it.
+    fetch_sends_high_watermark: bool = True
+
+    def __post_init__(self) -> None:
+        for name in (
+            "replica_lag_time_max_ms",
+            "replica_fetch_backoff_ms",
+            "replica_fetch_entries_max",
+            "min_insync_replicas",
+        ):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"ReplicationConfig.{name} must be > 0, got {getattr(self, name)}")
+        if not 0 <= self.replica_fetch_wait_max_ms <= REPLICA_FETCH_WAIT_MS_MAX:
+            raise ValueError(
+                f"ReplicationConfig.replica_fetch_wait_max_ms must be in [0, {REPLICA_FETCH_WAIT_MS_MAX}], "
+                f"got {self.replica_fetch_wait_max_ms}"
+            )
+
+
+@dataclass(slots=True)
+class ReplicationStats:
+    became_leader: int = 0
+    became_follower: int = 0
+    truncations: int = 0
+    entries_truncated: int = 0
+    entries_replicated: int = 0
+    replica_fetches_served: int = 0
+    replica_fetches_parked: int = 0
+    replica_fetches_sent: int = 0
+    replica_fetch_errors: int = 0
+    isr_shrinks: int = 0
+    isr_expands: int = 0
+    alter_partition_failures: int = 0
+    acks_all_failed: int = 0
+
+
+class _Signal:
+    """Wake every waiter at once; a waiter sees each fire after it started waiting."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def fire(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+    def waiter(self) -> asyncio.Event:
+        return self._event
+
+
+@dataclass(slots=True)
+class _Led:
+    """A partition this broker leads."""
+
+    tp: TopicIdPartition
+    leader_epoch: int
+    rs: ReplicaState
+    waiters: dict[int, asyncio.Future[Errors]] = field(default_factory=dict)
+    alter_inflight: bool = False
+    alter_backoff_until_ms: int = 0
+
+
+@dataclass(slots=True)
+class _Followed:
+    leader: int
+    leader_epoch: int
+
+
+class ReplicaManager:
+    """One broker's replication: see the module doc.
+
+    ``client(broker_id)`` returns a connected RPC client (the broker's pool);
+    ``drop_client(broker_id)`` discards a broken one; ``on_data()`` is called
+    when entries became visible to consumers (an HWM moved)."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        store: MetadataStore,
+        metadata: MetadataSource,
+        config: ReplicationConfig,
+        *,
+        client: Callable[[int], Awaitable[RpcClient]],
+        drop_client: Callable[[int], Awaitable[None]],
+        on_data: Callable[[], None],
+        clock: Callable[[], int],
+    ) -> None:
+        self.broker_id = broker_id
+        self.store = store
+        self.metadata = metadata
+        self.config = config
+        self._client = client
+        self._drop_client = drop_client
+        self._on_data = on_data
+        self._clock = clock
+        self.stats = ReplicationStats()
+        self._led: dict[TopicIdPartition, _Led] = {}
+        self._following: dict[TopicIdPartition, _Followed] = {}
+        self._fetchers: dict[int, asyncio.Task[None]] = {}
+        self._roles = asyncio.Lock()
+        self._appended = _Signal()  # new entries on some led partition
+        self._hwm_moved = _Signal()  # the HWM of some led partition moved
+        self._metadata_changed = _Signal()
+        self._next_token = 0
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._stopping = False
+        self._isr_task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self._isr_task = asyncio.ensure_future(self._isr_loop())
+
+    async def stop(self) -> None:
+        self._stopping = True
+        tasks = [*self._fetchers.values(), *self._tasks, *([self._isr_task] if self._isr_task else [])]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for led in self._led.values():
+            self._complete(led, led.rs.fail_waiting(Errors.NOT_LEADER_OR_FOLLOWER))
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ----------------------------------------------------------------- roles
+
+    def is_leader(self, tp: TopicIdPartition) -> bool:
+        return tp in self._led
+
+    def serves(self, tp: TopicIdPartition) -> bool:
+        """True when this broker holds a replica of ``tp`` (leader or follower)."""
+        return tp in self._led or tp in self._following
+
+    def leader_epoch(self, tp: TopicIdPartition) -> int | None:
+        led = self._led.get(tp)
+        return None if led is None else led.leader_epoch
+
+    def replica_epoch(self, tp: TopicIdPartition) -> int | None:
+        """The leader epoch this broker knows ``tp`` at, as its leader or as
+        a follower; None when it holds no replica of it."""
+        led = self._led.get(tp)
+        if led is not None:
+            return led.leader_epoch
+        followed = self._following.get(tp)
+        return None if followed is None else followed.leader_epoch
+
+    def isr_within(self, tp: TopicIdPartition, asked: tuple[int, ...] | None) -> bool:
+        """For walmgr's reference check: False when this broker leads ``tp``
+        and its ISR, with a change waiting for the controller, has a member
+        not in ``asked`` (None: not checked).  walmgr's metadata may predate
+        that member's joining, and the member may hold references the ones
+        asked no longer do (a log start that has not caught up yet)."""
+        led = self._led.get(tp)
+        if led is None or asked is None:
+            return True
+        return led.rs.maximal_isr <= set(asked)
+
+    @property
+    def leaders(self) -> int:
+        return len(self._led)
+
+    @property
+    def under_replicated(self) -> int:
+        return sum(1 for led in self._led.values() if len(led.rs.isr) < len(led.rs.replicas))
+
+    def isr(self, tp: TopicIdPartition) -> set[int] | None:
+        led = self._led.get(tp)
+        return None if led is None else set(led.rs.isr)
+
+    async def apply_metadata(self, metadata: MetadataSource) -> None:
+        """Take the roles ``metadata`` gives this broker (Kafka's
+        ``becomeLeaderOrFollower``); changes are applied one call at a time."""
+        async with self._roles:
+            self.metadata = metadata
+            now = self._clock()
+            for topic in metadata.topics():
+                for p, info in enumerate(topic.partitions):
+                    tp = TopicIdPartition(topic.topic_id, p)
+                    try:
+                        await self._apply_partition(tp, info, now)
+                    except (StoreError, KeyError, ValueError) as e:
+                        log.error("broker %d: cannot take its role for %s: %s", self.broker_id, tp, e)
+            # Partitions of deleted topics, or moved away from this broker.
+            known = {TopicIdPartition(t.topic_id, p) for t in metadata.topics() for p in range(t.num_partitions)}
+            for tp in [tp for tp in self._led if tp not in known]:
+                self._resign(tp)
+            for tp in [tp for tp in self._following if tp not in known]:
+                del self._following[tp]
+            self._start_fetchers()
+            self._metadata_changed.fire()
+
+    async def _apply_partition(self, tp: TopicIdPartition, info: PartitionInfo, now: int) -> None:
+        me = self.broker_id
+        if info.leader == me:
+            led = self._led.get(tp)
+            if led is not None and led.leader_epoch == info.leader_epoch:
+                if info.partition_epoch > led.rs.partition_epoch:
+                    # The controller changed the ISR itself (fenced a dead follower).
+                    self._complete(led, led.rs.isr_committed(set(info.isr), info.partition_epoch))
+                return
+            self._following.pop(tp, None)
+            if led is not None:
+                self._resign(tp)
+            await asyncio.to_thread(self.store.set_leader_epoch, tp, info.leader_epoch)
+            leo = self.store.log_end_offset(tp)
+            rs = ReplicaState(
+                leader_id=me,
+                replicas=info.replicas,
+                min_insync_replicas=self.config.min_insync_replicas,
+                replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
+                leader_epoch_start_offset=leo,
+                log_end_offset=leo,
+                high_watermark=self.store.high_watermark(tp),
+                isr=set(info.isr),
+                partition_epoch=info.partition_epoch,
+                start_ms=now,
+                # A replica the metadata does not list as a live broker is
+                # fenced: it may not join the ISR (the controller would refuse).
+                eligible=self._is_live,
+            )
+            self._led[tp] = _Led(tp, info.leader_epoch, rs)
+            self.stats.became_leader += 1
+            # A single-replica ISR: everything appended is committed.
+            self._complete(self._led[tp], rs.leader_appended(leo, now))
+            log.info("broker %d leads %s at epoch %d (log end %d)", me, tp, info.leader_epoch, leo)
+        elif me in info.replicas:
+            if tp in self._led:
+                self._resign(tp)
+            old = self._following.get(tp)
+            if old is None or (old.leader, old.leader_epoch) != (info.leader, info.leader_epoch):
+                self._following[tp] = _Followed(info.leader, info.leader_epoch)
+                self.stats.became_follower += 1
+        else:
+            if tp in self._led:
+                self._resign(tp)
+            self._following.pop(tp, None)
+
+    def _is_live(self, broker_id: int) -> bool:
+        return self.metadata.broker(broker_id) is not None
+
+    def _resign(self, tp: TopicIdPartition) -> None:
+        led = self._led.pop(tp)
+        self._complete(led, led.rs.fail_waiting(Errors.NOT_LEADER_OR_FOLLOWER))
+        log.info("broker %d no longer leads %s (epoch %d)", self.broker_id, tp, led.leader_epoch)
+
+    # ------------------------------------------------------------ commits
+
+    async def commit(
+        self,
+        key: str,
+        uploader: int,
+        file_size: int,
+        requests: Sequence[CommitBatchRequest],
+        acks_all: Sequence[bool],
+        timeout_ms: int,
+    ) -> tuple[list[CommitBatchResponse], Awaitable[list[CommitBatchResponse]] | None]:
+        """Append what this broker leads; see the module doc.  Raises
+        StoreError when the store failed."""
+        flags = list(acks_all) or [False] * len(requests)
+        answers: list[CommitBatchResponse] = [
+            CommitBatchResponse(Errors.NOT_LEADER_OR_FOLLOWER, -1, -1, -1, False, r) for r in requests
+        ]
+        mine = []
+        for i, r in enumerate(requests):
+            led = self._led.get(r.topic_id_partition)
+            if led is None:
+                continue
+            if flags[i] and led.rs.check_acks_all():
+                answers[i] = CommitBatchResponse(Errors.NOT_ENOUGH_REPLICAS, -1, -1, -1, False, r)
+                continue
+            mine.append(i)
+        if not mine:
+            return answers, None
+        committed = await asyncio.to_thread(
+            self.store.commit_file, key, uploader, file_size, [requests[i] for i in mine]
+        )
+        for i, resp in zip(mine, committed, strict=True):
+            answers[i] = resp
+        now = self._clock()
+        waits: dict[TopicIdPartition, asyncio.Future[Errors]] = {}
+        touched = {requests[i].topic_id_partition for i in mine}
+        wants_ack = {requests[i].topic_id_partition for i in mine if flags[i] and answers[i].errors == Errors.NONE}
+        for tp in touched:
+            led = self._led.get(tp)
+            if led is None:
+                continue  # leadership moved while appending: acks=all answers below
+            token = None
+            if tp in wants_ack:
+                token = self._next_token
+                self._next_token += 1
+                fut: asyncio.Future[Errors] = asyncio.get_running_loop().create_future()
+                led.waiters[token] = fut
+                waits[tp] = fut
+            self._complete(led, led.rs.leader_appended(self.store.log_end_offset(tp), now, token))
+        self._appended.fire()
+        for tp in wants_ack - set(waits):
+            lost: asyncio.Future[Errors] = asyncio.get_running_loop().create_future()
+            lost.set_result(Errors.NOT_LEADER_OR_FOLLOWER)
+            waits[tp] = lost
+        if not waits or injected_bugs.on("acks_all_before_hwm"):
+            return answers, None
+        return answers, self._await_acks(answers, flags, waits, timeout_ms)
+
+    async def _await_acks(
+        self,
+        answers: list[CommitBatchResponse],
+        flags: list[bool],
+        waits: dict[TopicIdPartition, asyncio.Future[Errors]],
+        timeout_ms: int,
+    ) -> list[CommitBatchResponse]:
+        errors: dict[TopicIdPartition, Errors] = {}
+        for tp, fut in waits.items():
+            try:
+                async with asyncio.timeout(timeout_ms / 1000):
+                    errors[tp] = await asyncio.shield(fut)
+            except TimeoutError:
+                # Kafka's DelayedProduce expires with REQUEST_TIMED_OUT; the
+                # entry stays appended and may still be replicated.
+                errors[tp] = Errors.REQUEST_TIMED_OUT
+            timeout_ms = max(1, timeout_ms // 2)  # later ones already had time to complete
+        out = []
+        for a, flag in zip(answers, flags, strict=True):
+            err = errors.get(a.request.topic_id_partition, Errors.NONE)
+            if flag and a.errors == Errors.NONE and err != Errors.NONE:
+                self.stats.acks_all_failed += 1
+                a = CommitBatchResponse(err, -1, -1, -1, False, a.request)
+            out.append(a)
+        return out
+
+    def _complete(self, led: _Led, results: list[AckResult]) -> None:
+        """Resolve finished acks=all appends and publish the HWM."""
+        for r in results:
+            fut = led.waiters.pop(r.token, None)
+            if fut is not None and not fut.done():
+                fut.set_result(r.error)
+        hwm = led.rs.high_watermark
+        if hwm > self.store.high_watermark(led.tp):
+            self.store.set_high_watermark(led.tp, hwm)
+            self._hwm_moved.fire()
+            self._on_data()
+
+    # ------------------------------------------------------- leader: fetches
+
+    async def handle_replica_fetch(self, body: Any) -> Any:
+        try:
+            replica_id, max_wait, entries_max, parts = dec_replica_fetch(body, REPLICA_FETCH_PARTITIONS_MAX)
+        except WireError as e:
+            raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
+        self.stats.replica_fetches_served += 1
+        deadline = time.monotonic() + min(max_wait, REPLICA_FETCH_WAIT_MS_MAX) / 1000
+        sends_hwm = all(p.high_watermark >= 0 for p in parts)
+        parked = False
+        while True:
+            appended = self._appended.waiter()
+            hwm_moved = self._hwm_moved.waiter()
+            results = await asyncio.to_thread(self._serve, replica_id, entries_max, parts)
+            now = self._clock()
+            for p, r in zip(parts, results, strict=True):
+                if r.error == Errors.NONE and r.diverging_epoch == NO_DIVERGENCE:
+                    led = self._led.get(p.topic_id_partition)
+                    if led is not None and led.leader_epoch == p.current_leader_epoch:
+                        # A commit may have reached the store and not yet the
+                        # replica state: the follower may have seen its entries.
+                        if r.log_end_offset > led.rs.log_end_offset:
+                            self._complete(led, led.rs.leader_appended(r.log_end_offset, now))
+                        self._complete(led, led.rs.follower_fetch(replica_id, p.fetch_offset, now))
+                        # A follower joins the ISR only once its log start
+                        # has caught up too: below the leader's it may still
+                        # hold entries retention or DeleteRecords removed,
+                        # whose objects walmgr may delete once the leader and
+                        # the ISR of the moment stop naming them (the answer
+                        # to this fetch brings the leader's log start).  The
+                        # leader's log start as of now, not the read's:
+                        # retention may have moved it while the read ran.
+                        start = self.store.log_start_offset(p.topic_id_partition)
+                        joins = p.log_start_offset < 0 or p.log_start_offset >= start
+                        self._maybe_alter_isr(led, now, expand_for=replica_id if joins else None)
+            # A fetch needs an answer now when it brings entries, an error or
+            # a divergence, or (KIP-1166) the follower's HWM is behind ours.
+            urgent = any(
+                r.entries or r.error != Errors.NONE or r.diverging_epoch != NO_DIVERGENCE for r in results
+            ) or (sends_hwm and any(p.high_watermark < self._hwm_of(p.topic_id_partition) for p in parts))
+            left = deadline - time.monotonic()
+            if urgent or left <= 0 or self._stopping:
+                break
+            if not parked:
+                parked = True
+                self.stats.replica_fetches_parked += 1
+            waits = [asyncio.ensure_future(appended.wait())]
+            if sends_hwm:
+                waits.append(asyncio.ensure_future(hwm_moved.wait()))
+            try:
+                await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+        # The HWM to report is the one after this fetch moved it.
+        final = [
+            r if r.error != Errors.NONE else _with_hwm(r, self._hwm_of(p.topic_id_partition))
+            for p, r in zip(parts, results, strict=True)
+        ]
+        return enc_replica_fetch_response(final)
+
+    def _hwm_of(self, tp: TopicIdPartition) -> int:
+        led = self._led.get(tp)
+        return -1 if led is None else led.rs.high_watermark
+
+    def _serve(self, replica_id: int, entries_max: int, parts: list[ReplicaFetchPartition]) -> list[ReplicaFetchResult]:
+        """The store side of a replica fetch (a worker thread): fencing,
+        divergence, entries."""
+        out = []
+        for p in parts:
+            tp = p.topic_id_partition
+            led = self._led.get(tp)
+            if led is None or replica_id == self.broker_id or replica_id not in led.rs.replicas:
+                out.append(ReplicaFetchResult(Errors.NOT_LEADER_OR_FOLLOWER))
+                continue
+            unfenced = injected_bugs.on("no_fetch_epoch_fencing")
+            if p.current_leader_epoch < led.leader_epoch and not unfenced:
+                out.append(ReplicaFetchResult(Errors.FENCED_LEADER_EPOCH))
+                continue
+            if p.current_leader_epoch > led.leader_epoch and not unfenced:
+                out.append(ReplicaFetchResult(Errors.UNKNOWN_LEADER_EPOCH))
+                continue
+            try:
+                leo = self.store.log_end_offset(tp)
+                div = diverging_epoch(self.store.leader_epoch_cache(tp), leo, p.fetch_offset, p.last_fetched_epoch)
+                if unfenced:
+                    div = None
+                if div is not None:
+                    out.append(
+                        ReplicaFetchResult(
+                            Errors.NONE,
+                            led.rs.high_watermark,
+                            -1,
+                            leo,
+                            div.leader_epoch,
+                            div.end_offset,
+                        )
+                    )
+                    continue
+                read = self.store.read_log(
+                    tp, p.fetch_offset, 1 << 62, min(entries_max, self.config.replica_fetch_entries_max)
+                )
+            except OffsetOutOfRangeError:
+                state = self.store.partition_state(tp)
+                out.append(
+                    ReplicaFetchResult(
+                        Errors.OFFSET_OUT_OF_RANGE, -1, state["log_start_offset"], state["log_end_offset"]
+                    )
+                )
+                continue
+            except (StoreError, KeyError) as e:
+                log.warning("replica fetch of %s by broker %d failed: %s", tp, replica_id, e)
+                out.append(ReplicaFetchResult(Errors.KAFKA_STORAGE_ERROR))
+                continue
+            out.append(
+                ReplicaFetchResult(
+                    Errors.NONE,
+                    led.rs.high_watermark,
+                    read.log_start_offset,
+                    read.log_end_offset,
+                    entries=read.entries,
+                )
+            )
+        return out
+
+    # --------------------------------------------------------------- the ISR
+
+    def _maybe_alter_isr(self, led: _Led, now: int, expand_for: int | None = None) -> None:
+        if led.alter_inflight or now < led.alter_backoff_until_ms:
+            return
+        proposal = led.rs.isr_proposal(now, expand_for)
+        if proposal is None:
+            return
+        led.alter_inflight = True
+        self._spawn(self._alter_isr(led, proposal))
+
+    async def _alter_isr(self, led: _Led, proposal: tuple[int, ...]) -> None:
+        before = set(led.rs.isr)
+        try:
+            answer = await self.metadata.alter_partition(
+                self.broker_id, led.tp, led.leader_epoch, led.rs.partition_epoch, proposal
+            )
+        except Exception as e:  # a MetadataSource must not raise, but one bug must not stop the ISR
+            log.exception("alter_partition raised")
+            answer = Errors.UNKNOWN_SERVER_ERROR if not isinstance(e, asyncio.CancelledError) else Errors.NONE
+        led.alter_inflight = False
+        if self._led.get(led.tp) is not led:
+            return
+        if isinstance(answer, PartitionInfo):
+            after = set(answer.isr)
+            if after < before:
+                self.stats.isr_shrinks += 1
+            elif after > before:
+                self.stats.isr_expands += 1
+            log.info("broker %d: ISR of %s now %s (was %s)", self.broker_id, led.tp, sorted(after), sorted(before))
+            self._complete(led, led.rs.isr_committed(after, answer.partition_epoch))
+        else:
+            self.stats.alter_partition_failures += 1
+            # No answer from the controller (timeout, connection lost, an
+            # unexpected error): it may have committed the change.
+            unknown = answer in _ALTER_OUTCOME_UNKNOWN
+            led.rs.isr_failed(outcome_unknown=unknown)
+            led.alter_backoff_until_ms = self._clock() + ALTER_PARTITION_BACKOFF_MS
+            log.info(
+                "broker %d: ISR change of %s to %s %s: %s",
+                self.broker_id,
+                led.tp,
+                proposal,
+                "unanswered" if unknown else "refused",
+                answer.name,
+            )
+
+    async def _isr_loop(self) -> None:
+        """Shrink the ISR of followers that stopped fetching (they send no
+        fetch that would trigger the check)."""
+        while not self._stopping:
+            await asyncio.sleep(ISR_CHECK_INTERVAL_MS / 1000)
+            now = self._clock()
+            for led in list(self._led.values()):
+                self._maybe_alter_isr(led, now)
+
+    # ---------------------------------------------------------- follower side
+
+    def _start_fetchers(self) -> None:
+        leaders = {f.leader for f in self._following.values() if f.leader != NO_LEADER}
+        for leader in leaders:
+            task = self._fetchers.get(leader)
+            if task is None or task.done():
+                self._fetchers[leader] = asyncio.ensure_future(self._fetch_loop(leader))
+
+    async def _fetch_loop(self, leader: int) -> None:
+        cfg = self.config
+        backoff = cfg.replica_fetch_backoff_ms / 1000
+        while not self._stopping:
+            followed = {tp: f for tp, f in self._following.items() if f.leader == leader}
+            if not followed:
+                break
+            try:
+                parts = await asyncio.to_thread(self._fetch_request, followed)
+            except (StoreError, KeyError) as e:
+                log.warning("broker %d: cannot build a fetch from %d: %s", self.broker_id, leader, e)
+                await self._pause(backoff)
+                continue
+            body = enc_replica_fetch(
+                self.broker_id, cfg.replica_fetch_wait_max_ms, cfg.replica_fetch_entries_max, parts
+            )
+            self.stats.replica_fetches_sent += 1
+            try:
+                client = await self._client(leader)
+                raw = await client.call(
+                    "replica_fetch", body, timeout_ms=cfg.replica_fetch_wait_max_ms + REPLICA_FETCH_WAIT_MS_MAX
+                )
+                results = dec_replica_fetch_response(raw, len(parts))
+            except (RpcConnectionError, OSError, RpcTimeoutError) as e:
+                self.stats.replica_fetch_errors += 1
+                log.debug("broker %d: fetch from %d failed: %s", self.broker_id, leader, e)
+                await self._drop_client(leader)
+                await self._pause(backoff)
+                continue
+            except (RpcRemoteError, WireError) as e:
+                self.stats.replica_fetch_errors += 1
+                log.warning("broker %d: fetch from %d refused: %s", self.broker_id, leader, e)
+                await self._pause(backoff)
+                continue
+            async with self._roles:
+                # Apply only to partitions still followed from this leader at
+                # the epoch the fetch named (a role change may have come in).
+                current = [
+                    (p, r)
+                    for p, r in zip(parts, results, strict=True)
+                    if (f := self._following.get(p.topic_id_partition)) is not None
+                    and f.leader == leader
+                    and f.leader_epoch == p.current_leader_epoch
+                ]
+                try:
+                    moved, stale = await asyncio.to_thread(self._apply_fetch, current)
+                except (StoreError, KeyError, ValueError) as e:
+                    log.error("broker %d: applying a fetch from %d failed: %s", self.broker_id, leader, e)
+                    moved, stale = False, True
+            if moved:
+                self._on_data()
+            if stale:
+                # Our metadata is behind the leader's (or the leader's behind
+                # ours): wait for it instead of spinning.
+                await self._pause(min(backoff, 0.1))
+        if self._fetchers.get(leader) is asyncio.current_task():
+            del self._fetchers[leader]
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep, but wake early when the metadata changes (a leader's address
+        or epoch became known)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._metadata_changed.waiter().wait()
+
+    def _fetch_request(self, followed: dict[TopicIdPartition, _Followed]) -> list[ReplicaFetchPartition]:
+        parts = []
+        for tp, f in followed.items():
+            cache = self.store.leader_epoch_cache(tp)
+            hwm = self.store.high_watermark(tp) if self.config.fetch_sends_high_watermark else -1
+            parts.append(
+                ReplicaFetchPartition(
+                    tp,
+                    f.leader_epoch,
+                    self.store.log_end_offset(tp),
+                    cache[-1][0] if cache else UNDEFINED_EPOCH,
+                    hwm,
+                    self.store.log_start_offset(tp),
+                )
+            )
+        return parts
+
+    def _apply_fetch(self, items: list[tuple[ReplicaFetchPartition, ReplicaFetchResult]]) -> tuple[bool, bool]:
+        """Append, truncate or reset (a worker thread).  Returns (an HWM or
+        log moved, some partition answered a metadata error)."""
+        moved = stale = False
+        for p, r in items:
+            tp = p.topic_id_partition
+            if r.error == Errors.NONE and r.diverging_epoch != NO_DIVERGENCE:
+                leo = self.store.log_end_offset(tp)
+                offset, _final = truncation_offset(
+                    self.store.leader_epoch_cache(tp),
+                    leo,
+                    self.store.high_watermark(tp),
+                    EpochEndOffset(r.diverging_epoch, r.diverging_end_offset),
+                )
+                removed = self.store.truncate_to(tp, offset)
+                self.stats.truncations += 1
+                self.stats.entries_truncated += removed
+                log.info(
+                    "broker %d: truncated %s to %d (%d entries) after divergence at epoch %d",
+                    self.broker_id,
+                    tp,
+                    offset,
+                    removed,
+                    r.diverging_epoch,
+                )
+                moved = True
+            elif r.error == Errors.NONE:
+                before = self.store.high_watermark(tp)
+                if r.entries or r.high_watermark > before or r.log_start_offset > 0:
+                    self.store.append_replicated(
+                        tp,
+                        list(r.entries),
+                        leader_high_watermark=r.high_watermark,
+                        leader_log_start_offset=r.log_start_offset,
+                    )
+                    self.stats.entries_replicated += len(r.entries)
+                    moved = moved or self.store.high_watermark(tp) > before
+            elif r.error == Errors.OFFSET_OUT_OF_RANGE:
+                leo = self.store.log_end_offset(tp)
+                if leo > r.log_end_offset >= 0:
+                    removed = self.store.truncate_to(tp, r.log_end_offset)
+                    self.stats.truncations += 1
+                    self.stats.entries_truncated += removed
+                elif leo < r.log_start_offset:
+                    self.store.reset_to(tp, r.log_start_offset)
+                moved = True
+            else:
+                stale = True
+        return moved, stale
+
+
+def _with_hwm(r: ReplicaFetchResult, hwm: int) -> ReplicaFetchResult:
+    if hwm < 0 or r.high_watermark == hwm:
+        return r
+    return ReplicaFetchResult(
+        r.error, hwm, r.log_start_offset, r.log_end_offset, r.diverging_epoch, r.diverging_end_offset, r.entries
+    )
+
+
+__all__ = ["ReplicaManager", "ReplicationConfig", "ReplicationStats"]

@@ -1,0 +1,241 @@
+"""The request schemas of every RPC method partlog serves, in one place.
+
+The broker's, the controller's and walmgr's servers hand their table to
+:class:`partlog.rpc.transport.RpcServer`, which decodes each request under its
+schema's limits and checks it before the handler runs
+(:mod:`partlog.rpc.schema`).  The handlers' own decoders
+(:mod:`partlog.rpc.wire`, ``partlog.controller.core``'s ``dec_*``) then turn checked
+bodies into records; they keep their shape checks for callers that bypass
+the server (tests, embedders).
+
+Integer ranges follow Kafka where Kafka has the field: broker ids and
+partitions are non-negative int32s, epochs int32s, offsets and timestamps
+int64s, replication factors int16s.  What the store packs decides the rest:
+the uploader is a signed int32, file sizes and byte offsets fit an int64.
+"""
+
+from __future__ import annotations
+
+from partlog.controller.core import (
+    AZ_CHARS_MAX,
+    BROKERS_MAX,
+    HOST_CHARS_MAX,
+    PARTITIONS_PER_TOPIC_MAX,
+    TOPICS_PER_REQUEST_MAX,
+)
+from partlog.controller.core import (
+    PARTITIONS_MAX as TOPIC_PARTITIONS_MAX,
+)
+from partlog.produce.pipeline import SEGMENT_BATCHES_MAX
+from partlog.rpc.frame import RPC_FRAME_BYTES_MAX
+from partlog.rpc.schema import (
+    BROKER_ID,
+    BYTE_OFFSET,
+    FILE_SIZE,
+    INT16,
+    INT32,
+    INT32_MAX,
+    INT64,
+    INT64_MAX,
+    NAME,
+    OBJECT_KEY,
+    PARTITION,
+    PORT,
+    TOPIC_ID,
+    Bytes,
+    Int,
+    List,
+    Map,
+    Nullable,
+    Schema,
+    Str,
+    Tuple,
+    partition_item,
+)
+
+# Batches per produce request and partitions per fetch or list_offsets
+# (Kafka has no such limits; ours bound one request's work and decoding).
+PRODUCE_BATCHES_MAX = 10_000
+PARTITIONS_MAX = 10_000
+# Batches in one commit RPC: one WAL segment's batches for one leader.
+COMMIT_BATCHES_MAX = SEGMENT_BATCHES_MAX
+# A reference check carries walmgr's questions for one broker (it splits larger rounds).
+REFERENCE_CHECKS_MAX = 100_000
+# The replicas of one partition walmgr names in a reference check.
+REPLICAS_ASKED_MAX = 1024
+# Objects one upload notification may carry (brokers send at most 1,000),
+# and partitions per object (a segment's footer names at most ~25,000).
+NOTIFY_OBJECTS_MAX = 10_000
+NOTIFY_PARTITIONS_MAX = 25_000
+# A v2 batch header is 61 bytes; a longer "header" is answered
+# CORRUPT_MESSAGE for that batch by the store, not refused here.
+COMMIT_HEADER_BYTES_MAX = 1024
+# A create_topics name: the controller answers a bad name per topic (as
+# Kafka's INVALID_TOPIC_EXCEPTION); only absurd lengths are refused here.
+TOPIC_NAME_BYTES_MAX = 1024
+# Topics in a metadata answer: the controller's partitions in all bound them.
+TOPICS_MAX = TOPIC_PARTITIONS_MAX
+NON_NEGATIVE_INT32 = Int(0, INT32_MAX)
+POSITIVE_INT32 = Int(1, INT32_MAX)
+
+BROKER_SCHEMAS: dict[str, Schema] = {
+    "produce": Map(
+        required={"batches": List(partition_item(("batch", Bytes(RPC_FRAME_BYTES_MAX))), PRODUCE_BATCHES_MAX)},
+        optional={"timeout_ms": POSITIVE_INT32, "acks": Int(-1, 1)},
+    ),
+    "commit": Map(
+        required={
+            "key": OBJECT_KEY,
+            "uploader": BROKER_ID,
+            "file_size": FILE_SIZE,
+            "batches": List(
+                Tuple(
+                    ("request_id", Int(0, INT64_MAX)),
+                    ("topic_id", TOPIC_ID),
+                    ("partition", PARTITION),
+                    ("byte_offset", BYTE_OFFSET),
+                    ("header", Bytes(COMMIT_HEADER_BYTES_MAX)),
+                ),
+                COMMIT_BATCHES_MAX,
+            ),
+        },
+        optional={"acks_all": List(Int(0, COMMIT_BATCHES_MAX - 1), COMMIT_BATCHES_MAX)},
+    ),
+    "fetch": Map(
+        required={"partitions": List(partition_item(("offset", INT64), ("max_bytes", INT32)), PARTITIONS_MAX)},
+        optional={"max_wait_ms": NON_NEGATIVE_INT32, "min_bytes": INT32, "max_bytes": INT32},
+    ),
+    "metadata": Map(required={}, optional={"az": Nullable(NAME)}),
+    "list_offsets": Map(required={"partitions": List(partition_item(("timestamp", INT64)), PARTITIONS_MAX)}),
+    "init_producer_id": Map(required={}),
+    "replica_fetch": Map(
+        required={
+            "replica_id": BROKER_ID,
+            "max_wait_ms": NON_NEGATIVE_INT32,
+            "entries_max": POSITIVE_INT32,
+            "partitions": List(
+                partition_item(
+                    ("current_leader_epoch", INT32),
+                    ("fetch_offset", Int(0, INT64_MAX)),
+                    ("last_fetched_epoch", INT32),
+                    ("high_watermark", Int(-1, INT64_MAX)),
+                ),
+                PARTITIONS_MAX,
+            ),
+        },
+        optional={"log_start_offsets": List(Int(-1, INT64_MAX), PARTITIONS_MAX)},
+    ),
+    "referenced_files": Map(
+        required={
+            "checks": List(
+                Tuple(("key", OBJECT_KEY), ("topic_id", TOPIC_ID), ("partition", PARTITION), ("leader_epoch", INT32)),
+                REFERENCE_CHECKS_MAX,
+            )
+        },
+        optional={"asked": List(List(BROKER_ID, REPLICAS_ASKED_MAX), REFERENCE_CHECKS_MAX)},
+    ),
+}
+
+_BROKER_EPOCH = Map(required={"broker_id": BROKER_ID, "broker_epoch": INT64})
+
+CONTROLLER_SCHEMAS: dict[str, Schema] = {
+    "register_broker": Map(
+        required={"broker_id": BROKER_ID, "az": Str(AZ_CHARS_MAX), "host": Str(HOST_CHARS_MAX), "port": PORT}
+    ),
+    "heartbeat": _BROKER_EPOCH,
+    "allocate_producer_ids": _BROKER_EPOCH,
+    "metadata_poll": Map(required={"version": INT64, "max_wait_ms": NON_NEGATIVE_INT32}),
+    "alter_partition": Map(
+        required={
+            "broker_id": BROKER_ID,
+            "broker_epoch": INT64,
+            "topic_id": TOPIC_ID,
+            "partition": PARTITION,
+            "leader_epoch": INT32,
+            "partition_epoch": INT32,
+            "isr": List(BROKER_ID, BROKERS_MAX),
+        }
+    ),
+    "create_topics": Map(
+        required={
+            "topics": List(
+                Tuple(("name", Str(TOPIC_NAME_BYTES_MAX)), ("partitions", INT32), ("replication_factor", INT16)),
+                TOPICS_PER_REQUEST_MAX,
+            )
+        }
+    ),
+}
+
+# What clients accept from a broker (partlog.client checks them: a broken or
+# hostile broker's answer fails that call, never the client).
+_ERROR_MESSAGE = Nullable(Str(4 * 2000))
+RESPONSE_SCHEMAS: dict[str, Schema] = {
+    "metadata": Map(
+        required={
+            "brokers": List(Tuple(("id", BROKER_ID), ("az", NAME), ("host", NAME), ("port", PORT)), BROKERS_MAX),
+            "topics": List(
+                Tuple(
+                    ("name", Str(TOPIC_NAME_BYTES_MAX)),
+                    ("topic_id", TOPIC_ID),
+                    (
+                        "partitions",
+                        List(
+                            Tuple(
+                                ("partition", PARTITION), ("leader", Int(-1, INT32_MAX)), ("target", Int(-1, INT32_MAX))
+                            ),
+                            PARTITIONS_PER_TOPIC_MAX,
+                        ),
+                    ),
+                ),
+                TOPICS_MAX,
+            ),
+        }
+    ),
+    "init_producer_id": Map(required={"error": INT16, "producer_id": INT64, "producer_epoch": INT16}),
+    "fetch": Map(
+        required={
+            "partitions": List(
+                Tuple(
+                    ("error", INT16),
+                    ("high_watermark", INT64),
+                    ("log_start_offset", INT64),
+                    ("records", Bytes(RPC_FRAME_BYTES_MAX)),
+                    ("message", _ERROR_MESSAGE),
+                ),
+                PARTITIONS_MAX,
+            )
+        }
+    ),
+}
+
+WALMGR_SCHEMAS: dict[str, Schema] = {
+    "wal_uploaded": Map(
+        required={
+            "objects": List(
+                Tuple(
+                    ("key", OBJECT_KEY),
+                    ("size", Int(0, INT64_MAX)),
+                    ("created_ms", INT64),
+                    ("broker", BROKER_ID),
+                    (
+                        "partitions",
+                        List(Tuple(("topic_id", TOPIC_ID), ("partition", PARTITION)), NOTIFY_PARTITIONS_MAX),
+                    ),
+                ),
+                NOTIFY_OBJECTS_MAX,
+            )
+        }
+    ),
+}
+
+__all__ = [
+    "BROKER_SCHEMAS",
+    "COMMIT_BATCHES_MAX",
+    "CONTROLLER_SCHEMAS",
+    "NOTIFY_OBJECTS_MAX",
+    "PARTITIONS_MAX",
+    "PRODUCE_BATCHES_MAX",
+    "REFERENCE_CHECKS_MAX",
+    "RESPONSE_SCHEMAS",
+    "WALMGR_SCHEMAS",
+]

@@ -1,0 +1,1090 @@
+"""The inter-broker RPC over asyncio: :class:`RpcServer` and :class:`RpcClient`.
+
+Frames, the handshake rules and error codes live in ``partlog.rpc.frame``;
+this module only moves bytes and schedules handlers.
+
+Contract in short:
+
+* One TCP (optionally TLS) connection carries many concurrent calls, matched
+  by request id; responses may arrive in any order.
+* On each connection, the server runs requests concurrently, except methods
+  in ``ordered_methods``, which run one at a time in arrival order (commits
+  to a leader must be applied in WAL-file order).  An ordered handler may
+  return :class:`Deferred`: the ordered part is done (the next request may
+  start) and the answer is sent when the deferred awaitable completes (an
+  acks=all commit is appended in order, then waits for replication while
+  later commits are appended).
+* Nothing but the handshake is processed before the client proved the shared
+  secret (if the server has one).
+* A peer breaking the protocol costs only its own connection: the server logs
+  it, answers an ERROR frame if it can, and closes that connection.
+* The client raises :class:`RpcTimeoutError`, :class:`RpcConnectionError` or
+  :class:`RpcRemoteError`; once its connection is lost every pending and
+  later call fails with :class:`RpcConnectionError`, and the caller connects
+  anew (the client does not reconnect by itself, so a caller never has a
+  call silently sent on a different connection than its predecessors).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import secrets
+import ssl as ssl_module
+import struct
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from partlog.rpc.frame import (
+    CHALLENGE_METHOD,
+    CHALLENGE_NONCE_BYTES,
+    CONNECTION_REQUEST_ID,
+    DECODED_BYTES_PER_ELEMENT,
+    ENVELOPE_BYTES_MAX,
+    HANDSHAKE_FRAME_BYTES_MAX,
+    HELLO_METHOD,
+    HELLO_SCHEMA,
+    LENGTH_PREFIX_BYTES,
+    METHOD_CHARS_MAX,
+    PROTOCOL_VERSION,
+    REQUEST_ID_MAX,
+    RPC_FRAME_BYTES_MAX,
+    Frame,
+    FrameDecoder,
+    FrameError,
+    FrameTooLargeError,
+    InvalidBody,
+    Kind,
+    RpcError,
+    RpcErrorCode,
+    challenge_body,
+    check_cluster,
+    check_hello,
+    check_version,
+    code_name,
+    decode_envelope,
+    decode_payload,
+    encode_error,
+    encode_frame,
+    hello_body,
+    parse_challenge,
+)
+from partlog.rpc.schema import DecodeLimits, Schema, body_limits
+from partlog.rpc.wire import WireError
+
+_LENGTH = struct.Struct(">I")
+_HELLO_LIMITS = HELLO_SCHEMA.limits()
+
+__all__ = [
+    "Deferred",
+    "RpcClient",
+    "RpcConnectionError",
+    "RpcError",
+    "RpcErrorCode",
+    "RpcHandshakeError",
+    "RpcMetrics",
+    "RpcRemoteError",
+    "RpcServer",
+    "RpcTimeoutError",
+    "SecretFileError",
+    "ServerLimits",
+    "read_secret_file",
+]
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Any], Awaitable[Any]]
+
+
+# The shortest shared secret accepted: 16 bytes (128 bits) is what HMAC
+# needs to resist guessing; a shorter one is a password, not a key.
+SECRET_BYTES_MIN = 16
+# A secret file is a key, not a document: refuse to read a large file.
+SECRET_FILE_BYTES_MAX = 4096
+
+
+class SecretFileError(ValueError):
+    """The secret file is missing, unreadable, empty or too short: a
+    configuration error (exit status 2 in the CLIs)."""
+
+    exit_status = 2
+
+
+def read_secret_file(path: str | None) -> bytes | None:
+    """The shared RPC secret kept in ``path`` (surrounding whitespace
+    dropped); None for no path (no authentication).
+
+    Fail closed: an empty or whitespace-only file used to mean "no
+    authentication"; now it, a secret shorter than ``SECRET_BYTES_MIN``
+    bytes, or a file that cannot be read raise :class:`SecretFileError`
+    naming the file."""
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(SECRET_FILE_BYTES_MAX + 1)
+    except OSError as e:
+        raise SecretFileError(f"secret file {path}: {e.strerror or e}") from e
+    if len(raw) > SECRET_FILE_BYTES_MAX:
+        raise SecretFileError(f"secret file {path}: larger than {SECRET_FILE_BYTES_MAX} bytes")
+    secret = raw.strip()
+    if not secret:
+        raise SecretFileError(f"secret file {path} is empty: refusing to run without authentication")
+    if len(secret) < SECRET_BYTES_MIN:
+        raise SecretFileError(
+            f"secret file {path}: the secret has {len(secret)} bytes, at least {SECRET_BYTES_MIN} are needed"
+        )
+    return secret
+
+
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """A handler's answer that is not ready yet: the server awaits ``answer``
+    outside the connection's ordered queue, then sends what it returns (or
+    the error it raises, as for a handler)."""
+
+    answer: Awaitable[Any]
+
+
+def close_unstarted(aw: Awaitable[Any]) -> None:
+    """Close ``aw`` if it is a coroutine that never ran: nobody will await it
+    now, and Python would warn "coroutine ... was never awaited"."""
+    if inspect.iscoroutine(aw) and inspect.getcoroutinestate(aw) == inspect.CORO_CREATED:
+        aw.close()
+
+
+# Kafka clients default to 5 in-flight requests per connection and Kafka
+# brokers queue 500 requests in all; a broker peer pipelines produce, fetch
+# and commit calls on one connection, so 256 keeps it busy while bounding the
+# handler tasks (and response buffers) one peer can make us hold.
+REQUESTS_IN_FLIGHT_MAX_DEFAULT = 256
+# Stays well under the common 1024 soft limit on open files, which a broker
+# shares with LMDB and its object-store connections.
+CONNECTIONS_MAX_DEFAULT = 512
+# A connection that has not said hello holds a slot of connections_max; ten
+# seconds is ample on any network where brokers talk to each other.
+HANDSHAKE_TIMEOUT_MS_DEFAULT = 10_000
+# Connections still in the handshake: strangers (no secret proven yet) may
+# hold at most this many slots, so they cannot crowd out the brokers.
+HANDSHAKES_MAX_DEFAULT = 64
+# Connections from one peer address; Kafka's max.connections.per.ip is
+# unbounded by default, but one host flooding a broker must leave room for
+# the others (a whole test cluster on loopback uses a few dozen).
+CONNECTIONS_PER_IP_MAX_DEFAULT = 256
+# Once a frame's first byte arrived, the rest must arrive within this: a
+# half-sent frame must not hold a connection (and its buffer) for ever.
+# Kafka's request.timeout.ms: a 64 MiB frame at 2 MB/s.
+FRAME_DEADLINE_MS_DEFAULT = 30_000
+# An authenticated connection with nothing in flight for this long is closed
+# (Kafka's connections.max.idle.ms, 10 minutes); clients connect again.
+IDLE_TIMEOUT_MS_DEFAULT = 600_000
+# Bytes of requests being read, decoded or handled, server-wide, counted
+# before a frame's payload is read (Kafka's queued.max.request.bytes): past
+# it the server stops reading new frames (TCP pushes back) until answers
+# free room.  A frame costs its size plus what its body may decode to
+# (DECODED_BYTES_PER_ELEMENT per object its method's schema allows, at most
+# one per byte), so this bounds the memory requests can take.  One frame
+# larger than the whole budget is still admitted when nothing else is.
+REQUEST_BYTES_IN_FLIGHT_MAX_DEFAULT = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """An :class:`RpcServer`'s limits, as one value a process's config can
+    carry (``RpcServer(..., **dataclasses.asdict(limits))``)."""
+
+    connections_max: int = CONNECTIONS_MAX_DEFAULT
+    connections_per_ip_max: int = CONNECTIONS_PER_IP_MAX_DEFAULT
+    handshakes_max: int = HANDSHAKES_MAX_DEFAULT
+    requests_in_flight_max: int = REQUESTS_IN_FLIGHT_MAX_DEFAULT
+    request_bytes_in_flight_max: int = REQUEST_BYTES_IN_FLIGHT_MAX_DEFAULT
+    handshake_timeout_ms: int = HANDSHAKE_TIMEOUT_MS_DEFAULT
+    frame_deadline_ms: int = FRAME_DEADLINE_MS_DEFAULT
+    idle_timeout_ms: int = IDLE_TIMEOUT_MS_DEFAULT
+
+    def __post_init__(self) -> None:
+        for name in self.__slots__:
+            value = getattr(self, name)
+            if type(value) is not int or value <= 0:
+                raise ValueError(f"RPC server limit {name} must be a positive integer, got {value!r}")
+
+
+# Default bound on connect plus handshake, and on a call without its own
+# timeout: Kafka's request.timeout.ms is 30 s as well.
+RPC_TIMEOUT_MS_DEFAULT = 30_000
+# Closing sends what is buffered (an error frame, a TLS close_notify); a peer
+# that does not read must not hold up close() for longer than this.
+CLOSE_FLUSH_MS = 1000
+READ_CHUNK_BYTES = 64 * 1024
+
+
+class RpcRemoteError(RpcError):
+    """The peer answered a call with an ERROR frame (``code``, ``message``)."""
+
+
+class RpcTimeoutError(Exception):
+    """A call (or connect) got no answer within its timeout.
+
+    The connection stays usable; a response arriving later is dropped.  Not a
+    ``TimeoutError``: that is an ``OSError``, and callers catch ``OSError`` as
+    a lost connection.
+    """
+
+
+class RpcConnectionError(ConnectionError):
+    """The connection is lost, closed, or could not be established.
+
+    Every pending call fails with it, and so does every later call on the same
+    client: connect a new one.
+    """
+
+
+class RpcHandshakeError(RpcConnectionError):
+    """The connection was refused during the handshake (wrong or missing
+    secret, another protocol version, too many connections).  ``code`` says
+    which, as an :class:`RpcErrorCode`."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"{code_name(code)}: {message}")
+        self.code = code
+        self.message = message
+
+
+@dataclass(slots=True)
+class RpcMetrics:
+    """Counters for one server (all its connections) or one client.
+
+    Mutable on purpose, unlike our records: the shell bumps them in place and
+    an exporter reads them.  ``errors_by_code`` counts ERROR frames sent (by a
+    server) or received (by a client), keyed by code name.
+    """
+
+    frames_in: int = 0
+    frames_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    errors_by_code: dict[str, int] = field(default_factory=dict)
+    # server only
+    connections_open: int = 0
+    connections_refused: int = 0
+    handshakes_open: int = 0
+    idle_closed: int = 0
+    frame_deadlines_missed: int = 0
+    bad_requests: int = 0  # bodies refused by their method's schema or decoding limits
+    request_bytes_in_flight: int = 0
+    request_bytes_waits: int = 0  # frames that waited for room in request_bytes_in_flight_max
+    # client only
+    timeouts: int = 0
+    late_responses_dropped: int = 0
+
+    def count_error(self, code: int) -> None:
+        name = code_name(code)
+        self.errors_by_code[name] = self.errors_by_code.get(name, 0) + 1
+
+
+async def _close_writer(writer: asyncio.StreamWriter) -> None:
+    """Close, letting buffered bytes out for at most CLOSE_FLUSH_MS."""
+    writer.close()
+    try:
+        async with asyncio.timeout(CLOSE_FLUSH_MS / 1000):
+            await writer.wait_closed()
+    except (TimeoutError, OSError):
+        writer.transport.abort()
+
+
+def _peer(writer: asyncio.StreamWriter) -> str:
+    addr = writer.get_extra_info("peername")
+    return f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
+
+
+# ------------------------------------------------------------------ server
+
+
+class RpcServer:
+    """Serves ``handlers`` (method name -> ``async def handler(body) -> answer``).
+
+    A handler's return value becomes the RESPONSE body; raising
+    :class:`RpcError` answers an ERROR with that code; any other exception is
+    logged with the method name and answered with INTERNAL.  A method without
+    a handler is answered with UNKNOWN_METHOD.
+
+    ``schemas`` (method name -> :class:`partlog.rpc.schema.Schema`) declare
+    what each method accepts: the body is decoded under the schema's limits
+    and checked against it before the handler runs; a violation answers
+    BAD_REQUEST for that request only.  A handled method without a schema is
+    decoded under the frame's own limits.
+
+    ``secret``: if set, clients must prove it in the hello.  ``cluster_id``:
+    this server's cluster, announced in the challenge; a hello naming another
+    is refused with CLUSTER_MISMATCH.  ``ssl``: a server
+    context; set ``verify_mode = CERT_REQUIRED`` (and load the CA) for mutual
+    TLS.  ``port=0`` picks a free port, readable from ``.port`` after
+    :meth:`start`.  Binds to loopback unless told otherwise.
+
+    Limits (each counted in ``metrics``): ``frame_bytes_max`` per frame
+    (after the handshake; before it ``HANDSHAKE_FRAME_BYTES_MAX``),
+    ``requests_in_flight_max`` per connection and
+    ``request_bytes_in_flight_max`` for the whole server (at either limit
+    the server stops reading, which pushes back through TCP),
+    ``connections_max``, ``connections_per_ip_max`` and ``handshakes_max``
+    (extra connections get TOO_MANY_CONNECTIONS and are closed),
+    ``handshake_timeout_ms`` (to complete the hello), ``frame_deadline_ms``
+    (to complete a started frame) and ``idle_timeout_ms`` (an authenticated
+    connection with nothing in flight).
+    """
+
+    def __init__(
+        self,
+        handlers: Mapping[str, Handler],
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        secret: bytes | None = None,
+        cluster_id: uuid.UUID | None = None,
+        ssl: ssl_module.SSLContext | None = None,
+        schemas: Mapping[str, Schema] | None = None,
+        frame_bytes_max: int = RPC_FRAME_BYTES_MAX,
+        ordered_methods: frozenset[str] = frozenset(),
+        connections_max: int = CONNECTIONS_MAX_DEFAULT,
+        connections_per_ip_max: int = CONNECTIONS_PER_IP_MAX_DEFAULT,
+        handshakes_max: int = HANDSHAKES_MAX_DEFAULT,
+        requests_in_flight_max: int = REQUESTS_IN_FLIGHT_MAX_DEFAULT,
+        request_bytes_in_flight_max: int = REQUEST_BYTES_IN_FLIGHT_MAX_DEFAULT,
+        handshake_timeout_ms: int = HANDSHAKE_TIMEOUT_MS_DEFAULT,
+        frame_deadline_ms: int = FRAME_DEADLINE_MS_DEFAULT,
+        idle_timeout_ms: int = IDLE_TIMEOUT_MS_DEFAULT,
+    ) -> None:
+        if secret is not None and not secret:
+            # Fail closed: an empty configured secret must not quietly mean "no auth".
+            raise ValueError("secret must be non-empty bytes, or None for no authentication")
+        for name, value in (
+            ("frame_bytes_max", frame_bytes_max),
+            ("connections_max", connections_max),
+            ("connections_per_ip_max", connections_per_ip_max),
+            ("handshakes_max", handshakes_max),
+            ("requests_in_flight_max", requests_in_flight_max),
+            ("request_bytes_in_flight_max", request_bytes_in_flight_max),
+            ("handshake_timeout_ms", handshake_timeout_ms),
+            ("frame_deadline_ms", frame_deadline_ms),
+            ("idle_timeout_ms", idle_timeout_ms),
+        ):
+            if type(value) is not int or value <= 0:
+                raise ValueError(f"RpcServer {name} must be a positive integer, got {value!r}")
+        self.handlers = dict(handlers)
+        self.schemas = dict(schemas or {})
+        self.host = host
+        self.port = port
+        self.secret = secret
+        self.cluster_id = cluster_id
+        self.ssl = ssl
+        self.frame_bytes_max = frame_bytes_max
+        self.ordered_methods = ordered_methods
+        self.connections_max = connections_max
+        self.connections_per_ip_max = connections_per_ip_max
+        self.handshakes_max = handshakes_max
+        self.requests_in_flight_max = requests_in_flight_max
+        self.request_bytes_in_flight_max = request_bytes_in_flight_max
+        self.handshake_timeout_ms = handshake_timeout_ms
+        self.frame_deadline_ms = frame_deadline_ms
+        self.idle_timeout_ms = idle_timeout_ms
+        self.metrics = RpcMetrics()
+        self._server: asyncio.Server | None = None
+        self._connections: dict[asyncio.Task[None], _ServerConnection] = {}
+        self._per_ip: dict[str, int] = {}
+        self._refusals: set[asyncio.Task[None]] = set()
+        self._closing = False
+        self._room_freed = asyncio.Event()
+        # Decoding limits per method, computed once (schemas are immutable).
+        self._limits = {m: sch.limits() for m, sch in self.schemas.items()}
+        self._unknown_limits = DecodeLimits(0, 0, 0, 0, 1)
+
+    def limits_for(self, kind: Kind, method: str) -> DecodeLimits:
+        """A request body's decoding limits: its method's schema's, the
+        frame's for a handled method without one, nothing for a method
+        nobody handles (it is answered UNKNOWN_METHOD unread)."""
+        if kind != Kind.REQUEST:
+            return self._unknown_limits
+        if method == HELLO_METHOD:
+            return _HELLO_LIMITS
+        limits = self._limits.get(method)
+        if limits is not None:
+            return limits
+        if method in self.handlers:
+            return body_limits(None, self.frame_bytes_max)
+        return self._unknown_limits
+
+    def frame_cost(self, method: str, length: int) -> int:
+        """What a request frame may cost in memory, before it is read: its
+        bytes, and what its body may decode to (one object per byte at most,
+        and no more than its method's schema allows)."""
+        elements = min(length, self.limits_for(Kind.REQUEST, method).elements_max)
+        return length + elements * DECODED_BYTES_PER_ELEMENT
+
+    async def reserve(self, cost: int) -> None:
+        """Wait for room in ``request_bytes_in_flight_max`` and take ``cost``
+        of it; a frame larger than the whole budget waits until nothing else
+        is in flight (so it is never refused, and never starves)."""
+        m = self.metrics
+
+        def fits() -> bool:
+            return (
+                m.request_bytes_in_flight == 0 or m.request_bytes_in_flight + cost <= self.request_bytes_in_flight_max
+            )
+
+        if not fits():
+            m.request_bytes_waits += 1
+            while not fits():
+                await self._room_freed.wait()
+        m.request_bytes_in_flight += cost
+
+    def release(self, cost: int) -> None:
+        if cost == 0:
+            return
+        self.metrics.request_bytes_in_flight -= cost
+        assert self.metrics.request_bytes_in_flight >= 0, self.metrics.request_bytes_in_flight
+        # Wake every waiter once; each checks again whether its frame fits now.
+        self._room_freed.set()
+        self._room_freed = asyncio.Event()
+
+    async def start(self) -> None:
+        """Listen; afterwards ``.port`` is the bound port."""
+        assert self._server is None, "started twice"
+        self._server = await asyncio.start_server(
+            self._accept,
+            self.host,
+            self.port,
+            ssl=self.ssl,
+            # The TLS handshake comes before ours; the same bound keeps a silent
+            # peer from holding a socket for asyncio's default 60 s.
+            ssl_handshake_timeout=self.handshake_timeout_ms / 1000 if self.ssl is not None else None,
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info(
+            "rpc server listening host=%s port=%d tls=%s auth=%s",
+            self.host,
+            self.port,
+            self.ssl is not None,
+            self.secret is not None,
+        )
+
+    async def close(self) -> None:
+        """Stop listening, close every connection and cancel its handlers.
+
+        Clients see SHUTTING_DOWN (best effort) and then the close; their
+        pending calls fail with :class:`RpcConnectionError`.
+        """
+        self._closing = True
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self._connections.values()):
+            conn.send_error(CONNECTION_REQUEST_ID, "", RpcErrorCode.SHUTTING_DOWN, "server closing")
+        tasks = [*self._connections, *self._refusals]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # Each connection runs in a task of ours rather than the one
+        # start_server makes of a coroutine callback: close() cancels it, and
+        # Python 3.11's streams log a cancelled callback task as an error.
+        conn = _ServerConnection(self, reader, writer)
+        m = self.metrics
+        refusal_reason = ""
+        if self._closing:
+            refusal_reason = "server closing"
+        elif m.connections_open >= self.connections_max:
+            refusal_reason = f"server is at its limit of {self.connections_max} connections"
+        elif self._per_ip.get(conn.ip, 0) >= self.connections_per_ip_max:
+            refusal_reason = f"{conn.ip} is at its limit of {self.connections_per_ip_max} connections"
+        elif m.handshakes_open >= self.handshakes_max:
+            refusal_reason = f"server is at its limit of {self.handshakes_max} connections in the handshake"
+        if refusal_reason:
+            refusal = asyncio.create_task(self._refuse(conn, refusal_reason))
+            self._refusals.add(refusal)
+            refusal.add_done_callback(self._refusals.discard)
+            return
+        m.connections_open += 1
+        m.handshakes_open += 1
+        self._per_ip[conn.ip] = self._per_ip.get(conn.ip, 0) + 1
+        task = asyncio.create_task(conn.serve())
+        self._connections[task] = conn
+        task.add_done_callback(self._connection_done)
+
+    def _connection_done(self, task: asyncio.Task[None]) -> None:
+        conn = self._connections.pop(task)
+        self.metrics.connections_open -= 1
+        if not conn.authenticated:
+            self.metrics.handshakes_open -= 1
+        left = self._per_ip[conn.ip] - 1
+        if left:
+            self._per_ip[conn.ip] = left
+        else:
+            del self._per_ip[conn.ip]
+
+    async def _refuse(self, conn: _ServerConnection, reason: str) -> None:
+        self.metrics.connections_refused += 1
+        code = RpcErrorCode.SHUTTING_DOWN if self._closing else RpcErrorCode.TOO_MANY_CONNECTIONS
+        conn.refuse(code, reason)
+        await _close_writer(conn.writer)
+
+
+class _IdleError(Exception):
+    """An authenticated connection had nothing in flight for idle_timeout_ms."""
+
+
+class _ServerConnection:
+    """One accepted connection: handshake, then a read loop dispatching frames.
+
+    Frames are read whole, one at a time: the 4-byte length, the envelope
+    (the method), room for the frame's cost in the server's budget, then the
+    rest, within the frame deadline.  A peer that stalls mid-frame, floods
+    frames or sends bombs costs its own connection and bounded memory."""
+
+    def __init__(self, server: RpcServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.server = server
+        self.metrics = server.metrics
+        self.reader = reader
+        self.writer = writer
+        self.peer = _peer(writer)
+        addr = writer.get_extra_info("peername")
+        self.ip = str(addr[0]) if isinstance(addr, tuple) else str(addr)
+        self.nonce = secrets.token_bytes(CHALLENGE_NONCE_BYTES)
+        self.authenticated = False
+        # Released when a request's answer is written; the read loop waits on
+        # it before reading the next frame, so a peer cannot have more than
+        # this running.
+        self.in_flight = asyncio.Semaphore(server.requests_in_flight_max)
+        self.requests_in_flight = 0
+        self.last_activity = time.monotonic()
+        self.tasks: set[asyncio.Task[None]] = set()
+        # FIFO for ordered methods; bounded by in_flight, since every queued
+        # request holds a slot.
+        self.ordered: asyncio.Queue[tuple[Frame, int]] = asyncio.Queue()
+        self.ordered_worker: asyncio.Task[None] | None = None
+
+    async def serve(self) -> None:
+        server = self.server
+        try:
+            challenge = challenge_body(self.nonce, server.cluster_id)
+            self.send(encode_frame(Kind.REQUEST, CONNECTION_REQUEST_ID, CHALLENGE_METHOD, challenge))
+            try:
+                async with asyncio.timeout(server.handshake_timeout_ms / 1000):
+                    # Strangers get one small frame, decoded under tight limits.
+                    frame, cost = await self.read_frame(min(HANDSHAKE_FRAME_BYTES_MAX, server.frame_bytes_max))
+            except TimeoutError:
+                self.refuse(RpcErrorCode.HANDSHAKE_REQUIRED, "no hello within the handshake timeout")
+                return
+            if frame is None or not self.hello(frame):
+                return
+            while True:
+                await self.in_flight.acquire()
+                try:
+                    got = await self.read_frame(server.frame_bytes_max, idle=True)
+                except BaseException:
+                    self.in_flight.release()
+                    raise
+                frame, cost = got
+                if frame is None:
+                    self.in_flight.release()
+                    return
+                if not self.dispatch(frame, cost):
+                    return
+        except _IdleError:
+            self.metrics.idle_closed += 1
+            log.info("rpc closing idle connection peer=%s after %d ms", self.peer, server.idle_timeout_ms)
+            self.send_error(CONNECTION_REQUEST_ID, "", RpcErrorCode.SHUTTING_DOWN, "idle connection closed")
+        except (OSError, asyncio.IncompleteReadError) as e:  # reset, TLS alerts, EOF: the peer's business
+            log.debug("rpc connection lost peer=%s: %s", self.peer, e)
+        finally:
+            # The read loop has stopped; nothing more will be answered here.
+            for t in self.tasks:
+                t.cancel()
+            if self.ordered_worker is not None:
+                self.ordered_worker.cancel()
+            pending = [*self.tasks, *([self.ordered_worker] if self.ordered_worker else [])]
+            await asyncio.gather(*pending, return_exceptions=True)
+            # Frames queued for the ordered worker never ran: give their room back.
+            while not self.ordered.empty():
+                _, cost = self.ordered.get_nowait()
+                server.release(cost)
+            await _close_writer(self.writer)
+
+    async def _read_prefix(self, idle: bool) -> bytes | None:
+        """The first byte of the next frame (None on a clean EOF).  While
+        nothing is in flight, waiting longer than idle_timeout_ms closes an
+        authenticated connection."""
+        server = self.server
+        while True:
+            try:
+                async with asyncio.timeout(server.idle_timeout_ms / 1000 if idle else None):
+                    first = await self.reader.read(1)
+                    return first or None
+            except TimeoutError:
+                quiet_s = time.monotonic() - self.last_activity
+                if self.requests_in_flight == 0 and quiet_s * 1000 >= server.idle_timeout_ms:
+                    raise _IdleError from None
+                # Something is in flight (a parked long-poll, an acks=all
+                # commit), or an answer went out meanwhile: not idle.
+
+    async def read_frame(self, frame_bytes_max: int, *, idle: bool = False) -> tuple[Frame | None, int]:
+        """The next frame and the budget it holds (0 before the handshake:
+        those frames are tiny).  ``(None, 0)`` when the connection must close
+        (the peer closed, or broke the protocol: answered and logged here)."""
+        server = self.server
+        first = await self._read_prefix(idle)
+        if first is None:
+            return None, 0
+        self.last_activity = time.monotonic()
+        deadline_s = server.frame_deadline_ms / 1000
+        try:
+            async with asyncio.timeout(deadline_s):
+                (length,) = _LENGTH.unpack(first + await self.reader.readexactly(LENGTH_PREFIX_BYTES - 1))
+                if length > frame_bytes_max:
+                    self.refuse(RpcErrorCode.FRAME_TOO_LARGE, str(FrameTooLargeError(length, frame_bytes_max)))
+                    return None, 0
+                head = await self.reader.readexactly(min(length, ENVELOPE_BYTES_MAX))
+                try:
+                    _, kind, _, method, _ = decode_envelope(head)
+                except FrameError as e:
+                    self.refuse(RpcErrorCode.BAD_FRAME, str(e))
+                    return None, 0
+        except TimeoutError:
+            self._missed_deadline()
+            return None, 0
+        cost = 0
+        if self.authenticated:
+            cost = server.frame_cost(method, length) if kind == Kind.REQUEST else length
+            # Waiting for room reads nothing more: the peer's bytes wait in TCP.
+            await server.reserve(cost)
+        try:
+            try:
+                async with asyncio.timeout(deadline_s):
+                    rest = await self.reader.readexactly(length - len(head))
+            except TimeoutError:
+                self._missed_deadline()
+                server.release(cost)
+                return None, 0
+            self.metrics.bytes_in += LENGTH_PREFIX_BYTES + length
+            self.metrics.frames_in += 1
+            try:
+                payload = bytearray(head)
+                payload += rest
+                del rest  # a large frame is held once, not twice
+                frame = decode_payload(payload, server.limits_for)
+            except FrameError as e:
+                self.refuse(RpcErrorCode.BAD_FRAME, str(e))
+                server.release(cost)
+                return None, 0
+        except BaseException:
+            server.release(cost)
+            raise
+        return frame, cost
+
+    def _missed_deadline(self) -> None:
+        self.metrics.frame_deadlines_missed += 1
+        self.refuse(
+            RpcErrorCode.BAD_FRAME,
+            f"frame not completed within the frame deadline of {self.server.frame_deadline_ms} ms",
+        )
+
+    def hello(self, frame: Frame) -> bool:
+        try:
+            if isinstance(frame.body, InvalidBody):
+                raise RpcError(RpcErrorCode.HANDSHAKE_REQUIRED, f"first frame must be a hello: {frame.body.reason}")
+            check_hello(frame, self.server.secret, self.nonce, self.server.cluster_id)
+        except RpcError as e:
+            self.refuse(e.code, e.message, frame.method)
+            return False
+        self.authenticated = True
+        self.metrics.handshakes_open -= 1
+        self.send(encode_frame(Kind.RESPONSE, frame.request_id, HELLO_METHOD, {"version": PROTOCOL_VERSION}))
+        log.debug("rpc hello ok peer=%s", self.peer)
+        return True
+
+    def dispatch(self, frame: Frame, cost: int) -> bool:
+        """Start serving one request (it holds an in-flight slot and ``cost``
+        of the server's budget until answered); False if the connection must
+        close (both released here then)."""
+        try:
+            check_version(frame)
+        except RpcError as e:
+            self.refuse(e.code, e.message, frame.method)
+            self._done(cost)
+            return False
+        if frame.kind != Kind.REQUEST or frame.request_id == CONNECTION_REQUEST_ID:
+            # Request id 0 is the connection's own; answering it would look
+            # like a connection-level error to the client.
+            self.refuse(
+                RpcErrorCode.BAD_FRAME,
+                f"clients send requests with non-zero ids, got {frame.kind.name} id={frame.request_id}",
+            )
+            self._done(cost)
+            return False
+        self.requests_in_flight += 1
+        if frame.method in self.server.ordered_methods:
+            if self.ordered_worker is None:
+                self.ordered_worker = asyncio.create_task(self.run_ordered())
+            self.ordered.put_nowait((frame, cost))
+        else:
+            task = asyncio.create_task(self.run(frame, cost))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+        return True
+
+    def _done(self, cost: int) -> None:
+        self.in_flight.release()
+        self.server.release(cost)
+
+    async def run_ordered(self) -> None:
+        while True:
+            frame, cost = await self.ordered.get()
+            await self.run(frame, cost)
+
+    def _checked_body(self, frame: Frame) -> Any:
+        """The request's body, checked against its method's schema; raises
+        RpcError(BAD_REQUEST) naming the field."""
+        body = frame.body
+        if isinstance(body, InvalidBody):
+            raise RpcError(RpcErrorCode.BAD_REQUEST, f"{frame.method}: {body.reason}")
+        schema = self.server.schemas.get(frame.method)
+        if schema is not None:
+            try:
+                schema.check(body, frame.method)
+            except WireError as e:
+                raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
+        return body
+
+    async def run(self, frame: Frame, cost: int, deferred: Deferred | None = None) -> None:
+        """Run the handler (or await its deferred answer) and write the answer;
+        never raises but CancelledError."""
+        release = True
+        try:
+            handler = self.server.handlers.get(frame.method)
+            if handler is None and deferred is None:
+                self.send_error(
+                    frame.request_id, frame.method, RpcErrorCode.UNKNOWN_METHOD, f"no method {frame.method!r:.300}"
+                )
+                return
+            try:
+                if deferred is not None:
+                    answer = await deferred.answer
+                else:
+                    assert handler is not None
+                    body = self._checked_body(frame)
+                    answer = await handler(body)
+                    if isinstance(answer, Deferred):
+                        # The in-flight slot and the budget pass to the task that answers.
+                        release = False
+                        task = asyncio.create_task(self.run(frame, cost, answer))
+                        self.tasks.add(task)
+                        task.add_done_callback(self.tasks.discard)
+                        # Cancelled before its first step (the connection
+                        # closed at once), it never awaits the answer.
+                        pending_answer = answer.answer
+                        task.add_done_callback(lambda _t: close_unstarted(pending_answer))
+                        return
+            except RpcError as e:
+                if e.code == RpcErrorCode.BAD_REQUEST:
+                    self.metrics.bad_requests += 1
+                self.send_error(frame.request_id, frame.method, e.code, e.message)
+                return
+            except Exception as e:
+                log.exception("rpc handler failed method=%s peer=%s", frame.method, self.peer)
+                self.send_error(
+                    frame.request_id, frame.method, RpcErrorCode.INTERNAL, f"{frame.method}: {type(e).__name__}: {e}"
+                )
+                return
+            try:
+                data = encode_frame(
+                    Kind.RESPONSE, frame.request_id, frame.method, answer, frame_bytes_max=self.server.frame_bytes_max
+                )
+            except FrameTooLargeError as e:
+                log.error("rpc response too large method=%s peer=%s: %s", frame.method, self.peer, e)
+                self.send_error(frame.request_id, frame.method, RpcErrorCode.RESPONSE_TOO_LARGE, str(e))
+                return
+            except (TypeError, ValueError, OverflowError) as e:
+                log.exception("rpc response not encodable method=%s peer=%s", frame.method, self.peer)
+                self.send_error(
+                    frame.request_id,
+                    frame.method,
+                    RpcErrorCode.INTERNAL,
+                    f"{frame.method}: response not encodable: {e}",
+                )
+                return
+            self.send(data)
+            # Waiting for the socket while holding the in-flight slot carries a
+            # slow reader's back-pressure to our read loop.
+            with contextlib.suppress(OSError):
+                await self.writer.drain()
+        finally:
+            if release:
+                self.requests_in_flight -= 1
+                self.last_activity = time.monotonic()
+                self._done(cost)
+
+    def send(self, data: bytes) -> None:
+        if self.writer.is_closing():
+            return
+        self.metrics.frames_out += 1
+        self.metrics.bytes_out += len(data)
+        self.writer.write(data)
+
+    def send_error(self, request_id: int, method: str, code: int, message: str) -> None:
+        self.metrics.count_error(code)
+        self.send(encode_error(request_id, method, code, message))
+
+    def refuse(self, code: int, message: str, method: str = "") -> None:
+        """Log and answer a protocol violation or refusal, with the
+        connection's own request id; the caller then closes."""
+        log.warning("rpc closing connection peer=%s code=%s: %s", self.peer, code_name(code), message)
+        self.send_error(CONNECTION_REQUEST_ID, method[:METHOD_CHARS_MAX], code, message)
+
+
+# ------------------------------------------------------------------ client
+
+
+class RpcClient:
+    """One connection to an :class:`RpcServer`, carrying pipelined calls.
+
+    Make it with :meth:`connect`.  Safe to use from many tasks at once.
+    """
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        decoder: FrameDecoder,
+        early_frames: list[Frame],
+        *,
+        timeout_ms: int,
+        frame_bytes_max: int,
+        metrics: RpcMetrics,
+        server_cluster_id: uuid.UUID | None = None,
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._decoder = decoder
+        self.timeout_ms = timeout_ms
+        self.frame_bytes_max = frame_bytes_max
+        self.metrics = metrics
+        # The cluster the server named in its challenge (None: it named none).
+        self.server_cluster_id = server_cluster_id
+        self.peer = _peer(writer)
+        # Id 0 is the connection's own (hello, connection-level errors).
+        self._next_request_id = CONNECTION_REQUEST_ID + 1
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._lost: RpcConnectionError | None = None
+        self._read_task = asyncio.create_task(self._read_loop(early_frames))
+
+    @classmethod
+    async def connect(
+        cls,
+        host: str,
+        port: int,
+        *,
+        secret: bytes | None = None,
+        cluster_id: uuid.UUID | None = None,
+        ssl: ssl_module.SSLContext | None = None,
+        timeout_ms: int = RPC_TIMEOUT_MS_DEFAULT,
+        frame_bytes_max: int = RPC_FRAME_BYTES_MAX,
+    ) -> RpcClient:
+        """Connect and complete the handshake within ``timeout_ms``.
+
+        ``cluster_id``: this side's cluster, sent in the hello; a server
+        naming another in its challenge is refused before the hello
+        (CLUSTER_MISMATCH).  The server's, if it names one, is
+        ``server_cluster_id`` afterwards.
+
+        ``timeout_ms`` is also the default timeout of :meth:`call`.  Raises
+        :class:`RpcHandshakeError` if the server refused (``code`` says why)
+        or named another cluster,
+        :class:`RpcConnectionError` if the connection failed (including TLS
+        errors), :class:`RpcTimeoutError` on timeout.
+        """
+        metrics = RpcMetrics()
+        # Until the hello is answered, the server has not shown it knows the
+        # secret either: no reason to buffer more than a handshake frame.
+        decoder = FrameDecoder(min(HANDSHAKE_FRAME_BYTES_MAX, frame_bytes_max))
+        writer: asyncio.StreamWriter | None = None
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                reader, writer = await asyncio.open_connection(host, port, ssl=ssl)
+                received: list[Frame] = []
+                challenge = await cls._next_frame(reader, decoder, metrics, received)
+                nonce, server_cluster_id = parse_challenge(challenge)
+                check_cluster(server_cluster_id, cluster_id, "server")
+                hello = encode_frame(
+                    Kind.REQUEST, CONNECTION_REQUEST_ID, HELLO_METHOD, hello_body(secret, nonce, cluster_id)
+                )
+                writer.write(hello)
+                metrics.frames_out += 1
+                metrics.bytes_out += len(hello)
+                answer = await cls._next_frame(reader, decoder, metrics, received)
+                check_version(answer)
+                if answer.kind == Kind.ERROR:
+                    code, message = answer.body
+                    metrics.count_error(code)
+                    raise RpcError(code, message)
+                if answer.kind != Kind.RESPONSE or answer.request_id != CONNECTION_REQUEST_ID:
+                    raise FrameError(f"expected the hello response, got {answer.kind.name} {answer.method!r:.60}")
+            decoder.frame_bytes_max = frame_bytes_max
+        except BaseException as e:
+            if writer is not None:
+                await _close_writer(writer)
+            where = f"rpc connect to {host}:{port}"
+            if isinstance(e, RpcError):
+                raise RpcHandshakeError(e.code, f"{where}: {e.message}") from e
+            if isinstance(e, TimeoutError):
+                raise RpcTimeoutError(f"{where}: no handshake within {timeout_ms} ms") from e
+            if isinstance(e, RpcConnectionError):
+                # TLS 1.3 servers reject a client certificate after the client
+                # thinks the TLS handshake is done: all we see is the close.
+                hint = " (TLS: did the server refuse our certificate?)" if ssl is not None else ""
+                raise RpcConnectionError(f"{where}: {e}{hint}") from e
+            if isinstance(e, FrameError | OSError):
+                raise RpcConnectionError(f"{where} failed: {type(e).__name__}: {e}") from e
+            raise
+        return cls(
+            reader,
+            writer,
+            decoder,
+            received,
+            timeout_ms=timeout_ms,
+            frame_bytes_max=frame_bytes_max,
+            metrics=metrics,
+            server_cluster_id=server_cluster_id,
+        )
+
+    @staticmethod
+    async def _next_frame(
+        reader: asyncio.StreamReader, decoder: FrameDecoder, metrics: RpcMetrics, received: list[Frame]
+    ) -> Frame:
+        """The next frame during the handshake.  Frames that came with it stay
+        in ``received`` (the server may close right after the hello answer, and
+        its SHUTTING_DOWN then follows in the same read)."""
+        while not received:
+            data = await reader.read(READ_CHUNK_BYTES)
+            if not data:
+                raise RpcConnectionError("server closed the connection during the handshake")
+            metrics.bytes_in += len(data)
+            received.extend(decoder.feed(data))
+        metrics.frames_in += 1
+        return received.pop(0)
+
+    @property
+    def connected(self) -> bool:
+        """False once the connection is lost or closed; then connect anew."""
+        return self._lost is None
+
+    async def call(self, method: str, body: Any, *, timeout_ms: int | None = None) -> Any:
+        """Call ``method`` with ``body`` and return the response body.
+
+        ``timeout_ms`` defaults to the client's.  Raises
+        :class:`RpcTimeoutError` (the connection stays usable),
+        :class:`RpcRemoteError` for an ERROR answer, :class:`RpcConnectionError`
+        if the connection is or gets lost, :class:`FrameTooLargeError` if the
+        request exceeds ``frame_bytes_max`` (nothing is sent), and
+        ``TypeError`` if msgpack cannot encode ``body``.
+        """
+        if self._lost is not None:
+            raise RpcConnectionError(str(self._lost))
+        timeout_ms = self.timeout_ms if timeout_ms is None else timeout_ms
+        request_id = self._next_request_id
+        assert request_id <= REQUEST_ID_MAX
+        self._next_request_id += 1
+        data = encode_frame(Kind.REQUEST, request_id, method, body, frame_bytes_max=self.frame_bytes_max)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                self._writer.write(data)
+                self.metrics.frames_out += 1
+                self.metrics.bytes_out += len(data)
+                try:
+                    await self._writer.drain()
+                except OSError as e:
+                    # The read loop will notice too; fail this call now rather than at the timeout.
+                    self._connection_lost(RpcConnectionError(f"rpc connection to {self.peer} lost: {e}"))
+                return await future
+        except TimeoutError:
+            self.metrics.timeouts += 1
+            raise RpcTimeoutError(f"rpc {method} to {self.peer}: no answer within {timeout_ms} ms") from None
+        finally:
+            # Forgetting the id is what makes a late answer get dropped.
+            self._pending.pop(request_id, None)
+
+    async def close(self) -> None:
+        """Close the connection; pending calls fail with RpcConnectionError."""
+        self._connection_lost(RpcConnectionError(f"rpc connection to {self.peer} closed by this client"))
+        self._read_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._read_task
+        await _close_writer(self._writer)
+
+    async def _read_loop(self, early_frames: list[Frame]) -> None:
+        reason = "server closed the connection"
+        try:
+            for frame in early_frames:
+                self.metrics.frames_in += 1
+                problem = self._deliver(frame)
+                if problem is not None:
+                    reason = problem
+                    return
+            while True:
+                data = await self._reader.read(READ_CHUNK_BYTES)
+                if not data:
+                    break
+                self.metrics.bytes_in += len(data)
+                for frame in self._decoder.feed(data):
+                    self.metrics.frames_in += 1
+                    problem = self._deliver(frame)
+                    if problem is not None:
+                        reason = problem
+                        return
+        except FrameError as e:
+            reason = f"bad frame from server: {e}"
+            log.warning("rpc %s peer=%s", reason, self.peer)
+        except OSError as e:
+            reason = f"{type(e).__name__}: {e}"
+        finally:
+            self._connection_lost(RpcConnectionError(f"rpc connection to {self.peer} lost: {reason}"))
+            self._writer.transport.abort()
+
+    def _deliver(self, frame: Frame) -> str | None:
+        """Resolve the call a frame answers; a reason to close, or None."""
+        if frame.version != PROTOCOL_VERSION:
+            return f"server switched to protocol version {frame.version}"
+        if frame.kind == Kind.REQUEST:
+            return f"server sent a request {frame.method!r:.60}"
+        if frame.kind == Kind.ERROR:
+            self.metrics.count_error(frame.body[0])
+            if frame.request_id == CONNECTION_REQUEST_ID:
+                return f"server closed the connection: {code_name(frame.body[0])}: {frame.body[1]}"
+        future = self._pending.get(frame.request_id)
+        if future is None or future.done():
+            # The call timed out or was cancelled; its caller has moved on.
+            self.metrics.late_responses_dropped += 1
+        elif frame.kind == Kind.ERROR:
+            future.set_exception(RpcRemoteError(frame.body[0], frame.body[1]))
+        elif isinstance(frame.body, InvalidBody):
+            # Only this call fails: the stream is still in sync.
+            future.set_exception(
+                RpcRemoteError(RpcErrorCode.BAD_FRAME, f"answer to {frame.method!r:.60}: {frame.body.reason}")
+            )
+        else:
+            future.set_result(frame.body)
+        return None
+
+    def _connection_lost(self, error: RpcConnectionError) -> None:
+        if self._lost is None:
+            self._lost = error
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(RpcConnectionError(str(self._lost)))

@@ -1,0 +1,466 @@
+"""Bodies of the broker RPCs as msgpack-ready values, and back.
+
+Every decoder checks shapes and types and raises :class:`WireError` naming
+the field, so a malformed request from a peer is answered with an error and
+never reaches the store or crashes the broker.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import (
+    CommitBatchRequest,
+    CommitBatchResponse,
+    ReplicatedEntry,
+    TimestampType,
+    TopicIdPartition,
+)
+
+
+class WireError(ValueError):
+    """A peer sent a body that does not have the expected shape."""
+
+
+def expect_int(v: Any, what: str) -> int:
+    if type(v) is not int:
+        raise WireError(f"{what}: expected an integer, got {type(v).__name__}")
+    return v
+
+
+def expect_bytes(v: Any, what: str) -> bytes:
+    if type(v) is not bytes:
+        raise WireError(f"{what}: expected bytes, got {type(v).__name__}")
+    return v
+
+
+def expect_str(v: Any, what: str) -> str:
+    if type(v) is not str:
+        raise WireError(f"{what}: expected a string, got {type(v).__name__}")
+    return v
+
+
+def expect_list(v: Any, what: str, length: int | None = None) -> list[Any]:
+    if type(v) is not list:
+        raise WireError(f"{what}: expected a list, got {type(v).__name__}")
+    if length is not None and len(v) != length:
+        raise WireError(f"{what}: expected {length} items, got {len(v)}")
+    return v
+
+
+def expect_map(v: Any, what: str) -> dict[str, Any]:
+    if type(v) is not dict:
+        raise WireError(f"{what}: expected a map, got {type(v).__name__}")
+    return v
+
+
+def field(body: dict[str, Any], name: str, what: str) -> Any:
+    if name not in body:
+        raise WireError(f"{what}: missing field {name!r}")
+    return body[name]
+
+
+# ------------------------------------------------------------ partitions
+
+
+def enc_tp(tp: TopicIdPartition) -> list[Any]:
+    return [tp.topic_id.bytes, tp.partition]
+
+
+def dec_tp(v: Any, what: str = "partition") -> TopicIdPartition:
+    raw, p = expect_list(v, what, 2)
+    tid = expect_bytes(raw, f"{what}.topic_id")
+    if len(tid) != 16:
+        raise WireError(f"{what}.topic_id: expected 16 bytes, got {len(tid)}")
+    part = expect_int(p, f"{what}.partition")
+    if part < 0:
+        raise WireError(f"{what}.partition: negative ({part})")
+    return TopicIdPartition(uuid.UUID(bytes=tid), part)
+
+
+def dec_partition_items(
+    body: dict[str, Any], name: str, what: str, tail: tuple[type, ...], shape: str, items_max: int
+) -> list[tuple[TopicIdPartition, list[Any]]]:
+    """The list ``body[name]`` of ``[topic_id, partition, *tail]`` items (at
+    most ``items_max``), each with its partition decoded and the tail's types
+    checked; ``shape`` describes an item for the error message."""
+    items = field(body, name, what)
+    if type(items) is not list or len(items) > items_max:
+        raise WireError(f"{what}.{name}: a list of at most {items_max} items")
+    out = []
+    for i, it in enumerate(items):
+        where = f"{what}.{name}[{i}]"
+        if (
+            type(it) is not list
+            or len(it) != 2 + len(tail)
+            or any(type(x) is not t for x, t in zip(it[2:], tail, strict=True))
+        ):
+            raise WireError(f"{where}: expected {shape}")
+        out.append((dec_tp(it[:2], where), it[2:]))
+    return out
+
+
+# ----------------------------------------------------------------- commit
+
+
+def enc_commit(
+    key: str,
+    uploader: int,
+    file_size: int,
+    requests: Sequence[CommitBatchRequest],
+    acks_all: Sequence[bool] = (),
+) -> dict[str, Any]:
+    # The header carries every other field: the leader rebuilds the request
+    # from it and so cannot be handed fields that disagree with it.
+    body: dict[str, Any] = {
+        "key": key,
+        "uploader": uploader,
+        "file_size": file_size,
+        "batches": [[r.request_id, *enc_tp(r.topic_id_partition), r.byte_offset, r.header] for r in requests],
+    }
+    if any(acks_all):
+        # Request indices answered only once replicated (acks=all).
+        body["acks_all"] = [i for i, a in enumerate(acks_all) if a]
+    return body
+
+
+def dec_commit(body: Any) -> tuple[str, int, int, list[CommitBatchRequest], list[bool]]:
+    """(key, uploader, file size, requests, acks_all flags per request)."""
+    m = expect_map(body, "commit")
+    key = expect_str(field(m, "key", "commit"), "commit.key")
+    uploader = expect_int(field(m, "uploader", "commit"), "commit.uploader")
+    size = expect_int(field(m, "file_size", "commit"), "commit.file_size")
+    reqs = []
+    for i, b in enumerate(expect_list(field(m, "batches", "commit"), "commit.batches")):
+        what = f"commit.batches[{i}]"
+        rid, tid, part, offset, header = expect_list(b, what, 5)
+        tp = dec_tp([tid, part], what)
+        hdr = expect_bytes(header, f"{what}.header")
+        request_id = expect_int(rid, f"{what}.request_id")
+        byte_offset = expect_int(offset, f"{what}.byte_offset")
+        try:
+            req = CommitBatchRequest.from_header(request_id, tp, byte_offset, hdr)
+        except ValueError:
+            # An unparseable header: the store answers CORRUPT_MESSAGE for it.
+            req = CommitBatchRequest(
+                request_id, tp, byte_offset, 0, -1, -1, -1, TimestampType.CREATE_TIME, -1, -1, -1, -1, hdr
+            )
+        reqs.append(req)
+    acks_all = [False] * len(reqs)
+    for i in expect_list(m.get("acks_all", []), "commit.acks_all"):
+        if type(i) is not int or not 0 <= i < len(reqs):
+            raise WireError(f"commit.acks_all: {i!r} is not a batch index below {len(reqs)}")
+        acks_all[i] = True
+    return key, uploader, size, reqs, acks_all
+
+
+def enc_commit_responses(responses: Sequence[CommitBatchResponse]) -> list[list[int]]:
+    return [
+        [int(r.errors), r.assigned_base_offset, r.log_append_time, r.log_start_offset, int(r.is_duplicate)]
+        for r in responses
+    ]
+
+
+def dec_commit_responses(v: Any, requests: Sequence[CommitBatchRequest]) -> list[CommitBatchResponse]:
+    items = expect_list(v, "commit responses", len(requests))
+    out = []
+    for i, (item, req) in enumerate(zip(items, requests, strict=True)):
+        err, base, append, lso, dup = (
+            expect_int(x, f"commit responses[{i}]") for x in expect_list(item, "commit response", 5)
+        )
+        out.append(CommitBatchResponse(_errors(err), base, append, lso, bool(dup), req))
+    return out
+
+
+def _errors(code: int) -> Errors:
+    try:
+        return Errors(code)
+    except ValueError:
+        return Errors.UNKNOWN_SERVER_ERROR
+
+
+def dec_errors(code: Any, what: str) -> Errors:
+    return _errors(expect_int(code, what))
+
+
+# ---------------------------------------------------------- replica fetch
+#
+# A follower's fetch of the metadata logs it replicates from one leader:
+#
+#   request  {"replica_id": int, "max_wait_ms": int, "entries_max": int,
+#             "partitions": [[topic_id, partition, current_leader_epoch,
+#                             fetch_offset, last_fetched_epoch,
+#                             high_watermark], ...]}
+#
+# ``high_watermark`` is the follower's, as KIP-1166 adds it; -1 means the
+# follower does not send it (the leader then parks as before KIP-1166).
+#
+#   response {"keys": [[object_key, uploader, file_size], ...],
+#             "partitions": [[error, high_watermark, log_start_offset,
+#                             log_end_offset, diverging_epoch,
+#                             diverging_end_offset, entries], ...]}
+#
+# with entries ``[[header, key_index, byte_offset, size, log_append_time,
+# batch_max_timestamp], ...]``: object keys are sent once per response, since
+# one WAL file holds batches of many partitions.  ``diverging_epoch`` is -2
+# when the follower's log does not diverge.
+
+NO_DIVERGENCE = -2
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaFetchPartition:
+    topic_id_partition: TopicIdPartition
+    current_leader_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    high_watermark: int  # -1: not sent
+    # The follower's log start (Kafka's FetchRequest LogStartOffset); -1: not
+    # sent (an older follower).
+    log_start_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaFetchResult:
+    error: Errors
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    log_end_offset: int = -1
+    diverging_epoch: int = NO_DIVERGENCE
+    diverging_end_offset: int = -1
+    entries: tuple[ReplicatedEntry, ...] = ()
+
+
+def enc_replica_fetch(
+    replica_id: int, max_wait_ms: int, entries_max: int, parts: Sequence[ReplicaFetchPartition]
+) -> dict[str, Any]:
+    return {
+        "replica_id": replica_id,
+        "max_wait_ms": max_wait_ms,
+        "entries_max": entries_max,
+        "partitions": [
+            [
+                *enc_tp(p.topic_id_partition),
+                p.current_leader_epoch,
+                p.fetch_offset,
+                p.last_fetched_epoch,
+                p.high_watermark,
+            ]
+            for p in parts
+        ],
+        # Beside the items.  A leader of an older version refuses the unknown
+        # key (BAD_REQUEST): upgrade every broker together (design.md).
+        "log_start_offsets": [p.log_start_offset for p in parts],
+    }
+
+
+def dec_replica_fetch(body: Any, partitions_max: int) -> tuple[int, int, int, list[ReplicaFetchPartition]]:
+    """(replica_id, max_wait_ms, entries_max, partitions)."""
+    m = expect_map(body, "replica_fetch")
+    replica_id = expect_int(field(m, "replica_id", "replica_fetch"), "replica_fetch.replica_id")
+    max_wait = expect_int(field(m, "max_wait_ms", "replica_fetch"), "replica_fetch.max_wait_ms")
+    entries_max = expect_int(field(m, "entries_max", "replica_fetch"), "replica_fetch.entries_max")
+    if max_wait < 0 or entries_max <= 0:
+        raise WireError("replica_fetch: max_wait_ms must be >= 0 and entries_max > 0")
+    items = dec_partition_items(
+        m,
+        "partitions",
+        "replica_fetch",
+        (int, int, int, int),
+        "[topic_id, partition, current_leader_epoch, fetch_offset, last_fetched_epoch, high_watermark]",
+        partitions_max,
+    )
+    starts = m.get("log_start_offsets")
+    if starts is None:
+        starts = [-1] * len(items)
+    elif type(starts) is not list or len(starts) != len(items) or any(type(x) is not int or x < -1 for x in starts):
+        raise WireError(f"replica_fetch.log_start_offsets: a list of {len(items)} integers >= -1")
+    return (
+        replica_id,
+        max_wait,
+        entries_max,
+        [
+            ReplicaFetchPartition(tp, rest[0], rest[1], rest[2], rest[3], lso)
+            for (tp, rest), lso in zip(items, starts, strict=True)
+        ],
+    )
+
+
+def enc_replica_fetch_response(results: Sequence[ReplicaFetchResult]) -> dict[str, Any]:
+    keys: dict[str, int] = {}
+    key_rows: list[list[Any]] = []
+    parts = []
+    for r in results:
+        entries = []
+        for e in r.entries:
+            k = keys.get(e.object_key)
+            if k is None:
+                k = keys[e.object_key] = len(key_rows)
+                key_rows.append([e.object_key, e.uploader_broker_id, e.file_size])
+            entries.append([e.header, k, e.byte_offset, e.size, e.log_append_time, e.batch_max_timestamp])
+        parts.append(
+            [
+                int(r.error),
+                r.high_watermark,
+                r.log_start_offset,
+                r.log_end_offset,
+                r.diverging_epoch,
+                r.diverging_end_offset,
+                entries,
+            ]
+        )
+    return {"keys": key_rows, "partitions": parts}
+
+
+def dec_replica_fetch_response(body: Any, n_partitions: int) -> list[ReplicaFetchResult]:
+    m = expect_map(body, "replica_fetch response")
+    keys = []
+    for i, row in enumerate(expect_list(field(m, "keys", "replica_fetch response"), "replica_fetch response.keys")):
+        what = f"replica_fetch response.keys[{i}]"
+        key, uploader, size = expect_list(row, what, 3)
+        keys.append((expect_str(key, what), expect_int(uploader, what), expect_int(size, what)))
+    out = []
+    parts = expect_list(
+        field(m, "partitions", "replica_fetch response"), "replica_fetch response.partitions", n_partitions
+    )
+    for i, p in enumerate(parts):
+        what = f"replica_fetch response.partitions[{i}]"
+        err, hwm, lso, leo, div_epoch, div_end, raw_entries = expect_list(p, what, 7)
+        entries = []
+        for j, e in enumerate(expect_list(raw_entries, f"{what}.entries")):
+            ew = f"{what}.entries[{j}]"
+            header, k, byte_offset, size, append_time, max_ts = expect_list(e, ew, 6)
+            ki = expect_int(k, ew)
+            if not 0 <= ki < len(keys):
+                raise WireError(f"{ew}: key index {ki} out of range")
+            key, uploader, file_size = keys[ki]
+            entries.append(
+                ReplicatedEntry(
+                    expect_bytes(header, ew),
+                    key,
+                    expect_int(byte_offset, ew),
+                    expect_int(size, ew),
+                    expect_int(append_time, ew),
+                    expect_int(max_ts, ew),
+                    uploader,
+                    file_size,
+                )
+            )
+        out.append(
+            ReplicaFetchResult(
+                dec_errors(err, what),
+                expect_int(hwm, what),
+                expect_int(lso, what),
+                expect_int(leo, what),
+                expect_int(div_epoch, what),
+                expect_int(div_end, what),
+                tuple(entries),
+            )
+        )
+    return out
+
+
+# ------------------------------------------------------- reference checks
+#
+# walmgr asks a leader whether WAL objects are still referenced:
+#   request  {"checks": [[object_key, topic_id, partition, leader_epoch], ...]}
+#   response {"verdicts": [int, ...]}   (Verdict numbers)
+
+
+class Verdict(IntEnum):
+    """A leader's answer for one (object, partition) check."""
+
+    NOT_REFERENCED = 0
+    REFERENCED = 1
+    NOT_LEADER = 2  # no replica of the partition here (leader or follower) at the epoch asked
+    UNKNOWN_PARTITION = 3  # the broker does not know the partition (yet)
+    # The leader's ISR (with a change waiting for the controller) has a
+    # member walmgr did not ask: it may hold the reference.  Ask again with
+    # fresh metadata.
+    ISR_CHANGED = 4
+
+
+# Per check, the replicas walmgr asks about the partition (leader and ISR):
+# the leader answers ISR_CHANGED if its ISR has one more.  None: not sent.
+AskedReplicas = tuple[int, ...] | None
+
+
+def enc_reference_checks(checks: Sequence[tuple[str, TopicIdPartition, int, AskedReplicas]]) -> dict[str, Any]:
+    """Checks of (key, partition, leader epoch, replicas asked or None)."""
+    body: dict[str, Any] = {"checks": [[key, *enc_tp(tp), epoch] for key, tp, epoch, _ in checks]}
+    if any(asked is not None for *_, asked in checks):
+        # Beside the items (a broker of an older version refuses the unknown
+        # key: upgrade brokers before walmgr); [] for a check that names
+        # none, which no leader's ISR fits in.
+        body["asked"] = [list(asked) if asked is not None else [] for *_, asked in checks]
+    return body
+
+
+def dec_reference_checks(
+    body: Any, checks_max: int, asked_max: int
+) -> list[tuple[str, TopicIdPartition, int, AskedReplicas]]:
+    """(key, partition, leader epoch, replicas asked or None) per check."""
+    m = expect_map(body, "referenced_files")
+    raw = expect_list(field(m, "checks", "referenced_files"), "referenced_files.checks")
+    if len(raw) > checks_max:
+        raise WireError(f"referenced_files.checks: at most {checks_max} items, got {len(raw)}")
+    asked: list[AskedReplicas] = [None] * len(raw)
+    if "asked" in m:
+        lists = expect_list(m["asked"], "referenced_files.asked", len(raw))
+        for i, ids in enumerate(lists):
+            where = f"referenced_files.asked[{i}]"
+            if type(ids) is not list or len(ids) > asked_max:
+                raise WireError(f"{where}: a list of at most {asked_max} broker ids")
+            asked[i] = tuple(expect_int(b, f"{where}[]") for b in ids)
+    out: list[tuple[str, TopicIdPartition, int, AskedReplicas]] = []
+    for i, c in enumerate(raw):
+        what = f"referenced_files.checks[{i}]"
+        key, tid, part, epoch = expect_list(c, what, 4)
+        out.append(
+            (expect_str(key, f"{what}.key"), dec_tp([tid, part], what), expect_int(epoch, f"{what}.epoch"), asked[i])
+        )
+    return out
+
+
+def dec_verdicts(body: Any, n: int) -> list[int]:
+    m = expect_map(body, "referenced_files response")
+    verdicts = expect_list(field(m, "verdicts", "referenced_files response"), "referenced_files.verdicts", n)
+    return [expect_int(v, f"referenced_files.verdicts[{i}]") for i, v in enumerate(verdicts)]
+
+
+# ----------------------------------------------------------- notifications
+#
+# A broker tells walmgr about objects it uploaded (best effort):
+#   {"objects": [[object_key, size, created_ms, broker_id, [[topic_id, partition], ...]], ...]}
+
+
+def enc_wal_uploaded(objects: Sequence[tuple[str, int, int, int, Sequence[TopicIdPartition]]]) -> dict[str, Any]:
+    return {
+        "objects": [[k, size, created, broker, [enc_tp(tp) for tp in tps]] for k, size, created, broker, tps in objects]
+    }
+
+
+def dec_wal_uploaded(body: Any, objects_max: int) -> list[tuple[str, int, int, int, list[TopicIdPartition]]]:
+    m = expect_map(body, "wal_uploaded")
+    raw = expect_list(field(m, "objects", "wal_uploaded"), "wal_uploaded.objects")
+    if len(raw) > objects_max:
+        raise WireError(f"wal_uploaded.objects: at most {objects_max} items, got {len(raw)}")
+    out = []
+    for i, o in enumerate(raw):
+        what = f"wal_uploaded.objects[{i}]"
+        key, size, created, broker, tps = expect_list(o, what, 5)
+        out.append(
+            (
+                expect_str(key, f"{what}.key"),
+                expect_int(size, f"{what}.size"),
+                expect_int(created, f"{what}.created_ms"),
+                expect_int(broker, f"{what}.broker"),
+                [dec_tp(t, f"{what}.partitions[{j}]") for j, t in enumerate(expect_list(tps, f"{what}.partitions"))],
+            )
+        )
+    return out

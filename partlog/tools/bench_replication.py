@@ -1,0 +1,190 @@
+"""``partlog bench replication``: what replicating the metadata logs costs.
+
+Three in-process brokers on loopback (one per AZ), a topic with replication
+factor 3, the local-directory object store:
+
+1. commits/s: ``concurrency`` produce requests of one small batch each kept
+   in flight through every broker for ``seconds``, first with acks=1, then
+   with acks=all, on the same cluster; the ratio acks=all / acks=1 is the
+   number to read (target >= 0.5).
+2. HWM propagation delay with no new data: one batch is appended (acks=1)
+   to an idle partition; the delay is from the moment the leader's HWM
+   covers it to the moment each follower's HWM does.  Measured on a cluster
+   whose followers send their HWM in fetches (KIP-1166) and on one whose
+   followers do not; without the field the follower learns the HWM only
+   when its parked fetch expires (replica.fetch.wait.max.ms, 500 ms).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+from partlog.broker.server import Broker, BrokerConfig, start_brokers
+from partlog.client import build_record_batch
+from partlog.controller.cluster_meta import StaticMetadata
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import TopicIdPartition
+from partlog.produce.pipeline import ProduceConfig
+from partlog.replication.manager import REPLICA_FETCH_WAIT_MAX_MS_DEFAULT, ReplicationConfig
+from partlog.wal.objectstore import LocalDirStore
+
+TARGET_RATIO = 0.5
+PARTITIONS = 6
+POLL_S = 0.001
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+async def _cluster(
+    root: str, name: str, replication: ReplicationConfig, commit_interval_ms: int
+) -> tuple[list[Broker], list[TopicIdPartition]]:
+    meta = StaticMetadata.generate(azs=3, brokers_per_az=1, topics={"bench": PARTITIONS}, replication_factor=3)
+    objects = LocalDirStore(os.path.join(root, name, "objects"))
+    configs = [
+        BrokerConfig(
+            b.broker_id,
+            b.az,
+            os.path.join(root, name, f"broker-{b.broker_id}"),
+            produce=ProduceConfig(commit_interval_ms=commit_interval_ms),
+            sync=False,
+            replication=replication,
+        )
+        for b in meta.brokers()
+    ]
+    brokers, meta = await start_brokers(configs, meta, objects)
+    [topic] = meta.topics()
+    return brokers, [TopicIdPartition(topic.topic_id, p) for p in range(topic.num_partitions)]
+
+
+async def _commits_per_s(
+    brokers: list[Broker], tps: list[TopicIdPartition], acks: int, seconds: float, concurrency: int
+) -> dict[str, float]:
+    batch = build_record_batch([(None, b"v" * 100, int(time.time() * 1000))])
+    done = errors = 0
+    stop = time.monotonic() + seconds
+
+    async def worker(i: int) -> None:
+        nonlocal done, errors
+        b = brokers[i % len(brokers)]
+        n = i
+        while time.monotonic() < stop:
+            n += concurrency
+            [r] = await b.produce([(tps[n % len(tps)], batch)], acks=acks)
+            if r.error == Errors.NONE:
+                done += 1
+            else:
+                errors += 1
+
+    start = time.monotonic()
+    await asyncio.gather(*(worker(i) for i in range(concurrency)))
+    elapsed = time.monotonic() - start
+    return {"commits_per_s": done / elapsed, "errors": errors}
+
+
+async def _hwm_delays(brokers: list[Broker], tp: TopicIdPartition, rounds: int, seed: int) -> list[float]:
+    """Per round and follower: ms from the leader's HWM covering a fresh
+    append to the follower's HWM covering it."""
+    rng = random.Random(seed)
+    leader = next(b for b in brokers if b.replicas.is_leader(tp))
+    followers = [b for b in brokers if b is not leader]
+    delays: list[float] = []
+    for _ in range(rounds):
+        # Idle first: every parked fetch is at rest, HWMs equal.
+        await asyncio.sleep(0.05 + rng.random() * 0.1)
+        batch = build_record_batch([(None, b"h", int(time.time() * 1000))])
+        [r] = await leader.produce([(tp, batch)], acks=1)
+        if r.error != Errors.NONE:
+            continue
+        target = r.base_offset + 1
+        deadline = time.monotonic() + 10
+        while leader.store.high_watermark(tp) < target and time.monotonic() < deadline:
+            await asyncio.sleep(POLL_S)
+        t_leader = time.monotonic()
+        pending = set(range(len(followers)))
+        while pending and time.monotonic() < deadline:
+            for i in list(pending):
+                if followers[i].store.high_watermark(tp) >= target:
+                    delays.append((time.monotonic() - t_leader) * 1000)
+                    pending.discard(i)
+            await asyncio.sleep(POLL_S)
+    return delays
+
+
+async def _run(seconds: float, concurrency: int, rounds: int, progress: Callable[[str], None]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="partlog-bench-repl-") as root:
+        progress("starting 3 brokers, RF=3 ...")
+        brokers, tps = await _cluster(root, "throughput", ReplicationConfig(), commit_interval_ms=5)
+        try:
+            # Warm up: connections, fetch sessions.
+            await _commits_per_s(brokers, tps, 1, min(1.0, seconds), concurrency)
+            progress(f"acks=1 for {seconds:g} s ...")
+            acks1 = await _commits_per_s(brokers, tps, 1, seconds, concurrency)
+            progress(f"acks=all for {seconds:g} s ...")
+            acks_all = await _commits_per_s(brokers, tps, -1, seconds, concurrency)
+        finally:
+            for b in brokers:
+                await b.stop()
+        hwm: dict[str, dict[str, float]] = {}
+        for label, sends in (("with_kip1166", True), ("without_kip1166", False)):
+            progress(f"HWM propagation {label.replace('_', ' ')}: {rounds} rounds ...")
+            brokers, tps = await _cluster(
+                root, label, ReplicationConfig(fetch_sends_high_watermark=sends), commit_interval_ms=1
+            )
+            try:
+                delays = await _hwm_delays(brokers, tps[0], rounds, seed=1)
+            finally:
+                for b in brokers:
+                    await b.stop()
+            hwm[label] = {
+                "p50_ms": _percentile(delays, 0.5),
+                "p99_ms": _percentile(delays, 0.99),
+                "samples": len(delays),
+            }
+    ratio = acks_all["commits_per_s"] / acks1["commits_per_s"] if acks1["commits_per_s"] else 0.0
+    return {
+        "replication_factor": 3,
+        "partitions": PARTITIONS,
+        "concurrency": concurrency,
+        "seconds": seconds,
+        "acks1_commits_per_s": acks1["commits_per_s"],
+        "acks_all_commits_per_s": acks_all["commits_per_s"],
+        "acks_all_errors": acks_all["errors"],
+        "ratio_acks_all_to_acks1": ratio,
+        "target_ratio": TARGET_RATIO,
+        "replica_fetch_wait_max_ms": REPLICA_FETCH_WAIT_MAX_MS_DEFAULT,
+        "hwm_propagation": hwm,
+    }
+
+
+def run(
+    *, seconds: float = 5.0, concurrency: int = 64, rounds: int = 30, progress: Callable[[str], None] = print
+) -> dict[str, Any]:
+    if seconds <= 0 or concurrency <= 0 or rounds <= 0:
+        raise ValueError("seconds, concurrency and rounds must be > 0")
+    return asyncio.run(_run(seconds, concurrency, rounds, progress))
+
+
+def report(r: dict[str, Any]) -> str:
+    lines = [
+        f"commits/s, RF=3, {r['partitions']} partitions, {r['concurrency']} requests in flight, "
+        f"{r['seconds']:g} s each:",
+        f"  acks=1    {r['acks1_commits_per_s']:10.0f}",
+        f"  acks=all  {r['acks_all_commits_per_s']:10.0f}   ratio {r['ratio_acks_all_to_acks1']:.2f} "
+        f"(target >= {r['target_ratio']})",
+        "HWM propagation to followers with no new data (ms from leader HWM to follower HWM):",
+    ]
+    for label, h in r["hwm_propagation"].items():
+        lines.append(f"  {label:16s} p50 {h['p50_ms']:7.1f}  p99 {h['p99_ms']:7.1f}  ({h['samples']} samples)")
+    lines.append(f"  (replica.fetch.wait.max.ms = {r['replica_fetch_wait_max_ms']})")
+    return "\n".join(lines)

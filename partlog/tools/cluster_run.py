@@ -1,0 +1,622 @@
+"""``partlog cluster``: a local multi-AZ cluster on loopback, producers in
+every AZ, everything consumed back and verified.
+
+A walmgr runs beside them (``<data-dir>/walmgr``; demo-sized deadlines: a
+2 s commit deadline, 0.5 s clock skew and 0.5 s grace), told of every
+upload by the brokers; with ``orphan_rate`` that share of WAL files has its
+commits dropped after the upload (the batches are answered with a retriable
+error and produced again), so walmgr has orphans to delete.  The report
+says how many were created and deleted, and how many deleted objects a
+broker still referenced (always 0).
+
+The brokers take their metadata from an embedded controller (its state in
+``<data-dir>/controller``): the topic is created with one replica per AZ,
+leaders are elected from the ISR when a broker dies, and with
+``kill_broker_every_s`` a random broker is stopped abruptly (no handover:
+its server, replication and store just stop) and restarted on the same data
+directory a moment later, while the producers keep going.
+
+Each record's value starts with ``<producer>:<sequence>:``, so the verifier
+knows what every acknowledged record was: it must be read back exactly once,
+at the offset its acknowledgement gave, and one producer's records to one
+partition must appear in the order they were sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from partlog.broker.server import Broker, BrokerConfig
+from partlog.client import Consumer, Producer, RecordMetadata
+from partlog.controller.client import ControllerMetadata
+from partlog.controller.cluster_meta import BrokerInfo, StaticMetadata
+from partlog.controller.core import PARTITIONS_PER_TOPIC_MAX, ControllerConfig
+from partlog.controller.server import ControllerServer
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import TopicIdPartition
+from partlog.kafka.topic_config import MAX_MESSAGE_BYTES_DEFAULT
+from partlog.produce.pipeline import ProduceConfig, SendCommit
+from partlog.replication.manager import ReplicationStats
+from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
+from partlog.wal.objectstore import LocalDirStore, ObjectStore, open_store
+from walmgr.config import WalmgrConfig
+from walmgr.daemon import Walmgr
+from walmgr.model import State
+
+log = logging.getLogger(__name__)
+
+TOPIC = "partlog-cluster"
+# How long the final consume may take before unread records count as lost.
+VERIFY_TIMEOUT_S = 120.0
+# Lost records the report names (the count is exact).
+LOST_EXAMPLES_MAX = 10
+# Demo-sized failure detection: a dead broker is fenced (and its partitions
+# get new leaders) within the session timeout.  Kafka's defaults are 9 s and 2 s.
+SESSION_TIMEOUT_MS = 3_000
+HEARTBEAT_INTERVAL_MS = 500
+# How long the cluster may take to elect every partition's first leader.
+STARTUP_TIMEOUT_S = 60.0
+# Demo-sized deletion safety (brokers and walmgr agree on the deadline).
+DEMO_COMMIT_DEADLINE_MS = 2_000
+DEMO_MAX_CLOCK_SKEW_MS = 500
+DEMO_GRACE_MS = 500
+WALMGR_CYCLE_MS = 1_000
+# After producing, walmgr gets this many cycles past the age gate to delete
+# the orphans.
+WALMGR_FINAL_CYCLES = 3
+# Segment ids an orphan-injecting broker remembers its choice for.
+ORPHAN_CHOICES_MAX = 10_000
+# Bounds on the options (flags are checked against them, so a typo such as
+# --message-bytes 1e8 is a clear error, not a 23 GB allocation):
+# a record must fit a batch under the topic's max.message.bytes (Kafka's
+# default, 1 MiB + 12) with its framing;
+MESSAGE_BYTES_MAX = MAX_MESSAGE_BYTES_DEFAULT - 1024
+# every broker, producer and the walmgr run in one process on one event loop;
+BROKERS_MAX = 64
+PRODUCERS_MAX = 1_024
+RATE_PER_PRODUCER_MAX = 1_000_000  # records/s
+# a day of producing is a soak test; more is a mistake;
+DURATION_S_MAX = 86_400.0
+# the WAL buffer must rotate well inside the demo commit deadline, or every
+# commit of a segment is refused as too old.
+COMMIT_INTERVAL_MS_MAX = DEMO_COMMIT_DEADLINE_MS // 2
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterOptions:
+    azs: int = 3
+    brokers_per_az: int = 2
+    partitions: int = 12
+    producers_per_az: int = 2
+    rate_per_producer: int = 500  # records/s
+    message_bytes: int = 100
+    duration_s: float = 10.0
+    data_dir: str | None = None
+    store_url: str | None = None
+    commit_interval_ms: int = 250
+    buffer_bytes_max: int = 4 * 1024 * 1024
+    sync: bool = True
+    seed: int = 0
+    # One replica per AZ by default (at most the number of brokers).
+    replication_factor: int = 3
+    # Kill a random broker every this many seconds and restart it after
+    # restart_after_s (0: never).
+    kill_broker_every_s: float = 0.0
+    restart_after_s: float = 1.0
+    walmgr: bool = True
+    # Share of WAL files whose commits are dropped after upload (orphans).
+    orphan_rate: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.orphan_rate <= 1.0:
+            raise ValueError(f"orphan-rate must be in [0, 1], got {self.orphan_rate}")
+        if self.orphan_rate and not self.walmgr:
+            raise ValueError("orphan-rate needs walmgr (it deletes the orphans)")
+        for name in (
+            "azs",
+            "brokers_per_az",
+            "partitions",
+            "producers_per_az",
+            "replication_factor",
+            "rate_per_producer",
+            "message_bytes",
+            "commit_interval_ms",
+        ):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{_flag(name)} must be > 0, got {getattr(self, name)}")
+        bounds: dict[str, tuple[float, float]] = {
+            "azs": (self.azs, BROKERS_MAX),
+            "brokers_per_az": (self.azs * self.brokers_per_az, BROKERS_MAX),
+            "partitions": (self.partitions, PARTITIONS_PER_TOPIC_MAX),
+            "producers_per_az": (self.azs * self.producers_per_az, PRODUCERS_MAX),
+            "rate_per_producer": (self.rate_per_producer, RATE_PER_PRODUCER_MAX),
+            "message_bytes": (self.message_bytes, MESSAGE_BYTES_MAX),
+            "duration_s": (self.duration_s, DURATION_S_MAX),
+            "commit_interval_ms": (self.commit_interval_ms, COMMIT_INTERVAL_MS_MAX),
+        }
+        for name, (value, limit) in bounds.items():
+            if value > limit:
+                what = {"brokers_per_az": "brokers in all", "producers_per_az": "producers in all"}.get(
+                    name, _flag(name)
+                )
+                raise ValueError(f"{what} may be at most {_num(limit)}, got {_num(value)}")
+        if self.duration_s <= 0:
+            raise ValueError(f"duration must be > 0, got {self.duration_s}")
+        if self.kill_broker_every_s < 0 or self.restart_after_s < 0:
+            raise ValueError("kill-broker-every and restart-after must be >= 0")
+
+
+def _num(x: float) -> str:
+    return f"{x:,}" if isinstance(x, int) else f"{x:g}"
+
+
+def _flag(field_name: str) -> str:
+    """The command-line flag of a ClusterOptions field."""
+    flags = {"rate_per_producer": "rate", "duration_s": "duration"}
+    return "--" + flags.get(field_name, field_name).replace("_", "-")
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free TCP ports on 127.0.0.1 (free when asked)."""
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+class OrphanInjectingBroker(Broker):
+    """A broker that drops every commit of a share of its WAL files after
+    the upload, as a crash between upload and commit would: the object is an
+    orphan, its batches are answered REQUEST_TIMED_OUT and produced again."""
+
+    def __init__(self, *args: Any, orphan_rate: float, seed: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._orphan_rate = orphan_rate
+        self._rng = random.Random(seed)
+        self._choices: dict[int, bool] = {}
+        self.orphans_created: list[str] = []
+
+    def _queue_commit(self, c: SendCommit) -> None:
+        drop = self._choices.get(c.segment_id)
+        if drop is None:
+            drop = self._choices[c.segment_id] = self._rng.random() < self._orphan_rate
+            if drop:
+                self.orphans_created.append(c.key)
+            if len(self._choices) > ORPHAN_CHOICES_MAX:
+                del self._choices[next(iter(self._choices))]
+        if drop:
+            self._perform(
+                self.pipeline.commit_done(
+                    c.segment_id, c.leader_broker_id, None, self._clock(), Errors.REQUEST_TIMED_OUT, "orphan injected"
+                )
+            )
+            return
+        super()._queue_commit(c)
+
+
+class LocalCluster:
+    """A controller and brokers in this process, each broker restartable on
+    its own data directory and port."""
+
+    def __init__(self, opts: ClusterOptions, data_dir: str, objects: ObjectStore) -> None:
+        self.opts = opts
+        self.data_dir = data_dir
+        self.objects = objects
+        self.layout = StaticMetadata.generate(azs=opts.azs, brokers_per_az=opts.brokers_per_az, topics={})
+        ids = [b.broker_id for b in self.layout.brokers()]
+        self.ports = dict(zip(ids, free_ports(len(ids)), strict=True))
+        self.controller = ControllerServer(
+            ControllerConfig(os.path.join(data_dir, "controller"), broker_session_timeout_ms=SESSION_TIMEOUT_MS)
+        )
+        self.brokers: dict[int, Broker] = {}
+        self._sources: dict[int, ControllerMetadata] = {}
+        self.admin: ControllerMetadata | None = None
+        self.killed = 0
+        # Replication counters of broker incarnations that were killed.
+        self.past = ReplicationStats()
+        self.walmgr_address = ""
+        self.orphans_created: list[str] = []
+
+    def config(self, b: BrokerInfo) -> BrokerConfig:
+        return BrokerConfig(
+            b.broker_id,
+            b.az,
+            os.path.join(self.data_dir, "brokers", str(b.broker_id), "meta"),
+            port=self.ports[b.broker_id],
+            produce=ProduceConfig(
+                commit_interval_ms=self.opts.commit_interval_ms, buffer_bytes_max=self.opts.buffer_bytes_max
+            ),
+            sync=self.opts.sync,
+            commit_deadline_ms=DEMO_COMMIT_DEADLINE_MS if self.opts.walmgr else COMMIT_DEADLINE_MS_DEFAULT,
+            walmgr_address=self.walmgr_address,
+        )
+
+    async def start(self) -> None:
+        await self.controller.start()
+        for b in self.layout.brokers():
+            await self.start_broker(b.broker_id)
+        self.admin = ControllerMetadata("127.0.0.1", self.controller.port)
+        await self.admin.start()
+        rf = min(self.opts.replication_factor, len(self.layout.brokers()))
+        answer = (await self.admin.create_topics({TOPIC: (self.opts.partitions, rf)}))[TOPIC]
+        if isinstance(answer, Errors):
+            raise RuntimeError(f"cannot create topic {TOPIC}: {answer.name}")
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not all(self._led_somewhere(tp) for tp in self.partitions()):
+            if time.monotonic() > deadline:
+                raise RuntimeError("partition leaders were not elected in time")
+            await asyncio.sleep(0.05)
+
+    def partitions(self) -> list[TopicIdPartition]:
+        assert self.admin is not None
+        topic = next(t for t in self.admin.topics() if t.name == TOPIC)
+        return [TopicIdPartition(topic.topic_id, p) for p in range(topic.num_partitions)]
+
+    def _led_somewhere(self, tp: TopicIdPartition) -> bool:
+        return any(b.replicas.is_leader(tp) for b in self.brokers.values())
+
+    async def start_broker(self, broker_id: int) -> None:
+        info = self.layout.broker(broker_id)
+        assert info is not None
+        me = BrokerInfo(broker_id, info.az, "127.0.0.1", self.ports[broker_id])
+        source = ControllerMetadata("127.0.0.1", self.controller.port, me, heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS)
+        await source.start()
+        broker: Broker
+        if self.opts.orphan_rate > 0:
+            seed = self.opts.seed * 1000 + broker_id * 10 + self.killed
+            broker = OrphanInjectingBroker(
+                self.config(me), source, self.objects, orphan_rate=self.opts.orphan_rate, seed=seed
+            )
+        else:
+            broker = Broker(self.config(me), source, self.objects)
+        await broker.start()
+        self.brokers[broker_id], self._sources[broker_id] = broker, source
+
+    async def kill(self, broker_id: int) -> None:
+        """Stop a broker abruptly: no leadership handover, no goodbye to the controller."""
+        broker, source = self.brokers.pop(broker_id), self._sources.pop(broker_id)
+        await source.stop()
+        await broker.stop()
+        self._collect_orphans(broker)
+        st = broker.replicas.stats
+        self.past.truncations += st.truncations
+        self.past.entries_replicated += st.entries_replicated
+        self.killed += 1
+
+    def _collect_orphans(self, broker: Broker) -> None:
+        if isinstance(broker, OrphanInjectingBroker):
+            self.orphans_created += broker.orphans_created
+            broker.orphans_created = []
+
+    def all_orphans(self) -> list[str]:
+        for b in self.brokers.values():
+            self._collect_orphans(b)
+        return list(self.orphans_created)
+
+    def replication_total(self, name: str) -> int:
+        return int(getattr(self.past, name)) + sum(int(getattr(b.replicas.stats, name)) for b in self.brokers.values())
+
+    def bootstrap(self, az: str | None = None) -> list[tuple[str, int]]:
+        """Live brokers' addresses, those in ``az`` first."""
+        infos = sorted(self.layout.brokers(), key=lambda b: (b.az != az, b.broker_id))
+        return [("127.0.0.1", self.ports[b.broker_id]) for b in infos if b.broker_id in self.brokers]
+
+    async def stop(self) -> None:
+        for broker_id in list(self.brokers):
+            broker, source = self.brokers.pop(broker_id), self._sources.pop(broker_id)
+            await broker.stop()
+            await source.stop()
+        if self.admin is not None:
+            await self.admin.stop()
+        await self.controller.stop()
+
+
+async def _kill_loop(cluster: LocalCluster, opts: ClusterOptions, rng: random.Random) -> None:
+    """Kill one random broker every ``kill_broker_every_s`` and restart it after ``restart_after_s``."""
+    while True:
+        await asyncio.sleep(opts.kill_broker_every_s)
+        victim = rng.choice(sorted(cluster.brokers))
+        log.warning("killing broker %d", victim)
+        await cluster.kill(victim)
+        await asyncio.sleep(opts.restart_after_s)
+        log.warning("restarting broker %d", victim)
+        await cluster.start_broker(victim)
+
+
+async def run(opts: ClusterOptions, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run the cluster, produce, verify; the report.  Without ``data_dir``
+    everything lives in a temporary directory, removed at the end."""
+    temporary = opts.data_dir is None
+    data_dir = opts.data_dir or tempfile.mkdtemp(prefix="partlog-cluster-")
+    try:
+        result = await _run_in(opts, data_dir, progress)
+    finally:
+        if temporary:
+            shutil.rmtree(data_dir, ignore_errors=True)
+    result["data_kept"] = not temporary
+    return result
+
+
+async def _run_in(opts: ClusterOptions, data_dir: str, progress: Callable[[str], None] | None) -> dict[str, Any]:
+    objects: ObjectStore = (
+        open_store(opts.store_url) if opts.store_url else LocalDirStore(os.path.join(data_dir, "objects"))
+    )
+    # Fail fast on a wrong store: producers would otherwise retry uploads
+    # until their delivery timeout.
+    objects.list_page("", max_keys=1)
+    cluster = LocalCluster(opts, data_dir, objects)
+    mgr: Walmgr | None = None
+    try:
+        if opts.walmgr:
+            mgr = await _start_walmgr(opts, data_dir, objects)
+            cluster.walmgr_address = f"127.0.0.1:{mgr.port}"
+        await cluster.start()
+        if mgr is not None:
+            mgr.metadata = cluster.admin
+        return await _run(cluster, opts, data_dir, objects, progress, mgr)
+    finally:
+        if mgr is not None:
+            await mgr.stop()
+        await cluster.stop()
+
+
+async def _start_walmgr(opts: ClusterOptions, data_dir: str, objects: ObjectStore) -> Walmgr:
+    [port] = free_ports(1)
+    store_url = opts.store_url or "file://" + os.path.abspath(os.path.join(data_dir, "objects"))
+    cfg = WalmgrConfig.for_cli(
+        store_url,
+        os.path.join(data_dir, "walmgr"),
+        commit_deadline_ms=DEMO_COMMIT_DEADLINE_MS,
+        max_clock_skew_ms=DEMO_MAX_CLOCK_SKEW_MS,
+        grace_ms=DEMO_GRACE_MS,
+        cycle_interval_ms=WALMGR_CYCLE_MS,
+        full_scan_interval_ms=10 * WALMGR_CYCLE_MS,
+        listen=f"127.0.0.1:{port}",
+    )
+    mgr = Walmgr(cfg, store=objects)
+    await mgr.start()
+    return mgr
+
+
+async def _walmgr_finish(cluster: LocalCluster, mgr: Walmgr, runner: asyncio.Task[None]) -> dict[str, int]:
+    """Stop the daemon loop, give walmgr cycles until every orphan is past
+    the gate and deleted (or WALMGR_FINAL_CYCLES cycles past it), then count
+    what it deleted against what the brokers still reference."""
+    runner.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await runner
+    orphans = set(cluster.all_orphans())
+    gate_s = mgr.config.age_gate_ms / 1000
+    deadline = time.monotonic() + gate_s + WALMGR_FINAL_CYCLES * WALMGR_CYCLE_MS / 1000
+    reg = mgr.registry
+    assert reg is not None
+
+    def deleted_keys() -> set[str]:
+        return {r.key for r in reg.records({State.DELETED})}
+
+    while True:
+        await mgr.cycle()
+        if orphans <= deleted_keys() or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(WALMGR_CYCLE_MS / 1000)
+    deleted = deleted_keys()
+    referenced = {k for b in cluster.brokers.values() for k in b.store.file_usage()}
+    return {
+        "orphans_created": len(orphans),
+        "orphans_deleted": len(orphans & deleted),
+        "objects_deleted": len(deleted),
+        "objects_deleted_referenced": len(deleted & referenced),
+    }
+
+
+async def _run(
+    cluster: LocalCluster,
+    opts: ClusterOptions,
+    data_dir: str,
+    objects: ObjectStore,
+    progress: Callable[[str], None] | None,
+    mgr: Walmgr | None = None,
+) -> dict[str, Any]:
+    meta = cluster.layout
+    walmgr_runner = asyncio.ensure_future(mgr.run()) if mgr is not None else None
+    rng = random.Random(opts.seed)
+    tps = cluster.partitions()
+    producers: list[Producer] = []
+    for az in meta.azs():
+        for _ in range(opts.producers_per_az):
+            producers.append(Producer(cluster.bootstrap(az), az=az))
+    for p in producers:
+        await p.start()
+    killer = asyncio.ensure_future(_kill_loop(cluster, opts, rng)) if opts.kill_broker_every_s > 0 else None
+
+    acked: dict[tuple[int, int], RecordMetadata] = {}
+    sent = 0
+    failed = 0
+    futures: list[asyncio.Future[RecordMetadata]] = []
+    start = time.monotonic()
+    pad = b"x" * max(0, opts.message_bytes - 24)
+
+    def on_done(key: tuple[int, int]) -> Callable[[asyncio.Future[RecordMetadata]], None]:
+        def cb(f: asyncio.Future[RecordMetadata]) -> None:
+            nonlocal failed
+            if f.cancelled() or f.exception() is not None:
+                failed += 1
+            else:
+                acked[key] = f.result()
+
+        return cb
+
+    seqs = [0] * len(producers)
+    tick_s = 0.01
+    next_report = start + 1.0
+    while (now := time.monotonic()) - start < opts.duration_s:
+        elapsed = now - start
+        for pi, p in enumerate(producers):
+            due = int(opts.rate_per_producer * elapsed) - seqs[pi]
+            for _ in range(due):
+                seq = seqs[pi]
+                seqs[pi] += 1
+                tp = tps[rng.randrange(len(tps))]
+                fut = p.send(tp, f"{pi}:{seq}:".encode() + pad)
+                fut.add_done_callback(on_done((pi, seq)))
+                futures.append(fut)
+                sent += 1
+        if progress and now >= next_report:
+            next_report += 1.0
+            progress(f"{elapsed:5.1f}s produced {sent:,} acked {len(acked):,} failed {failed:,}")
+        await asyncio.sleep(tick_s)
+    if killer is not None:
+        killer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await killer
+        # Bring every broker back, so all data is served again.
+        for b in meta.brokers():
+            if b.broker_id not in cluster.brokers:
+                await cluster.start_broker(b.broker_id)
+    for p in producers:
+        await p.flush()
+    await asyncio.gather(*futures, return_exceptions=True)
+    produce_s = time.monotonic() - start
+    if progress:
+        progress(f"produced {sent:,} acked {len(acked):,} failed {failed:,}; consuming back")
+
+    # Consume everything back.
+    consumer = Consumer(cluster.bootstrap(), max_wait_ms=100)
+    await consumer.start()
+    consumer.assign(tps)
+    seen: dict[tuple[int, int], list[tuple[TopicIdPartition, int]]] = {}
+    expected_end = {tp: 0 for tp in tps}
+    for md in acked.values():
+        expected_end[md.topic_id_partition] = max(expected_end[md.topic_id_partition], md.offset + 1)
+    deadline = time.monotonic() + VERIFY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if all(consumer.positions[tp] >= expected_end[tp] for tp in tps):
+            break
+        for rec in await consumer.poll():
+            pi_s, seq_s, _ = (rec.value or b"").split(b":", 2)
+            seen.setdefault((int(pi_s), int(seq_s)), []).append((rec.topic_id_partition, rec.offset))
+    await consumer.close()
+
+    verified = lost = duplicated = misplaced = 0
+    # The first few acknowledged records not read back where acknowledged:
+    # (producer, sequence, partition, acknowledged offset, offsets seen).
+    lost_examples: list[tuple[int, int, int, int, list[int]]] = []
+    for key, md in acked.items():
+        where = seen.get(key, [])
+        if not where:
+            lost += 1
+        elif (md.topic_id_partition, md.offset) not in where:
+            misplaced += 1
+        else:
+            verified += 1
+            continue
+        if len(lost_examples) < LOST_EXAMPLES_MAX:
+            tp = md.topic_id_partition
+            lost_examples.append((key[0], key[1], tp.partition, md.offset, [o for _, o in where]))
+    duplicated = sum(len(w) - 1 for w in seen.values() if len(w) > 1)
+    # Order: per (producer, partition), offsets increase with sequence.
+    order_violations = 0
+    last: dict[tuple[int, TopicIdPartition], tuple[int, int]] = {}
+    for (pi, seq), where in sorted(seen.items()):
+        tp, off = where[0]
+        prev = last.get((pi, tp))
+        if prev is not None and off < prev[1]:
+            order_violations += 1
+        last[(pi, tp)] = (seq, off)
+
+    walmgr_result: dict[str, int] = {}
+    if mgr is not None and walmgr_runner is not None:
+        if progress:
+            progress("walmgr: deleting orphans past the age gate")
+        walmgr_result = await _walmgr_finish(cluster, mgr, walmgr_runner)
+    brokers = list(cluster.brokers.values())
+    fanout = [f for br in brokers for f in br.stats.fanout]
+    latencies = [lat for p in producers for lat in p.latencies_ms]
+    acked_bytes = len(acked) * opts.message_bytes
+    result: dict[str, Any] = {
+        "azs": opts.azs,
+        "brokers": len(brokers),
+        "partitions": opts.partitions,
+        "replication_factor": min(opts.replication_factor, len(brokers)),
+        "leader_elections": cluster.controller.controller.leader_elections,
+        "truncations": cluster.replication_total("truncations"),
+        "brokers_killed": cluster.killed,
+        "entries_replicated": cluster.replication_total("entries_replicated"),
+        "producers": len(producers),
+        "records_produced": sent,
+        "records_acked": len(acked),
+        "records_failed": failed,
+        "records_verified": verified,
+        "records_lost": lost + misplaced,
+        "records_lost_examples": lost_examples,
+        "records_duplicated": duplicated,
+        "order_violations": order_violations,
+        "wal_files": sum(br.stats.uploads - br.stats.upload_errors for br in brokers),
+        "commit_rpcs_per_file": {
+            "local_mean": statistics.fmean([f[0] for f in fanout]) if fanout else 0.0,
+            "same_az_mean": statistics.fmean([f[1] for f in fanout]) if fanout else 0.0,
+            "cross_az_mean": statistics.fmean([f[2] for f in fanout]) if fanout else 0.0,
+            "remote_max": max((f[1] + f[2] for f in fanout), default=0),
+        },
+        "produce_latency_ms": {"p50": _percentile(latencies, 0.5), "p99": _percentile(latencies, 0.99)},
+        "mib_per_s": acked_bytes / produce_s / (1 << 20),
+        "duration_s": produce_s,
+        "data_dir": data_dir,
+        "store": objects.describe(),
+        **walmgr_result,
+    }
+    for p in producers:
+        await p.close()
+    return result
+
+
+def print_report(r: dict[str, Any], out: Any = sys.stdout) -> None:
+    c = r["commit_rpcs_per_file"]
+    lines = [
+        f"cluster: {r['azs']} AZs, {r['brokers']} brokers, {r['partitions']} partitions "
+        f"(replication factor {r['replication_factor']}), {r['producers']} producers",
+        f"records: produced {r['records_produced']:,}  acked {r['records_acked']:,}  failed {r['records_failed']:,}",
+        f"verify:  verified {r['records_verified']:,}  lost {r['records_lost']:,}  "
+        f"duplicated {r['records_duplicated']:,}  order violations {r['order_violations']:,}",
+        f"WAL files: {r['wal_files']:,}; commit RPCs per file: local {c['local_mean']:.2f}, "
+        f"same-AZ {c['same_az_mean']:.2f}, cross-AZ {c['cross_az_mean']:.2f}, remote max {c['remote_max']}",
+        f"produce latency: p50 {r['produce_latency_ms']['p50']:.0f} ms, p99 {r['produce_latency_ms']['p99']:.0f} ms; "
+        f"{r['mib_per_s']:.2f} MiB/s",
+        f"replication: {r['entries_replicated']:,} entries replicated, {r['leader_elections']} leader elections, "
+        f"{r['truncations']} truncations, {r['brokers_killed']} brokers killed",
+        f"data: {r['data_dir']} ({r['store']})"
+        if r.get("data_kept", True)
+        else "data: a temporary directory, removed at exit (--data-dir DIR keeps it)",
+    ]
+    if "orphans_created" in r:
+        lines.insert(
+            -1,
+            f"walmgr: orphans created {r['orphans_created']:,}, deleted {r['orphans_deleted']:,}; objects deleted "
+            f"{r['objects_deleted']:,}, of them still referenced {r['objects_deleted_referenced']}",
+        )
+    print("\n".join(lines), file=out)

@@ -1,0 +1,79 @@
+"""Object keys of WAL segments: ``<prefix>/<shard>/<created_ms:013d>-<broker_id>-<hex>.wal``.
+
+The creation time in the key is what the commit deadline is measured from
+(design-brief, "Deletion safety"), so a key that does not parse is never
+committed and never deleted.  ``shard`` is two lowercase hex digits that spread
+keys over 256 listing prefixes; within a shard keys sort by creation time
+because ``created_ms`` is zero-padded to 13 digits (good until year 2286).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from partlog.kafka.crc32c import crc32c
+
+# Longest object key, in UTF-8 bytes.  S3 allows 1024, but every store keys
+# its file index by object key and LMDB keys are at most 511 bytes, so a WAL
+# key must fit that (a prefix of up to ~470 bytes).  Checking it here, where
+# keys are made and parsed, keeps a too-long key from reaching any store.
+OBJECT_KEY_BYTES_MAX = 511
+SHARD_COUNT = 256
+
+_NAME = re.compile(r"(?P<created>[0-9]{13})-(?P<broker>0|[1-9][0-9]{0,9})-(?P<rand>[0-9a-f]{1,64})\.wal")
+_SHARD = re.compile(r"[0-9a-f]{2}")
+
+
+class WalKeyError(ValueError):
+    """The object key is not a WAL key; the message names the key and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class WalKey:
+    prefix: str
+    shard: str
+    created_ms: int
+    broker_id: int
+    rand_hex: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.created_ms:013d}-{self.broker_id}-{self.rand_hex}.wal"
+
+    def __str__(self) -> str:
+        head = f"{self.prefix}/" if self.prefix else ""
+        return f"{head}{self.shard}/{self.name}"
+
+
+def shard_of(name: str) -> str:
+    """The listing shard of a file name: a hash, so shards fill evenly."""
+    return f"{crc32c(name.encode()) % SHARD_COUNT:02x}"
+
+
+def make_wal_key(prefix: str, created_ms: int, broker_id: int, rand_hex: str) -> WalKey:
+    if not 0 <= created_ms < 10**13:
+        raise WalKeyError(f"created_ms {created_ms} does not fit 13 digits")
+    if broker_id < 0:
+        raise WalKeyError(f"broker_id {broker_id} is negative")
+    name = f"{created_ms:013d}-{broker_id}-{rand_hex}.wal"
+    key = WalKey(prefix.strip("/"), shard_of(name), created_ms, broker_id, rand_hex)
+    return parse_wal_key(str(key))  # one validator for both directions
+
+
+def parse_wal_key(key: str) -> WalKey:
+    """Parse ``key`` or raise :class:`WalKeyError` saying what is wrong."""
+    if len(key.encode()) > OBJECT_KEY_BYTES_MAX:
+        raise WalKeyError(f"object key {key[:80]!r}... is longer than {OBJECT_KEY_BYTES_MAX} bytes")
+    parts = key.split("/")
+    if len(parts) < 2:
+        raise WalKeyError(f"object key {key!r} has no <shard>/ component")
+    *prefix_parts, shard, name = parts
+    if any(p in ("", ".", "..") for p in prefix_parts):
+        raise WalKeyError(f"object key {key!r} has an empty, '.' or '..' prefix component")
+    if not _SHARD.fullmatch(shard):
+        raise WalKeyError(f"object key {key!r}: shard {shard!r} is not two lowercase hex digits")
+    m = _NAME.fullmatch(name)
+    if m is None:
+        raise WalKeyError(f"object key {key!r}: file name {name!r} is not <created_ms:013d>-<broker_id>-<hex>.wal")
+    return WalKey("/".join(prefix_parts), shard, int(m["created"]), int(m["broker"]), m["rand"])
