@@ -147,3 +147,17 @@ def test_restart_after_a_rotation_cut_short_keeps_no_live_segment_as_spare(tmp_p
     j.close()
     again = Journal(d, sync=False, segment_bytes=SEGMENT)
     assert list(again.replay(6))[:6] == list(enumerate(data, 1))[6:]
+
+
+def test_a_foreign_file_in_the_journal_is_a_one_line_store_error(tmp_path: Path) -> None:
+    from partlog.store import MetadataStore, StoreError
+
+    with MetadataStore.open(tmp_path / "s", sync=False):
+        pass
+    (tmp_path / "s" / "journal" / "notes.jnl").write_bytes(b"mine")
+    try:
+        MetadataStore.open(tmp_path / "s", sync=False)
+    except StoreError as e:
+        assert "journal" in str(e) and "notes.jnl" in str(e), e
+    else:
+        raise AssertionError("opened a store with a foreign file in its journal")

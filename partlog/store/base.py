@@ -27,7 +27,7 @@ from partlog.kafka.records import (
 from partlog.kafka.topic_config import TopicConfig
 from partlog.lmdb_gate import LmdbGate
 from partlog.store.group_commit import GroupCommitPipeline, PipelineFailedError, Write
-from partlog.store.journal import JOURNAL_SEGMENT_BYTES_DEFAULT, Journal
+from partlog.store.journal import JOURNAL_SEGMENT_BYTES_DEFAULT, Journal, JournalError
 from partlog.store.layout import (
     CHECKPOINT_GROUPS_MAX_DEFAULT,
     CHECKPOINT_INTERVAL_MS_DEFAULT,
@@ -229,7 +229,7 @@ class StoreBase:
             self._journal = Journal(
                 os.path.join(path, "journal"), sync=sync, segment_bytes=journal_segment_bytes, readonly=readonly
             )
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, JournalError) as e:
             env.close()
             raise StoreError(f"{path}: cannot open the journal: {e}") from e
         try:
