@@ -7,16 +7,20 @@ BatchCoordinator, per leader (see :mod:`partlog.kafka.records`).
 
 The layout on disk is :mod:`partlog.store.layout`.
 
-Writes go through a group commit: concurrent callers queue their operations,
-one of them (the leader) runs every queued operation in ONE write transaction
-and commits it (one fsync with ``sync=True``), then wakes the others.  Each
+Commits go through a group commit: concurrent ``commit_file`` callers queue;
+one of them sequences the queued calls into a group against the in-memory
+state, and the group is made durable by ONE journal append (one fsync with
+``sync=True``) before anyone is answered; checkpoints apply durable groups to
+LMDB later, in large transactions.  Every other write (topics, epochs,
+truncation, DeleteRecords, retention, follower appends) runs exclusively:
+the pipeline drained, the journal applied, one LMDB write transaction.  Each
 operation validates everything before it writes anything, so one caller's bad
-input never reaches another caller's commit.  The in-memory caches (partition
-states, producer states) change only after the transaction committed: the
-operations write to a staging overlay that is thrown away on abort and retry.
+input never reaches another caller's commit; an exclusive write stages its
+changes and reaches the caches only once committed.
 
-Readers use their own read transactions and read state from LMDB, never from
-the caches, so a ``readonly=True`` store in another process sees the same.
+Readers never read the caches: they read LMDB plus the overlay of durable,
+not yet applied groups (:mod:`partlog.store.view`), so a ``readonly=True``
+store in another process, which follows the journal, sees the same.
 
 Replication (Kafka-style, per partition): the leader's :meth:`MetadataStore.read_log`
 hands out entries as :class:`ReplicatedEntry` values; a follower's store
