@@ -176,8 +176,10 @@ def test_exclusive_runs_alone_with_the_pipeline_drained() -> None:
 # ----------------------------------------------------------------- the store
 
 
-def _store_setup(path: Path, partitions: int = 4) -> tuple[MetadataStore, list[TopicIdPartition]]:
-    store = MetadataStore.open(path, clock=lambda: NOW)
+def _store_setup(
+    path: Path, partitions: int = 4, *, checkpoint_thread: bool = True
+) -> tuple[MetadataStore, list[TopicIdPartition]]:
+    store = MetadataStore.open(path, clock=lambda: NOW, checkpoint_thread=checkpoint_thread)
     tid = uuid.uuid4()
     store.create_topic_and_partitions([CreateTopicAndPartitionsRequest(tid, "t", partitions)])
     return store, [TopicIdPartition(tid, p) for p in range(partitions)]
@@ -250,7 +252,8 @@ def test_a_failed_commit_stops_the_store_and_reopen_has_only_acknowledged_data(
 
 def test_pending_reference_is_visible_before_the_commit_is_durable(tmp_path: Path) -> None:
     """referenced_files() must count a reference from the moment it was sequenced."""
-    store, tps = _store_setup(tmp_path / "s", partitions=1)
+    # Checkpoints only when asked, so the pending state below is observable.
+    store, tps = _store_setup(tmp_path / "s", partitions=1, checkpoint_thread=False)
     key = wal_key(NOW)
     seen: list[set[str]] = []
     real_apply = store._pipeline._apply

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import uuid
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -161,3 +162,24 @@ def test_a_foreign_file_in_the_journal_is_a_one_line_store_error(tmp_path: Path)
         assert "journal" in str(e) and "notes.jnl" in str(e), e
     else:
         raise AssertionError("opened a store with a foreign file in its journal")
+
+
+def test_a_lone_group_is_checkpointed_within_the_interval(tmp_path: Path) -> None:
+    """The checkpoint thread applies a single waiting group once it waited
+    checkpoint_interval_ms (not only once checkpoint_groups_max wait)."""
+    import time
+
+    from partlog.kafka.records import CreateTopicAndPartitionsRequest, TopicIdPartition
+    from partlog.store import MetadataStore
+    from tests.batches import build_batch, request, wal_key
+
+    with MetadataStore.open(tmp_path / "s", sync=False, checkpoint_interval_ms=20) as store:
+        tid = uuid.uuid4()
+        store.create_topic_and_partitions([CreateTopicAndPartitionsRequest(tid, "t", 1)])
+        b = build_batch(1)
+        store.commit_file(wal_key(int(time.time() * 1000)), 1, len(b), [request(TopicIdPartition(tid, 0), b)])
+        deadline = time.monotonic() + 30  # bounded wait, not a timing assertion
+        while store.store_stats()["overlay_groups"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert store.store_stats()["overlay_groups"] == 0
+        assert store.stats["checkpoints"] >= 1

@@ -76,12 +76,14 @@ class CheckpointMixin(StoreBase):
             if waiting == 1:
                 self._overlay_since = time.monotonic()
         self.stats["group_commits"] += 1
-        if waiting >= self.checkpoint_groups_max:
-            if self._checkpointer is None:
+        if self._checkpointer is None:
+            if waiting >= self.checkpoint_groups_max:
                 self._checkpoint()
-            elif waiting == self.checkpoint_groups_max:
-                with self._checkpoint_wake:
-                    self._checkpoint_wake.notify()
+        elif waiting == 1 or waiting == self.checkpoint_groups_max:
+            # The thread sleeps with nothing waiting: the first group starts
+            # its checkpoint_interval_ms clock, the limit cuts it short.
+            with self._checkpoint_wake:
+                self._checkpoint_wake.notify()
 
     # ------------------------------------------------------------ checkpoint
 
