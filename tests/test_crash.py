@@ -38,6 +38,7 @@ import pytest
 from partlog import (
     BatchInfo,
     CommitBatchRequest,
+    CreateTopicAndPartitionsRequest,
     Errors,
     FindBatchRequest,
     MetadataStore,
@@ -246,6 +247,10 @@ def test_sigkill_during_commits(tmp_path: Path, request: pytest.FixtureRequest) 
     history = History()
     leo = [0] * PARTITIONS
     acked_total = early = 0
+    # The topic exists before the first worker: a kill before a worker is
+    # ready may land before it could create it (CI, round 1).
+    with MetadataStore.open(path, sync=True) as store:
+        store.create_topic_and_partitions([CreateTopicAndPartitionsRequest(tid, "crash", PARTITIONS)])
     for rnd in range(1, kills + 1):
         ctx = f"seed {seed} round {rnd}"
         worker = Worker(path, tid, rnd, seed)
