@@ -238,9 +238,7 @@ class CheckpointMixin(StoreBase):
     def _recover_journal(self) -> None:
         """Apply the journal's records above ``journal_applied_seq`` (what
         a crash left unapplied), then start appending after them."""
-        with self._read() as view:
-            raw = view.get(KEY_JOURNAL_APPLIED, db=self._db_meta)
-        applied = 0 if raw is None else int(U64.unpack(raw)[0])
+        applied = self._applied_seq()
         batch: list[CommitGroup] = []
         replayed = 0
         for seq, payload in self._journal.replay(applied):
