@@ -183,3 +183,59 @@ def test_a_lone_group_is_checkpointed_within_the_interval(tmp_path: Path) -> Non
             time.sleep(0.01)
         assert store.store_stats()["overlay_groups"] == 0
         assert store.stats["checkpoints"] >= 1
+
+
+def test_a_stalled_checkpoint_thread_cannot_grow_the_overlay_past_its_backlog_limit(tmp_path: Path) -> None:
+    """Regression (a 10M-batch run grew RSS): commits that outrun the
+    checkpoint thread must not pile up durable groups in memory without
+    bound.  With the thread gone, the commit stage itself applies the backlog
+    once checkpoint_backlog_groups_max groups wait; every commit stays
+    readable and nothing is lost across a reopen."""
+    import time
+
+    from partlog.kafka.records import CreateTopicAndPartitionsRequest, TopicIdPartition
+    from partlog.store import MetadataStore
+    from tests.batches import build_batch, request, wal_key
+
+    store = MetadataStore.open(
+        tmp_path / "s",
+        sync=False,
+        checkpoint_groups_max=2,
+        checkpoint_backlog_groups_max=5,
+        checkpoint_interval_ms=3_600_000,
+    )
+    try:
+        # Stop the thread but leave it registered: only backpressure applies now.
+        thread = store._checkpointer
+        assert thread is not None
+        with store._checkpoint_wake:
+            store._checkpointer_stop = True
+            store._checkpoint_wake.notify()
+        thread.join()
+        tid = uuid.uuid4()
+        store.create_topic_and_partitions([CreateTopicAndPartitionsRequest(tid, "t", 1)])
+        tp = TopicIdPartition(tid, 0)
+        b = build_batch(1, timestamp_ms=int(time.time() * 1000))
+        most = 0
+        for _ in range(23):
+            [r] = store.commit_file(wal_key(int(time.time() * 1000)), 1, 1 << 20, [request(tp, b)])
+            assert not r.errors, r.errors
+            most = max(most, store.store_stats()["overlay_groups"])
+        assert most <= 5
+        assert store.stats["checkpoint_backpressure"] >= 4
+        assert store.log_end_offset(tp) == 23 and store.high_watermark(tp) == 23
+    finally:
+        store.close(checkpoint=False)
+    with MetadataStore.open(tmp_path / "s", sync=False, checkpoint_thread=False) as again:
+        assert again.log_end_offset(tp) == 23
+
+
+def test_checkpoint_backlog_below_the_checkpoint_size_is_refused(tmp_path: Path) -> None:
+    from partlog.store import MetadataStore
+
+    try:
+        MetadataStore.open(tmp_path / "s", checkpoint_groups_max=10, checkpoint_backlog_groups_max=9)
+    except ValueError as e:
+        assert "checkpoint_backlog_groups_max" in str(e)
+    else:
+        raise AssertionError("accepted a backlog limit below the checkpoint size")

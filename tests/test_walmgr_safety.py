@@ -103,10 +103,14 @@ def config(tmp_path: Path, store_url: str, **changes: Any) -> WalmgrConfig:
     return WalmgrConfig.for_cli(store_url, str(tmp_path / "registry"), **(base | changes))
 
 
-async def until(cond: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
+async def until(
+    cond: Callable[[], bool], what: str, timeout_s: float = WAIT_S, detail: Callable[[], object] | None = None
+) -> None:
+    """Poll ``cond``; on timeout fail with ``detail()`` (what the state was)."""
     deadline = time.monotonic() + timeout_s
     while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out waiting for {what}" + (f": {detail()}" if detail else ""))
         await asyncio.sleep(0.02)
 
 
@@ -336,6 +340,26 @@ def converged(brokers: Sequence[Broker], tps: Sequence[TopicIdPartition]) -> boo
     return True
 
 
+def divergence(brokers: Sequence[Broker], tps: Sequence[TopicIdPartition]) -> dict[str, object]:
+    """Per partition, each broker's (log start, log end, HWM, leader epoch,
+    leader?, ISR): what a failed convergence wait reports."""
+    out: dict[str, object] = {}
+    for tp in tps:
+        rows = {}
+        for b in brokers:
+            st = b.store.partition_state(tp)
+            rows[b.broker_id] = (
+                st["log_start_offset"],
+                st["log_end_offset"],
+                st["high_watermark"],
+                b.replicas.replica_epoch(tp),
+                b.replicas.is_leader(tp),
+                sorted(b.replicas.isr(tp) or ()),
+            )
+        out[str(tp)] = rows
+    return out
+
+
 async def consume_from(
     bootstrap: tuple[str, int], starts: dict[TopicIdPartition, int], sent: Sent
 ) -> dict[RecordKey, list[Where]]:
@@ -489,7 +513,9 @@ async def safety_under_faults(
 
             # The faults stop; the replicas converge (followers learn the log start offsets).
             faulty.enabled = uploads.enabled = delays.on = False
-            await until(lambda: converged(brokers, tps), "the replicas to converge")
+            await until(
+                lambda: converged(brokers, tps), "the replicas to converge", detail=lambda: divergence(brokers, tps)
+            )
             referenced = {k for b in brokers for k in b.store.file_usage()}
             check_nothing_live_deleted("after the faults")
             assert not violations, violations

@@ -161,6 +161,16 @@ _STORE_METRICS = {
         "limit of partlog_store_overlay_groups before a checkpoint",
         False,
     ),
+    "checkpoint_backlog_groups_max": (
+        "partlog_store_checkpoint_backlog_groups_max",
+        "limit of partlog_store_overlay_groups before commits wait for the checkpoint",
+        False,
+    ),
+    "checkpoint_backpressure": (
+        "partlog_store_checkpoint_backpressure",
+        "group commits that applied the checkpoint backlog themselves (the thread fell behind)",
+        True,
+    ),
 }
 
 

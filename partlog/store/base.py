@@ -29,6 +29,7 @@ from partlog.lmdb_gate import LmdbGate
 from partlog.store.group_commit import GroupCommitPipeline, PipelineFailedError, Write
 from partlog.store.journal import JOURNAL_SEGMENT_BYTES_DEFAULT, Journal, JournalError
 from partlog.store.layout import (
+    CHECKPOINT_BACKLOG_GROUPS_MAX_DEFAULT,
     CHECKPOINT_GROUPS_MAX_DEFAULT,
     CHECKPOINT_INTERVAL_MS_DEFAULT,
     COMMIT_DEADLINE_MS_DEFAULT,
@@ -201,6 +202,7 @@ class StoreBase:
         checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS_DEFAULT,
         checkpoint_thread: bool = True,
         journal_segment_bytes: int = JOURNAL_SEGMENT_BYTES_DEFAULT,
+        checkpoint_backlog_groups_max: int = CHECKPOINT_BACKLOG_GROUPS_MAX_DEFAULT,
     ) -> None:
         self._env = env
         self.path = path
@@ -212,6 +214,7 @@ class StoreBase:
         self.group_commit_batches_max = group_commit_batches_max
         self.checkpoint_groups_max = checkpoint_groups_max
         self.checkpoint_interval_ms = checkpoint_interval_ms
+        self.checkpoint_backlog_groups_max = checkpoint_backlog_groups_max
         self._clock = clock
         # The journal and the overlay (checkpoint.py, view.py): groups that
         # are durable in the journal, not yet applied to LMDB, oldest first.
@@ -283,6 +286,8 @@ class StoreBase:
             "checkpoints": 0,
             "checkpointed_groups": 0,
             "replayed_groups": 0,
+            # commits that waited for a checkpoint: the thread fell behind
+            "checkpoint_backpressure": 0,
         }
         self._open_args: dict[str, Any] | None = None
         self._check_version()
@@ -314,6 +319,7 @@ class StoreBase:
         checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS_DEFAULT,
         checkpoint_thread: bool = True,
         journal_segment_bytes: int = JOURNAL_SEGMENT_BYTES_DEFAULT,
+        checkpoint_backlog_groups_max: int = CHECKPOINT_BACKLOG_GROUPS_MAX_DEFAULT,
     ) -> Self:
         """Open (creating unless ``readonly``) the store in directory ``path``.
 
@@ -331,8 +337,11 @@ class StoreBase:
         LMDB once ``checkpoint_groups_max`` wait or the oldest waited
         ``checkpoint_interval_ms``, in a background thread unless
         ``checkpoint_thread`` is False (then inline, by count only: the
-        deterministic simulation's mode).  ``journal_segment_bytes``: the
-        size of each preallocated journal file.
+        deterministic simulation's mode).  When the thread falls behind and
+        ``checkpoint_backlog_groups_max`` groups wait, the commit stage runs
+        the checkpoint itself before it acknowledges more (backpressure: the
+        overlay's memory and read cost stay bounded).
+        ``journal_segment_bytes``: the size of each preallocated journal file.
         Raises :class:`StoreError` if the directory is not a store, or one of
         another cluster.
         """
@@ -346,6 +355,11 @@ class StoreBase:
             raise ValueError(f"checkpoint_groups_max must be > 0, got {checkpoint_groups_max}")
         if checkpoint_interval_ms <= 0:
             raise ValueError(f"checkpoint_interval_ms must be > 0, got {checkpoint_interval_ms}")
+        if checkpoint_backlog_groups_max < checkpoint_groups_max:
+            raise ValueError(
+                f"checkpoint_backlog_groups_max must be >= checkpoint_groups_max ({checkpoint_groups_max}),"
+                f" got {checkpoint_backlog_groups_max}"
+            )
         if not MAP_SIZE_BYTES_MIN <= map_size_bytes <= MAP_SIZE_BYTES_MAX:
             # Below the minimum, creating the named databases alone fills the
             # map before the store can grow it.
@@ -387,6 +401,7 @@ class StoreBase:
             checkpoint_interval_ms=checkpoint_interval_ms,
             checkpoint_thread=checkpoint_thread,
             journal_segment_bytes=journal_segment_bytes,
+            checkpoint_backlog_groups_max=checkpoint_backlog_groups_max,
         )
         # What reopen() needs to open the same store again.
         store._open_args = {
@@ -402,6 +417,7 @@ class StoreBase:
             "checkpoint_interval_ms": checkpoint_interval_ms,
             "checkpoint_thread": checkpoint_thread,
             "journal_segment_bytes": journal_segment_bytes,
+            "checkpoint_backlog_groups_max": checkpoint_backlog_groups_max,
         }
         if cluster_id is not None:
             try:

@@ -79,6 +79,12 @@ class CheckpointMixin(StoreBase):
         if self._checkpointer is None:
             if waiting >= self.checkpoint_groups_max:
                 self._checkpoint()
+        elif waiting >= self.checkpoint_backlog_groups_max:
+            # The thread fell behind (commits outrun LMDB): this group's
+            # caller applies the backlog itself, after the thread's running
+            # checkpoint, before anything more is acknowledged.
+            self.stats["checkpoint_backpressure"] += 1
+            self._checkpoint()
         elif waiting == 1 or waiting == self.checkpoint_groups_max:
             # The thread sleeps with nothing waiting: the first group starts
             # its checkpoint_interval_ms clock, the limit cuts it short.
@@ -169,6 +175,7 @@ class CheckpointMixin(StoreBase):
             "journal_bytes": self._journal.stats["bytes"],
             "overlay_groups": len(self._overlay),
             "checkpoint_groups_max": self.checkpoint_groups_max,
+            "checkpoint_backlog_groups_max": self.checkpoint_backlog_groups_max,
         }
 
     def copy_to(self, directory: str) -> None:

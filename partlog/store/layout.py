@@ -67,6 +67,10 @@ GROUP_COMMIT_BATCHES_MAX = 8192
 # groups once, and each checkpoint's two syncs are shared by its groups.
 CHECKPOINT_GROUPS_MAX_DEFAULT = 64
 CHECKPOINT_INTERVAL_MS_DEFAULT = 50
+# The most groups that may wait for the checkpoint thread: past it the
+# commit stage runs the checkpoint itself (backpressure), so a thread that
+# falls behind cannot grow the overlay's memory and read cost without bound.
+CHECKPOINT_BACKLOG_GROUPS_MAX_DEFAULT = 256
 
 
 U32 = struct.Struct(">I")

@@ -44,8 +44,14 @@ from partlog.wal.key import WalKeyError, parse_wal_key
 log = logging.getLogger("partlog.store")
 
 
+# tuple.__new__(NamedTupleClass, values) builds the same object as
+# NamedTupleClass(*values) without its Python-level __new__: this runs once or
+# twice per batch on the commit path.
+_new = tuple.__new__
+
+
 def _error(err: Errors, req: CommitBatchRequest) -> CommitBatchResponse:
-    return CommitBatchResponse(err, -1, -1, -1, False, req)
+    return _new(CommitBatchResponse, (err, -1, -1, -1, False, req))
 
 
 def _check_batch(req: CommitBatchRequest, file_size: int) -> tuple[int, ...] | Errors:
@@ -368,9 +374,12 @@ class SequencingMixin(IndexMixin, ProducersMixin):
                 added_bytes += size
                 if pid >= 0:
                     assert window is not None
-                    window.append(pepoch, AppendedBatch(first_seq, last_seq, base, leo - 1, max_ts, append_time))
+                    window.append(
+                        pepoch,
+                        _new(AppendedBatch, (first_seq, last_seq, base, leo - 1, max_ts, append_time)),
+                    )
                     appended.add(pid)
-                responses[i] = CommitBatchResponse(Errors.NONE, base, append_time, lso, False, req)
+                responses[i] = _new(CommitBatchResponse, (Errors.NONE, base, append_time, lso, False, req))
             if log_puts:
                 by_part[part_id] = log_puts
             for pid in appended:
