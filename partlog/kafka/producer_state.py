@@ -124,16 +124,30 @@ class ProducerWindow:
     of :class:`ProducerEntry`, so a run of batches costs no new entry per
     batch (the commit path's idempotence cost, issue 15).  Its decisions are
     exactly :meth:`ProducerEntry.find_duplicate`, :func:`check_append` and
-    :func:`after_append`; tests/test_producer_state.py checks them against
+    :func:`after_append`; tests/test_producer_window.py checks them against
     those on random histories.  ``entry()`` freezes it back."""
 
-    __slots__ = ("batches", "epoch", "known", "last_timestamp")
+    __slots__ = ("batches", "epoch", "known", "last_timestamp", "max_first", "next_seq")
 
     def __init__(self, entry: ProducerEntry | None) -> None:
         self.known = entry is not None  # False: no state (never seen, or expired)
         self.epoch = entry.producer_epoch if entry is not None else -1
         self.batches: list[AppendedBatch] = list(entry.batches) if entry is not None else []
         self.last_timestamp = entry.last_timestamp if entry is not None else -1
+        # For continues(): the sequence that continues the window (-1: none
+        # does, e.g. after 2^31-1), and the highest first sequence in the
+        # window (kept as a running max: stale only on the high side).
+        self.max_first = max([b[0] for b in self.batches]) if self.batches else -1
+        last = self.batches[-1][1] if self.batches else INT32_MAX
+        self.next_seq = last + 1 if last < INT32_MAX else -1
+
+    def continues(self, producer_epoch: int, first_seq: int) -> bool:
+        """True if a batch of this epoch starting at ``first_seq`` directly
+        continues the window: then it is no duplicate (every batch in the
+        window starts below it) and in sequence, so the caller may skip
+        :meth:`find_duplicate` and :meth:`check_append` (the common case,
+        cheaper).  False decides nothing.  Expiry is the caller's check."""
+        return first_seq == self.next_seq and producer_epoch == self.epoch and first_seq > self.max_first
 
     def find_duplicate(self, producer_epoch: int, first_seq: int, last_seq: int) -> AppendedBatch | None:
         if not self.known or producer_epoch != self.epoch:
@@ -159,6 +173,7 @@ class ProducerWindow:
         """``batch`` appended (the caller checked it first)."""
         if not self.known or producer_epoch != self.epoch:
             self.batches = []
+            self.max_first = -1
         batches = self.batches
         batches.append(batch)
         if len(batches) > NUM_BATCHES_TO_RETAIN:
@@ -166,6 +181,9 @@ class ProducerWindow:
         self.known = True
         self.epoch = producer_epoch
         self.last_timestamp = batch[5] if batch[5] >= 0 else batch[4]
+        if batch[0] > self.max_first:
+            self.max_first = batch[0]
+        self.next_seq = batch[1] + 1 if batch[1] < INT32_MAX else -1
 
     def entry(self) -> ProducerEntry:
         assert self.known, "a window that appended nothing has no entry"

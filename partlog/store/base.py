@@ -35,6 +35,7 @@ from partlog.store.layout import (
     COMMIT_DEADLINE_MS_DEFAULT,
     DB_NAMES,
     FORMAT_VERSION,
+    FORMAT_VERSIONS_READABLE,
     GROUP_COMMIT_BATCHES_MAX,
     KEY_CLUSTER_ID,
     KEY_JOURNAL_APPLIED,
@@ -77,7 +78,7 @@ class Staged:
         self.counters: dict[bytes, int] = {}
         # Sequenced commits only: log puts per part_id and file deltas
         # [file_id, batches, bytes, uploader, size].
-        self.by_part: dict[int, list[tuple[bytes, bytes]]] = {}
+        self.by_part: dict[int, list[bytes]] = {}
         self.files: dict[str, list[int]] = {}
         # In-memory high watermarks to install after commit: tp -> (value,
         # lowers).  A raise never undoes a concurrent set_high_watermark; only
@@ -319,7 +320,7 @@ class StoreBase:
         checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS_DEFAULT,
         checkpoint_thread: bool = True,
         journal_segment_bytes: int = JOURNAL_SEGMENT_BYTES_DEFAULT,
-        checkpoint_backlog_groups_max: int = CHECKPOINT_BACKLOG_GROUPS_MAX_DEFAULT,
+        checkpoint_backlog_groups_max: int | None = None,
     ) -> Self:
         """Open (creating unless ``readonly``) the store in directory ``path``.
 
@@ -340,7 +341,8 @@ class StoreBase:
         deterministic simulation's mode).  When the thread falls behind and
         ``checkpoint_backlog_groups_max`` groups wait, the commit stage runs
         the checkpoint itself before it acknowledges more (backpressure: the
-        overlay's memory and read cost stay bounded).
+        overlay's memory and read cost stay bounded); default the larger of
+        256 and 4 x ``checkpoint_groups_max``.
         ``journal_segment_bytes``: the size of each preallocated journal file.
         Raises :class:`StoreError` if the directory is not a store, or one of
         another cluster.
@@ -355,6 +357,8 @@ class StoreBase:
             raise ValueError(f"checkpoint_groups_max must be > 0, got {checkpoint_groups_max}")
         if checkpoint_interval_ms <= 0:
             raise ValueError(f"checkpoint_interval_ms must be > 0, got {checkpoint_interval_ms}")
+        if checkpoint_backlog_groups_max is None:
+            checkpoint_backlog_groups_max = max(CHECKPOINT_BACKLOG_GROUPS_MAX_DEFAULT, 4 * checkpoint_groups_max)
         if checkpoint_backlog_groups_max < checkpoint_groups_max:
             raise ValueError(
                 f"checkpoint_backlog_groups_max must be >= checkpoint_groups_max ({checkpoint_groups_max}),"
@@ -501,8 +505,17 @@ class StoreBase:
                 raise StoreError(f"{self.path}: not initialised as a partlog metadata store")
             with self._env.begin(write=True) as txn:
                 txn.put(b"version", U64.pack(FORMAT_VERSION), db=self._db_meta)
-        elif U64.unpack(raw)[0] != FORMAT_VERSION:
-            raise StoreError(f"{self.path}: store format {U64.unpack(raw)[0]}, this code reads {FORMAT_VERSION}")
+        else:
+            version = U64.unpack(raw)[0]
+            if version not in FORMAT_VERSIONS_READABLE:
+                raise StoreError(
+                    f"{self.path}: store format {version}, this code reads formats {FORMAT_VERSIONS_READABLE}"
+                )
+            if version != FORMAT_VERSION and not self.readonly:
+                # Older formats are valid newer ones (layout.FORMAT_VERSION):
+                # the number changes so that older code refuses the store.
+                with self._env.begin(write=True) as txn:
+                    txn.put(b"version", U64.pack(FORMAT_VERSION), db=self._db_meta)
 
     def _load_caches(self) -> None:
         with self._read() as txn:

@@ -25,13 +25,23 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
+from typing import Any
 
 import lmdb
 import msgpack
 
 from partlog.store.base import StoreBase
 from partlog.store.group_commit import PipelineFailedError
-from partlog.store.layout import FILE_RECORD, KEY_JOURNAL_APPLIED, U32, U64, CommitGroup, StoreError
+from partlog.store.layout import (
+    ENTRY_SIZE,
+    FILE_RECORD,
+    KEY_JOURNAL_APPLIED,
+    U32,
+    U64,
+    CommitGroup,
+    StoreError,
+    chunks_of,
+)
 
 log = logging.getLogger("partlog.store")
 
@@ -52,13 +62,22 @@ def decode_group(seq: int, payload: bytes) -> CommitGroup:
     return CommitGroup(
         results=[],
         errors=[],
-        by_part={int(p): [(bytes(k), bytes(v)) for k, v in puts] for p, puts in by_part.items()},
+        by_part={int(p): [_run(x) for x in runs] for p, runs in by_part.items()},
         files={str(k): [int(x) for x in v] for k, v in files.items()},
         parts={int(p): bytes(v) for p, v in parts.items()},
         producers={bytes(k): bytes(v) for k, v in producers.items()},
         counters={bytes(k): int(v) for k, v in counters.items()},
         seq=seq,
     )
+
+
+def _run(x: Any) -> bytes:
+    """A run of entries from a journal record; records written before runs
+    (partlog <= the chunked log) held one [key, entry] pair per batch."""
+    run = bytes(x[1]) if isinstance(x, list | tuple) else bytes(x)
+    if not run or len(run) % ENTRY_SIZE:
+        raise StoreError(f"journal record holds a run of {len(run)} bytes, not whole {ENTRY_SIZE}-byte entries")
+    return run
 
 
 class CheckpointMixin(StoreBase):
@@ -118,15 +137,20 @@ class CheckpointMixin(StoreBase):
 
     def _apply_groups(self, txn: lmdb.Transaction, groups: Iterable[CommitGroup]) -> None:
         """The LMDB writes of ``groups``, in order, merged: one put per key."""
-        log_cursor = txn.cursor(db=self._db_log)
         files: dict[str, list[int]] = {}
         parts: dict[int, bytes] = {}
         producers: dict[bytes, bytes] = {}
         counters: dict[bytes, int] = {}
+        # Each partition's new entries of all the groups, in order: written
+        # as chunks (layout.CHUNK_ENTRIES_MAX), one put each.
+        log: dict[int, list[bytes]] = {}
         for g in groups:
-            for puts in g.by_part.values():
-                _, added = log_cursor.putmulti(puts, overwrite=False)
-                assert added == len(puts), "a log key was written twice"
+            for part_id, runs in g.by_part.items():
+                mine = log.get(part_id)
+                if mine is None:
+                    log[part_id] = list(runs)
+                else:
+                    mine.extend(runs)
             for object_key, (fid, nb, nbytes, uploader, size) in g.files.items():
                 acc = files.get(object_key)
                 if acc is None:
@@ -149,6 +173,14 @@ class CheckpointMixin(StoreBase):
                 assert old_fid == fid, f"{object_key}: file_id {old_fid} on disk, {fid} sequenced"
                 record = FILE_RECORD.pack(fid, old_nb + nb, old_nbytes + nbytes, old_uploader, old_size)
                 txn.put(k, record, db=self._db_files)
+        if log:
+            chunks = [
+                chunk
+                for part_id in sorted(log)
+                for chunk in chunks_of(part_id, log[part_id][0] if len(log[part_id]) == 1 else b"".join(log[part_id]))
+            ]
+            _, added = txn.cursor(db=self._db_log).putmulti(chunks, overwrite=False)
+            assert added == len(chunks), "a log key was written twice"
         if parts:
             txn.cursor(db=self._db_parts).putmulti([(U32.pack(p), v) for p, v in parts.items()])
         if producers:

@@ -7,7 +7,9 @@ Layout (named LMDB databases; integers big-endian so keys sort numerically):
 * ``topics``    topic_id(16) -> msgpack [name, num_partitions, configs]
 * ``tp``        topic_id(16) partition(4) -> part_id(4)
 * ``parts``     part_id(4) -> partition state (:class:`Part`)
-* ``log``       part_id(4) base_offset(8) -> entry (:data:`ENTRY_TAIL`)
+* ``log``       part_id(4) base_offset(8) -> chunk: 1 to :data:`CHUNK_ENTRIES_MAX`
+                entries of consecutive batches (:data:`ENTRY_TAIL`, fixed
+                size), keyed by the first one's base offset
 * ``producers`` part_id(4) producer_id(8) -> ProducerEntry.encode()
 * ``epochs``    part_id(4) leader_epoch(4) -> start_offset(8)
 * ``files``     object_key -> file_id, live_batches, live_bytes, uploader, file_size
@@ -38,7 +40,11 @@ T = TypeVar("T")
 Buf = bytes | memoryview
 
 
-FORMAT_VERSION = 1
+# 2: log values are chunks of entries.  A format-1 store (one entry per
+# value) is a valid format-2 store whose chunks all hold one entry, so
+# opening one for writing only rewrites the number.
+FORMAT_VERSION = 2
+FORMAT_VERSIONS_READABLE = (1, 2)
 
 
 # Commit deadline: a leader refuses batches of WAL objects older than this,
@@ -111,6 +117,13 @@ ENTRY_PLAIN = struct.Struct(">q4si45sQQIqqqQ")
 
 
 ENTRY_SIZE = bh.HEADER_SIZE + ENTRY_TAIL.size + ENTRY_CRC.size
+
+
+# Entries per LMDB value of the log.  A checkpoint writes each partition's
+# new entries as chunks of up to this many: one put per chunk instead of one
+# per batch (the checkpoint's CPU, and its GIL time, is mostly puts), and a
+# chunk read whole for one entry stays a few pages (64 x 121 bytes).
+CHUNK_ENTRIES_MAX = 64
 
 
 FILE_RECORD = struct.Struct(">QqqiQ")  # file_id, live_batches, live_bytes, uploader, file_size
@@ -245,6 +258,48 @@ class Entry:
         return self.header.max_timestamp
 
 
+def chunk_count(value: Buf, where: str) -> int:
+    """Entries in the chunk ``value``; CorruptEntryError unless whole entries."""
+    n, rest = divmod(len(value), ENTRY_SIZE)
+    if rest or not n:
+        raise CorruptEntryError(
+            f"{where}: chunk is {len(value)} bytes, not a whole number of {ENTRY_SIZE}-byte entries"
+        )
+    return n
+
+
+def chunk_base(value: Buf, i: int) -> int:
+    """Base offset of entry ``i`` of a chunk (its header's first field),
+    without decoding or checking it: for positioning only."""
+    return int(I64.unpack_from(value, i * ENTRY_SIZE)[0])
+
+
+def chunk_entry(value: Buf, i: int, tp: object, chunk_offset: int) -> Entry:
+    """Entry ``i`` of a chunk, decoded and checked; a CorruptEntryError names
+    the partition ``tp``, the entry's offset and the chunk's (``chunk_offset``
+    -1: entries of the journal, not yet in LMDB)."""
+    body = value[i * ENTRY_SIZE : (i + 1) * ENTRY_SIZE - ENTRY_CRC.size]
+    (stored,) = ENTRY_CRC.unpack_from(value, (i + 1) * ENTRY_SIZE - ENTRY_CRC.size)
+    if crc32c(body) != stored:
+        where = "journal" if chunk_offset < 0 else f"entry {i} of the chunk at offset {chunk_offset}"
+        raise CorruptEntryError(f"partition {tp} offset {chunk_base(value, i)} ({where}): entry CRC mismatch")
+    raw_header = bytes(body[: bh.HEADER_SIZE])
+    return Entry(BatchHeader.parse(raw_header), raw_header, *ENTRY_TAIL.unpack_from(body, bh.HEADER_SIZE))
+
+
+def chunks_of(part_id: int, run: bytes) -> list[tuple[bytes, bytes]]:
+    """A partition's new entries (whole entries, ascending) as (key, chunk)
+    puts of at most CHUNK_ENTRIES_MAX entries, each under its first entry's
+    base offset."""
+    step = CHUNK_ENTRIES_MAX * ENTRY_SIZE
+    if len(run) <= step:
+        return [(PART_KEY.pack(part_id, chunk_base(run, 0)), run)]
+    return [
+        (PART_KEY.pack(part_id, int(I64.unpack_from(run, at)[0])), run[at : at + step])
+        for at in range(0, len(run), step)
+    ]
+
+
 def decode_entry(value: Buf, where: str) -> Entry:
     if len(value) != ENTRY_SIZE:
         raise CorruptEntryError(f"{where}: entry is {len(value)} bytes, expected {ENTRY_SIZE}")
@@ -265,9 +320,11 @@ class CommitGroup:
 
     results: list[Any]
     errors: list[BaseException | None]
-    # part_id -> log puts (key, entry), ascending: one list per partition,
-    # so a reader finds a partition's overlay entries with one lookup.
-    by_part: dict[int, list[tuple[bytes, bytes]]]
+    # part_id -> the partition's new entries, ascending, as runs of whole
+    # entries (one bytes object per commit_file call): one lookup finds a
+    # partition's overlay entries, and bytes, unlike a tuple per batch, are
+    # nothing for the garbage collector to scan.
+    by_part: dict[int, list[bytes]]
     files: dict[str, list[int]]
     parts: dict[int, bytes]
     producers: dict[bytes, bytes]

@@ -1,6 +1,6 @@
-"""The metadata log: entries under (part_id, base_offset) keys, iterated
-and looked up (LMDB and the overlay of durable, not yet applied groups),
-and dropped (prefix and suffix, by exclusive writes).
+"""The metadata log: entries in chunks under (part_id, base_offset) keys
+(layout.py), iterated and looked up (LMDB and the overlay of durable, not
+yet applied groups), and dropped (prefix and suffix, by exclusive writes).
 """
 
 from __future__ import annotations
@@ -13,14 +13,18 @@ import lmdb
 from partlog.store.base import Staged
 from partlog.store.index import IndexMixin
 from partlog.store.layout import (
+    ENTRY_SIZE,
     PART_KEY,
     U32,
     Buf,
     Entry,
     Part,
-    decode_entry,
+    chunk_base,
+    chunk_count,
+    chunk_entry,
+    last_under,
 )
-from partlog.store.view import Txn, find_at_or_before, overlay_entries
+from partlog.store.view import Txn, overlay_runs
 
 
 class LogMixin(IndexMixin):
@@ -33,56 +37,104 @@ class LogMixin(IndexMixin):
                 if not cur.delete():
                     break
 
+    def _seek_chunk(self, cur: lmdb.Cursor, key: bytes) -> bool:
+        """Position ``cur`` on the chunk of ``key``'s partition that holds
+        ``key``'s offset or lies wholly above it: the last chunk starting at
+        or before it, else the first one after.  False if the partition has
+        no such chunk."""
+        prefix = key[:4]
+        found = cur.set_range(key)
+        if found and cur.key() == key:
+            return True
+        # The chunk before may hold the offset: step back one.
+        if (cur.prev() if found else cur.last()) and cur.key()[:4] == prefix:
+            return True
+        return bool(cur.set_range(key)) and cur.key()[:4] == prefix
+
     def _entries(self, txn: Txn, part: Part, from_offset: int = 0) -> Iterator[tuple[Buf, Entry]]:
-        """Entries of ``part`` whose base offset >= ``from_offset``, ascending:
-        LMDB's, then the overlay's (which all lie above them)."""
+        """Entries of ``part`` whose base offset >= ``from_offset``, ascending,
+        with their (part_id, base_offset) keys: LMDB's chunks, then the
+        overlay's entries (which all lie above them)."""
         start = PART_KEY.pack(part.part_id, max(from_offset, 0))
-        overlay = overlay_entries(txn, part.part_id)
-        if not overlay or start < overlay[0][0]:
+        overlay = overlay_runs(txn, part.part_id)
+        if not overlay or max(from_offset, 0) < chunk_base(overlay[0], 0):
             prefix = start[:4]
             cur = txn.cursor(db=self._db_log)
-            if cur.set_range(start):
+            if self._seek_chunk(cur, start):
                 for k, v in cur:
                     if k[:4] != prefix:
                         break
-                    yield k, decode_entry(v, f"partition {part.tp} offset {PART_KEY.unpack(k)[1]}")
-        for k, v in overlay:
-            if k >= start:
-                yield k, decode_entry(v, f"partition {part.tp} offset {PART_KEY.unpack(k)[1]} (journal)")
+                    at = PART_KEY.unpack(k)[1]
+                    where = f"partition {part.tp} chunk at offset {at}"
+                    for i in range(chunk_count(v, where)):
+                        base = chunk_base(v, i)
+                        if base >= from_offset:
+                            yield PART_KEY.pack(part.part_id, base), chunk_entry(v, i, part.tp, at)
+        for run in overlay:
+            for i in range(len(run) // ENTRY_SIZE):
+                base = chunk_base(run, i)
+                if base >= from_offset:
+                    yield PART_KEY.pack(part.part_id, base), chunk_entry(run, i, part.tp, -1)
 
     def _entry_containing(self, txn: Txn, part: Part, offset: int) -> tuple[bytes, Entry] | None:
-        """The entry whose offset range contains ``offset``, if any."""
-        overlay = overlay_entries(txn, part.part_id)
+        """The entry whose offset range contains ``offset``, if any, with its key."""
+        overlay = overlay_runs(txn, part.part_id)
         if overlay and offset >= 0:
-            i = find_at_or_before(overlay, part.part_id, offset)
-            if i >= 0:
-                ok, ov = overlay[i]
-                entry = decode_entry(ov, f"partition {part.tp} offset {PART_KEY.unpack(ok)[1]} (journal)")
-                return (ok, entry) if entry.base_offset <= offset <= entry.last_offset else None
+            # The last overlay entry starting at or before `offset`; none if
+            # the offset lies below them all (then it is LMDB's).
+            for run in reversed(overlay):
+                if chunk_base(run, 0) <= offset:
+                    i = len(run) // ENTRY_SIZE - 1
+                    while chunk_base(run, i) > offset:
+                        i -= 1
+                    entry = chunk_entry(run, i, part.tp, -1)
+                    if entry.base_offset <= offset <= entry.last_offset:
+                        return PART_KEY.pack(part.part_id, entry.base_offset), entry
+                    return None
         cur = txn.cursor(db=self._db_log)
         key = PART_KEY.pack(part.part_id, offset)
-        found = cur.set_range(key)
-        if found and cur.key() == key:
-            k, v = cur.item()
-        else:
-            # The batch that starts before `offset`: step back one entry.
-            if found:
-                if not cur.prev():
-                    return None
-            elif not cur.last():
-                return None
-            k, v = cur.item()
-            if k[:4] != key[:4]:
-                return None
-        entry = decode_entry(v, f"partition {part.tp} offset {PART_KEY.unpack(k)[1]}")
+        if not self._seek_chunk(cur, key):
+            return None
+        k, v = cur.item()
+        at = PART_KEY.unpack(k)[1]
+        where = f"partition {part.tp} chunk at offset {at}"
+        n = chunk_count(v, where)
+        # The last entry starting at or before `offset` (a chunk is ascending).
+        i = n - 1
+        while i >= 0 and chunk_base(v, i) > offset:
+            i -= 1
+        if i < 0:
+            return None
+        entry = chunk_entry(v, i, part.tp, at)
         if entry.base_offset <= offset <= entry.last_offset:
-            return bytes(k), entry
+            return PART_KEY.pack(part.part_id, entry.base_offset), entry
         return None
+
+    def _last_entry(self, txn: Txn, part: Part) -> Entry | None:
+        """The last entry of ``part`` in LMDB (exclusive writes: the overlay is empty)."""
+        prefix = U32.pack(part.part_id)
+        cur = txn.cursor(db=self._db_log)
+        if not (last_under(cur, prefix) and cur.key()[:4] == prefix):
+            return None
+        k, v = cur.item()
+        at = PART_KEY.unpack(k)[1]
+        where = f"partition {part.tp} chunk at offset {at}"
+        n = chunk_count(v, where)
+        return chunk_entry(v, n - 1, part.tp, at)
+
+    def _drop_entry(self, part: Part, e: Entry, per_file: dict[int, list[int]]) -> None:
+        """Account for one dropped entry: live counters and file deltas."""
+        acc = per_file.setdefault(e.file_id, [0, 0])
+        acc[0] -= 1
+        acc[1] -= e.size
+        part.live_batches -= 1
+        part.live_bytes -= e.size
 
     def _drop_entries(self, s: Staged, part: Part, until_offset: int | None) -> int:
         """Delete entries wholly below ``until_offset`` (all if None); returns count.
 
-        Keeps the partition's live counters and the file index exact.
+        Keeps the partition's live counters and the file index exact.  A
+        chunk that keeps some entries is rewritten under its first kept one.
         """
         txn = s.wtxn
         per_file: dict[int, list[int]] = {}
@@ -91,19 +143,29 @@ class LogMixin(IndexMixin):
         dropped = 0
         if cur.set_range(prefix):
             while cur.key()[:4] == prefix:
-                k = cur.key()
-                e = decode_entry(cur.value(), f"partition {part.tp} offset {PART_KEY.unpack(k)[1]}")
-                if until_offset is not None and e.last_offset >= until_offset:
+                k = bytes(cur.key())
+                v = bytes(cur.value())
+                at = PART_KEY.unpack(k)[1]
+                where = f"partition {part.tp} chunk at offset {at}"
+                n = chunk_count(v, where)
+                keep = n  # index of the first entry kept
+                for i in range(n):
+                    e = chunk_entry(v, i, part.tp, at)
+                    if until_offset is not None and e.last_offset >= until_offset:
+                        keep = i
+                        break
+                    self._drop_entry(part, e, per_file)
+                    if e.base_offset == part.max_timestamp_offset:
+                        part.max_timestamp_offset = -2
+                    dropped += 1
+                if keep == 0:
                     break
-                acc = per_file.setdefault(e.file_id, [0, 0])
-                acc[0] -= 1
-                acc[1] -= e.size
-                part.live_batches -= 1
-                part.live_bytes -= e.size
-                if e.base_offset == part.max_timestamp_offset:
-                    part.max_timestamp_offset = -2
-                dropped += 1
-                if not cur.delete():
+                more = cur.delete()
+                if keep < n:
+                    rest = v[keep * ENTRY_SIZE :]
+                    txn.put(PART_KEY.pack(part.part_id, chunk_base(rest, 0)), rest, db=self._db_log)
+                    break
+                if not more:
                     break
         for file_id, (nb, nbytes) in per_file.items():
             self._file_adjust(txn, file_id, nb, nbytes)
@@ -115,26 +177,36 @@ class LogMixin(IndexMixin):
     def _drop_suffix(self, s: Staged, part: Part, from_offset: int) -> tuple[int, set[int]]:
         """Delete entries with base offset >= ``from_offset``, keeping the live
         counters and the file index exact; returns how many, and the producer
-        ids they held."""
+        ids they held.  A chunk that keeps a prefix is rewritten in place."""
         txn = s.wtxn
         per_file: dict[int, list[int]] = {}
         pids: set[int] = set()
         cur = txn.cursor(db=self._db_log)
         prefix = U32.pack(part.part_id)
         dropped = 0
-        if cur.set_range(PART_KEY.pack(part.part_id, from_offset)):
+        if self._seek_chunk(cur, PART_KEY.pack(part.part_id, from_offset)):
             while cur.key()[:4] == prefix:
-                k = cur.key()
-                e = decode_entry(cur.value(), f"partition {part.tp} offset {PART_KEY.unpack(k)[1]}")
-                acc = per_file.setdefault(e.file_id, [0, 0])
-                acc[0] -= 1
-                acc[1] -= e.size
-                part.live_batches -= 1
-                part.live_bytes -= e.size
-                if e.header.producer_id >= 0:
-                    pids.add(e.header.producer_id)
-                dropped += 1
-                if not cur.delete():
+                k = bytes(cur.key())
+                v = bytes(cur.value())
+                at = PART_KEY.unpack(k)[1]
+                where = f"partition {part.tp} chunk at offset {at}"
+                n = chunk_count(v, where)
+                first = 0  # index of the first entry dropped
+                while first < n and chunk_base(v, first) < from_offset:
+                    first += 1
+                for i in range(first, n):
+                    e = chunk_entry(v, i, part.tp, at)
+                    self._drop_entry(part, e, per_file)
+                    if e.header.producer_id >= 0:
+                        pids.add(e.header.producer_id)
+                    dropped += 1
+                if first == 0:
+                    if not cur.delete():
+                        break
+                    continue
+                if first < n:
+                    cur.put(k, v[: first * ENTRY_SIZE])  # positions the cursor on k
+                if not cur.next():
                     break
         for file_id, (nb, nbytes) in per_file.items():
             self._file_adjust(txn, file_id, nb, nbytes)

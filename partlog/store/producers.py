@@ -18,7 +18,8 @@ from partlog.store.layout import (
     U32,
     Entry,
     Part,
-    decode_entry,
+    chunk_count,
+    chunk_entry,
     last_under,
 )
 
@@ -51,16 +52,22 @@ class ProducersMixin(StoreBase):
         cur = s.wtxn.cursor(db=self._db_log)
         positioned = last_under(cur, prefix)
         while open_pids and positioned and cur.key()[:4] == prefix:
-            e = decode_entry(cur.value(), f"partition {part.tp} offset {PART_KEY.unpack(cur.key())[1]}")
-            pid = e.header.producer_id
-            if pid in open_pids:
-                newest_first = found.setdefault(pid, [])
-                if newest_first and e.header.producer_epoch != newest_first[0].header.producer_epoch:
-                    open_pids.discard(pid)  # an older epoch: its batches left the window
-                else:
-                    newest_first.append(e)
-                    if len(newest_first) == NUM_BATCHES_TO_RETAIN:
-                        open_pids.discard(pid)
+            k, v = cur.item()
+            at = PART_KEY.unpack(k)[1]
+            where = f"partition {part.tp} chunk at offset {at}"
+            for i in reversed(range(chunk_count(v, where))):
+                e = chunk_entry(v, i, part.tp, at)
+                pid = e.header.producer_id
+                if pid in open_pids:
+                    newest_first = found.setdefault(pid, [])
+                    if newest_first and e.header.producer_epoch != newest_first[0].header.producer_epoch:
+                        open_pids.discard(pid)  # an older epoch: its batches left the window
+                    else:
+                        newest_first.append(e)
+                        if len(newest_first) == NUM_BATCHES_TO_RETAIN:
+                            open_pids.discard(pid)
+                    if not open_pids:
+                        break
             positioned = cur.prev()
         for pid in pids:
             entry: ProducerEntry | None = None

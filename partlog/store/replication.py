@@ -24,12 +24,10 @@ from partlog.store.epochs import EpochsMixin
 from partlog.store.layout import (
     ENTRY_CRC,
     ENTRY_TAIL,
-    PART_KEY,
     U32,
     CorruptEntryError,
     ReplicationError,
-    decode_entry,
-    last_under,
+    chunks_of,
 )
 from partlog.store.producers import ProducersMixin
 from partlog.store.reads import ReadsMixin
@@ -178,7 +176,7 @@ class ReplicationMixin(ReadsMixin, EpochsMixin, ProducersMixin):
             expiration_ms = self.producer_id_expiration_ms
             # object key -> [file_id, batches, bytes, uploader, file size]
             files: dict[str, list[int]] = {}
-            puts: list[tuple[bytes, bytes]] = []
+            run: list[bytes] = []
             running_max = part.running_max_timestamp
             epoch = latest_epoch
             for e, h in zip(items, headers, strict=True):
@@ -209,7 +207,7 @@ class ReplicationMixin(ReadsMixin, EpochsMixin, ProducersMixin):
                     running_max,
                     s.next_id(b"next_batch_id"),
                 )
-                puts.append((PART_KEY.pack(part_id, base), body + ENTRY_CRC.pack(crc32c(body))))
+                run.append(body + ENTRY_CRC.pack(crc32c(body)))
                 if h.partition_leader_epoch > epoch:
                     epoch = h.partition_leader_epoch
                     self._assign_epoch(txn, part_id, epoch, base)
@@ -228,9 +226,10 @@ class ReplicationMixin(ReadsMixin, EpochsMixin, ProducersMixin):
                 part.live_batches += 1
                 part.live_bytes += e.size
                 part.log_end_offset = last + 1
-            if puts:
-                _, added = txn.cursor(db=self._db_log).putmulti(puts, overwrite=False)
-                assert added == len(puts), "a replicated entry overwrote one past the log end"
+            if run:
+                chunks = chunks_of(part_id, b"".join(run))
+                _, added = txn.cursor(db=self._db_log).putmulti(chunks, overwrite=False)
+                assert added == len(chunks), "a replicated entry overwrote one past the log end"
             for object_key, (file_id, nb, nbytes, uploader, file_size) in files.items():
                 self._file_add(txn, object_key, file_id, nb, nbytes, uploader, file_size)
             part.running_max_timestamp = running_max
@@ -301,13 +300,8 @@ class ReplicationMixin(ReadsMixin, EpochsMixin, ProducersMixin):
             if part.live_batches == 0:
                 part.max_timestamp, part.max_timestamp_offset = -1, -1
             # The last remaining entry holds the exact running max of the prefix.
-            prefix = U32.pack(part.part_id)
-            cur = txn.cursor(db=self._db_log)
-            if last_under(cur, prefix) and cur.key()[:4] == prefix:
-                last = decode_entry(cur.value(), f"partition {tp} offset {PART_KEY.unpack(cur.key())[1]}")
-                part.running_max_timestamp = last.running_max_timestamp
-            else:
-                part.running_max_timestamp = -1
+            last = self._last_entry(txn, part)
+            part.running_max_timestamp = -1 if last is None else last.running_max_timestamp
             self._truncate_epochs(txn, part.part_id, new_leo)
             self._rebuild_producers(s, part, pids)
             return removed

@@ -32,7 +32,6 @@ from partlog.store.layout import (
     HEADER_UNPACK,
     INT32_MAX,
     INT64_MAX,
-    PART_KEY,
     PRODUCER_KEY,
     CommitGroup,
     StoreError,
@@ -226,7 +225,6 @@ class SequencingMixin(IndexMixin, ProducersMixin):
         by_part = s.by_part
         entry_pack = ENTRY_PLAIN.pack
         crc_pack = ENTRY_CRC.pack
-        key_pack = PART_KEY.pack
         producers = s.producers
         auto_hwm = self.auto_high_watermark
         hwms = self._hwms
@@ -251,7 +249,7 @@ class SequencingMixin(IndexMixin, ProducersMixin):
                 ts_max = now + cfg.message_timestamp_after_max_ms
             leader_epoch = part.leader_epoch
             part_id = part.part_id
-            log_puts: list[tuple[bytes, bytes]] = []
+            log_entries: list[bytes] = []
             # This partition's producers as this call changes them, frozen
             # back into entries once per partition.
             windows: dict[int, ProducerWindow] = {}
@@ -300,22 +298,25 @@ class SequencingMixin(IndexMixin, ProducersMixin):
                         key = (part_id, pid)
                         entry = producers[key] if key in producers else s.producer(part_id, pid)
                         window = windows[pid] = ProducerWindow(entry)
-                    if window.known and now - window.last_timestamp >= expiration_ms:
-                        # Expired: as if never seen.  Checked per batch: a
-                        # batch appended just now with an old timestamp
-                        # leaves its producer expired for the next one.
-                        window = windows[pid] = ProducerWindow(None)
-                    dup = window.find_duplicate(pepoch, first_seq, last_seq)
-                    if dup is not None:
-                        # Kafka answers a duplicate with the batch's max
-                        # timestamp (its append time on LogAppendTime).
-                        dup_time = dup.log_append_time if dup.log_append_time != -1 else dup.max_timestamp
-                        responses[i] = CommitBatchResponse(Errors.NONE, dup.first_offset, dup_time, lso, True, req)
-                        continue
-                    perr = window.check_append(pepoch, first_seq)
-                    if perr:
-                        responses[i] = _error(perr, req)
-                        continue
+                    if now - window.last_timestamp < expiration_ms and window.continues(pepoch, first_seq):
+                        pass  # the next batch in sequence: no duplicate, no error
+                    else:
+                        if window.known and now - window.last_timestamp >= expiration_ms:
+                            # Expired: as if never seen.  Checked per batch: a
+                            # batch appended just now with an old timestamp
+                            # leaves its producer expired for the next one.
+                            window = windows[pid] = ProducerWindow(None)
+                        dup = window.find_duplicate(pepoch, first_seq, last_seq)
+                        if dup is not None:
+                            # Kafka answers a duplicate with the batch's max
+                            # timestamp (its append time on LogAppendTime).
+                            dup_time = dup.log_append_time if dup.log_append_time != -1 else dup.max_timestamp
+                            responses[i] = CommitBatchResponse(Errors.NONE, dup.first_offset, dup_time, lso, True, req)
+                            continue
+                        perr = window.check_append(pepoch, first_seq)
+                        if perr:
+                            responses[i] = _error(perr, req)
+                            continue
                 # Accepted: sequence it.
                 if file_id < 0:
                     file_id = s.next_id(b"next_file_id")
@@ -366,7 +367,7 @@ class SequencingMixin(IndexMixin, ProducersMixin):
                         batch_id,
                     )
                 batch_id += 1
-                log_puts.append((key_pack(part_id, base), body + crc_pack(crc32c(body))))
+                log_entries.append(body + crc_pack(crc32c(body)))
                 leo = base + delta + 1
                 live_bytes += size
                 live_batches += 1
@@ -380,8 +381,8 @@ class SequencingMixin(IndexMixin, ProducersMixin):
                     )
                     appended.add(pid)
                 responses[i] = _new(CommitBatchResponse, (Errors.NONE, base, append_time, lso, False, req))
-            if log_puts:
-                by_part[part_id] = log_puts
+            if log_entries:
+                by_part[part_id] = [b"".join(log_entries)]
             for pid in appended:
                 producers[(part_id, pid)] = windows[pid].entry()
             part.log_end_offset = leo

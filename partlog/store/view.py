@@ -18,12 +18,11 @@ snapshot's applied seq: a prefix of the journal, with no group twice.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from typing import Any
 
 import lmdb
 
-from partlog.store.layout import PART_KEY, Buf, CommitGroup
+from partlog.store.layout import Buf, CommitGroup
 
 
 class ReadView:
@@ -51,19 +50,20 @@ Txn = ReadView | lmdb.Transaction
 """What the read helpers take: a view, or an exclusive write's transaction."""
 
 
-def overlay_entries(txn: Txn, part_id: int) -> list[tuple[bytes, bytes]]:
-    """The overlay's log entries of ``part_id`` as (key, value), ascending.
+def overlay_runs(txn: Txn, part_id: int) -> list[bytes]:
+    """The overlay's log entries of ``part_id``, ascending, as runs of whole
+    entries (layout.chunk_entry reads them).
 
     Overlay entries of a partition all lie above its entries in LMDB: only
     appends go through the journal; truncation and deletion are exclusive
     writes, which run after a checkpoint emptied the overlay."""
     if type(txn) is not ReadView or not txn.groups:
         return []
-    out: list[tuple[bytes, bytes]] = []
+    out: list[bytes] = []
     for g in txn.groups:
-        puts = g.by_part.get(part_id)
-        if puts:
-            out.extend(puts)
+        runs = g.by_part.get(part_id)
+        if runs:
+            out.extend(runs)
     return out
 
 
@@ -89,8 +89,3 @@ def overlay_file(txn: Txn, file_id: int) -> tuple[str, int, int] | None:
             if fid == file_id:
                 return key, uploader, size
     return None
-
-
-def find_at_or_before(entries: list[tuple[bytes, bytes]], part_id: int, offset: int) -> int:
-    """Index of the last entry whose base offset <= ``offset``, or -1."""
-    return bisect_right(entries, PART_KEY.pack(part_id, offset), key=lambda kv: kv[0]) - 1
