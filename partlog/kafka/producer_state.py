@@ -120,26 +120,48 @@ def after_append(entry: ProducerEntry | None, producer_epoch: int, batch: Append
 
 
 class ProducerWindow:
-    """One producer's state while one commit appends to it: the mutable twin
-    of :class:`ProducerEntry`, so a run of batches costs no new entry per
-    batch (the commit path's idempotence cost, issue 15).  Its decisions are
+    """One producer's state while one commit appends to it, kept in its
+    encoded form (:meth:`ProducerEntry.encode`): the store caches producer
+    state as those bytes (a fifth of the memory of the tuples, and nothing for
+    the garbage collector to scan), a commit opens a window on them with
+    :meth:`from_encoded`, appends, and hands :meth:`encoded` to the journal
+    and the cache, with no tuple per batch on the way.  Its decisions are
     exactly :meth:`ProducerEntry.find_duplicate`, :func:`check_append` and
     :func:`after_append`; tests/test_producer_window.py checks them against
-    those on random histories.  ``entry()`` freezes it back."""
+    those on random histories."""
 
-    __slots__ = ("batches", "epoch", "known", "last_timestamp", "max_first", "next_seq")
+    __slots__ = ("body", "epoch", "known", "last_seq", "last_timestamp", "max_first", "n", "next_seq")
 
     def __init__(self, entry: ProducerEntry | None) -> None:
-        self.known = entry is not None  # False: no state (never seen, or expired)
-        self.epoch = entry.producer_epoch if entry is not None else -1
-        self.batches: list[AppendedBatch] = list(entry.batches) if entry is not None else []
-        self.last_timestamp = entry.last_timestamp if entry is not None else -1
-        # For continues(): the sequence that continues the window (-1: none
-        # does, e.g. after 2^31-1), and the highest first sequence in the
-        # window (kept as a running max: stale only on the high side).
-        self.max_first = max([b[0] for b in self.batches]) if self.batches else -1
-        last = self.batches[-1][1] if self.batches else INT32_MAX
-        self.next_seq = last + 1 if last < INT32_MAX else -1
+        self._load(None if entry is None else entry.encode())
+
+    @classmethod
+    def from_encoded(cls, raw: bytes | None) -> ProducerWindow:
+        """A window on an encoded entry (None: no state)."""
+        window = cls.__new__(cls)
+        window._load(raw)
+        return window
+
+    def _load(self, raw: bytes | None) -> None:
+        if raw is None:
+            self.known = False  # no state (never seen, or expired)
+            self.epoch = self.last_timestamp = -1
+            self.body = b""
+            self.n = 0
+            self.max_first = self.next_seq = -1
+            self.last_seq = INT32_MAX
+            return
+        self.known = True
+        self.epoch, self.last_timestamp, n = _ENTRY_HEAD.unpack_from(raw, 0)
+        self.body = raw[_ENTRY_HEAD.size :]
+        if n > NUM_BATCHES_TO_RETAIN or len(self.body) != n * _BATCH.size:
+            raise ValueError(f"producer entry of {n} batches is {len(raw)} bytes")
+        self.n = n
+        # For continues(): the highest first sequence in the window (kept as a
+        # running max: stale only on the high side) and the next sequence.
+        self.max_first = max(_FIRSTS[n].unpack_from(self.body)) if n else -1
+        self.last_seq = _I32.unpack_from(self.body, n * _BATCH.size - _BATCH.size + 4)[0] if n else INT32_MAX
+        self.next_seq = self.last_seq + 1 if self.last_seq < INT32_MAX else -1
 
     def continues(self, producer_epoch: int, first_seq: int) -> bool:
         """True if a batch of this epoch starting at ``first_seq`` directly
@@ -152,9 +174,9 @@ class ProducerWindow:
     def find_duplicate(self, producer_epoch: int, first_seq: int, last_seq: int) -> AppendedBatch | None:
         if not self.known or producer_epoch != self.epoch:
             return None
-        for b in self.batches:
+        for b in _BATCH.iter_unpack(self.body):
             if b[0] == first_seq and b[1] == last_seq:
-                return b
+                return AppendedBatch(*b)
         return None
 
     def check_append(self, producer_epoch: int, first_seq: int) -> Errors:
@@ -162,30 +184,55 @@ class ProducerWindow:
             return Errors.NONE
         if producer_epoch < self.epoch:
             return Errors.INVALID_PRODUCER_EPOCH
-        if producer_epoch != self.epoch or not self.batches:
+        if producer_epoch != self.epoch or not self.n:
             return Errors.NONE if first_seq == 0 else Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
-        last = self.batches[-1][1]
+        last = self.last_seq
         if first_seq == last + 1 or (first_seq == 0 and last == INT32_MAX):
             return Errors.NONE
         return Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
 
     def append(self, producer_epoch: int, batch: AppendedBatch) -> None:
         """``batch`` appended (the caller checked it first)."""
+        self.append_values(producer_epoch, *batch)
+
+    def append_values(
+        self,
+        producer_epoch: int,
+        first_seq: int,
+        last_seq: int,
+        first_offset: int,
+        last_offset: int,
+        max_timestamp: int,
+        log_append_time: int,
+    ) -> None:
+        """:meth:`append` with the batch's fields as arguments (no tuple)."""
+        record = _BATCH.pack(first_seq, last_seq, first_offset, last_offset, max_timestamp, log_append_time)
         if not self.known or producer_epoch != self.epoch:
-            self.batches = []
-            self.max_first = -1
-        batches = self.batches
-        batches.append(batch)
-        if len(batches) > NUM_BATCHES_TO_RETAIN:
-            del batches[0]
+            self.body = record
+            self.n = 1
+            self.max_first = first_seq
+        elif self.n < NUM_BATCHES_TO_RETAIN:
+            self.body += record
+            self.n += 1
+        else:
+            self.body = self.body[_BATCH.size :] + record
         self.known = True
         self.epoch = producer_epoch
-        self.last_timestamp = batch[5] if batch[5] >= 0 else batch[4]
-        if batch[0] > self.max_first:
-            self.max_first = batch[0]
-        self.next_seq = batch[1] + 1 if batch[1] < INT32_MAX else -1
+        self.last_timestamp = log_append_time if log_append_time >= 0 else max_timestamp
+        if first_seq > self.max_first:
+            self.max_first = first_seq
+        self.last_seq = last_seq
+        self.next_seq = last_seq + 1 if last_seq < INT32_MAX else -1
+
+    def encoded(self) -> bytes:
+        """The state as :meth:`ProducerEntry.encode` writes it."""
+        assert self.known, "a window that appended nothing has no entry"
+        return _ENTRY_HEAD.pack(self.epoch, self.last_timestamp, self.n) + self.body
 
     def entry(self) -> ProducerEntry:
-        assert self.known, "a window that appended nothing has no entry"
-        # tuple.__new__ skips the NamedTuple's Python-level __new__ (per commit).
-        return tuple.__new__(ProducerEntry, (self.epoch, tuple(self.batches), self.last_timestamp))
+        return ProducerEntry.decode(self.encoded())
+
+
+# First sequences of the batches of a window of n (each record's first 4 bytes).
+_FIRSTS = tuple(struct.Struct(">" + "i36x" * n) for n in range(NUM_BATCHES_TO_RETAIN + 1))
+_I32 = struct.Struct(">i")

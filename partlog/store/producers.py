@@ -85,4 +85,4 @@ class ProducersMixin(StoreBase):
                         e.log_append_time,
                     ),
                 )
-            s.producers[(part.part_id, pid)] = entry
+            s.set_producer(part.part_id, pid, entry)

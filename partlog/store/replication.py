@@ -10,10 +10,7 @@ from collections.abc import Iterable
 from partlog.kafka import batch_header as bh
 from partlog.kafka.batch_header import BatchHeader
 from partlog.kafka.crc32c import crc32c
-from partlog.kafka.producer_state import (
-    AppendedBatch,
-    after_append,
-)
+from partlog.kafka.producer_state import ProducerWindow
 from partlog.kafka.records import (
     ReplicatedEntry,
     TimestampType,
@@ -177,6 +174,8 @@ class ReplicationMixin(ReadsMixin, EpochsMixin, ProducersMixin):
             # object key -> [file_id, batches, bytes, uploader, file size]
             files: dict[str, list[int]] = {}
             run: list[bytes] = []
+            # This partition's producers as the entries change them (leader's rules, no checks).
+            windows: dict[int, ProducerWindow] = {}
             running_max = part.running_max_timestamp
             epoch = latest_epoch
             for e, h in zip(items, headers, strict=True):
@@ -213,19 +212,26 @@ class ReplicationMixin(ReadsMixin, EpochsMixin, ProducersMixin):
                     self._assign_epoch(txn, part_id, epoch, base)
                 pid = h.producer_id
                 if pid >= 0:
-                    entry = s.producer(part_id, pid)
-                    if entry is not None and now - entry.last_timestamp >= expiration_ms:
-                        entry = None  # expired, as the leader's lookup decides
-                    s.producers[(part_id, pid)] = after_append(
-                        entry,
+                    window = windows.get(pid)
+                    if window is None:
+                        window = windows[pid] = ProducerWindow.from_encoded(s.producer_raw(part_id, pid))
+                    if window.known and now - window.last_timestamp >= expiration_ms:
+                        # expired, as the leader's lookup decides
+                        window = windows[pid] = ProducerWindow.from_encoded(None)
+                    window.append_values(
                         h.producer_epoch,
-                        AppendedBatch(
-                            h.base_sequence, h.last_sequence, base, last, e.batch_max_timestamp, e.log_append_time
-                        ),
+                        h.base_sequence,
+                        h.last_sequence,
+                        base,
+                        last,
+                        e.batch_max_timestamp,
+                        e.log_append_time,
                     )
                 part.live_batches += 1
                 part.live_bytes += e.size
                 part.log_end_offset = last + 1
+            for pid, window in windows.items():
+                s.producers[(part_id, pid)] = window.encoded()
             if run:
                 chunks = chunks_of(part_id, b"".join(run))
                 _, added = txn.cursor(db=self._db_log).putmulti(chunks, overwrite=False)

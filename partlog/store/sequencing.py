@@ -13,7 +13,6 @@ from partlog.kafka.batch_header import increment_sequence, patch_header
 from partlog.kafka.crc32c import crc32c
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_state import (
-    AppendedBatch,
     ProducerWindow,
 )
 from partlog.kafka.records import (
@@ -136,9 +135,9 @@ class SequencingMixin(IndexMixin, ProducersMixin):
             for part in staged.parts.values():
                 assert part is not None
                 group.parts[part.part_id] = part.pack()
-            for (part_id, pid), entry in staged.producers.items():
-                assert entry is not None
-                group.producers[PRODUCER_KEY.pack(part_id, pid)] = entry.encode()
+            for (part_id, pid), raw in staged.producers.items():
+                assert raw is not None
+                group.producers[PRODUCER_KEY.pack(part_id, pid)] = raw
             group.counters.update(staged.counters)
         return group
 
@@ -295,9 +294,7 @@ class SequencingMixin(IndexMixin, ProducersMixin):
                     last_seq = increment_sequence(first_seq, delta)
                     window = windows.get(pid)
                     if window is None:
-                        key = (part_id, pid)
-                        entry = producers[key] if key in producers else s.producer(part_id, pid)
-                        window = windows[pid] = ProducerWindow(entry)
+                        window = windows[pid] = ProducerWindow.from_encoded(s.producer_raw(part_id, pid))
                     if now - window.last_timestamp < expiration_ms and window.continues(pepoch, first_seq):
                         pass  # the next batch in sequence: no duplicate, no error
                     else:
@@ -305,7 +302,7 @@ class SequencingMixin(IndexMixin, ProducersMixin):
                             # Expired: as if never seen.  Checked per batch: a
                             # batch appended just now with an old timestamp
                             # leaves its producer expired for the next one.
-                            window = windows[pid] = ProducerWindow(None)
+                            window = windows[pid] = ProducerWindow.from_encoded(None)
                         dup = window.find_duplicate(pepoch, first_seq, last_seq)
                         if dup is not None:
                             # Kafka answers a duplicate with the batch's max
@@ -375,16 +372,13 @@ class SequencingMixin(IndexMixin, ProducersMixin):
                 added_bytes += size
                 if pid >= 0:
                     assert window is not None
-                    window.append(
-                        pepoch,
-                        _new(AppendedBatch, (first_seq, last_seq, base, leo - 1, max_ts, append_time)),
-                    )
+                    window.append_values(pepoch, first_seq, last_seq, base, leo - 1, max_ts, append_time)
                     appended.add(pid)
                 responses[i] = _new(CommitBatchResponse, (Errors.NONE, base, append_time, lso, False, req))
             if log_entries:
                 by_part[part_id] = [b"".join(log_entries)]
             for pid in appended:
-                producers[(part_id, pid)] = windows[pid].entry()
+                producers[(part_id, pid)] = windows[pid].encoded()
             part.log_end_offset = leo
             part.running_max_timestamp = running_max
             part.live_bytes = live_bytes
