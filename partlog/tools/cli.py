@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from partlog import __version__
 from partlog.rpc.transport import read_secret_file
 from partlog.tools.cli_errors import OneLineArgumentParser, one_line, run_cli, take_debug_flag
+from partlog.tools.malloc import limit_malloc_arenas
 
 if TYPE_CHECKING:
     from partlog.rpc.tls import TlsContexts
@@ -840,6 +841,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _check_ranges(parser, args)
+    # Before any thread starts (see partlog.tools.malloc).
+    limit_malloc_arenas()
     return run_cli(f"partlog {args.command}", lambda: int(args.func(args)), debug=debug)
 
 
