@@ -624,12 +624,24 @@ class StoreBase:
             return self._run_exclusive_locked(fn)
 
     def _run_exclusive_locked(self, fn: Callable[[Staged], T]) -> T:
+        def attempt(txn: lmdb.Transaction) -> tuple[Staged, T]:
+            staged = Staged(self, txn)
+            result = fn(staged)
+            staged.flush()
+            return staged, result
+
+        staged, result = self._in_write_txn(attempt)
+        staged.apply_to_caches()
+        self.stats["group_commits"] += 1
+        return result
+
+    def _in_write_txn(self, fn: Callable[[lmdb.Transaction], T]) -> T:
+        """``fn`` in one committed write transaction; a full map is grown
+        and ``fn`` run again in a new one (so ``fn`` must only stage)."""
         while True:
             txn = self._env.begin(write=True)
-            staged = Staged(self, txn)
             try:
-                result = fn(staged)
-                staged.flush()
+                result = fn(txn)
                 txn.commit()
             except lmdb.MapFullError:
                 self._abort_write(txn)
@@ -638,8 +650,6 @@ class StoreBase:
             except BaseException:
                 self._abort_write(txn)
                 raise
-            staged.apply_to_caches()
-            self.stats["group_commits"] += 1
             return result
 
     def _load_producer_raw(self, txn: Txn, part_id: int, producer_id: int) -> bytes | None:

@@ -298,20 +298,13 @@ class CheckpointMixin(StoreBase):
         """Apply ``groups`` and record the last one's seq as applied, in one
         transaction (durable with ``sync``); returns that seq."""
         last: int = groups[-1].seq
-        while True:
-            txn = self._env.begin(write=True)
-            try:
-                self._apply_groups(txn, groups)
-                txn.put(KEY_JOURNAL_APPLIED, U64.pack(last), db=self._db_meta)
-                txn.commit()
-            except lmdb.MapFullError:
-                self._abort_write(txn)
-                self._grow_map()
-                continue
-            except BaseException:
-                self._abort_write(txn)
-                raise
-            return last
+
+        def apply(txn: lmdb.Transaction) -> None:
+            self._apply_groups(txn, groups)
+            txn.put(KEY_JOURNAL_APPLIED, U64.pack(last), db=self._db_meta)
+
+        self._in_write_txn(apply)
+        return last
 
     def _replayed_overlay(self) -> tuple[CommitGroup, ...]:
         """A ``readonly`` store's overlay at open: the journal's records
