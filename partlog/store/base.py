@@ -132,7 +132,8 @@ class Staged:
         if key in self.producers:
             return self.producers[key]
         # Every entry written since open is cached, so a cache miss means the
-        # committed state is current for this key.
+        # committed state is current for this key.  The cache is asked here,
+        # before self.reader(), which would open a read transaction.
         cached = self.store._producers.get(key)
         if cached is not None:
             return cached

@@ -174,11 +174,8 @@ class CheckpointMixin(StoreBase):
                 record = FILE_RECORD.pack(fid, old_nb + nb, old_nbytes + nbytes, old_uploader, old_size)
                 txn.put(k, record, db=self._db_files)
         if log:
-            chunks = [
-                chunk
-                for part_id in sorted(log)
-                for chunk in chunks_of(part_id, log[part_id][0] if len(log[part_id]) == 1 else b"".join(log[part_id]))
-            ]
+            # (joining one run returns that run: no copy in the common case)
+            chunks = [chunk for part_id in sorted(log) for chunk in chunks_of(part_id, b"".join(log[part_id]))]
             _, added = txn.cursor(db=self._db_log).putmulti(chunks, overwrite=False)
             assert added == len(chunks), "a log key was written twice"
         if parts:

@@ -258,14 +258,18 @@ class Entry:
         return self.header.max_timestamp
 
 
-def chunk_count(value: Buf, where: str) -> int:
-    """Entries in the chunk ``value``; CorruptEntryError unless whole entries."""
+def chunk_span(tp: object, key: Buf, value: Buf) -> tuple[int, int]:
+    """(offset of the chunk's key, number of entries) of the chunk ``value``
+    stored under ``key``; CorruptEntryError naming partition ``tp`` and the
+    chunk unless it holds whole entries."""
+    at = int(PART_KEY.unpack(key)[1])
     n, rest = divmod(len(value), ENTRY_SIZE)
     if rest or not n:
         raise CorruptEntryError(
-            f"{where}: chunk is {len(value)} bytes, not a whole number of {ENTRY_SIZE}-byte entries"
+            f"partition {tp} chunk at offset {at}: chunk is {len(value)} bytes,"
+            f" not a whole number of {ENTRY_SIZE}-byte entries"
         )
-    return n
+    return at, n
 
 
 def chunk_base(value: Buf, i: int) -> int:
@@ -290,25 +294,13 @@ def chunk_entry(value: Buf, i: int, tp: object, chunk_offset: int) -> Entry:
 def chunks_of(part_id: int, run: bytes) -> list[tuple[bytes, bytes]]:
     """A partition's new entries (whole entries, ascending) as (key, chunk)
     puts of at most CHUNK_ENTRIES_MAX entries, each under its first entry's
-    base offset."""
+    base offset.  (A run of one chunk is put as it is: slicing all of a
+    bytes object returns the object.)"""
     step = CHUNK_ENTRIES_MAX * ENTRY_SIZE
-    if len(run) <= step:
-        return [(PART_KEY.pack(part_id, chunk_base(run, 0)), run)]
     return [
         (PART_KEY.pack(part_id, int(I64.unpack_from(run, at)[0])), run[at : at + step])
         for at in range(0, len(run), step)
     ]
-
-
-def decode_entry(value: Buf, where: str) -> Entry:
-    if len(value) != ENTRY_SIZE:
-        raise CorruptEntryError(f"{where}: entry is {len(value)} bytes, expected {ENTRY_SIZE}")
-    body = value[: ENTRY_SIZE - ENTRY_CRC.size]
-    (stored,) = ENTRY_CRC.unpack_from(value, len(body))
-    if crc32c(body) != stored:
-        raise CorruptEntryError(f"{where}: entry CRC mismatch")
-    raw_header = bytes(body[: bh.HEADER_SIZE])
-    return Entry(BatchHeader.parse(raw_header), raw_header, *ENTRY_TAIL.unpack_from(body, bh.HEADER_SIZE))
 
 
 @dataclass(slots=True, eq=False)

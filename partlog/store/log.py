@@ -20,8 +20,8 @@ from partlog.store.layout import (
     Entry,
     Part,
     chunk_base,
-    chunk_count,
     chunk_entry,
+    chunk_span,
     last_under,
 )
 from partlog.store.view import Txn, overlay_runs
@@ -64,9 +64,8 @@ class LogMixin(IndexMixin):
                 for k, v in cur:
                     if k[:4] != prefix:
                         break
-                    at = PART_KEY.unpack(k)[1]
-                    where = f"partition {part.tp} chunk at offset {at}"
-                    for i in range(chunk_count(v, where)):
+                    at, n = chunk_span(part.tp, k, v)
+                    for i in range(n):
                         base = chunk_base(v, i)
                         if base >= from_offset:
                             yield PART_KEY.pack(part.part_id, base), chunk_entry(v, i, part.tp, at)
@@ -96,9 +95,7 @@ class LogMixin(IndexMixin):
         if not self._seek_chunk(cur, key):
             return None
         k, v = cur.item()
-        at = PART_KEY.unpack(k)[1]
-        where = f"partition {part.tp} chunk at offset {at}"
-        n = chunk_count(v, where)
+        at, n = chunk_span(part.tp, k, v)
         # The last entry starting at or before `offset` (a chunk is ascending).
         i = n - 1
         while i >= 0 and chunk_base(v, i) > offset:
@@ -117,9 +114,7 @@ class LogMixin(IndexMixin):
         if not (last_under(cur, prefix) and cur.key()[:4] == prefix):
             return None
         k, v = cur.item()
-        at = PART_KEY.unpack(k)[1]
-        where = f"partition {part.tp} chunk at offset {at}"
-        n = chunk_count(v, where)
+        at, n = chunk_span(part.tp, k, v)
         return chunk_entry(v, n - 1, part.tp, at)
 
     def _drop_entry(self, part: Part, e: Entry, per_file: dict[int, list[int]]) -> None:
@@ -145,9 +140,7 @@ class LogMixin(IndexMixin):
             while cur.key()[:4] == prefix:
                 k = bytes(cur.key())
                 v = bytes(cur.value())
-                at = PART_KEY.unpack(k)[1]
-                where = f"partition {part.tp} chunk at offset {at}"
-                n = chunk_count(v, where)
+                at, n = chunk_span(part.tp, k, v)
                 keep = n  # index of the first entry kept
                 for i in range(n):
                     e = chunk_entry(v, i, part.tp, at)
@@ -188,9 +181,7 @@ class LogMixin(IndexMixin):
             while cur.key()[:4] == prefix:
                 k = bytes(cur.key())
                 v = bytes(cur.value())
-                at = PART_KEY.unpack(k)[1]
-                where = f"partition {part.tp} chunk at offset {at}"
-                n = chunk_count(v, where)
+                at, n = chunk_span(part.tp, k, v)
                 first = 0  # index of the first entry dropped
                 while first < n and chunk_base(v, first) < from_offset:
                     first += 1

@@ -13,13 +13,12 @@ from partlog.kafka.producer_state import (
 )
 from partlog.store.base import Staged, StoreBase
 from partlog.store.layout import (
-    PART_KEY,
     PRODUCER_KEY,
     U32,
     Entry,
     Part,
-    chunk_count,
     chunk_entry,
+    chunk_span,
     last_under,
 )
 
@@ -53,9 +52,8 @@ class ProducersMixin(StoreBase):
         positioned = last_under(cur, prefix)
         while open_pids and positioned and cur.key()[:4] == prefix:
             k, v = cur.item()
-            at = PART_KEY.unpack(k)[1]
-            where = f"partition {part.tp} chunk at offset {at}"
-            for i in reversed(range(chunk_count(v, where))):
+            at, n = chunk_span(part.tp, k, v)
+            for i in reversed(range(n)):
                 e = chunk_entry(v, i, part.tp, at)
                 pid = e.header.producer_id
                 if pid in open_pids:
