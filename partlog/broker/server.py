@@ -44,6 +44,8 @@ from partlog.kafka.records import (
     ListOffsetsRequest,
     TopicIdPartition,
 )
+from partlog.kafka_front.apis import FrontConfig
+from partlog.kafka_front.server import KafkaListener, ListenerLimits
 from partlog.produce.pipeline import (
     Action,
     BatchResult,
@@ -61,6 +63,7 @@ from partlog.rpc.methods import (
     PRODUCE_BATCHES_MAX,
     REFERENCE_CHECKS_MAX,
     REPLICAS_ASKED_MAX,
+    RESPONSE_SCHEMAS,
 )
 from partlog.rpc.transport import (
     RPC_TIMEOUT_MS_DEFAULT,
@@ -149,6 +152,11 @@ class BrokerConfig:
     walmgr_address: str = ""
     # The RPC server's connection limits and deadlines (partlog.rpc.transport).
     rpc_limits: ServerLimits = field(default_factory=ServerLimits)
+    # The Kafka listener (partlog.kafka_front): None for none, 0 for any
+    # free port (``Broker.kafka_port`` tells which).
+    kafka_port: int | None = None
+    kafka: FrontConfig = field(default_factory=FrontConfig)
+    kafka_limits: ListenerLimits = field(default_factory=ListenerLimits)
 
     def __post_init__(self) -> None:
         for name in ("commit_rpc_timeout_ms", "commit_deadline_ms", "retention_check_interval_ms"):
@@ -266,6 +274,7 @@ class Broker:
         self.walmgr_notifications_sent = 0
         self.walmgr_notifications_dropped = 0
         self.port = 0
+        self.kafka: KafkaListener | None = None
         # Known from the metadata by the time the broker listens (listen()).
         self.cluster_id: uuid.UUID | None = None
         self._store_reopening = False
@@ -333,6 +342,27 @@ class Broker:
         await server.start()
         self._server = server
         self.port = server.port
+        if self.config.kafka_port is not None:
+            kafka = KafkaListener(
+                self,
+                host=self.config.host,
+                port=self.config.kafka_port,
+                config=self.config.kafka,
+                limits=self.config.kafka_limits,
+                registry=self.metrics.registry,
+            )
+            try:
+                await kafka.start()
+            except OSError as e:
+                await server.close()
+                self._server = None
+                raise OSError(e.errno, f"Kafka port {self.config.host}:{self.config.kafka_port}: {e.strerror}") from e
+            self.kafka = kafka
+
+    @property
+    def kafka_port(self) -> int:
+        """The Kafka listener's port (0: none)."""
+        return self.kafka.port if self.kafka is not None else 0
 
     async def start(self) -> None:
         await self.listen()
@@ -349,6 +379,8 @@ class Broker:
     async def stop(self) -> None:
         """Stop serving; answered requests stay answered, pending ones fail."""
         self._stopping = True
+        if self.kafka is not None:
+            await self.kafka.close()
         if self._server is not None:
             await self._server.close()
         await self.replicas.stop()
@@ -821,6 +853,108 @@ class Broker:
                 out.append([int(d.error), answer.high_watermark, answer.log_start_offset, d.records, d.error_message])
         return {"partitions": out}
 
+    def read_replica_for(self, tp: TopicIdPartition, az: str | None) -> int | None:
+        """The broker a fetch of ``tp`` should go to: this one when it holds
+        a replica, else a replica in ``az`` (this broker's AZ by default),
+        else the leader; None when the partition has no leader."""
+        if self.replicas.serves(tp):
+            return self.broker_id
+        info = self.metadata.partition(tp)
+        if info is None or info.leader < 0:
+            return None
+        want = self.config.az if az is None else az
+        for r in info.isr:
+            b = self.metadata.broker(r)
+            if b is not None and b.az == want:
+                return r
+        return info.leader
+
+    async def fetch_routed(
+        self, reqs: list[FindBatchRequest], *, max_wait_ms: int, min_bytes: int, max_bytes: int, az: str | None = None
+    ) -> list[list[Any]]:
+        """:meth:`fetch` for any partition: those this broker holds a replica
+        of are read here, the others are fetched from a replica in ``az``
+        (or the leader) over the broker RPC, all with the same long-poll.
+        One answer per request: [error, hwm, log start, records, message]."""
+        by_broker: dict[int, list[int]] = {}
+        out: list[list[Any]] = [[int(Errors.NOT_LEADER_OR_FOLLOWER), -1, -1, b"", "no leader"] for _ in reqs]
+        for i, r in enumerate(reqs):
+            target = self.read_replica_for(r.topic_id_partition, az)
+            if target is not None:
+                by_broker.setdefault(target, []).append(i)
+
+        async def one(target: int, idx: list[int]) -> None:
+            sub = [reqs[i] for i in idx]
+            try:
+                if target == self.broker_id:
+                    answer = await self.fetch(sub, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes)
+                    parts = answer["partitions"]
+                else:
+                    client = await self._client(target, timeout_ms=RPC_TIMEOUT_MS_DEFAULT)
+                    body = {
+                        "partitions": [
+                            [r.topic_id_partition.topic_id.bytes, r.topic_id_partition.partition, r.offset,
+                             r.max_partition_fetch_bytes]
+                            for r in sub
+                        ],
+                        "max_wait_ms": max_wait_ms,
+                        "min_bytes": min_bytes,
+                        "max_bytes": max_bytes,
+                    }  # fmt: skip
+                    answer = await client.call("fetch", body, timeout_ms=max_wait_ms + RPC_TIMEOUT_MS_DEFAULT)
+                    parts = _checked_fetch_answer(answer, len(sub))
+            except (RpcError, RpcConnectionError, RpcTimeoutError, OSError, WireError) as e:
+                if isinstance(e, RpcConnectionError | OSError):
+                    await self._drop_client(target)
+                for i in idx:
+                    out[i] = [int(Errors.NOT_LEADER_OR_FOLLOWER), -1, -1, b"", f"fetch via broker {target}: {e}"]
+                return
+            for i, p in zip(idx, parts, strict=True):
+                out[i] = list(p)
+
+        await asyncio.gather(*(one(t, idx) for t, idx in by_broker.items()))
+        return out
+
+    async def list_offsets_routed(self, reqs: list[ListOffsetsRequest]) -> list[tuple[Errors, int, int]]:
+        """ListOffsets for any partition, answered by its leader (here, or
+        over the broker RPC): (error, timestamp, offset) per request."""
+        out: list[tuple[Errors, int, int]] = [(Errors.NOT_LEADER_OR_FOLLOWER, -1, -1)] * len(reqs)
+        by_leader: dict[int, list[int]] = {}
+        for i, r in enumerate(reqs):
+            leader = self.metadata.leader_of(r.topic_id_partition)
+            if leader is not None and leader >= 0:
+                by_leader.setdefault(leader, []).append(i)
+
+        async def one(leader: int, idx: list[int]) -> None:
+            sub = [reqs[i] for i in idx]
+            try:
+                if leader == self.broker_id:
+                    answer = await self._handle_list_offsets(
+                        {"partitions": [[r.topic_id_partition.topic_id.bytes, r.topic_id_partition.partition,
+                                         r.timestamp] for r in sub]}
+                    )  # fmt: skip
+                else:
+                    client = await self._client(leader, timeout_ms=RPC_TIMEOUT_MS_DEFAULT)
+                    answer = await client.call(
+                        "list_offsets",
+                        {"partitions": [[r.topic_id_partition.topic_id.bytes, r.topic_id_partition.partition,
+                                         r.timestamp] for r in sub]},
+                        timeout_ms=RPC_TIMEOUT_MS_DEFAULT,
+                    )  # fmt: skip
+                RESPONSE_SCHEMAS["list_offsets"].check(answer, "list_offsets answer")
+                parts = answer["partitions"]
+                if len(parts) != len(sub):
+                    raise WireError(f"list_offsets answer: {len(parts)} partitions for {len(sub)} asked")
+                for i, (err, ts, off) in zip(idx, parts, strict=True):
+                    out[i] = (_error(err), ts, off)
+            except (RpcError, RpcConnectionError, RpcTimeoutError, OSError, WireError, TypeError, ValueError) as e:
+                if isinstance(e, RpcConnectionError | OSError):
+                    await self._drop_client(leader)
+                log.info("list_offsets via broker %d failed: %s", leader, e)
+
+        await asyncio.gather(*(one(t, idx) for t, idx in by_leader.items()))
+        return out
+
     async def _read(self, key: str, offset: int, length: int) -> tuple[int, bytes] | BaseException:
         cached = self.cache.get(key, offset, length)
         if cached is not None:
@@ -998,11 +1132,29 @@ class Broker:
     # ------------------------------------------------------------ inspection
 
     def info(self) -> BrokerInfo:
-        return BrokerInfo(self.broker_id, self.config.az, self.config.host, self.port)
+        return BrokerInfo(self.broker_id, self.config.az, self.config.host, self.port, self.kafka_port)
 
 
 async def _encoded(wait: Awaitable[list[CommitBatchResponse]]) -> Any:
     return enc_commit_responses(await wait)
+
+
+def _checked_fetch_answer(body: Any, n: int) -> list[Any]:
+    """Another broker's fetch answer, checked (WireError): what a broken
+    or hostile peer sends fails only the partitions asked of it."""
+    RESPONSE_SCHEMAS["fetch"].check(body, "fetch answer")
+    parts: list[Any] = body["partitions"]
+    if len(parts) != n:
+        raise WireError(f"fetch answer: {len(parts)} partitions for {n} asked")
+    return parts
+
+
+def _error(code: Any) -> Errors:
+    """A peer's error code; one Kafka does not define is UNKNOWN_SERVER_ERROR."""
+    try:
+        return Errors(int(code))
+    except (ValueError, TypeError):
+        return Errors.UNKNOWN_SERVER_ERROR
 
 
 def _as_map(body: Any, what: str) -> dict[str, Any]:
@@ -1027,7 +1179,7 @@ async def start_brokers(
         for b in started:
             await b.stop()
         raise
-    metadata = metadata.with_ports({b.broker_id: b.port for b in brokers})
+    metadata = metadata.with_ports({b.broker_id: b.port for b in brokers}, {b.broker_id: b.kafka_port for b in brokers})
     for b in brokers:
         b.set_metadata(metadata)
     return brokers, metadata

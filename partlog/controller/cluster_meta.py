@@ -56,6 +56,8 @@ class BrokerInfo:
     az: str
     host: str = "127.0.0.1"
     port: int = 0
+    # The Kafka listener's port (partlog.kafka_front); 0: none.
+    kafka_port: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,10 +295,13 @@ class StaticMetadata:
     def topics(self) -> list[TopicInfo]:
         return sorted(self._topics.values(), key=lambda t: t.name)
 
-    def with_ports(self, ports: Mapping[int, int]) -> StaticMetadata:
-        """The same assignment with brokers' listening ports filled in."""
+    def with_ports(self, ports: Mapping[int, int], kafka_ports: Mapping[int, int] | None = None) -> StaticMetadata:
+        """The same assignment with brokers' listening ports (RPC, and
+        Kafka when given) filled in."""
+        kp = kafka_ports or {}
         brokers = [
-            BrokerInfo(b.broker_id, b.az, b.host, ports.get(b.broker_id, b.port)) for b in self._brokers.values()
+            replace(b, port=ports.get(b.broker_id, b.port), kafka_port=kp.get(b.broker_id, b.kafka_port))
+            for b in self._brokers.values()
         ]
         return StaticMetadata(brokers, list(self._topics.values()), self._deleted_topics, cluster_id=self._cluster_id)
 
@@ -406,7 +411,13 @@ class StaticMetadata:
         cluster_id = parse_cluster_id(doc["cluster_id"], where)
         try:
             brokers = [
-                BrokerInfo(int(b["id"]), str(b["az"]), str(b.get("host", "127.0.0.1")), int(b.get("port", 0)))
+                BrokerInfo(
+                    int(b["id"]),
+                    str(b["az"]),
+                    str(b.get("host", "127.0.0.1")),
+                    int(b.get("port", 0)),
+                    int(b.get("kafka_port", 0)),
+                )
                 for b in doc.get("brokers", [])
             ]
             topics = [

@@ -232,9 +232,10 @@ class BrokerRegistration:
     port: int
     broker_epoch: int
     fenced: bool
+    kafka_port: int = 0
 
     def info(self) -> BrokerInfo:
-        return BrokerInfo(self.broker_id, self.az, self.host, self.port)
+        return BrokerInfo(self.broker_id, self.az, self.host, self.port, self.kafka_port)
 
 
 class MetadataSnapshot(NamedTuple):
@@ -654,7 +655,9 @@ class Controller:
 
     # ------------------------------------------------------------- brokers
 
-    def register_broker(self, broker_id: int, az: str, host: str, port: int, now_ms: int) -> int | Errors:
+    def register_broker(
+        self, broker_id: int, az: str, host: str, port: int, now_ms: int, kafka_port: int = 0
+    ) -> int | Errors:
         """Start a new incarnation of ``broker_id``; returns its broker epoch
         (or INVALID_REQUEST when BROKERS_MAX distinct brokers are known).
 
@@ -663,6 +666,8 @@ class Controller:
         state).  Offline partitions are then re-elected: the broker that is
         the sole ISR member of an offline partition leads it again."""
         _check_broker_args(broker_id, az, host, port)
+        if type(kafka_port) is not int or not 0 <= kafka_port <= PORT_MAX:
+            raise ValueError(f"kafka_port must be in [0, {PORT_MAX}], got {kafka_port!r}")
         old = self._brokers.get(broker_id)
         if old is None and len(self._brokers) >= BROKERS_MAX:
             return Errors.INVALID_REQUEST
@@ -671,7 +676,7 @@ class Controller:
             d.fence([broker_id], FENCED_NEW_INCARNATION)
         epoch = self._broker_epoch_last + 1
         d.broker_epoch_last = epoch
-        d.brokers[broker_id] = BrokerRegistration(broker_id, az, host, port, epoch, fenced=False)
+        d.brokers[broker_id] = BrokerRegistration(broker_id, az, host, port, epoch, fenced=False, kafka_port=kafka_port)
         d.events.append(BrokerRegistered(broker_id, epoch, az, host, port))
         d.reconcile({broker_id}, REASON_BROKER_REGISTERED)
         self._commit(d)
@@ -912,14 +917,20 @@ TOPICS_PER_REQUEST_MAX = 1_000
 
 
 def _enc_broker(b: BrokerRegistration) -> list[Any]:
-    return [b.az, b.host, b.port, b.broker_epoch, b.fenced]
+    return [b.az, b.host, b.port, b.broker_epoch, b.fenced, b.kafka_port]
 
 
 def _dec_broker(broker_id: int, v: Any) -> BrokerRegistration:
-    az, host, port, epoch, fenced = expect_list(v, "broker", 5)
+    # Six fields since the Kafka listener; a state directory written before
+    # it has five (no Kafka port).
+    fields = expect_list(v, "broker")
+    if len(fields) not in (5, 6):
+        raise WireError(f"broker: expected 5 or 6 fields, got {len(fields)}")
+    az, host, port, epoch, fenced = fields[:5]
+    kafka_port = expect_int(fields[5], "broker.kafka_port") if len(fields) == 6 else 0
     return BrokerRegistration(
         broker_id, expect_str(az, "broker.az"), expect_str(host, "broker.host"), expect_int(port, "broker.port"),
-        expect_int(epoch, "broker.broker_epoch"), bool(fenced),
+        expect_int(epoch, "broker.broker_epoch"), bool(fenced), kafka_port,
     )  # fmt: skip
 
 
@@ -968,7 +979,7 @@ def _dec_error(m: dict[str, Any], what: str) -> Errors:
 
 
 def enc_register(b: BrokerInfo) -> dict[str, Any]:
-    return {"broker_id": b.broker_id, "az": b.az, "host": b.host, "port": b.port}
+    return {"broker_id": b.broker_id, "az": b.az, "host": b.host, "port": b.port, "kafka_port": b.kafka_port}
 
 
 def dec_register(body: Any) -> BrokerInfo:
@@ -986,7 +997,10 @@ def dec_register(body: Any) -> BrokerInfo:
         raise WireError(f"{w}.host: must be at most {HOST_CHARS_MAX} characters, got {len(host)}")
     if not 0 <= port <= PORT_MAX:
         raise WireError(f"{w}.port: must be in [0, {PORT_MAX}], got {port}")
-    return BrokerInfo(bid, az, host, port)
+    kafka_port = expect_int(m.get("kafka_port", 0), f"{w}.kafka_port")
+    if not 0 <= kafka_port <= PORT_MAX:
+        raise WireError(f"{w}.kafka_port: must be in [0, {PORT_MAX}], got {kafka_port}")
+    return BrokerInfo(bid, az, host, port, kafka_port)
 
 
 def enc_register_response(answer: int | Errors) -> dict[str, Any]:
@@ -1077,7 +1091,7 @@ def enc_snapshot(s: MetadataSnapshot) -> dict[str, Any]:
     """A metadata_poll answer with news; without news it is ``{"version": v}``."""
     return {
         "version": s.version,
-        "brokers": [[b.broker_id, b.az, b.host, b.port] for b in s.brokers],
+        "brokers": [[b.broker_id, b.az, b.host, b.port, b.kafka_port] for b in s.brokers],
         "topics": [enc_topic(t) for t in s.topics],
     }
 
@@ -1092,13 +1106,18 @@ def dec_poll_response(body: Any) -> MetadataSnapshot | None:
     brokers = []
     for i, b in enumerate(expect_list(field(m, "brokers", w), f"{w}.brokers")):
         what = f"{w}.brokers[{i}]"
-        bid, az, host, port = expect_list(b, what, 4)
+        # Five fields since the Kafka listener (its port last); four before.
+        fields = expect_list(b, what)
+        if len(fields) not in (4, 5):
+            raise WireError(f"{what}: expected 4 or 5 items, got {len(fields)}")
+        bid, az, host, port = fields[:4]
         brokers.append(
             BrokerInfo(
                 expect_int(bid, f"{what}.id"),
                 expect_str(az, f"{what}.az"),
                 expect_str(host, f"{what}.host"),
                 expect_int(port, f"{what}.port"),
+                expect_int(fields[4], f"{what}.kafka_port") if len(fields) == 5 else 0,
             )
         )
     topics = [dec_topic(t, f"{w}.topics[{i}]") for i, t in enumerate(expect_list(field(m, "topics", w), f"{w}.topics"))]

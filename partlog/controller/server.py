@@ -271,7 +271,7 @@ class ControllerServer:
     async def _handle_register(self, body: Any) -> Any:
         info = _decode(dec_register, body)
         epoch = await self._run(
-            lambda c: c.register_broker(info.broker_id, info.az, info.host, info.port, self._clock())
+            lambda c: c.register_broker(info.broker_id, info.az, info.host, info.port, self._clock(), info.kafka_port)
         )
         return enc_register_response(epoch)
 

@@ -140,7 +140,8 @@ _BROKER_EPOCH = Map(required={"broker_id": BROKER_ID, "broker_epoch": INT64})
 
 CONTROLLER_SCHEMAS: dict[str, Schema] = {
     "register_broker": Map(
-        required={"broker_id": BROKER_ID, "az": Str(AZ_CHARS_MAX), "host": Str(HOST_CHARS_MAX), "port": PORT}
+        required={"broker_id": BROKER_ID, "az": Str(AZ_CHARS_MAX), "host": Str(HOST_CHARS_MAX), "port": PORT},
+        optional={"kafka_port": PORT},
     ),
     "heartbeat": _BROKER_EPOCH,
     "allocate_producer_ids": _BROKER_EPOCH,
@@ -192,6 +193,9 @@ RESPONSE_SCHEMAS: dict[str, Schema] = {
         }
     ),
     "init_producer_id": Map(required={"error": INT16, "producer_id": INT64, "producer_epoch": INT16}),
+    "list_offsets": Map(
+        required={"partitions": List(Tuple(("error", INT16), ("timestamp", INT64), ("offset", INT64)), PARTITIONS_MAX)}
+    ),
     "fetch": Map(
         required={
             "partitions": List(

@@ -1,0 +1,296 @@
+"""A broker's Kafka listener: TCP connections speaking Kafka's protocol.
+
+Requests on one connection are handled concurrently but answered in the
+order they came, as Kafka requires (a client matches answers by order as
+well as by correlation id).  They are also started in order: an idempotent
+producer's pipelined produce requests reach the broker's WAL buffer in the
+order they were sent.
+
+What a bad peer can cost is bounded:
+
+* a size prefix above ``request_bytes_max`` (Kafka's
+  socket.request.max.bytes) or a request that does not parse closes that
+  connection, with one log line; other connections never notice;
+* at most ``requests_in_flight_max`` requests per connection are read
+  ahead of their answers (reading pauses);
+* ``connections_per_ip_max`` (Kafka's max.connections.per.ip) and
+  ``connections_max`` refuse further connections at accept;
+* a connection with nothing in flight for ``connections_max_idle_ms``
+  (Kafka's connections.max.idle.ms) is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from partlog.kafka.errors import Errors
+from partlog.kafka_front.apis import SUPPORTED_VERSIONS, FrontConfig, KafkaApis, Session
+from partlog.kafka_front.codec import (
+    API_KEYS,
+    API_VERSIONS_KEY,
+    REQUEST_BYTES_MAX_DEFAULT,
+    FrameError,
+    FrameReader,
+    Request,
+    build,
+    encode_response,
+    error_body,
+    parse_request,
+    response_class,
+)
+
+if TYPE_CHECKING:
+    from partlog.broker.server import Broker
+
+log = logging.getLogger(__name__)
+
+# Kafka's connections.max.idle.ms default (10 minutes).
+CONNECTIONS_MAX_IDLE_MS_DEFAULT = 600_000
+CONNECTIONS_PER_IP_MAX_DEFAULT = 1_000
+CONNECTIONS_MAX_DEFAULT = 10_000
+# Requests read ahead of their answers on one connection (librdkafka keeps
+# at most 5 produce requests in flight with idempotence; consumers 1 fetch).
+REQUESTS_IN_FLIGHT_MAX_DEFAULT = 100
+READ_CHUNK_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerLimits:
+    request_bytes_max: int = REQUEST_BYTES_MAX_DEFAULT
+    connections_max: int = CONNECTIONS_MAX_DEFAULT
+    connections_per_ip_max: int = CONNECTIONS_PER_IP_MAX_DEFAULT
+    connections_max_idle_ms: int = CONNECTIONS_MAX_IDLE_MS_DEFAULT
+    requests_in_flight_max: int = REQUESTS_IN_FLIGHT_MAX_DEFAULT
+
+    def __post_init__(self) -> None:
+        for name in self.__slots__:
+            v = getattr(self, name)
+            if type(v) is not int or v <= 0:
+                raise ValueError(f"Kafka listener limit {name} must be a positive integer, got {v!r}")
+        if self.request_bytes_max < 8:
+            raise ValueError(f"Kafka listener limit request_bytes_max must be >= 8, got {self.request_bytes_max}")
+
+
+class ListenerMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.connections = Gauge("partlog_kafka_connections", "open Kafka client connections", registry=r)
+        self.connections_refused = Counter(
+            "partlog_kafka_connections_refused",
+            "Kafka connections refused at accept, by limit",
+            ["limit"],
+            registry=r,
+        )
+        self.requests = Counter("partlog_kafka_requests", "Kafka requests answered, by API", ["api"], registry=r)
+        self.requests_unsupported = Counter(
+            "partlog_kafka_requests_unsupported", "Kafka requests of an API or version not served", registry=r
+        )
+        self.bad_requests = Counter(
+            "partlog_kafka_bad_requests", "Kafka connections closed for a malformed or oversized request", registry=r
+        )
+        self.idle_closed = Counter(
+            "partlog_kafka_idle_closed", "Kafka connections closed after connections.max.idle.ms", registry=r
+        )
+
+
+class KafkaListener:
+    """The Kafka listener of one broker.  ``await start()``, ``await close()``."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        config: FrontConfig | None = None,
+        limits: ListenerLimits | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.apis = KafkaApis(broker, config)
+        self.host = host
+        self.port = port
+        self.limits = limits or ListenerLimits()
+        self.metrics = ListenerMetrics(registry if registry is not None else CollectorRegistry())
+        self._server: asyncio.Server | None = None
+        self._per_ip: dict[str, int] = {}
+        self._open = 0
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, self.host, self.port, limit=READ_CHUNK_BYTES)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+            self._server = None
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        ip = str(peer[0]) if peer else "?"
+        refusal = None
+        if self._open >= self.limits.connections_max:
+            refusal = "connections_max"
+        elif self._per_ip.get(ip, 0) >= self.limits.connections_per_ip_max:
+            refusal = "connections_per_ip_max"
+        if refusal is not None:
+            self.metrics.connections_refused.labels(refusal).inc()
+            log.warning("kafka listener: refused a connection from %s (%s reached)", ip, refusal)
+            writer.close()
+            return
+        self._open += 1
+        self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
+        self.metrics.connections.inc()
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            await _Connection(self, reader, writer, f"{ip}:{peer[1] if peer else '?'}").run()
+        except asyncio.CancelledError:
+            pass
+        finally:
+            if task is not None:
+                self._tasks.discard(task)
+            self._open -= 1
+            left = self._per_ip[ip] - 1
+            if left:
+                self._per_ip[ip] = left
+            else:
+                del self._per_ip[ip]
+            self.metrics.connections.dec()
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+
+class _Connection:
+    def __init__(
+        self, listener: KafkaListener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str
+    ) -> None:
+        self.listener = listener
+        self.reader = reader
+        self.writer = writer
+        self.session = Session(peer)
+        self.frames = FrameReader(listener.limits.request_bytes_max)
+        # Answers in request order: each entry is (request, its handler task).
+        self.answers: asyncio.Queue[tuple[Request, asyncio.Task[bytes | None]] | None] = asyncio.Queue()
+        self.in_flight = asyncio.Semaphore(listener.limits.requests_in_flight_max)
+        self.pending = 0  # requests read and not yet answered
+
+    async def run(self) -> None:
+        sender = asyncio.ensure_future(self._send_loop())
+        try:
+            await self._read_loop()
+        finally:
+            self.answers.put_nowait(None)
+            # Answers already being worked on still go out (a produce that
+            # reached the WAL buffer is answered), unless the peer is gone.
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await sender
+            if not sender.done():
+                sender.cancel()
+
+    async def _read_loop(self) -> None:
+        limits = self.listener.limits
+        idle_s = limits.connections_max_idle_ms / 1000
+        while True:
+            frame = self._next_frame()
+            if frame is None:
+                try:
+                    async with asyncio.timeout(idle_s):
+                        data = await self.reader.read(READ_CHUNK_BYTES)
+                except TimeoutError:
+                    if self.pending == 0:
+                        self.listener.metrics.idle_closed.inc()
+                        log.info("kafka listener: closing idle connection %s", self.session.peer)
+                        return
+                    continue
+                except (ConnectionError, OSError):
+                    return
+                if not data:
+                    return
+                self.frames.feed(data)
+                continue
+            if isinstance(frame, FrameError):
+                self.listener.metrics.bad_requests.inc()
+                log.warning("kafka listener: closing connection %s: %s", self.session.peer, frame)
+                return
+            try:
+                req = parse_request(frame, SUPPORTED_VERSIONS)
+            except FrameError as e:
+                self.listener.metrics.bad_requests.inc()
+                log.warning("kafka listener: closing connection %s: %s", self.session.peer, e)
+                return
+            await self.in_flight.acquire()
+            self.pending += 1
+            # Started now, in arrival order: the handler runs to its first
+            # suspension before the next request is read.
+            task = asyncio.ensure_future(self._answer(req))
+            self.answers.put_nowait((req, task))
+            await asyncio.sleep(0)
+
+    def _next_frame(self) -> bytes | FrameError | None:
+        try:
+            return self.frames.next_frame()
+        except FrameError as e:
+            return e
+
+    async def _answer(self, req: Request) -> bytes | None:
+        metrics = self.listener.metrics
+        apis = self.listener.apis
+        try:
+            if req.unsupported is not None:
+                metrics.requests_unsupported.inc()
+                log.info("kafka listener: %s from %s (client %r)", req.unsupported, self.session.peer, req.client_id)
+                if req.api_key == API_VERSIONS_KEY:
+                    body = await apis.api_versions(req, None, self.session)
+                    return encode_response(req, build(response_class(API_VERSIONS_KEY, 0), body))
+                return encode_response(req, error_body(response_class(req.api_key, req.api_version),
+                                                       int(Errors.UNSUPPORTED_VERSION)))  # fmt: skip
+            handler = apis.handlers[req.api_key]
+            answer = await handler(req, req.body, self.session)
+            metrics.requests.labels(API_KEYS.get(req.api_key, str(req.api_key))).inc()
+            if answer is None:
+                return None
+            return encode_response(req, build(response_class(req.api_key, req.api_version), answer))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # A handler bug fails this request only: an error answer, logged.
+            log.exception("kafka listener: %s v%d from %s failed", req.api_name, req.api_version, self.session.peer)
+            try:
+                return encode_response(req, error_body(response_class(req.api_key, req.api_version),
+                                                       int(Errors.UNKNOWN_SERVER_ERROR)))  # fmt: skip
+            except Exception:
+                return None
+
+    async def _send_loop(self) -> None:
+        while True:
+            item = await self.answers.get()
+            if item is None:
+                return
+            _, task = item
+            try:
+                data = await task
+            finally:
+                self.pending -= 1
+                self.in_flight.release()
+            if data is None:
+                continue
+            self.writer.write(data)
+            await self.writer.drain()
+
+
+__all__ = ["KafkaListener", "ListenerLimits", "ListenerMetrics"]
