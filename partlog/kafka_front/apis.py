@@ -17,6 +17,7 @@ forwarded to one that does.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import uuid
@@ -24,6 +25,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from partlog.client import parse_records
 from partlog.kafka.errors import Errors
 from partlog.kafka.leader_epochs import diverging_epoch
 from partlog.kafka.records import FindBatchRequest, ListOffsetsRequest, TopicIdPartition
@@ -445,7 +447,9 @@ class KafkaApis:
                         err = Errors.UNSUPPORTED_VERSION  # -4/-5 (tiered storage) need v8+
                 asked.append((t.name, p, tp, err))
         reqs = [ListOffsetsRequest(tp, int(p.timestamp)) for _, p, tp, err in asked if err is None and tp is not None]
-        answers = iter(await self.broker.list_offsets_routed(reqs))
+        found = await self.broker.list_offsets_routed(reqs)
+        found = list(await asyncio.gather(*(self._exact(r, a) for r, a in zip(reqs, found, strict=True))))
+        answers = iter(found)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for name, p, tp, err in asked:
             part: dict[str, Any] = {"partition_index": int(p.partition_index), "timestamp": -1, "offset": -1}
@@ -458,6 +462,27 @@ class KafkaApis:
                             leader_epoch=info.leader_epoch if info is not None else -1)  # fmt: skip
             by_topic.setdefault(name, []).append(part)
         return {"throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]}
+
+    async def _exact(self, req: ListOffsetsRequest, answer: tuple[Errors, int, int]) -> tuple[Errors, int, int]:
+        """Kafka's answer to a lookup by timestamp is the first RECORD at or
+        after it; the store knows batches only (design.md), so the batch it
+        names is read and its records searched.  When the batch cannot be
+        read or decoded, the batch's base offset stands (a few records early)."""
+        error, _, offset = answer
+        if req.timestamp < 0 or error != Errors.NONE or offset < 0:
+            return answer
+        [(code, _hwm, _lso, records, _msg)] = await self.broker.fetch_routed(
+            [FindBatchRequest(req.topic_id_partition, offset, 1)], max_wait_ms=0, min_bytes=0, max_bytes=1
+        )
+        if code != 0:
+            return answer
+        try:
+            for r in parse_records(req.topic_id_partition, records, offset):
+                if r.timestamp >= req.timestamp:
+                    return Errors.NONE, r.timestamp, r.offset
+        except Exception as e:  # a codec this process lacks, a damaged batch: the batch's answer stands
+            log.info("ListOffsets of %s: batch at %d not searched: %s", req.topic_id_partition, offset, e)
+        return answer
 
 
 def _to_error(code: Any) -> Errors:

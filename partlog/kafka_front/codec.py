@@ -152,10 +152,9 @@ def parse_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> Req
             f"{API_KEYS.get(api_key, api_key)} v{api_version} correlation {header.correlation_id}: "
             f"malformed body ({type(e).__name__}: {e})"
         ) from None
-    if offset + used != len(frame):
-        raise FrameError(
-            f"{API_KEYS.get(api_key, api_key)} v{api_version}: {len(frame) - offset - used} bytes after the body"
-        )
+    # Bytes after the body are ignored, as Kafka's broker ignores them
+    # (librdkafka's Metadata v12 carries three).
+    del used
     return Request(api_key, api_version, header.correlation_id, header.client_id, body, len(frame), unsupported)
 
 

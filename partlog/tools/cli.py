@@ -152,11 +152,29 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
 
     from partlog.wal.objectstore import ObjectStoreError
 
+    def ready(bootstrap: str) -> None:
+        # On stdout, for scripts: the Kafka listeners accept from now on.
+        print(f"bootstrap: {bootstrap}", flush=True)
+
+    async def main() -> dict[str, Any]:
+        stop: asyncio.Event | None = None
+        if args.serve:
+            import signal
+
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
+        return await cluster_run.run(opts, progress, ready=None if args.json else ready, serve_until=stop)
+
     try:
-        result = asyncio.run(cluster_run.run(opts, progress))
-    except (ObjectStoreError, ValueError, RuntimeError) as e:
+        result = asyncio.run(main())
+    except (ObjectStoreError, ValueError, RuntimeError, OSError) as e:
         print(f"partlog cluster: {e}", file=sys.stderr)
         return 2
+    if args.serve:
+        print("partlog cluster: stopped", file=sys.stderr)
+        return 0
     if args.json:
         print(json.dumps(result))
     else:
@@ -190,12 +208,22 @@ def _cmd_broker(args: argparse.Namespace) -> int:
         if found is None or not found.port:
             print(f"partlog broker: {args.cluster}: no broker {args.id} with a port", file=sys.stderr)
             return 2
+        if args.kafka_port is not None and args.kafka_port != found.kafka_port:
+            print(
+                f"partlog broker: {args.cluster}: broker {args.id} has kafka_port {found.kafka_port}, "
+                f"--kafka-port says {args.kafka_port} (the cluster file names every broker's Kafka port)",
+                file=sys.stderr,
+            )
+            return 2
         me, meta = found, static
     else:
         if args.az is None or not args.port:
             print("partlog broker: --controller needs --az and --port", file=sys.stderr)
             return 2
-        me = BrokerInfo(args.id, args.az, args.host, args.port)
+        if args.kafka_port == 0:
+            print("partlog broker: --controller needs a fixed --kafka-port (it is registered)", file=sys.stderr)
+            return 2
+        me = BrokerInfo(args.id, args.az, args.host, args.port, args.kafka_port or 0)
         try:
             controller = _host_port(args.controller)
         except ValueError as e:
@@ -226,6 +254,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         walmgr_address=args.walmgr or "",
         rpc_limits=_rpc_limits(args),
+        kafka_port=me.kafka_port or None,
     )
     expected_cluster = _cluster_id_arg(args.cluster_id)
     if meta is not None:
@@ -259,7 +288,11 @@ def _cmd_broker(args: argparse.Namespace) -> int:
             if controller_source is not None:
                 await controller_source.start()  # registers; retries until the controller answers
             await broker.start()
-            print(f"broker {args.id} of cluster {broker.cluster_id} listening on {me.host}:{broker.port}", flush=True)
+            kafka = f", Kafka on {me.host}:{broker.kafka_port}" if broker.kafka_port else ""
+            print(
+                f"broker {args.id} of cluster {broker.cluster_id} listening on {me.host}:{broker.port}{kafka}",
+                flush=True,
+            )
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -666,6 +699,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cl.add_argument("--no-walmgr", action="store_true", help="do not run a walmgr beside the brokers")
     cl.add_argument(
+        "--serve",
+        action="store_true",
+        help="run no load of its own: serve Kafka clients at the printed bootstrap servers until SIGTERM or Ctrl-C",
+    )
+    cl.add_argument(
         "--restart-after",
         type=float,
         default=1.0,
@@ -691,6 +729,13 @@ def build_parser() -> argparse.ArgumentParser:
     br.add_argument("--az", default=None, help="this broker's AZ (with --controller)")
     br.add_argument("--host", default="127.0.0.1", help="address to listen on (with --controller; default 127.0.0.1)")
     br.add_argument("--port", type=int, default=0, help="port to listen on (with --controller)")
+    br.add_argument(
+        "--kafka-port",
+        type=int,
+        default=None,
+        help="Kafka protocol listener port (with --controller; with --cluster the file's kafka_port); "
+        "none by default. It has no TLS or SASL yet: bind it to loopback or a private network only",
+    )
     br.add_argument("--id", type=int, required=True, help="this broker's id")
     br.add_argument(
         "--walmgr", default=None, metavar="HOST:PORT", help="tell walmgr there of every upload (best effort)"

@@ -118,6 +118,8 @@ class ClusterOptions:
     walmgr: bool = True
     # Share of WAL files whose commits are dropped after upload (orphans).
     orphan_rate: float = 0.0
+    # Every broker gets a Kafka listener (partlog.kafka_front).
+    kafka: bool = True
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.orphan_rate <= 1.0:
@@ -229,7 +231,9 @@ class LocalCluster:
         self.objects = objects
         self.layout = StaticMetadata.generate(azs=opts.azs, brokers_per_az=opts.brokers_per_az, topics={})
         ids = [b.broker_id for b in self.layout.brokers()]
-        self.ports = dict(zip(ids, free_ports(len(ids)), strict=True))
+        ports = free_ports(2 * len(ids))
+        self.ports = dict(zip(ids, ports[: len(ids)], strict=True))
+        self.kafka_ports = dict(zip(ids, ports[len(ids) :], strict=True)) if opts.kafka else {}
         self.controller = ControllerServer(
             ControllerConfig(os.path.join(data_dir, "controller"), broker_session_timeout_ms=SESSION_TIMEOUT_MS)
         )
@@ -254,6 +258,7 @@ class LocalCluster:
             sync=self.opts.sync,
             commit_deadline_ms=DEMO_COMMIT_DEADLINE_MS if self.opts.walmgr else COMMIT_DEADLINE_MS_DEFAULT,
             walmgr_address=self.walmgr_address,
+            kafka_port=self.kafka_ports.get(b.broker_id),
         )
 
     async def start(self) -> None:
@@ -283,7 +288,7 @@ class LocalCluster:
     async def start_broker(self, broker_id: int) -> None:
         info = self.layout.broker(broker_id)
         assert info is not None
-        me = BrokerInfo(broker_id, info.az, "127.0.0.1", self.ports[broker_id])
+        me = BrokerInfo(broker_id, info.az, "127.0.0.1", self.ports[broker_id], self.kafka_ports.get(broker_id, 0))
         source = ControllerMetadata("127.0.0.1", self.controller.port, me, heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS)
         await source.start()
         broker: Broker
@@ -321,6 +326,10 @@ class LocalCluster:
     def replication_total(self, name: str) -> int:
         return int(getattr(self.past, name)) + sum(int(getattr(b.replicas.stats, name)) for b in self.brokers.values())
 
+    def kafka_bootstrap(self) -> str:
+        """Kafka clients' bootstrap.servers: every broker's Kafka listener."""
+        return ",".join(f"127.0.0.1:{self.kafka_ports[b]}" for b in sorted(self.kafka_ports))
+
     def bootstrap(self, az: str | None = None) -> list[tuple[str, int]]:
         """Live brokers' addresses, those in ``az`` first."""
         infos = sorted(self.layout.brokers(), key=lambda b: (b.az != az, b.broker_id))
@@ -348,13 +357,23 @@ async def _kill_loop(cluster: LocalCluster, opts: ClusterOptions, rng: random.Ra
         await cluster.start_broker(victim)
 
 
-async def run(opts: ClusterOptions, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+async def run(
+    opts: ClusterOptions,
+    progress: Callable[[str], None] | None = None,
+    *,
+    ready: Callable[[str], None] | None = None,
+    serve_until: asyncio.Event | None = None,
+) -> dict[str, Any]:
     """Run the cluster, produce, verify; the report.  Without ``data_dir``
-    everything lives in a temporary directory, removed at the end."""
+    everything lives in a temporary directory, removed at the end.
+
+    ``ready`` is called with the Kafka bootstrap servers once every
+    listener accepts.  With ``serve_until`` the cluster runs no load of its
+    own: it serves outside clients until the event is set, then stops."""
     temporary = opts.data_dir is None
     data_dir = opts.data_dir or tempfile.mkdtemp(prefix="partlog-cluster-")
     try:
-        result = await _run_in(opts, data_dir, progress)
+        result = await _run_in(opts, data_dir, progress, ready, serve_until)
     finally:
         if temporary:
             shutil.rmtree(data_dir, ignore_errors=True)
@@ -362,7 +381,13 @@ async def run(opts: ClusterOptions, progress: Callable[[str], None] | None = Non
     return result
 
 
-async def _run_in(opts: ClusterOptions, data_dir: str, progress: Callable[[str], None] | None) -> dict[str, Any]:
+async def _run_in(
+    opts: ClusterOptions,
+    data_dir: str,
+    progress: Callable[[str], None] | None,
+    ready: Callable[[str], None] | None = None,
+    serve_until: asyncio.Event | None = None,
+) -> dict[str, Any]:
     objects: ObjectStore = (
         open_store(opts.store_url) if opts.store_url else LocalDirStore(os.path.join(data_dir, "objects"))
     )
@@ -378,6 +403,16 @@ async def _run_in(opts: ClusterOptions, data_dir: str, progress: Callable[[str],
         await cluster.start()
         if mgr is not None:
             mgr.metadata = cluster.admin
+        if ready is not None and cluster.kafka_ports:
+            ready(cluster.kafka_bootstrap())
+        if serve_until is not None:
+            runner = asyncio.ensure_future(mgr.run()) if mgr is not None else None
+            await serve_until.wait()
+            if runner is not None:
+                runner.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await runner
+            return {"served": True, "brokers": len(cluster.brokers), "bootstrap": cluster.kafka_bootstrap()}
         return await _run(cluster, opts, data_dir, objects, progress, mgr)
     finally:
         if mgr is not None:

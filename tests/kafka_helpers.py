@@ -1,0 +1,102 @@
+"""A partlog cluster with Kafka listeners, run in a thread of its own, so
+that blocking Kafka clients (confluent-kafka, kafka-python, kcat) can talk
+to it from the test's thread."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import threading
+from collections.abc import Coroutine
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+from partlog.tools.cluster_run import ClusterOptions, LocalCluster
+from partlog.wal.objectstore import LocalDirStore
+
+T = TypeVar("T")
+
+
+class ClusterThread:
+    """A LocalCluster (controller, brokers with Kafka listeners) on an event
+    loop in a background thread."""
+
+    def __init__(self, data_dir: str, **opts: Any) -> None:
+        defaults: dict[str, Any] = {
+            "azs": 3,
+            "brokers_per_az": 1,
+            "partitions": 3,
+            "walmgr": False,
+            "sync": False,
+            "commit_interval_ms": 20,
+        }
+        defaults.update(opts)
+        self.opts = ClusterOptions(**defaults)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.cluster = LocalCluster(self.opts, data_dir, LocalDirStore(f"{data_dir}/objects"))
+        self.call(self.cluster.start())
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
+        fut: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return fut.result(timeout)
+
+    @property
+    def bootstrap(self) -> str:
+        return self.cluster.kafka_bootstrap()
+
+    def kafka_port(self, broker_id: int) -> int:
+        return self.cluster.kafka_ports[broker_id]
+
+    def produce_requests(self) -> dict[int, int]:
+        return {bid: b.stats.produce_requests for bid, b in self.cluster.brokers.items()}
+
+    def kill(self, broker_id: int) -> None:
+        self.call(self.cluster.kill(broker_id))
+
+    def restart(self, broker_id: int) -> None:
+        self.call(self.cluster.start_broker(broker_id))
+
+    def close(self) -> None:
+        try:
+            self.call(self.cluster.stop())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+            self.loop.close()
+
+
+def raw_request(
+    api_key: int, version: int, correlation_id: int, body: bytes, client_id: str = "t", flexible: bool = False
+) -> bytes:
+    """A request frame built by hand (for malformed-request tests)."""
+    cid = client_id.encode()
+    header = struct.pack(">hhih", api_key, version, correlation_id, len(cid)) + cid
+    if flexible:
+        header += b"\0"
+    payload = header + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def read_frame(sock: socket.socket) -> bytes | None:
+    """One response frame's payload, or None if the peer closed."""
+    head = _read_exactly(sock, 4)
+    if head is None:
+        return None
+    (size,) = struct.unpack(">i", head)
+    return _read_exactly(sock, size)
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytes | None:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+API_VERSIONS_V0 = raw_request(18, 0, 1, b"")

@@ -1,0 +1,317 @@
+"""The Kafka front end against real Kafka clients (confluent-kafka with its
+bundled librdkafka, kafka-python) and hand-built frames, on loopback."""
+
+from __future__ import annotations
+
+import io
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kio.serial import entity_reader, entity_writer
+
+from partlog.kafka_front.apis import SUPPORTED_VERSIONS, client_az
+from partlog.kafka_front.codec import FrameError, FrameReader, build, error_body, parse_request, response_class
+from partlog.tools.cluster_run import TOPIC
+from tests.kafka_helpers import API_VERSIONS_V0, ClusterThread, raw_request, read_frame
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+
+def load_response_schema(api_key: int, version: int) -> Any:
+    return response_class(api_key, version)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterThread]:
+    c = ClusterThread(str(tmp_path_factory.mktemp("kafka")), brokers_per_az=2, partitions=6)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+# ------------------------------------------------------------------- codec
+
+
+def test_client_az_is_read_from_the_client_id() -> None:
+    assert client_az("diskless_az=az2") == "az2"
+    assert client_az("app-1,diskless_az=use1-az3") == "use1-az3"
+    assert client_az("mydiskless_az=az2") is None
+    assert client_az(None) is None
+    assert client_az("diskless_az=") is None
+
+
+@pytest.mark.parametrize("api_key", sorted(SUPPORTED_VERSIONS))
+def test_every_served_version_has_an_error_answer_that_kio_reads_back(api_key: int) -> None:
+    lo, hi = SUPPORTED_VERSIONS[api_key]
+    for version in range(lo, hi + 1):
+        cls = response_class(api_key, version)
+        body = error_body(cls, 35)
+        out = io.BytesIO()
+        entity_writer(cls)(out, body)
+        back, used = entity_reader(cls)(out.getvalue(), 0)
+        assert used == len(out.getvalue())
+        assert back == body
+
+
+def test_build_drops_fields_a_version_lacks_and_keeps_defaults() -> None:
+    data = {
+        "throttle_time": 5,
+        "brokers": [{"node_id": 1, "host": "h", "port": 9092, "rack": "az1"}],
+        "cluster_id": "c",
+        "controller_id": 1,
+        "topics": [],
+    }
+    v0 = build(load_response_schema(3, 0), data)
+    assert not hasattr(v0, "cluster_id")
+    v12 = build(load_response_schema(3, 12), data)
+    assert v12.cluster_id == "c" and v12.brokers[0].rack == "az1"
+
+
+def test_frame_reader_refuses_sizes_out_of_bounds_before_buffering() -> None:
+    r = FrameReader(request_bytes_max=100)
+    r.feed(struct.pack(">i", 101))
+    with pytest.raises(FrameError, match=r"socket\.request\.max\.bytes"):
+        r.next_frame()
+    r = FrameReader(request_bytes_max=100)
+    r.feed(struct.pack(">i", -5))
+    with pytest.raises(FrameError):
+        r.next_frame()
+
+
+def test_an_api_versions_request_of_an_unknown_version_is_answered_in_v0() -> None:
+    frame = raw_request(18, 99, 7, b"")[4:]
+    req = parse_request(frame, SUPPORTED_VERSIONS)
+    assert req.unsupported is not None and req.correlation_id == 7
+
+
+# ------------------------------------------------------- raw connections
+
+
+def _connect(port: int) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    return s
+
+
+def _api_versions_ok(port: int) -> bool:
+    with _connect(port) as s:
+        s.sendall(API_VERSIONS_V0)
+        frame = read_frame(s)
+    if frame is None:
+        return False
+    (cid,) = struct.unpack_from(">i", frame)
+    body, _ = entity_reader(load_response_schema(18, 0))(frame, 4)
+    return cid == 1 and body.error_code == 0 and any(k.api_key == 0 for k in body.api_keys)
+
+
+def test_api_versions_v3_answer_has_a_v0_header(cluster: ClusterThread) -> None:
+    port = cluster.kafka_port(1)
+    # ApiVersions v3: compact strings client_software_name/version, tagged fields.
+    body = b"\x05kcat\x041.0\x00"
+    with _connect(port) as s:
+        s.sendall(raw_request(18, 3, 42, body, flexible=True))
+        frame = read_frame(s)
+    assert frame is not None
+    (cid,) = struct.unpack_from(">i", frame)
+    assert cid == 42
+    # Header v0: the body starts right after the correlation id.
+    answer, used = entity_reader(load_response_schema(18, 3))(frame, 4)
+    assert answer.error_code == 0 and 4 + used == len(frame)
+    assert {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys} == SUPPORTED_VERSIONS
+
+
+def test_unknown_api_versions_version_gets_unsupported_version_with_the_api_list(cluster: ClusterThread) -> None:
+    with _connect(cluster.kafka_port(1)) as s:
+        s.sendall(raw_request(18, 99, 3, b"", flexible=True))
+        frame = read_frame(s)
+        assert frame is not None
+        answer, _ = entity_reader(load_response_schema(18, 0))(frame, 4)
+        assert answer.error_code == 35
+        assert any(k.api_key == 18 for k in answer.api_keys)
+        # The connection stays usable.
+        s.sendall(API_VERSIONS_V0)
+        assert read_frame(s) is not None
+
+
+def test_an_api_kafka_has_but_we_do_not_serve_is_refused_with_unsupported_version(cluster: ClusterThread) -> None:
+    # DescribeCluster (60) v0: include_cluster_authorized_operations, tagged fields.
+    with _connect(cluster.kafka_port(1)) as s:
+        s.sendall(raw_request(60, 0, 9, b"\x00\x00", flexible=True))
+        frame = read_frame(s)
+        assert frame is not None
+        (cid,) = struct.unpack_from(">i", frame)
+        assert cid == 9
+        answer, _ = entity_reader(load_response_schema(60, 0))(frame, 5)
+        assert answer.error_code == 35
+        s.sendall(API_VERSIONS_V0)
+        assert read_frame(s) is not None
+
+
+def test_an_oversized_request_closes_only_its_connection(cluster: ClusterThread) -> None:
+    port = cluster.kafka_port(2)
+    with _connect(port) as bystander, _connect(port) as bad:
+        bad.sendall(struct.pack(">i", 1 << 30))
+        assert read_frame(bad) is None
+        bystander.sendall(API_VERSIONS_V0)
+        assert read_frame(bystander) is not None
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    api_key=st.sampled_from([0, 1, 2, 3, 18, 19, 22, 60, 999, -1]),
+    version=st.integers(-2, 20),
+    body=st.binary(max_size=200),
+    cut=st.integers(0, 8),
+)
+def test_malformed_requests_never_take_the_listener_down(
+    cluster: ClusterThread, api_key: int, version: int, body: bytes, cut: int
+) -> None:
+    port = cluster.kafka_port(3)
+    frame = raw_request(api_key, version, 1, body, flexible=True)
+    frame = frame[: len(frame) - cut] if cut < len(frame) - 4 else frame
+    with _connect(port) as s:
+        s.sendall(frame)
+        s.shutdown(socket.SHUT_WR)
+        s.settimeout(10)
+        while True:
+            try:
+                if read_frame(s) is None:
+                    break
+            except (TimeoutError, ConnectionError):
+                break
+    assert _api_versions_ok(port)
+
+
+# ------------------------------------------------------------ real clients
+
+
+def _az_of(cluster: ClusterThread, broker_id: int) -> str:
+    info = cluster.cluster.layout.broker(broker_id)
+    assert info is not None
+    return info.az
+
+
+def test_confluent_idempotent_producer_in_one_az_sends_only_to_that_az_and_reads_back_in_order(
+    cluster: ClusterThread,
+) -> None:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    before = cluster.produce_requests()
+    p = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "client.id": "test,diskless_az=az2",
+        }
+    )
+    acked: dict[int, list[tuple[int, bytes]]] = {}
+    errors: list[object] = []
+
+    def done(err: object, msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            acked.setdefault(msg.partition(), []).append((msg.offset(), msg.value()))
+
+    n = 3000
+    for i in range(n):
+        p.produce(TOPIC, value=f"v{i}".encode(), key=str(i).encode(), on_delivery=done)
+        if i % 500 == 0:
+            p.poll(0)
+    assert p.flush(60) == 0
+    assert errors == []
+    assert sum(len(v) for v in acked.values()) == n
+    after = cluster.produce_requests()
+    sent_to = {bid for bid in after if after[bid] > before.get(bid, 0)}
+    assert sent_to and all(_az_of(cluster, bid) == "az2" for bid in sent_to), sent_to
+
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "g-read", "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition(TOPIC, part, 0) for part in acked])
+    got: dict[int, list[tuple[int, bytes]]] = {}
+    deadline = time.monotonic() + 60
+    while sum(len(v) for v in got.values()) < n and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is None or m.error():
+            continue
+        got.setdefault(m.partition() or 0, []).append((m.offset() or 0, m.value() or b""))
+    c.close()
+    for part, records in acked.items():
+        mine = sorted(records)
+        # Exactly once and in order: what was acknowledged, at its offsets.
+        assert [r for r in got.get(part, []) if r in set(mine)] == mine
+        offsets = [o for o, _ in got.get(part, [])]
+        assert offsets == sorted(set(offsets))
+
+
+def test_kafka_python_produces_and_consumes(cluster: ClusterThread) -> None:
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    p = KafkaProducer(bootstrap_servers=cluster.bootstrap.split(","), acks="all", linger_ms=5)
+    futures = [p.send(TOPIC, value=f"kp{i}".encode(), partition=i % 2) for i in range(200)]
+    p.flush(30)
+    metas = [f.get(timeout=30) for f in futures]
+    p.close()
+    assert all(m.offset >= 0 for m in metas)
+    c = KafkaConsumer(
+        bootstrap_servers=cluster.bootstrap.split(","), enable_auto_commit=False, consumer_timeout_ms=5000
+    )
+    tps = [TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)]
+    c.assign(tps)
+    for tp in tps:
+        c.seek(tp, min(m.offset for m in metas if m.partition == tp.partition))
+    seen = {(r.partition, r.offset): r.value for r in c}
+    c.close()
+    for i, m in enumerate(metas):
+        assert seen.get((m.partition, m.offset)) == f"kp{i}".encode()
+
+
+def test_acks_zero_gets_no_answer_and_the_connection_goes_on(cluster: ClusterThread) -> None:
+    from kafka import KafkaProducer
+
+    p = KafkaProducer(bootstrap_servers=cluster.bootstrap.split(","), acks=0)
+    for i in range(50):
+        p.send(TOPIC, value=f"a0-{i}".encode(), partition=0)
+    p.flush(30)
+    # A request after the unanswered ones is answered: the connection works.
+    assert p.partitions_for(TOPIC)
+    p.close()
+
+
+def test_watermarks_and_offsets_for_times(cluster: ClusterThread) -> None:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    p = Producer({"bootstrap.servers": cluster.bootstrap})
+    t0 = int(time.time() * 1000)
+    for i in range(10):
+        p.produce(TOPIC, value=b"w", partition=5, timestamp=t0 + i)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "g-w"})
+    low, high = c.get_watermark_offsets(TopicPartition(TOPIC, 5), timeout=10)
+    assert low == 0 and high >= 10
+    [found] = c.offsets_for_times([TopicPartition(TOPIC, 5, t0 + 3)], timeout=10)
+    assert found.offset == high - 10 + 3
+    c.close()
+
+
+def test_admin_creates_topics_and_metadata_lists_them(cluster: ClusterThread) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    a = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    fs = a.create_topics([NewTopic("made-by-admin", num_partitions=4, replication_factor=3)])
+    fs["made-by-admin"].result(30)
+    md = a.list_topics(timeout=10)
+    t = md.topics["made-by-admin"]
+    assert len(t.partitions) == 4
+    assert all(len(p.replicas) == 3 for p in t.partitions.values())
+    # Another shape of an existing topic is refused, as Kafka does.
+    fs = a.create_topics([NewTopic("made-by-admin", num_partitions=5, replication_factor=3)])
+    with pytest.raises(confluent_kafka.KafkaException, match="TOPIC_ALREADY_EXISTS"):
+        fs["made-by-admin"].result(30)
