@@ -194,6 +194,7 @@ class _Field:
     nested: type[Any] | None
     many: bool
     required: bool
+    nullable: bool
 
 
 def _fields(cls: Any) -> tuple[_Field, ...]:
@@ -206,11 +207,12 @@ def _fields_cached(cls: Any) -> tuple[_Field, ...]:
     out = []
     for f in dataclasses.fields(cls):
         hint = _unoptional(hints[f.name])
+        nullable = hint is not hints[f.name]
         many = typing.get_origin(hint) is tuple
         inner = _unoptional(typing.get_args(hint)[0]) if many else hint
         nested: type[Any] | None = inner if isinstance(inner, type) and dataclasses.is_dataclass(inner) else None
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        out.append(_Field(f.name, f.metadata.get("kafka_type"), nested, many, required))
+        out.append(_Field(f.name, f.metadata.get("kafka_type"), nested, many, required, nullable))
     return tuple(out)
 
 
@@ -224,6 +226,10 @@ def _unoptional(hint: Any) -> Any:
 
 
 def _convert(f: _Field, value: Any) -> Any:
+    if value is None and not f.nullable:
+        # A null where this version has no null (an older version of a
+        # field that became nullable later): its empty value.
+        return () if f.many else _zero(f, 0)
     if f.nested is not None:
         if f.many:
             return None if value is None else tuple(build(f.nested, v) for v in value)
@@ -269,29 +275,30 @@ def error_body(cls: type[Any], error: int) -> Any:
     connection."""
     kwargs: dict[str, Any] = {}
     for f in _fields(cls):
-        if not f.required:
-            continue
-        if f.many:
-            kwargs[f.name] = ()
-        elif f.nested is not None:
-            kwargs[f.name] = error_body(f.nested, error)
-        elif f.kafka_type == "error_code":
-            kwargs[f.name] = ErrorCode(error)
-        elif f.kafka_type in ("timedelta_i32", "timedelta_i64"):
-            kwargs[f.name] = datetime.timedelta(0)
-        elif f.kafka_type in ("string",):
-            kwargs[f.name] = ""
-        elif f.kafka_type in ("bytes", "records"):
-            kwargs[f.name] = b""
-        elif f.kafka_type == "bool":
-            kwargs[f.name] = False
-        elif f.kafka_type == "uuid":
-            kwargs[f.name] = uuid.UUID(int=0)
-        elif f.kafka_type == "datetime_i64":
-            kwargs[f.name] = None
-        else:
-            kwargs[f.name] = 0
+        if f.required:
+            kwargs[f.name] = () if f.many else _zero(f, error)
     return cls(**kwargs)
+
+
+def _zero(f: _Field, error: int) -> Any:
+    """The empty value of a single field (``error`` for an error code)."""
+    if f.nested is not None:
+        return error_body(f.nested, error)
+    if f.kafka_type == "error_code":
+        return ErrorCode(error)
+    if f.kafka_type in ("timedelta_i32", "timedelta_i64"):
+        return datetime.timedelta(0)
+    if f.kafka_type == "string":
+        return ""
+    if f.kafka_type in ("bytes", "records"):
+        return b""
+    if f.kafka_type == "bool":
+        return False
+    if f.kafka_type == "uuid":
+        return uuid.UUID(int=0)
+    if f.kafka_type == "datetime_i64":
+        return None
+    return 0
 
 
 __all__ = [

@@ -125,8 +125,10 @@ class KafkaListener:
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._accept, self.host, self.port, limit=READ_CHUNK_BYTES)
         self.port = self._server.sockets[0].getsockname()[1]
+        self.apis.groups.start()
 
     async def close(self) -> None:
+        await self.apis.groups.close()
         if self._server is not None:
             self._server.close()
         for t in list(self._tasks):

@@ -1,0 +1,449 @@
+"""Consumer groups on a partlog cluster: Kafka's classic group coordinator.
+
+As in Kafka, a group belongs to one partition of an internal topic,
+``__consumer_offsets`` (``abs(java_hash(group_id)) % partitions``), and its
+coordinator is that partition's leader.  Committed offsets are records in
+that partition, written through the broker's own produce path with
+acks=all: they are as durable and replicated as any data, and a new
+coordinator (after the leader moves, or a crash) rebuilds them by reading
+the partition from its log start to its high watermark before it answers.
+
+Membership (generations, assignments) lives in memory, in the sans-IO
+:class:`partlog.groups.membership.Groups`; a new coordinator starts with
+none, so members learn UNKNOWN_MEMBER_ID and join again (a rebalance), which
+Kafka avoids by also logging group metadata (design.md).
+
+Records: key msgpack ``[group, topic, partition]``, value msgpack
+``[offset, leader_epoch, metadata, commit_timestamp_ms]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+
+from partlog.client import build_record_batch, parse_records
+from partlog.groups.membership import Completion, Groups
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import FindBatchRequest, TopicIdPartition
+
+if TYPE_CHECKING:
+    from partlog.broker.server import Broker
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+# Kafka's offsets.topic.num.partitions is 50; a small cluster wants fewer.
+OFFSETS_TOPIC_PARTITIONS_DEFAULT = 12
+# Kafka's offset.metadata.max.bytes.
+OFFSET_METADATA_BYTES_MAX = 4096
+# Groups whose committed offsets one coordinator keeps in memory.
+OFFSET_GROUPS_MAX = 100_000
+# One read of the offsets partition while loading it.
+LOAD_FETCH_BYTES = 4 * 1024 * 1024
+# How long a load waits for the new leader's high watermark to reach its log end.
+LOAD_HWM_WAIT_MS = 30_000
+# Kafka's offsets.commit.timeout.ms.
+OFFSETS_COMMIT_TIMEOUT_MS = 5_000
+# How often the membership timer runs when nothing is due sooner.
+TICK_MS_MAX = 1_000
+
+
+def java_string_hash(s: str) -> int:
+    """Java's ``String.hashCode`` (UTF-16 code units, int32 arithmetic),
+    so that a group maps to the partition Kafka would pick."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_for(group_id: str, partitions: int) -> int:
+    # Kafka's Utils.abs: Integer.MIN_VALUE maps to 0.
+    h = java_string_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_ms: int
+
+
+@dataclass(slots=True)
+class _Partition:
+    """One offsets partition this broker leads: its groups and offsets."""
+
+    leader_epoch: int
+    groups: Groups
+    offsets: dict[str, dict[tuple[str, int], Committed]]
+    loaded: asyncio.Event
+
+
+class GroupCoordinator:
+    """The group coordinator of one broker (for the offsets partitions it leads)."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        *,
+        offsets_partitions: int = OFFSETS_TOPIC_PARTITIONS_DEFAULT,
+        initial_rebalance_delay_ms: int = 3_000,
+    ) -> None:
+        self.broker = broker
+        self.offsets_partitions = offsets_partitions
+        self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
+        self._parts: dict[int, _Partition] = {}
+        self._waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._next_token = 0
+        self._wake = asyncio.Event()
+        self._timer: asyncio.Task[None] | None = None
+        self._creating: asyncio.Lock = asyncio.Lock()
+        self._loads: set[asyncio.Future[None]] = set()
+
+    def start(self) -> None:
+        if self._timer is None:
+            self._timer = asyncio.ensure_future(self._tick_loop())
+
+    async def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._timer
+            self._timer = None
+        for fut in self._waiting.values():
+            if not fut.done():
+                fut.cancel()
+
+    # ------------------------------------------------------------ placement
+
+    def _offsets_topic(self) -> Any:
+        for t in self.broker.metadata.topics():
+            if t.name == OFFSETS_TOPIC:
+                return t
+        return None
+
+    async def ensure_offsets_topic(self) -> Any:
+        """The offsets topic, created through the controller on first use
+        (as Kafka creates __consumer_offsets on the first FindCoordinator)."""
+        t = self._offsets_topic()
+        if t is not None:
+            return t
+        create = getattr(self.broker.metadata, "create_topics", None)
+        if create is None:
+            return None
+        async with self._creating:
+            t = self._offsets_topic()
+            if t is None:
+                rf = min(3, max(1, len(self.broker.metadata.brokers())))
+                answer = (await create({OFFSETS_TOPIC: (self.offsets_partitions, rf)}))[OFFSETS_TOPIC]
+                if isinstance(answer, Errors):
+                    log.warning("cannot create %s: %s", OFFSETS_TOPIC, answer.name)
+                    return None
+                t = answer
+        return t
+
+    async def find_coordinator(self, key: str) -> tuple[Errors, int]:
+        """(error, broker id) of ``key``'s coordinator."""
+        t = await self.ensure_offsets_topic()
+        if t is None:
+            return Errors.COORDINATOR_NOT_AVAILABLE, -1
+        leader = t.partitions[partition_for(key, t.num_partitions)].leader
+        if leader < 0:
+            return Errors.COORDINATOR_NOT_AVAILABLE, -1
+        return Errors.NONE, leader
+
+    async def _partition(self, group_id: str) -> tuple[Errors, _Partition | None, TopicIdPartition | None]:
+        """The offsets partition of ``group_id`` if this broker leads it,
+        loaded; else NOT_COORDINATOR (the client looks it up again)."""
+        if not group_id:
+            return Errors.INVALID_GROUP_ID, None, None
+        t = self._offsets_topic()
+        if t is None:
+            return Errors.NOT_COORDINATOR, None, None
+        index = partition_for(group_id, t.num_partitions)
+        tp = TopicIdPartition(t.topic_id, index)
+        epoch = self.broker.replicas.leader_epoch(tp)
+        if epoch is None:
+            old = self._parts.pop(index, None)
+            if old is not None:
+                self._drop(old)
+            return Errors.NOT_COORDINATOR, None, None
+        part = self._parts.get(index)
+        if part is None or part.leader_epoch != epoch:
+            if part is not None:
+                self._drop(part)
+            part = _Partition(
+                epoch, Groups(initial_rebalance_delay_ms=self.initial_rebalance_delay_ms), {}, asyncio.Event()
+            )
+            self._parts[index] = part
+            self._loads.add(asyncio.ensure_future(self._load(tp, part)))
+        if not part.loaded.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(OFFSETS_COMMIT_TIMEOUT_MS / 1000):
+                    await part.loaded.wait()
+            if not part.loaded.is_set():
+                return Errors.COORDINATOR_LOAD_IN_PROGRESS, None, None
+        if self._parts.get(index) is not part:
+            return Errors.NOT_COORDINATOR, None, None
+        return Errors.NONE, part, tp
+
+    def _drop(self, part: _Partition) -> None:
+        part.groups.drop_all()
+        self._complete(part.groups.take_completions())
+
+    async def _load(self, tp: TopicIdPartition, part: _Partition) -> None:
+        """Replay the offsets partition to the log end it had when this
+        broker became its leader (as Kafka's GroupMetadataManager): every
+        acknowledged commit is there, since a new leader comes from the ISR.
+        Reads stop at the high watermark, so the load first waits for it to
+        reach that log end (the followers' next fetches move it)."""
+        store = self.broker.store
+        try:
+            offset = store.log_start_offset(tp)
+            end = store.log_end_offset(tp)
+            deadline = time.monotonic() + LOAD_HWM_WAIT_MS / 1000
+            while store.high_watermark(tp) < end:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{tp}: the high watermark did not reach {end} in {LOAD_HWM_WAIT_MS} ms")
+                await asyncio.sleep(0.05)
+            while offset < end:
+                [(code, _hwm, _lso, records, message)] = (
+                    await self.broker.fetch([FindBatchRequest(tp, offset, LOAD_FETCH_BYTES)], max_wait_ms=0,
+                                            min_bytes=0, max_bytes=LOAD_FETCH_BYTES)
+                )["partitions"]  # fmt: skip
+                if code != 0:
+                    raise RuntimeError(f"reading {tp} at {offset}: {Errors(code).name}: {message}")
+                recs = parse_records(tp, records, offset)
+                if not recs:
+                    raise RuntimeError(f"reading {tp} at {offset}: no records below {end}")
+                for r in recs:
+                    self._apply(part, r.key, r.value)
+                offset = recs[-1].offset + 1
+        except Exception:
+            log.exception("loading group offsets from %s failed; the next request tries again", tp)
+            for index, p in list(self._parts.items()):
+                if p is part:
+                    del self._parts[index]
+            part.loaded.set()
+            return
+        finally:
+            self._loads = {t for t in self._loads if not t.done()}
+        part.loaded.set()
+        log.info("group offsets loaded from %s: %d groups", tp, len(part.offsets))
+
+    @staticmethod
+    def _apply(part: _Partition, key: bytes | None, value: bytes | None) -> None:
+        try:
+            group, topic, p = msgpack.unpackb(key) if key is not None else (None, None, None)
+            if not isinstance(group, str) or not isinstance(topic, str) or not isinstance(p, int):
+                return
+            offsets = part.offsets.setdefault(group, {})
+            if value is None:
+                offsets.pop((topic, p), None)
+                return
+            offset, epoch, meta, ts = msgpack.unpackb(value)
+            offsets[(topic, p)] = Committed(int(offset), int(epoch), str(meta), int(ts))
+        except (ValueError, TypeError, msgpack.UnpackException):
+            log.warning("skipping an undecodable record in %s", OFFSETS_TOPIC)
+
+    # ---------------------------------------------------------- membership
+
+    def _token(self) -> tuple[int, asyncio.Future[dict[str, Any]]]:
+        self._next_token += 1
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._waiting[self._next_token] = fut
+        return self._next_token, fut
+
+    def _complete(self, completions: list[Completion]) -> None:
+        for c in completions:
+            fut = self._waiting.pop(c.token, None)
+            if fut is not None and not fut.done():
+                fut.set_result(c.body)
+        self._wake.set()
+
+    async def _wait(self, part: _Partition, token: int, fut: asyncio.Future[dict[str, Any]],
+                    now: dict[str, Any] | None) -> dict[str, Any]:  # fmt: skip
+        self._complete(part.groups.take_completions())
+        if now is not None:
+            self._waiting.pop(token, None)
+            return now
+        try:
+            return await fut
+        finally:
+            self._waiting.pop(token, None)
+
+    async def join(self, group_id: str, member_id: str, **kw: Any) -> dict[str, Any]:
+        error, part, _ = await self._partition(group_id)
+        if part is None:
+            return {"error_code": int(error), "generation_id": -1, "leader": "", "member_id": member_id, "members": []}
+        token, fut = self._token()
+        now = part.groups.join(token, group_id, member_id, now_ms=_now_ms(), **kw)
+        return await self._wait(part, token, fut, now)
+
+    async def sync(
+        self, group_id: str, member_id: str, generation: int, assignments: dict[str, bytes]
+    ) -> dict[str, Any]:
+        error, part, _ = await self._partition(group_id)
+        if part is None:
+            return {"error_code": int(error), "assignment": b""}
+        token, fut = self._token()
+        now = part.groups.sync(token, group_id, member_id, generation, assignments, _now_ms())
+        return await self._wait(part, token, fut, now)
+
+    async def heartbeat(self, group_id: str, member_id: str, generation: int) -> Errors:
+        error, part, _ = await self._partition(group_id)
+        if part is None:
+            return error
+        answer = part.groups.heartbeat(group_id, member_id, generation, _now_ms())
+        self._complete(part.groups.take_completions())
+        return answer
+
+    async def leave(self, group_id: str, member_ids: list[str]) -> tuple[Errors, list[Errors]]:
+        error, part, _ = await self._partition(group_id)
+        if part is None:
+            return error, [error] * len(member_ids)
+        out = [part.groups.leave(group_id, m, _now_ms()) for m in member_ids]
+        self._complete(part.groups.take_completions())
+        return Errors.NONE, out
+
+    async def _tick_loop(self) -> None:
+        while True:
+            self._wake.clear()
+            now = _now_ms()
+            due = [p.groups.next_deadline_ms() for p in self._parts.values()]
+            nearest = min((d for d in due if d is not None), default=now + TICK_MS_MAX)
+            delay = max(0.0, min(nearest - now, TICK_MS_MAX) / 1000)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
+                    continue
+            now = _now_ms()
+            for p in list(self._parts.values()):
+                p.groups.tick(now)
+                self._complete(p.groups.take_completions())
+            self._wake.clear()
+
+    # -------------------------------------------------------------- offsets
+
+    async def commit_offsets(
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        offsets: Mapping[tuple[str, int], tuple[int, int, str | None]],
+    ) -> dict[tuple[str, int], Errors]:
+        """Write ``{(topic, partition): (offset, leader_epoch, metadata)}``
+        for the group; per partition the error."""
+        error, part, tp = await self._partition(group_id)
+        if part is None or tp is None:
+            return dict.fromkeys(offsets, error)
+        error = part.groups.check_commit(group_id, member_id, generation)
+        if error != Errors.NONE:
+            return dict.fromkeys(offsets, error)
+        if group_id not in part.offsets and len(part.offsets) >= OFFSET_GROUPS_MAX:
+            return dict.fromkeys(offsets, Errors.COORDINATOR_NOT_AVAILABLE)
+        known = {t.name: t.num_partitions for t in self.broker.metadata.topics()}
+        out: dict[tuple[str, int], Errors] = {}
+        records: list[tuple[bytes | None, bytes | None, int]] = []
+        values: dict[tuple[str, int], Committed] = {}
+        now = _now_ms()
+        for (topic, p), (offset, epoch, meta) in offsets.items():
+            if not 0 <= p < known.get(topic, 0):
+                out[(topic, p)] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+            elif meta is not None and len(meta.encode()) > OFFSET_METADATA_BYTES_MAX:
+                out[(topic, p)] = Errors.OFFSET_METADATA_TOO_LARGE
+            else:
+                c = Committed(offset, epoch, meta or "", now)
+                values[(topic, p)] = c
+                records.append(
+                    (msgpack.packb([group_id, topic, p]), msgpack.packb([offset, epoch, c.metadata, now]), now)
+                )
+        if records:
+            batch = build_record_batch(records)
+            [result] = await self.broker.produce([(tp, batch)], acks=-1, timeout_ms=OFFSETS_COMMIT_TIMEOUT_MS)
+            error = _commit_error(result.error)
+            if error == Errors.NONE and self._parts.get(tp.partition) is part:
+                part.offsets.setdefault(group_id, {}).update(values)
+            for key in values:
+                out[key] = error
+        return out
+
+    async def fetch_offsets(
+        self, group_id: str, wanted: list[tuple[str, int]] | None
+    ) -> tuple[Errors, dict[tuple[str, int], Committed | None]]:
+        error, part, _ = await self._partition(group_id)
+        if part is None:
+            return error, {}
+        have = part.offsets.get(group_id, {})
+        if wanted is None:
+            return Errors.NONE, dict(have)
+        return Errors.NONE, {k: have.get(k) for k in wanted}
+
+    def groups_here(self) -> list[tuple[str, str, str]]:
+        """(group id, protocol type, state) of every group this broker coordinates."""
+        out = []
+        for part in self._parts.values():
+            for g in part.groups.groups.values():
+                out.append((g.group_id, g.protocol_type or "", g.state.value))
+            for gid in part.offsets:
+                if gid not in part.groups.groups:
+                    out.append((gid, "", "Empty"))
+        return out
+
+    async def describe(self, group_id: str) -> dict[str, Any]:
+        error, part, _ = await self._partition(group_id)
+        base: dict[str, Any] = {"group_id": group_id, "group_state": "", "protocol_type": "", "protocol_data": "",
+                                "members": [], "authorized_operations": -2147483648}  # fmt: skip
+        if part is None:
+            return {**base, "error_code": int(error)}
+        g = part.groups.group(group_id)
+        if g is None:
+            state = "Empty" if group_id in part.offsets else "Dead"
+            return {**base, "error_code": 0, "group_state": state}
+        stable = g.state.value == "Stable"
+        members = [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "client_id": m.client_id,
+                "client_host": m.client_host,
+                "member_metadata": dict(m.protocols).get(g.protocol or "", b"") if stable else b"",
+                "member_assignment": m.assignment if stable else b"",
+            }
+            for m in g.members.values()
+        ]
+        return {**base, "error_code": 0, "group_state": g.state.value, "protocol_type": g.protocol_type or "",
+                "protocol_data": g.protocol or "", "members": members}  # fmt: skip
+
+
+def _commit_error(e: Errors) -> Errors:
+    """Kafka's translation of the offsets topic's append error for an
+    OffsetCommit answer (GroupMetadataManager.storeOffsets)."""
+    if e == Errors.NONE:
+        return e
+    if e in (Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.NOT_ENOUGH_REPLICAS,
+             Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND, Errors.REQUEST_TIMED_OUT) or e >= 10_000:  # fmt: skip
+        return Errors.COORDINATOR_NOT_AVAILABLE
+    if e == Errors.NOT_LEADER_OR_FOLLOWER:
+        return Errors.NOT_COORDINATOR
+    if e in (Errors.MESSAGE_TOO_LARGE, Errors.RECORD_LIST_TOO_LARGE):
+        return Errors.INVALID_COMMIT_OFFSET_SIZE
+    return Errors.UNKNOWN_SERVER_ERROR
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+__all__ = ["OFFSETS_TOPIC", "Committed", "GroupCoordinator", "java_string_hash", "partition_for"]
