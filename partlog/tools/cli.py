@@ -153,8 +153,9 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
     from partlog.wal.objectstore import ObjectStoreError
 
     def ready(bootstrap: str) -> None:
-        # On stdout, for scripts: the Kafka listeners accept from now on.
-        print(f"bootstrap: {bootstrap}", flush=True)
+        # On stdout for scripts (stderr with --json, whose stdout is one
+        # JSON object): the Kafka listeners accept from now on.
+        print(f"bootstrap: {bootstrap}", file=sys.stderr if args.json else sys.stdout, flush=True)
 
     async def main() -> dict[str, Any]:
         stop: asyncio.Event | None = None
@@ -165,7 +166,7 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, stop.set)
-        return await cluster_run.run(opts, progress, ready=None if args.json else ready, serve_until=stop)
+        return await cluster_run.run(opts, progress, ready=ready, serve_until=stop)
 
     try:
         result = asyncio.run(main())
@@ -714,6 +715,10 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("--json", action="store_true", help="print one JSON object")
     cl.set_defaults(func=_cmd_cluster)
 
+    from partlog.tools import kafka_cli
+
+    kafka_cli.add_parsers(sub)
+
     br = sub.add_parser(
         "broker",
         help="run one broker, with static metadata (--cluster) or a controller (--controller)",
@@ -863,14 +868,17 @@ def _check_ranges(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         "idle_timeout_ms",
         "request_bytes_in_flight_max",
         "min_insync_replicas",
+        "max_messages",
     ):
-        if getattr(args, name, 1) <= 0:
+        value = getattr(args, name, None)
+        if value is not None and value <= 0:
             parser.error(f"--{name.replace('_', '-')} must be > 0")
-    for name in ("kill_broker_every", "restart_after", "rss_batches"):
-        if getattr(args, name, 0) < 0:
+    for name in ("kill_broker_every", "restart_after", "rss_batches", "linger_ms", "exit_after_idle_ms"):
+        if (getattr(args, name, 0) or 0) < 0:
             parser.error(f"--{name.replace('_', '-')} must be >= 0")
     for name, low, high in (
         ("port", 0, PORT_MAX),
+        ("kafka_port", 0, PORT_MAX),
         ("metrics_port", 0, PORT_MAX),
         ("id", 0, BROKER_ID_MAX),
         ("session_timeout_ms", 1, TIMEOUT_MS_MAX),
