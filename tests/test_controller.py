@@ -672,7 +672,7 @@ def test_long_poll_wakes_on_change_and_bad_bodies_are_refused(tmp_path: Path) ->
             reg = await rpc.call("register_broker", {"broker_id": 1, "az": "az1", "host": "h", "port": 1})
             assert reg["error"] == 0 and reg["broker_epoch"] > 0
             news = await parked
-            assert news["version"] != v and news["brokers"] == [[1, "az1", "h", 1]]
+            assert news["version"] != v and news["brokers"] == [[1, "az1", "h", 1, 0]]
 
             for method, body, field in [
                 ("register_broker", {"broker_id": 1, "az": "az1", "host": "h"}, "port"),

@@ -315,3 +315,14 @@ def test_admin_creates_topics_and_metadata_lists_them(cluster: ClusterThread) ->
     fs = a.create_topics([NewTopic("made-by-admin", num_partitions=5, replication_factor=3)])
     with pytest.raises(confluent_kafka.KafkaException, match="TOPIC_ALREADY_EXISTS"):
         fs["made-by-admin"].result(30)
+
+
+def test_a_failed_commit_rpc_reaches_kafka_clients_as_a_retriable_timeout() -> None:
+    # Regression: NETWORK_EXCEPTION (13) in a produce answer is fatal to
+    # librdkafka's idempotent producer; the failover test lost 42 deliveries.
+    from partlog.kafka.errors import Errors
+    from partlog.kafka_front.apis import _kafka_error
+
+    assert _kafka_error(Errors.NETWORK_EXCEPTION) == Errors.REQUEST_TIMED_OUT
+    assert _kafka_error(Errors.COMMIT_DEADLINE_EXCEEDED) == Errors.REQUEST_TIMED_OUT
+    assert _kafka_error(Errors.NOT_LEADER_OR_FOLLOWER) == Errors.NOT_LEADER_OR_FOLLOWER

@@ -126,9 +126,14 @@ def _ms(value: Any) -> int:
 
 
 def _kafka_error(e: Errors) -> int:
-    # partlog's own codes (outside Kafka's range) reach clients as Kafka's
-    # retriable timeout: the producer retries, idempotence dedups.
-    return int(Errors.REQUEST_TIMED_OUT) if e >= 10_000 else int(e)
+    """The code a Kafka client gets for ``e``.  partlog's own codes (outside
+    Kafka's range) and NETWORK_EXCEPTION (a commit RPC to another broker
+    failed; Kafka's brokers never answer it, and librdkafka takes it from a
+    broker as fatal) become Kafka's retriable "maybe written" timeout: the
+    producer retries and idempotence removes the duplicate."""
+    if e >= 10_000 or e == Errors.NETWORK_EXCEPTION:
+        return int(Errors.REQUEST_TIMED_OUT)
+    return int(e)
 
 
 class KafkaApis:
