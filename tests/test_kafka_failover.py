@@ -130,7 +130,7 @@ def test_idempotent_kafka_producers_lose_and_duplicate_nothing_while_brokers_die
         while len(got) < sum(high.values()) and time.monotonic() < deadline:
             m = c.poll(0.5)
             if m is not None and not m.error():
-                got.append((m.partition(), m.offset(), m.value()))
+                got.append((m.partition() or 0, m.offset() or 0, m.value() or b""))
         c.close()
         counts = Counter(v for _, _, v in got)
         dup = [v for v, n in counts.items() if n > 1]
