@@ -326,3 +326,45 @@ def test_a_failed_commit_rpc_reaches_kafka_clients_as_a_retriable_timeout() -> N
     assert _kafka_error(Errors.NETWORK_EXCEPTION) == Errors.REQUEST_TIMED_OUT
     assert _kafka_error(Errors.COMMIT_DEADLINE_EXCEEDED) == Errors.REQUEST_TIMED_OUT
     assert _kafka_error(Errors.NOT_LEADER_OR_FOLLOWER) == Errors.NOT_LEADER_OR_FOLLOWER
+
+
+def _kcat() -> str:
+    import os
+    import shutil
+
+    path = shutil.which("kcat")
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail("kcat is missing: scripts/test installs it from Debian")
+        pytest.skip("kcat is not installed (scripts/test installs it)")
+    return path
+
+
+def test_kcat_produces_and_consumes_a_file_byte_for_byte(cluster: ClusterThread, tmp_path: Any) -> None:
+    import random
+    import subprocess
+
+    kcat = _kcat()
+    data = random.Random(3).randbytes(300_000)
+    src = tmp_path / "blob.bin"
+    src.write_bytes(data)
+    topic = "kcat-blob"
+    # One message per file (-P with a file argument), to a topic kcat's
+    # metadata request creates.
+    subprocess.run([kcat, "-P", "-b", cluster.bootstrap, "-t", topic, "-p", "0", str(src)], check=True, timeout=60)
+    out = subprocess.run(
+        [kcat, "-C", "-b", cluster.bootstrap, "-t", topic, "-p", "0", "-o", "beginning", "-c", "1", "-e", "-f", "%s"],
+        check=True,
+        timeout=60,
+        capture_output=True,
+    )
+    assert out.stdout == data
+    lines = b"".join(f"line {i}\n".encode() for i in range(500))
+    subprocess.run([kcat, "-P", "-b", cluster.bootstrap, "-t", topic, "-p", "0"], input=lines, check=True, timeout=60)
+    out = subprocess.run(
+        [kcat, "-C", "-b", cluster.bootstrap, "-t", topic, "-p", "0", "-o", "1", "-e", "-q"],
+        check=True,
+        timeout=60,
+        capture_output=True,
+    )
+    assert out.stdout == lines

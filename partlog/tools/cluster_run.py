@@ -361,15 +361,16 @@ async def run(
     opts: ClusterOptions,
     progress: Callable[[str], None] | None = None,
     *,
-    ready: Callable[[str], None] | None = None,
+    ready: Callable[[str, str], None] | None = None,
     serve_until: asyncio.Event | None = None,
 ) -> dict[str, Any]:
     """Run the cluster, produce, verify; the report.  Without ``data_dir``
     everything lives in a temporary directory, removed at the end.
 
-    ``ready`` is called with the Kafka bootstrap servers once every
-    listener accepts.  With ``serve_until`` the cluster runs no load of its
-    own: it serves outside clients until the event is set, then stops."""
+    ``ready`` is called with the Kafka bootstrap servers and the brokers'
+    RPC addresses (partlog's own client) once every listener accepts.
+    With ``serve_until`` the cluster runs no load of its own: it serves
+    outside clients until the event is set, then stops."""
     temporary = opts.data_dir is None
     data_dir = opts.data_dir or tempfile.mkdtemp(prefix="partlog-cluster-")
     try:
@@ -385,7 +386,7 @@ async def _run_in(
     opts: ClusterOptions,
     data_dir: str,
     progress: Callable[[str], None] | None,
-    ready: Callable[[str], None] | None = None,
+    ready: Callable[[str, str], None] | None = None,
     serve_until: asyncio.Event | None = None,
 ) -> dict[str, Any]:
     objects: ObjectStore = (
@@ -404,7 +405,7 @@ async def _run_in(
         if mgr is not None:
             mgr.metadata = cluster.admin
         if ready is not None and cluster.kafka_ports:
-            ready(cluster.kafka_bootstrap())
+            ready(cluster.kafka_bootstrap(), ",".join(f"{h}:{p}" for h, p in cluster.bootstrap()))
         if serve_until is not None:
             runner = asyncio.ensure_future(mgr.run()) if mgr is not None else None
             await serve_until.wait()

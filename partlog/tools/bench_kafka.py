@@ -1,0 +1,356 @@
+"""``partlog bench kafka``: the Kafka front end against partlog's own client.
+
+One cluster (``partlog cluster --serve`` in its own process: 3 AZs, one
+broker each, replication factor 3, durable commits) serves both sides of
+each measure, with the same records (``value_bytes`` random bytes), the
+same partitions, acks=all with idempotence, and the same linger:
+
+1. throughput: as many records as the client accepts for ``seconds``;
+   records/s and MiB/s of acknowledged record values;
+2. latency: records paced at half the slower side's throughput for
+   ``seconds``; p50/p99 from send to acknowledgement;
+   and again at a light load (``LIGHT_RATE_PER_S``);
+3. consumer read rate: a confluent-kafka consumer reads everything
+   produced, twice (the second read is served from the brokers' warm
+   range caches); MiB/s per broker.
+
+The front end's side is confluent-kafka (librdkafka, C threads); the own
+client is partlog's asyncio producer (Python).  Verdicts are computed from
+the numbers against the issue's targets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+TARGET_RATIO = 0.8
+TARGET_P99_SLACK_MS = 150.0
+TARGET_READ_MIB_PER_S = 100.0
+# The light load of the second latency measure (records/s, one producer).
+LIGHT_RATE_PER_S = 1000
+TOPIC = "partlog-cluster"
+STARTUP_TIMEOUT_S = 60.0
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+class _Load(NamedTuple):
+    """The same load for both sides."""
+
+    value: bytes
+    partitions: int
+    seconds: float
+    linger_ms: int
+
+
+class _Cluster:
+    """``partlog cluster --serve`` as a child process."""
+
+    def __init__(self, data_dir: str, partitions: int, commit_interval_ms: int) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "partlog", "cluster", "--serve", "--no-walmgr", "--azs", "3",
+             "--brokers-per-az", "1", "--partitions", str(partitions), "--commit-interval-ms",
+             str(commit_interval_ms), "--data-dir", data_dir],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )  # fmt: skip
+        self.bootstrap = ""
+        self.rpc: list[tuple[str, int]] = []
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        assert self.proc.stdout is not None
+        while time.monotonic() < deadline and not (self.bootstrap and self.rpc):
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            if line.startswith("bootstrap: "):
+                self.bootstrap = line.split(": ", 1)[1].strip()
+            elif line.startswith("rpc: "):
+                for addr in line.split(": ", 1)[1].strip().split(","):
+                    host, port = addr.rsplit(":", 1)
+                    self.rpc.append((host, int(port)))
+        if not self.bootstrap:
+            self.close()
+            raise RuntimeError("partlog cluster --serve did not print its bootstrap servers")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _confluent_throughput(bootstrap: str, load: _Load) -> dict[str, Any]:
+    value, partitions, seconds, linger_ms = load
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                  "linger.ms": linger_ms, "client.id": "bench,diskless_az=az1"})  # fmt: skip
+    acked = 0
+    errors = 0
+
+    def done(err: Any, msg: Any) -> None:
+        nonlocal acked, errors
+        if err is None:
+            acked += 1
+        else:
+            errors += 1
+
+    start = time.monotonic()
+    i = 0
+    while time.monotonic() - start < seconds:
+        try:
+            p.produce(TOPIC, value=value, partition=i % partitions, on_delivery=done)
+            i += 1
+        except BufferError:
+            p.poll(0.005)
+        if i % 1000 == 0:
+            p.poll(0)
+    p.flush(120)
+    elapsed = time.monotonic() - start
+    return {"records": acked, "errors": errors, "seconds": elapsed}
+
+
+def _confluent_latency(bootstrap: str, load: _Load, rate: float) -> list[float]:
+    value, partitions, seconds, linger_ms = load
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                  "linger.ms": linger_ms, "client.id": "bench-lat,diskless_az=az1"})  # fmt: skip
+    lat: list[float] = []
+
+    def cb(sent: float) -> Callable[[Any, Any], None]:
+        def done(err: Any, msg: Any) -> None:
+            if err is None:
+                lat.append((time.monotonic() - sent) * 1000)
+
+        return done
+
+    start = time.monotonic()
+    i = 0
+    while time.monotonic() - start < seconds:
+        due = start + i / rate
+        now = time.monotonic()
+        if due > now:
+            p.poll(min(due - now, 0.01))
+            continue
+        p.produce(TOPIC, value=value, partition=i % partitions, on_delivery=cb(time.monotonic()))
+        i += 1
+        p.poll(0)
+    p.flush(120)
+    return lat
+
+
+async def _own_throughput(rpc: list[tuple[str, int]], load: _Load) -> dict[str, Any]:
+    value, partitions, seconds, linger_ms = load
+    from partlog.client import Producer
+
+    p = Producer(rpc, az="az1", linger_ms=linger_ms)
+    await p.start()
+    tps = p.view.partitions(TOPIC)[:partitions]
+    acked = 0
+    errors = 0
+    outstanding: set[asyncio.Future[Any]] = set()
+
+    def done(f: asyncio.Future[Any]) -> None:
+        nonlocal acked, errors
+        outstanding.discard(f)
+        if f.cancelled() or f.exception() is not None:
+            errors += 1
+        else:
+            acked += 1
+
+    start = time.monotonic()
+    i = 0
+    while time.monotonic() - start < seconds:
+        # The same bound on queued records as librdkafka's default
+        # queue.buffering.max.messages (100,000).
+        if len(outstanding) >= 100_000:
+            await asyncio.sleep(0.005)
+            continue
+        f = p.send(tps[i % len(tps)], value)
+        outstanding.add(f)
+        f.add_done_callback(done)
+        i += 1
+        if i % 1000 == 0:
+            await asyncio.sleep(0)
+    await p.flush()
+    elapsed = time.monotonic() - start
+    await p.close()
+    return {"records": acked, "errors": errors, "seconds": elapsed}
+
+
+async def _own_latency(rpc: list[tuple[str, int]], load: _Load, rate: float) -> list[float]:
+    value, partitions, seconds, linger_ms = load
+    from partlog.client import Producer
+
+    p = Producer(rpc, az="az1", linger_ms=linger_ms)
+    await p.start()
+    tps = p.view.partitions(TOPIC)[:partitions]
+    lat: list[float] = []
+
+    def cb(sent: float) -> Callable[[asyncio.Future[Any]], None]:
+        def done(f: asyncio.Future[Any]) -> None:
+            if not f.cancelled() and f.exception() is None:
+                lat.append((time.monotonic() - sent) * 1000)
+
+        return done
+
+    start = time.monotonic()
+    i = 0
+    while time.monotonic() - start < seconds:
+        due = start + i / rate
+        now = time.monotonic()
+        if due > now:
+            await asyncio.sleep(due - now)
+        p.send(tps[i % len(tps)], value).add_done_callback(cb(time.monotonic()))
+        i += 1
+    await p.flush()
+    await p.close()
+    return lat
+
+
+def _read_all(bootstrap: str, partitions: int) -> dict[str, float]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{time.monotonic_ns()}",
+                  "enable.auto.commit": False, "fetch.max.bytes": 50 * 1024 * 1024})  # fmt: skip
+    tps = [TopicPartition(TOPIC, p) for p in range(partitions)]
+    high = {t.partition: c.get_watermark_offsets(t, timeout=10)[1] for t in tps}
+    total = sum(high.values())
+    c.assign([TopicPartition(TOPIC, p, 0) for p in range(partitions)])
+    n = 0
+    nbytes = 0
+    start = time.monotonic()
+    deadline = start + 300
+    while n < total and time.monotonic() < deadline:
+        for m in c.consume(10_000, 0.5):
+            if not m.error():
+                n += 1
+                nbytes += len(m.value() or b"")
+    elapsed = time.monotonic() - start
+    c.close()
+    return {"records": n, "mib": nbytes / 2**20, "seconds": elapsed}
+
+
+def run(
+    *,
+    seconds: float = 10.0,
+    value_bytes: int = 1024,
+    partitions: int = 6,
+    linger_ms: int = 5,
+    commit_interval_ms: int = 50,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    say = progress or (lambda _m: None)
+    value = os.urandom(value_bytes)
+    data_dir = tempfile.mkdtemp(prefix="partlog-bench-kafka-")
+    cluster = _Cluster(data_dir, partitions, commit_interval_ms)
+    try:
+        say(f"cluster up: {cluster.bootstrap}")
+        say(f"throughput, Kafka front end (confluent-kafka), {seconds:g} s")
+        load = _Load(value, partitions, seconds, linger_ms)
+        front = _confluent_throughput(cluster.bootstrap, load)
+        say(f"throughput, own client, {seconds:g} s")
+        own = asyncio.run(_own_throughput(cluster.rpc, load))
+        for r in (front, own):
+            r["records_per_s"] = r["records"] / r["seconds"]
+            r["mib_per_s"] = r["records"] * value_bytes / 2**20 / r["seconds"]
+        rate = max(1.0, min(front["records_per_s"], own["records_per_s"]) / 2)
+        say(f"latency at {rate:.0f} records/s, both sides")
+        front_lat = _confluent_latency(cluster.bootstrap, load, rate)
+        own_lat = asyncio.run(_own_latency(cluster.rpc, load, rate))
+        for r, lat in ((front, front_lat), (own, own_lat)):
+            r["latency_rate_per_s"] = rate
+            r["p50_ms"] = _percentile(lat, 0.50)
+            r["p99_ms"] = _percentile(lat, 0.99)
+            r["latency_samples"] = len(lat)
+        say(f"latency at a light {LIGHT_RATE_PER_S} records/s, both sides")
+        front_light = _confluent_latency(cluster.bootstrap, load, LIGHT_RATE_PER_S)
+        own_light = asyncio.run(_own_latency(cluster.rpc, load, LIGHT_RATE_PER_S))
+        for r, lat in ((front, front_light), (own, own_light)):
+            r["light_p50_ms"] = _percentile(lat, 0.50)
+            r["light_p99_ms"] = _percentile(lat, 0.99)
+        say("consumer read rate (cold, then warm cache)")
+        cold = _read_all(cluster.bootstrap, partitions)
+        warm = _read_all(cluster.bootstrap, partitions)
+        brokers = 3
+        for r in (cold, warm):
+            r["mib_per_s_per_broker"] = r["mib"] / r["seconds"] / brokers if r["seconds"] else 0.0
+    finally:
+        cluster.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
+    ratio = front["mib_per_s"] / own["mib_per_s"] if own["mib_per_s"] else 0.0
+    return {
+        "setup": {
+            "brokers": 3,
+            "azs": 3,
+            "replication_factor": 3,
+            "partitions": partitions,
+            "value_bytes": value_bytes,
+            "linger_ms": linger_ms,
+            "commit_interval_ms": commit_interval_ms,
+            "seconds": seconds,
+            "acks": "all",
+            "idempotent": True,
+        },
+        "front_end": front,
+        "own_client": own,
+        "read_cold": cold,
+        "read_warm": warm,
+        "ratio_mib_per_s": ratio,
+        "verdicts": {
+            f"front end >= {TARGET_RATIO} x own client MiB/s": ratio >= TARGET_RATIO,
+            f"front end p99 <= linger + {TARGET_P99_SLACK_MS:g} ms at half throughput": front["p99_ms"]
+            <= linger_ms + TARGET_P99_SLACK_MS,
+            f"front end p99 <= linger + {TARGET_P99_SLACK_MS:g} ms at {LIGHT_RATE_PER_S} records/s": front[
+                "light_p99_ms"
+            ]
+            <= linger_ms + TARGET_P99_SLACK_MS,
+            f"warm read >= {TARGET_READ_MIB_PER_S:g} MiB/s per broker": warm["mib_per_s_per_broker"]
+            >= TARGET_READ_MIB_PER_S,
+        },
+    }
+
+
+def print_report(r: dict[str, Any], out: Any = sys.stdout) -> None:
+    s = r["setup"]
+    print(
+        f"partlog bench kafka: {s['brokers']} brokers in {s['azs']} AZs, RF {s['replication_factor']}, "
+        f"{s['partitions']} partitions, {s['value_bytes']} B values, acks=all idempotent, linger {s['linger_ms']} ms, "
+        f"commit interval {s['commit_interval_ms']} ms",
+        file=out,
+    )
+    rate = r["front_end"]["latency_rate_per_s"]
+    print(f"{'':28}{'records/s':>12}{'MiB/s':>8}   p50/p99 ms at {rate:,.0f}/s   p50/p99 ms at {LIGHT_RATE_PER_S}/s",
+          file=out)  # fmt: skip
+    for name, key in (("Kafka front end (librdkafka)", "front_end"), ("own client (partlog.client)", "own_client")):
+        x = r[key]
+        heavy = f"{x['p50_ms']:.1f} / {x['p99_ms']:.1f}"
+        light = f"{x['light_p50_ms']:.1f} / {x['light_p99_ms']:.1f}"
+        print(f"{name:28}{x['records_per_s']:>12,.0f}{x['mib_per_s']:>8.1f}   {heavy:>21}   {light:>21}", file=out)
+    print(f"front end / own client MiB/s: {r['ratio_mib_per_s']:.2f}", file=out)
+    for name in ("read_cold", "read_warm"):
+        x = r[name]
+        print(f"consumer {name[5:]:4} read: {x['mib']:.1f} MiB in {x['seconds']:.2f} s, "
+              f"{x['mib_per_s_per_broker']:.1f} MiB/s per broker", file=out)  # fmt: skip
+    for verdict, ok in r["verdicts"].items():
+        print(f"  {'PASS' if ok else 'MISS'}  {verdict}", file=out)
+
+
+__all__ = ["print_report", "run"]
