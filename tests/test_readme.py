@@ -28,3 +28,21 @@ def test_using_the_store_snippet_runs_as_written(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "NONE 0"
+
+
+def test_the_kafka_clients_snippet_runs_against_a_cluster(tmp_path: Path) -> None:
+    from tests.kafka_helpers import ClusterThread
+
+    cluster = ClusterThread(str(tmp_path / "cluster"))
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _section_code("Kafka clients"), cluster.bootstrap],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            cwd=tmp_path,
+        )
+    finally:
+        cluster.close()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "consumed 100"
