@@ -159,6 +159,10 @@ def test_every_waiting_request_is_answered_exactly_once_and_the_state_stays_cons
             g.tick(now)
         collect()
         group = g.group("grp")
+        members = group.members.values() if group is not None else []
+        assert g.metadata_bytes == sum(
+            sum(len(n) + len(meta) for n, meta in m.protocols) + len(m.assignment) for m in members
+        )
         if group is not None:
             if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
                 assert group.leader in group.members
@@ -177,3 +181,18 @@ def test_every_waiting_request_is_answered_exactly_once_and_the_state_stays_cons
     assert waiting == set()
     for body in answered.values():
         assert body["error_code"] in {int(e) for e in Errors}
+
+
+def test_members_metadata_is_bounded_in_bytes(monkeypatch: Any) -> None:
+    import partlog.groups.membership as membership
+
+    monkeypatch.setattr(membership, "METADATA_BYTES_MAX", 1000)
+    g = Groups(initial_rebalance_delay_ms=0)
+    first = _join(g, 1, "", 0)["member_id"]
+    assert _join(g, 2, first, 0, [("range", b"x" * 600)]) is None
+    second = _join(g, 3, "", 0)["member_id"]
+    refused = _join(g, 4, second, 0, [("range", b"y" * 600)])
+    assert refused is not None and refused["error_code"] == Errors.COORDINATOR_NOT_AVAILABLE
+    assert g.metadata_bytes == len("range") + 600
+    g.leave("grp", first, 1)
+    assert g.metadata_bytes == 0

@@ -37,6 +37,10 @@ GROUP_MEMBERS_MAX = 1_000
 GROUPS_MAX = 100_000
 # Bytes of one member's protocol metadata or assignment (they live in memory).
 MEMBER_METADATA_BYTES_MAX = 1024 * 1024
+# All members' metadata and assignments one coordinator keeps: a join or
+# sync past it is answered COORDINATOR_NOT_AVAILABLE (retriable), so hostile
+# or runaway clients cost bounded memory.
+METADATA_BYTES_MAX = 256 * 1024 * 1024
 
 
 class GroupState(Enum):
@@ -130,6 +134,8 @@ class Groups:
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self.groups: dict[str, Group] = {}
         self._completions: list[Completion] = []
+        # Bytes of every member's protocols and assignment (METADATA_BYTES_MAX).
+        self.metadata_bytes = 0
 
     def take_completions(self) -> list[Completion]:
         out, self._completions = self._completions, []
@@ -201,6 +207,10 @@ class Groups:
         if m is None and len(g.members) >= GROUP_MEMBERS_MAX:
             return _join_answer(Errors.GROUP_MAX_SIZE_REACHED)
         changed = m is None or m.protocols != list(protocols)
+        growth = _protocols_bytes(protocols) - (_protocols_bytes(m.protocols) if m is not None else 0)
+        if self.metadata_bytes + growth > METADATA_BYTES_MAX:
+            return _join_answer(Errors.COORDINATOR_NOT_AVAILABLE)
+        self.metadata_bytes += growth
         if m is None:
             m = Member(member_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms, protocol_type,
                        list(protocols), group_instance_id)  # fmt: skip
@@ -281,7 +291,7 @@ class Groups:
             return
         # Members that did not rejoin in time leave the group.
         for mid in [mid for mid in g.members if mid not in g.joined]:
-            del g.members[mid]
+            self.metadata_bytes -= _member_bytes(g.members.pop(mid))
         g.generation += 1
         if not g.members:
             g.state = GroupState.EMPTY
@@ -338,6 +348,11 @@ class Groups:
         if any(len(a) > MEMBER_METADATA_BYTES_MAX for a in assignments.values()):
             return _sync_answer(Errors.INVALID_REQUEST)
         if member_id == g.leader:
+            growth = sum(len(assignments.get(mid, b"")) - len(o.assignment) for mid, o in g.members.items())
+            if self.metadata_bytes + growth > METADATA_BYTES_MAX:
+                return _sync_answer(Errors.COORDINATOR_NOT_AVAILABLE)
+            self.metadata_bytes += growth
+        if member_id == g.leader:
             for mid, o in g.members.items():
                 o.assignment = assignments.get(mid, b"")
             g.state = GroupState.STABLE
@@ -374,6 +389,7 @@ class Groups:
 
     def _remove(self, g: Group, member_id: str, now_ms: int) -> None:
         m = g.members.pop(member_id)
+        self.metadata_bytes -= _member_bytes(m)
         g.joined.discard(member_id)
         if m.join_token is not None:
             self._completions.append(Completion(m.join_token, _join_answer(Errors.UNKNOWN_MEMBER_ID)))
@@ -414,6 +430,10 @@ class Groups:
                 if not waiting and now_ms >= m.last_heartbeat_ms + m.session_timeout_ms and mid in g.members:
                     self._remove(g, mid, now_ms)
             self._maybe_complete_join(g, now_ms)
+            if g.state is GroupState.EMPTY and not g.members and not g.pending:
+                # Nothing left to remember (offsets live in the shell): the
+                # slot goes back to GROUPS_MAX.
+                del self.groups[g.group_id]
 
     def drop_all(self) -> None:
         """This coordinator no longer serves these groups (its offsets
@@ -425,6 +445,15 @@ class Groups:
                 if m.sync_token is not None:
                     self._completions.append(Completion(m.sync_token, _sync_answer(Errors.NOT_COORDINATOR)))
         self.groups.clear()
+        self.metadata_bytes = 0
+
+
+def _protocols_bytes(protocols: list[tuple[str, bytes]]) -> int:
+    return sum(len(name) + len(meta) for name, meta in protocols)
+
+
+def _member_bytes(m: Member) -> int:
+    return _protocols_bytes(m.protocols) + len(m.assignment)
 
 
 __all__ = ["Completion", "Group", "GroupState", "Groups", "Member"]
