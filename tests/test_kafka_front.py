@@ -368,3 +368,47 @@ def test_kcat_produces_and_consumes_a_file_byte_for_byte(cluster: ClusterThread,
         capture_output=True,
     )
     assert out.stdout == lines
+
+
+def test_describe_configs_delete_records_and_offset_for_leader_epoch(cluster: ClusterThread) -> None:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
+
+    a = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    [(_, fut)] = a.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, TOPIC)]).items()
+    configs = fut.result(30)
+    assert configs["retention.ms"].value == str(7 * 24 * 3600 * 1000)
+    [(_, fut)] = a.describe_configs([ConfigResource(ConfigResource.Type.BROKER, "1")]).items()
+    assert fut.result(30)["message.max.bytes"].value == "1048588"
+
+    p = Producer({"bootstrap.servers": cluster.bootstrap})
+    for i in range(20):
+        p.produce(TOPIC, value=f"dr{i}".encode(), partition=4)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "g-dr"})
+    _, high = c.get_watermark_offsets(TopicPartition(TOPIC, 4), timeout=10)
+    fs = a.delete_records([TopicPartition(TOPIC, 4, high - 5)])
+    [(_, fut)] = fs.items()
+    deleted = fut.result(30)
+    assert deleted.low_watermark == high - 5
+    assert c.get_watermark_offsets(TopicPartition(TOPIC, 4), timeout=10) == (high - 5, high)
+    c.close()
+
+
+def test_offset_for_leader_epoch_is_answered_by_the_leader_through_any_broker(cluster: ClusterThread) -> None:
+    # OffsetForLeaderEpoch v4 by hand: replica_id -1, one topic, partition 0,
+    # current leader epoch -1 (unchecked), leader epoch 0.
+    import struct as st_
+
+    def compact_str(s: str) -> bytes:
+        return bytes([len(s) + 1]) + s.encode()
+
+    body = st_.pack(">i", -1) + b"\x02" + compact_str(TOPIC) + b"\x02" + st_.pack(">iii", 0, -1, 0) + b"\x00\x00\x00"
+    for broker_id in sorted(cluster.cluster.brokers):
+        with _connect(cluster.kafka_port(broker_id)) as s:
+            s.sendall(raw_request(23, 4, 5, body, flexible=True))
+            frame = read_frame(s)
+        assert frame is not None
+        answer, _ = entity_reader(load_response_schema(23, 4))(frame, 5)
+        [part] = answer.topics[0].partitions
+        assert part.error_code == 0 and part.leader_epoch == 0 and part.end_offset >= 0

@@ -34,12 +34,15 @@ from partlog.broker.metrics import BrokerMetrics
 from partlog.controller.cluster_meta import BrokerInfo, ClusterMismatchError, MetadataSource, StaticMetadata
 from partlog.fetch.reads import CACHE_BYTES_MAX_DEFAULT, RangeCache, assemble, plan_reads
 from partlog.kafka.errors import Errors
+from partlog.kafka.leader_epochs import end_offset_for_epoch
 from partlog.kafka.producer_ids import ProducerIdAllocator
 from partlog.kafka.records import (
     BatchInfo,
     CommitBatchRequest,
     CommitBatchResponse,
     CreateTopicAndPartitionsRequest,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
     FindBatchRequest,
     ListOffsetsRequest,
     TopicIdPartition,
@@ -278,6 +281,12 @@ class Broker:
         # Known from the metadata by the time the broker listens (listen()).
         self.cluster_id: uuid.UUID | None = None
         self._store_reopening = False
+        # What on_leaders calls when this broker is the leader asked.
+        self._leader_handlers: dict[str, Callable[[Any], Awaitable[Any]]] = {
+            "list_offsets": self._handle_list_offsets,
+            "delete_records": self._handle_delete_records,
+            "offset_for_leader_epoch": self._handle_offset_for_leader_epoch,
+        }
 
     # ------------------------------------------------------------ lifecycle
 
@@ -327,6 +336,8 @@ class Broker:
             "init_producer_id": self._handle_init_producer_id,
             "replica_fetch": self.replicas.handle_replica_fetch,
             "referenced_files": self._handle_referenced_files,
+            "delete_records": self._handle_delete_records,
+            "offset_for_leader_epoch": self._handle_offset_for_leader_epoch,
         }
         server = RpcServer(
             handlers,
@@ -915,45 +926,102 @@ class Broker:
         await asyncio.gather(*(one(t, idx) for t, idx in by_broker.items()))
         return out
 
-    async def list_offsets_routed(self, reqs: list[ListOffsetsRequest]) -> list[tuple[Errors, int, int]]:
-        """ListOffsets for any partition, answered by its leader (here, or
-        over the broker RPC): (error, timestamp, offset) per request."""
-        out: list[tuple[Errors, int, int]] = [(Errors.NOT_LEADER_OR_FOLLOWER, -1, -1)] * len(reqs)
+    async def on_leaders(
+        self, method: str, items: list[tuple[TopicIdPartition, list[Any]]], failed: list[Any]
+    ) -> list[list[Any]]:
+        """Ask each partition's leader (this broker's own handler when it
+        leads, else the broker RPC) ``method`` with body
+        ``{"partitions": [[topic_id, partition, *rest], ...]}``; one answer
+        row per item, checked against ``RESPONSE_SCHEMAS[method]``, or
+        ``failed`` for the items whose leader is unknown or unreachable."""
+        out: list[list[Any]] = [list(failed) for _ in items]
         by_leader: dict[int, list[int]] = {}
-        for i, r in enumerate(reqs):
-            leader = self.metadata.leader_of(r.topic_id_partition)
+        for i, (tp, _) in enumerate(items):
+            leader = self.metadata.leader_of(tp)
             if leader is not None and leader >= 0:
                 by_leader.setdefault(leader, []).append(i)
 
         async def one(leader: int, idx: list[int]) -> None:
-            sub = [reqs[i] for i in idx]
+            body = {"partitions": [[items[i][0].topic_id.bytes, items[i][0].partition, *items[i][1]] for i in idx]}
             try:
                 if leader == self.broker_id:
-                    answer = await self._handle_list_offsets(
-                        {"partitions": [[r.topic_id_partition.topic_id.bytes, r.topic_id_partition.partition,
-                                         r.timestamp] for r in sub]}
-                    )  # fmt: skip
+                    answer = await self._leader_handlers[method](body)
                 else:
                     client = await self._client(leader, timeout_ms=RPC_TIMEOUT_MS_DEFAULT)
-                    answer = await client.call(
-                        "list_offsets",
-                        {"partitions": [[r.topic_id_partition.topic_id.bytes, r.topic_id_partition.partition,
-                                         r.timestamp] for r in sub]},
-                        timeout_ms=RPC_TIMEOUT_MS_DEFAULT,
-                    )  # fmt: skip
-                RESPONSE_SCHEMAS["list_offsets"].check(answer, "list_offsets answer")
+                    answer = await client.call(method, body, timeout_ms=RPC_TIMEOUT_MS_DEFAULT)
+                RESPONSE_SCHEMAS[method].check(answer, f"{method} answer")
                 parts = answer["partitions"]
-                if len(parts) != len(sub):
-                    raise WireError(f"list_offsets answer: {len(parts)} partitions for {len(sub)} asked")
-                for i, (err, ts, off) in zip(idx, parts, strict=True):
-                    out[i] = (_error(err), ts, off)
-            except (RpcError, RpcConnectionError, RpcTimeoutError, OSError, WireError, TypeError, ValueError) as e:
+                if len(parts) != len(idx):
+                    raise WireError(f"{method} answer: {len(parts)} partitions for {len(idx)} asked")
+                for i, row in zip(idx, parts, strict=True):
+                    out[i] = list(row)
+            except (RpcError, RpcConnectionError, RpcTimeoutError, OSError, WireError) as e:
                 if isinstance(e, RpcConnectionError | OSError):
                     await self._drop_client(leader)
-                log.info("list_offsets via broker %d failed: %s", leader, e)
+                log.info("%s via broker %d failed: %s", method, leader, e)
 
         await asyncio.gather(*(one(t, idx) for t, idx in by_leader.items()))
         return out
+
+    async def list_offsets_routed(self, reqs: list[ListOffsetsRequest]) -> list[tuple[Errors, int, int]]:
+        """ListOffsets for any partition, answered by its leader (here, or
+        over the broker RPC): (error, timestamp, offset) per request."""
+        rows = await self.on_leaders(
+            "list_offsets",
+            [(r.topic_id_partition, [r.timestamp]) for r in reqs],
+            [int(Errors.NOT_LEADER_OR_FOLLOWER), -1, -1],
+        )
+        return [(_error(err), ts, off) for err, ts, off in rows]
+
+    async def _handle_delete_records(self, body: Any) -> Any:
+        """DeleteRecords on the partitions this broker leads (Kafka's leader
+        does it; followers learn the log start from replication)."""
+        try:
+            m = _as_map(body, "delete_records")
+            items = dec_partition_items(
+                m, "partitions", "delete_records", (int,), "[topic_id, partition, offset]", PARTITIONS_MAX
+            )
+        except WireError as e:
+            raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
+        led = [i for i, (tp, _) in enumerate(items) if self.replicas.is_leader(tp)]
+        out: list[list[int]] = [[int(Errors.NOT_LEADER_OR_FOLLOWER), -1] for _ in items]
+        if led:
+            reqs = [DeleteRecordsRequest(items[i][0], items[i][1][0]) for i in led]
+            try:
+                answers = await asyncio.to_thread(self.store.delete_records, reqs)
+            except StoreError as e:
+                log.warning("delete_records failed on broker %d: %s", self.broker_id, e)
+                answers = [DeleteRecordsResponse(Errors.KAFKA_STORAGE_ERROR, -1) for _ in reqs]
+            for i, a in zip(led, answers, strict=True):
+                out[i] = [int(a.errors), a.low_watermark]
+            self._wake_fetches()
+        return {"partitions": out}
+
+    async def _handle_offset_for_leader_epoch(self, body: Any) -> Any:
+        """Kafka's OffsetForLeaderEpoch, answered by the leader: the end
+        offset of the largest epoch <= the one asked, from its epoch cache;
+        FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH for a current leader epoch
+        older / newer than this leader's."""
+        try:
+            m = _as_map(body, "offset_for_leader_epoch")
+            items = dec_partition_items(
+                m, "partitions", "offset_for_leader_epoch", (int, int),
+                "[topic_id, partition, current_leader_epoch, leader_epoch]", PARTITIONS_MAX,
+            )  # fmt: skip
+        except WireError as e:
+            raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
+        out: list[list[int]] = []
+        for tp, (current, asked) in items:
+            epoch = self.replicas.leader_epoch(tp)
+            if epoch is None:
+                out.append([int(Errors.NOT_LEADER_OR_FOLLOWER), -1, -1])
+            elif current >= 0 and current != epoch:
+                err = Errors.FENCED_LEADER_EPOCH if current < epoch else Errors.UNKNOWN_LEADER_EPOCH
+                out.append([int(err), -1, -1])
+            else:
+                end = end_offset_for_epoch(self.store.leader_epoch_cache(tp), asked, self.store.log_end_offset(tp))
+                out.append([0, end.leader_epoch, end.end_offset])
+        return {"partitions": out}
 
     async def _read(self, key: str, offset: int, length: int) -> tuple[int, bytes] | BaseException:
         cached = self.cache.get(key, offset, length)

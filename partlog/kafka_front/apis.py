@@ -70,7 +70,10 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     15: (0, 5),  # DescribeGroups
     16: (0, 4),  # ListGroups
     19: (2, 7),  # CreateTopics
+    21: (0, 2),  # DeleteRecords
     22: (0, 4),  # InitProducerId
+    23: (2, 4),  # OffsetForLeaderEpoch
+    32: (1, 4),  # DescribeConfigs
 }
 
 
@@ -164,6 +167,9 @@ class KafkaApis:
             14: self.sync_group,
             15: self.describe_groups,
             16: self.list_groups,
+            21: self.delete_records,
+            23: self.offset_for_leader_epoch,
+            32: self.describe_configs,
         }
 
     # ----------------------------------------------------------- metadata
@@ -526,6 +532,109 @@ class KafkaApis:
             log.info("ListOffsets of %s: batch at %d not searched: %s", req.topic_id_partition, offset, e)
         return answer
 
+    async def delete_records(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        topics = self._topics_by_name()
+        asked: list[tuple[str, int, TopicIdPartition | None, int]] = []
+        for t in body.topics:
+            for p in t.partitions:
+                asked.append((t.name, int(p.partition_index), self._tp(topics, t.name, int(p.partition_index)),
+                              int(p.offset)))  # fmt: skip
+        items = [(tp, [offset if offset >= 0 else -1]) for _, _, tp, offset in asked if tp is not None]
+        rows = iter(await self.broker.on_leaders("delete_records", items, [int(Errors.NOT_LEADER_OR_FOLLOWER), -1]))
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for name, index, tp, _ in asked:
+            if tp is None:
+                part = {"partition_index": index, "low_watermark": -1,
+                        "error_code": int(Errors.UNKNOWN_TOPIC_OR_PARTITION)}  # fmt: skip
+            else:
+                err, low = next(rows)
+                part = {"partition_index": index, "low_watermark": low, "error_code": _kafka_error(_to_error(err))}
+            by_topic.setdefault(name, []).append(part)
+        return {"throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]}
+
+    async def offset_for_leader_epoch(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        topics = self._topics_by_name()
+        asked: list[tuple[str, int, TopicIdPartition | None, int, int]] = []
+        for t in body.topics:
+            for p in t.partitions:
+                tp = self._tp(topics, t.topic, int(p.partition))
+                asked.append((t.topic, int(p.partition), tp, int(getattr(p, "current_leader_epoch", -1)),
+                              int(p.leader_epoch)))  # fmt: skip
+        items = [(tp, [cur, epoch]) for _, _, tp, cur, epoch in asked if tp is not None]
+        failed = [int(Errors.NOT_LEADER_OR_FOLLOWER), -1, -1]
+        rows = iter(await self.broker.on_leaders("offset_for_leader_epoch", items, failed))
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for name, index, tp, _, _ in asked:
+            if tp is None:
+                err, epoch, end = int(Errors.UNKNOWN_TOPIC_OR_PARTITION), -1, -1
+            else:
+                err, epoch, end = next(rows)
+            by_topic.setdefault(name, []).append(
+                {"partition": index, "error_code": _kafka_error(_to_error(err)), "leader_epoch": epoch,
+                 "end_offset": end}
+            )  # fmt: skip
+        return {"throttle_time": 0, "topics": [{"topic": n, "partitions": ps} for n, ps in by_topic.items()]}
+
+    async def describe_configs(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        results = []
+        topics = self._topics_by_name()
+        for r in body.resources:
+            rtype, name = int(r.resource_type), r.resource_name
+            base = {"resource_type": rtype, "resource_name": name, "error_message": None, "configs": []}
+            if rtype == _RESOURCE_TOPIC:
+                t = topics.get(name)
+                if t is None:
+                    results.append({**base, "error_code": int(Errors.UNKNOWN_TOPIC_OR_PARTITION)})
+                    continue
+                configs = {
+                    k: (v, _SOURCE_DEFAULT) for k, v in self.broker.store.topic_config(t.topic_id).to_configs().items()
+                }
+            elif rtype == _RESOURCE_BROKER:
+                if name not in ("", str(self.broker.broker_id)):
+                    results.append({**base, "error_code": int(Errors.INVALID_REQUEST),
+                                    "error_message": f"this is broker {self.broker.broker_id}"})  # fmt: skip
+                    continue
+                configs = {k: (v, _SOURCE_STATIC) for k, v in self._broker_configs().items()}
+            else:
+                why = f"resource type {rtype} is not served (2 topic, 4 broker)"
+                results.append({**base, "error_code": int(Errors.INVALID_REQUEST), "error_message": why})
+                continue
+            keys = r.configuration_keys
+            chosen = configs if keys is None else {k: configs[k] for k in keys if k in configs}
+            entries = [
+                {"name": k, "value": v, "read_only": True, "config_source": src, "is_sensitive": False,
+                 "synonyms": [], "config_type": _config_type(v), "documentation": None}
+                for k, (v, src) in sorted(chosen.items())
+            ]  # fmt: skip
+            results.append({**base, "error_code": 0, "configs": entries})
+        return {"throttle_time": 0, "results": results}
+
+    def _broker_configs(self) -> dict[str, str]:
+        c = self.config
+        listener = self.broker.kafka
+        limits = listener.limits if listener is not None else None
+        out = {
+            "broker.id": str(self.broker.broker_id),
+            "broker.rack": self.broker.config.az,
+            "message.max.bytes": str(c.message_max_bytes),
+            "auto.create.topics.enable": "true" if c.auto_create_topics_enable else "false",
+            "num.partitions": str(c.num_partitions),
+            "default.replication.factor": str(c.default_replication_factor),
+            "offsets.topic.num.partitions": str(c.offsets_topic_num_partitions),
+            "group.initial.rebalance.delay.ms": str(c.group_initial_rebalance_delay_ms),
+            "min.insync.replicas": str(self.broker.config.replication.min_insync_replicas),
+        }
+        if limits is not None:
+            out.update(
+                {
+                    "socket.request.max.bytes": str(limits.request_bytes_max),
+                    "max.connections": str(limits.connections_max),
+                    "max.connections.per.ip": str(limits.connections_per_ip_max),
+                    "connections.max.idle.ms": str(limits.connections_max_idle_ms),
+                }
+            )
+        return out
+
     # ------------------------------------------------------------- groups
 
     async def find_coordinator(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
@@ -636,6 +745,24 @@ class KafkaApis:
 
     async def describe_groups(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         return {"throttle_time": 0, "groups": [await self.groups.describe(g) for g in body.groups]}
+
+
+# DescribeConfigs: Kafka's ConfigResource.Type and ConfigSource codes.
+_RESOURCE_TOPIC = 2
+_RESOURCE_BROKER = 4
+_SOURCE_STATIC = 4  # STATIC_BROKER_CONFIG
+_SOURCE_DEFAULT = 5  # DEFAULT_CONFIG
+
+
+def _config_type(value: str) -> int:
+    """Kafka's ConfigType code of a value: BOOLEAN 1, STRING 2, LONG 5."""
+    if value in ("true", "false"):
+        return 1
+    try:
+        int(value)
+    except ValueError:
+        return 2
+    return 5
 
 
 def _to_error(code: Any) -> Errors:

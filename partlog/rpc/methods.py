@@ -125,6 +125,14 @@ BROKER_SCHEMAS: dict[str, Schema] = {
         },
         optional={"log_start_offsets": List(Int(-1, INT64_MAX), PARTITIONS_MAX)},
     ),
+    "delete_records": Map(
+        required={"partitions": List(partition_item(("offset", Int(-1, INT64_MAX))), PARTITIONS_MAX)}
+    ),
+    "offset_for_leader_epoch": Map(
+        required={
+            "partitions": List(partition_item(("current_leader_epoch", INT32), ("leader_epoch", INT32)), PARTITIONS_MAX)
+        }
+    ),
     "referenced_files": Map(
         required={
             "checks": List(
@@ -195,6 +203,14 @@ RESPONSE_SCHEMAS: dict[str, Schema] = {
     "init_producer_id": Map(required={"error": INT16, "producer_id": INT64, "producer_epoch": INT16}),
     "list_offsets": Map(
         required={"partitions": List(Tuple(("error", INT16), ("timestamp", INT64), ("offset", INT64)), PARTITIONS_MAX)}
+    ),
+    "delete_records": Map(
+        required={"partitions": List(Tuple(("error", INT16), ("low_watermark", INT64)), PARTITIONS_MAX)}
+    ),
+    "offset_for_leader_epoch": Map(
+        required={
+            "partitions": List(Tuple(("error", INT16), ("leader_epoch", INT32), ("end_offset", INT64)), PARTITIONS_MAX)
+        }
     ),
     "fetch": Map(
         required={
