@@ -32,6 +32,8 @@ from partlog.controller.core import (
     ControllerStateError,
     LeaderChanged,
     assign_replicas,
+    dec_poll_response,
+    enc_snapshot,
     valid_topic_name,
 )
 from partlog.controller.server import ControllerServer
@@ -775,3 +777,38 @@ def test_fenced_broker_registers_again_and_listeners_hear_it(tmp_path: Path) -> 
             await server.stop()
 
     run(main)
+
+
+def test_delete_topics_is_durable_final_and_in_every_snapshot(tmp_path: Path) -> None:
+    path = tmp_path / "c"
+    with Controller(config(path), now_ms=0) as c:
+        register(c, [1, 2, 3])
+        doomed = create(c, "doomed", 3, 3)
+        kept = create(c, "kept", 2, 3)
+        out = c.delete_topics(["doomed", "nothing"])
+        c.check()
+        assert out == {"doomed": doomed.topic_id, "nothing": Errors.UNKNOWN_TOPIC_OR_PARTITION}
+        snap = c.snapshot()
+        assert [t.name for t in snap.topics] == ["kept"]
+        assert snap.deleted_topics == {doomed.topic_id}
+        assert c.partition(TopicIdPartition(doomed.topic_id, 0)) is None
+        assert c.delete_topics(["doomed"]) == {"doomed": Errors.UNKNOWN_TOPIC_OR_PARTITION}
+        # The name can be used again; the new topic gets a new id.
+        again = create(c, "doomed", 1, 1)
+        assert again.topic_id != doomed.topic_id
+    with Controller(config(path), now_ms=0) as c:
+        c.check()
+        snap = c.snapshot()
+        assert snap.deleted_topics == {doomed.topic_id}
+        assert {t.name: t.topic_id for t in snap.topics} == {"kept": kept.topic_id, "doomed": again.topic_id}
+        decoded = dec_poll_response(enc_snapshot(snap))
+        assert decoded is not None and decoded.deleted_topics == {doomed.topic_id}
+
+
+def test_a_repeating_uuid_source_cannot_bring_back_a_deleted_topic_id(tmp_path: Path) -> None:
+    fixed = uuid.UUID(int=7)
+    with Controller(config(tmp_path / "c"), now_ms=0, new_uuid=lambda: fixed) as c:
+        register(c, [1])
+        assert create(c, "a", 1, 1).topic_id == fixed
+        c.delete_topics(["a"])
+        assert c.create_topic("b", 1, 1) == Errors.TOPIC_ALREADY_EXISTS

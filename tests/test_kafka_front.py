@@ -412,3 +412,41 @@ def test_offset_for_leader_epoch_is_answered_by_the_leader_through_any_broker(cl
         answer, _ = entity_reader(load_response_schema(23, 4))(frame, 5)
         [part] = answer.topics[0].partitions
         assert part.error_code == 0 and part.leader_epoch == 0 and part.end_offset >= 0
+
+
+def test_delete_topics_drops_the_topic_everywhere_and_its_file_references(cluster: ClusterThread) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    a = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    a.create_topics([NewTopic("short-lived", num_partitions=2, replication_factor=3)])["short-lived"].result(30)
+    p = Producer({"bootstrap.servers": cluster.bootstrap})
+    for i in range(50):
+        p.produce("short-lived", value=b"x" * 100, partition=i % 2)
+    assert p.flush(30) == 0
+    admin = cluster.cluster.admin
+    assert admin is not None
+    topic = admin.topic("short-lived")
+    assert topic is not None
+    brokers = list(cluster.cluster.brokers.values())
+    keys = {k for b in brokers for k in b.store.file_usage()}
+    assert keys
+
+    fs = a.delete_topics(["short-lived", "never-was"], operation_timeout=30)
+    fs["short-lived"].result(30)
+    with pytest.raises(confluent_kafka.KafkaException, match="UNKNOWN_TOPIC"):
+        fs["never-was"].result(30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(topic.topic_id in b.store.topics() for b in brokers):
+        time.sleep(0.1)
+    assert admin.topic_deleted(topic.topic_id)
+    assert all(topic.topic_id not in b.store.topics() for b in brokers)
+    # Nothing of the topic is referenced any more: walmgr may delete objects
+    # that held only its batches.
+    tps = {(topic.topic_id, p) for p in range(2)}
+    for b in brokers:
+        assert not any((tp.topic_id, tp.partition) in tps for tp in b.store.partitions())
+    # Internal topics are refused.
+    fs = a.delete_topics(["__consumer_offsets"], operation_timeout=30)
+    with pytest.raises(confluent_kafka.KafkaException):
+        fs["__consumer_offsets"].result(30)

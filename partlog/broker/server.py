@@ -379,7 +379,7 @@ class Broker:
         await self.listen()
         await asyncio.to_thread(self.store.create_topic_and_partitions, self._new_topics(self.metadata))
         self.metadata.add_listener(self._metadata_changed)
-        await self.replicas.apply_metadata(self.metadata)
+        await self._apply_roles(self.metadata)
         self.replicas.start()
         self._spawn(self._rotation_timer())
         self._spawn(self._retention_timer())
@@ -425,7 +425,26 @@ class Broker:
         if reqs:
             self.store.create_topic_and_partitions(reqs)
         if not self._stopping:
-            self._spawn(self.replicas.apply_metadata(metadata))
+            self._spawn(self._apply_roles(metadata))
+
+    async def _apply_roles(self, metadata: MetadataSource) -> None:
+        """Take the roles ``metadata`` gives this broker, then drop the logs
+        of topics it says were deleted (after the roles: no partition of
+        theirs is led or followed any more, so nothing appends to them)."""
+        await self.replicas.apply_metadata(metadata)
+        deleted = getattr(metadata, "deleted_topics", None)
+        if not callable(deleted):
+            return
+        gone = set(deleted()) & set(self.store.topics())
+        if gone:
+            try:
+                await asyncio.to_thread(self.store.delete_topics, gone)
+            except StoreError:
+                log.exception(
+                    "broker %d: dropping deleted topics failed; the next metadata tries again", self.broker_id
+                )
+                return
+            log.info("broker %d dropped the logs of %d deleted topics", self.broker_id, len(gone))
 
     def _wake_fetches(self) -> None:
         self._new_data.set()

@@ -58,6 +58,7 @@ from partlog.controller.core import (
     MetadataSnapshot,
     dec_alter_partition_response,
     dec_create_topics_response,
+    dec_delete_topics_response,
     dec_heartbeat_response,
     dec_pid_response,
     dec_poll_response,
@@ -65,6 +66,7 @@ from partlog.controller.core import (
     enc_alter_partition,
     enc_broker_epoch,
     enc_create_topics,
+    enc_delete_topics,
     enc_poll,
     enc_register,
 )
@@ -163,6 +165,7 @@ class ControllerMetadata:
         self._version = -1
         self._routing: StaticMetadata | None = None
         self._topics: dict[uuid.UUID, TopicInfo] = {}
+        self._deleted: frozenset[uuid.UUID] = frozenset()
         self._listeners: list[Callable[[], None]] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._reregister = asyncio.Event()
@@ -429,6 +432,9 @@ class ControllerMetadata:
             return
         self._routing = routing
         self._topics = {t.topic_id: t for t in s.topics}
+        # Only grows: a deletion is final, and a snapshot that lacks one
+        # (an older controller) must not bring a topic's references back.
+        self._deleted = self._deleted | s.deleted_topics
         self._version = s.version
         self.snapshots_received += 1
         self._view_changed.set()
@@ -583,6 +589,38 @@ class ControllerMetadata:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.request_timeout_ms / 1000):
                 while not created <= self._topics.keys():
+                    await self._view_changed.wait()
+        return out
+
+    def topic_deleted(self, topic_id: uuid.UUID) -> bool:
+        """True once the controller has said the topic is deleted: its
+        partitions hold no references (walmgr), its logs go (brokers)."""
+        return topic_id in self._deleted
+
+    def deleted_topics(self) -> frozenset[uuid.UUID]:
+        return self._deleted
+
+    async def delete_topics(self, names: list[str]) -> dict[str, uuid.UUID | Errors]:
+        """Delete topics by name.  Per name: the deleted topic's id, or the
+        error (UNKNOWN_TOPIC_OR_PARTITION; COORDINATOR_NOT_AVAILABLE /
+        REQUEST_TIMED_OUT when the controller cannot be reached).  Returns
+        once this view no longer holds them (or after ``request_timeout_ms``)."""
+        try:
+            out = dec_delete_topics_response(await self._call("delete_topics", enc_delete_topics(names)))
+        except RpcTimeoutError:
+            return dict.fromkeys(names, Errors.REQUEST_TIMED_OUT)
+        except _UNREACHABLE:
+            return dict.fromkeys(names, Errors.COORDINATOR_NOT_AVAILABLE)
+        except RpcRemoteError as e:
+            log.error("delete_topics refused: %s", e)
+            return dict.fromkeys(names, Errors.INVALID_REQUEST)
+        except WireError as e:
+            log.error("delete_topics: bad answer: %s", e)
+            return dict.fromkeys(names, Errors.UNKNOWN_SERVER_ERROR)
+        gone = {t for t in out.values() if isinstance(t, uuid.UUID)}
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.request_timeout_ms / 1000):
+                while gone & self._topics.keys():
                     await self._view_changed.wait()
         return out
 

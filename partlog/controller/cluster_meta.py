@@ -254,6 +254,9 @@ class StaticMetadata:
         no references (walmgr may delete objects only they were part of)."""
         return topic_id in self._deleted_topics
 
+    def deleted_topics(self) -> frozenset[uuid.UUID]:
+        return self._deleted_topics
+
     # -------------------------------------------------------- MetadataSource
 
     def partition(self, tp: TopicIdPartition) -> PartitionInfo | None:

@@ -239,12 +239,15 @@ class BrokerRegistration:
 
 
 class MetadataSnapshot(NamedTuple):
-    """What brokers learn: the version, the ALIVE brokers, every topic."""
+    """What brokers learn: the version, the ALIVE brokers, every topic, and
+    the ids of deleted topics (their partitions hold no references: walmgr
+    may delete objects only they were part of; brokers drop their logs)."""
 
     version: int
     brokers: list[BrokerInfo]
     topics: list[TopicInfo]
     cluster_id: uuid.UUID | None = None
+    deleted_topics: frozenset[uuid.UUID] = frozenset()
 
 
 # ------------------------------------------------------------------ events
@@ -290,7 +293,13 @@ class IsrChanged:
     reason: str
 
 
-ControllerEvent = BrokerRegistered | BrokerFenced | LeaderChanged | IsrChanged
+@dataclass(frozen=True, slots=True)
+class TopicDeleted:
+    topic: str
+    topic_id: uuid.UUID
+
+
+ControllerEvent = BrokerRegistered | BrokerFenced | LeaderChanged | IsrChanged | TopicDeleted
 
 
 # ------------------------------------------------------------ pure rules
@@ -404,6 +413,7 @@ class _Draft:
         self.brokers: dict[int, BrokerRegistration] = {}
         self.parts: dict[TopicIdPartition, PartitionInfo] = {}
         self.new_topics: dict[uuid.UUID, tuple[str, int]] = {}
+        self.deleted_topics: dict[uuid.UUID, str] = {}
         self.broker_epoch_last: int | None = None
         self.events: list[ControllerEvent] = []
         self.elections = 0
@@ -411,7 +421,9 @@ class _Draft:
         self.preferred_elections = 0
 
     def empty(self) -> bool:
-        return not (self.brokers or self.parts or self.new_topics or self.broker_epoch_last is not None)
+        return not (
+            self.brokers or self.parts or self.new_topics or self.deleted_topics or self.broker_epoch_last is not None
+        )
 
     def broker(self, broker_id: int) -> BrokerRegistration | None:
         b = self.brokers.get(broker_id)
@@ -505,7 +517,7 @@ class Controller:
         self._lock_fd = _lock_dir(root)
         try:
             # sync/metasync: a change is on disk before it is published or answered.
-            self._env = lmdb.open(meta_dir, map_size=MAP_SIZE_BYTES, max_dbs=4, sync=True, metasync=True)
+            self._env = lmdb.open(meta_dir, map_size=MAP_SIZE_BYTES, max_dbs=5, sync=True, metasync=True)
         except BaseException:
             os.close(self._lock_fd)
             raise
@@ -514,6 +526,8 @@ class Controller:
             self._db_brokers = self._env.open_db(b"brokers")
             self._db_topics = self._env.open_db(b"topics")
             self._db_parts = self._env.open_db(b"parts")
+            # Deleted topics: id -> name (kept: walmgr needs to know them).
+            self._db_deleted = self._env.open_db(b"deleted_topics")
             self._pids = ProducerIdManager(os.path.join(root, "producer_ids"), block_size=config.producer_id_block_size)
         except BaseException:
             self._env.close()
@@ -529,6 +543,7 @@ class Controller:
         self._num_partitions: dict[uuid.UUID, int] = {}
         self._parts: dict[TopicIdPartition, PartitionInfo] = {}
         self._offline: set[TopicIdPartition] = set()
+        self._deleted: dict[uuid.UUID, str] = {}
         self._events: deque[ControllerEvent] = deque(maxlen=EVENTS_MAX)
         self._snapshot: MetadataSnapshot | None = None
         self._next_preferred_check_ms = now_ms + config.leader_imbalance_check_interval_ms
@@ -573,6 +588,8 @@ class Controller:
                     self._topic_names[tid] = name
                     self._topic_ids[name] = tid
                     self._num_partitions[tid] = n
+                for k, v in txn.cursor(db=self._db_deleted):
+                    self._deleted[uuid.UUID(bytes=bytes(k))] = expect_str(msgpack.unpackb(v), "deleted topic name")
                 for k, v in txn.cursor(db=self._db_parts):
                     tp = TopicIdPartition(uuid.UUID(bytes=bytes(k[:16])), _U32.unpack(k[16:])[0])
                     self._parts[tp] = p = dec_partition(msgpack.unpackb(v))
@@ -618,9 +635,16 @@ class Controller:
             puts.append((self._db_topics, tid.bytes, msgpack.packb([name, n])))
         for tp, p in d.parts.items():
             puts.append((self._db_parts, tp.topic_id.bytes + _U32.pack(tp.partition), msgpack.packb(enc_partition(p))))
+        deletes: list[tuple[Any, bytes]] = []
+        for tid, name in d.deleted_topics.items():
+            puts.append((self._db_deleted, tid.bytes, msgpack.packb(name)))
+            deletes.append((self._db_topics, tid.bytes))
+            deletes.extend((self._db_parts, tid.bytes + _U32.pack(p)) for p in range(self._num_partitions[tid]))
         with self._env.begin(write=True) as txn:
             for db, k, v in puts:
                 txn.put(k, v, db=db)
+            for db, k in deletes:
+                txn.delete(k, db=db)
         # Durable: now publish.
         self.version = version
         if d.broker_epoch_last is not None:
@@ -636,6 +660,14 @@ class Controller:
                 self._offline.add(tp)
             else:
                 self._offline.discard(tp)
+        for tid, name in d.deleted_topics.items():
+            for index in range(self._num_partitions.pop(tid)):
+                gone = TopicIdPartition(tid, index)
+                del self._parts[gone]
+                self._offline.discard(gone)
+            del self._topic_names[tid]
+            del self._topic_ids[name]
+            self._deleted[tid] = name
         self._events.extend(d.events)
         self.leader_elections += d.elections
         self.unclean_leader_elections += d.unclean_elections
@@ -756,7 +788,9 @@ class Controller:
         if not 1 <= replication_factor <= len(alive):
             return Errors.INVALID_REPLICATION_FACTOR
         tid = self._new_uuid()
-        if tid in self._topic_names:  # a repeating uuid source: refuse rather than merge two topics
+        if tid in self._topic_names or tid in self._deleted:
+            # A repeating uuid source: refuse rather than merge two topics
+            # (or bring back a deleted one, whose objects walmgr may delete).
             return Errors.TOPIC_ALREADY_EXISTS
         d = _Draft(self)
         d.new_topics[tid] = (name, partitions)
@@ -764,6 +798,24 @@ class Controller:
             d.parts[TopicIdPartition(tid, p)] = PartitionInfo(reps[0], 0, reps, reps, 0)
         self._commit(d)
         return self._topic_info(tid)
+
+    def delete_topics(self, names: Iterable[str]) -> dict[str, uuid.UUID | Errors]:
+        """Delete topics (Kafka's DeleteTopics): one durable change for all
+        of them. Per name: the deleted topic's id, or UNKNOWN_TOPIC_OR_PARTITION.
+        A deleted topic's id is kept for good, in every snapshot, so brokers
+        drop its logs and walmgr knows its partitions reference nothing."""
+        d = _Draft(self)
+        out: dict[str, uuid.UUID | Errors] = {}
+        for name in names:
+            tid = self._topic_ids.get(name)
+            if tid is None or tid in d.deleted_topics:
+                out[name] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            d.deleted_topics[tid] = name
+            d.events.append(TopicDeleted(name, tid))
+            out[name] = tid
+        self._commit(d)
+        return out
 
     def alter_partition(
         self,
@@ -825,7 +877,7 @@ class Controller:
         if self._snapshot is None or self._snapshot.version != self.version:
             brokers = [b.info() for b in sorted(self._brokers.values(), key=lambda b: b.broker_id) if not b.fenced]
             topics = [self._topic_info(self._topic_ids[n]) for n in sorted(self._topic_ids)]
-            self._snapshot = MetadataSnapshot(self.version, brokers, topics, self.cluster_id)
+            self._snapshot = MetadataSnapshot(self.version, brokers, topics, self.cluster_id, frozenset(self._deleted))
         return self._snapshot
 
     def _topic_info(self, tid: uuid.UUID) -> TopicInfo:
@@ -873,6 +925,8 @@ class Controller:
                     b = self._brokers.get(r)
                     assert b is not None and not b.fenced, f"{tp}: isr member {r} is not alive"
         assert self._offline == {tp for tp, p in self._parts.items() if p.leader == NO_LEADER}
+        assert not self._deleted.keys() & self._topic_names.keys(), "a topic both live and deleted"
+        assert all(tp.topic_id in self._num_partitions for tp in self._parts), "a partition of no topic"
         for tid, n in self._num_partitions.items():
             assert all(TopicIdPartition(tid, p) in self._parts for p in range(n)), f"topic {tid}: partitions missing"
         assert all(b.broker_epoch <= self._broker_epoch_last for b in self._brokers.values())
@@ -1093,6 +1147,7 @@ def enc_snapshot(s: MetadataSnapshot) -> dict[str, Any]:
         "version": s.version,
         "brokers": [[b.broker_id, b.az, b.host, b.port, b.kafka_port] for b in s.brokers],
         "topics": [enc_topic(t) for t in s.topics],
+        "deleted_topics": [tid.bytes for tid in sorted(s.deleted_topics)],
     }
 
 
@@ -1121,7 +1176,15 @@ def dec_poll_response(body: Any) -> MetadataSnapshot | None:
             )
         )
     topics = [dec_topic(t, f"{w}.topics[{i}]") for i, t in enumerate(expect_list(field(m, "topics", w), f"{w}.topics"))]
-    return MetadataSnapshot(version, brokers, topics)
+    deleted = set()
+    for i, raw in enumerate(expect_list(m.get("deleted_topics", []), f"{w}.deleted_topics")):
+        tid = expect_bytes(raw, f"{w}.deleted_topics[{i}]")
+        if len(tid) != 16:
+            raise WireError(f"{w}.deleted_topics[{i}]: a topic id is 16 bytes, got {len(tid)}")
+        deleted.add(uuid.UUID(bytes=tid))
+    if deleted & {t.topic_id for t in topics}:
+        raise WireError(f"{w}: a topic both live and deleted")
+    return MetadataSnapshot(version, brokers, topics, deleted_topics=frozenset(deleted))
 
 
 # alter_partition
@@ -1180,6 +1243,46 @@ def dec_alter_partition_response(body: Any) -> PartitionInfo | Errors:
 
 
 # create_topics
+
+
+def enc_delete_topics(names: Iterable[str]) -> dict[str, Any]:
+    return {"topics": list(names)}
+
+
+def dec_delete_topics(body: Any) -> list[str]:
+    w = "delete_topics"
+    m = expect_map(body, w)
+    names = [expect_str(n, f"{w}.topics[{i}]") for i, n in enumerate(expect_list(field(m, "topics", w), f"{w}.topics"))]
+    if len(names) > TOPICS_PER_REQUEST_MAX:
+        raise WireError(f"{w}.topics: at most {TOPICS_PER_REQUEST_MAX}, got {len(names)}")
+    return names
+
+
+def enc_delete_topics_response(out: Mapping[str, uuid.UUID | Errors]) -> dict[str, Any]:
+    return {
+        "topics": [[name, int(a), None] if isinstance(a, Errors) else [name, 0, a.bytes] for name, a in out.items()]
+    }
+
+
+def dec_delete_topics_response(body: Any) -> dict[str, uuid.UUID | Errors]:
+    w = "delete_topics response"
+    m = expect_map(body, w)
+    out: dict[str, uuid.UUID | Errors] = {}
+    for i, item in enumerate(expect_list(field(m, "topics", w), f"{w}.topics")):
+        name, code, tid = expect_list(item, f"{w}.topics[{i}]", 3)
+        name = expect_str(name, f"{w}.topics[{i}].name")
+        code = expect_int(code, f"{w}.topics[{i}].error")
+        if code == 0:
+            raw = expect_bytes(tid, f"{w}.topics[{i}].topic_id")
+            if len(raw) != 16:
+                raise WireError(f"{w}.topics[{i}].topic_id: 16 bytes, got {len(raw)}")
+            out[name] = uuid.UUID(bytes=raw)
+        else:
+            try:
+                out[name] = Errors(code)
+            except ValueError:
+                out[name] = Errors.UNKNOWN_SERVER_ERROR
+    return out
 
 
 def enc_create_topics(topics: Mapping[str, tuple[int, int]]) -> dict[str, Any]:

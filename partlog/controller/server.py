@@ -48,13 +48,16 @@ from partlog.controller.core import (
     ControllerConfig,
     IsrChanged,
     LeaderChanged,
+    TopicDeleted,
     dec_alter_partition,
     dec_broker_epoch,
     dec_create_topics,
+    dec_delete_topics,
     dec_poll,
     dec_register,
     enc_alter_partition_response,
     enc_create_topics_response,
+    enc_delete_topics_response,
     enc_heartbeat_response,
     enc_pid_response,
     enc_register_response,
@@ -137,6 +140,7 @@ class ControllerServer:
             "alter_partition": self._handle_alter_partition,
             "allocate_producer_ids": self._handle_allocate_producer_ids,
             "create_topics": self._handle_create_topics,
+            "delete_topics": self._handle_delete_topics,
         }
         # The challenge names the cluster: brokers and walmgr refuse another's controller.
         self._server = RpcServer(
@@ -245,6 +249,8 @@ class ControllerServer:
                     e.partition_epoch,
                     e.reason,
                 )
+            elif isinstance(e, TopicDeleted):
+                log.warning("topic deleted name=%s id=%s", e.topic, e.topic_id)
             elif isinstance(e, BrokerFenced):
                 log.warning("broker fenced id=%d epoch=%d reason=%s", e.broker_id, e.broker_epoch, e.reason)
             elif isinstance(e, BrokerRegistered):
@@ -310,6 +316,11 @@ class ControllerServer:
         wanted = _decode(dec_create_topics, body)
         answers = [(name, await self._create_topic(name, partitions, rf)) for name, partitions, rf in wanted]
         return enc_create_topics_response(self._published_version, answers)
+
+    async def _handle_delete_topics(self, body: Any) -> Any:
+        names = _decode(dec_delete_topics, body)
+        answer = await self._run(lambda c: c.delete_topics(names))
+        return enc_delete_topics_response(answer)
 
     async def _create_topic(self, name: str, partitions: int, rf: int) -> TopicInfo | Errors:
         before = self._published_version

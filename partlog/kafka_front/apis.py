@@ -70,6 +70,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     15: (0, 5),  # DescribeGroups
     16: (0, 4),  # ListGroups
     19: (2, 7),  # CreateTopics
+    20: (1, 6),  # DeleteTopics
     21: (0, 2),  # DeleteRecords
     22: (0, 4),  # InitProducerId
     23: (2, 4),  # OffsetForLeaderEpoch
@@ -167,6 +168,7 @@ class KafkaApis:
             14: self.sync_group,
             15: self.describe_groups,
             16: self.list_groups,
+            20: self.delete_topics,
             21: self.delete_records,
             23: self.offset_for_leader_epoch,
             32: self.describe_configs,
@@ -319,6 +321,46 @@ class KafkaApis:
                 rf = len(a.partitions[0].replicas) if a.partitions else -1
                 results.append(_created(t.name, Errors.NONE, None, a.topic_id, a.num_partitions, rf))
         return {"throttle_time": 0, "topics": results}
+
+    async def delete_topics(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        topics = self._topics_by_name()
+        by_id = {t.topic_id: t.name for t in topics.values()}
+        if req.api_version >= 6:
+            asked = [(t.name if t.name is not None else by_id.get(t.topic_id), t.topic_id) for t in body.topics]
+        else:
+            asked = [(n, None) for n in body.topic_names]
+        delete = getattr(self.broker.metadata, "delete_topics", None)
+        refused: dict[str, tuple[Errors, str]] = {}
+        wanted: list[str] = []
+        for name, _ in asked:
+            if name is None or name not in topics:
+                continue
+            if name.startswith("__"):
+                refused[name] = (Errors.INVALID_REQUEST, f"{name} is an internal topic")
+            elif delete is None:
+                refused[name] = (Errors.INVALID_REQUEST, "this cluster's topics come from its static cluster file")
+            else:
+                wanted.append(name)
+        answers: dict[str, Any] = await delete(wanted) if wanted and delete is not None else {}
+        out = []
+        for name, tid in asked:
+            row: dict[str, Any] = {"name": name, "topic_id": tid or uuid.UUID(int=0), "error_message": None}
+            if name is None or name not in topics:
+                row["error_code"] = int(
+                    Errors.UNKNOWN_TOPIC_ID if tid is not None else Errors.UNKNOWN_TOPIC_OR_PARTITION
+                )
+            elif name in refused:
+                err, why = refused[name]
+                row.update(error_code=int(err), error_message=why)
+            else:
+                a = answers.get(name)
+                if isinstance(a, uuid.UUID):
+                    row.update(error_code=0, topic_id=a)
+                else:
+                    err = a if isinstance(a, Errors) else Errors.UNKNOWN_SERVER_ERROR
+                    row.update(error_code=_kafka_error(err))
+            out.append(row)
+        return {"throttle_time": 0, "responses": out}
 
     async def init_producer_id(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         if body.transactional_id is not None:

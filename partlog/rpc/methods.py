@@ -173,6 +173,7 @@ CONTROLLER_SCHEMAS: dict[str, Schema] = {
             )
         }
     ),
+    "delete_topics": Map(required={"topics": List(Str(TOPIC_NAME_BYTES_MAX), TOPICS_PER_REQUEST_MAX)}),
 }
 
 # What clients accept from a broker (partlog.client checks them: a broken or
