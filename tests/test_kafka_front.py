@@ -186,6 +186,8 @@ def test_malformed_requests_never_take_the_listener_down(
             except (TimeoutError, ConnectionError):
                 break
     assert _api_versions_ok(port)
+    broker = cluster.cluster.brokers[3]
+    assert broker.kafka is not None and _budget_drains(broker.kafka)
 
 
 # ------------------------------------------------------------ real clients
@@ -450,3 +452,60 @@ def test_delete_topics_drops_the_topic_everywhere_and_its_file_references(cluste
     fs = a.delete_topics(["__consumer_offsets"], operation_timeout=30)
     with pytest.raises(confluent_kafka.KafkaException):
         fs["__consumer_offsets"].result(30)
+
+
+@pytest.fixture
+def tight_listener(cluster: ClusterThread) -> Iterator[Any]:
+    """A second Kafka listener on broker 1 with a 1,000-byte request budget
+    and a 3 s frame deadline."""
+    from partlog.kafka_front.server import KafkaListener, ListenerLimits
+
+    broker = cluster.cluster.brokers[1]
+    limits = ListenerLimits(request_bytes_in_flight_max=1000, frame_deadline_ms=3000)
+
+    async def start() -> KafkaListener:
+        listener = KafkaListener(broker, limits=limits)
+        await listener.start()
+        return listener
+
+    listener = cluster.call(start())
+    try:
+        yield listener
+    finally:
+        cluster.call(listener.close())
+
+
+def _budget_drains(listener: Any) -> bool:
+    deadline = time.monotonic() + 10
+    while listener.request_bytes and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return bool(listener.request_bytes == 0)
+
+
+def test_a_request_that_does_not_arrive_in_time_closes_its_connection_and_frees_its_bytes(tight_listener: Any) -> None:
+    with _connect(tight_listener.port) as s:
+        s.sendall(struct.pack(">i", 900) + b"\x00" * 10)
+        s.settimeout(10)
+        assert read_frame(s) is None  # closed by the frame deadline
+    assert _budget_drains(tight_listener)
+    assert _api_versions_ok(tight_listener.port)
+
+
+def test_the_request_byte_budget_holds_back_a_request_until_room_is_freed(tight_listener: Any) -> None:
+    hog = _connect(tight_listener.port)
+    hog.sendall(struct.pack(">i", 900) + b"\x00\x12")  # 900 bytes reserved, trickling
+    time.sleep(0.05)
+    # A small request still fits beside it.
+    assert _api_versions_ok(tight_listener.port)
+    with _connect(tight_listener.port) as waiting:
+        # 500 more would pass the budget: this one waits, unread.
+        padded = raw_request(18, 0, 77, b"", client_id="x" * 470)
+        waiting.sendall(padded)
+        waiting.settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            waiting.recv(1)  # not answered while the hog holds the budget
+        waiting.settimeout(10)
+        hog.close()  # the deadline would free it as well
+        frame = read_frame(waiting)
+        assert frame is not None and struct.unpack_from(">i", frame)[0] == 77
+    assert _budget_drains(tight_listener)

@@ -106,6 +106,16 @@ class FrameReader:
     def buffered(self) -> int:
         return len(self._buf)
 
+    def frame_size(self) -> int | None:
+        """The size of the frame in progress, once its prefix is here
+        (checked: FrameError when out of bounds); None before."""
+        if len(self._buf) < 4:
+            return None
+        (size,) = _SIZE.unpack_from(self._buf)
+        if size < 8 or size > self.request_bytes_max:
+            raise FrameError(f"request size {size} outside [8, {self.request_bytes_max}] (socket.request.max.bytes)")
+        return int(size)
+
     def next_frame(self) -> bytes | None:
         """The next complete frame's payload, or None if it is not all here."""
         if len(self._buf) < 4:

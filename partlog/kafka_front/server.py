@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -53,11 +54,18 @@ log = logging.getLogger(__name__)
 # Kafka's connections.max.idle.ms default (10 minutes).
 CONNECTIONS_MAX_IDLE_MS_DEFAULT = 600_000
 CONNECTIONS_PER_IP_MAX_DEFAULT = 1_000
-CONNECTIONS_MAX_DEFAULT = 10_000
+CONNECTIONS_MAX_DEFAULT = 2_000
 # Requests read ahead of their answers on one connection (librdkafka keeps
 # at most 5 produce requests in flight with idempotence; consumers 1 fetch).
 REQUESTS_IN_FLIGHT_MAX_DEFAULT = 100
-READ_CHUNK_BYTES = 256 * 1024
+READ_CHUNK_BYTES = 64 * 1024
+# Bytes of requests one listener holds at once, read or being read
+# (Kafka's queued.max.request.bytes, unbounded there): a connection whose
+# next request does not fit waits, unread, until answers free room.
+REQUEST_BYTES_IN_FLIGHT_MAX_DEFAULT = 256 * 1024 * 1024
+# A request whose size is known must arrive within this (a trickled or
+# half-sent request would otherwise hold its bytes of the budget).
+FRAME_DEADLINE_MS_DEFAULT = 30_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +75,8 @@ class ListenerLimits:
     connections_per_ip_max: int = CONNECTIONS_PER_IP_MAX_DEFAULT
     connections_max_idle_ms: int = CONNECTIONS_MAX_IDLE_MS_DEFAULT
     requests_in_flight_max: int = REQUESTS_IN_FLIGHT_MAX_DEFAULT
+    request_bytes_in_flight_max: int = REQUEST_BYTES_IN_FLIGHT_MAX_DEFAULT
+    frame_deadline_ms: int = FRAME_DEADLINE_MS_DEFAULT
 
     def __post_init__(self) -> None:
         for name in self.__slots__:
@@ -97,6 +107,22 @@ class ListenerMetrics:
         self.idle_closed = Counter(
             "partlog_kafka_idle_closed", "Kafka connections closed after connections.max.idle.ms", registry=r
         )
+        self.frame_deadline_closed = Counter(
+            "partlog_kafka_frame_deadline_closed",
+            "Kafka connections closed because a started request did not arrive within the frame deadline",
+            registry=r,
+        )
+        self.request_bytes = Gauge(
+            "partlog_kafka_request_bytes_in_flight", "bytes of Kafka requests held (read or being read)", registry=r
+        )
+        self.request_bytes_max = Gauge(
+            "partlog_kafka_request_bytes_in_flight_max", "the listener's request byte budget", registry=r
+        )
+        self.request_bytes_waits = Counter(
+            "partlog_kafka_request_bytes_waits",
+            "times a connection waited, unread, for room in the request byte budget",
+            registry=r,
+        )
 
 
 class KafkaListener:
@@ -120,6 +146,10 @@ class KafkaListener:
         self._server: asyncio.Server | None = None
         self._per_ip: dict[str, int] = {}
         self._open = 0
+        # The request byte budget (request_bytes_in_flight_max).
+        self.request_bytes = 0
+        self._room = asyncio.Condition()
+        self.metrics.request_bytes_max.set(self.limits.request_bytes_in_flight_max)
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def start(self) -> None:
@@ -138,6 +168,24 @@ class KafkaListener:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
             self._server = None
+
+    async def reserve(self, size: int) -> None:
+        """Take ``size`` bytes of the request budget, waiting for room (a
+        request larger than the whole budget waits for an empty one)."""
+        budget = self.limits.request_bytes_in_flight_max
+        async with self._room:
+            if self.request_bytes and self.request_bytes + size > budget:
+                self.metrics.request_bytes_waits.inc()
+                await self._room.wait_for(lambda: not self.request_bytes or self.request_bytes + size <= budget)
+            self.request_bytes += size
+            self.metrics.request_bytes.set(self.request_bytes)
+
+    async def release(self, size: int) -> None:
+        if size:
+            async with self._room:
+                self.request_bytes -= size
+                self.metrics.request_bytes.set(self.request_bytes)
+                self._room.notify_all()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
@@ -187,67 +235,98 @@ class _Connection:
         self.session = Session(peer)
         self.frames = FrameReader(listener.limits.request_bytes_max)
         # Answers in request order: each entry is (request, its handler task).
-        self.answers: asyncio.Queue[tuple[Request, asyncio.Task[bytes | None]] | None] = asyncio.Queue()
+        # Answers in request order: (budget bytes, the handler's task).
+        self.answers: asyncio.Queue[tuple[int, asyncio.Task[bytes | None]] | None] = asyncio.Queue()
         self.in_flight = asyncio.Semaphore(listener.limits.requests_in_flight_max)
         self.pending = 0  # requests read and not yet answered
 
     async def run(self) -> None:
         sender = asyncio.ensure_future(self._send_loop())
+        reading = asyncio.ensure_future(self._read_loop())
         try:
-            await self._read_loop()
+            await asyncio.wait({sender, reading}, return_when=asyncio.FIRST_COMPLETED)
+            if reading.done():
+                # Answers already being worked on still go out (a produce
+                # that reached the WAL buffer is answered), unless the peer
+                # is gone.
+                self.answers.put_nowait(None)
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await sender
+            else:  # the peer stopped reading answers: stop reading requests
+                reading.cancel()
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await reading
         finally:
-            self.answers.put_nowait(None)
-            # Answers already being worked on still go out (a produce that
-            # reached the WAL buffer is answered), unless the peer is gone.
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await sender
-            if not sender.done():
-                sender.cancel()
+            for t in (sender, reading):
+                if not t.done():
+                    t.cancel()
+                    with contextlib.suppress(Exception, asyncio.CancelledError):
+                        await t
+            # Requests never answered give their budget back.
+            while not self.answers.empty():
+                item = self.answers.get_nowait()
+                if item is not None:
+                    size, task = item
+                    task.cancel()
+                    await self.listener.release(size)
 
     async def _read_loop(self) -> None:
         limits = self.listener.limits
         idle_s = limits.connections_max_idle_ms / 1000
-        while True:
-            frame = self._next_frame()
-            if frame is None:
-                try:
-                    async with asyncio.timeout(idle_s):
-                        data = await self.reader.read(READ_CHUNK_BYTES)
-                except TimeoutError:
-                    if self.pending == 0:
-                        self.listener.metrics.idle_closed.inc()
-                        log.info("kafka listener: closing idle connection %s", self.session.peer)
-                        return
-                    continue
-                except (ConnectionError, OSError):
-                    return
-                if not data:
-                    return
-                self.frames.feed(data)
-                continue
-            if isinstance(frame, FrameError):
-                self.listener.metrics.bad_requests.inc()
-                log.warning("kafka listener: closing connection %s: %s", self.session.peer, frame)
-                return
-            try:
-                req = parse_request(frame, SUPPORTED_VERSIONS)
-            except FrameError as e:
-                self.listener.metrics.bad_requests.inc()
-                log.warning("kafka listener: closing connection %s: %s", self.session.peer, e)
-                return
-            await self.in_flight.acquire()
-            self.pending += 1
-            # Started now, in arrival order: the handler runs to its first
-            # suspension before the next request is read.
-            task = asyncio.ensure_future(self._answer(req))
-            self.answers.put_nowait((req, task))
-            await asyncio.sleep(0)
-
-    def _next_frame(self) -> bytes | FrameError | None:
+        reserved = 0  # budget bytes taken for the request in progress
+        frame_deadline = 0.0
         try:
-            return self.frames.next_frame()
-        except FrameError as e:
-            return e
+            while True:
+                try:
+                    size = self.frames.frame_size()
+                    if size is not None and not reserved:
+                        await self.listener.reserve(size)
+                        reserved = size
+                        frame_deadline = time.monotonic() + limits.frame_deadline_ms / 1000
+                    frame = self.frames.next_frame()
+                except FrameError as e:
+                    self.listener.metrics.bad_requests.inc()
+                    log.warning("kafka listener: closing connection %s: %s", self.session.peer, e)
+                    return
+                if frame is None:
+                    wait_s = idle_s if not reserved else max(0.0, frame_deadline - time.monotonic())
+                    try:
+                        async with asyncio.timeout(wait_s):
+                            data = await self.reader.read(READ_CHUNK_BYTES)
+                    except TimeoutError:
+                        if reserved:
+                            self.listener.metrics.frame_deadline_closed.inc()
+                            log.info("kafka listener: closing %s: a request did not arrive in %d ms",
+                                     self.session.peer, limits.frame_deadline_ms)  # fmt: skip
+                            return
+                        if self.pending == 0 and not self.frames.buffered:
+                            self.listener.metrics.idle_closed.inc()
+                            log.info("kafka listener: closing idle connection %s", self.session.peer)
+                            return
+                        continue
+                    except (ConnectionError, OSError):
+                        return
+                    if not data:
+                        return
+                    self.frames.feed(data)
+                    continue
+                try:
+                    req = parse_request(frame, SUPPORTED_VERSIONS)
+                except FrameError as e:
+                    self.listener.metrics.bad_requests.inc()
+                    log.warning("kafka listener: closing connection %s: %s", self.session.peer, e)
+                    return
+                await self.in_flight.acquire()
+                self.pending += 1
+                # Started now, in arrival order: the handler runs to its first
+                # suspension before the next request is read.  Its budget
+                # bytes go back once its answer is written.
+                task = asyncio.ensure_future(self._answer(req))
+                self.answers.put_nowait((reserved, task))
+                reserved = 0
+                await asyncio.sleep(0)
+        finally:
+            await self.listener.release(reserved)
 
     async def _answer(self, req: Request) -> bytes | None:
         metrics = self.listener.metrics
@@ -283,12 +362,13 @@ class _Connection:
             item = await self.answers.get()
             if item is None:
                 return
-            _, task = item
+            size, task = item
             try:
                 data = await task
             finally:
                 self.pending -= 1
                 self.in_flight.release()
+                await self.listener.release(size)
             if data is None:
                 continue
             self.writer.write(data)
