@@ -509,3 +509,48 @@ def test_the_request_byte_budget_holds_back_a_request_until_room_is_freed(tight_
         frame = read_frame(waiting)
         assert frame is not None and struct.unpack_from(">i", frame)[0] == 77
     assert _budget_drains(tight_listener)
+
+
+def test_partlog_broker_on_a_static_cluster_file_serves_kafka_on_its_kafka_port(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+    import uuid as uuid_
+
+    from partlog.tools.cluster_run import free_ports
+    from tests.cluster_helpers import stop_processes, wait_listening
+
+    rpc_port, kafka_port = free_ports(2)
+    cluster_file = tmp_path / "cluster.toml"
+    cluster_file.write_text(
+        f'cluster_id = "{uuid_.uuid4()}"\n'
+        f'[[brokers]]\nid = 1\naz = "az1"\nport = {rpc_port}\nkafka_port = {kafka_port}\n'
+        '[[topics]]\nname = "static"\nleaders = [1, 1]\n'
+        # Consumer groups on a static cluster: the file names the offsets topic.
+        '[[topics]]\nname = "__consumer_offsets"\nleaders = [1, 1, 1]\n'
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "partlog", "broker", "--cluster", str(cluster_file), "--id", "1",
+         "--data-dir", str(tmp_path / "data"), "--no-sync"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_listening(kafka_port, proc)
+        from confluent_kafka import Consumer, Producer, TopicPartition
+
+        p = Producer({"bootstrap.servers": f"127.0.0.1:{kafka_port}"})
+        p.produce("static", value=b"hello", partition=1)
+        assert p.flush(30) == 0
+        c = Consumer({"bootstrap.servers": f"127.0.0.1:{kafka_port}", "group.id": "g-static"})
+        c.assign([TopicPartition("static", 1, 0)])
+        m = None
+        deadline = time.monotonic() + 30
+        while m is None and time.monotonic() < deadline:
+            m = c.poll(0.5)
+        assert m is not None and m.value() == b"hello"
+        c.commit(message=m, asynchronous=False)
+        [committed] = c.committed([TopicPartition("static", 1)], timeout=10)
+        assert committed.offset == m.offset() + 1
+        c.close()
+    finally:
+        stop_processes([proc])

@@ -385,6 +385,7 @@ class StaticMetadata:
         az = "az1"
         host = "127.0.0.1"   # optional
         port = 9101          # optional
+        kafka_port = 9092    # optional: the Kafka listener (partlog.kafka_front)
 
         [[topics]]
         name = "orders"

@@ -195,6 +195,8 @@ def _cmd_broker(args: argparse.Namespace) -> int:
 
     from partlog.broker.server import Broker, BrokerConfig
     from partlog.controller.cluster_meta import StaticMetadata, check_same_cluster
+    from partlog.kafka_front.apis import FrontConfig
+    from partlog.kafka_front.server import ListenerLimits
     from partlog.produce.pipeline import ProduceConfig
     from partlog.replication.manager import ReplicationConfig
     from partlog.wal.objectstore import open_store
@@ -259,6 +261,12 @@ def _cmd_broker(args: argparse.Namespace) -> int:
         walmgr_address=args.walmgr or "",
         rpc_limits=_rpc_limits(args),
         kafka_port=me.kafka_port or None,
+        kafka=FrontConfig(message_max_bytes=args.message_max_bytes),
+        kafka_limits=ListenerLimits(
+            request_bytes_max=args.kafka_request_bytes_max,
+            connections_per_ip_max=args.kafka_connections_per_ip_max,
+            connections_max_idle_ms=args.kafka_connections_max_idle_ms,
+        ),
     )
     expected_cluster = _cluster_id_arg(args.cluster_id)
     if meta is not None:
@@ -784,6 +792,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="Kafka protocol listener port (with --controller; with --cluster the file's kafka_port); "
         "none by default. It has no TLS or SASL yet: bind it to loopback or a private network only",
     )
+    kg = br.add_argument_group("Kafka listener limits")
+    kg.add_argument(
+        "--message-max-bytes", type=int, default=1_048_588, help="largest record batch (default 1048588, as Kafka)"
+    )
+    kg.add_argument(
+        "--kafka-request-bytes-max",
+        type=int,
+        default=100 * 1024 * 1024,
+        help="largest request, Kafka's socket.request.max.bytes (default 104857600)",
+    )
+    kg.add_argument(
+        "--kafka-connections-per-ip-max", type=int, default=1_000, help="connections from one address (default 1000)"
+    )
+    kg.add_argument(
+        "--kafka-connections-max-idle-ms",
+        type=int,
+        default=600_000,
+        help="close a connection idle this long (default 600000, as Kafka)",
+    )
     br.add_argument("--id", type=int, required=True, help="this broker's id")
     br.add_argument(
         "--walmgr", default=None, metavar="HOST:PORT", help="tell walmgr there of every upload (best effort)"
@@ -913,6 +940,10 @@ def _check_ranges(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         "min_insync_replicas",
         "max_messages",
         "value_bytes",
+        "message_max_bytes",
+        "kafka_request_bytes_max",
+        "kafka_connections_per_ip_max",
+        "kafka_connections_max_idle_ms",
     ):
         value = getattr(args, name, None)
         if value is not None and value <= 0:
