@@ -550,7 +550,7 @@ def test_partlog_broker_on_a_static_cluster_file_serves_kafka_on_its_kafka_port(
         assert m is not None and m.value() == b"hello"
         c.commit(message=m, asynchronous=False)
         [committed] = c.committed([TopicPartition("static", 1)], timeout=10)
-        assert committed.offset == m.offset() + 1
+        assert committed.offset == (m.offset() or 0) + 1
         c.close()
     finally:
         stop_processes([proc])
