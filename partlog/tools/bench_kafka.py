@@ -1,8 +1,8 @@
 """``partlog bench kafka``: the Kafka front end against partlog's own client.
 
-One cluster (``partlog cluster --serve`` in its own process: 3 AZs, one
-broker each, replication factor 3, durable commits) serves both sides of
-each measure, with the same records (``value_bytes`` random bytes), the
+One cluster (a controller and three ``partlog broker`` processes, one per
+AZ, replication factor 3, durable commits) serves both sides of each
+measure, with the same records (``value_bytes`` random bytes), the
 same partitions, acks=all with idempotence, and the same linger:
 
 1. throughput: as many records as the client accepts for ``seconds``;
@@ -34,9 +34,12 @@ from typing import Any, NamedTuple
 TARGET_RATIO = 0.8
 TARGET_P99_SLACK_MS = 150.0
 TARGET_READ_MIB_PER_S = 100.0
+# A pause before each latency and read phase: the brokers finish the work
+# the previous phase left (checkpoints, replication).
+SETTLE_S = 2.0
 # The light load of the second latency measure (records/s, one producer).
 LIGHT_RATE_PER_S = 1000
-TOPIC = "partlog-cluster"
+TOPIC = "bench"
 STARTUP_TIMEOUT_S = 60.0
 
 
@@ -57,42 +60,71 @@ class _Load(NamedTuple):
 
 
 class _Cluster:
-    """``partlog cluster --serve`` as a child process."""
+    """A controller and three ``partlog broker`` processes (one per AZ),
+    each with its RPC and Kafka ports, durable commits, and a topic of
+    ``partitions`` partitions with replication factor 3."""
 
     def __init__(self, data_dir: str, partitions: int, commit_interval_ms: int) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "partlog", "cluster", "--serve", "--no-walmgr", "--azs", "3",
-             "--brokers-per-az", "1", "--partitions", str(partitions), "--commit-interval-ms",
-             str(commit_interval_ms), "--data-dir", data_dir],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )  # fmt: skip
-        self.bootstrap = ""
-        self.rpc: list[tuple[str, int]] = []
+        from partlog.tools.cluster_run import free_ports
+
+        ctl, *ports = free_ports(7)
+        self.procs: list[subprocess.Popen[bytes]] = []
+        store = "file://" + os.path.join(data_dir, "objects")
+        self._spawn(["controller", "--data-dir", os.path.join(data_dir, "controller"), "--port", str(ctl)])
+        _wait_port(ctl, self.procs[-1])
+        rpc, kafka = ports[:3], ports[3:6]
+        for i in range(3):
+            self._spawn(["broker", "--controller", f"127.0.0.1:{ctl}", "--id", str(i + 1), "--az", f"az{i + 1}",
+                         "--port", str(rpc[i]), "--kafka-port", str(kafka[i]), "--data-dir", data_dir,
+                         "--store", store, "--commit-interval-ms", str(commit_interval_ms)])  # fmt: skip
+        for i in range(3):
+            _wait_port(kafka[i], self.procs[1 + i])
+        self.bootstrap = ",".join(f"127.0.0.1:{p}" for p in kafka)
+        self.rpc = [("127.0.0.1", p) for p in rpc]
+        from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin.create_topics([NewTopic(TOPIC, num_partitions=partitions, replication_factor=3)])[TOPIC].result(60)
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        assert self.proc.stdout is not None
-        while time.monotonic() < deadline and not (self.bootstrap and self.rpc):
-            line = self.proc.stdout.readline()
-            if not line:
+        while time.monotonic() < deadline:
+            t = admin.list_topics(TOPIC, timeout=10).topics.get(TOPIC)
+            if t is not None and t.error is None and all(p.leader >= 0 for p in t.partitions.values()):
                 break
-            if line.startswith("bootstrap: "):
-                self.bootstrap = line.split(": ", 1)[1].strip()
-            elif line.startswith("rpc: "):
-                for addr in line.split(": ", 1)[1].strip().split(","):
-                    host, port = addr.rsplit(":", 1)
-                    self.rpc.append((host, int(port)))
-        if not self.bootstrap:
-            self.close()
-            raise RuntimeError("partlog cluster --serve did not print its bootstrap servers")
+            time.sleep(0.1)
+
+    def _spawn(self, args: list[str]) -> None:
+        self.procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "partlog", *args],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL,
+            )
+        )
 
     def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        for p in reversed(self.procs):
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
+    import socket
+
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args!r}: exited with {proc.returncode} before listening")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {STARTUP_TIMEOUT_S:g} s")
 
 
 def _confluent_throughput(bootstrap: str, load: _Load) -> dict[str, Any]:
@@ -272,21 +304,36 @@ def run(
             r["records_per_s"] = r["records"] / r["seconds"]
             r["mib_per_s"] = r["records"] * value_bytes / 2**20 / r["seconds"]
         rate = max(1.0, min(front["records_per_s"], own["records_per_s"]) / 2)
-        say(f"latency at {rate:.0f} records/s, both sides")
-        front_lat = _confluent_latency(cluster.bootstrap, load, rate)
-        own_lat = asyncio.run(_own_latency(cluster.rpc, load, rate))
+        # Latency in A-B-B-A order, each half as long, after a settle pause:
+        # neither side always runs right after the other's load.
+        half = load._replace(seconds=seconds / 2)
+
+        def both(rate: float) -> tuple[list[float], list[float]]:
+            front_lat: list[float] = []
+            own_lat: list[float] = []
+            for first in (True, False):
+                for is_front in (first, not first):
+                    time.sleep(SETTLE_S)
+                    if is_front:
+                        front_lat += _confluent_latency(cluster.bootstrap, half, rate)
+                    else:
+                        own_lat += asyncio.run(_own_latency(cluster.rpc, half, rate))
+            return front_lat, own_lat
+
+        say(f"latency at {rate:.0f} records/s, both sides (A-B-B-A)")
+        front_lat, own_lat = both(rate)
         for r, lat in ((front, front_lat), (own, own_lat)):
             r["latency_rate_per_s"] = rate
             r["p50_ms"] = _percentile(lat, 0.50)
             r["p99_ms"] = _percentile(lat, 0.99)
             r["latency_samples"] = len(lat)
         say(f"latency at a light {LIGHT_RATE_PER_S} records/s, both sides")
-        front_light = _confluent_latency(cluster.bootstrap, load, LIGHT_RATE_PER_S)
-        own_light = asyncio.run(_own_latency(cluster.rpc, load, LIGHT_RATE_PER_S))
+        front_light, own_light = both(LIGHT_RATE_PER_S)
         for r, lat in ((front, front_light), (own, own_light)):
             r["light_p50_ms"] = _percentile(lat, 0.50)
             r["light_p99_ms"] = _percentile(lat, 0.99)
         say("consumer read rate (cold, then warm cache)")
+        time.sleep(SETTLE_S)
         cold = _read_all(cluster.bootstrap, partitions)
         warm = _read_all(cluster.bootstrap, partitions)
         brokers = 3
@@ -298,6 +345,7 @@ def run(
     ratio = front["mib_per_s"] / own["mib_per_s"] if own["mib_per_s"] else 0.0
     return {
         "setup": {
+            "processes": "controller + 3 broker processes",
             "brokers": 3,
             "azs": 3,
             "replication_factor": 3,
