@@ -100,3 +100,42 @@ def _read_exactly(sock: socket.socket, n: int) -> bytes | None:
 
 
 API_VERSIONS_V0 = raw_request(18, 0, 1, b"")
+
+
+def kio_request(api_key: int, version: int, correlation_id: int, data: dict[str, Any], client_id: str = "t") -> bytes:
+    """A request frame built with kio from plain values (partlog.kafka_front.codec.build)."""
+    import io
+
+    from kio.index import load_request_schema
+    from kio.schema.request_header.v1.header import RequestHeader as V1
+    from kio.schema.request_header.v2.header import RequestHeader as V2
+    from kio.serial import entity_writer
+
+    from partlog.kafka_front.codec import build
+
+    cls = load_request_schema(api_key, version)
+    header_cls = V2 if cls.__flexible__ else V1
+    out = io.BytesIO()
+    fields: dict[str, Any] = {
+        "request_api_key": api_key,
+        "request_api_version": version,
+        "correlation_id": correlation_id,
+        "client_id": client_id,
+    }
+    header = header_cls(**fields)
+    entity_writer(header_cls)(out, header)
+    entity_writer(cls)(out, build(cls, data))
+    payload = out.getvalue()
+    return struct.pack(">i", len(payload)) + payload
+
+
+def kio_answer(api_key: int, version: int, frame: bytes) -> Any:
+    """The body of a response frame (payload without the size prefix)."""
+    from kio.serial import entity_reader
+
+    from partlog.kafka_front.codec import response_class
+
+    cls = response_class(api_key, version)
+    offset = 4 + (1 if cls.__flexible__ and api_key != 18 else 0)
+    body, _ = entity_reader(cls)(frame, offset)
+    return body

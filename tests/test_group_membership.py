@@ -93,7 +93,7 @@ def test_leave_rebalances_and_the_last_leave_empties_the_group() -> None:
     assert g.leave("grp", mid, 5) == Errors.NONE
     group = g.group("grp")
     assert group is not None and group.state is GroupState.EMPTY
-    assert g.check_commit("grp", "", -1) == Errors.NONE  # a simple commit to an empty group
+    assert g.check_commit("grp", "", -1, 6) == Errors.NONE  # a simple commit to an empty group
 
 
 def test_members_without_a_common_protocol_are_refused() -> None:
@@ -196,3 +196,38 @@ def test_members_metadata_is_bounded_in_bytes(monkeypatch: Any) -> None:
     assert g.metadata_bytes == len("range") + 600
     g.leave("grp", first, 1)
     assert g.metadata_bytes == 0
+
+
+def test_commits_follow_kafkas_state_rules() -> None:
+    g = Groups(initial_rebalance_delay_ms=0)
+    a = _join(g, 1, "", 0)["member_id"]
+    _join(g, 2, a, 0)
+    g.tick(0)
+    _answers(g)
+    group = g.group("grp")
+    assert group is not None and group.state is GroupState.COMPLETING_REBALANCE
+    # While the assignment is being handed out: REBALANCE_IN_PROGRESS.
+    assert g.check_commit("grp", a, 1, 1) == Errors.REBALANCE_IN_PROGRESS
+    g.sync(3, "grp", a, 1, {a: b"x"}, 1)
+    assert g.check_commit("grp", a, 1, 2) == Errors.NONE
+    assert g.check_commit("grp", a, 0, 2) == Errors.ILLEGAL_GENERATION
+    assert g.check_commit("grp", "stranger", 1, 2) == Errors.UNKNOWN_MEMBER_ID
+    assert g.check_commit("grp", "", -1, 2) == Errors.UNKNOWN_MEMBER_ID  # simple commits need an empty group
+    # A new member starts a rebalance: the old generation's member may still
+    # commit what it processed (its revoke callback), as in Kafka.
+    b = _join(g, 4, "", 3)["member_id"]
+    assert _join(g, 5, b, 3) is None
+    assert group.state is GroupState.PREPARING_REBALANCE
+    assert g.check_commit("grp", a, 1, 4) == Errors.NONE
+
+
+def test_member_ids_handed_out_and_never_used_expire_and_the_group_is_forgotten() -> None:
+    g = Groups(initial_rebalance_delay_ms=0)
+    answer = _join(g, 1, "", 0)
+    assert answer["error_code"] == Errors.MEMBER_ID_REQUIRED
+    group = g.group("grp")
+    assert group is not None and answer["member_id"] in group.pending
+    g.tick(SESSION_MS - 1)
+    assert g.group("grp") is not None
+    g.tick(SESSION_MS)
+    assert g.group("grp") is None

@@ -7,6 +7,7 @@ import io
 import socket
 import struct
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +19,7 @@ from kio.serial import entity_reader, entity_writer
 from partlog.kafka_front.apis import SUPPORTED_VERSIONS, client_az
 from partlog.kafka_front.codec import FrameError, FrameReader, build, error_body, parse_request, response_class
 from partlog.tools.cluster_run import TOPIC
-from tests.kafka_helpers import API_VERSIONS_V0, ClusterThread, raw_request, read_frame
+from tests.kafka_helpers import API_VERSIONS_V0, ClusterThread, kio_answer, kio_request, raw_request, read_frame
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
@@ -554,3 +555,122 @@ def test_partlog_broker_on_a_static_cluster_file_serves_kafka_on_its_kafka_port(
         c.close()
     finally:
         stop_processes([proc])
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compressed_batches_pass_through_untouched(cluster: ClusterThread, codec: str) -> None:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "compression.type": codec, "enable.idempotence": True,
+                  "linger.ms": 20})  # fmt: skip
+    acked: list[tuple[int, bytes]] = []
+
+    def done(err: Any, msg: Any) -> None:
+        assert err is None, err
+        acked.append((msg.offset(), msg.value()))
+
+    values = [f"{codec}-{i}-".encode() * 20 for i in range(300)]
+    for v in values:
+        p.produce(TOPIC, value=v, partition=3, on_delivery=done)
+    assert p.flush(30) == 0
+    start = min(o for o, _ in acked)
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"g-{codec}"})
+    c.assign([TopicPartition(TOPIC, 3, start)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(got) < len(values) and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            got.append(m.value() or b"")
+    c.close()
+    assert got[: len(values)] == values
+
+
+def _ask(port: int, frame: bytes) -> bytes:
+    with _connect(port) as s:
+        s.sendall(frame)
+        answer = read_frame(s)
+    assert answer is not None
+    return answer
+
+
+def test_clients_cannot_write_or_truncate_the_offsets_topic(cluster: ClusterThread) -> None:
+    from confluent_kafka import Consumer, Producer
+
+    from partlog.kafka_front.group_coordinator import OFFSETS_TOPIC
+
+    # Make the offsets topic exist (a group's first FindCoordinator).
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "g-internal"})
+    c.list_topics(timeout=10)
+    c.close()
+    port = cluster.kafka_port(1)
+    asked = {
+        "topics": [{"topic_id": uuid.UUID(int=0), "name": OFFSETS_TOPIC}],
+        "allow_auto_topic_creation": True,
+        "include_topic_authorized_operations": False,
+    }
+    answer = kio_answer(3, 12, _ask(port, kio_request(3, 12, 1, asked)))
+    [t] = answer.topics
+    assert t.is_internal and len(t.partitions) == 12  # made by the coordinator, not as 1 partition
+    # Not compacted: retention must never drop a group's last commit.
+    for b in cluster.cluster.brokers.values():
+        assert b.store.topic_config(t.topic_id).retention_ms == -1
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "message.timeout.ms": 10_000})
+    errors: list[Any] = []
+    p.produce(OFFSETS_TOPIC, value=b"forged", partition=0, on_delivery=lambda e, m: errors.append(e))
+    p.flush(30)
+    assert errors and errors[0] is not None and "INVALID_TOPIC" in errors[0].name()
+    body = {"topics": [{"name": OFFSETS_TOPIC, "partitions": [{"partition_index": 0, "offset": -1}]}], "timeout": 5000}
+    answer = kio_answer(21, 2, _ask(port, kio_request(21, 2, 2, body)))
+    assert answer.topics[0].partitions[0].error_code == 17  # INVALID_TOPIC_EXCEPTION
+
+
+def test_delete_records_refuses_negative_offsets_other_than_minus_one(cluster: ClusterThread) -> None:
+    body = {"topics": [{"name": TOPIC, "partitions": [{"partition_index": 2, "offset": -2}]}], "timeout": 5000}
+    answer = kio_answer(21, 2, _ask(cluster.kafka_port(1), kio_request(21, 2, 3, body)))
+    assert answer.topics[0].partitions[0].error_code == 1  # OFFSET_OUT_OF_RANGE
+
+
+def test_a_topic_named_twice_is_refused_and_not_created(cluster: ClusterThread) -> None:
+    twice = {"name": "twice", "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}
+    body = {"topics": [twice, twice], "timeout": 5000, "validate_only": False}
+    answer = kio_answer(19, 7, _ask(cluster.kafka_port(1), kio_request(19, 7, 4, body)))
+    assert [t.error_code for t in answer.topics] == [42, 42]  # INVALID_REQUEST
+    admin = cluster.cluster.admin
+    assert admin is not None and admin.topic("twice") is None
+
+
+def test_a_large_request_of_a_small_api_is_refused_before_it_is_read(cluster: ClusterThread) -> None:
+    port = cluster.kafka_port(2)
+    with _connect(port) as bystander, _connect(port) as big:
+        # Metadata of 2 MiB: past the 1 MiB limit of requests other than Produce and groups.
+        big.sendall(struct.pack(">ihhi", 2 * 1024 * 1024, 3, 1, 9))
+        big.settimeout(10)
+        assert read_frame(big) is None
+        bystander.sendall(API_VERSIONS_V0)
+        assert read_frame(bystander) is not None
+
+
+def test_a_connection_that_sends_one_byte_and_stops_is_closed(tight_listener: Any) -> None:
+    with _connect(tight_listener.port) as s:
+        s.sendall(b"\x00")
+        s.settimeout(15)
+        assert read_frame(s) is None  # the frame deadline (3 s here) closes it
+    assert _budget_drains(tight_listener)
+
+
+def test_pipelined_fetches_are_answered_in_order(cluster: ClusterThread) -> None:
+    topic = [{"topic": TOPIC, "partitions": [{"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
+                                             "last_fetched_epoch": -1, "log_start_offset": -1,
+                                             "partition_max_bytes": 1024}]}]  # fmt: skip
+    body = {"replica_id": -1, "max_wait": 200, "min_bytes": 1, "max_bytes": 4096, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "topics": topic, "forgotten_topics_data": [],
+            "rack_id": ""}  # fmt: skip
+    with _connect(cluster.kafka_port(1)) as s:
+        s.sendall(b"".join(kio_request(1, 12, cid, body) for cid in range(10, 15)))
+        cids = []
+        for _ in range(5):
+            frame = read_frame(s)
+            assert frame is not None
+            cids.append(struct.unpack_from(">i", frame)[0])
+    assert cids == [10, 11, 12, 13, 14]

@@ -27,6 +27,21 @@ RECORDS = 1200
 # Kafka's group.min.session.timeout.ms: the shortest a member may ask for.
 SESSION_MS = 6000
 
+AIOKAFKA_CONSUMER_SCRIPT = r"""
+import asyncio, sys
+from aiokafka import AIOKafkaConsumer
+async def main():
+    c = AIOKafkaConsumer(sys.argv[3], bootstrap_servers=sys.argv[1], group_id=sys.argv[2],
+                         auto_offset_reset="earliest", session_timeout_ms=6000, heartbeat_interval_ms=500,
+                         enable_auto_commit=True, auto_commit_interval_ms=200)
+    await c.start()
+    while True:
+        for recs in (await c.getmany(timeout_ms=200)).values():
+            for r in recs:
+                print(r.partition, r.offset, flush=True)
+asyncio.run(main())
+"""
+
 CONSUMER_SCRIPT = r"""
 import sys
 from confluent_kafka import Consumer
@@ -75,9 +90,9 @@ def test_java_string_hash_matches_java() -> None:
     assert partition_for("polygenelubricants", 50) == 0  # Utils.abs(MIN_VALUE) is 0
 
 
-def _spawn_consumer(cluster: ClusterThread, group: str) -> subprocess.Popen[str]:
+def _spawn_consumer(cluster: ClusterThread, group: str, script: str = CONSUMER_SCRIPT) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", CONSUMER_SCRIPT, cluster.bootstrap, group, TOPIC],
+        [sys.executable, "-c", script, cluster.bootstrap, group, TOPIC],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -96,10 +111,12 @@ def _reader(proc: subprocess.Popen[str], out: list[tuple[int, int]]) -> threadin
     return t
 
 
-def test_a_group_of_three_survives_a_member_killed_and_reads_everything(cluster: ClusterThread) -> None:
-    acked = _produce(cluster, RECORDS, "k")
-    group = "g-kill"
-    procs = [_spawn_consumer(cluster, group) for _ in range(3)]
+@pytest.mark.parametrize("client", ["confluent-kafka", "aiokafka"])
+def test_a_group_of_three_survives_a_member_killed_and_reads_everything(cluster: ClusterThread, client: str) -> None:
+    script = CONSUMER_SCRIPT if client == "confluent-kafka" else AIOKAFKA_CONSUMER_SCRIPT
+    acked = _produce(cluster, RECORDS, f"k-{client}")
+    group = f"g-kill-{client}"
+    procs = [_spawn_consumer(cluster, group, script) for _ in range(3)]
     outs: list[list[tuple[int, int]]] = [[] for _ in procs]
     for p, out in zip(procs, outs, strict=True):
         _reader(p, out)

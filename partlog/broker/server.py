@@ -122,6 +122,14 @@ WALMGR_NOTIFY_BATCH_MAX = 1_000
 WALMGR_NOTIFY_BACKOFF_MS = 1_000
 
 
+# Committed offsets live in __consumer_offsets (partlog.kafka_front), which is
+# not compacted: retention must never drop a group's last commit, so every
+# broker keeps that topic's log whole (Kafka compacts it instead).
+INTERNAL_TOPIC_CONFIGS: dict[str, dict[str, str | int]] = {
+    "__consumer_offsets": {"retention.ms": -1, "retention.bytes": -1}
+}
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -278,6 +286,9 @@ class Broker:
         self.walmgr_notifications_dropped = 0
         self.port = 0
         self.kafka: KafkaListener | None = None
+        # Topics by name: (topic id, partitions), rebuilt when the metadata
+        # changes (the Kafka front end names topics on every request).
+        self.topic_index: dict[str, tuple[uuid.UUID, int]] = {}
         # Known from the metadata by the time the broker listens (listen()).
         self.cluster_id: uuid.UUID | None = None
         self._store_reopening = False
@@ -292,10 +303,17 @@ class Broker:
 
     def _new_topics(self, metadata: MetadataSource) -> list[CreateTopicAndPartitionsRequest]:
         """Topics of ``metadata`` this broker has not created yet (only those
-        cost a store write)."""
-        new = [t for t in metadata.topics() if t.topic_id not in self._topic_ids]
+        cost a store write); refreshes the index of topics by name."""
+        topics = metadata.topics()
+        self.topic_index = {t.name: (t.topic_id, t.num_partitions) for t in topics}
+        new = [t for t in topics if t.topic_id not in self._topic_ids]
         self._topic_ids.update(t.topic_id for t in new)
-        return [CreateTopicAndPartitionsRequest(t.topic_id, t.name, t.num_partitions) for t in new]
+        return [
+            CreateTopicAndPartitionsRequest(
+                t.topic_id, t.name, t.num_partitions, INTERNAL_TOPIC_CONFIGS.get(t.name, {})
+            )
+            for t in new
+        ]
 
     def _metadata_cluster(self, metadata: MetadataSource) -> uuid.UUID:
         """The cluster ``metadata`` names; a broker without one, or with

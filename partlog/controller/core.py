@@ -807,9 +807,14 @@ class Controller:
         d = _Draft(self)
         out: dict[str, uuid.UUID | Errors] = {}
         for name in names:
+            if name in out:
+                continue  # named twice: one answer, one deletion
             tid = self._topic_ids.get(name)
-            if tid is None or tid in d.deleted_topics:
+            if tid is None:
                 out[name] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            if len(self._deleted) + len(d.deleted_topics) >= DELETED_TOPICS_MAX:
+                out[name] = Errors.POLICY_VIOLATION
                 continue
             d.deleted_topics[tid] = name
             d.events.append(TopicDeleted(name, tid))
@@ -966,6 +971,10 @@ def _check_broker_args(broker_id: int, az: str, host: str, port: int) -> None:
 # Decoders check shapes and raise WireError naming the field; Kafka errors
 # travel as "error" (an unknown code decodes as UNKNOWN_SERVER_ERROR).
 
+# Deleted topic ids are kept for good and sent in every snapshot (16 bytes
+# each); past this many, DeleteTopics is refused (POLICY_VIOLATION) rather
+# than letting snapshots grow without bound.
+DELETED_TOPICS_MAX = 100_000
 # One create_topics request creates at most this many topics.
 TOPICS_PER_REQUEST_MAX = 1_000
 

@@ -81,8 +81,9 @@ class Group:
     rebalance_deadline_ms: int = 0
     # Members that joined the rebalance in progress.
     joined: set[str] = field(default_factory=set)
-    # Member ids handed out with MEMBER_ID_REQUIRED, not yet joined.
-    pending: set[str] = field(default_factory=set)
+    # Member ids handed out with MEMBER_ID_REQUIRED, not yet joined: id ->
+    # when it expires (the client's session timeout after it was handed out).
+    pending: dict[str, int] = field(default_factory=dict)
     # The rebalance in progress started from an empty group.
     initial: bool = False
 
@@ -145,8 +146,9 @@ class Groups:
         return self.groups.get(group_id)
 
     def next_deadline_ms(self) -> int | None:
-        deadlines = []
+        deadlines: list[int] = []
         for g in self.groups.values():
+            deadlines.extend(g.pending.values())
             if g.state is GroupState.PREPARING_REBALANCE:
                 deadlines.append(g.rebalance_deadline_ms)
             for m in g.members.values():
@@ -195,14 +197,14 @@ class Groups:
             if require_known_member_id:
                 # KIP-394: the client joins again with the id it was given.
                 if len(g.pending) >= GROUP_MEMBERS_MAX:
-                    g.pending.pop()
-                g.pending.add(member_id)
+                    del g.pending[next(iter(g.pending))]
+                g.pending[member_id] = now_ms + session_timeout_ms
                 return _join_answer(Errors.MEMBER_ID_REQUIRED, member_id=member_id)
         elif member_id not in g.members and member_id not in g.pending:
             # An id we did not hand out, or forgot (a new coordinator): the
             # client drops it and joins anew.
             return _join_answer(Errors.UNKNOWN_MEMBER_ID)
-        g.pending.discard(member_id)
+        g.pending.pop(member_id, None)
         m = g.members.get(member_id)
         if m is None and len(g.members) >= GROUP_MEMBERS_MAX:
             return _join_answer(Errors.GROUP_MAX_SIZE_REACHED)
@@ -406,19 +408,24 @@ class Groups:
             self._prepare_rebalance(g, now_ms)
         self._maybe_complete_join(g, now_ms)
 
-    def check_commit(self, group_id: str, member_id: str, generation: int) -> Errors:
+    def check_commit(self, group_id: str, member_id: str, generation: int, now_ms: int) -> Errors:
         """Whether an OffsetCommit of this member and generation may be
-        written (Kafka's rules; a simple commit uses generation -1 and no
-        member, allowed while the group has no members)."""
+        written, by Kafka's rules (GroupCoordinator.handleCommitOffsets): a
+        simple commit (generation < 0) only while the group has no members;
+        REBALANCE_IN_PROGRESS only while the assignment is being handed out
+        (CompletingRebalance); a member's commit in Stable or
+        PreparingRebalance (a consumer commits in its revoke callback) is
+        written and counts as a heartbeat."""
         g = self.groups.get(group_id)
-        if generation < 0 and not member_id:
-            return Errors.NONE if g is None or not g.members else Errors.UNKNOWN_MEMBER_ID
+        if generation < 0 and (g is None or not g.members):
+            return Errors.NONE
+        if g is not None and g.state is GroupState.COMPLETING_REBALANCE:
+            return Errors.REBALANCE_IN_PROGRESS
         if g is None or member_id not in g.members:
             return Errors.UNKNOWN_MEMBER_ID
         if generation != g.generation:
             return Errors.ILLEGAL_GENERATION
-        if g.state is GroupState.PREPARING_REBALANCE:
-            return Errors.REBALANCE_IN_PROGRESS
+        g.members[member_id].last_heartbeat_ms = now_ms
         return Errors.NONE
 
     # -------------------------------------------------------------- time
@@ -430,6 +437,8 @@ class Groups:
                 if not waiting and now_ms >= m.last_heartbeat_ms + m.session_timeout_ms and mid in g.members:
                     self._remove(g, mid, now_ms)
             self._maybe_complete_join(g, now_ms)
+            for mid in [mid for mid, until in g.pending.items() if until <= now_ms]:
+                del g.pending[mid]  # handed out, never used: as Kafka's pending-member expiry
             if g.state is GroupState.EMPTY and not g.members and not g.pending:
                 # Nothing left to remember (offsets live in the shell): the
                 # slot goes back to GROUPS_MAX.

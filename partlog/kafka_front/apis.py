@@ -21,6 +21,7 @@ import asyncio
 import logging
 import re
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,7 @@ from partlog.groups.membership import INITIAL_REBALANCE_DELAY_MS_DEFAULT
 from partlog.kafka.errors import Errors
 from partlog.kafka.leader_epochs import diverging_epoch
 from partlog.kafka.records import FindBatchRequest, ListOffsetsRequest, TopicIdPartition
-from partlog.kafka_front.group_coordinator import OFFSETS_TOPIC_PARTITIONS_DEFAULT, GroupCoordinator
+from partlog.kafka_front.group_coordinator import OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS_DEFAULT, GroupCoordinator
 
 if TYPE_CHECKING:
     from partlog.broker.server import Broker
@@ -47,6 +48,10 @@ NUM_PARTITIONS_DEFAULT = 1
 DEFAULT_REPLICATION_FACTOR = 3
 # Kafka's replica.fetch.wait.max.ms bound on a consumer's max_wait_ms here.
 FETCH_MAX_WAIT_MS_MAX = 30_000
+# Kafka's fetch.max.bytes broker default: the most one fetch answers.
+FETCH_MAX_BYTES = 55 * 1024 * 1024
+# Topics clients may not write, delete records of, create or delete.
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 # Produce timeouts beyond this are cut to it (Kafka has no cap; ours bounds
 # how long a request holds its connection's slot).
 PRODUCE_TIMEOUT_MS_MAX = 300_000
@@ -179,11 +184,14 @@ class KafkaApis:
     def _topics_by_name(self) -> dict[str, TopicInfo]:
         return {t.name: t for t in self.broker.metadata.topics()}
 
-    def _tp(self, topics: Mapping[str, TopicInfo], name: str | None, partition: int) -> TopicIdPartition | None:
-        t = topics.get(name) if name is not None else None
-        if t is None or not 0 <= partition < t.num_partitions:
+    def _tp(self, name: str | None, partition: int) -> TopicIdPartition | None:
+        """The partition ``name``/``partition`` names, from the broker's
+        index of topics by name (rebuilt when the metadata changes, not per
+        request), or None when there is no such partition."""
+        t = self.broker.topic_index.get(name) if name is not None else None
+        if t is None or not 0 <= partition < t[1]:
             return None
-        return TopicIdPartition(t.topic_id, partition)
+        return TopicIdPartition(t[0], partition)
 
     async def api_versions(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         keys = [
@@ -215,10 +223,14 @@ class KafkaApis:
                 asked.append(name if name is not None else "")
         auto_create = bool(getattr(body, "allow_auto_topic_creation", True)) and self.config.auto_create_topics_enable
         if asked is not None and auto_create:
-            missing = [n for n in asked if n and n not in topics]
+            missing = [n for n in dict.fromkeys(asked) if n and n not in topics]
+            if OFFSETS_TOPIC in missing:
+                # As Kafka: the offsets topic is made with its own shape.
+                missing.remove(OFFSETS_TOPIC)
+                await self.groups.ensure_offsets_topic()
             if missing:
                 await self._create({n: (self.config.num_partitions, -1) for n in missing})
-                topics = self._topics_by_name()
+            topics = self._topics_by_name()
         out = []
         for name in sorted(topics) if asked is None else asked:
             t = topics.get(name)
@@ -257,7 +269,13 @@ class KafkaApis:
                     }
                 )
             out.append(
-                {"error_code": 0, "name": name, "topic_id": t.topic_id, "is_internal": False, "partitions": parts}
+                {
+                    "error_code": 0,
+                    "name": name,
+                    "topic_id": t.topic_id,
+                    "is_internal": name in INTERNAL_TOPICS,
+                    "partitions": parts,
+                }
             )
         cluster_id = meta.cluster_id
         return {
@@ -291,13 +309,17 @@ class KafkaApis:
         results = []
         wanted: dict[str, tuple[int, int]] = {}
         refused: dict[str, tuple[Errors, str]] = {}
+        named = Counter(t.name for t in body.topics)
         for t in body.topics:
-            if t.assignments:
+            if named[t.name] > 1:
+                # As Kafka: a name given twice is refused, and not created.
+                refused[t.name] = (Errors.INVALID_REQUEST, "topic named twice in one request")
+            elif t.name in INTERNAL_TOPICS:
+                refused[t.name] = (Errors.INVALID_REQUEST, f"{t.name} is internal: the group coordinator makes it")
+            elif t.assignments:
                 refused[t.name] = (Errors.INVALID_REQUEST, "manual replica assignments are not supported")
             elif t.configs:
                 refused[t.name] = (Errors.INVALID_CONFIG, "topic configs at creation are not supported yet")
-            elif t.name in wanted or t.name in refused:
-                refused[t.name] = (Errors.INVALID_REQUEST, "topic named twice in one request")
             else:
                 wanted[t.name] = (t.num_partitions, t.replication_factor)
         if getattr(self.broker.metadata, "create_topics", None) is None:
@@ -332,14 +354,17 @@ class KafkaApis:
         delete = getattr(self.broker.metadata, "delete_topics", None)
         refused: dict[str, tuple[Errors, str]] = {}
         wanted: list[str] = []
+        named = Counter(name for name, _ in asked)
         for name, _ in asked:
             if name is None or name not in topics:
                 continue
-            if name.startswith("__"):
+            if named[name] > 1:
+                refused[name] = (Errors.INVALID_REQUEST, "topic named twice in one request")
+            elif name in INTERNAL_TOPICS:
                 refused[name] = (Errors.INVALID_REQUEST, f"{name} is an internal topic")
             elif delete is None:
                 refused[name] = (Errors.INVALID_REQUEST, "this cluster's topics come from its static cluster file")
-            else:
+            elif name not in wanted:
                 wanted.append(name)
         answers: dict[str, Any] = await delete(wanted) if wanted and delete is not None else {}
         out = []
@@ -385,7 +410,6 @@ class KafkaApis:
     # ------------------------------------------------------------ produce
 
     async def produce(self, req: Any, body: Any, session: Session) -> Mapping[str, Any] | None:
-        topics = self._topics_by_name()
         acks = int(body.acks)
         timeout_ms = min(max(1, _ms(body.timeout)), PRODUCE_TIMEOUT_MS_MAX)
         answers: dict[tuple[str, int], dict[str, Any]] = {}
@@ -395,7 +419,7 @@ class KafkaApis:
         for td in body.topic_data:
             for pd in td.partition_data:
                 key = (td.name, int(pd.index))
-                tp = self._tp(topics, td.name, key[1])
+                tp = self._tp(td.name, key[1])
                 error: Errors | None = None
                 message = None
                 records = pd.records
@@ -407,6 +431,10 @@ class KafkaApis:
                     error, message = Errors.INVALID_REQUEST, "transactions are not supported"
                 elif tp is None:
                     error = Errors.UNKNOWN_TOPIC_OR_PARTITION
+                elif td.name in INTERNAL_TOPICS:
+                    # As Kafka: clients cannot append to internal topics (a
+                    # forged offsets record would reach every group's load).
+                    error, message = Errors.INVALID_TOPIC_EXCEPTION, f"cannot append to internal topic {td.name}"
                 elif not records:
                     error, message = Errors.INVALID_RECORD, "no record batch"
                 elif len(records) > self.config.message_max_bytes:
@@ -447,15 +475,13 @@ class KafkaApis:
             # 0), so an incremental fetch names one we do not have.
             return {"throttle_time": 0, "error_code": int(Errors.FETCH_SESSION_ID_NOT_FOUND), "session_id": 0,
                     "responses": []}  # fmt: skip
-        topics = self._topics_by_name()
         max_wait_ms = min(max(0, _ms(body.max_wait)), FETCH_MAX_WAIT_MS_MAX)
-        max_bytes = int(getattr(body, "max_bytes", 0x7FFFFFFF))
-        if max_bytes <= 0:
-            max_bytes = 1
+        # Kafka's fetch.max.bytes caps what a client asks (55 MiB).
+        max_bytes = min(max(1, int(getattr(body, "max_bytes", FETCH_MAX_BYTES))), FETCH_MAX_BYTES)
         asked: list[tuple[str, Any, TopicIdPartition | None, Errors | None]] = []
         for ft in body.topics:
             for fp in ft.partitions:
-                tp = self._tp(topics, ft.topic, int(fp.partition))
+                tp = self._tp(ft.topic, int(fp.partition))
                 error: Errors | None = None
                 if tp is None:
                     error = Errors.UNKNOWN_TOPIC_OR_PARTITION
@@ -466,7 +492,7 @@ class KafkaApis:
                         error = Errors.FENCED_LEADER_EPOCH if cle < info.leader_epoch else Errors.UNKNOWN_LEADER_EPOCH
                 asked.append((ft.topic, fp, tp, error))
         reqs = [
-            FindBatchRequest(tp, int(fp.fetch_offset), max(1, int(fp.partition_max_bytes)))
+            FindBatchRequest(tp, int(fp.fetch_offset), min(max(1, int(fp.partition_max_bytes)), FETCH_MAX_BYTES))
             for _, fp, tp, err in asked
             if err is None and tp is not None
         ]
@@ -522,11 +548,10 @@ class KafkaApis:
 
     async def list_offsets(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         meta = self.broker.metadata
-        topics = self._topics_by_name()
         asked: list[tuple[str, Any, TopicIdPartition | None, Errors | None]] = []
         for t in body.topics:
             for p in t.partitions:
-                tp = self._tp(topics, t.name, int(p.partition_index))
+                tp = self._tp(t.name, int(p.partition_index))
                 err = None if tp is not None else Errors.UNKNOWN_TOPIC_OR_PARTITION
                 if tp is not None:
                     info = meta.partition(tp)
@@ -575,19 +600,28 @@ class KafkaApis:
         return answer
 
     async def delete_records(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
-        topics = self._topics_by_name()
         asked: list[tuple[str, int, TopicIdPartition | None, int]] = []
         for t in body.topics:
             for p in t.partitions:
-                asked.append((t.name, int(p.partition_index), self._tp(topics, t.name, int(p.partition_index)),
+                asked.append((t.name, int(p.partition_index), self._tp(t.name, int(p.partition_index)),
                               int(p.offset)))  # fmt: skip
-        items = [(tp, [offset if offset >= 0 else -1]) for _, _, tp, offset in asked if tp is not None]
+
+        def refusal(name: str, tp: TopicIdPartition | None, offset: int) -> Errors | None:
+            if tp is None:
+                return Errors.UNKNOWN_TOPIC_OR_PARTITION
+            if name in INTERNAL_TOPICS:
+                return Errors.INVALID_TOPIC_EXCEPTION  # as Kafka: not an internal topic's records
+            if offset < -1:
+                return Errors.OFFSET_OUT_OF_RANGE  # -1 alone means "the high watermark"
+            return None
+
+        items = [(tp, [offset]) for name, _, tp, offset in asked if tp is not None and not refusal(name, tp, offset)]
         rows = iter(await self.broker.on_leaders("delete_records", items, [int(Errors.NOT_LEADER_OR_FOLLOWER), -1]))
         by_topic: dict[str, list[dict[str, Any]]] = {}
-        for name, index, tp, _ in asked:
-            if tp is None:
-                part = {"partition_index": index, "low_watermark": -1,
-                        "error_code": int(Errors.UNKNOWN_TOPIC_OR_PARTITION)}  # fmt: skip
+        for name, index, tp, offset in asked:
+            refused = refusal(name, tp, offset)
+            if refused is not None:
+                part = {"partition_index": index, "low_watermark": -1, "error_code": int(refused)}
             else:
                 err, low = next(rows)
                 part = {"partition_index": index, "low_watermark": low, "error_code": _kafka_error(_to_error(err))}
@@ -595,11 +629,10 @@ class KafkaApis:
         return {"throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]}
 
     async def offset_for_leader_epoch(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
-        topics = self._topics_by_name()
         asked: list[tuple[str, int, TopicIdPartition | None, int, int]] = []
         for t in body.topics:
             for p in t.partitions:
-                tp = self._tp(topics, t.topic, int(p.partition))
+                tp = self._tp(t.topic, int(p.partition))
                 asked.append((t.topic, int(p.partition), tp, int(getattr(p, "current_leader_epoch", -1)),
                               int(p.leader_epoch)))  # fmt: skip
         items = [(tp, [cur, epoch]) for _, _, tp, cur, epoch in asked if tp is not None]

@@ -116,6 +116,12 @@ class FrameReader:
             raise FrameError(f"request size {size} outside [8, {self.request_bytes_max}] (socket.request.max.bytes)")
         return int(size)
 
+    def api_key(self) -> int | None:
+        """The API key of the frame in progress, once its first bytes are here."""
+        if len(self._buf) < 6:
+            return None
+        return int(_KEY_VERSION.unpack_from(self._buf, 4)[0])
+
     def next_frame(self) -> bytes | None:
         """The next complete frame's payload, or None if it is not all here."""
         if len(self._buf) < 4:

@@ -24,13 +24,14 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import msgpack
 
 from partlog.client import build_record_batch, parse_records
 from partlog.groups.membership import Completion, Groups
+from partlog.kafka.batch_header import HEADER_SIZE, LOG_OVERHEAD
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import FindBatchRequest, TopicIdPartition
 
@@ -78,6 +79,10 @@ class Committed:
     leader_epoch: int
     metadata: str
     commit_ms: int
+    # Where in the offsets partition this commit was written: a commit
+    # acknowledged later but written earlier than the one held does not
+    # replace it (memory follows the log's order, as a reload would).
+    log_offset: int = -1
 
 
 @dataclass(slots=True)
@@ -110,6 +115,8 @@ class GroupCoordinator:
         self._timer: asyncio.Task[None] | None = None
         self._creating: asyncio.Lock = asyncio.Lock()
         self._loads: set[asyncio.Future[None]] = set()
+        # Offsets records or batches that did not decode while loading.
+        self.records_skipped = 0
 
     def start(self) -> None:
         if self._timer is None:
@@ -224,12 +231,10 @@ class GroupCoordinator:
                 )["partitions"]  # fmt: skip
                 if code != 0:
                     raise RuntimeError(f"reading {tp} at {offset}: {Errors(code).name}: {message}")
-                recs = parse_records(tp, records, offset)
-                if not recs:
-                    raise RuntimeError(f"reading {tp} at {offset}: no records below {end}")
-                for r in recs:
-                    self._apply(part, r.key, r.value)
-                offset = recs[-1].offset + 1
+                after = self._replay(tp, part, records, offset)
+                if after <= offset:
+                    raise RuntimeError(f"reading {tp} at {offset}: no batch below {end}")
+                offset = after
         except Exception:
             log.exception("loading group offsets from %s failed; the next request tries again", tp)
             for index, p in list(self._parts.items()):
@@ -242,20 +247,52 @@ class GroupCoordinator:
         part.loaded.set()
         log.info("group offsets loaded from %s: %d groups", tp, len(part.offsets))
 
-    @staticmethod
-    def _apply(part: _Partition, key: bytes | None, value: bytes | None) -> None:
+    def _replay(self, tp: TopicIdPartition, part: _Partition, data: bytes, offset: int) -> int:
+        """Apply the whole v2 batches of ``data`` (a fetch answer from
+        ``offset``); the offset after the last one.  A batch that does not
+        decode (a codec this process lacks, a damaged or hostile record) is
+        skipped with a log line: one bad batch must not keep every group of
+        the partition from loading."""
+        pos = 0
+        while pos + HEADER_SIZE <= len(data):
+            base = int.from_bytes(data[pos : pos + 8], "big", signed=True)
+            end = pos + LOG_OVERHEAD + int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
+            last = base + int.from_bytes(data[pos + 23 : pos + 27], "big", signed=True)
+            if end > len(data) or end <= pos or last < base:
+                break
+            try:
+                for r in parse_records(tp, data[pos:end], offset):
+                    self._apply(part, r.key, r.value, r.offset)
+            except Exception as e:  # undecodable: skipped, as a consumer would fail on it
+                self.records_skipped += 1
+                log.warning("%s: batch at offset %d of %s skipped: %s", OFFSETS_TOPIC, base, tp, e)
+            offset = max(offset, last + 1)
+            pos = end
+        return offset
+
+    def _apply(self, part: _Partition, key: bytes | None, value: bytes | None, log_offset: int) -> None:
+        """One offsets record into ``part``; a record that does not decode
+        to [group, topic, partition] -> [offset, epoch, metadata, ms] is
+        skipped (counted), never raised."""
         try:
             group, topic, p = msgpack.unpackb(key) if key is not None else (None, None, None)
-            if not isinstance(group, str) or not isinstance(topic, str) or not isinstance(p, int):
-                return
-            offsets = part.offsets.setdefault(group, {})
+            if not isinstance(group, str) or not isinstance(topic, str) or type(p) is not int:
+                raise ValueError("key is not [group, topic, partition]")
+            offsets = part.offsets.get(group)
+            if offsets is None:
+                if len(part.offsets) >= OFFSET_GROUPS_MAX:
+                    raise ValueError(f"more than {OFFSET_GROUPS_MAX} groups with offsets")
+                offsets = part.offsets[group] = {}
             if value is None:
                 offsets.pop((topic, p), None)
                 return
             offset, epoch, meta, ts = msgpack.unpackb(value)
-            offsets[(topic, p)] = Committed(int(offset), int(epoch), str(meta), int(ts))
-        except (ValueError, TypeError, msgpack.UnpackException):
-            log.warning("skipping an undecodable record in %s", OFFSETS_TOPIC)
+            if not all(type(x) is int for x in (offset, epoch, ts)) or not isinstance(meta, str):
+                raise ValueError("value is not [offset, leader epoch, metadata, timestamp]")
+            offsets[(topic, p)] = Committed(offset, epoch, meta, ts, log_offset)
+        except Exception as e:  # any hostile or damaged record: skipped
+            self.records_skipped += 1
+            log.warning("%s: record at %d skipped: %s", OFFSETS_TOPIC, log_offset, e)
 
     # ---------------------------------------------------------- membership
 
@@ -265,12 +302,16 @@ class GroupCoordinator:
         self._waiting[self._next_token] = fut
         return self._next_token, fut
 
-    def _complete(self, completions: list[Completion]) -> None:
+    def _complete(self, completions: list[Completion], *, wake: bool = True) -> None:
+        """Answer the requests ``completions`` name; ``wake`` the timer when
+        the call may have made a deadline sooner (a join, a leave, a sync;
+        not a heartbeat, which only moves its member's deadline later)."""
         for c in completions:
             fut = self._waiting.pop(c.token, None)
             if fut is not None and not fut.done():
                 fut.set_result(c.body)
-        self._wake.set()
+        if wake:
+            self._wake.set()
 
     async def _wait(self, part: _Partition, token: int, fut: asyncio.Future[dict[str, Any]],
                     now: dict[str, Any] | None) -> dict[str, Any]:  # fmt: skip
@@ -306,7 +347,7 @@ class GroupCoordinator:
         if part is None:
             return error
         answer = part.groups.heartbeat(group_id, member_id, generation, _now_ms())
-        self._complete(part.groups.take_completions())
+        self._complete(part.groups.take_completions(), wake=False)
         return answer
 
     async def leave(self, group_id: str, member_ids: list[str]) -> tuple[Errors, list[Errors]]:
@@ -331,7 +372,7 @@ class GroupCoordinator:
             now = _now_ms()
             for p in list(self._parts.values()):
                 p.groups.tick(now)
-                self._complete(p.groups.take_completions())
+                self._complete(p.groups.take_completions(), wake=False)
             self._wake.clear()
 
     # -------------------------------------------------------------- offsets
@@ -348,7 +389,7 @@ class GroupCoordinator:
         error, part, tp = await self._partition(group_id)
         if part is None or tp is None:
             return dict.fromkeys(offsets, error)
-        error = part.groups.check_commit(group_id, member_id, generation)
+        error = part.groups.check_commit(group_id, member_id, generation, _now_ms())
         if error != Errors.NONE:
             return dict.fromkeys(offsets, error)
         if group_id not in part.offsets and len(part.offsets) >= OFFSET_GROUPS_MAX:
@@ -374,7 +415,12 @@ class GroupCoordinator:
             [result] = await self.broker.produce([(tp, batch)], acks=-1, timeout_ms=OFFSETS_COMMIT_TIMEOUT_MS)
             error = _commit_error(result.error)
             if error == Errors.NONE and self._parts.get(tp.partition) is part:
-                part.offsets.setdefault(group_id, {}).update(values)
+                held = part.offsets.setdefault(group_id, {})
+                for i, (key, c) in enumerate(values.items()):
+                    at = result.base_offset + i if result.base_offset >= 0 else -1
+                    old = held.get(key)
+                    if old is None or at < 0 or old.log_offset < at:
+                        held[key] = replace(c, log_offset=at)
             for key in values:
                 out[key] = error
         return out

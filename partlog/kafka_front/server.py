@@ -63,6 +63,15 @@ READ_CHUNK_BYTES = 64 * 1024
 # (Kafka's queued.max.request.bytes, unbounded there): a connection whose
 # next request does not fit waits, unread, until answers free room.
 REQUEST_BYTES_IN_FLIGHT_MAX_DEFAULT = 256 * 1024 * 1024
+# Every request but Produce (its batches) and JoinGroup / SyncGroup (members'
+# protocol metadata and assignments) is small; a large one is refused before
+# it is read, since decoding it runs on the broker's event loop and costs
+# some 20 times its size in objects.
+GROUP_REQUEST_BYTES_MAX_DEFAULT = 8 * 1024 * 1024
+OTHER_REQUEST_BYTES_MAX_DEFAULT = 1024 * 1024
+_PRODUCE_KEY, _FETCH_KEY, _JOIN_GROUP_KEY, _SYNC_GROUP_KEY = 0, 1, 11, 14
+# The share of that budget the requests of one client address may hold.
+REQUEST_BYTES_PER_IP_MAX_DEFAULT = REQUEST_BYTES_IN_FLIGHT_MAX_DEFAULT // 4
 # A request whose size is known must arrive within this (a trickled or
 # half-sent request would otherwise hold its bytes of the budget).
 FRAME_DEADLINE_MS_DEFAULT = 30_000
@@ -71,11 +80,14 @@ FRAME_DEADLINE_MS_DEFAULT = 30_000
 @dataclass(frozen=True, slots=True)
 class ListenerLimits:
     request_bytes_max: int = REQUEST_BYTES_MAX_DEFAULT
+    group_request_bytes_max: int = GROUP_REQUEST_BYTES_MAX_DEFAULT
+    other_request_bytes_max: int = OTHER_REQUEST_BYTES_MAX_DEFAULT
     connections_max: int = CONNECTIONS_MAX_DEFAULT
     connections_per_ip_max: int = CONNECTIONS_PER_IP_MAX_DEFAULT
     connections_max_idle_ms: int = CONNECTIONS_MAX_IDLE_MS_DEFAULT
     requests_in_flight_max: int = REQUESTS_IN_FLIGHT_MAX_DEFAULT
     request_bytes_in_flight_max: int = REQUEST_BYTES_IN_FLIGHT_MAX_DEFAULT
+    request_bytes_per_ip_max: int = REQUEST_BYTES_PER_IP_MAX_DEFAULT
     frame_deadline_ms: int = FRAME_DEADLINE_MS_DEFAULT
 
     def __post_init__(self) -> None:
@@ -83,8 +95,16 @@ class ListenerLimits:
             v = getattr(self, name)
             if type(v) is not int or v <= 0:
                 raise ValueError(f"Kafka listener limit {name} must be a positive integer, got {v!r}")
-        if self.request_bytes_max < 8:
-            raise ValueError(f"Kafka listener limit request_bytes_max must be >= 8, got {self.request_bytes_max}")
+        for name in ("request_bytes_max", "group_request_bytes_max", "other_request_bytes_max"):
+            if getattr(self, name) < 8:
+                raise ValueError(f"Kafka listener limit {name} must be >= 8, got {getattr(self, name)}")
+
+    def request_bytes_max_for(self, api_key: int) -> int:
+        if api_key == _PRODUCE_KEY:
+            return self.request_bytes_max
+        if api_key in (_JOIN_GROUP_KEY, _SYNC_GROUP_KEY):
+            return min(self.group_request_bytes_max, self.request_bytes_max)
+        return min(self.other_request_bytes_max, self.request_bytes_max)
 
 
 class ListenerMetrics:
@@ -148,6 +168,7 @@ class KafkaListener:
         self._open = 0
         # The request byte budget (request_bytes_in_flight_max).
         self.request_bytes = 0
+        self._ip_bytes: dict[str, int] = {}
         self._room = asyncio.Condition()
         self.metrics.request_bytes_max.set(self.limits.request_bytes_in_flight_max)
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -169,21 +190,37 @@ class KafkaListener:
                 await self._server.wait_closed()
             self._server = None
 
-    async def reserve(self, size: int) -> None:
-        """Take ``size`` bytes of the request budget, waiting for room (a
-        request larger than the whole budget waits for an empty one)."""
+    async def reserve(self, size: int, ip: str) -> None:
+        """Take ``size`` bytes of the request budget for a request from
+        ``ip``, waiting for room in the listener's budget and in the share
+        one address may hold (a request larger than either waits until
+        nothing else holds it), so a few connections that claim large
+        requests and trickle them cannot starve everyone else."""
         budget = self.limits.request_bytes_in_flight_max
+        share = self.limits.request_bytes_per_ip_max
+
+        def fits() -> bool:
+            mine = self._ip_bytes.get(ip, 0)
+            total_ok = not self.request_bytes or self.request_bytes + size <= budget
+            return total_ok and (not mine or mine + size <= share)
+
         async with self._room:
-            if self.request_bytes and self.request_bytes + size > budget:
+            if not fits():
                 self.metrics.request_bytes_waits.inc()
-                await self._room.wait_for(lambda: not self.request_bytes or self.request_bytes + size <= budget)
+                await self._room.wait_for(fits)
             self.request_bytes += size
+            self._ip_bytes[ip] = self._ip_bytes.get(ip, 0) + size
             self.metrics.request_bytes.set(self.request_bytes)
 
-    async def release(self, size: int) -> None:
+    async def release(self, size: int, ip: str) -> None:
         if size:
             async with self._room:
                 self.request_bytes -= size
+                left = self._ip_bytes[ip] - size
+                if left:
+                    self._ip_bytes[ip] = left
+                else:
+                    del self._ip_bytes[ip]
                 self.metrics.request_bytes.set(self.request_bytes)
                 self._room.notify_all()
 
@@ -233,12 +270,19 @@ class _Connection:
         self.reader = reader
         self.writer = writer
         self.session = Session(peer)
+        self.ip = peer.rsplit(":", 1)[0]
         self.frames = FrameReader(listener.limits.request_bytes_max)
         # Answers in request order: each entry is (request, its handler task).
         # Answers in request order: (budget bytes, the handler's task).
         self.answers: asyncio.Queue[tuple[int, asyncio.Task[bytes | None]] | None] = asyncio.Queue()
         self.in_flight = asyncio.Semaphore(listener.limits.requests_in_flight_max)
         self.pending = 0  # requests read and not yet answered
+        # One Fetch at a time per connection, from its start until its answer
+        # is written (Kafka serves a connection one request at a time): a
+        # client that pipelines fetches and reads no answers holds one
+        # answer's bytes, not a hundred.
+        self.fetch_slot = asyncio.Semaphore(1)
+        self._fetch_holders: set[asyncio.Task[Any]] = set()
 
     async def run(self) -> None:
         sender = asyncio.ensure_future(self._send_loop())
@@ -268,38 +312,47 @@ class _Connection:
                 if item is not None:
                     size, task = item
                     task.cancel()
-                    await self.listener.release(size)
+                    self._free_fetch_slot(task)
+                    await self.listener.release(size, self.ip)
 
     async def _read_loop(self) -> None:
         limits = self.listener.limits
         idle_s = limits.connections_max_idle_ms / 1000
         reserved = 0  # budget bytes taken for the request in progress
-        frame_deadline = 0.0
+        # A request's first byte starts its deadline (a peer that sends one
+        # byte and stops must not hold the connection for good).
+        frame_deadline: float | None = None
         try:
             while True:
                 try:
                     size = self.frames.frame_size()
-                    if size is not None and not reserved:
-                        await self.listener.reserve(size)
+                    key = self.frames.api_key()
+                    if size is not None and key is not None and not reserved:
+                        allowed = limits.request_bytes_max_for(key)
+                        if size > allowed:
+                            raise FrameError(f"{API_KEYS.get(key, f'api key {key}')} request of {size} bytes "
+                                             f"> {allowed} (the listener's limit for it)")  # fmt: skip
+                        await self.listener.reserve(size, self.ip)
                         reserved = size
-                        frame_deadline = time.monotonic() + limits.frame_deadline_ms / 1000
                     frame = self.frames.next_frame()
                 except FrameError as e:
                     self.listener.metrics.bad_requests.inc()
                     log.warning("kafka listener: closing connection %s: %s", self.session.peer, e)
                     return
                 if frame is None:
-                    wait_s = idle_s if not reserved else max(0.0, frame_deadline - time.monotonic())
+                    if self.frames.buffered and frame_deadline is None:
+                        frame_deadline = time.monotonic() + limits.frame_deadline_ms / 1000
+                    wait_s = idle_s if frame_deadline is None else max(0.0, frame_deadline - time.monotonic())
                     try:
                         async with asyncio.timeout(wait_s):
                             data = await self.reader.read(READ_CHUNK_BYTES)
                     except TimeoutError:
-                        if reserved:
+                        if frame_deadline is not None:
                             self.listener.metrics.frame_deadline_closed.inc()
                             log.info("kafka listener: closing %s: a request did not arrive in %d ms",
                                      self.session.peer, limits.frame_deadline_ms)  # fmt: skip
                             return
-                        if self.pending == 0 and not self.frames.buffered:
+                        if self.pending == 0:
                             self.listener.metrics.idle_closed.inc()
                             log.info("kafka listener: closing idle connection %s", self.session.peer)
                             return
@@ -316,6 +369,7 @@ class _Connection:
                     self.listener.metrics.bad_requests.inc()
                     log.warning("kafka listener: closing connection %s: %s", self.session.peer, e)
                     return
+                frame_deadline = None
                 await self.in_flight.acquire()
                 self.pending += 1
                 # Started now, in arrival order: the handler runs to its first
@@ -326,7 +380,7 @@ class _Connection:
                 reserved = 0
                 await asyncio.sleep(0)
         finally:
-            await self.listener.release(reserved)
+            await self.listener.release(reserved, self.ip)
 
     async def _answer(self, req: Request) -> bytes | None:
         metrics = self.listener.metrics
@@ -341,6 +395,11 @@ class _Connection:
                 return encode_response(req, error_body(response_class(req.api_key, req.api_version),
                                                        int(Errors.UNSUPPORTED_VERSION)))  # fmt: skip
             handler = apis.handlers[req.api_key]
+            if req.api_key == _FETCH_KEY:
+                await self.fetch_slot.acquire()
+                task = asyncio.current_task()
+                assert task is not None
+                self._fetch_holders.add(task)
             answer = await handler(req, req.body, self.session)
             metrics.requests.labels(API_KEYS.get(req.api_key, str(req.api_key))).inc()
             if answer is None:
@@ -365,14 +424,24 @@ class _Connection:
             size, task = item
             try:
                 data = await task
+                if data is not None:
+                    self.writer.write(data)
+                    try:
+                        async with asyncio.timeout(self.listener.limits.frame_deadline_ms / 1000):
+                            await self.writer.drain()
+                    except TimeoutError:
+                        log.info("kafka listener: closing %s: it reads no answers", self.session.peer)
+                        return
             finally:
                 self.pending -= 1
                 self.in_flight.release()
-                await self.listener.release(size)
-            if data is None:
-                continue
-            self.writer.write(data)
-            await self.writer.drain()
+                self._free_fetch_slot(task)
+                await self.listener.release(size, self.ip)
+
+    def _free_fetch_slot(self, task: asyncio.Task[Any]) -> None:
+        if task in self._fetch_holders:
+            self._fetch_holders.discard(task)
+            self.fetch_slot.release()
 
 
 __all__ = ["KafkaListener", "ListenerLimits", "ListenerMetrics"]
