@@ -930,6 +930,9 @@ class Broker:
             target = self.read_replica_for(r.topic_id_partition, az)
             if target is not None:
                 by_broker.setdefault(target, []).append(i)
+        calls = [
+            (b, idx[k : k + PARTITIONS_MAX]) for b, idx in by_broker.items() for k in range(0, len(idx), PARTITIONS_MAX)
+        ]
 
         async def one(target: int, idx: list[int]) -> None:
             sub = [reqs[i] for i in idx]
@@ -960,7 +963,7 @@ class Broker:
             for i, p in zip(idx, parts, strict=True):
                 out[i] = list(p)
 
-        await asyncio.gather(*(one(t, idx) for t, idx in by_broker.items()))
+        await asyncio.gather(*(one(t, idx) for t, idx in calls))
         return out
 
     async def on_leaders(
@@ -977,6 +980,10 @@ class Broker:
             leader = self.metadata.leader_of(tp)
             if leader is not None and leader >= 0:
                 by_leader.setdefault(leader, []).append(i)
+        # One RPC carries at most PARTITIONS_MAX partitions (the schema's limit).
+        calls = [
+            (b, idx[k : k + PARTITIONS_MAX]) for b, idx in by_leader.items() for k in range(0, len(idx), PARTITIONS_MAX)
+        ]
 
         async def one(leader: int, idx: list[int]) -> None:
             body = {"partitions": [[items[i][0].topic_id.bytes, items[i][0].partition, *items[i][1]] for i in idx]}
@@ -997,7 +1004,7 @@ class Broker:
                     await self._drop_client(leader)
                 log.info("%s via broker %d failed: %s", method, leader, e)
 
-        await asyncio.gather(*(one(t, idx) for t, idx in by_leader.items()))
+        await asyncio.gather(*(one(t, idx) for t, idx in calls))
         return out
 
     async def list_offsets_routed(self, reqs: list[ListOffsetsRequest]) -> list[tuple[Errors, int, int]]:
@@ -1242,6 +1249,14 @@ class Broker:
 
 async def _encoded(wait: Awaitable[list[CommitBatchResponse]]) -> Any:
     return enc_commit_responses(await wait)
+
+
+def _chunked(by_broker: dict[int, list[int]]) -> list[tuple[int, list[int]]]:
+    """(broker, indexes) calls: one RPC carries at most PARTITIONS_MAX
+    partitions (its schema's limit), so a larger share is split."""
+    return [
+        (b, idx[k : k + PARTITIONS_MAX]) for b, idx in by_broker.items() for k in range(0, len(idx), PARTITIONS_MAX)
+    ]
 
 
 def _checked_fetch_answer(body: Any, n: int) -> list[Any]:

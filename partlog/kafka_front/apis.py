@@ -50,6 +50,10 @@ DEFAULT_REPLICATION_FACTOR = 3
 FETCH_MAX_WAIT_MS_MAX = 30_000
 # Kafka's fetch.max.bytes broker default: the most one fetch answers.
 FETCH_MAX_BYTES = 55 * 1024 * 1024
+# ListOffsets by timestamp reads one batch per partition to find the exact
+# record: at most this many per request, this many at once per listener.
+EXACT_LOOKUPS_MAX = 1_000
+EXACT_LOOKUPS_IN_FLIGHT = 16
 # Topics clients may not write, delete records of, create or delete.
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 # Produce timeouts beyond this are cut to it (Kafka has no cap; ours bounds
@@ -151,6 +155,7 @@ class KafkaApis:
     def __init__(self, broker: Broker, config: FrontConfig | None = None) -> None:
         self.broker = broker
         self.config = config or FrontConfig()
+        self._exact_slots = asyncio.Semaphore(EXACT_LOOKUPS_IN_FLIGHT)
         self.groups = GroupCoordinator(
             broker,
             offsets_partitions=self.config.offsets_topic_num_partitions,
@@ -563,7 +568,12 @@ class KafkaApis:
                 asked.append((t.name, p, tp, err))
         reqs = [ListOffsetsRequest(tp, int(p.timestamp)) for _, p, tp, err in asked if err is None and tp is not None]
         found = await self.broker.list_offsets_routed(reqs)
-        found = list(await asyncio.gather(*(self._exact(r, a) for r, a in zip(reqs, found, strict=True))))
+        # Exact lookups read one batch each: at most EXACT_LOOKUPS_MAX per
+        # request, EXACT_LOOKUPS_IN_FLIGHT at a time; beyond, the batch's
+        # base offset stands (design.md).
+        exact = [self._exact(r, a) if i < EXACT_LOOKUPS_MAX else _ready(a)
+                 for i, (r, a) in enumerate(zip(reqs, found, strict=True))]  # fmt: skip
+        found = list(await asyncio.gather(*exact))
         answers = iter(found)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for name, p, tp, err in asked:
@@ -586,9 +596,10 @@ class KafkaApis:
         error, _, offset = answer
         if req.timestamp < 0 or error != Errors.NONE or offset < 0:
             return answer
-        [(code, _hwm, _lso, records, _msg)] = await self.broker.fetch_routed(
-            [FindBatchRequest(req.topic_id_partition, offset, 1)], max_wait_ms=0, min_bytes=0, max_bytes=1
-        )
+        async with self._exact_slots:
+            [(code, _hwm, _lso, records, _msg)] = await self.broker.fetch_routed(
+                [FindBatchRequest(req.topic_id_partition, offset, 1)], max_wait_ms=0, min_bytes=0, max_bytes=1
+            )
         if code != 0:
             return answer
         try:
@@ -838,6 +849,10 @@ def _config_type(value: str) -> int:
     except ValueError:
         return 2
     return 5
+
+
+async def _ready(answer: tuple[Errors, int, int]) -> tuple[Errors, int, int]:
+    return answer
 
 
 def _to_error(code: Any) -> Errors:
