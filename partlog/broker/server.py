@@ -271,6 +271,10 @@ class Broker:
         self._replies: dict[int, asyncio.Future[Reply]] = {}
         self._next_produce_id = 0
         self._room = asyncio.Condition()
+        # Produce admission in arrival order (see produce()).
+        self._admit_next = 0
+        self._admit_serving = 0
+        self._admit_left: set[int] = set()
         self._commit_queues: dict[int, asyncio.Queue[SendCommit]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timer_wake = asyncio.Event()
@@ -499,9 +503,18 @@ class Broker:
         async with self._room:
             # Back-pressure: wait for room, unless nothing is in flight (a
             # request above the limit then gets RECORD_LIST_TOO_LARGE).
-            while nbytes > self.pipeline.room_bytes() and self.pipeline.produces_inflight:
+            # Requests are admitted in arrival order (tickets): a later,
+            # smaller request must not overtake one that waits for room, or
+            # an idempotent producer's later batches would reach the leader
+            # before its earlier ones.
+            ticket = self._admit_next
+            self._admit_next += 1
+            while ticket != self._admit_serving or (
+                nbytes > self.pipeline.room_bytes() and self.pipeline.produces_inflight
+            ):
                 left = deadline - time.monotonic()
                 if left <= 0:
+                    self._admit_give_up(ticket)
                     return [
                         BatchResult(tp, Errors.REQUEST_TIMED_OUT, error_message="broker buffer full")
                         for tp, _ in batches
@@ -511,6 +524,10 @@ class Broker:
                         await self._room.wait()
                 except TimeoutError:
                     continue
+                except BaseException:
+                    self._admit_give_up(ticket)
+                    raise
+            self._admit_give_up(ticket)  # admitted: the next ticket's turn
             produce_id = self._next_produce_id
             self._next_produce_id += 1
             acks_all = acks == -1
@@ -534,6 +551,16 @@ class Broker:
             # The pipeline still answers it later; the producer retries.
             return [BatchResult(tp, Errors.REQUEST_TIMED_OUT, error_message="produce timeout") for tp, _ in batches]
         return list(reply.results)
+
+    def _admit_give_up(self, ticket: int) -> None:
+        """``ticket`` leaves the admission queue (admitted, timed out or
+        cancelled); the queue moves past every ticket that left.  Called
+        with ``_room`` held."""
+        self._admit_left.add(ticket)
+        while self._admit_serving in self._admit_left:
+            self._admit_left.discard(self._admit_serving)
+            self._admit_serving += 1
+        self._room.notify_all()
 
     async def _rotation_timer(self) -> None:
         while not self._stopping:
