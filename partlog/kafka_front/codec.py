@@ -38,6 +38,7 @@ from kio.serial import entity_reader, entity_writer
 REQUEST_BYTES_MAX_DEFAULT = 100 * 1024 * 1024
 _SIZE = struct.Struct(">i")
 _KEY_VERSION = struct.Struct(">hh")
+_API_KEY = struct.Struct(">h")
 
 # The versions this front end serves, by API key: (min, max).  Each is a
 # version the handlers understand field by field (design.md lists them).
@@ -120,7 +121,7 @@ class FrameReader:
         """The API key of the frame in progress, once its first bytes are here."""
         if len(self._buf) < 6:
             return None
-        return int(_KEY_VERSION.unpack_from(self._buf, 4)[0])
+        return int(_API_KEY.unpack_from(self._buf, 4)[0])
 
     def next_frame(self) -> bytes | None:
         """The next complete frame's payload, or None if it is not all here."""
