@@ -83,6 +83,29 @@ def put_wal(
     return key
 
 
+def put_wal_last_in_its_shard(store: ObjectStore, created_ms: int, broker_id: int) -> str:
+    """A new WAL object whose key sorts after every key already in its
+    shard, so that an incremental scan (which lists each shard after its
+    position) must find it.  Regression: a random key that hashed to shard
+    00, where the fixture's 'wal/00/garbage' sorts after every digit, was
+    behind that shard's position and found by neither scanner (a CI flake,
+    about 1 run in 256)."""
+    keys: list[str] = []
+    after = ""
+    while True:
+        page = store.list_page("wal/", start_after=after)
+        keys += [o.key for o in page.objects]
+        if not page.is_truncated or not page.objects:
+            break
+        after = page.objects[-1].key
+    for n in range(10_000):
+        key = make_wal_key("wal", created_ms, broker_id, f"{n:012x}")
+        if all(k < str(key) for k in keys if k.startswith(f"wal/{key.shard}/")):
+            store.put(str(key), segment(created_ms, broker_id))
+            return str(key)
+    raise AssertionError("no key sorts last in its shard")
+
+
 def edge_shard_key(shard: str, created_ms: int) -> str:
     """A WAL key that hashes to ``shard`` (the first and last shards bound
     the gap listings)."""
@@ -162,7 +185,7 @@ def test_spark_incremental_matches_in_process(spark: Any, bucket: tuple[ObjectSt
         assert spark_reg.shard_positions() == local_reg.shard_positions()
 
         # A new object behind nothing: found; positions advance like the scanner's.
-        new = put_wal(store, T0 + 500_000, 1)
+        new = put_wal_last_in_its_shard(store, T0 + 500_000, 1)
         Scanner(store, local_reg, "wal", clock=clock).incremental()
         again = spark_scan(url, spark_reg, "wal", clock=clock, spark=spark, full=False)
         assert again.new_objects == 1 and spark_reg.get(new) is not None
