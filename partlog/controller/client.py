@@ -42,7 +42,7 @@ import ssl as ssl_module
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from partlog.controller.cluster_meta import (
     NO_LEADER,
@@ -76,6 +76,8 @@ from partlog.kafka.records import TopicIdPartition
 from partlog.rpc.frame import RpcErrorCode
 from partlog.rpc.transport import RpcClient, RpcConnectionError, RpcHandshakeError, RpcRemoteError, RpcTimeoutError
 from partlog.rpc.wire import WireError
+
+T = TypeVar("T")
 
 __all__ = [
     "HEARTBEAT_INTERVAL_MS_DEFAULT",
@@ -573,23 +575,11 @@ class ControllerMetadata:
         bad name; COORDINATOR_NOT_AVAILABLE / REQUEST_TIMED_OUT when the
         controller cannot be reached: retry).  Returns once this view holds
         the created topics (or after ``request_timeout_ms``)."""
-        try:
-            out = dec_create_topics_response(await self._call("create_topics", enc_create_topics(topics)))
-        except RpcTimeoutError:
-            return dict.fromkeys(topics, Errors.REQUEST_TIMED_OUT)
-        except _UNREACHABLE:
-            return dict.fromkeys(topics, Errors.COORDINATOR_NOT_AVAILABLE)
-        except RpcRemoteError as e:
-            log.error("create_topics refused: %s", e)
-            return dict.fromkeys(topics, Errors.INVALID_REQUEST)
-        except WireError as e:
-            log.error("create_topics: bad answer: %s", e)
-            return dict.fromkeys(topics, Errors.UNKNOWN_SERVER_ERROR)
+        out = await self._admin("create_topics", enc_create_topics(topics), dec_create_topics_response)
+        if isinstance(out, Errors):
+            return dict.fromkeys(topics, out)
         created = {t.topic_id for t in out.values() if isinstance(t, TopicInfo)}
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.request_timeout_ms / 1000):
-                while not created <= self._topics.keys():
-                    await self._view_changed.wait()
+        await self._view_until(lambda: created <= self._topics.keys())
         return out
 
     def topic_deleted(self, topic_id: uuid.UUID) -> bool:
@@ -605,24 +595,37 @@ class ControllerMetadata:
         error (UNKNOWN_TOPIC_OR_PARTITION; COORDINATOR_NOT_AVAILABLE /
         REQUEST_TIMED_OUT when the controller cannot be reached).  Returns
         once this view no longer holds them (or after ``request_timeout_ms``)."""
-        try:
-            out = dec_delete_topics_response(await self._call("delete_topics", enc_delete_topics(names)))
-        except RpcTimeoutError:
-            return dict.fromkeys(names, Errors.REQUEST_TIMED_OUT)
-        except _UNREACHABLE:
-            return dict.fromkeys(names, Errors.COORDINATOR_NOT_AVAILABLE)
-        except RpcRemoteError as e:
-            log.error("delete_topics refused: %s", e)
-            return dict.fromkeys(names, Errors.INVALID_REQUEST)
-        except WireError as e:
-            log.error("delete_topics: bad answer: %s", e)
-            return dict.fromkeys(names, Errors.UNKNOWN_SERVER_ERROR)
+        out = await self._admin("delete_topics", enc_delete_topics(names), dec_delete_topics_response)
+        if isinstance(out, Errors):
+            return dict.fromkeys(names, out)
         gone = {t for t in out.values() if isinstance(t, uuid.UUID)}
+        await self._view_until(lambda: not gone & self._topics.keys())
+        return out
+
+    async def _admin(self, method: str, body: Any, decode: Callable[[Any], T]) -> T | Errors:
+        """An admin call's decoded answer, or the error that stands for all
+        it asked (controller unreachable or slow: retriable; refused:
+        INVALID_REQUEST; an answer that does not decode: UNKNOWN_SERVER_ERROR)."""
+        try:
+            return decode(await self._call(method, body))
+        except WireError as e:
+            log.error("%s: bad answer: %s", method, e)
+            return Errors.UNKNOWN_SERVER_ERROR
+        except RpcTimeoutError:
+            return Errors.REQUEST_TIMED_OUT
+        except _UNREACHABLE:
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        except RpcRemoteError as e:
+            log.error("%s refused: %s", method, e)
+            return Errors.INVALID_REQUEST
+
+    async def _view_until(self, done: Callable[[], bool]) -> None:
+        """Wait until this view satisfies ``done`` (a change the controller
+        made is here), at most ``request_timeout_ms``."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.request_timeout_ms / 1000):
-                while gone & self._topics.keys():
+                while not done():
                     await self._view_changed.wait()
-        return out
 
 
 class _PollFailed(Exception):
