@@ -82,7 +82,6 @@ class Request:
     correlation_id: int
     client_id: str | None
     body: Any
-    size: int
     unsupported: str | None = None
 
     @property
@@ -155,7 +154,7 @@ def parse_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> Req
         # with v0 and UNSUPPORTED_VERSION; its header is read as v1 (the
         # client id is where every header version puts it).
         header, _ = _read_header(RequestHeaderV1, frame)
-        return Request(api_key, api_version, header.correlation_id, header.client_id, None, len(frame), unsupported)
+        return Request(api_key, api_version, header.correlation_id, header.client_id, None, unsupported)
     try:
         schema = load_request_schema(api_key, api_version)
     except Exception as e:  # kio has no schema for this key or version
@@ -172,7 +171,7 @@ def parse_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> Req
     # Bytes after the body are ignored, as Kafka's broker ignores them
     # (librdkafka's Metadata v12 carries three).
     del used
-    return Request(api_key, api_version, header.correlation_id, header.client_id, body, len(frame), unsupported)
+    return Request(api_key, api_version, header.correlation_id, header.client_id, body, unsupported)
 
 
 def _read_header(cls: type[Any], frame: bytes) -> tuple[Any, int]:

@@ -31,6 +31,8 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from partlog.tools.cluster_run import percentile
+
 TARGET_RATIO = 0.8
 TARGET_P99_SLACK_MS = 150.0
 TARGET_READ_MIB_PER_S = 100.0
@@ -41,13 +43,6 @@ SETTLE_S = 2.0
 LIGHT_RATE_PER_S = 1000
 TOPIC = "bench"
 STARTUP_TIMEOUT_S = 60.0
-
-
-def _percentile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * len(s)))]
 
 
 class _Load(NamedTuple):
@@ -340,14 +335,14 @@ def run(
         front_lat, own_lat = both(rate)
         for r, lat in ((front, front_lat), (own, own_lat)):
             r["latency_rate_per_s"] = rate
-            r["p50_ms"] = _percentile(lat, 0.50)
-            r["p99_ms"] = _percentile(lat, 0.99)
+            r["p50_ms"] = percentile(lat, 0.50)
+            r["p99_ms"] = percentile(lat, 0.99)
             r["latency_samples"] = len(lat)
         say(f"latency at a light {LIGHT_RATE_PER_S} records/s, both sides")
         front_light, own_light = both(LIGHT_RATE_PER_S)
         for r, lat in ((front, front_light), (own, own_light)):
-            r["light_p50_ms"] = _percentile(lat, 0.50)
-            r["light_p99_ms"] = _percentile(lat, 0.99)
+            r["light_p50_ms"] = percentile(lat, 0.50)
+            r["light_p99_ms"] = percentile(lat, 0.99)
         # kcat when installed: a Python consumer spends ~8 us per record
         # itself and would measure the client, not the brokers.
         kcat = shutil.which("kcat")

@@ -31,6 +31,7 @@ from partlog.client import build_record_batch
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.rpc.transport import RpcClient
 from partlog.rpc.wire import enc_tp
+from partlog.tools.cluster_run import percentile
 from partlog.wal.objectstore import LocalDirStore, ObjectStore, open_store
 
 TARGET_MIB_PER_S = 100.0
@@ -47,13 +48,6 @@ def _free_port() -> int:
 def _batch(records: int, value_bytes: int) -> bytes:
     now = time.time_ns() // 1_000_000
     return build_record_batch([(None, os.urandom(value_bytes), now) for _ in range(records)])
-
-
-def _percentile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * len(s)))]
 
 
 def measure_put_rate(store: ObjectStore, object_bytes: int, seconds: float) -> float:
@@ -109,8 +103,8 @@ async def _load(
         await c.close()
     return {
         "mib_per_s": acked / elapsed / (1 << 20),
-        "latency_ms_p50": _percentile(latencies, 0.5),
-        "latency_ms_p99": _percentile(latencies, 0.99),
+        "latency_ms_p50": percentile(latencies, 0.5),
+        "latency_ms_p99": percentile(latencies, 0.99),
         "requests": float(len(latencies)),
         "errors": float(errors),
     }

@@ -170,7 +170,8 @@ def _flag(field_name: str) -> str:
     return "--" + flags.get(field_name, field_name).replace("_", "-")
 
 
-def _percentile(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (nearest rank; 0.0 for none)."""
     if not values:
         return 0.0
     s = sorted(values)
@@ -619,7 +620,7 @@ async def _run(
             "cross_az_mean": statistics.fmean([f[2] for f in fanout]) if fanout else 0.0,
             "remote_max": max((f[1] + f[2] for f in fanout), default=0),
         },
-        "produce_latency_ms": {"p50": _percentile(latencies, 0.5), "p99": _percentile(latencies, 0.99)},
+        "produce_latency_ms": {"p50": percentile(latencies, 0.5), "p99": percentile(latencies, 0.99)},
         "mib_per_s": acked_bytes / produce_s / (1 << 20),
         "duration_s": produce_s,
         "data_dir": data_dir,
