@@ -385,3 +385,55 @@ async def test_a_follower_joins_the_isr_only_once_its_log_start_caught_up(tmp_pa
         # Its log start caught up (it applied the leader's): it joins.
         await fetch_as_follower(leader_start)
         await until(lambda: leader.replicas.isr(tp) == {leader.broker_id, fid}, "the follower to rejoin")
+
+
+@run_async
+async def test_a_follower_whose_log_start_passed_the_leaders_keeps_replicating(tmp_path: Path) -> None:
+    """Regression (a CI failure of test_walmgr_safety): retention ran on each
+    replica in turn, and a follower that had meanwhile learned a higher HWM
+    cut further than the leader had (log start 91 against 81).  As in Kafka,
+    a follower only raises its log start: it stays ahead, keeps replicating
+    and stays in the ISR, and the leader still references the objects of the
+    entries it keeps."""
+    cfg = ReplicationConfig(replica_lag_time_max_ms=500, replica_fetch_backoff_ms=50)
+    objects = LocalDirStore(tmp_path / "objects")
+    async with running_cluster(tmp_path, objects, partitions=1, replication_factor=3, replication=cfg) as (
+        brokers,
+        meta,
+    ):
+        [tp] = topic_partitions(meta)
+        [topic] = meta.topics()
+        b = by_id(brokers)
+        leader = b[meta.partition(tp).leader]  # type: ignore[union-attr]
+        follower = next(x for x in brokers if x is not leader)
+        later = 2**45  # every record is older than retention.ms at this instant
+
+        def retention_on(x: Broker) -> None:
+            x.store.alter_topic_configs(topic.topic_id, {"retention.ms": 300})
+            x.store.enforce_retention(later)
+            x.store.alter_topic_configs(topic.topic_id, {"retention.ms": -1})
+
+        for _ in range(3):
+            assert await produce_one(leader, tp, -1) == Errors.NONE
+        await until(lambda: converged(brokers, tp), "the replicas to converge")
+        retention_on(leader)
+        lead_start = leader.store.log_start_offset(tp)
+        assert lead_start == 3
+        kept = set(leader.store.file_usage())
+        for _ in range(3):
+            assert await produce_one(leader, tp, -1) == Errors.NONE
+        await until(lambda: converged(brokers, tp), "the replicas to converge")
+        kept = set(leader.store.file_usage()) - kept  # the objects of offsets 3..5
+        retention_on(follower)
+        assert follower.store.log_start_offset(tp) == 6 > lead_start
+        # Replication goes on: acks=all is answered, the follower stays in the ISR.
+        for _ in range(5):
+            assert await produce_one(leader, tp, -1) == Errors.NONE
+        await until(lambda: converged(brokers, tp), "the replicas to converge")
+        assert leader.replicas.isr(tp) == {x.broker_id for x in brokers}
+        assert follower.store.log_start_offset(tp) == 6
+        assert leader.store.log_start_offset(tp) == lead_start
+        assert kept and kept <= set(leader.store.file_usage())
+        assert kept.isdisjoint(follower.store.file_usage())
+        for x in brokers:
+            assert x.store.check() == []
