@@ -37,14 +37,16 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from partlog.broker.server import COMMITS_IN_FLIGHT_MAX
-from partlog.controller.cluster_meta import StaticMetadata
+from partlog.controller.cluster_meta import NO_LEADER, StaticMetadata
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import CommitBatchResponse, TopicIdPartition
 from partlog.produce.pipeline import Action, ProduceConfig, ProducePipeline, Reply, SendCommit, Upload
 from partlog.store import MetadataStore
+from simulations.commit_server import CommitServer
 from simulations.context import CommitSender, ProduceRequest, SimContext
 from simulations.latency import LatencySampler
 from simulations.metrics import FileCommits
+from simulations.scenario import FailureMode
 from simulations.wire_bytes import commit_request_bytes, commit_response_bytes, replica_fetch_response_bytes
 
 # Produce requests a broker holds back while its buffer is full.  A real
@@ -65,23 +67,26 @@ class SimBroker:
         commit_leader_of: Callable[[TopicIdPartition], int | None] | None,
         rng: random.Random,
         put: LatencySampler,
-        apply: LatencySampler,
+        server: CommitServer | None,
         follower_apply: LatencySampler,
     ) -> None:
         """``store``: the broker leads partitions (partlog design); None
-        when commits go elsewhere.  ``commit_leader_of``: where the pipeline
-        sends commits (None: to the partition leader by this broker's view)."""
+        when commits go elsewhere; ``server``: the cost model of its
+        store's commits (with ``store``).  ``commit_leader_of``: where the
+        pipeline sends commits (None: to the partition leader by this
+        broker's view)."""
         self.ctx = ctx
         self.node_id = broker_id
         self.az = ctx.broker_azs[broker_id]
         self.alive = True
+        self.dead_mode = FailureMode.REFUSE
         self.store = store
         self._fixed_leader_of = commit_leader_of
         self._rng = rng
         self._put = put
-        self._apply = apply
+        self.server = server
         self._follower_apply = follower_apply
-        self._commit_timeout_ms = ctx.scenario.commit.commit_rpc_timeout_ms
+        self._put_bytes_per_ms = ctx.scenario.object_store.put_bytes_per_s / 1000
         self.view = view
         self.pipeline = ProducePipeline(
             broker_id,
@@ -112,16 +117,18 @@ class SimBroker:
         if self._fixed_leader_of is None:
             self.pipeline.leader_of = view.leader_of
 
-    def fail(self) -> None:
+    def fail(self, mode: FailureMode = FailureMode.REFUSE) -> None:
         """The process dies: everything it holds is lost, nothing it had
-        scheduled happens (each handler checks ``alive``)."""
+        scheduled happens (each handler checks ``alive``).  ``mode``: what
+        the nodes talking to it see from now on."""
         if not self.alive:
             return
         self.alive = False
-        rec = self.ctx.recorder
-        now = self.ctx.loop.now_ms
+        self.dead_mode = mode
+        if self.server is not None:
+            self.server.abort()
         for r in [*self._inflight.values(), *self._waiting]:
-            rec.failed(now, r.send_id, 1, len(r.batches), "broker_died")
+            self.ctx.dead_target(r, mode, "broker_died")
         self._inflight.clear()
         self._waiting.clear()
         self._segment_partitions.clear()
@@ -132,14 +139,12 @@ class SimBroker:
     # ------------------------------------------------------------- produce
 
     def on_produce(self, req: ProduceRequest) -> None:
-        rec = self.ctx.recorder
         if not self.alive:
-            # Connection refused: the producer learns it failed.
-            rec.failed(self.ctx.loop.now_ms, req.send_id, 1, len(req.batches), "broker_dead")
+            self.ctx.dead_target(req, self.dead_mode)
             return
         if self._waiting or (req.nbytes > self.pipeline.room_bytes() and self.pipeline.produces_inflight):
             if len(self._waiting) >= WAITING_PRODUCES_MAX:
-                rec.failed(self.ctx.loop.now_ms, req.send_id, 1, len(req.batches), "overloaded")
+                self.ctx.produce_failed(req, req.batches, "overloaded")
                 return
             self._waiting.append(req)
             return
@@ -200,7 +205,8 @@ class SimBroker:
         if error_rate and self._rng.random() < error_rate:
             error = "simulated PUT failure"
             rec.puts_failed += 1
-        self.ctx.loop.after(self._put.sample(), self._upload_done, up.segment_id, error)
+        took = self._put.sample() + len(up.data) / self._put_bytes_per_ms
+        self.ctx.loop.after(took, self._upload_done, up.segment_id, error)
 
     def _upload_done(self, segment_id: int, error: str | None) -> None:
         if not self.alive:
@@ -230,15 +236,34 @@ class SimBroker:
             else:
                 counts[2] += 1
         now = self.ctx.loop.now_ms
-        leader_of = self.view.leader_of
+        view = self.view
+        azs = self.ctx.broker_azs
         for segment_id, (local, same, cross) in per_segment.items():
             parts = self._segment_partitions.pop(segment_id, ())
             # Counted from the file's footer and this broker's metadata, not
             # from the pipeline's commits: the two agree only if the
             # pipeline sends one commit per leader.
-            leaders = {leader_of(tp) for tp in parts}
-            leaders.discard(None)
-            self.ctx.recorder.files.append(FileCommits(now, self.node_id, local, same, cross, len(parts), len(leaders)))
+            leaders: set[int] = set()
+            readers: set[int] = set()
+            for tp in parts:
+                p = view.partition(tp)
+                if p is not None:
+                    leaders.add(p.leader)
+                    readers.update(p.replicas)
+            leaders.discard(NO_LEADER)
+            self.ctx.recorder.files.append(
+                FileCommits(
+                    now,
+                    self.node_id,
+                    local,
+                    same,
+                    cross,
+                    len(parts),
+                    len(leaders),
+                    len(readers),
+                    len({azs[r] for r in readers}),
+                )
+            )
 
     def _target_az(self, node_id: int) -> str:
         return self.ctx.commit_targets[node_id].az
@@ -248,11 +273,14 @@ class SimBroker:
         ctx = self.ctx
         rec = ctx.recorder
         errors = [r.error for r in reply.results if r.error != Errors.NONE]
-        if errors:
-            rec.failed(ctx.loop.now_ms, req.send_id, 1, len(errors), errors[0].name.lower())
-            return
         arrival = ctx.loop.now_ms + ctx.network.one_way_ms(self.az, req.producer_az)
-        rec.answered(req.send_id, req.sent_ms, arrival - req.sent_ms)
+        if errors:
+            # The producer learns it when the answer arrives.
+            bad = {r.topic_id_partition for r in reply.results if r.error != Errors.NONE}
+            failed = tuple(b for b in req.batches if b[0] in bad)
+            ctx.loop.at(arrival, ctx.produce_failed, req, failed, errors[0].name.lower())
+            return
+        rec.answered(req.send_id, req.since_ms, arrival - req.since_ms)
 
     # ------------------------------------------------------------- commits
 
@@ -287,17 +315,8 @@ class SimBroker:
     def receive_commit(self, sender: CommitSender, c: SendCommit, sent_ms: float) -> None:
         """This broker as the leader: one commit RPC (sent at ``sent_ms``) arrived."""
         ctx = self.ctx
-        loop = ctx.loop
-        net = ctx.network
         if not self.alive:
-            # Nobody answers: the sender's RPC times out.
-            loop.at(
-                max(loop.now_ms, sent_ms + self._commit_timeout_ms),
-                sender.commit_answered,
-                c,
-                None,
-                Errors.REQUEST_TIMED_OUT,
-            )
+            ctx.dead_commit_target(self, sender, c, sent_ms, self.dead_mode)
             return
         ctx.recorder.commit_received(self.node_id, sender is not self)
         assert self.store is not None, "a broker without a store received a commit"
@@ -305,7 +324,6 @@ class SimBroker:
         me = self.node_id
         requests = c.requests
         mine = [i for i, r in enumerate(requests) if leader_of(r.topic_id_partition) == me]
-        ready = loop.now_ms
         answers: list[CommitBatchResponse]
         if len(mine) == len(requests):
             answers = self.store.commit_file(c.key, sender.node_id, c.file_size, requests)
@@ -317,12 +335,29 @@ class SimBroker:
                 committed = self.store.commit_file(c.key, sender.node_id, c.file_size, [requests[i] for i in mine])
                 for i, resp in zip(mine, committed, strict=True):
                     answers[i] = resp
-        if mine:
-            ready += self._apply.sample() + self._replicate(c, sender.node_id, mine)
+        if not mine:
+            self._answer(sender, c, answers, 0.0)
+            return
+        # Sequenced now (arrival order is the server's order); answered
+        # once its group commit is served and, for acks=all, replicated.
+        assert self.server is not None, "a broker with a store has a commit server"
+        self.server.submit(len(mine), self._committed, sender, c, answers, mine, sent_ms)
+
+    def _committed(
+        self, sender: CommitSender, c: SendCommit, answers: list[CommitBatchResponse], mine: list[int], sent_ms: float
+    ) -> None:
+        if not self.alive:
+            # It died with the commit in its store's queue.
+            self.ctx.dead_commit_target(self, sender, c, sent_ms, self.dead_mode)
+            return
+        self._answer(sender, c, answers, self._replicate(c, sender.node_id, mine))
+
+    def _answer(self, sender: CommitSender, c: SendCommit, answers: list[CommitBatchResponse], wait_ms: float) -> None:
+        ctx = self.ctx
         if sender.az != self.az:
             ctx.recorder.cross_az_commit_bytes += commit_response_bytes(answers)
-        back = net.deliver_at(me, sender.node_id, self.az, sender.az, ready)
-        loop.at(back, sender.commit_answered, c, answers, Errors.NONE)
+        back = ctx.network.deliver_at(self.node_id, sender.node_id, self.az, sender.az, ctx.loop.now_ms + wait_ms)
+        ctx.loop.at(back, sender.commit_answered, c, answers, Errors.NONE)
 
     def _followers(self, tp: TopicIdPartition) -> tuple[int, ...]:
         """The followers in the partition's ISR, by this broker's view;
@@ -348,6 +383,7 @@ class SimBroker:
             return 0.0
         azs = ctx.broker_azs
         rec = ctx.recorder
+        rec.replica_fetches += len(per_follower)
         net = ctx.network
         lag = 0.0
         ack = 0.0

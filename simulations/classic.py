@@ -17,6 +17,7 @@ from __future__ import annotations
 from partlog.controller.cluster_meta import StaticMetadata
 from simulations.context import ProduceRequest, SimContext
 from simulations.latency import LatencySampler
+from simulations.scenario import FailureMode
 
 
 class ClassicLeader:
@@ -32,6 +33,7 @@ class ClassicLeader:
         self.node_id = broker_id
         self.az = ctx.broker_azs[broker_id]
         self.alive = True
+        self.dead_mode = FailureMode.REFUSE
         self.view = view
         self._apply = apply
         self._follower_apply = follower_apply
@@ -39,37 +41,36 @@ class ClassicLeader:
     def set_view(self, view: StaticMetadata) -> None:
         self.view = view
 
-    def fail(self) -> None:
+    def fail(self, mode: FailureMode = FailureMode.REFUSE) -> None:
         self.alive = False
+        self.dead_mode = mode
 
     def on_produce(self, req: ProduceRequest) -> None:
         ctx = self.ctx
         rec = ctx.recorder
         if not self.alive:
-            rec.failed(ctx.loop.now_ms, req.send_id, 1, len(req.batches), "broker_dead")
+            ctx.dead_target(req, self.dead_mode)
             return
         azs = ctx.broker_azs
         me = self.node_id
         followers: set[int] = set()
         cross_bytes = 0
-        not_led = 0
+        not_led = []
         for tp, batch in req.batches:
             p = self.view.partition(tp)
             if p is None or p.leader != me:
-                not_led += 1
+                not_led.append((tp, batch))
                 continue
             for r in p.isr:
                 if r != me:
                     followers.add(r)
                     if azs[r] != self.az:
                         cross_bytes += len(batch)
-        if not_led:
-            rec.failed(ctx.loop.now_ms, req.send_id, 1, not_led, "not_leader_or_follower")
-            return
         rec.cross_az_data_bytes += cross_bytes
         net = ctx.network
         done = ctx.loop.now_ms + self._apply.sample()
         if followers:
+            rec.replica_fetches += len(followers)
             lag = 0.0
             ack = 0.0
             for f in sorted(followers):
@@ -81,4 +82,9 @@ class ClassicLeader:
             if req.acks_all:
                 done += ack
         arrival = done + net.one_way_ms(self.az, req.producer_az)
-        rec.answered(req.send_id, req.sent_ms, arrival - req.sent_ms)
+        if not_led:
+            # The batches it leads are appended; the others fail (and the
+            # producer retries them, by then perhaps at the new leader).
+            ctx.loop.at(arrival, ctx.produce_failed, req, tuple(not_led), "not_leader_or_follower")
+            return
+        rec.answered(req.send_id, req.since_ms, arrival - req.since_ms)

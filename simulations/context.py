@@ -3,7 +3,7 @@ who is who; and the messages they exchange."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -13,7 +13,7 @@ from partlog.produce.pipeline import SendCommit
 from simulations.event_loop import EventLoop
 from simulations.metrics import Recorder
 from simulations.network import Network
-from simulations.scenario import Scenario
+from simulations.scenario import FailureMode, Scenario
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +27,18 @@ class ProduceRequest:
     batches: tuple[tuple[TopicIdPartition, bytes], ...]
     nbytes: int
     acks_all: bool
+    request_timeout_ms: int = 30_000
+    # The producer's retry hook: called with the request and why it failed;
+    # True when it will send the batches again (then the failure is not final).
+    retry: Callable[[ProduceRequest, Sequence[tuple[TopicIdPartition, bytes]], str], bool] | None = None
+    # When the batches were first sent (delivery.timeout.ms and the latency
+    # a client sees count from there); -1: this is the first attempt.
+    first_sent_ms: float = -1.0
+    attempt: int = 0
+
+    @property
+    def since_ms(self) -> float:
+        return self.sent_ms if self.first_sent_ms < 0 else self.first_sent_ms
 
 
 class CommitSender(Protocol):
@@ -69,3 +81,36 @@ class SimContext:
     def now_ms(self) -> int:
         """The current virtual time as the real code sees it."""
         return self.epoch_ms + int(self.loop.now_ms)
+
+    def dead_commit_target(
+        self, target: CommitTarget, sender: CommitSender, c: SendCommit, sent_ms: float, mode: FailureMode
+    ) -> None:
+        """A commit reached (or was held by) a dead node: with REFUSE the
+        sender's connection is refused or reset and it learns at once (a
+        one-way back: NETWORK_EXCEPTION, as partlog/broker/server.py maps a
+        lost connection); with BLACKHOLE its RPC times out."""
+        loop = self.loop
+        if mode is FailureMode.REFUSE:
+            back = loop.now_ms + self.network.one_way_ms(target.az, sender.az)
+            loop.at(back, sender.commit_answered, c, None, Errors.NETWORK_EXCEPTION)
+        else:
+            when = max(loop.now_ms, sent_ms + self.scenario.commit.commit_rpc_timeout_ms)
+            loop.at(when, sender.commit_answered, c, None, Errors.REQUEST_TIMED_OUT)
+
+    def dead_target(self, req: ProduceRequest, mode: FailureMode, why: str = "broker_dead") -> None:
+        """A produce request reached (or was held by) a dead broker: with
+        REFUSE the producer learns at once (connection refused or reset),
+        with BLACKHOLE only at its ``request_timeout_ms``."""
+        if mode is FailureMode.REFUSE:
+            self.produce_failed(req, req.batches, why)
+        else:
+            when = max(self.loop.now_ms, req.sent_ms + req.request_timeout_ms)
+            self.loop.at(when, self.produce_failed, req, req.batches, "request_timed_out")
+
+    def produce_failed(self, req: ProduceRequest, batches: Sequence[tuple[TopicIdPartition, bytes]], why: str) -> None:
+        """``batches`` of ``req`` failed now with ``why``: its producer
+        sends them again if it may (Kafka's retries within
+        delivery.timeout.ms), else the failure is recorded."""
+        if req.retry is not None and req.retry(req, batches, why):
+            return
+        self.recorder.failed(self.loop.now_ms, req.send_id, 1, len(batches), why)

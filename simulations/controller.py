@@ -9,13 +9,16 @@ dev-list thread's exception 2).
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from partlog.controller.cluster_meta import NO_LEADER, StaticMetadata
 from simulations.context import SimContext
-from simulations.scenario import EventKind, EventSpec
-from simulations.topology import with_leaders, without_brokers
+from simulations.scenario import EventKind, EventSpec, FailureMode
+from simulations.topology import COORDINATOR_ID, with_leaders, without_brokers
+
+if TYPE_CHECKING:
+    from simulations.commit_server import CommitServer
 
 
 class Viewer(Protocol):
@@ -23,7 +26,16 @@ class Viewer(Protocol):
 
 
 class Failable(Viewer, Protocol):
-    def fail(self) -> None: ...
+    def fail(self, mode: FailureMode = ...) -> None: ...
+
+
+class Coordinator(Protocol):
+    alive: bool
+    az: str
+
+    def fail(self, mode: FailureMode = ...) -> None: ...
+
+    def take_over(self, az: str, live_azs: Sequence[str]) -> None: ...
 
 
 class Stoppable(Protocol):
@@ -38,8 +50,9 @@ class Controller:
         brokers: dict[int, Failable],
         clients: Mapping[str, Sequence[Viewer]],
         producers: Mapping[str, Sequence[Stoppable]],
-        coordinator: Stoppable | None,
+        coordinator: Coordinator | None,
         rng: random.Random,
+        servers: Mapping[int, CommitServer] | None = None,
     ) -> None:
         """``clients``: per AZ, whatever routes by client metadata;
         ``producers``: per AZ, what stops when the AZ is lost."""
@@ -50,7 +63,10 @@ class Controller:
         self._producers = producers
         self._coordinator = coordinator
         self._rng = rng
+        # Commit target id (COORDINATOR_ID for the coordinator) -> its store's server.
+        self._servers = servers or {}
         self._dead: set[int] = set()
+        self._lost_azs: set[str] = set()
         # (virtual ms, what) for reports and plots.
         self.log: list[tuple[float, str]] = []
 
@@ -59,17 +75,74 @@ class Controller:
             self.ctx.loop.at(e.at_s * 1000, self._fire, e)
 
     def _fire(self, e: EventSpec) -> None:
-        if e.kind is EventKind.MOVE_LEADERS:
+        kind = e.kind
+        if kind is EventKind.MOVE_LEADERS:
             self._move_leaders(e.partitions)
-        elif e.kind is EventKind.BROKER_FAILURE:
-            self._fail([e.broker], f"broker {e.broker} fails")
-        else:
+        elif kind is EventKind.BROKER_FAILURE:
+            self._fail([e.broker], f"broker {e.broker} fails ({e.mode})", e.mode)
+        elif kind is EventKind.AZ_LOSS:
             ids = [b for b, az in sorted(self.ctx.broker_azs.items()) if az == e.az]
+            self._lost_azs.add(e.az)
             for p in self._producers.get(e.az, ()):
                 p.alive = False
-            if self._coordinator is not None and self.ctx.scenario.cluster.coordinator_az == e.az:
-                self._coordinator.alive = False
-            self._fail(ids, f"AZ {e.az} lost (brokers {ids})")
+            c = self._coordinator
+            if c is not None and c.alive and c.az == e.az:
+                self._fail_coordinator(e.mode, self.ctx.scenario.metadata.coordinator_failover_ms)
+            self._fail(ids, f"AZ {e.az} lost (brokers {ids}, {e.mode})", e.mode)
+        elif kind is EventKind.COORDINATOR_FAILURE:
+            if self._coordinator is not None and self._coordinator.alive:
+                self.log.append((self.ctx.loop.now_ms, f"coordinator fails ({e.mode})"))
+                self._fail_coordinator(e.mode, e.failover_ms)
+        elif kind is EventKind.NETWORK_DEGRADATION:
+            where = f"AZ {e.az}'s cross-AZ links" if e.az else "every cross-AZ link"
+            self._slow(f"{where} {e.factor:g}x slower", e, lambda f: self.ctx.network.degrade(e.az, f))
+        else:
+            if kind is EventKind.SLOW_BROKER:
+                ids, what = [e.broker], f"broker {e.broker}'s commit store"
+            else:
+                ids = [b for b, az in sorted(self.ctx.broker_azs.items()) if az == e.az]
+                what = f"AZ {e.az}'s commit stores"
+                c = self._coordinator
+                if c is not None and c.az == e.az:
+                    ids.append(COORDINATOR_ID)
+            servers = [self._servers[i] for i in ids if i in self._servers]
+
+            def apply(factor: float) -> None:
+                for sv in servers:
+                    sv.slow_factor = factor
+
+            self._slow(f"{what} {e.factor:g}x slower", e, apply)
+
+    def _slow(self, what: str, e: EventSpec, apply: Callable[[float], None]) -> None:
+        """Apply a slowdown now, and undo it after ``e.duration_s`` (0: never)."""
+        self.log.append((self.ctx.loop.now_ms, what))
+        apply(e.factor)
+        if e.duration_s > 0:
+
+            def heal() -> None:
+                self.log.append((self.ctx.loop.now_ms, f"{what.rsplit(' ', 2)[0]} back to normal"))
+                apply(1.0)
+
+            self.ctx.loop.after(e.duration_s * 1000, heal)
+
+    def _fail_coordinator(self, mode: FailureMode, failover_ms: int) -> None:
+        """The coordinator dies; a replica in the next live AZ takes over
+        after ``failover_ms``, and brokers reach it once they learn of it."""
+        c = self._coordinator
+        assert c is not None
+        c.fail(mode)
+        azs = list(self.ctx.scenario.cluster.azs)
+
+        def take_over() -> None:
+            live = [a for a in azs if a not in self._lost_azs]
+            if not live:
+                return
+            i = azs.index(c.az)
+            new_az = next(a for a in azs[i + 1 :] + azs[: i + 1] if a in live)
+            self.log.append((self.ctx.loop.now_ms, f"coordinator failed over to {new_az}"))
+            c.take_over(new_az, live)
+
+        self.ctx.loop.after(failover_ms + self.ctx.scenario.metadata.broker_propagation_ms, take_over)
 
     def _publish(self, truth: StaticMetadata) -> None:
         self.truth = truth
@@ -101,11 +174,11 @@ class Controller:
         self.log.append((self.ctx.loop.now_ms, f"{len(moves)} partitions change leader"))
         self._publish(with_leaders(self.truth, moves))
 
-    def _fail(self, ids: list[int], what: str) -> None:
+    def _fail(self, ids: list[int], what: str, mode: FailureMode) -> None:
         self.log.append((self.ctx.loop.now_ms, what))
         for b in ids:
             self._dead.add(b)
-            self._brokers[b].fail()
+            self._brokers[b].fail(mode)
         # The controller notices when the session times out.
         self.ctx.loop.after(self.ctx.scenario.metadata.session_timeout_ms, self._fence, list(ids))
 

@@ -9,11 +9,15 @@ breakdowns) is computed once in :func:`summarize`.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from simulations.cost import MonthlyCost, monthly_cost
-from simulations.scenario import Scenario
+from simulations.scenario import GetMode, Scenario
+
+if TYPE_CHECKING:
+    from simulations.commit_server import CommitServer
 
 MS_PER_S = 1000.0
 
@@ -33,6 +37,10 @@ class FileCommits:
     # were released (partlog: one commit RPC each; the coordinator design
     # sends one RPC whatever this is).
     distinct_leaders: int
+    # Brokers, and their AZs, holding a replica of any of the file's
+    # partitions: who may read it (GETs by get_mode).
+    replica_brokers: int = 0
+    replica_azs: int = 0
 
     @property
     def remote(self) -> int:
@@ -73,6 +81,11 @@ class Recorder:
     # One sample per commit with followers: when the slowest follower has
     # appended it (one-way to it plus its apply).
     replication_lag_ms: list[float] = field(default_factory=list)
+    # Fetches by followers (coordinator replicas) that carried new entries:
+    # one per follower per commit (classic: per produce request).
+    replica_fetches: int = 0
+    # (virtual ms, batches, why) of each produce request the producer retried
+    retries: list[tuple[float, int, str]] = field(default_factory=list)
 
     @property
     def cross_az_metadata_bytes(self) -> int:
@@ -113,6 +126,18 @@ class Recorder:
             del self.sends_pending[send_id]
             self.send_latencies.append((sent_ms, s[2]))
 
+    def retried(self, now_ms: float, send_id: int, batches: int, why: str) -> None:
+        """A failed produce request's ``batches`` will be sent again."""
+        self.retries.append((now_ms, batches, why))
+
+    def requests_replaced(self, send_id: int, requests: int) -> None:
+        """A retry sends a failed request's batches as ``requests`` requests."""
+        s = self.sends_pending.get(send_id)
+        if s is not None:
+            s[0] += requests - 1
+            if s[0] == 0:  # (nothing was sent again: cannot happen with requests >= 1)
+                del self.sends_pending[send_id]
+
     def failed(self, now_ms: float, send_id: int | None, requests: int, batches: int, why: str) -> None:
         """``requests`` produce requests (``batches`` batches) of one send
         failed at ``now_ms``; ``why``: a Kafka error name in lower case, or
@@ -150,6 +175,8 @@ class FailureWindow:
     batches_failed: int
     # why -> produce requests (batches when no request failed: no_leader)
     produce_requests_failed_by_reason: dict[str, int]
+    # Failed produce requests the producers sent again (not failures yet).
+    produce_requests_retried: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +226,8 @@ class DesignResult:
     produce_requests: int
     produce_requests_failed: int
     batches_failed: int
+    # Failed produce requests the producers sent again (Kafka's retries).
+    produce_requests_retried: int
     failure_windows: tuple[FailureWindow, ...]
     per_broker: tuple[BrokerFanout, ...]
     # Per simulated second: mean remote commit RPCs per file, latency p99.
@@ -208,6 +237,24 @@ class DesignResult:
     events: tuple[tuple[float, str], ...]
     simulated_s: float
     wall_s: float
+    # The commit targets' stores (commit_server.py): the busiest one's
+    # share of time busy, and each commit's wait in a store's queue.
+    commit_store_utilization_max: float = 0.0
+    commit_store_utilization_mean: float = 0.0
+    commit_queue_wait_ms_p50: float | None = None
+    commit_queue_wait_ms_p99: float | None = None
+    # Group commits per second over all commit targets.
+    group_commits_per_s: float = 0.0
+    # Requests nodes receive, per second, over the whole cluster: produce
+    # requests from clients, commit RPCs over the network, replica fetches.
+    produce_requests_per_s: float = 0.0
+    network_commit_rpcs_per_s: float = 0.0
+    replica_fetches_per_s: float = 0.0
+
+    @property
+    def requests_per_s_total(self) -> float:
+        return self.produce_requests_per_s + self.network_commit_rpcs_per_s + self.replica_fetches_per_s
+
     # Every WAL file's commits, for checks beyond the summary (not in JSON).
     file_commits: tuple[FileCommits, ...] = ()
 
@@ -220,12 +267,28 @@ def percentile(sorted_values: Sequence[float], q: float) -> float | None:
     return sorted_values[min(rank, len(sorted_values)) - 1]
 
 
+def gets_per_file(scenario: Scenario, f: FileCommits) -> float:
+    """The GETs that read file ``f``: ``gets_per_file`` when the scenario
+    gives it, else by its ``get_mode``."""
+    o = scenario.object_store
+    if o.gets_per_file is not None:
+        return o.gets_per_file
+    if o.get_mode is GetMode.SHARED_CACHE:
+        return 1.0
+    if o.get_mode is GetMode.PER_BROKER:
+        return float(f.replica_brokers)
+    return float(f.replica_azs)
+
+
 def _mean(values: Sequence[int] | Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
 def failure_windows(
-    failures: Sequence[tuple[float, int, int, str]], events: Sequence[tuple[float, str]], end_ms: float
+    failures: Sequence[tuple[float, int, int, str]],
+    events: Sequence[tuple[float, str]],
+    end_ms: float,
+    retries: Sequence[tuple[float, int, str]] = (),
 ) -> tuple[FailureWindow, ...]:
     """Failures counted per window: from the start to the first event, from
     each event to the next, from the last to ``end_ms``."""
@@ -238,8 +301,11 @@ def failure_windows(
         why: dict[str, int] = {}
         for _, n, b, reason in inside:
             why[reason] = why.get(reason, 0) + (n or b)
+        retried = sum(1 for r in retries if lo <= r[0] < hi or (last and r[0] == hi))
         out.append(
-            FailureWindow(lo, hi, what, sum(f[1] for f in inside), sum(f[2] for f in inside), dict(sorted(why.items())))
+            FailureWindow(
+                lo, hi, what, sum(f[1] for f in inside), sum(f[2] for f in inside), dict(sorted(why.items())), retried
+            )
         )
     return tuple(out)
 
@@ -253,8 +319,12 @@ def summarize(
     coordinator_id: int | None,
     events: list[tuple[float, str]],
     wall_s: float,
+    servers: Mapping[int, CommitServer] | None = None,
 ) -> DesignResult:
     duration_s = scenario.duration_s
+    servers = servers or {}
+    utilization = [sv.utilization(duration_s * MS_PER_S) for sv in servers.values()]
+    waits = sorted(w for sv in servers.values() for w in sv.wait_ms)
     files = rec.files
     remote = [f.remote for f in files]
     hist: dict[int, int] = {}
@@ -286,7 +356,7 @@ def summarize(
     send_lat = sorted(latency for _, latency in rec.send_latencies)
     lag = sorted(rec.replication_lag_ms)
     puts_per_s = rec.puts / duration_s
-    gets_per_s = (rec.puts - rec.puts_failed) * scenario.gets_per_file / duration_s if rec.puts else 0.0
+    gets_per_s = sum(gets_per_file(scenario, f) for f in files) / duration_s
     data_per_s = rec.cross_az_data_bytes / duration_s
     metadata_per_s = rec.cross_az_metadata_bytes / duration_s
     seconds = max(1, math.ceil(duration_s))
@@ -335,12 +405,21 @@ def summarize(
         produce_requests=rec.produce_requests,
         produce_requests_failed=rec.produce_requests_failed,
         batches_failed=rec.batches_failed,
-        failure_windows=failure_windows(rec.failures, events, duration_s * MS_PER_S),
+        failure_windows=failure_windows(rec.failures, events, duration_s * MS_PER_S, rec.retries),
+        produce_requests_retried=len(rec.retries),
         per_broker=tuple(per_broker),
         timeline_remote_mean=tuple(_mean(v) if v else None for v in by_second_files),
         timeline_latency_ms_p99=tuple(percentile(sorted(v), 99) for v in by_second_lat),
         events=tuple(events),
         simulated_s=duration_s,
         wall_s=wall_s,
+        commit_store_utilization_max=max(utilization, default=0.0),
+        commit_store_utilization_mean=_mean(utilization),
+        commit_queue_wait_ms_p50=percentile(waits, 50),
+        commit_queue_wait_ms_p99=percentile(waits, 99),
+        group_commits_per_s=sum(sv.groups for sv in servers.values()) / duration_s,
+        produce_requests_per_s=rec.produce_requests / duration_s,
+        network_commit_rpcs_per_s=sum(c[1] for c in rec.commits_received.values()) / duration_s,
+        replica_fetches_per_s=rec.replica_fetches / duration_s,
         file_commits=tuple(files),
     )

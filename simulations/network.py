@@ -23,9 +23,25 @@ class Network:
         self._cross = LatencySampler(spec.rtt_cross_az, rng)
         # (sender node, receiver node) -> latest arrival time so far.
         self._last_arrival_ms: dict[tuple[int, int], float] = {}
+        # Degraded cross-AZ links (network-degradation events): an AZ ("":
+        # every link) -> how many times longer its round trips take.
+        self._degraded: dict[str, float] = {}
+
+    def degrade(self, az: str, factor: float) -> None:
+        """Cross-AZ round trips from ``az`` ("": all) ``factor`` times longer (1: healed)."""
+        if factor == 1.0:
+            self._degraded.pop(az, None)
+        else:
+            self._degraded[az] = factor
 
     def rtt_ms(self, az_a: str, az_b: str) -> float:
-        return self._same.sample() if az_a == az_b else self._cross.sample()
+        if az_a == az_b:
+            return self._same.sample()
+        rtt = self._cross.sample()
+        if self._degraded:
+            d = self._degraded
+            rtt *= max(d.get("", 1.0), d.get(az_a, 1.0), d.get(az_b, 1.0))
+        return rtt
 
     def one_way_ms(self, az_a: str, az_b: str) -> float:
         return self.rtt_ms(az_a, az_b) / 2

@@ -341,7 +341,8 @@ def build_report(seed: int, *, jobs: int = 1) -> str:
         "because a send waits for the slowest of its requests. Partlog's commits are parallel RPCs of about "
         "one cross-AZ round trip "
         "plus an append, and an acks=all commit also waits for the slowest follower's round trip and append; "
-        f"the coordinator's commit is KIP-1163's (p50 {bal.scenario.commit.coordinator.ms_p50:g} ms).",
+        "the coordinator's commit is the same store's (" + bal.scenario.commit.coordinator.describe() + ") plus, "
+        "with acks=all, its replicas' round trip and append.",
         "",
         "**Metadata-log replication lag** is modelled, not run: a follower (a coordinator replica for design "
         "b, a record follower for classic) has an entry one network one-way after the leader appended it, "

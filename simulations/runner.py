@@ -132,6 +132,24 @@ def design_json(d: DesignResult, *, timing: bool) -> dict[str, Any]:
             if has_files
             else None
         ),
+        # The commit targets' stores (simulations/commit_server.py).
+        "commit_store": (
+            {
+                "utilization_max": _f(d.commit_store_utilization_max),
+                "utilization_mean": _f(d.commit_store_utilization_mean),
+                "queue_wait_ms": {"p50": _f(d.commit_queue_wait_ms_p50), "p99": _f(d.commit_queue_wait_ms_p99)},
+                "group_commits_per_s": _f(d.group_commits_per_s),
+            }
+            if has_files
+            else None
+        ),
+        # Requests all nodes receive per second: total = the three below.
+        "requests_per_s": {
+            "total": _f(d.requests_per_s_total),
+            "produce": _f(d.produce_requests_per_s),
+            "network_commit_rpcs": _f(d.network_commit_rpcs_per_s),
+            "replica_fetches": _f(d.replica_fetches_per_s),
+        },
         "wal_files_per_s_busiest_broker": _f(d.files_per_s_per_broker_max) if has_files else None,
         "produce_bytes_per_s": _f(d.produce_bytes_per_s),
         "cross_az_bytes_per_s": {
@@ -164,6 +182,7 @@ def design_json(d: DesignResult, *, timing: bool) -> dict[str, Any]:
         "produce_requests": d.produce_requests,
         "produce_requests_failed": d.produce_requests_failed,
         "batches_failed": d.batches_failed,
+        "produce_requests_retried": d.produce_requests_retried,
         "failures_by_window": [
             {
                 "from_s": _f(w.from_ms / 1000),
@@ -171,6 +190,7 @@ def design_json(d: DesignResult, *, timing: bool) -> dict[str, Any]:
                 "after": w.after,
                 "produce_requests_failed": w.produce_requests_failed,
                 "batches_failed": w.batches_failed,
+                "retried": w.produce_requests_retried,
                 "by_reason": w.produce_requests_failed_by_reason,
             }
             for w in d.failure_windows
@@ -207,6 +227,10 @@ def to_json(r: RunResult, *, timing: bool = True) -> dict[str, Any]:
         "scenario": r.scenario.name,
         "seed": r.seed,
         "simulated_s": _f(r.simulated_s),
+        "commit_cost": {
+            "leader": r.scenario.commit.leader.describe(),
+            "coordinator": r.scenario.commit.coordinator.describe(),
+        },
         "events": [{"at_s": _f(ms / 1000), "what": what} for ms, what in (r.designs[0].events if r.designs else ())],
         "designs": [design_json(d, timing=timing) for d in r.designs],
     }

@@ -24,26 +24,39 @@ A scenario file::
     partitions_per_send = 3
     batch_bytes = 4096
     acks = "all"                           # or "1"
+    skew = 0                               # Zipf exponent of partition choice (0: uniform)
+    retries = true                         # Kafka's retries: retry_backoff_ms 100, retry_backoff_max_ms 1000,
+                                           # delivery_timeout_ms 120000, request_timeout_ms 30000
 
     [buffer]        commit_interval_ms, buffer_bytes_max, inflight_bytes_max, uploads_inflight_max
     [network]       rtt_same_az_ms_p50/_p99, rtt_cross_az_ms_p50/_p99
     [object_store]  put_ms_p50/_p99, put_usd_per_1000, get_usd_per_1000,
-                    gets_per_file (unset: one per AZ; 0 means none), put_error_rate
-    [commit]        apply_ms_p50/_p99, follower_apply_ms_p50/_p99, coordinator_ms_p50/_p99,
+                    put_mb_per_s, get_mode ("per-az-cache", "per-broker", "shared-cache"),
+                    gets_per_file (overrides get_mode; 0 means none), put_error_rate
+    [commit]        apply_ms_p50/_p99, apply_us_per_batch, profile (a file: the leader's
+                    store), coordinator_ms_p50/_p99, coordinator_us_per_batch,
+                    coordinator_profile (unset: the leader's store), follower_apply_ms_p50/_p99,
                     coordinator_replication_factor, commit_rpc_timeout_ms
-    [metadata]      broker_propagation_ms, client_propagation_ms, session_timeout_ms
+    [metadata]      broker_propagation_ms, client_propagation_ms, session_timeout_ms,
+                    coordinator_failover_ms (unset: the session timeout)
     [cost]          cross_az_usd_per_gb
 
     [[events]]
     at_s = 20
     kind = "move-leaders"                  # partitions = N moved to their next replica
-    # kind = "broker-failure", broker = 3
-    # kind = "az-loss", az = "az3"
+    # kind = "broker-failure", broker = 3, mode = "refuse" (default) or "blackhole"
+    # kind = "az-loss", az = "az3", mode = "blackhole" (default) or "refuse"
+    # kind = "coordinator-failure", mode = ..., failover_ms = (default coordinator_failover_ms)
+    # kind = "slow-broker", broker = 3, factor = 5, duration_s = 10 (0: to the end)
+    # kind = "slow-az", az = "az2", factor = 5, duration_s = 10
+    # kind = "network-degradation", az = "az2" (unset: every cross-AZ link), factor = 3, duration_s = 10
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -73,22 +86,34 @@ RTT_CROSS_AZ_MS_P99 = 3.0
 # KIP-1163, "Append latency": upload p50 ~100 ms, p99 200-400 ms.
 PUT_MS_P50 = 100.0
 PUT_MS_P99 = 300.0
+# One S3 PUT stream's bandwidth: AWS's performance guidelines give 85-90
+# MB/s per connection; a PUT takes its latency sample plus size / this.
+PUT_MB_PER_S = 85.0
 # S3 Standard, us-east-1: $0.005 per 1,000 PUT, $0.0004 per 1,000 GET.
 PUT_USD_PER_1000 = 0.005
 GET_USD_PER_1000 = 0.0004
 # AWS inter-AZ transfer: $0.01/GB out plus $0.01/GB in.
 CROSS_AZ_USD_PER_GB = 0.02
-# A partlog leader's append: one LMDB write transaction and fsync
-# (design.md measures 0.4-1.5 ms per fsync).
-APPLY_MS_P50 = 1.0
-APPLY_MS_P99 = 5.0
-# A follower appending the entries it fetched: the same kind of LMDB write
-# transaction as the leader's append, so by default the same distribution.
-FOLLOWER_APPLY_MS_P50 = APPLY_MS_P50
-FOLLOWER_APPLY_MS_P99 = APPLY_MS_P99
-# KIP-1163, "Batch Coordinates Commit: P99 ~20-50ms, P50 ~10ms".
-COORDINATOR_MS_P50 = 10.0
-COORDINATOR_MS_P99 = 35.0
+# The commit cost of a metadata store, calibrated from ``partlog bench
+# commit`` (design.md, "Speed of the commit path", the 2026-11-26 run, 64
+# batches per commit): durable with 1 committer p50 0.94 / p99 4.77 ms per
+# commit, sync off p50 0.66 ms.  :func:`commit_cost_from_bench` splits that
+# into a fixed part per group commit (the sync: p50 0.28 / p99 4.11 ms) and
+# CPU per batch (10.3 us).  Both designs get it unless a scenario says
+# otherwise ("the same store on both sides").
+BENCH_COMMIT_BATCHES = 64
+BENCH_COMMIT_DURABLE_MS_P50 = 0.94
+BENCH_COMMIT_DURABLE_MS_P99 = 4.77
+BENCH_COMMIT_NO_SYNC_MS_P50 = 0.66
+# KIP-1163's own figure for its coordinator's commit ("Batch Coordinates
+# Commit: P99 ~20-50ms, P50 ~10ms"): a scenario may give it to the
+# coordinator (``coordinator_ms_p50`` / ``_p99``) to compare that store.
+KIP1163_COORDINATOR_MS_P50 = 10.0
+KIP1163_COORDINATOR_MS_P99 = 35.0
+# A profile file (``[commit] profile``) is read whole; beyond these it is
+# not a measurement but a mistake.
+PROFILE_BYTES_MAX = 16 << 20
+PROFILE_SAMPLES_MAX = 1_000_000
 # KIP-1164's coordinator keeps its state in a replicated topic; Kafka's usual RF.
 COORDINATOR_REPLICATION_FACTOR = 3
 # Metadata reaches brokers quickly (KRaft pushes); clients learn on their
@@ -126,6 +151,21 @@ class EventKind(StrEnum):
     MOVE_LEADERS = "move-leaders"
     BROKER_FAILURE = "broker-failure"
     AZ_LOSS = "az-loss"
+    COORDINATOR_FAILURE = "coordinator-failure"  # design (b) only; others ignore it
+    SLOW_BROKER = "slow-broker"  # its commit store `factor` times slower
+    SLOW_AZ = "slow-az"  # every commit store in the AZ, the coordinator's too
+    NETWORK_DEGRADATION = "network-degradation"  # cross-AZ round trips `factor` times longer
+
+
+class FailureMode(StrEnum):
+    """How a dead node looks to the nodes that talk to it."""
+
+    # The process died on a live host: connections are refused or reset at
+    # once (one network round trip), as after kill -9.
+    REFUSE = "refuse"
+    # The host or its network is gone: nothing answers; callers wait for
+    # their timeout (commit_rpc_timeout_ms, the producer's request_timeout_ms).
+    BLACKHOLE = "blackhole"
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +189,17 @@ class ProducerSpec:
     partitions_per_send: int
     batch_bytes: int
     acks_all: bool
+    # Partition choice: Zipf exponent over the partitions (0: uniform; 1:
+    # partition 0 is hot, about 1/H(n) of the sends name it).
+    skew: float = 0.0
+    # Kafka's producer: failed batches are sent again after
+    # retry.backoff.ms, doubling up to retry.backoff.max.ms with 20% jitter
+    # (KIP-580), until delivery.timeout.ms from the first attempt.
+    retries: bool = True
+    retry_backoff_ms: int = 100
+    retry_backoff_max_ms: int = 1000
+    delivery_timeout_ms: int = 120_000
+    request_timeout_ms: int = 30_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,23 +208,59 @@ class NetworkSpec:
     rtt_cross_az: LatencyDist
 
 
+class GetMode(StrEnum):
+    """Who reads a WAL file from the object store (its GETs per file)."""
+
+    # One read cache per AZ: one GET per AZ holding a replica of any of the
+    # file's partitions (consumers read from replicas in their AZ, KIP-392).
+    PER_AZ_CACHE = "per-az-cache"
+    # No shared cache: one GET per broker holding a replica of any of its partitions.
+    PER_BROKER = "per-broker"
+    # One cache for the whole cluster: one GET per file.
+    SHARED_CACHE = "shared-cache"
+
+
 @dataclass(frozen=True, slots=True)
 class ObjectStoreSpec:
     put: LatencyDist
     put_usd_per_1000: float
     get_usd_per_1000: float
-    # GETs per WAL file; None (not in the file): one per AZ that reads it.
+    # GETs per WAL file: None (not in the file) counts them by ``get_mode``.
     gets_per_file: float | None
     put_error_rate: float
+    get_mode: GetMode = GetMode.PER_AZ_CACHE
+    # A PUT takes its latency sample plus size / this (one stream's bandwidth).
+    put_bytes_per_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class CommitCost:
+    """What one group commit of a store costs (simulations/commit_server.py):
+    ``fixed`` (or, measured, ``samples_ms``) per group, plus ``us_per_batch``
+    per batch in it.  ``source`` says where the figures came from."""
+
+    fixed: LatencyDist
+    us_per_batch: float
+    source: str
+    samples_ms: tuple[float, ...] = ()
+
+    def describe(self) -> str:
+        if self.samples_ms:
+            body = f"{len(self.samples_ms)} measured samples"
+        else:
+            body = f"p50 {self.fixed.ms_p50:g} / p99 {self.fixed.ms_p99:g} ms"
+        return f"{body} per group commit + {self.us_per_batch:g} us per batch ({self.source})"
 
 
 @dataclass(frozen=True, slots=True)
 class CommitSpec:
-    apply: LatencyDist
+    # A partlog leader's store: every commit RPC it takes (commit_server.py).
+    leader: CommitCost
     # A follower's append of fetched metadata-log entries (replication lag
     # and acks=all waits include it).
     follower_apply: LatencyDist
-    coordinator: LatencyDist
+    # The coordinator's store (design b); by default the leader's.
+    coordinator: CommitCost
     coordinator_replication_factor: int
     # A commit RPC to a dead or unreachable node is answered REQUEST_TIMED_OUT
     # after this long (partlog/broker/server.py's commit_rpc_timeout_ms).
@@ -185,6 +272,10 @@ class MetadataSpec:
     broker_propagation_ms: int
     client_propagation_ms: int
     session_timeout_ms: int
+    # A dead coordinator's replica takes over after this long (KIP-1164's
+    # coordinator is a partition leader: by default the same detection,
+    # the session timeout, as a partlog leader's failover).
+    coordinator_failover_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +285,12 @@ class EventSpec:
     broker: int = 0
     az: str = ""
     partitions: int = 0
+    mode: FailureMode = FailureMode.REFUSE
+    # coordinator-failure: how long until a replica in the next AZ takes over
+    failover_ms: int = 0
+    # slow-*, network-degradation: how much slower, and for how long (0: to the end)
+    factor: float = 1.0
+    duration_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,10 +311,6 @@ class Scenario:
     cross_az_usd_per_gb: float
     events: tuple[EventSpec, ...]
 
-    @property
-    def gets_per_file(self) -> float:
-        g = self.object_store.gets_per_file
-        return float(len(self.cluster.azs)) if g is None else g
 
 
 # ------------------------------------------------------------------ loading
@@ -344,8 +437,21 @@ def _table(doc: Mapping[str, Any], where: str, name: str) -> _Table:
     return _Table(sub, where, f"{name}.")
 
 
-def _enum_list(t: _Table, key: str, enum: type[StrEnum], default: list[str]) -> tuple[Any, ...]:
+def _boolean(t: _Table, key: str, default: bool) -> bool:
+    v = t.get(key, default)
+    if not isinstance(v, bool):
+        raise t.error(key, f"must be true or false, got {v!r}")
+    return v
+
+
+def _enum_list(
+    t: _Table, key: str, enum: type[StrEnum], default: list[str] | str, *, single: bool = False
+) -> tuple[Any, ...]:
     raw = t.get(key, default)
+    if single:
+        if not isinstance(raw, str):
+            raise t.error(key, f"must be one of {[e.value for e in enum]}, got {raw!r}")
+        raw = [raw]
     if not isinstance(raw, list) or not raw:
         raise t.error(key, f"must be a non-empty list of {[e.value for e in enum]}")
     out = []
@@ -419,6 +525,12 @@ def parse_scenario(doc: Mapping[str, Any], where: str) -> Scenario:
                 partitions_per_send=p.integer("partitions_per_send", 1, lo=1, hi=partitions),
                 batch_bytes=p.integer("batch_bytes", 1024, lo=100, hi=1 << 20),
                 acks_all=acks == "all",
+                skew=p.number("skew", 0.0, hi=10.0),
+                retries=_boolean(p, "retries", True),
+                retry_backoff_ms=p.integer("retry_backoff_ms", 100, hi=3_600_000),
+                retry_backoff_max_ms=p.integer("retry_backoff_max_ms", 1000, hi=3_600_000),
+                delivery_timeout_ms=p.integer("delivery_timeout_ms", 120_000, lo=1, hi=DURATION_S_MAX * 1000),
+                request_timeout_ms=p.integer("request_timeout_ms", 30_000, lo=1, hi=3_600_000),
             )
         )
         p.done()
@@ -449,14 +561,21 @@ def parse_scenario(doc: Mapping[str, Any], where: str) -> Scenario:
         get_usd_per_1000=o.number("get_usd_per_1000", GET_USD_PER_1000),
         gets_per_file=o.number("gets_per_file", hi=1000.0) if "gets_per_file" in o.doc else None,
         put_error_rate=o.number("put_error_rate", 0.0, hi=1.0),
+        get_mode=_enum_list(o, "get_mode", GetMode, GetMode.PER_AZ_CACHE.value, single=True)[0],
+        put_bytes_per_s=o.number("put_mb_per_s", PUT_MB_PER_S, lo=0.001, hi=1e6) * 1e6,
     )
     o.done()
 
     m = _table(doc, where, "commit")
+    leader = _commit_cost(m, "apply", "profile", DEFAULT_COMMIT_COST)
+    coordinator_keys = {"coordinator_ms_p50", "coordinator_ms_p99", "coordinator_us_per_batch", "coordinator_profile"}
+    coordinator = (
+        _commit_cost(m, "coordinator", "coordinator_profile", leader) if coordinator_keys & set(m.doc) else leader
+    )
     commit = CommitSpec(
-        apply=m.latency("apply", APPLY_MS_P50, APPLY_MS_P99),
-        follower_apply=m.latency("follower_apply", FOLLOWER_APPLY_MS_P50, FOLLOWER_APPLY_MS_P99),
-        coordinator=m.latency("coordinator", COORDINATOR_MS_P50, COORDINATOR_MS_P99),
+        leader=leader,
+        follower_apply=m.latency("follower_apply", DEFAULT_COMMIT_COST.fixed.ms_p50, DEFAULT_COMMIT_COST.fixed.ms_p99),
+        coordinator=coordinator,
         coordinator_replication_factor=m.integer(
             "coordinator_replication_factor", COORDINATOR_REPLICATION_FACTOR, lo=1, hi=len(azs) * 100
         ),
@@ -465,10 +584,12 @@ def parse_scenario(doc: Mapping[str, Any], where: str) -> Scenario:
     m.done()
 
     md = _table(doc, where, "metadata")
+    session_timeout_ms = md.integer("session_timeout_ms", SESSION_TIMEOUT_MS, hi=3_600_000)
     metadata = MetadataSpec(
         broker_propagation_ms=md.integer("broker_propagation_ms", BROKER_PROPAGATION_MS, hi=3_600_000),
         client_propagation_ms=md.integer("client_propagation_ms", CLIENT_PROPAGATION_MS, hi=3_600_000),
-        session_timeout_ms=md.integer("session_timeout_ms", SESSION_TIMEOUT_MS, hi=3_600_000),
+        session_timeout_ms=session_timeout_ms,
+        coordinator_failover_ms=md.integer("coordinator_failover_ms", session_timeout_ms, hi=3_600_000),
     )
     md.done()
 
@@ -476,7 +597,7 @@ def parse_scenario(doc: Mapping[str, Any], where: str) -> Scenario:
     cross_az_usd_per_gb = co.number("cross_az_usd_per_gb", CROSS_AZ_USD_PER_GB)
     co.done()
 
-    events = _parse_events(doc.get("events", []), where, cluster)
+    events = _parse_events(doc.get("events", []), where, cluster, metadata.coordinator_failover_ms)
     return Scenario(
         name=name,
         description=description,
@@ -496,7 +617,7 @@ def parse_scenario(doc: Mapping[str, Any], where: str) -> Scenario:
     )
 
 
-def _parse_events(raw_events: Any, where: str, cluster: ClusterSpec) -> tuple[EventSpec, ...]:
+def _parse_events(raw_events: Any, where: str, cluster: ClusterSpec, failover_ms_default: int) -> tuple[EventSpec, ...]:
     if not isinstance(raw_events, list):
         raise ScenarioError(f"{where}: [[events]] must be an array of tables")
     events = []
@@ -512,17 +633,147 @@ def _parse_events(raw_events: Any, where: str, cluster: ClusterSpec) -> tuple[Ev
             kind = EventKind(kind_raw)
         except ValueError as err:
             raise e.error("kind", f"{kind_raw!r} is not one of {[k.value for k in EventKind]}") from err
-        if kind is EventKind.MOVE_LEADERS:
-            events.append(EventSpec(at_s, kind, partitions=e.integer("partitions", lo=1, hi=cluster.partitions)))
-        elif kind is EventKind.BROKER_FAILURE:
-            events.append(EventSpec(at_s, kind, broker=e.integer("broker", lo=1, hi=cluster.brokers)))
-        else:
-            az = e.text("az")
-            if az not in cluster.azs:
-                raise e.error("az", f"{az!r} is not one of {list(cluster.azs)}")
-            events.append(EventSpec(at_s, kind, az=az))
+        events.append(_parse_event(e, at_s, kind, cluster, failover_ms_default))
         e.done()
     return tuple(sorted(events, key=lambda ev: ev.at_s))
+
+
+def commit_cost_from_bench(
+    durable_ms_p50: float, durable_ms_p99: float, no_sync_ms_p50: float, batches_per_commit: int, source: str
+) -> CommitCost:
+    """Split ``partlog bench commit``'s figures into the model's two parts:
+    CPU per batch (the commit without sync, spread over its batches) and the
+    group commit's fixed part (what the sync adds, at p50 and p99)."""
+    us_per_batch = no_sync_ms_p50 * 1000 / batches_per_commit
+    fixed_p50 = max(0.001, durable_ms_p50 - no_sync_ms_p50)
+    fixed_p99 = max(fixed_p50, durable_ms_p99 - no_sync_ms_p50)
+    return CommitCost(LatencyDist(round(fixed_p50, 3), round(fixed_p99, 3)), round(us_per_batch, 3), source)
+
+
+DEFAULT_COMMIT_COST = commit_cost_from_bench(
+    BENCH_COMMIT_DURABLE_MS_P50,
+    BENCH_COMMIT_DURABLE_MS_P99,
+    BENCH_COMMIT_NO_SYNC_MS_P50,
+    BENCH_COMMIT_BATCHES,
+    "partlog bench commit, design.md",
+)
+
+
+def _commit_cost(m: _Table, prefix: str, profile_key: str, default: CommitCost) -> CommitCost:
+    """A store's commit cost from ``{prefix}_ms_p50/_p99`` and
+    ``{prefix}_us_per_batch``, or from a profile file; unset keys keep
+    ``default``'s."""
+    if profile_key in m.doc:
+        if {f"{prefix}_ms_p50", f"{prefix}_ms_p99", f"{prefix}_us_per_batch"} & set(m.doc):
+            raise m.error(profile_key, f"give either a profile or {prefix}_ms_p50/_p99/_us_per_batch, not both")
+        path = Path(m.text(profile_key))
+        if not path.is_absolute():
+            path = Path(m.where).parent / path
+        return load_commit_profile(path)
+    fixed = m.latency(prefix, default.fixed.ms_p50, default.fixed.ms_p99)
+    per_batch = m.number(f"{prefix}_us_per_batch", default.us_per_batch, hi=1e6)
+    if fixed == default.fixed and per_batch == default.us_per_batch:
+        return default
+    return CommitCost(fixed, per_batch, f"scenario [commit] {prefix}_*")
+
+
+def load_commit_profile(path: Path) -> CommitCost:
+    """A store's measured commit cost: the JSON that ``partlog bench commit
+    --json`` prints (its durable and no-sync cases with 1 committer, plain
+    batches), or ``{"samples_ms": [...], "us_per_batch": x}`` (any measured
+    distribution of one group commit, e.g. a PostgreSQL coordinator's)."""
+    where = str(path)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(PROFILE_BYTES_MAX + 1)
+    except OSError as e:
+        raise ScenarioError(f"{where}: commit profile unreadable: {e}") from e
+    if len(raw) > PROFILE_BYTES_MAX:
+        raise ScenarioError(f"{where}: commit profile larger than {PROFILE_BYTES_MAX} bytes")
+    try:
+        doc = json.loads(raw)
+    except ValueError as e:
+        raise ScenarioError(f"{where}: commit profile is not JSON: {e}") from e
+    if not isinstance(doc, dict):
+        raise ScenarioError(f"{where}: commit profile must be a JSON object")
+
+    def num(v: Any, what: str, hi: float = 3_600_000.0) -> float:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not 0 <= v <= hi:
+            raise ScenarioError(f"{where}: {what} must be a number in [0, {hi:g}], got {v!r}")
+        return float(v)
+
+    if "samples_ms" in doc:
+        samples = doc["samples_ms"]
+        if not isinstance(samples, list) or not samples or len(samples) > PROFILE_SAMPLES_MAX:
+            raise ScenarioError(f"{where}: samples_ms must be a list of 1 to {PROFILE_SAMPLES_MAX} numbers")
+        values = tuple(sorted(num(v, f"samples_ms[{i}]") for i, v in enumerate(samples)))
+        per_batch = num(doc.get("us_per_batch", 0.0), "us_per_batch", 1e6)
+        unknown = sorted(set(doc) - {"samples_ms", "us_per_batch"})
+        if unknown:
+            raise ScenarioError(f"{where}: unknown key {unknown[0]!r} (known: samples_ms, us_per_batch)")
+        p50 = values[(len(values) - 1) // 2]
+        p99 = values[min(len(values) - 1, math.ceil(0.99 * len(values)) - 1)]
+        return CommitCost(LatencyDist(p50, max(p50, p99)), per_batch, f"measured, {path.name}", values)
+    if doc.get("benchmark") != "commit":
+        raise ScenarioError(f"{where}: neither samples_ms nor the output of `partlog bench commit --json`")
+    batches = doc.get("batches_per_commit")
+    if isinstance(batches, bool) or not isinstance(batches, int) or not 1 <= batches <= 1_000_000:
+        raise ScenarioError(f"{where}: batches_per_commit must be an integer in [1, 1000000], got {batches!r}")
+    results = doc.get("results")
+    if not isinstance(results, list):
+        raise ScenarioError(f"{where}: results must be a list")
+
+    def case(sync: bool) -> dict[str, Any]:
+        for r in results:
+            if isinstance(r, dict) and r.get("sync") is sync and r.get("committers") == 1 and not r.get("idempotent"):
+                return r
+        raise ScenarioError(f"{where}: no result with sync={sync}, committers=1, idempotent=false")
+
+    durable, no_sync = case(True), case(False)
+    return commit_cost_from_bench(
+        num(durable.get("latency_ms_p50"), "durable latency_ms_p50"),
+        num(durable.get("latency_ms_p99"), "durable latency_ms_p99"),
+        num(no_sync.get("latency_ms_p50"), "no-sync latency_ms_p50"),
+        batches,
+        f"partlog bench commit, {path.name}",
+    )
+
+
+def _failure_mode(e: _Table, default: FailureMode) -> FailureMode:
+    raw = e.text("mode", default.value)
+    try:
+        return FailureMode(raw)
+    except ValueError as err:
+        raise e.error("mode", f"{raw!r} is not one of {[m.value for m in FailureMode]}") from err
+
+
+def _event_az(e: _Table, cluster: ClusterSpec, *, required: bool = True) -> str:
+    if not required and "az" not in e.doc:
+        e.used.add("az")
+        return ""
+    az = e.text("az")
+    if az not in cluster.azs:
+        raise e.error("az", f"{az!r} is not one of {list(cluster.azs)}")
+    return az
+
+
+def _parse_event(e: _Table, at_s: float, kind: EventKind, cluster: ClusterSpec, failover_ms_default: int) -> EventSpec:
+    if kind is EventKind.MOVE_LEADERS:
+        return EventSpec(at_s, kind, partitions=e.integer("partitions", lo=1, hi=cluster.partitions))
+    if kind is EventKind.BROKER_FAILURE:
+        broker = e.integer("broker", lo=1, hi=cluster.brokers)
+        return EventSpec(at_s, kind, broker=broker, mode=_failure_mode(e, FailureMode.REFUSE))
+    if kind is EventKind.AZ_LOSS:
+        return EventSpec(at_s, kind, az=_event_az(e, cluster), mode=_failure_mode(e, FailureMode.BLACKHOLE))
+    if kind is EventKind.COORDINATOR_FAILURE:
+        failover = e.integer("failover_ms", failover_ms_default, hi=3_600_000)
+        return EventSpec(at_s, kind, mode=_failure_mode(e, FailureMode.REFUSE), failover_ms=failover)
+    broker = e.integer("broker", lo=1, hi=cluster.brokers) if kind is EventKind.SLOW_BROKER else 0
+    # slow-az names its AZ; network-degradation one AZ's links to the others, or (unset) every link.
+    az = _event_az(e, cluster, required=kind is EventKind.SLOW_AZ) if kind is not EventKind.SLOW_BROKER else ""
+    factor = e.number("factor", lo=1.0, hi=1e6)
+    duration_s = e.number("duration_s", 0.0, hi=DURATION_S_MAX)
+    return EventSpec(at_s, kind, broker=broker, az=az, factor=factor, duration_s=duration_s)
 
 
 _TOP_KEYS = {"name", "description", "duration_s", "designs", "routings"}
@@ -536,13 +787,19 @@ _SECTION_KEYS: dict[str, set[str]] = {
         "put_usd_per_1000",
         "get_usd_per_1000",
         "gets_per_file",
+        "get_mode",
+        "put_mb_per_s",
         "put_error_rate",
     },
     "commit": {
         *(f"{w}_ms_{q}" for w in ("apply", "follower_apply", "coordinator") for q in ("p50", "p99")),
+        "apply_us_per_batch",
+        "coordinator_us_per_batch",
+        "profile",
+        "coordinator_profile",
         "coordinator_replication_factor",
         "commit_rpc_timeout_ms",
     },
-    "metadata": {"broker_propagation_ms", "client_propagation_ms", "session_timeout_ms"},
+    "metadata": {"broker_propagation_ms", "client_propagation_ms", "session_timeout_ms", "coordinator_failover_ms"},
     "cost": {"cross_az_usd_per_gb"},
 }

@@ -21,6 +21,7 @@ from partlog.store import MetadataStore
 from simulations.batches import BatchTemplates
 from simulations.broker_shell import SimBroker
 from simulations.classic import ClassicLeader
+from simulations.commit_server import CommitCostSampler, CommitServer
 from simulations.context import SimContext
 from simulations.controller import Controller, Failable, Stoppable, Viewer
 from simulations.coordinator import SimCoordinator
@@ -29,7 +30,7 @@ from simulations.latency import LatencySampler
 from simulations.metrics import DesignResult, Recorder, summarize
 from simulations.network import Network
 from simulations.producers import ProducerGroup
-from simulations.scenario import Design, Routing, Scenario
+from simulations.scenario import CommitCost, Design, Routing, Scenario
 from simulations.topology import (
     COORDINATOR_ID,
     TOPIC_ID,
@@ -72,10 +73,17 @@ def simulate(
     azs = broker_azs(cluster)
     loop = EventLoop()
     ctx = SimContext(scenario, loop, Network(scenario.network, stream("network")), Recorder(), EPOCH_MS, azs)
-    truth = initial_metadata(cluster)
+    truth = initial_metadata(cluster, stream("assignment"))
     partitions = topic_partitions(cluster)
     templates = BatchTemplates(EPOCH_MS)
     apply_rng = stream("apply")
+    servers: dict[int, CommitServer] = {}
+
+    def commit_server(node_id: int, cost: CommitCost) -> CommitServer:
+        server = CommitServer(loop, CommitCostSampler(cost, stream(f"commit-{node_id}")))
+        servers[node_id] = server
+        return server
+
     follower_apply = LatencySampler(scenario.commit.follower_apply, stream("follower-apply"))
 
     with ExitStack() as stack:
@@ -100,7 +108,9 @@ def simulate(
         if design is Design.CLASSIC:
             producer_routing = Routing.LEADER_ONLY
             for b in azs:
-                leader = ClassicLeader(ctx, b, truth, LatencySampler(scenario.commit.apply, apply_rng), follower_apply)
+                leader = ClassicLeader(
+                    ctx, b, truth, LatencySampler(scenario.commit.leader.fixed, apply_rng), follower_apply
+                )
                 brokers[b] = leader
                 ctx.produce_targets[b] = leader
         else:
@@ -110,7 +120,7 @@ def simulate(
                     ctx,
                     cluster.coordinator_az,
                     open_store("coordinator"),
-                    LatencySampler(scenario.commit.coordinator, stream("coordinator")),
+                    commit_server(COORDINATOR_ID, scenario.commit.coordinator),
                     follower_apply,
                 )
                 ctx.commit_targets[COORDINATOR_ID] = coordinator
@@ -127,7 +137,7 @@ def simulate(
                     commit_leader_of=(lambda tp: COORDINATOR_ID) if design is Design.COORDINATOR else None,
                     rng=stream(f"broker-{b}"),
                     put=put,
-                    apply=LatencySampler(scenario.commit.apply, apply_rng),
+                    server=commit_server(b, scenario.commit.leader) if design is Design.PARTLOG else None,
                     follower_apply=follower_apply,
                 )
                 brokers[b] = sb
@@ -146,12 +156,13 @@ def simulate(
                 partitions,
                 send_rng=stream(f"producers-{i}"),
                 route_rng=stream(f"route-{i}"),
+                retry_rng=stream(f"retry-{i}"),
             )
             groups.setdefault(spec.az, []).append(g)
             g.start()
         clients: dict[str, list[Viewer]] = {az: list(gs) for az, gs in groups.items()}
         stoppable: dict[str, list[Stoppable]] = {az: list(gs) for az, gs in groups.items()}
-        controller = Controller(ctx, truth, brokers, clients, stoppable, coordinator, stream("controller"))
+        controller = Controller(ctx, truth, brokers, clients, stoppable, coordinator, stream("controller"), servers)
         controller.schedule(scenario.events)
 
         loop.run_until(scenario.duration_s * 1000, progress)
@@ -165,4 +176,5 @@ def simulate(
             COORDINATOR_ID if coordinator is not None else None,
             controller.log,
             time.perf_counter() - wall_start,
+            servers,
         )

@@ -39,6 +39,12 @@ ROWS: list[tuple[str, Callable[[DesignResult], float | None]]] = [
     ("network commit RPCs/s recv/broker (max)", _files(lambda d: d.network_commit_rpcs_per_s_per_broker_max)),
     ("local commits/s per broker (mean)", _files(lambda d: d.local_commits_per_s_per_broker_mean)),
     ("commit RPCs/s at coordinator", lambda d: d.commit_rpcs_per_s_coordinator),
+    ("commit store busy, busiest (%)", _files(lambda d: 100 * d.commit_store_utilization_max)),
+    ("commit queue wait p99 ms", _files(lambda d: d.commit_queue_wait_ms_p99)),
+    ("requests/s received, all nodes", lambda d: d.requests_per_s_total),
+    ("  produce requests/s", lambda d: d.produce_requests_per_s),
+    ("  network commit RPCs/s", _files(lambda d: d.network_commit_rpcs_per_s)),
+    ("  replica fetches/s", lambda d: d.replica_fetches_per_s),
     ("cross-AZ data B/s", lambda d: d.cross_az_data_bytes_per_s),
     ("cross-AZ metadata B/s", lambda d: d.cross_az_metadata_bytes_per_s),
     ("produce latency p50 ms", lambda d: d.latency_ms_p50),
@@ -51,6 +57,7 @@ ROWS: list[tuple[str, Callable[[DesignResult], float | None]]] = [
     ("object GET/s", lambda d: d.gets_per_s),
     ("monthly cost USD", lambda d: d.cost.total_usd),
     ("produce requests", lambda d: d.produce_requests),
+    ("produce requests retried", lambda d: d.produce_requests_retried),
     ("produce requests failed", lambda d: d.produce_requests_failed),
 ]
 

@@ -8,6 +8,7 @@ simulator never computes a representative itself.
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections.abc import Iterable, Mapping
 
@@ -44,32 +45,65 @@ def broker_azs(cluster: ClusterSpec) -> dict[int, str]:
     return out
 
 
-def initial_metadata(cluster: ClusterSpec) -> StaticMetadata:
-    """Partition p led by broker ``p mod N + 1``; followers are the next
-    brokers by id in AZs not yet holding a replica (one replica per AZ while
-    the replication factor allows, as the controller places them)."""
-    azs = broker_azs(cluster)
-    ids = sorted(azs)
-    n = len(ids)
-    leaders = []
-    replicas = []
-    for p in range(cluster.partitions):
-        leader = ids[p % n]
+def rack_alternated_brokers(azs: Mapping[int, str]) -> list[int]:
+    """Kafka's ``getRackAlternatedBrokerList``: one broker of each rack in
+    turn (racks sorted by name, brokers by id), so consecutive brokers are in
+    different racks."""
+    by_rack: dict[str, list[int]] = {}
+    for b in sorted(azs):
+        by_rack.setdefault(azs[b], []).append(b)
+    racks = [by_rack[r] for r in sorted(by_rack)]
+    out: list[int] = []
+    for i in range(max(len(r) for r in racks)):
+        out.extend(r[i] for r in racks if i < len(r))
+    return out
+
+
+def rack_aware_assignment(
+    azs: Mapping[int, str], partitions: int, replication_factor: int, start_index: int, shift: int
+) -> list[list[int]]:
+    """Kafka's rack-aware replica assignment (``AdminUtils
+    .assignReplicasToBrokersRackAware``): the first replica of partition p
+    is broker ``(p + start_index) mod n`` of the rack-alternated list; each
+    next replica steps by a shift that grows every n partitions, skipping
+    brokers in racks that already hold a replica (until every rack has one)
+    and brokers already chosen.  Kafka draws ``start_index`` and ``shift`` at
+    random; here they come from the run's seed."""
+    arranged = rack_alternated_brokers(azs)
+    n = len(arranged)
+    racks = len(set(azs.values()))
+    out = []
+    next_shift = shift
+    for p in range(partitions):
+        if p > 0 and p % n == 0:
+            next_shift += 1
+        first = (p + start_index) % n
+        leader = arranged[first]
         reps = [leader]
-        used_azs = {azs[leader]}
-        # First pass: distinct AZs; second: any broker, once the AZs are used up.
-        for distinct in (True, False):
-            for k in range(1, n):
-                if len(reps) == cluster.replication_factor:
-                    break
-                b = ids[(p + k) % n]
-                if b in reps or (distinct and azs[b] in used_azs):
-                    continue
+        used_racks = {azs[leader]}
+        k = 0
+        while len(reps) < replication_factor:
+            # Kafka's replicaIndex(first, shift * racks, k, n)
+            step = 1 + (next_shift * racks + k) % (n - 1)
+            b = arranged[(first + step) % n]
+            k += 1
+            if (azs[b] not in used_racks or len(used_racks) == racks) and b not in reps:
                 reps.append(b)
-                used_azs.add(azs[b])
-        leaders.append(leader)
-        replicas.append(reps)
-    brokers = [BrokerInfo(b, azs[b]) for b in ids]
+                used_racks.add(azs[b])
+        out.append(reps)
+    return out
+
+
+def initial_metadata(cluster: ClusterSpec, rng: random.Random | None = None) -> StaticMetadata:
+    """Replicas by Kafka's rack-aware assignment (AZs are racks); the first
+    replica leads.  ``rng`` draws Kafka's random start index and shift
+    (None: both 0, the assignment of ``--replica-assignment`` tests)."""
+    azs = broker_azs(cluster)
+    n = len(azs)
+    start, shift = (rng.randrange(n), rng.randrange(n)) if rng is not None else (0, 0)
+    replicas = rack_aware_assignment(azs, cluster.partitions, min(cluster.replication_factor, n), start, shift)
+    leaders = [r[0] for r in replicas]
+    brokers = [BrokerInfo(b, azs[b]) for b in sorted(azs)]
     return StaticMetadata(
         brokers, [TopicInfo.with_leaders(TOPIC_ID, TOPIC_NAME, leaders, replicas)], cluster_id=CLUSTER_ID
     )
