@@ -312,7 +312,6 @@ class Scenario:
     events: tuple[EventSpec, ...]
 
 
-
 # ------------------------------------------------------------------ loading
 
 
