@@ -147,7 +147,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from simulations.report import write_report
 
-    _need_plots(args.plots, "--plots")
+    _need_plots(True, "report")
     path = write_report(Path(args.out), args.seed, plots_dir=Path(args.plots) if args.plots else None, jobs=args.jobs)
     print(f"wrote {path}", file=sys.stderr)
     return 0
@@ -196,7 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--out", default=str(Path(__file__).parent / "REPORT.md"), help="(default: simulations/REPORT.md)"
     )
-    report.add_argument("--plots", help="also write each scenario's plots under this directory")
+    report.add_argument(
+        "--plots", help="directory for the report's PNG plots (default: report/ beside --out), referenced from it"
+    )
     jobs_arg(report)
     report.set_defaults(fn=cmd_report)
     return p

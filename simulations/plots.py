@@ -9,7 +9,7 @@ from simulations.runner import RunResult
 from simulations.scenario import Design
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -20,7 +20,7 @@ def _pyplot() -> Any:
 
 def write_plots(r: RunResult, out_dir: Path) -> list[Path]:
     """Write the run's plots into ``out_dir``; returns the files written."""
-    plt = _pyplot()
+    plt = pyplot()
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     labels = [f"{d.design}\n{d.routing}" for d in r.designs]
@@ -37,7 +37,7 @@ def write_plots(r: RunResult, out_dir: Path) -> list[Path]:
     ax.set_ylabel("fraction of WAL files")
     ax.set_title(f"{r.scenario.name}: commit fan-out")
     ax.legend()
-    written.append(_save(fig, out_dir / "commit_rpcs_per_file.png"))
+    written.append(save_figure(fig, out_dir / "commit_rpcs_per_file.png"))
 
     # Over time: fan-out and produce latency p99, with the events marked.
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
@@ -54,7 +54,7 @@ def write_plots(r: RunResult, out_dir: Path) -> list[Path]:
     ax2.set_xlabel("simulated second")
     ax1.legend(fontsize="small")
     ax1.set_title(f"{r.scenario.name}: over time")
-    written.append(_save(fig, out_dir / "timeline.png"))
+    written.append(save_figure(fig, out_dir / "timeline.png"))
 
     # Cross-AZ bytes, data and metadata.
     fig, ax = plt.subplots(figsize=(8, 4.5))
@@ -65,7 +65,7 @@ def write_plots(r: RunResult, out_dir: Path) -> list[Path]:
     ax.set_ylabel("cross-AZ MB/s")
     ax.set_title(f"{r.scenario.name}: cross-AZ traffic")
     ax.legend()
-    written.append(_save(fig, out_dir / "cross_az_bytes.png"))
+    written.append(save_figure(fig, out_dir / "cross_az_bytes.png"))
 
     # Produce latency percentiles.
     fig, ax = plt.subplots(figsize=(8, 4.5))
@@ -79,14 +79,14 @@ def write_plots(r: RunResult, out_dir: Path) -> list[Path]:
     ax.set_ylabel("produce latency (ms)")
     ax.set_title(f"{r.scenario.name}: produce latency")
     ax.legend()
-    written.append(_save(fig, out_dir / "produce_latency.png"))
+    written.append(save_figure(fig, out_dir / "produce_latency.png"))
     return written
 
 
 def write_sweep_plot(
     scenario: str, param: str, metric: str, series: dict[str, list[tuple[float, float | None]]], path: Path
 ) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for label, points in series.items():
@@ -96,11 +96,11 @@ def write_sweep_plot(
     ax.set_ylabel(metric)
     ax.set_title(f"{scenario}: {metric} vs {param}")
     ax.legend()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
-def _save(fig: Any, path: Path) -> Path:
-    plt = _pyplot()
+def save_figure(fig: Any, path: Path) -> Path:
+    plt = pyplot()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -9,12 +9,18 @@ changes when the code or the scenarios do.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from pathlib import Path
 
+from simulations.crossover import Sweep, run_sweeps
+from simulations.crossover import markdown as crossover_markdown
+from simulations.crossover import write_plots as write_crossover_plots
 from simulations.metrics import DesignResult
 from simulations.runner import RunResult, run_scenario
 from simulations.scenario import Scenario, load_scenario, parse_scenario, read_scenario_doc
 from simulations.sweep import run_sweep
+from simulations.verdicts import Check, Comparison
 
 # The sweep of the balanced cluster: shorter than the scenario's minute, the
 # fan-out settles within seconds.
@@ -141,7 +147,168 @@ def _gap(a: float | None, b: float | None) -> float:
     return (a or 0.0) - (b or 0.0)
 
 
-def build_report(seed: int, *, jobs: int = 1) -> str:
+def _verdict_rows(runs: dict[str, RunResult]) -> list[tuple[str, str, str]]:
+    """(question, scenario, verdict) rows, each computed from the numbers
+    against the bound or threshold it states (simulations/verdicts.py)."""
+    rows: list[tuple[str, str, str]] = []
+    bal, imb, jun, fail, loss, big = (
+        runs["balanced-3az"],
+        runs["imbalanced-2az"],
+        runs["jun-100x100"],
+        runs["broker-failure"],
+        runs["coordinator-az-loss"],
+        runs["kip1163-1gib"],
+    )
+    azs = len(bal.scenario.cluster.azs)
+    bal_p = bal.design("partlog", "az-representative")
+    rows.append(
+        (
+            "A WAL file costs at most AZs - 1 remote commit RPCs with AZ representatives (equal AZs)",
+            "balanced-3az",
+            Check("remote max", bal_p.commit_remote_max, azs - 1).sentence(),
+        )
+    )
+    lone = next(
+        b for b in imb.design("partlog", "az-representative").per_broker if b.az == imb.scenario.cluster.azs[-1]
+    )
+    rows.append(
+        (
+            "The lone broker of a small AZ needs between 1 and 3 remote commit RPCs per file",
+            "imbalanced-2az",
+            f"min {Check('min', lone.remote_min, 1, at_least=True).sentence()}; "
+            f"max {Check('max', lone.remote_max, 3).sentence()}",
+        )
+    )
+    jun_any = jun.design("partlog", "any-broker")
+    jun_rep = jun.design("partlog", "az-representative")
+    rows.append(
+        (
+            "The feared amplification is real with any-broker routing (>= 10 remote commit RPCs per file)",
+            "jun-100x100",
+            Check("remote mean", jun_any.commit_remote_mean, 10, at_least=True).sentence(),
+        )
+    )
+    rows.append(
+        (
+            "Representatives cap it (remote max <= 3 with 34/33/33 brokers)",
+            "jun-100x100",
+            Check("remote max", jun_rep.commit_remote_max, 3).sentence(),
+        )
+    )
+    for name, r in (("balanced-3az", bal), ("jun-100x100", jun), ("kip1163-1gib", big)):
+        p, c = r.design("partlog", "az-representative"), r.design("coordinator")
+        for q, attr in (("p50", "send_latency_ms_p50"), ("p99", "send_latency_ms_p99")):
+            rows.append(
+                (
+                    f"Per-send latency {q}: partlog (representatives) against the coordinator",
+                    name,
+                    Comparison(
+                        q, "partlog", getattr(p, attr) or 0.0, "coordinator", getattr(c, attr) or 0.0, " ms"
+                    ).sentence(),
+                )
+            )
+    bal_any, bal_c = bal.design("partlog", "any-broker"), bal.design("coordinator")
+    rows.append(
+        (
+            "Per-request latency p99 at equal routing (any-broker): the commit path alone",
+            "balanced-3az",
+            Comparison(
+                "p99", "partlog", bal_any.latency_ms_p99 or 0.0, "coordinator", bal_c.latency_ms_p99 or 0.0, " ms"
+            ).sentence(),
+        )
+    )
+    for name, r in (("balanced-3az", bal), ("jun-100x100", jun)):
+        p, c = r.design("partlog", "az-representative"), r.design("coordinator")
+        rows.append(
+            (
+                "Requests/s all nodes receive (produce + commit RPCs + replica fetches)",
+                name,
+                Comparison(
+                    "requests", "partlog", p.requests_per_s_total, "coordinator", c.requests_per_s_total, "/s"
+                ).sentence(),
+            )
+        )
+    for name, r in (("balanced-3az", bal), ("jun-100x100", jun), ("kip1163-1gib", big)):
+        p, c, k = r.design("partlog", "az-representative"), r.design("coordinator"), r.design("classic")
+        rows.append(
+            (
+                "Request + transfer cost per month: partlog (representatives) against the coordinator",
+                name,
+                Comparison("cost", "partlog", p.cost.total_usd, "coordinator", c.cost.total_usd, " $").sentence(),
+            )
+        )
+        rows.append(
+            (
+                "Request + transfer cost per month: partlog (representatives) against classic replication",
+                name,
+                Comparison("cost", "partlog", p.cost.total_usd, "classic", k.cost.total_usd, " $").sentence(),
+            )
+        )
+    big_p, big_c = big.design("partlog", "az-representative"), big.design("coordinator")
+    rows.append(
+        (
+            "Busiest commit store's utilization at 1 GiB/s (the same store on both sides)",
+            "kip1163-1gib",
+            Comparison(
+                "utilization",
+                "partlog",
+                100 * big_p.commit_store_utilization_max,
+                "coordinator",
+                100 * big_c.commit_store_utilization_max,
+                "%",
+            ).sentence(),
+        )
+    )
+    for name, r in (("broker-failure", fail), ("coordinator-az-loss", loss)):
+        for d in r.designs:
+            rows.append(
+                (
+                    f"No acknowledged loss of a send after Kafka's retries: {_label(d)}",
+                    name,
+                    Check("sends failed", d.sends_failed, 0).sentence(),
+                )
+            )
+        p, c = r.design("partlog", "az-representative"), r.design("coordinator")
+        rows.append(
+            (
+                "Per-send latency p99 through the failure",
+                name,
+                Comparison(
+                    "p99", "partlog", p.send_latency_ms_p99 or 0.0, "coordinator", c.send_latency_ms_p99 or 0.0, " ms"
+                ).sentence(),
+            )
+        )
+    lead_p = runs["leadership-change"].design("partlog")
+    rows.append(
+        (
+            "A leadership change loses no batch (representatives forward to the leader they know now)",
+            "leadership-change",
+            Check("batches failed", lead_p.batches_failed, 0).sentence(),
+        )
+    )
+    return rows
+
+
+def _model_lines(s: Scenario) -> list[str]:
+    c = s.commit
+    same = "the same store on both sides" if c.leader == c.coordinator else "different stores, as the scenario states"
+    return [
+        '**The model, the same for both designs** (design.md, "Simulations"). Every commit target (a partlog '
+        "partition leader, or the coordinator) is a FIFO group-commit server: a group costs a fixed part "
+        "plus CPU per batch, calibrated from `partlog bench commit` "
+        f"(partlog leaders: {c.leader.describe()}; coordinator: {c.coordinator.describe()}; {same}). An "
+        "acks=all commit waits for its slowest follower's (the coordinator's slowest replica's) round trip "
+        "and append on both sides. Both designs run the real `ProducePipeline` and real `MetadataStore` "
+        "sequencing, the same producers (Poisson sends, Kafka's retries with KIP-580 backoff), the same "
+        "network (lognormal round trips, FIFO per connection), the same object store (PUT latency plus size "
+        f"over {s.object_store.put_bytes_per_s / 1e6:g} MB/s; GETs by `get_mode`, here `{s.object_store.get_mode}`), "
+        "Kafka's rack-aware replica assignment drawn from the seed, and the same faults: a dead node refuses "
+        "connections at once or black-holes them until the caller's timeout, and a dead coordinator fails over "
+        "after the same detection time as a partlog leader (the session timeout).",
+    ]
+
+
+def build_report(seed: int, *, jobs: int = 1, plots: Sequence[str] = (), sweeps: Sequence[Sweep] = ()) -> str:
     runs = {name: run_scenario(load_scenario(name), seed, jobs=jobs) for name in _SCENARIOS}
     sweep = run_sweep(
         "balanced-3az",
@@ -158,6 +325,8 @@ def build_report(seed: int, *, jobs: int = 1) -> str:
     imb = runs["imbalanced-2az"]
     lead = runs["leadership-change"]
     fail = runs["broker-failure"]
+    loss = runs["coordinator-az-loss"]
+    big = runs["kip1163-1gib"]
 
     jun_any = jun.design("partlog", "any-broker")
     jun_rep = jun.design("partlog", "az-representative")
@@ -182,16 +351,6 @@ def build_report(seed: int, *, jobs: int = 1) -> str:
     before = _window(lead_p, 0, move_ms)
     during = _window(lead_p, move_ms, settle_ms)
     after = _window(lead_p, settle_ms + 1000, lead.simulated_s * 1000)
-    fail_p = fail.design("partlog")
-    fail_c = fail.design("coordinator")
-    fail_k = fail.design("classic")
-    fail_w = fail_p.failure_windows
-    timeout_s = fail.scenario.commit.commit_rpc_timeout_ms / 1000
-    late = [
-        (w, w.produce_requests_failed_by_reason.get("request_timed_out", 0))
-        for w in fail_w
-        if w.produce_requests_failed_by_reason.get("request_timed_out", 0)
-    ]
 
     # Throughput: where (if anywhere) partlog's request + transfer cost meets classic's.
     load_p = [r.design("partlog") for r in load_runs]
@@ -221,27 +380,39 @@ def build_report(seed: int, *, jobs: int = 1) -> str:
             "cross-AZ bytes grow with the data."
         )
 
-    total_gap50 = _gap(bal_c.latency_ms_p50, bal_p.latency_ms_p50)
-    routing_gap50 = _gap(bal_any.latency_ms_p50, bal_p.latency_ms_p50)
-    commit_gap50 = _gap(bal_c.latency_ms_p50, bal_any.latency_ms_p50)
-    total_gap99 = _gap(bal_c.latency_ms_p99, bal_p.latency_ms_p99)
-    routing_gap99 = _gap(bal_any.latency_ms_p99, bal_p.latency_ms_p99)
-    commit_gap99 = _gap(bal_c.latency_ms_p99, bal_any.latency_ms_p99)
-    bal_broker_s = bal.simulated_s * bal.scenario.cluster.brokers
+    def cmp(what: str, a: DesignResult, b: DesignResult, attr: str, unit: str = " ms") -> str:
+        def value(d: DesignResult) -> float:
+            return d.cost.total_usd if attr == "cost" else (getattr(d, attr) or 0.0)
+
+        return Comparison(what, _label(a), value(a), _label(b), value(b), unit).sentence()
+
     leader_cross_share = jun_leader.cross_az_data_bytes_per_s / jun_leader.produce_bytes_per_s
+    verdicts = _verdict_rows(runs)
+    failed_verdicts = [v for v in verdicts if "**fails**" in v[2]]
 
     lines = [
         "# Commit fan-out, simulated",
         "",
         "Generated by `python -m simulations report` (seed "
-        f"{seed}); do not edit by hand. Every number comes from the real `ProducePipeline` "
-        "(WAL rotation, commit grouping per leader broker) and real `MetadataStore` commits, "
-        "driven on a virtual clock through a simulated network and object store "
-        '(design.md, "Simulations"). The designs: **partlog** (commits to each partition\'s '
+        f"{seed}); do not edit by hand. The designs: **partlog** (commits to each partition's "
         "leader, the routing policy in brackets), **coordinator** (KIP-1164: one commit per "
         "WAL file to a central coordinator in one AZ) and **classic** (Kafka replication; "
         "cross-AZ bytes and a first-order latency only). Costs are object-store requests plus cross-AZ "
-        'transfer per month ("request + transfer"); storage is not modelled.',
+        'transfer per month ("request + transfer"); storage is not priced.',
+        "",
+        *_model_lines(bal.scenario),
+        "",
+        "## Verdicts",
+        "",
+        "Each row is computed from this run's numbers against the bound or threshold it states: a comparison "
+        "names the better side (lower is better unless it says otherwise) or a tie within 5%; a check holds "
+        f"or fails. {len(verdicts)} rows; {len(failed_verdicts)} checks fail"
+        + (": " + "; ".join(f"{q} ({n})" for q, n, _ in failed_verdicts) if failed_verdicts else "")
+        + ".",
+        "",
+        "| question | scenario | verdict |",
+        "| --- | --- | --- |",
+        *(f"| {q} | `{n}` | {v} |" for q, n, v in verdicts),
         "",
         "## The thread's concerns, answered",
         "",
@@ -249,7 +420,7 @@ def build_report(seed: int, *, jobs: int = 1) -> str:
         'each produce request could generate 100 more RPC requests"). In `jun-100x100` with producers '
         f"sending to any broker of their AZ, a WAL file holds partitions of {_n(jun_any.distinct_leaders_mean, 1)} "
         f"leaders on average and costs {_n(jun_any.commit_remote_mean, 1)} remote commit RPCs (max "
-        f"{jun_any.commit_remote_max}): the fear is real for that routing. With AZ representatives "
+        f"{jun_any.commit_remote_max}). With AZ representatives "
         f"the same load costs {_n(jun_rep.commit_local_mean)} local and {_n(jun_rep.commit_remote_mean)} "
         f"remote commit RPCs per file (max {jun_rep.commit_remote_max}); the max is above 2 because "
         "100 brokers split 34/33/33 and the first broker of each smaller AZ represents two leaders of the "
@@ -257,28 +428,24 @@ def build_report(seed: int, *, jobs: int = 1) -> str:
         f"{_n(jun_leader.commit_remote_mean)} remote commits per file but moves the produce data of every "
         f"partition led in another AZ across AZs: {_n(jun_leader.cross_az_data_bytes_per_s / 1e6)} of "
         f"{_n(jun_leader.produce_bytes_per_s / 1e6)} MB/s ({_n(100 * leader_cross_share, 0)}%). The coordinator "
-        "is 1 RPC per file by construction. The price of representatives here is files: a send is split over "
+        "is 1 RPC per file by construction. The price of representatives is files: a send is split over "
         f"~33 brokers of the producer's AZ, so the cluster writes {_n(jun_rep.puts_per_s, 0)} WAL files/s "
         f"instead of {_n(jun_any.puts_per_s, 0)} (PUT cost ${_n(jun_rep.cost.put_usd, 0)} vs "
         f"${_n(jun_any.cost.put_usd, 0)} a month).",
         "",
-        "**Request rate.** What matters is RPCs per second, and a commit RPC is per WAL *file*, not per "
-        f"produce request. In `jun-100x100` ({_n(jun_sends_per_s, 0)} producer sends/s of 100 partitions, "
-        f"split into {_n(jun_produce_per_s, 0)} produce requests/s by representative routing) a broker "
-        f"receives {_n(jun_rep.network_commit_rpcs_per_s_per_broker_mean, 1)} commit RPCs/s over the network "
-        f"on average, the busiest {_n(jun_rep.network_commit_rpcs_per_s_per_broker_max, 1)}, and makes "
-        f"{_n(jun_rep.local_commits_per_s_per_broker_mean, 1)} in-process commits/s to its own store; with "
-        f"any-broker routing {_n(jun_any.network_commit_rpcs_per_s_per_broker_mean, 1)} (busiest "
-        f"{_n(jun_any.network_commit_rpcs_per_s_per_broker_max, 1)}). The central coordinator receives "
-        f"{_n(jun_coord.commit_rpcs_per_s_coordinator, 1)} RPCs/s: fewer in total, all on one node. A broker "
-        f"rotates its open WAL file when the oldest batch in it is `commit_interval_ms` "
-        f"({buffer.commit_interval_ms} ms) old or when the file reaches `buffer_bytes_max` "
-        f"({buffer.buffer_bytes_max / 2**20:g} MiB), whichever comes first. Below that size a broker writes "
-        f"at most {_n(1000 / buffer.commit_interval_ms, 0)} files/s (the busiest broker here: "
-        f"{_n(jun_rep.files_per_s_per_broker_max, 2)}) and sends at most 1 local plus the remote max "
-        f"({jun_rep.commit_remote_max} here) commits "
-        "per file, whatever the partition count; faster than that it rotates by size, and files (and commits) "
-        "grow with the bytes.",
+        "**Request rate.** A commit RPC is per WAL *file*, not per produce request. In `jun-100x100` "
+        f"({_n(jun_sends_per_s, 0)} producer sends/s of 100 partitions, split into {_n(jun_produce_per_s, 0)} "
+        "produce requests/s by representative routing) a broker receives "
+        f"{_n(jun_rep.network_commit_rpcs_per_s_per_broker_mean, 1)} commit RPCs/s over the network on average, "
+        f"the busiest {_n(jun_rep.network_commit_rpcs_per_s_per_broker_max, 1)}; with any-broker routing "
+        f"{_n(jun_any.network_commit_rpcs_per_s_per_broker_mean, 1)}. The central coordinator receives "
+        f"{_n(jun_coord.commit_rpcs_per_s_coordinator, 1)} RPCs/s, all on one node. Counting everything nodes "
+        "receive (produce requests, commit RPCs, replica fetches carrying new entries), the cluster handles "
+        f"{_n(jun_rep.requests_per_s_total, 0)} requests/s with representatives, {_n(jun_any.requests_per_s_total, 0)} "
+        f"with any-broker routing and {_n(jun_coord.requests_per_s_total, 0)} with the coordinator: "
+        + cmp("requests", jun_rep, jun_coord, "requests_per_s_total", "/s")
+        + ". Representatives split each send into one produce request per destination broker, and each "
+        "leader's followers fetch its entries, where the coordinator has one log and its replicas.",
         "",
         "**Cross-AZ traffic.** Partlog and the coordinator move no produce data across AZs (producers write "
         "to a broker in their AZ, data goes through the object store); only metadata crosses: in "
@@ -288,110 +455,76 @@ def build_report(seed: int, *, jobs: int = 1) -> str:
         f"and {_n(bal_c.cross_az_metadata_bytes_per_s / 1e3, 1)} kB/s for the coordinator "
         f"({_n(bal_c.cross_az_commit_bytes_per_s / 1e3, 1)} kB/s commits from other AZs, "
         f"{_n(bal_c.cross_az_replication_bytes_per_s / 1e3, 1)} kB/s its replicas fetching the same entries), "
-        f"against {_n(bal_k.cross_az_data_bytes_per_s / 1e6, 2)} MB/s of record data for classic replication. "
-        "Both kinds of metadata copy are sized by the real encoders (`enc_commit`, `enc_replica_fetch_response`).",
+        f"against {_n(bal_k.cross_az_data_bytes_per_s / 1e6, 2)} MB/s of record data for classic replication.",
         "",
-        "**Cost** (request + transfer; storage not modelled). At `balanced-3az`'s "
-        f"{_n(bal_p.produce_bytes_per_s / 1e6)} MB/s, partlog costs ${_n(bal_p.cost.total_usd, 0)} a month "
+        "**Cost** (request + transfer; storage not priced). At `balanced-3az`'s "
+        f"{_n(bal_p.produce_bytes_per_s / 1e6)} MB/s: partlog ${_n(bal_p.cost.total_usd, 0)} a month "
         f"(${_n(bal_p.cost.put_usd, 0)} PUT + ${_n(bal_p.cost.get_usd, 0)} GET + "
         f"${_n(bal_p.cost.cross_az_usd, 0)} cross-AZ), the coordinator ${_n(bal_c.cost.total_usd, 0)}, classic "
-        f"${_n(bal_k.cost.total_usd, 0)} (all cross-AZ transfer): at this load classic is cheaper. In "
-        f"`jun-100x100` the gap is wider: partlog with representatives ${_n(jun_rep.cost.total_usd, 0)} "
+        f"${_n(bal_k.cost.total_usd, 0)}; against classic: "
+        + cmp("cost", bal_p, bal_k, "cost", " $")
+        + f". In `jun-100x100`: partlog with representatives ${_n(jun_rep.cost.total_usd, 0)} "
         f"(its {_n(jun_rep.puts_per_s, 0)} files/s), with any-broker routing ${_n(jun_any.cost.total_usd, 0)}, "
         f"the coordinator ${_n(jun_coord.cost.total_usd, 0)}, classic ${_n(jun_classic.cost.total_usd, 0)}. "
-        "GETs assume one per WAL file per AZ. `balanced-3az` with every producer's send rate scaled "
+        f"At 1 GiB/s (`kip1163-1gib`): partlog ${_n(big.design('partlog', 'az-representative').cost.total_usd, 0)}, "
+        f"the coordinator ${_n(big.design('coordinator').cost.total_usd, 0)}, classic "
+        f"${_n(big.design('classic').cost.total_usd, 0)}. GETs: {bal.scenario.object_store.get_mode} "
+        "(one GET per file per AZ holding a replica of its partitions; `get_mode` also offers per-broker "
+        "reads and a shared cache). `balanced-3az` with every producer's send rate scaled "
         f"({SWEEP_DURATION_S} s each):",
         "",
         "| load factor | " + " | ".join(f"{f}x" for f in LOAD_FACTORS) + " |",
         "| --- | " + " | ".join("---" for _ in LOAD_FACTORS) + " |",
         "| produce MB/s | " + " | ".join(_n(p.produce_bytes_per_s / 1e6) for p in load_p) + " |",
         "| partlog WAL files/s | " + " | ".join(_n(p.puts_per_s, 1) for p in load_p) + " |",
-        "| partlog $/month PUT + GET | " + " | ".join(_n(p.cost.put_usd + p.cost.get_usd, 0) for p in load_p) + " |",
-        "| partlog $/month cross-AZ | " + " | ".join(_n(p.cost.cross_az_usd, 0) for p in load_p) + " |",
         "| partlog $/month total | " + " | ".join(_n(p.cost.total_usd, 0) for p in load_p) + " |",
         "| classic $/month total | " + " | ".join(_n(k.cost.total_usd, 0) for k in load_k) + " |",
         "",
         cross_text,
         "",
         "**Latency.** Produce latency is dominated by the buffer (up to "
-        f"{buffer.commit_interval_ms} ms) and the upload (p50 {bal.scenario.object_store.put.ms_p50:g} ms). "
-        "Latencies below are per produce request (one producer to one broker); per send (a producer's "
-        "send is answered when all its produce requests are) they are in the scenario tables. The "
-        "coordinator runs with any-broker routing, so partlog runs with it too. In `balanced-3az`, p50 / p99 "
-        f"per produce request: partlog (az-representative) {_n(bal_p.latency_ms_p50, 0)} / "
-        f"{_n(bal_p.latency_ms_p99, 0)} ms, partlog (any-broker) {_n(bal_any.latency_ms_p50, 0)} / "
-        f"{_n(bal_any.latency_ms_p99, 0)} ms, coordinator (any-broker) {_n(bal_c.latency_ms_p50, 0)} / "
-        f"{_n(bal_c.latency_ms_p99, 0)} ms. Of the {_n(total_gap50, 0)} ms (p50) and {_n(total_gap99, 0)} ms "
-        f"(p99) by which partlog with representatives is faster per request than the coordinator, routing "
-        f"accounts for {_n(routing_gap50, 0)} / {_n(routing_gap99, 0)} ms and the commit path, at equal routing, "
-        f"for {_n(commit_gap50, 0)} / {_n(commit_gap99, 0)} ms. Representatives split a send into one request "
-        f"per destination broker ({_n(bal_p.produce_requests / bal_broker_s, 1)} "
-        f"produce requests/s per broker against {_n(bal_any.produce_requests / bal_broker_s, 1)} "
-        "with any-broker routing), so a request more often joins a WAL file that is already open instead of "
-        "opening one and waiting the whole interval. In `imbalanced-2az` at equal routing: "
-        f"partlog {_n(imb_any.latency_ms_p50, 0)} / {_n(imb_any.latency_ms_p99, 0)} ms, coordinator "
-        f"{_n(imb_c.latency_ms_p50, 0)} / {_n(imb_c.latency_ms_p99, 0)} ms (partlog with representatives "
-        f"{_n(imb_p.latency_ms_p50, 0)} / {_n(imb_p.latency_ms_p99, 0)} ms). Per send, `balanced-3az` p50 / p99: "
-        f"partlog (az-representative) {_n(bal_p.send_latency_ms_p50, 0)} / {_n(bal_p.send_latency_ms_p99, 0)} ms, "
-        f"partlog (any-broker) {_n(bal_any.send_latency_ms_p50, 0)} / {_n(bal_any.send_latency_ms_p99, 0)} ms, "
-        f"coordinator {_n(bal_c.send_latency_ms_p50, 0)} / {_n(bal_c.send_latency_ms_p99, 0)} ms (with any-broker "
-        "routing a send is one request): per send, representatives are "
-        f"{_n(_gap(bal_p.send_latency_ms_p50, bal_c.send_latency_ms_p50), 0)} / "
-        f"{_n(_gap(bal_p.send_latency_ms_p99, bal_c.send_latency_ms_p99), 0)} ms slower than the coordinator, "
-        "because a send waits for the slowest of its requests. Partlog's commits are parallel RPCs of about "
-        "one cross-AZ round trip "
-        "plus an append, and an acks=all commit also waits for the slowest follower's round trip and append; "
-        "the coordinator's commit is the same store's (" + bal.scenario.commit.coordinator.describe() + ") plus, "
-        "with acks=all, its replicas' round trip and append.",
+        f"{buffer.commit_interval_ms} ms) and the upload. Per send (a producer's send is answered when all its "
+        "produce requests are), `balanced-3az` p50 / p99: partlog (az-representative) "
+        f"{_n(bal_p.send_latency_ms_p50, 0)} / {_n(bal_p.send_latency_ms_p99, 0)} ms, partlog (any-broker) "
+        f"{_n(bal_any.send_latency_ms_p50, 0)} / {_n(bal_any.send_latency_ms_p99, 0)} ms, coordinator "
+        f"{_n(bal_c.send_latency_ms_p50, 0)} / {_n(bal_c.send_latency_ms_p99, 0)} ms. At p50: "
+        + cmp("p50", bal_p, bal_c, "send_latency_ms_p50")
+        + "; at p99: "
+        + cmp("p99", bal_p, bal_c, "send_latency_ms_p99")
+        + ". A send split by representatives waits for the slowest of its requests. At equal routing "
+        "(any-broker) the commit paths compare per request: "
+        + cmp("p99", bal_any, bal_c, "latency_ms_p99")
+        + f". In `jun-100x100` per send: partlog {_n(jun_rep.send_latency_ms_p50, 0)} / "
+        f"{_n(jun_rep.send_latency_ms_p99, 0)} ms, coordinator {_n(jun_coord.send_latency_ms_p50, 0)} / "
+        f"{_n(jun_coord.send_latency_ms_p99, 0)} ms ("
+        + cmp("p99", jun_rep, jun_coord, "send_latency_ms_p99")
+        + f"). In `imbalanced-2az` at equal routing: partlog {_n(imb_any.latency_ms_p50, 0)} / "
+        f"{_n(imb_any.latency_ms_p99, 0)} ms, coordinator {_n(imb_c.latency_ms_p50, 0)} / "
+        f"{_n(imb_c.latency_ms_p99, 0)} ms per request.",
         "",
         "**Metadata-log replication lag** is modelled, not run: a follower (a coordinator replica for design "
         "b, a record follower for classic) has an entry one network one-way after the leader appended it, "
         f"plus its own append (`follower_apply_ms`, p50 {bal.scenario.commit.follower_apply.ms_p50:g} / p99 "
-        f"{bal.scenario.commit.follower_apply.ms_p99:g} ms); the lag of a commit is its slowest follower's. "
-        f"In `balanced-3az` p50 / p99: partlog {_n(bal_p.replication_lag_ms_p50)} / "
-        f"{_n(bal_p.replication_lag_ms_p99)} ms, coordinator {_n(bal_c.replication_lag_ms_p50)} / "
-        f"{_n(bal_c.replication_lag_ms_p99)} ms. It restates the network and apply inputs; it does not "
-        "include fetch batching or a follower falling behind.",
+        f"{bal.scenario.commit.follower_apply.ms_p99:g} ms). In `balanced-3az` p50 / p99: partlog "
+        f"{_n(bal_p.replication_lag_ms_p50)} / {_n(bal_p.replication_lag_ms_p99)} ms, coordinator "
+        f"{_n(bal_c.replication_lag_ms_p50)} / {_n(bal_c.replication_lag_ms_p99)} ms.",
         "",
         "**Leadership changes** (exception 2). In `leadership-change`, "
         f"{lead.scenario.events[0].partitions} of {lead.scenario.cluster.partitions} partitions change leader "
         f"at {move_ms / 1000:g} s; brokers learn it after {lead.scenario.metadata.broker_propagation_ms} ms, "
         f"producers after {lead.scenario.metadata.client_propagation_ms} ms. Remote commit RPCs per file: "
         f"before {_n(before[0])} (max {before[1]}), during the propagation window {_n(during[0])} (max "
-        f"{during[1]}), after {_n(after[0])} (max {after[1]}). The extra RPCs last as long as "
-        f"producers route by stale metadata; {lead_p.batches_failed} batches failed, because the "
-        "representative sends each batch to the leader it knows now.",
+        f"{during[1]}), after {_n(after[0])} (max {after[1]}); {lead_p.batches_failed} batches failed.",
         "",
         "**Imbalance** (exception 1). In `imbalanced-2az` (3 brokers vs 1) the lone broker's WAL files "
         f"need at least {lone.remote_min} and at most {lone.remote_max} remote commit RPCs (mean "
-        f"{_n(lone.remote_mean)}), within "
-        'the thread\'s prediction ("between 1 and 3"; at this load nearly every file reaches all three az1 '
-        "leaders); the other brokers need at most "
-        f"{max(b.remote_max for b in imb_p.per_broker if b.broker_id != lone.broker_id)}. A failed broker "
-        "creates the same shape: in `broker-failure` the surviving broker of the damaged AZ represents "
-        f"two leaders per other AZ (remote max {fail_p.commit_remote_max} over the run).",
+        f"{_n(lone.remote_mean)}); the other brokers need at most "
+        f"{max(b.remote_max for b in imb_p.per_broker if b.broker_id != lone.broker_id)}.",
         "",
-        "**Failures** (`broker-failure`; per window from each event to the next, table in the scenario "
-        "section). Partlog: "
-        + "; ".join(f"{w.from_ms / 1000:g}-{w.to_ms / 1000:g} s {w.produce_requests_failed}" for w in fail_w)
-        + f" failed produce requests (of {fail_p.produce_requests}); coordinator "
-        + "; ".join(f"{w.produce_requests_failed}" for w in fail_c.failure_windows)
-        + "; classic "
-        + "; ".join(f"{w.produce_requests_failed}" for w in fail_k.failure_windows)
-        + ". A commit sent to a dead leader is answered only when its RPC times out "
-        f"(`commit_rpc_timeout_ms`, {timeout_s:g} s), so its produce requests fail in a later window: "
-        + (
-            "; ".join(f"{n} timed out in {w.from_ms / 1000:g}-{w.to_ms / 1000:g} s" for w, n in late)
-            if late
-            else "none here"
-        )
-        + ". The coordinator never dies here (it is in az1), so its brokers' failures are only requests "
-        "sent to, or held by, dead brokers.",
+        *_failure_prose(fail, loss),
         "",
         f"**Scaling the cluster.** `balanced-3az` with more brokers per AZ ({SWEEP_DURATION_S} s each): "
-        "remote commit RPCs per file (mean, and the max over every file) stay at or below AZs - 1 (the "
-        "representative map is a bijection between equal AZs), and the mean falls as each broker's share of "
-        "the load, and so each file, shrinks.",
+        "remote commit RPCs per file (mean, and the max over every file) stay at or below AZs - 1.",
         "",
         "| brokers per AZ | " + " | ".join(str(v) for v in sweep.values) + " |",
         "| --- | " + " | ".join("---" for _ in sweep.values) + " |",
@@ -404,36 +537,78 @@ def build_report(seed: int, *, jobs: int = 1) -> str:
     lines.append(
         "| partlog network commit RPCs/s received, busiest broker | " + " | ".join(_n(x, 1) for x in rates) + " |"
     )
-    lines += ["", "## Scenarios", ""]
+    lines += ["", *crossover_markdown(sweeps, plots), "## Scenarios", ""]
     for name in _SCENARIOS:
         lines += _section(runs[name])
     lines += [
         "## What the model leaves out",
         "",
         "- Replication of the metadata logs is modelled (lag = one network one-way to the slowest "
-        "follower plus its append; acks=all waits its round trip plus its append), not run; leaders' stores "
-        "are real.",
-        "- Bandwidth, disk queueing and CPU are not modelled; object-store latency does not depend on size.",
+        "follower plus its append; acks=all waits its round trip plus its append), not run; a follower's "
+        "append does not queue. Leaders' stores are real for sequencing; their time is the commit-cost model.",
+        "- CPU and network bandwidth queueing are not modelled; a PUT's time grows with its size, GETs are "
+        "counted, not timed (no consumer model).",
         "- Classic Kafka's latency is first-order (network, an append, replication round trip and append).",
-        "- Producers do not retry failed requests, and classic producers keep their stale leaders until "
-        "the metadata propagates (real clients refresh on NOT_LEADER at once).",
-        "- A leader that dies after receiving a commit still answers it; one dead when a commit arrives "
-        "never does (the sender times out).",
-        "- GETs are one per WAL file per AZ (a per-AZ read cache), not a consumer model; storage is not priced.",
+        "- Clients learn new metadata `client_propagation_ms` after a change, also after NOT_LEADER (real "
+        "clients refresh at once).",
+        "- Storage (bytes at rest), walmgr's LIST/GET/DELETE requests and the files and fsyncs per broker "
+        "are not modelled yet (issue 17's storage model).",
         "",
     ]
     return "\n".join(lines)
 
 
-_SCENARIOS = ("balanced-3az", "imbalanced-2az", "leadership-change", "jun-100x100", "broker-failure")
+def _failure_prose(fail: RunResult, loss: RunResult) -> list[str]:
+    out = []
+    for r, what in (
+        (fail, "a broker dies (refused at once), then an AZ is lost (black hole)"),
+        (loss, "the coordinator's AZ is lost (black hole)"),
+    ):
+        parts = []
+        for d in r.designs:
+            windows = "; ".join(
+                f"{w.from_ms / 1000:g}-{w.to_ms / 1000:g} s {w.produce_requests_retried} retried / "
+                f"{w.produce_requests_failed} failed"
+                for w in d.failure_windows
+            )
+            parts.append(
+                f"{_label(d)}: {windows}; per-send p99 {_n(d.send_latency_ms_p99, 0)} ms, sends failed {d.sends_failed}"
+            )
+        out += [
+            f"**Failures** (`{r.scenario.name}`: {what}; per window from each event to the next). "
+            + ". ".join(parts)
+            + "."
+        ]
+        out.append("")
+    out.append(
+        "Producers retry with Kafka's defaults (retry.backoff.ms 100 doubling to 1 s, delivery.timeout.ms 120 s), "
+        "so a failure shows as retries and latency rather than loss. A refused request is learnt at once; a "
+        "black-holed one waits its request timeout (30 s), and a black-holed commit the commit RPC timeout "
+        f"({fail.scenario.commit.commit_rpc_timeout_ms / 1000:g} s). Representatives pin each partition of a "
+        "producer's AZ to one broker until the dead broker is fenced, where any-broker routing picks another "
+        "broker on the retry; the coordinator stops every commit until it fails over."
+    )
+    return out
+
+
+_SCENARIOS = (
+    "balanced-3az",
+    "imbalanced-2az",
+    "leadership-change",
+    "jun-100x100",
+    "kip1163-1gib",
+    "broker-failure",
+    "coordinator-az-loss",
+)
 
 
 def write_report(path: Path, seed: int, plots_dir: Path | None = None, *, jobs: int = 1) -> Path:
-    text = build_report(seed, jobs=jobs)
+    """Write REPORT.md at ``path``; its crossover plots (PNG) go to
+    ``plots_dir`` (default: ``report/`` beside it), referenced relative to it."""
+    plots_dir = plots_dir if plots_dir is not None else path.parent / "report"
+    sweeps = run_sweeps(seed, jobs=jobs)
+    written = write_crossover_plots(sweeps, plots_dir)
+    rel = [os.path.relpath(p, path.parent) for p in written]
+    text = build_report(seed, jobs=jobs, plots=rel, sweeps=sweeps)
     path.write_text(text)
-    if plots_dir is not None:
-        from simulations.plots import write_plots
-
-        for name in _SCENARIOS:
-            write_plots(run_scenario(load_scenario(name), seed, jobs=jobs), plots_dir / name)
     return path

@@ -23,6 +23,9 @@ from partlog.controller.cluster_meta import StaticMetadata
 from simulations.batches import BatchTemplates
 from simulations.commit_server import CommitCostSampler, CommitServer, EmpiricalSampler
 from simulations.context import SimContext
+from simulations.crossover import LABELS, SWEEPS, run_sweeps, shape
+from simulations.crossover import markdown as crossover_markdown
+from simulations.crossover import write_plots as write_crossover_plots
 from simulations.event_loop import EventLoop
 from simulations.latency import LatencyDist
 from simulations.metrics import DesignResult
@@ -43,6 +46,7 @@ from simulations.scenario import (
 )
 from simulations.simulation import simulate
 from simulations.topology import rack_aware_assignment, topic_partitions
+from simulations.verdicts import Check, Comparison
 
 SEED = 3
 
@@ -463,3 +467,53 @@ def test_the_assignment_is_the_seeds_and_the_same_in_every_design() -> None:
     a = run(s, Design.PARTLOG).file_commits
     b = run(s, Design.PARTLOG).file_commits
     assert a == b
+
+
+# ---------------------------------------------------------------- verdicts
+
+
+def test_a_comparison_names_the_better_side_or_a_tie() -> None:
+    assert Comparison("x", "a", 100, "b", 120).winner == "a"
+    assert Comparison("x", "a", 100, "b", 120, higher_is_better=True).winner == "b"
+    assert Comparison("x", "a", 100, "b", 104).winner is None
+    assert Comparison("x", "a", 0, "b", 0).winner is None
+    assert "tie" in Comparison("x", "a", 100, "b", 104).sentence()
+    assert "**b**" in Comparison("x", "a", 130, "b", 100, " ms").sentence()
+    assert Check("x", 2, 2).holds and not Check("x", 3, 2).holds
+    assert Check("x", 3, 2, at_least=True).holds
+    assert "**fails**" in Check("x", 3, 2).sentence()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(0, 1e9), st.floats(0, 1e9))
+def test_comparison_is_antisymmetric(a: float, b: float) -> None:
+    one = Comparison("x", "a", a, "b", b).winner
+    other = Comparison("x", "b", b, "a", a).winner
+    assert one == other
+    if one is not None:
+        assert (one == "a") == (a < b)
+
+
+def test_where_each_design_wins_runs_both_designs_at_every_point(tmp_path: Path) -> None:
+    sweeps = run_sweeps(SEED, duration_s=1.0)
+    assert [sw.param for sw in sweeps] == list(SWEEPS)
+    for sw in sweeps:
+        assert len(sw.runs) == len(sw.values)
+        for r in sw.runs:
+            assert {f"{d.design}/{d.routing}" for d in r.designs} == set(LABELS)
+            # The same store on both sides at every point.
+            assert r.scenario.commit.leader == r.scenario.commit.coordinator
+    text = "\n".join(crossover_markdown(sweeps, ["report/crossover_send_p99.png"]))
+    assert text.count("| winner |") == len(sweeps) * 4
+    assert "![crossover_send_p99](report/crossover_send_p99.png)" in text
+    written = write_crossover_plots(sweeps, tmp_path)
+    assert {p.name for p in written} == {
+        "crossover_send_p50.png",
+        "crossover_send_p99.png",
+        "crossover_requests.png",
+        "crossover_cost.png",
+    }
+    assert all(p.stat().st_size > 1000 for p in written)
+    # A shape's AZ count changes neither the load nor the store.
+    two, five = shape(2, 2, 3, 1, 1), shape(5, 2, 3, 1, 1)
+    assert sum(p.sends_per_s for p in two.producers) == sum(p.sends_per_s for p in five.producers)
