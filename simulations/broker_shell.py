@@ -271,7 +271,6 @@ class SimBroker:
     def _reply(self, reply: Reply) -> None:
         req = self._inflight.pop(reply.produce_id)
         ctx = self.ctx
-        rec = ctx.recorder
         errors = [r.error for r in reply.results if r.error != Errors.NONE]
         arrival = ctx.loop.now_ms + ctx.network.one_way_ms(self.az, req.producer_az)
         if errors:
@@ -280,7 +279,7 @@ class SimBroker:
             failed = tuple(b for b in req.batches if b[0] in bad)
             ctx.loop.at(arrival, ctx.produce_failed, req, failed, errors[0].name.lower())
             return
-        rec.answered(req.send_id, req.since_ms, arrival - req.since_ms)
+        ctx.produce_answered(req, arrival)
 
     # ------------------------------------------------------------- commits
 

@@ -87,4 +87,4 @@ class ClassicLeader:
             # producer retries them, by then perhaps at the new leader).
             ctx.loop.at(arrival, ctx.produce_failed, req, tuple(not_led), "not_leader_or_follower")
             return
-        rec.answered(req.send_id, req.since_ms, arrival - req.since_ms)
+        ctx.produce_answered(req, arrival)

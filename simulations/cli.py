@@ -1,4 +1,4 @@
-"""``python -m simulations run|sweep|report``.
+"""``python -m simulations run|sweep|report|calibrate``.
 
 * ``run SCENARIO [--seed N] [--json] [--no-timing] [--out DIR] [--duration-s S]``:
   simulate every design of a scenario (a name in ``simulations/scenarios``
@@ -8,6 +8,8 @@
   run per value; a table and, with ``--out``, ``sweep.json`` and a plot.
 * ``report [--out FILE]``: regenerate ``simulations/REPORT.md`` from the
   shipped scenarios.
+* ``calibrate [--json] [--duration-s S]``: a real ``partlog cluster`` and
+  the simulator on the same shape and load, predicted against measured.
 
 ``wall_s`` and ``speedup`` are the only outputs that vary between runs with
 one seed; ``--no-timing`` leaves them out (byte-for-byte comparisons).
@@ -19,6 +21,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -153,6 +156,38 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from simulations.calibrate import Shape, calibrate, format_table
+
+    if args.duration_s is not None and not 1 <= args.duration_s <= 600:
+        raise UsageError(f"--duration-s must be in [1, 600], got {args.duration_s:g}")
+    shape = Shape() if args.duration_s is None else Shape(duration_s=args.duration_s)
+    quiet = args.json
+
+    def progress(msg: str) -> None:
+        if not quiet:
+            print(msg, file=sys.stderr)
+
+    try:
+        result = calibrate(shape, args.seed, progress)
+    except RuntimeError as e:
+        raise UsageError(str(e)) from e
+    if args.save:
+        from simulations.calibrate import MEASURED_PATH
+        from simulations.storage import measure_store_writes
+
+        progress("measuring the pages a durable store writes per commit")
+        result["pages_per_commit"] = round(measure_store_writes(), 3)
+        result["measured_on"] = time.strftime("%Y-%m-%d")
+        MEASURED_PATH.write_text(json.dumps(result, indent=2) + "\n")
+        progress(f"wrote {MEASURED_PATH} (REPORT.md's calibration table and storage model read it)")
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(format_table(result))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m simulations",
@@ -201,6 +236,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     jobs_arg(report)
     report.set_defaults(fn=cmd_report)
+
+    cal = sub.add_parser(
+        "calibrate",
+        help="run a real partlog cluster and the simulator on the same shape and load; predicted vs measured",
+        description="Runs a real `partlog cluster` (3 AZs x 2 brokers, 12 partitions, RF 3, 2 producers per AZ at "
+        "500 records/s of 100 B, loopback, local object store, fsync on), then the simulator on the same shape "
+        "and load with the PUT latency measured in the run, and prints each figure predicted against measured, "
+        "within 20% or not, and why a row misses.",
+    )
+    cal.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"simulator seed (default {DEFAULT_SEED})")
+    cal.add_argument("--duration-s", type=float, help="seconds of producing in the real cluster (default 10)")
+    cal.add_argument(
+        "--json", action="store_true", help='print {"rows": [{"metric", "predicted", "measured", ...}], ...}'
+    )
+    cal.add_argument(
+        "--save",
+        action="store_true",
+        help="also measure the pages a durable store writes per commit, and write both to "
+        "simulations/measured.json for the report",
+    )
+    cal.set_defaults(fn=cmd_calibrate)
     return p
 
 

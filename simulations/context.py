@@ -35,6 +35,9 @@ class ProduceRequest:
     # a client sees count from there); -1: this is the first attempt.
     first_sent_ms: float = -1.0
     attempt: int = 0
+    # Called with the request and when its answer reaches the producer,
+    # when every batch was acknowledged (closed-loop producers).
+    answered: Callable[[ProduceRequest, float], None] | None = None
 
     @property
     def since_ms(self) -> float:
@@ -106,6 +109,12 @@ class SimContext:
         else:
             when = max(self.loop.now_ms, req.sent_ms + req.request_timeout_ms)
             self.loop.at(when, self.produce_failed, req, req.batches, "request_timed_out")
+
+    def produce_answered(self, req: ProduceRequest, arrival_ms: float) -> None:
+        """Every batch of ``req`` acknowledged; the answer reaches its producer at ``arrival_ms``."""
+        self.recorder.answered(req.send_id, req.since_ms, arrival_ms - req.since_ms)
+        if req.answered is not None:
+            req.answered(req, arrival_ms)
 
     def produce_failed(self, req: ProduceRequest, batches: Sequence[tuple[TopicIdPartition, bytes]], why: str) -> None:
         """``batches`` of ``req`` failed now with ``why``: its producer

@@ -84,6 +84,9 @@ class Recorder:
     # Fetches by followers (coordinator replicas) that carried new entries:
     # one per follower per commit (classic: per produce request).
     replica_fetches: int = 0
+    # Per batch, from its oldest record's send() to the acknowledgement, as
+    # partlog's client measures (record producers only: record_producers.py)
+    batch_latencies: list[float] = field(default_factory=list)
     # (virtual ms, batches, why) of each produce request the producer retried
     retries: list[tuple[float, int, str]] = field(default_factory=list)
 
@@ -245,6 +248,10 @@ class DesignResult:
     commit_queue_wait_ms_p99: float | None = None
     # Group commits per second over all commit targets.
     group_commits_per_s: float = 0.0
+    # Per batch from its oldest record (record producers only).
+    batch_latency_ms_p50: float | None = None
+    batch_latency_ms_p99: float | None = None
+    batches_acked: int = 0
     # Requests nodes receive, per second, over the whole cluster: produce
     # requests from clients, commit RPCs over the network, replica fetches.
     produce_requests_per_s: float = 0.0
@@ -354,6 +361,7 @@ def summarize(
         coordinator_rate = sum(rec.commits_received.get(coordinator_id, [0, 0])) / duration_s
     lat = sorted(latency for _, latency in rec.latencies)
     send_lat = sorted(latency for _, latency in rec.send_latencies)
+    batch_lat = sorted(rec.batch_latencies)
     lag = sorted(rec.replication_lag_ms)
     puts_per_s = rec.puts / duration_s
     gets_per_s = sum(gets_per_file(scenario, f) for f in files) / duration_s
@@ -419,6 +427,9 @@ def summarize(
         commit_queue_wait_ms_p99=percentile(waits, 99),
         group_commits_per_s=sum(sv.groups for sv in servers.values()) / duration_s,
         produce_requests_per_s=rec.produce_requests / duration_s,
+        batch_latency_ms_p50=percentile(batch_lat, 50),
+        batch_latency_ms_p99=percentile(batch_lat, 99),
+        batches_acked=len(batch_lat),
         network_commit_rpcs_per_s=sum(c[1] for c in rec.commits_received.values()) / duration_s,
         replica_fetches_per_s=rec.replica_fetches / duration_s,
         file_commits=tuple(files),

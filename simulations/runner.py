@@ -169,6 +169,12 @@ def design_json(d: DesignResult, *, timing: bool) -> dict[str, Any]:
             "p99": _f(d.send_latency_ms_p99),
             "p999": _f(d.send_latency_ms_p999),
         },
+        # Record producers only: per batch from its oldest record, as partlog's client measures.
+        "batch_latency_ms": (
+            {"p50": _f(d.batch_latency_ms_p50), "p99": _f(d.batch_latency_ms_p99), "batches": d.batches_acked}
+            if d.batches_acked
+            else None
+        ),
         "replication_lag_ms": {"p50": _f(d.replication_lag_ms_p50), "p99": _f(d.replication_lag_ms_p99)},
         "object_requests_per_s": {"put": _f(d.puts_per_s), "get": _f(d.gets_per_s)},
         "monthly_cost_usd": _f(d.cost.total_usd),

@@ -27,6 +27,8 @@ A scenario file::
     skew = 0                               # Zipf exponent of partition choice (0: uniform)
     retries = true                         # Kafka's retries: retry_backoff_ms 100, retry_backoff_max_ms 1000,
                                            # delivery_timeout_ms 120000, request_timeout_ms 30000
+    # or, instead of sends_per_s: records as partlog's client sends them
+    # records_per_s = 500, record_bytes = 100, linger_ms = 5
 
     [buffer]        commit_interval_ms, buffer_bytes_max, inflight_bytes_max, uploads_inflight_max
     [network]       rtt_same_az_ms_p50/_p99, rtt_cross_az_ms_p50/_p99
@@ -200,6 +202,12 @@ class ProducerSpec:
     retry_backoff_max_ms: int = 1000
     delivery_timeout_ms: int = 120_000
     request_timeout_ms: int = 30_000
+    # Record producers (simulations/record_producers.py) when > 0: records
+    # of record_bytes at this rate, batched as partlog's client does,
+    # instead of sends_per_s Poisson sends.
+    records_per_s: float = 0.0
+    record_bytes: int = 100
+    linger_ms: int = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -516,11 +524,12 @@ def parse_scenario(doc: Mapping[str, Any], where: str) -> Scenario:
         acks = p.text("acks", "all")
         if acks not in ("all", "1"):
             raise p.error("acks", f"must be 'all' or '1', got {acks!r}")
+        records = "records_per_s" in p.doc
         producers.append(
             ProducerSpec(
                 az=az,
                 count=p.integer("count", 1, lo=1, hi=100_000),
-                sends_per_s=p.number("sends_per_s", lo=0.001, hi=1e6),
+                sends_per_s=0.0 if records else p.number("sends_per_s", lo=0.001, hi=1e6),
                 partitions_per_send=p.integer("partitions_per_send", 1, lo=1, hi=partitions),
                 batch_bytes=p.integer("batch_bytes", 1024, lo=100, hi=1 << 20),
                 acks_all=acks == "all",
@@ -530,6 +539,9 @@ def parse_scenario(doc: Mapping[str, Any], where: str) -> Scenario:
                 retry_backoff_max_ms=p.integer("retry_backoff_max_ms", 1000, hi=3_600_000),
                 delivery_timeout_ms=p.integer("delivery_timeout_ms", 120_000, lo=1, hi=DURATION_S_MAX * 1000),
                 request_timeout_ms=p.integer("request_timeout_ms", 30_000, lo=1, hi=3_600_000),
+                records_per_s=p.number("records_per_s", lo=0.001, hi=1e6) if records else 0.0,
+                record_bytes=p.integer("record_bytes", 100, lo=1, hi=1 << 20),
+                linger_ms=p.integer("linger_ms", 5, lo=0, hi=3_600_000),
             )
         )
         p.done()

@@ -30,6 +30,7 @@ from simulations.latency import LatencySampler
 from simulations.metrics import DesignResult, Recorder, summarize
 from simulations.network import Network
 from simulations.producers import ProducerGroup
+from simulations.record_producers import RecordProducer
 from simulations.scenario import CommitCost, Design, Routing, Scenario
 from simulations.topology import (
     COORDINATOR_ID,
@@ -145,21 +146,33 @@ def simulate(
                 if design is Design.PARTLOG:
                     ctx.commit_targets[b] = sb
 
-        groups: dict[str, list[ProducerGroup]] = {}
+        groups: dict[str, list[ProducerGroup | RecordProducer]] = {}
         for i, spec in enumerate(scenario.producers):
-            g = ProducerGroup(
-                ctx,
-                spec,
-                producer_routing,
-                truth,
-                templates,
-                partitions,
-                send_rng=stream(f"producers-{i}"),
-                route_rng=stream(f"route-{i}"),
-                retry_rng=stream(f"retry-{i}"),
-            )
-            groups.setdefault(spec.az, []).append(g)
-            g.start()
+            made: list[ProducerGroup | RecordProducer]
+            if spec.records_per_s > 0:
+                made = [
+                    RecordProducer(
+                        ctx, spec, producer_routing, truth, templates, partitions, stream(f"records-{i}-{k}")
+                    )
+                    for k in range(spec.count)
+                ]
+            else:
+                made = [
+                    ProducerGroup(
+                        ctx,
+                        spec,
+                        producer_routing,
+                        truth,
+                        templates,
+                        partitions,
+                        send_rng=stream(f"producers-{i}"),
+                        route_rng=stream(f"route-{i}"),
+                        retry_rng=stream(f"retry-{i}"),
+                    )
+                ]
+            groups.setdefault(spec.az, []).extend(made)
+            for g in made:
+                g.start()
         clients: dict[str, list[Viewer]] = {az: list(gs) for az, gs in groups.items()}
         stoppable: dict[str, list[Stoppable]] = {az: list(gs) for az, gs in groups.items()}
         controller = Controller(ctx, truth, brokers, clients, stoppable, coordinator, stream("controller"), servers)

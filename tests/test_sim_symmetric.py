@@ -517,3 +517,101 @@ def test_where_each_design_wins_runs_both_designs_at_every_point(tmp_path: Path)
     # A shape's AZ count changes neither the load nor the store.
     two, five = shape(2, 2, 3, 1, 1), shape(5, 2, 3, 1, 1)
     assert sum(p.sends_per_s for p in two.producers) == sum(p.sends_per_s for p in five.producers)
+
+
+# -------------------------------------------------- record producers, calibrate
+
+
+RECORDS_TOML = """
+name = "records"
+duration_s = 5
+designs = ["partlog", "coordinator"]
+routings = ["az-representative"]
+[cluster]
+azs = ["az1", "az2", "az3"]
+brokers_per_az = 2
+partitions = 12
+replication_factor = 3
+[[producers]]
+az = "az1"
+count = 2
+records_per_s = 500
+[[producers]]
+az = "az2"
+count = 2
+records_per_s = 500
+"""
+
+
+def test_record_producers_batch_per_partition_one_in_flight(tmp_path: Path) -> None:
+    p = tmp_path / "records.toml"
+    p.write_text(RECORDS_TOML)
+    s = load_scenario(str(p))
+    assert s.producers[0].records_per_s == 500 and s.producers[0].sends_per_s == 0
+    for design in (Design.PARTLOG, Design.COORDINATOR):
+        r = simulate(s, design, Routing.AZ_REPRESENTATIVE, SEED)
+        assert r.produce_requests_failed == 0 and r.batches_acked > 0
+        # 4 producers x 12 partitions, one batch of each in flight: batches
+        # are far fewer than records (they grow while one is in flight).
+        assert r.batches_acked < 4 * 500 * 5 / 5
+        # A batch waits for its partition's batch in flight, so its latency
+        # (from its oldest record) exceeds a produce request's.
+        assert r.batch_latency_ms_p50 is not None and r.latency_ms_p50 is not None
+        assert r.batch_latency_ms_p50 > r.latency_ms_p50
+
+
+def test_calibrate_rows_compare_a_real_cluster_with_the_simulator() -> None:
+    """A short real cluster (3 s of producing) against the simulator: the
+    JSON contract, and the fan-out rows, which the model must get right."""
+    from simulations.calibrate import Shape, calibrate
+
+    result = calibrate(Shape(duration_s=3.0), SEED)
+    rows = {r["metric"]: r for r in result["rows"]}
+    assert set(rows) == {
+        "commit RPCs/file: local",
+        "commit RPCs/file: same AZ",
+        "commit RPCs/file: cross AZ",
+        "produce latency p50 ms",
+        "produce latency p99 ms",
+        "produce requests/s",
+        "network commit RPCs/s",
+        "WAL files/s",
+    }
+    for r in rows.values():
+        assert set(r) >= {"metric", "predicted", "measured", "within_tolerance", "why"}
+        assert r["measured"] >= 0 and r["predicted"] >= 0
+        assert r["why"] == "" or not r["within_tolerance"]
+    # 3 AZs x 2 brokers, representatives: one local commit and two cross-AZ
+    # ones per file, measured and predicted.
+    for m in ("commit RPCs/file: local", "commit RPCs/file: cross AZ"):
+        assert rows[m]["within_tolerance"], rows[m]
+    assert result["of"] == 8 and 0 <= result["within"] <= 8
+
+
+# ------------------------------------------------------------------ storage
+
+
+def test_storage_figures_per_design() -> None:
+    from simulations.storage import KAFKA_FILES_PER_REPLICA, figures
+
+    for partitions in (60, 600):
+        s = load_scenario("balanced-3az", {"duration_s": 3, "partitions": partitions})
+        p = figures(run(s, Design.PARTLOG, Routing.AZ_REPRESENTATIVE), s, pages_per_commit=2.0)
+        c = figures(run(s, Design.COORDINATOR), s, pages_per_commit=2.0)
+        k = figures(run(s, Design.CLASSIC, Routing.LEADER_ONLY), s, pages_per_commit=2.0)
+        # partlog's metadata files do not grow with the partitions; classic's do.
+        assert p.open_files_per_broker == 3 and c.open_files_per_broker == 0 and c.open_files_coordinator == 3
+        assert k.open_files_per_broker == KAFKA_FILES_PER_REPLICA * partitions * 3 / 6
+        assert p.fsyncs_per_s == p.metadata_writes_per_s > 0 and k.fsyncs_per_s == 0
+        assert p.pages_written_per_s > 0
+        # walmgr lists and reads footers; the coordinator knows its files.
+        assert p.gc_lists_per_hour >= 120 * 256 and p.gc_gets_per_hour > 0 and p.gc_usd_per_month > 0
+        assert c.gc_lists_per_hour == c.gc_gets_per_hour == 0 and c.gc_deletes_per_hour > 0
+        assert p.wal_objects_alive > 0
+
+
+def test_a_durable_store_writes_pages_per_commit(tmp_path: Path) -> None:
+    from simulations.storage import measure_store_writes
+
+    pages = measure_store_writes(batches_per_commit=5, commits=300, directory=str(tmp_path))
+    assert 0 < pages < 1000

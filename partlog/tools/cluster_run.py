@@ -621,6 +621,14 @@ async def _run(
             "remote_max": max((f[1] + f[2] for f in fanout), default=0),
         },
         "produce_latency_ms": {"p50": percentile(latencies, 0.5), "p99": percentile(latencies, 0.99)},
+        # What the brokers handled (for `python -m simulations calibrate`).
+        "produce_requests": sum(br.stats.produce_requests for br in brokers),
+        "commit_rpcs_remote": sum(br.stats.commits_remote for br in brokers),
+        "commits_local": sum(br.stats.commits_local for br in brokers),
+        "upload_ms": {
+            "p50": percentile([x for br in brokers for x in br.stats.upload_ms], 0.5),
+            "p99": percentile([x for br in brokers for x in br.stats.upload_ms], 0.99),
+        },
         "mib_per_s": acked_bytes / produce_s / (1 << 20),
         "duration_s": produce_s,
         "data_dir": data_dir,
