@@ -106,6 +106,8 @@ class SimBroker:
         # leader -> commits in flight to it, and those waiting for a slot
         self._commits_inflight: dict[int, int] = {}
         self._commits_waiting: dict[int, deque[SendCommit]] = {}
+        # id(commit) -> when it was sent (for commit_rpc_ms)
+        self._commit_sent_ms: dict[int, float] = {}
         self._followers_cache: dict[TopicIdPartition, tuple[int, ...]] = {}
 
     # ------------------------------------------------------------ metadata
@@ -135,6 +137,7 @@ class SimBroker:
         self._uploading.clear()
         self._commits_inflight.clear()
         self._commits_waiting.clear()
+        self._commit_sent_ms.clear()
 
     # ------------------------------------------------------------- produce
 
@@ -293,6 +296,7 @@ class SimBroker:
         ctx = self.ctx
         target = ctx.commit_targets[leader]
         now = ctx.loop.now_ms
+        self._commit_sent_ms[id(c)] = now
         if target is self:
             self.receive_commit(self, c, now)
             return
@@ -306,6 +310,11 @@ class SimBroker:
             return
         leader = c.leader_broker_id
         self._commits_inflight[leader] -= 1
+        sent = self._commit_sent_ms.pop(id(c), None)
+        if sent is not None:
+            # As partlog/broker/server.py's commit_ms: from the send (its slot
+            # taken) to the answer.
+            self.ctx.recorder.commit_rpc_ms.append(self.ctx.loop.now_ms - sent)
         waiting = self._commits_waiting.get(leader)
         if waiting:
             self._send_commit(waiting.popleft())

@@ -87,6 +87,8 @@ class Recorder:
     # Per batch, from its oldest record's send() to the acknowledgement, as
     # partlog's client measures (record producers only: record_producers.py)
     batch_latencies: list[float] = field(default_factory=list)
+    # Each commit's time from its send to its answer (local ones included).
+    commit_rpc_ms: list[float] = field(default_factory=list)
     # (virtual ms, batches, why) of each produce request the producer retried
     retries: list[tuple[float, int, str]] = field(default_factory=list)
 
@@ -248,6 +250,9 @@ class DesignResult:
     commit_queue_wait_ms_p99: float | None = None
     # Group commits per second over all commit targets.
     group_commits_per_s: float = 0.0
+    # Commit time, send to answer (every commit, local ones included).
+    commit_ms_p50: float | None = None
+    commit_ms_p99: float | None = None
     # Per batch from its oldest record (record producers only).
     batch_latency_ms_p50: float | None = None
     batch_latency_ms_p99: float | None = None
@@ -362,6 +367,7 @@ def summarize(
     lat = sorted(latency for _, latency in rec.latencies)
     send_lat = sorted(latency for _, latency in rec.send_latencies)
     batch_lat = sorted(rec.batch_latencies)
+    commit_ms = sorted(rec.commit_rpc_ms)
     lag = sorted(rec.replication_lag_ms)
     puts_per_s = rec.puts / duration_s
     gets_per_s = sum(gets_per_file(scenario, f) for f in files) / duration_s
@@ -427,6 +433,8 @@ def summarize(
         commit_queue_wait_ms_p99=percentile(waits, 99),
         group_commits_per_s=sum(sv.groups for sv in servers.values()) / duration_s,
         produce_requests_per_s=rec.produce_requests / duration_s,
+        commit_ms_p50=percentile(commit_ms, 50),
+        commit_ms_p99=percentile(commit_ms, 99),
         batch_latency_ms_p50=percentile(batch_lat, 50),
         batch_latency_ms_p99=percentile(batch_lat, 99),
         batches_acked=len(batch_lat),

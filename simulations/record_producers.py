@@ -1,8 +1,8 @@
 """Producers as partlog's own client behaves (``partlog/client.py``), for
 calibration against a real cluster: records one at a time, batched per
-partition, sent when the linger ends, at most one batch of a partition in
-flight (records keep accumulating meanwhile, so batches grow with the
-latency), one produce request per destination broker.
+partition every linger, one produce request per destination broker with
+at most 5 in flight to each (records keep accumulating meanwhile, so
+batches grow with the latency).
 
 This is a closed loop, unlike :class:`simulations.producers.ProducerGroup`'s
 Poisson sends: the batch rate depends on the answers.  Each producer of a
@@ -15,8 +15,10 @@ cluster`` reports), so it is recorded here too.
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Sequence
 
+from partlog.client import MAX_IN_FLIGHT_DEFAULT
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.records import TopicIdPartition
 from simulations.batches import BatchTemplates
@@ -30,9 +32,30 @@ RECORD_OVERHEAD_BYTES = 8
 BATCH_HEADER_BYTES = 61
 
 
+class _Batch:
+    """A closed batch: its records' send() times, its attempts so far and
+    when it was first sent (delivery.timeout.ms counts from there)."""
+
+    __slots__ = ("attempts", "first_ms", "not_before_ms", "times")
+
+    def __init__(self, times: list[float]) -> None:
+        self.times = times
+        self.attempts = 0
+        self.first_ms = -1.0
+        # A retried batch waits for its backoff.
+        self.not_before_ms = 0.0
+
+
 class RecordProducer:
     """One client: ``records_per_s`` records (Poisson) to uniformly chosen
-    partitions."""
+    partitions, sent as ``partlog/client.py``'s producer sends them:
+
+    * every ``linger_ms`` while it has work, each partition with pending
+      records and no batch waiting closes one batch of them;
+    * each waiting head batch goes to its destination broker, one batch per
+      partition per request, at most ``MAX_IN_FLIGHT_DEFAULT`` (5) requests
+      in flight per broker, so at most 5 batches of a partition in flight;
+    * idle, it sleeps until a record arrives, which starts the linger."""
 
     def __init__(
         self,
@@ -55,9 +78,14 @@ class RecordProducer:
         self._rate_per_ms = spec.records_per_s / 1000
         # partition index -> arrival times of records not yet in a batch
         self._pending: dict[int, list[float]] = {}
-        # partition index -> arrival times of the records of its batch in flight
-        self._inflight: dict[int, list[float]] = {}
-        self._drain_at: float | None = None
+        # partition index -> closed batches waiting to be sent
+        self._ready: dict[int, deque[_Batch]] = {}
+        # partition index -> batches in flight; broker -> requests in flight
+        self._inflight: dict[int, int] = {}
+        self._slots: dict[int, int] = {}
+        self._tick_at: float | None = None
+        # id(request) -> (its broker, its batches as (partition index, batch))
+        self._requests: dict[int, tuple[int, list[tuple[int, _Batch]]]] = {}
         self._index = {tp: i for i, tp in enumerate(partitions)}
 
     def set_view(self, view: StaticMetadata) -> None:
@@ -73,73 +101,89 @@ class RecordProducer:
         loop.after(self._rng.expovariate(self._rate_per_ms), self._record)
         i = self._rng.randrange(len(self._partitions))
         self._pending.setdefault(i, []).append(loop.now_ms)
-        if i not in self._inflight:
-            self._schedule_drain(self.spec.linger_ms)
+        self._wake(self.spec.linger_ms)
 
-    def _schedule_drain(self, after_ms: float) -> None:
+    def _wake(self, after_ms: float) -> None:
+        """Run the send loop after ``after_ms`` unless it runs sooner."""
         loop = self.ctx.loop
         when = loop.now_ms + after_ms
-        if self._drain_at is None or when < self._drain_at:
-            self._drain_at = when
-            loop.at(when, self._drain, when)
+        if self._tick_at is None or when < self._tick_at:
+            self._tick_at = when
+            loop.at(when, self._tick, when)
+
+    def _busy(self) -> bool:
+        return bool(self._pending) or any(self._ready.values())
 
     def _batch(self, records: int) -> bytes:
         return self._templates.get(BATCH_HEADER_BYTES + records * (self.spec.record_bytes + RECORD_OVERHEAD_BYTES))
 
-    def _drain(self, when: float) -> None:
-        if when != self._drain_at or not self.alive:
+    def _tick(self, when: float) -> None:
+        if when != self._tick_at or not self.alive:
             return
-        self._drain_at = None
-        ready = [i for i in self._pending if i not in self._inflight]
-        if not ready:
-            return
-        by_target: dict[int, list[int]] = {}
-        unroutable: list[int] = []
-        az = self.spec.az
-        view = self.view
-        representative = self.routing is Routing.AZ_REPRESENTATIVE
-        local = view.brokers_in(az) if self.routing is Routing.ANY_BROKER else []
-        for i in ready:
-            tp = self._partitions[i]
-            if self.routing is Routing.ANY_BROKER:
-                dest = local[self._rng.randrange(len(local))] if local else None
-            else:
-                dest = view.produce_target(tp, az) if representative else view.leader_of(tp)
-            if dest is None:
-                unroutable.append(i)
-            else:
-                by_target.setdefault(dest, []).append(i)
-        ctx = self.ctx
-        rec = ctx.recorder
-        now = ctx.loop.now_ms
-        send_id = rec.send_started(now, len(by_target))
-        for i in ready:
-            if i not in unroutable:
-                self._inflight[i] = self._pending.pop(i)
-        for dest, idx in by_target.items():
-            self._send(send_id, dest, idx, now, 0)
-        if unroutable:
-            self._schedule_drain(self.spec.retry_backoff_ms)
+        self._tick_at = None
+        for i in list(self._pending):
+            if not self._ready.get(i):
+                self._ready.setdefault(i, deque()).append(_Batch(self._pending.pop(i)))
+        self._dispatch()
+        if self._busy():
+            self._wake(max(self.spec.linger_ms, 1))
 
-    def _send(self, send_id: int, dest: int, idx: Sequence[int], first_ms: float, attempt: int) -> None:
+    def _destination(self, tp: TopicIdPartition) -> int | None:
+        view = self.view
+        if self.routing is Routing.ANY_BROKER:
+            local = view.brokers_in(self.spec.az)
+            return local[self._rng.randrange(len(local))] if local else None
+        if self.routing is Routing.AZ_REPRESENTATIVE:
+            return view.produce_target(tp, self.spec.az)
+        return view.leader_of(tp)
+
+    def _dispatch(self) -> None:
+        by_target: dict[int, list[int]] = {}
+        now = self.ctx.loop.now_ms
+        for i, q in self._ready.items():
+            if not q or self._inflight.get(i, 0) >= MAX_IN_FLIGHT_DEFAULT or q[0].not_before_ms > now:
+                continue
+            dest = self._destination(self._partitions[i])
+            if dest is not None:
+                by_target.setdefault(dest, []).append(i)
+        if not by_target:
+            return
+        ctx = self.ctx
+        sendable = {d: idx for d, idx in by_target.items() if self._slots.get(d, 0) < MAX_IN_FLIGHT_DEFAULT}
+        if not sendable:
+            return
+        send_id = ctx.recorder.send_started(now, len(sendable))
+        for dest, idx in sendable.items():
+            self._slots[dest] = self._slots.get(dest, 0) + 1
+            batches = []
+            for i in idx:
+                b = self._ready[i].popleft()
+                if b.first_ms < 0:
+                    b.first_ms = now
+                batches.append((i, b))
+                self._inflight[i] = self._inflight.get(i, 0) + 1
+            self._send(send_id, dest, batches)
+
+    def _send(self, send_id: int, dest: int, batches: list[tuple[int, _Batch]]) -> None:
         ctx = self.ctx
         rec = ctx.recorder
         target = ctx.produce_targets[dest]
-        batches = tuple((self._partitions[i], self._batch(len(self._inflight[i]))) for i in idx)
-        nbytes = sum(len(b) for _, b in batches)
+        wire = tuple((self._partitions[i], self._batch(len(b.times))) for i, b in batches)
+        nbytes = sum(len(b) for _, b in wire)
         req = ProduceRequest(
             self.spec.az,
             ctx.loop.now_ms,
             send_id,
-            batches,
+            wire,
             nbytes,
             self.spec.acks_all,
             self.spec.request_timeout_ms,
             self._failed,
-            first_ms if attempt else -1.0,
-            attempt,
+            min(b.first_ms for _, b in batches),
+            max(b.attempts for _, b in batches),
             self._answered,
         )
+        self._requests[id(req)] = (dest, batches)
         rec.produce_requests += 1
         rec.produce_bytes += nbytes
         if target.az != self.spec.az:
@@ -148,43 +192,45 @@ class RecordProducer:
 
     def _answered(self, req: ProduceRequest, arrival_ms: float) -> None:
         """Every batch of ``req`` was acknowledged; the producer learns it at ``arrival_ms``."""
-        self.ctx.loop.at(arrival_ms, self._acked, req)
+        self.ctx.loop.at(arrival_ms, self._settle, req, frozenset())
 
-    def _acked(self, req: ProduceRequest) -> None:
+    def _settle(
+        self, req: ProduceRequest, failed: frozenset[TopicIdPartition], retry_after_ms: float | None = None
+    ) -> None:
+        dest, batches = self._requests.pop(id(req))
+        self._slots[dest] -= 1
         rec = self.ctx.recorder
         now = self.ctx.loop.now_ms
-        for tp, _ in req.batches:
-            times = self._inflight.pop(self._index[tp], [])
-            if times:
-                rec.batch_latencies.append(now - times[0])
-        if self._pending:
-            self._schedule_drain(self.spec.linger_ms)
+        for i, b in batches:
+            self._inflight[i] -= 1
+            if self._partitions[i] not in failed:
+                if b.times:
+                    rec.batch_latencies.append(now - b.times[0])
+            elif retry_after_ms is not None:
+                # Kafka's producer re-sends the same batch, ahead of later
+                # ones, after the backoff.
+                b.attempts += 1
+                b.not_before_ms = now + retry_after_ms
+                self._ready.setdefault(i, deque()).appendleft(b)
+        if self._busy():
+            self._wake(self.spec.linger_ms)
 
     def _failed(self, req: ProduceRequest, batches: Sequence[tuple[TopicIdPartition, bytes]], why: str) -> bool:
-        """Kafka's retries: the failed partitions' records go back to the
-        head of their pending lists and are drained again after the backoff,
-        unless delivery.timeout.ms would pass first (then they fail)."""
+        """Kafka's retries: the failed batches wait at the head of their
+        partitions' queues for the backoff, unless delivery.timeout.ms would
+        pass first (then they fail)."""
         spec = self.spec
         rec = self.ctx.recorder
         now = self.ctx.loop.now_ms
         attempt = req.attempt + 1
         backoff = min(spec.retry_backoff_max_ms, spec.retry_backoff_ms * 2 ** min(attempt - 1, 30))
         backoff *= self._rng.uniform(1 - RETRY_JITTER, 1 + RETRY_JITTER)
-        retry = self.alive and spec.retries and now + backoff - req.since_ms < spec.delivery_timeout_ms
-        failed = {tp for tp, _ in batches}
-        for tp, _ in req.batches:
-            i = self._index[tp]
-            times = self._inflight.pop(i, [])
-            if tp not in failed:
-                if times:
-                    rec.batch_latencies.append(now - times[0])
-            elif retry:
-                self._pending[i] = times + self._pending.get(i, [])
+        # (req.first_sent_ms: the earliest first send of its batches)
+        retry = self.alive and spec.retries and now + backoff - req.first_sent_ms < spec.delivery_timeout_ms
+        self._settle(req, frozenset(tp for tp, _ in batches), backoff if retry else None)
         if retry:
             rec.retried(now, req.send_id, len(batches), why)
-            # This request is settled; its records go out in a later drain.
+            # This request is settled; its batches go out again after the backoff.
             rec.requests_replaced(req.send_id, 0)
-            self._schedule_drain(backoff)
-        elif self._pending:
-            self._schedule_drain(spec.linger_ms)
+            self._wake(backoff)
         return retry

@@ -169,6 +169,7 @@ def design_json(d: DesignResult, *, timing: bool) -> dict[str, Any]:
             "p99": _f(d.send_latency_ms_p99),
             "p999": _f(d.send_latency_ms_p999),
         },
+        "commit_ms": {"p50": _f(d.commit_ms_p50), "p99": _f(d.commit_ms_p99)} if has_files else None,
         # Record producers only: per batch from its oldest record, as partlog's client measures.
         "batch_latency_ms": (
             {"p50": _f(d.batch_latency_ms_p50), "p99": _f(d.batch_latency_ms_p99), "batches": d.batches_acked}

@@ -568,6 +568,8 @@ def test_calibrate_rows_compare_a_real_cluster_with_the_simulator() -> None:
     result = calibrate(Shape(duration_s=3.0), SEED)
     rows = {r["metric"]: r for r in result["rows"]}
     assert set(rows) == {
+        "commit time p50 ms",
+        "commit time p99 ms",
         "commit RPCs/file: local",
         "commit RPCs/file: same AZ",
         "commit RPCs/file: cross AZ",
@@ -585,7 +587,12 @@ def test_calibrate_rows_compare_a_real_cluster_with_the_simulator() -> None:
     # ones per file, measured and predicted.
     for m in ("commit RPCs/file: local", "commit RPCs/file: cross AZ"):
         assert rows[m]["within_tolerance"], rows[m]
-    assert result["of"] == 8 and 0 <= result["within"] <= 8
+    assert result["of"] == 10 and 0 <= result["within"] <= 10
+    # The fit of the followers' append time to the measured commit time.
+    fitted = {r["metric"]: r for r in result["rows_given_measured_commit_time"]}
+    assert set(fitted) == set(rows)
+    assert result["of_given_measured_commit_time"] == 8
+    assert result["fitted_follower_apply_ms"]["p50"] > 0
 
 
 # ------------------------------------------------------------------ storage

@@ -625,6 +625,10 @@ async def _run(
         "produce_requests": sum(br.stats.produce_requests for br in brokers),
         "commit_rpcs_remote": sum(br.stats.commits_remote for br in brokers),
         "commits_local": sum(br.stats.commits_local for br in brokers),
+        "commit_ms": {
+            "p50": percentile([x for br in brokers for x in br.stats.commit_ms], 0.5),
+            "p99": percentile([x for br in brokers for x in br.stats.commit_ms], 0.99),
+        },
         "upload_ms": {
             "p50": percentile([x for br in brokers for x in br.stats.upload_ms], 0.5),
             "p99": percentile([x for br in brokers for x in br.stats.upload_ms], 0.99),
