@@ -119,7 +119,9 @@ class SimContext:
     def produce_failed(self, req: ProduceRequest, batches: Sequence[tuple[TopicIdPartition, bytes]], why: str) -> None:
         """``batches`` of ``req`` failed now with ``why``: its producer
         sends them again if it may (Kafka's retries within
-        delivery.timeout.ms), else the failure is recorded."""
+        delivery.timeout.ms), else the failure is recorded.  The hook
+        returns True when it took care of them (a retry, or its own record
+        of the failure)."""
         if req.retry is not None and req.retry(req, batches, why):
             return
         self.recorder.failed(self.loop.now_ms, req.send_id, 1, len(batches), why)

@@ -66,6 +66,8 @@ class Recorder:
     sends_pending: dict[int, list[float]] = field(default_factory=dict)
     sends: int = 0
     sends_failed: int = 0
+    # ... of which the producer was alive (not lost with its AZ)
+    sends_failed_live: int = 0
     produce_requests: int = 0
     produce_bytes: int = 0
     # (virtual ms, produce requests, batches, why) of each failure, when it
@@ -151,6 +153,8 @@ class Recorder:
         self.failures.append((now_ms, requests, batches, why))
         if send_id is not None and self.sends_pending.pop(send_id, None) is not None:
             self.sends_failed += 1
+            if why != "producer_gone":
+                self.sends_failed_live += 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +254,10 @@ class DesignResult:
     commit_queue_wait_ms_p99: float | None = None
     # Group commits per second over all commit targets.
     group_commits_per_s: float = 0.0
+    # Sends that failed while their producer lived (not lost with its AZ).
+    sends_failed_live: int = 0
+    # Sends unanswered at the end (in the send latencies with their age then).
+    sends_pending_at_end: int = 0
     # Commit time, send to answer (every commit, local ones included).
     commit_ms_p50: float | None = None
     commit_ms_p99: float | None = None
@@ -365,7 +373,12 @@ def summarize(
     if coordinator_id is not None:
         coordinator_rate = sum(rec.commits_received.get(coordinator_id, [0, 0])) / duration_s
     lat = sorted(latency for _, latency in rec.latencies)
-    send_lat = sorted(latency for _, latency in rec.send_latencies)
+    # A send still unanswered at the end counts with its age then, a lower
+    # bound: leaving it out would hide exactly the sends a failure stalls.
+    end_ms = duration_s * MS_PER_S
+    send_lat = sorted(
+        [latency for _, latency in rec.send_latencies] + [end_ms - p[1] for p in rec.sends_pending.values()]
+    )
     batch_lat = sorted(rec.batch_latencies)
     commit_ms = sorted(rec.commit_rpc_ms)
     lag = sorted(rec.replication_lag_ms)
@@ -432,6 +445,8 @@ def summarize(
         commit_queue_wait_ms_p50=percentile(waits, 50),
         commit_queue_wait_ms_p99=percentile(waits, 99),
         group_commits_per_s=sum(sv.groups for sv in servers.values()) / duration_s,
+        sends_failed_live=rec.sends_failed_live,
+        sends_pending_at_end=len(rec.sends_pending),
         produce_requests_per_s=rec.produce_requests / duration_s,
         commit_ms_p50=percentile(commit_ms, 50),
         commit_ms_p99=percentile(commit_ms, 99),

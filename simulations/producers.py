@@ -24,6 +24,8 @@ from simulations.scenario import ProducerSpec, Routing
 
 # KIP-580: each retry's backoff is jittered by +-20%.
 RETRY_JITTER = 0.2
+# The failure reason of batches whose producer died (its AZ was lost).
+PRODUCER_GONE = "producer_gone"
 
 
 class ProducerGroup:
@@ -168,8 +170,13 @@ class ProducerGroup:
         """Kafka's producer on a failed request: the batches go again after
         the backoff, unless delivery.timeout.ms would pass first."""
         spec = self.spec
-        if not self.alive or not batches:
+        if not batches:
             return False
+        if not self.alive:
+            # Its AZ was lost with it: the batches die with the producer,
+            # which is not a failure a live client would see.
+            self.ctx.recorder.failed(self.ctx.loop.now_ms, req.send_id, 1, len(batches), PRODUCER_GONE)
+            return True
         loop = self.ctx.loop
         attempt = req.attempt + 1
         backoff = min(spec.retry_backoff_max_ms, spec.retry_backoff_ms * 2 ** min(attempt - 1, 30))
@@ -184,7 +191,7 @@ class ProducerGroup:
         rec = self.ctx.recorder
         now = self.ctx.loop.now_ms
         if not self.alive:
-            rec.failed(now, req.send_id, 1, len(batches), "producer_gone")
+            rec.failed(now, req.send_id, 1, len(batches), PRODUCER_GONE)
             return
         by_tp = dict(batches)
         by_target, unroutable = self._route([tp for tp, _ in batches])

@@ -23,7 +23,7 @@ from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.records import TopicIdPartition
 from simulations.batches import BatchTemplates
 from simulations.context import ProduceRequest, SimContext
-from simulations.producers import RETRY_JITTER
+from simulations.producers import PRODUCER_GONE, RETRY_JITTER
 from simulations.scenario import ProducerSpec, Routing
 
 # A v2 record's bytes beyond its value (attributes, varint lengths and
@@ -226,7 +226,11 @@ class RecordProducer:
         backoff = min(spec.retry_backoff_max_ms, spec.retry_backoff_ms * 2 ** min(attempt - 1, 30))
         backoff *= self._rng.uniform(1 - RETRY_JITTER, 1 + RETRY_JITTER)
         # (req.first_sent_ms: the earliest first send of its batches)
-        retry = self.alive and spec.retries and now + backoff - req.first_sent_ms < spec.delivery_timeout_ms
+        if not self.alive:
+            self._settle(req, frozenset(tp for tp, _ in batches))
+            rec.failed(now, req.send_id, 1, len(batches), PRODUCER_GONE)
+            return True
+        retry = spec.retries and now + backoff - req.first_sent_ms < spec.delivery_timeout_ms
         self._settle(req, frozenset(tp for tp, _ in batches), backoff if retry else None)
         if retry:
             rec.retried(now, req.send_id, len(batches), why)

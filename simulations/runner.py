@@ -186,6 +186,9 @@ def design_json(d: DesignResult, *, timing: bool) -> dict[str, Any]:
         },
         "sends": d.sends,
         "sends_failed": d.sends_failed,
+        "sends_failed_live_producers": d.sends_failed_live,
+        # Unanswered at the end: in send_latency_ms with their age then (a lower bound).
+        "sends_pending_at_end": d.sends_pending_at_end,
         "produce_requests": d.produce_requests,
         "produce_requests_failed": d.produce_requests_failed,
         "batches_failed": d.batches_failed,

@@ -543,7 +543,7 @@ records_per_s = 500
 """
 
 
-def test_record_producers_batch_per_partition_one_in_flight(tmp_path: Path) -> None:
+def test_record_producers_batch_records_as_partlogs_client_does(tmp_path: Path) -> None:
     p = tmp_path / "records.toml"
     p.write_text(RECORDS_TOML)
     s = load_scenario(str(p))
@@ -551,11 +551,12 @@ def test_record_producers_batch_per_partition_one_in_flight(tmp_path: Path) -> N
     for design in (Design.PARTLOG, Design.COORDINATOR):
         r = simulate(s, design, Routing.AZ_REPRESENTATIVE, SEED)
         assert r.produce_requests_failed == 0 and r.batches_acked > 0
-        # 4 producers x 12 partitions, one batch of each in flight: batches
-        # are far fewer than records (they grow while one is in flight).
-        assert r.batches_acked < 4 * 500 * 5 / 5
-        # A batch waits for its partition's batch in flight, so its latency
-        # (from its oldest record) exceeds a produce request's.
+        # 4 producers x 500 records/s x 5 s; with at most 5 requests in
+        # flight per broker, records wait and batches grow: far fewer
+        # batches than records.
+        assert r.batches_acked < 4 * 500 * 5 / 3
+        # A batch's latency counts from its oldest record, which waited for
+        # the linger and for a free request slot: more than a request's.
         assert r.batch_latency_ms_p50 is not None and r.latency_ms_p50 is not None
         assert r.batch_latency_ms_p50 > r.latency_ms_p50
 
