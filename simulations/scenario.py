@@ -126,6 +126,8 @@ CLIENT_PROPAGATION_MS = 1000
 SESSION_TIMEOUT_MS = 9000
 
 # Limits: a scenario beyond these is a typo, not a cluster.
+LATENCY_MS_MAX = 3_600_000.0  # any latency input: an hour
+PRICE_USD_MAX = 1e6  # any price per unit
 BROKERS_MAX = 10_000
 PARTITIONS_MAX = 1_000_000
 DURATION_S_MAX = 24 * 3600
@@ -424,8 +426,8 @@ class _Table:
         return v
 
     def latency(self, prefix: str, p50: float, p99: float) -> LatencyDist:
-        a = self.number(f"{prefix}_ms_p50", p50)
-        b = self.number(f"{prefix}_ms_p99", p99)
+        a = self.number(f"{prefix}_ms_p50", p50, hi=LATENCY_MS_MAX)
+        b = self.number(f"{prefix}_ms_p99", p99, hi=LATENCY_MS_MAX)
         try:
             return LatencyDist(a, b)
         except ValueError as e:
@@ -568,8 +570,8 @@ def parse_scenario(doc: Mapping[str, Any], where: str) -> Scenario:
     o = _table(doc, where, "object_store")
     object_store = ObjectStoreSpec(
         put=o.latency("put", PUT_MS_P50, PUT_MS_P99),
-        put_usd_per_1000=o.number("put_usd_per_1000", PUT_USD_PER_1000),
-        get_usd_per_1000=o.number("get_usd_per_1000", GET_USD_PER_1000),
+        put_usd_per_1000=o.number("put_usd_per_1000", PUT_USD_PER_1000, hi=PRICE_USD_MAX),
+        get_usd_per_1000=o.number("get_usd_per_1000", GET_USD_PER_1000, hi=PRICE_USD_MAX),
         gets_per_file=o.number("gets_per_file", hi=1000.0) if "gets_per_file" in o.doc else None,
         put_error_rate=o.number("put_error_rate", 0.0, hi=1.0),
         get_mode=_enum_list(o, "get_mode", GetMode, GetMode.PER_AZ_CACHE.value, single=True)[0],
@@ -605,7 +607,7 @@ def parse_scenario(doc: Mapping[str, Any], where: str) -> Scenario:
     md.done()
 
     co = _table(doc, where, "cost")
-    cross_az_usd_per_gb = co.number("cross_az_usd_per_gb", CROSS_AZ_USD_PER_GB)
+    cross_az_usd_per_gb = co.number("cross_az_usd_per_gb", CROSS_AZ_USD_PER_GB, hi=PRICE_USD_MAX)
     co.done()
 
     events = _parse_events(doc.get("events", []), where, cluster, metadata.coordinator_failover_ms)

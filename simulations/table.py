@@ -23,6 +23,11 @@ def _num(x: float | None, digits: int = 2) -> str:
     return f"{x:.{digits}f}"
 
 
+def _speed(x: float) -> str:
+    """Simulated over wall time: two significant digits below 10x (0.47x, not 0x)."""
+    return f"{x:.0f}x" if x >= 10 else f"{x:.2g}x"
+
+
 def _files(fn: Callable[[DesignResult], float | None]) -> Callable[[DesignResult], float | None]:
     return lambda d: None if d.design == Design.CLASSIC.value else fn(d)
 
@@ -76,6 +81,6 @@ def format_table(r: RunResult, *, timing: bool = True) -> str:
     for ms, what in r.designs[0].events if r.designs else ():
         lines.append(f"event at {ms / 1000:g} s: {what}")
     if timing:
-        per = ", ".join(f"{d.design}/{d.routing} {d.simulated_s / d.wall_s:.0f}x" for d in r.designs if d.wall_s > 0)
-        lines.append(f"wall {r.wall_s:.2f} s, speed-up {r.speedup:.0f}x for the whole run ({per})")
+        per = ", ".join(f"{d.design}/{d.routing} {_speed(d.simulated_s / d.wall_s)}" for d in r.designs if d.wall_s > 0)
+        lines.append(f"wall {r.wall_s:.2f} s, speed-up {_speed(r.speedup)} for the whole run ({per})")
     return "\n".join(lines)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import random
 from collections import Counter
 from pathlib import Path
@@ -623,3 +624,70 @@ def test_a_durable_store_writes_pages_per_commit(tmp_path: Path) -> None:
 
     pages = measure_store_writes(batches_per_commit=5, commits=300, directory=str(tmp_path))
     assert 0 < pages < 1000
+
+
+# ------------------------------------------------------- hostile scenarios
+
+HOSTILE_KEYS = [
+    ("commit", "apply_ms_p50"),
+    ("commit", "follower_apply_ms_p99"),
+    ("network", "rtt_cross_az_ms_p50"),
+    ("object_store", "put_ms_p99"),
+    ("object_store", "put_usd_per_1000"),
+    ("cost", "cross_az_usd_per_gb"),
+    ("commit", "apply_us_per_batch"),
+    ("commit", "coordinator_ms_p99"),
+    ("commit", "coordinator_us_per_batch"),
+    ("commit", "profile"),
+    ("commit", "coordinator_profile"),
+    ("object_store", "get_mode"),
+    ("object_store", "put_mb_per_s"),
+    ("object_store", "gets_per_file"),
+    ("metadata", "coordinator_failover_ms"),
+    ("producers", "skew"),
+    ("producers", "retries"),
+    ("producers", "retry_backoff_ms"),
+    ("producers", "delivery_timeout_ms"),
+    ("producers", "records_per_s"),
+    ("producers", "linger_ms"),
+    ("events", "mode"),
+    ("events", "factor"),
+    ("events", "duration_s"),
+    ("events", "failover_ms"),
+    ("events", "kind"),
+    ("events", "az"),
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(HOSTILE_KEYS), json_values), min_size=1, max_size=4))
+def test_hostile_scenario_values_are_a_scenario_error_naming_the_key(
+    changes: list[tuple[tuple[str, str], Any]],
+) -> None:
+    """Any value for the new keys gives a valid scenario or one
+    ScenarioError naming the key; never another exception."""
+    from simulations.scenario import parse_scenario, read_scenario_doc
+
+    doc, _ = read_scenario_doc("broker-failure")
+    doc = json.loads(json.dumps(doc))
+    for (section, key), value in changes:
+        if section == "producers":
+            doc["producers"][0][key] = value
+        elif section == "events":
+            doc["events"][0][key] = value
+        else:
+            doc.setdefault(section, {})[key] = value
+    try:
+        s = parse_scenario(doc, "hostile.toml")
+    except ScenarioError as e:
+        assert "hostile.toml" in str(e)
+        return
+    # Accepted: the values are usable.
+    assert all(p.sends_per_s > 0 or p.records_per_s > 0 for p in s.producers)
+    assert all(e.factor >= 1 and e.duration_s >= 0 for e in s.events)
+    assert s.object_store.put_bytes_per_s > 0
+    # Every latency and price is finite.
+    finite = [s.commit.leader.fixed.ms_p99, s.commit.coordinator.fixed.ms_p99, s.commit.follower_apply.ms_p99]
+    finite += [s.network.rtt_cross_az.ms_p99, s.object_store.put.ms_p99, s.object_store.put_usd_per_1000]
+    finite += [s.cross_az_usd_per_gb, s.commit.leader.us_per_batch]
+    assert all(math.isfinite(x) for x in finite), finite
