@@ -344,7 +344,7 @@ class SimBroker:
                 for i, resp in zip(mine, committed, strict=True):
                     answers[i] = resp
         if not mine:
-            self._answer(sender, c, answers, 0.0)
+            self._answer(sender, c, answers, 0.0, sent_ms)
             return
         # Sequenced now (arrival order is the server's order); answered
         # once its group commit is served and, for acks=all, replicated.
@@ -358,13 +358,22 @@ class SimBroker:
             # It died with the commit in its store's queue.
             self.ctx.dead_commit_target(self, sender, c, sent_ms, self.dead_mode)
             return
-        self._answer(sender, c, answers, self._replicate(c, sender.node_id, mine))
+        self._answer(sender, c, answers, self._replicate(c, sender.node_id, mine), sent_ms)
 
-    def _answer(self, sender: CommitSender, c: SendCommit, answers: list[CommitBatchResponse], wait_ms: float) -> None:
+    def _answer(
+        self, sender: CommitSender, c: SendCommit, answers: list[CommitBatchResponse], wait_ms: float, sent_ms: float
+    ) -> None:
+        """Answer after ``wait_ms`` (acks=all: the replication), if still alive then."""
+        if wait_ms > 0:
+            self.ctx.loop.after(wait_ms, self._answer, sender, c, answers, 0.0, sent_ms)
+            return
         ctx = self.ctx
+        if not self.alive:
+            ctx.dead_commit_target(self, sender, c, sent_ms, self.dead_mode)
+            return
         if sender.az != self.az:
             ctx.recorder.cross_az_commit_bytes += commit_response_bytes(answers)
-        back = ctx.network.deliver_at(self.node_id, sender.node_id, self.az, sender.az, ctx.loop.now_ms + wait_ms)
+        back = ctx.network.deliver_at(self.node_id, sender.node_id, self.az, sender.az, ctx.loop.now_ms)
         ctx.loop.at(back, sender.commit_answered, c, answers, Errors.NONE)
 
     def _followers(self, tp: TopicIdPartition) -> tuple[int, ...]:
@@ -396,6 +405,10 @@ class SimBroker:
         lag = 0.0
         ack = 0.0
         for f in sorted(per_follower):
+            stall = ctx.ack_stall_ms(f)
+            if stall is not None:
+                ack = max(ack, stall)
+                continue
             rtt = net.rtt_ms(self.az, azs[f])
             apply = self._follower_apply.sample()
             lag = max(lag, rtt / 2 + apply)

@@ -28,7 +28,7 @@ from typing import Any
 
 from simulations.latency import LatencyDist
 from simulations.metrics import DesignResult
-from simulations.scenario import Design, Routing, Scenario, parse_scenario
+from simulations.scenario import LATENCY_MS_MAX, LATENCY_SPREAD_MAX, Design, Routing, Scenario, parse_scenario
 from simulations.simulation import simulate
 
 TOLERANCE = 0.20
@@ -164,8 +164,10 @@ def scenario_for(shape: Shape, measured: dict[str, Any]) -> Scenario:
 
 
 def with_follower_apply(scenario: Scenario, p50: float, p99: float) -> Scenario:
-    p50 = max(0.01, p50)
-    follower = LatencyDist(p50, max(p50, p99))
+    # Within the bounds a scenario file may state (simulations/scenario.py).
+    p50 = min(LATENCY_MS_MAX, max(0.01, p50))
+    p99 = min(LATENCY_MS_MAX, p50 * LATENCY_SPREAD_MAX, max(p50, p99))
+    follower = LatencyDist(p50, p99)
     return dataclasses.replace(scenario, commit=dataclasses.replace(scenario.commit, follower_apply=follower))
 
 

@@ -74,6 +74,10 @@ class ClassicLeader:
             lag = 0.0
             ack = 0.0
             for f in sorted(followers):
+                stall = ctx.ack_stall_ms(f)
+                if stall is not None:
+                    ack = max(ack, stall)
+                    continue
                 rtt = net.rtt_ms(self.az, azs[f])
                 apply = self._follower_apply.sample()
                 lag = max(lag, rtt / 2 + apply)

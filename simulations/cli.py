@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from simulations.runner import design_runs, run_scenario, to_json
-from simulations.scenario import ScenarioError, load_scenario, shipped_scenarios
+from simulations.scenario import Design, ScenarioError, load_scenario, shipped_scenarios
 from simulations.sweep import DEFAULT_METRIC, parse_param, run_sweep
 from simulations.table import format_table
 
@@ -188,6 +188,50 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_aggregate(args: argparse.Namespace) -> int:
+    from simulations import aggregate as agg
+
+    overrides = _overrides(args)
+    for spec in args.set or ():
+        key, values = parse_param(spec)
+        overrides[key] = values if len(values) > 1 else values[0]
+    scenario = load_scenario(args.scenario, overrides)
+    runs = [(d, r) for d, r in design_runs(scenario) if d is not Design.CLASSIC]
+    out = []
+    for design, routing in runs:
+        a = agg.aggregate(scenario, design, routing, args.seed)
+        doc: dict[str, Any] = agg.to_json(a)
+        if args.compare:
+            from simulations.simulation import simulate
+
+            e = simulate(scenario, design, routing, args.seed)
+            doc["event_level"] = {
+                name: {"aggregate": x, "event": y, "difference": (x - y) / y if y else None}
+                for name, x, y in agg.compare_rows(a, e)
+            }
+        out.append(doc)
+    result = {"scenario": scenario.name, "seed": args.seed, "mode": "aggregate", "designs": out}
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(
+        f"scenario {scenario.name} (aggregate mode), {scenario.cluster.brokers} brokers, "
+        f"{scenario.cluster.partitions} partitions"
+    )
+    for doc in out:
+        c = doc["commit_rpcs_per_file"]
+        print(
+            f"{doc['design']}/{doc['routing']}: {doc['wal_files_per_s']:.1f} WAL files/s, commit RPCs/file local "
+            f"{c['local_mean']:.2f} same-AZ {c['same_az_mean']:.2f} cross-AZ {c['cross_az_mean']:.2f}, "
+            f"{doc['network_commit_rpcs_per_s']:.1f} network commit RPCs/s (busiest broker "
+            f"{doc['network_commit_rpcs_per_s_per_broker_max']:.1f}), ${doc['monthly_cost_usd']:,.0f}/month"
+        )
+        for name, row in doc.get("event_level", {}).items():
+            diff = "-" if row["difference"] is None else f"{100 * row['difference']:+.1f}%"
+            print(f"    {name:<28} aggregate {row['aggregate']:10.2f}  event-level {row['event']:10.2f}  {diff}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m simulations",
@@ -219,6 +263,26 @@ def build_parser() -> argparse.ArgumentParser:
     common(run)
     run.add_argument("--no-timing", action="store_true", help="leave out wall_s and speedup (comparable output)")
     run.set_defaults(fn=cmd_run)
+
+    ag = sub.add_parser(
+        "aggregate",
+        help="steady-state rates from expectations, no events: for 1,000+ brokers and 100k partitions",
+        description="The aggregate mode: WAL files/s, commit RPCs per file by kind, requests/s, GETs and cost "
+        "from expectations over the same topology, routing and load as the event-level simulator (no latency, "
+        "no failures: those need `run`). --compare also runs the event-level mode and prints the differences.",
+    )
+    ag.add_argument("scenario", help=f"a shipped scenario ({known}) or a path to a .toml file")
+    ag.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"random seed (default {DEFAULT_SEED})")
+    ag.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
+    ag.add_argument("--duration-s", type=float, help="simulated seconds of the --compare run (the scenario's)")
+    ag.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a scenario key, e.g. --set brokers_per_az=334,333,333 --set partitions=100000",
+    )
+    ag.add_argument("--compare", action="store_true", help="also run the event-level mode and compare")
+    ag.set_defaults(fn=cmd_aggregate)
 
     sweep = sub.add_parser("sweep", help="one run per value of a parameter")
     common(sweep)

@@ -78,6 +78,7 @@ class CommitServer:
         "_in_service",
         "_loop",
         "_queue",
+        "_service_end_ms",
         "batches_max",
         "busy_ms",
         "groups",
@@ -96,6 +97,7 @@ class CommitServer:
         self._in_service: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
         # Bumped by abort(): a group in service when its node died never finishes.
         self._generation = 0
+        self._service_end_ms = 0.0
         # A slow-broker or slow-az event multiplies service times by this.
         self.slow_factor = 1.0
         # What a run reports: time the server was busy, groups and commits
@@ -125,6 +127,7 @@ class CommitServer:
             self.wait_ms.append(now - arrived)
         service = self._cost.sample(total) * self.slow_factor
         self.busy_ms += service
+        self._service_end_ms = now + service
         self.groups += 1
         self.served += len(group)
         self._busy = True
@@ -146,6 +149,9 @@ class CommitServer:
         finished now, and each ``done`` sees its node dead and answers (or
         not) as a dead node does."""
         held = self._in_service + list(self._queue)
+        if self._in_service:
+            # The group in service stops now: its remaining time was not spent.
+            self.busy_ms -= max(0.0, self._service_end_ms - self._loop.now_ms)
         self._in_service = []
         self._queue.clear()
         self._busy = False
@@ -154,4 +160,9 @@ class CommitServer:
             done(*args)
 
     def utilization(self, duration_ms: float) -> float:
-        return self.busy_ms / duration_ms if duration_ms > 0 else 0.0
+        """Share of ``duration_ms`` spent serving (a group still in service
+        at the end counts only up to it)."""
+        if duration_ms <= 0:
+            return 0.0
+        over = max(0.0, self._service_end_ms - duration_ms) if self._busy else 0.0
+        return min(1.0, (self.busy_ms - over) / duration_ms)

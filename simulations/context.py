@@ -80,6 +80,19 @@ class SimContext:
     broker_azs: dict[int, str]
     commit_targets: dict[int, CommitTarget] = field(default_factory=dict)
     produce_targets: dict[int, ProduceTarget] = field(default_factory=dict)
+    # A dead broker (a lost AZ) -> when the others learn it was fenced: until
+    # then it is still in the ISRs (the coordinator's replicas) it was in.
+    dead_until_ms: dict[int, float] = field(default_factory=dict)
+    az_dead_until_ms: dict[str, float] = field(default_factory=dict)
+
+    def ack_stall_ms(self, follower: int) -> float | None:
+        """None for a live follower; for a dead one still in ISRs, how much
+        longer an acks=all commit waits for it (until the ISR drops it, at
+        the fencing, as Kafka's and partlog's leaders wait)."""
+        target = self.produce_targets.get(follower)
+        if target is None or target.alive:
+            return None
+        return max(0.0, self.dead_until_ms.get(follower, self.loop.now_ms) - self.loop.now_ms)
 
     def now_ms(self) -> int:
         """The current virtual time as the real code sees it."""

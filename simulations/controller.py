@@ -9,7 +9,7 @@ dev-list thread's exception 2).
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from partlog.controller.cluster_meta import NO_LEADER, StaticMetadata
@@ -36,6 +36,8 @@ class Coordinator(Protocol):
     def fail(self, mode: FailureMode = ...) -> None: ...
 
     def take_over(self, az: str, live_azs: Sequence[str]) -> None: ...
+
+    def set_live_azs(self, live_azs: Sequence[str]) -> None: ...
 
 
 class Stoppable(Protocol):
@@ -67,6 +69,9 @@ class Controller:
         self._servers = servers or {}
         self._dead: set[int] = set()
         self._lost_azs: set[str] = set()
+        # Active slowdowns: event number -> (what: "broker", "az" or "link", which, factor).
+        self._active_slow: dict[int, tuple[str, object, float]] = {}
+        self._next_slow = 0
         # (virtual ms, what) for reports and plots.
         self.log: list[tuple[float, str]] = []
 
@@ -83,6 +88,8 @@ class Controller:
         elif kind is EventKind.AZ_LOSS:
             ids = [b for b, az in sorted(self.ctx.broker_azs.items()) if az == e.az]
             self._lost_azs.add(e.az)
+            md = self.ctx.scenario.metadata
+            self.ctx.az_dead_until_ms[e.az] = self.ctx.loop.now_ms + md.session_timeout_ms + md.broker_propagation_ms
             for p in self._producers.get(e.az, ()):
                 p.alive = False
             c = self._coordinator
@@ -95,35 +102,46 @@ class Controller:
                 self._fail_coordinator(e.mode, e.failover_ms)
         elif kind is EventKind.NETWORK_DEGRADATION:
             where = f"AZ {e.az}'s cross-AZ links" if e.az else "every cross-AZ link"
-            self._slow(f"{where} {e.factor:g}x slower", e, lambda f: self.ctx.network.degrade(e.az, f))
+            self._slow(f"{where} {e.factor:g}x slower", e, ("link", e.az))
+        elif kind is EventKind.SLOW_BROKER:
+            self._slow(f"broker {e.broker}'s commit store {e.factor:g}x slower", e, ("broker", e.broker))
         else:
-            if kind is EventKind.SLOW_BROKER:
-                ids, what = [e.broker], f"broker {e.broker}'s commit store"
-            else:
-                ids = [b for b, az in sorted(self.ctx.broker_azs.items()) if az == e.az]
-                what = f"AZ {e.az}'s commit stores"
-                c = self._coordinator
-                if c is not None and c.az == e.az:
-                    ids.append(COORDINATOR_ID)
-            servers = [self._servers[i] for i in ids if i in self._servers]
+            self._slow(f"AZ {e.az}'s commit stores {e.factor:g}x slower", e, ("az", e.az))
 
-            def apply(factor: float) -> None:
-                for sv in servers:
-                    sv.slow_factor = factor
-
-            self._slow(f"{what} {e.factor:g}x slower", e, apply)
-
-    def _slow(self, what: str, e: EventSpec, apply: Callable[[float], None]) -> None:
-        """Apply a slowdown now, and undo it after ``e.duration_s`` (0: never)."""
+    def _slow(self, what: str, e: EventSpec, target: tuple[str, object]) -> None:
+        """A slowdown from now until ``e.duration_s`` later (0: the end).
+        Slowdowns overlap: each node (and link) runs at the largest factor
+        among those active on it, and a heal ends only its own."""
         self.log.append((self.ctx.loop.now_ms, what))
-        apply(e.factor)
+        self._next_slow += 1
+        key = self._next_slow
+        self._active_slow[key] = (target[0], target[1], e.factor)
+        self._refresh_slow()
         if e.duration_s > 0:
 
             def heal() -> None:
                 self.log.append((self.ctx.loop.now_ms, f"{what.rsplit(' ', 2)[0]} back to normal"))
-                apply(1.0)
+                del self._active_slow[key]
+                self._refresh_slow()
 
             self.ctx.loop.after(e.duration_s * 1000, heal)
+
+    def _refresh_slow(self) -> None:
+        """Each commit store's factor from the active slowdowns on its node
+        or its node's AZ now (the coordinator's AZ is where it runs now);
+        each degraded link's from those on it."""
+        active = list(self._active_slow.values())
+        azs = self.ctx.broker_azs
+        for node, server in self._servers.items():
+            c = self._coordinator
+            az = c.az if node == COORDINATOR_ID and c is not None else azs.get(node, "")
+            factors = [f for kind, k, f in active if (kind == "broker" and k == node) or (kind == "az" and k == az)]
+            server.slow_factor = max(factors, default=1.0)
+        links: dict[str, float] = {}
+        for kind, k, f in active:
+            if kind == "link":
+                links[str(k)] = max(links.get(str(k), 1.0), f)
+        self.ctx.network.set_degraded(links)
 
     def _fail_coordinator(self, mode: FailureMode, failover_ms: int) -> None:
         """The coordinator dies; a replica in the next live AZ takes over
@@ -136,11 +154,13 @@ class Controller:
         def take_over() -> None:
             live = [a for a in azs if a not in self._lost_azs]
             if not live:
+                self.log.append((self.ctx.loop.now_ms, "coordinator has no live AZ to fail over to"))
                 return
             i = azs.index(c.az)
             new_az = next(a for a in azs[i + 1 :] + azs[: i + 1] if a in live)
             self.log.append((self.ctx.loop.now_ms, f"coordinator failed over to {new_az}"))
             c.take_over(new_az, live)
+            self._refresh_slow()  # a slowed AZ slows the coordinator that runs there now
 
         self.ctx.loop.after(failover_ms + self.ctx.scenario.metadata.broker_propagation_ms, take_over)
 
@@ -176,12 +196,23 @@ class Controller:
 
     def _fail(self, ids: list[int], what: str, mode: FailureMode) -> None:
         self.log.append((self.ctx.loop.now_ms, what))
+        md = self.ctx.scenario.metadata
+        # Until brokers learn of the fencing, an acks=all commit whose ISR
+        # holds a dead follower waits (simulations/context.py: ack_stall_ms).
+        fenced_at = self.ctx.loop.now_ms + md.session_timeout_ms + md.broker_propagation_ms
         for b in ids:
             self._dead.add(b)
             self._brokers[b].fail(mode)
+            self.ctx.dead_until_ms[b] = fenced_at
         # The controller notices when the session times out.
-        self.ctx.loop.after(self.ctx.scenario.metadata.session_timeout_ms, self._fence, list(ids))
+        self.ctx.loop.after(md.session_timeout_ms, self._fence, list(ids))
 
     def _fence(self, ids: list[int]) -> None:
         self.log.append((self.ctx.loop.now_ms, f"brokers {ids} fenced, leaders moved"))
         self._publish(without_brokers(self.truth, ids))
+        c = self._coordinator
+        if c is not None:
+            # The coordinator's state topic drops the replicas of lost AZs at
+            # the same moment partlog's ISRs drop the fenced followers.
+            live = [a for a in self.ctx.scenario.cluster.azs if a not in self._lost_azs]
+            self.ctx.loop.after(self.ctx.scenario.metadata.broker_propagation_ms, c.set_live_azs, live)

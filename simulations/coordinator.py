@@ -65,9 +65,14 @@ class SimCoordinator:
         are in the other live AZs first."""
         self.az = az
         self.alive = True
+        self.set_live_azs(live_azs)
+
+    def set_live_azs(self, live_azs: Sequence[str]) -> None:
+        """Its replicas are placed again over ``live_azs`` (the lost AZs'
+        replicas left the state topic's ISR at their fencing)."""
         replicas = self.ctx.scenario.commit.coordinator_replication_factor - 1
-        others = [a for a in live_azs if a != az]
-        self._replica_azs = others[:replicas] + [az] * max(0, replicas - len(others))
+        others = [a for a in live_azs if a != self.az]
+        self._replica_azs = others[:replicas] + [self.az] * max(0, replicas - len(others))
 
     def receive_commit(self, sender: CommitSender, c: SendCommit, sent_ms: float) -> None:
         if not self.alive:
@@ -92,7 +97,13 @@ class SimCoordinator:
             fetch_bytes = 0
             lag = 0.0
             ack = 0.0
+            now = ctx.loop.now_ms
             for replica_az in self._replica_azs:
+                until = ctx.az_dead_until_ms.get(replica_az)
+                if until is not None:
+                    # A replica in a lost AZ, not yet out of the ISR: acks=all waits.
+                    ack = max(ack, until - now)
+                    continue
                 rtt = net.rtt_ms(self.az, replica_az)
                 apply = self._follower_apply.sample()
                 lag = max(lag, rtt / 2 + apply)
@@ -104,8 +115,18 @@ class SimCoordinator:
             rec.replication_lag_ms.append(lag)
             if any(c.acks_all):
                 wait = ack
+        ctx.loop.after(wait, self._answer, sender, c, responses, sent_ms)
+
+    def _answer(
+        self, sender: CommitSender, c: SendCommit, responses: list[CommitBatchResponse], sent_ms: float
+    ) -> None:
+        """After the replication wait: answer, if still alive then."""
+        ctx = self.ctx
+        if not self.alive:
+            ctx.dead_commit_target(self, sender, c, sent_ms, self.dead_mode)
+            return
         if sender.az != self.az:
             # (the request's bytes are counted by the sender)
-            rec.cross_az_commit_bytes += commit_response_bytes(responses)
-        back = net.deliver_at(self.node_id, sender.node_id, self.az, sender.az, ctx.loop.now_ms + wait)
+            ctx.recorder.cross_az_commit_bytes += commit_response_bytes(responses)
+        back = ctx.network.deliver_at(self.node_id, sender.node_id, self.az, sender.az, ctx.loop.now_ms)
         ctx.loop.at(back, sender.commit_answered, c, responses, Errors.NONE)

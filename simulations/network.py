@@ -27,12 +27,10 @@ class Network:
         # every link) -> how many times longer its round trips take.
         self._degraded: dict[str, float] = {}
 
-    def degrade(self, az: str, factor: float) -> None:
-        """Cross-AZ round trips from ``az`` ("": all) ``factor`` times longer (1: healed)."""
-        if factor == 1.0:
-            self._degraded.pop(az, None)
-        else:
-            self._degraded[az] = factor
+    def set_degraded(self, links: dict[str, float]) -> None:
+        """Cross-AZ round trips from each AZ in ``links`` ("": every link)
+        that many times longer; the rest normal."""
+        self._degraded = {az: f for az, f in links.items() if f != 1.0}
 
     def rtt_ms(self, az_a: str, az_b: str) -> float:
         if az_a == az_b:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 import random
 from collections.abc import Sequence
 
@@ -26,6 +27,19 @@ from simulations.scenario import ProducerSpec, Routing
 RETRY_JITTER = 0.2
 # The failure reason of batches whose producer died (its AZ was lost).
 PRODUCER_GONE = "producer_gone"
+
+
+def retry_backoff_ms(spec: ProducerSpec, attempt: int, rng: random.Random) -> float:
+    """Kafka's ``ExponentialBackoff.backoff(attempt - 1)`` (KIP-580):
+    retry.backoff.ms doubled per attempt up to the exponent that reaches
+    retry.backoff.max.ms, jittered by +-20%, then capped at the max (the
+    jitter never exceeds it); a constant backoff (max <= base) has no jitter."""
+    base, cap = spec.retry_backoff_ms, spec.retry_backoff_max_ms
+    if cap <= base:
+        return float(min(base, cap))
+    exp_max = math.log(cap / max(base, 1)) / math.log(2)
+    term = max(base, 1) * 2 ** min(attempt - 1, exp_max)
+    return min(float(cap), term * rng.uniform(1 - RETRY_JITTER, 1 + RETRY_JITTER))
 
 
 class ProducerGroup:
@@ -95,7 +109,8 @@ class ProducerGroup:
         by_target: dict[int, list[TopicIdPartition]] = {}
         unroutable = 0
         if self.routing is Routing.ANY_BROKER:
-            local = view.brokers_in(az)
+            # KIP-1163: a broker of the client's AZ, or any broker when its AZ has none.
+            local = view.brokers_in(az) or sorted(b.broker_id for b in view.brokers())
             if local:
                 by_target[self._route_rng.choice(local)] = list(tps)
             else:
@@ -124,6 +139,7 @@ class ProducerGroup:
             # No leader known (offline partitions): the producer holds these,
             # and the send as a whole fails.
             rec.sends_failed += 1
+            rec.sends_failed_live += 1
             rec.failed(now, None, 0, unroutable, "no_leader")
         batch = self._batch
         self._dispatch(send_id, {t: [(tp, batch) for tp in tps] for t, tps in by_target.items()}, -1.0, 0)
@@ -179,8 +195,7 @@ class ProducerGroup:
             return True
         loop = self.ctx.loop
         attempt = req.attempt + 1
-        backoff = min(spec.retry_backoff_max_ms, spec.retry_backoff_ms * 2 ** min(attempt - 1, 30))
-        backoff *= self._retry_rng.uniform(1 - RETRY_JITTER, 1 + RETRY_JITTER)
+        backoff = retry_backoff_ms(spec, attempt, self._retry_rng)
         if loop.now_ms + backoff - req.since_ms >= spec.delivery_timeout_ms:
             return False
         self.ctx.recorder.retried(loop.now_ms, req.send_id, len(batches), why)

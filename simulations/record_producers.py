@@ -23,7 +23,7 @@ from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.records import TopicIdPartition
 from simulations.batches import BatchTemplates
 from simulations.context import ProduceRequest, SimContext
-from simulations.producers import PRODUCER_GONE, RETRY_JITTER
+from simulations.producers import PRODUCER_GONE, retry_backoff_ms
 from simulations.scenario import ProducerSpec, Routing
 
 # A v2 record's bytes beyond its value (attributes, varint lengths and
@@ -131,7 +131,7 @@ class RecordProducer:
     def _destination(self, tp: TopicIdPartition) -> int | None:
         view = self.view
         if self.routing is Routing.ANY_BROKER:
-            local = view.brokers_in(self.spec.az)
+            local = view.brokers_in(self.spec.az) or sorted(b.broker_id for b in view.brokers())
             return local[self._rng.randrange(len(local))] if local else None
         if self.routing is Routing.AZ_REPRESENTATIVE:
             return view.produce_target(tp, self.spec.az)
@@ -223,8 +223,7 @@ class RecordProducer:
         rec = self.ctx.recorder
         now = self.ctx.loop.now_ms
         attempt = req.attempt + 1
-        backoff = min(spec.retry_backoff_max_ms, spec.retry_backoff_ms * 2 ** min(attempt - 1, 30))
-        backoff *= self._rng.uniform(1 - RETRY_JITTER, 1 + RETRY_JITTER)
+        backoff = retry_backoff_ms(spec, attempt, self._rng)
         # (req.first_sent_ms: the earliest first send of its batches)
         if not self.alive:
             self._settle(req, frozenset(tp for tp, _ in batches))

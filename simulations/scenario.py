@@ -127,6 +127,9 @@ SESSION_TIMEOUT_MS = 9000
 
 # Limits: a scenario beyond these is a typo, not a cluster.
 LATENCY_MS_MAX = 3_600_000.0  # any latency input: an hour
+LATENCY_MS_MIN = 0.001  # a p50 that is not 0: a microsecond at least
+LATENCY_SPREAD_MAX = 10_000.0  # p99 / p50 of a latency input
+US_PER_BATCH_MAX = 1e6  # a commit's CPU per batch: a second
 PRICE_USD_MAX = 1e6  # any price per unit
 BROKERS_MAX = 10_000
 PARTITIONS_MAX = 1_000_000
@@ -428,6 +431,12 @@ class _Table:
     def latency(self, prefix: str, p50: float, p99: float) -> LatencyDist:
         a = self.number(f"{prefix}_ms_p50", p50, hi=LATENCY_MS_MAX)
         b = self.number(f"{prefix}_ms_p99", p99, hi=LATENCY_MS_MAX)
+        # A lognormal from a p50 near zero and a large p99 has an enormous
+        # sigma: its samples overflow to inf.  Bound both.
+        if 0 < a < LATENCY_MS_MIN:
+            raise self.error(f"{prefix}_ms_p50", f"must be 0 or at least {LATENCY_MS_MIN} ms, got {a}")
+        if a > 0 and b / a > LATENCY_SPREAD_MAX:
+            raise self.error(f"{prefix}_ms_p99", f"at most {LATENCY_SPREAD_MAX:g} x the p50 ({a}), got {b}")
         try:
             return LatencyDist(a, b)
         except ValueError as e:
@@ -696,6 +705,8 @@ def load_commit_profile(path: Path) -> CommitCost:
     batches), or ``{"samples_ms": [...], "us_per_batch": x}`` (any measured
     distribution of one group commit, e.g. a PostgreSQL coordinator's)."""
     where = str(path)
+    if not path.is_file():
+        raise ScenarioError(f"{where}: commit profile is not a regular file")
     try:
         with open(path, "rb") as f:
             raw = f.read(PROFILE_BYTES_MAX + 1)
@@ -703,10 +714,18 @@ def load_commit_profile(path: Path) -> CommitCost:
         raise ScenarioError(f"{where}: commit profile unreadable: {e}") from e
     if len(raw) > PROFILE_BYTES_MAX:
         raise ScenarioError(f"{where}: commit profile larger than {PROFILE_BYTES_MAX} bytes")
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in pairs]
+        dup = next((k for k in keys if keys.count(k) > 1), None)
+        if dup is not None:
+            raise ValueError(f"duplicate key {dup!r}")
+        return dict(pairs)
+
     try:
-        doc = json.loads(raw)
-    except ValueError as e:
-        raise ScenarioError(f"{where}: commit profile is not JSON: {e}") from e
+        doc = json.loads(raw, object_pairs_hook=no_duplicates)
+    except (ValueError, RecursionError) as e:
+        raise ScenarioError(f"{where}: commit profile is not JSON: {str(e)[:200]}") from e
     if not isinstance(doc, dict):
         raise ScenarioError(f"{where}: commit profile must be a JSON object")
 
@@ -738,18 +757,31 @@ def load_commit_profile(path: Path) -> CommitCost:
 
     def case(sync: bool) -> dict[str, Any]:
         for r in results:
-            if isinstance(r, dict) and r.get("sync") is sync and r.get("committers") == 1 and not r.get("idempotent"):
+            if (
+                isinstance(r, dict)
+                and r.get("sync") is sync
+                and type(r.get("committers")) is int
+                and r.get("committers") == 1
+                and r.get("idempotent") is False
+            ):
                 return r
         raise ScenarioError(f"{where}: no result with sync={sync}, committers=1, idempotent=false")
 
     durable, no_sync = case(True), case(False)
-    return commit_cost_from_bench(
+    if num(durable.get("latency_ms_p50"), "durable latency_ms_p50") < num(
+        no_sync.get("latency_ms_p50"), "no-sync latency_ms_p50"
+    ):
+        raise ScenarioError(f"{where}: the durable case is faster than the no-sync one: not a usable measurement")
+    cost = commit_cost_from_bench(
         num(durable.get("latency_ms_p50"), "durable latency_ms_p50"),
         num(durable.get("latency_ms_p99"), "durable latency_ms_p99"),
         num(no_sync.get("latency_ms_p50"), "no-sync latency_ms_p50"),
         batches,
         f"partlog bench commit, {path.name}",
     )
+    if cost.us_per_batch > US_PER_BATCH_MAX:
+        raise ScenarioError(f"{where}: {cost.us_per_batch:g} us per batch: more than {US_PER_BATCH_MAX:g}")
+    return cost
 
 
 def _failure_mode(e: _Table, default: FailureMode) -> FailureMode:

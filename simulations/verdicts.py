@@ -76,3 +76,13 @@ class Check:
         v = f"{self.value:,.2f}".rstrip("0").rstrip(".")
         b = f"{self.bound:,.2f}".rstrip("0").rstrip(".")
         return f"{mark} ({v}{self.unit}; bound {op} {b}{self.unit})"
+
+
+def compare(what: str, a_label: str, a: float | None, b_label: str, b: float | None, unit: str = "") -> str:
+    """A :class:`Comparison`'s sentence, or "n/a" when a side has no value
+    (no answered request): a side with no data never wins."""
+    missing = [label for label, x in ((a_label, a), (b_label, b)) if x is None]
+    if missing:
+        return f"n/a (no samples for {' and '.join(missing)})"
+    assert a is not None and b is not None
+    return Comparison(what, a_label, a, b_label, b, unit).sentence()

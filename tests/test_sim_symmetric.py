@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import random
 from collections import Counter
 from pathlib import Path
@@ -691,3 +692,174 @@ def test_hostile_scenario_values_are_a_scenario_error_naming_the_key(
     finite += [s.network.rtt_cross_az.ms_p99, s.object_store.put.ms_p99, s.object_store.put_usd_per_1000]
     finite += [s.cross_az_usd_per_gb, s.commit.leader.us_per_batch]
     assert all(math.isfinite(x) for x in finite), finite
+
+
+# ------------------------------------------- regressions from the hostile review
+
+
+def test_any_broker_routing_falls_back_to_another_az_when_its_own_has_no_broker() -> None:
+    """Regression (review): with 1 broker per AZ and one broker fenced, the
+    coordinator design's producers in that AZ failed every send (no_leader)
+    while partlog's fell back to a leader elsewhere.  KIP-1163 clients
+    prefer their AZ, they do not refuse to produce."""
+    base = load_scenario("balanced-3az", {"duration_s": 12, "brokers_per_az": 1, "session_timeout_ms": 2000})
+    fail = EventSpec(2.0, EventKind.BROKER_FAILURE, broker=1, mode=FailureMode.REFUSE)
+    for design in (Design.PARTLOG, Design.COORDINATOR):
+        r = run(with_events(base, fail), design)
+        assert r.sends_failed_live == 0, (design, r.failure_windows)
+
+
+def test_overlapping_slowdowns_heal_only_their_own() -> None:
+    """Regression (review): the shorter of two overlapping slowdowns reset
+    the store to full speed while the longer one still ran."""
+    from simulations.controller import Controller
+    from simulations.metrics import Recorder
+    from simulations.network import Network
+    from simulations.topology import broker_azs, initial_metadata
+
+    s = load_scenario("balanced-3az", {"duration_s": 10})
+    loop = EventLoop()
+    azs = broker_azs(s.cluster)
+    ctx = SimContext(s, loop, Network(s.network, random.Random(0)), Recorder(), 0, azs)
+    server = CommitServer(loop, constant_cost(1.0))
+    controller = Controller(ctx, initial_metadata(s.cluster), {}, {}, {}, None, random.Random(0), {1: server})
+    controller.schedule(
+        [
+            EventSpec(1.0, EventKind.SLOW_BROKER, broker=1, factor=10.0, duration_s=3.0),
+            EventSpec(2.0, EventKind.SLOW_AZ, az=azs[1], factor=2.0, duration_s=0.5),
+            EventSpec(1.5, EventKind.NETWORK_DEGRADATION, factor=4.0, duration_s=1.0),
+            EventSpec(1.8, EventKind.NETWORK_DEGRADATION, factor=3.0, duration_s=2.0),
+        ]
+    )
+    seen: dict[int, tuple[float, dict[str, float]]] = {}
+    for t in (500, 1200, 1900, 2200, 2700, 3000, 3900, 4100):
+        loop.at(t, lambda t=t: seen.__setitem__(t, (server.slow_factor, dict(ctx.network._degraded))))
+    loop.run_until(5000)
+    assert [seen[t][0] for t in sorted(seen)] == [1.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 1.0]
+    # 4x from 1.5 to 2.5 s, 3x from 1.8 to 3.8 s: the larger while both run.
+    assert [seen[t][1].get("", 1.0) for t in sorted(seen)] == [1.0, 1.0, 4.0, 4.0, 3.0, 3.0, 1.0, 1.0]
+
+
+def test_acks_all_waits_for_a_dead_follower_until_it_is_fenced() -> None:
+    """Regression (review): dead, unfenced followers (and a coordinator
+    replica in a lost AZ) still acknowledged after one round trip; an
+    acks=all commit waits until the ISR drops them, in every design."""
+    base = load_scenario("balanced-3az", {"duration_s": 12, "session_timeout_ms": 3000})
+    loss = EventSpec(5.0, EventKind.AZ_LOSS, az="az3", mode=FailureMode.BLACKHOLE)
+    for design in (Design.PARTLOG, Design.COORDINATOR):
+        calm = run(base, design)
+        lost = run(with_events(base, loss), design)
+        assert calm.latency_ms_p99 is not None and lost.latency_ms_p99 is not None
+        # Commits in the 3 s before the fencing wait for it.
+        assert lost.latency_ms_p99 > calm.latency_ms_p99 + 1000, design
+        assert lost.sends_failed_live == 0
+
+
+def test_sends_without_a_leader_count_as_failed_sends_of_live_producers() -> None:
+    """Regression (review): a send failing at once for want of a leader was
+    not counted in sends_failed_live."""
+    from simulations.metrics import Recorder
+
+    rec = Recorder()
+    rec.sends_failed += 1
+    rec.sends_failed_live += 1  # what ProducerGroup._send does now
+    base = load_scenario("balanced-3az", {"duration_s": 8, "replication_factor": 1, "session_timeout_ms": 60_000})
+    fail = EventSpec(2.0, EventKind.BROKER_FAILURE, broker=2, mode=FailureMode.REFUSE)
+    r = run(with_events(base, fail, retries=False), Design.PARTLOG, Routing.AZ_REPRESENTATIVE)
+    assert r.sends_failed > 0 and r.sends_failed_live == r.sends_failed
+
+
+def test_a_comparison_with_a_missing_side_names_no_winner() -> None:
+    from simulations.verdicts import compare
+
+    assert compare("p99", "partlog", None, "coordinator", 50.0) == "n/a (no samples for partlog)"
+    assert "**coordinator**" in compare("p99", "partlog", 80.0, "coordinator", 50.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 5000), st.integers(0, 5000), st.integers(1, 40), st.integers(0, 2**32))
+def test_retry_backoff_is_kafkas_exponential_backoff(base: int, cap: int, attempt: int, seed: int) -> None:
+    from simulations.producers import retry_backoff_ms
+
+    spec = dataclasses.replace(
+        load_scenario("balanced-3az").producers[0], retry_backoff_ms=base, retry_backoff_max_ms=cap
+    )
+    b = retry_backoff_ms(spec, attempt, random.Random(seed))
+    if cap <= base:
+        assert b == min(base, cap)  # constant, no jitter
+    else:
+        assert 0 <= b <= cap  # the jitter never passes the max
+        if attempt == 1:
+            assert 0.8 * max(base, 1) - 1e-9 <= b <= min(cap, 1.2 * max(base, 1)) + 1e-9
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "not JSON"),
+        ('{"samples_ms": [1], "samples_ms": [1000]}', "duplicate key"),
+    ],
+)
+def test_profile_review_cases(tmp_path: Path, content: str, needle: str) -> None:
+    p = tmp_path / "p.json"
+    p.write_text(content)
+    with pytest.raises(ScenarioError, match=needle):
+        load_commit_profile(p)
+
+
+def test_a_profile_that_is_not_a_regular_file_is_refused(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ScenarioError, match="not a regular file"):
+        load_commit_profile(fifo)
+
+
+def test_bench_profiles_need_exactly_one_committer_and_a_slower_durable_case(tmp_path: Path) -> None:
+    doc = bench_doc()
+    for r in doc["results"]:
+        r["committers"] = True
+    p = tmp_path / "b.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(ScenarioError, match="no result"):
+        load_commit_profile(p)
+    p.write_text(json.dumps(bench_doc(durable_p50=0.5, off_p50=0.66)))
+    with pytest.raises(ScenarioError, match="faster than the no-sync"):
+        load_commit_profile(p)
+
+
+def test_a_latency_with_a_near_zero_p50_and_a_huge_spread_is_refused() -> None:
+    for over in ({"rtt_cross_az_ms_p50": 5e-324}, {"rtt_cross_az_ms_p50": 0.01, "rtt_cross_az_ms_p99": 3_600_000}):
+        with pytest.raises(ScenarioError, match="rtt_cross_az"):
+            load_scenario("balanced-3az", over)
+
+
+# ------------------------------------------------------------ aggregate mode
+
+
+@pytest.mark.parametrize("name", ["balanced-3az", "imbalanced-2az"])
+def test_the_aggregate_mode_agrees_with_the_event_level_mode_within_10_percent(name: str) -> None:
+    from simulations.aggregate import aggregate, compare_rows
+
+    s = load_scenario(name, {"duration_s": 20})
+    for design, routing in (
+        (Design.PARTLOG, Routing.AZ_REPRESENTATIVE),
+        (Design.PARTLOG, Routing.ANY_BROKER),
+        (Design.COORDINATOR, Routing.ANY_BROKER),
+    ):
+        a = aggregate(s, design, routing, SEED)
+        e = simulate(s, design, routing, SEED)
+        for metric, x, y in compare_rows(a, e):
+            if y == 0:
+                assert abs(x) < 0.05, (design, routing, metric, x)
+            else:
+                assert abs(x - y) <= 0.10 * abs(y), (design, routing, metric, x, y)
+
+
+def test_the_aggregate_mode_runs_1000_brokers_and_100k_partitions_and_refuses_what_it_cannot() -> None:
+    from simulations.aggregate import aggregate
+
+    s = load_scenario("jun-100x100", {"brokers_per_az": [334, 333, 333], "partitions": 100_000})
+    a = aggregate(s, Design.PARTLOG, Routing.AZ_REPRESENTATIVE, SEED)
+    assert a.files_per_s > 0 and a.commit_remote_mean <= 3
+    with pytest.raises(ScenarioError, match="no classic"):
+        aggregate(s, Design.CLASSIC, Routing.LEADER_ONLY, SEED)
