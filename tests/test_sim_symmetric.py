@@ -863,3 +863,19 @@ def test_the_aggregate_mode_runs_1000_brokers_and_100k_partitions_and_refuses_wh
     assert a.files_per_s > 0 and a.commit_remote_mean <= 3
     with pytest.raises(ScenarioError, match="no classic"):
         aggregate(s, Design.CLASSIC, Routing.LEADER_ONLY, SEED)
+
+
+def test_aggregate_cli_json_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    from simulations.cli import main
+
+    assert main(["aggregate", "balanced-3az", "--set", "brokers_per_az=2,2,2", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["mode"] == "aggregate"
+    assert [(d["design"], d["routing"]) for d in doc["designs"]] == [
+        ("partlog", "az-representative"),
+        ("partlog", "any-broker"),
+        ("coordinator", "any-broker"),
+    ]
+    assert all(d["wal_files_per_s"] > 0 for d in doc["designs"])
+    assert main(["aggregate", "balanced-3az", "--set", "no_such_key=1"]) == 2
+    assert "no_such_key" in capsys.readouterr().err
