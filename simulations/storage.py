@@ -57,8 +57,6 @@ PARTLOG_STORE_FILES = 3
 KAFKA_FILES_PER_REPLICA = 3
 SECONDS_PER_HOUR = 3600.0
 SECONDS_PER_MONTH = 30 * 24 * 3600.0
-# S3 LIST costs as much as PUT (per 1,000); DELETE is free.
-LIST_USD_PER_1000_IS_PUT = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +108,7 @@ def figures(
     else:
         lists = gets = 0.0
         per_broker, coordinator = 0.0, float(PARTLOG_STORE_FILES)
+    # S3 prices a LIST as a PUT (per 1,000) and DELETE not at all.
     usd = (lists * o.put_usd_per_1000 + gets * o.get_usd_per_1000) / 1000 * SECONDS_PER_MONTH / SECONDS_PER_HOUR
     return StorageFigures(
         d.design,
