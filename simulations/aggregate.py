@@ -173,6 +173,12 @@ def aggregate(scenario: Scenario, design: Design, routing: Routing, seed: int) -
             duration = interval_s
             files = 1.0 / (interval_s + 1.0 / r)
         files_total += files
+        if design is Design.COORDINATOR:
+            # One commit RPC per file to the coordinator, cross-AZ outside its AZ.
+            if azs[b] == cluster.coordinator_az:
+                same_sum += files
+            else:
+                cross_sum += files
         # Per file: P(it holds leader L) for each leader b's requests carry.
         for lead, c in carry[b].items():
             pi = min(1.0, c / r)
@@ -188,17 +194,6 @@ def aggregate(scenario: Scenario, design: Design, routing: Routing, seed: int) -
                     cross_sum += files * has
                     received[lead] += files * has
         gets += files * _gets_per_file(scenario, carry[b], r, duration, readers)
-    if design is Design.COORDINATOR:
-        # One commit RPC per file to the coordinator, cross-AZ outside its AZ.
-        for b in azs:
-            r, y = req_rate[b], byte_rate[b]
-            if r <= 0:
-                continue
-            files = y / buf.buffer_bytes_max if y * interval_s >= buf.buffer_bytes_max else 1 / (interval_s + 1 / r)
-            if azs[b] == cluster.coordinator_az:
-                same_sum += files
-            else:
-                cross_sum += files
     per_file = (lambda x: x / files_total) if files_total else (lambda x: 0.0)
     network = sum(received.values()) if design is Design.PARTLOG else same_sum + cross_sum
     puts = files_total
