@@ -66,6 +66,7 @@ from walmgr.scanner import (
     NOT_UTF8_NOTE,
     group_of,
     inspect_object,
+    is_position_key,
     iter_pages,
     list_shard,
     prefix_head,
@@ -96,6 +97,9 @@ LISTING_SCHEMA = StructType(
         # False for a key that is not UTF-8 (a local store's file name): its
         # "key" is then a printable spelling, never a position or a record.
         StructField("utf8", BooleanType(), False),
+        # A WAL key of its shard: only those may be the shard's position
+        # (walmgr.scanner.is_position_key).
+        StructField("position_ok", BooleanType(), False),
     ]
 )
 PARTITION_TYPE = StructType(
@@ -164,13 +168,13 @@ def gap_starts(prefix: str) -> list[str]:
 
 def _listing_rows(
     store_url: str, prefix: str, units: Iterable[tuple[str, str]], max_keys: int
-) -> Iterator[tuple[str, int, int, str, bool, bool]]:
+) -> Iterator[tuple[str, int, int, str, bool, bool, bool]]:
     units = list(units)
     if not units:
         return
     store = open_store(store_url)  # one per partition, on the executor
 
-    def list_unit(unit: tuple[str, str]) -> list[tuple[str, int, int, str, bool, bool]]:
+    def list_unit(unit: tuple[str, str]) -> list[tuple[str, int, int, str, bool, bool, bool]]:
         shard, start_after = unit
         infos = (
             list_gap(store, prefix, start_after, max_keys)
@@ -183,10 +187,11 @@ def _listing_rows(
                 raw = info.key.encode("utf-8")
             except UnicodeEncodeError:  # lone surrogates: a file name that is not UTF-8
                 shown = info.key.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-                rows.append((shown, info.size, info.last_modified_ms, shard, False, False))
+                rows.append((shown, info.size, info.last_modified_ms, shard, False, False, False))
                 continue
             recordable = 0 < len(raw) <= OBJECT_KEY_BYTES_MAX
-            rows.append((info.key, info.size, info.last_modified_ms, shard, recordable, True))
+            position_ok = shard != REST_UNIT and is_position_key(info.key, prefix, shard)
+            rows.append((info.key, info.size, info.last_modified_ms, shard, recordable, True, position_ok))
         return rows
 
     with ThreadPoolExecutor(min(LISTS_PER_PARTITION, len(units)), thread_name_prefix="walmgr-spark-list") as pool:
@@ -309,7 +314,7 @@ def run_scan(
         spark.createDataFrame(objects_rdd, OBJECTS_SCHEMA).write.mode("overwrite").parquet(f"{out_dir}/objects")
         footers_s = time.monotonic() - t0
         (
-            listed.filter((F.col("shard") != REST_UNIT) & F.col("utf8"))
+            listed.filter(F.col("position_ok"))
             .groupBy("shard")
             .agg(F.max("key").alias("position"))
             .coalesce(1)

@@ -192,6 +192,20 @@ def test_spark_incremental_matches_in_process(spark: Any, bucket: tuple[ObjectSt
         assert records(spark_reg) == records(local_reg)
         assert spark_reg.shard_positions() == local_reg.shard_positions()
 
+        # A new object in shard 00, sorting before the fixture's
+        # 'wal/00/garbage': found by both (a shard's position is a WAL key,
+        # never the garbage after it).
+        behind = next(
+            str(k) for n in range(100_000) if (k := make_wal_key("wal", T0 + 600_000, 1, f"{n:012x}")).shard == "00"
+        )
+        store.put(behind, segment(T0 + 600_000, 1))
+        assert behind < "wal/00/garbage"
+        Scanner(store, local_reg, "wal", clock=clock).incremental()
+        third = spark_scan(url, spark_reg, "wal", clock=clock, spark=spark, full=False)
+        assert third.new_objects == 1 and spark_reg.get(behind) is not None and local_reg.get(behind) is not None
+        assert records(spark_reg) == records(local_reg)
+        assert spark_reg.shard_positions() == local_reg.shard_positions()
+
 
 def test_walmgr_scan_engine_spark_lists_what_the_local_engine_lists(
     spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -41,6 +41,7 @@ from walmgr.scanner import (
     classify,
     group_of,
     inspect_object,
+    is_position_key,
     list_all,
     list_shard,
     register_notification,
@@ -491,3 +492,31 @@ def test_register_notification(store: CountingStore, registry: Registry) -> None
 def test_lookback_default_is_deadline_plus_skew() -> None:
     assert INCREMENTAL_LOOKBACK_MS_DEFAULT == 40_000
     assert GONE_AGE_MS_DEFAULT == 100_000
+
+
+def test_a_key_that_is_not_a_wal_key_never_carries_a_shards_position(store: CountingStore, registry: Registry) -> None:
+    """Regression (found through a CI flake of test_spark_scan): a non-WAL
+    key sorting after WAL names in a shard (``wal/ab/garbage``) became the
+    shard's position, and new WAL keys behind it waited for the next full
+    scan.  Positions are WAL keys of their shard only, and a position
+    stored before that is dropped (the shard is listed whole once)."""
+    clock = Clock(NOW)
+    first = key_in_shard("ab", T0)
+    store.put(first, segment(T0, 1))
+    store.put("wal/ab/garbage", b"not a segment")
+    scanner(store, registry, clock).incremental(["ab"])
+    assert registry.shard_position("ab") == first
+    later = key_in_shard("ab", T0 + 60_000_000)  # sorts after `first`, before "garbage"
+    store.put(later, segment(T0 + 60_000_000, 1))
+    report = scanner(store, registry, clock).incremental(["ab"])
+    assert report.new_objects == 1 and must_get(registry, later).state == State.TRACKED
+    assert registry.shard_position("ab") == later
+    # A registry that stored the garbage key as the position heals.
+    registry.set_shard_positions({"ab": "wal/ab/garbage"})
+    third = key_in_shard("ab", T0 + 120_000_000)
+    store.put(third, segment(T0 + 120_000_000, 1))
+    report = scanner(store, registry, clock).incremental(["ab"])
+    assert report.new_objects == 1 and must_get(registry, third).state == State.TRACKED
+    assert registry.shard_position("ab") == third
+    assert is_position_key(third, "wal", "ab") and not is_position_key("wal/ab/garbage", "wal", "ab")
+    assert not is_position_key(third, "wal", "cd")

@@ -202,6 +202,17 @@ def list_all(store: ObjectStore, prefix: str, max_keys: int = LIST_KEYS_MAX) -> 
 NOT_UTF8_NOTE = "key is not UTF-8: not a WAL key"
 
 
+def is_position_key(key: str, prefix: str, shard: str) -> bool:
+    """May ``key`` be ``shard``'s incremental position: a WAL key of this
+    prefix and shard.  Regression (found through a CI flake): a key that is
+    not a WAL key but sorts after WAL names (``wal/00/garbage``) carried the
+    position past new WAL keys, which then waited for the next full scan."""
+    if not _is_utf8(key):
+        return False
+    parsed = classify(key, prefix)
+    return not isinstance(parsed, str) and parsed.shard == shard
+
+
 def _is_utf8(key: str) -> bool:
     """False for a key holding lone surrogates: how Python spells bytes of a
     file name that are not UTF-8 (os.fsdecode's surrogateescape)."""
@@ -533,12 +544,16 @@ class Scanner:
     def _scan_shard(self, shard: str, footers: ThreadPoolExecutor) -> _Tally:
         tally = _Tally()
         position = self.registry.shard_position(shard)
+        if position and not is_position_key(position, self.prefix, shard):
+            # A position stored before positions were WAL keys only: list the
+            # whole shard once (the gap behind it is closed).
+            position = ""
         start = shard_start_after(self.prefix, shard, position, self.lookback_ms)
         for page in iter_pages(self.store, shard_list_prefix(self.prefix, shard), start, self.page_keys_max):
             records = self._new_records(page, footers, tally)
             # The look-back may list only keys behind the position: never move
-            # it back.  A key that is not UTF-8 cannot be stored as a position.
-            new_position = max([position, *(o.key for o in page if _is_utf8(o.key))])
+            # it back.  Only a WAL key of this shard may be a position.
+            new_position = max([position, *(o.key for o in page if is_position_key(o.key, self.prefix, shard))])
             moved = {shard: new_position} if new_position != position else None
             if records or moved:
                 self._count_added(self.registry.put_new(records, shard_positions=moved), tally)

@@ -44,6 +44,7 @@ from walmgr.scanner import (
     INCREMENTAL_LOOKBACK_MS_DEFAULT,
     INVALID_REPORTED_MAX,
     ScanReport,
+    is_position_key,
     prefix_head,
 )
 
@@ -234,7 +235,12 @@ def spark_scan(
         out_dir = os.path.join(tmp, "out")
         write_known_keys(session, registry, prefix, known_path, tmp)
         snapshot_s = time.monotonic() - t_scan
-        positions = None if full else registry.shard_positions()
+        # Positions stored before only WAL keys could be positions start over.
+        positions = (
+            None
+            if full
+            else {sh: pos for sh, pos in registry.shard_positions().items() if is_position_key(pos, prefix, sh)}
+        )
         try:
             stats = run_scan(
                 session,
@@ -273,7 +279,8 @@ def spark_scan(
         moved = {}
         for row in session.read.parquet(os.path.join(out_dir, "positions")).toLocalIterator():
             shard, position = row["shard"], row["position"]
-            if position > current.get(shard, ""):
+            stored = current.get(shard, "")
+            if position > stored or (stored and not is_position_key(stored, prefix, shard)):
                 moved[shard] = position
         if moved:
             registry.set_shard_positions(moved)
