@@ -26,6 +26,7 @@ from partlog.produce.pipeline import ProduceConfig
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
 from partlog.wal.key import make_wal_key
 from partlog.wal.objectstore import DELETE_KEYS_MAX
+from walmgr.paced_store import READ_ATTEMPTS_DEFAULT
 
 # The brokers' default WAL key prefix (ProduceConfig.key_prefix): walmgr must
 # look where brokers write.
@@ -50,6 +51,10 @@ CHECK_TIMEOUT_MS_DEFAULT = 10_000
 METADATA_TIMEOUT_MS_DEFAULT = 30_000
 # Deleted and gone records stay this long, for `walmgr inspect` and audits.
 TOMBSTONE_RETENTION_MS_DEFAULT = 7 * 24 * 3_600_000
+# Bounds of the pacing keys: S3's own per-prefix ceiling is about 5,500
+# GETs a second; beyond a million a second is a typo.
+S3_REQUESTS_PER_S_MAX = 1_000_000
+STORE_READ_ATTEMPTS_MAX = 20
 PORT_MAX = 65_535
 CONTROLLER_SCHEME = "controller://"
 # Query parameters partlog.wal.objectstore.open_store understands in s3:// URLs.
@@ -150,6 +155,11 @@ class WalmgrConfig:
     tls_ca_file: str = ""
     tls_cert_file: str = ""
     tls_key_file: str = ""
+    # walmgr's requests to the bucket a second (0: no cap), and how often a
+    # read that fails with a retriable error (503 SlowDown...) is tried
+    # (walmgr/paced_store.py).
+    s3_requests_per_s_max: int = 0
+    store_read_attempts: int = READ_ATTEMPTS_DEFAULT
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -224,6 +234,16 @@ class WalmgrConfig:
                 f"{self.grace_ms} is below 2 * reader_cache_ttl_ms ({2 * self.reader_cache_ttl_ms}): "
                 "a reader could still use a cached coordinate of a deleted object",
                 key="grace_ms",
+            )
+        if not 0 <= self.s3_requests_per_s_max <= S3_REQUESTS_PER_S_MAX:
+            raise WalmgrConfigError(
+                f"must be in [0, {S3_REQUESTS_PER_S_MAX}] (0: no cap), got {self.s3_requests_per_s_max}",
+                key="s3_requests_per_s_max",
+            )
+        if not 1 <= self.store_read_attempts <= STORE_READ_ATTEMPTS_MAX:
+            raise WalmgrConfigError(
+                f"must be in [1, {STORE_READ_ATTEMPTS_MAX}], got {self.store_read_attempts}",
+                key="store_read_attempts",
             )
         if not 1 <= self.delete_batch_size <= DELETE_KEYS_MAX:
             raise WalmgrConfigError(

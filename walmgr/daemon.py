@@ -58,6 +58,7 @@ from walmgr.config import WalmgrConfig, WalmgrConfigError
 from walmgr.decide import CheckPlan, Decision, candidates, decide, plan_checks, split_checks
 from walmgr.deleter import DeleteReport, execute_plan
 from walmgr.model import ObjectRecord, Source, State
+from walmgr.paced_store import PacedStore
 from walmgr.registry import Registry
 from walmgr.scanner import Scanner, ScanReport, inspect_object, register_notifications
 from walmgr.spark_scan import SparkScanError
@@ -166,6 +167,24 @@ class WalmgrMetrics:
             lambda: (clock() - last_cycle_ms()) / 1000 if last_cycle_ms() > 0 else float("nan")
         )
 
+    def watch_store(self, store: object) -> None:
+        """Expose a :class:`PacedStore`'s pacing and backoff (cumulative)."""
+        if not isinstance(store, PacedStore):
+            return
+        r = self.prom
+        stats = store.stats
+
+        def reader(key: str) -> Callable[[], float]:
+            return lambda: stats[key]
+
+        for name, key, doc in (
+            ("walmgr_store_requests", "requests", "requests sent to the bucket"),
+            ("walmgr_store_read_retries", "retries", "reads retried after a retriable error (503 SlowDown, 5xx)"),
+            ("walmgr_store_backoff_seconds", "backoff_s", "seconds spent backing off before read retries"),
+            ("walmgr_store_paced_seconds", "paced_s", "seconds requests waited under s3_requests_per_s_max"),
+        ):
+            Gauge(name, doc + " (cumulative)", registry=r).set_function(reader(key))
+
     def serve(self, port: int) -> None:
         self._http, _ = start_http_server(port, addr="127.0.0.1", registry=self.prom)
 
@@ -214,7 +233,13 @@ class Walmgr:
         client_ssl: ssl.SSLContext | None = None,
     ) -> None:
         self.config = config
-        self.store = store if store is not None else open_store(config.store_url)
+        # The store it opens itself is paced and retries reads (a store
+        # passed in is used as given: tests inject faults below or above).
+        self.store = (
+            store
+            if store is not None
+            else PacedStore(open_store(config.store_url), config.s3_requests_per_s_max, config.store_read_attempts)
+        )
         self.registry: Registry | None = None
         self._metadata = metadata
         self._own_metadata = False
@@ -267,6 +292,7 @@ class Walmgr:
         last = self.registry.meta_get("last_cycle_ms")
         self._last_cycle_ms = int(last) if last is not None else 0
         self.metrics = WalmgrMetrics(self.registry, lambda: self._last_cycle_ms, self._clock)
+        self.metrics.watch_store(self.store)
         if self.config.metrics_port:
             try:
                 self.metrics.serve(self.config.metrics_port)
