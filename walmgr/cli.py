@@ -205,6 +205,12 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"... {msg}", file=sys.stderr, flush=True)
 
+    if args.what == "registry":
+        from walmgr import registry_size
+
+        size = registry_size.measure(args.objects, progress=progress)
+        print(json.dumps(size) if args.json else registry_size.report(size))
+        return 0
     engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
     result = bench.run(objects=args.objects, store_url=args.store, progress=progress, what=args.what, engines=engines)
     if args.json:
@@ -284,7 +290,13 @@ def build_parser() -> argparse.ArgumentParser:
         "scan: full scans only, with each of --engines into an empty registry; spark runs local[1] and local[2] "
         "(start-up timed apart) and reports the stages (listing, footers, merge) and the 2/1-core ratio.",
     )
-    bench.add_argument("what", nargs="?", choices=("all", "scan"), default="all", help="what to measure")
+    bench.add_argument(
+        "what",
+        nargs="?",
+        choices=("all", "scan", "registry"),
+        default="all",
+        help="what to measure: scans and deletions, scan engines, or a registry's disk and memory per object",
+    )
     bench.add_argument(
         "--engines",
         default="local",
@@ -333,7 +345,7 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             engines = [e.strip() for e in args.engines.split(",") if e.strip()]
             if not engines or any(e not in SCAN_ENGINES for e in engines):
                 parser.error(f"--engines: a comma-separated list of {', '.join(SCAN_ENGINES)}, got {args.engines!r}")
-            if args.what == "all" and engines != ["local"]:
+            if args.what != "scan" and engines != ["local"]:
                 parser.error("--engines applies to 'walmgr bench scan' (the deletion bench runs the local engine)")
         return int(args.func(args))
     try:
