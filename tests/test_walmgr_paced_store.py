@@ -188,3 +188,11 @@ def test_registry_memory_and_disk_per_object_are_bounded() -> None:
     assert r["rss_anon_growth_bytes"] < 64 << 20
     with pytest.raises(ValueError):
         registry_size.measure(0)
+
+
+def test_footer_reads_in_flight_is_a_bounded_config_key(tmp_path: Path) -> None:
+    cfg = WalmgrConfig.for_cli(str(tmp_path / "store"), str(tmp_path / "reg"))
+    assert cfg.footer_reads_max_in_flight == 32
+    for bad in (0, 1025):
+        with pytest.raises(WalmgrConfigError, match="footer_reads_max_in_flight"):
+            WalmgrConfig.for_cli(str(tmp_path / "store"), str(tmp_path / "reg"), footer_reads_max_in_flight=bad)

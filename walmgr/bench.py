@@ -270,6 +270,10 @@ def _run(
                 out[f"deleted_batch_{batch_size}"] = report.deleted_files
                 out[f"delete_failures_batch_{batch_size}"] = len(report.failed)
     out["ratio_full_scan_to_list"] = out["full_scan_keys_per_s"] / raw_list
+    # Issue 18's names: each figure as a share of LIST alone.
+    out["full_scan_ratio_to_list"] = out["ratio_full_scan_to_list"]
+    out["incremental_scan_ratio_to_list"] = out["incremental_scan_keys_per_s"] / raw_list
+    out["delete_ratio_to_list"] = out["delete_files_per_s_batch_250"] / raw_list
     out["ratio_delete_to_raw"] = out["delete_files_per_s_batch_250"] / raw_delete
     return out
 
@@ -280,7 +284,8 @@ def report(r: dict[str, Any]) -> str:
             f"walmgr bench: {r['objects']:,} WAL objects on {r['store']}",
             f"  scan, full (list + footers)   {r['full_scan_keys_per_s']:10.0f} keys/s "
             f"({r['ratio_full_scan_to_list']:.2f} of raw listing)",
-            f"  scan, incremental (all known) {r['incremental_scan_keys_per_s']:10.0f} keys/s",
+            f"  scan, incremental (all known) {r['incremental_scan_keys_per_s']:10.0f} keys/s "
+            f"({r['incremental_scan_ratio_to_list']:.2f} of raw listing)",
             f"  raw listing baseline          {r['baseline_list_keys_per_s']:10.0f} keys/s",
             f"  delete, batches of 250        {r['delete_files_per_s_batch_250']:10.0f} files/s "
             f"({r['ratio_delete_to_raw']:.2f} of raw DeleteObjects; target >= {r['target_delete_files_per_s']:.0f})",

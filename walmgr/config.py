@@ -55,6 +55,8 @@ TOMBSTONE_RETENTION_MS_DEFAULT = 7 * 24 * 3_600_000
 # GETs a second; beyond a million a second is a typo.
 S3_REQUESTS_PER_S_MAX = 1_000_000
 STORE_READ_ATTEMPTS_MAX = 20
+FOOTER_READS_MAX_IN_FLIGHT_DEFAULT = 32
+FOOTER_READS_MAX_IN_FLIGHT_MAX = 1024  # threads: beyond this, a typo
 PORT_MAX = 65_535
 CONTROLLER_SCHEME = "controller://"
 # Query parameters partlog.wal.objectstore.open_store understands in s3:// URLs.
@@ -160,6 +162,8 @@ class WalmgrConfig:
     # (walmgr/paced_store.py).
     s3_requests_per_s_max: int = 0
     store_read_attempts: int = READ_ATTEMPTS_DEFAULT
+    # Footer reads (suffix GETs) a scan keeps in flight (the local engine).
+    footer_reads_max_in_flight: int = FOOTER_READS_MAX_IN_FLIGHT_DEFAULT
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -239,6 +243,11 @@ class WalmgrConfig:
             raise WalmgrConfigError(
                 f"must be in [0, {S3_REQUESTS_PER_S_MAX}] (0: no cap), got {self.s3_requests_per_s_max}",
                 key="s3_requests_per_s_max",
+            )
+        if not 1 <= self.footer_reads_max_in_flight <= FOOTER_READS_MAX_IN_FLIGHT_MAX:
+            raise WalmgrConfigError(
+                f"must be in [1, {FOOTER_READS_MAX_IN_FLIGHT_MAX}], got {self.footer_reads_max_in_flight}",
+                key="footer_reads_max_in_flight",
             )
         if not 1 <= self.store_read_attempts <= STORE_READ_ATTEMPTS_MAX:
             raise WalmgrConfigError(

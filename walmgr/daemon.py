@@ -434,6 +434,7 @@ class Walmgr:
             # only when it is older than the age gate.
             lookback_ms=cfg.commit_deadline_ms + cfg.max_clock_skew_ms,
             gone_age_ms=cfg.age_gate_ms,
+            footer_reads_in_flight_max=cfg.footer_reads_max_in_flight,
         )
         report = await asyncio.to_thread(scanner.full if full else scanner.incremental)
         self._observe(report, full=full)

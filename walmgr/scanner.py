@@ -50,7 +50,7 @@ from partlog.wal.objectstore import (
     RangeNotSatisfiableError,
 )
 from partlog.wal.segment import WalFormatError, read_footer
-from walmgr.config import GRACE_MS_DEFAULT, MAX_CLOCK_SKEW_MS_DEFAULT
+from walmgr.config import FOOTER_READS_MAX_IN_FLIGHT_DEFAULT, GRACE_MS_DEFAULT, MAX_CLOCK_SKEW_MS_DEFAULT
 from walmgr.model import ObjectRecord, Source, State
 from walmgr.registry import LIVE_STATES, Registry
 
@@ -58,9 +58,10 @@ log = logging.getLogger(__name__)
 
 ALL_SHARDS = tuple(f"{i:02x}" for i in range(SHARD_COUNT))
 _SHARD_SET = frozenset(ALL_SHARDS)
-# Footer reads (suffix GETs) in flight: S3 serves thousands of GETs a second
-# per prefix; 16 keeps one scan from crowding the brokers' own requests.
-FOOTER_READS_IN_FLIGHT_MAX = 16
+# Footer reads (suffix GETs) in flight by default: walmgr's
+# footer_reads_max_in_flight (S3 serves thousands of GETs a second per
+# prefix; s3_requests_per_s_max caps the rate when the bucket is shared).
+FOOTER_READS_IN_FLIGHT_MAX = FOOTER_READS_MAX_IN_FLIGHT_DEFAULT
 # Shards listed concurrently by an incremental scan: 256 sequential LISTs of
 # ~30 ms would take ~8 s of a 30 s cycle.
 SHARD_LISTS_IN_FLIGHT_MAX = 8
