@@ -60,6 +60,11 @@ class AggregateResult:
         return self.commit_same_az_mean + self.commit_cross_az_mean
 
 
+# (broker, leader) pairs whose commit chance the mode weighs: each costs a
+# few microseconds, so this bounds one run to about a minute.
+AGGREGATE_PAIRS_MAX = 20_000_000
+
+
 def _send_probabilities(n: int, k: int, skew: float) -> list[float]:
     """P(partition p is in a send of k distinct partitions)."""
     if skew <= 0:
@@ -104,13 +109,14 @@ def aggregate(scenario: Scenario, design: Design, routing: Routing, seed: int) -
     # requests that carry one of that leader's partitions (and partitions/s).
     req_rate: dict[int, float] = {b: 0.0 for b in azs}
     byte_rate: dict[int, float] = {b: 0.0 for b in azs}
-    carry: dict[int, dict[int, float]] = {b: {} for b in azs}
+    carry: dict[int, dict[int, float]] = {}
     produce_bytes = 0.0
     for spec in scenario.producers:
         lam = spec.count * spec.sends_per_s
         probs = _send_probabilities(n, spec.partitions_per_send, spec.skew)
         produce_bytes += lam * spec.partitions_per_send * spec.batch_bytes
         if producer_routing is Routing.ANY_BROKER:
+            # (Every AZ has a broker: brokers_per_az >= 1, and no events here.)
             local = truth.brokers_in(spec.az)
             share = lam / len(local)
             # A request carries leader L when the send names one of L's partitions.
@@ -123,12 +129,17 @@ def aggregate(scenario: Scenario, design: Design, routing: Routing, seed: int) -
                     led[lead] = led.get(lead, 0) + 1
             if spec.skew <= 0:
                 miss = {lead: _none_of(n, spec.partitions_per_send, m) for lead, m in led.items()}
+            # Every broker of the AZ gets the same row: share one dict among
+            # them (memory in AZs x leaders, not brokers x leaders); a broker
+            # that already has a row gets a merged copy, never a mutation.
+            group_row = {lead: share * (1.0 - m) for lead, m in miss.items()}
             for b in local:
                 req_rate[b] += share
                 byte_rate[b] += share * spec.partitions_per_send * spec.batch_bytes
-                row = carry[b]
-                for lead, m in miss.items():
-                    row[lead] = row.get(lead, 0.0) + share * (1.0 - m)
+                old = carry.get(b)
+                carry[b] = (
+                    group_row if not old else {k: old.get(k, 0.0) + group_row.get(k, 0.0) for k in old | group_row}
+                )
             continue
         # Representatives or leaders: partition p of this AZ's sends goes to d(p).
         rep = routing is Routing.AZ_REPRESENTATIVE
@@ -155,8 +166,15 @@ def aggregate(scenario: Scenario, design: Design, routing: Routing, seed: int) -
         for d, m in miss_b.items():
             req_rate[d] += lam * (1.0 - m)
         for (d, lead), m in miss_bl.items():
-            carry[d][lead] = carry[d].get(lead, 0.0) + lam * (1.0 - m)
+            row = carry.setdefault(d, {})
+            row[lead] = row.get(lead, 0.0) + lam * (1.0 - m)
 
+    pairs = sum(len(row) for row in carry.values())
+    if pairs > AGGREGATE_PAIRS_MAX:
+        raise ScenarioError(
+            f"{scenario.source}: {pairs:,} (broker, leader) pairs to weigh: the aggregate mode takes at most "
+            f"{AGGREGATE_PAIRS_MAX:,} (fewer brokers, or routing by AZ representatives)"
+        )
     readers = _readers_by_leader(replicas, leader_of, azs, scenario.object_store.get_mode)
     files_total = 0.0
     local_sum = same_sum = cross_sum = leaders_sum = 0.0
@@ -180,7 +198,7 @@ def aggregate(scenario: Scenario, design: Design, routing: Routing, seed: int) -
             else:
                 cross_sum += files
         # Per file: P(it holds leader L) for each leader b's requests carry.
-        for lead, c in carry[b].items():
+        for lead, c in carry.get(b, {}).items():
             pi = min(1.0, c / r)
             has = 1.0 - (1.0 - pi) * math.exp(-c * duration)
             leaders_sum += files * has
@@ -193,7 +211,7 @@ def aggregate(scenario: Scenario, design: Design, routing: Routing, seed: int) -
                 else:
                     cross_sum += files * has
                     received[lead] += files * has
-        gets += files * _gets_per_file(scenario, carry[b], r, duration, readers)
+        gets += files * _gets_per_file(scenario, carry.get(b, {}), r, duration, readers)
     per_file = (lambda x: x / files_total) if files_total else (lambda x: 0.0)
     network = sum(received.values()) if design is Design.PARTLOG else same_sum + cross_sum
     puts = files_total

@@ -688,10 +688,17 @@ def _commit_cost(m: _Table, prefix: str, profile_key: str, default: CommitCost) 
     if profile_key in m.doc:
         if {f"{prefix}_ms_p50", f"{prefix}_ms_p99", f"{prefix}_us_per_batch"} & set(m.doc):
             raise m.error(profile_key, f"give either a profile or {prefix}_ms_p50/_p99/_us_per_batch, not both")
-        path = Path(m.text(profile_key))
+        raw = m.text(profile_key)
+        if not raw:
+            raise m.error(profile_key, "must name a file")
+        path = Path(raw)
         if not path.is_absolute():
             path = Path(m.where).parent / path
-        return load_commit_profile(path)
+        try:
+            return load_commit_profile(path)
+        except ScenarioError as e:
+            # Name the scenario's key as well as the profile file.
+            raise m.error(profile_key, str(e)) from e
     fixed = m.latency(prefix, default.fixed.ms_p50, default.fixed.ms_p99)
     per_batch = m.number(f"{prefix}_us_per_batch", default.us_per_batch, hi=1e6)
     if fixed == default.fixed and per_batch == default.us_per_batch:

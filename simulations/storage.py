@@ -137,6 +137,7 @@ def measure_store_writes(batches_per_commit: int = 5, commits: int = 2000, direc
     from partlog.client import build_record_batch
     from partlog.kafka.records import CommitBatchRequest, CreateTopicAndPartitionsRequest, TopicIdPartition
     from partlog.store import MetadataStore
+    from partlog.tools.proc_stats import io_counter
 
     top = tempfile.mkdtemp(prefix="partlog-pages-", dir=directory or os.getcwd())
     try:
@@ -154,19 +155,11 @@ def measure_store_writes(batches_per_commit: int = 5, commits: int = 2000, direc
             ]
             for c in range(commits)
         ]
-        before = _io("wchar")
+        before = io_counter("wchar")
         for c, r in enumerate(reqs):
             store.commit_file(f"wal/00/{c:013d}-1-{c:016x}.wal", 1, 1 << 20, r)
         store.close()
-        written = _io("wchar") - before
+        written = io_counter("wchar") - before
     finally:
         shutil.rmtree(top, ignore_errors=True)
     return 1.0 + written / PAGE_BYTES / commits
-
-
-def _io(field: str) -> int:
-    with open("/proc/self/io") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return 0

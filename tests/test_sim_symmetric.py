@@ -879,3 +879,14 @@ def test_aggregate_cli_json_and_errors(capsys: pytest.CaptureFixture[str]) -> No
     assert all(d["wal_files_per_s"] > 0 for d in doc["designs"])
     assert main(["aggregate", "balanced-3az", "--set", "no_such_key=1"]) == 2
     assert "no_such_key" in capsys.readouterr().err
+
+
+def test_the_aggregate_mode_refuses_more_pairs_than_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mistaken --set (10,000 brokers, any-broker routing) must be one clear
+    error, not hours of work: (broker, leader) pairs are bounded by name."""
+    from simulations import aggregate as agg
+
+    s = load_scenario("balanced-3az")
+    monkeypatch.setattr(agg, "AGGREGATE_PAIRS_MAX", 10)
+    with pytest.raises(ScenarioError, match="pairs to weigh"):
+        agg.aggregate(s, Design.PARTLOG, Routing.ANY_BROKER, SEED)

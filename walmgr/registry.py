@@ -403,6 +403,11 @@ class Registry:
             raw = txn.get(shard.encode(), db=self._shards)
             return "" if raw is None else bytes(raw).decode("utf-8")
 
+    def used_bytes(self) -> int:
+        """Bytes of the LMDB file in use (its last page, not the sparse map)."""
+        info, stat = self._env.info(), self._env.stat()
+        return (int(info["last_pgno"]) + 1) * int(stat["psize"])
+
     def shard_positions(self) -> dict[str, str]:
         with self._read() as txn:
             return {bytes(k).decode(): bytes(v).decode("utf-8") for k, v in txn.cursor(db=self._shards)}

@@ -25,24 +25,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from partlog.kafka.records import TopicIdPartition
+from partlog.tools.proc_stats import rss_anon_bytes
 from partlog.wal.key import make_wal_key
 from walmgr.model import ObjectRecord, Source, State
 from walmgr.registry import Registry
 
 BATCH = 1000
 _T0 = 1_700_000_000_000
-
-
-def _rss_anon() -> int:
-    """Private resident memory (RssAnon), in bytes; 0 where /proc is missing."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 def _records(n: int) -> Iterator[list[ObjectRecord]]:
@@ -69,25 +58,24 @@ def measure(
         raise ValueError(f"objects must be > 0, got {objects}")
     top = tempfile.mkdtemp(prefix="walmgr-registry-size-", dir=directory)
     try:
-        start_rss = peak = _rss_anon()
+        start_rss = peak = rss_anon_bytes()
         t0 = time.monotonic()
         with Registry(os.path.join(top, "registry"), sync=False) as reg:
             for i, batch in enumerate(_records(objects)):
                 reg.put_new(batch)
                 if i % 64 == 0:
-                    peak = max(peak, _rss_anon())
+                    peak = max(peak, rss_anon_bytes())
                     progress(f"{(i + 1) * BATCH:,} of {objects:,} records")
             insert_s = time.monotonic() - t0
-            peak = max(peak, _rss_anon())
+            peak = max(peak, rss_anon_bytes())
             t1 = time.monotonic()
             streamed = 0
             for streamed, _ in enumerate(reg.records(None), 1):
                 if streamed % (64 * BATCH) == 0:
-                    peak = max(peak, _rss_anon())
+                    peak = max(peak, rss_anon_bytes())
             stream_s = time.monotonic() - t1
-            peak = max(peak, _rss_anon())
-            info, stat = reg._env.info(), reg._env.stat()
-            used = (info["last_pgno"] + 1) * stat["psize"]
+            peak = max(peak, rss_anon_bytes())
+            used = reg.used_bytes()
         heap = max(0, peak - start_rss)
         return {
             "benchmark": "registry",

@@ -28,6 +28,7 @@ from partlog.kafka.batch_header import BatchHeader, increment_sequence
 from partlog.kafka.crc32c import crc32c, crc32c_crcmod
 from partlog.kafka.records import CommitBatchRequest, CreateTopicAndPartitionsRequest, TimestampType, TopicIdPartition
 from partlog.store import ENTRY_SIZE, MetadataStore
+from partlog.tools.proc_stats import rss_anon_bytes
 from partlog.wal.key import make_wal_key
 
 # The shape the issue asks for: 64 batches over 16 of 1000 partitions per call.
@@ -385,18 +386,6 @@ def _group_record_bytes(directory: str) -> int:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _rss_anon() -> int:
-    """Private resident memory (RssAnon), in bytes; 0 where /proc is missing."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
 def run_rss(
     *,
     directory: str | None,
@@ -412,13 +401,13 @@ def run_rss(
     top = tempfile.mkdtemp(prefix="partlog-bench-rss-", dir=directory)
     proc = psutil.Process()
     rss_start = proc.memory_info().rss
-    peak = [rss_start, _rss_anon()]
+    peak = [rss_start, rss_anon_bytes()]
     stop = threading.Event()
 
     def sampler() -> None:
         while not stop.wait(0.2):
             peak[0] = max(peak[0], proc.memory_info().rss)
-            peak[1] = max(peak[1], _rss_anon())
+            peak[1] = max(peak[1], rss_anon_bytes())
 
     now_ms = time.time_ns() // 1_000_000
     store = MetadataStore.open(os.path.join(top, "store"), sync=False, clock=lambda: now_ms)
