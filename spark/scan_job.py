@@ -57,10 +57,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from partlog.wal.key import OBJECT_KEY_BYTES_MAX
+from partlog.wal.key import ALL_SHARDS, OBJECT_KEY_BYTES_MAX
 from partlog.wal.objectstore import KEY_BYTES_MAX, LIST_KEYS_MAX, ObjectInfo, ObjectStore, open_store
 from walmgr.scanner import (
-    ALL_SHARDS,
     INCREMENTAL_LOOKBACK_MS_DEFAULT,
     INVALID_REPORTED_MAX,
     NOT_UTF8_NOTE,

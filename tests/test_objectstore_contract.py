@@ -2,13 +2,15 @@
 against both stores: :class:`LocalDirStore` and :class:`S3Store` on a real
 S3 server (SeaweedFS, started by ``tests/s3server.py``).
 
-Every test taking the ``store`` fixture runs twice, as ``[local]`` and
-``[s3]``; the property test lists the same random key sets from both stores
+Every test taking the ``store`` fixture runs three times, as ``[local]``,
+``[s3]`` and ``[s3-obstore]`` (the same S3 store reading through obstore);
+the property test lists the same random key sets from both stores
 and compares them with each other and with a model (sorting UTF-8 bytes).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import tempfile
@@ -43,11 +45,14 @@ from partlog.wal.objectstore import (
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", "s3", "s3-obstore"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
     if request.param == "local":
         return LocalDirStore(tmp_path / "store")
     s3: S3Store = request.getfixturevalue("s3_bucket")
+    if request.param == "s3-obstore":
+        # The same bucket, GETs through obstore (walmgr's reader).
+        return S3Store(dataclasses.replace(s3.config, reader="obstore"))
     return s3
 
 

@@ -220,7 +220,8 @@ def test_help_of_every_subcommand(sub: list[str], capsys: pytest.CaptureFixture[
     ("argv", "message"),
     [
         (["bench", "scan", "--engines", "local,flink"], "--engines: a comma-separated list of local, spark"),
-        (["bench", "--engines", "spark"], "--engines applies to 'walmgr bench scan'"),
+        (["bench", "--engines", "spark"], "--engines: 'walmgr bench' (all) always runs the local engine"),
+        (["bench", "registry", "--engines", "local"], "--engines applies to 'walmgr bench' and 'walmgr bench scan'"),
         (["bench", "scan", "--objects", "0"], "--objects must be > 0"),
     ],
 )

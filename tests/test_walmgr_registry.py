@@ -522,11 +522,16 @@ def test_config_defaults_and_age_gate(tmp_path: Path) -> None:
 
 
 def test_config_s3_url_prefix() -> None:
-    assert split_store_url("s3://bkt/some/pre/?endpoint=http://h:1") == ("s3://bkt?endpoint=http://h:1", "some/pre")
-    assert split_store_url("s3://bkt?region=r") == ("s3://bkt?region=r", "")
+    walmgr_s3 = "reader=obstore&retry=adaptive"  # walmgr's S3 defaults (S3_URL_DEFAULTS)
+    assert split_store_url("s3://bkt/some/pre/?endpoint=http://h:1") == (
+        f"s3://bkt?endpoint=http://h:1&{walmgr_s3}",
+        "some/pre",
+    )
+    assert split_store_url("s3://bkt?region=r") == (f"s3://bkt?region=r&{walmgr_s3}", "")
+    assert split_store_url("s3://bkt?reader=boto3") == ("s3://bkt?reader=boto3&retry=adaptive", "")
     assert split_store_url("/data/objects") == ("/data/objects", "")
     cfg = WalmgrConfig.for_cli("s3://bkt/walp?endpoint=http://h:1", "/r")
-    assert cfg.prefix == "walp" and cfg.store_url == "s3://bkt?endpoint=http://h:1"
+    assert cfg.prefix == "walp" and cfg.store_url == f"s3://bkt?endpoint=http://h:1&{walmgr_s3}"
     assert WalmgrConfig.for_cli("s3://bkt?endpoint=http://h:1", "/r", prefix="x/y/").prefix == "x/y"
     for bad_prefix in ("other", "wal"):  # an explicit prefix must agree, even the default
         with pytest.raises(WalmgrConfigError, match=r"prefix: .*disagrees"):
@@ -582,7 +587,8 @@ def test_load_config(tmp_path: Path) -> None:
         'metadata = "controller://127.0.0.1:9093"\n'
     )
     cfg = load_config(path)
-    assert cfg.prefix == "wal" and cfg.store_url == "s3://bucket?endpoint=http://127.0.0.1:8333"
+    assert cfg.prefix == "wal"
+    assert cfg.store_url == "s3://bucket?endpoint=http://127.0.0.1:8333&reader=obstore&retry=adaptive"
     assert cfg.grace_ms == 120_000 and cfg.age_gate_ms == 30_000 + 10_000 + 120_000
 
     path.write_text('store = "file:///s"\nregistry = "/r"\ngrace_msec = 5\n')

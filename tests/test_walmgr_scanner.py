@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from partlog.kafka.records import TopicIdPartition
-from partlog.wal.key import WalKey, make_wal_key, shard_of
+from partlog.wal.key import ALL_SHARDS, WalKey, make_wal_key, shard_of
 from partlog.wal.objectstore import (
     ForwardingStore,
     ListPage,
@@ -33,7 +33,6 @@ from tests.walmgr_helpers import TEST_CLUSTER_ID
 from walmgr.model import ObjectRecord, Source, State
 from walmgr.registry import Registry
 from walmgr.scanner import (
-    ALL_SHARDS,
     GONE_AGE_MS_DEFAULT,
     INCREMENTAL_LOOKBACK_MS_DEFAULT,
     SHARD_FAILURES_BEFORE_GIVING_UP,

@@ -39,7 +39,7 @@ from partlog.kafka.records import TopicIdPartition
 from partlog.wal.key import make_wal_key
 from partlog.wal.objectstore import ObjectStore, S3Config, S3Store, open_store
 from partlog.wal.segment import WalSegmentBuilder
-from walmgr.config import WalmgrConfig
+from walmgr.config import WalmgrConfig, split_store_url
 from walmgr.deleter import execute_plan
 from walmgr.model import State
 from walmgr.registry import Registry
@@ -97,12 +97,15 @@ def _seaweedfs(progress: Callable[[str], None]) -> Iterator[S3Store]:
     server = start_seaweedfs()
     try:
         s3_client(server.endpoint_url).create_bucket(Bucket="walmgr-bench")
+        # walmgr's own S3 settings (walmgr.config.S3_URL_DEFAULTS).
         yield S3Store(
             S3Config(
                 "walmgr-bench",
                 endpoint_url=server.endpoint_url,
                 access_key_id=ACCESS_KEY_ID,
                 secret_access_key=SECRET_ACCESS_KEY,
+                reader="obstore",
+                retry_mode="adaptive",
             )
         )
     finally:
@@ -133,9 +136,10 @@ def run(
         raise ValueError(f"engines must be among {ENGINES}, got {list(engines)}")
     bench = _run if what == "all" else _run_scans
     if store_url:
-        return bench(open_store(store_url), store_url, objects, progress, engines)
+        url = split_store_url(store_url)[0]  # with walmgr's S3 defaults (obstore reads, adaptive retries)
+        return bench(open_store(url), url, objects, progress, engines)
     with _seaweedfs(progress) as store:
-        url = f"s3://walmgr-bench?endpoint={store.config.endpoint_url}"
+        url = f"s3://walmgr-bench?endpoint={store.config.endpoint_url}&reader=obstore&retry=adaptive"
         if "spark" in engines:
             # Spark's executors open the store from the URL: credentials
             # through boto3's standard chain (the environment).
@@ -175,30 +179,42 @@ def _run_scans(
                 "stages": {"listing": list_s, "footers": max(0.0, full.seconds - list_s)},
             }
         if "spark" in engines:
-            from walmgr import spark_scan as sp
-
-            for cores in SPARK_CORES:
-                progress(f"spark engine, local[{cores}]: start-up, then a full scan")
-                sp.stop_session()
-                session = sp.get_session(f"local[{cores}]")
-                startup_s = sp.last_startup_s
-                with Registry(os.path.join(tmp, f"registry-spark-{cores}"), sync=False) as reg:
-                    rep = sp.spark_scan(where, reg, PREFIX, clock=clock, spark=session, work_dir=tmp)
-                stages = dict(rep.stages)
-                stages["startup"] = startup_s
-                out[f"spark_{cores}_cores"] = {
-                    "keys_per_s": rep.keys_listed / rep.seconds,
-                    "keys_per_s_with_startup": rep.keys_listed / (rep.seconds + startup_s),
-                    "seconds": rep.seconds,
-                    "new_objects": rep.new_objects,
-                    "stages": stages,
-                }
-            sp.stop_session()
-            one, two = out["spark_1_cores"]["keys_per_s"], out["spark_2_cores"]["keys_per_s"]
-            out["ratio_spark_2_to_1_cores"] = two / one
-            if "local" in engines:
-                out["ratio_spark_2_cores_to_local"] = two / out["local"]["keys_per_s"]
+            _spark_scans(where, tmp, out, progress, local_keys_per_s=out.get("local", {}).get("keys_per_s"))
     return out
+
+
+def _spark_scans(
+    where: str, tmp: str, out: dict[str, Any], progress: Callable[[str], None], *, local_keys_per_s: float | None
+) -> None:
+    """Full scans on Spark local[1] and local[2], each into an empty registry
+    (a fresh SparkSession each, its start-up timed apart): ``out`` gets
+    ``spark_<n>_cores`` and the ratios."""
+    from walmgr import spark_scan as sp
+
+    def clock() -> int:
+        return int(time.time() * 1000)
+
+    for cores in SPARK_CORES:
+        progress(f"spark engine, local[{cores}]: start-up, then a full scan")
+        sp.stop_session()
+        session = sp.get_session(f"local[{cores}]")
+        startup_s = sp.last_startup_s
+        with Registry(os.path.join(tmp, f"registry-spark-{cores}"), sync=False) as reg:
+            rep = sp.spark_scan(where, reg, PREFIX, clock=clock, spark=session, work_dir=tmp)
+        stages = dict(rep.stages)
+        stages["startup"] = startup_s
+        out[f"spark_{cores}_cores"] = {
+            "keys_per_s": rep.keys_listed / rep.seconds,
+            "keys_per_s_with_startup": rep.keys_listed / (rep.seconds + startup_s),
+            "seconds": rep.seconds,
+            "new_objects": rep.new_objects,
+            "stages": stages,
+        }
+    sp.stop_session()
+    one, two = out["spark_1_cores"]["keys_per_s"], out["spark_2_cores"]["keys_per_s"]
+    out["ratio_spark_2_to_1_cores"] = two / one
+    if local_keys_per_s:
+        out["ratio_spark_2_cores_to_local"] = two / local_keys_per_s
 
 
 def report_scans(r: dict[str, Any]) -> str:
@@ -224,8 +240,8 @@ def report_scans(r: dict[str, Any]) -> str:
 def _run(
     store: ObjectStore, where: str, objects: int, progress: Callable[[str], None], engines: tuple[str, ...] = ("local",)
 ) -> dict[str, Any]:
-    if engines != ("local",):
-        raise ValueError("the deletion bench runs the local engine only: use what='scan' to compare engines")
+    if "local" not in engines:
+        raise ValueError("the bench of scans and deletions runs the local engine (engines must include 'local')")
     created_ms = int(time.time() * 1000) - 3_600_000  # an hour old: past any age gate
     progress(f"baseline: {BASELINE_DELETE_OBJECTS:,} objects under 'bench-baseline' for raw DeleteObjects")
     base_keys = _fill(store, "bench-baseline", BASELINE_DELETE_OBJECTS, created_ms, progress)
@@ -253,6 +269,9 @@ def _run(
                     out["full_scan_seconds"] = full.seconds
                     inc = scanner.incremental()
                     out["incremental_scan_keys_per_s"] = inc.keys_listed / inc.seconds if inc.seconds else 0.0
+                    if "spark" in engines:
+                        # The same objects, before anything is deleted.
+                        _spark_scans(where, tmp, out, progress, local_keys_per_s=out["full_scan_keys_per_s"])
                 else:
                     # The same objects again: refill what the first pass deleted.
                     progress(f"refilling {objects:,} objects for batch size {batch_size}")
@@ -275,15 +294,32 @@ def _run(
     out["incremental_scan_ratio_to_list"] = out["incremental_scan_keys_per_s"] / raw_list
     out["delete_ratio_to_list"] = out["delete_files_per_s_batch_250"] / raw_list
     out["ratio_delete_to_raw"] = out["delete_files_per_s_batch_250"] / raw_delete
+    for cores in SPARK_CORES:
+        if f"spark_{cores}_cores" in out:
+            out[f"spark_{cores}_cores_ratio_to_list"] = out[f"spark_{cores}_cores"]["keys_per_s"] / raw_list
+    out["reader"] = getattr(store, "reads_with", "local")
     return out
 
 
 def report(r: dict[str, Any]) -> str:
+    spark = []
+    for cores in SPARK_CORES:
+        e = r.get(f"spark_{cores}_cores")
+        if e:
+            stages = ", ".join(f"{k} {v:.1f}s" for k, v in e["stages"].items())
+            spark.append(
+                f"  scan, full on spark local[{cores}] {e['keys_per_s']:7.0f} keys/s "
+                f"({r[f'spark_{cores}_cores_ratio_to_list']:.2f} of raw listing; {stages})"
+            )
+    if "ratio_spark_2_to_1_cores" in r:
+        spark.append(f"  spark 2 cores / 1 core        {r['ratio_spark_2_to_1_cores']:10.2f}")
+        spark.append(f"  spark 2 cores / local engine  {r['ratio_spark_2_cores_to_local']:10.2f}")
     return "\n".join(
         [
-            f"walmgr bench: {r['objects']:,} WAL objects on {r['store']}",
+            f"walmgr bench: {r['objects']:,} WAL objects on {r['store']} (GETs through {r.get('reader', '?')})",
             f"  scan, full (list + footers)   {r['full_scan_keys_per_s']:10.0f} keys/s "
             f"({r['ratio_full_scan_to_list']:.2f} of raw listing)",
+            *spark,
             f"  scan, incremental (all known) {r['incremental_scan_keys_per_s']:10.0f} keys/s "
             f"({r['incremental_scan_ratio_to_list']:.2f} of raw listing)",
             f"  raw listing baseline          {r['baseline_list_keys_per_s']:10.0f} keys/s",

@@ -107,6 +107,7 @@ def _cmd_gc(args: argparse.Namespace, cfg: WalmgrConfig) -> int:
 
 def _cmd_scan(args: argparse.Namespace, cfg: WalmgrConfig) -> int:
     from walmgr.daemon import Walmgr
+    from walmgr.progress import ProgressBar
 
     overrides = {}
     if args.engine is not None:
@@ -119,7 +120,11 @@ def _cmd_scan(args: argparse.Namespace, cfg: WalmgrConfig) -> int:
         mgr = Walmgr(cfg)
         try:
             await mgr.start(metadata_timeout_ms=cfg.metadata_timeout_ms)
-            report = await mgr.scan(full=True)
+            # A bar over the 256 shards on a terminal (tqdm stays silent
+            # otherwise, and with --json, which owns stdout, it draws on stderr).
+            with ProgressBar() as bar:
+                mgr.scan_progress = bar
+                report = await mgr.scan(full=True)
             assert mgr.registry is not None
             objects = [r.to_json() for r in mgr.registry.records()]
             return {
@@ -211,7 +216,17 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         size = registry_size.measure(args.objects, progress=progress)
         print(json.dumps(size) if args.json else registry_size.report(size))
         return 0
-    engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
+    if args.engines is None:
+        engines: tuple[str, ...] = ("local",)
+        if args.what == "all":
+            import importlib.util
+
+            if importlib.util.find_spec("pyspark") is not None:
+                engines = ("local", "spark")
+            else:
+                progress("pyspark is not installed: no Spark scans (pip install 'partlog[spark]')")
+    else:
+        engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
     result = bench.run(objects=args.objects, store_url=args.store, progress=progress, what=args.what, engines=engines)
     if args.json:
         print(json.dumps(result))
@@ -285,7 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
         "bench",
         help="scan keys/s and deletion files/s against SeaweedFS (started on 127.0.0.1) or --store",
         description="all (default): fills a bucket with --objects small WAL segments, measures raw listing and raw "
-        "DeleteObjects as baselines, then walmgr's full scan (list + one footer GET each), an incremental scan, and "
+        "DeleteObjects as baselines, then walmgr's full scan (list + one footer GET each), the same on Spark "
+        "local[1] and local[2] when pyspark is installed, an incremental scan, and "
         "deletion from a persisted plan with batches of 250 and of 1000 (target: >= 2,000 files/s deleted). "
         "scan: full scans only, with each of --engines into an empty registry; spark runs local[1] and local[2] "
         "(start-up timed apart) and reports the stages (listing, footers, merge) and the 2/1-core ratio.",
@@ -299,8 +315,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--engines",
-        default="local",
-        help="scan engines for 'bench scan', comma-separated: local, spark (default local)",
+        default=None,
+        help="scan engines, comma-separated: local, spark. 'all' always runs local and adds full scans on Spark "
+        "local[1] and local[2] over the same objects (default: local,spark when pyspark is installed, else local); "
+        "'scan' defaults to local",
     )
     bench.add_argument("--objects", type=int, default=100_000, help="objects to create (default 100,000)")
     bench.add_argument("--store", default=None, help="store URL instead of a SeaweedFS started for the bench")
@@ -342,11 +360,16 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         if args.command == "bench":
             if args.objects <= 0:
                 parser.error("--objects must be > 0")
-            engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-            if not engines or any(e not in SCAN_ENGINES for e in engines):
-                parser.error(f"--engines: a comma-separated list of {', '.join(SCAN_ENGINES)}, got {args.engines!r}")
-            if args.what != "scan" and engines != ["local"]:
-                parser.error("--engines applies to 'walmgr bench scan' (the deletion bench runs the local engine)")
+            if args.engines is not None:
+                engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+                if not engines or any(e not in SCAN_ENGINES for e in engines):
+                    parser.error(
+                        f"--engines: a comma-separated list of {', '.join(SCAN_ENGINES)}, got {args.engines!r}"
+                    )
+                if args.what == "all" and "local" not in engines:
+                    parser.error("--engines: 'walmgr bench' (all) always runs the local engine: name local too")
+                if args.what == "registry":
+                    parser.error("--engines applies to 'walmgr bench' and 'walmgr bench scan', not to registry")
         return int(args.func(args))
     try:
         cfg = _config(args)

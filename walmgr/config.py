@@ -25,7 +25,7 @@ from partlog import injected_bugs
 from partlog.produce.pipeline import ProduceConfig
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
 from partlog.wal.key import make_wal_key
-from partlog.wal.objectstore import DELETE_KEYS_MAX
+from partlog.wal.objectstore import DELETE_KEYS_MAX, S3_URL_PARAMS, S3Config
 from walmgr.paced_store import READ_ATTEMPTS_DEFAULT
 
 # The brokers' default WAL key prefix (ProduceConfig.key_prefix): walmgr must
@@ -59,8 +59,10 @@ FOOTER_READS_MAX_IN_FLIGHT_DEFAULT = 32
 FOOTER_READS_MAX_IN_FLIGHT_MAX = 1024  # threads: beyond this, a typo
 PORT_MAX = 65_535
 CONTROLLER_SCHEME = "controller://"
-# Query parameters partlog.wal.objectstore.open_store understands in s3:// URLs.
-S3_URL_PARAMS = frozenset({"endpoint", "region"})
+# walmgr's S3 defaults, unless the store URL names its own: footer reads
+# through obstore (a tenth of boto3's CPU per GET, so parallel reads scale)
+# and botocore's adaptive retries (slow down on 503 SlowDown).
+S3_URL_DEFAULTS = (("reader", "obstore"), ("retry", "adaptive"))
 # Where full scans run: in this process, or on Spark (walmgr.spark_scan).
 # Incremental scans always run in-process: they list little and read only
 # new footers, and a Spark job's start-up would cost more than the scan.
@@ -86,6 +88,9 @@ class WalmgrConfigError(ValueError):
 def split_store_url(url: str) -> tuple[str, str]:
     """``(store URL for partlog.wal.objectstore.open_store, key prefix)``.
 
+    The store URL gets walmgr's ``S3_URL_DEFAULTS`` for the parameters it
+    does not name.
+
     For ``s3://bucket/some/prefix?endpoint=URL`` the path after the bucket
     is the key prefix (``some/prefix``) and the store URL is
     ``s3://bucket?endpoint=URL``; open_store itself ignores the path, so
@@ -107,12 +112,25 @@ def split_store_url(url: str) -> tuple[str, str]:
         raise ValueError(f"store URL {url!r}: scheme must be file:// or s3://")
     if not parsed.netloc:
         raise ValueError(f"store URL {url!r}: no bucket (s3://bucket/prefix?endpoint=URL)")
-    unknown = set(urllib.parse.parse_qs(parsed.query)) - S3_URL_PARAMS
+    given = urllib.parse.parse_qs(parsed.query)
+    unknown = set(given) - S3_URL_PARAMS
     if unknown:
         known = ", ".join(sorted(S3_URL_PARAMS))
         raise ValueError(f"store URL {url!r}: unknown parameters {sorted(unknown)} ({known})")
+    try:  # reader= and retry= values: the same check open_store makes, at config time
+        S3Config(
+            parsed.netloc,
+            reader=given.get("reader", ["boto3"])[0],
+            retry_mode=given.get("retry", ["standard"])[0],
+        )
+    except ValueError as e:
+        raise ValueError(f"store URL {url!r}: {e}") from None
     prefix = urllib.parse.unquote(parsed.path).strip("/")
-    return urllib.parse.urlunsplit(("s3", parsed.netloc, "", parsed.query, "")), prefix
+    query = parsed.query
+    for name, value in S3_URL_DEFAULTS:
+        if name not in given:
+            query = f"{query}&{name}={value}" if query else f"{name}={value}"
+    return urllib.parse.urlunsplit(("s3", parsed.netloc, "", query, "")), prefix
 
 
 def parse_host_port(text: str, *, port_zero_ok: bool = False) -> tuple[str, int]:

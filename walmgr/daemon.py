@@ -59,6 +59,7 @@ from walmgr.decide import CheckPlan, Decision, candidates, decide, plan_checks, 
 from walmgr.deleter import DeleteReport, execute_plan
 from walmgr.model import ObjectRecord, Source, State
 from walmgr.paced_store import PacedStore
+from walmgr.progress import ProgressLog, ProgressSink, ScanProgress, fan_out
 from walmgr.registry import Registry
 from walmgr.scanner import Scanner, ScanReport, inspect_object, register_notifications
 from walmgr.spark_scan import SparkScanError
@@ -146,7 +147,22 @@ class WalmgrMetrics:
         )
         self.delete_failures = Counter("walmgr_delete_failures", "deletions the store did not confirm", registry=r)
         self.notifications = Counter("walmgr_notifications", "objects learned from broker notifications", registry=r)
-        self.scan_keys_per_s = Gauge("walmgr_scan_keys_per_second", "keys listed per second, last scan", registry=r)
+        self.scan_keys_per_s = Gauge(
+            "walmgr_scan_keys_per_second",
+            "keys listed per second: the running full scan's, else the last scan's",
+            registry=r,
+        )
+        self.full_scan_progress = Gauge(
+            "walmgr_full_scan_progress_ratio",
+            "share of the prefix the running full scan has listed (1 when none runs)",
+            registry=r,
+        )
+        self.full_scan_progress.set(1.0)
+        self.full_scan_eta_seconds = Gauge(
+            "walmgr_full_scan_eta_seconds",
+            "seconds the running full scan still needs at its pace (0 when none runs)",
+            registry=r,
+        )
         self.cycles = Counter("walmgr_cycles", "cycles completed", registry=r)
         self.cycle_errors = Counter("walmgr_cycle_errors", "cycles that failed (retried next interval)", registry=r)
         self.scan_errors = Counter(
@@ -259,6 +275,9 @@ class Walmgr:
         self._server: RpcServer | None = None
         self._clients: dict[int, RpcClient] = {}
         self._stop = asyncio.Event()
+        # Called with each full scan's progress besides the log and the
+        # metrics (``walmgr scan`` sets a progress bar); local engine only.
+        self.scan_progress: ProgressSink | None = None
         self._last_cycle_ms = 0
         self.port = 0
 
@@ -436,9 +455,24 @@ class Walmgr:
             gone_age_ms=cfg.age_gate_ms,
             footer_reads_in_flight_max=cfg.footer_reads_max_in_flight,
         )
-        report = await asyncio.to_thread(scanner.full if full else scanner.incremental)
+        if full:
+            sink = fan_out(ProgressLog(on_update=self._observe_progress), self.scan_progress)
+            report = await asyncio.to_thread(scanner.full, sink)
+        else:
+            report = await asyncio.to_thread(scanner.incremental)
         self._observe(report, full=full)
         return report
+
+    def _observe_progress(self, p: ScanProgress) -> None:
+        m = self.metrics
+        if m is None:
+            return
+        m.scan_keys_per_s.set(p.keys_per_s)
+        if p.fraction_done is not None:
+            m.full_scan_progress.set(p.fraction_done)
+        eta = p.eta_s
+        if eta is not None:
+            m.full_scan_eta_seconds.set(eta)
 
     def _observe(self, report: ScanReport, *, full: bool) -> None:
         m = self.metrics
@@ -447,6 +481,8 @@ class Walmgr:
         if report.seconds > 0:
             m.scan_keys_per_s.set(report.keys_listed / report.seconds)
         if full:
+            m.full_scan_progress.set(1.0)
+            m.full_scan_eta_seconds.set(0.0)
             m.full_scan_seconds.labels("total").set(report.seconds)
             for stage, seconds in report.stages.items():
                 m.full_scan_seconds.labels(stage).set(seconds)

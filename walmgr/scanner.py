@@ -34,12 +34,12 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from partlog.kafka.records import TopicIdPartition
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
-from partlog.wal.key import OBJECT_KEY_BYTES_MAX, SHARD_COUNT, WalKey, WalKeyError, parse_wal_key, shard_of
+from partlog.wal.key import ALL_SHARDS, OBJECT_KEY_BYTES_MAX, WalKey, WalKeyError, parse_wal_key, shard_of
 from partlog.wal.objectstore import (
     LIST_KEYS_MAX,
     InvalidKeyError,
@@ -52,11 +52,11 @@ from partlog.wal.objectstore import (
 from partlog.wal.segment import WalFormatError, read_footer
 from walmgr.config import FOOTER_READS_MAX_IN_FLIGHT_DEFAULT, GRACE_MS_DEFAULT, MAX_CLOCK_SKEW_MS_DEFAULT
 from walmgr.model import ObjectRecord, Source, State
+from walmgr.progress import ProgressSink, ScanProgress, fraction_after
 from walmgr.registry import LIVE_STATES, Registry
 
 log = logging.getLogger(__name__)
 
-ALL_SHARDS = tuple(f"{i:02x}" for i in range(SHARD_COUNT))
 _SHARD_SET = frozenset(ALL_SHARDS)
 # Footer reads (suffix GETs) in flight by default: walmgr's
 # footer_reads_max_in_flight (S3 serves thousands of GETs a second per
@@ -399,6 +399,24 @@ class _Tally:
 SHARD_FAILURES_BEFORE_GIVING_UP = 3
 
 
+def _collect(futures: list[Future[ObjectRecord | None]]) -> list[ObjectRecord]:
+    """The records of :meth:`Scanner._read_footers`' futures, in order.  The
+    first failure is raised after every future is done or cancelled, so no
+    read outlives the scan that started it."""
+    out: list[ObjectRecord] = []
+    try:
+        for f in futures:
+            rec = f.result()
+            if rec is not None:
+                out.append(rec)
+    except BaseException:
+        for f in futures:
+            f.cancel()
+        wait(futures)
+        raise
+    return out
+
+
 class Scanner:
     """Scans ``store`` under ``prefix`` into ``registry``; ``clock`` returns
     milliseconds since the epoch."""
@@ -436,6 +454,13 @@ class Scanner:
 
     def _new_records(self, page: list[ObjectInfo], pool: ThreadPoolExecutor, tally: _Tally) -> list[ObjectRecord]:
         """Records for the unknown keys of ``page`` (footers read in ``pool``)."""
+        return _collect(self._read_footers(page, pool, tally))
+
+    def _read_footers(
+        self, page: list[ObjectInfo], pool: ThreadPoolExecutor, tally: _Tally
+    ) -> list[Future[ObjectRecord | None]]:
+        """Start reading the footers of ``page``'s unknown keys in ``pool``:
+        one future per key, for :func:`_collect`."""
         tally.keys_listed += len(page)
         recordable = []
         for o in page:
@@ -454,11 +479,7 @@ class Scanner:
         unknown = [o for o in recordable if o.key not in known]
         now = self.clock()
         cluster = self.registry.cluster_id
-        out = []
-        for rec in pool.map(lambda o: inspect_object(self.store, o, self.prefix, now, cluster), unknown):
-            if rec is not None:
-                out.append(rec)
-        return out
+        return [pool.submit(inspect_object, self.store, o, self.prefix, now, cluster) for o in unknown]
 
     def _count_added(self, added: list[ObjectRecord], tally: _Tally) -> None:
         for rec in added:
@@ -563,10 +584,11 @@ class Scanner:
 
     # -------------------------------------------------------------- full
 
-    def full(self) -> ScanReport:
+    def full(self, progress: ProgressSink | None = None) -> ScanReport:
         """List everything under the prefix: record unknown keys, mark live
         records that are no longer listed GONE, revive GONE ones that are;
-        then set ``last_full_scan_ms`` (the listing's start)."""
+        then set ``last_full_scan_ms`` (the listing's start).  ``progress``
+        is called after each page (keys so far, keys/s, share done)."""
         started = time.monotonic()
         start_ms = self.clock()
         created_before_ms = start_ms - self.gone_age_ms
@@ -603,17 +625,37 @@ class Scanner:
                 revived += len(back)
                 log.warning("gone objects listed again keys=%s", back[:10])
 
+        # Listing and footer reads overlap: a page's footers are read in
+        # the pool while the next page is listed, and recorded once that
+        # page's reads are queued behind them.  At most two pages of reads
+        # are in flight: memory stays bounded.
+        reading: list[Future[ObjectRecord | None]] = []
         with ThreadPoolExecutor(self.footer_reads_in_flight_max, thread_name_prefix="walmgr-footer") as footers:
-            for page in iter_pages(self.store, prefix_head(self.prefix), "", self.page_keys_max):
-                records = self._new_records(page, footers, tally)
+            try:
+                for page in iter_pages(self.store, prefix_head(self.prefix), "", self.page_keys_max):
+                    previous, reading = reading, self._read_footers(page, footers, tally)
+                    records = _collect(previous)
+                    if records:
+                        self._count_added(self.registry.put_new(records), tally)
+                    for info in page:
+                        g = group_of(info.key, self.prefix)
+                        if g != group:
+                            finish()
+                            group, listed = g, set()
+                        listed.add(info.key)
+                    if progress is not None:
+                        progress(
+                            ScanProgress(
+                                tally.keys_listed, tally.new_objects, time.monotonic() - started, fraction_after(group)
+                            )
+                        )
+                records = _collect(reading)
+                reading = []
                 if records:
                     self._count_added(self.registry.put_new(records), tally)
-                for info in page:
-                    g = group_of(info.key, self.prefix)
-                    if g != group:
-                        finish()
-                        group, listed = g, set()
-                    listed.add(info.key)
+            finally:
+                for f in reading:
+                    f.cancel()
             finish()
         for shard in ALL_SHARDS:
             if shard not in seen:  # nothing listed there at all

@@ -20,6 +20,8 @@ from partlog.kafka.crc32c import crc32c
 # keys are made and parsed, keeps a too-long key from reaching any store.
 OBJECT_KEY_BYTES_MAX = 511
 SHARD_COUNT = 256
+# Every shard name, in listing order ("00" .. "ff").
+ALL_SHARDS = tuple(f"{i:02x}" for i in range(SHARD_COUNT))
 
 _NAME = re.compile(r"(?P<created>[0-9]{13})-(?P<broker>0|[1-9][0-9]{0,9})-(?P<rand>[0-9a-f]{1,64})\.wal")
 _SHARD = re.compile(r"[0-9a-f]{2}")
