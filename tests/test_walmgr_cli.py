@@ -204,7 +204,19 @@ def test_run_stops_on_sigterm_with_exit_0(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "sub", [[], ["run"], ["gc"], ["scan"], ["status"], ["inspect"], ["bench"], ["bench", "scan"], ["spark-package"]]
+    "sub",
+    [
+        [],
+        ["run"],
+        ["gc"],
+        ["scan"],
+        ["status"],
+        ["inspect"],
+        ["bench"],
+        ["bench", "scan"],
+        ["bench", "soak"],
+        ["spark-package"],
+    ],
 )
 def test_help_of_every_subcommand(sub: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as e:
@@ -221,7 +233,8 @@ def test_help_of_every_subcommand(sub: list[str], capsys: pytest.CaptureFixture[
     [
         (["bench", "scan", "--engines", "local,flink"], "--engines: a comma-separated list of local, spark"),
         (["bench", "--engines", "spark"], "--engines: 'walmgr bench' (all) always runs the local engine"),
-        (["bench", "registry", "--engines", "local"], "--engines applies to 'walmgr bench' and 'walmgr bench scan'"),
+        (["bench", "registry", "--engines", "spark"], "--engines applies to 'walmgr bench' and 'walmgr bench scan'"),
+        (["bench", "soak", "--engines", "local,spark"], "not to soak"),
         (["bench", "scan", "--objects", "0"], "--objects must be > 0"),
     ],
 )
@@ -253,3 +266,16 @@ def test_spark_package_zips_the_project(tmp_path: Path, capsys: pytest.CaptureFi
     names = set(zipfile.ZipFile(out).namelist())
     assert {"partlog/__init__.py", "walmgr/scanner.py", "spark/scan_job.py", "partlog/store/__init__.py"} <= names
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
+
+
+def test_bench_soak_learns_and_deletes_every_orphan_within_its_memory_bound(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The soak at a small size on a local directory: the daemon's cycle
+    deletes every orphan the generator made, and the report says so."""
+    store = f"file://{tmp_path}/objects"
+    assert cli.main(["bench", "soak", "--objects", "250", "--store", store, "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["objects"] == 250 and r["deleted_files"] == 250 and r["objects_left"] == 0
+    assert r["all_deleted"] and r["within_bound"] and r["rss_anon_peak_mib"] > 0
+    assert r["cycles"][0]["keys_listed"] == 250 and r["cycles"][-1]["deleted_files"] == 0

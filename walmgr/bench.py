@@ -37,7 +37,7 @@ from typing import Any
 from partlog.client import build_record_batch
 from partlog.kafka.records import TopicIdPartition
 from partlog.wal.key import make_wal_key
-from partlog.wal.objectstore import ObjectStore, S3Config, S3Store, open_store
+from partlog.wal.objectstore import ObjectStore, S3Config, S3Store, obstore_client, open_store
 from partlog.wal.segment import WalSegmentBuilder
 from walmgr.config import WalmgrConfig, split_store_url
 from walmgr.deleter import execute_plan
@@ -52,18 +52,28 @@ BASELINE_DELETE_OBJECTS = 10_000
 # objects whose footer names a cluster).
 BENCH_CLUSTER_ID = uuid.UUID("be0c0000-0000-4000-8000-00000000be0c")
 PUT_THREADS = 16
+# The bench's objects hold one partition of a topic no cluster has: nothing
+# references them (the soak's metadata lists the topic as deleted).
+BENCH_TOPIC = TopicIdPartition(uuid.UUID(int=0xDEAD), 0)
 
 
 def _fill(store: ObjectStore, prefix: str, n: int, created_ms: int, progress: Callable[[str], None]) -> list[str]:
-    tp = TopicIdPartition(uuid.UUID(int=0xDEAD), 0)  # a topic no cluster has: no reference
     builder = WalSegmentBuilder(1, created_ms, BENCH_CLUSTER_ID)
-    builder.add(tp, build_record_batch([(None, b"bench", created_ms)]))
+    builder.add(BENCH_TOPIC, build_record_batch([(None, b"bench", created_ms)]))
     data = builder.build().data
     keys = [str(make_wal_key(prefix, created_ms + i // 1000, 1, secrets.token_hex(6))) for i in range(n)]
+    put: Callable[[str], Any] = lambda k: store.put(k, data)  # noqa: E731
+    if isinstance(store, S3Store):
+        # The generator's PUTs through obstore: about 1,500 a second here
+        # against boto3's 270, so a bucket of 1M objects fills in minutes.
+        import obstore
+
+        client = obstore_client(store.config)
+        put = lambda k: obstore.put(client, k, data)  # noqa: E731
     done = 0
     step = max(1, n // 10)
     with ThreadPoolExecutor(PUT_THREADS) as pool:
-        for _ in pool.map(lambda k: store.put(k, data), keys):
+        for _ in pool.map(put, keys):
             done += 1
             if done % step == 0:
                 progress(f"  filled {done:,}/{n:,}")
@@ -113,7 +123,7 @@ def _seaweedfs(progress: Callable[[str], None]) -> Iterator[S3Store]:
 
 
 ENGINES = ("local", "spark")
-WHATS = ("all", "scan")
+WHATS = ("all", "scan", "soak")
 SPARK_CORES = (1, 2)
 
 
@@ -134,7 +144,7 @@ def run(
     bad = [e for e in engines if e not in ENGINES]
     if bad or not engines:
         raise ValueError(f"engines must be among {ENGINES}, got {list(engines)}")
-    bench = _run if what == "all" else _run_scans
+    bench = {"all": _run, "scan": _run_scans, "soak": _run_soak}[what]
     if store_url:
         url = split_store_url(store_url)[0]  # with walmgr's S3 defaults (obstore reads, adaptive retries)
         return bench(open_store(url), url, objects, progress, engines)
@@ -329,3 +339,126 @@ def report(r: dict[str, Any]) -> str:
             f"  raw DeleteObjects baseline    {r['baseline_delete_files_per_s']:10.0f} files/s (batches of 1000)",
         ]
     )
+
+
+# ------------------------------------------------------------------ soak
+
+# The soak's stated bound on walmgr's private memory (RssAnon) while it
+# learns and deletes a bucket of 1M orphans: the registry lives in LMDB
+# (file-backed pages), and what grows in the heap is the cycle's lists of
+# candidates and planned keys, about 200 bytes per object.
+SOAK_RSS_ANON_BOUND_MIB = 1024
+
+
+def _run_soak(
+    store: ObjectStore, where: str, objects: int, progress: Callable[[str], None], engines: tuple[str, ...]
+) -> dict[str, Any]:
+    """Fill ``objects`` orphans (their topic deleted), then run the daemon's
+    own cycle (full scan, decision, deletion from the persisted plan) until
+    none is left, sampling walmgr's private memory every second."""
+    import asyncio
+    import threading
+
+    from partlog.controller.cluster_meta import StaticMetadata
+    from partlog.tools.proc_stats import rss_anon_bytes, rss_bytes
+    from walmgr.daemon import Walmgr
+
+    if engines != ("local",):
+        raise ValueError("the soak runs the local engine only")
+    created_ms = int(time.time() * 1000) - 3_600_000  # past any age gate
+    progress(f"soak: filling {objects:,} orphan WAL objects under {PREFIX!r}")
+    fill_start = time.monotonic()
+    _fill(store, PREFIX, objects, created_ms, progress)
+    fill_s = time.monotonic() - fill_start
+    generated = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"t": 1}, cluster_id=BENCH_CLUSTER_ID)
+    meta = StaticMetadata(generated.brokers(), generated.topics(), [BENCH_TOPIC.topic_id], cluster_id=BENCH_CLUSTER_ID)
+    peak = [rss_anon_bytes(), rss_bytes()]
+    base = peak[0]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(1.0):
+            peak[0] = max(peak[0], rss_anon_bytes())
+            peak[1] = max(peak[1], rss_bytes())
+
+    sampler = threading.Thread(target=sample, name="soak-rss", daemon=True)
+    sampler.start()
+    cycles: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="walmgr-soak-") as tmp:
+        cfg = WalmgrConfig.for_cli(
+            "file:///unused",
+            os.path.join(tmp, "registry"),
+            cluster_id=str(BENCH_CLUSTER_ID),
+            delete_batch_size=1000,
+        )
+
+        async def soak() -> None:
+            mgr = Walmgr(cfg, store=store, metadata=meta)
+            await mgr.start()
+            try:
+                for i in range(3):  # one cycle should do; a second finds nothing
+                    start = time.monotonic()
+                    rep = await mgr.cycle(full_scan=True, scan_errors_fatal=True)
+                    seconds = time.monotonic() - start
+                    full = rep.full
+                    cycles.append(
+                        {
+                            "seconds": seconds,
+                            "keys_listed": full.keys_listed if full else 0,
+                            "scan_seconds": full.seconds if full else 0.0,
+                            "deleted_files": rep.deleted.deleted_files if rep.deleted else 0,
+                        }
+                    )
+                    progress(
+                        f"  cycle {i + 1}: listed {cycles[-1]['keys_listed']:,}, "
+                        f"deleted {cycles[-1]['deleted_files']:,} in {seconds:.0f} s"
+                    )
+                    if cycles[-1]["deleted_files"] == 0:
+                        break
+            finally:
+                await mgr.stop()
+
+        asyncio.run(soak())
+    stop.set()
+    sampler.join()
+    peak[0] = max(peak[0], rss_anon_bytes())
+    left, _ = _list_rate(store, PREFIX)
+    deleted = sum(c["deleted_files"] for c in cycles)
+    first = cycles[0]
+    return {
+        "store": where,
+        "objects": objects,
+        "fill_seconds": fill_s,
+        "cycles": cycles,
+        "deleted_files": deleted,
+        "objects_left": left,
+        "learn_keys_per_s": first["keys_listed"] / first["scan_seconds"] if first["scan_seconds"] else 0.0,
+        "cycle_files_per_s": deleted / sum(c["seconds"] for c in cycles),
+        "rss_anon_start_mib": base / 2**20,
+        "rss_anon_peak_mib": peak[0] / 2**20,
+        "rss_anon_growth_mib": (peak[0] - base) / 2**20,
+        "rss_anon_bound_mib": SOAK_RSS_ANON_BOUND_MIB,
+        "rss_peak_mib": peak[1] / 2**20,  # LMDB's file-backed pages included
+        "within_bound": peak[0] / 2**20 <= SOAK_RSS_ANON_BOUND_MIB,
+        "all_deleted": left == 0 and deleted == objects,
+    }
+
+
+def report_soak(r: dict[str, Any]) -> str:
+    lines = [
+        f"walmgr bench soak: {r['objects']:,} orphan WAL objects on {r['store']} (filled in {r['fill_seconds']:.0f} s)",
+    ]
+    for i, c in enumerate(r["cycles"], 1):
+        lines.append(
+            f"  cycle {i}: {c['seconds']:.0f} s (full scan {c['scan_seconds']:.0f} s, {c['keys_listed']:,} keys); "
+            f"deleted {c['deleted_files']:,}"
+        )
+    lines += [
+        f"  learned at {r['learn_keys_per_s']:.0f} keys/s; learned and deleted at {r['cycle_files_per_s']:.0f} files/s",
+        f"  objects left under the prefix: {r['objects_left']:,} (all deleted: {r['all_deleted']})",
+        f"  walmgr private memory (RssAnon): start {r['rss_anon_start_mib']:.0f} MiB, peak "
+        f"{r['rss_anon_peak_mib']:.0f} MiB (bound {r['rss_anon_bound_mib']} MiB: "
+        f"{'within' if r['within_bound'] else 'EXCEEDED'}); all resident pages at the peak "
+        f"{r['rss_peak_mib']:.0f} MiB",
+    ]
+    return "\n".join(lines)

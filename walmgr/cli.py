@@ -231,7 +231,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
     else:
-        print(bench.report(result) if args.what == "all" else bench.report_scans(result))
+        text = {"all": bench.report, "scan": bench.report_scans, "soak": bench.report_soak}[args.what]
+        print(text(result))
     return 0
 
 
@@ -309,9 +310,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "what",
         nargs="?",
-        choices=("all", "scan", "registry"),
+        choices=("all", "scan", "soak", "registry"),
         default="all",
-        help="what to measure: scans and deletions, scan engines, or a registry's disk and memory per object",
+        help="what to measure: scans and deletions, scan engines, a soak (--objects orphans learned and deleted by "
+        "the daemon's cycle, with walmgr's private memory against a stated bound), or a registry's disk and "
+        "memory per object",
     )
     bench.add_argument(
         "--engines",
@@ -368,8 +371,8 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                     )
                 if args.what == "all" and "local" not in engines:
                     parser.error("--engines: 'walmgr bench' (all) always runs the local engine: name local too")
-                if args.what == "registry":
-                    parser.error("--engines applies to 'walmgr bench' and 'walmgr bench scan', not to registry")
+                if args.what in ("registry", "soak") and engines != ["local"]:
+                    parser.error(f"--engines applies to 'walmgr bench' and 'walmgr bench scan', not to {args.what}")
         return int(args.func(args))
     try:
         cfg = _config(args)

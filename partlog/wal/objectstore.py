@@ -680,38 +680,10 @@ class _ObstoreReader:
         with self._lock:
             if self._built is None:
                 try:
-                    self._built = self._build(self._config)
+                    self._built = obstore_client(self._config)
                 except ValueError as e:
                     raise ObjectStoreError(f"{owner.describe()}: obstore reader: {e}", retriable=True) from e
             return self._built
-
-    @staticmethod
-    def _build(config: S3Config) -> Any:
-        from obstore.store import S3Store as ObstoreS3
-
-        kwargs: dict[str, Any] = {}
-        if config.access_key_id is not None and config.secret_access_key is not None:
-            kwargs["access_key_id"] = config.access_key_id
-            kwargs["secret_access_key"] = config.secret_access_key
-        else:
-            from obstore.auth.boto3 import Boto3CredentialProvider
-
-            kwargs["credential_provider"] = Boto3CredentialProvider()
-        if config.endpoint_url:
-            kwargs["endpoint"] = config.endpoint_url
-        return ObstoreS3(
-            config.bucket,
-            region=config.region or "us-east-1",
-            virtual_hosted_style_request=not config.path_style,
-            client_options={
-                "allow_http": bool(config.endpoint_url and config.endpoint_url.startswith("http://")),
-                "connect_timeout": f"{int(config.connect_timeout_s * 1000)}ms",
-                "timeout": f"{int(config.read_timeout_s * 1000)}ms",
-                "pool_max_idle_per_host": str(config.max_pool_connections),
-            },
-            retry_config={"max_retries": config.max_attempts - 1},
-            **kwargs,
-        )
 
     def get(self, owner: S3Store, key: str, byte_range: dict[str, int] | None) -> tuple[bytes, int] | None:
         """``(bytes, object size)``, or None when boto3 must do this read."""
@@ -733,6 +705,38 @@ class _ObstoreReader:
             return None  # a key obstore cannot spell: boto3 reads it
         except Exception as e:
             raise _obstore_fail(owner, key, e) from e
+
+
+def obstore_client(config: S3Config) -> Any:
+    """An obstore S3 client for ``config``'s bucket: the same endpoint,
+    addressing, timeouts and retry budget as boto3's; the config's
+    credentials, else boto3's standard chain (obstore's boto3 provider,
+    which raises ValueError when the chain finds none)."""
+    from obstore.store import S3Store as ObstoreS3
+
+    kwargs: dict[str, Any] = {}
+    if config.access_key_id is not None and config.secret_access_key is not None:
+        kwargs["access_key_id"] = config.access_key_id
+        kwargs["secret_access_key"] = config.secret_access_key
+    else:
+        from obstore.auth.boto3 import Boto3CredentialProvider
+
+        kwargs["credential_provider"] = Boto3CredentialProvider()
+    if config.endpoint_url:
+        kwargs["endpoint"] = config.endpoint_url
+    return ObstoreS3(
+        config.bucket,
+        region=config.region or "us-east-1",
+        virtual_hosted_style_request=not config.path_style,
+        client_options={
+            "allow_http": bool(config.endpoint_url and config.endpoint_url.startswith("http://")),
+            "connect_timeout": f"{int(config.connect_timeout_s * 1000)}ms",
+            "timeout": f"{int(config.read_timeout_s * 1000)}ms",
+            "pool_max_idle_per_host": str(config.max_pool_connections),
+        },
+        retry_config={"max_retries": config.max_attempts - 1},
+        **kwargs,
+    )
 
 
 def _obstore_fail(owner: S3Store, key: str, e: Exception) -> ObjectStoreError:
