@@ -93,11 +93,11 @@ def _cmd_gc(args: argparse.Namespace, cfg: WalmgrConfig) -> int:
             f"candidates {out['candidates']}, kept referenced {out['kept_referenced']}, "
             f"kept on doubt {out['kept_doubt']}"
         )
-        print(
-            f"plan: {len(out['plan'])} objects; {verb} {out['deleted_files'] if not args.dry_run else len(out['plan'])}"
-        )
+        print(f"plan: {out['planned']} objects; {verb} {out['deleted_files'] if not args.dry_run else out['planned']}")
         for key in out["plan"]:
             print(f"  {key}")
+        if out["planned"] > len(out["plan"]):
+            print(f"  ... and {out['planned'] - len(out['plan'])} more (the first {len(out['plan'])} are listed)")
         for key, why in out["doubt"].items():
             print(f"  kept {key}: {why}")
         for key, reason in out["scan"]["invalid"]:

@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import ssl
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -72,19 +73,44 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+# Candidates decided per round of a cycle (one referenced_files RPC per
+# broker per round): bounds the records a cycle holds in memory.
+CHECK_ROUND_OBJECTS = 10_000
+# Keys a cycle report lists per kind (referenced, doubt, planned); the
+# counts are exact.  Bounds the report's memory on a bucket of millions.
+REPORT_KEYS_MAX = 10_000
+
+
 @dataclass(slots=True)
 class CycleReport:
     started_ms: int
     incremental: ScanReport | None = None
     full: ScanReport | None = None
     candidates: int = 0
+    # The first REPORT_KEYS_MAX keys of each kind, with the reason.
     referenced: dict[str, str] = field(default_factory=dict)
     doubt: dict[str, str] = field(default_factory=dict)
     planned: list[str] = field(default_factory=list)
+    referenced_count: int = 0
+    doubt_count: int = 0
+    planned_count: int = 0
     deleted: DeleteReport | None = None
     dry_run: bool = False
     seconds: float = 0.0
     scan_error: str = ""
+
+    def note_decision(self, referenced: Mapping[str, str], doubt: Mapping[str, str], delete: Iterable[str]) -> None:
+        """Add one round's decision: counts in full, keys up to REPORT_KEYS_MAX."""
+        self.referenced_count += len(referenced)
+        self.doubt_count += len(doubt)
+        for k, why in itertools.islice(referenced.items(), max(0, REPORT_KEYS_MAX - len(self.referenced))):
+            self.referenced[k] = why
+        for k, why in itertools.islice(doubt.items(), max(0, REPORT_KEYS_MAX - len(self.doubt))):
+            self.doubt[k] = why
+        for k in delete:
+            self.planned_count += 1
+            if len(self.planned) < REPORT_KEYS_MAX:
+                self.planned.append(k)
 
     def to_json(self) -> dict[str, Any]:
         d = self.deleted
@@ -102,10 +128,11 @@ class CycleReport:
                 + [list(x) for x in (self.full.invalid if self.full else [])],
             },
             "candidates": self.candidates,
-            "kept_referenced": len(self.referenced),
-            "kept_doubt": len(self.doubt),
+            "kept_referenced": self.referenced_count,
+            "kept_doubt": self.doubt_count,
             "doubt": dict(sorted(self.doubt.items())[:100]),
             "plan": sorted(self.planned),
+            "planned": self.planned_count,  # "plan" lists the first REPORT_KEYS_MAX
             "deleted_files": d.deleted_files if d else 0,
             "deleted_bytes": d.deleted_bytes if d else 0,
             "delete_failures": len(d.failed) if d else 0,
@@ -523,35 +550,29 @@ class Walmgr:
                 report.full = scanned
             else:
                 report.incremental = scanned
-        now = self._clock()
-        cands = candidates(
-            await asyncio.to_thread(lambda: list(reg.records({State.TRACKED, State.CANDIDATE}))), now, cfg.age_gate_ms
-        )
-        # A notification's partition list is the broker's word: read the
-        # footer before anything is decided on it (one suffix GET each).
-        cands = await asyncio.to_thread(self._verify_footers, cands)
-        report.candidates = len(cands)
-        decision = await self._check(cands)
-        report.referenced, report.doubt = decision.referenced, decision.doubt
-        by_key = {r.key: r for r in cands}
-        now = self._clock()
-        kept = [
-            by_key[k].with_state(State.TRACKED, note=f"referenced: {why}", last_checked_ms=now)
-            for k, why in decision.referenced.items()
-        ] + [
-            by_key[k].with_state(State.CANDIDATE, note=f"kept: {why}", last_checked_ms=now)
-            for k, why in decision.doubt.items()
-            if k in by_key
-        ]
-        if self.metrics is not None:
-            self.metrics.kept_referenced.inc(len(decision.referenced))
-            self.metrics.kept_doubt.inc(len(decision.doubt))
-        report.planned = list(decision.delete)
+        # Candidates are decided in rounds of CHECK_ROUND_OBJECTS streamed
+        # from the registry, so memory does not grow with the bucket (a soak
+        # of 1M orphans held 1.7 GiB of records when they were listed at
+        # once).  Streams go by state, CANDIDATE before TRACKED: a candidate
+        # kept as referenced becomes TRACKED and would be streamed again, so
+        # those keys (few: doubts that resolved) are skipped this cycle.
+        stream = reg.records({State.CANDIDATE, State.TRACKED})
+        seen_again: set[str] = set()
+        gate_now = self._clock()
+
+        def next_round() -> list[ObjectRecord]:
+            out: list[ObjectRecord] = []
+            for r in stream:
+                if r.key in seen_again:
+                    continue
+                out.extend(candidates((r,), gate_now, cfg.age_gate_ms))
+                if len(out) >= CHECK_ROUND_OBJECTS:
+                    break
+            return out
+
+        while cands := await asyncio.to_thread(next_round):
+            seen_again |= await self._decide_round(cands, report, dry_run)
         if not dry_run:
-            await asyncio.to_thread(reg.put_many, kept)
-            await asyncio.to_thread(
-                reg.plan, [by_key[k].with_state(State.PLANNED, note="", last_checked_ms=now) for k in decision.delete]
-            )
             report.deleted = await asyncio.to_thread(self._delete)
             if self.metrics is not None and report.deleted is not None:
                 self.metrics.deleted_files.inc(report.deleted.deleted_files)
@@ -569,14 +590,44 @@ class Walmgr:
         log.info(
             "walmgr cycle candidates=%d referenced=%d doubt=%d planned=%d deleted=%d dry_run=%s seconds=%.3f",
             report.candidates,
-            len(report.referenced),
-            len(report.doubt),
-            len(report.planned),
+            report.referenced_count,
+            report.doubt_count,
+            report.planned_count,
             report.deleted.deleted_files if report.deleted else 0,
             dry_run,
             report.seconds,
         )
         return report
+
+    async def _decide_round(self, cands: list[ObjectRecord], report: CycleReport, dry_run: bool) -> set[str]:
+        """Check one round of candidates, record what is kept and plan what
+        is not (unless ``dry_run``); the keys of candidates now TRACKED."""
+        reg = self._reg()
+        # A notification's partition list is the broker's word: read the
+        # footer before anything is decided on it (one suffix GET each).
+        cands = await asyncio.to_thread(self._verify_footers, cands)
+        report.candidates += len(cands)
+        decision = await self._check(cands)
+        report.note_decision(decision.referenced, decision.doubt, decision.delete)
+        by_key = {r.key: r for r in cands}
+        now = self._clock()
+        kept = [
+            by_key[k].with_state(State.TRACKED, note=f"referenced: {why}", last_checked_ms=now)
+            for k, why in decision.referenced.items()
+        ] + [
+            by_key[k].with_state(State.CANDIDATE, note=f"kept: {why}", last_checked_ms=now)
+            for k, why in decision.doubt.items()
+            if k in by_key
+        ]
+        if self.metrics is not None:
+            self.metrics.kept_referenced.inc(len(decision.referenced))
+            self.metrics.kept_doubt.inc(len(decision.doubt))
+        if not dry_run:
+            await asyncio.to_thread(reg.put_many, kept)
+            await asyncio.to_thread(
+                reg.plan, [by_key[k].with_state(State.PLANNED, note="", last_checked_ms=now) for k in decision.delete]
+            )
+        return {k for k in decision.referenced if k in by_key and by_key[k].state == State.CANDIDATE}
 
     def _verify_footers(self, cands: list[ObjectRecord]) -> list[ObjectRecord]:
         """Candidates with a footer read and checked by this walmgr: the ones

@@ -197,6 +197,8 @@ class ReplicaManager:
         self._hwm_moved = _Signal()  # the HWM of some led partition moved
         self._metadata_changed = _Signal()
         self._next_token = 0
+        # acks=all waits handed to callers (commit): kept alive until done.
+        self._ack_tasks: set[asyncio.Future[list[CommitBatchResponse]]] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopping = False
         self._isr_task: asyncio.Task[None] | None = None
@@ -397,7 +399,13 @@ class ReplicaManager:
             waits[tp] = lost
         if not waits or injected_bugs.on("acks_all_before_hwm"):
             return answers, None
-        return answers, self._await_acks(answers, flags, waits, timeout_ms)
+        # A task, not a bare coroutine: a caller cancelled before it awaits
+        # (a broker stopping) would drop the coroutine unawaited (Python
+        # warns); the task runs to its end, bounded by timeout_ms.
+        task = asyncio.ensure_future(self._await_acks(answers, flags, waits, timeout_ms))
+        self._ack_tasks.add(task)  # the loop holds tasks weakly
+        task.add_done_callback(self._ack_tasks.discard)
+        return answers, task
 
     async def _await_acks(
         self,
