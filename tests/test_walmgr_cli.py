@@ -236,6 +236,7 @@ def test_help_of_every_subcommand(sub: list[str], capsys: pytest.CaptureFixture[
         (["bench", "registry", "--engines", "spark"], "--engines applies to 'walmgr bench' and 'walmgr bench scan'"),
         (["bench", "soak", "--engines", "local,spark"], "not to soak"),
         (["bench", "scan", "--objects", "0"], "--objects must be > 0"),
+        (["bench", "soak", "--objects", "100000000000"], "at most 20,000,000"),
     ],
 )
 def test_bench_refuses_bad_arguments(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -361,8 +361,10 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
     if getattr(args, "standalone", False):
         if args.command == "bench":
-            if args.objects <= 0:
-                parser.error("--objects must be > 0")
+            from walmgr.bench import OBJECTS_MAX
+
+            if not 0 < args.objects <= OBJECTS_MAX:
+                parser.error(f"--objects must be > 0 and at most {OBJECTS_MAX:,}, got {args.objects}")
             if args.engines is not None:
                 engines = [e.strip() for e in args.engines.split(",") if e.strip()]
                 if not engines or any(e not in SCAN_ENGINES for e in engines):
