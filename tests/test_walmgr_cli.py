@@ -280,3 +280,16 @@ def test_bench_soak_learns_and_deletes_every_orphan_within_its_memory_bound(
     assert r["objects"] == 250 and r["deleted_files"] == 250 and r["objects_left"] == 0
     assert r["all_deleted"] and r["within_bound"] and r["rss_anon_peak_mib"] > 0
     assert r["cycles"][0]["keys_listed"] == 250 and r["cycles"][-1]["deleted_files"] == 0
+
+
+def test_the_bench_generator_fills_in_windows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from walmgr import bench
+
+    monkeypatch.setattr(bench, "FILL_WINDOW", 7)
+    store = LocalDirStore(tmp_path / "objects", fsync=False)
+    said: list[str] = []
+    keys = bench._fill(store, "wal", 20, 1_700_000_000_000, said.append, keep_keys=True)
+    assert len(set(keys)) == 20
+    assert {o.key for o in store.list_page("wal/", max_keys=1000).objects} == set(keys)
+    assert said[-1] == "  filled 20/20"
+    assert bench._fill(store, "wal", 3, 1_700_000_000_000, said.append) == []

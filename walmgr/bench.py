@@ -52,6 +52,7 @@ BASELINE_DELETE_OBJECTS = 10_000
 # objects whose footer names a cluster).
 BENCH_CLUSTER_ID = uuid.UUID("be0c0000-0000-4000-8000-00000000be0c")
 PUT_THREADS = 16
+FILL_WINDOW = 10_000  # PUTs the generator submits at a time
 # The most objects a bench makes: the generator holds their keys (about 100
 # bytes each) and a registry takes about 535 bytes each on disk.
 OBJECTS_MAX = 20_000_000
@@ -60,11 +61,21 @@ OBJECTS_MAX = 20_000_000
 BENCH_TOPIC = TopicIdPartition(uuid.UUID(int=0xDEAD), 0)
 
 
-def _fill(store: ObjectStore, prefix: str, n: int, created_ms: int, progress: Callable[[str], None]) -> list[str]:
+def _fill(
+    store: ObjectStore,
+    prefix: str,
+    n: int,
+    created_ms: int,
+    progress: Callable[[str], None],
+    *,
+    keep_keys: bool = False,
+) -> list[str]:
+    """Put ``n`` small WAL segments under ``prefix``, ``FILL_WINDOW`` at a
+    time (so the generator's memory does not grow with ``n``, which the
+    soak measures); their keys when ``keep_keys``, else []."""
     builder = WalSegmentBuilder(1, created_ms, BENCH_CLUSTER_ID)
     builder.add(BENCH_TOPIC, build_record_batch([(None, b"bench", created_ms)]))
     data = builder.build().data
-    keys = [str(make_wal_key(prefix, created_ms + i // 1000, 1, secrets.token_hex(6))) for i in range(n)]
     put: Callable[[str], Any] = lambda k: store.put(k, data)  # noqa: E731
     if isinstance(store, S3Store):
         # The generator's PUTs through obstore: about 1,500 a second here
@@ -73,14 +84,22 @@ def _fill(store: ObjectStore, prefix: str, n: int, created_ms: int, progress: Ca
 
         client = obstore_client(store.config)
         put = lambda k: obstore.put(client, k, data)  # noqa: E731
-    done = 0
+    kept: list[str] = []
     step = max(1, n // 10)
     with ThreadPoolExecutor(PUT_THREADS) as pool:
-        for _ in pool.map(put, keys):
-            done += 1
-            if done % step == 0:
+        for start in range(0, n, FILL_WINDOW):
+            window = [
+                str(make_wal_key(prefix, created_ms + i // 1000, 1, secrets.token_hex(6)))
+                for i in range(start, min(n, start + FILL_WINDOW))
+            ]
+            for _ in pool.map(put, window):
+                pass
+            if keep_keys:
+                kept += window
+            done = start + len(window)
+            if done // step > start // step or done == n:
                 progress(f"  filled {done:,}/{n:,}")
-    return keys
+    return kept
 
 
 def _list_rate(store: ObjectStore, prefix: str) -> tuple[int, float]:
@@ -257,7 +276,7 @@ def _run(
         raise ValueError("the bench of scans and deletions runs the local engine (engines must include 'local')")
     created_ms = int(time.time() * 1000) - 3_600_000  # an hour old: past any age gate
     progress(f"baseline: {BASELINE_DELETE_OBJECTS:,} objects under 'bench-baseline' for raw DeleteObjects")
-    base_keys = _fill(store, "bench-baseline", BASELINE_DELETE_OBJECTS, created_ms, progress)
+    base_keys = _fill(store, "bench-baseline", BASELINE_DELETE_OBJECTS, created_ms, progress, keep_keys=True)
     raw_delete = _delete_rate(store, base_keys)
     progress(f"filling {objects:,} WAL objects under {PREFIX!r}")
     _fill(store, PREFIX, objects, created_ms, progress)
