@@ -25,7 +25,7 @@ from partlog import injected_bugs
 from partlog.produce.pipeline import ProduceConfig
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
 from partlog.wal.key import make_wal_key
-from partlog.wal.objectstore import DELETE_KEYS_MAX, S3_URL_PARAMS, S3Config
+from partlog.wal.objectstore import DELETE_KEYS_MAX, s3_config_from_url
 from walmgr.paced_store import READ_ATTEMPTS_DEFAULT
 
 # The brokers' default WAL key prefix (ProduceConfig.key_prefix): walmgr must
@@ -112,19 +112,8 @@ def split_store_url(url: str) -> tuple[str, str]:
         raise ValueError(f"store URL {url!r}: scheme must be file:// or s3://")
     if not parsed.netloc:
         raise ValueError(f"store URL {url!r}: no bucket (s3://bucket/prefix?endpoint=URL)")
+    s3_config_from_url(url)  # the checks open_store makes, at config time
     given = urllib.parse.parse_qs(parsed.query)
-    unknown = set(given) - S3_URL_PARAMS
-    if unknown:
-        known = ", ".join(sorted(S3_URL_PARAMS))
-        raise ValueError(f"store URL {url!r}: unknown parameters {sorted(unknown)} ({known})")
-    try:  # reader= and retry= values: the same check open_store makes, at config time
-        S3Config(
-            parsed.netloc,
-            reader=given.get("reader", ["boto3"])[0],
-            retry_mode=given.get("retry", ["standard"])[0],
-        )
-    except ValueError as e:
-        raise ValueError(f"store URL {url!r}: {e}") from None
     prefix = urllib.parse.unquote(parsed.path).strip("/")
     query = parsed.query
     for name, value in S3_URL_DEFAULTS:

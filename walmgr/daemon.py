@@ -56,7 +56,7 @@ from partlog.rpc.transport import (
 from partlog.rpc.wire import WireError, dec_verdicts, dec_wal_uploaded, enc_reference_checks
 from partlog.wal.objectstore import DeleteResult, ObjectInfo, ObjectStore, ObjectStoreError, open_store
 from walmgr.config import WalmgrConfig, WalmgrConfigError
-from walmgr.decide import CheckPlan, Decision, candidates, decide, plan_checks, split_checks
+from walmgr.decide import CheckPlan, Decision, decide, past_age_gate, plan_checks, split_checks
 from walmgr.deleter import DeleteReport, execute_plan
 from walmgr.model import ObjectRecord, Source, State
 from walmgr.paced_store import PacedStore
@@ -565,7 +565,8 @@ class Walmgr:
             for r in stream:
                 if r.key in seen_again:
                     continue
-                out.extend(candidates((r,), gate_now, cfg.age_gate_ms))
+                if past_age_gate(r, gate_now, cfg.age_gate_ms):
+                    out.append(r)
                 if len(out) >= CHECK_ROUND_OBJECTS:
                     break
             return out

@@ -786,6 +786,29 @@ def _s3_error(msg: str, key: str | None, code: str, status: int) -> ObjectStoreE
 S3_URL_PARAMS = frozenset({"endpoint", "region", "reader", "retry"})
 
 
+def s3_config_from_url(url: str) -> S3Config:
+    """The :class:`S3Config` of an ``s3://bucket?...`` URL (see
+    :func:`open_store`); ValueError naming the URL for a wrong one."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme != "s3" or not parsed.netloc:
+        raise ValueError(f"store URL {url!r}: no bucket (s3://bucket?endpoint=URL)")
+    query = urllib.parse.parse_qs(parsed.query)
+    unknown = set(query) - S3_URL_PARAMS
+    if unknown:
+        known = ", ".join(sorted(S3_URL_PARAMS))
+        raise ValueError(f"store URL {url!r}: unknown parameters {sorted(unknown)} ({known})")
+    try:
+        return S3Config(
+            bucket=parsed.netloc,
+            endpoint_url=query.get("endpoint", [None])[0],
+            region=query.get("region", [None])[0],
+            reader=query.get("reader", ["boto3"])[0],
+            retry_mode=query.get("retry", ["standard"])[0],
+        )
+    except ValueError as e:
+        raise ValueError(f"store URL {url!r}: {e}") from None
+
+
 def open_store(url: str) -> ObjectStore:
     """A store from a URL: ``file:///path`` (or a plain path) for the local
     store, ``s3://bucket?endpoint=URL&region=R&reader=boto3|obstore&retry=standard|adaptive``
@@ -800,20 +823,5 @@ def open_store(url: str) -> ObjectStore:
     if parsed.scheme == "s3":
         if not parsed.netloc:
             raise ValueError(f"store URL {url!r}: no bucket (s3://bucket?endpoint=URL)")
-        query = urllib.parse.parse_qs(parsed.query)
-        unknown = set(query) - S3_URL_PARAMS
-        if unknown:
-            known = ", ".join(sorted(S3_URL_PARAMS))
-            raise ValueError(f"store URL {url!r}: unknown parameters {sorted(unknown)} ({known})")
-        try:
-            config = S3Config(
-                bucket=parsed.netloc,
-                endpoint_url=query.get("endpoint", [None])[0],
-                region=query.get("region", [None])[0],
-                reader=query.get("reader", ["boto3"])[0],
-                retry_mode=query.get("retry", ["standard"])[0],
-            )
-        except ValueError as e:
-            raise ValueError(f"store URL {url!r}: {e}") from None
-        return S3Store(config)
+        return S3Store(s3_config_from_url(url))
     raise ValueError(f"store URL {url!r}: scheme must be file:// or s3://")
