@@ -41,18 +41,13 @@ import logging
 import ssl as ssl_module
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import replace
 from typing import Any, TypeVar
 
 from partlog.controller.cluster_meta import (
-    NO_LEADER,
     BrokerInfo,
     ClusterMismatchError,
-    MetadataError,
     PartitionInfo,
-    StaticMetadata,
     TopicInfo,
-    partition_of,
 )
 from partlog.controller.core import (
     MetadataSnapshot,
@@ -70,6 +65,7 @@ from partlog.controller.core import (
     enc_poll,
     enc_register,
 )
+from partlog.controller.view import SnapshotView
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import ProducerIdBlock
 from partlog.kafka.records import TopicIdPartition
@@ -107,7 +103,7 @@ class ControllerUnavailableError(ConnectionError):
     """A bounded wait for the controller ended without an answer."""
 
 
-class ControllerMetadata:
+class ControllerMetadata(SnapshotView):
     """Cluster metadata from the controller at ``host:port``.
 
     ``broker`` is this broker's id, AZ and the address other brokers and
@@ -149,10 +145,10 @@ class ControllerMetadata:
                 f"ControllerMetadata needs poll_wait_ms >= 0 and retry_backoff_max_ms >= retry_backoff_ms, "
                 f"got {poll_wait_ms} and {retry_backoff_max_ms}"
             )
+        super().__init__(cluster_id)
         self.host = host
         self.port = port
         self.broker_info = broker
-        self._cluster_id = cluster_id
         self._secret = secret
         self._ssl = ssl
         self.heartbeat_interval_ms = heartbeat_interval_ms
@@ -164,16 +160,9 @@ class ControllerMetadata:
         self._connect_lock = asyncio.Lock()
         self._register_lock = asyncio.Lock()
         self._broker_epoch = -1
-        self._version = -1
-        self._routing: StaticMetadata | None = None
-        self._topics: dict[uuid.UUID, TopicInfo] = {}
-        self._deleted: frozenset[uuid.UUID] = frozenset()
-        self._listeners: list[Callable[[], None]] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._reregister = asyncio.Event()
-        self._view_changed = asyncio.Event()
         # Counters for tests and metrics.
-        self.snapshots_received = 0
         self.registrations = 0
         self.heartbeats_answered = 0
         # Calls that got no usable answer (unreachable, refused, malformed).
@@ -245,11 +234,6 @@ class ControllerMetadata:
     def broker_epoch(self) -> int:
         """This broker's current broker epoch (-1: not registered)."""
         return self._broker_epoch
-
-    @property
-    def version(self) -> int:
-        """The version of the snapshot in use (-1 before the first)."""
-        return self._version
 
     # ---------------------------------------------------------- connection
 
@@ -421,78 +405,6 @@ class ControllerMetadata:
             if snapshot is not None:
                 self._adopt(snapshot)
 
-    def _adopt(self, s: MetadataSnapshot) -> None:
-        if s.cluster_id is not None and s.cluster_id != self._cluster_id:
-            log.error("controller snapshot version %d refused: names cluster %s, not %s", s.version, s.cluster_id,
-                      self._cluster_id)  # fmt: skip
-            return
-        try:
-            assert self._cluster_id is not None  # a snapshot comes over a connection that named it
-            routing = StaticMetadata(s.brokers, [], cluster_id=self._cluster_id) if s.brokers else None
-        except MetadataError as e:
-            log.error("controller snapshot version %d refused: %s", s.version, e)
-            return
-        self._routing = routing
-        self._topics = {t.topic_id: t for t in s.topics}
-        # Only grows: a deletion is final, and a snapshot that lacks one
-        # (an older controller) must not bring a topic's references back.
-        self._deleted = self._deleted | s.deleted_topics
-        self._version = s.version
-        self.snapshots_received += 1
-        self._view_changed.set()
-        self._view_changed = asyncio.Event()
-        self._notify()
-
-    def _notify(self) -> None:
-        for fn in list(self._listeners):
-            try:
-                fn()
-            except Exception:
-                log.exception("metadata listener failed")
-
-    # ------------------------------------------------------- MetadataSource
-
-    def add_listener(self, fn: Callable[[], None]) -> None:
-        self._listeners.append(fn)
-
-    def partition(self, tp: TopicIdPartition) -> PartitionInfo | None:
-        return partition_of(self._topics, tp)
-
-    def leader_of(self, tp: TopicIdPartition) -> int | None:
-        p = self.partition(tp)
-        if p is None or p.leader == NO_LEADER:
-            return None
-        return p.leader
-
-    def broker(self, broker_id: int) -> BrokerInfo | None:
-        return None if self._routing is None else self._routing.broker(broker_id)
-
-    def brokers(self) -> list[BrokerInfo]:
-        return [] if self._routing is None else self._routing.brokers()
-
-    def topics(self) -> list[TopicInfo]:
-        return sorted(self._topics.values(), key=lambda t: t.name)
-
-    def topic(self, name: str) -> TopicInfo | None:
-        return next((t for t in self._topics.values() if t.name == name), None)
-
-    def representative(self, leader_id: int, az: str) -> int:
-        """``rep(L, z)`` over the alive brokers (``StaticMetadata``'s rule);
-        the leader itself if it is not in the snapshot."""
-        if self._routing is None or self._routing.broker(leader_id) is None:
-            return leader_id
-        return self._routing.representative(leader_id, az)
-
-    def azs(self) -> list[str]:
-        return [] if self._routing is None else self._routing.azs()
-
-    def brokers_in(self, az: str) -> list[int]:
-        return [] if self._routing is None else self._routing.brokers_in(az)
-
-    def produce_target(self, tp: TopicIdPartition, client_az: str) -> int | None:
-        leader = self.leader_of(tp)
-        return None if leader is None else self.representative(leader, client_az)
-
     async def alter_partition(
         self, broker_id: int, tp: TopicIdPartition, leader_epoch: int, partition_epoch: int, isr: tuple[int, ...]
     ) -> PartitionInfo | Errors:
@@ -529,16 +441,6 @@ class ControllerMetadata:
         committed = answer
         self._apply_partition(tp, committed)
         return committed
-
-    def _apply_partition(self, tp: TopicIdPartition, p: PartitionInfo) -> None:
-        t = self._topics.get(tp.topic_id)
-        if t is None or not 0 <= tp.partition < len(t.partitions):
-            return
-        if p.partition_epoch <= t.partitions[tp.partition].partition_epoch:
-            return
-        parts = list(t.partitions)
-        parts[tp.partition] = p
-        self._topics[tp.topic_id] = replace(t, partitions=tuple(parts))
 
     async def allocate_producer_ids(self, broker_id: int) -> ProducerIdBlock | Errors:
         """The next producer-id block for this broker, or the retriable error
@@ -582,14 +484,6 @@ class ControllerMetadata:
         await self._view_until(lambda: created <= self._topics.keys())
         return out
 
-    def topic_deleted(self, topic_id: uuid.UUID) -> bool:
-        """True once the controller has said the topic is deleted: its
-        partitions hold no references (walmgr), its logs go (brokers)."""
-        return topic_id in self._deleted
-
-    def deleted_topics(self) -> frozenset[uuid.UUID]:
-        return self._deleted
-
     async def delete_topics(self, names: list[str]) -> dict[str, uuid.UUID | Errors]:
         """Delete topics by name.  Per name: the deleted topic's id, or the
         error (UNKNOWN_TOPIC_OR_PARTITION; COORDINATOR_NOT_AVAILABLE /
@@ -618,14 +512,6 @@ class ControllerMetadata:
         except RpcRemoteError as e:
             log.error("%s refused: %s", method, e)
             return Errors.INVALID_REQUEST
-
-    async def _view_until(self, done: Callable[[], bool]) -> None:
-        """Wait until this view satisfies ``done`` (a change the controller
-        made is here), at most ``request_timeout_ms``."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.request_timeout_ms / 1000):
-                while not done():
-                    await self._view_changed.wait()
 
 
 class _PollFailed(Exception):

@@ -81,6 +81,7 @@ import lmdb
 import msgpack
 
 from partlog.controller.cluster_meta import NO_LEADER, BrokerInfo, PartitionInfo, TopicInfo, check_alter_partition
+from partlog.controller.rules import after_fencing, bump, preferred
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import (
     PRODUCER_ID_BLOCK_SIZE,
@@ -373,34 +374,6 @@ def read_replicas(data_dir: str | os.PathLike[str]) -> dict[TopicIdPartition, tu
         env.close()
 
 
-def _after_fencing(p: PartitionInfo, alive: Callable[[int], bool], unclean: bool) -> tuple[PartitionInfo, bool]:
-    """``p`` once dead brokers left its ISR and, if it has no live leader, an
-    election ran.  Returns (new state, whether the election was unclean).
-    Epochs are bumped by the caller, which compares with ``p``."""
-    isr = tuple(r for r in p.isr if alive(r))
-    if not isr:
-        # KRaft keeps the last member: it has every committed record.
-        isr = (p.leader,) if p.leader in p.isr else p.isr[:1]
-    leader = p.leader
-    was_unclean = False
-    if leader == NO_LEADER or not alive(leader):
-        leader = next((r for r in p.replicas if r in isr and alive(r)), NO_LEADER)
-        if leader == NO_LEADER and unclean:
-            leader = next((r for r in p.replicas if alive(r)), NO_LEADER)
-            if leader != NO_LEADER:
-                isr, was_unclean = (leader,), True
-    return replace(p, leader=leader, isr=isr), was_unclean
-
-
-def _bump(old: PartitionInfo, new: PartitionInfo) -> PartitionInfo:
-    """``new`` with the epochs a change from ``old`` earns."""
-    if new.leader != old.leader:
-        return replace(new, leader_epoch=old.leader_epoch + 1, partition_epoch=old.partition_epoch + 1)
-    if new.isr != old.isr:
-        return replace(new, leader_epoch=old.leader_epoch, partition_epoch=old.partition_epoch + 1)
-    return old
-
-
 # ---------------------------------------------------------------- the core
 
 
@@ -450,7 +423,7 @@ class _Draft:
 
     def set_part(self, tp: TopicIdPartition, new: PartitionInfo, reason: str, unclean: bool = False) -> None:
         old = self.part(tp)
-        new = _bump(old, new)
+        new = bump(old, new)
         if new == old:
             return
         self.parts[tp] = new
@@ -479,9 +452,9 @@ class _Draft:
 
     def elect_preferred(self) -> None:
         for tp, p in list(self.all_parts()):
-            first = p.replicas[0]
-            if p.leader != first and first in p.isr and self.alive(first):
-                self.set_part(tp, replace(p, leader=first), REASON_PREFERRED)
+            new = preferred(p, self.alive)
+            if new is not p:
+                self.set_part(tp, new, REASON_PREFERRED)
 
     def reconcile(self, brokers: set[int], reason: str) -> None:
         """Re-derive ISR and leader of every partition replicated on
@@ -489,7 +462,7 @@ class _Draft:
         unclean = self.c.config.unclean_leader_election_enable
         for tp, p in list(self.all_parts()):
             if tp in self.c._offline or p.leader == NO_LEADER or not brokers.isdisjoint(p.replicas):
-                new, was_unclean = _after_fencing(p, self.alive, unclean)
+                new, was_unclean = after_fencing(p, self.alive, unclean)
                 self.set_part(tp, new, reason, was_unclean)
 
 

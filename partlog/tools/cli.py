@@ -141,6 +141,9 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
             restart_after_s=args.restart_after,
             walmgr=not args.no_walmgr,
             orphan_rate=args.orphan_rate,
+            metadata=args.metadata,
+            etcd_member_faults=args.etcd_member_faults,
+            etcd_outage_s=args.etcd_outage_s,
         )
     except ValueError as e:
         print(f"partlog cluster: {e}", file=sys.stderr)
@@ -707,7 +710,7 @@ def build_parser() -> argparse.ArgumentParser:
     cl = sub.add_parser(
         "cluster",
         help="run a local multi-AZ cluster, produce, consume back and verify",
-        description="Starts an embedded controller and brokers on 127.0.0.1 (default 3 AZs x 2), creates a topic "
+        description="Starts an embedded controller (or etcd: --metadata) and brokers on 127.0.0.1 (default 3 AZs x 2), creates a topic "
         "with --replication-factor replicas per partition (one per AZ), runs producers in every AZ (idempotent, "
         "acks=all, routed to their AZ's representative) for --duration seconds, optionally killing and restarting "
         "random brokers, consumes everything back and verifies every acknowledged record exactly once and in order. "
@@ -750,6 +753,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="drop the commits of this share of WAL files after upload, making orphans for walmgr (default 0)",
     )
     cl.add_argument("--no-walmgr", action="store_true", help="do not run a walmgr beside the brokers")
+    cl.add_argument(
+        "--metadata",
+        default="",
+        metavar="etcd|etcd://HOST:PORT[,...][/PREFIX]",
+        help="cluster metadata on etcd instead of the embedded controller: 'etcd' starts a 3-member etcd on "
+        "127.0.0.1 (Debian's etcd-server must be installed), a URL uses that etcd under PREFIX/cluster-<id>",
+    )
+    cl.add_argument(
+        "--etcd-member-faults",
+        action="store_true",
+        help="with --metadata etcd: kill an etcd follower at 25%% of the run (back at 40%%), then the etcd leader "
+        "at 55%% (back at 75%%); the report gives the produce pause each caused",
+    )
+    cl.add_argument(
+        "--etcd-outage-s",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="with --metadata etcd: stop every etcd member for this long from 30%% of the run (default 0: none)",
+    )
     cl.add_argument(
         "--serve",
         action="store_true",

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import random
@@ -34,8 +35,9 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from partlog.broker.server import Broker, BrokerConfig
@@ -43,6 +45,8 @@ from partlog.client import Consumer, Producer, RecordMetadata
 from partlog.controller.client import ControllerMetadata
 from partlog.controller.cluster_meta import BrokerInfo, StaticMetadata
 from partlog.controller.core import PARTITIONS_PER_TOPIC_MAX, ControllerConfig
+from partlog.controller.etcd_layout import parse_etcd_url
+from partlog.controller.etcd_meta import EtcdMetadata
 from partlog.controller.server import ControllerServer
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
@@ -50,6 +54,7 @@ from partlog.kafka.topic_config import MAX_MESSAGE_BYTES_DEFAULT
 from partlog.produce.pipeline import ProduceConfig, SendCommit
 from partlog.replication.manager import ReplicationStats
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
+from partlog.tools.etcd_launcher import EtcdCluster
 from partlog.wal.objectstore import LocalDirStore, ObjectStore, open_store
 from walmgr.config import WalmgrConfig
 from walmgr.daemon import Walmgr
@@ -120,6 +125,15 @@ class ClusterOptions:
     orphan_rate: float = 0.0
     # Every broker gets a Kafka listener (partlog.kafka_front).
     kafka: bool = True
+    # Cluster metadata: "" for the embedded controller, "etcd" for a
+    # 3-member etcd on loopback started here, or an etcd:// URL (each run
+    # then uses its own sub-prefix of the URL's: a new cluster).
+    metadata: str = ""
+    # With "etcd": kill an etcd follower at 25% of the run (back at 40%),
+    # then the etcd leader at 55% (back at 75%).
+    etcd_member_faults: bool = False
+    # With "etcd": every etcd member down for this many seconds from 30% of the run.
+    etcd_outage_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.orphan_rate <= 1.0:
@@ -158,6 +172,16 @@ class ClusterOptions:
             raise ValueError(f"duration must be > 0, got {self.duration_s}")
         if self.kill_broker_every_s < 0 or self.restart_after_s < 0:
             raise ValueError("kill-broker-every and restart-after must be >= 0")
+        if self.metadata not in ("", "etcd"):
+            from partlog.controller.etcd_layout import parse_etcd_url
+
+            parse_etcd_url(self.metadata)  # MetadataError (a ValueError) names what is wrong
+        if (self.etcd_member_faults or self.etcd_outage_s) and self.metadata != "etcd":
+            raise ValueError("etcd-member-faults and etcd-outage-s need --metadata etcd (an etcd started here)")
+        if self.etcd_member_faults and self.etcd_outage_s:
+            raise ValueError("give one of etcd-member-faults and etcd-outage-s per run")
+        if not 0 <= self.etcd_outage_s <= self.duration_s:
+            raise ValueError(f"etcd-outage-s must be in [0, duration], got {self.etcd_outage_s:g}")
 
 
 def _num(x: float) -> str:
@@ -235,12 +259,21 @@ class LocalCluster:
         ports = free_ports(2 * len(ids))
         self.ports = dict(zip(ids, ports[: len(ids)], strict=True))
         self.kafka_ports = dict(zip(ids, ports[len(ids) :], strict=True)) if opts.kafka else {}
-        self.controller = ControllerServer(
-            ControllerConfig(os.path.join(data_dir, "controller"), broker_session_timeout_ms=SESSION_TIMEOUT_MS)
-        )
+        # The embedded controller, or etcd (one started here, or the URL's).
+        self.controller: ControllerServer | None = None
+        self.etcd: EtcdCluster | None = None
+        self.etcd_url = ""
+        if not opts.metadata:
+            self.controller = ControllerServer(
+                ControllerConfig(os.path.join(data_dir, "controller"), broker_session_timeout_ms=SESSION_TIMEOUT_MS)
+            )
         self.brokers: dict[int, Broker] = {}
-        self._sources: dict[int, ControllerMetadata] = {}
-        self.admin: ControllerMetadata | None = None
+        self._sources: dict[int, ControllerMetadata | EtcdMetadata] = {}
+        self.admin: ControllerMetadata | EtcdMetadata | None = None
+        # Leader elections and controller take-overs made by etcd sources
+        # since stopped (killed brokers').
+        self._past_elections = 0
+        self._past_controller_elections = 0
         self.killed = 0
         # Replication counters of broker incarnations that were killed.
         self.past = ReplicationStats()
@@ -263,11 +296,20 @@ class LocalCluster:
         )
 
     async def start(self) -> None:
-        await self.controller.start()
+        if self.controller is not None:
+            await self.controller.start()
+        else:
+            await self._start_etcd()
         for b in self.layout.brokers():
             await self.start_broker(b.broker_id)
-        self.admin = ControllerMetadata("127.0.0.1", self.controller.port)
-        await self.admin.start()
+        self.admin = self._source(None)
+        await self.admin.start(timeout_ms=int(STARTUP_TIMEOUT_S * 1000))
+        if isinstance(self.admin, EtcdMetadata):
+            # Topics are placed on brokers the acting controller accepted.
+            admin = self.admin
+            ids = [b.broker_id for b in self.layout.brokers()]
+            if not await admin.wait_for(lambda: all(admin.view.accepted(i) for i in ids), STARTUP_TIMEOUT_S):
+                raise RuntimeError("the brokers were not accepted by an acting controller in time")
         rf = min(self.opts.replication_factor, len(self.layout.brokers()))
         answer = (await self.admin.create_topics({TOPIC: (self.opts.partitions, rf)}))[TOPIC]
         if isinstance(answer, Errors):
@@ -277,6 +319,36 @@ class LocalCluster:
             if time.monotonic() > deadline:
                 raise RuntimeError("partition leaders were not elected in time")
             await asyncio.sleep(0.05)
+
+    async def _start_etcd(self) -> None:
+        run = f"/cluster-{uuid.uuid4().hex[:8]}"
+        if self.opts.metadata == "etcd":
+            self.etcd = EtcdCluster(os.path.join(self.data_dir, "etcd"))
+            await asyncio.to_thread(self.etcd.start)
+            self.etcd_url = self.etcd.url("/partlog" + run)
+        else:
+            target = parse_etcd_url(self.opts.metadata)
+            self.etcd_url = replace(target, prefix=target.prefix + run).url()
+
+    def _source(self, me: BrokerInfo | None) -> ControllerMetadata | EtcdMetadata:
+        if self.controller is not None:
+            return ControllerMetadata(
+                "127.0.0.1", self.controller.port, me, heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS
+            )
+        return EtcdMetadata(self.etcd_url, me, create_cluster=me is not None, session_timeout_ms=SESSION_TIMEOUT_MS)
+
+    @property
+    def leader_elections(self) -> int:
+        if self.controller is not None:
+            return self.controller.controller.leader_elections
+        live = [s for s in self._sources.values() if isinstance(s, EtcdMetadata)]
+        return self._past_elections + sum(s.leader_elections for s in live)
+
+    @property
+    def controller_elections(self) -> int:
+        """Acting-controller take-overs (etcd; 0 for the embedded controller)."""
+        live = [s for s in self._sources.values() if isinstance(s, EtcdMetadata)]
+        return self._past_controller_elections + sum(s.elections_won for s in live)
 
     def partitions(self) -> list[TopicIdPartition]:
         assert self.admin is not None
@@ -290,7 +362,7 @@ class LocalCluster:
         info = self.layout.broker(broker_id)
         assert info is not None
         me = BrokerInfo(broker_id, info.az, "127.0.0.1", self.ports[broker_id], self.kafka_ports.get(broker_id, 0))
-        source = ControllerMetadata("127.0.0.1", self.controller.port, me, heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS)
+        source = self._source(me)
         await source.start()
         broker: Broker
         if self.opts.orphan_rate > 0:
@@ -308,6 +380,9 @@ class LocalCluster:
         broker, source = self.brokers.pop(broker_id), self._sources.pop(broker_id)
         await source.stop()
         await broker.stop()
+        if isinstance(source, EtcdMetadata):
+            self._past_elections += source.leader_elections
+            self._past_controller_elections += source.elections_won
         self._collect_orphans(broker)
         st = broker.replicas.stats
         self.past.truncations += st.truncations
@@ -343,7 +418,10 @@ class LocalCluster:
             await source.stop()
         if self.admin is not None:
             await self.admin.stop()
-        await self.controller.stop()
+        if self.controller is not None:
+            await self.controller.stop()
+        if self.etcd is not None:
+            await asyncio.to_thread(self.etcd.close)
 
 
 async def _kill_loop(cluster: LocalCluster, opts: ClusterOptions, rng: random.Random) -> None:
@@ -356,6 +434,79 @@ async def _kill_loop(cluster: LocalCluster, opts: ClusterOptions, rng: random.Ra
         await asyncio.sleep(opts.restart_after_s)
         log.warning("restarting broker %d", victim)
         await cluster.start_broker(victim)
+
+
+# How long after an etcd fault the produce pause is looked for.
+ETCD_FAULT_WINDOW_S = 10.0
+# How long a killed etcd leader's successor may take to be elected.
+ETCD_ELECTION_WAIT_S = 30.0
+
+
+async def _etcd_fault_loop(
+    cluster: LocalCluster, opts: ClusterOptions, start: float, events: list[dict[str, Any]]
+) -> None:
+    """The etcd faults of ``opts``, at fixed shares of the run (see ClusterOptions)."""
+    etcd = cluster.etcd
+    assert etcd is not None
+    d = opts.duration_s
+
+    async def at(share: float) -> None:
+        await asyncio.sleep(max(0.0, start + share * d - time.monotonic()))
+
+    if opts.etcd_member_faults:
+        await at(0.25)
+        leader = await asyncio.to_thread(etcd.leader)
+        follower = next(i for i in range(etcd.members) if i != leader)
+        events.append({"fault": f"etcd follower m{follower} killed", "at_s": time.monotonic() - start})
+        log.warning("killing etcd follower m%d", follower)
+        await asyncio.to_thread(etcd.kill, follower)
+        await at(0.40)
+        await asyncio.to_thread(etcd.restart, follower)
+        await at(0.55)
+        leader = await asyncio.to_thread(etcd.leader)
+        victim = 0 if leader is None else leader
+        killed_at = time.monotonic()
+        log.warning("killing etcd leader m%d", victim)
+        await asyncio.to_thread(etcd.kill, victim)
+        elected = None
+        while elected is None and time.monotonic() - killed_at < ETCD_ELECTION_WAIT_S:
+            await asyncio.sleep(0.05)
+            elected = await asyncio.to_thread(etcd.leader)
+        events.append({
+            "fault": f"etcd leader m{victim} killed",
+            "at_s": killed_at - start,
+            "etcd_election_s": None if elected is None else time.monotonic() - killed_at,
+        })  # fmt: skip
+        await at(0.75)
+        await asyncio.to_thread(etcd.restart, victim)
+    if opts.etcd_outage_s:
+        await at(0.30)
+        events.append(
+            {"fault": "every etcd member down", "at_s": time.monotonic() - start, "for_s": opts.etcd_outage_s}
+        )
+        log.warning("stopping every etcd member for %.1f s", opts.etcd_outage_s)
+        await asyncio.to_thread(etcd.stop_all_members)
+        await asyncio.sleep(opts.etcd_outage_s)
+        await asyncio.to_thread(etcd.restart_all)
+
+
+def _fault_effects(events: list[dict[str, Any]], ack_times: list[float]) -> list[dict[str, Any]]:
+    """Each fault with the acknowledgements in its window and the longest
+    gap between two of them (the produce pause it caused, at most)."""
+    acks = sorted(ack_times)
+    out = []
+    for ev in events:
+        begin = ev["at_s"]
+        end = begin + ev.get("for_s", 0.0) + ETCD_FAULT_WINDOW_S
+        inside = [t for t in acks if begin <= t <= end]
+        before = [t for t in acks if t < begin][-1:]
+        points = before + inside
+        gaps = [b - a for a, b in itertools.pairwise(points)]
+        during = [t for t in inside if t <= begin + ev.get("for_s", 0.0)]
+        out.append(
+            {**ev, "acks_in_window": len(inside), "acks_during": len(during), "produce_pause_s": max(gaps, default=0.0)}
+        )
+    return out
 
 
 async def run(
@@ -490,6 +641,8 @@ async def _run(
     for p in producers:
         await p.start()
     killer = asyncio.ensure_future(_kill_loop(cluster, opts, rng)) if opts.kill_broker_every_s > 0 else None
+    fault_events: list[dict[str, Any]] = []
+    ack_times: list[float] = []
 
     acked: dict[tuple[int, int], RecordMetadata] = {}
     sent = 0
@@ -497,6 +650,9 @@ async def _run(
     futures: list[asyncio.Future[RecordMetadata]] = []
     start = time.monotonic()
     pad = b"x" * max(0, opts.message_bytes - 24)
+    faulter = None
+    if opts.etcd_member_faults or opts.etcd_outage_s:
+        faulter = asyncio.ensure_future(_etcd_fault_loop(cluster, opts, start, fault_events))
 
     def on_done(key: tuple[int, int]) -> Callable[[asyncio.Future[RecordMetadata]], None]:
         def cb(f: asyncio.Future[RecordMetadata]) -> None:
@@ -505,6 +661,7 @@ async def _run(
                 failed += 1
             else:
                 acked[key] = f.result()
+                ack_times.append(time.monotonic() - start)
 
         return cb
 
@@ -527,6 +684,9 @@ async def _run(
             next_report += 1.0
             progress(f"{elapsed:5.1f}s produced {sent:,} acked {len(acked):,} failed {failed:,}")
         await asyncio.sleep(tick_s)
+    if faulter is not None:
+        # Finish the faults (every etcd member is back when it returns).
+        await faulter
     if killer is not None:
         killer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -586,6 +746,7 @@ async def _run(
             order_violations += 1
         last[(pi, tp)] = (seq, off)
 
+    etcd_faults = _fault_effects(fault_events, ack_times)
     walmgr_result: dict[str, int] = {}
     if mgr is not None and walmgr_runner is not None:
         if progress:
@@ -600,7 +761,10 @@ async def _run(
         "brokers": len(brokers),
         "partitions": opts.partitions,
         "replication_factor": min(opts.replication_factor, len(brokers)),
-        "leader_elections": cluster.controller.controller.leader_elections,
+        "metadata": "embedded controller" if cluster.controller is not None else cluster.etcd_url,
+        "leader_elections": cluster.leader_elections,
+        "controller_elections": cluster.controller_elections,
+        "etcd_faults": etcd_faults,
         "truncations": cluster.replication_total("truncations"),
         "brokers_killed": cluster.killed,
         "entries_replicated": cluster.replication_total("entries_replicated"),
@@ -658,6 +822,19 @@ def print_report(r: dict[str, Any], out: Any = sys.stdout) -> None:
         f"{r['mib_per_s']:.2f} MiB/s",
         f"replication: {r['entries_replicated']:,} entries replicated, {r['leader_elections']} leader elections, "
         f"{r['truncations']} truncations, {r['brokers_killed']} brokers killed",
+        f"metadata: {r['metadata']}"
+        + (
+            f", {r['controller_elections']} acting-controller elections"
+            if r["metadata"] != "embedded controller"
+            else ""
+        ),
+        *(
+            f"etcd fault: {f['fault']} at {f['at_s']:.1f} s: produce paused at most {f['produce_pause_s']:.2f} s, "
+            f"{f['acks_during'] if 'for_s' in f else f['acks_in_window']:,} acks "
+            + ("while it lasted" if "for_s" in f else f"in the {ETCD_FAULT_WINDOW_S:g} s after")
+            + (f"; etcd elected a new leader in {f['etcd_election_s']:.2f} s" if f.get("etcd_election_s") else "")
+            for f in r.get("etcd_faults", [])
+        ),
         f"data: {r['data_dir']} ({r['store']})"
         if r.get("data_kept", True)
         else "data: a temporary directory, removed at exit (--data-dir DIR keeps it)",

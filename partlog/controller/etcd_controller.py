@@ -1,0 +1,79 @@
+"""The acting controller's decisions over an :class:`EtcdView`: sans-IO.
+
+With etcd there is no controller process: brokers register and change ISRs
+themselves, by compare-and-swap transactions.  What needs one actor (fencing
+a broker whose lease expired, electing leaders, accepting a new incarnation,
+preferred-leader elections) is done by whichever process won etcd's
+election, with the rules of :mod:`partlog.controller.rules`, the same ones
+the embedded controller runs.
+
+Decisions are level-triggered: :func:`plan` compares the whole view with
+what the rules want, so a controller that takes over mid-way (its
+predecessor killed between two transactions) simply finishes the job.
+
+A broker is alive for these decisions when it is *accepted*: its key exists
+(its lease is alive) and ``incarnations/<id>`` holds that key's epoch.  A
+new incarnation is accepted only by a plan with nothing else to do, i.e.
+once every partition has been settled without it: the old incarnation left
+every ISR and leadership first, exactly as the embedded controller fences
+an old incarnation before registering the new one.  The next plan then
+brings the new one back (offline partitions whose last ISR member it is,
+preferred leaders).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from partlog.controller.cluster_meta import NO_LEADER, PartitionInfo
+from partlog.controller.core import REASON_BROKER_FENCED, REASON_BROKER_REGISTERED, REASON_PREFERRED
+from partlog.controller.etcd_layout import EtcdView
+from partlog.controller.rules import after_fencing, bump, needs_reconcile, preferred
+from partlog.kafka.records import TopicIdPartition
+
+__all__ = ["PartitionChange", "Plan", "plan"]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionChange:
+    tp: TopicIdPartition
+    old: PartitionInfo
+    new: PartitionInfo  # epochs bumped
+    reason: str
+    unclean: bool = False
+
+    @property
+    def election(self) -> bool:
+        return self.new.leader != self.old.leader and self.new.leader != NO_LEADER
+
+
+@dataclass(slots=True)
+class Plan:
+    changes: list[PartitionChange] = field(default_factory=list)
+    # (broker id, epoch): incarnations to accept, only when ``changes`` is empty.
+    accept: list[tuple[int, int]] = field(default_factory=list)
+
+    def empty(self) -> bool:
+        return not self.changes and not self.accept
+
+
+def plan(view: EtcdView, *, unclean: bool, elect_preferred: bool) -> Plan:
+    """What the acting controller should write next (see the module doc)."""
+    out = Plan()
+    alive = view.accepted
+    for tp, p in view.partitions():
+        new, was_unclean = p, False
+        # An offline partition comes back with a broker; otherwise one left.
+        reason = REASON_BROKER_REGISTERED if p.leader == NO_LEADER else REASON_BROKER_FENCED
+        if needs_reconcile(p, alive):
+            new, was_unclean = after_fencing(p, alive, unclean)
+        if elect_preferred and new == p:
+            new, reason = preferred(p, alive), REASON_PREFERRED
+        new = bump(p, new)
+        if new != p:
+            out.changes.append(PartitionChange(tp, p, new, reason, was_unclean))
+    if not out.changes:
+        out.accept = [
+            (bid, b.epoch) for bid, b in sorted(view.brokers.items()) if view.incarnations.get(bid) != b.epoch
+        ]
+    return out

@@ -1,0 +1,502 @@
+"""Cluster metadata kept in etcd: the ``etcd://`` URL, the key layout, the
+value codecs, and :class:`EtcdView`, the state a process rebuilds from a
+range read plus the watch events after it.  Sans-IO: nothing here talks to
+etcd (:mod:`partlog.controller.etcd_meta` does), so tests and the races'
+property tests drive the same view as brokers.
+
+Key layout under the cluster's prefix ``P`` (several clusters may share one
+etcd under different prefixes; a key of ``P`` never begins another
+cluster's prefix, because every key is ``P + "/" + ...``)::
+
+    P/cluster_id              str(uuid): made once, by the first broker
+    P/brokers/<id>            [az, host, port, kafka_port, lease]: under the
+                              broker's session lease; its mod revision is
+                              the broker epoch of that incarnation
+    P/incarnations/<id>       the broker epoch the acting controller has
+                              accepted (the older incarnation is fenced first)
+    P/topics/<name>           [topic id (16 bytes), [[replicas] per partition]]
+    P/parts/<topic hex>/<p>   [leader, leader epoch, replicas, isr, partition epoch]:
+                              written at the partition's first change; absent,
+                              the partition is as created (first replica leads,
+                              ISR = replicas, epochs 0)
+    P/deleted/<topic hex>     the deleted topic's name (kept for good)
+    P/producer_ids            the first producer id of the next block
+    P/election/<lease hex>    the acting controller's election (etcd's recipe:
+                              the lowest create revision leads)
+
+Every value is msgpack.  A value that does not decode or breaks an invariant
+(another program's key, another version, a hostile writer) is refused by the
+view: the key keeps its last good value, the refusal is counted and logged,
+and nothing else changes: a bad key costs its own update, never the view.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from partlog.controller.cluster_meta import (
+    NO_LEADER,
+    BrokerInfo,
+    MetadataError,
+    PartitionInfo,
+    TopicInfo,
+)
+from partlog.controller.core import (
+    AZ_CHARS_MAX,
+    BROKER_ID_MAX,
+    HOST_CHARS_MAX,
+    PARTITIONS_PER_TOPIC_MAX,
+    PORT_MAX,
+    MetadataSnapshot,
+    dec_partition,
+    enc_partition,
+    valid_topic_name,
+)
+from partlog.kafka.records import TopicIdPartition
+from partlog.rpc.wire import WireError
+
+__all__ = [
+    "ETCD_ENDPOINTS_MAX",
+    "ETCD_PREFIX_DEFAULT",
+    "ETCD_SCHEME",
+    "ETCD_VALUE_BYTES_MAX",
+    "EtcdTarget",
+    "EtcdView",
+    "Keys",
+    "RegisteredBroker",
+    "parse_etcd_url",
+]
+
+log = logging.getLogger(__name__)
+
+ETCD_SCHEME = "etcd://"
+# The prefix a URL without one gets.
+ETCD_PREFIX_DEFAULT = "/partlog"
+# An etcd cluster has a handful of members; a URL naming more is a mistake.
+ETCD_ENDPOINTS_MAX = 16
+# Keys stay well under etcd's limits with room for the longest topic name.
+ETCD_PREFIX_CHARS_MAX = 200
+_PREFIX = re.compile(r"(/[A-Za-z0-9._-]+)+")
+_HOST = re.compile(r"[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]")
+# etcd refuses requests over 1.5 MiB (--max-request-bytes); a value larger
+# than that cannot have come from etcd, and decoding one is not attempted.
+ETCD_VALUE_BYTES_MAX = 3 * 1024 * 1024 // 2
+# Replicas per partition: a replica list longer than the broker id space
+# allows is hostile, and msgpack would happily decode millions of ints.
+REPLICAS_MAX = 64
+
+
+@dataclass(frozen=True, slots=True)
+class EtcdTarget:
+    """Where a cluster's metadata lives: etcd members and the key prefix."""
+
+    endpoints: tuple[tuple[str, int], ...]
+    prefix: str
+
+    def url(self) -> str:
+        hosts = ",".join(f"{h}:{p}" for h, p in self.endpoints)
+        return f"{ETCD_SCHEME}{hosts}{self.prefix}"
+
+
+def parse_etcd_url(url: str) -> EtcdTarget:
+    """``etcd://host:port[,host:port...][/prefix]``; the prefix defaults to
+    ``/partlog``.  Raises :class:`MetadataError` naming what is wrong."""
+    if not isinstance(url, str) or not url.startswith(ETCD_SCHEME):
+        raise MetadataError(f"metadata {str(url)!r:.80}: not an etcd URL (etcd://HOST:PORT[,HOST:PORT...][/PREFIX])")
+    rest = url.removeprefix(ETCD_SCHEME)
+    hosts, slash, prefix = rest.partition("/")
+    prefix = slash + prefix if slash else ETCD_PREFIX_DEFAULT
+    if len(prefix) > ETCD_PREFIX_CHARS_MAX or not _PREFIX.fullmatch(prefix):
+        raise MetadataError(
+            f"metadata {url!r:.80}: prefix {prefix!r:.60} must be /NAME[/NAME...] of [A-Za-z0-9._-], "
+            f"at most {ETCD_PREFIX_CHARS_MAX} characters"
+        )
+    if any(part in (".", "..") for part in prefix.split("/")):
+        raise MetadataError(f"metadata {url!r:.80}: prefix {prefix!r:.60} has a . or .. segment")
+    endpoints: list[tuple[str, int]] = []
+    for item in hosts.split(","):
+        host, colon, port = item.rpartition(":")
+        if not colon or not _HOST.fullmatch(host) or not port.isdigit() or not 0 < int(port) <= PORT_MAX:
+            raise MetadataError(f"metadata {url!r:.80}: endpoint {item!r:.60} is not HOST:PORT")
+        endpoints.append((host, int(port)))
+        if len(endpoints) > ETCD_ENDPOINTS_MAX:
+            raise MetadataError(f"metadata {url!r:.80}: more than {ETCD_ENDPOINTS_MAX} endpoints")
+    return EtcdTarget(tuple(endpoints), prefix)
+
+
+class Keys:
+    """The keys of one cluster's prefix (see the module doc)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.root = (prefix + "/").encode()
+        self.cluster_id = self.root + b"cluster_id"
+        self.brokers = self.root + b"brokers/"
+        self.incarnations = self.root + b"incarnations/"
+        self.topics = self.root + b"topics/"
+        self.parts = self.root + b"parts/"
+        self.deleted = self.root + b"deleted/"
+        self.producer_ids = self.root + b"producer_ids"
+        self.election = self.root + b"election/"
+
+    def broker(self, broker_id: int) -> bytes:
+        return self.brokers + str(broker_id).encode()
+
+    def incarnation(self, broker_id: int) -> bytes:
+        return self.incarnations + str(broker_id).encode()
+
+    def topic(self, name: str) -> bytes:
+        return self.topics + name.encode()
+
+    def part(self, tp: TopicIdPartition) -> bytes:
+        return self.parts + f"{tp.topic_id.hex}/{tp.partition}".encode()
+
+    def parts_of(self, topic_id: uuid.UUID) -> bytes:
+        return self.parts + f"{topic_id.hex}/".encode()
+
+    def deleted_topic(self, topic_id: uuid.UUID) -> bytes:
+        return self.deleted + topic_id.hex.encode()
+
+    def candidate(self, lease_id: int) -> bytes:
+        return self.election + f"{lease_id:016x}".encode()
+
+
+# ------------------------------------------------------------------ codecs
+
+
+def _pack(v: Any) -> bytes:
+    out = msgpack.packb(v)
+    assert isinstance(out, bytes)
+    return out
+
+
+def _unpack(value: bytes, what: str) -> Any:
+    if len(value) > ETCD_VALUE_BYTES_MAX:
+        raise MetadataError(f"{what}: {len(value)} bytes, more than etcd stores")
+    try:
+        return msgpack.unpackb(value, raw=False, strict_map_key=True)
+    except (ValueError, TypeError, msgpack.UnpackException) as e:
+        raise MetadataError(f"{what}: not msgpack: {e}") from None
+
+
+def _int(v: Any, what: str, low: int, high: int) -> int:
+    if type(v) is not int or not low <= v <= high:
+        raise MetadataError(f"{what}: {v!r:.40} is not an integer in [{low}, {high}]")
+    return v
+
+
+def _str(v: Any, what: str, chars_max: int) -> str:
+    if not isinstance(v, str) or not 0 < len(v) <= chars_max:
+        raise MetadataError(f"{what}: {v!r:.40} is not a string of 1 to {chars_max} characters")
+    return v
+
+
+def _list(v: Any, what: str, n: int | None = None, most: int | None = None) -> list[Any]:
+    if not isinstance(v, list) or (n is not None and len(v) != n) or (most is not None and len(v) > most):
+        raise MetadataError(f"{what}: {v!r:.40} is not a list{'' if n is None else f' of {n}'}")
+    return v
+
+
+def _replicas(v: Any, what: str) -> tuple[int, ...]:
+    reps = tuple(_int(r, f"{what}[]", 0, BROKER_ID_MAX) for r in _list(v, what, most=REPLICAS_MAX))
+    if not reps or len(set(reps)) != len(reps):
+        raise MetadataError(f"{what}: {list(reps)} is empty or names a broker twice")
+    return reps
+
+
+def enc_broker(b: BrokerInfo, lease_id: int) -> bytes:
+    return _pack([b.az, b.host, b.port, b.kafka_port, lease_id])
+
+
+def dec_broker(broker_id: int, value: bytes) -> tuple[BrokerInfo, int]:
+    what = f"broker {broker_id}"
+    az, host, port, kafka_port, lease = _list(_unpack(value, what), what, 5)
+    info = BrokerInfo(
+        broker_id,
+        _str(az, f"{what}.az", AZ_CHARS_MAX),
+        _str(host, f"{what}.host", HOST_CHARS_MAX),
+        _int(port, f"{what}.port", 1, PORT_MAX),
+        _int(kafka_port, f"{what}.kafka_port", 0, PORT_MAX),
+    )
+    return info, _int(lease, f"{what}.lease", 0, (1 << 63) - 1)
+
+
+def enc_topic(topic_id: uuid.UUID, replicas: Iterable[tuple[int, ...]]) -> bytes:
+    return _pack([topic_id.bytes, [list(r) for r in replicas]])
+
+
+def dec_topic(name: str, value: bytes) -> tuple[uuid.UUID, tuple[tuple[int, ...], ...]]:
+    what = f"topic {name!r:.60}"
+    tid, assignment = _list(_unpack(value, what), what, 2)
+    if not isinstance(tid, bytes) or len(tid) != 16:
+        raise MetadataError(f"{what}: topic id {tid!r:.40} is not 16 bytes")
+    parts = _list(assignment, f"{what}.partitions", most=PARTITIONS_PER_TOPIC_MAX)
+    if not parts:
+        raise MetadataError(f"{what}: no partitions")
+    return uuid.UUID(bytes=tid), tuple(_replicas(r, f"{what}.partitions[{i}]") for i, r in enumerate(parts))
+
+
+def enc_part(p: PartitionInfo) -> bytes:
+    return _pack(enc_partition(p))
+
+
+def dec_part(what: str, value: bytes, replicas: tuple[int, ...]) -> PartitionInfo:
+    """A partition's state, checked against its topic's replicas and the
+    invariants every committed state keeps."""
+    try:
+        p = dec_partition(_unpack(value, what), what)
+    except WireError as e:
+        raise MetadataError(str(e)) from None
+    if p.replicas != replicas:
+        raise MetadataError(f"{what}: replicas {list(p.replicas)}, the topic says {list(replicas)}")
+    if not p.isr or p.isr != tuple(r for r in p.replicas if r in p.isr) or len(set(p.isr)) != len(p.isr):
+        raise MetadataError(f"{what}: isr {list(p.isr)} is not a subset of the replicas in their order")
+    if p.leader != NO_LEADER and p.leader not in p.isr:
+        raise MetadataError(f"{what}: leader {p.leader} is not in the isr {list(p.isr)}")
+    if not 0 <= p.leader_epoch <= p.partition_epoch < 1 << 31:
+        raise MetadataError(f"{what}: epochs {p.leader_epoch}/{p.partition_epoch} out of order or range")
+    return p
+
+
+def dec_uuid(value: bytes, what: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        raise MetadataError(f"{what}: {value!r:.60} is not a UUID") from None
+
+
+def dec_counter(value: bytes, what: str) -> int:
+    return _int(_unpack(value, what), what, 0, (1 << 63) - 1)
+
+
+# -------------------------------------------------------------------- view
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredBroker:
+    info: BrokerInfo
+    epoch: int  # the mod revision of its key: one per incarnation
+    lease: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Topic:
+    topic_id: uuid.UUID
+    name: str
+    revision: int  # the create revision of its key: fences a re-created name
+    replicas: tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class KV:
+    """One key's state as etcd reports it (a range read or a watch event);
+    ``value`` None for a deletion."""
+
+    key: bytes
+    value: bytes | None
+    create_revision: int
+    mod_revision: int
+
+
+class EtcdView:
+    """A cluster's metadata as of ``revision``: :meth:`load` a range read of
+    the prefix, then :meth:`apply` every watch event after it."""
+
+    def __init__(self, keys: Keys) -> None:
+        self.keys = keys
+        self.revision = 0
+        self.cluster_id: uuid.UUID | None = None
+        self.brokers: dict[int, RegisteredBroker] = {}
+        self.incarnations: dict[int, int] = {}
+        self._topics: dict[str, _Topic] = {}
+        self._by_id: dict[uuid.UUID, _Topic] = {}
+        # Partitions written since creation: (state, mod revision).
+        self._parts: dict[TopicIdPartition, tuple[PartitionInfo, int]] = {}
+        self.deleted: dict[uuid.UUID, str] = {}
+        self.producer_ids_next = 0
+        # Election candidates: key -> (create revision, value).
+        self.candidates: dict[bytes, int] = {}
+        # Keys refused (undecodable or breaking an invariant), for metrics.
+        self.refused = 0
+        self._snapshot: MetadataSnapshot | None = None
+
+    def load(self, kvs: Iterable[KV], revision: int) -> None:
+        """Replace everything by a range read of the prefix at ``revision``."""
+        self.__init__(self.keys)  # type: ignore[misc]
+        # Partitions after their topics ("parts/" sorts before "topics/"),
+        # deleted records before topics (a re-used id is refused).
+        order = (self.keys.cluster_id, self.keys.deleted, self.keys.topics, self.keys.parts)
+        for kv in sorted(kvs, key=lambda kv: next((i for i, p in enumerate(order) if kv.key.startswith(p)), 0)):
+            self.apply(kv)
+        self.revision = revision
+
+    def apply(self, kv: KV) -> None:
+        """One key changed (or was read).  A refused value leaves that key
+        as it was; a key this layout does not know is ignored."""
+        self.revision = max(self.revision, kv.mod_revision)
+        self._snapshot = None
+        try:
+            self._apply(kv)
+        except MetadataError as e:
+            self.refused += 1
+            log.error("etcd %s: refused: %s", kv.key[:200].decode(errors="replace"), e)
+
+    def _apply(self, kv: KV) -> None:
+        k, v, rev = kv.key, kv.value, kv.mod_revision
+        keys = self.keys
+        if k == keys.cluster_id:
+            # Made once and never changed: a change is another cluster's
+            # doing, and brokers must not follow it.
+            if v is None:
+                raise MetadataError("cluster_id deleted: keeping the one this view knew")
+            cid = dec_uuid(v, "cluster_id")
+            if self.cluster_id is not None and cid != self.cluster_id:
+                raise MetadataError(f"cluster_id changed from {self.cluster_id} to {cid}: keeping the first")
+            self.cluster_id = cid
+        elif k.startswith(keys.brokers):
+            bid = self._id(k, keys.brokers)
+            if v is None:
+                self.brokers.pop(bid, None)
+            else:
+                info, lease = dec_broker(bid, v)
+                self.brokers[bid] = RegisteredBroker(info, rev, lease)
+        elif k.startswith(keys.incarnations):
+            bid = self._id(k, keys.incarnations)
+            if v is None:
+                self.incarnations.pop(bid, None)
+            else:
+                self.incarnations[bid] = dec_counter(v, f"incarnation of broker {bid}")
+        elif k.startswith(keys.topics):
+            name = k[len(keys.topics) :].decode(errors="replace")
+            if not valid_topic_name(name):
+                raise MetadataError(f"topic name {name!r:.60} is not one Kafka allows")
+            # Decoded before anything changes: a refused value keeps the topic.
+            created = None if v is None else dec_topic(name, v)
+            old = self._topics.get(name)
+            other = created is not None and created[0] in self._by_id and (old is None or old.topic_id != created[0])
+            if created is not None and (created[0] in self.deleted or other):
+                raise MetadataError(f"topic {name!r}: id {created[0]} is another topic's or a deleted one's")
+            if old is not None:
+                del self._topics[name], self._by_id[old.topic_id]
+                for p in range(len(old.replicas)):
+                    self._parts.pop(TopicIdPartition(old.topic_id, p), None)
+            if created is not None:
+                nt = _Topic(created[0], name, kv.create_revision, created[1])
+                self._topics[name] = self._by_id[nt.topic_id] = nt
+        elif k.startswith(keys.parts):
+            tid_hex, _, index = k[len(keys.parts) :].decode(errors="replace").partition("/")
+            try:
+                tid = uuid.UUID(hex=tid_hex)
+            except ValueError:
+                raise MetadataError(f"partition key with topic id {tid_hex!r:.40}") from None
+            owner = self._by_id.get(tid)
+            if not index.isdigit() or owner is None or not int(index) < len(owner.replicas):
+                if v is None:
+                    return  # a deleted topic's partitions going with it
+                raise MetadataError(f"partition {tid_hex}/{index:.20} of no live topic")
+            tp = TopicIdPartition(tid, int(index))
+            if v is None:
+                self._parts.pop(tp, None)
+            else:
+                what = f"partition {owner.name}/{tp.partition}"
+                self._parts[tp] = (dec_part(what, v, owner.replicas[tp.partition]), rev)
+        elif k.startswith(keys.deleted):
+            if v is None:
+                raise MetadataError("a deleted topic's record deleted: deletions are final, keeping it")
+            try:
+                tid = uuid.UUID(hex=k[len(keys.deleted) :].decode(errors="replace"))
+            except ValueError:
+                raise MetadataError(f"deleted topic key {k[-40:]!r}") from None
+            name = _unpack(v, "deleted topic name")
+            self.deleted[tid] = _str(name, "deleted topic name", 255)
+        elif k == keys.producer_ids:
+            if v is not None:
+                self.producer_ids_next = dec_counter(v, "producer_ids")
+        elif k.startswith(keys.election):
+            if v is None:
+                self.candidates.pop(k, None)
+            else:
+                self.candidates[k] = kv.create_revision
+
+    @staticmethod
+    def _id(key: bytes, prefix: bytes) -> int:
+        text = key[len(prefix) :]
+        if not text.isdigit() or len(text) > 10 or int(text) > BROKER_ID_MAX:
+            raise MetadataError(f"broker id {text[:20]!r} is not one Kafka allows")
+        return int(text)
+
+    # ---------------------------------------------------------- reading
+
+    def topic_names(self) -> list[str]:
+        return sorted(self._topics)
+
+    def topic_of(self, name: str) -> tuple[uuid.UUID, int] | None:
+        """(topic id, create revision of its key) for a live topic."""
+        t = self._topics.get(name)
+        return None if t is None else (t.topic_id, t.revision)
+
+    def topic_revision(self, topic_id: uuid.UUID) -> tuple[str, int] | None:
+        t = self._by_id.get(topic_id)
+        return None if t is None else (t.name, t.revision)
+
+    def partition_count(self) -> int:
+        return sum(len(t.replicas) for t in self._topics.values())
+
+    def partition(self, tp: TopicIdPartition) -> PartitionInfo | None:
+        got = self._parts.get(tp)
+        if got is not None:
+            return got[0]
+        t = self._by_id.get(tp.topic_id)
+        if t is None or not 0 <= tp.partition < len(t.replicas):
+            return None
+        reps = t.replicas[tp.partition]
+        return PartitionInfo(reps[0], 0, reps, reps, 0)
+
+    def part_revision(self, tp: TopicIdPartition) -> int:
+        """The mod revision of the partition's key (0: never written)."""
+        got = self._parts.get(tp)
+        return 0 if got is None else got[1]
+
+    def set_partition(self, tp: TopicIdPartition, p: PartitionInfo, revision: int) -> None:
+        """A change this process committed (the watch brings it too)."""
+        if tp.topic_id in self._by_id and revision > self.part_revision(tp):
+            self._parts[tp] = (p, revision)
+            self._snapshot = None
+
+    def partitions(self) -> Iterator[tuple[TopicIdPartition, PartitionInfo]]:
+        for t in self._topics.values():
+            for i in range(len(t.replicas)):
+                tp = TopicIdPartition(t.topic_id, i)
+                p = self.partition(tp)
+                assert p is not None
+                yield tp, p
+
+    def leader_candidate(self) -> bytes | None:
+        """The election key that leads (the lowest create revision)."""
+        return min(self.candidates, key=self.candidates.__getitem__) if self.candidates else None
+
+    def accepted(self, broker_id: int) -> bool:
+        """Alive for the controller's decisions: registered, and this
+        incarnation accepted (an older one was fenced first)."""
+        b = self.brokers.get(broker_id)
+        return b is not None and self.incarnations.get(broker_id) == b.epoch
+
+    def snapshot(self) -> MetadataSnapshot:
+        """The view as the embedded controller's snapshot (alive brokers by
+        id, topics by name); ``version`` is the etcd revision."""
+        if self._snapshot is None:
+            brokers = [self.brokers[b].info for b in sorted(self.brokers)]
+            topics = []
+            for name in sorted(self._topics):
+                t = self._topics[name]
+                parts = tuple(self.partition(TopicIdPartition(t.topic_id, i)) for i in range(len(t.replicas)))
+                topics.append(TopicInfo(t.topic_id, name, parts))  # type: ignore[arg-type]
+            self._snapshot = MetadataSnapshot(self.revision, brokers, topics, self.cluster_id, frozenset(self.deleted))
+        return self._snapshot
