@@ -263,7 +263,11 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.add_argument("--registry", default=None, help="one-off: registry directory")
         p.add_argument("--prefix", default=None, help="WAL key prefix (default from the config, else 'wal')")
-        p.add_argument("--metadata", default=None, help="controller://HOST:PORT or a static cluster TOML")
+        p.add_argument(
+            "--metadata",
+            default=None,
+            help="controller://HOST:PORT, etcd://HOST:PORT[,HOST:PORT...][/PREFIX] or a static cluster TOML",
+        )
         p.add_argument("--json", action="store_true", help="print one JSON object")
 
     run = sub.add_parser("run", help="the daemon: a cycle every cycle_interval_ms until SIGTERM")
@@ -353,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not daemon and not debug:
         logging.getLogger("partlog.controller.client").setLevel(logging.ERROR)
+        logging.getLogger("partlog.controller.etcd_meta").setLevel(logging.ERROR)
     return run_cli(f"walmgr {args.command}", lambda: _dispatch(parser, args), debug=debug)
 
 

@@ -19,7 +19,7 @@ import tomllib
 import urllib.parse
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from partlog import injected_bugs
 from partlog.produce.pipeline import ProduceConfig
@@ -27,6 +27,9 @@ from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
 from partlog.wal.key import make_wal_key
 from partlog.wal.objectstore import DELETE_KEYS_MAX, s3_config_from_url
 from walmgr.paced_store import READ_ATTEMPTS_DEFAULT
+
+if TYPE_CHECKING:
+    from partlog.controller.etcd_layout import EtcdTarget
 
 # The brokers' default WAL key prefix (ProduceConfig.key_prefix): walmgr must
 # look where brokers write.
@@ -59,6 +62,8 @@ FOOTER_READS_MAX_IN_FLIGHT_DEFAULT = 32
 FOOTER_READS_MAX_IN_FLIGHT_MAX = 1024  # threads: beyond this, a typo
 PORT_MAX = 65_535
 CONTROLLER_SCHEME = "controller://"
+# Cluster metadata on etcd (partlog.controller.etcd_meta).
+ETCD_SCHEME = "etcd://"
 # walmgr's S3 defaults, unless the store URL names its own: footer reads
 # through obstore (a tenth of boto3's CPU per GET, so parallel reads scale)
 # and botocore's adaptive retries (slow down on 503 SlowDown).
@@ -147,7 +152,9 @@ class WalmgrConfig:
     full_scan_interval_ms: int = FULL_SCAN_INTERVAL_MS_DEFAULT
     delete_batch_size: int = DELETE_BATCH_SIZE_DEFAULT
     check_timeout_ms: int = CHECK_TIMEOUT_MS_DEFAULT
-    metadata: str = ""  # "controller://HOST:PORT", a static cluster TOML file, or "" for none
+    # "controller://HOST:PORT", "etcd://HOST:PORT[,...][/PREFIX]", a static
+    # cluster TOML file, or "" for none.
+    metadata: str = ""
     listen: str = ""  # "HOST:PORT" for broker notifications, "" for none
     metrics_port: int = 0  # 0: no metrics endpoint
     secret_file: str = ""
@@ -269,11 +276,10 @@ class WalmgrConfig:
         if not 0 <= self.metrics_port <= PORT_MAX:
             raise WalmgrConfigError(f"must be in [0, {PORT_MAX}], got {self.metrics_port}", key="metrics_port")
         try:
-            _ = self.controller_address, self.listen_address
+            _ = self.controller_address, self.listen_address, self.etcd_target
         except ValueError as e:
-            raise WalmgrConfigError(
-                str(e), key="metadata" if self.metadata.startswith(CONTROLLER_SCHEME) else "listen"
-            ) from e
+            in_metadata = self.metadata.startswith((CONTROLLER_SCHEME, ETCD_SCHEME))
+            raise WalmgrConfigError(str(e), key="metadata" if in_metadata else "listen") from e
 
     @property
     def age_gate_ms(self) -> int:
@@ -301,9 +307,18 @@ class WalmgrConfig:
         return parse_host_port(self.metadata.removeprefix(CONTROLLER_SCHEME))
 
     @property
+    def etcd_target(self) -> EtcdTarget | None:
+        """The etcd members and prefix when ``metadata`` is an etcd:// URL."""
+        if not self.metadata.startswith(ETCD_SCHEME):
+            return None
+        from partlog.controller.etcd_layout import parse_etcd_url
+
+        return parse_etcd_url(self.metadata)
+
+    @property
     def cluster_file(self) -> str | None:
         """The static cluster TOML when ``metadata`` is a path."""
-        if not self.metadata or self.metadata.startswith(CONTROLLER_SCHEME):
+        if not self.metadata or self.metadata.startswith((CONTROLLER_SCHEME, ETCD_SCHEME)):
             return None
         return self.metadata
 

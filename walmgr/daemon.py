@@ -249,10 +249,16 @@ def load_metadata(
     client_ssl: ssl.SSLContext | None = None,
 ) -> MetadataSource | None:
     """``controller://HOST:PORT`` (not started; it is reached with
-    ``secret``, ``client_ssl`` and, when known, ``cluster_id``), a static
+    ``secret``, ``client_ssl`` and, when known, ``cluster_id``), an
+    ``etcd://`` URL (a view only: it never creates a cluster, so a prefix
+    holding none, or another cluster's, refuses to start), a static
     cluster TOML, or None."""
     if not spec:
         return None
+    if spec.startswith("etcd://"):
+        from partlog.controller.etcd_meta import EtcdMetadata
+
+        return EtcdMetadata(spec, cluster_id=cluster_id)
     if spec.startswith("controller://"):
         from partlog.controller.client import ControllerMetadata
 
@@ -352,7 +358,7 @@ class Walmgr:
                 client_ssl=self._client_ssl,
             )
             self._own_metadata = True
-            if hasattr(self.metadata, "failures"):  # ControllerMetadata counts what it retries
+            if hasattr(self.metadata, "failures"):  # Controller/EtcdMetadata count what they retry
                 self.metrics.metadata_errors.set_function(lambda: float(getattr(self.metadata, "failures", 0)))
             start = getattr(self.metadata, "start", None)
             if start is not None:

@@ -111,6 +111,9 @@ CONTROLLER_TICK_MS = 1_000
 # The whole prefix is read in one answer (the view is bounded by
 # PARTITIONS_MAX partitions, ~40 bytes each): gRPC's 4 MiB default is too small.
 GRPC_MESSAGE_BYTES_MAX = 256 * 1024 * 1024
+# gRPC reconnect backoff bounds (see _new_client).
+GRPC_RECONNECT_BACKOFF_MS_MIN = 100
+GRPC_RECONNECT_BACKOFF_MS_MAX = 500
 _PID_LIMIT = (1 << 63) - 1
 
 # What a call that did not reach etcd (or got no usable answer) raises.
@@ -166,6 +169,12 @@ def _new_client(target: str, timeout_s: float) -> Any:
             # A member gone without a FIN is noticed within seconds.
             "grpc.keepalive_time_ms": 5_000,
             "grpc.keepalive_timeout_ms": 5_000,
+            # gRPC's reconnect backoff grows to 2 minutes by default: after
+            # an outage the channel would come back after the leases (a
+            # session timeout) expired.  Capped well inside any session.
+            "grpc.initial_reconnect_backoff_ms": GRPC_RECONNECT_BACKOFF_MS_MIN,
+            "grpc.min_reconnect_backoff_ms": GRPC_RECONNECT_BACKOFF_MS_MIN,
+            "grpc.max_reconnect_backoff_ms": GRPC_RECONNECT_BACKOFF_MS_MAX,
         },
     )
 

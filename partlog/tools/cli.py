@@ -207,8 +207,11 @@ def _cmd_broker(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from partlog.controller.cluster_meta import BrokerInfo, MetadataSource
 
-    if (args.cluster is None) == (args.controller is None):
-        print("partlog broker: give exactly one of --cluster FILE and --controller HOST:PORT", file=sys.stderr)
+    if sum(x is not None for x in (args.cluster, args.controller, args.metadata)) != 1:
+        print(
+            "partlog broker: give exactly one of --cluster FILE, --controller HOST:PORT and --metadata etcd://...",
+            file=sys.stderr,
+        )
         return 2
     meta: MetadataSource | None = None
     if args.cluster is not None:
@@ -226,17 +229,23 @@ def _cmd_broker(args: argparse.Namespace) -> int:
             return 2
         me, meta = found, static
     else:
+        flag = "--controller" if args.controller is not None else "--metadata"
         if args.az is None or not args.port:
-            print("partlog broker: --controller needs --az and --port", file=sys.stderr)
+            print(f"partlog broker: {flag} needs --az and --port", file=sys.stderr)
             return 2
         if args.kafka_port == 0:
-            print("partlog broker: --controller needs a fixed --kafka-port (it is registered)", file=sys.stderr)
+            print(f"partlog broker: {flag} needs a fixed --kafka-port (it is registered)", file=sys.stderr)
             return 2
         me = BrokerInfo(args.id, args.az, args.host, args.port, args.kafka_port or 0)
         try:
-            controller = _host_port(args.controller)
+            if args.controller is not None:
+                controller = _host_port(args.controller)
+            else:
+                from partlog.controller.etcd_layout import parse_etcd_url
+
+                etcd_target = parse_etcd_url(args.metadata)
         except ValueError as e:
-            print(f"partlog broker: --controller: {e}", file=sys.stderr)
+            print(f"partlog broker: {flag}: {e}", file=sys.stderr)
             return 2
     secret = read_secret_file(args.secret_file)
     tls = _tls(args)
@@ -277,8 +286,13 @@ def _cmd_broker(args: argparse.Namespace) -> int:
 
     async def serve() -> None:
         source: MetadataSource
-        controller_source = None
-        if meta is None:
+        controller_source: Any = None
+        if meta is None and args.metadata is not None:
+            from partlog.controller.etcd_meta import EtcdMetadata
+
+            controller_source = EtcdMetadata(etcd_target, me, cluster_id=expected_cluster, create_cluster=True)
+            source = controller_source
+        elif meta is None:
             from partlog.controller.client import ControllerMetadata
 
             controller_source = ControllerMetadata(
@@ -429,25 +443,46 @@ def _cmd_topics_create(args: argparse.Namespace) -> int:
     import logging
 
     from partlog.controller.client import ControllerMetadata, ControllerUnavailableError
+    from partlog.controller.cluster_meta import MetadataError
     from partlog.kafka.errors import Errors
 
+    if (args.controller is None) == (args.metadata is None):
+        print("partlog topics create: give exactly one of --controller HOST:PORT and --metadata etcd://...",
+              file=sys.stderr)  # fmt: skip
+        return 2
     try:
-        host, port = _host_port(args.controller)
+        if args.controller is not None:
+            host, port = _host_port(args.controller)
+        else:
+            from partlog.controller.etcd_layout import parse_etcd_url
+
+            etcd_target = parse_etcd_url(args.metadata)
     except ValueError as e:
-        print(f"partlog topics create: --controller: {e}", file=sys.stderr)
+        print(f"partlog topics create: {'--controller' if args.controller else '--metadata'}: {e}", file=sys.stderr)
         return 2
 
     secret = read_secret_file(args.secret_file)
     tls = _tls(args)
     # One-shot: the final error sums up the retries, which are not logged one by one.
     logging.getLogger("partlog.controller.client").setLevel(logging.ERROR)
+    logging.getLogger("partlog.controller.etcd_meta").setLevel(logging.ERROR)
 
     async def create() -> int:
-        client = ControllerMetadata(
-            host, port, cluster_id=_cluster_id_arg(args.cluster_id), secret=secret, ssl=tls.client if tls else None
-        )
+        client: Any
+        if args.metadata is not None:
+            from partlog.controller.etcd_meta import EtcdMetadata
+
+            client = EtcdMetadata(etcd_target, cluster_id=_cluster_id_arg(args.cluster_id))
+        else:
+            client = ControllerMetadata(
+                host, port, cluster_id=_cluster_id_arg(args.cluster_id), secret=secret, ssl=tls.client if tls else None
+            )
         try:
             await client.start(timeout_ms=args.timeout_ms)  # retries until the controller answers
+        except MetadataError as e:  # no cluster under that prefix, or another cluster
+            await client.stop()
+            print(f"partlog topics create: {e}", file=sys.stderr)
+            return 2
         except ControllerUnavailableError as e:
             await client.stop()
             print(f"partlog topics create: {e}", file=sys.stderr)
@@ -696,7 +731,8 @@ def build_parser() -> argparse.ArgumentParser:
         "Creating an existing topic with the same shape succeeds; another shape is TOPIC_ALREADY_EXISTS (exit 1).",
     )
     tc.add_argument("name", metavar="NAME")
-    tc.add_argument("--controller", required=True, metavar="HOST:PORT", help="the controller's address")
+    tc.add_argument("--controller", default=None, metavar="HOST:PORT", help="the controller's address")
+    tc.add_argument("--metadata", default=None, metavar="etcd://HOST:PORT[,...][/PREFIX]", help="or the cluster's etcd")
     tc.add_argument("--partitions", type=int, required=True, help="number of partitions")
     tc.add_argument("--replication-factor", type=int, default=3, help="replicas per partition (default 3)")
     tc.add_argument("--secret-file", default=None, help="file holding the shared secret of the controller's RPCs")
@@ -805,7 +841,13 @@ def build_parser() -> argparse.ArgumentParser:
     br.add_argument(
         "--controller", default=None, metavar="HOST:PORT", help="take metadata from this controller instead"
     )
-    br.add_argument("--az", default=None, help="this broker's AZ (with --controller)")
+    br.add_argument(
+        "--metadata",
+        default=None,
+        metavar="etcd://HOST:PORT[,...][/PREFIX]",
+        help="take metadata from etcd instead (the first broker creates the cluster under PREFIX, default /partlog)",
+    )
+    br.add_argument("--az", default=None, help="this broker's AZ (with --controller or --metadata)")
     br.add_argument("--host", default="127.0.0.1", help="address to listen on (with --controller; default 127.0.0.1)")
     br.add_argument("--port", type=int, default=0, help="port to listen on (with --controller)")
     br.add_argument(

@@ -1,0 +1,430 @@
+"""Cluster metadata on etcd (issue 19): the URL, the view's refusal of
+hostile values, and the back end against a real 3-member etcd on loopback:
+sessions and fencing, incarnations, AlterPartition and producer-id CAS,
+elections, prefixes of other clusters, member kills."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+
+import msgpack
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from partlog.controller.cluster_meta import NO_LEADER, BrokerInfo, ClusterMismatchError, MetadataError, PartitionInfo
+from partlog.controller.etcd_controller import plan
+from partlog.controller.etcd_layout import KV, EtcdView, Keys, enc_broker, enc_part, enc_topic, parse_etcd_url
+from partlog.controller.etcd_meta import EtcdMetadata
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import TopicIdPartition
+
+needs_etcd = pytest.mark.skipif(
+    shutil.which("etcd") is None, reason="etcd is not installed (scripts/test installs Debian's etcd-server)"
+)
+
+SESSION_MS = 2_000  # etcd's shortest lease: fencing tests stay quick
+WAIT_S = 20.0
+
+
+# ------------------------------------------------------------------ the URL
+
+
+def test_url_forms() -> None:
+    t = parse_etcd_url("etcd://127.0.0.1:2379,10.0.0.2:2380/clusters/a")
+    assert t.endpoints == (("127.0.0.1", 2379), ("10.0.0.2", 2380)) and t.prefix == "/clusters/a"
+    assert parse_etcd_url("etcd://h:1").prefix == "/partlog"
+    assert parse_etcd_url(t.url()) == t
+    for bad in ("etcd://", "etcd://h", "etcd://h:0", "etcd://h:70000", "etcd://h:1/", "etcd://h:1/a/../b",
+                "etcd://h:1/a b", "http://h:1/x", "etcd://h:1,/x", "etcd://h:1//x"):  # fmt: skip
+        with pytest.raises(MetadataError):
+            parse_etcd_url(bad)
+
+
+@given(st.text(max_size=300))
+def test_url_fails_closed(text: str) -> None:
+    """Any string is a target or a MetadataError naming it, never another exception."""
+    for url in (text, "etcd://" + text):
+        try:
+            t = parse_etcd_url(url)
+        except MetadataError as e:
+            assert "metadata" in str(e)
+        else:
+            assert t.endpoints and t.prefix.startswith("/") and parse_etcd_url(t.url()) == t
+
+
+# ------------------------------------------------------- the view, hostile
+
+KEYS = Keys("/c")
+TID = uuid.UUID(int=7)
+
+
+def _good_state() -> list[KV]:
+    reps = ((1, 2, 3), (2, 3, 1))
+    return [
+        KV(KEYS.cluster_id, str(uuid.UUID(int=1)).encode(), 1, 1),
+        KV(KEYS.broker(1), enc_broker(BrokerInfo(1, "a", "h", 1), 5), 2, 2),
+        KV(KEYS.topic("t"), enc_topic(TID, reps), 3, 3),
+        KV(KEYS.part(TopicIdPartition(TID, 0)), enc_part(PartitionInfo(2, 1, reps[0], (2, 3), 2)), 4, 4),
+    ]
+
+
+_junk = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.text(max_size=8) | st.binary(max_size=20),
+    lambda inner: st.lists(inner, max_size=6),
+    max_leaves=30,
+)
+_small = st.integers(-2, 4)
+# Near-valid states: the invariants, not the decoding, must refuse them.
+_plausible = st.one_of(
+    st.tuples(_small, _small, st.lists(_small, max_size=4), st.lists(_small, max_size=4), _small).map(list),
+    st.tuples(st.just(TID.bytes), st.lists(st.lists(_small, max_size=4), max_size=3)).map(list),
+    st.tuples(st.text(max_size=3), st.just("h"), _small, _small, _small).map(list),
+)
+_suffixes = st.sampled_from(
+    [
+        b"cluster_id",
+        b"brokers/",
+        b"incarnations/",
+        b"topics/",
+        b"parts/",
+        b"deleted/",
+        b"producer_ids",
+        b"election/",
+        b"",
+    ]
+)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(
+            _suffixes,
+            st.binary(max_size=40) | st.sampled_from([b"1", b"t", TID.hex.encode() + b"/0", TID.hex.encode()]),
+            st.none() | st.binary(max_size=64) | (_junk | _plausible).map(msgpack.packb),
+        ),
+        max_size=25,
+    )
+)
+def test_view_refuses_hostile_values(events: list[tuple[bytes, bytes, bytes | None]]) -> None:
+    """Whatever a writer puts under the prefix, the view never raises, keeps
+    its invariants, and a refused key keeps its last good value."""
+    view = EtcdView(KEYS)
+    view.load(_good_state(), 4)
+    for rev, (kind, tail, value) in enumerate(events, start=5):
+        view.apply(KV(KEYS.root + kind + tail, value, rev, rev))
+        s = view.snapshot()
+        assert s.cluster_id == uuid.UUID(int=1)  # made once, never changed
+        for t in s.topics:
+            for p in t.partitions:
+                assert p.isr and set(p.isr) <= set(p.replicas)
+                assert p.leader == NO_LEADER or p.leader in p.isr
+        plan(view, unclean=False, elect_preferred=True)  # decisions over any view are total
+
+
+def test_view_loads_partitions_after_their_topic() -> None:
+    """A range read is sorted by key ("parts/" before "topics/"): the
+    partition's state must not be refused for arriving first."""
+    view = EtcdView(KEYS)
+    view.load(sorted(_good_state(), key=lambda kv: kv.key), 4)
+    assert view.refused == 0
+    assert view.partition(TopicIdPartition(TID, 0)) == PartitionInfo(2, 1, (1, 2, 3), (2, 3), 2)
+
+
+# ------------------------------------------------------------- real etcd
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    from partlog.tools.etcd_launcher import EtcdCluster
+
+    with EtcdCluster(str(tmp_path_factory.mktemp("etcd"))) as cluster:
+        yield cluster
+
+
+def _url(etcd: object) -> str:
+    return etcd.url(f"/t{uuid.uuid4().hex[:12]}")  # type: ignore[attr-defined]
+
+
+class Brokers:
+    """Broker sessions (no broker behind them) and an admin view of one prefix."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.sources: dict[int, EtcdMetadata] = {}
+        self.admin = EtcdMetadata(url)
+
+    async def add(self, bid: int, **kw: object) -> EtcdMetadata:
+        m = EtcdMetadata(
+            self.url, BrokerInfo(bid, f"az{bid % 3}", "127.0.0.1", 9000 + bid), create_cluster=True,
+            session_timeout_ms=SESSION_MS, **kw,  # type: ignore[arg-type]
+        )  # fmt: skip
+        await m.start(timeout_ms=10_000)
+        self.sources[bid] = m
+        return m
+
+    async def start(self, n: int) -> None:
+        for bid in range(1, n + 1):
+            await self.add(bid)
+        await self.admin.start(timeout_ms=10_000)
+        assert await self.admin.wait_for(lambda: all(self.admin.view.accepted(b) for b in self.sources), WAIT_S)
+
+    def controllers(self) -> list[int]:
+        return [b for b, m in self.sources.items() if m.is_controller]
+
+    async def stop(self) -> None:
+        for m in self.sources.values():
+            await m.stop(revoke=True)
+        await self.admin.stop()
+
+
+def with_brokers(etcd: object, body: Callable[[Brokers], Awaitable[None]]) -> None:
+    """Run ``body`` on a fresh prefix in its own event loop (the suite uses
+    no asyncio plugin), stopping every session after."""
+
+    async def main() -> None:
+        b = Brokers(_url(etcd))
+        try:
+            await body(b)
+        finally:
+            await b.stop()
+
+    asyncio.run(main())
+
+
+@needs_etcd
+def test_lease_expiry_fences_and_elects(etcd: object) -> None:
+    with_brokers(etcd, _lease_expiry_fences_and_elects)
+
+
+async def _lease_expiry_fences_and_elects(brokers: Brokers) -> None:
+    await brokers.start(3)
+    info = (await brokers.admin.create_topics({"t": (6, 3)}))["t"]
+    assert not isinstance(info, Errors)
+    victim = next(b for b in brokers.sources if not brokers.sources[b].is_controller)
+    before = brokers.admin.topic("t")
+    assert before is not None
+    await brokers.sources.pop(victim).stop()  # a crash: the lease runs out
+    admin = brokers.admin
+
+    def fenced() -> bool:
+        t = admin.topic("t")
+        return t is not None and all(p.leader != victim and victim not in p.isr for p in t.partitions)
+
+    assert await admin.wait_for(fenced, WAIT_S)
+    after = admin.topic("t")
+    assert after is not None
+    for old, new in zip(before.partitions, after.partitions, strict=True):
+        if old.leader == victim:
+            assert new.leader_epoch == old.leader_epoch + 1 and new.leader in old.isr
+        assert new.partition_epoch == old.partition_epoch + 1
+    assert admin.broker(victim) is None
+    assert plan(admin.view, unclean=False, elect_preferred=False).empty()
+
+
+@needs_etcd
+def test_new_incarnation_is_fenced_before_it_is_accepted(etcd: object) -> None:
+    with_brokers(etcd, _new_incarnation_is_fenced_before_it_is_accepted)
+
+
+async def _new_incarnation_is_fenced_before_it_is_accepted(brokers: Brokers) -> None:
+    """A broker back faster than its session: its old incarnation leaves
+    every ISR and leadership first (as the embedded controller does)."""
+    await brokers.start(3)
+    await brokers.admin.create_topics({"t": (6, 3)})
+    admin = brokers.admin
+    victim = next(b for b in brokers.sources if not brokers.sources[b].is_controller)
+    led = [i for i, p in enumerate(admin.topic("t").partitions) if p.leader == victim]  # type: ignore[union-attr]
+    old_epochs = [p.leader_epoch for p in admin.topic("t").partitions]  # type: ignore[union-attr]
+    old = brokers.sources.pop(victim)
+    await old.stop()  # its lease is still alive
+    fresh = await brokers.add(victim)
+    assert fresh.broker_epoch > old.broker_epoch
+    assert await admin.wait_for(lambda: admin.view.incarnations.get(victim) == fresh.broker_epoch, WAIT_S)
+    now = admin.topic("t")
+    assert now is not None and led
+    for i in led:
+        assert now.partitions[i].leader_epoch > old_epochs[i], "the old incarnation kept a leadership"
+
+
+@needs_etcd
+def test_alter_partition_compare_and_swap(etcd: object) -> None:
+    with_brokers(etcd, _alter_partition_compare_and_swap)
+
+
+async def _alter_partition_compare_and_swap(brokers: Brokers) -> None:
+    await brokers.start(3)
+    await brokers.admin.create_topics({"t": (1, 3)})
+    admin = brokers.admin
+    t = admin.topic("t")
+    assert t is not None
+    p = t.partitions[0]
+    tp = TopicIdPartition(t.topic_id, 0)
+    leader = brokers.sources[p.leader]
+    await leader.wait_for(lambda: leader.partition(tp) is not None, WAIT_S)
+    shrink = tuple(r for r in p.isr if r == p.leader)
+    other = tuple(r for r in p.isr if r != p.replicas[-1])
+    # Two writers with the same partition epoch: exactly one commits.
+    a, b = await asyncio.gather(
+        leader.alter_partition(p.leader, tp, p.leader_epoch, p.partition_epoch, shrink),
+        leader.alter_partition(p.leader, tp, p.leader_epoch, p.partition_epoch, other),
+    )
+    assert sum(isinstance(x, PartitionInfo) for x in (a, b)) == 1, (a, b)
+    loser = a if isinstance(b, PartitionInfo) else b
+    assert loser == Errors.INVALID_UPDATE_VERSION
+    # A stale epoch, a non-leader, an unknown partition: Kafka's answers.
+    assert await leader.alter_partition(p.leader, tp, p.leader_epoch, p.partition_epoch, p.isr) in (
+        Errors.INVALID_UPDATE_VERSION,
+    )
+    follower = next(m for bid, m in brokers.sources.items() if bid != p.leader)
+    assert (
+        await follower.alter_partition(follower.broker_info.broker_id, tp, 0, 0, p.isr)  # type: ignore[union-attr]
+        == Errors.NOT_LEADER_OR_FOLLOWER
+    )
+    gone = TopicIdPartition(uuid.uuid4(), 0)
+    assert await leader.alter_partition(p.leader, gone, 0, 0, p.isr) == Errors.UNKNOWN_TOPIC_OR_PARTITION
+
+
+@needs_etcd
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.integers(2, 4), st.integers(1, 6))
+def test_producer_id_blocks_race(etcd: object, racers: int, rounds: int) -> None:
+    """Brokers racing for producer-id blocks: every block is handed out
+    once, and together they tile the ids from 0 without a gap."""
+
+    async def race() -> list[tuple[int, int]]:
+        b = Brokers(_url(etcd))
+        try:
+            for bid in range(1, racers + 1):
+                await b.add(bid, campaign=False)
+            got = await asyncio.gather(
+                *(m.allocate_producer_ids(bid) for _ in range(rounds) for bid, m in b.sources.items())
+            )
+        finally:
+            await b.stop()
+        blocks = []
+        for x in got:
+            assert not isinstance(x, Errors), x
+            blocks.append((x.first_producer_id, x.size))
+        return blocks
+
+    blocks = sorted(asyncio.run(race()))
+    assert [first for first, _ in blocks] == [i * 1000 for i in range(racers * rounds)]
+
+
+@needs_etcd
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.integers(2, 4))
+def test_election_race(etcd: object, racers: int) -> None:
+    """Candidates starting at once: exactly one acts as controller; when it
+    dies, exactly one other takes over; a deposed controller's guarded
+    write fails."""
+
+    async def race() -> None:
+        b = Brokers(_url(etcd))
+        try:
+            await asyncio.gather(*(b.add(bid) for bid in range(1, racers + 1)))
+            await b.admin.start(timeout_ms=10_000)
+            assert await b.admin.wait_for(lambda: len(b.controllers()) == 1, WAIT_S)
+            await asyncio.sleep(0.3)
+            assert len(b.controllers()) == 1
+            first = b.controllers()[0]
+            old = b.sources.pop(first)
+            candidate = old.keys.candidate(old._lease_id)
+            rev = old.view.candidates[candidate]
+            await old.stop(revoke=True)
+            assert await b.admin.wait_for(lambda: len(b.controllers()) == 1, WAIT_S)
+            # The deposed controller's guard no longer holds.
+            probe = b.admin
+            c = await probe._etcd()
+            t = c.transactions
+            ok, _ = await probe._txn([t.create(candidate) == rev], [t.put(probe.keys.root + b"probe", b"x")])
+            assert not ok
+        finally:
+            await b.stop()
+
+    asyncio.run(race())
+
+
+@needs_etcd
+def test_prefix_without_a_cluster_or_of_another(etcd: object) -> None:
+    asyncio.run(_prefix_without_a_cluster_or_of_another(etcd))
+
+
+async def _prefix_without_a_cluster_or_of_another(etcd: object) -> None:
+    view = EtcdMetadata(_url(etcd))
+    with pytest.raises(ClusterMismatchError, match="no cluster under prefix"):
+        await view.start(timeout_ms=5_000)
+    await view.stop()
+    b = Brokers(_url(etcd))
+    try:
+        await b.start(1)
+        other = EtcdMetadata(b.url, cluster_id=uuid.uuid4())
+        with pytest.raises(ClusterMismatchError, match="belongs to cluster"):
+            await other.start(timeout_ms=5_000)
+        await other.stop()
+    finally:
+        await b.stop()
+
+
+@needs_etcd
+def test_walmgr_refuses_the_etcd_prefix_of_another_cluster(etcd: object, tmp_path: object) -> None:
+    asyncio.run(_walmgr_refuses_the_etcd_prefix_of_another_cluster(etcd, tmp_path))
+
+
+async def _walmgr_refuses_the_etcd_prefix_of_another_cluster(etcd: object, tmp_path: object) -> None:
+    from walmgr.config import WalmgrConfig
+    from walmgr.daemon import Walmgr
+
+    a, other = Brokers(_url(etcd)), Brokers(_url(etcd))
+    try:
+        await a.start(1)
+        await other.start(1)
+        registry = str(tmp_path / "registry")  # type: ignore[operator]
+        store = "file://" + str(tmp_path / "objects")  # type: ignore[operator]
+        mgr = Walmgr(WalmgrConfig.for_cli(store, registry, metadata=a.url))
+        await mgr.start(metadata_timeout_ms=10_000)
+        assert mgr.cluster_id == a.admin.cluster_id
+        await mgr.stop()
+        mgr = Walmgr(WalmgrConfig.for_cli(store, registry, metadata=other.url))
+        with pytest.raises(ClusterMismatchError):
+            await mgr.start(metadata_timeout_ms=10_000)
+        await mgr.stop()
+    finally:
+        await a.stop()
+        await other.stop()
+
+
+@needs_etcd
+def test_view_follows_changes_through_member_kills(tmp_path: object) -> None:
+    asyncio.run(_view_follows_changes_through_member_kills(tmp_path))
+
+
+async def _view_follows_changes_through_member_kills(tmp_path: object) -> None:
+    """Kill the etcd members one at a time (a quorum stays): the watch moves
+    to a live member and every change still reaches the view."""
+    from partlog.tools.etcd_launcher import EtcdCluster
+
+    with EtcdCluster(str(tmp_path)) as cluster:
+        b = Brokers(cluster.url("/kills"))
+        try:
+            await b.start(3)
+            for round_, member in enumerate(range(cluster.members)):
+                await asyncio.to_thread(cluster.kill, member)
+                name = f"t{round_}"
+                answer = None
+                for _ in range(50):  # retriable while the channel fails over
+                    answer = (await b.admin.create_topics({name: (2, 3)}))[name]
+                    if not isinstance(answer, Errors):
+                        break
+                    await asyncio.sleep(0.2)
+                assert not isinstance(answer, Errors), answer
+                for m in b.sources.values():
+                    assert await m.wait_for(lambda m=m, name=name: m.topic(name) is not None, WAIT_S)  # type: ignore[misc]
+                await asyncio.to_thread(cluster.restart, member)
+        finally:
+            await b.stop()
