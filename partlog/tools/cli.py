@@ -573,6 +573,37 @@ def _cmd_bench_replication(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_metadata(args: argparse.Namespace) -> int:
+    from partlog.tools import bench_metadata
+
+    try:
+        opts = bench_metadata.MetadataBenchOptions(
+            partitions=args.partitions,
+            blocks=args.blocks,
+            concurrency=args.concurrency,
+            rounds=args.rounds,
+            fencing_rounds=args.fencing_rounds,
+        )
+    except ValueError as e:
+        print(f"partlog bench metadata: {e}", file=sys.stderr)
+        return 2
+
+    def progress(msg: str) -> None:
+        if not args.json:
+            print(f"... {msg}", file=sys.stderr, flush=True)
+
+    try:
+        result = bench_metadata.run(opts, progress)
+    except RuntimeError as e:  # etcd missing or failing to start, a step that timed out
+        print(f"partlog bench metadata: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result))
+    else:
+        bench_metadata.print_report(result)
+    return 0
+
+
 def _cmd_metadata(args: argparse.Namespace) -> int:
     from partlog.tools import metadata_tool
 
@@ -692,6 +723,23 @@ def build_parser() -> argparse.ArgumentParser:
     brp.add_argument("--rounds", type=int, default=30, help="HWM propagation samples per case (default 30)")
     brp.set_defaults(func=_cmd_bench_replication)
 
+    bmd = bench_sub.add_parser(
+        "metadata",
+        help="the embedded controller against etcd: elections/s, producer-id blocks/s, propagation, fencing",
+        description="Runs both metadata back ends in one run with the same 3 broker sessions (no brokers behind "
+        "them), session timeout and topic: elections/s over the controller's durable write time when a broker "
+        "leading a third of the partitions is fenced; producer-id blocks/s; the delay from an ISR change to every "
+        "broker's view (p50/p99); and the time from a broker's crash to its fencing and to new leaders. etcd is a "
+        "3-member cluster started on 127.0.0.1 (needs Debian's etcd-server). Prints etcd / embedded ratios.",
+    )
+    bmd.add_argument("--json", action="store_true", help="print one JSON object")
+    bmd.add_argument("--partitions", type=int, default=300, help="partitions of the topic (default 300)")
+    bmd.add_argument("--blocks", type=int, default=300, help="producer-id blocks to allocate (default 300)")
+    bmd.add_argument("--concurrency", type=int, default=8, help="block requests in flight (default 8)")
+    bmd.add_argument("--rounds", type=int, default=50, help="propagation samples (default 50)")
+    bmd.add_argument("--fencing-rounds", type=int, default=2, help="broker kills (default 2)")
+    bmd.set_defaults(func=_cmd_bench_metadata)
+
     ctl = sub.add_parser(
         "controller",
         help="run the controller: cluster metadata, leader elections, producer-id blocks",
@@ -746,7 +794,8 @@ def build_parser() -> argparse.ArgumentParser:
     cl = sub.add_parser(
         "cluster",
         help="run a local multi-AZ cluster, produce, consume back and verify",
-        description="Starts an embedded controller (or etcd: --metadata) and brokers on 127.0.0.1 (default 3 AZs x 2), creates a topic "
+        description="Starts an embedded controller (or etcd: --metadata) and brokers on 127.0.0.1 "
+        "(default 3 AZs x 2), creates a topic "
         "with --replication-factor replicas per partition (one per AZ), runs producers in every AZ (idempotent, "
         "acks=all, routed to their AZ's representative) for --duration seconds, optionally killing and restarting "
         "random brokers, consumes everything back and verifies every acknowledged record exactly once and in order. "

@@ -1,0 +1,347 @@
+"""``partlog bench metadata``: the embedded controller against etcd, same
+cluster shape, same load, one run (issue 19).
+
+Both back ends get 3 broker sessions (one per AZ, no broker behind them:
+what is measured is the metadata path alone), the same session timeout, and
+a topic of ``partitions`` partitions at replication factor 3.  Measured:
+
+* **elections/s**: leader elections over the controller's time deciding and
+  writing them durably, when a broker leading a third of the partitions is
+  fenced.  Embedded: the core's ``tick`` that fences it (one fsynced LMDB
+  transaction for all of them).  etcd: the acting controller's partition
+  transactions (one each, compare-and-swap).
+* **producer-id blocks/s**: ``blocks`` blocks, ``concurrency`` requests in
+  flight over the 3 brokers.
+* **propagation p50/p99**: an ISR change (AlterPartition by the leader) until
+  every broker's view holds it, ``rounds`` samples.
+* **fencing**: a broker session stopped without a goodbye (a crash) until
+  the cluster's view no longer lists it, and until every partition it led
+  has a new leader there, ``fencing_rounds`` samples.
+
+Every number is printed beside the embedded controller's, with the ratio
+etcd / embedded.  No verdicts: the issue names no targets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from partlog.controller.client import ControllerMetadata
+from partlog.controller.cluster_meta import BrokerInfo, PartitionInfo
+from partlog.controller.core import Controller, ControllerConfig
+from partlog.controller.etcd_meta import EtcdMetadata
+from partlog.controller.server import ControllerServer
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import TopicIdPartition
+from partlog.tools.etcd_launcher import EtcdCluster
+
+__all__ = ["MetadataBenchOptions", "print_report", "run"]
+
+SESSION_TIMEOUT_MS = 3_000
+HEARTBEAT_INTERVAL_MS = 500
+BROKERS = 3
+TOPIC = "bench"
+# Bounds on the options: each sample costs a session timeout or a round
+# trip through both back ends; these keep one run within minutes.
+PARTITIONS_MAX = 3_000
+BLOCKS_MAX = 100_000
+ROUNDS_MAX = 10_000
+FENCING_ROUNDS_MAX = 20
+WAIT_S = 60.0
+
+Source = ControllerMetadata | EtcdMetadata
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataBenchOptions:
+    partitions: int = 300
+    blocks: int = 300
+    concurrency: int = 8
+    rounds: int = 50
+    fencing_rounds: int = 2
+
+    def __post_init__(self) -> None:
+        for name, low, high in (
+            ("partitions", BROKERS, PARTITIONS_MAX),
+            ("blocks", 1, BLOCKS_MAX),
+            ("concurrency", 1, 1_000),
+            ("rounds", 1, ROUNDS_MAX),
+            ("fencing_rounds", 1, FENCING_ROUNDS_MAX),
+        ):
+            v = getattr(self, name)
+            if type(v) is not int or not low <= v <= high:
+                raise ValueError(f"--{name.replace('_', '-')} must be an integer in [{low}, {high}], got {v!r}")
+
+
+def _pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return 0.0
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+class _Side:
+    """One back end: broker sessions and an admin view."""
+
+    def __init__(self, name: str, make: Callable[[BrokerInfo | None], Source]) -> None:
+        self.name = name
+        self.make = make
+        self.sources: dict[int, Source] = {}
+        self.admin: Source | None = None
+
+    async def start_broker(self, bid: int) -> None:
+        s = self.make(BrokerInfo(bid, f"az{bid}", "127.0.0.1", 20_000 + bid))
+        await s.start(timeout_ms=int(WAIT_S * 1000))
+        self.sources[bid] = s
+
+    async def start(self) -> None:
+        for bid in range(1, BROKERS + 1):
+            await self.start_broker(bid)
+        self.admin = self.make(None)
+        await self.admin.start(timeout_ms=int(WAIT_S * 1000))
+        if isinstance(self.admin, EtcdMetadata):
+            admin = self.admin
+            await admin.wait_for(lambda: all(admin.view.accepted(b) for b in range(1, BROKERS + 1)), WAIT_S)
+
+    async def until(self, done: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + WAIT_S
+        while not done():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name}: {what} did not happen within {WAIT_S:g} s")
+            await asyncio.sleep(0.002)
+
+    async def stop(self) -> None:
+        for s in self.sources.values():
+            await s.stop()
+        if self.admin is not None:
+            await self.admin.stop()
+
+
+async def _blocks(side: _Side, opts: MetadataBenchOptions) -> float:
+    todo = opts.blocks
+    brokers = sorted(side.sources)
+    handed: list[int] = []
+
+    async def worker(i: int) -> None:
+        nonlocal todo
+        s = side.sources[brokers[i % len(brokers)]]
+        bid = brokers[i % len(brokers)]
+        while todo > 0:
+            todo -= 1
+            got = await s.allocate_producer_ids(bid)
+            if isinstance(got, Errors):
+                raise RuntimeError(f"{side.name}: producer-id block refused: {got.name}")
+            handed.append(got.first_producer_id)
+
+    began = time.perf_counter()
+    await asyncio.gather(*(worker(i) for i in range(opts.concurrency)))
+    elapsed = time.perf_counter() - began
+    if len(set(handed)) != len(handed):
+        raise RuntimeError(f"{side.name}: a producer-id block was handed out twice")
+    return len(handed) / elapsed
+
+
+async def _propagation(side: _Side, tid: Any, opts: MetadataBenchOptions) -> list[float]:
+    """ISR shrink/expand of partition 0 by its leader, until every view has it."""
+    tp = TopicIdPartition(tid, 0)
+    out = []
+    for r in range(opts.rounds):
+        admin = side.admin
+        assert admin is not None
+        p = admin.partition(tp)
+        assert p is not None
+        leader = side.sources[p.leader]
+        await side.until(lambda p=p: all(s.partition(tp) == p for s in side.sources.values()), "views agreeing")  # type: ignore[misc]
+        isr = (p.leader,) if len(p.isr) > 1 else p.replicas
+        began = time.perf_counter()
+        got = await leader.alter_partition(p.leader, tp, p.leader_epoch, p.partition_epoch, isr)
+        if not isinstance(got, PartitionInfo):
+            raise RuntimeError(f"{side.name}: AlterPartition round {r} refused: {got!r}")
+        epoch = got.partition_epoch
+
+        def everywhere(epoch: int = epoch) -> bool:
+            return all((q := s.partition(tp)) is not None and q.partition_epoch >= epoch for s in side.sources.values())
+
+        await side.until(everywhere, "the ISR change reaching every broker")
+        out.append((time.perf_counter() - began) * 1000)
+    return out
+
+
+async def _fencing(side: _Side, tid: Any, opts: MetadataBenchOptions) -> tuple[list[float], list[float]]:
+    """Crash a broker session; ms until it is gone from the view, and until
+    every partition it led has another leader there."""
+    gone_ms, moved_ms = [], []
+    admin = side.admin
+    assert admin is not None
+    for r in range(opts.fencing_rounds):
+        victim = 1 + r % BROKERS
+        led = [i for i, p in enumerate(admin.topic(TOPIC).partitions) if p.leader == victim]  # type: ignore[union-attr]
+        began = time.perf_counter()
+        await side.sources.pop(victim).stop()
+        await side.until(lambda v=victim: admin.broker(v) is None, "fencing")  # type: ignore[misc]
+        gone_ms.append((time.perf_counter() - began) * 1000)
+
+        def moved(v: int = victim, led: list[int] = led) -> bool:
+            t = admin.topic(TOPIC)
+            return t is not None and all(t.partitions[i].leader != v for i in led)
+
+        await side.until(moved, "re-election")
+        moved_ms.append((time.perf_counter() - began) * 1000)
+        await side.start_broker(victim)
+        if isinstance(admin, EtcdMetadata):
+            await side.until(lambda v=victim: admin.view.accepted(v), "the new incarnation's acceptance")  # type: ignore[misc]
+    return gone_ms, moved_ms
+
+
+def _embedded_elections(data_dir: str, partitions: int) -> tuple[int, float]:
+    """The embedded core fencing a broker that leads a third of the
+    partitions: (elections, seconds of the tick that decided and wrote them)."""
+    c = Controller(ControllerConfig(data_dir, broker_session_timeout_ms=SESSION_TIMEOUT_MS), now_ms=0)
+    try:
+        epochs: dict[int, int] = {}
+        for b in range(1, BROKERS + 1):
+            got = c.register_broker(b, f"az{b}", "127.0.0.1", 20_000 + b, 0)
+            assert not isinstance(got, Errors)
+            epochs[b] = got
+        c.create_topic(TOPIC, partitions, BROKERS)
+        for b in range(2, BROKERS + 1):
+            c.heartbeat(b, epochs[b], SESSION_TIMEOUT_MS)
+        before = c.leader_elections
+        began = time.perf_counter()
+        c.tick(SESSION_TIMEOUT_MS + 1)
+        return c.leader_elections - before, time.perf_counter() - began
+    finally:
+        c.close()
+
+
+async def _elections_etcd(side: _Side) -> tuple[int, float]:
+    """Revoke the session of broker 1 (not the acting controller's if
+    avoidable) and read the controller's own count and time."""
+    ctl = next((s for s in side.sources.values() if isinstance(s, EtcdMetadata) and s.is_controller), None)
+    if ctl is None:
+        raise RuntimeError("etcd: no acting controller")
+    victim = next(b for b, s in side.sources.items() if s is not ctl)
+    admin = side.admin
+    assert isinstance(admin, EtcdMetadata)
+    led = [i for i, p in enumerate(admin.topic(TOPIC).partitions) if p.leader == victim]  # type: ignore[union-attr]
+    n0, s0 = ctl.leader_elections, ctl.controller_write_s
+    src = side.sources.pop(victim)
+    assert isinstance(src, EtcdMetadata)
+    await src.stop(revoke=True)
+    await side.until(lambda: all(admin.topic(TOPIC).partitions[i].leader != victim for i in led), "re-election")  # type: ignore[union-attr]
+    n, s = ctl.leader_elections - n0, ctl.controller_write_s - s0
+    await side.start_broker(victim)
+    await side.until(lambda: admin.view.accepted(victim), "the new incarnation's acceptance")
+    return n, s
+
+
+async def _measure(side: _Side, opts: MetadataBenchOptions, progress: Callable[[str], None]) -> dict[str, Any]:
+    await side.start()
+    admin = side.admin
+    assert admin is not None
+    created = (await admin.create_topics({TOPIC: (opts.partitions, BROKERS)}))[TOPIC]
+    if isinstance(created, Errors):
+        raise RuntimeError(f"{side.name}: topic creation refused: {created.name}")
+    tid = created.topic_id
+    await side.until(lambda: all(s.topic(TOPIC) is not None for s in side.sources.values()), "the topic everywhere")
+    progress(f"{side.name}: producer-id blocks")
+    blocks_per_s = await _blocks(side, opts)
+    progress(f"{side.name}: propagation")
+    prop = await _propagation(side, tid, opts)
+    out: dict[str, Any] = {
+        "producer_id_blocks_per_s": blocks_per_s,
+        "propagation_ms": {"p50": _pct(prop, 0.5), "p99": _pct(prop, 0.99), "mean": statistics.fmean(prop)},
+    }
+    if isinstance(admin, EtcdMetadata):
+        progress(f"{side.name}: elections")
+        n, s = await _elections_etcd(side)
+        out["elections"] = {"count": n, "seconds": s, "per_s": n / s if s else 0.0}
+    progress(f"{side.name}: fencing")
+    gone, moved = await _fencing(side, tid, opts)
+    out["fencing_ms"] = {"p50": _pct(gone, 0.5), "max": max(gone)}
+    out["failover_ms"] = {"p50": _pct(moved, 0.5), "max": max(moved)}
+    return out
+
+
+async def _run(opts: MetadataBenchOptions, tmp: str, progress: Callable[[str], None]) -> dict[str, Any]:
+    result: dict[str, Any] = {"options": dataclasses.asdict(opts)}
+    # Embedded controller.
+    progress("embedded: elections (the core, fsynced)")
+    n, s = await asyncio.to_thread(_embedded_elections, os.path.join(tmp, "core"), opts.partitions)
+    server = ControllerServer(
+        ControllerConfig(os.path.join(tmp, "controller"), broker_session_timeout_ms=SESSION_TIMEOUT_MS)
+    )
+    await server.start()
+    embedded = _Side(
+        "embedded",
+        lambda me: ControllerMetadata("127.0.0.1", server.port, me, heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS),
+    )
+    try:
+        result["embedded"] = await _measure(embedded, opts, progress)
+        result["embedded"]["elections"] = {"count": n, "seconds": s, "per_s": n / s if s else 0.0}
+    finally:
+        await embedded.stop()
+        await server.stop()
+    # etcd.
+    etcd = EtcdCluster(os.path.join(tmp, "etcd"))
+    await asyncio.to_thread(etcd.start)
+    url = etcd.url("/bench")
+    result["etcd_url"] = url
+    side = _Side(
+        "etcd",
+        lambda me: EtcdMetadata(url, me, create_cluster=me is not None, session_timeout_ms=SESSION_TIMEOUT_MS),
+    )
+    try:
+        result["etcd"] = await _measure(side, opts, progress)
+    finally:
+        await side.stop()
+        await asyncio.to_thread(etcd.close)
+    e, k = result["embedded"], result["etcd"]
+    result["ratios_etcd_to_embedded"] = {
+        "elections_per_s": k["elections"]["per_s"] / e["elections"]["per_s"] if e["elections"]["per_s"] else 0.0,
+        "producer_id_blocks_per_s": k["producer_id_blocks_per_s"] / e["producer_id_blocks_per_s"],
+        "propagation_p50": k["propagation_ms"]["p50"] / max(e["propagation_ms"]["p50"], 1e-9),
+        "propagation_p99": k["propagation_ms"]["p99"] / max(e["propagation_ms"]["p99"], 1e-9),
+        "fencing_p50": k["fencing_ms"]["p50"] / max(e["fencing_ms"]["p50"], 1e-9),
+        "failover_p50": k["failover_ms"]["p50"] / max(e["failover_ms"]["p50"], 1e-9),
+    }
+    return result
+
+
+def run(opts: MetadataBenchOptions, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="partlog-bench-metadata-") as tmp:
+        return asyncio.run(_run(opts, tmp, progress or (lambda _m: None)))
+
+
+def print_report(r: dict[str, Any]) -> None:
+    e, k, q = r["embedded"], r["etcd"], r["ratios_etcd_to_embedded"]
+    o = r["options"]
+    blocks = "producer_id_blocks_per_s"
+    rows = [
+        ("elections/s (controller write time)", e["elections"]["per_s"], k["elections"]["per_s"], q["elections_per_s"]),
+        ("producer-id blocks/s", e[blocks], k[blocks], q[blocks]),
+        ("propagation p50 ms", e["propagation_ms"]["p50"], k["propagation_ms"]["p50"], q["propagation_p50"]),
+        ("propagation p99 ms", e["propagation_ms"]["p99"], k["propagation_ms"]["p99"], q["propagation_p99"]),
+        ("fencing after a kill p50 ms", e["fencing_ms"]["p50"], k["fencing_ms"]["p50"], q["fencing_p50"]),
+        ("new leaders after a kill p50 ms", e["failover_ms"]["p50"], k["failover_ms"]["p50"], q["failover_p50"]),
+    ]  # fmt: skip
+    print(
+        f"metadata back ends: {BROKERS} brokers, {o['partitions']} partitions (RF {BROKERS}), session timeout "
+        f"{SESSION_TIMEOUT_MS} ms; {o['blocks']} blocks at concurrency {o['concurrency']}, {o['rounds']} "
+        f"propagation rounds, {o['fencing_rounds']} kills; etcd: 3 members on loopback"
+    )
+    print(f"{'':38} {'embedded':>12} {'etcd':>12} {'etcd/embedded':>14}")
+    for name, a, b, ratio in rows:
+        print(f"{name:38} {a:12,.1f} {b:12,.1f} {ratio:14.2f}")
+    print(
+        f"elections measured: embedded {e['elections']['count']} in one fsynced transaction, "
+        f"etcd {k['elections']['count']} transactions"
+    )
