@@ -152,14 +152,15 @@ async def _blocks(side: _Side, opts: MetadataBenchOptions) -> float:
 async def _propagation(side: _Side, tid: Any, opts: MetadataBenchOptions) -> list[float]:
     """ISR shrink/expand of partition 0 by its leader, until every view has it."""
     tp = TopicIdPartition(tid, 0)
+    admin = side.admin
+    assert admin is not None
+    views = [admin, *side.sources.values()]
     out = []
     for r in range(opts.rounds):
-        admin = side.admin
-        assert admin is not None
+        await side.until(lambda: len({s.partition(tp) for s in views}) == 1, "views agreeing")
         p = admin.partition(tp)
         assert p is not None
         leader = side.sources[p.leader]
-        await side.until(lambda p=p: all(s.partition(tp) == p for s in side.sources.values()), "views agreeing")  # type: ignore[misc]
         isr = (p.leader,) if len(p.isr) > 1 else p.replicas
         began = time.perf_counter()
         got = await leader.alter_partition(p.leader, tp, p.leader_epoch, p.partition_epoch, isr)
