@@ -35,7 +35,7 @@ def test_broker_with_bad_config(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 def test_broker_needs_exactly_one_metadata_source(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["broker", "--id", "1", "--data-dir", str(tmp_path)]) == 2
-    assert "exactly one of --cluster FILE and --controller HOST:PORT" in capsys.readouterr().err
+    assert "exactly one of --cluster FILE, --controller HOST:PORT and --metadata etcd:" in capsys.readouterr().err
     assert main(["broker", "--controller", "127.0.0.1:1", "--id", "1", "--data-dir", str(tmp_path)]) == 2
     assert "--controller needs --az and --port" in capsys.readouterr().err
     args = ["broker", "--controller", "nohost", "--az", "a", "--port", "9", "--id", "1", "--data-dir", str(tmp_path)]

@@ -73,5 +73,5 @@ def test_options_refuse_etcd_faults_without_etcd() -> None:
         ClusterOptions(etcd_member_faults=True)
     with pytest.raises(ValueError, match="one of"):
         ClusterOptions(metadata="etcd", etcd_member_faults=True, etcd_outage_s=1.0)
-    with pytest.raises(ValueError, match="not an etcd URL|endpoint"):
+    with pytest.raises(ValueError, match=r"not an etcd URL|endpoint"):
         ClusterOptions(metadata="etcd://nohost")

@@ -21,6 +21,7 @@ from partlog.controller.etcd_layout import KV, EtcdView, Keys, enc_broker, enc_p
 from partlog.controller.etcd_meta import EtcdMetadata
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
+from partlog.tools.etcd_launcher import EtcdCluster
 
 needs_etcd = pytest.mark.skipif(
     shutil.which("etcd") is None, reason="etcd is not installed (scripts/test installs Debian's etcd-server)"
@@ -139,15 +140,13 @@ def test_view_loads_partitions_after_their_topic() -> None:
 
 
 @pytest.fixture(scope="module")
-def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    from partlog.tools.etcd_launcher import EtcdCluster
-
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
     with EtcdCluster(str(tmp_path_factory.mktemp("etcd"))) as cluster:
         yield cluster
 
 
-def _url(etcd: object) -> str:
-    return etcd.url(f"/t{uuid.uuid4().hex[:12]}")  # type: ignore[attr-defined]
+def _url(etcd: EtcdCluster) -> str:
+    return etcd.url(f"/t{uuid.uuid4().hex[:12]}")
 
 
 class Brokers:
@@ -182,7 +181,7 @@ class Brokers:
         await self.admin.stop()
 
 
-def with_brokers(etcd: object, body: Callable[[Brokers], Awaitable[None]]) -> None:
+def with_brokers(etcd: EtcdCluster, body: Callable[[Brokers], Awaitable[None]]) -> None:
     """Run ``body`` on a fresh prefix in its own event loop (the suite uses
     no asyncio plugin), stopping every session after."""
 
@@ -197,7 +196,7 @@ def with_brokers(etcd: object, body: Callable[[Brokers], Awaitable[None]]) -> No
 
 
 @needs_etcd
-def test_lease_expiry_fences_and_elects(etcd: object) -> None:
+def test_lease_expiry_fences_and_elects(etcd: EtcdCluster) -> None:
     with_brokers(etcd, _lease_expiry_fences_and_elects)
 
 
@@ -227,7 +226,7 @@ async def _lease_expiry_fences_and_elects(brokers: Brokers) -> None:
 
 
 @needs_etcd
-def test_new_incarnation_is_fenced_before_it_is_accepted(etcd: object) -> None:
+def test_new_incarnation_is_fenced_before_it_is_accepted(etcd: EtcdCluster) -> None:
     with_brokers(etcd, _new_incarnation_is_fenced_before_it_is_accepted)
 
 
@@ -252,7 +251,7 @@ async def _new_incarnation_is_fenced_before_it_is_accepted(brokers: Brokers) -> 
 
 
 @needs_etcd
-def test_alter_partition_compare_and_swap(etcd: object) -> None:
+def test_alter_partition_compare_and_swap(etcd: EtcdCluster) -> None:
     with_brokers(etcd, _alter_partition_compare_and_swap)
 
 
@@ -292,7 +291,7 @@ async def _alter_partition_compare_and_swap(brokers: Brokers) -> None:
 @needs_etcd
 @settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.integers(2, 4), st.integers(1, 6))
-def test_producer_id_blocks_race(etcd: object, racers: int, rounds: int) -> None:
+def test_producer_id_blocks_race(etcd: EtcdCluster, racers: int, rounds: int) -> None:
     """Brokers racing for producer-id blocks: every block is handed out
     once, and together they tile the ids from 0 without a gap."""
 
@@ -319,7 +318,7 @@ def test_producer_id_blocks_race(etcd: object, racers: int, rounds: int) -> None
 @needs_etcd
 @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.integers(2, 4))
-def test_election_race(etcd: object, racers: int) -> None:
+def test_election_race(etcd: EtcdCluster, racers: int) -> None:
     """Candidates starting at once: exactly one acts as controller; when it
     dies, exactly one other takes over; a deposed controller's guarded
     write fails."""
@@ -351,11 +350,11 @@ def test_election_race(etcd: object, racers: int) -> None:
 
 
 @needs_etcd
-def test_prefix_without_a_cluster_or_of_another(etcd: object) -> None:
+def test_prefix_without_a_cluster_or_of_another(etcd: EtcdCluster) -> None:
     asyncio.run(_prefix_without_a_cluster_or_of_another(etcd))
 
 
-async def _prefix_without_a_cluster_or_of_another(etcd: object) -> None:
+async def _prefix_without_a_cluster_or_of_another(etcd: EtcdCluster) -> None:
     view = EtcdMetadata(_url(etcd))
     with pytest.raises(ClusterMismatchError, match="no cluster under prefix"):
         await view.start(timeout_ms=5_000)
@@ -372,11 +371,11 @@ async def _prefix_without_a_cluster_or_of_another(etcd: object) -> None:
 
 
 @needs_etcd
-def test_walmgr_refuses_the_etcd_prefix_of_another_cluster(etcd: object, tmp_path: object) -> None:
+def test_walmgr_refuses_the_etcd_prefix_of_another_cluster(etcd: EtcdCluster, tmp_path: object) -> None:
     asyncio.run(_walmgr_refuses_the_etcd_prefix_of_another_cluster(etcd, tmp_path))
 
 
-async def _walmgr_refuses_the_etcd_prefix_of_another_cluster(etcd: object, tmp_path: object) -> None:
+async def _walmgr_refuses_the_etcd_prefix_of_another_cluster(etcd: EtcdCluster, tmp_path: object) -> None:
     from walmgr.config import WalmgrConfig
     from walmgr.daemon import Walmgr
 
@@ -407,8 +406,6 @@ def test_view_follows_changes_through_member_kills(tmp_path: object) -> None:
 async def _view_follows_changes_through_member_kills(tmp_path: object) -> None:
     """Kill the etcd members one at a time (a quorum stays): the watch moves
     to a live member and every change still reaches the view."""
-    from partlog.tools.etcd_launcher import EtcdCluster
-
     with EtcdCluster(str(tmp_path)) as cluster:
         b = Brokers(cluster.url("/kills"))
         try:
@@ -428,3 +425,45 @@ async def _view_follows_changes_through_member_kills(tmp_path: object) -> None:
                 await asyncio.to_thread(cluster.restart, member)
         finally:
             await b.stop()
+
+
+# ------------------------------------------------------------------ CLIs
+
+
+def test_cli_refuses_bad_etcd_urls(capsys: pytest.CaptureFixture[str]) -> None:
+    from partlog.tools.cli import main
+
+    assert main(["broker", "--id", "1", "--metadata", "etcd://nohost", "--az", "a", "--port", "1",
+                 "--kafka-port", "2", "--data-dir", "/tmp/x"]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--metadata" in err and "HOST:PORT" in err
+    assert main(["broker", "--id", "1", "--metadata", "etcd://h:1", "--controller", "h:1", "--data-dir", "/tmp/x"]) == 2
+    assert "exactly one of" in capsys.readouterr().err
+    assert main(["topics", "create", "t", "--partitions", "1", "--metadata", "etcd://h:1/a/../b"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ". or .." in err
+    assert main(["cluster", "--metadata", "etcd://h:99999"]) == 2
+    assert "endpoint" in capsys.readouterr().err
+
+
+@needs_etcd
+def test_topics_create_on_etcd(etcd: EtcdCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    """``partlog topics create --metadata``: a prefix without a cluster is a
+    one-line configuration error; with brokers it creates the topic."""
+    from partlog.tools.cli import main
+
+    empty = _url(etcd)
+    assert main(["topics", "create", "t", "--partitions", "2", "--metadata", empty, "--timeout-ms", "5000"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no cluster under prefix" in err
+
+    async def two_brokers(b: Brokers) -> None:
+        await b.start(2)
+        code = await asyncio.to_thread(
+            main, ["topics", "create", "t", "--partitions", "2", "--replication-factor", "2", "--metadata", b.url]
+        )
+        assert code == 0
+        assert await b.admin.wait_for(lambda: b.admin.topic("t") is not None, WAIT_S)
+
+    with_brokers(etcd, two_brokers)
+    assert "topic t id" in capsys.readouterr().out
