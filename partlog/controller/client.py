@@ -40,7 +40,7 @@ import contextlib
 import logging
 import ssl as ssl_module
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from partlog.controller.cluster_meta import (
@@ -65,7 +65,7 @@ from partlog.controller.core import (
     enc_poll,
     enc_register,
 )
-from partlog.controller.view import SnapshotView
+from partlog.controller.view import ControllerUnavailableError, SnapshotView
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import ProducerIdBlock
 from partlog.kafka.records import TopicIdPartition
@@ -78,6 +78,7 @@ T = TypeVar("T")
 __all__ = [
     "HEARTBEAT_INTERVAL_MS_DEFAULT",
     "ControllerMetadata",
+    "ControllerUnavailableError",
 ]
 
 log = logging.getLogger(__name__)
@@ -97,10 +98,6 @@ RETRY_BACKOFF_MAX_MS_DEFAULT = 1_000
 # What a call that did not reach the controller answers: retriable for the broker.
 _UNREACHABLE = (RpcConnectionError, RpcTimeoutError, OSError)
 _REREGISTER = (Errors.STALE_BROKER_EPOCH, Errors.BROKER_ID_NOT_REGISTERED)
-
-
-class ControllerUnavailableError(ConnectionError):
-    """A bounded wait for the controller ended without an answer."""
 
 
 class ControllerMetadata(SnapshotView):
@@ -160,14 +157,10 @@ class ControllerMetadata(SnapshotView):
         self._connect_lock = asyncio.Lock()
         self._register_lock = asyncio.Lock()
         self._broker_epoch = -1
-        self._tasks: set[asyncio.Task[None]] = set()
         self._reregister = asyncio.Event()
         # Counters for tests and metrics.
         self.registrations = 0
         self.heartbeats_answered = 0
-        # Calls that got no usable answer (unreachable, refused, malformed).
-        self.failures = 0
-        self.last_failure = ""
         # Until start() returns, a controller of another cluster ends the
         # wait (the caller exits); afterwards the loops log it and retry.
         self._started = False
@@ -220,15 +213,8 @@ class ControllerMetadata(SnapshotView):
             await self._client.close()
             self._client = None
 
-    def _spawn(self, coro: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("controller client task failed", exc_info=task.exception())
+    def _where(self) -> str:
+        return f"controller {self.host}:{self.port}"
 
     @property
     def broker_epoch(self) -> int:
@@ -236,25 +222,6 @@ class ControllerMetadata(SnapshotView):
         return self._broker_epoch
 
     # ---------------------------------------------------------- connection
-
-    @contextlib.asynccontextmanager
-    async def _bounded(self, timeout_ms: int | None, what: str) -> Any:
-        """Bound a retrying wait; a controller of another cluster ends it at once."""
-        try:
-            async with asyncio.timeout(None if timeout_ms is None else timeout_ms / 1000):
-                yield
-        except TimeoutError:
-            last = f" (last error: {self.last_failure})" if self.last_failure else ""
-            raise ControllerUnavailableError(
-                f"controller {self.host}:{self.port}: no {what} within {timeout_ms} ms{last}"
-            ) from None
-
-    def _failed(self, what: str, e: BaseException) -> None:
-        """Count and log a call that got no usable answer: a daemon retrying
-        for ever must say so, once per attempt (the backoff bounds the rate)."""
-        self.failures += 1
-        self.last_failure = str(e)
-        log.warning("controller %s:%d: %s failed (retrying): %s", self.host, self.port, what, e)
 
     async def _connected(self) -> RpcClient:
         """The shared connection, connecting when needed.  Raises
@@ -302,10 +269,6 @@ class ControllerMetadata(SnapshotView):
                 self._client = None
                 await client.close()
             raise
-
-    def _backoff(self, attempt: int) -> float:
-        # Capped exponent: 2**attempt must not grow without bound while retrying forever.
-        return min(self.retry_backoff_ms * (1 << min(attempt, 30)), self.retry_backoff_max_ms) / 1000
 
     # ---------------------------------------------------------- registering
 

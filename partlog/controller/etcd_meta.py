@@ -42,7 +42,7 @@ import math
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -53,7 +53,6 @@ import grpc
 import msgpack
 from aetcd.rtypes import EventKind
 
-from partlog.controller.client import ControllerUnavailableError
 from partlog.controller.cluster_meta import (
     NO_LEADER,
     BrokerInfo,
@@ -250,7 +249,6 @@ class EtcdMetadata(SnapshotView):
         self._broker_epoch = -1
         self._registered = asyncio.Event()
         self._reregister = asyncio.Event()
-        self._tasks: set[asyncio.Task[None]] = set()
         self._adopt_pending = False
         self._started = False
         self._pid_lock = asyncio.Lock()
@@ -258,8 +256,6 @@ class EtcdMetadata(SnapshotView):
         self._next_preferred_ms = 0.0
         self.is_controller = False
         # Counters for tests, metrics and the benchmark.
-        self.failures = 0
-        self.last_failure = ""
         self.registrations = 0
         self.keepalives = 0
         self.elections_won = 0
@@ -283,6 +279,9 @@ class EtcdMetadata(SnapshotView):
 
     def describe(self) -> str:
         return self.target.url()
+
+    def _where(self) -> str:
+        return f"etcd {self.target.url()}"
 
     async def connect(self, *, timeout_ms: int | None = None) -> uuid.UUID:
         """Reach etcd and settle the cluster id (see the class doc)."""
@@ -333,35 +332,6 @@ class EtcdMetadata(SnapshotView):
                 await client.close()
             self._client = None
         self.is_controller = False
-
-    def _spawn(self, coro: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("etcd metadata task failed", exc_info=task.exception())
-
-    @contextlib.asynccontextmanager
-    async def _bounded(self, timeout_ms: int | None, what: str) -> Any:
-        try:
-            async with asyncio.timeout(None if timeout_ms is None else timeout_ms / 1000):
-                yield
-        except TimeoutError:
-            last = f" (last error: {self.last_failure})" if self.last_failure else ""
-            raise ControllerUnavailableError(
-                f"etcd {self.target.url()}: no {what} within {timeout_ms} ms{last}"
-            ) from None
-
-    def _failed(self, what: str, e: BaseException) -> None:
-        self.failures += 1
-        self.last_failure = f"{type(e).__name__}: {e}"[:300]
-        log.warning("etcd %s: %s failed (retrying): %s", self.target.url(), what, self.last_failure)
-
-    def _backoff(self, attempt: int) -> float:
-        return min(self.retry_backoff_ms * (1 << min(attempt, 30)), self.retry_backoff_max_ms) / 1000
 
     async def _etcd(self) -> Any:
         if self._client is None:

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 
 from partlog.controller.cluster_meta import (
@@ -33,16 +33,27 @@ from partlog.controller.cluster_meta import (
 from partlog.controller.core import MetadataSnapshot
 from partlog.kafka.records import TopicIdPartition
 
-__all__ = ["SnapshotView"]
+__all__ = ["ControllerUnavailableError", "SnapshotView"]
 
 log = logging.getLogger(__name__)
 
+# A failure's text kept for the next error message.
+LAST_FAILURE_CHARS_MAX = 300
+
+
+class ControllerUnavailableError(ConnectionError):
+    """A bounded wait for the cluster's metadata ended without an answer."""
+
 
 class SnapshotView:
-    """The snapshot-backed half of a metadata source.  Subclasses set
-    ``_cluster_id`` before adopting and define ``request_timeout_ms``."""
+    """The snapshot-backed half of a metadata source, and the background
+    tasks and retry bookkeeping both sources share.  Subclasses set
+    ``_cluster_id`` before adopting, define ``request_timeout_ms`` and the
+    backoff bounds, and name where they get metadata (``_where``)."""
 
     request_timeout_ms: int
+    retry_backoff_ms: int
+    retry_backoff_max_ms: int
 
     def __init__(self, cluster_id: uuid.UUID | None) -> None:
         self._cluster_id = cluster_id
@@ -53,6 +64,47 @@ class SnapshotView:
         self._listeners: list[Callable[[], None]] = []
         self._view_changed = asyncio.Event()
         self.snapshots_received = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        # Calls that got no usable answer (unreachable, refused, malformed).
+        self.failures = 0
+        self.last_failure = ""
+
+    def _where(self) -> str:
+        """Where the metadata comes from, for messages."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------ background work
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s: metadata task failed", self._where(), exc_info=task.exception())
+
+    @contextlib.asynccontextmanager
+    async def _bounded(self, timeout_ms: int | None, what: str) -> AsyncIterator[None]:
+        """Bound a retrying wait (one-shot tools); the error names the last failure."""
+        try:
+            async with asyncio.timeout(None if timeout_ms is None else timeout_ms / 1000):
+                yield
+        except TimeoutError:
+            last = f" (last error: {self.last_failure})" if self.last_failure else ""
+            raise ControllerUnavailableError(f"{self._where()}: no {what} within {timeout_ms} ms{last}") from None
+
+    def _failed(self, what: str, e: BaseException) -> None:
+        """Count and log a call that got no usable answer: a daemon retrying
+        for ever must say so, once per attempt (the backoff bounds the rate)."""
+        self.failures += 1
+        self.last_failure = (str(e) or type(e).__name__)[:LAST_FAILURE_CHARS_MAX]
+        log.warning("%s: %s failed (retrying): %s", self._where(), what, self.last_failure)
+
+    def _backoff(self, attempt: int) -> float:
+        # Capped exponent: 2**attempt must not grow without bound while retrying forever.
+        return min(self.retry_backoff_ms * (1 << min(attempt, 30)), self.retry_backoff_max_ms) / 1000
 
     @property
     def version(self) -> int:
