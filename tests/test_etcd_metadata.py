@@ -6,6 +6,7 @@ elections, prefixes of other clusters, member kills."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import shutil
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -60,7 +61,7 @@ def test_url_fails_closed(text: str) -> None:
 # ------------------------------------------------------- the view, hostile
 
 KEYS = Keys("/c")
-TID = uuid.UUID(int=7)
+TID = uuid.UUID(int=0xABCDEF07)  # hex digits with letters: an upper-case spelling differs
 
 
 def _good_state() -> list[KV]:
@@ -231,8 +232,9 @@ def test_new_incarnation_is_fenced_before_it_is_accepted(etcd: EtcdCluster) -> N
 
 
 async def _new_incarnation_is_fenced_before_it_is_accepted(brokers: Brokers) -> None:
-    """A broker back faster than its session: its old incarnation leaves
-    every ISR and leadership first (as the embedded controller does)."""
+    """A broker back faster than its session: the new incarnation waits
+    for the old session to end, the old incarnation leaves every ISR and
+    leadership, and only then is the new one accepted (and started)."""
     await brokers.start(3)
     await brokers.admin.create_topics({"t": (6, 3)})
     admin = brokers.admin
@@ -299,7 +301,7 @@ def test_producer_id_blocks_race(etcd: EtcdCluster, racers: int, rounds: int) ->
         b = Brokers(_url(etcd))
         try:
             for bid in range(1, racers + 1):
-                await b.add(bid, campaign=False)
+                await b.add(bid)
             got = await asyncio.gather(
                 *(m.allocate_producer_ids(bid) for _ in range(rounds) for bid, m in b.sources.items())
             )
@@ -467,3 +469,129 @@ def test_topics_create_on_etcd(etcd: EtcdCluster, capsys: pytest.CaptureFixture[
 
     with_brokers(etcd, two_brokers)
     assert "topic t id" in capsys.readouterr().out
+
+
+# ------------------------------------------- regressions of the hostile review
+
+
+def test_view_refuses_other_spellings_of_a_key() -> None:
+    """``03``, ``²``, an upper-case topic id: each would name the same
+    partition or broker as the key we write, and writes comparing the real
+    key could then never succeed (and ``²`` crashed the watch)."""
+    view = EtcdView(KEYS)
+    view.load(_good_state(), 4)
+    before = view.partition(TopicIdPartition(TID, 0))
+    bad_part = enc_part(PartitionInfo(1, 9, (1, 2, 3), (1,), 9))
+    for key in (
+        KEYS.parts + f"{TID.hex}/00".encode(),
+        KEYS.parts + f"{TID.hex}/²".encode(),
+        KEYS.parts + f"{TID.hex.upper()}/0".encode(),
+        KEYS.parts + f"{{{TID}}}/0".encode(),
+        KEYS.brokers + "٣".encode(),
+        KEYS.brokers + b"01",
+    ):
+        view.apply(KV(key, bad_part, 9, 9))
+    assert view.partition(TopicIdPartition(TID, 0)) == before
+    assert view.refused == 6 and set(view.brokers) == {1}
+
+
+def test_view_keeps_what_must_not_go_back() -> None:
+    """A partition key deleted while its topic lives would bring the
+    partition back as created (every replica in the ISR); a counter deleted
+    or lowered would repeat producer ids; a changed cluster id freezes the
+    view; a reload keeps all of that and refuses an older revision."""
+    view = EtcdView(KEYS)
+    state = [*_good_state(), KV(KEYS.producer_ids, msgpack.packb(5000), 5, 5)]
+    view.load(state, 5)
+    tp = TopicIdPartition(TID, 0)
+    shrunk = view.partition(tp)
+    view.apply(KV(KEYS.part(tp), None, 0, 6))
+    assert view.partition(tp) == shrunk
+    view.apply(KV(KEYS.producer_ids, None, 0, 7))
+    view.apply(KV(KEYS.producer_ids, msgpack.packb(1000), 8, 8))
+    assert view.producer_ids_next == 5000
+    with pytest.raises(MetadataError, match="older than"):
+        view.load(state, 4)
+    view.load([kv for kv in state if kv.key != KEYS.producer_ids], 9)  # e.g. after a compaction
+    assert view.producer_ids_next == 5000 and view.cluster_id == uuid.UUID(int=1)
+    view.apply(KV(KEYS.cluster_id, str(uuid.UUID(int=2)).encode(), 10, 10))
+    assert view.frozen
+    view.apply(KV(KEYS.broker(7), enc_broker(BrokerInfo(7, "a", "h", 1), 5), 11, 11))
+    assert 7 not in view.brokers and view.cluster_id == uuid.UUID(int=1)
+
+
+@needs_etcd
+def test_producer_ids_never_restart_after_the_counter_is_deleted(etcd: EtcdCluster) -> None:
+    async def body(b: Brokers) -> None:
+        m = await b.add(1)
+        first = await m.allocate_producer_ids(1)
+        assert not isinstance(first, Errors) and first.first_producer_id == 0
+        c = await m._etcd()
+        await c.delete(m.keys.producer_ids)
+        assert await m.allocate_producer_ids(1) == Errors.COORDINATOR_NOT_AVAILABLE
+        fresh = await b.add(2)  # a process that never saw a block
+        assert await fresh.allocate_producer_ids(2) == Errors.COORDINATOR_NOT_AVAILABLE
+        await c.put(m.keys.producer_ids, msgpack.packb(0))  # lowered: refused too
+        assert await m.allocate_producer_ids(1) == Errors.COORDINATOR_NOT_AVAILABLE
+
+    with_brokers(etcd, body)
+
+
+@needs_etcd
+def test_a_stale_plan_never_overwrites_a_newer_partition(etcd: EtcdCluster) -> None:
+    """The acting controller's plan was made before a leader's ISR change
+    landed: its write must fail, not put back the state it planned on."""
+
+    async def body(b: Brokers) -> None:
+        await b.start(3)
+        await b.admin.create_topics({"t": (1, 3)})
+        ctl = next(m for m in b.sources.values() if m.is_controller)
+        assert await ctl.wait_for(lambda: ctl.topic("t") is not None, WAIT_S)
+        t = ctl.topic("t")
+        assert t is not None
+        tp, p = TopicIdPartition(t.topic_id, 0), t.partitions[0]
+        # A plan made on a view where the last replica is no longer accepted.
+        gone = p.replicas[-1]
+        planned_on = copy.deepcopy(ctl.view)
+        planned_on.incarnations[gone] = -1
+        stale = plan(planned_on, unclean=False, elect_preferred=False)
+        assert [ch.tp for ch in stale.changes] == [tp]
+        # Meanwhile the leader commits its own ISR change.
+        leader = b.sources[p.leader]
+        assert await leader.wait_for(lambda: leader.partition(tp) == p, WAIT_S)
+        shrink = tuple(r for r in p.isr if r != p.replicas[1])
+        committed = await leader.alter_partition(p.leader, tp, p.leader_epoch, p.partition_epoch, shrink)
+        assert isinstance(committed, PartitionInfo)
+        assert await ctl.wait_for(lambda: ctl.view.part_revision(tp) > 0, WAIT_S)
+        conflicts = ctl.controller_conflicts
+        cand = ctl.keys.candidate(ctl._lease_id)
+        await ctl._write_plan(stale, cand, ctl.view.candidates[cand])
+        assert ctl.controller_conflicts == conflicts + 1
+        c = await ctl._etcd()
+        stored = await c.get(ctl.keys.part(tp))
+        assert msgpack.unpackb(stored.value)[3] == list(committed.isr)
+
+    with_brokers(etcd, body)
+
+
+@needs_etcd
+def test_a_second_session_for_one_broker_id_waits(etcd: EtcdCluster) -> None:
+    """Two processes with one broker id: the second waits for the first's
+    session to end (Kafka's DUPLICATE_BROKER_REGISTRATION), it does not
+    fence it, and the two never take turns."""
+    from partlog.controller.view import ControllerUnavailableError
+
+    async def body(b: Brokers) -> None:
+        first = await b.add(1)
+        twin = EtcdMetadata(b.url, BrokerInfo(1, "az1", "127.0.0.1", 9999), session_timeout_ms=SESSION_MS)
+        with pytest.raises(ControllerUnavailableError):
+            await twin.start(timeout_ms=3 * SESSION_MS)
+        assert twin.duplicate_waits > 0 and twin.broker_epoch == -1
+        await twin.stop()
+        assert first.view.brokers[1].epoch == first.broker_epoch and first.accepted
+        await first.stop(revoke=True)
+        del b.sources[1]
+        again = await b.add(1)  # the id is free: registers at once
+        assert again.broker_epoch > first.broker_epoch
+
+    with_brokers(etcd, body)

@@ -36,11 +36,20 @@ __all__ = ["PartitionChange", "Plan", "plan"]
 
 @dataclass(frozen=True, slots=True)
 class PartitionChange:
+    """One partition's next state, with every revision it was decided on:
+    the write compares exactly these, so a change that lands in etcd between
+    the plan and the write (a leader's ISR change, a broker's death) fails
+    the write instead of being overwritten by a decision that did not see it."""
+
     tp: TopicIdPartition
     old: PartitionInfo
     new: PartitionInfo  # epochs bumped
     reason: str
-    unclean: bool = False
+    unclean: bool
+    part_revision: int  # the partition key's mod revision (0: never written)
+    topic: str
+    topic_revision: int  # the topic key's create revision
+    leader_epoch_seen: int  # the new leader's broker epoch (0: no leader)
 
     @property
     def election(self) -> bool:
@@ -71,7 +80,14 @@ def plan(view: EtcdView, *, unclean: bool, elect_preferred: bool) -> Plan:
             new, reason = preferred(p, alive), REASON_PREFERRED
         new = bump(p, new)
         if new != p:
-            out.changes.append(PartitionChange(tp, p, new, reason, was_unclean))
+            owner = view.topic_revision(tp.topic_id)
+            assert owner is not None  # view.partitions() yields live topics only
+            leader = view.brokers.get(new.leader)
+            epoch = 0 if leader is None else leader.epoch
+            assert new.leader == NO_LEADER or leader is not None  # elected from accepted brokers
+            out.changes.append(
+                PartitionChange(tp, p, new, reason, was_unclean, view.part_revision(tp), owner[0], owner[1], epoch)
+            )
     if not out.changes:
         out.accept = [
             (bid, b.epoch) for bid, b in sorted(view.brokers.items()) if view.incarnations.get(bid) != b.epoch

@@ -273,7 +273,27 @@ def dec_uuid(value: bytes, what: str) -> uuid.UUID:
 
 
 def dec_counter(value: bytes, what: str) -> int:
-    return _int(_unpack(value, what), what, 0, (1 << 63) - 1)
+    # Up to 2^63: the counter after the very last block.
+    return _int(_unpack(value, what), what, 0, 1 << 63)
+
+
+def _canonical_int(text: str, high: int) -> int | None:
+    """``text`` as we write integers in keys (ASCII digits, no leading
+    zero), at most ``high``; None otherwise: two spellings of one partition
+    or broker must never both be taken for it."""
+    if not 0 < len(text) <= len(str(high)) or not text.isascii() or not text.isdigit():
+        return None
+    n = int(text)
+    return n if str(n) == text and n <= high else None
+
+
+def _canonical_topic_id(text: str) -> uuid.UUID | None:
+    """A topic id spelled as ``uuid.hex`` (32 lowercase hex digits), else None."""
+    try:
+        tid = uuid.UUID(hex=text)
+    except ValueError:
+        return None
+    return tid if tid.hex == text else None
 
 
 # -------------------------------------------------------------------- view
@@ -325,11 +345,25 @@ class EtcdView:
         self.candidates: dict[bytes, int] = {}
         # Keys refused (undecodable or breaking an invariant), for metrics.
         self.refused = 0
+        # Set when the cluster id changes under the view (see apply).
+        self.frozen = False
         self._snapshot: MetadataSnapshot | None = None
 
     def load(self, kvs: Iterable[KV], revision: int) -> None:
-        """Replace everything by a range read of the prefix at ``revision``."""
+        """Replace everything by a range read of the prefix at ``revision``.
+
+        What must never go back survives a reload: the cluster id, the
+        deleted topics, the producer-id counter's floor, and a frozen view
+        stays frozen.  A read older than this view (etcd restored from a
+        backup) is refused whole."""
+        if revision < self.revision:
+            raise MetadataError(
+                f"etcd answered revision {revision}, older than {self.revision} already seen: "
+                "restored from a backup? Refusing to go back"
+            )
+        keep = (self.cluster_id, dict(self.deleted), self.producer_ids_next, self.frozen, self.refused)
         self.__init__(self.keys)  # type: ignore[misc]
+        self.cluster_id, self.deleted, self.producer_ids_next, self.frozen, self.refused = keep
         # Partitions after their topics ("parts/" sorts before "topics/"),
         # deleted records before topics (a re-used id is refused).
         order = (self.keys.cluster_id, self.keys.deleted, self.keys.topics, self.keys.parts)
@@ -339,12 +373,17 @@ class EtcdView:
 
     def apply(self, kv: KV) -> None:
         """One key changed (or was read).  A refused value leaves that key
-        as it was; a key this layout does not know is ignored."""
+        as it was; a key this layout does not know is ignored.  Once the
+        cluster id changes under it, the view is frozen: it applies nothing
+        more (another cluster's brokers and topics must never be adopted)."""
         self.revision = max(self.revision, kv.mod_revision)
         self._snapshot = None
+        if self.frozen:
+            self.refused += 1
+            return
         try:
             self._apply(kv)
-        except MetadataError as e:
+        except (MetadataError, ValueError, TypeError, OverflowError) as e:
             self.refused += 1
             log.error("etcd %s: refused: %s", kv.key[:200].decode(errors="replace"), e)
 
@@ -353,12 +392,11 @@ class EtcdView:
         keys = self.keys
         if k == keys.cluster_id:
             # Made once and never changed: a change is another cluster's
-            # doing, and brokers must not follow it.
-            if v is None:
-                raise MetadataError("cluster_id deleted: keeping the one this view knew")
-            cid = dec_uuid(v, "cluster_id")
+            # doing (or a wiped prefix), and nothing after it is followed.
+            cid = None if v is None else dec_uuid(v, "cluster_id")
             if self.cluster_id is not None and cid != self.cluster_id:
-                raise MetadataError(f"cluster_id changed from {self.cluster_id} to {cid}: keeping the first")
+                self.frozen = True
+                raise MetadataError(f"cluster_id changed from {self.cluster_id} to {cid}: this view is frozen")
             self.cluster_id = cid
         elif k.startswith(keys.brokers):
             bid = self._id(k, keys.brokers)
@@ -392,33 +430,39 @@ class EtcdView:
                 self._topics[name] = self._by_id[nt.topic_id] = nt
         elif k.startswith(keys.parts):
             tid_hex, _, index = k[len(keys.parts) :].decode(errors="replace").partition("/")
-            try:
-                tid = uuid.UUID(hex=tid_hex)
-            except ValueError:
-                raise MetadataError(f"partition key with topic id {tid_hex!r:.40}") from None
-            owner = self._by_id.get(tid)
-            if not index.isdigit() or owner is None or not int(index) < len(owner.replicas):
+            tid = _canonical_topic_id(tid_hex)
+            owner = None if tid is None else self._by_id.get(tid)
+            n = _canonical_int(index, PARTITIONS_PER_TOPIC_MAX)
+            if tid is None or owner is None or n is None or n >= len(owner.replicas):
                 if v is None:
                     return  # a deleted topic's partitions going with it
-                raise MetadataError(f"partition {tid_hex}/{index:.20} of no live topic")
-            tp = TopicIdPartition(tid, int(index))
+                raise MetadataError(f"partition {tid_hex[:40]}/{index[:20]} of no live topic")
+            tp = TopicIdPartition(tid, n)
             if v is None:
-                self._parts.pop(tp, None)
+                # Only a topic's deletion removes its partitions: a lone
+                # deletion would put it back as created (every replica in
+                # the ISR, epochs 0) and let a lagging replica lead.
+                raise MetadataError(f"partition {owner.name}/{n} deleted while its topic lives: keeping it")
             else:
                 what = f"partition {owner.name}/{tp.partition}"
                 self._parts[tp] = (dec_part(what, v, owner.replicas[tp.partition]), rev)
         elif k.startswith(keys.deleted):
             if v is None:
                 raise MetadataError("a deleted topic's record deleted: deletions are final, keeping it")
-            try:
-                tid = uuid.UUID(hex=k[len(keys.deleted) :].decode(errors="replace"))
-            except ValueError:
-                raise MetadataError(f"deleted topic key {k[-40:]!r}") from None
+            deleted_id = _canonical_topic_id(k[len(keys.deleted) :].decode(errors="replace"))
+            if deleted_id is None:
+                raise MetadataError(f"deleted topic key {k[-40:]!r}")
+            tid = deleted_id
             name = _unpack(v, "deleted topic name")
             self.deleted[tid] = _str(name, "deleted topic name", 255)
         elif k == keys.producer_ids:
-            if v is not None:
-                self.producer_ids_next = dec_counter(v, "producer_ids")
+            # Only grows: a deleted or lowered counter would hand ids out twice.
+            if v is None:
+                raise MetadataError("producer_ids deleted: keeping its last value as the floor")
+            value = dec_counter(v, "producer_ids")
+            if value < self.producer_ids_next:
+                raise MetadataError(f"producer_ids went down from {self.producer_ids_next} to {value}: keeping it")
+            self.producer_ids_next = value
         elif k.startswith(keys.election):
             if v is None:
                 self.candidates.pop(k, None)
@@ -427,10 +471,11 @@ class EtcdView:
 
     @staticmethod
     def _id(key: bytes, prefix: bytes) -> int:
-        text = key[len(prefix) :]
-        if not text.isdigit() or len(text) > 10 or int(text) > BROKER_ID_MAX:
-            raise MetadataError(f"broker id {text[:20]!r} is not one Kafka allows")
-        return int(text)
+        text = key[len(prefix) :].decode(errors="replace")
+        n = _canonical_int(text, BROKER_ID_MAX)
+        if n is None:
+            raise MetadataError(f"broker id {text[:20]!r} is not one Kafka allows, spelled as we write it")
+        return n
 
     # ---------------------------------------------------------- reading
 

@@ -73,7 +73,7 @@ from partlog.controller.core import (
     assign_replicas,
     valid_topic_name,
 )
-from partlog.controller.etcd_controller import PartitionChange, plan
+from partlog.controller.etcd_controller import PartitionChange, Plan, plan
 from partlog.controller.etcd_layout import (
     KV,
     EtcdTarget,
@@ -108,6 +108,8 @@ PRODUCER_ID_CAS_ATTEMPTS_MAX = 32
 # How often the acting controller re-plans without a change (preferred
 # leaders fall due, a conflict to retry).
 CONTROLLER_TICK_MS = 1_000
+# A registration waiting for another session's lease logs every this many attempts.
+DUPLICATE_LOG_EVERY = 30
 # Partition transactions the acting controller keeps in flight in one pass.
 CONTROLLER_TXNS_IN_FLIGHT_MAX = 64
 # The whole prefix is read in one answer (the view is bounded by
@@ -130,6 +132,16 @@ def _pack(v: Any) -> bytes:
     out = msgpack.packb(v)
     assert isinstance(out, bytes)
     return out
+
+
+def _fresh_counter(value: bytes, revision: int, floor: int) -> tuple[int, int]:
+    """The producer-id counter as etcd answered a read issued when ``floor``
+    was known (linearizable, so at least as new): below it, the counter went
+    back (a restore, a hostile writer) and blocks would be handed out twice."""
+    first = dec_counter(value, "producer_ids")
+    if first < floor:
+        raise MetadataError(f"producer_ids is {first}, below {floor} already handed out")
+    return first, revision
 
 
 def _revision(resp: Sequence[Any], i: int = 0) -> int:
@@ -253,10 +265,14 @@ class EtcdMetadata(SnapshotView):
         self._started = False
         self._pid_lock = asyncio.Lock()
         self._pid_seen: tuple[int, int] | None = None
+        # The counter after the last block this process was handed.
+        self._pid_floor = 0
         self._next_preferred_ms = 0.0
         self.is_controller = False
         # Counters for tests, metrics and the benchmark.
         self.registrations = 0
+        # Registration attempts refused because another session holds the id.
+        self.duplicate_waits = 0
         self.keepalives = 0
         self.elections_won = 0
         self.controller_writes = 0
@@ -315,6 +331,22 @@ class EtcdMetadata(SnapshotView):
             self._spawn(self._session_loop())
         if self.campaign:
             self._spawn(self._controller_loop())
+        bi = self.broker_info
+        if bi is not None:
+            # A broker takes no role before the acting controller accepted
+            # this incarnation: until then the view may still show partitions
+            # its previous incarnation led.
+            async with self._bounded(timeout_ms, "acceptance of this broker by the acting controller"):
+                while not self.accepted:
+                    await self._view_changed.wait()
+
+    @property
+    def accepted(self) -> bool:
+        """This broker's current incarnation is accepted (see etcd_controller)."""
+        bi = self.broker_info
+        return (
+            bi is not None and self._broker_epoch > 0 and self.view.incarnations.get(bi.broker_id) == self._broker_epoch
+        )
 
     async def stop(self, *, revoke: bool = False) -> None:
         """End the background tasks.  ``revoke``: end the session now (the
@@ -364,8 +396,11 @@ class EtcdMetadata(SnapshotView):
                     f"({self.target.prefix}/cluster_id is missing; brokers create it): check the prefix"
                 )
             cid = self._cluster_id or uuid.uuid4()
+            # The producer-id counter is born with the cluster: a missing one
+            # later means it was deleted, and is refused (never restarted at 0).
             ok, _ = await self._txn(
-                [t.create(self.keys.cluster_id) == 0], [t.put(self.keys.cluster_id, str(cid).encode())]
+                [t.create(self.keys.cluster_id) == 0, t.create(self.keys.producer_ids) == 0],
+                [t.put(self.keys.cluster_id, str(cid).encode()), t.put(self.keys.producer_ids, _pack(0))],
             )
             if ok:
                 log.info("etcd %s: created cluster %s", self.target.url(), cid)
@@ -397,8 +432,14 @@ class EtcdMetadata(SnapshotView):
             except aetcd.exceptions.RevisionCompactedError as e:
                 # Our revision is gone from etcd's history: read it all again.
                 log.warning("etcd %s: watch revision compacted (%s): reading the prefix again", self.target.url(), e)
-                with contextlib.suppress(*_ETCD_ERRORS):
+                try:
                     await self._load()
+                except _ETCD_ERRORS as e2:
+                    self._failed("read", e2)
+                except MetadataError as e2:  # etcd went back in time: frozen
+                    self._check_revision(-1)
+                    log.error("%s: %s", self._where(), e2)
+                    return
             except _ETCD_ERRORS as e:
                 self._failed("watch", e)
                 await asyncio.sleep(self._backoff(attempt))
@@ -437,7 +478,15 @@ class EtcdMetadata(SnapshotView):
 
     async def _register(self) -> None:
         """Register a new incarnation under a new lease, retrying until etcd
-        answers.  Meanwhile ``broker_epoch`` is -1."""
+        answers.  Meanwhile ``broker_epoch`` is -1.
+
+        The key is created only if it does not exist: while another session
+        holds this broker id (a previous incarnation whose lease has not
+        expired yet, or a second process started with the same id) this
+        one waits, as Kafka answers DUPLICATE_BROKER_REGISTRATION until the
+        old session times out.  Two processes can then never take turns
+        fencing each other, and the old incarnation is fenced (its key gone,
+        its partitions re-elected) before the new one exists."""
         bi = self.broker_info
         assert bi is not None and self._cluster_id is not None
         key = self.keys.broker(bi.broker_id)
@@ -448,11 +497,11 @@ class EtcdMetadata(SnapshotView):
             try:
                 c = await self._etcd()
                 t = c.transactions
-                old = self.view.brokers.get(bi.broker_id)
                 lease = await c.lease(self._lease_ttl_s())
                 ok, resp = await self._txn(
-                    [t.value(self.keys.cluster_id) == str(self._cluster_id).encode()],
+                    [t.create(key) == 0, t.value(self.keys.cluster_id) == str(self._cluster_id).encode()],
                     [t.put(key, enc_broker(bi, lease.id), lease=lease.id)],
+                    [t.get(key), t.get(self.keys.cluster_id)],
                 )
                 if ok:
                     previous, self._lease_id = self._lease_id, lease.id
@@ -460,16 +509,27 @@ class EtcdMetadata(SnapshotView):
                     self.registrations += 1
                     self._registered.set()
                     log.info("etcd: broker %d registered epoch=%d lease=%x", bi.broker_id, self._broker_epoch, lease.id)
-                    # The old incarnation's lease (ours or a crashed
-                    # process's) holds nothing we need; revoking it ends its
-                    # candidacy for the controller at once.
-                    for gone in {previous, old.lease if old is not None else 0} - {0, lease.id}:
+                    if previous and previous != lease.id:
+                        # Our own previous lease: it holds nothing now, and
+                        # revoking it ends its candidacy for the controller.
                         with contextlib.suppress(*_ETCD_ERRORS):
-                            await c.revoke_lease(gone)
+                            await c.revoke_lease(previous)
                     return
                 with contextlib.suppress(*_ETCD_ERRORS):
                     await c.revoke_lease(lease.id)
-                log.error("etcd %s: cluster_id is no longer %s: not registering", self.target.url(), self._cluster_id)
+                holder = resp[0][0][1] if resp and resp[0] else None
+                if holder is not None:
+                    self.duplicate_waits += 1
+                    if self.duplicate_waits % DUPLICATE_LOG_EVERY == 1:
+                        log.warning(
+                            "etcd: broker id %d is registered by another live session (lease %x, epoch %d): "
+                            "waiting for it to end (DUPLICATE_BROKER_REGISTRATION)",
+                            bi.broker_id, holder.lease, holder.mod_revision,
+                        )  # fmt: skip
+                else:
+                    log.error(
+                        "etcd %s: cluster_id is no longer %s: not registering", self.target.url(), self._cluster_id
+                    )
             except _ETCD_ERRORS as e:
                 self._failed("register", e)
             await asyncio.sleep(self._backoff(attempt))
@@ -482,21 +542,47 @@ class EtcdMetadata(SnapshotView):
                 async with asyncio.timeout(period_s):
                     await self._reregister.wait()
             if not self._reregister.is_set():
-                try:
-                    c = await self._etcd()
-                    reply = await c.refresh_lease(self._lease_id)
-                    if reply is not None and reply.TTL > 0:
-                        self.keepalives += 1
-                        continue
-                    log.warning("etcd: broker lease %x expired: this incarnation is fenced", self._lease_id)
-                except _ETCD_ERRORS as e:
-                    self._failed("keepalive", e)
+                if await self._keep_alive(period_s):
                     continue
+                log.warning("etcd: broker lease %x expired: this incarnation is fenced", self._lease_id)
             self._reregister.clear()
             await self._register()
             # The broker restarts its role: its partitions' roles come from
             # the views that follow (the controller moved its leaderships).
             self._notify()
+
+    async def _keep_alive(self, period_s: float) -> bool:
+        """Renew the lease; False once etcd says it is gone.  A failed
+        attempt is retried at once with a short backoff (each bounded by the
+        period): waiting a whole period between tries could let the lease
+        run out while one member is slow to answer."""
+        attempt = 0
+        while True:
+            try:
+                async with asyncio.timeout(period_s):
+                    c = await self._etcd()
+                    reply = await c.refresh_lease(self._lease_id)
+                if reply is None or reply.TTL <= 0:
+                    return False
+                self.keepalives += 1
+                self._check_revision(int(reply.header.revision))
+                return True
+            except _ETCD_ERRORS as e:  # TimeoutError among them
+                self._failed("keepalive", e)
+            await asyncio.sleep(min(self._backoff(attempt), period_s))
+            attempt += 1
+
+    def _check_revision(self, revision: int) -> None:
+        """etcd answering a revision older than one this view applied was
+        restored from a backup (or is another etcd): freeze the view and
+        refuse every write, rather than act on metadata that went back."""
+        if revision < self.view.revision and not self.view.frozen:
+            self.view.frozen = True
+            log.error(
+                "etcd %s answers revision %d, older than %d this process applied: restored from a backup? "
+                "Metadata is frozen and writes are refused until restart",
+                self.target.url(), revision, self.view.revision,
+            )  # fmt: skip
 
     # ----------------------------------------------------------- controller
 
@@ -536,11 +622,16 @@ class EtcdMetadata(SnapshotView):
                 # Taken before the pass: a change that arrives during it
                 # wakes the next pass at once.
                 changed = self._view_changed
-                if self.is_controller:
+                if self.is_controller and not self.view.frozen:
                     try:
                         await self._controller_pass(key, rev)
                     except _ETCD_ERRORS as e:
                         self._failed("controller write", e)
+                    except Exception as e:
+                        # A bug must not end the role silently while the
+                        # candidacy lives on: log, count, re-plan later.
+                        log.exception("etcd controller pass failed")
+                        self._failed("controller pass", e)
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(CONTROLLER_TICK_MS / 1000):
                         await changed.wait()
@@ -554,21 +645,23 @@ class EtcdMetadata(SnapshotView):
         todo = plan(self.view, unclean=self.unclean_leader_election_enable, elect_preferred=due)
         if due:
             self._next_preferred_ms = now_ms + self.leader_imbalance_check_interval_ms
-        if todo.empty():
-            return
+        if not todo.empty():
+            await self._write_plan(todo, candidate, candidate_rev)
+
+    async def _write_plan(self, todo: Plan, candidate: bytes, candidate_rev: int) -> None:
+        """Write a plan, each change guarded by the revisions it was planned
+        on and by our candidacy; stop after the first lost compare."""
         c = await self._etcd()
         t = c.transactions
         guard = t.create(candidate) == candidate_rev
         in_flight = asyncio.Semaphore(CONTROLLER_TXNS_IN_FLIGHT_MAX)
 
         async def write(ch: PartitionChange) -> bool:
-            owner = self.view.topic_revision(ch.tp.topic_id)
-            if owner is None:
-                return False
-            compare = [guard, t.mod(self.keys.part(ch.tp)) == self.view.part_revision(ch.tp)]
-            compare.append(t.create(self.keys.topic(owner[0])) == owner[1])
+            # Everything compared was read by plan(), before any await.
+            compare = [guard, t.mod(self.keys.part(ch.tp)) == ch.part_revision]
+            compare.append(t.create(self.keys.topic(ch.topic)) == ch.topic_revision)
             if ch.new.leader != NO_LEADER:
-                compare.append(t.mod(self.keys.broker(ch.new.leader)) == self.view.brokers[ch.new.leader].epoch)
+                compare.append(t.mod(self.keys.broker(ch.new.leader)) == ch.leader_epoch_seen)
             async with in_flight:
                 ok, resp = await self._txn(compare, [t.put(self.keys.part(ch.tp), enc_part(ch.new))])
             if not ok:
@@ -579,7 +672,7 @@ class EtcdMetadata(SnapshotView):
             self.view.set_partition(ch.tp, ch.new, _revision(resp))
             log.info(
                 "etcd controller: %s/%d leader %d -> %d epoch %d isr %s (%s%s)",
-                owner[0], ch.tp.partition, ch.old.leader, ch.new.leader, ch.new.leader_epoch, list(ch.new.isr),
+                ch.topic, ch.tp.partition, ch.old.leader, ch.new.leader, ch.new.leader_epoch, list(ch.new.isr),
                 ch.reason, ", unclean" if ch.unclean else "",
             )  # fmt: skip
             return True
@@ -615,7 +708,7 @@ class EtcdMetadata(SnapshotView):
         if self.broker_info is None or broker_id != self.broker_info.broker_id:
             return Errors.BROKER_ID_NOT_REGISTERED
         epoch = self._broker_epoch
-        if epoch < 0:
+        if epoch < 0 or self.view.frozen:
             return Errors.COORDINATOR_NOT_AVAILABLE
         me = self.view.brokers.get(broker_id)
         if me is not None and me.epoch != epoch and self.view.revision >= epoch:
@@ -627,26 +720,31 @@ class EtcdMetadata(SnapshotView):
         if err != Errors.NONE:
             return err
         assert p is not None
-        added = set(asked) - set(p.isr)
+        added = sorted(set(asked) - set(p.isr))
         if not all(self.view.accepted(r) for r in added):
             return Errors.INELIGIBLE_REPLICA
         new = bump(p, replace(p, isr=tuple(r for r in p.replicas if r in set(asked))))
         if new == p:
             return p
+        # Every revision compared is read with ``p``, before any await: one
+        # read after it could be newer than the state ``new`` was built on.
         owner = self.view.topic_revision(tp.topic_id)
         assert owner is not None  # the partition is known
+        part_rev = self.view.part_revision(tp)
+        added_epochs = [(r, self.view.brokers[r].epoch) for r in added]
         try:
             c = await self._etcd()
             t = c.transactions
             compare = [
-                t.mod(self.keys.part(tp)) == self.view.part_revision(tp),
+                t.mod(self.keys.part(tp)) == part_rev,
                 t.create(self.keys.topic(owner[0])) == owner[1],
                 t.mod(self.keys.broker(broker_id)) == epoch,
             ]
-            compare += [t.mod(self.keys.broker(r)) == self.view.brokers[r].epoch for r in sorted(added)]
-            ok, resp = await self._txn(
-                compare, [t.put(self.keys.part(tp), enc_part(new))], [t.get(self.keys.broker(broker_id))]
-            )
+            compare += [t.mod(self.keys.broker(r)) == e for r, e in added_epochs]
+            # A lost compare answers what changed, to give Kafka's error.
+            failure = [t.get(self.keys.broker(broker_id)), t.get(self.keys.topic(owner[0]))]
+            failure += [t.get(self.keys.broker(r)) for r, _ in added_epochs]
+            ok, resp = await self._txn(compare, [t.put(self.keys.part(tp), enc_part(new))], failure)
         except (aetcd.exceptions.ConnectionTimeoutError, TimeoutError):
             return Errors.REQUEST_TIMED_OUT
         except _ETCD_ERRORS as e:
@@ -655,22 +753,24 @@ class EtcdMetadata(SnapshotView):
         if ok:
             self.view.set_partition(tp, new, _revision(resp))
             self._schedule_adopt()
-            log.info(
-                "etcd: %s/%d isr %s -> %s (%s)",
-                owner[0],
-                tp.partition,
-                list(p.isr),
-                list(new.isr),
-                REASON_ALTER_PARTITION,
-            )
+            log.info("etcd: %s/%d isr %s -> %s (%s)", owner[0], tp.partition, list(p.isr), list(new.isr),
+                     REASON_ALTER_PARTITION)  # fmt: skip
             return new
-        mine = resp[0][0][1] if resp and resp[0] else None
+
+        def got(i: int) -> Any:
+            return resp[i][0][1] if len(resp) > i and resp[i] else None
+
+        mine = got(0)
         if mine is None or mine.mod_revision != epoch:
             self._incarnation_gone(epoch)
             return Errors.STALE_BROKER_EPOCH if mine is not None else Errors.BROKER_ID_NOT_REGISTERED
-        # The partition (or an added replica) changed under us: the leader
-        # retries with what the view brings (Kafka's answer to a stale
-        # partition epoch).
+        topic = got(1)
+        if topic is None or topic.create_revision != owner[1]:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION  # deleted (or re-created) meanwhile
+        if any((b := got(2 + i)) is None or b.mod_revision != e for i, (_, e) in enumerate(added_epochs)):
+            return Errors.INELIGIBLE_REPLICA  # an added replica's incarnation ended meanwhile
+        # The partition changed under us: the leader retries with what the
+        # view brings (Kafka's answer to a stale partition epoch).
         return Errors.INVALID_UPDATE_VERSION
 
     # ----------------------------------------------------------- producer ids
@@ -684,6 +784,8 @@ class EtcdMetadata(SnapshotView):
         guessed over)."""
         if self.broker_info is None or broker_id != self.broker_info.broker_id or self._broker_epoch < 0:
             return Errors.COORDINATOR_NOT_AVAILABLE
+        if self.view.frozen:
+            return Errors.COORDINATOR_NOT_AVAILABLE
         epoch = self._broker_epoch
         size = self.producer_id_block_size
         # One CAS at a time per process: its own requests would only make
@@ -692,15 +794,21 @@ class EtcdMetadata(SnapshotView):
             try:
                 c = await self._etcd()
                 t = c.transactions
-                seen = self._pid_seen  # (counter, its mod revision) as last seen
-                if seen is None:
+                seen = self._pid_seen  # (counter, its mod revision) as this process last wrote it
+                if seen is None or seen[0] < self.view.producer_ids_next:
+                    # Unknown, or another broker allocated since: read it.
+                    floor = self._pid_floor_now()
                     got = await c.get(self.keys.producer_ids)
-                    seen = (0, 0) if got is None else (dec_counter(got.value, "producer_ids"), got.mod_revision)
+                    if got is None:
+                        # Made with the cluster id: missing, it was deleted.
+                        raise MetadataError("producer_ids is missing (it is made with the cluster): not starting at 0")
+                    seen = _fresh_counter(got.value, got.mod_revision, floor)
                 for _ in range(PRODUCER_ID_CAS_ATTEMPTS_MAX):
                     first, rev = seen
                     if first > _PID_LIMIT - size + 1:
                         log.error("etcd: producer ids exhausted at %d", first)
                         return Errors.UNKNOWN_SERVER_ERROR
+                    floor = self._pid_floor_now()
                     ok, resp = await self._txn(
                         [t.mod(self.keys.producer_ids) == rev, t.mod(self.keys.broker(broker_id)) == epoch],
                         [t.put(self.keys.producer_ids, _pack(first + size))],
@@ -710,6 +818,7 @@ class EtcdMetadata(SnapshotView):
                     )
                     if ok:
                         self._pid_seen = (first + size, _revision(resp))
+                        self._pid_floor = first + size
                         return ProducerIdBlock(broker_id, first, size)
                     mine = resp[0][0][1] if resp and resp[0] else None
                     if mine is None or mine.mod_revision != epoch:
@@ -719,10 +828,8 @@ class EtcdMetadata(SnapshotView):
                     if counter is None:
                         # We lost to a writer, yet there is no counter: it was
                         # deleted.  Starting over at 0 would hand ids out twice.
-                        raise MetadataError(
-                            "producer_ids was deleted after blocks were handed out: not restarting at 0"
-                        )
-                    seen = (dec_counter(counter[0], "producer_ids"), counter[1].mod_revision)
+                        raise MetadataError("producer_ids deleted after blocks were handed out: not restarting at 0")
+                    seen = _fresh_counter(counter[0], counter[1].mod_revision, floor)
                 self._pid_seen = None
             except ValueError as e:  # MetadataError: an unreadable counter
                 self._pid_seen = None
@@ -733,6 +840,11 @@ class EtcdMetadata(SnapshotView):
                 self._failed("allocate_producer_ids", e)
                 return Errors.COORDINATOR_NOT_AVAILABLE
         return Errors.COORDINATOR_NOT_AVAILABLE
+
+    def _pid_floor_now(self) -> int:
+        """What a read of the counter issued now must not be below: what
+        this process was handed and what its view has applied."""
+        return max(self.view.producer_ids_next, self._pid_floor)
 
     # --------------------------------------------------------------- admin
 
@@ -755,6 +867,8 @@ class EtcdMetadata(SnapshotView):
         return out
 
     async def _create_topic(self, name: str, partitions: int, rf: int) -> TopicInfo | Errors:
+        if self.view.frozen:
+            return Errors.COORDINATOR_NOT_AVAILABLE
         if not valid_topic_name(name):
             return Errors.INVALID_REQUEST
         if not 1 <= partitions <= PARTITIONS_PER_TOPIC_MAX or self.view.partition_count() + partitions > PARTITIONS_MAX:
@@ -805,6 +919,9 @@ class EtcdMetadata(SnapshotView):
             if name in out:
                 continue
             got = self.view.topic_of(name)
+            if self.view.frozen:
+                out[name] = Errors.COORDINATOR_NOT_AVAILABLE
+                continue
             if got is None:
                 out[name] = Errors.UNKNOWN_TOPIC_OR_PARTITION
                 continue
