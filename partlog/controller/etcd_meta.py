@@ -436,9 +436,11 @@ class EtcdMetadata(SnapshotView):
                     await self._load()
                 except _ETCD_ERRORS as e2:
                     self._failed("read", e2)
-                except MetadataError as e2:  # etcd went back in time: frozen
-                    self._check_revision(-1)
-                    log.error("%s: %s", self._where(), e2)
+                except MetadataError as e2:
+                    # etcd answered an older revision than this view applied
+                    # (restored from a backup?): freeze, refuse every write.
+                    self.view.frozen = True
+                    log.error("%s: %s; metadata is frozen and writes are refused until restart", self._where(), e2)
                     return
             except _ETCD_ERRORS as e:
                 self._failed("watch", e)
@@ -565,24 +567,11 @@ class EtcdMetadata(SnapshotView):
                 if reply is None or reply.TTL <= 0:
                     return False
                 self.keepalives += 1
-                self._check_revision(int(reply.header.revision))
                 return True
             except _ETCD_ERRORS as e:  # TimeoutError among them
                 self._failed("keepalive", e)
             await asyncio.sleep(min(self._backoff(attempt), period_s))
             attempt += 1
-
-    def _check_revision(self, revision: int) -> None:
-        """etcd answering a revision older than one this view applied was
-        restored from a backup (or is another etcd): freeze the view and
-        refuse every write, rather than act on metadata that went back."""
-        if revision < self.view.revision and not self.view.frozen:
-            self.view.frozen = True
-            log.error(
-                "etcd %s answers revision %d, older than %d this process applied: restored from a backup? "
-                "Metadata is frozen and writes are refused until restart",
-                self.target.url(), revision, self.view.revision,
-            )  # fmt: skip
 
     # ----------------------------------------------------------- controller
 
