@@ -492,8 +492,13 @@ async def _etcd_fault_loop(
 
 def _fault_effects(events: list[dict[str, Any]], ack_times: list[float]) -> list[dict[str, Any]]:
     """Each fault with the acknowledgements in its window and the longest
-    gap between two of them (the produce pause it caused, at most)."""
+    gap between two of them (the produce pause it caused, at most), beside
+    the longest gap before the first fault (the same load without one: the
+    baseline the pause is read against)."""
     acks = sorted(ack_times)
+    first = min((ev["at_s"] for ev in events), default=0.0)
+    calm = [t for t in acks if t < first]
+    baseline = max((b - a for a, b in itertools.pairwise(calm)), default=0.0)
     out = []
     for ev in events:
         begin = ev["at_s"]
@@ -503,9 +508,10 @@ def _fault_effects(events: list[dict[str, Any]], ack_times: list[float]) -> list
         points = before + inside
         gaps = [b - a for a, b in itertools.pairwise(points)]
         during = [t for t in inside if t <= begin + ev.get("for_s", 0.0)]
-        out.append(
-            {**ev, "acks_in_window": len(inside), "acks_during": len(during), "produce_pause_s": max(gaps, default=0.0)}
-        )
+        out.append({
+            **ev, "acks_in_window": len(inside), "acks_during": len(during),
+            "produce_pause_s": max(gaps, default=0.0), "produce_pause_before_faults_s": baseline,
+        })  # fmt: skip
     return out
 
 
@@ -829,7 +835,8 @@ def print_report(r: dict[str, Any], out: Any = sys.stdout) -> None:
             else ""
         ),
         *(
-            f"etcd fault: {f['fault']} at {f['at_s']:.1f} s: produce paused at most {f['produce_pause_s']:.2f} s, "
+            f"etcd fault: {f['fault']} at {f['at_s']:.1f} s: produce paused at most {f['produce_pause_s']:.2f} s "
+            f"(before any fault: {f['produce_pause_before_faults_s']:.2f} s), "
             f"{f['acks_during'] if 'for_s' in f else f['acks_in_window']:,} acks "
             + ("while it lasted" if "for_s" in f else f"in the {ETCD_FAULT_WINDOW_S:g} s after")
             + (f"; etcd elected a new leader in {f['etcd_election_s']:.2f} s" if f.get("etcd_election_s") else "")
