@@ -80,10 +80,16 @@ class SnapshotView:
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
 
+    @property
+    def _log(self) -> logging.Logger:
+        # The subclass's own logger: the CLIs quiet a source's retries by
+        # its module's name (partlog.controller.client, ...etcd_meta).
+        return logging.getLogger(type(self).__module__)
+
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.error("%s: metadata task failed", self._where(), exc_info=task.exception())
+            self._log.error("%s: metadata task failed", self._where(), exc_info=task.exception())
 
     @contextlib.asynccontextmanager
     async def _bounded(self, timeout_ms: int | None, what: str) -> AsyncIterator[None]:
@@ -100,7 +106,7 @@ class SnapshotView:
         for ever must say so, once per attempt (the backoff bounds the rate)."""
         self.failures += 1
         self.last_failure = (str(e) or type(e).__name__)[:LAST_FAILURE_CHARS_MAX]
-        log.warning("%s: %s failed (retrying): %s", self._where(), what, self.last_failure)
+        self._log.warning("%s: %s failed (retrying): %s", self._where(), what, self.last_failure)
 
     def _backoff(self, attempt: int) -> float:
         # Capped exponent: 2**attempt must not grow without bound while retrying forever.
