@@ -71,6 +71,7 @@ __all__ = [
     "EtcdView",
     "Keys",
     "RegisteredBroker",
+    "pack_value",
     "parse_etcd_url",
 ]
 
@@ -171,7 +172,8 @@ class Keys:
 # ------------------------------------------------------------------ codecs
 
 
-def _pack(v: Any) -> bytes:
+def pack_value(v: Any) -> bytes:
+    """A value as every key of the layout stores it (msgpack)."""
     out = msgpack.packb(v)
     assert isinstance(out, bytes)
     return out
@@ -212,7 +214,7 @@ def _replicas(v: Any, what: str) -> tuple[int, ...]:
 
 
 def enc_broker(b: BrokerInfo, lease_id: int) -> bytes:
-    return _pack([b.az, b.host, b.port, b.kafka_port, lease_id])
+    return pack_value([b.az, b.host, b.port, b.kafka_port, lease_id])
 
 
 def dec_broker(broker_id: int, value: bytes) -> tuple[BrokerInfo, int]:
@@ -229,7 +231,7 @@ def dec_broker(broker_id: int, value: bytes) -> tuple[BrokerInfo, int]:
 
 
 def enc_topic(topic_id: uuid.UUID, replicas: Iterable[tuple[int, ...]]) -> bytes:
-    return _pack([topic_id.bytes, [list(r) for r in replicas]])
+    return pack_value([topic_id.bytes, [list(r) for r in replicas]])
 
 
 def dec_topic(name: str, value: bytes) -> tuple[uuid.UUID, tuple[tuple[int, ...], ...]]:
@@ -244,7 +246,7 @@ def dec_topic(name: str, value: bytes) -> tuple[uuid.UUID, tuple[tuple[int, ...]
 
 
 def enc_part(p: PartitionInfo) -> bytes:
-    return _pack(enc_partition(p))
+    return pack_value(enc_partition(p))
 
 
 def dec_part(what: str, value: bytes, replicas: tuple[int, ...]) -> PartitionInfo:

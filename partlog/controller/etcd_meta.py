@@ -42,7 +42,7 @@ import math
 import socket
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -50,7 +50,6 @@ import aetcd
 import aetcd.exceptions
 import aetcd.utils
 import grpc
-import msgpack
 from aetcd.rtypes import EventKind
 
 from partlog.controller.cluster_meta import (
@@ -84,6 +83,7 @@ from partlog.controller.etcd_layout import (
     enc_broker,
     enc_part,
     enc_topic,
+    pack_value,
     parse_etcd_url,
 )
 from partlog.controller.rules import bump
@@ -126,12 +126,6 @@ _ETCD_ERRORS: tuple[type[BaseException], ...] = (aetcd.exceptions.ClientError, g
 
 class EtcdUnavailableError(ConnectionError):
     """etcd gave no usable answer."""
-
-
-def _pack(v: Any) -> bytes:
-    out = msgpack.packb(v)
-    assert isinstance(out, bytes)
-    return out
 
 
 def _fresh_counter(value: bytes, revision: int, floor: int) -> tuple[int, int]:
@@ -400,7 +394,7 @@ class EtcdMetadata(SnapshotView):
             # later means it was deleted, and is refused (never restarted at 0).
             ok, _ = await self._txn(
                 [t.create(self.keys.cluster_id) == 0, t.create(self.keys.producer_ids) == 0],
-                [t.put(self.keys.cluster_id, str(cid).encode()), t.put(self.keys.producer_ids, _pack(0))],
+                [t.put(self.keys.cluster_id, str(cid).encode()), t.put(self.keys.producer_ids, pack_value(0))],
             )
             if ok:
                 log.info("etcd %s: created cluster %s", self.target.url(), cid)
@@ -587,7 +581,7 @@ class EtcdMetadata(SnapshotView):
                 c = await self._etcd()
                 t = c.transactions
                 ok, resp = await self._txn(
-                    [t.create(key) == 0], [t.put(key, _pack(bi.broker_id), lease=lease)], [t.get(key)]
+                    [t.create(key) == 0], [t.put(key, pack_value(bi.broker_id), lease=lease)], [t.get(key)]
                 )
                 rev = _revision(resp) if ok else (resp[0][0][1].create_revision if resp and resp[0] else 0)
             except _ETCD_ERRORS as e:
@@ -678,7 +672,7 @@ class EtcdMetadata(SnapshotView):
                 return  # the watch brings what changed; the next pass re-plans
         for bid, epoch in todo.accept:
             ok, _ = await self._txn(
-                [guard, t.mod(self.keys.broker(bid)) == epoch], [t.put(self.keys.incarnation(bid), _pack(epoch))]
+                [guard, t.mod(self.keys.broker(bid)) == epoch], [t.put(self.keys.incarnation(bid), pack_value(epoch))]
             )
             if ok:
                 self.controller_writes += 1
@@ -800,7 +794,7 @@ class EtcdMetadata(SnapshotView):
                     floor = self._pid_floor_now()
                     ok, resp = await self._txn(
                         [t.mod(self.keys.producer_ids) == rev, t.mod(self.keys.broker(broker_id)) == epoch],
-                        [t.put(self.keys.producer_ids, _pack(first + size))],
+                        [t.put(self.keys.producer_ids, pack_value(first + size))],
                         # A lost race answers what won it: the next attempt
                         # needs no read of its own.
                         [t.get(self.keys.broker(broker_id)), t.get(self.keys.producer_ids)],
@@ -927,7 +921,7 @@ class EtcdMetadata(SnapshotView):
                     [
                         t.delete(self.keys.topic(name)),
                         t.delete(parts, range_end=aetcd.utils.prefix_range_end(parts)),
-                        t.put(self.keys.deleted_topic(tid), _pack(name)),
+                        t.put(self.keys.deleted_topic(tid), pack_value(name)),
                     ],
                 )
             except _ETCD_ERRORS as e:
@@ -938,14 +932,3 @@ class EtcdMetadata(SnapshotView):
         gone = {t for t in out.values() if isinstance(t, uuid.UUID)}
         await self._view_until(lambda: not gone & self._topics.keys())
         return out
-
-    # ------------------------------------------------------------- waiting
-
-    async def wait_for(self, done: Callable[[], bool], timeout_s: float) -> bool:
-        """Wait until ``done()`` holds for this view (tests, tools, the
-        benchmark), at most ``timeout_s``; whether it held."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout_s):
-                while not done():
-                    await self._view_changed.wait()
-        return done()

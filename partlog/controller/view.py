@@ -210,7 +210,13 @@ class SnapshotView:
     async def _view_until(self, done: Callable[[], bool]) -> None:
         """Wait until this view satisfies ``done`` (a change the controller
         made is here), at most ``request_timeout_ms``."""
+        await self.wait_for(done, self.request_timeout_ms / 1000)
+
+    async def wait_for(self, done: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait until ``done()`` holds for this view (tests, tools, the
+        benchmark), at most ``timeout_s``; whether it held."""
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.request_timeout_ms / 1000):
+            async with asyncio.timeout(timeout_s):
                 while not done():
                     await self._view_changed.wait()
+        return done()

@@ -41,6 +41,7 @@ from partlog.controller.etcd_meta import EtcdMetadata
 from partlog.controller.server import ControllerServer
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
+from partlog.tools.cluster_run import percentile
 from partlog.tools.etcd_launcher import EtcdCluster
 
 __all__ = ["MetadataBenchOptions", "print_report", "run"]
@@ -79,13 +80,6 @@ class MetadataBenchOptions:
             v = getattr(self, name)
             if type(v) is not int or not low <= v <= high:
                 raise ValueError(f"--{name.replace('_', '-')} must be an integer in [{low}, {high}], got {v!r}")
-
-
-def _pct(xs: list[float], q: float) -> float:
-    if not xs:
-        return 0.0
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
 class _Side:
@@ -259,7 +253,7 @@ async def _measure(side: _Side, opts: MetadataBenchOptions, progress: Callable[[
     prop = await _propagation(side, tid, opts)
     out: dict[str, Any] = {
         "producer_id_blocks_per_s": blocks_per_s,
-        "propagation_ms": {"p50": _pct(prop, 0.5), "p99": _pct(prop, 0.99), "mean": statistics.fmean(prop)},
+        "propagation_ms": {"p50": percentile(prop, 0.5), "p99": percentile(prop, 0.99), "mean": statistics.fmean(prop)},
     }
     if isinstance(admin, EtcdMetadata):
         progress(f"{side.name}: elections")
@@ -267,8 +261,8 @@ async def _measure(side: _Side, opts: MetadataBenchOptions, progress: Callable[[
         out["elections"] = {"count": n, "seconds": s, "per_s": n / s if s else 0.0}
     progress(f"{side.name}: fencing")
     gone, moved = await _fencing(side, tid, opts)
-    out["fencing_ms"] = {"p50": _pct(gone, 0.5), "max": max(gone)}
-    out["failover_ms"] = {"p50": _pct(moved, 0.5), "max": max(moved)}
+    out["fencing_ms"] = {"p50": percentile(gone, 0.5), "max": max(gone)}
+    out["failover_ms"] = {"p50": percentile(moved, 0.5), "max": max(moved)}
     return out
 
 
