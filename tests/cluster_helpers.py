@@ -1,4 +1,4 @@
-"""Helpers for the end-to-end cluster tests (tests/test_cluster_e2e.py):
+"""Helpers for the end-to-end cluster tests (tests/*/test_cluster_e2e*.py):
 in-process clusters, a failing object store, producing tagged records,
 consuming everything back and checking it exactly once and in order.
 
@@ -20,6 +20,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from partlog.broker.server import Broker, BrokerConfig, start_brokers
 from partlog.client import Consumer, Producer, RecordMetadata
@@ -291,3 +292,38 @@ def stop_processes(procs: Sequence[subprocess.Popen[bytes]]) -> None:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait(10)
+
+
+
+
+def check_cluster_result(r: dict[str, Any], azs: int) -> None:
+    """The checks every ``partlog cluster`` run passes: nothing lost, failed,
+    duplicated or out of order, and the commit fan-out of a balanced cluster."""
+    assert r["records_acked"] > 0
+    assert r["records_failed"] == 0
+    assert r["records_lost"] == 0, r["records_lost_examples"]
+    assert r["records_duplicated"] == 0
+    assert r["order_violations"] == 0
+    assert r["records_verified"] == r["records_acked"]
+    assert r["wal_files"] > 0
+    fan = r["commit_rpcs_per_file"]
+    # Representatives: a balanced cluster's WAL file needs at most one
+    # commit per other AZ, and brokers lead partitions their own AZ sends.
+    assert fan["remote_max"] <= azs - 1
+    assert fan["local_mean"] > 0
+
+
+def producer_in(meta: StaticMetadata, az: str, **kwargs: Any) -> Producer:
+    """A producer in ``az`` bootstrapping from that AZ's first broker."""
+    first = meta.broker(meta.brokers_in(az)[0])
+    assert first is not None
+    kwargs.setdefault("linger_ms", 2)
+    kwargs.setdefault("retry_backoff_ms", 20)
+    return Producer((first.host, first.port), az=az, **kwargs)
+
+
+def broker_addr(meta: StaticMetadata, broker_id: int) -> tuple[str, int]:
+    """The RPC address of ``broker_id``."""
+    b = meta.broker(broker_id)
+    assert b is not None
+    return b.host, b.port

@@ -1,4 +1,4 @@
-"""Commit loop for tests/test_crash.py, run as ``python -m tests.crash_worker PATH TOPIC_ID ROUND SEED``.
+"""Commit loop for tests/system/test_crash.py, run as ``python -m tests.crash_worker PATH TOPIC_ID ROUND SEED``.
 
 Opens the store with ``sync=True`` and commits from several threads (so calls
 share group commits) until it is killed (or, as a safety net, after

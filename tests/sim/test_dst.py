@@ -1,0 +1,121 @@
+"""The deterministic simulation (issue 14) in CI: a fixed seed set passes,
+a seed replays to the same digest, every seed that found a bug in our code
+stays green, and the harness still finds injected bugs.
+
+Seeds run through the CLI in a subprocess: it fixes PYTHONHASHSEED (set
+order of strings decides the real code's iteration order), so a seed here
+is the seed a developer replays.  The whole file takes about a minute.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from partlog import injected_bugs
+from simulations.dst.world import Faults, Shape, run
+
+pytestmark = pytest.mark.timeout(600)
+
+# Seeds that found bugs in our code (design.md, "Deterministic simulation"),
+# kept green.  A seed names a schedule only together with the harness and
+# code of its day: the unit tests named in design.md are the durable
+# regression tests, these keep the schedules that exposed them in CI.
+REGRESSION_SEEDS = {
+    1: "walmgr: one failed shard LIST aborted every scan; orphans were never learned nor deleted",
+    2: "a commit sender died on a handshake timeout; a lost commit reply left a batch retried for ever",
+    7: "with --inject walmgr_asks_only_leaders an ISR member's reference is deleted; asking the ISR keeps it",
+    29: "retention, min ISR 2: a follower flapped into the ISR with a stale log start; walmgr deleted its object",
+}
+# An injected bug and the first seed that finds it (python -m simulations.dst
+# fuzz --inject NAME --stop-at-first gives it).
+INJECTED = ("walmgr_gate_without_commit_deadline", 1)
+
+
+def dst(*args: str, timeout_s: int = 300) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+    return subprocess.run(
+        [sys.executable, "-m", "simulations.dst", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env=env,
+        check=False,
+    )
+
+
+def test_a_seed_replays_to_the_same_digest() -> None:
+    """Two runs of one seed in one process agree to the step (same hash
+    seed): events, acknowledgements, and the number of loop steps."""
+    shape = Shape(duration_s=4.0, settle_s=3.0, rate_per_producer=10.0)
+    faults = Faults(broker_crashes_per_min=30.0, connection_resets_per_min=30.0)
+    a = run(11, shape, faults)
+    b = run(11, shape, faults)
+    assert a.ok, a.violations
+    assert (a.digest, a.steps, a.acked) == (b.digest, b.steps, b.acked)
+    assert a.acked > 0 and a.steps > 1_000
+    c = run(12, shape, faults)
+    assert c.digest != a.digest  # the seed matters
+
+
+@pytest.mark.slow
+def test_the_fixed_seed_set_and_the_regression_seeds_pass() -> None:
+    seeds = sorted(REGRESSION_SEEDS)
+    out = []
+    for seed in seeds:
+        p = dst("replay", str(seed), "--json")
+        r = json.loads(p.stdout)
+        out.append((seed, p.returncode, r["violations"]))
+    assert all(rc == 0 for _, rc, _ in out), out
+
+
+def test_an_injected_bug_is_found_and_the_failure_names_its_replay() -> None:
+    name, seed = INJECTED
+    p = dst("fuzz", "--seeds", "1", "--first-seed", str(seed), "--inject", name, "--shrink-runs", "0")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert f"replay: python -m simulations.dst replay {seed} --inject {name}" in p.stdout
+    assert "FAILED" in p.stdout
+
+
+def test_cli_lists_injections_and_refuses_unknown_ones() -> None:
+    p = dst("--list-injections")
+    assert p.returncode == 0 and all(n in p.stdout for n in injected_bugs.KNOWN)
+    assert len(injected_bugs.KNOWN) >= 5
+    p = dst("fuzz", "--inject", "no_such_bug")
+    assert p.returncode == 2 and "no_such_bug" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert not injected_bugs.enabled()  # nothing in a test process switches one on
+
+
+def test_a_failure_is_shrunk_and_its_minimised_replay_still_fails() -> None:
+    name, seed = INJECTED
+    p = dst("fuzz", "--seeds", "1", "--first-seed", str(seed), "--inject", name, "--shrink-runs", "3")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "minimised (" in p.stdout and "trace:" in p.stdout
+    [command] = [ln.split("replay: ", 1)[1] for ln in p.stdout.splitlines() if "--only-faults" in ln]
+    args = command.split()[3:]  # after "python -m simulations.dst"
+    assert args[:2] == ["replay", str(seed)]
+    again = dst(*args)
+    assert again.returncode == 1, again.stdout + again.stderr
+
+
+def test_a_power_loss_under_min_isr_1_loses_acknowledged_records() -> None:
+    """The power-loss fault bites: with min.insync.replicas=1 a lone ISR
+    member that loses its unsynced tail loses what it acknowledged (Kafka's
+    contract too; design.md, Durability), and seed 29 shows it.  With the
+    default of 2, the same seed passes (the regression seeds above)."""
+    code = (
+        "import dataclasses, json\n"
+        "from simulations.dst.world import run\n"
+        "from simulations.dst.__main__ import FUZZ_SHAPE, FUZZ_FAULTS\n"
+        "r = run(29, dataclasses.replace(FUZZ_SHAPE, min_insync_replicas=1), FUZZ_FAULTS)\n"
+        "print(json.dumps([r.violations, r.faults.get('power_loss', 0)]))\n"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, check=False)
+    violations, power_losses = json.loads(p.stdout.strip().splitlines()[-1])
+    assert power_losses >= 1
+    assert violations and "acknowledged for" in violations[0], violations

@@ -1,0 +1,114 @@
+"""The object store contract (tests/objectstore_contract.py) run against
+:class:`LocalDirStore`, and what only the local store and the store URLs
+have to say (the same contract against SeaweedFS is
+tests/system/test_objectstore_s3.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from partlog.wal.objectstore import (
+    InvalidKeyError,
+    LocalDirStore,
+    ObjectStore,
+    check_key,
+    open_store,
+)
+
+# The contract's tests (and its fixture tricky_store), run against this module's store.
+from tests.objectstore_contract import *  # noqa: F403
+from tests.objectstore_contract import list_keys, put_all
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ObjectStore:
+    return LocalDirStore(tmp_path / "store")
+
+
+def test_invalid_key_error_is_value_error() -> None:
+    with pytest.raises(ValueError):
+        check_key("a//b")
+    check_key("a/b.c-d_e/é/\U0001f600")
+
+
+def test_local_put_leaves_no_temp_files(tmp_path: Path) -> None:
+    store = LocalDirStore(tmp_path)
+    tmp_dir = tmp_path / ".partlog-tmp"
+    for i in range(5):
+        store.put(f"p/{i}", os.urandom(1000))
+    store.put("p/0", b"overwritten")
+    store.put("file", b"x")
+    with pytest.raises(InvalidKeyError):
+        store.put("file/below", b"x")  # fails after the temp file was written
+    with pytest.raises(InvalidKeyError):
+        store.put("p", b"x")  # a "directory" of other keys
+    assert list(tmp_dir.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".partlog-tmp", "file", "p"]
+    # The staging directory never shows in listings.
+    assert list_keys(store, "") == ["file", "p/0", "p/1", "p/2", "p/3", "p/4"]
+    assert list_keys(store, ".") == []
+
+
+def test_local_key_below_an_object_is_invalid(tmp_path: Path) -> None:
+    store = LocalDirStore(tmp_path)
+    store.put("a", b"object")
+    with pytest.raises(InvalidKeyError, match="existing object"):
+        store.put("a/b", b"x")
+    with pytest.raises(InvalidKeyError, match="existing object"):
+        store.put("a/b/c", b"x")
+    assert store.get("a") == b"object"
+
+
+def test_local_delete_prunes_empty_directories(tmp_path: Path) -> None:
+    store = LocalDirStore(tmp_path)
+    put_all(store, ["p/q/r/s", "p/t", "u/v"])
+    assert store.delete_many(["p/q/r/s"]).errors == {}
+    assert not (tmp_path / "p" / "q").exists()
+    assert (tmp_path / "p" / "t").is_file()
+    assert store.delete_many(["p/t", "u/v"]).errors == {}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".partlog-tmp"]
+    # "p" is no longer a directory: it can be an object now.
+    store.put("p", b"x")
+    assert list_keys(store, "") == ["p"]
+
+
+def test_local_survives_reopen(tmp_path: Path) -> None:
+    LocalDirStore(tmp_path).put("x/y", b"data")
+    again = LocalDirStore(tmp_path)
+    assert again.get("x/y") == b"data"
+
+
+def test_open_store_file_urls(tmp_path: Path) -> None:
+    store = open_store(f"file://{tmp_path}/s")
+    assert isinstance(store, LocalDirStore)
+    assert store.root == str(tmp_path / "s")
+    assert store.describe() == f"file://{tmp_path}/s"
+    store.put("k", b"v")
+    plain = open_store(str(tmp_path / "s"))
+    assert isinstance(plain, LocalDirStore)
+    assert plain.get("k") == b"v"
+    quoted = open_store(f"file://{tmp_path}/with%20space")
+    assert isinstance(quoted, LocalDirStore)
+    assert quoted.root == str(tmp_path / "with space")
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("gs://bucket/x", "scheme must be file:// or s3://"),
+        ("http://example.com/x", "scheme must be file:// or s3://"),
+        ("s3://", "no bucket"),
+        ("s3:///path", "no bucket"),
+        ("s3://b?endpoint=http://x&secret=y", "unknown parameters"),
+        ("file://", "no path"),
+    ],
+)
+def test_open_store_bad_urls(url: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as exc:
+        open_store(url)
+    assert repr(url) in str(exc.value)
+
+
