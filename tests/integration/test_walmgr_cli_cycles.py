@@ -26,6 +26,7 @@ from partlog.wal.objectstore import LocalDirStore
 from tests.cluster_helpers import free_ports, topic_partitions, write_cluster_toml
 from tests.walmgr_helpers import TEST_CLUSTER_ID, orphan
 from walmgr import cli
+from walmgr.registry import Registry, RegistryError
 
 WAIT_S = 30.0
 
@@ -144,6 +145,16 @@ def test_scan_status_and_inspect(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert s.invalid in capsys.readouterr().out
 
 
+def _a_cycle_ran(registry: Path) -> bool:
+    """Whether the daemon holding ``registry`` has finished a cycle (a
+    reader takes no lock; the registry may not be made yet)."""
+    try:
+        with Registry(registry, readonly=True) as reg:
+            return reg.meta_get("last_cycle_ms") is not None
+    except RegistryError:
+        return False
+
+
 @pytest.mark.timeout(60)
 def test_run_stops_on_sigterm_with_exit_0(tmp_path: Path) -> None:
     objects = tmp_path / "objects"
@@ -166,7 +177,10 @@ def test_run_stops_on_sigterm_with_exit_0(tmp_path: Path) -> None:
             assert proc.poll() is None, f"walmgr run exited with {proc.returncode}"
             assert time.monotonic() < deadline, "walmgr run did not start"
             time.sleep(0.05)
-        time.sleep(0.5)  # a few cycles (not asserted on)
+        while not _a_cycle_ran(registry):  # (not asserted on)
+            assert proc.poll() is None, f"walmgr run exited with {proc.returncode}"
+            assert time.monotonic() < deadline, "walmgr run finished no cycle"
+            time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(WAIT_S) == 0
         assert proc.stderr is not None
