@@ -93,6 +93,13 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
+        "--tier-pass",
+        choices=("all", "parallel", "serial"),
+        default="all",
+        help="run every test (all), all but those marked serial (parallel), or only those (serial); "
+        "scripts/test runs the parallel pass under pytest-xdist, then the serial pass alone",
+    )
+    parser.addoption(
         "--kills",
         type=int,
         default=200,
@@ -127,12 +134,18 @@ def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> 
     return None
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test with its tier; under pytest-xdist, start the slow ones first."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its tier; keep the pass's tests (``--tier-pass``);
+    under pytest-xdist, start the slow ones first."""
     for item in items:
         tier = tier_of(item.path)
         assert tier is not None, item.nodeid  # pytest_pycollect_makemodule refused the rest
         item.add_marker(getattr(pytest.mark, tier))
+    tier_pass = config.getoption("--tier-pass")
+    if tier_pass != "all":
+        wanted = [(item.get_closest_marker("serial") is not None) == (tier_pass == "serial") for item in items]
+        config.hook.pytest_deselected(items=[item for item, w in zip(items, wanted, strict=True) if not w])
+        items[:] = [item for item, w in zip(items, wanted, strict=True) if w]
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
         items[:] = slow_first_per_worker(items, workers)

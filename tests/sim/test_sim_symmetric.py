@@ -564,6 +564,7 @@ def test_record_producers_batch_records_as_partlogs_client_does(tmp_path: Path) 
         assert r.batch_latency_ms_p50 > r.latency_ms_p50
 
 
+@pytest.mark.serial  # a real cluster's batching, which CPU contention changes: alone (scripts/test)
 def test_calibrate_rows_compare_a_real_cluster_with_the_simulator() -> None:
     """A short real cluster (3 s of producing) against the simulator: the
     JSON contract, and the fan-out rows, which the model must get right."""

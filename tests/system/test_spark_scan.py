@@ -328,7 +328,7 @@ def test_walmgr_daemon_runs_full_scans_on_spark_when_configured(
         assert keys == {r.key for r in local_reg.records()}
 
 
-@pytest.mark.slow
+@pytest.mark.serial  # a JVM job under a 240 s bound: alone, not beside the parallel run (scripts/test)
 def test_spark_submit_with_the_project_shipped_as_a_zip(tmp_path: Path) -> None:
     """``spark-submit --py-files walmgr_spark.zip spark/submit.py --store
     --registry``: in a Python that has the third-party packages but not
