@@ -29,7 +29,6 @@ KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset(
         ("walmgr.bench", "partlog.tools.seaweedfs"),
         ("walmgr.cli", "partlog.tools.cli_errors"),
         ("walmgr.registry_size", "partlog.tools.proc_stats"),
-        ("walmgr.spark_scan", "spark.scan_job"),
     }
 )
 
