@@ -5,8 +5,9 @@ The driver side of the job in :mod:`spark.scan_job`: with ``--config FILE``
 (or ``--store``/``--registry``) it is walmgr's whole scan, merged into the
 registry by :func:`walmgr.spark_scan.spark_scan`; with ``--known``/``--out``
 it only writes the job's Parquet result.  It lives apart from the job so
-that the job module (the executor side) never imports walmgr's driver:
-``walmgr.spark_scan`` imports ``spark.scan_job``, never the reverse.
+that the job module (the executor side) imports only walmgr's listing rules
+(:mod:`walmgr.listing`), never walmgr's driver; walmgr reaches the job
+through its entry point (``walmgr.spark_scan.scan_job``), never by import.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from pyspark.sql import SparkSession
 
 from spark.scan_job import run_scan
 from walmgr.config import WalmgrConfigError
+from walmgr.listing import INCREMENTAL_LOOKBACK_MS_DEFAULT
 from walmgr.registry import RegistryLockedError
-from walmgr.scanner import INCREMENTAL_LOOKBACK_MS_DEFAULT
 
 
 def main(argv: Sequence[str] | None = None) -> int:

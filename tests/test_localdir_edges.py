@@ -22,9 +22,10 @@ import pytest
 from partlog.kafka.records import TopicIdPartition
 from partlog.wal.objectstore import InvalidKeyError, LocalDirStore
 from tests.walmgr_helpers import TEST_CLUSTER_ID, orphan, segment
+from walmgr.listing import NOT_UTF8_NOTE
 from walmgr.model import State
 from walmgr.registry import Registry
-from walmgr.scanner import NOT_UTF8_NOTE, Scanner
+from walmgr.scanner import Scanner
 
 BIN = Path(sys.executable).parent
 

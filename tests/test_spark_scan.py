@@ -26,9 +26,10 @@ from tests.batches import build_batch
 from tests.clock import Clock
 from tests.s3server import ACCESS_KEY_ID, SECRET_ACCESS_KEY
 from tests.walmgr_helpers import TEST_CLUSTER_ID
+from walmgr.listing import GONE_AGE_MS_DEFAULT
 from walmgr.model import State
 from walmgr.registry import Registry
-from walmgr.scanner import GONE_AGE_MS_DEFAULT, Scanner, ScanReport
+from walmgr.scanner import Scanner, ScanReport
 from walmgr.spark_scan import get_session, package_zip, spark_scan, stop_session
 
 pytestmark = pytest.mark.timeout(300)

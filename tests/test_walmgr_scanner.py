@@ -30,22 +30,20 @@ from partlog.wal.segment import WalSegmentBuilder
 from tests.batches import build_batch
 from tests.clock import Clock
 from tests.walmgr_helpers import TEST_CLUSTER_ID
-from walmgr.model import ObjectRecord, Source, State
-from walmgr.registry import Registry
-from walmgr.scanner import (
+from walmgr.listing import (
     GONE_AGE_MS_DEFAULT,
     INCREMENTAL_LOOKBACK_MS_DEFAULT,
-    SHARD_FAILURES_BEFORE_GIVING_UP,
-    Scanner,
     classify,
     group_of,
     inspect_object,
     is_position_key,
     list_all,
     list_shard,
-    register_notification,
     shard_start_after,
 )
+from walmgr.model import ObjectRecord, Source, State
+from walmgr.registry import Registry
+from walmgr.scanner import SHARD_FAILURES_BEFORE_GIVING_UP, Scanner, register_notification
 
 pytestmark = pytest.mark.timeout(300)
 

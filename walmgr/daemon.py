@@ -58,11 +58,12 @@ from partlog.wal.objectstore import DeleteResult, ObjectInfo, ObjectStore, Objec
 from walmgr.config import WalmgrConfig, WalmgrConfigError
 from walmgr.decide import CheckPlan, Decision, decide, past_age_gate, plan_checks, split_checks
 from walmgr.deleter import DeleteReport, execute_plan
+from walmgr.listing import inspect_object
 from walmgr.model import ObjectRecord, Source, State
 from walmgr.paced_store import PacedStore
 from walmgr.progress import ProgressLog, ProgressSink, ScanProgress, fan_out
 from walmgr.registry import Registry
-from walmgr.scanner import Scanner, ScanReport, inspect_object, register_notifications
+from walmgr.scanner import Scanner, ScanReport, register_notifications
 from walmgr.spark_scan import SparkScanError
 from walmgr.spark_scan import check_available as check_spark_available
 

@@ -1,7 +1,10 @@
 """walmgr's bucket scan on Spark (``walmgr scan --engine spark``).
 
 The job (spark/scan_job.py) lists and reads footers on executors with the
-in-process scanner's own functions; this module is the driver side: it
+in-process scanner's own rules (:mod:`walmgr.listing`).  walmgr finds the
+job through its entry point (:func:`scan_job`), never by importing it, so
+the spark package depends on walmgr and not the reverse.  This module is
+the driver side: it
 writes the registry's known keys as Parquet (streamed), runs the job in one
 SparkSession per process, and merges the job's output into the registry by
 streaming it back (``toLocalIterator``, a partition at a time) through
@@ -34,19 +37,21 @@ import time
 import uuid
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
+from importlib.metadata import entry_points
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from partlog.kafka.records import TopicIdPartition
-from walmgr.model import ObjectRecord, Source, State
-from walmgr.registry import Registry
-from walmgr.scanner import (
+from walmgr.listing import (
     GONE_AGE_MS_DEFAULT,
     INCREMENTAL_LOOKBACK_MS_DEFAULT,
     INVALID_REPORTED_MAX,
-    ScanReport,
     is_position_key,
     prefix_head,
 )
+from walmgr.model import ObjectRecord, Source, State
+from walmgr.registry import Registry
+from walmgr.scanner import ScanReport
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +76,35 @@ def check_available() -> None:
         raise SparkScanError("pyspark is not installed: pip install 'partlog[spark]' (and Java 17 for Spark)")
 
 
-# The packages executors import (shipped by package_zip).
-SHIPPED_PACKAGES = ("partlog", "walmgr", "spark")
+# The entry point group and name under which the Spark job (spark/scan_job.py,
+# pyproject.toml's [project.entry-points]) is installed.  walmgr finds the job
+# there instead of importing it: the job imports walmgr's listing rules, and
+# the arrow between the two packages points that way only.
+SCAN_JOB_ENTRY_POINTS = "walmgr.scan_jobs"
+SCAN_JOB_NAME = "spark"
+
+
+def scan_job() -> ModuleType:
+    """The Spark job's module (``run_scan``, ``KNOWN_SCHEMA``), through its
+    entry point; :class:`SparkScanError` naming the fix when it is not
+    installed."""
+    check_available()
+    found = entry_points(group=SCAN_JOB_ENTRY_POINTS, name=SCAN_JOB_NAME)
+    if not found:
+        raise SparkScanError(
+            f"no Spark scan job is installed (entry point {SCAN_JOB_ENTRY_POINTS}:{SCAN_JOB_NAME}): "
+            "reinstall partlog (pip install 'partlog[spark]', or pip install -e . in a checkout)"
+        )
+    job = next(iter(found)).load()
+    if not isinstance(job, ModuleType):
+        raise SparkScanError(f"entry point {SCAN_JOB_ENTRY_POINTS}:{SCAN_JOB_NAME} is not a module: {job!r}")
+    return job
+
+
+def shipped_packages() -> tuple[str, ...]:
+    """The packages executors import (shipped by package_zip): partlog,
+    walmgr, and the job's own package."""
+    return ("partlog", "walmgr", scan_job().__name__.split(".")[0])
 
 _session_lock = threading.Lock()
 _session: SparkSession | None = None
@@ -88,7 +120,7 @@ def package_zip(path: str) -> str:
     import importlib
 
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name in SHIPPED_PACKAGES:
+        for name in shipped_packages():
             root = os.path.dirname(os.path.abspath(importlib.import_module(name).__file__ or ""))
             for dirpath, dirnames, filenames in os.walk(root):
                 dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
@@ -150,8 +182,6 @@ def write_known_keys(spark: SparkSession, registry: Registry, prefix: str, path:
     """Write the records the registry holds under ``<prefix>/`` (any state)
     to the Parquet ``path`` (key, state, created_ms), streamed through a
     JSON-lines file; returns how many."""
-    from spark.scan_job import KNOWN_SCHEMA
-
     lines = os.path.join(work_dir, "known.jsonl")
     n = 0
     with open(lines, "w", encoding="utf-8") as f:
@@ -159,7 +189,7 @@ def write_known_keys(spark: SparkSession, registry: Registry, prefix: str, path:
             f.write(json.dumps({"key": rec.key, "state": rec.state.value, "created_ms": rec.created_ms}))
             f.write("\n")
             n += 1
-    spark.read.schema(KNOWN_SCHEMA).json(lines).write.mode("overwrite").parquet(path)
+    spark.read.schema(scan_job().KNOWN_SCHEMA).json(lines).write.mode("overwrite").parquet(path)
     return n
 
 
@@ -213,8 +243,7 @@ def spark_scan(
     (starting Spark, 0 when reused), ``snapshot`` (known keys to Parquet),
     ``listing``, ``footers`` (anti-join and footer reads), ``gone`` and
     ``merge`` (into the registry)."""
-    from spark.scan_job import run_scan
-
+    run_scan = scan_job().run_scan
     if full and shards is not None:
         raise ValueError("a full scan covers every shard: shards must be None")
     if lookback_ms < 0 or gone_age_ms < 0:
