@@ -22,6 +22,7 @@ What each test checks, and how to fix a failure:
 * every upper-case name in backticks in docs/design/limits.md and
   docs/security.md is a constant (module or class level) of partlog, walmgr
   or spark;
+* ARCHITECTURE.md's Layers table lists the floors of tests/layers.py: edit both;
 * README.md is at most 8 kB, design.md at most 25 kB, ARCHITECTURE.md at most
   300 lines and each page of docs/design/ at most 400 lines: move detail down
   a level (design.md to docs/design/, dated results to docs/measurements/).
@@ -250,3 +251,19 @@ def test_top_level_pages_stay_short() -> None:
         if (n := len(page.read_text(encoding="utf-8").splitlines())) > DESIGN_PAGE_LINES_MAX:
             too_long.append(f"{page.relative_to(ROOT)}: {n} lines, at most {DESIGN_PAGE_LINES_MAX}")
     assert not too_long, "pages past their size (move detail down a level):\n" + "\n".join(too_long)
+
+
+def test_the_layers_table_is_the_layer_contract() -> None:
+    """ARCHITECTURE.md's Layers table lists tests/layers.py's FLOORS, floor by
+    floor: edit both together."""
+    from tests.layers import FLOORS
+
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    section = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (\d+) \| (.+?) \|$", section, re.M)
+    table = {int(n): frozenset(re.findall(r"`([\w.]+)`", cells)) for n, cells in rows}
+    contract = dict(enumerate(FLOORS))
+    assert table == contract, (
+        "ARCHITECTURE.md's Layers table differs from tests/layers.py FLOORS:\n"
+        f"  table:    {table}\n  contract: {contract}"
+    )
