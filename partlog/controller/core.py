@@ -90,12 +90,25 @@ from partlog.kafka.producer_ids import (
     ProducerIdsExhaustedError,
 )
 from partlog.kafka.records import TopicIdPartition
+from partlog.limits import (
+    AZ_CHARS_MAX,
+    BROKERS_MAX,
+    HOST_CHARS_MAX,
+    PARTITIONS_PER_CLUSTER_MAX,
+    PARTITIONS_PER_TOPIC_MAX,
+    PORT_MAX,
+    TOPICS_PER_REQUEST_MAX,
+)
+
+# partlog/tools/cli.py (being rewritten on another branch) still imports
+# BROKER_ID_MAX from here; its home is partlog.limits.  Drop this re-export
+# once that file imports it from there.
+from partlog.limits import BROKER_ID_MAX as BROKER_ID_MAX
 from partlog.rpc.wire import WireError, expect_bytes, expect_int, expect_list, expect_map, expect_str, field
 
 __all__ = [
     "BROKER_SESSION_TIMEOUT_MS_DEFAULT",
     "LEADER_IMBALANCE_CHECK_INTERVAL_MS_DEFAULT",
-    "TOPICS_PER_REQUEST_MAX",
     "BrokerFenced",
     "BrokerRegistered",
     "BrokerRegistration",
@@ -141,27 +154,11 @@ __all__ = [
 BROKER_SESSION_TIMEOUT_MS_DEFAULT = 9_000
 # Kafka's leader.imbalance.check.interval.ms default.
 LEADER_IMBALANCE_CHECK_INTERVAL_MS_DEFAULT = 300_000
-# Kafka broker ids are int32s >= 0.
-BROKER_ID_MAX = (1 << 31) - 1
-# Registered brokers stay known after they die (replica lists name them),
-# so distinct broker ids are bounded: a cluster of ten thousand brokers is
-# far beyond what one controller process serving full snapshots is for.
-BROKERS_MAX = 10_000
 # Kafka's limit on topic names (249: the name must fit in a file name with a
 # partition suffix) and its legal characters.
 TOPIC_NAME_CHARS_MAX = 249
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
-# Every change ships the full snapshot to every broker (KRaft ships deltas):
-# about 30 bytes a partition, so 100k partitions are ~3 MB a snapshot, well
-# under the 64 MiB RPC frame.  Kafka has no per-topic limit; ours keeps one
-# create_topics from taking the whole budget by accident.
-PARTITIONS_MAX = 100_000
-PARTITIONS_PER_TOPIC_MAX = 10_000
-# AZ names and host names: DNS names are at most 253 characters.
-AZ_CHARS_MAX = 255
-HOST_CHARS_MAX = 255
-PORT_MAX = 65_535
-# Address space, not disk: the metadata of PARTITIONS_MAX partitions and
+# Address space, not disk: the metadata of PARTITIONS_PER_CLUSTER_MAX partitions and
 # BROKERS_MAX brokers takes a few tens of MB.
 MAP_SIZE_BYTES = 1 << 30
 # Events wait here until the shell takes them (it logs them); a core driven
@@ -745,7 +742,7 @@ class Controller:
         concurrent create (every process of a cluster creating its topics
         at start) succeeds; another shape is TOPIC_ALREADY_EXISTS.  Errors:
         INVALID_REQUEST (a name Kafka would refuse), INVALID_PARTITIONS
-        (< 1, or over PARTITIONS_PER_TOPIC_MAX / PARTITIONS_MAX in all),
+        (< 1, or over PARTITIONS_PER_TOPIC_MAX / PARTITIONS_PER_CLUSTER_MAX in all),
         INVALID_REPLICATION_FACTOR (< 1 or more than the alive brokers)."""
         if not valid_topic_name(name):
             return Errors.INVALID_REQUEST
@@ -755,7 +752,10 @@ class Controller:
             if info.num_partitions == partitions and len(info.partitions[0].replicas) == replication_factor:
                 return info
             return Errors.TOPIC_ALREADY_EXISTS
-        if not 1 <= partitions <= PARTITIONS_PER_TOPIC_MAX or len(self._parts) + partitions > PARTITIONS_MAX:
+        if (
+            not 1 <= partitions <= PARTITIONS_PER_TOPIC_MAX
+            or len(self._parts) + partitions > PARTITIONS_PER_CLUSTER_MAX
+        ):
             return Errors.INVALID_PARTITIONS
         alive = [b.info() for b in self._brokers.values() if not b.fenced]
         if not 1 <= replication_factor <= len(alive):
@@ -948,8 +948,6 @@ def _check_broker_args(broker_id: int, az: str, host: str, port: int) -> None:
 # each); past this many, DeleteTopics is refused (POLICY_VIOLATION) rather
 # than letting snapshots grow without bound.
 DELETED_TOPICS_MAX = 100_000
-# One create_topics request creates at most this many topics.
-TOPICS_PER_REQUEST_MAX = 1_000
 
 
 def _enc_broker(b: BrokerRegistration) -> list[Any]:

@@ -66,8 +66,6 @@ from partlog.controller.core import (
     BROKER_SESSION_TIMEOUT_MS_DEFAULT,
     DELETED_TOPICS_MAX,
     LEADER_IMBALANCE_CHECK_INTERVAL_MS_DEFAULT,
-    PARTITIONS_MAX,
-    PARTITIONS_PER_TOPIC_MAX,
     REASON_ALTER_PARTITION,
     assign_replicas,
     valid_topic_name,
@@ -91,6 +89,7 @@ from partlog.controller.view import SnapshotView
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock
 from partlog.kafka.records import TopicIdPartition
+from partlog.limits import PARTITIONS_PER_CLUSTER_MAX, PARTITIONS_PER_TOPIC_MAX
 
 __all__ = ["EtcdMetadata", "EtcdUnavailableError"]
 
@@ -113,7 +112,7 @@ DUPLICATE_LOG_EVERY = 30
 # Partition transactions the acting controller keeps in flight in one pass.
 CONTROLLER_TXNS_IN_FLIGHT_MAX = 64
 # The whole prefix is read in one answer (the view is bounded by
-# PARTITIONS_MAX partitions, ~40 bytes each): gRPC's 4 MiB default is too small.
+# PARTITIONS_PER_CLUSTER_MAX partitions, ~40 bytes each): gRPC's 4 MiB default is too small.
 GRPC_MESSAGE_BYTES_MAX = 256 * 1024 * 1024
 # gRPC reconnect backoff bounds (see _new_client).
 GRPC_RECONNECT_BACKOFF_MS_MIN = 100
@@ -854,7 +853,10 @@ class EtcdMetadata(SnapshotView):
             return Errors.COORDINATOR_NOT_AVAILABLE
         if not valid_topic_name(name):
             return Errors.INVALID_REQUEST
-        if not 1 <= partitions <= PARTITIONS_PER_TOPIC_MAX or self.view.partition_count() + partitions > PARTITIONS_MAX:
+        if (
+            not 1 <= partitions <= PARTITIONS_PER_TOPIC_MAX
+            or self.view.partition_count() + partitions > PARTITIONS_PER_CLUSTER_MAX
+        ):
             return Errors.INVALID_PARTITIONS
         existing = self._same_shape(name, partitions, rf)
         if existing is not None:
