@@ -62,14 +62,6 @@ from partlog.controller.cluster_meta import (
     check_alter_partition,
     check_same_cluster,
 )
-from partlog.controller.core import (
-    BROKER_SESSION_TIMEOUT_MS_DEFAULT,
-    DELETED_TOPICS_MAX,
-    LEADER_IMBALANCE_CHECK_INTERVAL_MS_DEFAULT,
-    REASON_ALTER_PARTITION,
-    assign_replicas,
-    valid_topic_name,
-)
 from partlog.controller.etcd_controller import PartitionChange, Plan, plan
 from partlog.controller.etcd_layout import (
     KV,
@@ -84,7 +76,13 @@ from partlog.controller.etcd_layout import (
     pack_value,
     parse_etcd_url,
 )
-from partlog.controller.rules import bump
+from partlog.controller.model import (
+    BROKER_SESSION_TIMEOUT_MS_DEFAULT,
+    DELETED_TOPICS_MAX,
+    LEADER_IMBALANCE_CHECK_INTERVAL_MS_DEFAULT,
+    REASON_ALTER_PARTITION,
+)
+from partlog.controller.rules import assign_replicas, bump, valid_topic_name
 from partlog.controller.view import SnapshotView
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock

@@ -4,7 +4,7 @@ The broker's, the controller's and walmgr's servers hand their table to
 :class:`partlog.rpc.transport.RpcServer`, which decodes each request under its
 schema's limits and checks it before the handler runs
 (:mod:`partlog.rpc.schema`).  The handlers' own decoders
-(:mod:`partlog.rpc.wire`, ``partlog.controller.core``'s ``dec_*``) then turn checked
+(:mod:`partlog.rpc.wire`, ``partlog.controller.wire``'s ``dec_*``) then turn checked
 bodies into records; they keep their shape checks for callers that bypass
 the server (tests, embedders).
 
