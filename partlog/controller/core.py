@@ -40,7 +40,7 @@ Rules (Kafka's KRaft semantics, simplified):
   back as leader (Kafka also waits for a 10% per-broker imbalance; we do not).
 * **AlterPartition** is validated as Kafka's controller does (see
   :meth:`Controller.alter_partition`).
-* **Producer ids**: :class:`partlog.kafka.producer_ids.ProducerIdManager`, in its
+* **Producer ids**: :class:`partlog.controller.producer_ids.ProducerIdManager`, in its
   own LMDB environment under ``data_dir/producer_ids``; a block is durable
   before it is returned.  Allocating a block is not a metadata change: it
   does not bump ``version``.
@@ -93,15 +93,11 @@ from partlog.controller.model import (
     MetadataSnapshot,
     TopicDeleted,
 )
+from partlog.controller.producer_ids import ProducerIdManager, ProducerIdsExhaustedError
 from partlog.controller.rules import after_fencing, assign_replicas, bump, preferred, valid_topic_name
 from partlog.controller.state_store import ControllerStateError, ControllerStateStore
 from partlog.kafka.errors import Errors
-from partlog.kafka.producer_ids import (
-    PRODUCER_ID_BLOCK_SIZE,
-    ProducerIdBlock,
-    ProducerIdManager,
-    ProducerIdsExhaustedError,
-)
+from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock
 from partlog.kafka.records import TopicIdPartition
 from partlog.limits import (
     AZ_CHARS_MAX,

@@ -85,7 +85,7 @@ from partlog.controller.model import (
 from partlog.controller.rules import assign_replicas, bump, valid_topic_name
 from partlog.controller.view import SnapshotView
 from partlog.kafka.errors import Errors
-from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock
+from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE, PRODUCER_ID_MAX, ProducerIdBlock
 from partlog.kafka.records import TopicIdPartition
 from partlog.limits import PARTITIONS_PER_CLUSTER_MAX, PARTITIONS_PER_TOPIC_MAX
 
@@ -115,7 +115,6 @@ GRPC_MESSAGE_BYTES_MAX = 256 * 1024 * 1024
 # gRPC reconnect backoff bounds (see _new_client).
 GRPC_RECONNECT_BACKOFF_MS_MIN = 100
 GRPC_RECONNECT_BACKOFF_MS_MAX = 500
-_PID_LIMIT = (1 << 63) - 1
 
 # What a call that did not reach etcd (or got no usable answer) raises.
 _ETCD_ERRORS: tuple[type[BaseException], ...] = (aetcd.exceptions.ClientError, grpc.RpcError, OSError, TimeoutError)
@@ -785,7 +784,7 @@ class EtcdMetadata(SnapshotView):
                     seen = _fresh_counter(got.value, got.mod_revision, floor)
                 for _ in range(PRODUCER_ID_CAS_ATTEMPTS_MAX):
                     first, rev = seen
-                    if first > _PID_LIMIT - size + 1:
+                    if first > PRODUCER_ID_MAX - size + 1:
                         log.error("etcd: producer ids exhausted at %d", first)
                         return Errors.UNKNOWN_SERVER_ERROR
                     floor = self._pid_floor_now()
