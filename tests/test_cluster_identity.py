@@ -44,8 +44,9 @@ from partlog.controller.cluster_meta import (
     TopicInfo,
     topic_id_for,
 )
-from partlog.controller.core import Controller, ControllerConfig, ControllerStateError
+from partlog.controller.core import Controller, ControllerConfig
 from partlog.controller.server import ControllerServer
+from partlog.controller.state_store import ControllerStateError
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig

@@ -22,8 +22,9 @@ from prometheus_client import generate_latest
 from partlog.broker.server import Broker, BrokerConfig
 from partlog.client import Producer, build_record_batch
 from partlog.controller.cluster_meta import StaticMetadata
+from partlog.controller.producer_ids import ProducerIdManager
 from partlog.kafka.errors import Errors
-from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock, ProducerIdManager
+from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock
 from partlog.kafka.records import CommitBatchRequest, DeleteRecordsRequest, TopicIdPartition
 from partlog.replication.manager import ReplicationConfig
 from partlog.rpc.transport import RpcClient, RpcConnectionError

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from partlog import injected_bugs
+from partlog.limits import PORT_MAX
 from partlog.produce.pipeline import ProduceConfig
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
 from partlog.wal.key import make_wal_key
@@ -60,7 +61,6 @@ S3_REQUESTS_PER_S_MAX = 1_000_000
 STORE_READ_ATTEMPTS_MAX = 20
 FOOTER_READS_MAX_IN_FLIGHT_DEFAULT = 32
 FOOTER_READS_MAX_IN_FLIGHT_MAX = 1024  # threads: beyond this, a typo
-PORT_MAX = 65_535
 CONTROLLER_SCHEME = "controller://"
 # Cluster metadata on etcd (partlog.controller.etcd_meta).
 ETCD_SCHEME = "etcd://"

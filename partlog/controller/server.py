@@ -41,14 +41,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from partlog.controller.cluster_meta import NO_LEADER, TopicInfo
-from partlog.controller.core import (
-    BrokerFenced,
-    BrokerRegistered,
-    Controller,
-    ControllerConfig,
-    IsrChanged,
-    LeaderChanged,
-    TopicDeleted,
+from partlog.controller.core import Controller, ControllerConfig
+from partlog.controller.model import BrokerFenced, BrokerRegistered, IsrChanged, LeaderChanged, TopicDeleted
+from partlog.controller.wire import (
     dec_alter_partition,
     dec_broker_epoch,
     dec_create_topics,

@@ -42,6 +42,7 @@ from partlog.kafka.batch_header import CRC_START, HEADER_SIZE, LOG_OVERHEAD, MAG
 from partlog.kafka.crc32c import crc32c
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import CommitBatchRequest, CommitBatchResponse, TopicIdPartition
+from partlog.limits import SEGMENT_BATCHES_MAX
 from partlog.wal.key import make_wal_key
 from partlog.wal.segment import WalSegmentBuilder
 
@@ -55,12 +56,6 @@ BUFFER_BYTES_MAX_DEFAULT = 4 * 1024 * 1024
 # (KIP-1163's p50) at 4 MiB segments sustain ~160 MiB/s before back-pressure.
 INFLIGHT_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
 UPLOADS_INFLIGHT_MAX_DEFAULT = 8
-
-
-# Batches per segment: its commit RPC to one leader carries at most this many
-# (the RPC schema's bound).  A 4 MiB buffer of the smallest batches (61-byte
-# headers, no records) holds ~69,000; a larger buffer rotates here first.
-SEGMENT_BATCHES_MAX = 100_000
 
 
 @dataclass(frozen=True, slots=True)

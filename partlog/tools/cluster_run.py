@@ -44,13 +44,14 @@ from partlog.broker.server import Broker, BrokerConfig
 from partlog.client import Consumer, Producer, RecordMetadata
 from partlog.controller.client import ControllerMetadata
 from partlog.controller.cluster_meta import BrokerInfo, StaticMetadata
-from partlog.controller.core import PARTITIONS_PER_TOPIC_MAX, ControllerConfig
+from partlog.controller.core import ControllerConfig
 from partlog.controller.etcd_layout import parse_etcd_url
 from partlog.controller.etcd_meta import EtcdMetadata
 from partlog.controller.server import ControllerServer
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
 from partlog.kafka.topic_config import MAX_MESSAGE_BYTES_DEFAULT
+from partlog.limits import PARTITIONS_PER_TOPIC_MAX
 from partlog.produce.pipeline import ProduceConfig, SendCommit
 from partlog.replication.manager import ReplicationStats
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT

@@ -159,7 +159,7 @@ def open_sources(
             src._stack.callback(store.close)
             src.replicas.append(Replica(label, path, store))
         if data_dir is not None and os.path.isdir(os.path.join(data_dir, "controller")):
-            from partlog.controller.core import ControllerStateError, read_replicas
+            from partlog.controller.state_store import ControllerStateError, read_replicas
 
             try:
                 replicas = read_replicas(os.path.join(data_dir, "controller"))
