@@ -8,7 +8,7 @@ import json
 import pytest
 
 import simulations.dst.__main__ as dst_cli
-from simulations.dst.world import Faults, Result, Shape
+from simulations.dst.config import Faults, Result, Shape
 
 
 def _result(seed: int, shape: Shape, faults: Faults, only_faults: frozenset[int] | None = None) -> Result:

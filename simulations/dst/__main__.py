@@ -26,8 +26,9 @@ from typing import Any
 
 from partlog import injected_bugs
 from partlog.tools.cli_errors import OneLineArgumentParser, run_cli, take_debug_flag
+from simulations.dst.config import Faults, Result, Shape
 from simulations.dst.shrink import shrink
-from simulations.dst.world import Faults, Result, Shape, run
+from simulations.dst.world import run
 
 # A fuzz run's defaults: a 6-broker, 12-partition cluster in 3 AZs, 20 s of
 # faults (frequent: crashes every few seconds), then 10 s to heal.
