@@ -1,7 +1,8 @@
 """The injected bugs (mutations the simulation must find) are all live:
 each known name is checked at exactly one site in the code, every site
-names a known bug, and asking for any other name is refused.  Fast: the
-source is read with ast, nothing runs a seed."""
+names a known bug, and asking for any other name is refused.  Also what
+the simulation is expected to find within a few seeds.  Fast: the source
+is read with ast, nothing runs a seed."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from partlog import injected_bugs
+from tests.test_dst import INJECTED
 
 REPO = Path(__file__).resolve().parent.parent
 # Where mutation sites may be: the code the simulation runs.
@@ -75,3 +77,34 @@ def test_enable_switches_on_exactly_the_named_bugs() -> None:
     finally:
         injected_bugs.enable([])
     assert not injected_bugs.on(name) and not injected_bugs.enabled()
+
+
+# For each injected bug, the first seed of the fuzz run that finds it
+# (`python -m simulations.dst fuzz --inject NAME --stop-at-first
+# --shrink-runs 0`, from seed 1; design.md, "Injected bugs"), and so
+# whether a run of FEW_SEEDS seeds is expected to find it.  A seed names a
+# schedule only with the code of its day: these are expectations, measured
+# by hand (re-checked for seeds 1-5 at issue 27: the first two found at
+# seeds 1 and 3, none of the others); CI runs one of them
+# (tests/test_dst.py, INJECTED).
+FIRST_FAILING_SEED = {
+    "walmgr_gate_without_commit_deadline": 1,
+    "walmgr_asks_only_leaders": 3,
+    "acks_all_before_hwm": 14,
+    "retention_past_hwm": 19,
+    "not_leader_counts_as_unreferenced": 19,
+    "no_fetch_epoch_fencing": 38,
+    "producer_ids_not_persisted": 63,
+}
+# A few seeds: what a developer runs before pushing (a seed takes 10-35 s).
+FEW_SEEDS = 5
+
+
+def test_each_injected_bug_states_whether_a_few_seeds_find_it() -> None:
+    assert FIRST_FAILING_SEED.keys() == injected_bugs.KNOWN.keys()
+    found_within_few = sorted(name for name, seed in FIRST_FAILING_SEED.items() if seed <= FEW_SEEDS)
+    assert found_within_few == ["walmgr_asks_only_leaders", "walmgr_gate_without_commit_deadline"]
+    # The one CI checks with a seed (tests/test_dst.py) is one of those,
+    # at the seed this table names.
+    name, seed = INJECTED
+    assert name in found_within_few and FIRST_FAILING_SEED[name] == seed
