@@ -17,7 +17,8 @@ import sys
 import pytest
 
 from partlog import injected_bugs
-from simulations.dst.world import Faults, Shape, run
+from simulations.dst.config import Faults, Shape
+from simulations.dst.world import run
 
 pytestmark = pytest.mark.timeout(600)
 
