@@ -192,7 +192,7 @@ def run(
         urls.append("file://" + tempfile.mkdtemp(prefix="partlog-bench-objects-"))
     server = None
     if seaweedfs:
-        from partlog.tools.seaweedfs import ACCESS_KEY_ID, SECRET_ACCESS_KEY, s3_client, start_seaweedfs
+        from partlog.util.seaweedfs import ACCESS_KEY_ID, SECRET_ACCESS_KEY, s3_client, start_seaweedfs
 
         progress("starting SeaweedFS on 127.0.0.1")
         server = start_seaweedfs()

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from partlog import __version__
 from partlog.rpc.transport import read_secret_file
-from partlog.tools.cli_errors import OneLineArgumentParser, one_line, run_cli, take_debug_flag
-from partlog.tools.malloc import limit_malloc_arenas
+from partlog.util.cli_errors import OneLineArgumentParser, one_line, run_cli, take_debug_flag
+from partlog.util.malloc import limit_malloc_arenas
 
 if TYPE_CHECKING:
     from partlog.rpc.tls import TlsContexts
@@ -1083,7 +1083,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _check_ranges(parser, args)
-    # Before any thread starts (see partlog.tools.malloc).
+    # Before any thread starts (see partlog.util.malloc).
     limit_malloc_arenas()
     return run_cli(f"partlog {args.command}", lambda: int(args.func(args)), debug=debug)
 
