@@ -106,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
     import logging
 
     from partlog.tools import cluster_run
+    from partlog.tools.cluster_options import ClusterOptions
+    from partlog.tools.cluster_report import print_report
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     store_url = None
@@ -115,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
             sep = "&" if "?" in store_url else "?"
             store_url = f"{store_url}{sep}endpoint={args.endpoint}"
     try:
-        opts = cluster_run.ClusterOptions(
+        opts = ClusterOptions(
             azs=args.azs,
             brokers_per_az=args.brokers_per_az,
             partitions=args.partitions,
@@ -174,6 +176,6 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
     else:
-        cluster_run.print_report(result)
+        print_report(result)
     ok = result["records_lost"] == 0 and result["records_duplicated"] == 0 and result["order_violations"] == 0
     return 0 if ok else 1
