@@ -137,7 +137,7 @@ def measure_store_writes(batches_per_commit: int = 5, commits: int = 2000, direc
     from partlog.client import build_record_batch
     from partlog.kafka.records import CommitBatchRequest, CreateTopicAndPartitionsRequest, TopicIdPartition
     from partlog.store import MetadataStore
-    from partlog.tools.proc_stats import io_counter
+    from partlog.util.proc_stats import io_counter
 
     top = tempfile.mkdtemp(prefix="partlog-pages-", dir=directory or os.getcwd())
     try:

@@ -12,7 +12,8 @@ from collections.abc import Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from partlog.tools.cluster_run import ClusterOptions, LocalCluster
+from partlog.tools.cluster_options import ClusterOptions
+from partlog.tools.local_cluster import LocalCluster
 from partlog.wal.objectstore import LocalDirStore
 
 T = TypeVar("T")

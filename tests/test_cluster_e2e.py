@@ -36,7 +36,8 @@ from partlog.produce.pipeline import Action
 from partlog.rpc.frame import RpcErrorCode
 from partlog.rpc.transport import RpcClient, RpcRemoteError
 from partlog.rpc.wire import enc_tp
-from partlog.tools.cluster_run import ClusterOptions, run
+from partlog.tools.cluster_options import ClusterOptions
+from partlog.tools.cluster_run import run
 from partlog.wal.objectstore import LocalDirStore, ObjectStoreError, S3Store
 from tests.batches import build_batch
 from tests.cluster_helpers import (

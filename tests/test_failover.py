@@ -18,7 +18,9 @@ from partlog.controller.client import ControllerMetadata
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE
 from partlog.kafka.records import TopicIdPartition
-from partlog.tools.cluster_run import ClusterOptions, LocalCluster, run
+from partlog.tools.cluster_options import ClusterOptions
+from partlog.tools.cluster_run import run
+from partlog.tools.local_cluster import LocalCluster
 from partlog.wal.objectstore import LocalDirStore
 from tests.cluster_helpers import (
     Sent,

@@ -18,7 +18,7 @@ from kio.serial import entity_reader, entity_writer
 
 from partlog.kafka_front.apis import SUPPORTED_VERSIONS, client_az
 from partlog.kafka_front.codec import FrameError, FrameReader, build, error_body, parse_request, response_class
-from partlog.tools.cluster_run import TOPIC
+from partlog.tools.local_cluster import TOPIC
 from tests.kafka_helpers import API_VERSIONS_V0, ClusterThread, kio_answer, kio_request, raw_request, read_frame
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -517,7 +517,7 @@ def test_partlog_broker_on_a_static_cluster_file_serves_kafka_on_its_kafka_port(
     import sys
     import uuid as uuid_
 
-    from partlog.tools.cluster_run import free_ports
+    from partlog.tools.local_cluster import free_ports
     from tests.cluster_helpers import stop_processes, wait_listening
 
     rpc_port, kafka_port = free_ports(2)

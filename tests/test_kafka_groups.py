@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from partlog.kafka_front.group_coordinator import java_string_hash, partition_for
-from partlog.tools.cluster_run import TOPIC
+from partlog.tools.local_cluster import TOPIC
 from tests.kafka_helpers import ClusterThread
 
 confluent_kafka = pytest.importorskip("confluent_kafka")

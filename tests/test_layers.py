@@ -24,10 +24,6 @@ KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset(
         ("partlog.broker.server", "partlog.kafka_front.server"),
         ("partlog.kafka_front.apis", "partlog.client"),
         ("partlog.kafka_front.group_coordinator", "partlog.client"),
-        ("walmgr.bench", "partlog.tools.proc_stats"),
-        ("walmgr.bench", "partlog.tools.seaweedfs"),
-        ("walmgr.cli", "partlog.tools.cli_errors"),
-        ("walmgr.registry_size", "partlog.tools.proc_stats"),
     }
 )
 

@@ -39,7 +39,8 @@ from partlog.kafka.records import CreateTopicAndPartitionsRequest, DeleteRecords
 from partlog.store import LogRead, MetadataStore, OffsetOutOfRangeError, ReplicatedEntry
 from partlog.tools import metadata_tool
 from partlog.tools.cli import main
-from partlog.tools.cluster_run import ClusterOptions, run
+from partlog.tools.cluster_options import ClusterOptions
+from partlog.tools.cluster_run import run
 from partlog.tools.metadata_tool import PartitionView, Replica, iter_log, open_sources
 from tests.batches import build_batch, request, wal_key
 from tests.clock import Clock

@@ -67,7 +67,7 @@ from partlog.rpc.methods import BROKER_SCHEMAS, CONTROLLER_SCHEMAS, WALMGR_SCHEM
 from partlog.rpc.schema import Bool, Bytes, Int, List, Map, Nullable, Schema, Str, Tuple
 from partlog.rpc.transport import RpcClient
 from partlog.rpc.wire import enc_tp
-from partlog.tools.cluster_run import free_ports
+from partlog.tools.local_cluster import free_ports
 
 BIN = Path(sys.executable).parent
 RSS_GROWTH_MAX_BYTES = 384 * 1024 * 1024

@@ -17,7 +17,7 @@ import pytest
 
 from partlog.controller.client import ControllerMetadata, ControllerUnavailableError
 from partlog.kafka.records import TopicIdPartition
-from partlog.tools.cluster_run import free_ports
+from partlog.tools.local_cluster import free_ports
 from partlog.wal.objectstore import LIST_KEYS_MAX, ForwardingStore, ListPage, LocalDirStore, ObjectStoreError
 from tests.walmgr_helpers import orphan
 from walmgr.config import WalmgrConfig

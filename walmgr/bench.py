@@ -123,7 +123,7 @@ def _delete_rate(store: ObjectStore, keys: list[str]) -> float:
 
 @contextmanager
 def _seaweedfs(progress: Callable[[str], None]) -> Iterator[S3Store]:
-    from partlog.tools.seaweedfs import ACCESS_KEY_ID, SECRET_ACCESS_KEY, s3_client, start_seaweedfs
+    from partlog.util.seaweedfs import ACCESS_KEY_ID, SECRET_ACCESS_KEY, s3_client, start_seaweedfs
 
     progress("starting SeaweedFS on 127.0.0.1")
     server = start_seaweedfs()
@@ -382,7 +382,7 @@ def _run_soak(
     import threading
 
     from partlog.controller.cluster_meta import StaticMetadata
-    from partlog.tools.proc_stats import rss_anon_bytes, rss_bytes
+    from partlog.util.proc_stats import rss_anon_bytes, rss_bytes
     from walmgr.daemon import Walmgr
 
     if engines != ("local",):

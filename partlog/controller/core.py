@@ -109,11 +109,7 @@ from partlog.limits import (
     PORT_MAX,
 )
 
-# BROKER_ID_MAX and ControllerStateError are listed only because
-# partlog/tools/cli.py (being rewritten on another branch) still imports them
-# from here; their homes are partlog.limits and partlog.controller.state_store.
-# Drop them from this list once it imports them from there.
-__all__ = ["BROKER_ID_MAX", "Controller", "ControllerConfig", "ControllerStateError"]
+__all__ = ["Controller", "ControllerConfig"]
 
 # Events wait here until the shell takes them (it logs them); a core driven
 # without a shell must not grow without bound.

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from partlog.tools.cluster_run import percentile
+from partlog.tools.cluster_report import percentile
 
 TARGET_RATIO = 0.8
 TARGET_P99_SLACK_MS = 150.0
@@ -60,7 +60,7 @@ class _Cluster:
     ``partitions`` partitions with replication factor 3."""
 
     def __init__(self, data_dir: str, partitions: int, commit_interval_ms: int) -> None:
-        from partlog.tools.cluster_run import free_ports
+        from partlog.tools.local_cluster import free_ports
 
         ctl, *ports = free_ports(7)
         self.procs: list[subprocess.Popen[bytes]] = []

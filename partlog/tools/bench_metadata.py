@@ -41,7 +41,7 @@ from partlog.controller.etcd_meta import EtcdMetadata
 from partlog.controller.server import ControllerServer
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
-from partlog.tools.cluster_run import percentile
+from partlog.tools.cluster_report import percentile
 from partlog.tools.etcd_launcher import EtcdCluster
 
 __all__ = ["MetadataBenchOptions", "print_report", "run"]

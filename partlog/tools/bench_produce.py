@@ -31,7 +31,7 @@ from partlog.client import build_record_batch
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.rpc.transport import RpcClient
 from partlog.rpc.wire import enc_tp
-from partlog.tools.cluster_run import percentile
+from partlog.tools.cluster_report import percentile
 from partlog.wal.objectstore import LocalDirStore, ObjectStore, open_store
 
 TARGET_MIB_PER_S = 100.0
@@ -192,7 +192,7 @@ def run(
         urls.append("file://" + tempfile.mkdtemp(prefix="partlog-bench-objects-"))
     server = None
     if seaweedfs:
-        from partlog.tools.seaweedfs import ACCESS_KEY_ID, SECRET_ACCESS_KEY, s3_client, start_seaweedfs
+        from partlog.util.seaweedfs import ACCESS_KEY_ID, SECRET_ACCESS_KEY, s3_client, start_seaweedfs
 
         progress("starting SeaweedFS on 127.0.0.1")
         server = start_seaweedfs()

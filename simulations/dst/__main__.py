@@ -25,7 +25,7 @@ from collections import Counter
 from typing import Any
 
 from partlog import injected_bugs
-from partlog.tools.cli_errors import OneLineArgumentParser, run_cli, take_debug_flag
+from partlog.util.cli_errors import OneLineArgumentParser, run_cli, take_debug_flag
 from simulations.dst.config import Faults, Result, Shape
 from simulations.dst.shrink import shrink
 from simulations.dst.world import run
