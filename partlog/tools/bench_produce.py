@@ -110,6 +110,18 @@ async def _load(
     }
 
 
+def cluster_toml(meta: StaticMetadata, port: int) -> str:
+    """The static cluster file of the bench's one broker (id 1, az1, on
+    ``port``) leading every partition of ``meta``'s one topic.  It names the
+    cluster: a broker refuses a cluster file without ``cluster_id``."""
+    [topic] = meta.topics()
+    return (
+        f'cluster_id = "{meta.cluster_id}"\n'
+        f'[[brokers]]\nid = 1\naz = "az1"\nport = {port}\n'
+        f'[[topics]]\nname = "{topic.name}"\nid = "{topic.topic_id}"\nleaders = {[1] * topic.num_partitions}\n'
+    )
+
+
 def run_case(
     store_url: str,
     *,
@@ -121,12 +133,11 @@ def run_case(
 ) -> dict[str, Any]:
     data_dir = tempfile.mkdtemp(prefix="partlog-bench-produce-")
     port = _free_port()
-    meta = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"bench": PARTITIONS})
-    [topic] = meta.topics()
     cluster_file = os.path.join(data_dir, "cluster.toml")
     with open(cluster_file, "w") as f:
-        f.write(f'[[brokers]]\nid = 1\naz = "az1"\nport = {port}\n')
-        f.write(f'[[topics]]\nname = "bench"\nid = "{topic.topic_id}"\nleaders = {[1] * PARTITIONS}\n')
+        meta = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"bench": PARTITIONS})
+        f.write(cluster_toml(meta, port))
+    [topic] = meta.topics()
     proc = subprocess.Popen(
         [sys.executable, "-m", "partlog.tools.cli", "broker", "--cluster", cluster_file, "--id", "1",
          "--data-dir", data_dir, "--store", store_url, "--commit-interval-ms", str(commit_interval_ms)],
