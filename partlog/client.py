@@ -1,7 +1,8 @@
 """A small producer and consumer speaking the broker RPC.
 
-Batches are real Kafka v2 record batches, built and parsed with kafka-python's
-record module, so a Kafka wire front end can later pass them through as is.
+Batches are real Kafka v2 record batches (``partlog.kafka.record_batch``), the
+bytes a Kafka client sends: the brokers' Kafka front end passes the same
+batches through as is.
 
 Producer (idempotent by default, as Kafka's since 3.0):
 
@@ -31,10 +32,9 @@ from dataclasses import dataclass, field
 from ssl import SSLContext
 from typing import Any
 
-from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
-
-from partlog.kafka.batch_header import LOG_OVERHEAD, increment_sequence
+from partlog.kafka.batch_header import increment_sequence
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import ConsumerRecord, build_record_batch, parse_records
 from partlog.kafka.records import TopicIdPartition
 from partlog.rpc.methods import RESPONSE_SCHEMAS
 from partlog.rpc.transport import RpcClient, RpcConnectionError, RpcRemoteError, RpcTimeoutError
@@ -64,30 +64,6 @@ BATCH_BYTES_MAX_DEFAULT = 1024 * 1024
 REQUEST_BYTES_MAX_DEFAULT = 8 * 1024 * 1024
 
 
-def build_record_batch(
-    records: Sequence[tuple[bytes | None, bytes | None, int]],
-    *,
-    producer_id: int = -1,
-    producer_epoch: int = -1,
-    base_sequence: int = -1,
-    compression: int = 0,
-) -> bytes:
-    """A Kafka v2 record batch of ``(key, value, timestamp ms)`` records, with
-    kafka-python's record module (offset deltas from 0)."""
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=compression,
-        is_transactional=False,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-        batch_size=1 << 30,
-    )
-    for i, (k, v, ts) in enumerate(records):
-        builder.append(i, timestamp=ts, key=k, value=v, headers=[])
-    return bytes(builder.build())
-
-
 class ProduceError(Exception):
     def __init__(self, error: Errors, message: str | None = None) -> None:
         super().__init__(f"{error.name}: {message}" if message else error.name)
@@ -99,15 +75,6 @@ class RecordMetadata:
     topic_id_partition: TopicIdPartition
     offset: int
     log_append_time: int
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerRecord:
-    topic_id_partition: TopicIdPartition
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -644,23 +611,6 @@ def _written_before(b: _Batch, acked_through: int | None) -> bool:
 
 
 # ---------------------------------------------------------------- consumer
-
-
-def parse_records(tp: TopicIdPartition, data: bytes, from_offset: int = 0) -> list[ConsumerRecord]:
-    """The records of a fetch answer (whole v2 batches), from ``from_offset``."""
-    out = []
-    pos = 0
-    while pos + 12 <= len(data):
-        length = int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
-        end = pos + length + LOG_OVERHEAD
-        if end > len(data):
-            break
-        batch = DefaultRecordBatch(data[pos:end])
-        for r in batch:
-            if r.offset >= from_offset:
-                out.append(ConsumerRecord(tp, r.offset, r.timestamp, r.key, r.value))
-        pos = end
-    return out
 
 
 class Consumer:

@@ -28,9 +28,10 @@ from typing import Any
 import pytest
 
 from partlog.broker.server import Broker
-from partlog.client import Producer, parse_records
+from partlog.client import Producer
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import parse_records
 from partlog.kafka.records import CommitBatchRequest, CommitBatchResponse, TopicIdPartition
 from partlog.produce.pipeline import Action
 from partlog.rpc.frame import RpcErrorCode

@@ -35,7 +35,6 @@ from typing import Any
 import pytest
 
 from partlog.broker.server import Broker, BrokerConfig, start_brokers
-from partlog.client import build_record_batch
 from partlog.controller.client import ControllerMetadata
 from partlog.controller.cluster_meta import (
     ClusterMismatchError,
@@ -47,6 +46,7 @@ from partlog.controller.cluster_meta import (
 from partlog.controller.core import Controller, ControllerConfig, ControllerStateError
 from partlog.controller.server import ControllerServer
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig
 from partlog.rpc.frame import RpcErrorCode

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from partlog.client import Consumer, build_record_batch
+from partlog.client import Consumer
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import DeleteRecordsRequest
 from partlog.wal.objectstore import LocalDirStore
 from tests.cluster_helpers import running_cluster, topic_partitions

@@ -20,10 +20,11 @@ import pytest
 from prometheus_client import generate_latest
 
 from partlog.broker.server import Broker, BrokerConfig
-from partlog.client import Producer, build_record_batch
+from partlog.client import Producer
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock, ProducerIdManager
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import CommitBatchRequest, DeleteRecordsRequest, TopicIdPartition
 from partlog.replication.manager import ReplicationConfig
 from partlog.rpc.transport import RpcClient, RpcConnectionError

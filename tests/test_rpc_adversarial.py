@@ -49,8 +49,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from partlog.client import build_record_batch
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import TopicIdPartition
 from partlog.rpc.frame import (
     CONNECTION_REQUEST_ID,

@@ -21,9 +21,9 @@ import lmdb
 import pytest
 
 from partlog.broker.server import Broker, BrokerConfig, start_brokers
-from partlog.client import build_record_batch
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import (
     CommitBatchRequest,
     CreateTopicAndPartitionsRequest,

@@ -42,9 +42,10 @@ from typing import Any
 import pytest
 
 from partlog.broker.server import Broker, BrokerConfig
-from partlog.client import Consumer, Producer, build_record_batch
+from partlog.client import Consumer, Producer
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import CommitBatchRequest, DeleteRecordsRequest, TopicIdPartition
 from partlog.replication.manager import ReplicationConfig
 from partlog.rpc.transport import RpcClient

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from partlog.broker.server import Broker, BrokerConfig
-from partlog.client import build_record_batch
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import build_record_batch
 from partlog.produce.pipeline import ProduceConfig
 from partlog.rpc.tls import TlsConfigError, mutual_tls
 from partlog.wal.objectstore import LocalDirStore

@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-from partlog.client import build_record_batch
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import TopicIdPartition
 from partlog.wal.key import make_wal_key
 from partlog.wal.objectstore import ObjectStore, S3Config, S3Store, obstore_client, open_store

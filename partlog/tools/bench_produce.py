@@ -27,8 +27,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from partlog.client import build_record_batch
 from partlog.controller.cluster_meta import StaticMetadata
+from partlog.kafka.record_batch import build_record_batch
 from partlog.rpc.transport import RpcClient
 from partlog.rpc.wire import enc_tp
 from partlog.tools.cluster_run import percentile

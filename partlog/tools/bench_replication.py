@@ -26,9 +26,9 @@ from collections.abc import Callable
 from typing import Any
 
 from partlog.broker.server import Broker, BrokerConfig, start_brokers
-from partlog.client import build_record_batch
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig
 from partlog.replication.manager import REPLICA_FETCH_WAIT_MAX_MS_DEFAULT, ReplicationConfig
