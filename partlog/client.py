@@ -36,8 +36,8 @@ from partlog.kafka.batch_header import increment_sequence
 from partlog.kafka.errors import Errors
 from partlog.kafka.record_batch import ConsumerRecord, build_record_batch, parse_records
 from partlog.kafka.records import TopicIdPartition
+from partlog.rpc.client import RpcClient, RpcConnectionError, RpcRemoteError, RpcTimeoutError
 from partlog.rpc.methods import RESPONSE_SCHEMAS
-from partlog.rpc.transport import RpcClient, RpcConnectionError, RpcRemoteError, RpcTimeoutError
 from partlog.rpc.wire import WireError, dec_errors, enc_tp
 
 log = logging.getLogger(__name__)

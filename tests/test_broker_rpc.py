@@ -14,7 +14,7 @@ from partlog.broker.server import Broker, BrokerConfig, start_brokers
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import ListOffsetsRequest, TopicIdPartition
-from partlog.rpc.transport import RpcClient, RpcRemoteError
+from partlog.rpc.client import RpcClient, RpcRemoteError
 from partlog.rpc.wire import enc_tp
 from partlog.wal.objectstore import LocalDirStore
 from tests.batches import build_batch

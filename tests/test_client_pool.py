@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from partlog.client import Connections
-from partlog.rpc.transport import RpcServer
+from partlog.rpc.server import RpcServer
 
 
 async def _echo(body: Any) -> Any:

@@ -34,8 +34,8 @@ from partlog.kafka.errors import Errors
 from partlog.kafka.record_batch import parse_records
 from partlog.kafka.records import CommitBatchRequest, CommitBatchResponse, TopicIdPartition
 from partlog.produce.pipeline import Action
+from partlog.rpc.client import RpcClient, RpcRemoteError
 from partlog.rpc.frame import RpcErrorCode
-from partlog.rpc.transport import RpcClient, RpcRemoteError
 from partlog.rpc.wire import enc_tp
 from partlog.tools.cluster_run import ClusterOptions, run
 from partlog.wal.objectstore import LocalDirStore, ObjectStoreError, S3Store

@@ -49,8 +49,9 @@ from partlog.kafka.errors import Errors
 from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig
+from partlog.rpc.client import RpcClient, RpcHandshakeError
 from partlog.rpc.frame import RpcErrorCode
-from partlog.rpc.transport import RpcClient, RpcHandshakeError, RpcServer
+from partlog.rpc.server import RpcServer
 from partlog.store import MetadataStore, StoreError
 from partlog.wal.objectstore import LocalDirStore, ObjectStore
 from tests.walmgr_helpers import listed

@@ -21,7 +21,7 @@ from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.errors import Errors
 from partlog.kafka.record_batch import build_record_batch
 from partlog.produce.pipeline import ProduceConfig
-from partlog.rpc.transport import RpcClient
+from partlog.rpc.client import RpcClient
 from partlog.wal.objectstore import LocalDirStore
 
 

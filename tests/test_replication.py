@@ -27,7 +27,7 @@ from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock, 
 from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import CommitBatchRequest, DeleteRecordsRequest, TopicIdPartition
 from partlog.replication.manager import ReplicationConfig
-from partlog.rpc.transport import RpcClient, RpcConnectionError
+from partlog.rpc.client import RpcClient, RpcConnectionError
 from partlog.rpc.wire import ReplicaFetchPartition, dec_replica_fetch_response, enc_commit, enc_replica_fetch
 from partlog.wal.objectstore import LocalDirStore
 from tests.batches import wal_key

@@ -31,8 +31,8 @@ from partlog.kafka.records import (
     TopicIdPartition,
 )
 from partlog.produce.pipeline import ProduceConfig
+from partlog.rpc.client import RpcClient, RpcRemoteError
 from partlog.rpc.frame import RpcErrorCode
-from partlog.rpc.transport import RpcClient, RpcRemoteError
 from partlog.rpc.wire import enc_tp
 from partlog.store import MetadataStore
 from partlog.wal.key import make_wal_key

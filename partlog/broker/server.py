@@ -59,7 +59,8 @@ from partlog.produce.pipeline import (
     Upload,
 )
 from partlog.replication.manager import ReplicaManager, ReplicationConfig
-from partlog.rpc.frame import RpcErrorCode
+from partlog.rpc.client import RPC_TIMEOUT_MS_DEFAULT, RpcClient, RpcConnectionError, RpcRemoteError, RpcTimeoutError
+from partlog.rpc.frame import RpcError, RpcErrorCode
 from partlog.rpc.methods import (
     BROKER_SCHEMAS,
     PARTITIONS_MAX,
@@ -68,17 +69,8 @@ from partlog.rpc.methods import (
     REPLICAS_ASKED_MAX,
     RESPONSE_SCHEMAS,
 )
-from partlog.rpc.transport import (
-    RPC_TIMEOUT_MS_DEFAULT,
-    Deferred,
-    RpcClient,
-    RpcConnectionError,
-    RpcError,
-    RpcRemoteError,
-    RpcServer,
-    RpcTimeoutError,
-    ServerLimits,
-)
+from partlog.rpc.server import Deferred, RpcServer
+from partlog.rpc.server_limits import ServerLimits
 from partlog.rpc.wire import (
     Verdict,
     WireError,

@@ -66,7 +66,7 @@ from partlog.controller.core import (
 from partlog.kafka.errors import Errors
 from partlog.rpc.frame import RpcError, RpcErrorCode
 from partlog.rpc.methods import CONTROLLER_SCHEMAS
-from partlog.rpc.transport import RpcServer
+from partlog.rpc.server import RpcServer
 from partlog.rpc.wire import WireError
 
 __all__ = ["METADATA_POLL_WAIT_MS_MAX", "ControllerServer", "now_ms"]

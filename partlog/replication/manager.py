@@ -10,7 +10,7 @@ no replica.
 Leader side:
 
 * ``commit`` appends a WAL file's batches to the store (in the order commits
-  arrive, see :class:`partlog.rpc.transport.Deferred`) after checking leadership and,
+  arrive, see :class:`partlog.rpc.server.Deferred`) after checking leadership and,
   for acks=all batches, ``min_insync_replicas``; it returns the responses and,
   when some batch is acks=all, an awaitable that completes once the HWM
   passed the append (or fails it with NOT_ENOUGH_REPLICAS_AFTER_APPEND,
@@ -46,8 +46,8 @@ from partlog.kafka.errors import Errors
 from partlog.kafka.leader_epochs import UNDEFINED_EPOCH, EpochEndOffset, diverging_epoch, truncation_offset
 from partlog.kafka.records import CommitBatchRequest, CommitBatchResponse, TopicIdPartition
 from partlog.replication.replica_state import REPLICA_LAG_TIME_MAX_MS_DEFAULT, AckResult, ReplicaState
-from partlog.rpc.frame import RpcErrorCode
-from partlog.rpc.transport import RpcClient, RpcConnectionError, RpcError, RpcRemoteError, RpcTimeoutError
+from partlog.rpc.client import RpcClient, RpcConnectionError, RpcRemoteError, RpcTimeoutError
+from partlog.rpc.frame import RpcError, RpcErrorCode
 from partlog.rpc.wire import (
     NO_DIVERGENCE,
     ReplicaFetchPartition,

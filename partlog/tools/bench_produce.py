@@ -29,7 +29,7 @@ from typing import Any
 
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.record_batch import build_record_batch
-from partlog.rpc.transport import RpcClient
+from partlog.rpc.client import RpcClient
 from partlog.rpc.wire import enc_tp
 from partlog.tools.cluster_run import percentile
 from partlog.wal.objectstore import LocalDirStore, ObjectStore, open_store

@@ -9,13 +9,13 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from partlog import __version__
-from partlog.rpc.transport import read_secret_file
+from partlog.rpc.secret import read_secret_file
 from partlog.tools.cli_errors import OneLineArgumentParser, one_line, run_cli, take_debug_flag
 from partlog.tools.malloc import limit_malloc_arenas
 
 if TYPE_CHECKING:
+    from partlog.rpc.server_limits import ServerLimits
     from partlog.rpc.tls import TlsContexts
-    from partlog.rpc.transport import ServerLimits
 
 
 def _print_table(result: dict[str, Any]) -> None:
@@ -355,7 +355,7 @@ def _add_tls(p: argparse.ArgumentParser) -> None:
 
 
 def _add_rpc_limits(p: argparse.ArgumentParser) -> None:
-    from partlog.rpc import transport as rpc
+    from partlog.rpc import server_limits as rpc
 
     g = p.add_argument_group("RPC server limits")
     for flag, default, what in (
@@ -375,7 +375,7 @@ def _add_rpc_limits(p: argparse.ArgumentParser) -> None:
 
 
 def _rpc_limits(args: argparse.Namespace) -> ServerLimits:
-    from partlog.rpc.transport import ServerLimits
+    from partlog.rpc.server_limits import ServerLimits
 
     # Each limit's flag is its field's name (--frame-deadline-ms: frame_deadline_ms).
     return ServerLimits(**{name: getattr(args, name) for name in ServerLimits.__slots__ if hasattr(args, name)})
