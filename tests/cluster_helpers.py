@@ -29,11 +29,7 @@ from partlog.produce.pipeline import ProduceConfig
 from partlog.replication.manager import ReplicationConfig
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
 from partlog.tools.cluster_run import free_ports as free_ports  # re-exported for the tests
-from partlog.wal.objectstore import (
-    ForwardingStore,
-    ObjectStore,
-    ObjectStoreError,
-)
+from partlog.wal.objectstore import ForwardingStore, ObjectStore, ObjectStoreError
 
 # (producer index, sequence number within that producer)
 RecordKey = tuple[int, int]

@@ -13,7 +13,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from partlog.tools.cluster_run import ClusterOptions, LocalCluster
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 
 T = TypeVar("T")
 

@@ -16,7 +16,7 @@ from partlog.kafka.errors import Errors
 from partlog.kafka.records import ListOffsetsRequest, TopicIdPartition
 from partlog.rpc.client import RpcClient, RpcRemoteError
 from partlog.rpc.wire import enc_tp
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 from tests.batches import build_batch
 
 T0 = 1_700_000_000_000

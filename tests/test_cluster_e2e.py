@@ -38,7 +38,9 @@ from partlog.rpc.client import RpcClient, RpcRemoteError
 from partlog.rpc.frame import RpcErrorCode
 from partlog.rpc.wire import enc_tp
 from partlog.tools.cluster_run import ClusterOptions, run
-from partlog.wal.objectstore import LocalDirStore, ObjectStoreError, S3Store
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import ObjectStoreError
+from partlog.wal.s3_store import S3Store
 from tests.batches import build_batch
 from tests.cluster_helpers import (
     FlakyStore,

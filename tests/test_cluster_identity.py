@@ -53,7 +53,8 @@ from partlog.rpc.client import RpcClient, RpcHandshakeError
 from partlog.rpc.frame import RpcErrorCode
 from partlog.rpc.server import RpcServer
 from partlog.store import MetadataStore, StoreError
-from partlog.wal.objectstore import LocalDirStore, ObjectStore
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import ObjectStore
 from tests.walmgr_helpers import listed
 from walmgr.config import WalmgrConfig
 from walmgr.daemon import Walmgr

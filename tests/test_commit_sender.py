@@ -22,7 +22,7 @@ from partlog.kafka.errors import Errors
 from partlog.kafka.record_batch import build_record_batch
 from partlog.produce.pipeline import ProduceConfig
 from partlog.rpc.client import RpcClient
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 
 
 @pytest.mark.timeout(120)

@@ -19,7 +19,7 @@ from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE
 from partlog.kafka.records import TopicIdPartition
 from partlog.tools.cluster_run import ClusterOptions, LocalCluster, run
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 from tests.cluster_helpers import (
     Sent,
     check_exactly_once,

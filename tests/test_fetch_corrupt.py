@@ -27,7 +27,8 @@ from partlog.kafka.errors import Errors
 from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import BatchInfo, BatchMetadata, TimestampType, TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig
-from partlog.wal.objectstore import LocalDirStore, RangeNotSatisfiableError
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import RangeNotSatisfiableError
 
 
 @pytest.mark.timeout(60)

@@ -15,7 +15,7 @@ from partlog.kafka.errors import Errors
 from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 
 
 def _batch(value_bytes: int) -> bytes:

@@ -12,7 +12,7 @@ from partlog.client import Producer
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.records import TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 
 
 @pytest.mark.timeout(120)

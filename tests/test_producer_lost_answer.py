@@ -27,7 +27,7 @@ from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 
 
 def test_written_before_understands_wrapped_sequences() -> None:

@@ -29,7 +29,7 @@ from partlog.kafka.records import CommitBatchRequest, DeleteRecordsRequest, Topi
 from partlog.replication.manager import ReplicationConfig
 from partlog.rpc.client import RpcClient, RpcConnectionError
 from partlog.rpc.wire import ReplicaFetchPartition, dec_replica_fetch_response, enc_commit, enc_replica_fetch
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 from tests.batches import wal_key
 from tests.cluster_helpers import check_exactly_once, consume_all, produce, running_cluster, topic_partitions
 

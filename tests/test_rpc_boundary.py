@@ -36,7 +36,7 @@ from partlog.rpc.frame import RpcErrorCode
 from partlog.rpc.wire import enc_tp
 from partlog.store import MetadataStore
 from partlog.wal.key import make_wal_key
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 
 
 def now_ms() -> int:

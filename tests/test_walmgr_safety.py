@@ -51,15 +51,9 @@ from partlog.replication.manager import ReplicationConfig
 from partlog.rpc.client import RpcClient
 from partlog.rpc.wire import Verdict, enc_commit
 from partlog.wal.key import WalKeyError, make_wal_key, parse_wal_key, shard_of
-from partlog.wal.objectstore import (
-    DeleteResult,
-    ForwardingStore,
-    ListPage,
-    LocalDirStore,
-    ObjectStore,
-    ObjectStoreError,
-    S3Store,
-)
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import DeleteResult, ForwardingStore, ListPage, ObjectStore, ObjectStoreError
+from partlog.wal.s3_store import S3Store
 from tests.clock import Clock
 from tests.cluster_helpers import (
     CONSUME_TIMEOUT_S,

@@ -25,7 +25,8 @@ from partlog import injected_bugs
 from partlog.produce.pipeline import ProduceConfig
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
 from partlog.wal.key import make_wal_key
-from partlog.wal.objectstore import DELETE_KEYS_MAX, s3_config_from_url
+from partlog.wal.objectstore import DELETE_KEYS_MAX
+from partlog.wal.s3_store import s3_config_from_url
 from walmgr.paced_store import READ_ATTEMPTS_DEFAULT
 
 if TYPE_CHECKING:

@@ -47,7 +47,8 @@ from partlog.rpc.secret import read_secret_file
 from partlog.rpc.server import RpcServer
 from partlog.rpc.tls import mutual_tls
 from partlog.rpc.wire import WireError, dec_verdicts, dec_wal_uploaded, enc_reference_checks
-from partlog.wal.objectstore import DeleteResult, ObjectInfo, ObjectStore, ObjectStoreError, open_store
+from partlog.wal.objectstore import DeleteResult, ObjectInfo, ObjectStore, ObjectStoreError
+from partlog.wal.store_url import open_store
 from walmgr.config import WalmgrConfig, WalmgrConfigError
 from walmgr.decide import CheckPlan, Decision, decide, past_age_gate, plan_checks, split_checks
 from walmgr.deleter import DeleteReport, execute_plan

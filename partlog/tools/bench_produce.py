@@ -32,7 +32,9 @@ from partlog.kafka.record_batch import build_record_batch
 from partlog.rpc.client import RpcClient
 from partlog.rpc.wire import enc_tp
 from partlog.tools.cluster_run import percentile
-from partlog.wal.objectstore import LocalDirStore, ObjectStore, open_store
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import ObjectStore
+from partlog.wal.store_url import open_store
 
 TARGET_MIB_PER_S = 100.0
 PARTITIONS = 8

@@ -72,8 +72,10 @@ def _cmd_bench_commit(args: argparse.Namespace) -> int:
 def _cmd_wal_dump(args: argparse.Namespace) -> int:
     import os
 
-    from partlog.wal.objectstore import LocalDirStore, ObjectStore, ObjectStoreError, open_store
+    from partlog.wal.localdir_store import LocalDirStore
+    from partlog.wal.objectstore import ObjectStore, ObjectStoreError
     from partlog.wal.segment import WalFormatError, check_segment, footer_to_json, read_footer
+    from partlog.wal.store_url import open_store
 
     target: str = args.target
     store: ObjectStore
@@ -202,7 +204,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
     from partlog.kafka_front.server import ListenerLimits
     from partlog.produce.pipeline import ProduceConfig
     from partlog.replication.manager import ReplicationConfig
-    from partlog.wal.objectstore import open_store
+    from partlog.wal.store_url import open_store
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from partlog.controller.cluster_meta import BrokerInfo, MetadataSource

@@ -55,7 +55,9 @@ from partlog.produce.pipeline import ProduceConfig, SendCommit
 from partlog.replication.manager import ReplicationStats
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
 from partlog.tools.etcd_launcher import EtcdCluster
-from partlog.wal.objectstore import LocalDirStore, ObjectStore, open_store
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import ObjectStore
+from partlog.wal.store_url import open_store
 from walmgr.config import WalmgrConfig
 from walmgr.daemon import Walmgr
 from walmgr.model import State
