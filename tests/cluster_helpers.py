@@ -26,7 +26,7 @@ from partlog.client import Consumer, Producer, RecordMetadata
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.records import TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig
-from partlog.replication.manager import ReplicationConfig
+from partlog.replication.config import ReplicationConfig
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
 from partlog.tools.cluster_run import free_ports as free_ports  # re-exported for the tests
 from partlog.wal.objectstore import ForwardingStore, ObjectStore, ObjectStoreError

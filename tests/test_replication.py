@@ -26,7 +26,7 @@ from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock, ProducerIdManager
 from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import CommitBatchRequest, DeleteRecordsRequest, TopicIdPartition
-from partlog.replication.manager import ReplicationConfig
+from partlog.replication.config import ReplicationConfig
 from partlog.rpc.client import RpcClient, RpcConnectionError
 from partlog.rpc.wire import ReplicaFetchPartition, dec_replica_fetch_response, enc_commit, enc_replica_fetch
 from partlog.wal.localdir_store import LocalDirStore

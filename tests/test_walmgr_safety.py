@@ -47,7 +47,7 @@ from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.errors import Errors
 from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import CommitBatchRequest, DeleteRecordsRequest, TopicIdPartition
-from partlog.replication.manager import ReplicationConfig
+from partlog.replication.config import ReplicationConfig
 from partlog.rpc.client import RpcClient
 from partlog.rpc.wire import Verdict, enc_commit
 from partlog.wal.key import WalKeyError, make_wal_key, parse_wal_key, shard_of

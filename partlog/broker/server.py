@@ -58,7 +58,8 @@ from partlog.produce.pipeline import (
     SendCommit,
     Upload,
 )
-from partlog.replication.manager import ReplicaManager, ReplicationConfig
+from partlog.replication.config import ReplicationConfig
+from partlog.replication.manager import ReplicaManager
 from partlog.rpc.client import RPC_TIMEOUT_MS_DEFAULT, RpcClient, RpcConnectionError, RpcRemoteError, RpcTimeoutError
 from partlog.rpc.frame import RpcError, RpcErrorCode
 from partlog.rpc.methods import (

@@ -203,7 +203,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
     from partlog.kafka_front.apis import FrontConfig
     from partlog.kafka_front.server import ListenerLimits
     from partlog.produce.pipeline import ProduceConfig
-    from partlog.replication.manager import ReplicationConfig
+    from partlog.replication.config import ReplicationConfig
     from partlog.wal.store_url import open_store
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -52,7 +52,7 @@ from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
 from partlog.kafka.topic_config import MAX_MESSAGE_BYTES_DEFAULT
 from partlog.produce.pipeline import ProduceConfig, SendCommit
-from partlog.replication.manager import ReplicationStats
+from partlog.replication.stats import ReplicationStats
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
 from partlog.tools.etcd_launcher import EtcdCluster
 from partlog.wal.localdir_store import LocalDirStore

@@ -61,7 +61,7 @@ from partlog.controller.server import ControllerServer
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import DeleteRecordsRequest, TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig
-from partlog.replication.manager import ReplicationConfig
+from partlog.replication.config import ReplicationConfig
 from partlog.store import MetadataStore, StoreError
 from simulations.dst.runtime import EPOCH_S, SimNetwork, VirtualLoop, cancel_node, deterministic_process, run_node
 from simulations.dst.store import SimObjectStore, StoreFaults
