@@ -18,7 +18,7 @@ import random
 from collections import deque
 from collections.abc import Sequence
 
-from partlog.client import MAX_IN_FLIGHT_DEFAULT
+from partlog.client.producer import MAX_IN_FLIGHT_DEFAULT
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.records import TopicIdPartition
 from simulations.batches import BatchTemplates

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from partlog.broker.server import Broker, BrokerConfig, start_brokers
-from partlog.client import Consumer, Producer, RecordMetadata
+from partlog.client.consumer import Consumer
+from partlog.client.producer import Producer, RecordMetadata
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.records import TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from partlog.client import Connections
+from partlog.client.connections import Connections
 from partlog.rpc.server import RpcServer
 
 

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from partlog.broker.server import Broker
-from partlog.client import Producer
+from partlog.client.producer import Producer
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.errors import Errors
 from partlog.kafka.record_batch import parse_records

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from partlog.client import Consumer
+from partlog.client.consumer import Consumer
 from partlog.kafka.errors import Errors
 from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import DeleteRecordsRequest

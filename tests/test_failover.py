@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from partlog.client import Producer
+from partlog.client.producer import Producer
 from partlog.controller.client import ControllerMetadata
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE

@@ -20,7 +20,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from partlog.broker.server import BrokerConfig, start_brokers
-from partlog.client import Consumer, CorruptRecordError
+from partlog.client.consumer import Consumer, CorruptRecordError
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.fetch.reads import assemble
 from partlog.kafka.errors import Errors

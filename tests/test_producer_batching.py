@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from partlog.broker.server import Broker, BrokerConfig
-from partlog.client import Producer
+from partlog.client.producer import Producer
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.records import TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig

@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 
 from partlog.broker.server import Broker, BrokerConfig
-from partlog.client import Consumer, Producer, _Batch, _written_before
+from partlog.client.consumer import Consumer
+from partlog.client.producer import Producer, _Batch, _written_before
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from partlog.client import Producer
+from partlog.client.producer import Producer
 from partlog.rpc.client import RpcClient
 from partlog.rpc.wire import Verdict, dec_verdicts, enc_reference_checks
 from partlog.wal.localdir_store import LocalDirStore

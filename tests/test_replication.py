@@ -20,7 +20,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from partlog.broker.server import Broker, BrokerConfig
-from partlog.client import Producer
+from partlog.client.producer import Producer
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock, ProducerIdManager

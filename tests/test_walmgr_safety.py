@@ -42,7 +42,8 @@ from typing import Any
 import pytest
 
 from partlog.broker.server import Broker, BrokerConfig
-from partlog.client import Consumer, Producer
+from partlog.client.consumer import Consumer
+from partlog.client.producer import Producer
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.errors import Errors
 from partlog.kafka.record_batch import build_record_batch

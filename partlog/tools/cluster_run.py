@@ -41,7 +41,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from partlog.broker.server import Broker, BrokerConfig
-from partlog.client import Consumer, Producer, RecordMetadata
+from partlog.client.consumer import Consumer
+from partlog.client.producer import Producer, RecordMetadata
 from partlog.controller.client import ControllerMetadata
 from partlog.controller.cluster_meta import BrokerInfo, StaticMetadata
 from partlog.controller.core import PARTITIONS_PER_TOPIC_MAX, ControllerConfig

@@ -53,7 +53,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from partlog.broker.server import Broker, BrokerConfig
-from partlog.client import Consumer, CorruptRecordError, Producer, RecordMetadata
+from partlog.client.consumer import Consumer, CorruptRecordError
+from partlog.client.producer import Producer, RecordMetadata
 from partlog.controller.client import ControllerMetadata
 from partlog.controller.cluster_meta import BrokerInfo, PartitionInfo, StaticMetadata
 from partlog.controller.core import ControllerConfig
