@@ -1,4 +1,4 @@
-"""Inter-broker RPC: frames (sans-IO), schemas, method table, bodies, the asyncio transport, TLS."""
+"""Inter-broker RPC: frames (sans-IO), schemas, method table, bodies, the asyncio server and client, secret, TLS."""
 
 # The names below are imported on first use (partlog.lazy_exports).
 
