@@ -27,7 +27,8 @@ from partlog.fetch.reads import assemble, plan_reads
 from partlog.kafka.batch_header import LOG_OVERHEAD
 from partlog.kafka.records import BatchInfo
 from partlog.produce.pipeline import Action, ProduceConfig, ProducePipeline, Reply, SendCommit, Upload
-from partlog.wal.objectstore import LocalDirStore, ObjectStore
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import ObjectStore
 
 BROKER_ID = 1
 TOPIC = "demo"

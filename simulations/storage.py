@@ -134,7 +134,7 @@ def measure_store_writes(batches_per_commit: int = 5, commits: int = 2000, direc
     LMDB's checkpoint page writes), in pages, over the commits.  (The device
     may write more: ``write_bytes`` on this machine's virtual disk charges
     1 MiB per fdatasync, whatever was written.)"""
-    from partlog.client import build_record_batch
+    from partlog.kafka.record_batch import build_record_batch
     from partlog.kafka.records import CommitBatchRequest, CreateTopicAndPartitionsRequest, TopicIdPartition
     from partlog.store import MetadataStore
     from partlog.util.proc_stats import io_counter

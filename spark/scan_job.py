@@ -58,7 +58,8 @@ from pyspark.sql.types import (
 )
 
 from partlog.wal.key import ALL_SHARDS, OBJECT_KEY_BYTES_MAX
-from partlog.wal.objectstore import KEY_BYTES_MAX, LIST_KEYS_MAX, ObjectInfo, ObjectStore, open_store
+from partlog.wal.objectstore import KEY_BYTES_MAX, LIST_KEYS_MAX, ObjectInfo, ObjectStore
+from partlog.wal.store_url import open_store
 from walmgr.listing import (
     INCREMENTAL_LOOKBACK_MS_DEFAULT,
     INVALID_REPORTED_MAX,

@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from partlog.broker.server import Broker, BrokerConfig, start_brokers
-from partlog.client import Consumer, Producer, RecordMetadata
+from partlog.client.consumer import Consumer
+from partlog.client.producer import Producer, RecordMetadata
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.records import TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig
-from partlog.replication.manager import ReplicationConfig
+from partlog.replication.config import ReplicationConfig
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
 from partlog.tools.local_cluster import free_ports as free_ports  # re-exported for the tests
 from partlog.wal.objectstore import (

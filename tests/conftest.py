@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from partlog.wal.objectstore import S3Config, S3Store
+from partlog.wal.s3_store import S3Config, S3Store
 from tests.s3server import ACCESS_KEY_ID, SECRET_ACCESS_KEY, WEED_PACKAGE, find_weed, s3_client, start_seaweedfs
 
 

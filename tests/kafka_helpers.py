@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from partlog.tools.cluster_options import ClusterOptions
 from partlog.tools.local_cluster import LocalCluster
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 
 T = TypeVar("T")
 

@@ -35,7 +35,6 @@ from typing import Any
 import pytest
 
 from partlog.broker.server import Broker, BrokerConfig, start_brokers
-from partlog.client import build_record_batch
 from partlog.controller.client import ControllerMetadata
 from partlog.controller.cluster_meta import (
     ClusterMismatchError,
@@ -48,12 +47,15 @@ from partlog.controller.core import Controller, ControllerConfig
 from partlog.controller.server import ControllerServer
 from partlog.controller.state_store import ControllerStateError
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig
+from partlog.rpc.client import RpcClient, RpcHandshakeError
 from partlog.rpc.frame import RpcErrorCode
-from partlog.rpc.transport import RpcClient, RpcHandshakeError, RpcServer
+from partlog.rpc.server import RpcServer
 from partlog.store import MetadataStore, StoreError
-from partlog.wal.objectstore import LocalDirStore, ObjectStore
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import ObjectStore
 from tests.walmgr_helpers import listed
 from walmgr.config import WalmgrConfig
 from walmgr.daemon import Walmgr

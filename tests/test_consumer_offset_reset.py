@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from partlog.client import Consumer, build_record_batch
+from partlog.client.consumer import Consumer
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import DeleteRecordsRequest
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 from tests.cluster_helpers import running_cluster, topic_partitions
 
 

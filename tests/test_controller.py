@@ -34,8 +34,8 @@ from partlog.controller.wire import dec_poll_response, enc_snapshot
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import ProducerIdBlock
 from partlog.kafka.records import TopicIdPartition
+from partlog.rpc.client import RpcClient, RpcRemoteError
 from partlog.rpc.frame import RpcErrorCode
-from partlog.rpc.transport import RpcClient, RpcRemoteError
 
 SESSION_MS = 1_000
 AZ_OF = {1: "az1", 2: "az2", 3: "az3", 4: "az1", 5: "az2", 6: "az3"}

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from partlog.client import Producer
+from partlog.client.producer import Producer
 from partlog.controller.client import ControllerMetadata
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE
@@ -21,7 +21,7 @@ from partlog.kafka.records import TopicIdPartition
 from partlog.tools.cluster_options import ClusterOptions
 from partlog.tools.cluster_run import run
 from partlog.tools.local_cluster import LocalCluster
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 from tests.cluster_helpers import (
     Sent,
     check_exactly_once,

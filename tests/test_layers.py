@@ -22,8 +22,6 @@ KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset(
     {
         ("partlog.broker.server", "partlog.kafka_front.apis"),
         ("partlog.broker.server", "partlog.kafka_front.server"),
-        ("partlog.kafka_front.apis", "partlog.client"),
-        ("partlog.kafka_front.group_coordinator", "partlog.client"),
     }
 )
 

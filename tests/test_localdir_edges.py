@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from partlog.kafka.records import TopicIdPartition
-from partlog.wal.objectstore import InvalidKeyError, LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import InvalidKeyError
 from tests.walmgr_helpers import TEST_CLUSTER_ID, orphan, segment
 from walmgr.listing import NOT_UTF8_NOTE
 from walmgr.model import State

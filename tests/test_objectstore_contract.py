@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from partlog.wal.localdir_store import LocalDirStore
 from partlog.wal.objectstore import (
     DELETE_KEYS_MAX,
     KEY_BYTES_MAX,
@@ -29,18 +30,16 @@ from partlog.wal.objectstore import (
     ForwardingStore,
     InvalidKeyError,
     ListPage,
-    LocalDirStore,
     ObjectInfo,
     ObjectNotFoundError,
     ObjectStore,
     ObjectStoreError,
     RangeNotSatisfiableError,
-    S3Config,
-    S3Store,
     check_key,
     iter_objects,
-    open_store,
 )
+from partlog.wal.s3_store import S3Config, S3Store
+from partlog.wal.store_url import open_store
 
 pytestmark = pytest.mark.timeout(120)
 

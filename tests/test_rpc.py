@@ -27,6 +27,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from partlog.rpc.client import RpcClient, RpcConnectionError, RpcHandshakeError, RpcRemoteError, RpcTimeoutError
 from partlog.rpc.frame import (
     CHALLENGE_NONCE_BYTES,
     PROTOCOL_VERSION,
@@ -36,21 +37,14 @@ from partlog.rpc.frame import (
     FrameTooLargeError,
     InvalidBody,
     Kind,
+    RpcError,
     RpcErrorCode,
     auth_proof,
     decode_payload,
     encode_frame,
 )
 from partlog.rpc.schema import DecodeLimits
-from partlog.rpc.transport import (
-    RpcClient,
-    RpcConnectionError,
-    RpcError,
-    RpcHandshakeError,
-    RpcRemoteError,
-    RpcServer,
-    RpcTimeoutError,
-)
+from partlog.rpc.server import RpcServer
 
 SECRET = b"cluster secret for tests"
 
@@ -451,7 +445,7 @@ def test_server_close_fails_pending_calls_promptly() -> None:
 _SERVER_SCRIPT = textwrap.dedent(
     """
     import asyncio
-    from partlog.rpc.transport import RpcServer
+    from partlog.rpc.server import RpcServer
 
     async def hang(body):
         await asyncio.Event().wait()
@@ -612,7 +606,7 @@ def test_handler_errors(caplog: pytest.LogCaptureFixture) -> None:
     async def test(server: RpcServer) -> None:
         client = await RpcClient.connect("127.0.0.1", server.port, frame_bytes_max=8192)
         with (
-            caplog.at_level(logging.ERROR, logger="partlog.rpc.transport"),
+            caplog.at_level(logging.ERROR, logger="partlog.rpc.server"),
             pytest.raises(RpcRemoteError, match="partition") as e,
         ):
             await client.call("boom", None)
@@ -853,7 +847,7 @@ def test_a_deferred_answer_never_started_is_closed_without_a_warning() -> None:
     import inspect
     import warnings
 
-    from partlog.rpc.transport import close_unstarted
+    from partlog.rpc.server import close_unstarted
 
     async def answer() -> int:
         return 1

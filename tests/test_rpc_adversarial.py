@@ -49,9 +49,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from partlog.client import build_record_batch
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import TopicIdPartition
+from partlog.rpc.client import RpcClient
 from partlog.rpc.frame import (
     CONNECTION_REQUEST_ID,
     HELLO_METHOD,
@@ -65,7 +66,6 @@ from partlog.rpc.frame import (
 )
 from partlog.rpc.methods import BROKER_SCHEMAS, CONTROLLER_SCHEMAS, WALMGR_SCHEMAS
 from partlog.rpc.schema import Bool, Bytes, Int, List, Map, Nullable, Schema, Str, Tuple
-from partlog.rpc.transport import RpcClient
 from partlog.rpc.wire import enc_tp
 from partlog.tools.local_cluster import free_ports
 

@@ -20,7 +20,8 @@ pytest.importorskip("pyspark", reason="pyspark is not installed (walmgr's Spark 
 
 from partlog.kafka.records import TopicIdPartition
 from partlog.wal.key import make_wal_key, shard_of
-from partlog.wal.objectstore import LocalDirStore, ObjectStore
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import ObjectStore
 from partlog.wal.segment import WalSegmentBuilder
 from tests.batches import build_batch
 from tests.clock import Clock

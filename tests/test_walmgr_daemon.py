@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from partlog.broker.server import Broker
-from partlog.client import Producer
+from partlog.client.producer import Producer
 from partlog.kafka.records import DeleteRecordsRequest
 from partlog.wal.key import make_wal_key
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 from tests.cluster_helpers import (
     Sent,
     check_exactly_once,

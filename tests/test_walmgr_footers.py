@@ -40,11 +40,11 @@ import pytest
 from prometheus_client import generate_latest
 
 from partlog.broker.server import Broker
-from partlog.client import build_record_batch
 from partlog.kafka.crc32c import crc32c
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import DeleteRecordsRequest, TopicIdPartition
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 from partlog.wal.segment import FORMAT_VERSION, TRAILER_MAGIC, Footer, WalFormatError, parse_footer, read_footer
 from tests.cluster_helpers import running_cluster, topic_partitions
 from walmgr.config import WalmgrConfig

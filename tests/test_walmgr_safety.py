@@ -42,23 +42,19 @@ from typing import Any
 import pytest
 
 from partlog.broker.server import Broker, BrokerConfig
-from partlog.client import Consumer, Producer, build_record_batch
+from partlog.client.consumer import Consumer
+from partlog.client.producer import Producer
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import CommitBatchRequest, DeleteRecordsRequest, TopicIdPartition
-from partlog.replication.manager import ReplicationConfig
-from partlog.rpc.transport import RpcClient
+from partlog.replication.config import ReplicationConfig
+from partlog.rpc.client import RpcClient
 from partlog.rpc.wire import Verdict, enc_commit
 from partlog.wal.key import WalKeyError, make_wal_key, parse_wal_key, shard_of
-from partlog.wal.objectstore import (
-    DeleteResult,
-    ForwardingStore,
-    ListPage,
-    LocalDirStore,
-    ObjectStore,
-    ObjectStoreError,
-    S3Store,
-)
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import DeleteResult, ForwardingStore, ListPage, ObjectStore, ObjectStoreError
+from partlog.wal.s3_store import S3Store
 from tests.clock import Clock
 from tests.cluster_helpers import (
     CONSUME_TIMEOUT_S,

@@ -17,15 +17,9 @@ import pytest
 
 from partlog.kafka.records import TopicIdPartition
 from partlog.wal.key import ALL_SHARDS, WalKey, make_wal_key, shard_of
-from partlog.wal.objectstore import (
-    ForwardingStore,
-    ListPage,
-    LocalDirStore,
-    ObjectInfo,
-    ObjectStore,
-    ObjectStoreError,
-    S3Store,
-)
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import ForwardingStore, ListPage, ObjectInfo, ObjectStore, ObjectStoreError
+from partlog.wal.s3_store import S3Store
 from partlog.wal.segment import WalSegmentBuilder
 from tests.batches import build_batch
 from tests.clock import Clock

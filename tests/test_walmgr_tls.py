@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from partlog.broker.server import Broker, BrokerConfig
-from partlog.client import build_record_batch
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import build_record_batch
 from partlog.produce.pipeline import ProduceConfig
 from partlog.rpc.tls import TlsConfigError, mutual_tls
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 from tests.cluster_helpers import topic_partitions
 from tests.test_rpc import _client_context, _server_context, certs  # noqa: F401  (certs is a fixture)
 from tests.walmgr_helpers import listed, orphan

@@ -18,7 +18,8 @@ import pytest
 from partlog.controller.client import ControllerMetadata, ControllerUnavailableError
 from partlog.kafka.records import TopicIdPartition
 from partlog.tools.local_cluster import free_ports
-from partlog.wal.objectstore import LIST_KEYS_MAX, ForwardingStore, ListPage, LocalDirStore, ObjectStoreError
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import LIST_KEYS_MAX, ForwardingStore, ListPage, ObjectStoreError
 from tests.walmgr_helpers import orphan
 from walmgr.config import WalmgrConfig
 from walmgr.daemon import Walmgr

@@ -34,11 +34,13 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-from partlog.client import build_record_batch
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import TopicIdPartition
 from partlog.wal.key import make_wal_key
-from partlog.wal.objectstore import ObjectStore, S3Config, S3Store, obstore_client, open_store
+from partlog.wal.objectstore import ObjectStore
+from partlog.wal.s3_store import S3Config, S3Store, obstore_client
 from partlog.wal.segment import WalSegmentBuilder
+from partlog.wal.store_url import open_store
 from walmgr.config import WalmgrConfig, split_store_url
 from walmgr.deleter import execute_plan
 from walmgr.model import State

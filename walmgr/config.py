@@ -26,7 +26,8 @@ from partlog.limits import PORT_MAX
 from partlog.produce.pipeline import ProduceConfig
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
 from partlog.wal.key import make_wal_key
-from partlog.wal.objectstore import DELETE_KEYS_MAX, s3_config_from_url
+from partlog.wal.objectstore import DELETE_KEYS_MAX
+from partlog.wal.s3_store import s3_config_from_url
 from walmgr.paced_store import READ_ATTEMPTS_DEFAULT
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ class WalmgrConfigError(ValueError):
 
 
 def split_store_url(url: str) -> tuple[str, str]:
-    """``(store URL for partlog.wal.objectstore.open_store, key prefix)``.
+    """``(store URL for partlog.wal.store_url.open_store, key prefix)``.
 
     The store URL gets walmgr's ``S3_URL_DEFAULTS`` for the parameters it
     does not name.
@@ -296,7 +297,7 @@ class WalmgrConfig:
 
     @property
     def store_url(self) -> str:
-        """The store URL for partlog.wal.objectstore.open_store (no key prefix in it)."""
+        """The store URL for partlog.wal.store_url.open_store (no key prefix in it)."""
         return split_store_url(self.store)[0]
 
     @property

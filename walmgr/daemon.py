@@ -40,21 +40,15 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 
 from partlog.controller.cluster_meta import ClusterMismatchError, MetadataSource, StaticMetadata, check_same_cluster
 from partlog.kafka.records import TopicIdPartition
-from partlog.rpc.frame import RpcErrorCode
+from partlog.rpc.client import RpcClient, RpcConnectionError, RpcHandshakeError, RpcRemoteError, RpcTimeoutError
+from partlog.rpc.frame import RpcError, RpcErrorCode
 from partlog.rpc.methods import NOTIFY_OBJECTS_MAX, WALMGR_SCHEMAS
+from partlog.rpc.secret import read_secret_file
+from partlog.rpc.server import RpcServer
 from partlog.rpc.tls import mutual_tls
-from partlog.rpc.transport import (
-    RpcClient,
-    RpcConnectionError,
-    RpcError,
-    RpcHandshakeError,
-    RpcRemoteError,
-    RpcServer,
-    RpcTimeoutError,
-    read_secret_file,
-)
 from partlog.rpc.wire import WireError, dec_verdicts, dec_wal_uploaded, enc_reference_checks
-from partlog.wal.objectstore import DeleteResult, ObjectInfo, ObjectStore, ObjectStoreError, open_store
+from partlog.wal.objectstore import DeleteResult, ObjectInfo, ObjectStore, ObjectStoreError
+from partlog.wal.store_url import open_store
 from walmgr.config import WalmgrConfig, WalmgrConfigError
 from walmgr.decide import CheckPlan, Decision, decide, past_age_gate, plan_checks, split_checks
 from walmgr.deleter import DeleteReport, execute_plan

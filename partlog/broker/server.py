@@ -1,7 +1,7 @@
 """A partlog broker: the asyncio shell around the sans-IO produce pipeline,
 the leader's MetadataStore and the fetch path.
 
-It serves, over the inter-broker RPC (``partlog.rpc.transport``):
+It serves, over the inter-broker RPC (``partlog.rpc.server``):
 
 * ``produce``: any partition; batches go into this broker's WAL buffer.
 * ``commit``: from other brokers' pipelines, for partitions this broker leads
@@ -58,8 +58,10 @@ from partlog.produce.pipeline import (
     SendCommit,
     Upload,
 )
-from partlog.replication.manager import ReplicaManager, ReplicationConfig
-from partlog.rpc.frame import RpcErrorCode
+from partlog.replication.config import ReplicationConfig
+from partlog.replication.manager import ReplicaManager
+from partlog.rpc.client import RPC_TIMEOUT_MS_DEFAULT, RpcClient, RpcConnectionError, RpcRemoteError, RpcTimeoutError
+from partlog.rpc.frame import RpcError, RpcErrorCode
 from partlog.rpc.methods import (
     BROKER_SCHEMAS,
     PARTITIONS_MAX,
@@ -68,17 +70,8 @@ from partlog.rpc.methods import (
     REPLICAS_ASKED_MAX,
     RESPONSE_SCHEMAS,
 )
-from partlog.rpc.transport import (
-    RPC_TIMEOUT_MS_DEFAULT,
-    Deferred,
-    RpcClient,
-    RpcConnectionError,
-    RpcError,
-    RpcRemoteError,
-    RpcServer,
-    RpcTimeoutError,
-    ServerLimits,
-)
+from partlog.rpc.server import Deferred, RpcServer
+from partlog.rpc.server_limits import ServerLimits
 from partlog.rpc.wire import (
     Verdict,
     WireError,
@@ -161,7 +154,7 @@ class BrokerConfig:
     # walmgr's notification address "HOST:PORT" ("" : none).  Best effort:
     # the broker never waits for walmgr and never fails because of it.
     walmgr_address: str = ""
-    # The RPC server's connection limits and deadlines (partlog.rpc.transport).
+    # The RPC server's connection limits and deadlines (partlog.rpc.server_limits).
     rpc_limits: ServerLimits = field(default_factory=ServerLimits)
     # The Kafka listener (partlog.kafka_front): None for none, 0 for any
     # free port (``Broker.kafka_port`` tells which).

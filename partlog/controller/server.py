@@ -61,7 +61,7 @@ from partlog.controller.wire import (
 from partlog.kafka.errors import Errors
 from partlog.rpc.frame import RpcError, RpcErrorCode
 from partlog.rpc.methods import CONTROLLER_SCHEMAS
-from partlog.rpc.transport import RpcServer
+from partlog.rpc.server import RpcServer
 from partlog.rpc.wire import WireError
 
 __all__ = ["METADATA_POLL_WAIT_MS_MAX", "ControllerServer", "now_ms"]
@@ -88,7 +88,7 @@ class ControllerServer:
     """Serves one :class:`Controller` over the RPC.  ``await start()``, then
     serve until ``await stop()``; ``.port`` is the bound port after start.
 
-    ``secret`` and ``ssl`` are as :class:`partlog.rpc.transport.RpcServer`'s; ``clock``
+    ``secret`` and ``ssl`` are as :class:`partlog.rpc.server.RpcServer`'s; ``clock``
     returns wall-clock ms (tests may pass their own)."""
 
     def __init__(

@@ -26,10 +26,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from partlog.client import parse_records
 from partlog.groups.membership import INITIAL_REBALANCE_DELAY_MS_DEFAULT
 from partlog.kafka.errors import Errors
 from partlog.kafka.leader_epochs import diverging_epoch
+from partlog.kafka.record_batch import parse_records
 from partlog.kafka.records import FindBatchRequest, ListOffsetsRequest, TopicIdPartition
 from partlog.kafka_front.group_coordinator import OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS_DEFAULT, GroupCoordinator
 

@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from partlog.client import build_record_batch, parse_records
 from partlog.groups.membership import Completion, Groups
 from partlog.kafka.batch_header import HEADER_SIZE, LOG_OVERHEAD
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import build_record_batch, parse_records
 from partlog.kafka.records import FindBatchRequest, TopicIdPartition
 
 if TYPE_CHECKING:

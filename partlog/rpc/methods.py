@@ -1,7 +1,7 @@
 """The request schemas of every RPC method partlog serves, in one place.
 
 The broker's, the controller's and walmgr's servers hand their table to
-:class:`partlog.rpc.transport.RpcServer`, which decodes each request under its
+:class:`partlog.rpc.server.RpcServer`, which decodes each request under its
 schema's limits and checks it before the handler runs
 (:mod:`partlog.rpc.schema`).  The handlers' own decoders
 (:mod:`partlog.rpc.wire`, ``partlog.controller.wire``'s ``dec_*``) then turn checked

@@ -185,7 +185,7 @@ def _confluent_latency(bootstrap: str, load: _Load, rate: float) -> list[float]:
 
 async def _own_throughput(rpc: list[tuple[str, int]], load: _Load) -> dict[str, Any]:
     value, partitions, seconds, linger_ms = load
-    from partlog.client import Producer
+    from partlog.client.producer import Producer
 
     p = Producer(rpc, az="az1", linger_ms=linger_ms)
     await p.start()
@@ -224,7 +224,7 @@ async def _own_throughput(rpc: list[tuple[str, int]], load: _Load) -> dict[str, 
 
 async def _own_latency(rpc: list[tuple[str, int]], load: _Load, rate: float) -> list[float]:
     value, partitions, seconds, linger_ms = load
-    from partlog.client import Producer
+    from partlog.client.producer import Producer
 
     p = Producer(rpc, az="az1", linger_ms=linger_ms)
     await p.start()

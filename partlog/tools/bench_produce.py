@@ -27,12 +27,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from partlog.client import build_record_batch
 from partlog.controller.cluster_meta import StaticMetadata
-from partlog.rpc.transport import RpcClient
+from partlog.kafka.record_batch import build_record_batch
+from partlog.rpc.client import RpcClient
 from partlog.rpc.wire import enc_tp
 from partlog.tools.cluster_report import percentile
-from partlog.wal.objectstore import LocalDirStore, ObjectStore, open_store
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import ObjectStore
+from partlog.wal.store_url import open_store
 
 TARGET_MIB_PER_S = 100.0
 PARTITIONS = 8

@@ -33,7 +33,9 @@ from partlog.tools.cluster_load import produce_load, verify
 from partlog.tools.cluster_options import ClusterOptions
 from partlog.tools.cluster_report import report
 from partlog.tools.local_cluster import WALMGR_CYCLE_MS, LocalCluster, start_walmgr
-from partlog.wal.objectstore import LocalDirStore, ObjectStore, open_store
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import ObjectStore
+from partlog.wal.store_url import open_store
 from walmgr.daemon import Walmgr
 from walmgr.model import State
 

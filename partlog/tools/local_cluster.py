@@ -35,7 +35,7 @@ from partlog.controller.server import ControllerServer
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig, SendCommit
-from partlog.replication.manager import ReplicationStats
+from partlog.replication.stats import ReplicationStats
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
 from partlog.tools.cluster_options import DEMO_COMMIT_DEADLINE_MS, DEMO_GRACE_MS, DEMO_MAX_CLOCK_SKEW_MS, ClusterOptions
 from partlog.tools.etcd_launcher import EtcdCluster

@@ -7,7 +7,7 @@ in-memory network, one thread, one seed.
   therefore runs in virtual time, as fast as the CPU allows.
 * Its ``create_server`` and ``create_connection`` (which
   ``asyncio.start_server`` and ``asyncio.open_connection`` call, and so
-  ``partlog.rpc.transport``) make in-memory transports between *nodes* instead of
+  ``partlog.rpc.server``, ``partlog.rpc.client``) make in-memory transports between *nodes* instead of
   sockets: :class:`SimNetwork` decides each segment's delivery time and can
   refuse, black-hole or reset connections (faults).
 * Every task belongs to the node that created it (a context variable), so a

@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from partlog.limits import BROKER_ID_MAX, PORT_MAX
-from partlog.rpc.transport import read_secret_file
+from partlog.rpc.secret import read_secret_file
 from partlog.tools.cmd.common import add_rpc_limits, add_tls, cluster_id_arg, host_port, rpc_limits, tls_contexts
 from partlog.tools.cmd.flags import int_in, positive_int
 
@@ -120,8 +120,8 @@ def run(args: argparse.Namespace) -> int:
     from partlog.kafka_front.apis import FrontConfig
     from partlog.kafka_front.server import ListenerLimits
     from partlog.produce.pipeline import ProduceConfig
-    from partlog.replication.manager import ReplicationConfig
-    from partlog.wal.objectstore import open_store
+    from partlog.replication.config import ReplicationConfig
+    from partlog.wal.store_url import open_store
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from partlog.controller.cluster_meta import BrokerInfo, MetadataSource

@@ -10,12 +10,12 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from partlog.rpc import transport as rpc
+from partlog.rpc import server_limits as rpc
 from partlog.tools.cmd.flags import positive_int
 
 if TYPE_CHECKING:
+    from partlog.rpc.server_limits import ServerLimits
     from partlog.rpc.tls import TlsContexts
-    from partlog.rpc.transport import ServerLimits
     from partlog.util.cli_errors import OneLineArgumentParser
 
     Subparsers = argparse._SubParsersAction[OneLineArgumentParser]

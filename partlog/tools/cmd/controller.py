@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from partlog.limits import PORT_MAX
-from partlog.rpc.transport import read_secret_file
+from partlog.rpc.secret import read_secret_file
 from partlog.tools.cmd.common import add_tls, cluster_id_arg, tls_contexts
 from partlog.tools.cmd.flags import TIMEOUT_MS_MAX, int_in, positive_int_at_most
 from partlog.util.cli_errors import one_line

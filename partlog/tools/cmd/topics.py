@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from partlog.rpc.transport import read_secret_file
+from partlog.rpc.secret import read_secret_file
 from partlog.tools.cmd.common import add_tls, cluster_id_arg, host_port, tls_contexts
 from partlog.tools.cmd.flags import TIMEOUT_MS_MAX, positive_int, positive_int_at_most
 

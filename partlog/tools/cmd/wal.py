@@ -33,8 +33,10 @@ def run(args: argparse.Namespace) -> int:
     # "dump" is the only subcommand.
     import os
 
-    from partlog.wal.objectstore import LocalDirStore, ObjectStore, ObjectStoreError, open_store
+    from partlog.wal.localdir_store import LocalDirStore
+    from partlog.wal.objectstore import ObjectStore, ObjectStoreError
     from partlog.wal.segment import WalFormatError, check_segment, footer_to_json, read_footer
+    from partlog.wal.store_url import open_store
 
     target: str = args.target
     store: ObjectStore
