@@ -48,6 +48,7 @@ from partlog.store.layout import (
     CommitGroup,
     Part,
     StoreError,
+    StoreInconsistentError,
     T,
     Topic,
 )
@@ -604,11 +605,23 @@ class StoreBase:
         changes, epochs).  ``fn`` validates before it writes; if it raises,
         the transaction is aborted and nothing changes.
         """
+        return self._exclusive(lambda: self._run_exclusive(fn))
+
+    def _exclusive(self, fn: Callable[[], T]) -> T:
+        """``fn`` alone, the pipeline drained (a write in flight for ``close``).
+
+        A failed check of the durable state (:func:`verify`) fail-stops the
+        store, as a failed commit does: nothing may be written on it until
+        :meth:`reopen` reloads the state from disk."""
         with self._writing():
             try:
-                return self._pipeline.exclusive(lambda: self._run_exclusive(fn))
+                return self._pipeline.exclusive(fn)
             except PipelineFailedError as e:
                 raise StoreError(str(e)) from e
+            except StoreInconsistentError as e:
+                log.error("store inconsistent, fail-stopped path=%s: %s", self.path, e)
+                self._pipeline.fail_stop(e)
+                raise
 
     @contextmanager
     def _writing(self) -> Iterator[None]:

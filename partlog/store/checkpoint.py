@@ -31,7 +31,6 @@ import lmdb
 import msgpack
 
 from partlog.store.base import StoreBase
-from partlog.store.group_commit import PipelineFailedError
 from partlog.store.layout import (
     ENTRY_SIZE,
     FILE_RECORD,
@@ -41,6 +40,7 @@ from partlog.store.layout import (
     CommitGroup,
     StoreError,
     chunks_of,
+    verify,
 )
 
 log = logging.getLogger("partlog.store")
@@ -156,7 +156,7 @@ class CheckpointMixin(StoreBase):
                 if acc is None:
                     files[object_key] = [fid, nb, nbytes, uploader, size]
                 else:
-                    assert acc[0] == fid, f"{object_key}: file_id {acc[0]} and {fid} in one checkpoint"
+                    verify(acc[0] == fid, "%s: file_id %d and %d in one checkpoint", object_key, acc[0], fid)
                     acc[1] += nb
                     acc[2] += nbytes
             parts.update(g.parts)
@@ -170,14 +170,14 @@ class CheckpointMixin(StoreBase):
                 txn.put(U64.pack(fid), k, db=self._db_file_ids)
             else:
                 old_fid, old_nb, old_nbytes, old_uploader, old_size = FILE_RECORD.unpack(raw)
-                assert old_fid == fid, f"{object_key}: file_id {old_fid} on disk, {fid} sequenced"
+                verify(old_fid == fid, "%s: file_id %d on disk, %d sequenced", object_key, old_fid, fid)
                 record = FILE_RECORD.pack(fid, old_nb + nb, old_nbytes + nbytes, old_uploader, old_size)
                 txn.put(k, record, db=self._db_files)
         if log:
             # (joining one run returns that run: no copy in the common case)
             chunks = [chunk for part_id in sorted(log) for chunk in chunks_of(part_id, b"".join(log[part_id]))]
             _, added = txn.cursor(db=self._db_log).putmulti(chunks, overwrite=False)
-            assert added == len(chunks), "a log key was written twice"
+            verify(added == len(chunks), "a log key was written twice")
         if parts:
             txn.cursor(db=self._db_parts).putmulti([(U32.pack(p), v) for p, v in parts.items()])
         if producers:
@@ -217,11 +217,7 @@ class CheckpointMixin(StoreBase):
                 self._checkpoint_locked()
                 self._env.copy(directory)
 
-        with self._writing():
-            try:
-                self._pipeline.exclusive(copy)
-            except PipelineFailedError as e:
-                raise StoreError(str(e)) from e
+        self._exclusive(copy)
 
     # ------------------------------------------------------------ the thread
 

@@ -18,6 +18,8 @@ from partlog.store.layout import (
     U64,
     CorruptEntryError,
     Entry,
+    inconsistent,
+    verify,
 )
 from partlog.store.view import Txn, overlay_file
 from partlog.wal.key import OBJECT_KEY_BYTES_MAX
@@ -40,13 +42,15 @@ class IndexMixin(StoreBase):
 
     def _file_adjust(self, txn: lmdb.Transaction, file_id: int, batches: int, nbytes: int) -> None:
         key = txn.get(U64.pack(file_id), db=self._db_file_ids)
-        assert key is not None, f"entry references unknown file_id {file_id}"
+        if key is None:
+            raise inconsistent("an entry references unknown file_id %d", file_id)
         raw = txn.get(key, db=self._db_files)
-        assert raw is not None, f"file index lost {key!r}"
+        if raw is None:
+            raise inconsistent("the file index lost %r", key)
         fid, live_batches, live_bytes, uploader, fsize = FILE_RECORD.unpack(raw)
         live_batches += batches
         live_bytes += nbytes
-        assert live_batches >= 0 and live_bytes >= 0, f"negative reference count for {key!r}"
+        verify(live_batches >= 0 and live_bytes >= 0, "negative reference count for %r", key)
         if live_batches == 0:
             txn.delete(key, db=self._db_files)
             txn.delete(U64.pack(file_id), db=self._db_file_ids)
@@ -77,7 +81,7 @@ class IndexMixin(StoreBase):
             txn.put(U64.pack(file_id), k, db=self._db_file_ids)
             return
         old_fid, old_nb, old_nbytes, old_uploader, old_size = FILE_RECORD.unpack(raw)
-        assert old_fid == file_id, f"{object_key}: file_id {old_fid} on disk, {file_id} resolved"
+        verify(old_fid == file_id, "%s: file_id %d on disk, %d resolved", object_key, old_fid, file_id)
         txn.put(
             k,
             FILE_RECORD.pack(file_id, old_nb + batches, old_nbytes + nbytes, old_uploader, old_size),

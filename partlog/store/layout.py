@@ -149,6 +149,31 @@ class CorruptEntryError(StoreError):
     """An entry failed its CRC or does not parse; the message says where."""
 
 
+class StoreInconsistentError(CorruptEntryError):
+    """A consistency check of the store's durable state failed (:func:`verify`):
+    the state cannot be trusted, so the store fail-stops as after a failed
+    commit (every later write raises :class:`StoreError` until it is
+    reopened, which reloads the state from disk)."""
+
+
+def verify(condition: bool, message: str, *args: object) -> None:
+    """Check a condition of the store's durable state: raise
+    :class:`StoreInconsistentError` unless it holds.
+
+    Unlike ``assert``, it survives ``python -O``: a store whose durable
+    state contradicts itself must stop, not write on.  ``assert`` stays for
+    contracts a caller breaks.  ``message`` is %-formatted with ``args``
+    only on failure, so a check on a hot path costs one test."""
+    if not condition:
+        raise inconsistent(message, *args)
+
+
+def inconsistent(message: str, *args: object) -> StoreInconsistentError:
+    """The error :func:`verify` raises, for a check written as ``if ...:
+    raise inconsistent(...)`` where the type checker must see the narrowing."""
+    return StoreInconsistentError(message % args if args else message)
+
+
 class ReplicationError(StoreError):
     """Replicated entries a follower cannot append (not contiguous with its log,
     a leader epoch going backwards, a malformed entry); the message names the

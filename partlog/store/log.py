@@ -23,6 +23,7 @@ from partlog.store.layout import (
     chunk_entry,
     chunk_span,
     last_under,
+    verify,
 )
 from partlog.store.view import Txn, overlay_runs
 
@@ -162,7 +163,7 @@ class LogMixin(IndexMixin):
                     break
         for file_id, (nb, nbytes) in per_file.items():
             self._file_adjust(txn, file_id, nb, nbytes)
-        assert part.live_batches >= 0 and part.live_bytes >= 0
+        verify(part.live_batches >= 0 and part.live_bytes >= 0, "%s: negative live counters", part.tp)
         if part.live_batches == 0 and part.max_timestamp_offset == -2:
             part.max_timestamp, part.max_timestamp_offset = -1, -1
         return dropped
@@ -201,5 +202,5 @@ class LogMixin(IndexMixin):
                     break
         for file_id, (nb, nbytes) in per_file.items():
             self._file_adjust(txn, file_id, nb, nbytes)
-        assert part.live_batches >= 0 and part.live_bytes >= 0
+        verify(part.live_batches >= 0 and part.live_bytes >= 0, "%s: negative live counters", part.tp)
         return dropped, pids

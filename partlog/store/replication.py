@@ -25,6 +25,7 @@ from partlog.store.layout import (
     CorruptEntryError,
     ReplicationError,
     chunks_of,
+    verify,
 )
 from partlog.store.producers import ProducersMixin
 from partlog.store.reads import ReadsMixin
@@ -235,7 +236,7 @@ class ReplicationMixin(ReadsMixin, EpochsMixin, ProducersMixin):
             if run:
                 chunks = chunks_of(part_id, b"".join(run))
                 _, added = txn.cursor(db=self._db_log).putmulti(chunks, overwrite=False)
-                assert added == len(chunks), "a replicated entry overwrote one past the log end"
+                verify(added == len(chunks), "a replicated entry overwrote one past the log end")
             for object_key, (file_id, nb, nbytes, uploader, file_size) in files.items():
                 self._file_add(txn, object_key, file_id, nb, nbytes, uploader, file_size)
             part.running_max_timestamp = running_max
