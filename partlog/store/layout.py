@@ -23,8 +23,6 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import lmdb
-
 from partlog.kafka import batch_header as bh
 from partlog.kafka.batch_header import BatchHeader
 from partlog.kafka.crc32c import crc32c
@@ -355,13 +353,3 @@ KEY_CLUSTER_ID = b"cluster_id"  # in `meta`: the cluster this store belongs to (
 
 
 DB_NAMES = (b"meta", b"topics", b"tp", b"parts", b"log", b"producers", b"epochs", b"files", b"file_ids")
-
-
-def last_under(cur: lmdb.Cursor, prefix: bytes) -> bool:
-    """Position ``cur`` on the last key before the first key above every key
-    starting with ``prefix``; the caller checks that key's prefix.  False if
-    there is no such key."""
-    # Every key under the prefix is shorter than this bound and sorts below it.
-    if cur.set_range(prefix + b"\xff" * 16):
-        return bool(cur.prev())
-    return bool(cur.last())
