@@ -87,16 +87,7 @@ class LogReader:
         )
 
     def find_batches(self, requests: Sequence[FindBatchRequest], fetch_max_bytes: int) -> list[FindBatchResponse]:
-        """Coordinates of the batches a fetch at each request's offset returns.
-
-        As Kafka (KIP-74): batches up to the high watermark, within each
-        request's ``max_partition_fetch_bytes`` and ``fetch_max_bytes`` overall,
-        but the first batch of the first partition that has data is returned
-        even if it exceeds both, so consumers always progress.  As Kafka's
-        ``LocalLog.read``, an offset in [HWM, log end] gets an empty answer
-        and only one past the log end is out of range: a new leader whose HWM
-        still lags the old one's must not send consumers into an offset reset.
-        """
+        """FindBatches, as :meth:`partlog.store.MetadataStore.find_batches` documents."""
         out: list[FindBatchResponse] = []
         remaining = fetch_max_bytes
         min_one = True
@@ -139,7 +130,7 @@ class LogReader:
         return out
 
     def list_offsets(self, requests: Sequence[ListOffsetsRequest]) -> list[ListOffsetsResponse]:
-        """Kafka ListOffsets at batch granularity (see design.md)."""
+        """ListOffsets, as :meth:`partlog.store.MetadataStore.list_offsets` documents."""
         out: list[ListOffsetsResponse] = []
         with self._views.read() as txn:
             for req in requests:
@@ -240,17 +231,7 @@ class LogReader:
     def read_log(
         self, tp: TopicIdPartition, from_offset: int, max_bytes: int, max_entries: int | None = None
     ) -> LogRead:
-        """The leader's side of a follower fetch: entries from ``from_offset``
-        (the batch holding it, if it falls inside one) in offset order, above
-        the HWM too (followers replicate everything).  At least one entry if
-        there is any, then as many as keep the referenced batch bytes within
-        ``max_bytes`` and the count within ``max_entries`` (what a fetch
-        response carries).  One read transaction, so the entries and the offsets
-        returned with them are one snapshot.
-
-        Raises :class:`OffsetOutOfRangeError` when ``from_offset`` is below
-        the log start or past the log end, KeyError for an unknown partition.
-        """
+        """A follower fetch's entries, as :meth:`partlog.store.MetadataStore.read_log` documents."""
         with self._views.read() as txn:
             part = self._catalog.read_part(txn, tp)
             if part is None:
