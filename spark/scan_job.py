@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import math
 import sys
-import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -57,6 +56,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from partlog.runtime import SYSTEM_CLOCK
 from partlog.wal.key import ALL_SHARDS, OBJECT_KEY_BYTES_MAX
 from partlog.wal.objectstore import KEY_BYTES_MAX, LIST_KEYS_MAX, ObjectInfo, ObjectStore
 from partlog.wal.store_url import open_store
@@ -280,7 +280,7 @@ def run_scan(
     ``cluster_id`` (the registry's) makes footers naming another INVALID,
     as :func:`walmgr.listing.inspect_object` does."""
     prefix = prefix_head(prefix)[:-1]
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    now = SYSTEM_CLOCK.wall_ms() if now_ms is None else now_ms
     if __name__ != "__main__":
         # Ship this module's functions by value: executors need partlog and
         # walmgr installed, not this file.
@@ -297,9 +297,9 @@ def run_scan(
     listed: DataFrame = spark.createDataFrame(listed_rdd, LISTING_SCHEMA).dropDuplicates(["key"]).persist()
     whole_bucket = positions is None and shards is None
     try:
-        t0 = time.monotonic()
+        t0 = SYSTEM_CLOCK.monotonic()
         keys_listed = listed.count()  # the listing runs here (persisted)
-        listing_s = time.monotonic() - t0
+        listing_s = SYSTEM_CLOCK.monotonic() - t0
         unrecordable_df = listed.filter(~F.col("recordable"))
         unrecordable = unrecordable_df.count()
         unrecordable_keys = [
@@ -310,9 +310,9 @@ def run_scan(
         unknown = listed.filter(F.col("recordable")).select("key", "size", "last_modified_ms")
         unknown = unknown.join(known.select("key"), on="key", how="left_anti")
         objects_rdd = unknown.rdd.mapPartitions(lambda part: _object_rows(store_url, prefix, now, cluster_id, part))
-        t0 = time.monotonic()
+        t0 = SYSTEM_CLOCK.monotonic()
         spark.createDataFrame(objects_rdd, OBJECTS_SCHEMA).write.mode("overwrite").parquet(f"{out_dir}/objects")
-        footers_s = time.monotonic() - t0
+        footers_s = SYSTEM_CLOCK.monotonic() - t0
         (
             listed.filter(F.col("position_ok"))
             .groupBy("shard")
@@ -321,7 +321,7 @@ def run_scan(
             .write.mode("overwrite")
             .parquet(f"{out_dir}/positions")
         )
-        t0 = time.monotonic()
+        t0 = SYSTEM_CLOCK.monotonic()
         gone_written = False
         if whole_bucket and created_before_ms is not None:
             gone_written = True
@@ -341,7 +341,7 @@ def run_scan(
                 .write.mode("overwrite")
                 .parquet(f"{out_dir}/revive")
             )
-        gone_s = time.monotonic() - t0
+        gone_s = SYSTEM_CLOCK.monotonic() - t0
     finally:
         listed.unpersist()
     return {

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -107,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _merge_mode(spark: SparkSession, args: argparse.Namespace, shards: list[str] | None) -> dict[str, Any]:
+    from partlog.runtime import SYSTEM_CLOCK
     from walmgr.config import WalmgrConfig, load_config
     from walmgr.registry import Registry
     from walmgr.spark_scan import spark_scan
@@ -122,7 +122,7 @@ def _merge_mode(spark: SparkSession, args: argparse.Namespace, shards: list[str]
             cfg.store_url,
             registry,
             cfg.prefix,
-            clock=lambda: int(time.time() * 1000),
+            clock=SYSTEM_CLOCK,
             full=not args.incremental,
             shards=shards,
             lookback_ms=cfg.commit_deadline_ms + cfg.max_clock_skew_ms,

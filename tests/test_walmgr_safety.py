@@ -51,6 +51,7 @@ from partlog.kafka.records import CommitBatchRequest, DeleteRecordsRequest, Topi
 from partlog.replication.config import ReplicationConfig
 from partlog.rpc.client import RpcClient
 from partlog.rpc.wire import Verdict, enc_commit
+from partlog.runtime import SYSTEM_CLOCK
 from partlog.wal.key import WalKeyError, make_wal_key, parse_wal_key, shard_of
 from partlog.wal.localdir_store import LocalDirStore
 from partlog.wal.objectstore import DeleteResult, ForwardingStore, ListPage, ObjectStore, ObjectStoreError
@@ -838,7 +839,7 @@ async def unknown_keys_are_never_deleted(tmp_path: Path, objects: ObjectStore, s
             sent.extend(keys)
             return objects.delete_many(keys)
 
-        report = execute_plan(objects, reg, PREFIX, batch_size=10, now_ms=now_ms, delete=delete)
+        report = execute_plan(objects, reg, PREFIX, batch_size=10, clock=SYSTEM_CLOCK, delete=delete)
         assert set(report.refused) == set(forced) and not sent, (report.refused, sent)
         assert set(weird) <= listed(objects)
         assert all(r.state == State.INVALID for k in forced if (r := reg.get(k)) is not None)
@@ -1012,19 +1013,19 @@ def test_partial_delete_failures_stay_planned_and_are_retried(tmp_path: Path) ->
         store = RecordingStore(
             objects, errors_for=lambda k: "SlowDown: injected" if k in failing else None, unanswered=silent.__contains__
         )
-        report = execute_plan(store, reg, PREFIX, batch_size=4, now_ms=now_ms)
+        report = execute_plan(store, reg, PREFIX, batch_size=4, clock=SYSTEM_CLOCK)
         assert set(report.failed) == failing | silent
         assert {r.key for r in reg.records({State.PLANNED})} == failing | silent
         assert {r.key for r in reg.records({State.DELETED})} == set(keys) - failing - silent
         assert failing <= listed(objects)
         # A failing DeleteObjects call: everything stays planned.
         broken = RecordingStore(objects, crash_with=ObjectStoreError("injected: 503", retriable=True))
-        again = execute_plan(broken, reg, PREFIX, batch_size=4, now_ms=now_ms)
+        again = execute_plan(broken, reg, PREFIX, batch_size=4, clock=SYSTEM_CLOCK)
         assert again.deleted_files == 0 and set(again.failed) <= failing | silent
         assert {r.key for r in reg.records({State.PLANNED})} == failing | silent
         # The next run retries them.
         retry = RecordingStore(objects)
-        final = execute_plan(retry, reg, PREFIX, batch_size=4, now_ms=now_ms)
+        final = execute_plan(retry, reg, PREFIX, batch_size=4, clock=SYSTEM_CLOCK)
         assert final.deleted_files == len(failing | silent) and not final.failed
         assert {k for c in retry.calls for k in c} == failing | silent
         assert all(len(c) <= 4 for c in store.calls + retry.calls)

@@ -36,6 +36,7 @@ from typing import Any
 
 from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import TopicIdPartition
+from partlog.runtime import SYSTEM_CLOCK
 from partlog.wal.key import make_wal_key
 from partlog.wal.objectstore import ObjectStore
 from partlog.wal.s3_store import S3Config, S3Store, obstore_client
@@ -197,14 +198,11 @@ def _run_scans(
         "baseline_list_seconds": list_s,
     }
 
-    def clock() -> int:
-        return int(time.time() * 1000)
-
     with tempfile.TemporaryDirectory(prefix="walmgr-bench-") as tmp:
         if "local" in engines:
             progress("local engine: full scan (list + one footer GET per object)")
             with Registry(os.path.join(tmp, "registry-local"), sync=False) as reg:
-                full = Scanner(store, reg, PREFIX, clock=clock).full()
+                full = Scanner(store, reg, PREFIX, clock=SYSTEM_CLOCK).full()
             out["local"] = {
                 "keys_per_s": full.keys_listed / full.seconds,
                 "seconds": full.seconds,
@@ -225,16 +223,13 @@ def _spark_scans(
     ``spark_<n>_cores`` and the ratios."""
     from walmgr import spark_scan as sp
 
-    def clock() -> int:
-        return int(time.time() * 1000)
-
     for cores in SPARK_CORES:
         progress(f"spark engine, local[{cores}]: start-up, then a full scan")
         sp.stop_session()
         session = sp.get_session(f"local[{cores}]")
         startup_s = sp.last_startup_s
         with Registry(os.path.join(tmp, f"registry-spark-{cores}"), sync=False) as reg:
-            rep = sp.spark_scan(where, reg, PREFIX, clock=clock, spark=session, work_dir=tmp)
+            rep = sp.spark_scan(where, reg, PREFIX, clock=SYSTEM_CLOCK, spark=session, work_dir=tmp)
         stages = dict(rep.stages)
         stages["startup"] = startup_s
         out[f"spark_{cores}_cores"] = {
@@ -295,7 +290,7 @@ def _run(
         for batch_size in (250, 1000):
             reg_dir = os.path.join(tmp, f"registry-{batch_size}")
             with Registry(reg_dir, sync=False) as reg:
-                scanner = Scanner(store, reg, PREFIX, clock=lambda: int(time.time() * 1000))
+                scanner = Scanner(store, reg, PREFIX, clock=SYSTEM_CLOCK)
                 if batch_size == 250:
                     progress("walmgr full scan (list + one footer GET per object)")
                     full = scanner.full()
@@ -316,7 +311,7 @@ def _run(
                 reg.plan(recs)
                 progress(f"deleting {len(recs):,} objects, DeleteObjects batches of {batch_size}")
                 report = execute_plan(
-                    store, reg, PREFIX, batch_size=cfg.delete_batch_size, now_ms=lambda: int(time.time() * 1000)
+                    store, reg, PREFIX, batch_size=cfg.delete_batch_size, clock=SYSTEM_CLOCK
                 )
                 rate = report.deleted_files / report.seconds if report.seconds else 0.0
                 out[f"delete_files_per_s_batch_{batch_size}"] = rate

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from partlog.kafka.records import TopicIdPartition
+from partlog.runtime import Clock
 from partlog.wal.key import ALL_SHARDS, OBJECT_KEY_BYTES_MAX
 from partlog.wal.objectstore import LIST_KEYS_MAX, ObjectInfo, ObjectStore, ObjectStoreError
 from walmgr.config import FOOTER_READS_MAX_IN_FLIGHT_DEFAULT
@@ -58,6 +58,8 @@ FOOTER_READS_IN_FLIGHT_MAX = FOOTER_READS_MAX_IN_FLIGHT_DEFAULT
 # Shards listed concurrently by an incremental scan: 256 sequential LISTs of
 # ~30 ms would take ~8 s of a 30 s cycle.
 SHARD_LISTS_IN_FLIGHT_MAX = 8
+
+
 def register_notifications(
     registry: Registry,
     prefix: str,
@@ -176,8 +178,8 @@ def _collect(futures: list[Future[ObjectRecord | None]]) -> list[ObjectRecord]:
 
 
 class Scanner:
-    """Scans ``store`` under ``prefix`` into ``registry``; ``clock`` returns
-    milliseconds since the epoch."""
+    """Scans ``store`` under ``prefix`` into ``registry``; ``clock`` stamps the
+    records (wall ms) and times the scans (monotonic)."""
 
     def __init__(
         self,
@@ -185,7 +187,7 @@ class Scanner:
         registry: Registry,
         prefix: str,
         *,
-        clock: Callable[[], int],
+        clock: Clock,
         lookback_ms: int = INCREMENTAL_LOOKBACK_MS_DEFAULT,
         gone_age_ms: int = GONE_AGE_MS_DEFAULT,
         page_keys_max: int = LIST_KEYS_MAX,
@@ -235,7 +237,7 @@ class Scanner:
                 recordable.append(o)
         known = self.registry.known(o.key for o in recordable)
         unknown = [o for o in recordable if o.key not in known]
-        now = self.clock()
+        now = self.clock.wall_ms()
         cluster = self.registry.cluster_id
         return [pool.submit(inspect_object, self.store, o, self.prefix, now, cluster) for o in unknown]
 
@@ -263,7 +265,7 @@ class Scanner:
         chosen = ALL_SHARDS if shards is None else tuple(shards)
         for shard in chosen:
             shard_list_prefix(self.prefix, shard)  # refuse bad shard names before any request
-        started = time.monotonic()
+        started = self.clock.monotonic()
         total = _Tally()
         failed: list[tuple[str, ObjectStoreError]] = []
         lock = threading.Lock()  # the counters below, shared by the listing threads
@@ -309,7 +311,7 @@ class Scanner:
                 key=first.key,
                 retriable=first.retriable,
             ) from first
-        report = total.report(time.monotonic() - started)
+        report = total.report(self.clock.monotonic() - started)
         log.info(
             "incremental scan shards=%d keys_listed=%d new_objects=%d invalid=%d bytes_new=%d seconds=%.3f",
             len(chosen),
@@ -347,8 +349,8 @@ class Scanner:
         records that are no longer listed GONE, revive GONE ones that are;
         then set ``last_full_scan_ms`` (the listing's start).  ``progress``
         is called after each page (keys so far, keys/s, share done)."""
-        started = time.monotonic()
-        start_ms = self.clock()
+        started = self.clock.monotonic()
+        start_ms = self.clock.wall_ms()
         created_before_ms = start_ms - self.gone_age_ms
         tally = _Tally()
         # Keys maybe gone; a dict as an ordered set.  Bounded by the records
@@ -404,7 +406,10 @@ class Scanner:
                     if progress is not None:
                         progress(
                             ScanProgress(
-                                tally.keys_listed, tally.new_objects, time.monotonic() - started, fraction_after(group)
+                                tally.keys_listed,
+                                tally.new_objects,
+                                self.clock.monotonic() - started,
+                                fraction_after(group),
                             )
                         )
                 records = _collect(reading)
@@ -421,12 +426,14 @@ class Scanner:
                     if rec.created_ms < created_before_ms:
                         maybe_gone[rec.key] = None
         gone = (
-            self.registry.mark_gone(maybe_gone, self.clock(), created_before_ms=created_before_ms) if maybe_gone else []
+            self.registry.mark_gone(maybe_gone, self.clock.wall_ms(), created_before_ms=created_before_ms)
+            if maybe_gone
+            else []
         )
         if gone:
             log.warning("objects gone from the store (deleted by someone else) count=%d keys=%s", len(gone), gone[:10])
         self.registry.meta_set("last_full_scan_ms", start_ms)
-        report = tally.report(time.monotonic() - started, gone=len(gone), revived=revived)
+        report = tally.report(self.clock.monotonic() - started, gone=len(gone), revived=revived)
         log.info(
             "full scan keys_listed=%d new_objects=%d invalid=%d gone=%d revived=%d bytes_new=%d seconds=%.3f",
             report.keys_listed,

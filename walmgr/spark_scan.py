@@ -33,15 +33,15 @@ import shutil
 import sys
 import tempfile
 import threading
-import time
 import uuid
 import zipfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from importlib.metadata import entry_points
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from partlog.kafka.records import TopicIdPartition
+from partlog.runtime import SYSTEM_CLOCK, Clock
 from walmgr.listing import (
     GONE_AGE_MS_DEFAULT,
     INCREMENTAL_LOOKBACK_MS_DEFAULT,
@@ -144,7 +144,7 @@ def get_session(master: str = "local[*]", conf: dict[str, str] | None = None) ->
             _session.stop()
             _session = None
         if _session is None or _session.sparkContext._jsc is None:
-            started = time.monotonic()
+            started = SYSTEM_CLOCK.monotonic()
             if master.startswith("local"):
                 # Local executors' Python workers run this interpreter (it
                 # has partlog/walmgr); a cluster's run their own Python.
@@ -163,7 +163,7 @@ def get_session(master: str = "local[*]", conf: dict[str, str] | None = None) ->
                 ship = os.path.join(tempfile.mkdtemp(prefix="walmgr-spark-pkg-"), "walmgr_spark.zip")
                 session.sparkContext.addPyFile(package_zip(ship))
             _session, _session_master = session, master
-            last_startup_s = time.monotonic() - started
+            last_startup_s = SYSTEM_CLOCK.monotonic() - started
         else:
             last_startup_s = 0.0
         return _session
@@ -224,7 +224,7 @@ def spark_scan(
     registry: Registry,
     prefix: str,
     *,
-    clock: Callable[[], int],
+    clock: Clock,
     master: str = "local[*]",
     full: bool = True,
     shards: Sequence[str] | None = None,
@@ -249,11 +249,11 @@ def spark_scan(
     if lookback_ms < 0 or gone_age_ms < 0:
         raise ValueError(f"lookback_ms ({lookback_ms}) and gone_age_ms ({gone_age_ms}) must be >= 0")
     prefix = prefix_head(prefix)[:-1]
-    started = time.monotonic()
+    started = clock.monotonic()
     session = spark if spark is not None else get_session(master)
     startup_s = 0.0 if spark is not None else last_startup_s
-    t_scan = time.monotonic()
-    start_ms = clock()
+    t_scan = clock.monotonic()
+    start_ms = clock.wall_ms()
     now = start_ms
     created_before_ms = start_ms - gone_age_ms
     gone: list[str] = []
@@ -263,7 +263,7 @@ def spark_scan(
         known_path = os.path.join(tmp, "known")
         out_dir = os.path.join(tmp, "out")
         write_known_keys(session, registry, prefix, known_path, tmp)
-        snapshot_s = time.monotonic() - t_scan
+        snapshot_s = clock.monotonic() - t_scan
         # Positions stored before only WAL keys could be positions start over.
         positions = (
             None
@@ -287,7 +287,7 @@ def spark_scan(
         except Exception as e:  # Py4JJavaError wraps what executors raised
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise SparkScanError(f"Spark scan of {store_url} under {prefix}/ failed: {first}") from e
-        t_merge = time.monotonic()
+        t_merge = clock.monotonic()
 
         new_objects = bytes_new = invalid_count = 0
         invalid: list[tuple[str, str]] = []
@@ -315,7 +315,7 @@ def spark_scan(
             registry.set_shard_positions(moved)
         if stats["gone_written"]:
             for keys in _key_batches(session, os.path.join(out_dir, "gone")):
-                gone += registry.mark_gone(keys, clock(), created_before_ms=created_before_ms)
+                gone += registry.mark_gone(keys, clock.wall_ms(), created_before_ms=created_before_ms)
             for keys in _key_batches(session, os.path.join(out_dir, "revive")):
                 revived += registry.revive(keys)
             if gone:
@@ -324,7 +324,7 @@ def spark_scan(
             if revived:
                 log.warning("gone objects listed again keys=%s", revived[:10])
             registry.meta_set("last_full_scan_ms", start_ms)
-        merge_s = time.monotonic() - t_merge
+        merge_s = clock.monotonic() - t_merge
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     report = ScanReport(
@@ -332,7 +332,7 @@ def spark_scan(
         new_objects=new_objects,
         invalid=tuple(invalid),
         gone=len(gone),
-        seconds=time.monotonic() - started,
+        seconds=clock.monotonic() - started,
         bytes_new=bytes_new,
         invalid_count=invalid_count,
         revived=len(revived),

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import TopicIdPartition
 from partlog.rpc.client import RpcConnectionError, RpcRemoteError, RpcTimeoutError
 from partlog.rpc.wire import WireError, dec_errors, enc_tp
+from partlog.runtime import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +118,7 @@ class Producer:
         delivery_timeout_ms: int = DELIVERY_TIMEOUT_MS_DEFAULT,
         retry_backoff_ms: int = RETRY_BACKOFF_MS_DEFAULT,
         request_timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if not 1 <= max_in_flight <= 5 and idempotent:
             raise ValueError(f"max_in_flight must be in [1, 5] for an idempotent producer, got {max_in_flight}")
@@ -126,6 +127,8 @@ class Producer:
         if idempotent and acks != -1:
             # As Kafka: idempotence needs acks=all.
             raise ValueError("an idempotent producer needs acks=-1 (all)")
+        # Record timestamps (wall ms), linger, delivery and request deadlines.
+        self.clock = clock
         self.az = az
         self.acks = acks
         self.idempotent = idempotent
@@ -161,7 +164,7 @@ class Producer:
     async def _init_producer_id(self) -> tuple[int, int]:
         """InitProducerId, retried while the broker answers a retriable error
         (it has no id block yet), up to the request timeout."""
-        deadline = time.monotonic() + self.request_timeout_ms / 1000
+        deadline = self.clock.monotonic() + self.request_timeout_ms / 1000
         while True:
             client = await self.conns._get(self.conns.bootstrap)
             try:
@@ -173,7 +176,7 @@ class Producer:
             err = dec_errors(body.get("error", 0), "init_producer_id.error")
             if err == Errors.NONE:
                 return int(body["producer_id"]), int(body["producer_epoch"])
-            if not err.retriable or time.monotonic() > deadline:
+            if not err.retriable or self.clock.monotonic() > deadline:
                 raise ProduceError(err, "InitProducerId failed")
             await asyncio.sleep(0.1)
 
@@ -190,8 +193,8 @@ class Producer:
             raise RuntimeError("producer is closed")
         fut: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
         st = self._parts.setdefault(tp, _PartitionState())
-        ts = timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000
-        st.pending.append((key, value, ts, time.monotonic(), fut))
+        ts = timestamp_ms if timestamp_ms is not None else self.clock.wall_ms()
+        st.pending.append((key, value, ts, self.clock.monotonic(), fut))
         st.pending_bytes += len(value or b"") + len(key or b"") + 20
         if st.pending_bytes >= self.batch_bytes_max or self._idle:
             self._wake.set()
@@ -272,7 +275,7 @@ class Producer:
         """After a broker failed or answered "not the leader", reload the
         cluster view (at most once per retry backoff), as Kafka's producer
         requests a metadata update."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if not self._metadata_stale or now < self._next_metadata_ms / 1000:
             return
         self._next_metadata_ms = (now * 1000) + self.retry_backoff_ms
@@ -407,7 +410,7 @@ class Producer:
                         last = _last_sequence(b)
                         if st.acked_through is None or _seq_after(last, st.acked_through):
                             st.acked_through = last
-                    self.latencies_ms.append((time.monotonic() - b.created) * 1000)
+                    self.latencies_ms.append((self.clock.monotonic() - b.created) * 1000)
                     for j, f in enumerate(b.futures):
                         if not f.done():
                             # acks=0: no offsets known (-1), as Kafka's producer.
@@ -417,7 +420,7 @@ class Producer:
                 retriable = err.retriable or err == Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
                 if err in STALE_METADATA:
                     self._metadata_stale = True
-                age_ms = (time.monotonic() - b.created) * 1000
+                age_ms = (self.clock.monotonic() - b.created) * 1000
                 if retriable and age_ms < self.delivery_timeout_ms:
                     self.stats["retries"] += 1
                     b.attempts += 1

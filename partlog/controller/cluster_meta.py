@@ -38,6 +38,7 @@ from typing import Any, Protocol
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import ProducerIdBlock
 from partlog.kafka.records import TopicIdPartition
+from partlog.runtime import SYSTEM_ENTROPY
 
 # A partition without a leader (all of its ISR is down).
 NO_LEADER = -1
@@ -353,7 +354,7 @@ class StaticMetadata:
         defaults to a new random one (a new cluster); topic ids are derived
         from it and the names, so every process generating the same cluster
         with the same id agrees."""
-        cluster_id = uuid.uuid4() if cluster_id is None else cluster_id
+        cluster_id = SYSTEM_ENTROPY.uuid4() if cluster_id is None else cluster_id
         if azs <= 0 or brokers_per_az <= 0:
             raise MetadataError(f"need azs > 0 and brokers_per_az > 0, got {azs} and {brokers_per_az}")
         n = azs * brokers_per_az

@@ -108,6 +108,7 @@ from partlog.limits import (
     PARTITIONS_PER_TOPIC_MAX,
     PORT_MAX,
 )
+from partlog.runtime import SYSTEM_ENTROPY
 
 __all__ = ["Controller", "ControllerConfig"]
 
@@ -256,9 +257,9 @@ class Controller:
         self, config: ControllerConfig, *, now_ms: int, new_uuid: Callable[[], uuid.UUID] | None = None
     ) -> None:
         self.config = config
-        # Looked up at each call (not bound at import): a deterministic
-        # simulation replaces uuid.uuid4 with a seeded one.
-        self._new_uuid = new_uuid if new_uuid is not None else lambda: uuid.uuid4()
+        # Handed in (the server passes its Entropy's uuid4): the simulation's
+        # is seeded.
+        self._new_uuid = new_uuid if new_uuid is not None else SYSTEM_ENTROPY.uuid4
         self._store = ControllerStateStore(config.data_dir)
         try:
             self._pids = ProducerIdManager(

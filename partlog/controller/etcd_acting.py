@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 
 from partlog.controller.cluster_meta import NO_LEADER
@@ -22,6 +21,7 @@ from partlog.controller.etcd_connection import ETCD_ERRORS, EtcdConnection, put_
 from partlog.controller.etcd_controller import PartitionChange, Plan, plan
 from partlog.controller.etcd_layout import EtcdView, Keys, enc_part, pack_value
 from partlog.controller.etcd_session import EtcdSession
+from partlog.runtime import Clock
 
 __all__ = ["EtcdActingController"]
 
@@ -53,7 +53,9 @@ class EtcdActingController:
         backoff: Callable[[int], float],
         view_changed: Callable[[], asyncio.Event],
         schedule_adopt: Callable[[], None],
+        clock: Clock,
     ) -> None:
+        self.clock = clock
         self.conn = conn
         self.keys = keys
         self.view = view
@@ -104,7 +106,7 @@ class EtcdActingController:
                 if leading and not self.is_controller:
                     self.is_controller = True
                     self.elections_won += 1
-                    self._next_preferred_ms = time.monotonic() * 1000 + self.leader_imbalance_check_interval_ms
+                    self._next_preferred_ms = self.clock.monotonic() * 1000 + self.leader_imbalance_check_interval_ms
                     log.info("etcd: broker %d is the acting controller (candidate revision %d)", bi.broker_id, rev)
                 elif not leading and self.is_controller:
                     self.is_controller = False
@@ -130,7 +132,7 @@ class EtcdActingController:
     async def _pass(self, candidate: bytes, candidate_rev: int) -> None:
         """Write what :func:`plan` wants; stop at the first lost compare
         (the watch brings what changed, and the next pass re-plans)."""
-        now_ms = time.monotonic() * 1000
+        now_ms = self.clock.monotonic() * 1000
         due = self.leader_imbalance_check_interval_ms > 0 and now_ms >= self._next_preferred_ms
         todo = plan(self.view, unclean=self.unclean_leader_election_enable, elect_preferred=due)
         if due:
@@ -171,9 +173,9 @@ class EtcdActingController:
             # The partitions' transactions are independent (each compares its
             # own revision): in flight together, etcd commits them in few
             # raft rounds instead of one fsync each.
-            began = time.perf_counter()
+            began = self.clock.monotonic()
             done = await asyncio.gather(*(write(ch) for ch in todo.changes))
-            self.controller_write_s += time.perf_counter() - began
+            self.controller_write_s += self.clock.monotonic() - began
             self._schedule_adopt()
             if not all(done):
                 return  # the watch brings what changed; the next pass re-plans

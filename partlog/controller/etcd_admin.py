@@ -72,7 +72,9 @@ class EtcdAdmin:
         failed: Callable[[str, BaseException], None],
         schedule_adopt: Callable[[], None],
         view_until: Callable[[Callable[[], bool]], Awaitable[None]],
+        new_uuid: Callable[[], uuid.UUID],
     ) -> None:
+        self._new_uuid = new_uuid  # topic ids
         self.conn = conn
         self.keys = keys
         self.view = view
@@ -263,7 +265,7 @@ class EtcdAdmin:
         alive = [b.info for bid, b in sorted(self.view.brokers.items()) if self.view.accepted(bid)]
         if not 1 <= rf <= len(alive):
             return Errors.INVALID_REPLICATION_FACTOR
-        tid = uuid.uuid4()
+        tid = self._new_uuid()
         replicas = assign_replicas(alive, partitions, rf, self.view.partition_count())
         try:
             c = await self.conn.client()

@@ -66,6 +66,7 @@ from partlog.controller.view import SnapshotView
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock
 from partlog.kafka.records import TopicIdPartition
+from partlog.runtime import SYSTEM_CLOCK, SYSTEM_ENTROPY, Clock, Entropy
 
 __all__ = ["EtcdMetadata", "EtcdUnavailableError"]
 
@@ -115,8 +116,13 @@ class EtcdMetadata(SnapshotView):
         unclean_leader_election_enable: bool = False,
         leader_imbalance_check_interval_ms: int = LEADER_IMBALANCE_CHECK_INTERVAL_MS_DEFAULT,
         producer_id_block_size: int = PRODUCER_ID_BLOCK_SIZE,
+        clock: Clock = SYSTEM_CLOCK,
+        entropy: Entropy = SYSTEM_ENTROPY,
     ) -> None:
         super().__init__(cluster_id)
+        # The acting controller's timers (monotonic); new cluster and topic ids.
+        self.clock = clock
+        self.entropy = entropy
         self.target = target if isinstance(target, EtcdTarget) else parse_etcd_url(target)
         if session_timeout_ms < SESSION_TIMEOUT_MS_MIN:
             raise ValueError(
@@ -170,6 +176,7 @@ class EtcdMetadata(SnapshotView):
                 backoff=self._backoff,
                 view_changed=lambda: self._view_changed,
                 schedule_adopt=self._schedule_adopt,
+                clock=clock,
             )
         )
         self._admin = EtcdAdmin(
@@ -181,6 +188,7 @@ class EtcdMetadata(SnapshotView):
             failed=self._failed,
             schedule_adopt=self._schedule_adopt,
             view_until=self._view_until,
+            new_uuid=entropy.uuid4,
         )
 
     # ------------------------------------------------------------ lifecycle
@@ -275,7 +283,7 @@ class EtcdMetadata(SnapshotView):
                     f"etcd {self.target.url()}: no cluster under prefix {self.target.prefix} "
                     f"({self.target.prefix}/cluster_id is missing; brokers create it): check the prefix"
                 )
-            cid = self._cluster_id or uuid.uuid4()
+            cid = self._cluster_id or self.entropy.uuid4()
             # The producer-id counter is born with the cluster: a missing one
             # later means it was deleted, and is refused (never restarted at 0).
             ok, _ = await self.conn.txn(

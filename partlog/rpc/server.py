@@ -28,10 +28,8 @@ import asyncio
 import contextlib
 import inspect
 import logging
-import secrets
 import ssl as ssl_module
 import struct
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -80,6 +78,7 @@ from partlog.rpc.server_limits import (
 )
 from partlog.rpc.streams import close_writer, peer_name
 from partlog.rpc.wire import WireError
+from partlog.runtime import SYSTEM_CLOCK, SYSTEM_ENTROPY, Clock, Entropy
 
 _LENGTH = struct.Struct(">I")
 _HELLO_LIMITS = HELLO_SCHEMA.limits()
@@ -160,7 +159,13 @@ class RpcServer:
         handshake_timeout_ms: int = HANDSHAKE_TIMEOUT_MS_DEFAULT,
         frame_deadline_ms: int = FRAME_DEADLINE_MS_DEFAULT,
         idle_timeout_ms: int = IDLE_TIMEOUT_MS_DEFAULT,
+        clock: Clock = SYSTEM_CLOCK,
+        entropy: Entropy = SYSTEM_ENTROPY,
     ) -> None:
+        # Idle and frame deadlines on the clock's monotonic time; challenge
+        # nonces from the entropy (a simulation hands in seeded ones).
+        self.clock = clock
+        self.entropy = entropy
         if secret is not None and not secret:
             # Fail closed: an empty configured secret must not quietly mean "no auth".
             raise ValueError("secret must be non-empty bytes, or None for no authentication")
@@ -357,14 +362,14 @@ class _ServerConnection:
         self.peer = peer_name(writer)
         addr = writer.get_extra_info("peername")
         self.ip = str(addr[0]) if isinstance(addr, tuple) else str(addr)
-        self.nonce = secrets.token_bytes(CHALLENGE_NONCE_BYTES)
+        self.nonce = server.entropy.token_bytes(CHALLENGE_NONCE_BYTES)
         self.authenticated = False
         # Released when a request's answer is written; the read loop waits on
         # it before reading the next frame, so a peer cannot have more than
         # this running.
         self.in_flight = asyncio.Semaphore(server.requests_in_flight_max)
         self.requests_in_flight = 0
-        self.last_activity = time.monotonic()
+        self.last_activity = self.server.clock.monotonic()
         self.tasks: set[asyncio.Task[None]] = set()
         # FIFO for ordered methods; bounded by in_flight, since every queued
         # request holds a slot.
@@ -429,7 +434,7 @@ class _ServerConnection:
                     first = await self.reader.read(1)
                     return first or None
             except TimeoutError:
-                quiet_s = time.monotonic() - self.last_activity
+                quiet_s = self.server.clock.monotonic() - self.last_activity
                 if self.requests_in_flight == 0 and quiet_s * 1000 >= server.idle_timeout_ms:
                     raise _IdleError from None
                 # Something is in flight (a parked long-poll, an acks=all
@@ -443,7 +448,7 @@ class _ServerConnection:
         first = await self._read_prefix(idle)
         if first is None:
             return None, 0
-        self.last_activity = time.monotonic()
+        self.last_activity = self.server.clock.monotonic()
         deadline_s = server.frame_deadline_ms / 1000
         try:
             async with asyncio.timeout(deadline_s):
@@ -628,7 +633,7 @@ class _ServerConnection:
         finally:
             if release:
                 self.requests_in_flight -= 1
-                self.last_activity = time.monotonic()
+                self.last_activity = self.server.clock.monotonic()
                 self._done(cost)
 
     def send(self, data: bytes) -> None:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from partlog.runtime import SYSTEM_ENTROPY, Entropy
 from partlog.wal.objectstore import (
     DELETE_KEYS_MAX,
     LIST_KEYS_MAX,
@@ -40,7 +40,7 @@ class LocalDirStore:
     leaves the old state or the whole new object.
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True, entropy: Entropy = SYSTEM_ENTROPY) -> None:
         self.root = os.path.abspath(os.fspath(root))
         # Where the root really is: a root reached through a symlink must
         # not make every key look as if it resolved outside of it.
@@ -48,6 +48,7 @@ class LocalDirStore:
         if os.path.exists(self._real_root) and not os.path.isdir(self._real_root):
             raise ObjectStoreError(f"{self.describe()}: the store's root is not a directory", retriable=False)
         self.fsync = fsync
+        self.entropy = entropy  # temp file names
         # The temp directory is made by the first put: a store opened only
         # to read (partlog wal dump FILE) leaves no trace beside the file.
 
@@ -65,7 +66,7 @@ class LocalDirStore:
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
         tmp_dir = os.path.join(self.root, LOCAL_TMP_DIR)
-        tmp = os.path.join(tmp_dir, f"{secrets.token_hex(8)}.tmp")
+        tmp = os.path.join(tmp_dir, f"{self.entropy.token_hex(8)}.tmp")
         try:
             os.makedirs(tmp_dir, exist_ok=True)
             with open(tmp, "wb") as f:

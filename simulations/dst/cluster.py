@@ -39,7 +39,7 @@ from simulations.dst.config import (
     Shape,
 )
 from simulations.dst.journal import Journal
-from simulations.dst.runtime import EPOCH_S, SimNetwork, VirtualLoop, cancel_node, run_node
+from simulations.dst.runtime import SimNetwork, VirtualClock, VirtualLoop, cancel_node, run_node
 from simulations.dst.store import SimObjectStore
 from walmgr.config import WalmgrConfig
 from walmgr.daemon import Walmgr
@@ -60,6 +60,7 @@ class Cluster:
     ) -> None:
         self.shape = shape
         self.loop = loop
+        self.clock = VirtualClock(loop)
         self.network = network
         self.objects = objects
         self.data_dir = data_dir
@@ -94,7 +95,7 @@ class Cluster:
         return "az1"  # controller, walmgr, verifier: in the first AZ
 
     def now_ms(self) -> int:
-        return int((EPOCH_S + self.loop.time()) * 1000)
+        return self.clock.wall_ms()
 
     def bootstrap(self) -> list[tuple[str, int]]:
         """Every broker's address, as a client's bootstrap list."""
@@ -276,7 +277,7 @@ class Cluster:
         )
         metadata = ControllerMetadata("127.0.0.1", self.controller_port)
         await metadata.start()  # a source handed to walmgr is started by its owner
-        mgr = Walmgr(cfg, store=self.objects, metadata=metadata, clock=self.now_ms)
+        mgr = Walmgr(cfg, store=self.objects, metadata=metadata, clock=self.clock)
         # A crash while it starts must release what it holds already (the
         # registry's lock): remembered before start() returns.
         self.walmgr_starting = mgr

@@ -422,6 +422,23 @@ class SimNetwork:
                     self.reset(t)
 
 
+class VirtualClock:
+    """The simulation's :class:`partlog.runtime.Clock`: the virtual loop's
+    time, as wall time from ``EPOCH_S`` and as monotonic time."""
+
+    def __init__(self, loop: VirtualLoop) -> None:
+        self.loop = loop
+
+    def wall_ms(self) -> int:
+        return int((EPOCH_S + self.loop.time()) * 1000)
+
+    def monotonic(self) -> float:
+        return self.loop.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
 # --------------------------------------------------------------- patching
 
 
@@ -501,6 +518,7 @@ __all__ = [
     "SimNetwork",
     "SimServer",
     "SimTransport",
+    "VirtualClock",
     "VirtualLoop",
     "cancel_node",
     "deterministic_process",
