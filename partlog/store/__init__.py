@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -73,6 +72,7 @@ from partlog.kafka.records import (
     TopicIdPartition,
 )
 from partlog.kafka.topic_config import TopicConfig
+from partlog.runtime import SYSTEM_CLOCK
 from partlog.store import retention, topics
 from partlog.store.catalog import Catalog
 from partlog.store.check import check_store
@@ -184,7 +184,7 @@ class MetadataStore:
             raw.close()
             raise StoreError(f"{path}: cannot open the journal: {e}") from e
         env = LmdbEnv(raw, path=path, readonly=o.readonly, stats=stats)
-        clock = o.clock or (lambda: time.time_ns() // 1_000_000)
+        clock = o.clock or SYSTEM_CLOCK.wall_ms
         catalog = Catalog(env)
         index = FileIndex(env)
         log_chunks = LogChunks(env, index)

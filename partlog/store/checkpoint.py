@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import lmdb
 import msgpack
 
+from partlog.runtime import SYSTEM_CLOCK
 from partlog.store.catalog import Catalog
 from partlog.store.env import LmdbEnv
 from partlog.store.group_commit import GroupCommitPipeline
@@ -106,7 +106,10 @@ class Checkpointer:
         groups_max: int,
         interval_ms: int,
         backlog_groups_max: int,
+        monotonic: Callable[[], float] = SYSTEM_CLOCK.monotonic,
     ) -> None:
+        # How long the overlay has waited (the checkpoint thread's interval).
+        self._monotonic = monotonic
         self._env = env
         self.journal = journal
         self._catalog = catalog
@@ -138,7 +141,7 @@ class Checkpointer:
             self.overlay = (*self.overlay, group)
             waiting = len(self.overlay)
             if waiting == 1:
-                self._overlay_since = time.monotonic()
+                self._overlay_since = self._monotonic()
         self.stats["group_commits"] += 1
         if self._thread is None:
             if waiting >= self.groups_max:
@@ -180,7 +183,7 @@ class Checkpointer:
         with self._overlay_lock:
             assert self.overlay[: len(groups)] == groups
             self.overlay = self.overlay[len(groups) :]
-            self._overlay_since = time.monotonic()
+            self._overlay_since = self._monotonic()
         self._index.release_pending(groups)
         self.journal.release(last)
         self.stats["checkpoints"] += 1
@@ -268,7 +271,7 @@ class Checkpointer:
                     if waiting >= self.groups_max:
                         break
                     if waiting:
-                        left = self._overlay_since + interval_s - time.monotonic()
+                        left = self._overlay_since + interval_s - self._monotonic()
                         if left <= 0:
                             break
                         self._wake.wait(left)
