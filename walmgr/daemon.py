@@ -480,7 +480,9 @@ class Walmgr:
             footer_reads_in_flight_max=cfg.footer_reads_max_in_flight,
         )
         if full:
-            sink = fan_out(ProgressLog(on_update=self._observe_progress), self.scan_progress)
+            sink = fan_out(
+                ProgressLog(on_update=self._observe_progress, clock=self.clock.monotonic), self.scan_progress
+            )
             report = await asyncio.to_thread(scanner.full, sink)
         else:
             report = await asyncio.to_thread(scanner.incremental)
