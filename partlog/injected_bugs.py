@@ -1,4 +1,4 @@
-"""Bugs the deterministic simulation must find (issue 14): test-only switches.
+"""Bugs the deterministic simulation must find test-only switches.
 
 Each name below re-introduces one real-looking bug where the code checks
 ``injected_bugs.on(name)``.  Nothing in partlog turns one on: only the

@@ -1,7 +1,8 @@
 """``python -m simulations report``: regenerate ``simulations/REPORT.md``
-from the shipped scenarios, answering the dev-list thread's concerns
-(shared/seeds/004: RPC amplification, request rate, cross-AZ traffic,
-latency, leadership changes, imbalance) with the numbers of one seed.
+from the shipped scenarios, answering the concerns raised on the Kafka dev
+list against this design (RPC amplification, request rate, cross-AZ
+traffic, latency, leadership changes, imbalance) with the numbers of one
+seed.
 
 Timings (wall_s, speed-up) are left out of the report so that it only
 changes when the code or the scenarios do.

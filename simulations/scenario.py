@@ -145,7 +145,7 @@ class Routing(StrEnum):
 
     ANY_BROKER = "any-broker"  # any broker of the producer's AZ (KIP-1163's rule)
     LEADER_ONLY = "leader-only"  # the partition's leader, wherever it is
-    AZ_REPRESENTATIVE = "az-representative"  # rep(leader, producer AZ), design brief item 4
+    AZ_REPRESENTATIVE = "az-representative"  # rep(leader, producer AZ): design.md, "The design in one page", item 4
 
 
 class Design(StrEnum):

@@ -1,4 +1,4 @@
-"""Cluster identity (issue 13, item 1; design brief, deletion safety 0).
+"""Cluster identity (design.md, "Deletion safety", step 0).
 
 Two clusters whose topics have the same names, even the same topic ids,
 must never be mistaken for one another: the cluster id is in every broker's

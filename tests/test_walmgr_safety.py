@@ -1,4 +1,4 @@
-"""walmgr's deletion safety (design brief, "Deletion safety"; issue 5) with
+"""walmgr's deletion safety (design.md, "Deletion safety") with
 real parts: LMDB registries and stores, brokers on loopback, LocalDirStore and
 SeaweedFS.
 

@@ -6,7 +6,7 @@ and map to ``scan_engine`` / ``scan_spark_master``.
 Validation happens in ``__post_init__``, so a config built in code (tests,
 ``walmgr scan --store URL --registry DIR``) is checked exactly like one read
 from a file.  The timing keys feed the deletion-safety argument
-(design-brief, "Deletion safety"): ``commit_deadline_ms`` must equal the
+(design.md, "Deletion safety"): ``commit_deadline_ms`` must equal the
 brokers' ``commit_deadline_ms``, and :attr:`WalmgrConfig.age_gate_ms` is how
 old an object must be before walmgr considers it at all.
 """

@@ -14,7 +14,7 @@ One cycle (``Walmgr.cycle``):
 The registry's lock makes this the only active manager on that registry.
 Every limit is a config key (``walmgr.config``) and a metric.
 
-Cluster identity (design brief, deletion safety 0): at start the registry
+Cluster identity (design.md, "Deletion safety", step 0): at start the registry
 is bound to one cluster id (the configured one, the metadata's, and the
 registry's own must agree), brokers are reached with that id in the
 handshake, and footers naming another cluster make their objects INVALID.

@@ -1,5 +1,5 @@
 """Deleting from the persisted plan: the last step of the deletion-safety
-argument (design brief, step 4).
+argument (design.md, "Deletion safety", step 4).
 
 The plan is written to the registry before anything is deleted
 (``Registry.plan``), so a restart resumes it without re-checking or

@@ -106,6 +106,7 @@ def shipped_packages() -> tuple[str, ...]:
     walmgr, and the job's own package."""
     return ("partlog", "walmgr", scan_job().__name__.split(".")[0])
 
+
 _session_lock = threading.Lock()
 _session: SparkSession | None = None
 _session_master = ""

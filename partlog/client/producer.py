@@ -401,7 +401,7 @@ class Producer:
                     # Its first answer was lost (a commit whose reply never came
                     # back to the AZ representative).  As Kafka's producer does
                     # for DUPLICATE_SEQUENCE_NUMBER: success, offset unknown
-                    # (-1).  Regression (issue 14, found by the deterministic
+                    # (-1).  Regression (found by the deterministic
                     # simulation, seed 2): this batch was retried for ever.
                     err, base, append_time = Errors.NONE, -1, -1
                 if err == Errors.NONE:

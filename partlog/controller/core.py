@@ -1,4 +1,4 @@
-"""The embedded controller (issue 4): cluster metadata as KRaft's controller
+"""The embedded controller: cluster metadata as KRaft's controller
 keeps it, simplified to one process, persisted in LMDB.
 
 It owns brokers (AZ, address, broker epoch, fenced or not), topics and their

@@ -1,4 +1,4 @@
-"""Cluster metadata on etcd (issue 19): :class:`EtcdMetadata`, a
+"""Cluster metadata on etcd: :class:`EtcdMetadata`, a
 :class:`~partlog.controller.cluster_meta.MetadataSource` whose state lives in
 an etcd v3 cluster under a key prefix (layout: :mod:`partlog.controller.etcd_layout`).
 

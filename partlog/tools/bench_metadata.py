@@ -1,5 +1,5 @@
 """``partlog bench metadata``: the embedded controller against etcd, same
-cluster shape, same load, one run (issue 19).
+cluster shape, same load, one run.
 
 Both back ends get 3 broker sessions (one per AZ, no broker behind them:
 what is measured is the metadata path alone), the same session timeout, and

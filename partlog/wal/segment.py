@@ -1,5 +1,4 @@
-"""The WAL segment format (design brief, "Object keys and the WAL segment
-format").
+"""The WAL segment format (docs/design/wal.md, "WAL segments").
 
     byte 0                 format version, 0 (as KIP-1163)
     bytes 1..F             Kafka v2 record batches, contiguous per partition,
