@@ -460,7 +460,7 @@ def _model_lines(s: Scenario) -> list[str]:
     c = s.commit
     same = "the same store on both sides" if c.leader == c.coordinator else "different stores, as the scenario states"
     return [
-        '**The model, the same for both designs** (design.md, "Simulations"). Every commit target (a partlog '
+        "**The model, the same for both designs** (docs/design/fanout-model.md). Every commit target (a partlog "
         "partition leader, or the coordinator) is a FIFO group-commit server: a group costs a fixed part "
         "plus CPU per batch, calibrated from `partlog bench commit` "
         f"(partlog leaders: {c.leader.describe()}; coordinator: {c.coordinator.describe()}; {same}). An "

@@ -81,7 +81,7 @@ def test_enable_switches_on_exactly_the_named_bugs() -> None:
 
 # For each injected bug, the first seed of the fuzz run that finds it
 # (`python -m simulations.dst fuzz --inject NAME --stop-at-first
-# --shrink-runs 0`, from seed 1; design.md, "Injected bugs"), and so
+# --shrink-runs 0`, from seed 1; docs/design/dst.md, "Injected bugs"), and so
 # whether a run of FEW_SEEDS seeds is expected to find it.  A seed names a
 # schedule only with the code of its day: these are expectations, measured
 # by hand (re-checked for seeds 1-5 at issue 27: the first two found at

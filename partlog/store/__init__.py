@@ -553,7 +553,7 @@ class MetadataStore:
     def referenced_files(self, object_keys: Iterable[str]) -> set[str]:
         """The subset of ``object_keys`` that some entry of this store references:
         entries above the HWM included, and commits sequenced but not yet
-        durable (design.md, "References stay visible")."""
+        durable (docs/design/store.md, "References stay visible")."""
         return self._index.referenced(self._views, object_keys)
 
     def file_usage(self) -> dict[str, FileUsage]:

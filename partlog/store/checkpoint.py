@@ -1,7 +1,7 @@
 """Durability and the index: the journal append per group, the checkpoint
 that applies durable groups to LMDB in large transactions, and recovery.
 
-The acknowledgement rule (design.md, "One durable append per group"): a
+The acknowledgement rule (docs/design/store.md, "One durable append per group"): a
 ``commit_file`` returns once the journal record of its group is written and,
 with ``sync=True``, synced.  Until a checkpoint applied that group to LMDB,
 readers see it through the overlay (:mod:`partlog.store.view`) and
