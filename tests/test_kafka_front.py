@@ -187,8 +187,8 @@ def test_malformed_requests_never_take_the_listener_down(
             except (TimeoutError, ConnectionError):
                 break
     assert _api_versions_ok(port)
-    broker = cluster.cluster.brokers[3]
-    assert broker.kafka is not None and _budget_drains(broker.kafka)
+    node = cluster.cluster.nodes[3]
+    assert node.kafka is not None and _budget_drains(node.kafka)
 
 
 # ------------------------------------------------------------ real clients

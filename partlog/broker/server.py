@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from partlog.broker.metrics import BrokerMetrics
-from partlog.controller.cluster_meta import BrokerInfo, ClusterMismatchError, MetadataSource, StaticMetadata
+from partlog.controller.cluster_meta import ClusterMismatchError, MetadataSource, StaticMetadata
 from partlog.fetch.reads import CACHE_BYTES_MAX_DEFAULT, RangeCache, assemble, plan_reads
 from partlog.kafka.errors import Errors
 from partlog.kafka.leader_epochs import end_offset_for_epoch
@@ -47,8 +47,7 @@ from partlog.kafka.records import (
     ListOffsetsRequest,
     TopicIdPartition,
 )
-from partlog.kafka_front.apis import FrontConfig
-from partlog.kafka_front.server import KafkaListener, ListenerLimits
+from partlog.kafka.topic_config import TopicConfig
 from partlog.produce.pipeline import (
     Action,
     BatchResult,
@@ -163,11 +162,6 @@ class BrokerConfig:
     walmgr_address: str = ""
     # The RPC server's connection limits and deadlines (partlog.rpc.transport).
     rpc_limits: ServerLimits = field(default_factory=ServerLimits)
-    # The Kafka listener (partlog.kafka_front): None for none, 0 for any
-    # free port (``Broker.kafka_port`` tells which).
-    kafka_port: int | None = None
-    kafka: FrontConfig = field(default_factory=FrontConfig)
-    kafka_limits: ListenerLimits = field(default_factory=ListenerLimits)
 
     def __post_init__(self) -> None:
         for name in ("commit_rpc_timeout_ms", "commit_deadline_ms", "retention_check_interval_ms"):
@@ -289,7 +283,6 @@ class Broker:
         self.walmgr_notifications_sent = 0
         self.walmgr_notifications_dropped = 0
         self.port = 0
-        self.kafka: KafkaListener | None = None
         # Topics by name: (topic id, partitions), rebuilt when the metadata
         # changes (the Kafka front end names topics on every request).
         self.topic_index: dict[str, tuple[uuid.UUID, int]] = {}
@@ -375,27 +368,13 @@ class Broker:
         await server.start()
         self._server = server
         self.port = server.port
-        if self.config.kafka_port is not None:
-            kafka = KafkaListener(
-                self,
-                host=self.config.host,
-                port=self.config.kafka_port,
-                config=self.config.kafka,
-                limits=self.config.kafka_limits,
-                registry=self.metrics.registry,
-            )
-            try:
-                await kafka.start()
-            except OSError as e:
-                await server.close()
-                self._server = None
-                raise OSError(e.errno, f"Kafka port {self.config.host}:{self.config.kafka_port}: {e.strerror}") from e
-            self.kafka = kafka
 
-    @property
-    def kafka_port(self) -> int:
-        """The Kafka listener's port (0: none)."""
-        return self.kafka.port if self.kafka is not None else 0
+    async def unlisten(self) -> None:
+        """Close the RPC port ``listen`` bound (a node whose other listener
+        failed to bind gives it back); ``listen`` may bind it again."""
+        if self._server is not None:
+            await self._server.close()
+            self._server = None
 
     async def start(self) -> None:
         await self.listen()
@@ -412,8 +391,6 @@ class Broker:
     async def stop(self) -> None:
         """Stop serving; answered requests stay answered, pending ones fail."""
         self._stopping = True
-        if self.kafka is not None:
-            await self.kafka.close()
         if self._server is not None:
             await self._server.close()
         await self.replicas.stop()
@@ -1268,10 +1245,42 @@ class Broker:
             self.producer_ids.add_block(block)
         self._producer_ids_ready.set()
 
-    # ------------------------------------------------------------ inspection
+    # ------------------------------------------- the Kafka front end's port
 
-    def info(self) -> BrokerInfo:
-        return BrokerInfo(self.broker_id, self.config.az, self.config.host, self.port, self.kafka_port)
+    # What partlog.kafka_front.port.BrokerPort asks beyond produce, fetch,
+    # fetch_routed, list_offsets_routed, on_leaders and init_producer_id.
+
+    @property
+    def az(self) -> str:
+        return self.config.az
+
+    @property
+    def min_insync_replicas(self) -> int:
+        return self.config.replication.min_insync_replicas
+
+    def topic_config(self, topic_id: uuid.UUID) -> TopicConfig:
+        return self.store.topic_config(topic_id)
+
+    def serves(self, tp: TopicIdPartition) -> bool:
+        return self.replicas.serves(tp)
+
+    def leader_epoch(self, tp: TopicIdPartition) -> int | None:
+        return self.replicas.leader_epoch(tp)
+
+    def leader_epoch_cache(self, tp: TopicIdPartition) -> list[tuple[int, int]]:
+        return self.store.leader_epoch_cache(tp)
+
+    def log_start_offset(self, tp: TopicIdPartition) -> int:
+        return self.store.log_start_offset(tp)
+
+    def log_end_offset(self, tp: TopicIdPartition) -> int:
+        return self.store.log_end_offset(tp)
+
+    def high_watermark(self, tp: TopicIdPartition) -> int:
+        return self.store.high_watermark(tp)
+
+    def new_data(self) -> asyncio.Event:
+        return self._new_data
 
 
 async def _encoded(wait: Awaitable[list[CommitBatchResponse]]) -> Any:
@@ -1326,7 +1335,7 @@ async def start_brokers(
         for b in started:
             await b.stop()
         raise
-    metadata = metadata.with_ports({b.broker_id: b.port for b in brokers}, {b.broker_id: b.kafka_port for b in brokers})
+    metadata = metadata.with_ports({b.broker_id: b.port for b in brokers}, {b.broker_id: 0 for b in brokers})
     for b in brokers:
         b.set_metadata(metadata)
     return brokers, metadata

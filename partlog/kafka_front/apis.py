@@ -4,8 +4,8 @@ Each handler takes the kio request entity of whatever version the client
 sent and returns a mapping of plain values; :func:`partlog.kafka_front.codec.build`
 turns it into that version's response (fields a version lacks are dropped).
 Nothing here does I/O of its own: produce, fetch and ListOffsets go through
-the broker (:class:`partlog.broker.server.Broker`), which routes them to the
-partitions' leaders and replicas.
+the broker's port (:class:`partlog.kafka_front.port.BrokerPort`), which
+routes them to the partitions' leaders and replicas.
 
 Routing (KIP-1163): a client that names its AZ (``diskless_az=<az>`` in its
 client id, or the rack id of an earlier fetch on the same connection) is
@@ -32,9 +32,9 @@ from partlog.kafka.errors import Errors
 from partlog.kafka.leader_epochs import diverging_epoch
 from partlog.kafka.records import FindBatchRequest, ListOffsetsRequest, TopicIdPartition
 from partlog.kafka_front.group_coordinator import OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS_DEFAULT, GroupCoordinator
+from partlog.kafka_front.port import BrokerPort
 
 if TYPE_CHECKING:
-    from partlog.broker.server import Broker
     from partlog.controller.cluster_meta import TopicInfo
 
 log = logging.getLogger(__name__)
@@ -152,9 +152,13 @@ def _kafka_error(e: Errors) -> int:
 class KafkaApis:
     """The handlers of one broker's Kafka listener."""
 
-    def __init__(self, broker: Broker, config: FrontConfig | None = None) -> None:
+    def __init__(
+        self, broker: BrokerPort, config: FrontConfig | None = None, listener_configs: Mapping[str, str] | None = None
+    ) -> None:
         self.broker = broker
         self.config = config or FrontConfig()
+        # The listener's limits by their Kafka names (DescribeConfigs).
+        self.listener_configs = dict(listener_configs or {})
         self._exact_slots = asyncio.Semaphore(EXACT_LOOKUPS_IN_FLIGHT)
         self.groups = GroupCoordinator(
             broker,
@@ -545,10 +549,12 @@ class KafkaApis:
         consumer must truncate to when its last fetched epoch ends before
         its fetch offset in this replica's log; None when it does not (or
         this broker holds no replica to judge by)."""
-        store = self.broker.store
-        if not self.broker.replicas.serves(tp):
+        broker = self.broker
+        if not broker.serves(tp):
             return None
-        end = diverging_epoch(store.leader_epoch_cache(tp), store.log_end_offset(tp), fetch_offset, last_fetched_epoch)
+        end = diverging_epoch(
+            broker.leader_epoch_cache(tp), broker.log_end_offset(tp), fetch_offset, last_fetched_epoch
+        )
         return None if end is None else (end.leader_epoch, end.end_offset)
 
     async def list_offsets(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
@@ -673,7 +679,7 @@ class KafkaApis:
                     results.append({**base, "error_code": int(Errors.UNKNOWN_TOPIC_OR_PARTITION)})
                     continue
                 configs = {
-                    k: (v, _SOURCE_DEFAULT) for k, v in self.broker.store.topic_config(t.topic_id).to_configs().items()
+                    k: (v, _SOURCE_DEFAULT) for k, v in self.broker.topic_config(t.topic_id).to_configs().items()
                 }
             elif rtype == _RESOURCE_BROKER:
                 if name not in ("", str(self.broker.broker_id)):
@@ -697,29 +703,18 @@ class KafkaApis:
 
     def _broker_configs(self) -> dict[str, str]:
         c = self.config
-        listener = self.broker.kafka
-        limits = listener.limits if listener is not None else None
-        out = {
+        return {
             "broker.id": str(self.broker.broker_id),
-            "broker.rack": self.broker.config.az,
+            "broker.rack": self.broker.az,
             "message.max.bytes": str(c.message_max_bytes),
             "auto.create.topics.enable": "true" if c.auto_create_topics_enable else "false",
             "num.partitions": str(c.num_partitions),
             "default.replication.factor": str(c.default_replication_factor),
             "offsets.topic.num.partitions": str(c.offsets_topic_num_partitions),
             "group.initial.rebalance.delay.ms": str(c.group_initial_rebalance_delay_ms),
-            "min.insync.replicas": str(self.broker.config.replication.min_insync_replicas),
+            "min.insync.replicas": str(self.broker.min_insync_replicas),
+            **self.listener_configs,
         }
-        if limits is not None:
-            out.update(
-                {
-                    "socket.request.max.bytes": str(limits.request_bytes_max),
-                    "max.connections": str(limits.connections_max),
-                    "max.connections.per.ip": str(limits.connections_per_ip_max),
-                    "connections.max.idle.ms": str(limits.connections_max_idle_ms),
-                }
-            )
-        return out
 
     # ------------------------------------------------------------- groups
 

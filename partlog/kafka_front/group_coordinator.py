@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgpack
 
@@ -34,9 +34,7 @@ from partlog.groups.membership import Completion, Groups
 from partlog.kafka.batch_header import HEADER_SIZE, LOG_OVERHEAD
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import FindBatchRequest, TopicIdPartition
-
-if TYPE_CHECKING:
-    from partlog.broker.server import Broker
+from partlog.kafka_front.port import BrokerPort
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +98,7 @@ class GroupCoordinator:
 
     def __init__(
         self,
-        broker: Broker,
+        broker: BrokerPort,
         *,
         offsets_partitions: int = OFFSETS_TOPIC_PARTITIONS_DEFAULT,
         initial_rebalance_delay_ms: int = 3_000,
@@ -180,7 +178,7 @@ class GroupCoordinator:
             return Errors.NOT_COORDINATOR, None, None
         index = partition_for(group_id, t.num_partitions)
         tp = TopicIdPartition(t.topic_id, index)
-        epoch = self.broker.replicas.leader_epoch(tp)
+        epoch = self.broker.leader_epoch(tp)
         if epoch is None:
             old = self._parts.pop(index, None)
             if old is not None:
@@ -215,12 +213,12 @@ class GroupCoordinator:
         acknowledged commit is there, since a new leader comes from the ISR.
         Reads stop at the high watermark, so the load first waits for it to
         reach that log end (the followers' next fetches move it)."""
-        store = self.broker.store
+        broker = self.broker
         try:
-            offset = store.log_start_offset(tp)
-            end = store.log_end_offset(tp)
+            offset = broker.log_start_offset(tp)
+            end = broker.log_end_offset(tp)
             deadline = time.monotonic() + LOAD_HWM_WAIT_MS / 1000
-            while store.high_watermark(tp) < end:
+            while broker.high_watermark(tp) < end:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{tp}: the high watermark did not reach {end} in {LOAD_HWM_WAIT_MS} ms")
                 await asyncio.sleep(0.05)

@@ -196,10 +196,11 @@ def _cmd_broker(args: argparse.Namespace) -> int:
     import os
     import signal
 
-    from partlog.broker.server import Broker, BrokerConfig
+    from partlog.broker.server import BrokerConfig
     from partlog.controller.cluster_meta import StaticMetadata, check_same_cluster
     from partlog.kafka_front.apis import FrontConfig
     from partlog.kafka_front.server import ListenerLimits
+    from partlog.node import BrokerNode, NodeConfig
     from partlog.produce.pipeline import ProduceConfig
     from partlog.replication.manager import ReplicationConfig
     from partlog.wal.objectstore import open_store
@@ -272,6 +273,9 @@ def _cmd_broker(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         walmgr_address=args.walmgr or "",
         rpc_limits=_rpc_limits(args),
+    )
+    node_config = NodeConfig(
+        config,
         kafka_port=me.kafka_port or None,
         kafka=FrontConfig(message_max_bytes=args.message_max_bytes),
         kafka_limits=ListenerLimits(
@@ -306,7 +310,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
             source = controller_source
         else:
             source = meta
-        broker = Broker(config, source, store)
+        broker = BrokerNode(node_config, source, store)
         try:
             if controller_source is not None:
                 # The cluster id first (the store must belong to it), then the

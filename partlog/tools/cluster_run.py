@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import os
@@ -51,6 +52,7 @@ from partlog.controller.server import ControllerServer
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
 from partlog.kafka.topic_config import MAX_MESSAGE_BYTES_DEFAULT
+from partlog.node import BrokerNode, NodeConfig
 from partlog.produce.pipeline import ProduceConfig, SendCommit
 from partlog.replication.manager import ReplicationStats
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
@@ -268,6 +270,7 @@ class LocalCluster:
                 ControllerConfig(os.path.join(data_dir, "controller"), broker_session_timeout_ms=SESSION_TIMEOUT_MS)
             )
         self.brokers: dict[int, Broker] = {}
+        self.nodes: dict[int, BrokerNode] = {}
         self._sources: dict[int, ControllerMetadata | EtcdMetadata] = {}
         self.admin: ControllerMetadata | EtcdMetadata | None = None
         # Leader elections and controller take-overs made by etcd sources
@@ -292,7 +295,6 @@ class LocalCluster:
             sync=self.opts.sync,
             commit_deadline_ms=DEMO_COMMIT_DEADLINE_MS if self.opts.walmgr else COMMIT_DEADLINE_MS_DEFAULT,
             walmgr_address=self.walmgr_address,
-            kafka_port=self.kafka_ports.get(b.broker_id),
         )
 
     async def start(self) -> None:
@@ -364,22 +366,20 @@ class LocalCluster:
         me = BrokerInfo(broker_id, info.az, "127.0.0.1", self.ports[broker_id], self.kafka_ports.get(broker_id, 0))
         source = self._source(me)
         await source.start()
-        broker: Broker
+        make: Callable[..., Broker] = Broker
         if self.opts.orphan_rate > 0:
             seed = self.opts.seed * 1000 + broker_id * 10 + self.killed
-            broker = OrphanInjectingBroker(
-                self.config(me), source, self.objects, orphan_rate=self.opts.orphan_rate, seed=seed
-            )
-        else:
-            broker = Broker(self.config(me), source, self.objects)
-        await broker.start()
-        self.brokers[broker_id], self._sources[broker_id] = broker, source
+            make = functools.partial(OrphanInjectingBroker, orphan_rate=self.opts.orphan_rate, seed=seed)
+        config = NodeConfig(self.config(me), kafka_port=self.kafka_ports.get(broker_id))
+        node = BrokerNode(config, source, self.objects, make_broker=make)
+        await node.start()
+        self.brokers[broker_id], self._sources[broker_id], self.nodes[broker_id] = node.broker, source, node
 
     async def kill(self, broker_id: int) -> None:
         """Stop a broker abruptly: no leadership handover, no goodbye to the controller."""
         broker, source = self.brokers.pop(broker_id), self._sources.pop(broker_id)
         await source.stop()
-        await broker.stop()
+        await self.nodes.pop(broker_id).stop()
         if isinstance(source, EtcdMetadata):
             self._past_elections += source.leader_elections
             self._past_controller_elections += source.elections_won
@@ -413,8 +413,8 @@ class LocalCluster:
 
     async def stop(self) -> None:
         for broker_id in list(self.brokers):
-            broker, source = self.brokers.pop(broker_id), self._sources.pop(broker_id)
-            await broker.stop()
+            _, source = self.brokers.pop(broker_id), self._sources.pop(broker_id)
+            await self.nodes.pop(broker_id).stop()
             await source.stop()
         if self.admin is not None:
             await self.admin.stop()
