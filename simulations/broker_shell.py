@@ -36,7 +36,7 @@ import random
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from partlog.broker.server import COMMITS_IN_FLIGHT_MAX
+from partlog.broker.produce_driver import COMMITS_IN_FLIGHT_MAX
 from partlog.controller.cluster_meta import NO_LEADER, StaticMetadata
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import CommitBatchResponse, TopicIdPartition

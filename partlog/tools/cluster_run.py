@@ -229,6 +229,8 @@ class OrphanInjectingBroker(Broker):
         self._rng = random.Random(seed)
         self._choices: dict[int, bool] = {}
         self.orphans_created: list[str] = []
+        self._send_commit = self.produce_driver.send_commit
+        self.produce_driver.send_commit = self._queue_commit  # type: ignore[method-assign]
 
     def _queue_commit(self, c: SendCommit) -> None:
         drop = self._choices.get(c.segment_id)
@@ -239,13 +241,9 @@ class OrphanInjectingBroker(Broker):
             if len(self._choices) > ORPHAN_CHOICES_MAX:
                 del self._choices[next(iter(self._choices))]
         if drop:
-            self._perform(
-                self.pipeline.commit_done(
-                    c.segment_id, c.leader_broker_id, None, self._clock(), Errors.REQUEST_TIMED_OUT, "orphan injected"
-                )
-            )
+            self.produce_driver.fail_commit(c, Errors.REQUEST_TIMED_OUT, "orphan injected")
             return
-        super()._queue_commit(c)
+        self._send_commit(c)
 
 
 class LocalCluster:
