@@ -1,15 +1,16 @@
 """The broker's produce path: the asyncio shell that performs what the
 sans-IO :class:`partlog.produce.pipeline.ProducePipeline` decides.
 
-* ``produce``: admission to the WAL buffer in arrival order, under
-  back-pressure (``room_bytes``), then the pipeline's ``produce``; the
-  answer is the pipeline's ``Reply`` (or a timeout).
+* ``produce``: waits until the pipeline admits the request
+  (``arrive``/``admissible``: arrival order, back-pressure), then the
+  pipeline's ``produce``; the answer is its ``Reply`` (or a timeout).
 * ``Upload``: a PUT to the object store in a thread, then ``upload_done``;
   walmgr is told about the new object.
 * ``SendCommit``: one queue and one sender per leader, so commits reach each
-  leader in the order the pipeline released them (WAL-file order): a direct
-  call for this broker's own partitions (:class:`LeaderCommits`), else the
-  ``commit`` RPC, pipelined on the pooled connection; then ``commit_done``.
+  leader in the order the pipeline gives them (WAL-file order; the pipeline
+  also keeps each leader's window of commits in flight): a direct call for
+  this broker's own partitions (:class:`LeaderCommits`), else the ``commit``
+  RPC, pipelined on the pooled connection; then ``commit_done``.
 * a timer calls ``tick`` at ``next_deadline_ms``.
 
 Every produce request and WAL file is recorded once, in :class:`BrokerMetrics`.
@@ -40,9 +41,6 @@ log = logging.getLogger(__name__)
 
 # Kafka's request.timeout.ms default.
 PRODUCE_TIMEOUT_MS_DEFAULT = 30_000
-# Commit RPCs one broker keeps in flight to one leader (pipelined on one
-# connection, so they are appended in WAL-file order).
-COMMITS_IN_FLIGHT_MAX = 64
 
 
 class ProduceDriver:
@@ -81,11 +79,9 @@ class ProduceDriver:
         self.commit_rpc_timeout_ms = commit_rpc_timeout_ms
         self._replies: dict[int, asyncio.Future[Reply]] = {}
         self._next_produce_id = 0
+        # Notified when the pipeline's admission may have changed (a Reply
+        # freed room, a ticket left the queue).
         self._room = asyncio.Condition()
-        # Produce admission in arrival order (see produce()).
-        self._admit_next = 0
-        self._admit_serving = 0
-        self._admit_left: set[int] = set()
         self._commit_queues: dict[int, asyncio.Queue[SendCommit]] = {}
         self.timer_wake = asyncio.Event()
 
@@ -110,20 +106,13 @@ class ProduceDriver:
         nbytes = sum(len(b) for _, b in batches)
         deadline = time.monotonic() + timeout_ms / 1000
         async with self._room:
-            # Back-pressure: wait for room, unless nothing is in flight (a
-            # request above the limit then gets RECORD_LIST_TOO_LARGE).
-            # Requests are admitted in arrival order (tickets): a later,
-            # smaller request must not overtake one that waits for room, or
-            # an idempotent producer's later batches would reach the leader
-            # before its earlier ones.
-            ticket = self._admit_next
-            self._admit_next += 1
-            while ticket != self._admit_serving or (
-                nbytes > self.pipeline.room_bytes() and self.pipeline.produces_inflight
-            ):
+            # Back-pressure and arrival order are the pipeline's rules: wait
+            # until it admits this request.
+            ticket = self.pipeline.arrive(nbytes)
+            while not self.pipeline.admissible(ticket):
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    self._admit_give_up(ticket)
+                    self._leave(ticket)
                     return [
                         BatchResult(tp, Errors.REQUEST_TIMED_OUT, error_message="broker buffer full")
                         for tp, _ in batches
@@ -134,9 +123,9 @@ class ProduceDriver:
                 except TimeoutError:
                     continue
                 except BaseException:
-                    self._admit_give_up(ticket)
+                    self._leave(ticket)
                     raise
-            self._admit_give_up(ticket)  # admitted: the next ticket's turn
+            self._leave(ticket)  # admitted: the next ticket's turn
             produce_id = self._next_produce_id
             self._next_produce_id += 1
             acks_all = acks == -1
@@ -157,14 +146,10 @@ class ProduceDriver:
             return [BatchResult(tp, Errors.REQUEST_TIMED_OUT, error_message="produce timeout") for tp, _ in batches]
         return list(reply.results)
 
-    def _admit_give_up(self, ticket: int) -> None:
+    def _leave(self, ticket: int) -> None:
         """``ticket`` leaves the admission queue (admitted, timed out or
-        cancelled); the queue moves past every ticket that left.  Called
-        with ``_room`` held."""
-        self._admit_left.add(ticket)
-        while self._admit_serving in self._admit_left:
-            self._admit_left.discard(self._admit_serving)
-            self._admit_serving += 1
+        cancelled): the next one may be admissible.  Called with ``_room`` held."""
+        self.pipeline.leave(ticket)
         self._room.notify_all()
 
     async def rotation_timer(self) -> None:
@@ -214,24 +199,23 @@ class ProduceDriver:
         if error is None:
             self.notifier.notify(up)
         actions = self.pipeline.upload_done(up.segment_id, self._clock(), error)
-        self._record_fanout(actions)
+        self._record_fanout()
         self._perform(actions)
 
-    def _record_fanout(self, actions: list[Action]) -> None:
-        per_segment: dict[int, list[int]] = {}
+    def _record_fanout(self) -> None:
+        """Per WAL file the last ``upload_done`` released: where its commits go."""
         metadata = self._metadata()
-        for a in actions:
-            if isinstance(a, SendCommit):
-                counts = per_segment.setdefault(a.segment_id, [0, 0, 0])
-                leader = metadata.broker(a.leader_broker_id)
-                if a.leader_broker_id == self.broker_id:
+        for release in self.pipeline.last_released:
+            counts = [0, 0, 0]
+            for leader_id in release.leaders:
+                leader = metadata.broker(leader_id)
+                if leader_id == self.broker_id:
                     counts[0] += 1
                 elif leader is not None and leader.az == self.az:
                     counts[1] += 1
                 else:
                     counts[2] += 1
-        for local, same_az, cross_az in per_segment.values():
-            self.metrics.file_fanned_out(local, same_az, cross_az)
+            self.metrics.file_fanned_out(*counts)
 
     # -------------------------------------------------------------- commits
 
@@ -250,13 +234,11 @@ class ProduceDriver:
         self._perform(self.pipeline.commit_done(c.segment_id, c.leader_broker_id, None, self._clock(), error, message))
 
     async def _commit_sender(self, leader: int, q: asyncio.Queue[SendCommit]) -> None:
-        """Send the commits for ``leader`` in release order, pipelined: each
-        is written to the connection (or appended locally) before the next
-        starts, and answered when its leader answers."""
-        slots = asyncio.Semaphore(COMMITS_IN_FLIGHT_MAX)
+        """Send the commits for ``leader`` in the pipeline's order, pipelined:
+        each is written to the connection (or appended locally) before the
+        next starts, and answered when its leader answers."""
         while True:
             c = await q.get()
-            await slots.acquire()
             start = time.monotonic()
             if leader == self.broker_id:
                 self.metrics.commit_started(local=True)
@@ -266,13 +248,11 @@ class ProduceDriver:
                     )
                 except StoreError as e:
                     self._commit_finished(c, leader, start, None, Errors.KAFKA_STORAGE_ERROR, str(e))
-                    slots.release()
                     continue
                 if wait is None:
                     self._commit_finished(c, leader, start, responses)
-                    slots.release()
                 else:
-                    self.tasks.spawn(self._commit_wait_local(c, start, wait, slots))
+                    self.tasks.spawn(self._commit_wait_local(c, start, wait))
                 continue
             self.metrics.commit_started(local=False)
             try:
@@ -287,24 +267,16 @@ class ProduceDriver:
                 # requests behind them, waited for ever.
                 error = Errors.REQUEST_TIMED_OUT if isinstance(e, RpcTimeoutError) else Errors.NETWORK_EXCEPTION
                 self._commit_finished(c, leader, start, None, error, f"commit to broker {leader}: {e}")
-                slots.release()
                 continue
             # The task writes its frame in its first step, before this loop
             # takes the next commit: frames leave in release order.
-            self.tasks.spawn(self._commit_remote(c, leader, client, start, slots))
+            self.tasks.spawn(self._commit_remote(c, leader, client, start))
             await asyncio.sleep(0)
 
-    async def _commit_wait_local(
-        self, c: SendCommit, start: float, wait: Awaitable[list[CommitBatchResponse]], slots: asyncio.Semaphore
-    ) -> None:
-        try:
-            self._commit_finished(c, self.broker_id, start, await wait)
-        finally:
-            slots.release()
+    async def _commit_wait_local(self, c: SendCommit, start: float, wait: Awaitable[list[CommitBatchResponse]]) -> None:
+        self._commit_finished(c, self.broker_id, start, await wait)
 
-    async def _commit_remote(
-        self, c: SendCommit, leader: int, client: RpcClient, start: float, slots: asyncio.Semaphore
-    ) -> None:
+    async def _commit_remote(self, c: SendCommit, leader: int, client: RpcClient, start: float) -> None:
         responses: list[CommitBatchResponse] | None = None
         error, message = Errors.REQUEST_TIMED_OUT, None
         try:
@@ -321,8 +293,6 @@ class ProduceDriver:
             await self.peers.drop(leader)
         except (RpcRemoteError, WireError) as e:
             error, message = Errors.KAFKA_STORAGE_ERROR, f"commit to broker {leader}: {e}"
-        finally:
-            slots.release()
         self._commit_finished(c, leader, start, responses, error, message)
 
     def _commit_finished(
@@ -340,4 +310,4 @@ class ProduceDriver:
         self._perform(self.pipeline.commit_done(c.segment_id, leader, responses, self._clock(), error, message))
 
 
-__all__ = ["COMMITS_IN_FLIGHT_MAX", "PRODUCE_TIMEOUT_MS_DEFAULT", "ProduceDriver"]
+__all__ = ["PRODUCE_TIMEOUT_MS_DEFAULT", "ProduceDriver"]
