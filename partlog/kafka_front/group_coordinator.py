@@ -39,6 +39,8 @@ from partlog.kafka_front.port import BrokerPort
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
+# Topics clients may not write, delete records of, create or delete.
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 # Kafka's offsets.topic.num.partitions is 50; a small cluster wants fewer.
 OFFSETS_TOPIC_PARTITIONS_DEFAULT = 12
 # Kafka's offset.metadata.max.bytes.
@@ -218,10 +220,17 @@ class GroupCoordinator:
             offset = broker.log_start_offset(tp)
             end = broker.log_end_offset(tp)
             deadline = time.monotonic() + LOAD_HWM_WAIT_MS / 1000
-            while broker.high_watermark(tp) < end:
-                if time.monotonic() > deadline:
+            while True:
+                # Taken before the read: an HWM move in between sets it.
+                moved = broker.new_data()
+                if broker.high_watermark(tp) >= end:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
                     raise RuntimeError(f"{tp}: the high watermark did not reach {end} in {LOAD_HWM_WAIT_MS} ms")
-                await asyncio.sleep(0.05)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(left):
+                        await moved.wait()
             while offset < end:
                 [(code, _hwm, _lso, records, message)] = (
                     await self.broker.fetch([FindBatchRequest(tp, offset, LOAD_FETCH_BYTES)], max_wait_ms=0,
@@ -490,4 +499,4 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-__all__ = ["OFFSETS_TOPIC", "Committed", "GroupCoordinator", "java_string_hash", "partition_for"]
+__all__ = ["INTERNAL_TOPICS", "OFFSETS_TOPIC", "Committed", "GroupCoordinator", "java_string_hash", "partition_for"]

@@ -31,7 +31,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from partlog.kafka.errors import Errors
-from partlog.kafka_front.apis import SUPPORTED_VERSIONS, FrontConfig, KafkaApis, Session
+from partlog.kafka_front.apis import SUPPORTED_VERSIONS, FrontConfig, KafkaApis
 from partlog.kafka_front.codec import (
     API_KEYS,
     API_VERSIONS_KEY,
@@ -45,6 +45,7 @@ from partlog.kafka_front.codec import (
     parse_request,
     response_class,
 )
+from partlog.kafka_front.handler import Session
 from partlog.kafka_front.port import BrokerPort
 
 log = logging.getLogger(__name__)
