@@ -16,8 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.serial import entity_reader, entity_writer
 
-from partlog.kafka_front.apis import SUPPORTED_VERSIONS, client_az
+from partlog.kafka_front.apis import SUPPORTED_VERSIONS
 from partlog.kafka_front.codec import FrameError, FrameReader, build, error_body, parse_request, response_class
+from partlog.kafka_front.handler import client_az
 from partlog.tools.local_cluster import TOPIC
 from tests.kafka_helpers import API_VERSIONS_V0, ClusterThread, kio_answer, kio_request, raw_request, read_frame
 
@@ -187,8 +188,8 @@ def test_malformed_requests_never_take_the_listener_down(
             except (TimeoutError, ConnectionError):
                 break
     assert _api_versions_ok(port)
-    broker = cluster.cluster.brokers[3]
-    assert broker.kafka is not None and _budget_drains(broker.kafka)
+    node = cluster.cluster.nodes[3]
+    assert node.kafka is not None and _budget_drains(node.kafka)
 
 
 # ------------------------------------------------------------ real clients
@@ -324,7 +325,7 @@ def test_a_failed_commit_rpc_reaches_kafka_clients_as_a_retriable_timeout() -> N
     # Regression: NETWORK_EXCEPTION (13) in a produce answer is fatal to
     # librdkafka's idempotent producer; the failover test lost 42 deliveries.
     from partlog.kafka.errors import Errors
-    from partlog.kafka_front.apis import _kafka_error
+    from partlog.kafka_front.handler import kafka_error as _kafka_error
 
     assert _kafka_error(Errors.NETWORK_EXCEPTION) == Errors.REQUEST_TIMED_OUT
     assert _kafka_error(Errors.COMMIT_DEADLINE_EXCEEDED) == Errors.REQUEST_TIMED_OUT

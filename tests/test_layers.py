@@ -15,23 +15,10 @@ from tests.layers import FLOORS, violations
 
 REPO = Path(__file__).resolve().parent.parent
 
-# Arrows that broke the contract when it was written, as (source module,
-# target module).  The list may only shrink: an entry that no longer occurs
-# fails the test too, so a fixed arrow cannot come back unnoticed.
-KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("partlog.broker.server", "partlog.kafka_front.apis"),
-        ("partlog.broker.server", "partlog.kafka_front.server"),
-    }
-)
-
 
 def test_every_import_points_down() -> None:
-    found = violations(REPO)
-    new = [str(v) for v in found if (v.src_module, v.dst_module) not in KNOWN_VIOLATIONS]
-    assert not new, "imports that break the layer contract (tests/layers.py):\n" + "\n".join(new)
-    gone = KNOWN_VIOLATIONS - {(v.src_module, v.dst_module) for v in found}
-    assert not gone, f"fixed arrows still listed in KNOWN_VIOLATIONS (remove them): {sorted(gone)}"
+    found = [str(v) for v in violations(REPO)]
+    assert not found, "imports that break the layer contract (tests/layers.py):\n" + "\n".join(found)
 
 
 def test_every_unit_has_one_floor() -> None:

@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgpack
 
@@ -34,13 +34,13 @@ from partlog.kafka.batch_header import HEADER_SIZE, LOG_OVERHEAD
 from partlog.kafka.errors import Errors
 from partlog.kafka.record_batch import build_record_batch, parse_records
 from partlog.kafka.records import FindBatchRequest, TopicIdPartition
-
-if TYPE_CHECKING:
-    from partlog.broker.server import Broker
+from partlog.kafka_front.port import BrokerPort
 
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
+# Topics clients may not write, delete records of, create or delete.
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 # Kafka's offsets.topic.num.partitions is 50; a small cluster wants fewer.
 OFFSETS_TOPIC_PARTITIONS_DEFAULT = 12
 # Kafka's offset.metadata.max.bytes.
@@ -100,7 +100,7 @@ class GroupCoordinator:
 
     def __init__(
         self,
-        broker: Broker,
+        broker: BrokerPort,
         *,
         offsets_partitions: int = OFFSETS_TOPIC_PARTITIONS_DEFAULT,
         initial_rebalance_delay_ms: int = 3_000,
@@ -180,7 +180,7 @@ class GroupCoordinator:
             return Errors.NOT_COORDINATOR, None, None
         index = partition_for(group_id, t.num_partitions)
         tp = TopicIdPartition(t.topic_id, index)
-        epoch = self.broker.replicas.leader_epoch(tp)
+        epoch = self.broker.leader_epoch(tp)
         if epoch is None:
             old = self._parts.pop(index, None)
             if old is not None:
@@ -215,15 +215,22 @@ class GroupCoordinator:
         acknowledged commit is there, since a new leader comes from the ISR.
         Reads stop at the high watermark, so the load first waits for it to
         reach that log end (the followers' next fetches move it)."""
-        store = self.broker.store
+        broker = self.broker
         try:
-            offset = store.log_start_offset(tp)
-            end = store.log_end_offset(tp)
+            offset = broker.log_start_offset(tp)
+            end = broker.log_end_offset(tp)
             deadline = time.monotonic() + LOAD_HWM_WAIT_MS / 1000
-            while store.high_watermark(tp) < end:
-                if time.monotonic() > deadline:
+            while True:
+                # Taken before the read: an HWM move in between sets it.
+                moved = broker.new_data()
+                if broker.high_watermark(tp) >= end:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
                     raise RuntimeError(f"{tp}: the high watermark did not reach {end} in {LOAD_HWM_WAIT_MS} ms")
-                await asyncio.sleep(0.05)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(left):
+                        await moved.wait()
             while offset < end:
                 [(code, _hwm, _lso, records, message)] = (
                     await self.broker.fetch([FindBatchRequest(tp, offset, LOAD_FETCH_BYTES)], max_wait_ms=0,
@@ -492,4 +499,4 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-__all__ = ["OFFSETS_TOPIC", "Committed", "GroupCoordinator", "java_string_hash", "partition_for"]
+__all__ = ["INTERNAL_TOPICS", "OFFSETS_TOPIC", "Committed", "GroupCoordinator", "java_string_hash", "partition_for"]

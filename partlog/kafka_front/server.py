@@ -26,12 +26,12 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from partlog.kafka.errors import Errors
-from partlog.kafka_front.apis import SUPPORTED_VERSIONS, FrontConfig, KafkaApis, Session
+from partlog.kafka_front.apis import SUPPORTED_VERSIONS, FrontConfig, KafkaApis
 from partlog.kafka_front.codec import (
     API_KEYS,
     API_VERSIONS_KEY,
@@ -45,9 +45,8 @@ from partlog.kafka_front.codec import (
     parse_request,
     response_class,
 )
-
-if TYPE_CHECKING:
-    from partlog.broker.server import Broker
+from partlog.kafka_front.handler import Session
+from partlog.kafka_front.port import BrokerPort
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +97,15 @@ class ListenerLimits:
         for name in ("request_bytes_max", "group_request_bytes_max", "other_request_bytes_max"):
             if getattr(self, name) < 8:
                 raise ValueError(f"Kafka listener limit {name} must be >= 8, got {getattr(self, name)}")
+
+    def kafka_configs(self) -> dict[str, str]:
+        """The limits Kafka has broker configs for, by those names (DescribeConfigs)."""
+        return {
+            "socket.request.max.bytes": str(self.request_bytes_max),
+            "max.connections": str(self.connections_max),
+            "max.connections.per.ip": str(self.connections_per_ip_max),
+            "connections.max.idle.ms": str(self.connections_max_idle_ms),
+        }
 
     def request_bytes_max_for(self, api_key: int) -> int:
         if api_key == _PRODUCE_KEY:
@@ -150,7 +158,7 @@ class KafkaListener:
 
     def __init__(
         self,
-        broker: Broker,
+        broker: BrokerPort,
         *,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -158,10 +166,10 @@ class KafkaListener:
         limits: ListenerLimits | None = None,
         registry: CollectorRegistry | None = None,
     ) -> None:
-        self.apis = KafkaApis(broker, config)
+        self.limits = limits or ListenerLimits()
+        self.apis = KafkaApis(broker, config, self.limits.kafka_configs())
         self.host = host
         self.port = port
-        self.limits = limits or ListenerLimits()
         self.metrics = ListenerMetrics(registry if registry is not None else CollectorRegistry())
         self._server: asyncio.Server | None = None
         self._per_ip: dict[str, int] = {}

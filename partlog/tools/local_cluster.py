@@ -18,10 +18,12 @@ to delete.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import random
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -34,6 +36,7 @@ from partlog.controller.etcd_meta import EtcdMetadata
 from partlog.controller.server import ControllerServer
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
+from partlog.node import BrokerNode, NodeConfig
 from partlog.produce.pipeline import ProduceConfig, SendCommit
 from partlog.replication.stats import ReplicationStats
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
@@ -81,6 +84,8 @@ class OrphanInjectingBroker(Broker):
         self._rng = random.Random(seed)
         self._choices: dict[int, bool] = {}
         self.orphans_created: list[str] = []
+        self._send_commit = self.produce_driver.send_commit
+        self.produce_driver.send_commit = self._queue_commit  # type: ignore[method-assign]
 
     def _queue_commit(self, c: SendCommit) -> None:
         drop = self._choices.get(c.segment_id)
@@ -91,13 +96,9 @@ class OrphanInjectingBroker(Broker):
             if len(self._choices) > ORPHAN_CHOICES_MAX:
                 del self._choices[next(iter(self._choices))]
         if drop:
-            self._perform(
-                self.pipeline.commit_done(
-                    c.segment_id, c.leader_broker_id, None, self._clock(), Errors.REQUEST_TIMED_OUT, "orphan injected"
-                )
-            )
+            self.produce_driver.fail_commit(c, Errors.REQUEST_TIMED_OUT, "orphan injected")
             return
-        super()._queue_commit(c)
+        self._send_commit(c)
 
 
 class LocalCluster:
@@ -122,6 +123,7 @@ class LocalCluster:
                 ControllerConfig(os.path.join(data_dir, "controller"), broker_session_timeout_ms=SESSION_TIMEOUT_MS)
             )
         self.brokers: dict[int, Broker] = {}
+        self.nodes: dict[int, BrokerNode] = {}
         self._sources: dict[int, ControllerMetadata | EtcdMetadata] = {}
         self.admin: ControllerMetadata | EtcdMetadata | None = None
         # Leader elections and controller take-overs made by etcd sources
@@ -146,7 +148,6 @@ class LocalCluster:
             sync=self.opts.sync,
             commit_deadline_ms=DEMO_COMMIT_DEADLINE_MS if self.opts.walmgr else COMMIT_DEADLINE_MS_DEFAULT,
             walmgr_address=self.walmgr_address,
-            kafka_port=self.kafka_ports.get(b.broker_id),
         )
 
     async def start(self) -> None:
@@ -218,22 +219,20 @@ class LocalCluster:
         me = BrokerInfo(broker_id, info.az, "127.0.0.1", self.ports[broker_id], self.kafka_ports.get(broker_id, 0))
         source = self._source(me)
         await source.start()
-        broker: Broker
+        make: Callable[..., Broker] = Broker
         if self.opts.orphan_rate > 0:
             seed = self.opts.seed * 1000 + broker_id * 10 + self.killed
-            broker = OrphanInjectingBroker(
-                self.config(me), source, self.objects, orphan_rate=self.opts.orphan_rate, seed=seed
-            )
-        else:
-            broker = Broker(self.config(me), source, self.objects)
-        await broker.start()
-        self.brokers[broker_id], self._sources[broker_id] = broker, source
+            make = functools.partial(OrphanInjectingBroker, orphan_rate=self.opts.orphan_rate, seed=seed)
+        config = NodeConfig(self.config(me), kafka_port=self.kafka_ports.get(broker_id))
+        node = BrokerNode(config, source, self.objects, make_broker=make)
+        await node.start()
+        self.brokers[broker_id], self._sources[broker_id], self.nodes[broker_id] = node.broker, source, node
 
     async def kill(self, broker_id: int) -> None:
         """Stop a broker abruptly: no leadership handover, no goodbye to the controller."""
         broker, source = self.brokers.pop(broker_id), self._sources.pop(broker_id)
         await source.stop()
-        await broker.stop()
+        await self.nodes.pop(broker_id).stop()
         if isinstance(source, EtcdMetadata):
             self._past_elections += source.leader_elections
             self._past_controller_elections += source.elections_won
@@ -267,8 +266,8 @@ class LocalCluster:
 
     async def stop(self) -> None:
         for broker_id in list(self.brokers):
-            broker, source = self.brokers.pop(broker_id), self._sources.pop(broker_id)
-            await broker.stop()
+            _, source = self.brokers.pop(broker_id), self._sources.pop(broker_id)
+            await self.nodes.pop(broker_id).stop()
             await source.stop()
         if self.admin is not None:
             await self.admin.stop()

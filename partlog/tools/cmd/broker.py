@@ -115,10 +115,11 @@ def run(args: argparse.Namespace) -> int:
     import os
     import signal
 
-    from partlog.broker.server import Broker, BrokerConfig
+    from partlog.broker.server import BrokerConfig
     from partlog.controller.cluster_meta import StaticMetadata, check_same_cluster
     from partlog.kafka_front.apis import FrontConfig
     from partlog.kafka_front.server import ListenerLimits
+    from partlog.node import BrokerNode, NodeConfig
     from partlog.produce.pipeline import ProduceConfig
     from partlog.replication.config import ReplicationConfig
     from partlog.wal.store_url import open_store
@@ -191,6 +192,9 @@ def run(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         walmgr_address=args.walmgr or "",
         rpc_limits=rpc_limits(args),
+    )
+    node_config = NodeConfig(
+        config,
         kafka_port=me.kafka_port or None,
         kafka=FrontConfig(message_max_bytes=args.message_max_bytes),
         kafka_limits=ListenerLimits(
@@ -225,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
             source = controller_source
         else:
             source = meta
-        broker = Broker(config, source, store)
+        broker = BrokerNode(node_config, source, store)
         try:
             if controller_source is not None:
                 # The cluster id first (the store must belong to it), then the
