@@ -21,10 +21,11 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from partlog.broker.server import Broker, BrokerConfig, now_ms
+from partlog.broker.server import Broker, BrokerConfig
 from partlog.controller.cluster_meta import MetadataSource
 from partlog.kafka_front.apis import FrontConfig
 from partlog.kafka_front.server import KafkaListener, ListenerLimits
+from partlog.runtime import SYSTEM_CLOCK, SYSTEM_ENTROPY, Clock, Entropy
 from partlog.wal.objectstore import ObjectStore
 
 
@@ -45,7 +46,8 @@ class BrokerNode:
     first, to hold the ports before registering), ``await stop()``.
 
     ``make_broker`` builds the broker from ``(config.broker, metadata,
-    objects, clock=clock)``: :class:`Broker`, or a subclass of it."""
+    objects, clock=clock, entropy=entropy)``: :class:`Broker`, or a subclass
+    of it; the Kafka listener runs on the broker's clock and entropy."""
 
     def __init__(
         self,
@@ -53,11 +55,12 @@ class BrokerNode:
         metadata: MetadataSource,
         objects: ObjectStore,
         *,
-        clock: Callable[[], int] = now_ms,
+        clock: Clock = SYSTEM_CLOCK,
+        entropy: Entropy = SYSTEM_ENTROPY,
         make_broker: Callable[..., Broker] = Broker,
     ) -> None:
         self.config = config
-        self.broker = make_broker(config.broker, metadata, objects, clock=clock)
+        self.broker = make_broker(config.broker, metadata, objects, clock=clock, entropy=entropy)
         self.kafka: KafkaListener | None = None
 
     @property

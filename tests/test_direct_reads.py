@@ -16,24 +16,11 @@ from tests.direct_reads import direct_reads
 REPO = Path(__file__).resolve().parent.parent
 
 
-# Files that still read a clock or entropy directly, when the check was
-# written; the list may only shrink (a file that no longer does fails too).
-PENDING: frozenset[str] = frozenset(
-    {
-        "partlog/broker/server.py",
-        "partlog/kafka_front/group_coordinator.py",
-        "partlog/kafka_front/server.py",
-        "partlog/replication/manager.py",
-    }
-)
-
-
 def test_no_direct_reads_of_clocks_or_entropy() -> None:
-    found = direct_reads(REPO)
-    new = [str(r) for r in found if r.path not in PENDING]
-    assert not new, "read through partlog.runtime's Clock/Entropy instead (tests/direct_reads.py):\n" + "\n".join(new)
-    gone = PENDING - {r.path for r in found}
-    assert not gone, f"no direct reads left in {sorted(gone)}: remove them from PENDING"
+    found = [str(r) for r in direct_reads(REPO)]
+    assert not found, "read through partlog.runtime's Clock/Entropy instead (tests/direct_reads.py):\n" + "\n".join(
+        found
+    )
 
 
 def test_the_checker_finds_each_kind_of_read(tmp_path: Path) -> None:

@@ -52,6 +52,7 @@ from partlog.replication.config import ReplicationConfig
 from partlog.rpc.client import RpcClient
 from partlog.rpc.wire import Verdict, enc_commit
 from partlog.runtime import SYSTEM_CLOCK
+from partlog.runtime import Clock as RuntimeClock
 from partlog.wal.key import WalKeyError, make_wal_key, parse_wal_key, shard_of
 from partlog.wal.localdir_store import LocalDirStore
 from partlog.wal.objectstore import DeleteResult, ForwardingStore, ListPage, ObjectStore, ObjectStoreError
@@ -596,7 +597,7 @@ async def commit(broker: Broker, key: str, tp: TopicIdPartition, file_size: int)
 
 @contextlib.asynccontextmanager
 async def one_broker(
-    tmp_path: Path, objects: ObjectStore, clock: Callable[[], int]
+    tmp_path: Path, objects: ObjectStore, clock: RuntimeClock
 ) -> AsyncIterator[tuple[Broker, StaticMetadata, TopicIdPartition]]:
     """A single broker leading topic "t" (one partition) with its own clock."""
     meta = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"t": 1})

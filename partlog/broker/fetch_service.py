@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -32,6 +31,7 @@ from partlog.rpc.client import RPC_TIMEOUT_MS_DEFAULT, RpcConnectionError, RpcTi
 from partlog.rpc.frame import RpcError
 from partlog.rpc.methods import PARTITIONS_MAX, RESPONSE_SCHEMAS
 from partlog.rpc.wire import WireError
+from partlog.runtime import Clock
 from partlog.store import MetadataStore
 from partlog.wal.objectstore import ObjectStore
 
@@ -69,7 +69,9 @@ class FetchService:
         metrics: BrokerMetrics,
         metadata: Callable[[], MetadataSource],
         as_leader: Callable[[str, Any], Awaitable[Any]],
+        clock: Clock,
     ) -> None:
+        self.clock = clock  # the long poll's deadline
         self.broker_id = broker_id
         self.az = az
         self.store = store
@@ -88,12 +90,12 @@ class FetchService:
         self.metrics.fetches.inc()
         # Any replica serves fetches, up to its HWM (KIP-392 style).
         led = [r for r in reqs if self.replicas.serves(r.topic_id_partition)]
-        deadline = time.monotonic() + max_wait_ms / 1000
+        deadline = self.clock.monotonic() + max_wait_ms / 1000
         while True:
             waiter = self.data.event
             found = await asyncio.to_thread(self.store.find_batches, led, max_bytes) if led else []
             total = sum(b.metadata.byte_size for f in found for b in f.batches)
-            left = deadline - time.monotonic()
+            left = deadline - self.clock.monotonic()
             # Nothing led here: no commit of ours can help, answer now.
             if not led or total >= min_bytes or left <= 0 or any(f.errors != Errors.NONE for f in found):
                 break

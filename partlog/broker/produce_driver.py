@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from partlog.broker.leader_commits import LeaderCommits
@@ -34,6 +33,7 @@ from partlog.kafka.records import CommitBatchResponse, TopicIdPartition
 from partlog.produce.pipeline import Action, BatchResult, ProducePipeline, Reply, SendCommit, Upload
 from partlog.rpc.client import RpcClient, RpcConnectionError, RpcRemoteError, RpcTimeoutError
 from partlog.rpc.wire import WireError, dec_commit_responses, enc_commit
+from partlog.runtime import Clock
 from partlog.store import StoreError
 from partlog.wal.objectstore import ObjectStore
 
@@ -61,7 +61,7 @@ class ProduceDriver:
         tasks: Tasks,
         metadata: Callable[[], MetadataSource],
         stopping: Callable[[], bool],
-        clock: Callable[[], int],
+        clock: Clock,
         commit_rpc_timeout_ms: int,
     ) -> None:
         self.broker_id = broker_id
@@ -75,7 +75,7 @@ class ProduceDriver:
         self.tasks = tasks
         self._metadata = metadata
         self._stopping = stopping
-        self._clock = clock
+        self.clock = clock
         self.commit_rpc_timeout_ms = commit_rpc_timeout_ms
         self._replies: dict[int, asyncio.Future[Reply]] = {}
         self._next_produce_id = 0
@@ -104,13 +104,13 @@ class ProduceDriver:
         if acks not in (0, 1, -1):
             raise ValueError(f"acks must be 0, 1 or -1, got {acks}")
         nbytes = sum(len(b) for _, b in batches)
-        deadline = time.monotonic() + timeout_ms / 1000
+        deadline = self.clock.monotonic() + timeout_ms / 1000
         async with self._room:
             # Back-pressure and arrival order are the pipeline's rules: wait
             # until it admits this request.
             ticket = self.pipeline.arrive(nbytes)
             while not self.pipeline.admissible(ticket):
-                left = deadline - time.monotonic()
+                left = deadline - self.clock.monotonic()
                 if left <= 0:
                     self._leave(ticket)
                     return [
@@ -133,13 +133,13 @@ class ProduceDriver:
             self._replies[produce_id] = fut
             self.metrics.produce_received(nbytes)
             had_open = self.pipeline.next_deadline_ms() is not None
-            self._perform(self.pipeline.produce(produce_id, batches, self._clock(), acks_all=acks_all))
+            self._perform(self.pipeline.produce(produce_id, batches, self.clock.wall_ms(), acks_all=acks_all))
             if not had_open:
                 self.timer_wake.set()
         if acks == 0 and not fut.done():
             return [BatchResult(tp, Errors.NONE) for tp, _ in batches]
         try:
-            async with asyncio.timeout(max(0.001, deadline - time.monotonic())):
+            async with asyncio.timeout(max(0.001, deadline - self.clock.monotonic())):
                 reply = await asyncio.shield(fut)
         except TimeoutError:
             # The pipeline still answers it later; the producer retries.
@@ -160,7 +160,7 @@ class ProduceDriver:
             if deadline is None:
                 await self.timer_wake.wait()
                 continue
-            delay = (deadline - self._clock()) / 1000
+            delay = (deadline - self.clock.wall_ms()) / 1000
             if delay > 0:
                 try:
                     async with asyncio.timeout(delay):
@@ -168,7 +168,7 @@ class ProduceDriver:
                     continue
                 except TimeoutError:
                     pass
-            self._perform(self.pipeline.tick(self._clock()))
+            self._perform(self.pipeline.tick(self.clock.wall_ms()))
 
     # -------------------------------------------------------------- actions
 
@@ -189,16 +189,16 @@ class ProduceDriver:
             self._room.notify_all()
 
     async def _upload(self, up: Upload) -> None:
-        start = time.monotonic()
+        start = self.clock.monotonic()
         error: str | None = None
         try:
             await asyncio.to_thread(self.objects.put, up.key, up.data)
         except Exception as e:  # any failure fails this segment's requests, retriably
             error = f"{type(e).__name__}: {e}"
-        self.metrics.upload_finished(time.monotonic() - start, len(up.data), error is None)
+        self.metrics.upload_finished(self.clock.monotonic() - start, len(up.data), error is None)
         if error is None:
             self.notifier.notify(up)
-        actions = self.pipeline.upload_done(up.segment_id, self._clock(), error)
+        actions = self.pipeline.upload_done(up.segment_id, self.clock.wall_ms(), error)
         self._record_fanout()
         self._perform(actions)
 
@@ -231,7 +231,9 @@ class ProduceDriver:
 
     def fail_commit(self, c: SendCommit, error: Errors, message: str) -> None:
         """Answer ``c`` with ``error`` without sending it."""
-        self._perform(self.pipeline.commit_done(c.segment_id, c.leader_broker_id, None, self._clock(), error, message))
+        self._perform(
+            self.pipeline.commit_done(c.segment_id, c.leader_broker_id, None, self.clock.wall_ms(), error, message)
+        )
 
     async def _commit_sender(self, leader: int, q: asyncio.Queue[SendCommit]) -> None:
         """Send the commits for ``leader`` in the pipeline's order, pipelined:
@@ -239,7 +241,7 @@ class ProduceDriver:
         next starts, and answered when its leader answers."""
         while True:
             c = await q.get()
-            start = time.monotonic()
+            start = self.clock.monotonic()
             if leader == self.broker_id:
                 self.metrics.commit_started(local=True)
                 try:
@@ -306,8 +308,8 @@ class ProduceDriver:
     ) -> None:
         if responses is None:
             log.warning("commit failed key=%s leader=%d: %s", c.key, leader, message)
-        self.metrics.commit_finished(time.monotonic() - start, responses is not None)
-        self._perform(self.pipeline.commit_done(c.segment_id, leader, responses, self._clock(), error, message))
+        self.metrics.commit_finished(self.clock.monotonic() - start, responses is not None)
+        self._perform(self.pipeline.commit_done(c.segment_id, leader, responses, self.clock.wall_ms(), error, message))
 
 
 __all__ = ["PRODUCE_TIMEOUT_MS_DEFAULT", "ProduceDriver"]

@@ -8,14 +8,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
-import time
 from collections.abc import Callable
 
 from partlog.broker.tasks import Tasks
 from partlog.controller.cluster_meta import MetadataSource
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import ProducerIdAllocator
+from partlog.runtime import Clock, Entropy
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +22,17 @@ log = logging.getLogger(__name__)
 class ProducerIdBlocks:
     """``metadata()`` reads the broker's current metadata (it asks for the blocks)."""
 
-    def __init__(self, broker_id: int, *, tasks: Tasks, metadata: Callable[[], MetadataSource]) -> None:
+    def __init__(
+        self,
+        broker_id: int,
+        *,
+        tasks: Tasks,
+        metadata: Callable[[], MetadataSource],
+        clock: Clock,
+        entropy: Entropy,
+    ) -> None:
+        self.clock = clock
+        self.entropy = entropy  # ids of last resort, with no controller block
         self.broker_id = broker_id
         self.tasks = tasks
         self._metadata = metadata
@@ -34,7 +43,7 @@ class ProducerIdBlocks:
     async def init_producer_id(self, wait_ms: int = 5_000) -> int | None:
         """A producer id from this broker's block, prefetching the next
         block at 90%; None if the controller gave none within ``wait_ms``."""
-        deadline = time.monotonic() + wait_ms / 1000
+        deadline = self.clock.monotonic() + wait_ms / 1000
         while True:
             if self.allocator.wants_block():
                 self.allocator.block_requested()
@@ -43,8 +52,8 @@ class ProducerIdBlocks:
             if pid is not None:
                 return pid
             if self._no_blocks:
-                return secrets.randbits(62)
-            left = deadline - time.monotonic()
+                return self.entropy.randbits(62)
+            left = deadline - self.clock.monotonic()
             if left <= 0:
                 return None
             self._ready.clear()

@@ -37,11 +37,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import secrets
 import ssl
-import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +68,7 @@ from partlog.replication.manager import ReplicaManager
 from partlog.rpc.methods import BROKER_SCHEMAS
 from partlog.rpc.server import RpcServer
 from partlog.rpc.server_limits import ServerLimits
+from partlog.runtime import SYSTEM_CLOCK, SYSTEM_ENTROPY, Clock, Entropy
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT, MetadataStore, StoreError
 from partlog.wal.objectstore import ObjectStore
 
@@ -89,10 +88,6 @@ RETENTION_CHECK_INTERVAL_MS_DEFAULT = 300_000
 INTERNAL_TOPIC_CONFIGS: dict[str, dict[str, str | int]] = {
     "__consumer_offsets": {"retention.ms": -1, "retention.bytes": -1}
 }
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,13 +137,16 @@ class Broker:
         metadata: MetadataSource,
         objects: ObjectStore,
         *,
-        clock: Callable[[], int] = now_ms,
+        clock: Clock = SYSTEM_CLOCK,
+        entropy: Entropy = SYSTEM_ENTROPY,
     ) -> None:
         self.config = config
         self.broker_id = bid = config.broker_id
         self.metadata = metadata
         self.objects = objects
-        self._clock = clock
+        # Time and randomness, handed on to every service (partlog.runtime).
+        self.clock = clock
+        self.entropy = entropy
         self._stopping = False
         self._server: RpcServer | None = None
         self.port = 0
@@ -176,7 +174,7 @@ class Broker:
             config.data_dir,
             sync=config.sync,
             commit_deadline_ms=config.commit_deadline_ms,
-            clock=clock,
+            clock=clock.wall_ms,
             auto_high_watermark=False,
             checkpoint_thread=config.store_checkpoint_thread,
         )
@@ -191,7 +189,7 @@ class Broker:
             clock=clock,
         )
         self.pipeline = ProducePipeline(
-            bid, config.produce, leader_of=metadata.leader_of, rand_hex=lambda: secrets.token_hex(8)
+            bid, config.produce, leader_of=metadata.leader_of, rand_hex=lambda: entropy.token_hex(8)
         )
         self.metrics = BrokerMetrics(
             bid,
@@ -241,7 +239,7 @@ class Broker:
             clock=clock,
             commit_rpc_timeout_ms=config.commit_rpc_timeout_ms,
         )
-        self.producer_ids = ProducerIdBlocks(bid, tasks=self.tasks, metadata=current)
+        self.producer_ids = ProducerIdBlocks(bid, tasks=self.tasks, metadata=current, clock=clock, entropy=entropy)
         self.fetches = FetchService(
             bid,
             config.az,
@@ -254,6 +252,7 @@ class Broker:
             metrics=self.metrics,
             metadata=current,
             as_leader=lambda method, body: self.rpc.as_leader(method, body),
+            clock=clock,
         )
         self.rpc = RpcHandlers(
             bid,
@@ -324,6 +323,8 @@ class Broker:
             schemas=BROKER_SCHEMAS,
             ordered_methods=frozenset({"commit"}),
             **dataclasses.asdict(self.config.rpc_limits),
+            clock=self.clock,
+            entropy=self.entropy,
         )
         await server.start()
         self._server = server
@@ -408,7 +409,7 @@ class Broker:
         while not self._stopping:
             await asyncio.sleep(interval_s)
             try:
-                changed = await asyncio.to_thread(self.store.enforce_retention, self._clock())
+                changed = await asyncio.to_thread(self.store.enforce_retention, self.clock.wall_ms())
             except StoreError:
                 log.exception("retention failed on broker %d", self.broker_id)
                 continue

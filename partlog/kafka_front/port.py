@@ -24,6 +24,7 @@ from partlog.kafka.errors import Errors
 from partlog.kafka.records import FindBatchRequest, ListOffsetsRequest, TopicIdPartition
 from partlog.kafka.topic_config import TopicConfig
 from partlog.produce.pipeline import BatchResult
+from partlog.runtime import Clock, Entropy
 
 
 class BrokerPort(Protocol):
@@ -31,6 +32,16 @@ class BrokerPort(Protocol):
 
     @property
     def broker_id(self) -> int: ...
+
+    @property
+    def clock(self) -> Clock:
+        """The broker's clock: the front's deadlines and group timers run on it."""
+        ...
+
+    @property
+    def entropy(self) -> Entropy:
+        """The broker's entropy: group member ids."""
+        ...
 
     @property
     def az(self) -> str:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,6 +166,7 @@ class KafkaListener:
         registry: CollectorRegistry | None = None,
     ) -> None:
         self.limits = limits or ListenerLimits()
+        self.clock = broker.clock  # idle and frame deadlines
         self.apis = KafkaApis(broker, config, self.limits.kafka_configs())
         self.host = host
         self.port = port
@@ -349,8 +349,10 @@ class _Connection:
                     return
                 if frame is None:
                     if self.frames.buffered and frame_deadline is None:
-                        frame_deadline = time.monotonic() + limits.frame_deadline_ms / 1000
-                    wait_s = idle_s if frame_deadline is None else max(0.0, frame_deadline - time.monotonic())
+                        frame_deadline = self.listener.clock.monotonic() + limits.frame_deadline_ms / 1000
+                    wait_s = (
+                        idle_s if frame_deadline is None else max(0.0, frame_deadline - self.listener.clock.monotonic())
+                    )
                     try:
                         async with asyncio.timeout(wait_s):
                             data = await self.reader.read(READ_CHUNK_BYTES)

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -69,6 +68,7 @@ from partlog.rpc.wire import (
     dec_replica_fetch,
     enc_replica_fetch_response,
 )
+from partlog.runtime import Clock
 from partlog.store import MetadataStore, StoreError
 
 log = logging.getLogger(__name__)
@@ -111,7 +111,7 @@ class ReplicaManager:
         client: Callable[[int], Awaitable[RpcClient]],
         drop_client: Callable[[int], Awaitable[None]],
         on_data: Callable[[], None],
-        clock: Callable[[], int],
+        clock: Clock,
     ) -> None:
         self.broker_id = broker_id
         self.store = store
@@ -120,7 +120,7 @@ class ReplicaManager:
         self._client = client
         self._drop_client = drop_client
         self._on_data = on_data
-        self._clock = clock
+        self.clock = clock  # wall ms for ISR lag, monotonic for fetch deadlines
         self.stats = ReplicationStats()
         self._led: dict[TopicIdPartition, LedPartition] = {}
         self._following: dict[TopicIdPartition, FollowedPartition] = {}
@@ -219,7 +219,7 @@ class ReplicaManager:
         ``becomeLeaderOrFollower``); changes are applied one call at a time."""
         async with self._roles:
             self.metadata = metadata
-            now = self._clock()
+            now = self.clock.wall_ms()
             for topic in metadata.topics():
                 for p, info in enumerate(topic.partitions):
                     tp = TopicIdPartition(topic.topic_id, p)
@@ -323,7 +323,7 @@ class ReplicaManager:
         )
         for i, resp in zip(mine, committed, strict=True):
             answers[i] = resp
-        now = self._clock()
+        now = self.clock.wall_ms()
         waits: dict[TopicIdPartition, asyncio.Future[Errors]] = {}
         touched = {requests[i].topic_id_partition for i in mine}
         wants_ack = {requests[i].topic_id_partition for i in mine if flags[i] and answers[i].errors == Errors.NONE}
@@ -374,14 +374,14 @@ class ReplicaManager:
         except WireError as e:
             raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
         self.stats.replica_fetches_served += 1
-        deadline = time.monotonic() + min(max_wait, REPLICA_FETCH_WAIT_MS_MAX) / 1000
+        deadline = self.clock.monotonic() + min(max_wait, REPLICA_FETCH_WAIT_MS_MAX) / 1000
         sends_hwm = all(p.high_watermark >= 0 for p in parts)
         parked = False
         while True:
             appended = self._appended.waiter()
             hwm_moved = self._hwm_moved.waiter()
             results = await asyncio.to_thread(self._serve, replica_id, entries_max, parts)
-            now = self._clock()
+            now = self.clock.wall_ms()
             for p, r in zip(parts, results, strict=True):
                 if r.error == Errors.NONE and r.diverging_epoch == NO_DIVERGENCE:
                     led = self._led.get(p.topic_id_partition)
@@ -407,7 +407,7 @@ class ReplicaManager:
             urgent = any(
                 r.entries or r.error != Errors.NONE or r.diverging_epoch != NO_DIVERGENCE for r in results
             ) or (sends_hwm and any(p.high_watermark < self._hwm_of(p.topic_id_partition) for p in parts))
-            left = deadline - time.monotonic()
+            left = deadline - self.clock.monotonic()
             if urgent or left <= 0 or self._stopping:
                 break
             if not parked:
@@ -482,7 +482,7 @@ class ReplicaManager:
             # unexpected error): it may have committed the change.
             unknown = answer in _ALTER_OUTCOME_UNKNOWN
             led.rs.isr_failed(outcome_unknown=unknown)
-            led.alter_backoff_until_ms = self._clock() + ALTER_PARTITION_BACKOFF_MS
+            led.alter_backoff_until_ms = self.clock.wall_ms() + ALTER_PARTITION_BACKOFF_MS
             log.info(
                 "broker %d: ISR change of %s to %s %s: %s",
                 self.broker_id,
@@ -497,7 +497,7 @@ class ReplicaManager:
         fetch that would trigger the check)."""
         while not self._stopping:
             await asyncio.sleep(ISR_CHECK_INTERVAL_MS / 1000)
-            now = self._clock()
+            now = self.clock.wall_ms()
             for led in list(self._led.values()):
                 self._maybe_alter_isr(led, now)
 

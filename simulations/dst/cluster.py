@@ -45,6 +45,25 @@ from walmgr.config import WalmgrConfig
 from walmgr.daemon import Walmgr
 
 
+class BrokerClock:
+    """A broker's clock in the simulation: the virtual time, its wall clock
+    off by the broker's current skew (``cluster.skew_ms``, which a clock-jump
+    fault changes); monotonic time is not skewed."""
+
+    def __init__(self, cluster: Cluster, broker_id: int) -> None:
+        self.cluster = cluster
+        self.broker_id = broker_id
+
+    def wall_ms(self) -> int:
+        return self.cluster.now_ms() + self.cluster.skew_ms[self.broker_id]
+
+    def monotonic(self) -> float:
+        return self.cluster.clock.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await self.cluster.clock.sleep(seconds)
+
+
 class Cluster:
     """One controller, the brokers of ``shape`` in their AZs, one walmgr,
     all on ``objects``; files under ``data_dir``."""
@@ -146,7 +165,7 @@ class Cluster:
         source = ControllerMetadata("127.0.0.1", self.controller_port, me, heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS)
         self.sources[bid] = source
         await source.connect()
-        broker = Broker(self._broker_config(bid), source, self.objects, clock=lambda: self.now_ms() + self.skew_ms[bid])
+        broker = Broker(self._broker_config(bid), source, self.objects, clock=BrokerClock(self, bid))
         self.brokers[bid] = broker
         await broker.listen()
         await source.start()
