@@ -9,8 +9,10 @@ are the defaults and the only place the library reads ``time`` and
 
 The deterministic simulation hands in a virtual clock (its event loop's
 time, plus a per-broker skew) and seeded entropy, so a seed replays exactly
-without patching modules; tests hand in a :class:`ManualClock` and advance
-it instead of sleeping.
+without patching ``time``, ``secrets``, ``uuid`` or ``random``; it runs inside
+:func:`system_sources_forbidden`, so a component left on the system ones
+fails loudly.  Tests hand in a :class:`ManualClock` and advance it instead
+of sleeping.
 
 Clocks, in the three senses the code needs:
 
@@ -28,13 +30,46 @@ Clocks, in the three senses the code needs:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import secrets
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Protocol, runtime_checkable
 
 NS_PER_MS = 1_000_000
+
+# While > 0, the system clock and entropy refuse to be read (see
+# system_sources_forbidden): a deterministic simulation hands every
+# component its own, and a component that fell back to the machine's must
+# fail at once, not make a seed unreplayable.
+_system_forbidden = 0
+
+
+class SystemSourceForbiddenError(RuntimeError):
+    """SYSTEM_CLOCK or SYSTEM_ENTROPY was read inside
+    :func:`system_sources_forbidden`: a component was not handed its Clock or
+    Entropy."""
+
+
+@contextlib.contextmanager
+def system_sources_forbidden() -> Iterator[None]:
+    """While active, :data:`SYSTEM_CLOCK` and :data:`SYSTEM_ENTROPY` raise
+    :class:`SystemSourceForbiddenError` instead of reading the machine: the
+    deterministic simulation runs inside it, so a component that was not
+    handed the simulation's clock or entropy is found, not silently real."""
+    global _system_forbidden
+    _system_forbidden += 1
+    try:
+        yield
+    finally:
+        _system_forbidden -= 1
+
+
+def _check_allowed(what: str) -> None:
+    if _system_forbidden:
+        raise SystemSourceForbiddenError(f"{what} read where only a handed-in one may be (system_sources_forbidden)")
 
 
 @runtime_checkable
@@ -65,9 +100,11 @@ class SystemClock:
     """The machine's clocks."""
 
     def wall_ms(self) -> int:
+        _check_allowed("SYSTEM_CLOCK.wall_ms")
         return time.time_ns() // NS_PER_MS
 
     def monotonic(self) -> float:
+        _check_allowed("SYSTEM_CLOCK.monotonic")
         return time.monotonic()
 
     async def sleep(self, seconds: float) -> None:
@@ -81,15 +118,19 @@ class SystemEntropy:
     """The operating system's entropy (``secrets``, ``uuid.uuid4``)."""
 
     def token_bytes(self, n: int) -> bytes:
+        _check_allowed("SYSTEM_ENTROPY.token_bytes")
         return secrets.token_bytes(n)
 
     def token_hex(self, n: int) -> str:
+        _check_allowed("SYSTEM_ENTROPY.token_hex")
         return secrets.token_hex(n)
 
     def randbits(self, k: int) -> int:
+        _check_allowed("SYSTEM_ENTROPY.randbits")
         return secrets.randbits(k)
 
     def uuid4(self) -> uuid.UUID:
+        _check_allowed("SYSTEM_ENTROPY.uuid4")
         return uuid.uuid4()
 
     def __repr__(self) -> str:

@@ -71,3 +71,19 @@ def test_seeded_entropy_replays(seed: int) -> None:
         b.token_bytes(3),
     ]
     assert a.uuid4().version == 4
+
+
+def test_the_system_sources_refuse_inside_system_sources_forbidden() -> None:
+    from partlog.runtime import SystemSourceForbiddenError, system_sources_forbidden
+
+    with system_sources_forbidden():
+        for read in (
+            SYSTEM_CLOCK.wall_ms,
+            SYSTEM_CLOCK.monotonic,
+            SYSTEM_ENTROPY.uuid4,
+            lambda: SYSTEM_ENTROPY.randbits(8),
+        ):
+            with pytest.raises(SystemSourceForbiddenError):
+                read()
+        SeededEntropy(1).uuid4()  # handed-in ones still work
+    assert SYSTEM_CLOCK.wall_ms() > 0  # and the system ones again afterwards

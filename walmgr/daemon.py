@@ -46,7 +46,7 @@ from partlog.rpc.secret import read_secret_file
 from partlog.rpc.server import RpcServer
 from partlog.rpc.tls import mutual_tls
 from partlog.rpc.wire import WireError, dec_verdicts, dec_wal_uploaded, enc_reference_checks
-from partlog.runtime import SYSTEM_CLOCK, Clock
+from partlog.runtime import SYSTEM_CLOCK, SYSTEM_ENTROPY, Clock, Entropy
 from partlog.wal.objectstore import DeleteResult, ObjectInfo, ObjectStore, ObjectStoreError
 from partlog.wal.store_url import open_store
 from walmgr.config import WalmgrConfig, WalmgrConfigError
@@ -268,6 +268,7 @@ class Walmgr:
         store: ObjectStore | None = None,
         metadata: MetadataSource | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        entropy: Entropy = SYSTEM_ENTROPY,
         secret: bytes | None = None,
         server_ssl: ssl.SSLContext | None = None,
         client_ssl: ssl.SSLContext | None = None,
@@ -284,6 +285,7 @@ class Walmgr:
         self._metadata = metadata
         self._own_metadata = False
         self.clock = clock
+        self.entropy = entropy  # the notification server's handshake nonces
         if secret is None and config.secret_file:
             secret = read_secret_file(config.secret_file)
         self._secret = secret
@@ -365,6 +367,8 @@ class Walmgr:
                 ssl=self._server_ssl,
                 cluster_id=self.cluster_id,
                 schemas=WALMGR_SCHEMAS,
+                clock=self.clock,
+                entropy=self.entropy,
             )
             await self._server.start()
             self.port = self._server.port

@@ -175,6 +175,7 @@ class Broker:
             sync=config.sync,
             commit_deadline_ms=config.commit_deadline_ms,
             clock=clock.wall_ms,
+            monotonic=clock.monotonic,
             auto_high_watermark=False,
             checkpoint_thread=config.store_checkpoint_thread,
         )

@@ -201,6 +201,7 @@ class MetadataStore:
             groups_max=o.checkpoint_groups_max,
             interval_ms=o.checkpoint_interval_ms,
             backlog_groups_max=o.backlog_groups_max,
+            monotonic=o.monotonic or SYSTEM_CLOCK.monotonic,
         )
         views = Views(env, lambda: checkpoints.overlay, checkpoints.follow if o.readonly else None)
         sequencer = Sequencer(
@@ -259,6 +260,7 @@ class MetadataStore:
         commit_deadline_ms: int = COMMIT_DEADLINE_MS_DEFAULT,
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
         clock: Callable[[], int] | None = None,
+        monotonic: Callable[[], float] | None = None,
         map_size_bytes: int = MAP_SIZE_BYTES_DEFAULT,
         group_commit_batches_max: int = GROUP_COMMIT_BATCHES_MAX,
         auto_high_watermark: bool = True,
@@ -282,6 +284,7 @@ class MetadataStore:
             commit_deadline_ms=commit_deadline_ms,
             producer_id_expiration_ms=producer_id_expiration_ms,
             clock=clock,
+            monotonic=monotonic,
             map_size_bytes=map_size_bytes,
             group_commit_batches_max=group_commit_batches_max,
             auto_high_watermark=auto_high_watermark,

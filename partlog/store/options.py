@@ -27,7 +27,9 @@ class StoreOptions:
     """The options of :meth:`partlog.store.MetadataStore.open`; ValueError
     for a value out of range.
 
-    ``clock`` returns milliseconds since the epoch (default: wall clock).
+    ``clock`` returns milliseconds since the epoch (default: wall clock);
+    ``monotonic`` returns seconds on a monotonic clock, for the checkpoint
+    interval (default: the machine's).
     With ``sync=True`` every returned write is on disk.  With ``sync=False``
     a process crash loses nothing, but a machine crash or power loss may
     undo the last writes (LMDB's MDB_NOSYNC: the store stays intact only on
@@ -60,6 +62,7 @@ class StoreOptions:
     commit_deadline_ms: int = COMMIT_DEADLINE_MS_DEFAULT
     producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT
     clock: Callable[[], int] | None = None
+    monotonic: Callable[[], float] | None = None
     map_size_bytes: int = MAP_SIZE_BYTES_DEFAULT
     group_commit_batches_max: int = GROUP_COMMIT_BATCHES_MAX
     auto_high_watermark: bool = True

@@ -25,6 +25,7 @@ from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig
 from partlog.replication.config import ReplicationConfig
+from partlog.runtime import Entropy
 from partlog.store import MetadataStore
 from simulations.dst.config import (
     BROKER_PORT_BASE,
@@ -76,8 +77,10 @@ class Cluster:
         objects: SimObjectStore,
         data_dir: str,
         journal: Journal,
+        entropy: Entropy,
     ) -> None:
         self.shape = shape
+        self.entropy = entropy
         self.loop = loop
         self.clock = VirtualClock(loop)
         self.network = network
@@ -165,7 +168,9 @@ class Cluster:
         source = ControllerMetadata("127.0.0.1", self.controller_port, me, heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS)
         self.sources[bid] = source
         await source.connect()
-        broker = Broker(self._broker_config(bid), source, self.objects, clock=BrokerClock(self, bid))
+        broker = Broker(
+            self._broker_config(bid), source, self.objects, clock=BrokerClock(self, bid), entropy=self.entropy
+        )
         self.brokers[bid] = broker
         await broker.listen()
         await source.start()
@@ -255,7 +260,7 @@ class Cluster:
             # Leaders move back to preferred replicas every few seconds.
             leader_imbalance_check_interval_ms=LEADER_IMBALANCE_CHECK_INTERVAL_MS,
         )
-        server = ControllerServer(cfg, port=self.controller_port)
+        server = ControllerServer(cfg, port=self.controller_port, clock=self.clock, entropy=self.entropy)
         await server.start()
         self.controller = server
         self.controller_port = server.port
@@ -296,7 +301,7 @@ class Cluster:
         )
         metadata = ControllerMetadata("127.0.0.1", self.controller_port)
         await metadata.start()  # a source handed to walmgr is started by its owner
-        mgr = Walmgr(cfg, store=self.objects, metadata=metadata, clock=self.clock)
+        mgr = Walmgr(cfg, store=self.objects, metadata=metadata, clock=self.clock, entropy=self.entropy)
         # A crash while it starts must release what it holds already (the
         # registry's lock): remembered before start() returns.
         self.walmgr_starting = mgr

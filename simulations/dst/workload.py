@@ -146,6 +146,7 @@ class Workload:
             idempotent=kind == "idempotent",
             linger_ms=5,
             delivery_timeout_ms=600_000,
+            clock=self.cluster.clock,
         )
         self.live_producers[name] = producer
         while True:

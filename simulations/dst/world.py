@@ -46,6 +46,7 @@ from collections.abc import Iterator
 from concurrent.futures import Executor, Future
 from typing import Any
 
+from partlog.runtime import SeededEntropy
 from simulations.dst.cluster import Cluster
 from simulations.dst.config import Faults, Result, Shape
 from simulations.dst.faults import FaultInjector
@@ -120,10 +121,13 @@ class World:
         self.faults = faults
         self.network = SimNetwork(random.Random(seed * 31 + 7))
         self.loop = VirtualLoop(self.network)
-        self.objects = SimObjectStore(random.Random(seed * 131 + 3), faults.store)
+        self.objects = SimObjectStore(random.Random(seed * 131 + 3), faults.store, monotonic=self.loop.time)
         self.loop.latency = self.objects.took_s
         self.journal = Journal(self.loop)
-        self.cluster = Cluster(shape, self.loop, self.network, self.objects, data_dir, self.journal)
+        # The run's one entropy: every node's ids, tokens and nonces, drawn in
+        # the order the nodes ask (seeded, so a seed replays).
+        self.entropy = SeededEntropy(random.Random(seed ^ 0x5EED))
+        self.cluster = Cluster(shape, self.loop, self.network, self.objects, data_dir, self.journal, self.entropy)
         self.workload = Workload(seed, shape, self.cluster, self.journal)
         self.observed = Observed()
         self.injector = FaultInjector(
@@ -211,7 +215,7 @@ def run(
     world = World(seed, shape, faults, data_dir, only_faults)
     journal = world.journal
     try:
-        with deterministic_process(world.loop, seed), _inline_pools():
+        with deterministic_process(world.loop), _inline_pools():
             try:
                 journal.main_task = world.loop.create_task(world.main())
                 world.loop.run_until_complete(journal.main_task)
