@@ -31,19 +31,17 @@ process, which follows the journal, sees the same.
   in-memory high watermarks;
 * :mod:`~partlog.store.log`: the log chunks (entries: read, append, cut);
 * :mod:`~partlog.store.index`: file references, pending ones too (walmgr's);
-* :mod:`~partlog.store.epochs`: the leader-epoch cache;
-* :mod:`~partlog.store.producers`: the producer table;
+* :mod:`~partlog.store.epochs`, :mod:`~partlog.store.producers`: the
+  leader-epoch cache, the producer table;
 * :mod:`~partlog.store.sequencer`: the pure :class:`Sequencer` (Kafka's
   sequencing of a commit: state in, answers and a delta out);
 * :mod:`~partlog.store.writes` (on :mod:`~partlog.store.group_commit`),
   :mod:`~partlog.store.checkpoint` (with :mod:`~partlog.store.journal`) and
   :mod:`~partlog.store.view`: the write paths, durability and recovery, and
   what readers see; :mod:`~partlog.store.staged`: how writes see state;
-* :mod:`~partlog.store.reads`, :mod:`~partlog.store.replication`,
-  :mod:`~partlog.store.retention`, :mod:`~partlog.store.topics`,
-  :mod:`~partlog.store.check`: operations that span components;
-* :mod:`~partlog.store.layout`: key and value formats, records, errors;
-  :mod:`~partlog.store.options`: the options of :meth:`MetadataStore.open`.
+* ``reads``, ``replication``, ``retention``, ``topics``, ``check``:
+  operations that span components;
+* :mod:`~partlog.store.layout`: formats, records, errors; ``options``: open's.
 """
 
 from __future__ import annotations
