@@ -28,6 +28,7 @@ from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.records import TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig
 from partlog.replication.config import ReplicationConfig
+from partlog.runtime import SYSTEM_CLOCK, Clock
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
 from partlog.tools.local_cluster import free_ports as free_ports  # re-exported for the tests
 from partlog.wal.objectstore import (
@@ -87,8 +88,10 @@ async def running_cluster(
     replication: ReplicationConfig | None = None,
     commit_deadline_ms: int | None = None,
     walmgr_address: str = "",
+    clock: Clock = SYSTEM_CLOCK,
 ) -> AsyncIterator[tuple[list[Broker], StaticMetadata]]:
-    """Brokers on 127.0.0.1 sharing ``objects``, topic "t"; stopped on exit."""
+    """Brokers on 127.0.0.1 sharing ``objects``, topic "t", on ``clock``;
+    stopped on exit."""
     meta = StaticMetadata.generate(
         azs=azs, brokers_per_az=brokers_per_az, topics={"t": partitions}, replication_factor=replication_factor
     )
@@ -107,7 +110,7 @@ async def running_cluster(
         )
         for b in meta.brokers()
     ]
-    brokers, meta = await start_brokers(configs, meta, objects)
+    brokers, meta = await start_brokers(configs, meta, objects, clock=clock)
     try:
         yield brokers, meta
     finally:

@@ -511,12 +511,12 @@ class Broker:
 
 
 async def start_brokers(
-    configs: Sequence[BrokerConfig], metadata: StaticMetadata, objects: ObjectStore
+    configs: Sequence[BrokerConfig], metadata: StaticMetadata, objects: ObjectStore, *, clock: Clock = SYSTEM_CLOCK
 ) -> tuple[list[Broker], StaticMetadata]:
-    """Start in-process brokers (ports 0: the OS picks), then hand all of
-    them the metadata with the ports filled in.  If one fails to start, the
-    started ones are stopped again."""
-    brokers = [Broker(c, metadata, objects) for c in configs]
+    """Start in-process brokers (ports 0: the OS picks) on ``clock``, then
+    hand all of them the metadata with the ports filled in.  If one fails to
+    start, the started ones are stopped again."""
+    brokers = [Broker(c, metadata, objects, clock=clock) for c in configs]
     started: list[Broker] = []
     try:
         for b in brokers:
