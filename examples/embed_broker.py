@@ -27,7 +27,8 @@ from partlog.fetch.reads import assemble, plan_reads
 from partlog.kafka.batch_header import LOG_OVERHEAD
 from partlog.kafka.records import BatchInfo
 from partlog.produce.pipeline import Action, ProduceConfig, ProducePipeline, Reply, SendCommit, Upload
-from partlog.wal.objectstore import LocalDirStore, ObjectStore
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import ObjectStore
 
 BROKER_ID = 1
 TOPIC = "demo"
@@ -88,9 +89,10 @@ class EmbeddingShell:
         self.replies: dict[int, Reply] = {}
 
     def perform(self, actions: list[Action]) -> None:
-        # A FIFO queue, not recursion: commits are performed in the order the
-        # pipeline released them, which is WAL-file order (idempotent producers
-        # with several requests in flight rely on it).
+        # A FIFO queue, not recursion: actions are performed in the order the
+        # pipeline gives them.  It decides that order (WAL-file order, and at
+        # most commits_in_flight_max commits out to one leader); a shell only
+        # keeps it.
         todo = deque(actions)
         while todo:
             action = todo.popleft()
@@ -121,11 +123,15 @@ class EmbeddingShell:
                     )
 
     def produce(self, produce_id: int, batches: list[tuple[TopicIdPartition, bytes]]) -> None:
-        # Back-pressure: a real shell stops reading produce requests until
-        # replies free room_bytes(); this loop answers each request before the
-        # next, so there is always room.
-        if sum(len(b) for _, b in batches) > self.pipeline.room_bytes():
-            raise RuntimeError("no room: wait for replies before producing more")
+        # Admission is the pipeline's decision (arrival order, back-pressure):
+        # a real shell waits, reading no more produce requests, until a reply
+        # makes the ticket admissible; this loop answers each request before
+        # the next, so it is admitted at once.
+        ticket = self.pipeline.arrive(sum(len(b) for _, b in batches))
+        admitted = self.pipeline.admissible(ticket)
+        self.pipeline.leave(ticket)
+        if not admitted:
+            raise RuntimeError("not admitted: wait for replies before producing more")
         self.perform(self.pipeline.produce(produce_id, batches, now_ms()))
         print(f"produce {produce_id}: {len(batches)} batch(es) buffered, room_bytes={self.pipeline.room_bytes()}")
 

@@ -1,10 +1,13 @@
-"""Bugs the deterministic simulation must find (issue 14): test-only switches.
+"""Bugs the deterministic simulation must find test-only switches.
 
 Each name below re-introduces one real-looking bug where the code checks
 ``injected_bugs.on(name)``.  Nothing in partlog turns one on: only the
 simulation harness does (``python -m simulations.dst fuzz --inject NAME``),
-to show how many seeds it takes to find it.  The check is a frozenset
-membership test, so switched off it costs nothing measurable.
+to show how many seeds it takes to find it.  The check is one dict
+lookup, so switched off it costs nothing measurable; a name not in
+:data:`KNOWN` is refused there (a misspelt site would otherwise be a
+mutation that never runs), and ``tests/sim/test_injected_bugs.py`` checks
+that each known name has exactly one call site.
 """
 
 from __future__ import annotations
@@ -28,20 +31,29 @@ KNOWN: dict[str, str] = {
 }
 
 _enabled: frozenset[str] = frozenset()
+# Every known bug -> whether it is on: as cheap to ask as the set, and a
+# name it lacks is unknown.
+_on: dict[str, bool] = dict.fromkeys(KNOWN, False)
 
 
 def on(name: str) -> bool:
-    return name in _enabled
+    """Whether the bug ``name`` (a key of :data:`KNOWN`) is switched on;
+    ValueError for any other name."""
+    try:
+        return _on[name]
+    except KeyError:
+        raise ValueError(f"unknown injected bug {name!r}; known: {', '.join(sorted(KNOWN))}") from None
 
 
 def enable(names: Iterable[str]) -> None:
     """Switch bugs on (the harness only); unknown names are refused."""
-    global _enabled
+    global _enabled, _on
     wanted = frozenset(names)
     unknown = wanted - KNOWN.keys()
     if unknown:
         raise ValueError(f"unknown injected bugs {sorted(unknown)}; known: {', '.join(sorted(KNOWN))}")
     _enabled = wanted
+    _on = {name: name in wanted for name in KNOWN}
 
 
 def enabled() -> frozenset[str]:

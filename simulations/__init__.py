@@ -1,4 +1,4 @@
-"""Deterministic discrete-event simulations of multi-AZ commit fan-out (issue 7).
+"""Deterministic discrete-event simulations of multi-AZ commit fan-out.
 
 The simulator drives the real broker core -- :class:`partlog.produce.pipeline.ProducePipeline`
 (WAL buffer rotation, commit grouping per leader broker) and

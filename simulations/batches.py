@@ -8,7 +8,7 @@ bytes are fine for a non-idempotent producer, producer id -1).
 
 from __future__ import annotations
 
-from partlog.client import build_record_batch
+from partlog.kafka.record_batch import build_record_batch
 
 # A one-record v2 batch of an empty-keyed record: its bytes beyond the value.
 _OVERHEAD_PROBE_BYTES = 100

@@ -2,21 +2,22 @@
 virtual clock, and (in the partlog design) the leader side of commits on a
 real :class:`MetadataStore`.
 
-It does what ``partlog/broker/server.py`` does with the pipeline's actions:
+It performs the pipeline's actions as ``partlog/broker/produce_driver.py``
+does; the order rules (admission in arrival order, the per-leader window of
+commits in flight, WAL-file order) are the pipeline's, not this shell's:
 
 * ``Upload``: a PUT to the object store (here: a sampled latency, then
   ``upload_done``);
-* ``SendCommit``: queued per leader and sent in release order over one
-  connection (here: FIFO delivery per connection, :mod:`simulations.network`);
-  the one for this broker is a direct call;
+* ``SendCommit``: sent in the order given over one connection per leader
+  (here: FIFO delivery per connection, :mod:`simulations.network`); the one
+  for this broker is a direct call;
 * ``Reply``: the produce request's answer, back to its producer;
 * a timer calls ``tick`` at ``next_deadline_ms``;
-* back-pressure: a request waits while ``room_bytes`` is short.
+* admission: a request waits here until the pipeline finds it
+  ``admissible`` (a Reply frees room).
 
-As partlog/broker/server.py, at most ``COMMITS_IN_FLIGHT_MAX`` commits are in
-flight to one leader (the rest wait, in order), and a commit to a dead or
-unreachable leader is answered ``REQUEST_TIMED_OUT`` after
-``commit_rpc_timeout_ms``.
+A commit to a dead or unreachable leader is answered ``REQUEST_TIMED_OUT``
+after ``commit_rpc_timeout_ms``.
 
 As a leader it refuses batches of partitions it does not lead (by its own,
 possibly stale, metadata: ``NOT_LEADER_OR_FOLLOWER``, as
@@ -36,11 +37,10 @@ import random
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from partlog.broker.server import COMMITS_IN_FLIGHT_MAX
 from partlog.controller.cluster_meta import NO_LEADER, StaticMetadata
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import CommitBatchResponse, TopicIdPartition
-from partlog.produce.pipeline import Action, ProduceConfig, ProducePipeline, Reply, SendCommit, Upload
+from partlog.produce.pipeline import Action, ProduceConfig, ProducePipeline, Release, Reply, SendCommit, Upload
 from partlog.store import MetadataStore
 from simulations.commit_server import CommitServer
 from simulations.context import CommitSender, ProduceRequest, SimContext
@@ -96,16 +96,14 @@ class SimBroker:
         )
         self._next_produce_id = 0
         self._inflight: dict[int, ProduceRequest] = {}
-        self._waiting: deque[ProduceRequest] = deque()
+        # Requests the pipeline has not admitted yet, with their tickets.
+        self._waiting: deque[tuple[ProduceRequest, int]] = deque()
         self._tick_at: int | None = None
         # segment id -> partitions in its footer, until its commits leave
         # (or it is released with none)
         self._segment_partitions: dict[int, tuple[TopicIdPartition, ...]] = {}
         # segments whose upload has started and not finished
         self._uploading: set[int] = set()
-        # leader -> commits in flight to it, and those waiting for a slot
-        self._commits_inflight: dict[int, int] = {}
-        self._commits_waiting: dict[int, deque[SendCommit]] = {}
         # id(commit) -> when it was sent (for commit_rpc_ms)
         self._commit_sent_ms: dict[int, float] = {}
         self._followers_cache: dict[TopicIdPartition, tuple[int, ...]] = {}
@@ -129,14 +127,12 @@ class SimBroker:
         self.dead_mode = mode
         if self.server is not None:
             self.server.abort()
-        for r in [*self._inflight.values(), *self._waiting]:
+        for r in [*self._inflight.values(), *(r for r, _ in self._waiting)]:
             self.ctx.dead_target(r, mode, "broker_died")
         self._inflight.clear()
         self._waiting.clear()
         self._segment_partitions.clear()
         self._uploading.clear()
-        self._commits_inflight.clear()
-        self._commits_waiting.clear()
         self._commit_sent_ms.clear()
 
     # ------------------------------------------------------------- produce
@@ -145,24 +141,25 @@ class SimBroker:
         if not self.alive:
             self.ctx.dead_target(req, self.dead_mode)
             return
-        if self._waiting or (req.nbytes > self.pipeline.room_bytes() and self.pipeline.produces_inflight):
-            if len(self._waiting) >= WAITING_PRODUCES_MAX:
-                self.ctx.produce_failed(req, req.batches, "overloaded")
-                return
-            self._waiting.append(req)
-            return
-        self._admit(req)
+        ticket = self.pipeline.arrive(req.nbytes)
+        if self.pipeline.admissible(ticket):
+            self._admit(req, ticket)
+        elif len(self._waiting) >= WAITING_PRODUCES_MAX:
+            self.pipeline.leave(ticket)
+            self.ctx.produce_failed(req, req.batches, "overloaded")
+        else:
+            self._waiting.append((req, ticket))
 
-    def _admit(self, req: ProduceRequest) -> None:
+    def _admit(self, req: ProduceRequest, ticket: int) -> None:
+        self.pipeline.leave(ticket)
         produce_id = self._next_produce_id
         self._next_produce_id += 1
         self._inflight[produce_id] = req
         self._perform(self.pipeline.produce(produce_id, req.batches, self.ctx.now_ms(), acks_all=req.acks_all))
 
     def _admit_waiting(self) -> None:
-        pipeline = self.pipeline
-        while self._waiting and (self._waiting[0].nbytes <= pipeline.room_bytes() or not pipeline.produces_inflight):
-            self._admit(self._waiting.popleft())
+        while self._waiting and self.pipeline.admissible(self._waiting[0][1]):
+            self._admit(*self._waiting.popleft())
 
     def _on_tick(self, deadline_ms: int) -> None:
         if not self.alive or deadline_ms != self._tick_at:
@@ -190,10 +187,8 @@ class SimBroker:
             else:
                 self._reply(a)
                 replied = True
-        if commits:
-            self._record_fanout(commits)
-            for c in commits:
-                self._send_commit(c)
+        for c in commits:
+            self._send_commit(c)
         if replied and self._waiting:
             self._admit_waiting()
         self._arm_tick()
@@ -217,32 +212,28 @@ class SimBroker:
         self._uploading.discard(segment_id)
         if error is not None:
             self._segment_partitions.pop(segment_id, None)
-        self._perform(self.pipeline.upload_done(segment_id, self.ctx.now_ms(), error))
+        actions = self.pipeline.upload_done(segment_id, self.ctx.now_ms(), error)
+        self._record_fanout(self.pipeline.last_released)
+        self._perform(actions)
         # The pipeline releases segments in order once every earlier upload
         # finished; one released without a commit (no partition had a
-        # known leader) never reaches _record_fanout: forget it here.
+        # known leader) is not in last_released: forget it here.
         floor = min(self._uploading, default=None)
         done = [s for s in self._segment_partitions if floor is None or s < floor]
         for s in done:
             del self._segment_partitions[s]
 
-    def _record_fanout(self, commits: list[SendCommit]) -> None:
-        # As partlog/broker/server.py's _record_fanout: per segment, where each
-        # commit goes (this broker, its AZ, another AZ).
-        per_segment: dict[int, list[int]] = {}
-        for c in commits:
-            counts = per_segment.setdefault(c.segment_id, [0, 0, 0])
-            if c.leader_broker_id == self.node_id:
-                counts[0] += 1
-            elif self._target_az(c.leader_broker_id) == self.az:
-                counts[1] += 1
-            else:
-                counts[2] += 1
+    def _record_fanout(self, released: tuple[Release, ...]) -> None:
+        # Per released segment, where its commits go (this broker, its AZ,
+        # another AZ), as the broker's produce driver counts them.
         now = self.ctx.loop.now_ms
         view = self.view
         azs = self.ctx.broker_azs
-        for segment_id, (local, same, cross) in per_segment.items():
-            parts = self._segment_partitions.pop(segment_id, ())
+        for release in released:
+            local = sum(1 for leader in release.leaders if leader == self.node_id)
+            same = sum(1 for leader in release.leaders if leader != self.node_id and self._target_az(leader) == self.az)
+            cross = len(release.leaders) - local - same
+            parts = self._segment_partitions.pop(release.segment_id, ())
             # Counted from the file's footer and this broker's metadata, not
             # from the pipeline's commits: the two agree only if the
             # pipeline sends one commit per leader.
@@ -287,14 +278,8 @@ class SimBroker:
     # ------------------------------------------------------------- commits
 
     def _send_commit(self, c: SendCommit) -> None:
-        leader = c.leader_broker_id
-        inflight = self._commits_inflight.get(leader, 0)
-        if inflight >= COMMITS_IN_FLIGHT_MAX:
-            self._commits_waiting.setdefault(leader, deque()).append(c)
-            return
-        self._commits_inflight[leader] = inflight + 1
         ctx = self.ctx
-        target = ctx.commit_targets[leader]
+        target = ctx.commit_targets[c.leader_broker_id]
         now = ctx.loop.now_ms
         self._commit_sent_ms[id(c)] = now
         if target is self:
@@ -308,17 +293,20 @@ class SimBroker:
     def commit_answered(self, c: SendCommit, responses: Sequence[CommitBatchResponse] | None, error: Errors) -> None:
         if not self.alive:
             return
-        leader = c.leader_broker_id
-        self._commits_inflight[leader] -= 1
         sent = self._commit_sent_ms.pop(id(c), None)
         if sent is not None:
-            # As partlog/broker/server.py's commit_ms: from the send (its slot
-            # taken) to the answer.
+            # As the broker's commit_ms: from the send to the answer.
             self.ctx.recorder.commit_rpc_ms.append(self.ctx.loop.now_ms - sent)
-        waiting = self._commits_waiting.get(leader)
-        if waiting:
-            self._send_commit(waiting.popleft())
-        self._perform(self.pipeline.commit_done(c.segment_id, leader, responses, self.ctx.now_ms(), error))
+        actions = self.pipeline.commit_done(c.segment_id, c.leader_broker_id, responses, self.ctx.now_ms(), error)
+        # The commits the freed slot lets out come first: they go out before
+        # the answers are handled, as the broker's sender takes them at once.
+        first = 0
+        for a in actions:
+            if not isinstance(a, SendCommit):
+                break
+            self._send_commit(a)
+            first += 1
+        self._perform(actions[first:])
 
     def receive_commit(self, sender: CommitSender, c: SendCommit, sent_ms: float) -> None:
         """This broker as the leader: one commit RPC (sent at ``sent_ms``) arrived."""

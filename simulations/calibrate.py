@@ -108,7 +108,8 @@ FITTED_WHY = {
 
 def measure(shape: Shape, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run the real cluster; its report (``partlog cluster --json``)."""
-    from partlog.tools.cluster_run import ClusterOptions, run
+    from partlog.tools.cluster_options import ClusterOptions
+    from partlog.tools.cluster_run import run
 
     opts = ClusterOptions(
         azs=shape.azs,

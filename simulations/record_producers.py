@@ -1,4 +1,4 @@
-"""Producers as partlog's own client behaves (``partlog/client.py``), for
+"""Producers as partlog's own client behaves (``partlog/client/producer.py``), for
 calibration against a real cluster: records one at a time, batched per
 partition every linger, one produce request per destination broker with
 at most 5 in flight to each (records keep accumulating meanwhile, so
@@ -18,7 +18,7 @@ import random
 from collections import deque
 from collections.abc import Sequence
 
-from partlog.client import MAX_IN_FLIGHT_DEFAULT
+from partlog.client.producer import MAX_IN_FLIGHT_DEFAULT
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.records import TopicIdPartition
 from simulations.batches import BatchTemplates
@@ -48,7 +48,7 @@ class _Batch:
 
 class RecordProducer:
     """One client: ``records_per_s`` records (Poisson) to uniformly chosen
-    partitions, sent as ``partlog/client.py``'s producer sends them:
+    partitions, sent as ``partlog/client/producer.py``'s producer sends them:
 
     * every ``linger_ms`` while it has work, each partition with pending
       records and no batch waiting closes one batch of them;

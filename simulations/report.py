@@ -1,7 +1,8 @@
 """``python -m simulations report``: regenerate ``simulations/REPORT.md``
-from the shipped scenarios, answering the dev-list thread's concerns
-(shared/seeds/004: RPC amplification, request rate, cross-AZ traffic,
-latency, leadership changes, imbalance) with the numbers of one seed.
+from the shipped scenarios, answering the concerns raised on the Kafka dev
+list against this design (RPC amplification, request rate, cross-AZ
+traffic, latency, leadership changes, imbalance) with the numbers of one
+seed.
 
 Timings (wall_s, speed-up) are left out of the report so that it only
 changes when the code or the scenarios do.
@@ -459,7 +460,7 @@ def _model_lines(s: Scenario) -> list[str]:
     c = s.commit
     same = "the same store on both sides" if c.leader == c.coordinator else "different stores, as the scenario states"
     return [
-        '**The model, the same for both designs** (design.md, "Simulations"). Every commit target (a partlog '
+        "**The model, the same for both designs** (docs/design/fanout-model.md). Every commit target (a partlog "
         "partition leader, or the coordinator) is a FIFO group-commit server: a group costs a fixed part "
         "plus CPU per batch, calibrated from `partlog bench commit` "
         f"(partlog leaders: {c.leader.describe()}; coordinator: {c.coordinator.describe()}; {same}). An "

@@ -97,7 +97,7 @@ GET_USD_PER_1000 = 0.0004
 # AWS inter-AZ transfer: $0.01/GB out plus $0.01/GB in.
 CROSS_AZ_USD_PER_GB = 0.02
 # The commit cost of a metadata store, calibrated from ``partlog bench
-# commit`` (design.md, "Speed of the commit path", the 2026-11-26 run, 64
+# commit`` (docs/measurements/commit-path.md, the 2026-11-26 run, 64
 # batches per commit): durable with 1 committer p50 0.94 / p99 4.77 ms per
 # commit, sync off p50 0.66 ms.  :func:`commit_cost_from_bench` splits that
 # into a fixed part per group commit (the sync: p50 0.28 / p99 4.11 ms) and
@@ -145,7 +145,7 @@ class Routing(StrEnum):
 
     ANY_BROKER = "any-broker"  # any broker of the producer's AZ (KIP-1163's rule)
     LEADER_ONLY = "leader-only"  # the partition's leader, wherever it is
-    AZ_REPRESENTATIVE = "az-representative"  # rep(leader, producer AZ), design brief item 4
+    AZ_REPRESENTATIVE = "az-representative"  # rep(leader, producer AZ): design.md, "The design in one page", item 4
 
 
 class Design(StrEnum):
@@ -677,7 +677,7 @@ DEFAULT_COMMIT_COST = commit_cost_from_bench(
     BENCH_COMMIT_DURABLE_MS_P99,
     BENCH_COMMIT_NO_SYNC_MS_P50,
     BENCH_COMMIT_BATCHES,
-    "partlog bench commit, design.md",
+    "partlog bench commit, docs/measurements/commit-path.md",
 )
 
 

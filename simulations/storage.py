@@ -134,10 +134,10 @@ def measure_store_writes(batches_per_commit: int = 5, commits: int = 2000, direc
     LMDB's checkpoint page writes), in pages, over the commits.  (The device
     may write more: ``write_bytes`` on this machine's virtual disk charges
     1 MiB per fdatasync, whatever was written.)"""
-    from partlog.client import build_record_batch
+    from partlog.kafka.record_batch import build_record_batch
     from partlog.kafka.records import CommitBatchRequest, CreateTopicAndPartitionsRequest, TopicIdPartition
     from partlog.store import MetadataStore
-    from partlog.tools.proc_stats import io_counter
+    from partlog.util.proc_stats import io_counter
 
     top = tempfile.mkdtemp(prefix="partlog-pages-", dir=directory or os.getcwd())
     try:

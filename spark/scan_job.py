@@ -1,5 +1,5 @@
 """walmgr's bucket scan as a PySpark job, with the listing semantics of the
-in-process scanner (walmgr.scanner): the same prefix fence, shard prefixes,
+in-process scanner (walmgr.listing, walmgr.scanner): the same prefix fence, shard prefixes,
 look-back start points, key classification and footer checks, because it
 calls the same functions.
 
@@ -10,13 +10,13 @@ Stages (the driver never collects the listing):
    outside every shard directory) are parallelized, a group of units per
    partition; each partition opens its own store (``open_store(url)``: no
    client crosses from the driver) and lists its units a few at a time with
-   :func:`walmgr.scanner.list_shard` / ``iter_pages``.  Gaps may overlap
+   :func:`walmgr.listing.list_shard` / ``iter_pages``.  Gaps may overlap
    when shards are empty: the listing is de-duplicated by key.
 2. the listed keys are anti-joined (a Spark join) with the known keys, a
    Parquet file of one ``key`` column written by the driver from the
    registry.
 3. the footers of the unknown keys are read on executors with
-   :func:`walmgr.scanner.inspect_object` (one suffix GET each); rows are
+   :func:`walmgr.listing.inspect_object` (one suffix GET each); rows are
    written to ``<out>/objects`` (Parquet), the last listed key of each
    shard to ``<out>/positions``.
 
@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import math
 import sys
-import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -57,9 +56,11 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from partlog.runtime import SYSTEM_CLOCK
 from partlog.wal.key import ALL_SHARDS, OBJECT_KEY_BYTES_MAX
-from partlog.wal.objectstore import KEY_BYTES_MAX, LIST_KEYS_MAX, ObjectInfo, ObjectStore, open_store
-from walmgr.scanner import (
+from partlog.wal.objectstore import KEY_BYTES_MAX, LIST_KEYS_MAX, ObjectInfo, ObjectStore
+from partlog.wal.store_url import open_store
+from walmgr.listing import (
     INCREMENTAL_LOOKBACK_MS_DEFAULT,
     INVALID_REPORTED_MAX,
     NOT_UTF8_NOTE,
@@ -97,7 +98,7 @@ LISTING_SCHEMA = StructType(
         # "key" is then a printable spelling, never a position or a record.
         StructField("utf8", BooleanType(), False),
         # A WAL key of its shard: only those may be the shard's position
-        # (walmgr.scanner.is_position_key).
+        # (walmgr.listing.is_position_key).
         StructField("position_ok", BooleanType(), False),
     ]
 )
@@ -277,9 +278,9 @@ def run_scan(
     INVALID_REPORTED_MAX), ``gone_written`` (whether gone/revive exist) and
     the seconds of each stage (``listing_s``, ``footers_s``, ``gone_s``).
     ``cluster_id`` (the registry's) makes footers naming another INVALID,
-    as :func:`walmgr.scanner.inspect_object` does."""
+    as :func:`walmgr.listing.inspect_object` does."""
     prefix = prefix_head(prefix)[:-1]
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    now = SYSTEM_CLOCK.wall_ms() if now_ms is None else now_ms
     if __name__ != "__main__":
         # Ship this module's functions by value: executors need partlog and
         # walmgr installed, not this file.
@@ -296,9 +297,9 @@ def run_scan(
     listed: DataFrame = spark.createDataFrame(listed_rdd, LISTING_SCHEMA).dropDuplicates(["key"]).persist()
     whole_bucket = positions is None and shards is None
     try:
-        t0 = time.monotonic()
+        t0 = SYSTEM_CLOCK.monotonic()
         keys_listed = listed.count()  # the listing runs here (persisted)
-        listing_s = time.monotonic() - t0
+        listing_s = SYSTEM_CLOCK.monotonic() - t0
         unrecordable_df = listed.filter(~F.col("recordable"))
         unrecordable = unrecordable_df.count()
         unrecordable_keys = [
@@ -309,9 +310,9 @@ def run_scan(
         unknown = listed.filter(F.col("recordable")).select("key", "size", "last_modified_ms")
         unknown = unknown.join(known.select("key"), on="key", how="left_anti")
         objects_rdd = unknown.rdd.mapPartitions(lambda part: _object_rows(store_url, prefix, now, cluster_id, part))
-        t0 = time.monotonic()
+        t0 = SYSTEM_CLOCK.monotonic()
         spark.createDataFrame(objects_rdd, OBJECTS_SCHEMA).write.mode("overwrite").parquet(f"{out_dir}/objects")
-        footers_s = time.monotonic() - t0
+        footers_s = SYSTEM_CLOCK.monotonic() - t0
         (
             listed.filter(F.col("position_ok"))
             .groupBy("shard")
@@ -320,7 +321,7 @@ def run_scan(
             .write.mode("overwrite")
             .parquet(f"{out_dir}/positions")
         )
-        t0 = time.monotonic()
+        t0 = SYSTEM_CLOCK.monotonic()
         gone_written = False
         if whole_bucket and created_before_ms is not None:
             gone_written = True
@@ -340,7 +341,7 @@ def run_scan(
                 .write.mode("overwrite")
                 .parquet(f"{out_dir}/revive")
             )
-        gone_s = time.monotonic() - t0
+        gone_s = SYSTEM_CLOCK.monotonic() - t0
     finally:
         listed.unpersist()
     return {

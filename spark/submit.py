@@ -5,8 +5,9 @@ The driver side of the job in :mod:`spark.scan_job`: with ``--config FILE``
 (or ``--store``/``--registry``) it is walmgr's whole scan, merged into the
 registry by :func:`walmgr.spark_scan.spark_scan`; with ``--known``/``--out``
 it only writes the job's Parquet result.  It lives apart from the job so
-that the job module (the executor side) never imports walmgr's driver:
-``walmgr.spark_scan`` imports ``spark.scan_job``, never the reverse.
+that the job module (the executor side) imports only walmgr's listing rules
+(:mod:`walmgr.listing`), never walmgr's driver; walmgr reaches the job
+through its entry point (``walmgr.spark_scan.scan_job``), never by import.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,8 +22,8 @@ from pyspark.sql import SparkSession
 
 from spark.scan_job import run_scan
 from walmgr.config import WalmgrConfigError
+from walmgr.listing import INCREMENTAL_LOOKBACK_MS_DEFAULT
 from walmgr.registry import RegistryLockedError
-from walmgr.scanner import INCREMENTAL_LOOKBACK_MS_DEFAULT
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -106,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _merge_mode(spark: SparkSession, args: argparse.Namespace, shards: list[str] | None) -> dict[str, Any]:
+    from partlog.runtime import SYSTEM_CLOCK
     from walmgr.config import WalmgrConfig, load_config
     from walmgr.registry import Registry
     from walmgr.spark_scan import spark_scan
@@ -121,7 +122,7 @@ def _merge_mode(spark: SparkSession, args: argparse.Namespace, shards: list[str]
             cfg.store_url,
             registry,
             cfg.prefix,
-            clock=lambda: int(time.time() * 1000),
+            clock=SYSTEM_CLOCK,
             full=not args.incremental,
             shards=shards,
             lookback_ms=cfg.commit_deadline_ms + cfg.max_clock_skew_ms,

@@ -6,7 +6,7 @@ import uuid
 
 from kafka.record.default_records import DefaultRecordBatch
 
-from partlog.client import build_record_batch
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import CommitBatchRequest, TopicIdPartition
 from partlog.wal.key import make_wal_key
 

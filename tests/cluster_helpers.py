@@ -23,13 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from partlog.broker.server import Broker, BrokerConfig, start_brokers
-from partlog.client import Consumer, Producer, RecordMetadata
+from partlog.client.consumer import Consumer
+from partlog.client.producer import Producer, RecordMetadata
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.records import TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig
-from partlog.replication.manager import ReplicationConfig
+from partlog.replication.config import ReplicationConfig
+from partlog.runtime import SYSTEM_CLOCK, Clock
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
-from partlog.tools.cluster_run import free_ports as free_ports  # re-exported for the tests
+from partlog.tools.local_cluster import free_ports as free_ports  # re-exported for the tests
 from partlog.wal.objectstore import (
     ForwardingStore,
     ObjectStore,
@@ -87,8 +89,10 @@ async def running_cluster(
     replication: ReplicationConfig | None = None,
     commit_deadline_ms: int | None = None,
     walmgr_address: str = "",
+    clock: Clock = SYSTEM_CLOCK,
 ) -> AsyncIterator[tuple[list[Broker], StaticMetadata]]:
-    """Brokers on 127.0.0.1 sharing ``objects``, topic "t"; stopped on exit."""
+    """Brokers on 127.0.0.1 sharing ``objects``, topic "t", on ``clock``;
+    stopped on exit."""
     meta = StaticMetadata.generate(
         azs=azs, brokers_per_az=brokers_per_az, topics={"t": partitions}, replication_factor=replication_factor
     )
@@ -107,7 +111,7 @@ async def running_cluster(
         )
         for b in meta.brokers()
     ]
-    brokers, meta = await start_brokers(configs, meta, objects)
+    brokers, meta = await start_brokers(configs, meta, objects, clock=clock)
     try:
         yield brokers, meta
     finally:
@@ -292,8 +296,6 @@ def stop_processes(procs: Sequence[subprocess.Popen[bytes]]) -> None:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait(10)
-
-
 
 
 def check_cluster_result(r: dict[str, Any], azs: int) -> None:

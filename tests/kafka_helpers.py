@@ -12,8 +12,9 @@ from collections.abc import Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from partlog.tools.cluster_run import ClusterOptions, LocalCluster
-from partlog.wal.objectstore import LocalDirStore
+from partlog.tools.cluster_options import ClusterOptions
+from partlog.tools.local_cluster import LocalCluster
+from partlog.wal.localdir_store import LocalDirStore
 
 T = TypeVar("T")
 

@@ -30,10 +30,10 @@ from partlog.wal.objectstore import (
     ObjectNotFoundError,
     ObjectStore,
     RangeNotSatisfiableError,
-    S3Store,
     check_key,
     iter_objects,
 )
+from partlog.wal.s3_store import S3Store
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -562,5 +562,3 @@ def test_invalid_keys_refused(store: ObjectStore, key: str) -> None:
 
 # Credentials that must never show in a message or a description.
 SECRET = "TOP-SECRET-do-not-log-1234567890"
-
-

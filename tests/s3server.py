@@ -1,7 +1,7 @@
-"""The SeaweedFS test server lives in ``partlog.tools.seaweedfs`` (the produce
+"""The SeaweedFS test server lives in ``partlog.util.seaweedfs`` (the produce
 benchmark uses it too); tests import it from here."""
 
-from partlog.tools.seaweedfs import (
+from partlog.util.seaweedfs import (
     ACCESS_KEY_ID,
     REGION,
     SECRET_ACCESS_KEY,

@@ -98,7 +98,6 @@ def make_certs(d: Path) -> None:
         )
 
 
-
 def server_context(certs: Path, *, mutual: bool) -> ssl.SSLContext:
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(certs / "server.crt", certs / "server.key")

@@ -7,7 +7,7 @@ import time
 import uuid
 from collections.abc import Sequence
 
-from partlog.client import build_record_batch
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import TopicIdPartition
 from partlog.wal.key import make_wal_key
 from partlog.wal.objectstore import ObjectStore

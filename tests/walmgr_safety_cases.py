@@ -1,5 +1,5 @@
-"""The parts of walmgr's deletion safety tests (design brief, "Deletion
-safety"; issue 5), with real parts: LMDB registries and stores, brokers on
+"""The parts of walmgr's deletion safety tests (design.md, "Deletion
+safety"), with real parts: LMDB registries and stores, brokers on
 loopback, LocalDirStore and SeaweedFS.  The tests are in
 tests/{unit,integration}/test_walmgr_safety.py and
 tests/system/test_walmgr_safety_s3.py; what they check:
@@ -41,22 +41,20 @@ from typing import Any
 import pytest
 
 from partlog.broker.server import Broker, BrokerConfig
-from partlog.client import Consumer, Producer, build_record_batch
+from partlog.client.consumer import Consumer
+from partlog.client.producer import Producer
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import CommitBatchRequest, DeleteRecordsRequest, TopicIdPartition
-from partlog.replication.manager import ReplicationConfig
-from partlog.rpc.transport import RpcClient
+from partlog.replication.config import ReplicationConfig
+from partlog.rpc.client import RpcClient
 from partlog.rpc.wire import enc_commit
+from partlog.runtime import SYSTEM_CLOCK
+from partlog.runtime import Clock as RuntimeClock
 from partlog.wal.key import WalKeyError, make_wal_key, parse_wal_key, shard_of
-from partlog.wal.objectstore import (
-    DeleteResult,
-    ForwardingStore,
-    ListPage,
-    LocalDirStore,
-    ObjectStore,
-    ObjectStoreError,
-)
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import DeleteResult, ForwardingStore, ListPage, ObjectStore, ObjectStoreError
 from tests.cluster_helpers import (
     CONSUME_TIMEOUT_S,
     RecordKey,
@@ -579,7 +577,7 @@ async def commit(broker: Broker, key: str, tp: TopicIdPartition, file_size: int)
 
 @contextlib.asynccontextmanager
 async def one_broker(
-    tmp_path: Path, objects: ObjectStore, clock: Callable[[], int]
+    tmp_path: Path, objects: ObjectStore, clock: RuntimeClock
 ) -> AsyncIterator[tuple[Broker, StaticMetadata, TopicIdPartition]]:
     """A single broker leading topic "t" (one partition) with its own clock."""
     meta = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"t": 1})
@@ -695,7 +693,7 @@ async def unknown_keys_are_never_deleted(tmp_path: Path, objects: ObjectStore, s
             sent.extend(keys)
             return objects.delete_many(keys)
 
-        report = execute_plan(objects, reg, PREFIX, batch_size=10, now_ms=now_ms, delete=delete)
+        report = execute_plan(objects, reg, PREFIX, batch_size=10, clock=SYSTEM_CLOCK, delete=delete)
         assert set(report.refused) == set(forced) and not sent, (report.refused, sent)
         assert set(weird) <= listed(objects)
         assert all(r.state == State.INVALID for k in forced if (r := reg.get(k)) is not None)

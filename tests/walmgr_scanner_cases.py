@@ -21,28 +21,21 @@ import pytest
 
 from partlog.kafka.records import TopicIdPartition
 from partlog.wal.key import ALL_SHARDS, make_wal_key, shard_of
-from partlog.wal.objectstore import (
-    ForwardingStore,
-    ListPage,
-    ObjectInfo,
-    ObjectStore,
-    ObjectStoreError,
-)
+from partlog.wal.objectstore import ForwardingStore, ListPage, ObjectInfo, ObjectStore, ObjectStoreError
 from partlog.wal.segment import WalSegmentBuilder
 from tests.batches import build_batch
 from tests.clock import Clock
 from tests.walmgr_helpers import TEST_CLUSTER_ID
-from walmgr.model import ObjectRecord, Source, State
-from walmgr.registry import Registry
-from walmgr.scanner import (
+from walmgr.listing import (
     GONE_AGE_MS_DEFAULT,
-    Scanner,
     inspect_object,
     is_position_key,
     list_all,
     list_shard,
-    register_notification,
 )
+from walmgr.model import ObjectRecord, Source, State
+from walmgr.registry import Registry
+from walmgr.scanner import Scanner, register_notification
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -1,1 +1,1 @@
-"""walmgr: the WAL File Manager that deletes orphaned WAL objects (issue 5)."""
+"""walmgr: the WAL File Manager that deletes orphaned WAL objects."""

@@ -34,11 +34,14 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-from partlog.client import build_record_batch
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import TopicIdPartition
+from partlog.runtime import SYSTEM_CLOCK
 from partlog.wal.key import make_wal_key
-from partlog.wal.objectstore import ObjectStore, S3Config, S3Store, obstore_client, open_store
+from partlog.wal.objectstore import ObjectStore
+from partlog.wal.s3_store import S3Config, S3Store, obstore_client
 from partlog.wal.segment import WalSegmentBuilder
+from partlog.wal.store_url import open_store
 from walmgr.config import WalmgrConfig, split_store_url
 from walmgr.deleter import execute_plan
 from walmgr.model import State
@@ -123,7 +126,7 @@ def _delete_rate(store: ObjectStore, keys: list[str]) -> float:
 
 @contextmanager
 def _seaweedfs(progress: Callable[[str], None]) -> Iterator[S3Store]:
-    from partlog.tools.seaweedfs import ACCESS_KEY_ID, SECRET_ACCESS_KEY, s3_client, start_seaweedfs
+    from partlog.util.seaweedfs import ACCESS_KEY_ID, SECRET_ACCESS_KEY, s3_client, start_seaweedfs
 
     progress("starting SeaweedFS on 127.0.0.1")
     server = start_seaweedfs()
@@ -195,14 +198,11 @@ def _run_scans(
         "baseline_list_seconds": list_s,
     }
 
-    def clock() -> int:
-        return int(time.time() * 1000)
-
     with tempfile.TemporaryDirectory(prefix="walmgr-bench-") as tmp:
         if "local" in engines:
             progress("local engine: full scan (list + one footer GET per object)")
             with Registry(os.path.join(tmp, "registry-local"), sync=False) as reg:
-                full = Scanner(store, reg, PREFIX, clock=clock).full()
+                full = Scanner(store, reg, PREFIX, clock=SYSTEM_CLOCK).full()
             out["local"] = {
                 "keys_per_s": full.keys_listed / full.seconds,
                 "seconds": full.seconds,
@@ -223,16 +223,13 @@ def _spark_scans(
     ``spark_<n>_cores`` and the ratios."""
     from walmgr import spark_scan as sp
 
-    def clock() -> int:
-        return int(time.time() * 1000)
-
     for cores in SPARK_CORES:
         progress(f"spark engine, local[{cores}]: start-up, then a full scan")
         sp.stop_session()
         session = sp.get_session(f"local[{cores}]")
         startup_s = sp.last_startup_s
         with Registry(os.path.join(tmp, f"registry-spark-{cores}"), sync=False) as reg:
-            rep = sp.spark_scan(where, reg, PREFIX, clock=clock, spark=session, work_dir=tmp)
+            rep = sp.spark_scan(where, reg, PREFIX, clock=SYSTEM_CLOCK, spark=session, work_dir=tmp)
         stages = dict(rep.stages)
         stages["startup"] = startup_s
         out[f"spark_{cores}_cores"] = {
@@ -293,7 +290,7 @@ def _run(
         for batch_size in (250, 1000):
             reg_dir = os.path.join(tmp, f"registry-{batch_size}")
             with Registry(reg_dir, sync=False) as reg:
-                scanner = Scanner(store, reg, PREFIX, clock=lambda: int(time.time() * 1000))
+                scanner = Scanner(store, reg, PREFIX, clock=SYSTEM_CLOCK)
                 if batch_size == 250:
                     progress("walmgr full scan (list + one footer GET per object)")
                     full = scanner.full()
@@ -313,15 +310,13 @@ def _run(
                 recs = [r for r in reg.records({State.TRACKED})]
                 reg.plan(recs)
                 progress(f"deleting {len(recs):,} objects, DeleteObjects batches of {batch_size}")
-                report = execute_plan(
-                    store, reg, PREFIX, batch_size=cfg.delete_batch_size, now_ms=lambda: int(time.time() * 1000)
-                )
+                report = execute_plan(store, reg, PREFIX, batch_size=cfg.delete_batch_size, clock=SYSTEM_CLOCK)
                 rate = report.deleted_files / report.seconds if report.seconds else 0.0
                 out[f"delete_files_per_s_batch_{batch_size}"] = rate
                 out[f"deleted_batch_{batch_size}"] = report.deleted_files
                 out[f"delete_failures_batch_{batch_size}"] = len(report.failed)
     out["ratio_full_scan_to_list"] = out["full_scan_keys_per_s"] / raw_list
-    # Issue 18's names: each figure as a share of LIST alone.
+    # Each figure as a share of LIST alone (the baseline measured in the same run).
     out["full_scan_ratio_to_list"] = out["ratio_full_scan_to_list"]
     out["incremental_scan_ratio_to_list"] = out["incremental_scan_keys_per_s"] / raw_list
     out["delete_ratio_to_list"] = out["delete_files_per_s_batch_250"] / raw_list
@@ -382,7 +377,7 @@ def _run_soak(
     import threading
 
     from partlog.controller.cluster_meta import StaticMetadata
-    from partlog.tools.proc_stats import rss_anon_bytes, rss_bytes
+    from partlog.util.proc_stats import rss_anon_bytes, rss_bytes
     from walmgr.daemon import Walmgr
 
     if engines != ("local",):

@@ -12,7 +12,7 @@ import signal
 import sys
 from typing import Any
 
-from partlog.tools.cli_errors import OneLineArgumentParser, run_cli, take_debug_flag
+from partlog.util.cli_errors import OneLineArgumentParser, run_cli, take_debug_flag
 from walmgr.config import SCAN_ENGINES, SCAN_SPARK_MASTER_DEFAULT, WalmgrConfig, WalmgrConfigError, load_config
 from walmgr.model import State
 

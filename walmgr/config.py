@@ -6,7 +6,7 @@ and map to ``scan_engine`` / ``scan_spark_master``.
 Validation happens in ``__post_init__``, so a config built in code (tests,
 ``walmgr scan --store URL --registry DIR``) is checked exactly like one read
 from a file.  The timing keys feed the deletion-safety argument
-(design-brief, "Deletion safety"): ``commit_deadline_ms`` must equal the
+(design.md, "Deletion safety"): ``commit_deadline_ms`` must equal the
 brokers' ``commit_deadline_ms``, and :attr:`WalmgrConfig.age_gate_ms` is how
 old an object must be before walmgr considers it at all.
 """
@@ -22,10 +22,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from partlog import injected_bugs
+from partlog.limits import PORT_MAX
 from partlog.produce.pipeline import ProduceConfig
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
 from partlog.wal.key import make_wal_key
-from partlog.wal.objectstore import DELETE_KEYS_MAX, s3_config_from_url
+from partlog.wal.objectstore import DELETE_KEYS_MAX
+from partlog.wal.s3_store import s3_config_from_url
 from walmgr.paced_store import READ_ATTEMPTS_DEFAULT
 
 if TYPE_CHECKING:
@@ -60,7 +62,6 @@ S3_REQUESTS_PER_S_MAX = 1_000_000
 STORE_READ_ATTEMPTS_MAX = 20
 FOOTER_READS_MAX_IN_FLIGHT_DEFAULT = 32
 FOOTER_READS_MAX_IN_FLIGHT_MAX = 1024  # threads: beyond this, a typo
-PORT_MAX = 65_535
 CONTROLLER_SCHEME = "controller://"
 # Cluster metadata on etcd (partlog.controller.etcd_meta).
 ETCD_SCHEME = "etcd://"
@@ -91,7 +92,7 @@ class WalmgrConfigError(ValueError):
 
 
 def split_store_url(url: str) -> tuple[str, str]:
-    """``(store URL for partlog.wal.objectstore.open_store, key prefix)``.
+    """``(store URL for partlog.wal.store_url.open_store, key prefix)``.
 
     The store URL gets walmgr's ``S3_URL_DEFAULTS`` for the parameters it
     does not name.
@@ -296,7 +297,7 @@ class WalmgrConfig:
 
     @property
     def store_url(self) -> str:
-        """The store URL for partlog.wal.objectstore.open_store (no key prefix in it)."""
+        """The store URL for partlog.wal.store_url.open_store (no key prefix in it)."""
         return split_store_url(self.store)[0]
 
     @property

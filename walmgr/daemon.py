@@ -14,7 +14,7 @@ One cycle (``Walmgr.cycle``):
 The registry's lock makes this the only active manager on that registry.
 Every limit is a config key (``walmgr.config``) and a metric.
 
-Cluster identity (design brief, deletion safety 0): at start the registry
+Cluster identity (design.md, "Deletion safety", step 0): at start the registry
 is bound to one cluster id (the configured one, the metadata's, and the
 registry's own must agree), brokers are reached with that id in the
 handshake, and footers naming another cluster make their objects INVALID.
@@ -30,7 +30,6 @@ import contextlib
 import itertools
 import logging
 import ssl
-import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -40,37 +39,29 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 
 from partlog.controller.cluster_meta import ClusterMismatchError, MetadataSource, StaticMetadata, check_same_cluster
 from partlog.kafka.records import TopicIdPartition
-from partlog.rpc.frame import RpcErrorCode
+from partlog.rpc.client import RpcClient, RpcConnectionError, RpcHandshakeError, RpcRemoteError, RpcTimeoutError
+from partlog.rpc.frame import RpcError, RpcErrorCode
 from partlog.rpc.methods import NOTIFY_OBJECTS_MAX, WALMGR_SCHEMAS
+from partlog.rpc.secret import read_secret_file
+from partlog.rpc.server import RpcServer
 from partlog.rpc.tls import mutual_tls
-from partlog.rpc.transport import (
-    RpcClient,
-    RpcConnectionError,
-    RpcError,
-    RpcHandshakeError,
-    RpcRemoteError,
-    RpcServer,
-    RpcTimeoutError,
-    read_secret_file,
-)
 from partlog.rpc.wire import WireError, dec_verdicts, dec_wal_uploaded, enc_reference_checks
-from partlog.wal.objectstore import DeleteResult, ObjectInfo, ObjectStore, ObjectStoreError, open_store
+from partlog.runtime import SYSTEM_CLOCK, SYSTEM_ENTROPY, Clock, Entropy
+from partlog.wal.objectstore import DeleteResult, ObjectInfo, ObjectStore, ObjectStoreError
+from partlog.wal.store_url import open_store
 from walmgr.config import WalmgrConfig, WalmgrConfigError
 from walmgr.decide import CheckPlan, Decision, decide, past_age_gate, plan_checks, split_checks
 from walmgr.deleter import DeleteReport, execute_plan
+from walmgr.listing import inspect_object
 from walmgr.model import ObjectRecord, Source, State
 from walmgr.paced_store import PacedStore
 from walmgr.progress import ProgressLog, ProgressSink, ScanProgress, fan_out
 from walmgr.registry import Registry
-from walmgr.scanner import Scanner, ScanReport, inspect_object, register_notifications
+from walmgr.scanner import Scanner, ScanReport, register_notifications
 from walmgr.spark_scan import SparkScanError
 from walmgr.spark_scan import check_available as check_spark_available
 
 log = logging.getLogger(__name__)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 # Candidates decided per round of a cycle (one referenced_files RPC per
@@ -276,7 +267,8 @@ class Walmgr:
         *,
         store: ObjectStore | None = None,
         metadata: MetadataSource | None = None,
-        clock: Callable[[], int] = now_ms,
+        clock: Clock = SYSTEM_CLOCK,
+        entropy: Entropy = SYSTEM_ENTROPY,
         secret: bytes | None = None,
         server_ssl: ssl.SSLContext | None = None,
         client_ssl: ssl.SSLContext | None = None,
@@ -292,7 +284,8 @@ class Walmgr:
         self.registry: Registry | None = None
         self._metadata = metadata
         self._own_metadata = False
-        self._clock = clock
+        self.clock = clock
+        self.entropy = entropy  # the notification server's handshake nonces
         if secret is None and config.secret_file:
             secret = read_secret_file(config.secret_file)
         self._secret = secret
@@ -343,7 +336,7 @@ class Walmgr:
         self.registry = Registry(self.config.registry)  # raises RegistryLockedError for a second manager
         last = self.registry.meta_get("last_cycle_ms")
         self._last_cycle_ms = int(last) if last is not None else 0
-        self.metrics = WalmgrMetrics(self.registry, lambda: self._last_cycle_ms, self._clock)
+        self.metrics = WalmgrMetrics(self.registry, lambda: self._last_cycle_ms, self.clock.wall_ms)
         self.metrics.watch_store(self.store)
         if self.config.metrics_port:
             try:
@@ -374,6 +367,8 @@ class Walmgr:
                 ssl=self._server_ssl,
                 cluster_id=self.cluster_id,
                 schemas=WALMGR_SCHEMAS,
+                clock=self.clock,
+                entropy=self.entropy,
             )
             await self._server.start()
             self.port = self._server.port
@@ -443,7 +438,7 @@ class Walmgr:
         except WireError as e:
             raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
         reg = self._reg()
-        now = self._clock()
+        now = self.clock.wall_ms()
         added = len(await asyncio.to_thread(register_notifications, reg, self.config.prefix, objects, now))
         if self.metrics is not None:
             self.metrics.notifications.inc(added)
@@ -468,7 +463,7 @@ class Walmgr:
                 cfg.store_url,
                 self._reg(),
                 cfg.prefix,
-                clock=self._clock,
+                clock=self.clock,
                 master=cfg.scan_spark_master,
                 full=True,
                 lookback_ms=cfg.commit_deadline_ms + cfg.max_clock_skew_ms,
@@ -480,7 +475,7 @@ class Walmgr:
             self.store,
             self._reg(),
             cfg.prefix,
-            clock=self._clock,
+            clock=self.clock,
             # Incremental scans look back over the window in which a late
             # upload can still be committed; full scans mark an object gone
             # only when it is older than the age gate.
@@ -489,7 +484,9 @@ class Walmgr:
             footer_reads_in_flight_max=cfg.footer_reads_max_in_flight,
         )
         if full:
-            sink = fan_out(ProgressLog(on_update=self._observe_progress), self.scan_progress)
+            sink = fan_out(
+                ProgressLog(on_update=self._observe_progress, clock=self.clock.monotonic), self.scan_progress
+            )
             report = await asyncio.to_thread(scanner.full, sink)
         else:
             report = await asyncio.to_thread(scanner.incremental)
@@ -530,15 +527,15 @@ class Walmgr:
         store that could not be read."""
         reg = self._reg()
         cfg = self.config
-        start = time.monotonic()
-        report = CycleReport(self._clock(), dry_run=dry_run)
+        start = self.clock.monotonic()
+        report = CycleReport(self.clock.wall_ms(), dry_run=dry_run)
         # A failed scan (the store down for a moment) must not stop the rest
         # of the cycle: the objects already known are still checked and the
         # persisted plan still runs; the scan is retried next cycle.
         # The full scan runs even when the incremental one failed: each is
         # the other's fallback for learning objects.
         last_full = reg.meta_get("last_full_scan_ms")
-        due = last_full is None or self._clock() - int(last_full) >= cfg.full_scan_interval_ms
+        due = last_full is None or self.clock.wall_ms() - int(last_full) >= cfg.full_scan_interval_ms
         for full in (False, True):
             if full and not (full_scan or (full_scan is None and due)):
                 continue
@@ -564,7 +561,7 @@ class Walmgr:
         # those keys (few: doubts that resolved) are skipped this cycle.
         stream = reg.records({State.CANDIDATE, State.TRACKED})
         seen_again: set[str] = set()
-        gate_now = self._clock()
+        gate_now = self.clock.wall_ms()
 
         def next_round() -> list[ObjectRecord]:
             out: list[ObjectRecord] = []
@@ -585,15 +582,15 @@ class Walmgr:
                 self.metrics.deleted_files.inc(report.deleted.deleted_files)
                 self.metrics.deleted_bytes.inc(report.deleted.deleted_bytes)
                 self.metrics.delete_failures.inc(len(report.deleted.failed))
-            await asyncio.to_thread(reg.purge_tombstones, self._clock(), cfg.tombstone_retention_ms)
-            self._last_cycle_ms = self._clock()
+            await asyncio.to_thread(reg.purge_tombstones, self.clock.wall_ms(), cfg.tombstone_retention_ms)
+            self._last_cycle_ms = self.clock.wall_ms()
             reg.meta_set("last_cycle_ms", str(self._last_cycle_ms))
         else:
             # The same plan, deleted by a no-op: what a real cycle would send.
             report.deleted = DeleteReport()
         if self.metrics is not None:
             self.metrics.cycles.inc()
-        report.seconds = time.monotonic() - start
+        report.seconds = self.clock.monotonic() - start
         log.info(
             "walmgr cycle candidates=%d referenced=%d doubt=%d planned=%d deleted=%d dry_run=%s seconds=%.3f",
             report.candidates,
@@ -617,7 +614,7 @@ class Walmgr:
         decision = await self._check(cands)
         report.note_decision(decision.referenced, decision.doubt, decision.delete)
         by_key = {r.key: r for r in cands}
-        now = self._clock()
+        now = self.clock.wall_ms()
         kept = [
             by_key[k].with_state(State.TRACKED, note=f"referenced: {why}", last_checked_ms=now)
             for k, why in decision.referenced.items()
@@ -655,7 +652,7 @@ class Walmgr:
                     self.store,
                     ObjectInfo(r.key, r.size, r.created_ms),
                     self.config.prefix,
-                    self._clock(),
+                    self.clock.wall_ms(),
                     self.cluster_id,
                 )
             except ObjectStoreError as e:
@@ -681,7 +678,7 @@ class Walmgr:
             self._reg(),
             self.config.prefix,
             batch_size=self.config.delete_batch_size,
-            now_ms=self._clock,
+            clock=self.clock,
             delete=delete,
         )
 

@@ -1,6 +1,6 @@
 """walmgr's decision core, sans-IO: which objects may be deleted.
 
-The deletion-safety argument (design brief, "Deletion safety") in code:
+The deletion-safety argument (design.md, "Deletion safety") in code:
 
 1. **Age gate.** Only objects older than ``commit.deadline.ms +
    max.clock.skew.ms + grace.ms`` (by their key's ``created_ms``) are

@@ -1,5 +1,5 @@
 """Deleting from the persisted plan: the last step of the deletion-safety
-argument (design brief, step 4).
+argument (design.md, "Deletion safety", step 4).
 
 The plan is written to the registry before anything is deleted
 (``Registry.plan``), so a restart resumes it without re-checking or
@@ -15,10 +15,10 @@ cycle (the cycle interval is the backoff).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from partlog.runtime import Clock
 from partlog.wal.key import WalKeyError, parse_wal_key, shard_of
 from partlog.wal.objectstore import DeleteResult, ObjectStore, ObjectStoreError
 from walmgr.model import State
@@ -63,7 +63,7 @@ def execute_plan(
     prefix: str,
     *,
     batch_size: int,
-    now_ms: Callable[[], int],
+    clock: Clock,
     delete: Callable[[Sequence[str]], DeleteResult] | None = None,
     batches_max: int | None = None,
 ) -> DeleteReport:
@@ -74,7 +74,7 @@ def execute_plan(
         raise ValueError(f"delete batch size must be in [1, {DELETE_BATCH_SIZE_MAX}], got {batch_size}")
     do_delete = delete or store.delete_many
     report = DeleteReport()
-    start = time.monotonic()
+    start = clock.monotonic()
     skip: set[str] = set()  # failed this run: retried next cycle
     while batches_max is None or report.batches < batches_max:
         batch = [r for r in registry.planned(batch_size + len(skip)) if r.key not in skip][:batch_size]
@@ -99,7 +99,7 @@ def execute_plan(
             result = DeleteResult([], {r.key: str(e) for r in send})
         confirmed = [k for k in result.deleted if k in sizes]
         if confirmed:
-            registry.record_deleted(confirmed, now_ms())
+            registry.record_deleted(confirmed, clock.wall_ms())
             report.deleted_files += len(confirmed)
             report.deleted_bytes += sum(sizes[k] for k in confirmed)
         for key, err in result.errors.items():
@@ -112,7 +112,7 @@ def execute_plan(
             skip.add(key)
         if not confirmed:
             break  # no progress: back off until the next cycle
-    report.seconds = time.monotonic() - start
+    report.seconds = clock.monotonic() - start
     if report.failed:
         log.warning("walmgr deletions failed files=%d (retried next cycle)", len(report.failed))
     return report

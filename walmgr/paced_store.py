@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from partlog.runtime import SYSTEM_CLOCK, SYSTEM_ENTROPY
 from partlog.wal.objectstore import (
     LIST_KEYS_MAX,
     DeleteResult,
@@ -56,7 +57,7 @@ class PacedStore(ForwardingStore):
         read_attempts: int = READ_ATTEMPTS_DEFAULT,
         *,
         sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = SYSTEM_CLOCK.monotonic,
         rng: random.Random | None = None,
     ) -> None:
         if requests_per_s_max < 0:
@@ -68,7 +69,8 @@ class PacedStore(ForwardingStore):
         self.read_attempts = read_attempts
         self._sleep = sleep
         self._clock = clock
-        self._rng = rng or random.Random()
+        # Jitter only: seeded from the system entropy unless a test passes one.
+        self._rng = rng if rng is not None else random.Random(SYSTEM_ENTROPY.randbits(64))
         self._lock = threading.Lock()
         self._next_slot = 0.0
         # requests sent, reads retried, seconds waited for a slot and in backoff

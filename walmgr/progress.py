@@ -12,11 +12,11 @@ shrank since does not mislead the estimate.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from partlog.runtime import SYSTEM_CLOCK
 from partlog.wal.key import ALL_SHARDS
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class ProgressLog:
         *,
         interval_s: float = PROGRESS_LOG_INTERVAL_S,
         on_update: ProgressSink | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = SYSTEM_CLOCK.monotonic,
     ) -> None:
         self.interval_s = interval_s
         self.on_update = on_update

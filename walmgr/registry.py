@@ -643,7 +643,7 @@ class Registry:
         is bound to it: :class:`ClusterMismatchError` names both otherwise.
         A registry's records, plan and positions describe one cluster's
         objects; managing another with them is the misconfiguration this
-        refuses (design brief, deletion safety 0)."""
+        refuses (design.md, "Deletion safety", step 0)."""
         assert isinstance(cluster_id, uuid.UUID), cluster_id
 
         def fn(w: _Write) -> None:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from partlog.kafka.records import TopicIdPartition
-from partlog.tools.proc_stats import rss_anon_bytes, rss_bytes
+from partlog.util.proc_stats import rss_anon_bytes, rss_bytes
 from partlog.wal.key import make_wal_key
 from walmgr.model import ObjectRecord, Source, State
 from walmgr.registry import Registry

@@ -1,24 +1,12 @@
 """walmgr's in-process scanner: learns about WAL objects by listing the bucket
 and reading the footer of each object it has never seen.
 
-The listing rules are small pure functions (:func:`shard_list_prefix`,
-:func:`shard_start_after`, :func:`group_of`, :func:`classify`) and plain
-listing generators (:func:`list_shard`, :func:`list_all`), so the Spark scan
-engine lists with identical semantics:
-
-* Every listing prefix ends with ``/``: ``wal/`` never matches ``wal-old/``,
-  ``wal2/`` or ``walx``, so nothing outside the configured prefix is read,
-  recorded or (later) deleted.
-* An incremental scan lists each shard ``<prefix>/<shard>/`` after the last
-  key it listed there, minus a look-back (``lookback_ms`` of created_ms):
-  keys in a shard sort by created_ms, but an upload that finishes late, or a
-  broker whose clock is behind, lands behind the position.  The look-back
-  costs no request (the same LIST pages, a few more keys) and known keys are
-  filtered before any GET.  Keys further behind are found by the full scan.
-* A full scan lists everything under ``<prefix>/``; live records a full scan
-  does not list become GONE, but only those created well before the listing
-  started (``gone_age_ms``), so an object still being uploaded is never
-  marked gone; a GONE key listed again is TRACKED again.
+The listing rules (the prefix fence, shard prefixes, the incremental
+look-back, what one object is) are :mod:`walmgr.listing`'s, shared with the
+Spark scan engine.  A full scan lists everything under ``<prefix>/``; live
+records a full scan does not list become GONE, but only those created well
+before the listing started (``gone_age_ms``), so an object still being
+uploaded is never marked gone; a GONE key listed again is TRACKED again.
 
 Only footers of unknown keys are read (one suffix GET each, at most
 ``FOOTER_READS_IN_FLIGHT_MAX`` at a time).  A bad object never raises: it is
@@ -31,26 +19,30 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from partlog.kafka.records import TopicIdPartition
-from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
-from partlog.wal.key import ALL_SHARDS, OBJECT_KEY_BYTES_MAX, WalKey, WalKeyError, parse_wal_key, shard_of
-from partlog.wal.objectstore import (
-    LIST_KEYS_MAX,
-    InvalidKeyError,
-    ObjectInfo,
-    ObjectNotFoundError,
-    ObjectStore,
-    ObjectStoreError,
-    RangeNotSatisfiableError,
+from partlog.runtime import Clock
+from partlog.wal.key import ALL_SHARDS, OBJECT_KEY_BYTES_MAX
+from partlog.wal.objectstore import LIST_KEYS_MAX, ObjectInfo, ObjectStore, ObjectStoreError
+from walmgr.config import FOOTER_READS_MAX_IN_FLIGHT_DEFAULT
+from walmgr.listing import (
+    GONE_AGE_MS_DEFAULT,
+    INCREMENTAL_LOOKBACK_MS_DEFAULT,
+    INVALID_REPORTED_MAX,
+    NOT_UTF8_NOTE,
+    classify,
+    group_of,
+    inspect_object,
+    is_position_key,
+    is_utf8,
+    iter_pages,
+    prefix_head,
+    shard_list_prefix,
+    shard_start_after,
 )
-from partlog.wal.segment import WalFormatError, read_footer
-from walmgr.config import FOOTER_READS_MAX_IN_FLIGHT_DEFAULT, GRACE_MS_DEFAULT, MAX_CLOCK_SKEW_MS_DEFAULT
 from walmgr.model import ObjectRecord, Source, State
 from walmgr.progress import ProgressSink, ScanProgress, fraction_after
 from walmgr.registry import LIVE_STATES, Registry
@@ -58,6 +50,7 @@ from walmgr.registry import LIVE_STATES, Registry
 log = logging.getLogger(__name__)
 
 _SHARD_SET = frozenset(ALL_SHARDS)
+
 # Footer reads (suffix GETs) in flight by default: walmgr's
 # footer_reads_max_in_flight (S3 serves thousands of GETs a second per
 # prefix; s3_requests_per_s_max caps the rate when the bucket is shared).
@@ -65,239 +58,6 @@ FOOTER_READS_IN_FLIGHT_MAX = FOOTER_READS_MAX_IN_FLIGHT_DEFAULT
 # Shards listed concurrently by an incremental scan: 256 sequential LISTs of
 # ~30 ms would take ~8 s of a 30 s cycle.
 SHARD_LISTS_IN_FLIGHT_MAX = 8
-# An incremental scan re-lists this much of created_ms behind each shard's
-# position: the commit deadline plus the clock skew (the defaults), past
-# which an object can never be committed anyway.
-INCREMENTAL_LOOKBACK_MS_DEFAULT = COMMIT_DEADLINE_MS_DEFAULT + MAX_CLOCK_SKEW_MS_DEFAULT
-# A full scan marks GONE only objects created this long before its listing
-# started: the default age gate (commit deadline + skew + grace), so an
-# upload still in flight is never marked gone.
-GONE_AGE_MS_DEFAULT = COMMIT_DEADLINE_MS_DEFAULT + MAX_CLOCK_SKEW_MS_DEFAULT + GRACE_MS_DEFAULT
-# Invalid keys named in one ScanReport (all are counted and recorded).
-INVALID_REPORTED_MAX = 1000
-
-
-# ------------------------------------------------------------ pure listing rules
-
-
-def prefix_head(prefix: str) -> str:
-    """``<prefix>/``: what every key walmgr handles starts with."""
-    clean = prefix.strip("/")
-    if not clean:
-        # The fence around everything walmgr reads and deletes.
-        raise ValueError("the WAL key prefix must not be empty")
-    return clean + "/"
-
-
-def shard_list_prefix(prefix: str, shard: str) -> str:
-    """``<prefix>/<shard>/``, always with the trailing slash."""
-    if shard not in _SHARD_SET:
-        raise ValueError(f"shard {shard!r} is not two lowercase hex digits")
-    return f"{prefix_head(prefix)}{shard}/"
-
-
-def shard_start_after(prefix: str, shard: str, position: str, lookback_ms: int) -> str:
-    """Where an incremental listing of ``shard`` starts: ``lookback_ms`` of
-    created_ms before the WAL key ``position`` (the last key listed there),
-    or ``position`` itself when it is not a WAL key of this shard."""
-    if not position or lookback_ms <= 0:
-        return position
-    parsed = classify(position, prefix)
-    if isinstance(parsed, str) or parsed.shard != shard:
-        return position
-    # "<prefix>/<shard>/<13 digits>" sorts before every key of that
-    # millisecond (they continue with "-").
-    return f"{shard_list_prefix(prefix, shard)}{max(0, parsed.created_ms - lookback_ms):013d}"
-
-
-def group_of(key: str, prefix: str) -> str:
-    """The first path component after ``<prefix>/`` (a shard for WAL keys):
-    a full listing sees each group's keys together."""
-    return key[len(prefix_head(prefix)) :].split("/", 1)[0]
-
-
-def classify(key: str, prefix: str) -> WalKey | str:
-    """The parsed WAL key of ``prefix``, or why ``key`` is not one."""
-    head = prefix_head(prefix)
-    if not key.startswith(head):
-        return f"not under {head!r}"
-    try:
-        parsed = parse_wal_key(key)
-    except WalKeyError as e:
-        return f"not a WAL key: {e}"
-    if parsed.prefix != head[:-1]:
-        return f"a WAL key of prefix {parsed.prefix!r}, not {head[:-1]!r}"
-    if parsed.shard != shard_of(parsed.name):
-        # Brokers make keys with make_wal_key; anything else is not theirs.
-        return f"shard {parsed.shard!r} is not the hash shard {shard_of(parsed.name)!r} of {parsed.name!r}"
-    return parsed
-
-
-# ------------------------------------------------------------------- listing
-
-
-def iter_pages(
-    store: ObjectStore,
-    list_prefix: str,
-    start_after: str = "",
-    max_keys: int = LIST_KEYS_MAX,
-    *,
-    first_page_keys: int | None = None,
-) -> Iterator[list[ObjectInfo]]:
-    """The pages of a listing of ``list_prefix`` after ``start_after``.
-
-    Keys a store returns outside ``list_prefix`` are dropped (never
-    trusted); a listing that does not advance raises a retriable
-    :class:`ObjectStoreError` instead of looping.  Keys are not required to
-    sort after ``start_after``: SeaweedFS orders some non-WAL keys
-    differently (tests/test_objectstore_contract.py), and dropping a key
-    would make a full scan think it gone.
-
-    ``first_page_keys`` starts with smaller pages, growing eightfold up to
-    ``max_keys``: for a listing usually stopped after its first key, where a
-    full page costs the store the time to find 1000 keys.
-    """
-    if not list_prefix.endswith("/"):
-        raise ValueError(f"listing prefix {list_prefix!r} must end with '/'")
-    after = start_after
-    page_keys = max_keys if first_page_keys is None else max(1, min(first_page_keys, max_keys))
-    while True:
-        page = store.list_page(list_prefix, after, page_keys)
-        page_keys = min(max_keys, page_keys * 8)
-        objects = [o for o in page.objects if o.key.startswith(list_prefix)]
-        if len(objects) != len(page.objects):
-            log.warning(
-                "store listed keys outside the request prefix=%s dropped=%d",
-                list_prefix,
-                len(page.objects) - len(objects),
-            )
-        if objects:
-            yield objects
-        if not page.is_truncated or not page.objects:
-            return
-        last = page.objects[-1].key
-        if last == after:
-            raise ObjectStoreError(
-                f"{store.describe()}: listing of {list_prefix} did not advance past {after!r}", retriable=True
-            )
-        after = last
-
-
-def list_shard(
-    store: ObjectStore, prefix: str, shard: str, start_after: str = "", max_keys: int = LIST_KEYS_MAX
-) -> Iterator[ObjectInfo]:
-    """Every object under ``<prefix>/<shard>/`` after ``start_after``."""
-    for page in iter_pages(store, shard_list_prefix(prefix, shard), start_after, max_keys):
-        yield from page
-
-
-def list_all(store: ObjectStore, prefix: str, max_keys: int = LIST_KEYS_MAX) -> Iterator[ObjectInfo]:
-    """Every object under ``<prefix>/``."""
-    for page in iter_pages(store, prefix_head(prefix), "", max_keys):
-        yield from page
-
-
-# ---------------------------------------------------------------- one object
-
-
-NOT_UTF8_NOTE = "key is not UTF-8: not a WAL key"
-
-
-def is_position_key(key: str, prefix: str, shard: str) -> bool:
-    """May ``key`` be ``shard``'s incremental position: a WAL key of this
-    prefix and shard.  Regression (found through a CI flake): a key that is
-    not a WAL key but sorts after WAL names (``wal/00/garbage``) carried the
-    position past new WAL keys, which then waited for the next full scan."""
-    if not _is_utf8(key):
-        return False
-    parsed = classify(key, prefix)
-    return not isinstance(parsed, str) and parsed.shard == shard
-
-
-def _is_utf8(key: str) -> bool:
-    """False for a key holding lone surrogates: how Python spells bytes of a
-    file name that are not UTF-8 (os.fsdecode's surrogateescape)."""
-    try:
-        key.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _invalid(
-    info: ObjectInfo, reason: str, now_ms: int, parsed: WalKey | None = None, cluster_id: uuid.UUID | None = None
-) -> ObjectRecord:
-    return ObjectRecord(
-        info.key,
-        info.size,
-        parsed.created_ms if parsed else -1,
-        parsed.broker_id if parsed else -1,
-        (),
-        Source.SCAN,
-        State.INVALID,
-        now_ms,
-        note=reason,
-        cluster_id=cluster_id,
-    )
-
-
-def inspect_object(
-    store: ObjectStore, info: ObjectInfo, prefix: str, now_ms: int, cluster_id: uuid.UUID | None = None
-) -> ObjectRecord | None:
-    """The record of a listed object: TRACKED with the footer's partitions
-    for a WAL segment (one suffix GET), INVALID with the reason for a bad
-    key or a bad segment, None if the object vanished meanwhile.
-
-    The footer must pass :func:`partlog.wal.segment.parse_footer`'s checks
-    (it accounts for the whole batch area) and name a cluster: ``cluster_id``
-    when given (the registry's), else any (the record keeps it, and the
-    decision core checks it against the registry's before any deletion).
-    A footer naming no cluster, or another, makes the object INVALID:
-    reported, never deleted.
-
-    Raises :class:`ObjectStoreError` for store failures (retriable or not):
-    the object may be fine, so it is not recorded and the scan is retried.
-    """
-    parsed = classify(info.key, prefix)
-    if isinstance(parsed, str):
-        return _invalid(info, parsed, now_ms)
-    try:
-        footer, size = read_footer(store, info.key)
-    except ObjectNotFoundError:
-        return None
-    except (WalFormatError, RangeNotSatisfiableError, InvalidKeyError) as e:
-        return _invalid(info, f"not a WAL segment: {e}", now_ms, parsed)
-    if footer.cluster_id is None:
-        return _invalid(info, "footer names no cluster", now_ms, parsed)
-    if cluster_id is not None and footer.cluster_id != cluster_id:
-        return _invalid(
-            info,
-            f"footer names cluster {footer.cluster_id}, this registry manages cluster {cluster_id}",
-            now_ms,
-            parsed,
-            footer.cluster_id,
-        )
-    # The footer's created_ms is when the segment was opened, the key's when
-    # it was closed and named (the commit deadline counts from the later one).
-    if footer.created_ms > parsed.created_ms or footer.broker_id != parsed.broker_id:
-        return _invalid(
-            info,
-            f"footer says broker {footer.broker_id} created_ms {footer.created_ms}, "
-            f"the key says broker {parsed.broker_id} created_ms {parsed.created_ms}",
-            now_ms,
-            parsed,
-        )
-    return ObjectRecord(
-        info.key,
-        size,
-        parsed.created_ms,
-        parsed.broker_id,
-        tuple(r.topic_id_partition for r in footer.partitions),
-        Source.SCAN,
-        State.TRACKED,
-        now_ms,
-        cluster_id=footer.cluster_id,
-    )
 
 
 def register_notifications(
@@ -418,8 +178,8 @@ def _collect(futures: list[Future[ObjectRecord | None]]) -> list[ObjectRecord]:
 
 
 class Scanner:
-    """Scans ``store`` under ``prefix`` into ``registry``; ``clock`` returns
-    milliseconds since the epoch."""
+    """Scans ``store`` under ``prefix`` into ``registry``; ``clock`` stamps the
+    records (wall ms) and times the scans (monotonic)."""
 
     def __init__(
         self,
@@ -427,7 +187,7 @@ class Scanner:
         registry: Registry,
         prefix: str,
         *,
-        clock: Callable[[], int],
+        clock: Clock,
         lookback_ms: int = INCREMENTAL_LOOKBACK_MS_DEFAULT,
         gone_age_ms: int = GONE_AGE_MS_DEFAULT,
         page_keys_max: int = LIST_KEYS_MAX,
@@ -464,7 +224,7 @@ class Scanner:
         tally.keys_listed += len(page)
         recordable = []
         for o in page:
-            if not _is_utf8(o.key):
+            if not is_utf8(o.key):
                 # A local store can hold file names that are not UTF-8 (S3 keys
                 # always are): reported by every scan, never recorded or deleted.
                 shown = o.key.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
@@ -477,7 +237,7 @@ class Scanner:
                 recordable.append(o)
         known = self.registry.known(o.key for o in recordable)
         unknown = [o for o in recordable if o.key not in known]
-        now = self.clock()
+        now = self.clock.wall_ms()
         cluster = self.registry.cluster_id
         return [pool.submit(inspect_object, self.store, o, self.prefix, now, cluster) for o in unknown]
 
@@ -505,7 +265,7 @@ class Scanner:
         chosen = ALL_SHARDS if shards is None else tuple(shards)
         for shard in chosen:
             shard_list_prefix(self.prefix, shard)  # refuse bad shard names before any request
-        started = time.monotonic()
+        started = self.clock.monotonic()
         total = _Tally()
         failed: list[tuple[str, ObjectStoreError]] = []
         lock = threading.Lock()  # the counters below, shared by the listing threads
@@ -551,7 +311,7 @@ class Scanner:
                 key=first.key,
                 retriable=first.retriable,
             ) from first
-        report = total.report(time.monotonic() - started)
+        report = total.report(self.clock.monotonic() - started)
         log.info(
             "incremental scan shards=%d keys_listed=%d new_objects=%d invalid=%d bytes_new=%d seconds=%.3f",
             len(chosen),
@@ -589,8 +349,8 @@ class Scanner:
         records that are no longer listed GONE, revive GONE ones that are;
         then set ``last_full_scan_ms`` (the listing's start).  ``progress``
         is called after each page (keys so far, keys/s, share done)."""
-        started = time.monotonic()
-        start_ms = self.clock()
+        started = self.clock.monotonic()
+        start_ms = self.clock.wall_ms()
         created_before_ms = start_ms - self.gone_age_ms
         tally = _Tally()
         # Keys maybe gone; a dict as an ordered set.  Bounded by the records
@@ -646,7 +406,10 @@ class Scanner:
                     if progress is not None:
                         progress(
                             ScanProgress(
-                                tally.keys_listed, tally.new_objects, time.monotonic() - started, fraction_after(group)
+                                tally.keys_listed,
+                                tally.new_objects,
+                                self.clock.monotonic() - started,
+                                fraction_after(group),
                             )
                         )
                 records = _collect(reading)
@@ -663,12 +426,14 @@ class Scanner:
                     if rec.created_ms < created_before_ms:
                         maybe_gone[rec.key] = None
         gone = (
-            self.registry.mark_gone(maybe_gone, self.clock(), created_before_ms=created_before_ms) if maybe_gone else []
+            self.registry.mark_gone(maybe_gone, self.clock.wall_ms(), created_before_ms=created_before_ms)
+            if maybe_gone
+            else []
         )
         if gone:
             log.warning("objects gone from the store (deleted by someone else) count=%d keys=%s", len(gone), gone[:10])
         self.registry.meta_set("last_full_scan_ms", start_ms)
-        report = tally.report(time.monotonic() - started, gone=len(gone), revived=revived)
+        report = tally.report(self.clock.monotonic() - started, gone=len(gone), revived=revived)
         log.info(
             "full scan keys_listed=%d new_objects=%d invalid=%d gone=%d revived=%d bytes_new=%d seconds=%.3f",
             report.keys_listed,

@@ -1,7 +1,10 @@
 """walmgr's bucket scan on Spark (``walmgr scan --engine spark``).
 
 The job (spark/scan_job.py) lists and reads footers on executors with the
-in-process scanner's own functions; this module is the driver side: it
+in-process scanner's own rules (:mod:`walmgr.listing`).  walmgr finds the
+job through its entry point (:func:`scan_job`), never by importing it, so
+the spark package depends on walmgr and not the reverse.  This module is
+the driver side: it
 writes the registry's known keys as Parquet (streamed), runs the job in one
 SparkSession per process, and merges the job's output into the registry by
 streaming it back (``toLocalIterator``, a partition at a time) through
@@ -30,23 +33,25 @@ import shutil
 import sys
 import tempfile
 import threading
-import time
 import uuid
 import zipfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from importlib.metadata import entry_points
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from partlog.kafka.records import TopicIdPartition
-from walmgr.model import ObjectRecord, Source, State
-from walmgr.registry import Registry
-from walmgr.scanner import (
+from partlog.runtime import SYSTEM_CLOCK, Clock
+from walmgr.listing import (
     GONE_AGE_MS_DEFAULT,
     INCREMENTAL_LOOKBACK_MS_DEFAULT,
     INVALID_REPORTED_MAX,
-    ScanReport,
     is_position_key,
     prefix_head,
 )
+from walmgr.model import ObjectRecord, Source, State
+from walmgr.registry import Registry
+from walmgr.scanner import ScanReport
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +76,36 @@ def check_available() -> None:
         raise SparkScanError("pyspark is not installed: pip install 'partlog[spark]' (and Java 17 for Spark)")
 
 
-# The packages executors import (shipped by package_zip).
-SHIPPED_PACKAGES = ("partlog", "walmgr", "spark")
+# The entry point group and name under which the Spark job (spark/scan_job.py,
+# pyproject.toml's [project.entry-points]) is installed.  walmgr finds the job
+# there instead of importing it: the job imports walmgr's listing rules, and
+# the arrow between the two packages points that way only.
+SCAN_JOB_ENTRY_POINTS = "walmgr.scan_jobs"
+SCAN_JOB_NAME = "spark"
+
+
+def scan_job() -> ModuleType:
+    """The Spark job's module (``run_scan``, ``KNOWN_SCHEMA``), through its
+    entry point; :class:`SparkScanError` naming the fix when it is not
+    installed."""
+    check_available()
+    found = entry_points(group=SCAN_JOB_ENTRY_POINTS, name=SCAN_JOB_NAME)
+    if not found:
+        raise SparkScanError(
+            f"no Spark scan job is installed (entry point {SCAN_JOB_ENTRY_POINTS}:{SCAN_JOB_NAME}): "
+            "reinstall partlog (pip install 'partlog[spark]', or pip install -e . in a checkout)"
+        )
+    job = next(iter(found)).load()
+    if not isinstance(job, ModuleType):
+        raise SparkScanError(f"entry point {SCAN_JOB_ENTRY_POINTS}:{SCAN_JOB_NAME} is not a module: {job!r}")
+    return job
+
+
+def shipped_packages() -> tuple[str, ...]:
+    """The packages executors import (shipped by package_zip): partlog,
+    walmgr, and the job's own package."""
+    return ("partlog", "walmgr", scan_job().__name__.split(".")[0])
+
 
 _session_lock = threading.Lock()
 _session: SparkSession | None = None
@@ -88,7 +121,7 @@ def package_zip(path: str) -> str:
     import importlib
 
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name in SHIPPED_PACKAGES:
+        for name in shipped_packages():
             root = os.path.dirname(os.path.abspath(importlib.import_module(name).__file__ or ""))
             for dirpath, dirnames, filenames in os.walk(root):
                 dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
@@ -112,7 +145,7 @@ def get_session(master: str = "local[*]", conf: dict[str, str] | None = None) ->
             _session.stop()
             _session = None
         if _session is None or _session.sparkContext._jsc is None:
-            started = time.monotonic()
+            started = SYSTEM_CLOCK.monotonic()
             if master.startswith("local"):
                 # Local executors' Python workers run this interpreter (it
                 # has partlog/walmgr); a cluster's run their own Python.
@@ -131,7 +164,7 @@ def get_session(master: str = "local[*]", conf: dict[str, str] | None = None) ->
                 ship = os.path.join(tempfile.mkdtemp(prefix="walmgr-spark-pkg-"), "walmgr_spark.zip")
                 session.sparkContext.addPyFile(package_zip(ship))
             _session, _session_master = session, master
-            last_startup_s = time.monotonic() - started
+            last_startup_s = SYSTEM_CLOCK.monotonic() - started
         else:
             last_startup_s = 0.0
         return _session
@@ -150,8 +183,6 @@ def write_known_keys(spark: SparkSession, registry: Registry, prefix: str, path:
     """Write the records the registry holds under ``<prefix>/`` (any state)
     to the Parquet ``path`` (key, state, created_ms), streamed through a
     JSON-lines file; returns how many."""
-    from spark.scan_job import KNOWN_SCHEMA
-
     lines = os.path.join(work_dir, "known.jsonl")
     n = 0
     with open(lines, "w", encoding="utf-8") as f:
@@ -159,7 +190,7 @@ def write_known_keys(spark: SparkSession, registry: Registry, prefix: str, path:
             f.write(json.dumps({"key": rec.key, "state": rec.state.value, "created_ms": rec.created_ms}))
             f.write("\n")
             n += 1
-    spark.read.schema(KNOWN_SCHEMA).json(lines).write.mode("overwrite").parquet(path)
+    spark.read.schema(scan_job().KNOWN_SCHEMA).json(lines).write.mode("overwrite").parquet(path)
     return n
 
 
@@ -194,7 +225,7 @@ def spark_scan(
     registry: Registry,
     prefix: str,
     *,
-    clock: Callable[[], int],
+    clock: Clock,
     master: str = "local[*]",
     full: bool = True,
     shards: Sequence[str] | None = None,
@@ -213,18 +244,17 @@ def spark_scan(
     (starting Spark, 0 when reused), ``snapshot`` (known keys to Parquet),
     ``listing``, ``footers`` (anti-join and footer reads), ``gone`` and
     ``merge`` (into the registry)."""
-    from spark.scan_job import run_scan
-
+    run_scan = scan_job().run_scan
     if full and shards is not None:
         raise ValueError("a full scan covers every shard: shards must be None")
     if lookback_ms < 0 or gone_age_ms < 0:
         raise ValueError(f"lookback_ms ({lookback_ms}) and gone_age_ms ({gone_age_ms}) must be >= 0")
     prefix = prefix_head(prefix)[:-1]
-    started = time.monotonic()
+    started = clock.monotonic()
     session = spark if spark is not None else get_session(master)
     startup_s = 0.0 if spark is not None else last_startup_s
-    t_scan = time.monotonic()
-    start_ms = clock()
+    t_scan = clock.monotonic()
+    start_ms = clock.wall_ms()
     now = start_ms
     created_before_ms = start_ms - gone_age_ms
     gone: list[str] = []
@@ -234,7 +264,7 @@ def spark_scan(
         known_path = os.path.join(tmp, "known")
         out_dir = os.path.join(tmp, "out")
         write_known_keys(session, registry, prefix, known_path, tmp)
-        snapshot_s = time.monotonic() - t_scan
+        snapshot_s = clock.monotonic() - t_scan
         # Positions stored before only WAL keys could be positions start over.
         positions = (
             None
@@ -258,7 +288,7 @@ def spark_scan(
         except Exception as e:  # Py4JJavaError wraps what executors raised
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise SparkScanError(f"Spark scan of {store_url} under {prefix}/ failed: {first}") from e
-        t_merge = time.monotonic()
+        t_merge = clock.monotonic()
 
         new_objects = bytes_new = invalid_count = 0
         invalid: list[tuple[str, str]] = []
@@ -286,7 +316,7 @@ def spark_scan(
             registry.set_shard_positions(moved)
         if stats["gone_written"]:
             for keys in _key_batches(session, os.path.join(out_dir, "gone")):
-                gone += registry.mark_gone(keys, clock(), created_before_ms=created_before_ms)
+                gone += registry.mark_gone(keys, clock.wall_ms(), created_before_ms=created_before_ms)
             for keys in _key_batches(session, os.path.join(out_dir, "revive")):
                 revived += registry.revive(keys)
             if gone:
@@ -295,7 +325,7 @@ def spark_scan(
             if revived:
                 log.warning("gone objects listed again keys=%s", revived[:10])
             registry.meta_set("last_full_scan_ms", start_ms)
-        merge_s = time.monotonic() - t_merge
+        merge_s = clock.monotonic() - t_merge
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     report = ScanReport(
@@ -303,7 +333,7 @@ def spark_scan(
         new_objects=new_objects,
         invalid=tuple(invalid),
         gone=len(gone),
-        seconds=time.monotonic() - started,
+        seconds=clock.monotonic() - started,
         bytes_new=bytes_new,
         invalid_count=invalid_count,
         revived=len(revived),

@@ -1,11 +1,19 @@
 """Prometheus metrics of one broker (prometheus-client), in a registry of
 its own so that several brokers can live in one process (tests, ``partlog
 cluster``).  ``serve(port)`` exposes them over HTTP on 127.0.0.1.
+
+:class:`BrokerMetrics` is the broker's one recorder: each event is recorded
+once, by one of its methods (``produce_received``, ``upload_finished``, ...).
+The counts live in the Prometheus metrics; the latency and fan-out samples
+that reports need as values (percentiles, means) are kept beside them, the
+newest ``STATS_SAMPLES_MAX``.  :class:`BrokerStats` reads both: it is a view,
+not a second recorder.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable
 from wsgiref.simple_server import WSGIServer
 
@@ -17,6 +25,9 @@ from prometheus_client.registry import Collector
 # (KIP-1163); commits are milliseconds.
 _UPLOAD_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4)
 _COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
+# Samples kept for reports (latency percentiles, fan-out per file); older
+# ones are dropped, Prometheus histograms keep the totals.
+STATS_SAMPLES_MAX = 100_000
 
 
 class BrokerMetrics:
@@ -56,6 +67,12 @@ class BrokerMetrics:
             "partlog_wal_files_committed", "WAL files whose commits were sent (divide commits by it)", registry=r
         )
         self.commits_served = Counter("partlog_commits_served", "commit RPCs served as a leader", registry=r)
+        self.commits_started = Counter(
+            "partlog_commits_started",
+            "commits started by this broker's senders, to its own store (local) or another leader (remote)",
+            ["leader"],
+            registry=r,
+        )
         self.produce_requests = Counter("partlog_produce_requests", "produce requests received", registry=r)
         self.produce_bytes = Counter("partlog_produce_bytes", "batch bytes received in produce requests", registry=r)
         self.retention_runs = Counter("partlog_retention_runs", "retention passes over the led partitions", registry=r)
@@ -78,6 +95,45 @@ class BrokerMetrics:
         self.metadata_errors = Gauge(
             "partlog_metadata_errors", "calls to the controller that failed (retried)", registry=r
         )
+        # Samples, newest last: upload and commit latencies (ms) and, per WAL
+        # file, its commits (local, same-AZ remote, cross-AZ remote).
+        self.upload_ms: deque[float] = deque(maxlen=STATS_SAMPLES_MAX)
+        self.commit_ms: deque[float] = deque(maxlen=STATS_SAMPLES_MAX)
+        self.fanout: deque[tuple[int, int, int]] = deque(maxlen=STATS_SAMPLES_MAX)
+
+    # ------------------------------------------------------------ recording
+
+    def produce_received(self, nbytes: int) -> None:
+        self.produce_requests.inc()
+        self.produce_bytes.inc(nbytes)
+
+    def upload_finished(self, seconds: float, nbytes: int, ok: bool) -> None:
+        """One WAL segment upload (attempt) took ``seconds``."""
+        if ok:
+            self.upload_bytes.inc(nbytes)
+        else:
+            self.upload_errors.inc()
+        self.uploads.inc()
+        self.upload_seconds.observe(seconds)
+        self.upload_ms.append(seconds * 1000)
+
+    def file_fanned_out(self, local: int, same_az: int, cross_az: int) -> None:
+        """One WAL file's commits were released, this many to each kind of leader."""
+        self.fanout.append((local, same_az, cross_az))
+        self.wal_files_committed.inc()
+        for where, n in (("local", local), ("same_az", same_az), ("cross_az", cross_az)):
+            if n:
+                self.commits.labels(where).inc(n)
+
+    def commit_started(self, local: bool) -> None:
+        self.commits_started.labels("local" if local else "remote").inc()
+
+    def commit_finished(self, seconds: float, ok: bool) -> None:
+        """A commit this broker sent was answered (or failed) after ``seconds``."""
+        if not ok:
+            self.commit_errors.inc()
+        self.commit_seconds.observe(seconds)
+        self.commit_ms.append(seconds * 1000)
 
     def watch_replication(
         self, stats: Callable[[], object], leaders: Callable[[], int], under_replicated: Callable[[], int]
@@ -105,6 +161,76 @@ class BrokerMetrics:
             if self._http_thread is not None:
                 self._http_thread.join(5)
             self._http = self._http_thread = None
+
+
+def _count(counter: Counter, **labels: str) -> int:
+    """A counter's value now (of the child with ``labels``)."""
+    for metric in counter.collect():
+        for sample in metric.samples:
+            if sample.name.endswith("_total") and sample.labels == labels:
+                return int(sample.value)
+    return 0
+
+
+class BrokerStats:
+    """What reports and tests read of one broker, read from its recorder
+    (:class:`BrokerMetrics`) when asked."""
+
+    def __init__(self, metrics: BrokerMetrics) -> None:
+        self._m = metrics
+
+    @property
+    def produce_requests(self) -> int:
+        return _count(self._m.produce_requests)
+
+    @property
+    def produce_bytes(self) -> int:
+        return _count(self._m.produce_bytes)
+
+    @property
+    def uploads(self) -> int:
+        return _count(self._m.uploads)
+
+    @property
+    def upload_errors(self) -> int:
+        return _count(self._m.upload_errors)
+
+    @property
+    def commits_local(self) -> int:
+        return _count(self._m.commits_started, leader="local")
+
+    @property
+    def commits_remote(self) -> int:
+        return _count(self._m.commits_started, leader="remote")
+
+    @property
+    def commit_errors(self) -> int:
+        return _count(self._m.commit_errors)
+
+    @property
+    def commits_served(self) -> int:
+        return _count(self._m.commits_served)
+
+    @property
+    def fetches(self) -> int:
+        return _count(self._m.fetches)
+
+    @property
+    def fetch_gets(self) -> int:
+        return _count(self._m.fetch_gets)
+
+    @property
+    def upload_ms(self) -> deque[float]:
+        return self._m.upload_ms
+
+    @property
+    def commit_ms(self) -> deque[float]:
+        return self._m.commit_ms
+
+    @property
+    def fanout(self) -> deque[tuple[int, int, int]]:
+        """Per WAL file: (local, same-AZ remote, cross-AZ remote) commits."""
+        return self._m.fanout
 
 
 # ReplicationStats field -> (metric name, help).

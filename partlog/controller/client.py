@@ -49,8 +49,9 @@ from partlog.controller.cluster_meta import (
     PartitionInfo,
     TopicInfo,
 )
-from partlog.controller.core import (
-    MetadataSnapshot,
+from partlog.controller.model import MetadataSnapshot
+from partlog.controller.view import ControllerUnavailableError, SnapshotView
+from partlog.controller.wire import (
     dec_alter_partition_response,
     dec_create_topics_response,
     dec_delete_topics_response,
@@ -65,12 +66,11 @@ from partlog.controller.core import (
     enc_poll,
     enc_register,
 )
-from partlog.controller.view import ControllerUnavailableError, SnapshotView
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import ProducerIdBlock
 from partlog.kafka.records import TopicIdPartition
+from partlog.rpc.client import RpcClient, RpcConnectionError, RpcHandshakeError, RpcRemoteError, RpcTimeoutError
 from partlog.rpc.frame import RpcErrorCode
-from partlog.rpc.transport import RpcClient, RpcConnectionError, RpcHandshakeError, RpcRemoteError, RpcTimeoutError
 from partlog.rpc.wire import WireError
 
 T = TypeVar("T")

@@ -7,7 +7,7 @@ move, ISR changes are accepted locally) and the embedded controller's
 (:mod:`partlog.controller.client`).  A broker embedding partlog can supply its
 own.
 
-Produce representatives (design brief, item 4): a client in AZ ``z`` sends a
+Produce representatives (design.md, "The design in one page", item 4): a client in AZ ``z`` sends a
 partition led by ``L`` to ``rep(L, z) = L`` when ``L`` is in ``z``, else to
 ``brokers_in(z)[stable_hash(L) mod |brokers_in(z)|]``.  Our ``stable_hash(L)``
 is ``L``'s rank among the brokers of its own AZ (by id): with equally sized
@@ -16,7 +16,7 @@ broker represents exactly one leader per other AZ and a WAL file costs one
 local commit and at most AZs - 1 remote ones.  A real hash would collide and
 raise that bound for no benefit.
 
-Cluster identity (design brief, deletion safety 0): every source names the
+Cluster identity (design.md, "Deletion safety", step 0): every source names the
 cluster it describes (``cluster_id``, a random UUID made once, when the
 cluster is created).  Brokers record it in their stores and WAL footers and
 present it in every RPC handshake, and walmgr binds its registry to it, so
@@ -38,6 +38,7 @@ from typing import Any, Protocol
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import ProducerIdBlock
 from partlog.kafka.records import TopicIdPartition
+from partlog.runtime import SYSTEM_ENTROPY
 
 # A partition without a leader (all of its ISR is down).
 NO_LEADER = -1
@@ -353,7 +354,7 @@ class StaticMetadata:
         defaults to a new random one (a new cluster); topic ids are derived
         from it and the names, so every process generating the same cluster
         with the same id agrees."""
-        cluster_id = uuid.uuid4() if cluster_id is None else cluster_id
+        cluster_id = SYSTEM_ENTROPY.uuid4() if cluster_id is None else cluster_id
         if azs <= 0 or brokers_per_az <= 0:
             raise MetadataError(f"need azs > 0 and brokers_per_az > 0, got {azs} and {brokers_per_az}")
         n = azs * brokers_per_az

@@ -1,5 +1,5 @@
-"""The embedded controller (issue 4): cluster metadata as KRaft's controller
-keeps it, simplified to one process, sans-IO, persisted in LMDB.
+"""The embedded controller: cluster metadata as KRaft's controller
+keeps it, simplified to one process, persisted in LMDB.
 
 It owns brokers (AZ, address, broker epoch, fenced or not), topics and their
 partitions (replicas, leader, leader epoch, ISR, partition epoch) and the
@@ -8,9 +8,10 @@ value; nothing here reads a clock, starts a thread or touches a socket, so
 the asyncio shell (:mod:`partlog.controller.server`), the tests and the
 simulations drive the same object.
 
-Durability: every state change is validated first, then written in ONE LMDB
-write transaction (``sync=True``: fsynced) together with the bumped
-``version``, and only then applied to memory and returned.  A failed write
+Durability: every state change is validated and staged first (``_Draft``),
+then written in ONE LMDB write transaction (``sync=True``: fsynced) together
+with the bumped ``version`` by :class:`~partlog.controller.state_store.ControllerStateStore`,
+and only then applied to memory and returned.  A failed write
 leaves memory as it was, so nothing that was not durable is ever answered or
 published.
 
@@ -39,7 +40,7 @@ Rules (Kafka's KRaft semantics, simplified):
   back as leader (Kafka also waits for a 10% per-broker imbalance; we do not).
 * **AlterPartition** is validated as Kafka's controller does (see
   :meth:`Controller.alter_partition`).
-* **Producer ids**: :class:`partlog.kafka.producer_ids.ProducerIdManager`, in its
+* **Producer ids**: :class:`partlog.controller.producer_ids.ProducerIdManager`, in its
   own LMDB environment under ``data_dir/producer_ids``; a block is durable
   before it is returned.  Allocating a block is not a metadata change: it
   does not bump ``version``.
@@ -55,140 +56,65 @@ fenced are restored as registered but not yet heard from: they get one full
 session timeout from the controller's start before they are fenced, as KRaft
 gives brokers after a controller failover.
 
-Layout of ``data_dir``::
 
-    metadata/       LMDB: meta (format, version, last broker epoch, cluster id), brokers,
-                    topics, parts (one value per partition)
-    producer_ids/   LMDB of the ProducerIdManager
-
-The module also holds the controller RPC bodies' encoders and decoders
-(``enc_*``/``dec_*``), shared by the server and the client.
+Where the rest is: the types and events in :mod:`partlog.controller.model`,
+the rules shared with the etcd back end (topic names, replica assignment,
+elections) in :mod:`partlog.controller.rules`, the state directory and its
+layout in :mod:`partlog.controller.state_store`, the RPC bodies in
+:mod:`partlog.controller.wire`.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
-import re
-import struct
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
 
-import lmdb
-import msgpack
-
-from partlog.controller.cluster_meta import NO_LEADER, BrokerInfo, PartitionInfo, TopicInfo, check_alter_partition
-from partlog.controller.rules import after_fencing, bump, preferred
-from partlog.kafka.errors import Errors
-from partlog.kafka.producer_ids import (
-    PRODUCER_ID_BLOCK_SIZE,
-    ProducerIdBlock,
-    ProducerIdManager,
-    ProducerIdsExhaustedError,
+from partlog.controller.cluster_meta import NO_LEADER, PartitionInfo, TopicInfo, check_alter_partition
+from partlog.controller.model import (
+    BROKER_SESSION_TIMEOUT_MS_DEFAULT,
+    DELETED_TOPICS_MAX,
+    FENCED_NEW_INCARNATION,
+    FENCED_SESSION_TIMEOUT,
+    LEADER_IMBALANCE_CHECK_INTERVAL_MS_DEFAULT,
+    REASON_ALTER_PARTITION,
+    REASON_BROKER_FENCED,
+    REASON_BROKER_REGISTERED,
+    REASON_OFFLINE,
+    REASON_PREFERRED,
+    BrokerFenced,
+    BrokerRegistered,
+    BrokerRegistration,
+    ControllerEvent,
+    IsrChanged,
+    LeaderChanged,
+    MetadataSnapshot,
+    TopicDeleted,
 )
+from partlog.controller.producer_ids import ProducerIdManager, ProducerIdsExhaustedError
+from partlog.controller.rules import after_fencing, assign_replicas, bump, preferred, valid_topic_name
+from partlog.controller.state_store import ControllerStateError, ControllerStateStore
+from partlog.kafka.errors import Errors
+from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock
 from partlog.kafka.records import TopicIdPartition
-from partlog.rpc.wire import WireError, expect_bytes, expect_int, expect_list, expect_map, expect_str, field
+from partlog.limits import (
+    AZ_CHARS_MAX,
+    BROKER_ID_MAX,
+    BROKERS_MAX,
+    HOST_CHARS_MAX,
+    PARTITIONS_PER_CLUSTER_MAX,
+    PARTITIONS_PER_TOPIC_MAX,
+    PORT_MAX,
+)
+from partlog.runtime import SYSTEM_ENTROPY
 
-__all__ = [
-    "BROKER_SESSION_TIMEOUT_MS_DEFAULT",
-    "LEADER_IMBALANCE_CHECK_INTERVAL_MS_DEFAULT",
-    "TOPICS_PER_REQUEST_MAX",
-    "BrokerFenced",
-    "BrokerRegistered",
-    "BrokerRegistration",
-    "Controller",
-    "ControllerConfig",
-    "ControllerEvent",
-    "ControllerStateError",
-    "IsrChanged",
-    "LeaderChanged",
-    "MetadataSnapshot",
-    "assign_replicas",
-    "dec_alter_partition",
-    "dec_alter_partition_response",
-    "dec_broker_epoch",
-    "dec_create_topics",
-    "dec_create_topics_response",
-    "dec_heartbeat_response",
-    "dec_partition",
-    "dec_pid_response",
-    "dec_poll",
-    "dec_poll_response",
-    "dec_register",
-    "dec_register_response",
-    "dec_topic",
-    "enc_alter_partition",
-    "enc_alter_partition_response",
-    "enc_broker_epoch",
-    "enc_create_topics",
-    "enc_create_topics_response",
-    "enc_heartbeat_response",
-    "enc_partition",
-    "enc_pid_response",
-    "enc_poll",
-    "enc_register",
-    "enc_register_response",
-    "enc_snapshot",
-    "enc_topic",
-    "read_replicas",
-    "valid_topic_name",
-]
+__all__ = ["Controller", "ControllerConfig"]
 
-# Kafka's broker.session.timeout.ms default.
-BROKER_SESSION_TIMEOUT_MS_DEFAULT = 9_000
-# Kafka's leader.imbalance.check.interval.ms default.
-LEADER_IMBALANCE_CHECK_INTERVAL_MS_DEFAULT = 300_000
-# Kafka broker ids are int32s >= 0.
-BROKER_ID_MAX = (1 << 31) - 1
-# Registered brokers stay known after they die (replica lists name them),
-# so distinct broker ids are bounded: a cluster of ten thousand brokers is
-# far beyond what one controller process serving full snapshots is for.
-BROKERS_MAX = 10_000
-# Kafka's limit on topic names (249: the name must fit in a file name with a
-# partition suffix) and its legal characters.
-TOPIC_NAME_CHARS_MAX = 249
-_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
-# Every change ships the full snapshot to every broker (KRaft ships deltas):
-# about 30 bytes a partition, so 100k partitions are ~3 MB a snapshot, well
-# under the 64 MiB RPC frame.  Kafka has no per-topic limit; ours keeps one
-# create_topics from taking the whole budget by accident.
-PARTITIONS_MAX = 100_000
-PARTITIONS_PER_TOPIC_MAX = 10_000
-# AZ names and host names: DNS names are at most 253 characters.
-AZ_CHARS_MAX = 255
-HOST_CHARS_MAX = 255
-PORT_MAX = 65_535
-# Address space, not disk: the metadata of PARTITIONS_MAX partitions and
-# BROKERS_MAX brokers takes a few tens of MB.
-MAP_SIZE_BYTES = 1 << 30
 # Events wait here until the shell takes them (it logs them); a core driven
 # without a shell must not grow without bound.
 EVENTS_MAX = 10_000
-FORMAT_VERSION = 1
-
-# Leader-change and ISR-change reasons (logged by the shell).
-REASON_BROKER_FENCED = "broker_fenced"
-REASON_BROKER_REGISTERED = "broker_registered"
-REASON_PREFERRED = "preferred"
-REASON_ALTER_PARTITION = "alter_partition"
-REASON_OFFLINE = "offline_partition"  # the periodic unclean election of offline partitions
-# Why a broker was fenced.
-FENCED_SESSION_TIMEOUT = "session_timeout"
-FENCED_NEW_INCARNATION = "new_incarnation"
-
-_U32 = struct.Struct(">I")
-_U64 = struct.Struct(">Q")
-_KEY_FORMAT = b"format"
-_KEY_VERSION = b"version"
-_KEY_BROKER_EPOCH = b"broker_epoch"
-_KEY_CLUSTER_ID = b"cluster_id"
-
-
-class ControllerStateError(RuntimeError):
-    """The data directory holds something this controller cannot read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,157 +147,6 @@ class ControllerConfig:
                 f"ControllerConfig.unclean_leader_election_enable must be a bool, "
                 f"got {self.unclean_leader_election_enable!r}"
             )
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerRegistration:
-    """A broker as the controller keeps it (persisted)."""
-
-    broker_id: int
-    az: str
-    host: str
-    port: int
-    broker_epoch: int
-    fenced: bool
-    kafka_port: int = 0
-
-    def info(self) -> BrokerInfo:
-        return BrokerInfo(self.broker_id, self.az, self.host, self.port, self.kafka_port)
-
-
-class MetadataSnapshot(NamedTuple):
-    """What brokers learn: the version, the ALIVE brokers, every topic, and
-    the ids of deleted topics (their partitions hold no references: walmgr
-    may delete objects only they were part of; brokers drop their logs)."""
-
-    version: int
-    brokers: list[BrokerInfo]
-    topics: list[TopicInfo]
-    cluster_id: uuid.UUID | None = None
-    deleted_topics: frozenset[uuid.UUID] = frozenset()
-
-
-# ------------------------------------------------------------------ events
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerRegistered:
-    broker_id: int
-    broker_epoch: int
-    az: str
-    host: str
-    port: int
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerFenced:
-    broker_id: int
-    broker_epoch: int
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class LeaderChanged:
-    """A partition's leader changed; ``leader`` is NO_LEADER when it went offline."""
-
-    topic: str
-    partition: int
-    leader: int
-    leader_epoch: int
-    isr: tuple[int, ...]
-    reason: str
-    unclean: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class IsrChanged:
-    """The ISR changed without a leader change."""
-
-    topic: str
-    partition: int
-    isr: tuple[int, ...]
-    partition_epoch: int
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class TopicDeleted:
-    topic: str
-    topic_id: uuid.UUID
-
-
-ControllerEvent = BrokerRegistered | BrokerFenced | LeaderChanged | IsrChanged | TopicDeleted
-
-
-# ------------------------------------------------------------ pure rules
-
-
-def valid_topic_name(name: str) -> bool:
-    """Kafka's rule: 1-249 of ``[a-zA-Z0-9._-]``, and not "." or ".."."""
-    return 0 < len(name) <= TOPIC_NAME_CHARS_MAX and name not in (".", "..") and _TOPIC_NAME.fullmatch(name) is not None
-
-
-def assign_replicas(brokers: Iterable[BrokerInfo], partitions: int, rf: int, start: int) -> list[tuple[int, ...]]:
-    """Replica lists for ``partitions`` new partitions, leader first.
-
-    The leader of partition p is broker ``(start + p) mod n`` of the brokers
-    sorted by id.  Followers are taken by walking, from the leader, the
-    brokers in AZ-interleaved order (AZs sorted, each AZ's brokers by id:
-    the first of each AZ, then the second of each, ...), first skipping
-    brokers in AZs that already hold a replica, then taking any: so the
-    replicas are in distinct AZs whenever ``rf`` <= the number of AZs, also
-    with unequal AZs (Kafka's rack-aware assignment does the same)."""
-    by_id = sorted(brokers, key=lambda b: b.broker_id)
-    n = len(by_id)
-    if not 1 <= rf <= n:
-        raise ValueError(f"replication factor {rf} with {n} brokers")
-    by_az: dict[str, list[BrokerInfo]] = {}
-    for b in by_id:
-        by_az.setdefault(b.az, []).append(b)
-    interleaved: list[BrokerInfo] = []
-    for i in range(max(len(v) for v in by_az.values())):
-        interleaved.extend(by_az[az][i] for az in sorted(by_az) if i < len(by_az[az]))
-    position = {b.broker_id: i for i, b in enumerate(interleaved)}
-    out = []
-    for p in range(partitions):
-        leader = by_id[(start + p) % n]
-        reps = [leader.broker_id]
-        azs = {leader.az}
-        walk = [interleaved[(position[leader.broker_id] + k) % n] for k in range(1, n)]
-        for b in walk:
-            if len(reps) < rf and b.az not in azs:
-                reps.append(b.broker_id)
-                azs.add(b.az)
-        for b in walk:
-            if len(reps) < rf and b.broker_id not in reps:
-                reps.append(b.broker_id)
-        out.append(tuple(reps))
-    return out
-
-
-def read_replicas(data_dir: str | os.PathLike[str]) -> dict[TopicIdPartition, tuple[int, ...]]:
-    """Every partition's replica list from a controller's state, read-only
-    (beside a running controller: LMDB readers do not block its writer).
-    Raises ControllerStateError when ``data_dir`` holds no controller state."""
-    meta_dir = os.path.join(os.fspath(data_dir), "metadata")
-    if not os.path.isfile(os.path.join(meta_dir, "data.mdb")):
-        raise ControllerStateError(f"{data_dir}: no controller state here")
-    try:
-        env = lmdb.open(meta_dir, readonly=True, max_dbs=4, map_size=MAP_SIZE_BYTES)
-    except lmdb.Error as e:
-        raise ControllerStateError(f"{data_dir}: cannot open the controller state: {e}") from e
-    try:
-        db = env.open_db(b"parts", create=False)
-        out: dict[TopicIdPartition, tuple[int, ...]] = {}
-        with env.begin() as txn:
-            for k, v in txn.cursor(db=db):
-                tp = TopicIdPartition(uuid.UUID(bytes=bytes(k[:16])), _U32.unpack(k[16:])[0])
-                out[tp] = dec_partition(msgpack.unpackb(v)).replicas
-        return out
-    except (lmdb.Error, ValueError, TypeError, struct.error, WireError) as e:
-        raise ControllerStateError(f"{data_dir}: unreadable controller state: {e!r}") from e
-    finally:
-        env.close()
 
 
 # ---------------------------------------------------------------- the core
@@ -467,8 +242,9 @@ class _Draft:
 
 
 class Controller:
-    """The controller's state machine over LMDB.  See the module doc for the
-    rules.  Not thread-safe: one caller at a time (the shell holds a lock).
+    """The controller's state machine, each change made durable by its
+    :class:`ControllerStateStore` before it is applied.  See the module doc
+    for the rules.  Not thread-safe: one caller at a time (the shell holds a lock).
 
     Remote input reaches these methods already decoded; values a remote can
     get wrong are answered with an :class:`Errors` code, argument types and
@@ -481,30 +257,16 @@ class Controller:
         self, config: ControllerConfig, *, now_ms: int, new_uuid: Callable[[], uuid.UUID] | None = None
     ) -> None:
         self.config = config
-        # Looked up at each call (not bound at import): a deterministic
-        # simulation replaces uuid.uuid4 with a seeded one.
-        self._new_uuid = new_uuid if new_uuid is not None else lambda: uuid.uuid4()
-        root = os.fspath(config.data_dir)
-        meta_dir = os.path.join(root, "metadata")
-        os.makedirs(meta_dir, exist_ok=True)
-        self._lock_fd = _lock_dir(root)
+        # Handed in (the server passes its Entropy's uuid4): the simulation's
+        # is seeded.
+        self._new_uuid = new_uuid if new_uuid is not None else SYSTEM_ENTROPY.uuid4
+        self._store = ControllerStateStore(config.data_dir)
         try:
-            # sync/metasync: a change is on disk before it is published or answered.
-            self._env = lmdb.open(meta_dir, map_size=MAP_SIZE_BYTES, max_dbs=5, sync=True, metasync=True)
+            self._pids = ProducerIdManager(
+                os.path.join(os.fspath(config.data_dir), "producer_ids"), block_size=config.producer_id_block_size
+            )
         except BaseException:
-            os.close(self._lock_fd)
-            raise
-        try:
-            self._db_meta = self._env.open_db(b"meta")
-            self._db_brokers = self._env.open_db(b"brokers")
-            self._db_topics = self._env.open_db(b"topics")
-            self._db_parts = self._env.open_db(b"parts")
-            # Deleted topics: id -> name (kept: walmgr needs to know them).
-            self._db_deleted = self._env.open_db(b"deleted_topics")
-            self._pids = ProducerIdManager(os.path.join(root, "producer_ids"), block_size=config.producer_id_block_size)
-        except BaseException:
-            self._env.close()
-            os.close(self._lock_fd)
+            self._store.close()
             raise
         self.version = 0
         self.cluster_id = uuid.UUID(int=0)  # set by _load
@@ -533,91 +295,54 @@ class Controller:
     # -------------------------------------------------------- persistence
 
     def _load(self, now_ms: int) -> None:
-        with self._env.begin() as txn:
-            fmt = txn.get(_KEY_FORMAT, db=self._db_meta)
-            if fmt is None:
-                if txn.stat(self._db_brokers)["entries"] or txn.stat(self._db_parts)["entries"]:
-                    raise ControllerStateError(f"{self.config.data_dir}: controller state without a format marker")
-            elif _U32.unpack(fmt)[0] != FORMAT_VERSION:
-                raise ControllerStateError(
-                    f"{self.config.data_dir}: controller format {_U32.unpack(fmt)[0]}, this code reads {FORMAT_VERSION}"
-                )
-            raw = txn.get(_KEY_VERSION, db=self._db_meta)
-            self.version = _U64.unpack(raw)[0] if raw else 0
-            raw = txn.get(_KEY_BROKER_EPOCH, db=self._db_meta)
-            self._broker_epoch_last = _U64.unpack(raw)[0] if raw else 0
-            stored_cluster = txn.get(_KEY_CLUSTER_ID, db=self._db_meta)
-            try:
-                for k, v in txn.cursor(db=self._db_brokers):
-                    b = _dec_broker(_U32.unpack(k)[0], msgpack.unpackb(v))
-                    self._brokers[b.broker_id] = b
-                    if not b.fenced:
-                        # Not heard from yet: a full session from our start.
-                        self._last_heartbeat_ms[b.broker_id] = now_ms
-                for k, v in txn.cursor(db=self._db_topics):
-                    tid = uuid.UUID(bytes=bytes(k))
-                    name, n = expect_list(msgpack.unpackb(v), "topic", 2)
-                    name, n = expect_str(name, "topic.name"), expect_int(n, "topic.partitions")
-                    self._topic_names[tid] = name
-                    self._topic_ids[name] = tid
-                    self._num_partitions[tid] = n
-                for k, v in txn.cursor(db=self._db_deleted):
-                    self._deleted[uuid.UUID(bytes=bytes(k))] = expect_str(msgpack.unpackb(v), "deleted topic name")
-                for k, v in txn.cursor(db=self._db_parts):
-                    tp = TopicIdPartition(uuid.UUID(bytes=bytes(k[:16])), _U32.unpack(k[16:])[0])
-                    self._parts[tp] = p = dec_partition(msgpack.unpackb(v))
-                    if p.leader == NO_LEADER:
-                        self._offline.add(tp)
-            except (ValueError, TypeError, struct.error, WireError) as e:
-                raise ControllerStateError(f"{self.config.data_dir}: unreadable controller state: {e!r}") from e
+        stored = self._store.load()
+        self.version = stored.version
+        self._broker_epoch_last = stored.broker_epoch_last
+        for b in stored.brokers.values():
+            self._brokers[b.broker_id] = b
+            if not b.fenced:
+                # Not heard from yet: a full session from our start.
+                self._last_heartbeat_ms[b.broker_id] = now_ms
+        for tid, (name, n) in stored.topics.items():
+            self._topic_names[tid] = name
+            self._topic_ids[name] = tid
+            self._num_partitions[tid] = n
+        self._deleted.update(stored.deleted)
+        for tp, p in stored.parts.items():
+            self._parts[tp] = p
+            if p.leader == NO_LEADER:
+                self._offline.add(tp)
         wanted = self.config.cluster_id
-        if stored_cluster is not None:
-            if len(stored_cluster) != 16:
-                raise ControllerStateError(f"{self.config.data_dir}: unreadable cluster id {bytes(stored_cluster)!r}")
-            self.cluster_id = uuid.UUID(bytes=bytes(stored_cluster))
+        if stored.cluster_id is not None:
+            self.cluster_id = stored.cluster_id
             if wanted is not None and wanted != self.cluster_id:
                 raise ControllerStateError(
                     f"{self.config.data_dir}: holds cluster {self.cluster_id}, not the configured cluster {wanted}"
                 )
-        elif fmt is not None and (self._brokers or self._parts):
+        elif stored.formatted and (self._brokers or self._parts):
             # State from before cluster ids: its topics and brokers belong to
             # a cluster nobody named, and walmgr could not tell it apart.
             raise ControllerStateError(f"{self.config.data_dir}: controller state without a cluster id")
         else:
             self.cluster_id = wanted if wanted is not None else self._new_uuid()
-        if fmt is None or stored_cluster is None:
-            with self._env.begin(write=True) as txn:
-                txn.put(_KEY_FORMAT, _U32.pack(FORMAT_VERSION), db=self._db_meta)
-                txn.put(_KEY_VERSION, _U64.pack(self.version), db=self._db_meta)
-                txn.put(_KEY_CLUSTER_ID, self.cluster_id.bytes, db=self._db_meta)
+        if not stored.formatted or stored.cluster_id is None:
+            self._store.write_identity(self.version, self.cluster_id)
         self.check()
 
     def _commit(self, d: _Draft) -> None:
         """Write ``d`` in one durable transaction with version + 1, then apply
-        it.  Everything is encoded before the transaction begins, so the
-        transaction itself only puts (nothing in it can fail but the disk)."""
+        it (nothing is applied when the write fails)."""
         if d.empty():
             return
         version = self.version + 1
-        puts: list[tuple[Any, bytes, bytes]] = [(self._db_meta, _KEY_VERSION, _U64.pack(version))]
-        if d.broker_epoch_last is not None:
-            puts.append((self._db_meta, _KEY_BROKER_EPOCH, _U64.pack(d.broker_epoch_last)))
-        for b in d.brokers.values():
-            puts.append((self._db_brokers, _U32.pack(b.broker_id), msgpack.packb(_enc_broker(b))))
-        for tid, (name, n) in d.new_topics.items():
-            puts.append((self._db_topics, tid.bytes, msgpack.packb([name, n])))
-        for tp, p in d.parts.items():
-            puts.append((self._db_parts, tp.topic_id.bytes + _U32.pack(tp.partition), msgpack.packb(enc_partition(p))))
-        deletes: list[tuple[Any, bytes]] = []
-        for tid, name in d.deleted_topics.items():
-            puts.append((self._db_deleted, tid.bytes, msgpack.packb(name)))
-            deletes.append((self._db_topics, tid.bytes))
-            deletes.extend((self._db_parts, tid.bytes + _U32.pack(p)) for p in range(self._num_partitions[tid]))
-        with self._env.begin(write=True) as txn:
-            for db, k, v in puts:
-                txn.put(k, v, db=db)
-            for db, k in deletes:
-                txn.delete(k, db=db)
+        self._store.commit(
+            version,
+            broker_epoch_last=d.broker_epoch_last,
+            brokers=d.brokers.values(),
+            new_topics=d.new_topics,
+            parts=d.parts,
+            deleted_topics={tid: (name, self._num_partitions[tid]) for tid, name in d.deleted_topics.items()},
+        )
         # Durable: now publish.
         self.version = version
         if d.broker_epoch_last is not None:
@@ -649,8 +374,7 @@ class Controller:
 
     def close(self) -> None:
         self._pids.close()
-        self._env.close()
-        os.close(self._lock_fd)  # releases the flock
+        self._store.close()  # releases the directory
 
     def __enter__(self) -> Controller:
         return self
@@ -745,7 +469,7 @@ class Controller:
         concurrent create (every process of a cluster creating its topics
         at start) succeeds; another shape is TOPIC_ALREADY_EXISTS.  Errors:
         INVALID_REQUEST (a name Kafka would refuse), INVALID_PARTITIONS
-        (< 1, or over PARTITIONS_PER_TOPIC_MAX / PARTITIONS_MAX in all),
+        (< 1, or over PARTITIONS_PER_TOPIC_MAX / PARTITIONS_PER_CLUSTER_MAX in all),
         INVALID_REPLICATION_FACTOR (< 1 or more than the alive brokers)."""
         if not valid_topic_name(name):
             return Errors.INVALID_REQUEST
@@ -755,7 +479,10 @@ class Controller:
             if info.num_partitions == partitions and len(info.partitions[0].replicas) == replication_factor:
                 return info
             return Errors.TOPIC_ALREADY_EXISTS
-        if not 1 <= partitions <= PARTITIONS_PER_TOPIC_MAX or len(self._parts) + partitions > PARTITIONS_MAX:
+        if (
+            not 1 <= partitions <= PARTITIONS_PER_TOPIC_MAX
+            or len(self._parts) + partitions > PARTITIONS_PER_CLUSTER_MAX
+        ):
             return Errors.INVALID_PARTITIONS
         alive = [b.info() for b in self._brokers.values() if not b.fenced]
         if not 1 <= replication_factor <= len(alive):
@@ -910,21 +637,6 @@ class Controller:
         assert all(b.broker_epoch <= self._broker_epoch_last for b in self._brokers.values())
 
 
-def _lock_dir(root: str) -> int:
-    """Hold ``root/LOCK`` exclusively for this controller's life: two
-    controllers on one data directory would each believe their own memory
-    (split brain), and LMDB must not be opened twice in one process.  flock
-    locks belong to the open file, so a second open in this process is
-    refused too."""
-    fd = os.open(os.path.join(root, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        os.close(fd)
-        raise ControllerStateError(f"{root}: another controller holds this data directory ({e})") from e
-    return fd
-
-
 def _check_broker_args(broker_id: int, az: str, host: str, port: int) -> None:
     if not 0 <= broker_id <= BROKER_ID_MAX:
         raise ValueError(f"broker_id must be in [0, {BROKER_ID_MAX}], got {broker_id}")
@@ -934,374 +646,3 @@ def _check_broker_args(broker_id: int, az: str, host: str, port: int) -> None:
         raise ValueError(f"host must be at most {HOST_CHARS_MAX} characters")
     if not 0 <= port <= PORT_MAX:
         raise ValueError(f"port must be in [0, {PORT_MAX}], got {port}")
-
-
-# ------------------------------------------------------------------ bodies
-#
-# The controller RPC's bodies, both directions (partlog.controller.server
-# lists the methods).  Requests: enc_* for the client, dec_* for the server;
-# responses: enc_*_response for the server, dec_*_response for the client.
-# Decoders check shapes and raise WireError naming the field; Kafka errors
-# travel as "error" (an unknown code decodes as UNKNOWN_SERVER_ERROR).
-
-# Deleted topic ids are kept for good and sent in every snapshot (16 bytes
-# each); past this many, DeleteTopics is refused (POLICY_VIOLATION) rather
-# than letting snapshots grow without bound.
-DELETED_TOPICS_MAX = 100_000
-# One create_topics request creates at most this many topics.
-TOPICS_PER_REQUEST_MAX = 1_000
-
-
-def _enc_broker(b: BrokerRegistration) -> list[Any]:
-    return [b.az, b.host, b.port, b.broker_epoch, b.fenced, b.kafka_port]
-
-
-def _dec_broker(broker_id: int, v: Any) -> BrokerRegistration:
-    # Six fields since the Kafka listener; a state directory written before
-    # it has five (no Kafka port).
-    fields = expect_list(v, "broker")
-    if len(fields) not in (5, 6):
-        raise WireError(f"broker: expected 5 or 6 fields, got {len(fields)}")
-    az, host, port, epoch, fenced = fields[:5]
-    kafka_port = expect_int(fields[5], "broker.kafka_port") if len(fields) == 6 else 0
-    return BrokerRegistration(
-        broker_id, expect_str(az, "broker.az"), expect_str(host, "broker.host"), expect_int(port, "broker.port"),
-        expect_int(epoch, "broker.broker_epoch"), bool(fenced), kafka_port,
-    )  # fmt: skip
-
-
-def enc_partition(p: PartitionInfo) -> list[Any]:
-    return [p.leader, p.leader_epoch, list(p.replicas), list(p.isr), p.partition_epoch]
-
-
-def dec_partition(v: Any, what: str = "partition") -> PartitionInfo:
-    leader, leader_epoch, replicas, isr, partition_epoch = expect_list(v, what, 5)
-    return PartitionInfo(
-        expect_int(leader, f"{what}.leader"),
-        expect_int(leader_epoch, f"{what}.leader_epoch"),
-        tuple(expect_int(r, f"{what}.replicas[]") for r in expect_list(replicas, f"{what}.replicas")),
-        tuple(expect_int(r, f"{what}.isr[]") for r in expect_list(isr, f"{what}.isr")),
-        expect_int(partition_epoch, f"{what}.partition_epoch"),
-    )
-
-
-def enc_topic(t: TopicInfo) -> list[Any]:
-    return [t.name, t.topic_id.bytes, [enc_partition(p) for p in t.partitions]]
-
-
-def dec_topic(v: Any, what: str = "topic") -> TopicInfo:
-    name, tid, parts = expect_list(v, what, 3)
-    raw = expect_bytes(tid, f"{what}.topic_id")
-    if len(raw) != 16:
-        raise WireError(f"{what}.topic_id: expected 16 bytes, got {len(raw)}")
-    return TopicInfo(
-        uuid.UUID(bytes=raw),
-        expect_str(name, f"{what}.name"),
-        tuple(
-            dec_partition(p, f"{what}.partitions[{i}]") for i, p in enumerate(expect_list(parts, f"{what}.partitions"))
-        ),
-    )
-
-
-def _dec_error(m: dict[str, Any], what: str) -> Errors:
-    code = expect_int(field(m, "error", what), f"{what}.error")
-    try:
-        return Errors(code)
-    except ValueError:
-        return Errors.UNKNOWN_SERVER_ERROR
-
-
-# register_broker
-
-
-def enc_register(b: BrokerInfo) -> dict[str, Any]:
-    return {"broker_id": b.broker_id, "az": b.az, "host": b.host, "port": b.port, "kafka_port": b.kafka_port}
-
-
-def dec_register(body: Any) -> BrokerInfo:
-    w = "register_broker"
-    m = expect_map(body, w)
-    bid = expect_int(field(m, "broker_id", w), f"{w}.broker_id")
-    az = expect_str(field(m, "az", w), f"{w}.az")
-    host = expect_str(field(m, "host", w), f"{w}.host")
-    port = expect_int(field(m, "port", w), f"{w}.port")
-    if not 0 <= bid <= BROKER_ID_MAX:
-        raise WireError(f"{w}.broker_id: must be in [0, {BROKER_ID_MAX}], got {bid}")
-    if not 0 < len(az) <= AZ_CHARS_MAX:
-        raise WireError(f"{w}.az: must be 1-{AZ_CHARS_MAX} characters, got {len(az)}")
-    if len(host) > HOST_CHARS_MAX:
-        raise WireError(f"{w}.host: must be at most {HOST_CHARS_MAX} characters, got {len(host)}")
-    if not 0 <= port <= PORT_MAX:
-        raise WireError(f"{w}.port: must be in [0, {PORT_MAX}], got {port}")
-    kafka_port = expect_int(m.get("kafka_port", 0), f"{w}.kafka_port")
-    if not 0 <= kafka_port <= PORT_MAX:
-        raise WireError(f"{w}.kafka_port: must be in [0, {PORT_MAX}], got {kafka_port}")
-    return BrokerInfo(bid, az, host, port, kafka_port)
-
-
-def enc_register_response(answer: int | Errors) -> dict[str, Any]:
-    if isinstance(answer, Errors):
-        return {"error": int(answer), "broker_epoch": -1}
-    return {"error": 0, "broker_epoch": answer}
-
-
-def dec_register_response(body: Any) -> int | Errors:
-    w = "register_broker response"
-    m = expect_map(body, w)
-    err = _dec_error(m, w)
-    if err != Errors.NONE:
-        return err
-    epoch = expect_int(field(m, "broker_epoch", w), f"{w}.broker_epoch")
-    if epoch < 0:
-        raise WireError(f"{w}.broker_epoch: negative ({epoch})")
-    return epoch
-
-
-# heartbeat and allocate_producer_ids: who is asking
-
-
-def enc_broker_epoch(broker_id: int, broker_epoch: int) -> dict[str, Any]:
-    return {"broker_id": broker_id, "broker_epoch": broker_epoch}
-
-
-def dec_broker_epoch(body: Any, w: str) -> tuple[int, int]:
-    m = expect_map(body, w)
-    return expect_int(field(m, "broker_id", w), f"{w}.broker_id"), expect_int(
-        field(m, "broker_epoch", w), f"{w}.broker_epoch"
-    )
-
-
-def enc_heartbeat_response(err: Errors, version: int) -> dict[str, Any]:
-    return {"error": int(err), "version": version}
-
-
-def dec_heartbeat_response(body: Any) -> Errors:
-    return _dec_error(expect_map(body, "heartbeat response"), "heartbeat response")
-
-
-def enc_pid_response(answer: ProducerIdBlock | Errors, broker_id: int) -> dict[str, Any]:
-    if isinstance(answer, Errors):
-        return {"error": int(answer), "broker_id": broker_id, "first_producer_id": -1, "size": 0}
-    return {
-        "error": 0,
-        "broker_id": answer.assigned_broker_id,
-        "first_producer_id": answer.first_producer_id,
-        "size": answer.size,
-    }
-
-
-def dec_pid_response(body: Any) -> ProducerIdBlock | Errors:
-    w = "allocate_producer_ids response"
-    m = expect_map(body, w)
-    err = _dec_error(m, w)
-    if err != Errors.NONE:
-        return err
-    block = ProducerIdBlock(
-        expect_int(field(m, "broker_id", w), f"{w}.broker_id"),
-        expect_int(field(m, "first_producer_id", w), f"{w}.first_producer_id"),
-        expect_int(field(m, "size", w), f"{w}.size"),
-    )
-    if block.first_producer_id < 0 or block.size <= 0:
-        raise WireError(f"{w}: bad block {block}")
-    return block
-
-
-# metadata_poll
-
-
-def enc_poll(version: int, max_wait_ms: int) -> dict[str, Any]:
-    return {"version": version, "max_wait_ms": max_wait_ms}
-
-
-def dec_poll(body: Any) -> tuple[int, int]:
-    w = "metadata_poll"
-    m = expect_map(body, w)
-    version = expect_int(field(m, "version", w), f"{w}.version")
-    wait = expect_int(field(m, "max_wait_ms", w), f"{w}.max_wait_ms")
-    if wait < 0:
-        raise WireError(f"{w}.max_wait_ms: must be >= 0, got {wait}")
-    return version, wait
-
-
-def enc_snapshot(s: MetadataSnapshot) -> dict[str, Any]:
-    """A metadata_poll answer with news; without news it is ``{"version": v}``."""
-    return {
-        "version": s.version,
-        "brokers": [[b.broker_id, b.az, b.host, b.port, b.kafka_port] for b in s.brokers],
-        "topics": [enc_topic(t) for t in s.topics],
-        "deleted_topics": [tid.bytes for tid in sorted(s.deleted_topics)],
-    }
-
-
-def dec_poll_response(body: Any) -> MetadataSnapshot | None:
-    """The new snapshot, or None when the answer is "unchanged"."""
-    w = "metadata_poll response"
-    m = expect_map(body, w)
-    version = expect_int(field(m, "version", w), f"{w}.version")
-    if "topics" not in m and "brokers" not in m:
-        return None
-    brokers = []
-    for i, b in enumerate(expect_list(field(m, "brokers", w), f"{w}.brokers")):
-        what = f"{w}.brokers[{i}]"
-        # Five fields since the Kafka listener (its port last); four before.
-        fields = expect_list(b, what)
-        if len(fields) not in (4, 5):
-            raise WireError(f"{what}: expected 4 or 5 items, got {len(fields)}")
-        bid, az, host, port = fields[:4]
-        brokers.append(
-            BrokerInfo(
-                expect_int(bid, f"{what}.id"),
-                expect_str(az, f"{what}.az"),
-                expect_str(host, f"{what}.host"),
-                expect_int(port, f"{what}.port"),
-                expect_int(fields[4], f"{what}.kafka_port") if len(fields) == 5 else 0,
-            )
-        )
-    topics = [dec_topic(t, f"{w}.topics[{i}]") for i, t in enumerate(expect_list(field(m, "topics", w), f"{w}.topics"))]
-    deleted = set()
-    for i, raw in enumerate(expect_list(m.get("deleted_topics", []), f"{w}.deleted_topics")):
-        tid = expect_bytes(raw, f"{w}.deleted_topics[{i}]")
-        if len(tid) != 16:
-            raise WireError(f"{w}.deleted_topics[{i}]: a topic id is 16 bytes, got {len(tid)}")
-        deleted.add(uuid.UUID(bytes=tid))
-    if deleted & {t.topic_id for t in topics}:
-        raise WireError(f"{w}: a topic both live and deleted")
-    return MetadataSnapshot(version, brokers, topics, deleted_topics=frozenset(deleted))
-
-
-# alter_partition
-
-
-def enc_alter_partition(
-    broker_id: int, broker_epoch: int, tp: TopicIdPartition, leader_epoch: int, partition_epoch: int, isr: Iterable[int]
-) -> dict[str, Any]:
-    return {
-        "broker_id": broker_id,
-        "broker_epoch": broker_epoch,
-        "topic_id": tp.topic_id.bytes,
-        "partition": tp.partition,
-        "leader_epoch": leader_epoch,
-        "partition_epoch": partition_epoch,
-        "isr": list(isr),
-    }
-
-
-def dec_alter_partition(body: Any) -> tuple[int, int, TopicIdPartition, int, int, list[int]]:
-    w = "alter_partition"
-    m = expect_map(body, w)
-    bid, epoch = dec_broker_epoch(m, w)
-    raw = expect_bytes(field(m, "topic_id", w), f"{w}.topic_id")
-    if len(raw) != 16:
-        raise WireError(f"{w}.topic_id: expected 16 bytes, got {len(raw)}")
-    part = expect_int(field(m, "partition", w), f"{w}.partition")
-    if part < 0:
-        raise WireError(f"{w}.partition: negative ({part})")
-    isr = expect_list(field(m, "isr", w), f"{w}.isr")
-    if len(isr) > BROKERS_MAX:
-        raise WireError(f"{w}.isr: at most {BROKERS_MAX} broker ids, got {len(isr)}")
-    return (
-        bid,
-        epoch,
-        TopicIdPartition(uuid.UUID(bytes=raw), part),
-        expect_int(field(m, "leader_epoch", w), f"{w}.leader_epoch"),
-        expect_int(field(m, "partition_epoch", w), f"{w}.partition_epoch"),
-        [expect_int(r, f"{w}.isr[{i}]") for i, r in enumerate(isr)],
-    )
-
-
-def enc_alter_partition_response(answer: PartitionInfo | Errors) -> dict[str, Any]:
-    if isinstance(answer, Errors):
-        return {"error": int(answer), "partition": None}
-    return {"error": 0, "partition": enc_partition(answer)}
-
-
-def dec_alter_partition_response(body: Any) -> PartitionInfo | Errors:
-    w = "alter_partition response"
-    m = expect_map(body, w)
-    err = _dec_error(m, w)
-    if err != Errors.NONE:
-        return err
-    return dec_partition(field(m, "partition", w), f"{w}.partition")
-
-
-# create_topics
-
-
-def enc_delete_topics(names: Iterable[str]) -> dict[str, Any]:
-    return {"topics": list(names)}
-
-
-def dec_delete_topics(body: Any) -> list[str]:
-    w = "delete_topics"
-    m = expect_map(body, w)
-    names = [expect_str(n, f"{w}.topics[{i}]") for i, n in enumerate(expect_list(field(m, "topics", w), f"{w}.topics"))]
-    if len(names) > TOPICS_PER_REQUEST_MAX:
-        raise WireError(f"{w}.topics: at most {TOPICS_PER_REQUEST_MAX}, got {len(names)}")
-    return names
-
-
-def enc_delete_topics_response(out: Mapping[str, uuid.UUID | Errors]) -> dict[str, Any]:
-    return {
-        "topics": [[name, int(a), None] if isinstance(a, Errors) else [name, 0, a.bytes] for name, a in out.items()]
-    }
-
-
-def dec_delete_topics_response(body: Any) -> dict[str, uuid.UUID | Errors]:
-    w = "delete_topics response"
-    m = expect_map(body, w)
-    out: dict[str, uuid.UUID | Errors] = {}
-    for i, item in enumerate(expect_list(field(m, "topics", w), f"{w}.topics")):
-        name, code, tid = expect_list(item, f"{w}.topics[{i}]", 3)
-        name = expect_str(name, f"{w}.topics[{i}].name")
-        code = expect_int(code, f"{w}.topics[{i}].error")
-        if code == 0:
-            raw = expect_bytes(tid, f"{w}.topics[{i}].topic_id")
-            if len(raw) != 16:
-                raise WireError(f"{w}.topics[{i}].topic_id: 16 bytes, got {len(raw)}")
-            out[name] = uuid.UUID(bytes=raw)
-        else:
-            try:
-                out[name] = Errors(code)
-            except ValueError:
-                out[name] = Errors.UNKNOWN_SERVER_ERROR
-    return out
-
-
-def enc_create_topics(topics: Mapping[str, tuple[int, int]]) -> dict[str, Any]:
-    return {"topics": [[name, partitions, rf] for name, (partitions, rf) in topics.items()]}
-
-
-def dec_create_topics(body: Any) -> list[tuple[str, int, int]]:
-    w = "create_topics"
-    items = expect_list(field(expect_map(body, w), "topics", w), f"{w}.topics")
-    if len(items) > TOPICS_PER_REQUEST_MAX:
-        raise WireError(f"{w}.topics: at most {TOPICS_PER_REQUEST_MAX} topics, got {len(items)}")
-    out = []
-    for i, it in enumerate(items):
-        name, partitions, rf = expect_list(it, f"{w}.topics[{i}]", 3)
-        out.append(
-            (
-                expect_str(name, f"{w}.topics[{i}].name"),
-                expect_int(partitions, f"{w}.topics[{i}].partitions"),
-                expect_int(rf, f"{w}.topics[{i}].replication_factor"),
-            )
-        )
-    return out
-
-
-def enc_create_topics_response(version: int, answers: Iterable[tuple[str, TopicInfo | Errors]]) -> dict[str, Any]:
-    return {
-        "version": version,
-        "topics": [[name, int(a), None] if isinstance(a, Errors) else [name, 0, enc_topic(a)] for name, a in answers],
-    }
-
-
-def dec_create_topics_response(body: Any) -> dict[str, TopicInfo | Errors]:
-    w = "create_topics response"
-    out: dict[str, TopicInfo | Errors] = {}
-    for i, item in enumerate(expect_list(field(expect_map(body, w), "topics", w), f"{w}.topics")):
-        what = f"{w}.topics[{i}]"
-        name, code, topic = expect_list(item, what, 3)
-        err = _dec_error({"error": code}, what)
-        out[expect_str(name, f"{what}.name")] = err if err != Errors.NONE else dec_topic(topic, f"{what}.topic")
-    return out

@@ -26,8 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from partlog.controller.cluster_meta import NO_LEADER, PartitionInfo
-from partlog.controller.core import REASON_BROKER_FENCED, REASON_BROKER_REGISTERED, REASON_PREFERRED
 from partlog.controller.etcd_layout import EtcdView
+from partlog.controller.model import REASON_BROKER_FENCED, REASON_BROKER_REGISTERED, REASON_PREFERRED
 from partlog.controller.rules import after_fencing, bump, needs_reconcile, preferred
 from partlog.kafka.records import TopicIdPartition
 

@@ -48,18 +48,11 @@ from partlog.controller.cluster_meta import (
     PartitionInfo,
     TopicInfo,
 )
-from partlog.controller.core import (
-    AZ_CHARS_MAX,
-    BROKER_ID_MAX,
-    HOST_CHARS_MAX,
-    PARTITIONS_PER_TOPIC_MAX,
-    PORT_MAX,
-    MetadataSnapshot,
-    dec_partition,
-    enc_partition,
-    valid_topic_name,
-)
+from partlog.controller.model import MetadataSnapshot
+from partlog.controller.rules import valid_topic_name
+from partlog.controller.wire import dec_partition, enc_partition
 from partlog.kafka.records import TopicIdPartition
+from partlog.limits import AZ_CHARS_MAX, BROKER_ID_MAX, HOST_CHARS_MAX, PARTITIONS_PER_TOPIC_MAX, PORT_MAX
 from partlog.rpc.wire import WireError
 
 __all__ = [

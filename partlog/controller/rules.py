@@ -1,20 +1,79 @@
-"""The controller's partition rules as pure functions, shared by both
-metadata back ends: the embedded controller (:mod:`partlog.controller.core`)
-and the etcd one (:mod:`partlog.controller.etcd_controller`).  Neither may
-carry its own copy: a leader elected one way by one back end and another
-way by the other would make their behaviour, and their tests, diverge.
+"""The controller's rules as pure functions (topic names, replica
+assignment, partition state), shared by both metadata back ends: the
+embedded controller (:mod:`partlog.controller.core`) and the etcd one
+(:mod:`partlog.controller.etcd_controller`, :mod:`partlog.controller.etcd_meta`).
+Neither may carry its own copy: a leader elected one way by one back end
+and another way by the other would make their behaviour, and their tests,
+diverge.
 
 Kafka's KRaft semantics, simplified (see :mod:`partlog.controller.core`'s
 module doc for the rules in words)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from partlog.controller.cluster_meta import NO_LEADER, PartitionInfo
+from partlog.controller.cluster_meta import NO_LEADER, BrokerInfo, PartitionInfo
 
-__all__ = ["after_fencing", "bump", "needs_reconcile", "preferred"]
+__all__ = [
+    "TOPIC_NAME_CHARS_MAX",
+    "after_fencing",
+    "assign_replicas",
+    "bump",
+    "needs_reconcile",
+    "preferred",
+    "valid_topic_name",
+]
+
+# Kafka's limit on topic names (249: the name must fit in a file name with a
+# partition suffix) and its legal characters.
+TOPIC_NAME_CHARS_MAX = 249
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+def valid_topic_name(name: str) -> bool:
+    """Kafka's rule: 1-249 of ``[a-zA-Z0-9._-]``, and not "." or ".."."""
+    return 0 < len(name) <= TOPIC_NAME_CHARS_MAX and name not in (".", "..") and _TOPIC_NAME.fullmatch(name) is not None
+
+
+def assign_replicas(brokers: Iterable[BrokerInfo], partitions: int, rf: int, start: int) -> list[tuple[int, ...]]:
+    """Replica lists for ``partitions`` new partitions, leader first.
+
+    The leader of partition p is broker ``(start + p) mod n`` of the brokers
+    sorted by id.  Followers are taken by walking, from the leader, the
+    brokers in AZ-interleaved order (AZs sorted, each AZ's brokers by id:
+    the first of each AZ, then the second of each, ...), first skipping
+    brokers in AZs that already hold a replica, then taking any: so the
+    replicas are in distinct AZs whenever ``rf`` <= the number of AZs, also
+    with unequal AZs (Kafka's rack-aware assignment does the same)."""
+    by_id = sorted(brokers, key=lambda b: b.broker_id)
+    n = len(by_id)
+    if not 1 <= rf <= n:
+        raise ValueError(f"replication factor {rf} with {n} brokers")
+    by_az: dict[str, list[BrokerInfo]] = {}
+    for b in by_id:
+        by_az.setdefault(b.az, []).append(b)
+    interleaved: list[BrokerInfo] = []
+    for i in range(max(len(v) for v in by_az.values())):
+        interleaved.extend(by_az[az][i] for az in sorted(by_az) if i < len(by_az[az]))
+    position = {b.broker_id: i for i, b in enumerate(interleaved)}
+    out = []
+    for p in range(partitions):
+        leader = by_id[(start + p) % n]
+        reps = [leader.broker_id]
+        azs = {leader.az}
+        walk = [interleaved[(position[leader.broker_id] + k) % n] for k in range(1, n)]
+        for b in walk:
+            if len(reps) < rf and b.az not in azs:
+                reps.append(b.broker_id)
+                azs.add(b.az)
+        for b in walk:
+            if len(reps) < rf and b.broker_id not in reps:
+                reps.append(b.broker_id)
+        out.append(tuple(reps))
+    return out
 
 
 def after_fencing(p: PartitionInfo, alive: Callable[[int], bool], unclean: bool) -> tuple[PartitionInfo, bool]:

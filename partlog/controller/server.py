@@ -36,19 +36,13 @@ import asyncio
 import contextlib
 import logging
 import ssl as ssl_module
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from partlog.controller.cluster_meta import NO_LEADER, TopicInfo
-from partlog.controller.core import (
-    BrokerFenced,
-    BrokerRegistered,
-    Controller,
-    ControllerConfig,
-    IsrChanged,
-    LeaderChanged,
-    TopicDeleted,
+from partlog.controller.core import Controller, ControllerConfig
+from partlog.controller.model import BrokerFenced, BrokerRegistered, IsrChanged, LeaderChanged, TopicDeleted
+from partlog.controller.wire import (
     dec_alter_partition,
     dec_broker_epoch,
     dec_create_topics,
@@ -66,10 +60,11 @@ from partlog.controller.core import (
 from partlog.kafka.errors import Errors
 from partlog.rpc.frame import RpcError, RpcErrorCode
 from partlog.rpc.methods import CONTROLLER_SCHEMAS
-from partlog.rpc.transport import RpcServer
+from partlog.rpc.server import RpcServer
 from partlog.rpc.wire import WireError
+from partlog.runtime import SYSTEM_CLOCK, SYSTEM_ENTROPY, Clock, Entropy
 
-__all__ = ["METADATA_POLL_WAIT_MS_MAX", "ControllerServer", "now_ms"]
+__all__ = ["METADATA_POLL_WAIT_MS_MAX", "ControllerServer"]
 
 log = logging.getLogger(__name__)
 
@@ -85,16 +80,13 @@ TICK_INTERVAL_MS_MIN = 10
 T = TypeVar("T")
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class ControllerServer:
     """Serves one :class:`Controller` over the RPC.  ``await start()``, then
     serve until ``await stop()``; ``.port`` is the bound port after start.
 
-    ``secret`` and ``ssl`` are as :class:`partlog.rpc.transport.RpcServer`'s; ``clock``
-    returns wall-clock ms (tests may pass their own)."""
+    ``secret`` and ``ssl`` are as :class:`partlog.rpc.server.RpcServer`'s;
+    ``clock`` times heartbeats and sessions, ``entropy`` makes the cluster
+    and topic ids (the real ones by default; the simulation hands in its own)."""
 
     def __init__(
         self,
@@ -103,14 +95,16 @@ class ControllerServer:
         port: int = 0,
         secret: bytes | None = None,
         ssl: ssl_module.SSLContext | None = None,
-        clock: Callable[[], int] = now_ms,
+        clock: Clock = SYSTEM_CLOCK,
+        entropy: Entropy = SYSTEM_ENTROPY,
     ) -> None:
         self.config = config
         self.host = host
         self.port = port
         self._secret = secret
         self._ssl = ssl
-        self._clock = clock
+        self.clock = clock
+        self.entropy = entropy
         self._controller: Controller | None = None
         self._server: RpcServer | None = None
         self._lock = asyncio.Lock()
@@ -131,7 +125,9 @@ class ControllerServer:
 
     async def start(self) -> None:
         assert self._controller is None, "started twice"
-        self._controller = await asyncio.to_thread(Controller, self.config, now_ms=self._clock())
+        self._controller = await asyncio.to_thread(
+            Controller, self.config, now_ms=self.clock.wall_ms(), new_uuid=self.entropy.uuid4
+        )
         self._publish()
         handlers: dict[str, Callable[[Any], Awaitable[Any]]] = {
             "register_broker": self._handle_register,
@@ -151,6 +147,8 @@ class ControllerServer:
             ssl=self._ssl,
             cluster_id=self._controller.cluster_id,
             schemas=CONTROLLER_SCHEMAS,
+            clock=self.clock,
+            entropy=self.entropy,
         )
         try:
             await self._server.start()
@@ -267,7 +265,7 @@ class ControllerServer:
         while True:
             await asyncio.sleep(self.tick_interval_ms / 1000)
             try:
-                await self._run(lambda c: c.tick(self._clock()))
+                await self._run(lambda c: c.tick(self.clock.wall_ms()))
             except Exception:
                 # A failed write changed nothing; the next tick tries again.
                 log.exception("controller tick failed")
@@ -277,13 +275,15 @@ class ControllerServer:
     async def _handle_register(self, body: Any) -> Any:
         info = _decode(dec_register, body)
         epoch = await self._run(
-            lambda c: c.register_broker(info.broker_id, info.az, info.host, info.port, self._clock(), info.kafka_port)
+            lambda c: c.register_broker(
+                info.broker_id, info.az, info.host, info.port, self.clock.wall_ms(), info.kafka_port
+            )
         )
         return enc_register_response(epoch)
 
     async def _handle_heartbeat(self, body: Any) -> Any:
         bid, epoch = _decode(lambda b: dec_broker_epoch(b, "heartbeat"), body)
-        err = await self._run(lambda c: c.heartbeat(bid, epoch, self._clock()), write=False)
+        err = await self._run(lambda c: c.heartbeat(bid, epoch, self.clock.wall_ms()), write=False)
         return enc_heartbeat_response(err, self._published_version)
 
     async def _handle_metadata_poll(self, body: Any) -> Any:

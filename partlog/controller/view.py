@@ -1,5 +1,5 @@
 r"""What both controller-fed metadata sources share: a view of cluster
-metadata made of whole :class:`~partlog.controller.core.MetadataSnapshot`\ s,
+metadata made of whole :class:`~partlog.controller.model.MetadataSnapshot`\ s,
 served as a :class:`~partlog.controller.cluster_meta.MetadataSource`.
 
 The embedded controller's client (:mod:`partlog.controller.client`) adopts
@@ -30,7 +30,7 @@ from partlog.controller.cluster_meta import (
     TopicInfo,
     partition_of,
 )
-from partlog.controller.core import MetadataSnapshot
+from partlog.controller.model import MetadataSnapshot
 from partlog.kafka.records import TopicIdPartition
 
 __all__ = ["ControllerUnavailableError", "SnapshotView"]

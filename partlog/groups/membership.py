@@ -18,11 +18,13 @@ the futures and the timer.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from partlog.kafka.errors import Errors
+from partlog.runtime import SYSTEM_ENTROPY
 
 # Kafka's group.initial.rebalance.delay.ms default: how long the first
 # rebalance of an empty group waits for more members to join.
@@ -129,10 +131,16 @@ class Groups:
     """The groups one coordinator serves (membership only; committed
     offsets are kept by the shell)."""
 
-    def __init__(self, *, initial_rebalance_delay_ms: int = INITIAL_REBALANCE_DELAY_MS_DEFAULT) -> None:
+    def __init__(
+        self,
+        *,
+        initial_rebalance_delay_ms: int = INITIAL_REBALANCE_DELAY_MS_DEFAULT,
+        new_uuid: Callable[[], uuid.UUID] = SYSTEM_ENTROPY.uuid4,
+    ) -> None:
         if initial_rebalance_delay_ms < 0:
             raise ValueError(f"initial_rebalance_delay_ms must be >= 0, got {initial_rebalance_delay_ms}")
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
+        self._new_uuid = new_uuid  # member ids (handed in: sans-IO)
         self.groups: dict[str, Group] = {}
         self._completions: list[Completion] = []
         # Bytes of every member's protocols and assignment (METADATA_BYTES_MAX).
@@ -193,7 +201,7 @@ class Groups:
         if g.members and not self._supports_some(g, protocols):
             return _join_answer(Errors.INCONSISTENT_GROUP_PROTOCOL)
         if not member_id:
-            member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+            member_id = f"{client_id or 'member'}-{self._new_uuid()}"
             if require_known_member_id:
                 # KIP-394: the client joins again with the id it was given.
                 if len(g.pending) >= GROUP_MEMBERS_MAX:

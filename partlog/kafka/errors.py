@@ -71,7 +71,7 @@ class Errors(IntEnum):
 
     # --- partlog's own codes, outside Kafka's range on purpose -------------
     # A commit whose WAL object is older than commit.deadline.ms.  The
-    # deletion-safety argument (design-brief "Deletion safety", step 1) rests on
+    # deletion-safety argument (design.md, "Deletion safety", step 1) rests on
     # leaders refusing these, so it is a distinct code that brokers translate
     # into a retriable Kafka error (REQUEST_TIMED_OUT) for the producer.
     COMMIT_DEADLINE_EXCEEDED = 10_000

@@ -4,7 +4,7 @@
 ``[(leader_epoch, start_offset), ...]`` list that
 ``MetadataStore.leader_epoch_cache`` returns.
 
-Issue 4's followers use them: a follower fetches with the epoch of its last
+Followers use them: a follower fetches with the epoch of its last
 entry; the leader answers with a diverging epoch when that epoch ends on the
 leader before the follower's fetch offset, and the follower truncates its
 divergent suffix before fetching again.

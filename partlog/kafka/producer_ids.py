@@ -2,26 +2,17 @@
 block of ids; brokers answer InitProducerId from their block and fetch the
 next block before the current one runs out.
 
-* :class:`ProducerIdManager` (controller side) persists the next free id in
-  LMDB, durably, BEFORE it returns a block: a controller restart can never
-  hand out an id twice.
-* :class:`ProducerIdAllocator` (broker side, sans-IO) hands out ids from its
-  blocks and says when to ask for the next block (at 90% of the current one,
-  as Kafka's ``RPCProducerIdManager``), so InitProducerId rarely waits.
-
-Issue 4 wires these into the embedded controller and the brokers; until then
-brokers answer InitProducerId with random 62-bit ids (design.md).
+Pure, no I/O: the block type, and :class:`ProducerIdAllocator` (broker side,
+sans-IO), which hands out ids from its blocks and says when to ask for the
+next block (at 90% of the current one, as Kafka's ``RPCProducerIdManager``),
+so InitProducerId rarely waits.  The controller's durable side is
+:class:`partlog.controller.producer_ids.ProducerIdManager` (embedded
+controller) or a counter in etcd (:mod:`partlog.controller.etcd_meta`).
 """
 
 from __future__ import annotations
 
-import os
-import struct
 from dataclasses import dataclass
-
-import lmdb
-
-from partlog import injected_bugs
 
 # KIP-730's block size.
 PRODUCER_ID_BLOCK_SIZE = 1000
@@ -29,11 +20,6 @@ PRODUCER_ID_BLOCK_SIZE = 1000
 PREFETCH_RATIO = 0.9
 # Producer ids are non-negative int64s; -1 means "none".
 PRODUCER_ID_MAX = (1 << 63) - 1
-_U64 = struct.Struct(">Q")
-
-
-class ProducerIdsExhaustedError(RuntimeError):
-    """No block of producer ids is left (after 2^63 ids)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,41 +31,6 @@ class ProducerIdBlock:
     @property
     def last_producer_id(self) -> int:
         return self.first_producer_id + self.size - 1
-
-
-class ProducerIdManager:
-    """The controller's block allocator, persisted in an LMDB environment."""
-
-    def __init__(self, path: str | os.PathLike[str], *, block_size: int = PRODUCER_ID_BLOCK_SIZE) -> None:
-        if block_size <= 0:
-            raise ValueError(f"block_size must be > 0, got {block_size}")
-        self.block_size = block_size
-        os.makedirs(path, exist_ok=True)
-        # sync=True: a block is on disk before anybody can use its ids.
-        self._env = lmdb.open(os.fspath(path), map_size=1 << 20, max_dbs=2, sync=True, metasync=True)
-        self._db = self._env.open_db(b"producer_ids")
-        self._bug_next = 0  # injected_bugs: an in-memory counter that restarts at 0
-
-    def allocate(self, broker_id: int) -> ProducerIdBlock:
-        """The next block, for ``broker_id``; durable before it is returned."""
-        with self._env.begin(write=True, db=self._db) as txn:
-            raw = txn.get(b"next")
-            first = _U64.unpack(raw)[0] if raw else 0
-            if injected_bugs.on("producer_ids_not_persisted"):
-                first, self._bug_next = self._bug_next, self._bug_next + self.block_size
-            if first > PRODUCER_ID_MAX - self.block_size + 1:
-                raise ProducerIdsExhaustedError(f"no producer id block left after {first}")
-            txn.put(b"next", _U64.pack(first + self.block_size))
-        return ProducerIdBlock(broker_id, first, self.block_size)
-
-    def close(self) -> None:
-        self._env.close()
-
-    def __enter__(self) -> ProducerIdManager:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class ProducerIdAllocator:

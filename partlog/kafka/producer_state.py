@@ -127,7 +127,7 @@ class ProducerWindow:
     :meth:`from_encoded`, appends, and hands :meth:`encoded` to the journal
     and the cache, with no tuple per batch on the way.  Its decisions are
     exactly :meth:`ProducerEntry.find_duplicate`, :func:`check_append` and
-    :func:`after_append`; tests/test_producer_window.py checks them against
+    :func:`after_append`; tests/unit/test_producer_window.py checks them against
     those on random histories."""
 
     __slots__ = ("body", "epoch", "known", "last_seq", "last_timestamp", "max_first", "n", "next_seq")

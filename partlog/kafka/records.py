@@ -1,7 +1,7 @@
 """Request and response records of the per-leader API.
 
 These mirror KIP-1164's ``BatchCoordinator`` records field for field, in
-snake_case (shared/seeds/000_957ca01da4e9dedc.txt).  Where partlog adds a field
+snake_case (KIP-1164, "Batch Coordinator").  Where partlog adds a field
 it comes last and has a default, so code written against the KIP reads the same.
 """
 
@@ -104,7 +104,7 @@ class CommitBatchRequest:
 class CommitBatchResponse(NamedTuple):
     """The answer for one batch of a commit.  A named tuple, not a frozen
     dataclass: the store makes one per batch on the commit path, and a
-    tuple costs 0.3 us where the dataclass cost 1.4 (issue 15's profile)."""
+    tuple costs 0.3 us where the dataclass cost 1.4 (a profile of the commit path)."""
 
     errors: Errors
     assigned_base_offset: int

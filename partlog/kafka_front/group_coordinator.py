@@ -22,25 +22,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgpack
 
-from partlog.client import build_record_batch, parse_records
 from partlog.groups.membership import Completion, Groups
 from partlog.kafka.batch_header import HEADER_SIZE, LOG_OVERHEAD
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import build_record_batch, parse_records
 from partlog.kafka.records import FindBatchRequest, TopicIdPartition
-
-if TYPE_CHECKING:
-    from partlog.broker.server import Broker
+from partlog.kafka_front.port import BrokerPort
 
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
+# Topics clients may not write, delete records of, create or delete.
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 # Kafka's offsets.topic.num.partitions is 50; a small cluster wants fewer.
 OFFSETS_TOPIC_PARTITIONS_DEFAULT = 12
 # Kafka's offset.metadata.max.bytes.
@@ -100,7 +99,7 @@ class GroupCoordinator:
 
     def __init__(
         self,
-        broker: Broker,
+        broker: BrokerPort,
         *,
         offsets_partitions: int = OFFSETS_TOPIC_PARTITIONS_DEFAULT,
         initial_rebalance_delay_ms: int = 3_000,
@@ -180,7 +179,7 @@ class GroupCoordinator:
             return Errors.NOT_COORDINATOR, None, None
         index = partition_for(group_id, t.num_partitions)
         tp = TopicIdPartition(t.topic_id, index)
-        epoch = self.broker.replicas.leader_epoch(tp)
+        epoch = self.broker.leader_epoch(tp)
         if epoch is None:
             old = self._parts.pop(index, None)
             if old is not None:
@@ -191,7 +190,10 @@ class GroupCoordinator:
             if part is not None:
                 self._drop(part)
             part = _Partition(
-                epoch, Groups(initial_rebalance_delay_ms=self.initial_rebalance_delay_ms), {}, asyncio.Event()
+                epoch,
+                Groups(initial_rebalance_delay_ms=self.initial_rebalance_delay_ms, new_uuid=self.broker.entropy.uuid4),
+                {},
+                asyncio.Event(),
             )
             self._parts[index] = part
             self._loads.add(asyncio.ensure_future(self._load(tp, part)))
@@ -215,15 +217,22 @@ class GroupCoordinator:
         acknowledged commit is there, since a new leader comes from the ISR.
         Reads stop at the high watermark, so the load first waits for it to
         reach that log end (the followers' next fetches move it)."""
-        store = self.broker.store
+        broker = self.broker
         try:
-            offset = store.log_start_offset(tp)
-            end = store.log_end_offset(tp)
-            deadline = time.monotonic() + LOAD_HWM_WAIT_MS / 1000
-            while store.high_watermark(tp) < end:
-                if time.monotonic() > deadline:
+            offset = broker.log_start_offset(tp)
+            end = broker.log_end_offset(tp)
+            deadline = self.broker.clock.monotonic() + LOAD_HWM_WAIT_MS / 1000
+            while True:
+                # Taken before the read: an HWM move in between sets it.
+                moved = broker.new_data()
+                if broker.high_watermark(tp) >= end:
+                    break
+                left = deadline - self.broker.clock.monotonic()
+                if left <= 0:
                     raise RuntimeError(f"{tp}: the high watermark did not reach {end} in {LOAD_HWM_WAIT_MS} ms")
-                await asyncio.sleep(0.05)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(left):
+                        await moved.wait()
             while offset < end:
                 [(code, _hwm, _lso, records, message)] = (
                     await self.broker.fetch([FindBatchRequest(tp, offset, LOAD_FETCH_BYTES)], max_wait_ms=0,
@@ -329,7 +338,7 @@ class GroupCoordinator:
         if part is None:
             return {"error_code": int(error), "generation_id": -1, "leader": "", "member_id": member_id, "members": []}
         token, fut = self._token()
-        now = part.groups.join(token, group_id, member_id, now_ms=_now_ms(), **kw)
+        now = part.groups.join(token, group_id, member_id, now_ms=self.broker.clock.wall_ms(), **kw)
         return await self._wait(part, token, fut, now)
 
     async def sync(
@@ -339,14 +348,14 @@ class GroupCoordinator:
         if part is None:
             return {"error_code": int(error), "assignment": b""}
         token, fut = self._token()
-        now = part.groups.sync(token, group_id, member_id, generation, assignments, _now_ms())
+        now = part.groups.sync(token, group_id, member_id, generation, assignments, self.broker.clock.wall_ms())
         return await self._wait(part, token, fut, now)
 
     async def heartbeat(self, group_id: str, member_id: str, generation: int) -> Errors:
         error, part, _ = await self._partition(group_id)
         if part is None:
             return error
-        answer = part.groups.heartbeat(group_id, member_id, generation, _now_ms())
+        answer = part.groups.heartbeat(group_id, member_id, generation, self.broker.clock.wall_ms())
         self._complete(part.groups.take_completions(), wake=False)
         return answer
 
@@ -354,14 +363,14 @@ class GroupCoordinator:
         error, part, _ = await self._partition(group_id)
         if part is None:
             return error, [error] * len(member_ids)
-        out = [part.groups.leave(group_id, m, _now_ms()) for m in member_ids]
+        out = [part.groups.leave(group_id, m, self.broker.clock.wall_ms()) for m in member_ids]
         self._complete(part.groups.take_completions())
         return Errors.NONE, out
 
     async def _tick_loop(self) -> None:
         while True:
             self._wake.clear()
-            now = _now_ms()
+            now = self.broker.clock.wall_ms()
             due = [p.groups.next_deadline_ms() for p in self._parts.values()]
             nearest = min((d for d in due if d is not None), default=now + TICK_MS_MAX)
             delay = max(0.0, min(nearest - now, TICK_MS_MAX) / 1000)
@@ -369,7 +378,7 @@ class GroupCoordinator:
                 async with asyncio.timeout(delay):
                     await self._wake.wait()
                     continue
-            now = _now_ms()
+            now = self.broker.clock.wall_ms()
             for p in list(self._parts.values()):
                 p.groups.tick(now)
                 self._complete(p.groups.take_completions(), wake=False)
@@ -389,7 +398,7 @@ class GroupCoordinator:
         error, part, tp = await self._partition(group_id)
         if part is None or tp is None:
             return dict.fromkeys(offsets, error)
-        error = part.groups.check_commit(group_id, member_id, generation, _now_ms())
+        error = part.groups.check_commit(group_id, member_id, generation, self.broker.clock.wall_ms())
         if error != Errors.NONE:
             return dict.fromkeys(offsets, error)
         if group_id not in part.offsets and len(part.offsets) >= OFFSET_GROUPS_MAX:
@@ -398,7 +407,7 @@ class GroupCoordinator:
         out: dict[tuple[str, int], Errors] = {}
         records: list[tuple[bytes | None, bytes | None, int]] = []
         values: dict[tuple[str, int], Committed] = {}
-        now = _now_ms()
+        now = self.broker.clock.wall_ms()
         for (topic, p), (offset, epoch, meta) in offsets.items():
             if not 0 <= p < known.get(topic, 0):
                 out[(topic, p)] = Errors.UNKNOWN_TOPIC_OR_PARTITION
@@ -488,8 +497,4 @@ def _commit_error(e: Errors) -> Errors:
     return Errors.UNKNOWN_SERVER_ERROR
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-__all__ = ["OFFSETS_TOPIC", "Committed", "GroupCoordinator", "java_string_hash", "partition_for"]
+__all__ = ["INTERNAL_TOPICS", "OFFSETS_TOPIC", "Committed", "GroupCoordinator", "java_string_hash", "partition_for"]

@@ -24,14 +24,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from partlog.kafka.errors import Errors
-from partlog.kafka_front.apis import SUPPORTED_VERSIONS, FrontConfig, KafkaApis, Session
+from partlog.kafka_front.apis import SUPPORTED_VERSIONS, FrontConfig, KafkaApis
 from partlog.kafka_front.codec import (
     API_KEYS,
     API_VERSIONS_KEY,
@@ -45,9 +44,8 @@ from partlog.kafka_front.codec import (
     parse_request,
     response_class,
 )
-
-if TYPE_CHECKING:
-    from partlog.broker.server import Broker
+from partlog.kafka_front.handler import Session
+from partlog.kafka_front.port import BrokerPort
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +96,15 @@ class ListenerLimits:
         for name in ("request_bytes_max", "group_request_bytes_max", "other_request_bytes_max"):
             if getattr(self, name) < 8:
                 raise ValueError(f"Kafka listener limit {name} must be >= 8, got {getattr(self, name)}")
+
+    def kafka_configs(self) -> dict[str, str]:
+        """The limits Kafka has broker configs for, by those names (DescribeConfigs)."""
+        return {
+            "socket.request.max.bytes": str(self.request_bytes_max),
+            "max.connections": str(self.connections_max),
+            "max.connections.per.ip": str(self.connections_per_ip_max),
+            "connections.max.idle.ms": str(self.connections_max_idle_ms),
+        }
 
     def request_bytes_max_for(self, api_key: int) -> int:
         if api_key == _PRODUCE_KEY:
@@ -150,7 +157,7 @@ class KafkaListener:
 
     def __init__(
         self,
-        broker: Broker,
+        broker: BrokerPort,
         *,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -158,10 +165,11 @@ class KafkaListener:
         limits: ListenerLimits | None = None,
         registry: CollectorRegistry | None = None,
     ) -> None:
-        self.apis = KafkaApis(broker, config)
+        self.limits = limits or ListenerLimits()
+        self.clock = broker.clock  # idle and frame deadlines
+        self.apis = KafkaApis(broker, config, self.limits.kafka_configs())
         self.host = host
         self.port = port
-        self.limits = limits or ListenerLimits()
         self.metrics = ListenerMetrics(registry if registry is not None else CollectorRegistry())
         self._server: asyncio.Server | None = None
         self._per_ip: dict[str, int] = {}
@@ -341,8 +349,10 @@ class _Connection:
                     return
                 if frame is None:
                     if self.frames.buffered and frame_deadline is None:
-                        frame_deadline = time.monotonic() + limits.frame_deadline_ms / 1000
-                    wait_s = idle_s if frame_deadline is None else max(0.0, frame_deadline - time.monotonic())
+                        frame_deadline = self.listener.clock.monotonic() + limits.frame_deadline_ms / 1000
+                    wait_s = (
+                        idle_s if frame_deadline is None else max(0.0, frame_deadline - self.listener.clock.monotonic())
+                    )
                     try:
                         async with asyncio.timeout(wait_s):
                             data = await self.reader.read(READ_CHUNK_BYTES)

@@ -4,10 +4,20 @@ fan-out grouped per leader broker, and the answers to producers.
 Inputs (each with the current time as a value): ``produce``, ``tick``,
 ``upload_done``, ``commit_done``.  Outputs: actions for a shell to perform
 (``Upload``, ``SendCommit``, ``Reply``).  The asyncio broker, the deterministic
-simulations and the fault tests all drive this same class.
+simulations and the fault tests all drive this same class; the order rules
+below are the pipeline's, so a shell performs each action as it comes and
+cannot get them wrong.
 
 The life of a produce request:
 
+0. Admission, in arrival order: ``arrive(nbytes)`` gives the request a
+   ticket; it may be produced once ``admissible(ticket)``: every earlier
+   ticket has left the queue, and its bytes fit ``room_bytes()`` (or nothing
+   is in flight; a request above ``inflight_bytes_max`` is then answered
+   RECORD_LIST_TOO_LARGE).  ``leave(ticket)`` when it is produced or given
+   up (timed out).  A later, smaller request never overtakes one waiting for
+   room: an idempotent producer's later batches would reach the leader
+   before its earlier ones.
 1. ``produce`` adds its batches to the open segment.  The segment closes
    ("rotates") when it holds ``buffer_bytes_max`` bytes or its first batch is
    ``commit_interval_ms`` old; a closed segment becomes an ``Upload``, at most
@@ -20,10 +30,17 @@ The life of a produce request:
    once every earlier segment's upload has finished (either way).  With
    idempotent producers keeping up to 5 requests in flight, a later file's
    batches must not reach a leader before an earlier file's, or the leader
-   sees a sequence gap.  The shell must keep that order per leader (one
-   connection, processed in arrival order).
+   sees a sequence gap.  At most ``commits_in_flight_max`` ``SendCommit``s
+   are out to one leader (sent, ``commit_done`` not yet called); the rest
+   wait inside the pipeline, per leader in release order, and go out as
+   ``commit_done`` frees their leader's slots.  The shell keeps the order of
+   the ``SendCommit``s it is given all the way to each leader (one queue
+   and one connection per leader, processed in arrival order).
+   ``last_released`` names each segment released by the last
+   ``upload_done`` and its leaders (its fan-out), held commits included.
 4. ``commit_done``: each batch gets the leader's answer; a produce request is
-   answered (``Reply``) when all its batches are.
+   answered (``Reply``) when all its batches are.  The commits it lets out
+   of the leader's window come first in its actions.
 
 Memory: bytes are counted from ``produce`` until the request's ``Reply``;
 ``room_bytes`` tells the shell how much more it may accept (back-pressure:
@@ -42,6 +59,7 @@ from partlog.kafka.batch_header import CRC_START, HEADER_SIZE, LOG_OVERHEAD, MAG
 from partlog.kafka.crc32c import crc32c
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import CommitBatchRequest, CommitBatchResponse, TopicIdPartition
+from partlog.limits import SEGMENT_BATCHES_MAX
 from partlog.wal.key import make_wal_key
 from partlog.wal.segment import WalSegmentBuilder
 
@@ -57,10 +75,9 @@ INFLIGHT_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
 UPLOADS_INFLIGHT_MAX_DEFAULT = 8
 
 
-# Batches per segment: its commit RPC to one leader carries at most this many
-# (the RPC schema's bound).  A 4 MiB buffer of the smallest batches (61-byte
-# headers, no records) holds ~69,000; a larger buffer rotates here first.
-SEGMENT_BATCHES_MAX = 100_000
+# Commits out to one leader at once (ProduceConfig.commits_in_flight_max):
+# pipelined on one connection, so they are appended in WAL-file order.
+COMMITS_IN_FLIGHT_MAX = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +87,16 @@ class ProduceConfig:
     inflight_bytes_max: int = INFLIGHT_BYTES_MAX_DEFAULT
     uploads_inflight_max: int = UPLOADS_INFLIGHT_MAX_DEFAULT
     key_prefix: str = "wal"
+    commits_in_flight_max: int = COMMITS_IN_FLIGHT_MAX
 
     def __post_init__(self) -> None:
-        for name in ("commit_interval_ms", "buffer_bytes_max", "inflight_bytes_max", "uploads_inflight_max"):
+        for name in (
+            "commit_interval_ms",
+            "buffer_bytes_max",
+            "inflight_bytes_max",
+            "uploads_inflight_max",
+            "commits_in_flight_max",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         try:
@@ -134,6 +158,15 @@ class Reply:
 Action = Upload | SendCommit | Reply
 
 
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Segment ``segment_id``'s commits were released: one to each of
+    ``leaders`` (sorted), sent now or when that leader's window has room."""
+
+    segment_id: int
+    leaders: tuple[int, ...]
+
+
 # -------------------------------------------------------------- internals
 
 
@@ -155,6 +188,8 @@ class _Segment:
     batches: list[tuple[int, int, CommitBatchRequest]]
     uploaded: bool | None = None  # None: in flight or waiting
     commits_pending: set[int] = field(default_factory=set)
+    # Leaders whose commit waits for a slot in their window (not yet sent).
+    commits_held: set[int] = field(default_factory=set)
     # request_id (position in the segment) -> leader broker its commit went to
     routes: dict[int, int] = field(default_factory=dict)
 
@@ -206,8 +241,40 @@ class ProducePipeline:
         self._waiting_uploads: deque[Upload] = deque()
         self._uploads_inflight = 0
         self._next_to_release = 0  # lowest segment id whose commits are not yet sent
+        # Per leader: commits sent and not done, and those held for a slot
+        # (release order).  Held ones exist only while the window is full.
+        self._commits_out: dict[int, int] = {}
+        self._commits_held: dict[int, deque[SendCommit]] = {}
+        # Admission queue: tickets waiting, in arrival order, with their bytes.
+        self._tickets: dict[int, int] = {}
+        self._next_ticket = 0
         self.inflight_bytes = 0
         self.stats = PipelineStats()
+        # What the last upload_done released (its fan-out): see the module doc.
+        self.last_released: tuple[Release, ...] = ()
+
+    # ---------------------------------------------------------- admission
+
+    def arrive(self, nbytes: int) -> int:
+        """A produce request of ``nbytes`` arrived: its admission ticket."""
+        ticket = self._next_ticket
+        self._next_ticket += 1
+        self._tickets[ticket] = nbytes
+        return ticket
+
+    def admissible(self, ticket: int) -> bool:
+        """Whether the request holding ``ticket`` may be produced now: no
+        earlier ticket waits, and it fits ``room_bytes()`` or nothing is in
+        flight.  Otherwise the shell waits (for a ``Reply``, or an earlier
+        ticket's ``leave``) and asks again."""
+        assert ticket in self._tickets, f"ticket {ticket} is not waiting"
+        first = next(iter(self._tickets))
+        return ticket == first and (self._tickets[ticket] <= self.room_bytes() or not self._produces)
+
+    def leave(self, ticket: int) -> None:
+        """``ticket`` leaves the admission queue: admitted (``produce`` it
+        now, before anything else changes the room) or given up."""
+        del self._tickets[ticket]
 
     # ------------------------------------------------------------- inputs
 
@@ -328,9 +395,11 @@ class ProducePipeline:
         assert seg is not None and leader_broker_id in seg.commits_pending, (
             f"unexpected commit_done segment={segment_id} leader={leader_broker_id}"
         )
+        assert leader_broker_id not in seg.commits_held, f"commit_done for a held commit segment={segment_id}"
         seg.commits_pending.discard(leader_broker_id)
         mine = [b for b in seg.batches if seg.routes[b[2].request_id] == leader_broker_id]
-        actions: list[Action] = []
+        # Its slot is free: the leader's next held commit goes out, first.
+        actions: list[Action] = self._slot_freed(leader_broker_id)
         if responses is None:
             self.stats.commit_failures += 1
             for produce_id, index, req in mine:
@@ -382,9 +451,10 @@ class ProducePipeline:
         return []
 
     def _release_commits(self) -> list[Action]:
-        """Send the commits of every uploaded segment whose predecessors all
-        finished uploading, in segment order."""
+        """Release the commits of every uploaded segment whose predecessors
+        all finished uploading, in segment order: sent, or held for a slot."""
         actions: list[Action] = []
+        released: list[Release] = []
         while (seg := self._segments.get(self._next_to_release)) is not None and seg.uploaded is not None:
             self._next_to_release += 1
             if not seg.uploaded:
@@ -413,15 +483,40 @@ class ProducePipeline:
                 continue
             seg.commits_pending = set(by_leader)
             seg.batches = [b for b in seg.batches if b[2].request_id in routes]
+            released.append(Release(seg.segment_id, tuple(sorted(by_leader))))
             for leader, reqs in sorted(by_leader.items()):
                 self.stats.commits_sent += 1
                 flags = acks[leader]
-                actions.append(
-                    SendCommit(
-                        seg.segment_id, seg.key, leader, seg.size, tuple(reqs), tuple(flags) if any(flags) else ()
-                    )
+                c = SendCommit(
+                    seg.segment_id, seg.key, leader, seg.size, tuple(reqs), tuple(flags) if any(flags) else ()
                 )
+                out = self._commits_out.get(leader, 0)
+                if out < self.config.commits_in_flight_max:
+                    self._commits_out[leader] = out + 1
+                    actions.append(c)
+                else:
+                    seg.commits_held.add(leader)
+                    self._commits_held.setdefault(leader, deque()).append(c)
+        self.last_released = tuple(released)
         return actions
+
+    def _slot_freed(self, leader: int) -> list[Action]:
+        """A commit to ``leader`` is done: its next held one is sent in the
+        slot (the window stays full while any wait), else the slot frees."""
+        held = self._commits_held.get(leader)
+        if held:
+            c = held.popleft()
+            if not held:
+                del self._commits_held[leader]
+            self._segments[c.segment_id].commits_held.discard(leader)
+            return [c]
+        out = self._commits_out[leader] - 1
+        assert out >= 0
+        if out:
+            self._commits_out[leader] = out
+        else:
+            del self._commits_out[leader]
+        return []
 
     def _answer(self, produce_id: int, index: int, result: BatchResult) -> list[Action]:
         p = self._produces[produce_id]
@@ -452,6 +547,14 @@ class ProducePipeline:
     @property
     def uploads_waiting(self) -> int:
         return len(self._waiting_uploads)
+
+    def commits_out(self, leader: int) -> int:
+        """Commits sent to ``leader`` whose ``commit_done`` has not come."""
+        return self._commits_out.get(leader, 0)
+
+    def commits_held(self, leader: int) -> int:
+        """Commits to ``leader`` waiting for a slot in its window."""
+        return len(self._commits_held.get(leader, ()))
 
 
 def _framing_problem(batch: bytes) -> str | None:

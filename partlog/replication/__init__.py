@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING
 from partlog.lazy_exports import lazy_getattr
 
 if TYPE_CHECKING:
-    from partlog.replication.manager import ReplicaManager, ReplicationConfig
+    from partlog.replication.config import ReplicationConfig
+    from partlog.replication.manager import ReplicaManager
     from partlog.replication.replica_state import ReplicaState
 
 _EXPORTS = {
     "ReplicaManager": "partlog.replication.manager",
     "ReplicaState": "partlog.replication.replica_state",
-    "ReplicationConfig": "partlog.replication.manager",
+    "ReplicationConfig": "partlog.replication.config",
 }
 
 __all__ = [

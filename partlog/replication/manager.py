@@ -1,7 +1,12 @@
-"""Replication of the metadata logs between brokers: the asyncio shell around
-:class:`partlog.replication.replica_state.ReplicaState` (leader side) and the follower
-fetchers, as Kafka's ``ReplicaManager``, ``Partition`` and
-``ReplicaFetcherThread``.
+"""Replication of the metadata logs between brokers: :class:`ReplicaManager`,
+the asyncio shell around :class:`partlog.replication.replica_state.ReplicaState`
+(leader side) and the follower fetchers, as Kafka's ``ReplicaManager``.
+
+Its parts: the per-partition state and the leader's read for a follower
+(``partition.py``, Kafka's ``Partition``), the follower fetchers
+(``fetcher.py``, Kafka's ``ReplicaFetcherThread``), the acks=all waits
+(``acks.py``, Kafka's ``DelayedProduce``), settings and limits
+(``config.py``) and counters (``stats.py``).
 
 Roles come from the cluster metadata (``apply_metadata``): for each partition
 this broker either leads it at a leader epoch, follows its leader, or holds
@@ -10,7 +15,7 @@ no replica.
 Leader side:
 
 * ``commit`` appends a WAL file's batches to the store (in the order commits
-  arrive, see :class:`partlog.rpc.transport.Deferred`) after checking leadership and,
+  arrive, see :class:`partlog.rpc.server.Deferred`) after checking leadership and,
   for acks=all batches, ``min_insync_replicas``; it returns the responses and,
   when some batch is acks=all, an awaitable that completes once the HWM
   passed the append (or fails it with NOT_ENOUGH_REPLICAS_AFTER_APPEND,
@@ -24,109 +29,55 @@ Leader side:
 * ISR changes go to the controller (``MetadataSource.alter_partition``)
   before they count, so the controller never elects a replica the HWM left.
 
-Follower side: one fetcher task per leader broker, fetching all partitions
-this broker follows from that leader in one request (a fetch session per
-broker pair); it appends entries, follows the leader's HWM and log start,
-and truncates a divergent suffix (``partlog.kafka.leader_epochs``).
+Follower side (``fetcher.py``): one fetcher task per leader broker, fetching
+all partitions this broker follows from that leader in one request (a fetch
+session per broker pair); it appends entries, follows the leader's HWM and
+log start, and truncates a divergent suffix (``partlog.kafka.leader_epochs``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from partlog import injected_bugs
-from partlog.controller.cluster_meta import NO_LEADER, MetadataSource, PartitionInfo
+from partlog.controller.cluster_meta import MetadataSource, PartitionInfo
 from partlog.kafka.errors import Errors
-from partlog.kafka.leader_epochs import UNDEFINED_EPOCH, EpochEndOffset, diverging_epoch, truncation_offset
 from partlog.kafka.records import CommitBatchRequest, CommitBatchResponse, TopicIdPartition
-from partlog.replication.replica_state import REPLICA_LAG_TIME_MAX_MS_DEFAULT, AckResult, ReplicaState
-from partlog.rpc.frame import RpcErrorCode
-from partlog.rpc.transport import RpcClient, RpcConnectionError, RpcError, RpcRemoteError, RpcTimeoutError
+from partlog.replication.acks import await_acks
+from partlog.replication.config import (
+    ALTER_PARTITION_BACKOFF_MS,
+    ISR_CHECK_INTERVAL_MS,
+    REPLICA_FETCH_PARTITIONS_MAX,
+    REPLICA_FETCH_WAIT_MS_MAX,
+    ReplicationConfig,
+)
+from partlog.replication.fetcher import ReplicaFetchers
+from partlog.replication.partition import FollowedPartition, LedPartition, with_hwm
+from partlog.replication.replica_state import AckResult, ReplicaState
+from partlog.replication.stats import ReplicationStats
+from partlog.rpc.client import RpcClient
+from partlog.rpc.frame import RpcError, RpcErrorCode
 from partlog.rpc.wire import (
     NO_DIVERGENCE,
     ReplicaFetchPartition,
     ReplicaFetchResult,
     WireError,
     dec_replica_fetch,
-    dec_replica_fetch_response,
-    enc_replica_fetch,
     enc_replica_fetch_response,
 )
-from partlog.store import MetadataStore, OffsetOutOfRangeError, StoreError
+from partlog.runtime import Clock
+from partlog.store import MetadataStore, StoreError
 
 log = logging.getLogger(__name__)
-
-# Kafka's replica.fetch.wait.max.ms and replica.fetch.backoff.ms defaults.
-REPLICA_FETCH_WAIT_MAX_MS_DEFAULT = 500
-REPLICA_FETCH_BACKOFF_MS_DEFAULT = 1000
-# Entries per partition per fetch (each ~110 bytes on the wire): bounds the
-# response of a follower far behind, like replica.fetch.max.bytes.
-REPLICA_FETCH_ENTRIES_MAX_DEFAULT = 4096
-# A leader never waits longer than this on one parked fetch.
-REPLICA_FETCH_WAIT_MS_MAX = 30_000
-# Partitions one replica fetch may name.
-REPLICA_FETCH_PARTITIONS_MAX = 100_000
-# How often the leader reconsiders the ISR (lagging followers), and how long
-# it waits after the controller refused or did not answer a change.
-ISR_CHECK_INTERVAL_MS = 250
-ALTER_PARTITION_BACKOFF_MS = 500
-
 
 # AlterPartition answers that leave its outcome unknown (the request may
 # have been applied): the members it would add stay in the maximal ISR.
 _ALTER_OUTCOME_UNKNOWN = frozenset(
     {Errors.REQUEST_TIMED_OUT, Errors.COORDINATOR_NOT_AVAILABLE, Errors.UNKNOWN_SERVER_ERROR}
 )
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicationConfig:
-    replica_lag_time_max_ms: int = REPLICA_LAG_TIME_MAX_MS_DEFAULT
-    replica_fetch_wait_max_ms: int = REPLICA_FETCH_WAIT_MAX_MS_DEFAULT
-    replica_fetch_backoff_ms: int = REPLICA_FETCH_BACKOFF_MS_DEFAULT
-    replica_fetch_entries_max: int = REPLICA_FETCH_ENTRIES_MAX_DEFAULT
-    # Kafka's broker-level min.insync.replicas (default 1).
-    min_insync_replicas: int = 1
-    # Send the follower's HWM in fetches (KIP-1166); off only to measure it.
-    fetch_sends_high_watermark: bool = True
-
-    def __post_init__(self) -> None:
-        for name in (
-            "replica_lag_time_max_ms",
-            "replica_fetch_backoff_ms",
-            "replica_fetch_entries_max",
-            "min_insync_replicas",
-        ):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"ReplicationConfig.{name} must be > 0, got {getattr(self, name)}")
-        if not 0 <= self.replica_fetch_wait_max_ms <= REPLICA_FETCH_WAIT_MS_MAX:
-            raise ValueError(
-                f"ReplicationConfig.replica_fetch_wait_max_ms must be in [0, {REPLICA_FETCH_WAIT_MS_MAX}], "
-                f"got {self.replica_fetch_wait_max_ms}"
-            )
-
-
-@dataclass(slots=True)
-class ReplicationStats:
-    became_leader: int = 0
-    became_follower: int = 0
-    truncations: int = 0
-    entries_truncated: int = 0
-    entries_replicated: int = 0
-    replica_fetches_served: int = 0
-    replica_fetches_parked: int = 0
-    replica_fetches_sent: int = 0
-    replica_fetch_errors: int = 0
-    isr_shrinks: int = 0
-    isr_expands: int = 0
-    alter_partition_failures: int = 0
-    acks_all_failed: int = 0
 
 
 class _Signal:
@@ -141,24 +92,6 @@ class _Signal:
 
     def waiter(self) -> asyncio.Event:
         return self._event
-
-
-@dataclass(slots=True)
-class _Led:
-    """A partition this broker leads."""
-
-    tp: TopicIdPartition
-    leader_epoch: int
-    rs: ReplicaState
-    waiters: dict[int, asyncio.Future[Errors]] = field(default_factory=dict)
-    alter_inflight: bool = False
-    alter_backoff_until_ms: int = 0
-
-
-@dataclass(slots=True)
-class _Followed:
-    leader: int
-    leader_epoch: int
 
 
 class ReplicaManager:
@@ -178,7 +111,7 @@ class ReplicaManager:
         client: Callable[[int], Awaitable[RpcClient]],
         drop_client: Callable[[int], Awaitable[None]],
         on_data: Callable[[], None],
-        clock: Callable[[], int],
+        clock: Clock,
     ) -> None:
         self.broker_id = broker_id
         self.store = store
@@ -187,15 +120,28 @@ class ReplicaManager:
         self._client = client
         self._drop_client = drop_client
         self._on_data = on_data
-        self._clock = clock
+        self.clock = clock  # wall ms for ISR lag, monotonic for fetch deadlines
         self.stats = ReplicationStats()
-        self._led: dict[TopicIdPartition, _Led] = {}
-        self._following: dict[TopicIdPartition, _Followed] = {}
-        self._fetchers: dict[int, asyncio.Task[None]] = {}
+        self._led: dict[TopicIdPartition, LedPartition] = {}
+        self._following: dict[TopicIdPartition, FollowedPartition] = {}
         self._roles = asyncio.Lock()
         self._appended = _Signal()  # new entries on some led partition
         self._hwm_moved = _Signal()  # the HWM of some led partition moved
         self._metadata_changed = _Signal()
+        self._fetchers = ReplicaFetchers(
+            broker_id,
+            store,
+            config,
+            self.stats,
+            self._following,
+            self._roles,
+            # Looked up at each call: a test cuts this broker off by
+            # replacing the manager's _client.
+            client=lambda broker: self._client(broker),
+            drop_client=drop_client,
+            on_data=on_data,
+            metadata_changed=self._metadata_changed.waiter,
+        )
         self._next_token = 0
         # acks=all waits handed to callers (commit): kept alive until done.
         self._ack_tasks: set[asyncio.Future[list[CommitBatchResponse]]] = set()
@@ -210,7 +156,8 @@ class ReplicaManager:
 
     async def stop(self) -> None:
         self._stopping = True
-        tasks = [*self._fetchers.values(), *self._tasks, *([self._isr_task] if self._isr_task else [])]
+        self._fetchers.stopping = True
+        tasks = [*self._fetchers.tasks(), *self._tasks, *([self._isr_task] if self._isr_task else [])]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -272,7 +219,7 @@ class ReplicaManager:
         ``becomeLeaderOrFollower``); changes are applied one call at a time."""
         async with self._roles:
             self.metadata = metadata
-            now = self._clock()
+            now = self.clock.wall_ms()
             for topic in metadata.topics():
                 for p, info in enumerate(topic.partitions):
                     tp = TopicIdPartition(topic.topic_id, p)
@@ -286,7 +233,7 @@ class ReplicaManager:
                 self._resign(tp)
             for tp in [tp for tp in self._following if tp not in known]:
                 del self._following[tp]
-            self._start_fetchers()
+            self._fetchers.start()
             self._metadata_changed.fire()
 
     async def _apply_partition(self, tp: TopicIdPartition, info: PartitionInfo, now: int) -> None:
@@ -318,7 +265,7 @@ class ReplicaManager:
                 # fenced: it may not join the ISR (the controller would refuse).
                 eligible=self._is_live,
             )
-            self._led[tp] = _Led(tp, info.leader_epoch, rs)
+            self._led[tp] = LedPartition(tp, info.leader_epoch, rs)
             self.stats.became_leader += 1
             # A single-replica ISR: everything appended is committed.
             self._complete(self._led[tp], rs.leader_appended(leo, now))
@@ -328,7 +275,7 @@ class ReplicaManager:
                 self._resign(tp)
             old = self._following.get(tp)
             if old is None or (old.leader, old.leader_epoch) != (info.leader, info.leader_epoch):
-                self._following[tp] = _Followed(info.leader, info.leader_epoch)
+                self._following[tp] = FollowedPartition(info.leader, info.leader_epoch)
                 self.stats.became_follower += 1
         else:
             if tp in self._led:
@@ -376,7 +323,7 @@ class ReplicaManager:
         )
         for i, resp in zip(mine, committed, strict=True):
             answers[i] = resp
-        now = self._clock()
+        now = self.clock.wall_ms()
         waits: dict[TopicIdPartition, asyncio.Future[Errors]] = {}
         touched = {requests[i].topic_id_partition for i in mine}
         wants_ack = {requests[i].topic_id_partition for i in mine if flags[i] and answers[i].errors == Errors.NONE}
@@ -402,38 +349,12 @@ class ReplicaManager:
         # A task, not a bare coroutine: a caller cancelled before it awaits
         # (a broker stopping) would drop the coroutine unawaited (Python
         # warns); the task runs to its end, bounded by timeout_ms.
-        task = asyncio.ensure_future(self._await_acks(answers, flags, waits, timeout_ms))
+        task = asyncio.ensure_future(await_acks(answers, flags, waits, timeout_ms, self.stats))
         self._ack_tasks.add(task)  # the loop holds tasks weakly
         task.add_done_callback(self._ack_tasks.discard)
         return answers, task
 
-    async def _await_acks(
-        self,
-        answers: list[CommitBatchResponse],
-        flags: list[bool],
-        waits: dict[TopicIdPartition, asyncio.Future[Errors]],
-        timeout_ms: int,
-    ) -> list[CommitBatchResponse]:
-        errors: dict[TopicIdPartition, Errors] = {}
-        for tp, fut in waits.items():
-            try:
-                async with asyncio.timeout(timeout_ms / 1000):
-                    errors[tp] = await asyncio.shield(fut)
-            except TimeoutError:
-                # Kafka's DelayedProduce expires with REQUEST_TIMED_OUT; the
-                # entry stays appended and may still be replicated.
-                errors[tp] = Errors.REQUEST_TIMED_OUT
-            timeout_ms = max(1, timeout_ms // 2)  # later ones already had time to complete
-        out = []
-        for a, flag in zip(answers, flags, strict=True):
-            err = errors.get(a.request.topic_id_partition, Errors.NONE)
-            if flag and a.errors == Errors.NONE and err != Errors.NONE:
-                self.stats.acks_all_failed += 1
-                a = CommitBatchResponse(err, -1, -1, -1, False, a.request)
-            out.append(a)
-        return out
-
-    def _complete(self, led: _Led, results: list[AckResult]) -> None:
+    def _complete(self, led: LedPartition, results: list[AckResult]) -> None:
         """Resolve finished acks=all appends and publish the HWM."""
         for r in results:
             fut = led.waiters.pop(r.token, None)
@@ -453,14 +374,14 @@ class ReplicaManager:
         except WireError as e:
             raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
         self.stats.replica_fetches_served += 1
-        deadline = time.monotonic() + min(max_wait, REPLICA_FETCH_WAIT_MS_MAX) / 1000
+        deadline = self.clock.monotonic() + min(max_wait, REPLICA_FETCH_WAIT_MS_MAX) / 1000
         sends_hwm = all(p.high_watermark >= 0 for p in parts)
         parked = False
         while True:
             appended = self._appended.waiter()
             hwm_moved = self._hwm_moved.waiter()
             results = await asyncio.to_thread(self._serve, replica_id, entries_max, parts)
-            now = self._clock()
+            now = self.clock.wall_ms()
             for p, r in zip(parts, results, strict=True):
                 if r.error == Errors.NONE and r.diverging_epoch == NO_DIVERGENCE:
                     led = self._led.get(p.topic_id_partition)
@@ -486,7 +407,7 @@ class ReplicaManager:
             urgent = any(
                 r.entries or r.error != Errors.NONE or r.diverging_epoch != NO_DIVERGENCE for r in results
             ) or (sends_hwm and any(p.high_watermark < self._hwm_of(p.topic_id_partition) for p in parts))
-            left = deadline - time.monotonic()
+            left = deadline - self.clock.monotonic()
             if urgent or left <= 0 or self._stopping:
                 break
             if not parked:
@@ -502,7 +423,7 @@ class ReplicaManager:
                     w.cancel()
         # The HWM to report is the one after this fetch moved it.
         final = [
-            r if r.error != Errors.NONE else _with_hwm(r, self._hwm_of(p.topic_id_partition))
+            r if r.error != Errors.NONE else with_hwm(r, self._hwm_of(p.topic_id_partition))
             for p, r in zip(parts, results, strict=True)
         ]
         return enc_replica_fetch_response(final)
@@ -514,66 +435,19 @@ class ReplicaManager:
     def _serve(self, replica_id: int, entries_max: int, parts: list[ReplicaFetchPartition]) -> list[ReplicaFetchResult]:
         """The store side of a replica fetch (a worker thread): fencing,
         divergence, entries."""
+        entries_max = min(entries_max, self.config.replica_fetch_entries_max)
         out = []
         for p in parts:
-            tp = p.topic_id_partition
-            led = self._led.get(tp)
+            led = self._led.get(p.topic_id_partition)
             if led is None or replica_id == self.broker_id or replica_id not in led.rs.replicas:
                 out.append(ReplicaFetchResult(Errors.NOT_LEADER_OR_FOLLOWER))
                 continue
-            unfenced = injected_bugs.on("no_fetch_epoch_fencing")
-            if p.current_leader_epoch < led.leader_epoch and not unfenced:
-                out.append(ReplicaFetchResult(Errors.FENCED_LEADER_EPOCH))
-                continue
-            if p.current_leader_epoch > led.leader_epoch and not unfenced:
-                out.append(ReplicaFetchResult(Errors.UNKNOWN_LEADER_EPOCH))
-                continue
-            try:
-                leo = self.store.log_end_offset(tp)
-                div = diverging_epoch(self.store.leader_epoch_cache(tp), leo, p.fetch_offset, p.last_fetched_epoch)
-                if unfenced:
-                    div = None
-                if div is not None:
-                    out.append(
-                        ReplicaFetchResult(
-                            Errors.NONE,
-                            led.rs.high_watermark,
-                            -1,
-                            leo,
-                            div.leader_epoch,
-                            div.end_offset,
-                        )
-                    )
-                    continue
-                read = self.store.read_log(
-                    tp, p.fetch_offset, 1 << 62, min(entries_max, self.config.replica_fetch_entries_max)
-                )
-            except OffsetOutOfRangeError:
-                state = self.store.partition_state(tp)
-                out.append(
-                    ReplicaFetchResult(
-                        Errors.OFFSET_OUT_OF_RANGE, -1, state["log_start_offset"], state["log_end_offset"]
-                    )
-                )
-                continue
-            except (StoreError, KeyError) as e:
-                log.warning("replica fetch of %s by broker %d failed: %s", tp, replica_id, e)
-                out.append(ReplicaFetchResult(Errors.KAFKA_STORAGE_ERROR))
-                continue
-            out.append(
-                ReplicaFetchResult(
-                    Errors.NONE,
-                    led.rs.high_watermark,
-                    read.log_start_offset,
-                    read.log_end_offset,
-                    entries=read.entries,
-                )
-            )
+            out.append(led.read_for_follower(self.store, replica_id, p, entries_max))
         return out
 
     # --------------------------------------------------------------- the ISR
 
-    def _maybe_alter_isr(self, led: _Led, now: int, expand_for: int | None = None) -> None:
+    def _maybe_alter_isr(self, led: LedPartition, now: int, expand_for: int | None = None) -> None:
         if led.alter_inflight or now < led.alter_backoff_until_ms:
             return
         proposal = led.rs.isr_proposal(now, expand_for)
@@ -582,7 +456,7 @@ class ReplicaManager:
         led.alter_inflight = True
         self._spawn(self._alter_isr(led, proposal))
 
-    async def _alter_isr(self, led: _Led, proposal: tuple[int, ...]) -> None:
+    async def _alter_isr(self, led: LedPartition, proposal: tuple[int, ...]) -> None:
         before = set(led.rs.isr)
         try:
             answer = await self.metadata.alter_partition(
@@ -608,7 +482,7 @@ class ReplicaManager:
             # unexpected error): it may have committed the change.
             unknown = answer in _ALTER_OUTCOME_UNKNOWN
             led.rs.isr_failed(outcome_unknown=unknown)
-            led.alter_backoff_until_ms = self._clock() + ALTER_PARTITION_BACKOFF_MS
+            led.alter_backoff_until_ms = self.clock.wall_ms() + ALTER_PARTITION_BACKOFF_MS
             log.info(
                 "broker %d: ISR change of %s to %s %s: %s",
                 self.broker_id,
@@ -623,158 +497,9 @@ class ReplicaManager:
         fetch that would trigger the check)."""
         while not self._stopping:
             await asyncio.sleep(ISR_CHECK_INTERVAL_MS / 1000)
-            now = self._clock()
+            now = self.clock.wall_ms()
             for led in list(self._led.values()):
                 self._maybe_alter_isr(led, now)
 
-    # ---------------------------------------------------------- follower side
 
-    def _start_fetchers(self) -> None:
-        leaders = {f.leader for f in self._following.values() if f.leader != NO_LEADER}
-        for leader in leaders:
-            task = self._fetchers.get(leader)
-            if task is None or task.done():
-                self._fetchers[leader] = asyncio.ensure_future(self._fetch_loop(leader))
-
-    async def _fetch_loop(self, leader: int) -> None:
-        cfg = self.config
-        backoff = cfg.replica_fetch_backoff_ms / 1000
-        while not self._stopping:
-            followed = {tp: f for tp, f in self._following.items() if f.leader == leader}
-            if not followed:
-                break
-            try:
-                parts = await asyncio.to_thread(self._fetch_request, followed)
-            except (StoreError, KeyError) as e:
-                log.warning("broker %d: cannot build a fetch from %d: %s", self.broker_id, leader, e)
-                await self._pause(backoff)
-                continue
-            body = enc_replica_fetch(
-                self.broker_id, cfg.replica_fetch_wait_max_ms, cfg.replica_fetch_entries_max, parts
-            )
-            self.stats.replica_fetches_sent += 1
-            try:
-                client = await self._client(leader)
-                raw = await client.call(
-                    "replica_fetch", body, timeout_ms=cfg.replica_fetch_wait_max_ms + REPLICA_FETCH_WAIT_MS_MAX
-                )
-                results = dec_replica_fetch_response(raw, len(parts))
-            except (RpcConnectionError, OSError, RpcTimeoutError) as e:
-                self.stats.replica_fetch_errors += 1
-                log.debug("broker %d: fetch from %d failed: %s", self.broker_id, leader, e)
-                await self._drop_client(leader)
-                await self._pause(backoff)
-                continue
-            except (RpcRemoteError, WireError) as e:
-                self.stats.replica_fetch_errors += 1
-                log.warning("broker %d: fetch from %d refused: %s", self.broker_id, leader, e)
-                await self._pause(backoff)
-                continue
-            async with self._roles:
-                # Apply only to partitions still followed from this leader at
-                # the epoch the fetch named (a role change may have come in).
-                current = [
-                    (p, r)
-                    for p, r in zip(parts, results, strict=True)
-                    if (f := self._following.get(p.topic_id_partition)) is not None
-                    and f.leader == leader
-                    and f.leader_epoch == p.current_leader_epoch
-                ]
-                try:
-                    moved, stale = await asyncio.to_thread(self._apply_fetch, current)
-                except (StoreError, KeyError, ValueError) as e:
-                    log.error("broker %d: applying a fetch from %d failed: %s", self.broker_id, leader, e)
-                    moved, stale = False, True
-            if moved:
-                self._on_data()
-            if stale:
-                # Our metadata is behind the leader's (or the leader's behind
-                # ours): wait for it instead of spinning.
-                await self._pause(min(backoff, 0.1))
-        if self._fetchers.get(leader) is asyncio.current_task():
-            del self._fetchers[leader]
-
-    async def _pause(self, seconds: float) -> None:
-        """Sleep, but wake early when the metadata changes (a leader's address
-        or epoch became known)."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self._metadata_changed.waiter().wait()
-
-    def _fetch_request(self, followed: dict[TopicIdPartition, _Followed]) -> list[ReplicaFetchPartition]:
-        parts = []
-        for tp, f in followed.items():
-            cache = self.store.leader_epoch_cache(tp)
-            hwm = self.store.high_watermark(tp) if self.config.fetch_sends_high_watermark else -1
-            parts.append(
-                ReplicaFetchPartition(
-                    tp,
-                    f.leader_epoch,
-                    self.store.log_end_offset(tp),
-                    cache[-1][0] if cache else UNDEFINED_EPOCH,
-                    hwm,
-                    self.store.log_start_offset(tp),
-                )
-            )
-        return parts
-
-    def _apply_fetch(self, items: list[tuple[ReplicaFetchPartition, ReplicaFetchResult]]) -> tuple[bool, bool]:
-        """Append, truncate or reset (a worker thread).  Returns (an HWM or
-        log moved, some partition answered a metadata error)."""
-        moved = stale = False
-        for p, r in items:
-            tp = p.topic_id_partition
-            if r.error == Errors.NONE and r.diverging_epoch != NO_DIVERGENCE:
-                leo = self.store.log_end_offset(tp)
-                offset, _final = truncation_offset(
-                    self.store.leader_epoch_cache(tp),
-                    leo,
-                    self.store.high_watermark(tp),
-                    EpochEndOffset(r.diverging_epoch, r.diverging_end_offset),
-                )
-                removed = self.store.truncate_to(tp, offset)
-                self.stats.truncations += 1
-                self.stats.entries_truncated += removed
-                log.info(
-                    "broker %d: truncated %s to %d (%d entries) after divergence at epoch %d",
-                    self.broker_id,
-                    tp,
-                    offset,
-                    removed,
-                    r.diverging_epoch,
-                )
-                moved = True
-            elif r.error == Errors.NONE:
-                before = self.store.high_watermark(tp)
-                if r.entries or r.high_watermark > before or r.log_start_offset > 0:
-                    self.store.append_replicated(
-                        tp,
-                        list(r.entries),
-                        leader_high_watermark=r.high_watermark,
-                        leader_log_start_offset=r.log_start_offset,
-                    )
-                    self.stats.entries_replicated += len(r.entries)
-                    moved = moved or self.store.high_watermark(tp) > before
-            elif r.error == Errors.OFFSET_OUT_OF_RANGE:
-                leo = self.store.log_end_offset(tp)
-                if leo > r.log_end_offset >= 0:
-                    removed = self.store.truncate_to(tp, r.log_end_offset)
-                    self.stats.truncations += 1
-                    self.stats.entries_truncated += removed
-                elif leo < r.log_start_offset:
-                    self.store.reset_to(tp, r.log_start_offset)
-                moved = True
-            else:
-                stale = True
-        return moved, stale
-
-
-def _with_hwm(r: ReplicaFetchResult, hwm: int) -> ReplicaFetchResult:
-    if hwm < 0 or r.high_watermark == hwm:
-        return r
-    return ReplicaFetchResult(
-        r.error, hwm, r.log_start_offset, r.log_end_offset, r.diverging_epoch, r.diverging_end_offset, r.entries
-    )
-
-
-__all__ = ["ReplicaManager", "ReplicationConfig", "ReplicationStats"]
+__all__ = ["ReplicaManager"]

@@ -1,4 +1,4 @@
-"""Inter-broker RPC: frames (sans-IO), schemas, method table, bodies, the asyncio transport, TLS."""
+"""Inter-broker RPC: frames (sans-IO), schemas, method table, bodies, the asyncio server and client, secret, TLS."""
 
 # The names below are imported on first use (partlog.lazy_exports).
 
@@ -9,17 +9,18 @@ from typing import TYPE_CHECKING
 from partlog.lazy_exports import lazy_getattr
 
 if TYPE_CHECKING:
+    from partlog.rpc.client import RpcClient, RpcConnectionError, RpcRemoteError, RpcTimeoutError
     from partlog.rpc.frame import RpcErrorCode
-    from partlog.rpc.transport import RpcClient, RpcConnectionError, RpcRemoteError, RpcServer, RpcTimeoutError
+    from partlog.rpc.server import RpcServer
     from partlog.rpc.wire import WireError
 
 _EXPORTS = {
-    "RpcClient": "partlog.rpc.transport",
-    "RpcConnectionError": "partlog.rpc.transport",
+    "RpcClient": "partlog.rpc.client",
+    "RpcConnectionError": "partlog.rpc.client",
     "RpcErrorCode": "partlog.rpc.frame",
-    "RpcRemoteError": "partlog.rpc.transport",
-    "RpcServer": "partlog.rpc.transport",
-    "RpcTimeoutError": "partlog.rpc.transport",
+    "RpcRemoteError": "partlog.rpc.client",
+    "RpcServer": "partlog.rpc.server",
+    "RpcTimeoutError": "partlog.rpc.client",
     "WireError": "partlog.rpc.wire",
 }
 

@@ -41,7 +41,8 @@ followed by the close.
 
 Nothing here touches a socket: :func:`encode_frame` returns bytes and
 :class:`FrameDecoder` turns received bytes into :class:`Frame` records, so the
-asyncio shell (``partlog.rpc.transport``) and the tests drive the same code.
+asyncio shells (``partlog.rpc.server``, ``partlog.rpc.client``) and the tests
+drive the same code.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The request schemas of every RPC method partlog serves, in one place.
 
 The broker's, the controller's and walmgr's servers hand their table to
-:class:`partlog.rpc.transport.RpcServer`, which decodes each request under its
+:class:`partlog.rpc.server.RpcServer`, which decodes each request under its
 schema's limits and checks it before the handler runs
 (:mod:`partlog.rpc.schema`).  The handlers' own decoders
-(:mod:`partlog.rpc.wire`, ``partlog.controller.core``'s ``dec_*``) then turn checked
+(:mod:`partlog.rpc.wire`, ``partlog.controller.wire``'s ``dec_*``) then turn checked
 bodies into records; they keep their shape checks for callers that bypass
 the server (tests, embedders).
 
@@ -16,17 +16,15 @@ the uploader is a signed int32, file sizes and byte offsets fit an int64.
 
 from __future__ import annotations
 
-from partlog.controller.core import (
+from partlog.limits import (
     AZ_CHARS_MAX,
     BROKERS_MAX,
     HOST_CHARS_MAX,
+    PARTITIONS_PER_CLUSTER_MAX,
     PARTITIONS_PER_TOPIC_MAX,
+    SEGMENT_BATCHES_MAX,
     TOPICS_PER_REQUEST_MAX,
 )
-from partlog.controller.core import (
-    PARTITIONS_MAX as TOPIC_PARTITIONS_MAX,
-)
-from partlog.produce.pipeline import SEGMENT_BATCHES_MAX
 from partlog.rpc.frame import RPC_FRAME_BYTES_MAX
 from partlog.rpc.schema import (
     BROKER_ID,
@@ -74,7 +72,7 @@ COMMIT_HEADER_BYTES_MAX = 1024
 # Kafka's INVALID_TOPIC_EXCEPTION); only absurd lengths are refused here.
 TOPIC_NAME_BYTES_MAX = 1024
 # Topics in a metadata answer: the controller's partitions in all bound them.
-TOPICS_MAX = TOPIC_PARTITIONS_MAX
+TOPICS_MAX = PARTITIONS_PER_CLUSTER_MAX
 NON_NEGATIVE_INT32 = Int(0, INT32_MAX)
 POSITIVE_INT32 = Int(1, INT32_MAX)
 

@@ -1,80 +1,112 @@
 """MetadataStore: one broker's metadata logs, in one LMDB environment.
 
-Each partition this broker leads (or, later, follows) has a metadata log of
-entries ``[patched 61-byte v2 batch header | WAL reference]``, sequenced exactly
-as a Kafka partition leader sequences its log.  The API mirrors KIP-1164's
-BatchCoordinator, per leader (see :mod:`partlog.kafka.records`).
+Each partition this broker leads or follows has a metadata log of entries
+``[patched 61-byte v2 batch header | WAL reference]``: as leader it sequences
+commits exactly as a Kafka partition leader sequences its log, as follower it
+appends the leader's entries at the leader's offsets and epochs
+(:meth:`MetadataStore.read_log`, :meth:`~MetadataStore.append_replicated`,
+:meth:`~MetadataStore.truncate_to`, :meth:`~MetadataStore.reset_to`; with
+``auto_high_watermark=False`` the owner drives the high watermark).  The API
+mirrors KIP-1164's BatchCoordinator, per leader (:mod:`partlog.kafka.records`).
 
-The layout on disk is :mod:`partlog.store.layout`.
+Commits go through a group commit: concurrent ``commit_file`` calls are
+sequenced into a group against the in-memory state, made durable by ONE
+journal append before anyone is answered, and applied to LMDB later by
+checkpoints.  Every other write runs exclusively: the pipeline drained, the
+journal applied, one LMDB transaction.  Each operation validates before it
+writes, so one caller's bad input never reaches another's commit.  A failed
+commit, or a failed check of the durable state (:func:`layout.verify
+<partlog.store.layout.verify>`), fail-stops the store until :meth:`reopen
+<MetadataStore.reopen>`.  Readers read LMDB plus the overlay of durable
+groups not yet applied, never the caches, so a ``readonly`` store in another
+process, which follows the journal, sees the same.
 
-Commits go through a group commit: concurrent ``commit_file`` callers queue;
-one of them sequences the queued calls into a group against the in-memory
-state, and the group is made durable by ONE journal append (one fsync with
-``sync=True``) before anyone is answered; checkpoints apply durable groups to
-LMDB later, in large transactions.  Every other write (topics, epochs,
-truncation, DeleteRecords, retention, follower appends) runs exclusively:
-the pipeline drained, the journal applied, one LMDB write transaction.  Each
-operation validates everything before it writes anything, so one caller's bad
-input never reaches another caller's commit; an exclusive write stages its
-changes and reaches the caches only once committed.
+:class:`MetadataStore` is the facade and the only public class.  As Kafka's
+``UnifiedLog`` owns ``LocalLog``, ``ProducerStateManager`` and
+``LeaderEpochFileCache``, it owns components, each with its own state:
 
-Readers never read the caches: they read LMDB plus the overlay of durable,
-not yet applied groups (:mod:`partlog.store.view`), so a ``readonly=True``
-store in another process, which follows the journal, sees the same.
-
-Replication (Kafka-style, per partition): the leader's :meth:`MetadataStore.read_log`
-hands out entries as :class:`ReplicatedEntry` values; a follower's store
-appends them with :meth:`MetadataStore.append_replicated` in the leader's exact
-offsets and epochs, and cuts a divergent suffix with
-:meth:`MetadataStore.truncate_to` or restarts with :meth:`MetadataStore.reset_to`.
-With ``auto_high_watermark=False`` the owner drives the high watermark
-(:meth:`MetadataStore.set_high_watermark`) from its replicas' progress; that
-value lives in memory and reaches disk with the next write of the partition.
-
-Where the code is (each module one concern; :class:`MetadataStore` combines
-them and is the only public class):
-
-* :mod:`~partlog.store.layout`: database names, key and value formats, the
-  decoded partition state and log entry;
-* :mod:`~partlog.store.base`: environment, transactions, caches, staging;
-* :mod:`~partlog.store.sequencing`: the commit path (``commit_file``);
-* :mod:`~partlog.store.checkpoint`: the journal append per group (the
-  acknowledgement), checkpoints into LMDB, recovery;
-* :mod:`~partlog.store.journal`: the journal files;
-* :mod:`~partlog.store.view`: what readers see (LMDB plus the overlay);
-* :mod:`~partlog.store.log`: log entries;
-* :mod:`~partlog.store.producers`: producer state kept per partition;
-* :mod:`~partlog.store.index`: file references (what walmgr asks about);
-* :mod:`~partlog.store.reads`: FindBatches, ListOffsets, log bounds, ``read_log``;
-* :mod:`~partlog.store.replication`: the follower API and the high watermark;
-* :mod:`~partlog.store.epochs`: the leader-epoch cache;
-* :mod:`~partlog.store.retention`: DeleteRecords and retention;
-* :mod:`~partlog.store.topics`: topics and the cluster binding;
-* :mod:`~partlog.store.check`: the invariant walker.
+* :mod:`~partlog.store.env`: the LMDB environment (transactions, map growth,
+  the gate closing waits for);
+* :mod:`~partlog.store.catalog`: topics, partition states, id counters and
+  in-memory high watermarks;
+* :mod:`~partlog.store.log`: the log chunks (entries: read, append, cut);
+* :mod:`~partlog.store.index`: file references, pending ones too (walmgr's);
+* :mod:`~partlog.store.epochs`, :mod:`~partlog.store.producers`: the
+  leader-epoch cache, the producer table;
+* :mod:`~partlog.store.sequencer`: the pure :class:`Sequencer` (Kafka's
+  sequencing of a commit: state in, answers and a delta out);
+* :mod:`~partlog.store.writes` (on :mod:`~partlog.store.group_commit`),
+  :mod:`~partlog.store.checkpoint` (with :mod:`~partlog.store.journal`) and
+  :mod:`~partlog.store.view`: the write paths, durability and recovery, and
+  what readers see; :mod:`~partlog.store.staged`: how writes see state;
+* ``reads``, ``replication``, ``retention``, ``topics``, ``check``:
+  operations that span components;
+* :mod:`~partlog.store.layout`: formats, records, errors; ``options``: open's.
 """
 
 from __future__ import annotations
 
-from partlog.kafka.records import LogRead, ReplicatedEntry
-from partlog.store.check import CheckMixin
-from partlog.store.checkpoint import CheckpointMixin
+import logging
+import os
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Self
+
+from partlog.kafka.producer_state import PRODUCER_ID_EXPIRATION_MS_DEFAULT
+from partlog.kafka.records import (
+    CommitBatchRequest,
+    CommitBatchResponse,
+    CreateTopicAndPartitionsRequest,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    FileUsage,
+    FindBatchRequest,
+    FindBatchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    LogRead,
+    ReplicatedEntry,
+    TopicIdPartition,
+)
+from partlog.kafka.topic_config import TopicConfig
+from partlog.runtime import SYSTEM_CLOCK
+from partlog.store import retention, topics
+from partlog.store.catalog import Catalog
+from partlog.store.check import check_store
+from partlog.store.checkpoint import Checkpointer
+from partlog.store.env import LmdbEnv, open_environment
+from partlog.store.epochs import EpochCache
+from partlog.store.index import FileIndex
+from partlog.store.journal import JOURNAL_SEGMENT_BYTES_DEFAULT, Journal, JournalError
 from partlog.store.layout import (
+    CHECKPOINT_GROUPS_MAX_DEFAULT,
+    CHECKPOINT_INTERVAL_MS_DEFAULT,
     COMMIT_DEADLINE_MS_DEFAULT,
     ENTRY_SIZE,
     FORMAT_VERSION,
     GROUP_COMMIT_BATCHES_MAX,
+    KEY_CLUSTER_ID,
     MAP_SIZE_BYTES_DEFAULT,
     MAP_SIZE_BYTES_MAX,
     MAP_SIZE_BYTES_MIN,
+    CommitGroup,
     CorruptEntryError,
     OffsetOutOfRangeError,
     ReplicationError,
     StoreError,
+    StoreInconsistentError,
+    T,
 )
-from partlog.store.replication import ReplicationMixin
-from partlog.store.retention import RetentionMixin
-from partlog.store.sequencing import SequencingMixin
-from partlog.store.topics import TopicsMixin
+from partlog.store.log import LogChunks
+from partlog.store.options import StoreOptions
+from partlog.store.producers import ProducerTable
+from partlog.store.reads import LogReader
+from partlog.store.replication import FollowerLog, check_replicated
+from partlog.store.sequencer import Sequencer, prepare
+from partlog.store.staged import Staged
+from partlog.store.view import Views
+from partlog.store.writes import Writes
 
 __all__ = [
     "COMMIT_DEADLINE_MS_DEFAULT",
@@ -91,13 +123,577 @@ __all__ = [
     "ReplicatedEntry",
     "ReplicationError",
     "StoreError",
+    "StoreInconsistentError",
 ]
 
+log = logging.getLogger(__name__)
 
-class MetadataStore(SequencingMixin, CheckpointMixin, ReplicationMixin, RetentionMixin, TopicsMixin, CheckMixin):
+
+class MetadataStore:
     """The metadata logs of all partitions of one broker (see the package doc).
 
     The API mirrors KIP-1164's BatchCoordinator, per leader.  Thread-safe:
     any number of threads may call any method; writes from concurrent callers
-    share transactions (group commit).
+    share transactions (group commit).  Made by :meth:`open`.
     """
+
+    def __init__(self, path: str, options: StoreOptions) -> None:
+        self.path = path
+        self._options = options
+        self.readonly = options.readonly
+        self.sync = options.sync
+        self.auto_high_watermark = options.auto_high_watermark
+        self.commit_deadline_ms = options.commit_deadline_ms
+        self.producer_id_expiration_ms = options.producer_id_expiration_ms
+        self.group_commit_batches_max = options.group_commit_batches_max
+        self.checkpoint_groups_max = options.checkpoint_groups_max
+        self.checkpoint_interval_ms = options.checkpoint_interval_ms
+        self.checkpoint_backlog_groups_max = options.backlog_groups_max
+        self._attach()
+
+    def _attach(self) -> None:
+        """Open the environment and the journal, build the components on
+        them, and bring them up to date (recovery, or following the journal
+        when ``readonly``): what :meth:`open` and :meth:`reopen` share.  The
+        store takes them only once all is done: a reopen that fails leaves
+        it closed and failed, to be reopened again."""
+        o = self._options
+        path = self.path
+        if o.readonly and not os.path.exists(os.path.join(path, "data.mdb")):
+            raise StoreError(f"{path}: no metadata store here (data.mdb missing)")
+        if not o.readonly:
+            os.makedirs(path, exist_ok=True)
+        # Counters for metrics and benchmarks (components add to them).
+        stats = {
+            "group_commits": 0,
+            "map_resizes": 0,
+            "checkpoints": 0,
+            "checkpointed_groups": 0,
+            "replayed_groups": 0,
+            # commits that waited for a checkpoint: the thread fell behind
+            "checkpoint_backpressure": 0,
+        }
+        raw = open_environment(path, map_size_bytes=o.map_size_bytes, readonly=o.readonly, sync=o.sync)
+        try:
+            journal = Journal(
+                os.path.join(path, "journal"), sync=o.sync, segment_bytes=o.journal_segment_bytes, readonly=o.readonly
+            )
+        except (OSError, ValueError, JournalError) as e:
+            raw.close()
+            raise StoreError(f"{path}: cannot open the journal: {e}") from e
+        env = LmdbEnv(raw, path=path, readonly=o.readonly, stats=stats)
+        clock = o.clock or SYSTEM_CLOCK.wall_ms
+        catalog = Catalog(env)
+        index = FileIndex(env)
+        log_chunks = LogChunks(env, index)
+        epochs = EpochCache(env)
+        producers = ProducerTable(env)
+        checkpoints = Checkpointer(
+            env,
+            journal,
+            catalog=catalog,
+            index=index,
+            log=log_chunks,
+            producers=producers,
+            stats=stats,
+            groups_max=o.checkpoint_groups_max,
+            interval_ms=o.checkpoint_interval_ms,
+            backlog_groups_max=o.backlog_groups_max,
+            monotonic=o.monotonic or SYSTEM_CLOCK.monotonic,
+        )
+        views = Views(env, lambda: checkpoints.overlay, checkpoints.follow if o.readonly else None)
+        sequencer = Sequencer(
+            commit_deadline_ms=o.commit_deadline_ms,
+            producer_id_expiration_ms=o.producer_id_expiration_ms,
+            auto_high_watermark=o.auto_high_watermark,
+        )
+        writes = Writes(
+            env,
+            checkpoints,
+            views,
+            catalog=catalog,
+            producers=producers,
+            index=index,
+            sequencer=sequencer,
+            clock=clock,
+            commit_group=self._commit_group,
+            group_batches_max=o.group_commit_batches_max,
+            stats=stats,
+        )
+        env.check_version()
+        if o.readonly:
+            # What the journal holds beyond the index; every read follows
+            # the live journal of a writer in another process from here.
+            checkpoints.replay_overlay()
+        else:
+            checkpoints.recover()
+            with env.read() as txn:
+                catalog.load(txn)
+            if o.checkpoint_thread:
+                checkpoints.start_thread(path, writes.pipeline)
+        self.stats = stats
+        self._env, self._journal, self._clock, self._closed = env, journal, clock, False
+        self._catalog, self._index, self._log, self._epochs = catalog, index, log_chunks, epochs
+        self._producers, self._checkpoints, self._views, self._writes = producers, checkpoints, views, writes
+        self._pipeline = writes.pipeline
+        self._read = views.read  # a view: LMDB plus the journal's overlay
+        self._reads = LogReader(views, catalog=catalog, log=log_chunks, index=index, epochs=epochs, readonly=o.readonly)
+        self._follower = FollowerLog(
+            catalog=catalog,
+            log=log_chunks,
+            index=index,
+            epochs=epochs,
+            producers=producers,
+            clock=clock,
+            producer_id_expiration_ms=o.producer_id_expiration_ms,
+        )
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        sync: bool = True,
+        readonly: bool = False,
+        commit_deadline_ms: int = COMMIT_DEADLINE_MS_DEFAULT,
+        producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+        clock: Callable[[], int] | None = None,
+        monotonic: Callable[[], float] | None = None,
+        map_size_bytes: int = MAP_SIZE_BYTES_DEFAULT,
+        group_commit_batches_max: int = GROUP_COMMIT_BATCHES_MAX,
+        auto_high_watermark: bool = True,
+        cluster_id: uuid.UUID | None = None,
+        checkpoint_groups_max: int = CHECKPOINT_GROUPS_MAX_DEFAULT,
+        checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS_DEFAULT,
+        checkpoint_thread: bool = True,
+        journal_segment_bytes: int = JOURNAL_SEGMENT_BYTES_DEFAULT,
+        checkpoint_backlog_groups_max: int | None = None,
+    ) -> Self:
+        """Open (creating unless ``readonly``) the store in directory ``path``,
+        replaying its journal.  The options are
+        :class:`~partlog.store.options.StoreOptions` (each explained there);
+        ``cluster_id``: :meth:`bind_cluster` to it (not with ``readonly``).
+        Raises ValueError for an option out of range, :class:`StoreError` if
+        the directory is not a store, or one of another cluster.
+        """
+        options = StoreOptions(
+            sync=sync,
+            readonly=readonly,
+            commit_deadline_ms=commit_deadline_ms,
+            producer_id_expiration_ms=producer_id_expiration_ms,
+            clock=clock,
+            monotonic=monotonic,
+            map_size_bytes=map_size_bytes,
+            group_commit_batches_max=group_commit_batches_max,
+            auto_high_watermark=auto_high_watermark,
+            checkpoint_groups_max=checkpoint_groups_max,
+            checkpoint_interval_ms=checkpoint_interval_ms,
+            checkpoint_thread=checkpoint_thread,
+            journal_segment_bytes=journal_segment_bytes,
+            checkpoint_backlog_groups_max=checkpoint_backlog_groups_max,
+        )
+        store = cls(os.fspath(path), options)
+        if cluster_id is not None:
+            try:
+                store.bind_cluster(cluster_id)
+            except BaseException:
+                store.close()
+                raise
+        return store
+
+    @property
+    def failed(self) -> BaseException | None:
+        """Why the store fail-stopped (a commit's I/O failed, or a check of
+        its durable state), or None.  Every write then raises StoreError
+        until :meth:`reopen`."""
+        return self._pipeline.failed
+
+    def reopen(self) -> None:
+        """Recover from a fail-stop in place: wait for the operations in
+        flight, close the environment, and open it again, reloading every
+        cache from disk, as a restart would.  Nothing acknowledged is lost
+        (acknowledged means durable); what the failed commits sequenced was
+        never acknowledged and is gone.  High watermarks set in memory stay
+        (they only ever covered durable entries).  The object stays the same,
+        so its owners (the broker, replication) keep their reference."""
+        hwms = dict(self._catalog.hwms)
+        reopens = self.stats.get("reopens", 0)
+        self.close()
+        self._attach()
+        self._catalog.restore_hwms(hwms)
+        self.stats["reopens"] = reopens + 1
+
+    def close(self, *, checkpoint: bool = True) -> None:
+        """Close the environment once the operations in flight (in other
+        threads: an asyncio shell's worker threads outlive a cancelled task)
+        have ended; new ones are refused with StoreError.  Closing LMDB under
+        a running transaction would crash the process.
+
+        With ``checkpoint`` (and no fail-stop) the journal is applied first,
+        so the LMDB files alone hold everything; without, what the journal
+        holds beyond the index stays there, as a crash leaves it, and the
+        next open applies it (the simulations' crash)."""
+        self._checkpoints.stop_thread()
+        if self._env.gate.close():
+            self._closed = True
+            if checkpoint and not self.readonly and self._pipeline.failed is None:
+                try:
+                    self._checkpoints.checkpoint()
+                except Exception:
+                    # Nothing is lost: the next open replays the journal.
+                    log.exception("checkpoint at close failed path=%s", self.path)
+            self._env.close()
+            self._journal.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ plumbing
+
+    @property
+    def _overlay(self) -> tuple[CommitGroup, ...]:
+        return self._checkpoints.overlay
+
+    def _checkpoint(self) -> int:
+        """Apply every durable group to LMDB now; returns how many."""
+        return self._checkpoints.checkpoint()
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise StoreError(f"{self.path}: store is closed")
+        if self.readonly:
+            raise StoreError(f"{self.path}: store is open read-only")
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Count a write in flight, so that ``close`` waits for it."""
+        self._check_writable()
+        with self._env.gate.writing():
+            yield
+
+    def _exclusive(self, fn: Callable[[], T]) -> T:
+        """``fn`` alone, the pipeline drained, counted as a write in flight."""
+        with self._writing():
+            return self._writes.exclusive(fn)
+
+    def _write(self, fn: Callable[[Staged], T]) -> T:
+        """Run ``fn`` alone in its own write transaction, the pipeline drained
+        and the journal applied first (LMDB then holds everything
+        acknowledged).  ``fn`` validates before it writes; if it raises, the
+        transaction is aborted and nothing changes."""
+        return self._exclusive(lambda: self._writes.staged(fn))
+
+    # ------------------------------------------------------------ the commit path
+
+    def commit_file(
+        self,
+        object_key: str,
+        uploader_broker_id: int,
+        file_size: int,
+        batches: Sequence[CommitBatchRequest],
+    ) -> list[CommitBatchResponse]:
+        """Sequence and append the batches of one WAL object (one commit RPC).
+
+        All accepted batches are appended in ONE transaction; responses come in
+        request order.  A batch that fails validation gets its Kafka error and
+        leaves the others unaffected.  Batches of one partition are appended in
+        request order, each seeing the producer state the previous one left.
+        """
+        self._check_writable()
+        # Everything that needs no state is checked here, in the caller's
+        # thread, so it overlaps another group's fsync instead of the
+        # sequencing stage.
+        call = prepare(object_key, uploader_broker_id, file_size, batches)
+        with self._writing():
+            return self._writes.submit(call)
+
+    def _commit_group(self, group: CommitGroup) -> None:
+        """Pipeline stage 2: the group's journal append (its durability)."""
+        self._checkpoints.commit(group)
+
+    def flush(self) -> None:
+        """Apply everything acknowledged to the LMDB index now (a checkpoint
+        with the pipeline drained): afterwards LMDB alone holds every
+        acknowledged commit, as a backup or another process reading the
+        files directly needs."""
+        self._check_writable()
+        self._write(lambda s: None)
+
+    def copy_to(self, directory: str) -> None:
+        """Write a consistent copy of the store into the empty ``directory``:
+        the journal applied first (pipeline drained), then LMDB's copy, which
+        then holds everything acknowledged."""
+
+        def copy() -> None:
+            with self._checkpoints.applied():
+                self._env.copy(directory)
+
+        self._exclusive(copy)
+
+    def store_stats(self) -> dict[str, int]:
+        """Counters and gauges for metrics: group commits, checkpoints and
+        the groups they applied, groups replayed at open, map resizes, the
+        journal's records and bytes, and the overlay's length against its
+        limit (``checkpoint_groups_max``)."""
+        return {
+            **self.stats,
+            "journal_records": self._journal.stats["records"],
+            "journal_bytes": self._journal.stats["bytes"],
+            "overlay_groups": len(self._checkpoints.overlay),
+            "checkpoint_groups_max": self.checkpoint_groups_max,
+            "checkpoint_backlog_groups_max": self.checkpoint_backlog_groups_max,
+        }
+
+    # ------------------------------------------------------------ topics and the cluster
+
+    @property
+    def cluster_id(self) -> uuid.UUID | None:
+        """The cluster this store belongs to (:meth:`bind_cluster`), or None."""
+        with self._read() as txn:
+            raw = txn.get(KEY_CLUSTER_ID, db=self._env.meta)
+        return None if raw is None else uuid.UUID(bytes=bytes(raw))
+
+    def bind_cluster(self, cluster_id: uuid.UUID) -> None:
+        """Record that this store belongs to cluster ``cluster_id``, or check
+        that it already does: raises :class:`StoreError` naming both ids when
+        it belongs to another.  A broker binds its store at start, so a data
+        directory of one cluster is never served as part of another (its
+        references would answer the other cluster's walmgr)."""
+        assert isinstance(cluster_id, uuid.UUID), cluster_id
+        current = self.cluster_id
+        if current == cluster_id:
+            return
+        if current is not None:
+            raise StoreError(f"{self.path}: store belongs to cluster {current}, not to cluster {cluster_id}")
+
+        def fn(s: Staged) -> None:
+            raw = s.txn.get(KEY_CLUSTER_ID, db=self._env.meta)
+            if raw is not None and bytes(raw) != cluster_id.bytes:  # bound meanwhile by another caller
+                raise StoreError(
+                    f"{self.path}: store belongs to cluster {uuid.UUID(bytes=bytes(raw))}, not to cluster {cluster_id}"
+                )
+            s.txn.put(KEY_CLUSTER_ID, cluster_id.bytes, db=self._env.meta)
+
+        self._write(fn)
+
+    def create_topic_and_partitions(self, requests: Iterable[CreateTopicAndPartitionsRequest]) -> None:
+        """Create topics and their partitions; idempotent for existing ones.
+
+        A request for an existing topic with more partitions adds the missing
+        ones (Kafka's CreatePartitions).  Raises ValueError for a bad request
+        (negative partition count, invalid config), before anything changes.
+        """
+        reqs = list(requests)
+        configs = topics.configs_of(reqs)
+        self._write(lambda s: topics.create_topics(s, self._catalog, self._epochs, reqs, configs))
+
+    def alter_topic_configs(self, topic_id: uuid.UUID, configs: dict[str, str | int]) -> None:
+        """Change topic configs (Kafka names); raises KeyError for an unknown topic."""
+        self._write(lambda s: topics.alter_topic(s, self._catalog, topic_id, configs))
+
+    def delete_topics(self, topic_ids: Iterable[uuid.UUID]) -> None:
+        """Delete topics: their logs, producer states, epochs and file references."""
+        ids = set(topic_ids)
+        self._write(lambda s: topics.delete_topics(s, self._catalog, self._log, self._producers, self._epochs, ids))
+
+    def topic_config(self, topic_id: uuid.UUID) -> TopicConfig:
+        """The topic's config, from the durable state; KeyError for an unknown topic."""
+        return self._reads.topic_config(topic_id)
+
+    def topics(self) -> dict[uuid.UUID, tuple[str, int]]:
+        """topic_id -> (name, number of partitions) of every topic, from the
+        durable state (so a ``readonly`` store in another process sees them)."""
+        return self._reads.topics()
+
+    def partitions(self) -> list[TopicIdPartition]:
+        return self._reads.partitions()
+
+    # ------------------------------------------------------------ reads
+
+    def find_batches(self, requests: Sequence[FindBatchRequest], fetch_max_bytes: int) -> list[FindBatchResponse]:
+        """Coordinates of the batches a fetch at each request's offset returns.
+
+        As Kafka (KIP-74): batches up to the high watermark, within each
+        request's ``max_partition_fetch_bytes`` and ``fetch_max_bytes`` overall,
+        but the first batch of the first partition that has data is returned
+        even if it exceeds both, so consumers always progress.  As Kafka's
+        ``LocalLog.read``, an offset in [HWM, log end] gets an empty answer
+        and only one past the log end is out of range: a new leader whose HWM
+        still lags the old one's must not send consumers into an offset reset.
+        """
+        return self._reads.find_batches(requests, fetch_max_bytes)
+
+    def list_offsets(self, requests: Sequence[ListOffsetsRequest]) -> list[ListOffsetsResponse]:
+        """Kafka ListOffsets at batch granularity (see design.md)."""
+        return self._reads.list_offsets(requests)
+
+    def log_end_offset(self, tp: TopicIdPartition) -> int:
+        """The partition's log end offset, from memory: no transaction.  On a
+        leader it includes commits sequenced but not yet durable (at most two
+        groups ahead).  KeyError for an unknown partition."""
+        return self._reads.known_part(tp).log_end_offset
+
+    def log_start_offset(self, tp: TopicIdPartition) -> int:
+        """The partition's log start offset, from memory.  KeyError for an
+        unknown partition."""
+        return self._reads.known_part(tp).log_start_offset
+
+    def high_watermark(self, tp: TopicIdPartition) -> int:
+        """The effective high watermark (persisted or set in memory, whichever
+        is ahead, capped at the log end), from memory.  KeyError for an
+        unknown partition."""
+        return self._catalog.effective_hwm(self._reads.known_part(tp))
+
+    def partition_state(self, tp: TopicIdPartition) -> dict[str, int]:
+        """log_start_offset, log_end_offset, high_watermark, leader_epoch, live_batches, live_bytes."""
+        return self._reads.partition_state(tp)
+
+    def referenced_files(self, object_keys: Iterable[str]) -> set[str]:
+        """The subset of ``object_keys`` that some entry of this store references:
+        entries above the HWM included, and commits sequenced but not yet
+        durable (docs/design/store.md, "References stay visible")."""
+        return self._index.referenced(self._views, object_keys)
+
+    def file_usage(self) -> dict[str, FileUsage]:
+        """Live batches and bytes per referenced WAL object."""
+        with self._read() as txn:
+            return self._index.usage(txn)
+
+    def check(self) -> list[str]:
+        """Full consistency check: every entry's CRC, contiguous offsets, the
+        partition counters and the file index recomputed from the logs.
+        Returns the problems found (empty when the store is sound)."""
+        return check_store(self._views, catalog=self._catalog, log=self._log, epochs=self._epochs, index=self._index)
+
+    # ------------------------------------------------------------ leader epochs and replication
+
+    def set_leader_epoch(self, tp: TopicIdPartition, leader_epoch: int) -> None:
+        """Become leader at ``leader_epoch`` (>= the current one): new entries are
+        stamped with it, and the epoch cache records where it starts."""
+        self._write(lambda s: self._epochs.become_leader(s, tp, leader_epoch))
+
+    def leader_epoch_cache(self, tp: TopicIdPartition) -> list[tuple[int, int]]:
+        """(leader_epoch, start_offset) pairs, ascending."""
+        return self._reads.leader_epoch_cache(tp)
+
+    def read_log(
+        self, tp: TopicIdPartition, from_offset: int, max_bytes: int, max_entries: int | None = None
+    ) -> LogRead:
+        """The leader's side of a follower fetch: entries from ``from_offset``
+        (the batch holding it, if it falls inside one) in offset order, above
+        the HWM too (followers replicate everything).  At least one entry if
+        there is any, then as many as keep the referenced batch bytes within
+        ``max_bytes`` and the count within ``max_entries`` (what a fetch
+        response carries).  One read transaction, so the entries and the offsets
+        returned with them are one snapshot.
+
+        Raises :class:`OffsetOutOfRangeError` when ``from_offset`` is below
+        the log start or past the log end, KeyError for an unknown partition.
+        """
+        return self._reads.read_log(tp, from_offset, max_bytes, max_entries)
+
+    def set_high_watermark(self, tp: TopicIdPartition, high_watermark: int) -> int:
+        """Advance the partition's high watermark to ``high_watermark``, capped
+        at the log end; never lowers it.  Returns the effective HWM.
+
+        Called by a leader after every commit and follower fetch, so it writes
+        nothing: the value lives in memory, every read path of this store uses
+        it at once, and the next write of the partition (a commit, a deletion,
+        a replicated append) persists it.  After a restart, or in a
+        ``readonly`` store in another process, the persisted value may lag;
+        the owner re-derives the HWM from its replicas.  KeyError for an
+        unknown partition.
+        """
+        self._check_writable()
+        return self._catalog.set_high_watermark(tp, high_watermark)
+
+    def append_replicated(
+        self,
+        tp: TopicIdPartition,
+        entries: Iterable[ReplicatedEntry],
+        *,
+        leader_high_watermark: int,
+        leader_log_start_offset: int,
+    ) -> int:
+        """The follower's append of entries from the leader's :meth:`read_log`;
+        returns the new log end offset.
+
+        As Kafka's follower (``AppendOrigin.REPLICATION``): the entries keep
+        the leader's offsets, headers and epochs; nothing is re-sequenced and
+        producer sequences are not checked, but producer state advances as on
+        the leader, so this store can take over as leader and still answer a
+        retry of a batch the old leader wrote as a duplicate.  A new epoch in
+        the entries starts an epoch-cache entry at its first offset.  Then
+        the log start follows the leader's (never past the log end) and the
+        HWM rises to the leader's (capped at the log end), persisted in the
+        same transaction.  Empty ``entries`` only moves log start and HWM,
+        without a write transaction unless the log start moves.
+
+        Raises :class:`ReplicationError` (naming partition and offset, nothing
+        written) when the entries do not continue this log, an epoch goes
+        backwards, or an entry is malformed; KeyError for an unknown partition.
+        """
+        self._check_writable()
+        items = list(entries)
+        # Stateless checks in the caller's thread, before the pipeline drains.
+        headers = [check_replicated(tp, e) for e in items]
+        if not items:
+            leo = self._follower.without_entries(tp, leader_high_watermark, leader_log_start_offset)
+            if leo is not None:
+                return leo
+        return self._write(
+            lambda s: self._follower.append(s, tp, items, headers, leader_high_watermark, leader_log_start_offset)
+        )
+
+    def truncate_to(self, tp: TopicIdPartition, offset: int) -> int:
+        """Remove the follower's divergent suffix: every entry whose last
+        offset is >= ``offset`` (Kafka's ``truncateTo``, at a batch boundary:
+        the log end becomes the base of the first entry removed).  Returns the
+        number of entries removed; 0 if ``offset`` is at or past the log end
+        (epochs starting at the log end still go, as in Kafka).
+
+        In one transaction: the removed entries' file references, epoch-cache
+        entries starting at or after the new log end, and the HWM (persisted
+        and in memory; the only call that lowers it) capped at the new log
+        end; producers that had a batch in the suffix get their state rebuilt
+        from their remaining entries (deleted if none remain), so a truncated
+        sequence can be sent again.  The log start stays unless the cut
+        batch held it (then it becomes the new log end: the log is empty).
+
+        Raises ValueError for ``offset`` below the log start, KeyError for an
+        unknown partition.
+        """
+        return self._write(lambda s: self._follower.truncate(s, tp, offset))
+
+    def reset_to(self, tp: TopicIdPartition, offset: int) -> None:
+        """Empty the partition's log and restart it at ``offset`` (Kafka's
+        ``truncateFullyAndStartAt``), for a follower whose log end fell below
+        the leader's log start: every entry and its file references, the
+        producer states and the epoch cache go; log start, log end and HWM
+        become ``offset``.  KeyError for an unknown partition, ValueError for
+        a negative offset."""
+        if offset < 0:
+            raise ValueError(f"partition {tp}: cannot reset to negative offset {offset}")
+        self._write(lambda s: self._follower.reset(s, tp, offset))
+
+    # ------------------------------------------------------------ deletion
+
+    def delete_records(self, requests: Sequence[DeleteRecordsRequest]) -> list[DeleteRecordsResponse]:
+        """Advance log start offsets (Kafka DeleteRecords; -1 means the HWM)."""
+        reqs = list(requests)
+        return self._write(lambda s: retention.delete_records(s, self._log, reqs))
+
+    def enforce_retention(self, now_ms: int | None = None) -> dict[TopicIdPartition, int]:
+        """Apply retention.ms and retention.bytes to every partition, as Kafka's
+        log cleaner does for deleted segments, batch by batch, never past the
+        HWM; expire producer states.  Returns the new log start offsets of the
+        partitions that changed."""
+        now = self._clock() if now_ms is None else now_ms
+        return self._write(
+            lambda s: retention.enforce_retention(
+                s, self._catalog, self._log, self._producers, now, self.producer_id_expiration_ms
+            )
+        )

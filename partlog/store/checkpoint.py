@@ -1,7 +1,7 @@
 """Durability and the index: the journal append per group, the checkpoint
 that applies durable groups to LMDB in large transactions, and recovery.
 
-The acknowledgement rule (design.md, "One durable append per group"): a
+The acknowledgement rule (docs/design/store.md, "One durable append per group"): a
 ``commit_file`` returns once the journal record of its group is written and,
 with ``sync=True``, synced.  Until a checkpoint applied that group to LMDB,
 readers see it through the overlay (:mod:`partlog.store.view`) and
@@ -15,35 +15,41 @@ Checkpoints run in a background thread (``checkpoint_thread=True``, the
 default) when ``checkpoint_groups_max`` groups wait or the oldest has waited
 ``checkpoint_interval_ms``; in the deterministic simulation, inline in the
 commit stage after ``checkpoint_groups_max`` groups.  Every exclusive write
-(topics, truncation, retention, follower appends) applies the overlay first,
-so it reads and writes an LMDB that holds everything acknowledged.
+(topics, truncation, retention, follower appends) applies the overlay first
+(:meth:`Checkpointer.applied`), so it reads and writes an LMDB that holds
+everything acknowledged.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import lmdb
 import msgpack
 
-from partlog.store.base import StoreBase
-from partlog.store.group_commit import PipelineFailedError
+from partlog.runtime import SYSTEM_CLOCK
+from partlog.store.catalog import Catalog
+from partlog.store.env import LmdbEnv
+from partlog.store.group_commit import GroupCommitPipeline
+from partlog.store.index import FileIndex
+from partlog.store.journal import Journal
 from partlog.store.layout import (
     ENTRY_SIZE,
-    FILE_RECORD,
     KEY_JOURNAL_APPLIED,
-    U32,
     U64,
     CommitGroup,
     StoreError,
     chunks_of,
+    verify,
 )
+from partlog.store.log import LogChunks
+from partlog.store.producers import ProducerTable
 
-log = logging.getLogger("partlog.store")
+log = logging.getLogger(__name__)
 
 # Recovery applies replayed groups in transactions of at most this many.
 RECOVERY_GROUPS_PER_TXN = 256
@@ -80,57 +86,106 @@ def _run(x: Any) -> bytes:
     return run
 
 
-class CheckpointMixin(StoreBase):
-    """The journal append (pipeline stage 2), checkpoints and recovery. See the module doc."""
+class Checkpointer:
+    """The journal, the overlay of durable groups not yet in LMDB, and the
+    checkpoints that apply them (see the module doc).
+
+    ``overlay`` is a tuple replaced (never mutated) by the commit stage and
+    the checkpoint, so a reader can hold a snapshot of it (view.py)."""
+
+    def __init__(
+        self,
+        env: LmdbEnv,
+        journal: Journal,
+        *,
+        catalog: Catalog,
+        index: FileIndex,
+        log: LogChunks,
+        producers: ProducerTable,
+        stats: dict[str, int],
+        groups_max: int,
+        interval_ms: int,
+        backlog_groups_max: int,
+        monotonic: Callable[[], float] = SYSTEM_CLOCK.monotonic,
+    ) -> None:
+        # How long the overlay has waited (the checkpoint thread's interval).
+        self._monotonic = monotonic
+        self._env = env
+        self.journal = journal
+        self._catalog = catalog
+        self._index = index
+        self._log = log
+        self._producers = producers
+        self.stats = stats
+        self.groups_max = groups_max
+        self.interval_ms = interval_ms
+        self.backlog_groups_max = backlog_groups_max
+        self.overlay: tuple[CommitGroup, ...] = ()
+        self._overlay_lock = threading.Lock()
+        self._overlay_since = 0.0
+        # Serialises LMDB write transactions of checkpoints and exclusive writes.
+        self.lock = threading.Lock()
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stop = False
+        self._pipeline: GroupCommitPipeline[CommitGroup] | None = None
+        self._followed_seq = 0  # readonly: the last journal seq seen
 
     # ------------------------------------------------------------ commit stage
 
-    def _commit_group(self, group: CommitGroup) -> None:
+    def commit(self, group: CommitGroup) -> None:
         """Pipeline stage 2: make a sequenced group durable (one journal
         append), then visible to readers (the overlay)."""
-        group.seq = self._journal.append(encode_group(group))
+        group.seq = self.journal.append(encode_group(group))
         with self._overlay_lock:
-            self._overlay = (*self._overlay, group)
-            waiting = len(self._overlay)
+            self.overlay = (*self.overlay, group)
+            waiting = len(self.overlay)
             if waiting == 1:
-                self._overlay_since = time.monotonic()
+                self._overlay_since = self._monotonic()
         self.stats["group_commits"] += 1
-        if self._checkpointer is None:
-            if waiting >= self.checkpoint_groups_max:
-                self._checkpoint()
-        elif waiting >= self.checkpoint_backlog_groups_max:
+        if self._thread is None:
+            if waiting >= self.groups_max:
+                self.checkpoint()
+        elif waiting >= self.backlog_groups_max:
             # The thread fell behind (commits outrun LMDB): this group's
             # caller applies the backlog itself, after the thread's running
             # checkpoint, before anything more is acknowledged.
             self.stats["checkpoint_backpressure"] += 1
-            self._checkpoint()
-        elif waiting == 1 or waiting == self.checkpoint_groups_max:
+            self.checkpoint()
+        elif waiting == 1 or waiting == self.groups_max:
             # The thread sleeps with nothing waiting: the first group starts
             # its checkpoint_interval_ms clock, the limit cuts it short.
-            with self._checkpoint_wake:
-                self._checkpoint_wake.notify()
+            with self._wake:
+                self._wake.notify()
 
     # ------------------------------------------------------------ checkpoint
 
+    def checkpoint(self) -> int:
+        """Apply every durable group of the overlay to LMDB in one
+        transaction; returns how many.  Serialised with exclusive writes."""
+        with self.lock:
+            return self._checkpoint_locked()
+
+    @contextmanager
+    def applied(self) -> Iterator[None]:
+        """Hold the checkpoint lock with the overlay applied: LMDB then holds
+        everything acknowledged, and no checkpoint runs beside the caller."""
+        with self.lock:
+            self._checkpoint_locked()
+            yield
+
     def _checkpoint_locked(self) -> int:
-        groups = self._overlay
+        groups = self.overlay
         if not groups:
             return 0
         last = self._apply_durably(groups)
         # Only now may readers stop seeing them in the overlay (view.py).
         with self._overlay_lock:
-            assert self._overlay[: len(groups)] == groups
-            self._overlay = self._overlay[len(groups) :]
-            self._overlay_since = time.monotonic()
-        with self._pending_lock:
-            for g in groups:
-                for object_key, (_, nb, _, _, _) in g.files.items():
-                    pending = self._pending_files[object_key]
-                    pending[1] -= nb
-                    assert pending[1] >= 0
-                    if pending[1] == 0:
-                        del self._pending_files[object_key]
-        self._journal.release(last)
+            assert self.overlay[: len(groups)] == groups
+            self.overlay = self.overlay[len(groups) :]
+            self._overlay_since = self._monotonic()
+        self._index.release_pending(groups)
+        self.journal.release(last)
         self.stats["checkpoints"] += 1
         self.stats["checkpointed_groups"] += len(groups)
         return len(groups)
@@ -143,141 +198,108 @@ class CheckpointMixin(StoreBase):
         counters: dict[bytes, int] = {}
         # Each partition's new entries of all the groups, in order: written
         # as chunks (layout.CHUNK_ENTRIES_MAX), one put each.
-        log: dict[int, list[bytes]] = {}
+        runs: dict[int, list[bytes]] = {}
         for g in groups:
-            for part_id, runs in g.by_part.items():
-                mine = log.get(part_id)
+            for part_id, part_runs in g.by_part.items():
+                mine = runs.get(part_id)
                 if mine is None:
-                    log[part_id] = list(runs)
+                    runs[part_id] = list(part_runs)
                 else:
-                    mine.extend(runs)
+                    mine.extend(part_runs)
             for object_key, (fid, nb, nbytes, uploader, size) in g.files.items():
                 acc = files.get(object_key)
                 if acc is None:
                     files[object_key] = [fid, nb, nbytes, uploader, size]
                 else:
-                    assert acc[0] == fid, f"{object_key}: file_id {acc[0]} and {fid} in one checkpoint"
+                    verify(acc[0] == fid, "%s: file_id %d and %d in one checkpoint", object_key, acc[0], fid)
                     acc[1] += nb
                     acc[2] += nbytes
             parts.update(g.parts)
             producers.update(g.producers)
             counters.update(g.counters)
         for object_key, (fid, nb, nbytes, uploader, size) in files.items():
-            k = object_key.encode()
-            raw = txn.get(k, db=self._db_files)
-            if raw is None:
-                txn.put(k, FILE_RECORD.pack(fid, nb, nbytes, uploader, size), db=self._db_files)
-                txn.put(U64.pack(fid), k, db=self._db_file_ids)
-            else:
-                old_fid, old_nb, old_nbytes, old_uploader, old_size = FILE_RECORD.unpack(raw)
-                assert old_fid == fid, f"{object_key}: file_id {old_fid} on disk, {fid} sequenced"
-                record = FILE_RECORD.pack(fid, old_nb + nb, old_nbytes + nbytes, old_uploader, old_size)
-                txn.put(k, record, db=self._db_files)
-        if log:
+            self._index.add(txn, object_key, fid, nb, nbytes, uploader, size)
+        if runs:
             # (joining one run returns that run: no copy in the common case)
-            chunks = [chunk for part_id in sorted(log) for chunk in chunks_of(part_id, b"".join(log[part_id]))]
-            _, added = txn.cursor(db=self._db_log).putmulti(chunks, overwrite=False)
-            assert added == len(chunks), "a log key was written twice"
-        if parts:
-            txn.cursor(db=self._db_parts).putmulti([(U32.pack(p), v) for p, v in parts.items()])
-        if producers:
-            txn.cursor(db=self._db_producers).putmulti(list(producers.items()))
-        for name, counter in counters.items():
-            txn.put(name, U64.pack(counter), db=self._db_meta)
+            self._log.put_chunks(
+                txn, [chunk for part_id in sorted(runs) for chunk in chunks_of(part_id, b"".join(runs[part_id]))]
+            )
+        self._catalog.put_packed_parts(txn, parts)
+        self._producers.put_encoded(txn, producers)
+        self._catalog.put_counters(txn, counters)
 
-    def flush(self) -> None:
-        """Apply everything acknowledged to the LMDB index now (a checkpoint
-        with the pipeline drained): afterwards LMDB alone holds every
-        acknowledged commit, as a backup or another process reading the
-        files directly needs."""
-        self._check_writable()
-        self._write(lambda s: None)
+    def _apply_durably(self, groups: tuple[CommitGroup, ...] | list[CommitGroup]) -> int:
+        """Apply ``groups`` and record the last one's seq as applied, in one
+        transaction (durable with ``sync``); returns that seq."""
+        last: int = groups[-1].seq
 
-    def store_stats(self) -> dict[str, int]:
-        """Counters and gauges for metrics: group commits, checkpoints and
-        the groups they applied, groups replayed at open, map resizes, the
-        journal's records and bytes, and the overlay's length against its
-        limit (``checkpoint_groups_max``)."""
-        return {
-            **self.stats,
-            "journal_records": self._journal.stats["records"],
-            "journal_bytes": self._journal.stats["bytes"],
-            "overlay_groups": len(self._overlay),
-            "checkpoint_groups_max": self.checkpoint_groups_max,
-            "checkpoint_backlog_groups_max": self.checkpoint_backlog_groups_max,
-        }
+        def apply(txn: lmdb.Transaction) -> None:
+            self._apply_groups(txn, groups)
+            txn.put(KEY_JOURNAL_APPLIED, U64.pack(last), db=self._env.meta)
 
-    def copy_to(self, directory: str) -> None:
-        """Write a consistent copy of the store into the empty ``directory``:
-        the journal applied first (pipeline drained), then LMDB's copy, which
-        then holds everything acknowledged."""
-
-        def copy() -> None:
-            with self._checkpoint_lock:
-                self._checkpoint_locked()
-                self._env.copy(directory)
-
-        with self._writing():
-            try:
-                self._pipeline.exclusive(copy)
-            except PipelineFailedError as e:
-                raise StoreError(str(e)) from e
+        self._env.write(apply)
+        return last
 
     # ------------------------------------------------------------ the thread
 
-    def _start_checkpointer(self) -> None:
-        thread = threading.Thread(target=self._checkpointer_loop, name=f"checkpoint {self.path}", daemon=True)
-        self._checkpointer = thread
+    def start_thread(self, name: str, pipeline: GroupCommitPipeline[CommitGroup]) -> None:
+        """Checkpoint in a thread of its own from now on; a checkpoint that
+        fails there fail-stops ``pipeline`` (the store's writes)."""
+        self._pipeline = pipeline
+        thread = threading.Thread(target=self._loop, name=f"checkpoint {name}", daemon=True)
+        self._thread = thread
         thread.start()
 
-    def _stop_checkpointer(self) -> None:
-        thread = self._checkpointer
+    def stop_thread(self) -> None:
+        thread = self._thread
         if thread is None:
             return
-        with self._checkpoint_wake:
-            self._checkpointer_stop = True
-            self._checkpoint_wake.notify()
+        with self._wake:
+            self._stop = True
+            self._wake.notify()
         thread.join()
-        self._checkpointer = None
+        self._thread = None
 
-    def _checkpointer_loop(self) -> None:
-        interval_s = self.checkpoint_interval_ms / 1000
+    def _loop(self) -> None:
+        pipeline = self._pipeline
+        assert pipeline is not None
+        interval_s = self.interval_ms / 1000
         while True:
-            with self._checkpoint_wake:
-                while not self._checkpointer_stop:
-                    waiting = len(self._overlay)
-                    if waiting >= self.checkpoint_groups_max:
+            with self._wake:
+                while not self._stop:
+                    waiting = len(self.overlay)
+                    if waiting >= self.groups_max:
                         break
                     if waiting:
-                        left = self._overlay_since + interval_s - time.monotonic()
+                        left = self._overlay_since + interval_s - self._monotonic()
                         if left <= 0:
                             break
-                        self._checkpoint_wake.wait(left)
+                        self._wake.wait(left)
                     else:
-                        self._checkpoint_wake.wait()
-                if self._checkpointer_stop:
+                        self._wake.wait()
+                if self._stop:
                     return
-            if self._pipeline.failed is not None:
+            if pipeline.failed is not None:
                 return
             try:
-                with self._gate.writing():
-                    self._checkpoint()
+                with self._env.gate.writing():
+                    self.checkpoint()
             except Exception as e:
                 # The index can no longer follow the journal: fail-stop the
                 # store as a failed commit does; reopen() replays the journal.
-                log.exception("checkpoint failed path=%s", self.path)
-                self._pipeline.fail_stop(e)
+                log.exception("checkpoint failed path=%s", self._env.path)
+                pipeline.fail_stop(e)
                 return
 
     # ------------------------------------------------------------ recovery
 
-    def _recover_journal(self) -> None:
+    def recover(self) -> None:
         """Apply the journal's records above ``journal_applied_seq`` (what
         a crash left unapplied), then start appending after them."""
         applied = self._applied_seq()
         batch: list[CommitGroup] = []
         replayed = 0
-        for seq, payload in self._journal.replay(applied):
+        for seq, payload in self.journal.replay(applied):
             batch.append(decode_group(seq, payload))
             if len(batch) >= RECOVERY_GROUPS_PER_TXN:
                 applied = self._apply_durably(batch)
@@ -287,49 +309,33 @@ class CheckpointMixin(StoreBase):
             applied = self._apply_durably(batch)
             replayed += len(batch)
         if replayed:
-            log.info("journal replayed path=%s groups=%d applied_seq=%d", self.path, replayed, applied)
+            log.info("journal replayed path=%s groups=%d applied_seq=%d", self._env.path, replayed, applied)
         self.stats["replayed_groups"] = replayed
-        self._journal.start(applied + 1)
+        self.journal.start(applied + 1)
 
-    def _apply_durably(self, groups: tuple[CommitGroup, ...] | list[CommitGroup]) -> int:
-        """Apply ``groups`` and record the last one's seq as applied, in one
-        transaction (durable with ``sync``); returns that seq."""
-        last: int = groups[-1].seq
-
-        def apply(txn: lmdb.Transaction) -> None:
-            self._apply_groups(txn, groups)
-            txn.put(KEY_JOURNAL_APPLIED, U64.pack(last), db=self._db_meta)
-
-        self._in_write_txn(apply)
-        return last
-
-    def _replayed_overlay(self) -> tuple[CommitGroup, ...]:
+    def replay_overlay(self) -> None:
         """A ``readonly`` store's overlay at open: the journal's records
         above the applied seq (it never applies them)."""
         applied = self._applied_seq()
         self._followed_seq = applied
-        groups = tuple(decode_group(seq, payload) for seq, payload in self._journal.replay(applied))
+        groups = tuple(decode_group(seq, payload) for seq, payload in self.journal.replay(applied))
         if groups:
             self._followed_seq = groups[-1].seq
-        return groups
+        self.overlay = groups
 
-    def _follow_journal(self) -> None:
+    def follow(self) -> None:
         """A ``readonly`` store before each read: the records the writer
         appended since, and the groups its checkpoints applied dropped."""
         with self._overlay_lock:
             # Records LMDB holds may be recycled already: follow from there.
             applied = self._applied_seq()
-            new = self._journal.follow(max(self._followed_seq, applied))
+            new = self.journal.follow(max(self._followed_seq, applied))
             if new:
                 self._followed_seq = new[-1][0]
-                self._overlay = (*self._overlay, *(decode_group(seq, payload) for seq, payload in new))
-            if self._overlay and self._overlay[0].seq <= applied:
-                self._overlay = tuple(g for g in self._overlay if g.seq > applied)
+                self.overlay = (*self.overlay, *(decode_group(seq, payload) for seq, payload in new))
+            if self.overlay and self.overlay[0].seq <= applied:
+                self.overlay = tuple(g for g in self.overlay if g.seq > applied)
 
     def _applied_seq(self) -> int:
-        txn = self._env.begin(write=False)
-        try:
-            raw = txn.get(KEY_JOURNAL_APPLIED, db=self._db_meta)
-        finally:
-            txn.abort()
+        raw = self._env.get_meta(KEY_JOURNAL_APPLIED)
         return 0 if raw is None else int(U64.unpack(raw)[0])

@@ -23,8 +23,6 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import lmdb
-
 from partlog.kafka import batch_header as bh
 from partlog.kafka.batch_header import BatchHeader
 from partlog.kafka.crc32c import crc32c
@@ -147,6 +145,31 @@ class StoreError(Exception):
 
 class CorruptEntryError(StoreError):
     """An entry failed its CRC or does not parse; the message says where."""
+
+
+class StoreInconsistentError(CorruptEntryError):
+    """A consistency check of the store's durable state failed (:func:`verify`):
+    the state cannot be trusted, so the store fail-stops as after a failed
+    commit (every later write raises :class:`StoreError` until it is
+    reopened, which reloads the state from disk)."""
+
+
+def verify(condition: bool, message: str, *args: object) -> None:
+    """Check a condition of the store's durable state: raise
+    :class:`StoreInconsistentError` unless it holds.
+
+    Unlike ``assert``, it survives ``python -O``: a store whose durable
+    state contradicts itself must stop, not write on.  ``assert`` stays for
+    contracts a caller breaks.  ``message`` is %-formatted with ``args``
+    only on failure, so a check on a hot path costs one test."""
+    if not condition:
+        raise inconsistent(message, *args)
+
+
+def inconsistent(message: str, *args: object) -> StoreInconsistentError:
+    """The error :func:`verify` raises, for a check written as ``if ...:
+    raise inconsistent(...)`` where the type checker must see the narrowing."""
+    return StoreInconsistentError(message % args if args else message)
 
 
 class ReplicationError(StoreError):
@@ -330,13 +353,3 @@ KEY_CLUSTER_ID = b"cluster_id"  # in `meta`: the cluster this store belongs to (
 
 
 DB_NAMES = (b"meta", b"topics", b"tp", b"parts", b"log", b"producers", b"epochs", b"files", b"file_ids")
-
-
-def last_under(cur: lmdb.Cursor, prefix: bytes) -> bool:
-    """Position ``cur`` on the last key before the first key above every key
-    starting with ``prefix``; the caller checks that key's prefix.  False if
-    there is no such key."""
-    # Every key under the prefix is shorter than this bound and sorts below it.
-    if cur.set_range(prefix + b"\xff" * 16):
-        return bool(cur.prev())
-    return bool(cur.last())

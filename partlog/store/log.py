@@ -1,17 +1,23 @@
-"""The metadata log: entries in chunks under (part_id, base_offset) keys
-(layout.py), iterated and looked up (LMDB and the overlay of durable, not
-yet applied groups), and dropped (prefix and suffix, by exclusive writes).
+"""The log chunks: every partition's metadata-log entries, in chunks under
+(part_id, base offset) keys (:mod:`partlog.store.layout`) in the ``log``
+database; iterated and looked up through a view (LMDB, then the journal's
+overlay above it), appended, and cut (a prefix or a suffix, by exclusive
+writes).
+
+Cutting keeps the partition's live counters and the file-reference index
+exact: every entry dropped releases its reference (:class:`FileIndex`) in
+the same transaction.  A chunk that a cut falls inside is rewritten: the
+kept tail under its new first offset, or the kept head in place.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import lmdb
 
-from partlog.store.base import Staged
-from partlog.store.index import IndexMixin
+from partlog.store.env import LmdbEnv, last_under
+from partlog.store.index import FileIndex
 from partlog.store.layout import (
     ENTRY_SIZE,
     PART_KEY,
@@ -22,20 +28,20 @@ from partlog.store.layout import (
     chunk_base,
     chunk_entry,
     chunk_span,
-    last_under,
+    chunks_of,
+    verify,
 )
 from partlog.store.view import Txn, overlay_runs
 
 
-class LogMixin(IndexMixin):
-    """Log entries. See the module doc."""
+class LogChunks:
+    """Every partition's log entries (see the module doc)."""
 
-    def _drop_prefix_keys(self, txn: lmdb.Transaction, db: Any, prefix: bytes) -> None:
-        cur = txn.cursor(db=db)
-        if cur.set_range(prefix):
-            while cur.key()[: len(prefix)] == prefix:
-                if not cur.delete():
-                    break
+    def __init__(self, env: LmdbEnv, index: FileIndex) -> None:
+        self._db = env.log
+        self._index = index
+
+    # ------------------------------------------------------------ reads
 
     def _seek_chunk(self, cur: lmdb.Cursor, key: bytes) -> bool:
         """Position ``cur`` on the chunk of ``key``'s partition that holds
@@ -51,7 +57,7 @@ class LogMixin(IndexMixin):
             return True
         return bool(cur.set_range(key)) and cur.key()[:4] == prefix
 
-    def _entries(self, txn: Txn, part: Part, from_offset: int = 0) -> Iterator[tuple[Buf, Entry]]:
+    def entries(self, txn: Txn, part: Part, from_offset: int = 0) -> Iterator[tuple[Buf, Entry]]:
         """Entries of ``part`` whose base offset >= ``from_offset``, ascending,
         with their (part_id, base_offset) keys: LMDB's chunks, then the
         overlay's entries (which all lie above them)."""
@@ -59,7 +65,7 @@ class LogMixin(IndexMixin):
         overlay = overlay_runs(txn, part.part_id)
         if not overlay or max(from_offset, 0) < chunk_base(overlay[0], 0):
             prefix = start[:4]
-            cur = txn.cursor(db=self._db_log)
+            cur = txn.cursor(db=self._db)
             if self._seek_chunk(cur, start):
                 for k, v in cur:
                     if k[:4] != prefix:
@@ -75,7 +81,20 @@ class LogMixin(IndexMixin):
                 if base >= from_offset:
                     yield PART_KEY.pack(part.part_id, base), chunk_entry(run, i, part.tp, -1)
 
-    def _entry_containing(self, txn: Txn, part: Part, offset: int) -> tuple[bytes, Entry] | None:
+    def entries_backward(self, txn: lmdb.Transaction, part: Part) -> Iterator[Entry]:
+        """The partition's entries in LMDB, newest first (exclusive writes:
+        the overlay is empty)."""
+        prefix = U32.pack(part.part_id)
+        cur = txn.cursor(db=self._db)
+        positioned = last_under(cur, prefix)
+        while positioned and cur.key()[:4] == prefix:
+            k, v = cur.item()
+            at, n = chunk_span(part.tp, k, v)
+            for i in reversed(range(n)):
+                yield chunk_entry(v, i, part.tp, at)
+            positioned = cur.prev()
+
+    def entry_containing(self, txn: Txn, part: Part, offset: int) -> tuple[bytes, Entry] | None:
         """The entry whose offset range contains ``offset``, if any, with its key."""
         overlay = overlay_runs(txn, part.part_id)
         if overlay and offset >= 0:
@@ -90,7 +109,7 @@ class LogMixin(IndexMixin):
                     if entry.base_offset <= offset <= entry.last_offset:
                         return PART_KEY.pack(part.part_id, entry.base_offset), entry
                     return None
-        cur = txn.cursor(db=self._db_log)
+        cur = txn.cursor(db=self._db)
         key = PART_KEY.pack(part.part_id, offset)
         if not self._seek_chunk(cur, key):
             return None
@@ -107,15 +126,29 @@ class LogMixin(IndexMixin):
             return PART_KEY.pack(part.part_id, entry.base_offset), entry
         return None
 
-    def _last_entry(self, txn: Txn, part: Part) -> Entry | None:
+    def last_entry(self, txn: Txn, part: Part) -> Entry | None:
         """The last entry of ``part`` in LMDB (exclusive writes: the overlay is empty)."""
         prefix = U32.pack(part.part_id)
-        cur = txn.cursor(db=self._db_log)
+        cur = txn.cursor(db=self._db)
         if not (last_under(cur, prefix) and cur.key()[:4] == prefix):
             return None
         k, v = cur.item()
         at, n = chunk_span(part.tp, k, v)
         return chunk_entry(v, n - 1, part.tp, at)
+
+    # ------------------------------------------------------------ writes
+
+    def put_chunks(self, txn: lmdb.Transaction, chunks: list[tuple[bytes, bytes]]) -> None:
+        """New chunks (a checkpoint's), none over an existing key."""
+        _, added = txn.cursor(db=self._db).putmulti(chunks, overwrite=False)
+        verify(added == len(chunks), "a log key was written twice")
+
+    def append(self, txn: lmdb.Transaction, part_id: int, run: bytes) -> None:
+        """A follower's new entries of one partition (whole entries, ascending,
+        above the log end) as chunks."""
+        chunks = chunks_of(part_id, run)
+        _, added = txn.cursor(db=self._db).putmulti(chunks, overwrite=False)
+        verify(added == len(chunks), "a replicated entry overwrote one past the log end")
 
     def _drop_entry(self, part: Part, e: Entry, per_file: dict[int, list[int]]) -> None:
         """Account for one dropped entry: live counters and file deltas."""
@@ -125,15 +158,12 @@ class LogMixin(IndexMixin):
         part.live_batches -= 1
         part.live_bytes -= e.size
 
-    def _drop_entries(self, s: Staged, part: Part, until_offset: int | None) -> int:
-        """Delete entries wholly below ``until_offset`` (all if None); returns count.
-
-        Keeps the partition's live counters and the file index exact.  A
-        chunk that keeps some entries is rewritten under its first kept one.
-        """
-        txn = s.wtxn
+    def drop_below(self, txn: lmdb.Transaction, part: Part, until_offset: int | None) -> int:
+        """Delete entries wholly below ``until_offset`` (all if None); returns
+        how many.  Keeps ``part``'s live counters and the file index exact;
+        a chunk that keeps some entries is rewritten under its first kept one."""
         per_file: dict[int, list[int]] = {}
-        cur = txn.cursor(db=self._db_log)
+        cur = txn.cursor(db=self._db)
         prefix = U32.pack(part.part_id)
         dropped = 0
         if cur.set_range(prefix):
@@ -156,25 +186,23 @@ class LogMixin(IndexMixin):
                 more = cur.delete()
                 if keep < n:
                     rest = v[keep * ENTRY_SIZE :]
-                    txn.put(PART_KEY.pack(part.part_id, chunk_base(rest, 0)), rest, db=self._db_log)
+                    txn.put(PART_KEY.pack(part.part_id, chunk_base(rest, 0)), rest, db=self._db)
                     break
                 if not more:
                     break
-        for file_id, (nb, nbytes) in per_file.items():
-            self._file_adjust(txn, file_id, nb, nbytes)
-        assert part.live_batches >= 0 and part.live_bytes >= 0
+        self._index.release(txn, per_file)
+        verify(part.live_batches >= 0 and part.live_bytes >= 0, "%s: negative live counters", part.tp)
         if part.live_batches == 0 and part.max_timestamp_offset == -2:
             part.max_timestamp, part.max_timestamp_offset = -1, -1
         return dropped
 
-    def _drop_suffix(self, s: Staged, part: Part, from_offset: int) -> tuple[int, set[int]]:
+    def drop_from(self, txn: lmdb.Transaction, part: Part, from_offset: int) -> tuple[int, set[int]]:
         """Delete entries with base offset >= ``from_offset``, keeping the live
         counters and the file index exact; returns how many, and the producer
         ids they held.  A chunk that keeps a prefix is rewritten in place."""
-        txn = s.wtxn
         per_file: dict[int, list[int]] = {}
         pids: set[int] = set()
-        cur = txn.cursor(db=self._db_log)
+        cur = txn.cursor(db=self._db)
         prefix = U32.pack(part.part_id)
         dropped = 0
         if self._seek_chunk(cur, PART_KEY.pack(part.part_id, from_offset)):
@@ -199,7 +227,6 @@ class LogMixin(IndexMixin):
                     cur.put(k, v[: first * ENTRY_SIZE])  # positions the cursor on k
                 if not cur.next():
                     break
-        for file_id, (nb, nbytes) in per_file.items():
-            self._file_adjust(txn, file_id, nb, nbytes)
-        assert part.live_batches >= 0 and part.live_bytes >= 0
+        self._index.release(txn, per_file)
+        verify(part.live_batches >= 0 and part.live_bytes >= 0, "%s: negative live counters", part.tp)
         return dropped, pids

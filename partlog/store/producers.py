@@ -1,86 +1,138 @@
-"""Producer state as the store keeps it: per (partition, producer id), loaded
-on demand and cached; expired after producer_id_expiration_ms; rebuilt from
-the log after truncation.  The idempotence rules are :mod:`partlog.kafka.producer_state`.
+"""The producer table: idempotent-producer state per (partition, producer
+id), the ``producers`` database plus a cache of what was read or written
+since open, both as :meth:`ProducerEntry.encode` bytes (a fifth of the
+memory of the tuples, and nothing for the garbage collector to scan).
+
+Every entry written since open is cached, so a cache miss means LMDB's
+value is current.  Entries expire ``producer_id_expiration_ms`` after their
+last batch's timestamp (checked on lookup by the sequencer; removed by
+:meth:`ProducerTable.expired`); after a truncation a producer's state is
+rebuilt from the log (:func:`rebuild`).  The idempotence rules are
+:mod:`partlog.kafka.producer_state`.
 """
 
 from __future__ import annotations
 
-from partlog.kafka.producer_state import (
-    NUM_BATCHES_TO_RETAIN,
-    AppendedBatch,
-    ProducerEntry,
-    after_append,
-)
-from partlog.store.base import Staged, StoreBase
-from partlog.store.layout import (
-    PRODUCER_KEY,
-    U32,
-    Entry,
-    Part,
-    chunk_entry,
-    chunk_span,
-    last_under,
-)
+from collections.abc import Iterator, Mapping
+
+import lmdb
+
+from partlog.kafka.producer_state import NUM_BATCHES_TO_RETAIN, AppendedBatch, ProducerEntry, after_append
+from partlog.store.env import LmdbEnv, delete_prefix
+from partlog.store.layout import PRODUCER_KEY, U32, Entry
+from partlog.store.view import Txn
+
+# (part_id, producer_id)
+ProducerKey = tuple[int, int]
 
 
-class ProducersMixin(StoreBase):
-    """Producer state per partition: load, expire, rebuild. See the module doc."""
+class ProducerTable:
+    """Producer states, cached (see the module doc)."""
 
-    def _expire_producers(self, s: Staged, now: int) -> None:
-        cur = s.wtxn.cursor(db=self._db_producers)
-        for k, v in cur:
-            entry = ProducerEntry.decode(bytes(v))
-            if entry.is_expired(now, self.producer_id_expiration_ms):
+    def __init__(self, env: LmdbEnv) -> None:
+        self._db = env.producers
+        self.cache: dict[ProducerKey, bytes] = {}
+
+    def cached(self, part_id: int, producer_id: int) -> bytes | None:
+        """The cached state; None may still mean LMDB has one (:meth:`load`)."""
+        return self.cache.get((part_id, producer_id))
+
+    def load(self, txn: Txn, part_id: int, producer_id: int) -> bytes | None:
+        """The producer's state, from the cache or else LMDB (then cached);
+        None if it has none."""
+        key = (part_id, producer_id)
+        raw = self.cache.get(key)
+        if raw is None:
+            stored = txn.get(PRODUCER_KEY.pack(part_id, producer_id), db=self._db)
+            if stored is None:
+                return None
+            raw = bytes(stored)
+            ProducerEntry.decode(raw)  # a malformed value fails here, where it is read
+            self.cache[key] = raw
+        return raw
+
+    def keys_of(self, part_id: int, staged: dict[ProducerKey, bytes | None]) -> set[ProducerKey]:
+        """The producers of ``part_id`` that are cached or in ``staged``."""
+        return {k for k in (*self.cache, *staged) if k[0] == part_id}
+
+    def expired(self, txn: lmdb.Transaction, now: int, expiration_ms: int) -> list[ProducerKey]:
+        """Every producer in LMDB whose entry expired at ``now``."""
+        out = []
+        for k, v in txn.cursor(db=self._db):
+            if ProducerEntry.decode(bytes(v)).is_expired(now, expiration_ms):
                 part_id, pid = PRODUCER_KEY.unpack(k)
-                if (part_id, pid) not in s.producers:
-                    s.producers[(part_id, pid)] = None
+                out.append((part_id, pid))
+        return out
 
-    def _rebuild_producers(self, s: Staged, part: Part, pids: set[int]) -> None:
-        """Producer state of ``pids`` as replaying the partition's remaining
-        entries gives it (Kafka's ``rebuildProducerState`` after a truncation).
+    def drop(self, txn: lmdb.Transaction, part_id: int) -> None:
+        """Delete the partition's producers from LMDB (the caller stages the
+        cache's removal)."""
+        delete_prefix(txn, self._db, U32.pack(part_id))
 
-        A window holds only the trailing batches of the producer's latest
-        epoch, at most NUM_BATCHES_TO_RETAIN, so one backward scan from the
-        log end finds them all and stops once every producer is complete.
-        """
-        if not pids:
-            return
-        open_pids = set(pids)
-        found: dict[int, list[Entry]] = {}
-        prefix = U32.pack(part.part_id)
-        cur = s.wtxn.cursor(db=self._db_log)
-        positioned = last_under(cur, prefix)
-        while open_pids and positioned and cur.key()[:4] == prefix:
-            k, v = cur.item()
-            at, n = chunk_span(part.tp, k, v)
-            for i in reversed(range(n)):
-                e = chunk_entry(v, i, part.tp, at)
-                pid = e.header.producer_id
-                if pid in open_pids:
-                    newest_first = found.setdefault(pid, [])
-                    if newest_first and e.header.producer_epoch != newest_first[0].header.producer_epoch:
-                        open_pids.discard(pid)  # an older epoch: its batches left the window
-                    else:
-                        newest_first.append(e)
-                        if len(newest_first) == NUM_BATCHES_TO_RETAIN:
-                            open_pids.discard(pid)
-                    if not open_pids:
-                        break
-            positioned = cur.prev()
-        for pid in pids:
-            entry: ProducerEntry | None = None
-            for e in reversed(found.get(pid, [])):
-                h = e.header
-                entry = after_append(
-                    entry,
-                    h.producer_epoch,
-                    AppendedBatch(
-                        h.base_sequence,
-                        h.last_sequence,
-                        e.base_offset,
-                        e.last_offset,
-                        e.batch_max_timestamp,
-                        e.log_append_time,
-                    ),
-                )
-            s.set_producer(part.part_id, pid, entry)
+    def write(self, txn: lmdb.Transaction, changes: dict[ProducerKey, bytes | None]) -> None:
+        """An exclusive write's producer changes (None: delete)."""
+        for (part_id, pid), raw in changes.items():
+            key = PRODUCER_KEY.pack(part_id, pid)
+            if raw is None:
+                txn.delete(key, db=self._db)
+            else:
+                txn.put(key, raw, db=self._db)
+
+    def put_encoded(self, txn: lmdb.Transaction, producers: dict[bytes, bytes]) -> None:
+        """A checkpoint's producer states, by LMDB key, in one putmulti."""
+        if producers:
+            txn.cursor(db=self._db).putmulti(list(producers.items()))
+
+    def install(self, changes: Mapping[ProducerKey, bytes | None]) -> None:
+        """Changes that stand (committed, or sequenced) become the cached state."""
+        cache = self.cache
+        for key, raw in changes.items():
+            if raw is None:
+                cache.pop(key, None)
+            else:
+                cache[key] = raw
+
+
+def rebuild(newest_first: Iterator[Entry], pids: set[int]) -> dict[int, ProducerEntry | None]:
+    """Producer state of ``pids`` as replaying a partition's remaining
+    entries gives it (Kafka's ``rebuildProducerState`` after a truncation);
+    None for a producer with no entry left.
+
+    A window holds only the trailing batches of the producer's latest epoch,
+    at most NUM_BATCHES_TO_RETAIN, so one backward scan from the log end
+    (``newest_first``) finds them all and stops once every producer is
+    complete."""
+    open_pids = set(pids)
+    found: dict[int, list[Entry]] = {}
+    if open_pids:
+        for e in newest_first:
+            pid = e.header.producer_id
+            if pid in open_pids:
+                newest = found.setdefault(pid, [])
+                if newest and e.header.producer_epoch != newest[0].header.producer_epoch:
+                    open_pids.discard(pid)  # an older epoch: its batches left the window
+                else:
+                    newest.append(e)
+                    if len(newest) == NUM_BATCHES_TO_RETAIN:
+                        open_pids.discard(pid)
+                if not open_pids:
+                    break
+    out: dict[int, ProducerEntry | None] = {}
+    for pid in pids:
+        entry: ProducerEntry | None = None
+        for e in reversed(found.get(pid, [])):
+            h = e.header
+            entry = after_append(
+                entry,
+                h.producer_epoch,
+                AppendedBatch(
+                    h.base_sequence,
+                    h.last_sequence,
+                    e.base_offset,
+                    e.last_offset,
+                    e.batch_max_timestamp,
+                    e.log_append_time,
+                ),
+            )
+        out[pid] = entry
+    return out

@@ -14,15 +14,19 @@ checkpoint running concurrently:
 So every group the overlay lost before step 1 is in the snapshot of step 2,
 and the view is the snapshot plus the overlay groups whose seq is above the
 snapshot's applied seq: a prefix of the journal, with no group twice.
+:class:`Views` opens views in that order.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import lmdb
 
-from partlog.store.layout import Buf, CommitGroup
+from partlog.store.env import LmdbEnv
+from partlog.store.layout import KEY_JOURNAL_APPLIED, U64, Buf, CommitGroup
 
 
 class ReadView:
@@ -48,6 +52,53 @@ class ReadView:
 
 Txn = ReadView | lmdb.Transaction
 """What the read helpers take: a view, or an exclusive write's transaction."""
+
+
+class Views:
+    """Opens :class:`ReadView` s: ``overlay()`` (the durable groups not yet
+    applied, oldest first) is taken first, the LMDB snapshot second, inside
+    the environment's gate.  ``follow`` (a ``readonly`` store's) first reads
+    what the writer in another process appended to the journal."""
+
+    def __init__(
+        self,
+        env: LmdbEnv,
+        overlay: Callable[[], tuple[CommitGroup, ...]],
+        follow: Callable[[], None] | None,
+    ) -> None:
+        self._env = env
+        self._overlay = overlay
+        self._follow = follow
+
+    def begin(self) -> ReadView:
+        env = self._env
+        env.gate.enter_read()
+        try:
+            if self._follow is not None:
+                self._follow()
+            groups = self._overlay()
+            txn = env.snapshot()
+        except BaseException:
+            env.gate.exit_read()
+            raise
+        if groups:
+            raw = txn.get(KEY_JOURNAL_APPLIED, db=env.meta)
+            applied = -1 if raw is None else int(U64.unpack(raw)[0])
+            if groups[0].seq <= applied:
+                groups = tuple(g for g in groups if g.seq > applied)
+        return ReadView(txn, groups)
+
+    def end(self, view: ReadView) -> None:
+        view.txn.abort()
+        self._env.gate.exit_read()
+
+    @contextmanager
+    def read(self) -> Iterator[ReadView]:
+        view = self.begin()
+        try:
+            yield view
+        finally:
+            self.end(view)
 
 
 def overlay_runs(txn: Txn, part_id: int) -> list[bytes]:

@@ -1,1 +1,1 @@
-"""Command lines, cluster launchers and benchmarks: the partlog CLI, partlog cluster, benches, SeaweedFS."""
+"""Command lines, cluster launchers and benchmarks: the partlog CLI, partlog cluster, benches."""

@@ -28,7 +28,7 @@ from partlog.kafka.batch_header import BatchHeader, increment_sequence
 from partlog.kafka.crc32c import crc32c, crc32c_crcmod
 from partlog.kafka.records import CommitBatchRequest, CreateTopicAndPartitionsRequest, TimestampType, TopicIdPartition
 from partlog.store import ENTRY_SIZE, MetadataStore
-from partlog.tools.proc_stats import rss_anon_bytes
+from partlog.util.proc_stats import rss_anon_bytes
 from partlog.wal.key import make_wal_key
 
 # The shape the issue asks for: 64 batches over 16 of 1000 partitions per call.

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from partlog.tools.cluster_run import percentile
+from partlog.tools.cluster_report import percentile
 
 TARGET_RATIO = 0.8
 TARGET_P99_SLACK_MS = 150.0
@@ -60,7 +60,7 @@ class _Cluster:
     ``partitions`` partitions with replication factor 3."""
 
     def __init__(self, data_dir: str, partitions: int, commit_interval_ms: int) -> None:
-        from partlog.tools.cluster_run import free_ports
+        from partlog.tools.local_cluster import free_ports
 
         ctl, *ports = free_ports(7)
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -185,7 +185,7 @@ def _confluent_latency(bootstrap: str, load: _Load, rate: float) -> list[float]:
 
 async def _own_throughput(rpc: list[tuple[str, int]], load: _Load) -> dict[str, Any]:
     value, partitions, seconds, linger_ms = load
-    from partlog.client import Producer
+    from partlog.client.producer import Producer
 
     p = Producer(rpc, az="az1", linger_ms=linger_ms)
     await p.start()
@@ -224,7 +224,7 @@ async def _own_throughput(rpc: list[tuple[str, int]], load: _Load) -> dict[str, 
 
 async def _own_latency(rpc: list[tuple[str, int]], load: _Load, rate: float) -> list[float]:
     value, partitions, seconds, linger_ms = load
-    from partlog.client import Producer
+    from partlog.client.producer import Producer
 
     p = Producer(rpc, az="az1", linger_ms=linger_ms)
     await p.start()

@@ -1,5 +1,5 @@
 """``partlog bench metadata``: the embedded controller against etcd, same
-cluster shape, same load, one run (issue 19).
+cluster shape, same load, one run.
 
 Both back ends get 3 broker sessions (one per AZ, no broker behind them:
 what is measured is the metadata path alone), the same session timeout, and
@@ -41,7 +41,7 @@ from partlog.controller.etcd_meta import EtcdMetadata
 from partlog.controller.server import ControllerServer
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
-from partlog.tools.cluster_run import percentile
+from partlog.tools.cluster_report import percentile
 from partlog.tools.etcd_launcher import EtcdCluster
 
 __all__ = ["MetadataBenchOptions", "print_report", "run"]

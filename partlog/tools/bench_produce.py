@@ -27,12 +27,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from partlog.client import build_record_batch
 from partlog.controller.cluster_meta import StaticMetadata
-from partlog.rpc.transport import RpcClient
+from partlog.kafka.record_batch import build_record_batch
+from partlog.rpc.client import RpcClient
 from partlog.rpc.wire import enc_tp
-from partlog.tools.cluster_run import percentile
-from partlog.wal.objectstore import LocalDirStore, ObjectStore, open_store
+from partlog.tools.cluster_report import percentile
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import ObjectStore
+from partlog.wal.store_url import open_store
 
 TARGET_MIB_PER_S = 100.0
 PARTITIONS = 8
@@ -110,6 +112,18 @@ async def _load(
     }
 
 
+def cluster_toml(meta: StaticMetadata, port: int) -> str:
+    """The static cluster file of the bench's one broker (id 1, az1, on
+    ``port``) leading every partition of ``meta``'s one topic.  It names the
+    cluster: a broker refuses a cluster file without ``cluster_id``."""
+    [topic] = meta.topics()
+    return (
+        f'cluster_id = "{meta.cluster_id}"\n'
+        f'[[brokers]]\nid = 1\naz = "az1"\nport = {port}\n'
+        f'[[topics]]\nname = "{topic.name}"\nid = "{topic.topic_id}"\nleaders = {[1] * topic.num_partitions}\n'
+    )
+
+
 def run_case(
     store_url: str,
     *,
@@ -121,12 +135,11 @@ def run_case(
 ) -> dict[str, Any]:
     data_dir = tempfile.mkdtemp(prefix="partlog-bench-produce-")
     port = _free_port()
-    meta = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"bench": PARTITIONS})
-    [topic] = meta.topics()
     cluster_file = os.path.join(data_dir, "cluster.toml")
     with open(cluster_file, "w") as f:
-        f.write(f'[[brokers]]\nid = 1\naz = "az1"\nport = {port}\n')
-        f.write(f'[[topics]]\nname = "bench"\nid = "{topic.topic_id}"\nleaders = {[1] * PARTITIONS}\n')
+        meta = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"bench": PARTITIONS})
+        f.write(cluster_toml(meta, port))
+    [topic] = meta.topics()
     proc = subprocess.Popen(
         [sys.executable, "-m", "partlog.tools.cli", "broker", "--cluster", cluster_file, "--id", "1",
          "--data-dir", data_dir, "--store", store_url, "--commit-interval-ms", str(commit_interval_ms)],
@@ -192,7 +205,7 @@ def run(
         urls.append("file://" + tempfile.mkdtemp(prefix="partlog-bench-objects-"))
     server = None
     if seaweedfs:
-        from partlog.tools.seaweedfs import ACCESS_KEY_ID, SECRET_ACCESS_KEY, s3_client, start_seaweedfs
+        from partlog.util.seaweedfs import ACCESS_KEY_ID, SECRET_ACCESS_KEY, s3_client, start_seaweedfs
 
         progress("starting SeaweedFS on 127.0.0.1")
         server = start_seaweedfs()

@@ -26,13 +26,13 @@ from collections.abc import Callable
 from typing import Any
 
 from partlog.broker.server import Broker, BrokerConfig, start_brokers
-from partlog.client import build_record_batch
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig
-from partlog.replication.manager import REPLICA_FETCH_WAIT_MAX_MS_DEFAULT, ReplicationConfig
-from partlog.wal.objectstore import LocalDirStore
+from partlog.replication.config import REPLICA_FETCH_WAIT_MAX_MS_DEFAULT, ReplicationConfig
+from partlog.wal.localdir_store import LocalDirStore
 
 TARGET_RATIO = 0.5
 PARTITIONS = 6

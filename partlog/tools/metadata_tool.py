@@ -19,7 +19,7 @@ streamed with :meth:`MetadataStore.read_log` in pages of
 end offset read with the partition's state, so memory grows with the number
 of distinct objects, not of entries.  The high watermark is the persisted
 one: a running broker keeps its current HWM in memory and persists it with
-the partition's next write (design.md, "HWM persistence"), so it may lag.
+the partition's next write (docs/design/replication.md, "HWM persistence"), so it may lag.
 
 Per topic (:func:`topics_report`):
 
@@ -159,7 +159,7 @@ def open_sources(
             src._stack.callback(store.close)
             src.replicas.append(Replica(label, path, store))
         if data_dir is not None and os.path.isdir(os.path.join(data_dir, "controller")):
-            from partlog.controller.core import ControllerStateError, read_replicas
+            from partlog.controller.state_store import ControllerStateError, read_replicas
 
             try:
                 replicas = read_replicas(os.path.join(data_dir, "controller"))

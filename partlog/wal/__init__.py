@@ -10,19 +10,22 @@ from partlog.lazy_exports import lazy_getattr
 
 if TYPE_CHECKING:
     from partlog.wal.key import WalKeyError, make_wal_key, parse_wal_key
-    from partlog.wal.objectstore import LocalDirStore, ObjectStore, ObjectStoreError, S3Store, open_store
+    from partlog.wal.localdir_store import LocalDirStore
+    from partlog.wal.objectstore import ObjectStore, ObjectStoreError
+    from partlog.wal.s3_store import S3Store
     from partlog.wal.segment import WalFormatError, WalSegmentBuilder
+    from partlog.wal.store_url import open_store
 
 _EXPORTS = {
-    "LocalDirStore": "partlog.wal.objectstore",
+    "LocalDirStore": "partlog.wal.localdir_store",
     "ObjectStore": "partlog.wal.objectstore",
     "ObjectStoreError": "partlog.wal.objectstore",
-    "S3Store": "partlog.wal.objectstore",
+    "S3Store": "partlog.wal.s3_store",
     "WalFormatError": "partlog.wal.segment",
     "WalKeyError": "partlog.wal.key",
     "WalSegmentBuilder": "partlog.wal.segment",
     "make_wal_key": "partlog.wal.key",
-    "open_store": "partlog.wal.objectstore",
+    "open_store": "partlog.wal.store_url",
     "parse_wal_key": "partlog.wal.key",
 }
 

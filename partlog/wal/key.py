@@ -1,7 +1,7 @@
 """Object keys of WAL segments: ``<prefix>/<shard>/<created_ms:013d>-<broker_id>-<hex>.wal``.
 
 The creation time in the key is what the commit deadline is measured from
-(design-brief, "Deletion safety"), so a key that does not parse is never
+(design.md, "Deletion safety", step 1), so a key that does not parse is never
 committed and never deleted.  ``shard`` is two lowercase hex digits that spread
 keys over 256 listing prefixes; within a shard keys sort by creation time
 because ``created_ms`` is zero-padded to 13 digits (good until year 2286).

@@ -1,5 +1,4 @@
-"""The WAL segment format (design brief, "Object keys and the WAL segment
-format").
+"""The WAL segment format (docs/design/wal.md, "WAL segments").
 
     byte 0                 format version, 0 (as KIP-1163)
     bytes 1..F             Kafka v2 record batches, contiguous per partition,
@@ -236,7 +235,7 @@ def parse_footer(tail: bytes, object_size: int, *, key: str) -> Footer | int:
     header per batch.  So every batch of the object lies in the range of a
     partition the footer names: walmgr asks exactly those partitions'
     leaders, and a footer that leaves bytes unaccounted for is refused
-    rather than trusted (design.md, "Positive evidence").  Batches carry no
+    rather than trusted (docs/design/cluster-identity.md, "Positive evidence").  Batches carry no
     partition id, so no read of the object could check more than this about
     which partitions it holds; :func:`check_segment` also counts the batches.
     """

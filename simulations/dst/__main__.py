@@ -4,10 +4,13 @@
     python -m simulations.dst replay SEED [--inject NAME] [--events]
     python -m simulations.dst --list-injections
 
-Exit status 1 when an invariant broke (the failing seed's replay command is
-printed), 0 otherwise, 2 for usage errors.  The run re-executes itself with
-``PYTHONHASHSEED=0``: set iteration order of strings must not change between
-a run and its replay.
+Each seed's line (and ``--json``'s ``digests``) ends in its digest: a hash
+of the run's events, acknowledgements and loop steps, the same for every
+replay of the seed on the same code, so a change meant to keep behaviour
+shows it kept it.  Exit status 1 when an invariant broke (the failing
+seed's replay command is printed), 0 otherwise, 2 for usage errors.  The
+run re-executes itself with ``PYTHONHASHSEED=0``: set iteration order of
+strings must not change between a run and its replay.
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ from collections import Counter
 from typing import Any
 
 from partlog import injected_bugs
-from partlog.tools.cli_errors import OneLineArgumentParser, run_cli, take_debug_flag
+from partlog.util.cli_errors import OneLineArgumentParser, run_cli, take_debug_flag
+from simulations.dst.config import Faults, Result, Shape
 from simulations.dst.shrink import shrink
-from simulations.dst.world import Faults, Result, Shape, run
+from simulations.dst.world import run
 
 # A fuzz run's defaults: a 6-broker, 12-partition cluster in 3 AZs, 20 s of
 # faults (frequent: crashes every few seconds), then 10 s to heal.
@@ -68,6 +72,9 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     acks1 = [0, 0]  # acknowledged, lost
     faults: Counter[str] = Counter()
     failed: list[Result] = []
+    # Seed -> digest: "a change kept behaviour" is then a diff of the
+    # digests of two runs, before and after it.
+    digests: dict[int, str] = {}
     seed = args.first_seed
     while True:
         if deadline is None and seeds_run >= args.seeds:
@@ -82,8 +89,9 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         acks1[0] += r.acked_acks1
         acks1[1] += r.lost_acks1
         faults.update(r.faults)
+        digests[seed] = r.digest
         if not args.json:
-            print(_line(r), flush=True)
+            print(f"{_line(r)}; digest {r.digest}", flush=True)
         if not r.ok:
             failed.append(r)
             if not args.json:
@@ -108,6 +116,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         "acks1_acknowledged": acks1[0],
         "acks1_lost": acks1[1],
         "invariants": INVARIANTS,
+        "digests": {str(seed_): digest for seed_, digest in digests.items()},
     }
     if args.json:
         print(json.dumps(summary))

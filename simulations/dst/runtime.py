@@ -7,17 +7,21 @@ in-memory network, one thread, one seed.
   therefore runs in virtual time, as fast as the CPU allows.
 * Its ``create_server`` and ``create_connection`` (which
   ``asyncio.start_server`` and ``asyncio.open_connection`` call, and so
-  ``partlog.rpc.transport``) make in-memory transports between *nodes* instead of
+  ``partlog.rpc.server``, ``partlog.rpc.client``) make in-memory transports between *nodes* instead of
   sockets: :class:`SimNetwork` decides each segment's delivery time and can
   refuse, black-hole or reset connections (faults).
 * Every task belongs to the node that created it (a context variable), so a
   crash cancels exactly that node's tasks and closes its transports.
-* :func:`deterministic_process` patches what the real code reads from the
-  world: ``time.time``/``time_ns``/``monotonic`` (virtual),
-  ``asyncio.to_thread`` (inline: the store's calls run in the loop's
-  thread, in order), ``secrets``, ``random`` and ``uuid.uuid4`` (seeded).
-  Set iteration order of strings needs ``PYTHONHASHSEED``: the CLI re-runs
-  itself with it fixed.
+* Time and randomness are handed in, not patched: :class:`VirtualClock` is
+  the run's :class:`partlog.runtime.Clock` (the loop's time), and the world
+  gives every node the run's seeded :class:`partlog.runtime.SeededEntropy`.
+  :func:`deterministic_process` runs the code inside
+  :func:`partlog.runtime.system_sources_forbidden`, so a component left on
+  the machine's clock or entropy fails at once; it patches only how work is
+  scheduled: ``asyncio.to_thread`` (inline: the store's calls run in the
+  loop's thread, in order) and ``lmdb.open`` (no fsync: a simulated crash
+  is a process crash).  Set iteration order of strings needs
+  ``PYTHONHASHSEED``: the CLI re-runs itself with it fixed.
 
 Nothing here knows partlog: :mod:`simulations.dst.world` builds the cluster.
 """
@@ -28,15 +32,14 @@ import asyncio
 import contextlib
 import contextvars
 import random
-import secrets
 import selectors
-import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import lmdb
+
+from partlog.runtime import system_sources_forbidden
 
 # The node (a process of the simulated cluster) the running code belongs to.
 NODE: contextvars.ContextVar[str] = contextvars.ContextVar("dst_node", default="world")
@@ -422,21 +425,35 @@ class SimNetwork:
                     self.reset(t)
 
 
+class VirtualClock:
+    """The simulation's :class:`partlog.runtime.Clock`: the virtual loop's
+    time, as wall time from ``EPOCH_S`` and as monotonic time."""
+
+    def __init__(self, loop: VirtualLoop) -> None:
+        self.loop = loop
+
+    def wall_ms(self) -> int:
+        return int((EPOCH_S + self.loop.time()) * 1000)
+
+    def monotonic(self) -> float:
+        return self.loop.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
 # --------------------------------------------------------------- patching
 
 
 @contextlib.contextmanager
-def deterministic_process(loop: VirtualLoop, seed: int) -> Iterator[None]:
-    """Patch what the real code reads from the world (module doc)."""
-    rng = random.Random(seed ^ 0x5EED)
+def deterministic_process(loop: VirtualLoop) -> Iterator[None]:
+    """Run the real code in one thread, in order, without the system clock
+    and entropy (module doc)."""
     saved: list[tuple[Any, str, Any]] = []
 
     def patch(obj: Any, name: str, value: Any) -> None:
         saved.append((obj, name, getattr(obj, name)))
         setattr(obj, name, value)
-
-    def wall_s() -> float:
-        return EPOCH_S + loop.time()
 
     async def to_thread(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         # Inline, in order: the store's group commit then sees one caller at a time.
@@ -459,21 +476,11 @@ def deterministic_process(loop: VirtualLoop, seed: int) -> Iterator[None]:
 
     open_lmdb = lmdb.open
     patch(lmdb, "open", lmdb_open)
-    patch(time, "time", wall_s)
-    patch(time, "time_ns", lambda: int(wall_s() * 1e9))
-    patch(time, "monotonic", loop.time)
-    patch(time, "perf_counter", loop.time)
     patch(asyncio, "to_thread", to_thread)
-    patch(secrets, "token_bytes", lambda n=32: rng.randbytes(n))
-    patch(secrets, "token_hex", lambda n=32: rng.randbytes(n).hex())
-    patch(secrets, "randbits", rng.getrandbits)
-    patch(uuid, "uuid4", lambda: uuid.UUID(int=rng.getrandbits(128), version=4))
-    state = random.getstate()
-    random.seed(seed)
     try:
-        yield
+        with system_sources_forbidden():
+            yield
     finally:
-        random.setstate(state)
         for obj, name, value in reversed(saved):
             setattr(obj, name, value)
 
@@ -501,6 +508,7 @@ __all__ = [
     "SimNetwork",
     "SimServer",
     "SimTransport",
+    "VirtualClock",
     "VirtualLoop",
     "cancel_node",
     "deterministic_process",

@@ -1,7 +1,7 @@
 """Shrinking a failing seed: drop faults while it still fails.
 
 Fault number k draws its details from its own random stream
-(``World._inject``), and the times and kinds of all faults come from one
+(``simulations.dst.faults``), and the times and kinds of all faults come from one
 stream that does not depend on what the faults did, so a run that injects
 only some of a seed's faults still injects those at the same times.  The
 search is a greedy delta debugging: try to drop halves of the remaining
@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from simulations.dst.world import Faults, Result, Shape, run
+from simulations.dst.config import Faults, Result, Shape
+from simulations.dst.world import run
 
 # A violation's kind: what must still break for a smaller run to count.
 _KINDS = [

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import bisect
 import random
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -66,8 +65,9 @@ class StoreStats:
 class SimObjectStore:
     """An :class:`partlog.wal.objectstore.ObjectStore` in memory."""
 
-    def __init__(self, rng: random.Random, faults: StoreFaults) -> None:
+    def __init__(self, rng: random.Random, faults: StoreFaults, *, monotonic: Callable[[], float]) -> None:
         self.rng = rng
+        self.monotonic = monotonic  # the virtual loop's time: when objects were written
         self.faults = faults
         self.objects: dict[str, tuple[bytes, float]] = {}  # key -> (data, written at, virtual s)
         # Keys in listing order (UTF-8 byte order; partlog's keys are ASCII,
@@ -115,7 +115,7 @@ class SimObjectStore:
         self.stats.puts += 1
         if key not in self.objects:
             bisect.insort(self._sorted, key)
-        self.objects[key] = (bytes(data), time.monotonic())
+        self.objects[key] = (bytes(data), self.monotonic())
         if self.faults.lost_put_rate and self.rng.random() < self.faults.lost_put_rate:
             self.stats.lost_puts += 1
             raise ObjectStoreError(f"sim: put {key}: response lost (injected; the object exists)", key=key,
@@ -156,7 +156,7 @@ class SimObjectStore:
     def list_page(self, prefix: str, start_after: str = "", max_keys: int = LIST_KEYS_MAX) -> ListPage:
         self._maybe_fail("list")
         self.stats.lists += 1
-        now = time.monotonic()
+        now = self.monotonic()
         i = (
             bisect.bisect_right(self._sorted, max(start_after, prefix))
             if start_after >= prefix

@@ -14,9 +14,9 @@ from partlog.broker.server import Broker, BrokerConfig, start_brokers
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import ListOffsetsRequest, TopicIdPartition
-from partlog.rpc.transport import RpcClient, RpcRemoteError
+from partlog.rpc.client import RpcClient, RpcRemoteError
 from partlog.rpc.wire import enc_tp
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 from tests.batches import build_batch
 
 T0 = 1_700_000_000_000

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from partlog.tools.cluster_run import free_ports
+from partlog.tools.local_cluster import free_ports
 
 BIN = Path(sys.executable).parent
 # Every row ends within this (the slowest waits 1 s for a dead controller).

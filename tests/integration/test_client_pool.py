@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from partlog.client import Connections
-from partlog.rpc.transport import RpcServer
+from partlog.client.connections import Connections
+from partlog.rpc.server import RpcServer
 
 
 async def _echo(body: Any) -> Any:

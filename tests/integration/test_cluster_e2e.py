@@ -26,15 +26,17 @@ from typing import Any
 import pytest
 
 from partlog.broker.server import Broker
-from partlog.client import parse_records
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import parse_records
 from partlog.kafka.records import CommitBatchRequest, CommitBatchResponse
 from partlog.produce.pipeline import Action
+from partlog.rpc.client import RpcClient, RpcRemoteError
 from partlog.rpc.frame import RpcErrorCode
-from partlog.rpc.transport import RpcClient, RpcRemoteError
 from partlog.rpc.wire import enc_tp
-from partlog.tools.cluster_run import ClusterOptions, run
-from partlog.wal.objectstore import LocalDirStore, ObjectStoreError
+from partlog.tools.cluster_options import ClusterOptions
+from partlog.tools.cluster_run import run
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import ObjectStoreError
 from tests.batches import build_batch
 from tests.cluster_helpers import (
     FlakyStore,

@@ -1,4 +1,4 @@
-"""Cluster identity (issue 13, item 1; design brief, deletion safety 0).
+"""Cluster identity (design.md, "Deletion safety", step 0).
 
 Two clusters whose topics have the same names, even the same topic ids,
 must never be mistaken for one another: the cluster id is in every broker's
@@ -35,7 +35,6 @@ from typing import Any
 import pytest
 
 from partlog.broker.server import Broker, BrokerConfig, start_brokers
-from partlog.client import build_record_batch
 from partlog.controller.client import ControllerMetadata
 from partlog.controller.cluster_meta import (
     ClusterMismatchError,
@@ -44,12 +43,16 @@ from partlog.controller.cluster_meta import (
 from partlog.controller.core import ControllerConfig
 from partlog.controller.server import ControllerServer
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig
+from partlog.rpc.client import RpcClient, RpcHandshakeError
 from partlog.rpc.frame import RpcErrorCode
-from partlog.rpc.transport import RpcClient, RpcHandshakeError, RpcServer
+from partlog.rpc.server import RpcServer
+from partlog.runtime import SYSTEM_CLOCK, Clock, SkewedClock
 from partlog.store import MetadataStore, StoreError
-from partlog.wal.objectstore import LocalDirStore, ObjectStore
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import ObjectStore
 from tests.walmgr_helpers import listed
 from walmgr.config import WalmgrConfig
 from walmgr.daemon import Walmgr
@@ -163,11 +166,11 @@ def _config(tmp_path: Path, name: str, broker_id: int, az: str) -> BrokerConfig:
 
 
 @contextlib.asynccontextmanager
-async def cluster(tmp_path: Path, name: str, meta: StaticMetadata, objects: ObjectStore) -> AsyncIterator[
-    tuple[list[Broker], StaticMetadata]
-]:  # fmt: skip
+async def cluster(
+    tmp_path: Path, name: str, meta: StaticMetadata, objects: ObjectStore, clock: Clock = SYSTEM_CLOCK
+) -> AsyncIterator[tuple[list[Broker], StaticMetadata]]:
     configs = [_config(tmp_path, name, b.broker_id, b.az) for b in meta.brokers()]
-    brokers, meta = await start_brokers(configs, meta, objects)
+    brokers, meta = await start_brokers(configs, meta, objects, clock=clock)
     try:
         yield brokers, meta
     finally:
@@ -230,13 +233,15 @@ def _walmgr_config(tmp_path: Path, registry: str = "registry") -> WalmgrConfig:
 
 @contextlib.asynccontextmanager
 async def a_cluster_with_live_objects(
-    tmp_path: Path, objects: ObjectStore
+    tmp_path: Path, objects: ObjectStore, clock: SkewedClock
 ) -> AsyncIterator[tuple[list[Broker], StaticMetadata, set[str]]]:
+    """Cluster A on ``clock``, with live objects; then ``clock`` (every
+    broker's and walmgr's) jumps past the age gate instead of a sleep."""
     meta_a = StaticMetadata.generate(azs=1, brokers_per_az=2, topics={"t": 2}, cluster_id=A)
-    async with cluster(tmp_path, "a", meta_a, objects) as (brokers, meta_a):
+    async with cluster(tmp_path, "a", meta_a, objects, clock) as (brokers, meta_a):
         live = await produce_some(brokers, meta_a)
         assert live
-        await asyncio.sleep(GATE_S + 0.2)
+        clock.skew_ms += round((GATE_S + 0.2) * 1000)
         yield brokers, meta_a, live
 
 
@@ -248,13 +253,15 @@ def test_walmgr_pointed_at_another_cluster_deletes_nothing(tmp_path: Path) -> No
     asked and nothing is deleted."""
     objects = LocalDirStore(tmp_path / "objects", fsync=False)
 
+    clock = SkewedClock(SYSTEM_CLOCK)  # the clusters' and walmgr's one clock
+
     async def main() -> None:
         async with (
-            a_cluster_with_live_objects(tmp_path, objects) as (_brokers_a, meta_a, live),
-            cluster(tmp_path, "b", twin(meta_a, B), objects) as (_brokers_b, meta_b),
+            a_cluster_with_live_objects(tmp_path, objects, clock) as (_brokers_a, meta_a, live),
+            cluster(tmp_path, "b", twin(meta_a, B), objects, clock) as (_brokers_b, meta_b),
         ):
             assert {t.topic_id for t in meta_b.topics()} == {t.topic_id for t in meta_a.topics()}
-            mgr = Walmgr(_walmgr_config(tmp_path), store=objects, metadata=meta_b)
+            mgr = Walmgr(_walmgr_config(tmp_path), store=objects, metadata=meta_b, clock=clock)
             await mgr.start()
             try:
                 assert mgr.cluster_id == B
@@ -282,13 +289,15 @@ def test_walmgr_asking_another_clusters_brokers_refuses(tmp_path: Path) -> None:
     and nothing is deleted."""
     objects = LocalDirStore(tmp_path / "objects", fsync=False)
 
+    clock = SkewedClock(SYSTEM_CLOCK)  # the clusters' and walmgr's one clock
+
     async def main() -> None:
         async with (
-            a_cluster_with_live_objects(tmp_path, objects) as (brokers_a, meta_a, live),
-            cluster(tmp_path, "b", twin(meta_a, B), objects) as (brokers_b, _meta_b),
+            a_cluster_with_live_objects(tmp_path, objects, clock) as (brokers_a, meta_a, live),
+            cluster(tmp_path, "b", twin(meta_a, B), objects, clock) as (brokers_b, _meta_b),
         ):
             spoofed = meta_a.with_ports({b.broker_id: b.port for b in brokers_b})
-            mgr = Walmgr(_walmgr_config(tmp_path), store=objects, metadata=spoofed)
+            mgr = Walmgr(_walmgr_config(tmp_path), store=objects, metadata=spoofed, clock=clock)
             await mgr.start()
             try:
                 assert mgr.cluster_id == A
@@ -314,22 +323,24 @@ def test_walmgr_asking_another_clusters_brokers_refuses(tmp_path: Path) -> None:
 def test_a_registry_bound_to_one_cluster_refuses_another(tmp_path: Path) -> None:
     objects = LocalDirStore(tmp_path / "objects", fsync=False)
 
+    clock = SkewedClock(SYSTEM_CLOCK)  # the clusters' and walmgr's one clock
+
     async def main() -> None:
-        async with a_cluster_with_live_objects(tmp_path, objects) as (_brokers_a, meta_a, live):
-            first = Walmgr(_walmgr_config(tmp_path), store=objects, metadata=meta_a)
+        async with a_cluster_with_live_objects(tmp_path, objects, clock) as (_brokers_a, meta_a, live):
+            first = Walmgr(_walmgr_config(tmp_path), store=objects, metadata=meta_a, clock=clock)
             await first.start()
             await first.stop()
             with Registry(str(tmp_path / "registry")) as reg:
                 assert reg.cluster_id == A
             # The same registry, now given cluster B's metadata.
-            mgr = Walmgr(_walmgr_config(tmp_path), store=objects, metadata=twin(meta_a, B))
+            mgr = Walmgr(_walmgr_config(tmp_path), store=objects, metadata=twin(meta_a, B), clock=clock)
             with pytest.raises(ClusterMismatchError) as e:
                 await mgr.start()
             assert str(A) in str(e.value) and str(B) in str(e.value)
             await mgr.stop()
             # And a configured cluster_id that disagrees with the metadata.
             cfg = _walmgr_config(tmp_path, "registry-2").replace(cluster_id=str(B))
-            mgr = Walmgr(cfg, store=objects, metadata=meta_a)
+            mgr = Walmgr(cfg, store=objects, metadata=meta_a, clock=clock)
             with pytest.raises(ClusterMismatchError):
                 await mgr.start()
             await mgr.stop()

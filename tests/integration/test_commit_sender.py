@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 
 from partlog.broker.server import Broker, BrokerConfig
-from partlog.client import build_record_batch
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import build_record_batch
 from partlog.produce.pipeline import ProduceConfig
-from partlog.rpc.transport import RpcClient
-from partlog.wal.objectstore import LocalDirStore
+from partlog.rpc.client import RpcClient
+from partlog.wal.localdir_store import LocalDirStore
 
 
 @pytest.mark.timeout(120)

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from partlog.client import Consumer, build_record_batch
+from partlog.client.consumer import Consumer
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import DeleteRecordsRequest
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 from tests.cluster_helpers import running_cluster, topic_partitions
 
 
@@ -51,5 +52,3 @@ def test_auto_offset_reset_after_delete_records(tmp_path: Path) -> None:
             assert tp not in none.resets
 
     asyncio.run(main())
-
-

@@ -19,8 +19,8 @@ from partlog.controller.server import ControllerServer
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import ProducerIdBlock
 from partlog.kafka.records import TopicIdPartition
+from partlog.rpc.client import RpcClient, RpcRemoteError
 from partlog.rpc.frame import RpcErrorCode
-from partlog.rpc.transport import RpcClient, RpcRemoteError
 from tests.unit.test_controller import AZ_OF, config
 
 WAIT_S = 20.0

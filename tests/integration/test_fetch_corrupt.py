@@ -20,13 +20,15 @@ import pytest
 from prometheus_client import generate_latest
 
 from partlog.broker.server import BrokerConfig, start_brokers
-from partlog.client import Consumer, CorruptRecordError, build_record_batch
+from partlog.client.consumer import Consumer, CorruptRecordError
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.fetch.reads import assemble
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import BatchInfo, BatchMetadata, TimestampType, TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig
-from partlog.wal.objectstore import LocalDirStore, RangeNotSatisfiableError
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import RangeNotSatisfiableError
 
 
 @pytest.mark.timeout(60)

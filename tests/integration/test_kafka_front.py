@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from kio.serial import entity_reader
 
 from partlog.kafka_front.apis import SUPPORTED_VERSIONS
-from partlog.tools.cluster_run import TOPIC
+from partlog.tools.local_cluster import TOPIC
 from tests.kafka_helpers import API_VERSIONS_V0, ClusterThread, kio_answer, kio_request, raw_request, read_frame
 from tests.unit.test_kafka_front_codec import load_response_schema
 
@@ -125,8 +125,8 @@ def test_malformed_requests_never_take_the_listener_down(
             except (TimeoutError, ConnectionError):
                 break
     assert _api_versions_ok(port)
-    broker = cluster.cluster.brokers[3]
-    assert broker.kafka is not None and _budget_drains(broker.kafka)
+    node = cluster.cluster.nodes[3]
+    assert node.kafka is not None and _budget_drains(node.kafka)
 
 
 # ------------------------------------------------------------ admin requests
@@ -268,5 +268,3 @@ def test_pipelined_fetches_are_answered_in_order(cluster: ClusterThread) -> None
             assert frame is not None
             cids.append(struct.unpack_from(">i", frame)[0])
     assert cids == [10, 11, 12, 13, 14]
-
-

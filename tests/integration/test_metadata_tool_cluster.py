@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from partlog.tools.cluster_run import ClusterOptions, run
+from partlog.tools.cluster_options import ClusterOptions
+from partlog.tools.cluster_run import run
 from tests.unit.test_metadata_tool import run_json
 
 

@@ -10,12 +10,12 @@ import time
 from pathlib import Path
 
 from partlog.broker.server import BrokerConfig, start_brokers
-from partlog.client import build_record_batch
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 
 
 def _batch(value_bytes: int) -> bytes:

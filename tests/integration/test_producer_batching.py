@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from partlog.broker.server import Broker, BrokerConfig
-from partlog.client import Producer
+from partlog.client.producer import Producer
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.records import TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 
 
 @pytest.mark.timeout(120)

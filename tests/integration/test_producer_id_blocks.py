@@ -8,8 +8,9 @@ import asyncio
 from pathlib import Path
 
 from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE
-from partlog.tools.cluster_run import ClusterOptions, LocalCluster
-from partlog.wal.objectstore import LocalDirStore
+from partlog.tools.cluster_options import ClusterOptions
+from partlog.tools.local_cluster import LocalCluster
+from partlog.wal.localdir_store import LocalDirStore
 
 
 def test_producer_ids_come_from_blocks_unique_across_controller_restarts(tmp_path: Path) -> None:

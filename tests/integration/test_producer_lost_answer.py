@@ -22,12 +22,13 @@ from typing import Any
 import pytest
 
 from partlog.broker.server import Broker, BrokerConfig
-from partlog.client import Consumer, Producer, _Batch, _written_before
+from partlog.client.consumer import Consumer
+from partlog.client.producer import Producer, _Batch, _written_before
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 
 
 def test_written_before_understands_wrapped_sequences() -> None:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from partlog.client import Producer
-from partlog.rpc.transport import RpcClient
+from partlog.client.producer import Producer
+from partlog.rpc.client import RpcClient
 from partlog.rpc.wire import Verdict, dec_verdicts, enc_reference_checks
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 from tests.cluster_helpers import running_cluster, topic_partitions
 
 

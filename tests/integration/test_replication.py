@@ -20,15 +20,17 @@ import pytest
 from prometheus_client import generate_latest
 
 from partlog.broker.server import Broker, BrokerConfig
-from partlog.client import Producer, build_record_batch
+from partlog.client.producer import Producer
 from partlog.controller.cluster_meta import StaticMetadata
+from partlog.controller.producer_ids import ProducerIdManager
 from partlog.kafka.errors import Errors
-from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock, ProducerIdManager
+from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import CommitBatchRequest, DeleteRecordsRequest, TopicIdPartition
-from partlog.replication.manager import ReplicationConfig
-from partlog.rpc.transport import RpcClient, RpcConnectionError
+from partlog.replication.config import ReplicationConfig
+from partlog.rpc.client import RpcClient, RpcConnectionError
 from partlog.rpc.wire import ReplicaFetchPartition, dec_replica_fetch_response, enc_commit, enc_replica_fetch
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 from tests.batches import wal_key
 from tests.cluster_helpers import check_exactly_once, consume_all, produce, running_cluster, topic_partitions
 

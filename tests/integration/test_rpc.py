@@ -22,25 +22,19 @@ from typing import Any
 
 import pytest
 
+from partlog.rpc.client import RpcClient, RpcConnectionError, RpcHandshakeError, RpcRemoteError, RpcTimeoutError
 from partlog.rpc.frame import (
     CHALLENGE_NONCE_BYTES,
     Frame,
     FrameDecoder,
     FrameTooLargeError,
     Kind,
+    RpcError,
     RpcErrorCode,
     auth_proof,
     encode_frame,
 )
-from partlog.rpc.transport import (
-    RpcClient,
-    RpcConnectionError,
-    RpcError,
-    RpcHandshakeError,
-    RpcRemoteError,
-    RpcServer,
-    RpcTimeoutError,
-)
+from partlog.rpc.server import RpcServer
 from tests.tls_certs import client_context, server_context
 from tests.unit.test_rpc_frame import framed
 
@@ -297,7 +291,7 @@ def test_server_close_fails_pending_calls_promptly() -> None:
 _SERVER_SCRIPT = textwrap.dedent(
     """
     import asyncio
-    from partlog.rpc.transport import RpcServer
+    from partlog.rpc.server import RpcServer
 
     async def hang(body):
         await asyncio.Event().wait()
@@ -458,7 +452,7 @@ def test_handler_errors(caplog: pytest.LogCaptureFixture) -> None:
     async def test(server: RpcServer) -> None:
         client = await RpcClient.connect("127.0.0.1", server.port, frame_bytes_max=8192)
         with (
-            caplog.at_level(logging.ERROR, logger="partlog.rpc.transport"),
+            caplog.at_level(logging.ERROR, logger="partlog.rpc.server"),
             pytest.raises(RpcRemoteError, match="partition") as e,
         ):
             await client.call("boom", None)
@@ -580,5 +574,3 @@ def test_mutual_tls_refuses_a_client_without_a_cert(certs: Path) -> None:
         await client.close()
 
     serve({"echo": record}, ssl=server_context(certs, mutual=True))(test)
-
-

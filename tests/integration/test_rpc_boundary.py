@@ -20,19 +20,19 @@ import lmdb
 import pytest
 
 from partlog.broker.server import Broker, BrokerConfig, start_brokers
-from partlog.client import build_record_batch
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import (
     FindBatchRequest,
     TopicIdPartition,
 )
 from partlog.produce.pipeline import ProduceConfig
+from partlog.rpc.client import RpcClient, RpcRemoteError
 from partlog.rpc.frame import RpcErrorCode
-from partlog.rpc.transport import RpcClient, RpcRemoteError
 from partlog.rpc.wire import enc_tp
 from partlog.wal.key import make_wal_key
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 
 
 def now_ms() -> int:

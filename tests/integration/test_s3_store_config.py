@@ -5,7 +5,8 @@ endpoint (169.254.169.254) for a region."""
 
 from __future__ import annotations
 
-from partlog.wal.objectstore import S3Config, S3Store, open_store
+from partlog.wal.s3_store import S3Config, S3Store
+from partlog.wal.store_url import open_store
 from tests.objectstore_contract import SECRET
 from walmgr.config import split_store_url
 

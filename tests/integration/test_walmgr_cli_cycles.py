@@ -22,7 +22,7 @@ import pytest
 
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.records import TopicIdPartition
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 from tests.cluster_helpers import free_ports, topic_partitions, write_cluster_toml
 from tests.walmgr_helpers import TEST_CLUSTER_ID, orphan
 from walmgr import cli

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from partlog.controller.client import ControllerMetadata, ControllerUnavailableError
-from partlog.tools.cluster_run import free_ports
-from partlog.wal.objectstore import LocalDirStore
+from partlog.tools.local_cluster import free_ports
+from partlog.wal.localdir_store import LocalDirStore
 from tests.unit.test_walmgr_unavailable import _config
 from walmgr.daemon import Walmgr
 from walmgr.registry import Registry

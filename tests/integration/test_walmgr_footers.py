@@ -40,11 +40,12 @@ import pytest
 from prometheus_client import generate_latest
 
 from partlog.broker.server import Broker
-from partlog.client import build_record_batch
 from partlog.kafka.crc32c import crc32c
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import DeleteRecordsRequest, TopicIdPartition
-from partlog.wal.objectstore import LocalDirStore
+from partlog.runtime import SYSTEM_CLOCK, SkewedClock
+from partlog.wal.localdir_store import LocalDirStore
 from partlog.wal.segment import FORMAT_VERSION, TRAILER_MAGIC, Footer, WalFormatError, parse_footer, read_footer
 from tests.cluster_helpers import running_cluster, topic_partitions
 from walmgr.config import WalmgrConfig
@@ -140,8 +141,9 @@ def _forge_and_collect(tmp_path: Path, forge: str) -> tuple[str, dict[str, objec
     out = Outcome()
 
     async def main() -> None:
+        clock = SkewedClock(SYSTEM_CLOCK)  # jumps past the age gate (no sleep)
         async with running_cluster(
-            tmp_path, objects, brokers_per_az=2, partitions=2, commit_deadline_ms=DEADLINE_MS
+            tmp_path, objects, brokers_per_az=2, partitions=2, commit_deadline_ms=DEADLINE_MS, clock=clock
         ) as (brokers, meta):
             tps = topic_partitions(meta)
             key = await _two_partition_object(brokers, tps)
@@ -151,8 +153,8 @@ def _forge_and_collect(tmp_path: Path, forge: str) -> tuple[str, dict[str, objec
                 [[tps[0].topic_id.bytes, 0, p0.byte_offset, p0.size, p0.batch_count]] if forge == "drop" else []
             )
             objects.put(key, reforge(objects.get(key), parts, meta.cluster_id))
-            await asyncio.sleep(GATE_S + 0.2)
-            mgr = Walmgr(_config(tmp_path), store=objects, metadata=meta)
+            clock.skew_ms += round((GATE_S + 0.2) * 1000)
+            mgr = Walmgr(_config(tmp_path), store=objects, metadata=meta, clock=clock)
             await mgr.start()
             try:
                 for _ in range(2):

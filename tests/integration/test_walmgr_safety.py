@@ -1,4 +1,4 @@
-"""walmgr's deletion safety (design brief, "Deletion safety"; issue 5) with
+"""walmgr's deletion safety (design.md, "Deletion safety") with
 real parts: LMDB registries and stores, brokers on loopback, a LocalDirStore
 (the parts are in tests/walmgr_safety_cases.py, which says what each case
 checks):
@@ -27,9 +27,7 @@ import pytest
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.errors import Errors
 from partlog.rpc.wire import Verdict
-from partlog.wal.objectstore import (
-    LocalDirStore,
-)
+from partlog.wal.localdir_store import LocalDirStore
 from tests.clock import Clock
 from tests.cluster_helpers import (
     running_cluster,

@@ -17,13 +17,14 @@ import sys
 import pytest
 
 from partlog import injected_bugs
-from simulations.dst.world import Faults, Shape, run
+from simulations.dst.config import Faults, Shape
+from simulations.dst.world import run
 
 pytestmark = pytest.mark.timeout(600)
 
-# Seeds that found bugs in our code (design.md, "Deterministic simulation"),
+# Seeds that found bugs in our code (docs/design/dst.md),
 # kept green.  A seed names a schedule only together with the harness and
-# code of its day: the unit tests named in design.md are the durable
+# code of its day: the unit tests named in docs/design/dst.md are the durable
 # regression tests, these keep the schedules that exposed them in CI.
 REGRESSION_SEEDS = {
     1: "walmgr: one failed shard LIST aborted every scan; orphans were never learned nor deleted",

@@ -16,8 +16,9 @@ import pytest
 
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.records import TopicIdPartition
-from partlog.tools.cluster_run import ClusterOptions, run
-from partlog.wal.objectstore import S3Store
+from partlog.tools.cluster_options import ClusterOptions
+from partlog.tools.cluster_run import run
+from partlog.wal.s3_store import S3Store
 from tests.cluster_helpers import (
     Sent,
     broker_addr,

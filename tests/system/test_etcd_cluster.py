@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from partlog.tools.cluster_run import ClusterOptions, run
+from partlog.tools.cluster_options import ClusterOptions
+from partlog.tools.cluster_run import run
 
 pytestmark = pytest.mark.skipif(
     shutil.which("etcd") is None, reason="etcd is not installed (scripts/test installs Debian's etcd-server)"

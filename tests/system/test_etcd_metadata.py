@@ -230,15 +230,16 @@ def test_election_race(etcd: EtcdCluster, racers: int) -> None:
             assert len(b.controllers()) == 1
             first = b.controllers()[0]
             old = b.sources.pop(first)
-            candidate = old.keys.candidate(old._lease_id)
+            assert old.session is not None
+            candidate = old.keys.candidate(old.session.lease_id)
             rev = old.view.candidates[candidate]
             await old.stop(revoke=True)
             assert await b.admin.wait_for(lambda: len(b.controllers()) == 1, WAIT_S)
             # The deposed controller's guard no longer holds.
             probe = b.admin
-            c = await probe._etcd()
+            c = await probe.conn.client()
             t = c.transactions
-            ok, _ = await probe._txn([t.create(candidate) == rev], [t.put(probe.keys.root + b"probe", b"x")])
+            ok, _ = await probe.conn.txn([t.create(candidate) == rev], [t.put(probe.keys.root + b"probe", b"x")])
             assert not ok
         finally:
             await b.stop()
@@ -359,7 +360,7 @@ def test_producer_ids_never_restart_after_the_counter_is_deleted(etcd: EtcdClust
         m = await b.add(1)
         first = await m.allocate_producer_ids(1)
         assert not isinstance(first, Errors) and first.first_producer_id == 0
-        c = await m._etcd()
+        c = await m.conn.client()
         await c.delete(m.keys.producer_ids)
         assert await m.allocate_producer_ids(1) == Errors.COORDINATOR_NOT_AVAILABLE
         fresh = await b.add(2)  # a process that never saw a block
@@ -397,10 +398,11 @@ def test_a_stale_plan_never_overwrites_a_newer_partition(etcd: EtcdCluster) -> N
         assert isinstance(committed, PartitionInfo)
         assert await ctl.wait_for(lambda: ctl.view.part_revision(tp) > 0, WAIT_S)
         conflicts = ctl.controller_conflicts
-        cand = ctl.keys.candidate(ctl._lease_id)
-        await ctl._write_plan(stale, cand, ctl.view.candidates[cand])
+        assert ctl.session is not None and ctl.acting is not None
+        cand = ctl.keys.candidate(ctl.session.lease_id)
+        await ctl.acting.write_plan(stale, cand, ctl.view.candidates[cand])
         assert ctl.controller_conflicts == conflicts + 1
-        c = await ctl._etcd()
+        c = await ctl.conn.client()
         stored = await c.get(ctl.keys.part(tp))
         assert msgpack.unpackb(stored.value)[3] == list(committed.isr)
 

@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from partlog.client import Producer
+from partlog.client.producer import Producer
 from partlog.controller.client import ControllerMetadata
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
-from partlog.tools.cluster_run import ClusterOptions, run
+from partlog.tools.cluster_options import ClusterOptions
+from partlog.tools.cluster_run import run
 from tests.cluster_helpers import (
     Sent,
     check_exactly_once,

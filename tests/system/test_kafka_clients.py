@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from partlog.tools.cluster_run import TOPIC
+from partlog.tools.local_cluster import TOPIC
 from tests.integration.test_kafka_front import _ask
 from tests.kafka_helpers import ClusterThread, kio_answer, kio_request
 
@@ -264,7 +264,7 @@ def test_partlog_broker_on_a_static_cluster_file_serves_kafka_on_its_kafka_port(
     import sys
     import uuid as uuid_
 
-    from partlog.tools.cluster_run import free_ports
+    from partlog.tools.local_cluster import free_ports
     from tests.cluster_helpers import stop_processes, wait_listening
 
     rpc_port, kafka_port = free_ports(2)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from partlog.tools.cluster_run import TOPIC
+from partlog.tools.local_cluster import TOPIC
 from tests.kafka_helpers import ClusterThread
 
 confluent_kafka = pytest.importorskip("confluent_kafka")

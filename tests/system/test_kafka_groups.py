@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from partlog.tools.cluster_run import TOPIC
+from partlog.tools.local_cluster import TOPIC
 from tests.kafka_helpers import ClusterThread
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -163,7 +163,7 @@ def _wait_committed(cluster: ClusterThread, group: str, offsets: dict[int, int],
 
 def _coordinator(cluster: ClusterThread, group: str) -> int:
     async def find() -> int:
-        any_broker = next(iter(cluster.cluster.brokers.values()))
+        any_broker = next(iter(cluster.cluster.nodes.values()))
         assert any_broker.kafka is not None
         error, broker_id = await any_broker.kafka.apis.groups.find_coordinator(group)
         assert error == 0

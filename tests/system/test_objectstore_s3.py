@@ -15,16 +15,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from partlog.wal.objectstore import (
-    LocalDirStore,
-    ObjectInfo,
-    ObjectNotFoundError,
-    ObjectStore,
-    ObjectStoreError,
-    S3Config,
-    S3Store,
-    iter_objects,
-)
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import ObjectInfo, ObjectNotFoundError, ObjectStore, ObjectStoreError, iter_objects
+from partlog.wal.s3_store import S3Config, S3Store
 
 # The contract's tests (and its fixture tricky_store), run against this module's stores.
 from tests.objectstore_contract import *  # noqa: F403

@@ -49,9 +49,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from partlog.client import build_record_batch
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import TopicIdPartition
+from partlog.rpc.client import RpcClient
 from partlog.rpc.frame import (
     CONNECTION_REQUEST_ID,
     HELLO_METHOD,
@@ -65,9 +66,8 @@ from partlog.rpc.frame import (
 )
 from partlog.rpc.methods import BROKER_SCHEMAS, CONTROLLER_SCHEMAS, WALMGR_SCHEMAS
 from partlog.rpc.schema import Bool, Bytes, Int, List, Map, Nullable, Schema, Str, Tuple
-from partlog.rpc.transport import RpcClient
 from partlog.rpc.wire import enc_tp
-from partlog.tools.cluster_run import free_ports
+from partlog.tools.local_cluster import free_ports
 
 BIN = Path(sys.executable).parent
 RSS_GROWTH_MAX_BYTES = 384 * 1024 * 1024
@@ -452,8 +452,6 @@ def test_idle_connections_are_closed(victim: Victim) -> None:
 
     asyncio.run(attack())
     healthy(victim)
-
-
 
 
 @pytest.mark.parametrize("authenticated", [False, True])

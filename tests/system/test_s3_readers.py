@@ -22,12 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from partlog.kafka.records import TopicIdPartition
-from partlog.wal.objectstore import (
-    ObjectNotFoundError,
-    ObjectStoreError,
-    RangeNotSatisfiableError,
-    S3Store,
-)
+from partlog.wal.objectstore import ObjectNotFoundError, ObjectStoreError, RangeNotSatisfiableError
+from partlog.wal.s3_store import S3Store
 from tests.clock import Clock
 from tests.s3proxy import s3_proxy
 from tests.walmgr_helpers import orphan

@@ -20,15 +20,17 @@ pytest.importorskip("pyspark", reason="pyspark is not installed (walmgr's Spark 
 
 from partlog.kafka.records import TopicIdPartition
 from partlog.wal.key import make_wal_key, shard_of
-from partlog.wal.objectstore import LocalDirStore, ObjectStore
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import ObjectStore
 from partlog.wal.segment import WalSegmentBuilder
 from tests.batches import build_batch
 from tests.clock import Clock
 from tests.s3server import ACCESS_KEY_ID, SECRET_ACCESS_KEY
 from tests.walmgr_helpers import TEST_CLUSTER_ID
+from walmgr.listing import GONE_AGE_MS_DEFAULT
 from walmgr.model import State
 from walmgr.registry import Registry
-from walmgr.scanner import GONE_AGE_MS_DEFAULT, Scanner, ScanReport
+from walmgr.scanner import Scanner, ScanReport
 from walmgr.spark_scan import get_session, package_zip, spark_scan, stop_session
 
 pytestmark = pytest.mark.timeout(300)
@@ -428,5 +430,3 @@ def test_a_failed_spark_job_is_a_scan_error_and_the_cycle_goes_on(
     report = asyncio.run(cycle())
     assert report.incremental is not None and report.incremental.new_objects == 40  # in-process, before
     assert report.full is None and "lost executor" in report.scan_error
-
-

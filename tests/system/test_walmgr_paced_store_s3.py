@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from partlog.wal.objectstore import ObjectStore, S3Store
+from partlog.wal.objectstore import ObjectStore
+from partlog.wal.s3_store import S3Store
 from tests.unit.test_walmgr_paced_store import (
     test_a_throttled_bucket_is_scanned_whole_with_backoff as test_a_throttled_bucket_is_scanned_whole_with_backoff,
 )

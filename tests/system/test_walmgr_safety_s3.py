@@ -1,4 +1,4 @@
-"""walmgr's deletion safety (design brief, "Deletion safety"; issue 5) on
+"""walmgr's deletion safety (design.md, "Deletion safety") on
 SeaweedFS: nothing referenced is deleted under concurrent faults, and keys
 that are not WAL keys of the prefix are never planned or deleted (the parts
 are in tests/walmgr_safety_cases.py)."""
@@ -10,9 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from partlog.wal.objectstore import (
-    S3Store,
-)
+from partlog.wal.s3_store import S3Store
 from tests.s3server import ACCESS_KEY_ID, SECRET_ACCESS_KEY
 from tests.walmgr_helpers import listed
 from tests.walmgr_safety_cases import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from partlog.wal.objectstore import S3Store
+from partlog.wal.s3_store import S3Store
 
 # The cases (and the registry fixture), run against this module's store.
 from tests.walmgr_scanner_cases import *  # noqa: F403

@@ -54,5 +54,3 @@ def test_controller_and_topics_with_bad_arguments(tmp_path: Path, capsys: pytest
     with pytest.raises(SystemExit) as ei:
         main(["cluster", "--kill-broker-every", "-1"])
     assert ei.value.code == 2
-
-

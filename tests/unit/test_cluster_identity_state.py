@@ -1,6 +1,6 @@
-"""Cluster identity in the state itself (issue 13, item 1): the controller's
-state, a broker's store and a cluster file each carry one cluster id, and
-refuse another (the servers' and walmgr's checks are in
+"""Cluster identity in the state itself (design.md, "Deletion safety", step
+0): the controller's state, a broker's store and a cluster file each carry
+one cluster id, and refuse another (the servers' and walmgr's checks are in
 tests/integration/test_cluster_identity.py)."""
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from partlog.controller.cluster_meta import (
     TopicInfo,
     topic_id_for,
 )
-from partlog.controller.core import Controller, ControllerConfig, ControllerStateError
+from partlog.controller.core import Controller, ControllerConfig
+from partlog.controller.state_store import ControllerStateError
 from partlog.store import MetadataStore, StoreError
 
 A = uuid.UUID("aaaaaaaa-0000-4000-8000-00000000000a")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from partlog.client import Consumer
+from partlog.client.consumer import Consumer
 
 
 def test_auto_offset_reset_is_checked() -> None:

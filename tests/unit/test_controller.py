@@ -19,17 +19,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from partlog.controller.cluster_meta import NO_LEADER, BrokerInfo, PartitionInfo, TopicInfo
-from partlog.controller.core import (
-    BrokerFenced,
-    Controller,
-    ControllerConfig,
-    ControllerStateError,
-    LeaderChanged,
-    assign_replicas,
-    dec_poll_response,
-    enc_snapshot,
-    valid_topic_name,
-)
+from partlog.controller.core import Controller, ControllerConfig
+from partlog.controller.model import BrokerFenced, LeaderChanged
+from partlog.controller.rules import assign_replicas, valid_topic_name
+from partlog.controller.state_store import ControllerStateError
+from partlog.controller.wire import dec_poll_response, enc_snapshot
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import ProducerIdBlock
 from partlog.kafka.records import TopicIdPartition
@@ -416,7 +410,7 @@ def test_a_failed_write_changes_nothing(ctl: Controller, monkeypatch: pytest.Mon
     tp = tp_of(ctl, "t")
     before, version = ctl.snapshot(), ctl.version
     with monkeypatch.context() as m:
-        m.setattr(ctl, "_env", _FailingWrites(ctl._env))
+        m.setattr(ctl._store, "_env", _FailingWrites(ctl._store._env))
         with pytest.raises(lmdb.DiskError):
             ctl.register_broker(3, "az3", "h", 1, 0)
         with pytest.raises(lmdb.DiskError):

@@ -2,7 +2,7 @@
 
 The leader never sees a batch's records, only its first 61 bytes.  For
 LogAppendTime topics it changes CRC-covered header bytes and updates the CRC
-affinely (design.md, "CRC-32C and LogAppendTime"); the batch a consumer gets is
+affinely (docs/design/produce-and-commit.md, "CRC-32C and LogAppendTime"); the batch a consumer gets is
 the stored header spliced over the uploaded batch, so that splice must pass a
 real client's CRC validation.
 """

@@ -13,7 +13,7 @@ from partlog import CreateTopicAndPartitionsRequest, Errors, FindBatchRequest, M
 from partlog.fetch.reads import RangeCache, assemble, plan_reads
 from partlog.kafka.records import BatchInfo
 from partlog.produce.pipeline import ProduceConfig, ProducePipeline, SendCommit, Upload
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 from tests.batches import build_batch
 
 T0 = 1_700_000_000_000

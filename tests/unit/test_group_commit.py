@@ -268,8 +268,8 @@ def test_pending_reference_is_visible_before_the_commit_is_durable(tmp_path: Pat
     assert store.referenced_files([key]) == {key}
     # Durable in the journal, not yet in LMDB: still pending; a checkpoint
     # applies it and only then releases the pending entry.
-    assert store._pending_files != {}
+    assert store._index.pending != {}
     store._checkpoint()
-    assert store._pending_files == {}
+    assert store._index.pending == {}
     assert store.referenced_files([key]) == {key}
     store.close()

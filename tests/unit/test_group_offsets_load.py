@@ -13,8 +13,8 @@ import msgpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from partlog.client import build_record_batch
 from partlog.groups.membership import Groups
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import TopicIdPartition
 from partlog.kafka_front.group_coordinator import Committed, GroupCoordinator, _Partition
 

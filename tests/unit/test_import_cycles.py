@@ -1,5 +1,5 @@
 """Dependencies point down: no import cycle among partlog's, walmgr's and
-spark's modules (tests/import_cycles.py; design.md, "Modules")."""
+spark's modules (tests/import_cycles.py; ARCHITECTURE.md, "Layers")."""
 
 from __future__ import annotations
 

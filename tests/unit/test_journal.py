@@ -206,11 +206,12 @@ def test_a_stalled_checkpoint_thread_cannot_grow_the_overlay_past_its_backlog_li
     )
     try:
         # Stop the thread but leave it registered: only backpressure applies now.
-        thread = store._checkpointer
+        checkpoints = store._checkpoints
+        thread = checkpoints._thread
         assert thread is not None
-        with store._checkpoint_wake:
-            store._checkpointer_stop = True
-            store._checkpoint_wake.notify()
+        with checkpoints._wake:
+            checkpoints._stop = True
+            checkpoints._wake.notify()
         thread.join()
         tid = uuid.uuid4()
         store.create_topic_and_partitions([CreateTopicAndPartitionsRequest(tid, "t", 1)])

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from kio.serial import entity_reader, entity_writer
 
-from partlog.kafka_front.apis import SUPPORTED_VERSIONS, client_az
+from partlog.kafka_front.apis import SUPPORTED_VERSIONS
 from partlog.kafka_front.codec import FrameError, FrameReader, build, error_body, parse_request, response_class
+from partlog.kafka_front.handler import client_az
 from tests.kafka_helpers import raw_request
 
 
@@ -76,7 +77,7 @@ def test_a_failed_commit_rpc_reaches_kafka_clients_as_a_retriable_timeout() -> N
     # Regression: NETWORK_EXCEPTION (13) in a produce answer is fatal to
     # librdkafka's idempotent producer; the failover test lost 42 deliveries.
     from partlog.kafka.errors import Errors
-    from partlog.kafka_front.apis import _kafka_error
+    from partlog.kafka_front.handler import kafka_error as _kafka_error
 
     assert _kafka_error(Errors.NETWORK_EXCEPTION) == Errors.REQUEST_TIMED_OUT
     assert _kafka_error(Errors.COMMIT_DEADLINE_EXCEEDED) == Errors.REQUEST_TIMED_OUT

@@ -20,11 +20,14 @@ from pathlib import Path
 import pytest
 
 from partlog.kafka.records import TopicIdPartition
-from partlog.wal.objectstore import InvalidKeyError, LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import InvalidKeyError
+from tests.clock import Clock
 from tests.walmgr_helpers import TEST_CLUSTER_ID, orphan, segment
+from walmgr.listing import NOT_UTF8_NOTE
 from walmgr.model import State
 from walmgr.registry import Registry
-from walmgr.scanner import NOT_UTF8_NOTE, Scanner
+from walmgr.scanner import Scanner
 
 BIN = Path(sys.executable).parent
 
@@ -88,7 +91,7 @@ def test_walmgr_scans_report_a_name_that_is_not_utf8_and_go_on(tmp_path: Path) -
     with open(os.path.join(os.fsencode(shard_dir), bad_name), "wb") as f:
         f.write(segment([tp], now - 10_000, cluster_id=TEST_CLUSTER_ID))
     with Registry(tmp_path / "registry", sync=False) as reg:
-        scanner = Scanner(objects, reg, "wal", clock=lambda: now)
+        scanner = Scanner(objects, reg, "wal", clock=Clock(now))
         for report in (scanner.full(), scanner.incremental()):
             assert [why for _, why in report.invalid] == [NOT_UTF8_NOTE], report.invalid
             shown = report.invalid[0][0]
@@ -104,5 +107,3 @@ def _printable(key: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-

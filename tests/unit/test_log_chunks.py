@@ -103,7 +103,7 @@ def observe(store: MetadataStore) -> dict[str, Any]:
         if st_["log_end_offset"] > st_["log_start_offset"]:
             log = store.read_log(tp, st_["log_start_offset"], BIG)
             out[f"{tp} log"] = [(e.header, e.object_key, e.byte_offset) for e in log.entries]
-    out["producers"] = sorted((k, v) for k, v in store._producers.items())
+    out["producers"] = sorted((k, v) for k, v in store._producers.cache.items())
     return out
 
 
@@ -192,9 +192,8 @@ def test_a_partition_with_many_entries_in_one_checkpoint_is_split_into_chunks(tm
         for i in range(200):
             store.commit_file(key(T0, i), 1, 1 << 20, [request(tp, b)])
         store._checkpoint()
-        env: lmdb.Environment = store._env
-        with env.begin() as txn:
-            values = [bytes(v) for _, v in txn.cursor(db=store._db_log)]
+        with store._env.read() as txn:
+            values = [bytes(v) for _, v in txn.cursor(db=store._env.log)]
         assert [len(v) // layout.ENTRY_SIZE for v in values] == [64, 64, 64, 8]
         log = store.read_log(tp, 0, BIG)
         assert [base(e) for e in log.entries] == list(range(0, 400, 2))

@@ -1,4 +1,4 @@
-"""partlog's processes cap glibc's malloc arenas (partlog.tools.malloc)."""
+"""partlog's processes cap glibc's malloc arenas (partlog.util.malloc)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import sys
 
 import pytest
 
-from partlog.tools.malloc import limit_malloc_arenas
+from partlog.util.malloc import limit_malloc_arenas
 
 
 @pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only")
 def test_the_cap_applies_on_glibc() -> None:
     # In a child: mallopt changes this whole process.
     out = subprocess.run(
-        [sys.executable, "-c", "from partlog.tools.malloc import limit_malloc_arenas as f; print(f())"],
+        [sys.executable, "-c", "from partlog.util.malloc import limit_malloc_arenas as f; print(f())"],
         capture_output=True,
         text=True,
         check=True,

@@ -10,13 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from partlog.wal.objectstore import (
-    InvalidKeyError,
-    LocalDirStore,
-    ObjectStore,
-    check_key,
-    open_store,
-)
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import InvalidKeyError, ObjectStore, check_key
+from partlog.wal.store_url import open_store
 
 # The contract's tests (and its fixture tricky_store), run against this module's store.
 from tests.objectstore_contract import *  # noqa: F403
@@ -110,5 +106,3 @@ def test_open_store_bad_urls(url: str, message: str) -> None:
     with pytest.raises(ValueError, match=message) as exc:
         open_store(url)
     assert repr(url) in str(exc.value)
-
-

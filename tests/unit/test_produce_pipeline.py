@@ -10,7 +10,7 @@ import uuid
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import CommitBatchResponse, TopicIdPartition
@@ -240,3 +240,153 @@ def test_config_validation() -> None:
         ProduceConfig(commit_interval_ms=0)
     with pytest.raises(ValueError, match="inflight_bytes_max"):
         ProduceConfig(buffer_bytes_max=10, inflight_bytes_max=5)
+
+
+class CommitWindowVsModel(RuleBasedStateMachine):
+    """The pipeline's order rules against a small reference model:
+
+    * admission: a ticket is admissible exactly when no earlier ticket waits
+      and its bytes fit (or nothing is in flight), so requests are produced
+      in arrival order;
+    * commits: per leader, at most N sent and not done, sent in release
+      order (WAL-file order); a held commit goes out as soon as a slot frees.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = T0
+        self.n = 0
+        self.p: ProducePipeline
+        self.waiting: list[tuple[int, int, list[tuple[TopicIdPartition, bytes]]]] = []  # (ticket, bytes, batches)
+        self.admitted: list[int] = []  # tickets, in admission order
+        self.next_produce = 0
+        self.unanswered: dict[int, int] = {}  # produce id -> bytes
+        self.uploading: set[int] = set()
+        self.out: dict[int, list[SendCommit]] = {}  # leader -> sent, not done (send order)
+        self.sent_order: dict[int, list[int]] = {}  # leader -> segment ids, in send order
+        self.model_held: dict[int, list[int]] = {}  # leader -> released segment ids waiting for a slot
+
+    @initialize(n=st.integers(1, 2))
+    def setup(self, n: int) -> None:
+        self.n = n
+        self.p = _pipeline(
+            commit_interval_ms=100,
+            buffer_bytes_max=2000,
+            inflight_bytes_max=6000,
+            uploads_inflight_max=3,
+            commits_in_flight_max=n,
+        )
+
+    def _apply(self, actions: list[Upload | SendCommit | Reply], *, from_commit_done: bool = False) -> None:
+        sends = [a for a in actions if isinstance(a, SendCommit)]
+        if from_commit_done:
+            # Freed slots' commits come first.
+            assert actions[: len(sends)] == sends
+        for a in actions:
+            if isinstance(a, Upload):
+                self.uploading.add(a.segment_id)
+            elif isinstance(a, SendCommit):
+                leader = a.leader_broker_id
+                held = self.model_held.get(leader, [])
+                assert held and held[0] == a.segment_id, f"leader {leader}: sent {a.segment_id}, model says {held}"
+                held.pop(0)
+                self.out.setdefault(leader, []).append(a)
+                self.sent_order.setdefault(leader, []).append(a.segment_id)
+            else:
+                self.unanswered.pop(a.produce_id)
+
+    def _release(self) -> None:
+        """The model's release: last_released's commits join their leaders' queues."""
+        for r in self.p.last_released:
+            assert list(r.leaders) == sorted(set(r.leaders))
+            for leader in r.leaders:
+                self.model_held.setdefault(leader, []).append(r.segment_id)
+
+    @rule(sizes=st.lists(st.sampled_from([0, 1, 2, 3]), min_size=1, max_size=3), parts=st.integers(0, 5))
+    def arrive_rule(self, sizes: list[int], parts: int) -> None:
+        self.arrive(sizes, parts)
+
+    def arrive(self, sizes: list[int], parts: int) -> None:
+        batches = [(TPS[(parts + i) % len(TPS)], BATCHES[s]) for i, s in enumerate(sizes)]
+        nbytes = sum(len(b) for _, b in batches)
+        self.waiting.append((self.p.arrive(nbytes), nbytes, batches))
+
+    @precondition(lambda self: bool(self.waiting))
+    @rule(data=st.data())
+    def try_admit(self, data: st.DataObject) -> None:
+        self._try_admit(data.draw(st.integers(0, len(self.waiting) - 1)))
+
+    def try_admit_head(self) -> None:
+        self._try_admit(0)
+
+    def _try_admit(self, i: int) -> None:
+        ticket, nbytes, batches = self.waiting[i]
+        fits = nbytes <= 6000 - sum(self.unanswered.values()) or not self.unanswered
+        assert self.p.admissible(ticket) == (i == 0 and fits)
+        if i == 0 and fits:
+            self.waiting.pop(0)
+            self.p.leave(ticket)
+            self.admitted.append(ticket)
+            pid = self.next_produce
+            self.next_produce += 1
+            self.unanswered[pid] = nbytes
+            self._apply(self.p.produce(pid, batches, self.now))
+
+    @precondition(lambda self: bool(self.waiting))
+    @rule(data=st.data())
+    def give_up(self, data: st.DataObject) -> None:
+        i = data.draw(st.integers(0, len(self.waiting) - 1))
+        self.p.leave(self.waiting.pop(i)[0])
+
+    @rule(ms=st.sampled_from([10, 100]))
+    def tick(self, ms: int) -> None:
+        self.now += ms
+        self._apply(self.p.tick(self.now))
+
+    @precondition(lambda self: bool(self.uploading))
+    @rule(data=st.data(), ok=st.booleans())
+    def finish_upload(self, data: st.DataObject, ok: bool) -> None:
+        sid = data.draw(st.sampled_from(sorted(self.uploading)))
+        self.uploading.discard(sid)
+        actions = self.p.upload_done(sid, self.now, None if ok else "injected")
+        self._release()
+        self._apply(actions)
+
+    @rule(k=st.integers(1, 4))
+    def burst(self, k: int) -> None:
+        """``k`` one-batch segments to every leader, all uploaded at once: a
+        burst of released commits."""
+        for _ in range(k):
+            self.arrive([0] * len(TPS), 0)
+            self.try_admit_head()
+            self._apply(self.p.flush(self.now))
+        while self.uploading:
+            sid = min(self.uploading)
+            self.uploading.discard(sid)
+            actions = self.p.upload_done(sid, self.now)
+            self._release()
+            self._apply(actions)
+
+    @precondition(lambda self: any(self.out.values()))
+    @rule(data=st.data(), ok=st.booleans())
+    def finish_commit(self, data: st.DataObject, ok: bool) -> None:
+        leader = data.draw(st.sampled_from(sorted(k for k, v in self.out.items() if v)))
+        c = self.out[leader].pop(data.draw(st.integers(0, len(self.out[leader]) - 1)))
+        responses = [CommitBatchResponse(Errors.NONE, 0, -1, 0, False, r) for r in c.requests] if ok else None
+        self._apply(self.p.commit_done(c.segment_id, leader, responses, self.now), from_commit_done=True)
+
+    @invariant()
+    def window_and_order(self) -> None:
+        for leader in set(self.out) | set(self.model_held):
+            out, held = len(self.out.get(leader, [])), len(self.model_held.get(leader, []))
+            assert out <= self.n and self.p.commits_out(leader) == out
+            assert self.p.commits_held(leader) == held
+            assert not held or out == self.n, f"leader {leader}: {held} held with a free slot"
+            order = self.sent_order.get(leader, [])
+            assert order == sorted(order) and len(set(order)) == len(order), f"leader {leader}: sent {order}"
+        assert self.admitted == sorted(self.admitted)
+        assert self.p.inflight_bytes == sum(self.unanswered.values())
+
+
+CommitWindowVsModel.TestCase.settings = settings(max_examples=200, stateful_step_count=60, deadline=None)
+test_commit_window_model = CommitWindowVsModel.TestCase

@@ -13,12 +13,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from partlog.kafka.producer_ids import (
-    ProducerIdAllocator,
-    ProducerIdBlock,
-    ProducerIdManager,
-    ProducerIdsExhaustedError,
-)
+from partlog.controller.producer_ids import ProducerIdManager, ProducerIdsExhaustedError
+from partlog.kafka.producer_ids import ProducerIdAllocator, ProducerIdBlock
 
 BROKERS = (1, 2, 3)
 

@@ -185,7 +185,7 @@ def test_a_deferred_answer_never_started_is_closed_without_a_warning() -> None:
     import inspect
     import warnings
 
-    from partlog.rpc.transport import close_unstarted
+    from partlog.rpc.server import close_unstarted
 
     async def answer() -> int:
         return 1

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from partlog.wal.objectstore import open_store
+from partlog.wal.store_url import open_store
 from walmgr.config import split_store_url
 
 

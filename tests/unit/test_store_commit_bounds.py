@@ -8,8 +8,8 @@ import time
 import uuid
 from pathlib import Path
 
-from partlog.client import build_record_batch
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import (
     CommitBatchRequest,
     CreateTopicAndPartitionsRequest,

@@ -144,11 +144,11 @@ def whole_log(store: MetadataStore, tp: TopicIdPartition) -> tuple[ReplicatedEnt
 def producers(store: MetadataStore, tp: TopicIdPartition) -> dict[int, ProducerEntry]:
     """The partition's durable producer states (white-box: there is no public
     accessor, and behaviour tests cannot see a whole window at once)."""
-    part_id = store._parts[tp].part_id
+    part_id = store._catalog.parts[tp].part_id
     out = {}
     with store._read() as txn:
         # LMDB, then the journal's groups not yet applied to it, newest last.
-        rows = [*txn.cursor(db=store._db_producers), *(kv for g in txn.groups for kv in g.producers.items())]
+        rows = [*txn.cursor(db=store._env.producers), *(kv for g in txn.groups for kv in g.producers.items())]
         for k, v in rows:
             pid_part, pid = int.from_bytes(k[:4], "big"), int.from_bytes(k[4:], "big", signed=True)
             if pid_part == part_id:

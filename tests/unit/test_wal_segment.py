@@ -14,7 +14,7 @@ from kafka.record.default_records import DefaultRecordBatch
 
 from partlog.kafka.records import TopicIdPartition
 from partlog.tools.cli import main as partlog_main
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 from partlog.wal.segment import (
     FOOTER_READ_BYTES,
     TRAILER_BYTES,

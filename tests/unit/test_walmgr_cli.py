@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 from walmgr import cli
 
 

@@ -15,14 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from partlog.kafka.records import TopicIdPartition
-from partlog.wal.objectstore import (
-    ForwardingStore,
-    ListPage,
-    LocalDirStore,
-    ObjectNotFoundError,
-    ObjectStore,
-    ObjectStoreError,
-)
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import ForwardingStore, ListPage, ObjectNotFoundError, ObjectStore, ObjectStoreError
 from tests.clock import Clock
 from tests.walmgr_helpers import listed, orphan
 from walmgr.config import WalmgrConfig, WalmgrConfigError

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from partlog.kafka.records import TopicIdPartition
 from partlog.wal.key import ALL_SHARDS
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 from tests.clock import Clock
 from tests.walmgr_helpers import orphan
 from walmgr.progress import ProgressLog, ScanProgress, fan_out, fraction_after

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from partlog.kafka.records import TopicIdPartition
-from partlog.wal.objectstore import LocalDirStore
+from partlog.wal.localdir_store import LocalDirStore
 from tests.clock import Clock
 from tests.walmgr_helpers import listed, orphan
 from walmgr import daemon

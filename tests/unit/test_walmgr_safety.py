@@ -1,4 +1,4 @@
-"""walmgr's deletion safety (design brief, "Deletion safety"; issue 5) without
+"""walmgr's deletion safety (design.md, "Deletion safety") without
 a network: keys that are not WAL keys of the prefix are never planned or
 deleted (LocalDirStore), and a deleter that crashes mid-plan resumes without
 re-sending or forgetting.  The cases with brokers on loopback are in
@@ -16,14 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from partlog.runtime import SYSTEM_CLOCK
 from partlog.wal.key import make_wal_key
-from partlog.wal.objectstore import (
-    DeleteResult,
-    ForwardingStore,
-    LocalDirStore,
-    ObjectStore,
-    ObjectStoreError,
-)
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import DeleteResult, ForwardingStore, ObjectStore, ObjectStoreError
 from tests.walmgr_helpers import listed
 from tests.walmgr_safety_cases import PREFIX, check_scan_json, config, now_ms, scan_json, unknown_keys_are_never_deleted
 from walmgr.daemon import CycleReport, Walmgr
@@ -141,19 +137,19 @@ def test_partial_delete_failures_stay_planned_and_are_retried(tmp_path: Path) ->
         store = RecordingStore(
             objects, errors_for=lambda k: "SlowDown: injected" if k in failing else None, unanswered=silent.__contains__
         )
-        report = execute_plan(store, reg, PREFIX, batch_size=4, now_ms=now_ms)
+        report = execute_plan(store, reg, PREFIX, batch_size=4, clock=SYSTEM_CLOCK)
         assert set(report.failed) == failing | silent
         assert {r.key for r in reg.records({State.PLANNED})} == failing | silent
         assert {r.key for r in reg.records({State.DELETED})} == set(keys) - failing - silent
         assert failing <= listed(objects)
         # A failing DeleteObjects call: everything stays planned.
         broken = RecordingStore(objects, crash_with=ObjectStoreError("injected: 503", retriable=True))
-        again = execute_plan(broken, reg, PREFIX, batch_size=4, now_ms=now_ms)
+        again = execute_plan(broken, reg, PREFIX, batch_size=4, clock=SYSTEM_CLOCK)
         assert again.deleted_files == 0 and set(again.failed) <= failing | silent
         assert {r.key for r in reg.records({State.PLANNED})} == failing | silent
         # The next run retries them.
         retry = RecordingStore(objects)
-        final = execute_plan(retry, reg, PREFIX, batch_size=4, now_ms=now_ms)
+        final = execute_plan(retry, reg, PREFIX, batch_size=4, clock=SYSTEM_CLOCK)
         assert final.deleted_files == len(failing | silent) and not final.failed
         assert {k for c in retry.calls for k in c} == failing | silent
         assert all(len(c) <= 4 for c in store.calls + retry.calls)

@@ -10,28 +10,23 @@ from pathlib import Path
 import pytest
 
 from partlog.wal.key import WalKey, make_wal_key
-from partlog.wal.objectstore import (
-    ForwardingStore,
-    ListPage,
-    LocalDirStore,
-    ObjectStoreError,
-)
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import ForwardingStore, ListPage, ObjectStoreError
 from tests.clock import Clock
 
 # The cases (and the registry fixture), run against this module's store.
 from tests.walmgr_scanner_cases import *  # noqa: F403
 from tests.walmgr_scanner_cases import NOW, T0, CountingStore, key_in_shard
-from walmgr.registry import Registry
-from walmgr.scanner import (
+from walmgr.listing import (
     GONE_AGE_MS_DEFAULT,
     INCREMENTAL_LOOKBACK_MS_DEFAULT,
-    SHARD_FAILURES_BEFORE_GIVING_UP,
-    Scanner,
     classify,
     group_of,
     list_shard,
     shard_start_after,
 )
+from walmgr.registry import Registry
+from walmgr.scanner import SHARD_FAILURES_BEFORE_GIVING_UP, Scanner
 
 
 @pytest.fixture

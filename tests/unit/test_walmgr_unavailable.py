@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from partlog.kafka.records import TopicIdPartition
-from partlog.wal.objectstore import LIST_KEYS_MAX, ForwardingStore, ListPage, LocalDirStore, ObjectStoreError
+from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import LIST_KEYS_MAX, ForwardingStore, ListPage, ObjectStoreError
 from tests.walmgr_helpers import orphan
 from walmgr.config import WalmgrConfig
 from walmgr.daemon import Walmgr

@@ -1,58 +1,130 @@
-"""The commit path: ``commit_file`` validates a WAL object's batches, sequences
-them (offsets, idempotence, timestamps) against the in-memory state, and
-hands the group to the group commit (see :mod:`partlog.store.group_commit`).
+"""The commit path's core: Kafka's sequencing of one ``commit_file`` call,
+sans I/O.
+
+:meth:`Sequencer.commit` takes the state it needs (a :class:`SequencerState`:
+partition states, topic configs, producer windows, file ids, counters, the
+owner-driven high watermarks), one validated call (a :class:`CommitCall`,
+from :func:`prepare`) and the time as a value, and returns the answer per
+batch and a :class:`CommitDelta`: the new partition and producer states, the
+counters, each partition's new log entries and the WAL object's references.
+It never opens LMDB and changes nothing it was given; the store reads the
+state from its caches (and LMDB on a cache miss), and writes the delta into
+its group commit (:mod:`partlog.store.group_commit`).  Tests drive it with a
+state kept in dicts against :mod:`tests.reference_model`
+(``tests/unit/test_sequencer.py``).
+
+What it decides, as a Kafka partition leader does (design.md, "Sequencing"
+and "Validation"):
+
+* the call: a malformed object key, uploader or file size fails every batch
+  with INVALID_REQUEST (:func:`prepare`), a WAL object older than the
+  commit deadline fails every batch with COMMIT_DEADLINE_EXCEEDED;
+* each batch, statelessly (:func:`check_batch`, Kafka's LogValidator):
+  header, magic, sizes, byte range, the request agreeing with the header,
+  record count, transactional and control batches, producer fields; then
+  per partition: unknown partition, ``max.message.bytes``, timestamps;
+* idempotence (``ProducerStateManager``): the 5-batch window, duplicates
+  answered with the original offset, epochs, sequence order and its wrap,
+  expiry after ``producer.id.expiration.ms``;
+* offsets from the log end, contiguous; the partition's leader epoch and,
+  on LogAppendTime topics, the append time stamped into the stored header
+  (the CRC updated affinely, :func:`partlog.kafka.batch_header.patch_header`).
+
+Batches of one partition are sequenced in request order, each seeing the
+producer state the previous one left; partitions in the order they first
+appear (all Kafka orders).  The per-batch loop avoids objects: it runs once
+per batch on the store's hot path.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 from partlog.kafka import batch_header as bh
 from partlog.kafka.batch_header import increment_sequence, patch_header
 from partlog.kafka.crc32c import crc32c
 from partlog.kafka.errors import Errors
-from partlog.kafka.producer_state import (
-    ProducerWindow,
-)
-from partlog.kafka.records import (
-    CommitBatchRequest,
-    CommitBatchResponse,
-    TimestampType,
-    TopicIdPartition,
-)
-from partlog.store.base import Staged
-from partlog.store.group_commit import PipelineFailedError, Write
-from partlog.store.index import IndexMixin
-from partlog.store.layout import (
-    ENTRY_CRC,
-    ENTRY_PLAIN,
-    ENTRY_TAIL,
-    HEADER_UNPACK,
-    INT32_MAX,
-    INT64_MAX,
-    PRODUCER_KEY,
-    CommitGroup,
-    StoreError,
-)
-from partlog.store.producers import ProducersMixin
+from partlog.kafka.producer_state import ProducerWindow
+from partlog.kafka.records import CommitBatchRequest, CommitBatchResponse, TimestampType, TopicIdPartition
+from partlog.kafka.topic_config import TopicConfig
+from partlog.store.layout import ENTRY_CRC, ENTRY_PLAIN, ENTRY_TAIL, HEADER_UNPACK, INT32_MAX, INT64_MAX, Part
 from partlog.wal.key import WalKeyError, parse_wal_key
 
-# One logger for the whole store: operators filter on partlog.store.
-log = logging.getLogger("partlog.store")
+log = logging.getLogger(__name__)
 
+# The counters a commit advances (names in the store's ``meta``).
+NEXT_BATCH_ID = b"next_batch_id"
+NEXT_FILE_ID = b"next_file_id"
 
 # tuple.__new__(NamedTupleClass, values) builds the same object as
 # NamedTupleClass(*values) without its Python-level __new__: this runs once or
 # twice per batch on the commit path.
 _new = tuple.__new__
 
+# A checked batch: the header's fields (BatchHeader order) or its error.
+Checked = tuple[int, ...] | Errors
 
-def _error(err: Errors, req: CommitBatchRequest) -> CommitBatchResponse:
-    return _new(CommitBatchResponse, (err, -1, -1, -1, False, req))
+
+class SequencerState(Protocol):
+    """The state a commit is sequenced against, as of the call (read-only)."""
+
+    def part(self, tp: TopicIdPartition) -> Part | None:
+        """The partition's state (the sequencer copies before it changes
+        it), or None for an unknown partition."""
+
+    def topic_config(self, topic_id: uuid.UUID) -> TopicConfig:
+        """The config of the topic of a known partition."""
+
+    def producer(self, part_id: int, producer_id: int) -> bytes | None:
+        """The producer's window (:meth:`ProducerEntry.encode`), or None."""
+
+    def file_id(self, object_key: str) -> int:
+        """The file_id some commit gave ``object_key``, or -1."""
+
+    def counter(self, name: bytes) -> int:
+        """The next value of counter ``name`` (:data:`NEXT_BATCH_ID`, :data:`NEXT_FILE_ID`)."""
+
+    def owner_high_watermark(self, tp: TopicIdPartition) -> int | None:
+        """The HWM the owner set in memory (``auto_high_watermark=False``), or None."""
 
 
-def _check_batch(req: CommitBatchRequest, file_size: int) -> tuple[int, ...] | Errors:
+@dataclass(frozen=True, slots=True)
+class CommitCall:
+    """One ``commit_file`` call, its stateless checks done (:func:`prepare`)."""
+
+    object_key: str
+    created_ms: int  # from the object key; -1 when ``key_error``
+    key_error: Errors  # NONE, or the error every batch gets
+    uploader: int
+    file_size: int
+    batches: list[CommitBatchRequest]
+    checked: list[Checked]  # per batch: check_batch's answer
+
+
+@dataclass(slots=True)
+class CommitDelta:
+    """What one sequenced call changes; empty when every batch failed for
+    the call's sake (key, deadline)."""
+
+    # Every known partition the call touched, in its new state.
+    parts: dict[TopicIdPartition, Part]
+    # (part_id, producer id) -> the window after the call, encoded.
+    producers: dict[tuple[int, int], bytes]
+    # Counters advanced (NEXT_BATCH_ID always, NEXT_FILE_ID for a new object).
+    counters: dict[bytes, int]
+    # part_id -> the partition's new log entries, ascending, as one run of
+    # whole entries (layout.ENTRY_SIZE each).
+    runs: dict[int, bytes]
+    # [file_id, batches, bytes, uploader, file size] of the object's new
+    # references; None when no batch was appended.
+    file: list[int] | None
+
+
+def check_batch(req: CommitBatchRequest, file_size: int) -> Checked:
     """Stateless checks of one batch (Kafka's LogValidator role).
 
     Returns the header's fields as a tuple (BatchHeader field order) when
@@ -96,121 +168,73 @@ def _check_batch(req: CommitBatchRequest, file_size: int) -> tuple[int, ...] | E
     return h
 
 
-class SequencingMixin(IndexMixin, ProducersMixin):
-    """The commit path (``commit_file``). See the module doc."""
+def prepare(object_key: str, uploader: int, file_size: int, batches: Sequence[CommitBatchRequest]) -> CommitCall:
+    """Every check of a call that needs no state: the object key, the
+    uploader and the file size (values packed into fixed-width fields: the
+    uploader is an int32, sizes and offsets int64s, so no input can make a
+    later stage fail), and each batch (:func:`check_batch`)."""
+    batches = list(batches)
+    key_error = Errors.NONE
+    created_ms = -1
+    try:
+        created_ms = parse_wal_key(object_key).created_ms
+    except WalKeyError as e:
+        log.warning("commit refused: %s", e)
+        key_error = Errors.INVALID_REQUEST
+    if type(uploader) is not int or not 0 <= uploader <= INT32_MAX:
+        log.warning("commit refused: uploader %r is not a broker id", uploader)
+        key_error = Errors.INVALID_REQUEST
+    if type(file_size) is not int or not 0 < file_size <= INT64_MAX:
+        key_error = Errors.INVALID_REQUEST
+        file_size = 1  # every batch is then outside it: INVALID_REQUEST
+    checked = [check_batch(req, file_size) for req in batches]
+    return CommitCall(object_key, created_ms, key_error, uploader, file_size, batches, checked)
 
-    def _sequence_group(self, writes: list[Write], into: CommitGroup | None) -> CommitGroup:
-        """Pipeline stage 1: sequence queued commit_file calls against the
-        in-memory state, which then runs ahead of disk until stage 2.  Appends
-        to ``into`` (a group not yet committing) when given."""
-        group = into if into is not None else CommitGroup([], [], {}, {}, {}, {}, {})
-        for w in writes:
-            staged = Staged(self, None)
-            try:
-                result = self._commit(staged, *w.payload)
-            except Exception as e:  # a bug in one write must not fail the others
-                log.exception("commit_file failed while sequencing")
-                group.results.append(None)
-                group.errors.append(StoreError(f"{self.path}: commit_file failed: {e!r}"))
-                continue
-            finally:
-                staged.close()
-            staged.apply_to_caches()
-            group.results.append(result)
-            group.errors.append(None)
-            for part_id, puts in staged.by_part.items():
-                mine = group.by_part.get(part_id)
-                if mine is None:
-                    group.by_part[part_id] = puts
-                else:
-                    mine.extend(puts)
-            if staged.files:
-                with self._pending_lock:
-                    for key, (fid, nb, nbytes, uploader, size) in staged.files.items():
-                        pending = self._pending_files.setdefault(key, [fid, 0])
-                        pending[1] += nb
-                        acc = group.files.setdefault(key, [fid, 0, 0, uploader, size])
-                        acc[1] += nb
-                        acc[2] += nbytes
-            for part in staged.parts.values():
-                assert part is not None
-                group.parts[part.part_id] = part.pack()
-            for (part_id, pid), raw in staged.producers.items():
-                assert raw is not None
-                group.producers[PRODUCER_KEY.pack(part_id, pid)] = raw
-            group.counters.update(staged.counters)
-        return group
 
-    def commit_file(
-        self,
-        object_key: str,
-        uploader_broker_id: int,
-        file_size: int,
-        batches: Sequence[CommitBatchRequest],
-    ) -> list[CommitBatchResponse]:
-        """Sequence and append the batches of one WAL object (one commit RPC).
+def _error(err: Errors, req: CommitBatchRequest) -> CommitBatchResponse:
+    return _new(CommitBatchResponse, (err, -1, -1, -1, False, req))
 
-        All accepted batches are appended in ONE transaction; responses come in
-        request order.  A batch that fails validation gets its Kafka error and
-        leaves the others unaffected.  Batches of one partition are appended in
-        request order, each seeing the producer state the previous one left.
-        """
-        self._check_writable()
-        batches = list(batches)
-        # Everything that needs no state is checked here, in the caller's
-        # thread, so it overlaps another group's fsync instead of the
-        # sequencing stage.
-        key_error = Errors.NONE
-        created_ms = -1
-        try:
-            created_ms = parse_wal_key(object_key).created_ms
-        except WalKeyError as e:
-            log.warning("commit refused: %s", e)
-            key_error = Errors.INVALID_REQUEST
-        # Values this call will pack into fixed-width fields (the uploader is
-        # an int32, sizes and offsets int64s): refused here, per call, so no
-        # input can make the commit stage fail and fail-stop the store.
-        if type(uploader_broker_id) is not int or not 0 <= uploader_broker_id <= INT32_MAX:
-            log.warning("commit refused: uploader %r is not a broker id", uploader_broker_id)
-            key_error = Errors.INVALID_REQUEST
-        if type(file_size) is not int or not 0 < file_size <= INT64_MAX:
-            key_error = Errors.INVALID_REQUEST
-            file_size = 1  # every batch is then outside it: INVALID_REQUEST
-        checked = [_check_batch(req, file_size) for req in batches]
-        try:
-            with self._writing():
-                result: list[CommitBatchResponse] = self._pipeline.submit(
-                    (object_key, created_ms, key_error, uploader_broker_id, file_size, batches, checked), len(batches)
-                )
-        except PipelineFailedError as e:
-            raise StoreError(str(e)) from e
-        return result
 
-    def _commit(
-        self,
-        s: Staged,
-        object_key: str,
-        created_ms: int,
-        key_error: Errors,
-        uploader: int,
-        file_size: int,
-        batches: list[CommitBatchRequest],
-        checked: list[tuple[int, ...] | Errors],
-    ) -> list[CommitBatchResponse]:
-        if key_error:
-            return [_error(key_error, b) for b in batches]
-        # The deadline is checked while sequencing; the reference becomes
-        # visible to referenced_files() in the same step (_pending_files).
-        now = self._clock()
+def _empty() -> CommitDelta:
+    return CommitDelta({}, {}, {}, {}, None)
+
+
+class Sequencer:
+    """Kafka's sequencing of commits (see the module doc).  Holds only its
+    configuration: ``commit_deadline_ms``, ``producer_id_expiration_ms`` and
+    whether a commit moves the high watermark to the log end
+    (``auto_high_watermark``, no replication)."""
+
+    def __init__(self, *, commit_deadline_ms: int, producer_id_expiration_ms: int, auto_high_watermark: bool) -> None:
+        self.commit_deadline_ms = commit_deadline_ms
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.auto_high_watermark = auto_high_watermark
+
+    def commit(
+        self, state: SequencerState, call: CommitCall, now: int
+    ) -> tuple[list[CommitBatchResponse], CommitDelta]:
+        """Sequence ``call`` against ``state`` at ``now`` (ms since the
+        epoch): the answers in request order and what the call changes.
+        ``now`` is not read when ``call.key_error`` is set."""
+        batches = call.batches
+        if call.key_error:
+            return [_error(call.key_error, b) for b in batches], _empty()
+        created_ms = call.created_ms
         if now - created_ms > self.commit_deadline_ms:
             log.info(
                 "commit refused: deadline object_key=%s age_ms=%d commit_deadline_ms=%d",
-                object_key,
+                call.object_key,
                 now - created_ms,
                 self.commit_deadline_ms,
             )
-            return [_error(Errors.COMMIT_DEADLINE_EXCEEDED, b) for b in batches]
-        file_id = self._resolve_file(s, object_key)
+            return [_error(Errors.COMMIT_DEADLINE_EXCEEDED, b) for b in batches], _empty()
+        file_id = state.file_id(call.object_key)
+        checked = call.checked
+        out = _empty()
+        parts = out.parts
+        runs = out.runs
+        producers = out.producers
+        counters = out.counters
 
         # Responses by request index; batches are processed partition by
         # partition (request order within each), which is all Kafka orders.
@@ -221,24 +245,20 @@ class SequencingMixin(IndexMixin, ProducersMixin):
         added_batches = 0
         added_bytes = 0
         expiration_ms = self.producer_id_expiration_ms
-        by_part = s.by_part
         entry_pack = ENTRY_PLAIN.pack
         crc_pack = ENTRY_CRC.pack
-        producers = s.producers
         auto_hwm = self.auto_high_watermark
-        hwms = self._hwms
-        batch_id = s.next_id(b"next_batch_id")
+        batch_id = counters[NEXT_BATCH_ID] = state.counter(NEXT_BATCH_ID)
         # The loop below runs once per batch: partition fields live in locals
         # and are written back once per partition.
         for tp, indices in by_tp.items():
-            part = s.part(tp)
-            if part is None:
+            cached = state.part(tp)
+            if cached is None:
                 for i in indices:
                     responses[i] = _error(Errors.UNKNOWN_TOPIC_OR_PARTITION, batches[i])
                 continue
-            topic = s.topic(tp.topic_id)
-            assert topic is not None
-            cfg = topic.config
+            part = parts[tp] = cached.copy()
+            cfg = state.topic_config(tp.topic_id)
             log_append = cfg.message_timestamp_type == TimestampType.LOG_APPEND_TIME
             size_max = cfg.max_message_bytes
             if log_append:
@@ -294,7 +314,7 @@ class SequencingMixin(IndexMixin, ProducersMixin):
                     last_seq = increment_sequence(first_seq, delta)
                     window = windows.get(pid)
                     if window is None:
-                        window = windows[pid] = ProducerWindow.from_encoded(s.producer_raw(part_id, pid))
+                        window = windows[pid] = ProducerWindow.from_encoded(state.producer(part_id, pid))
                     if now - window.last_timestamp < expiration_ms and window.continues(pepoch, first_seq):
                         pass  # the next batch in sequence: no duplicate, no error
                     else:
@@ -316,7 +336,8 @@ class SequencingMixin(IndexMixin, ProducersMixin):
                             continue
                 # Accepted: sequence it.
                 if file_id < 0:
-                    file_id = s.next_id(b"next_file_id")
+                    file_id = state.counter(NEXT_FILE_ID)
+                    counters[NEXT_FILE_ID] = file_id + 1
                 base = leo
                 header = req.header
                 if log_append:
@@ -376,7 +397,7 @@ class SequencingMixin(IndexMixin, ProducersMixin):
                     appended.add(pid)
                 responses[i] = _new(CommitBatchResponse, (Errors.NONE, base, append_time, lso, False, req))
             if log_entries:
-                by_part[part_id] = [b"".join(log_entries)]
+                runs[part_id] = b"".join(log_entries)
             for pid in appended:
                 producers[(part_id, pid)] = windows[pid].encoded()
             part.log_end_offset = leo
@@ -388,10 +409,10 @@ class SequencingMixin(IndexMixin, ProducersMixin):
                 part.high_watermark = leo
             else:
                 # The owner drives the HWM; persist what it set so far.
-                mem = hwms.get(tp)
+                mem = state.owner_high_watermark(tp)
                 if mem is not None and mem > part.high_watermark:
                     part.high_watermark = mem if mem < leo else leo
-        s.counters[b"next_batch_id"] = batch_id
+        counters[NEXT_BATCH_ID] = batch_id
         if added_batches:
-            s.files[object_key] = [file_id, added_batches, added_bytes, uploader, file_size]
-        return responses  # type: ignore[return-value]  # every slot is filled
+            out.file = [file_id, added_batches, added_bytes, call.uploader, call.file_size]
+        return responses, out  # type: ignore[return-value]  # every slot is filled

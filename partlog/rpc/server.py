@@ -1,12 +1,13 @@
-"""The inter-broker RPC over asyncio: :class:`RpcServer` and :class:`RpcClient`.
+"""The inter-broker RPC server over asyncio: :class:`RpcServer`.
 
 Frames, the handshake rules and error codes live in ``partlog.rpc.frame``;
-this module only moves bytes and schedules handlers.
+the client is ``partlog.rpc.client``; this module only moves bytes and
+schedules handlers.
 
 Contract in short:
 
 * One TCP (optionally TLS) connection carries many concurrent calls, matched
-  by request id; responses may arrive in any order.
+  by request id; responses may go out in any order.
 * On each connection, the server runs requests concurrently, except methods
   in ``ordered_methods``, which run one at a time in arrival order (commits
   to a leader must be applied in WAL-file order).  An ordered handler may
@@ -18,11 +19,7 @@ Contract in short:
   secret (if the server has one).
 * A peer breaking the protocol costs only its own connection: the server logs
   it, answers an ERROR frame if it can, and closes that connection.
-* The client raises :class:`RpcTimeoutError`, :class:`RpcConnectionError` or
-  :class:`RpcRemoteError`; once its connection is lost every pending and
-  later call fails with :class:`RpcConnectionError`, and the caller connects
-  anew (the client does not reconnect by itself, so a caller never has a
-  call silently sent on a different connection than its predecessors).
+* Every limit (``partlog.rpc.server_limits``) is counted in ``metrics``.
 """
 
 from __future__ import annotations
@@ -31,13 +28,11 @@ import asyncio
 import contextlib
 import inspect
 import logging
-import secrets
 import ssl as ssl_module
 import struct
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from partlog.rpc.frame import (
@@ -52,10 +47,8 @@ from partlog.rpc.frame import (
     LENGTH_PREFIX_BYTES,
     METHOD_CHARS_MAX,
     PROTOCOL_VERSION,
-    REQUEST_ID_MAX,
     RPC_FRAME_BYTES_MAX,
     Frame,
-    FrameDecoder,
     FrameError,
     FrameTooLargeError,
     InvalidBody,
@@ -63,7 +56,6 @@ from partlog.rpc.frame import (
     RpcError,
     RpcErrorCode,
     challenge_body,
-    check_cluster,
     check_hello,
     check_version,
     code_name,
@@ -71,75 +63,31 @@ from partlog.rpc.frame import (
     decode_payload,
     encode_error,
     encode_frame,
-    hello_body,
-    parse_challenge,
 )
+from partlog.rpc.metrics import RpcMetrics
 from partlog.rpc.schema import DecodeLimits, Schema, body_limits
+from partlog.rpc.server_limits import (
+    CONNECTIONS_MAX_DEFAULT,
+    CONNECTIONS_PER_IP_MAX_DEFAULT,
+    FRAME_DEADLINE_MS_DEFAULT,
+    HANDSHAKE_TIMEOUT_MS_DEFAULT,
+    HANDSHAKES_MAX_DEFAULT,
+    IDLE_TIMEOUT_MS_DEFAULT,
+    REQUEST_BYTES_IN_FLIGHT_MAX_DEFAULT,
+    REQUESTS_IN_FLIGHT_MAX_DEFAULT,
+)
+from partlog.rpc.streams import close_writer, peer_name
 from partlog.rpc.wire import WireError
+from partlog.runtime import SYSTEM_CLOCK, SYSTEM_ENTROPY, Clock, Entropy
 
 _LENGTH = struct.Struct(">I")
 _HELLO_LIMITS = HELLO_SCHEMA.limits()
 
-__all__ = [
-    "Deferred",
-    "RpcClient",
-    "RpcConnectionError",
-    "RpcError",
-    "RpcErrorCode",
-    "RpcHandshakeError",
-    "RpcMetrics",
-    "RpcRemoteError",
-    "RpcServer",
-    "RpcTimeoutError",
-    "SecretFileError",
-    "ServerLimits",
-    "read_secret_file",
-]
+__all__ = ["Deferred", "Handler", "RpcServer", "close_unstarted"]
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Any], Awaitable[Any]]
-
-
-# The shortest shared secret accepted: 16 bytes (128 bits) is what HMAC
-# needs to resist guessing; a shorter one is a password, not a key.
-SECRET_BYTES_MIN = 16
-# A secret file is a key, not a document: refuse to read a large file.
-SECRET_FILE_BYTES_MAX = 4096
-
-
-class SecretFileError(ValueError):
-    """The secret file is missing, unreadable, empty or too short: a
-    configuration error (exit status 2 in the CLIs)."""
-
-    exit_status = 2
-
-
-def read_secret_file(path: str | None) -> bytes | None:
-    """The shared RPC secret kept in ``path`` (surrounding whitespace
-    dropped); None for no path (no authentication).
-
-    Fail closed: an empty or whitespace-only file used to mean "no
-    authentication"; now it, a secret shorter than ``SECRET_BYTES_MIN``
-    bytes, or a file that cannot be read raise :class:`SecretFileError`
-    naming the file."""
-    if not path:
-        return None
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(SECRET_FILE_BYTES_MAX + 1)
-    except OSError as e:
-        raise SecretFileError(f"secret file {path}: {e.strerror or e}") from e
-    if len(raw) > SECRET_FILE_BYTES_MAX:
-        raise SecretFileError(f"secret file {path}: larger than {SECRET_FILE_BYTES_MAX} bytes")
-    secret = raw.strip()
-    if not secret:
-        raise SecretFileError(f"secret file {path} is empty: refusing to run without authentication")
-    if len(secret) < SECRET_BYTES_MIN:
-        raise SecretFileError(
-            f"secret file {path}: the secret has {len(secret)} bytes, at least {SECRET_BYTES_MIN} are needed"
-        )
-    return secret
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,153 +104,6 @@ def close_unstarted(aw: Awaitable[Any]) -> None:
     now, and Python would warn "coroutine ... was never awaited"."""
     if inspect.iscoroutine(aw) and inspect.getcoroutinestate(aw) == inspect.CORO_CREATED:
         aw.close()
-
-
-# Kafka clients default to 5 in-flight requests per connection and Kafka
-# brokers queue 500 requests in all; a broker peer pipelines produce, fetch
-# and commit calls on one connection, so 256 keeps it busy while bounding the
-# handler tasks (and response buffers) one peer can make us hold.
-REQUESTS_IN_FLIGHT_MAX_DEFAULT = 256
-# Stays well under the common 1024 soft limit on open files, which a broker
-# shares with LMDB and its object-store connections.
-CONNECTIONS_MAX_DEFAULT = 512
-# A connection that has not said hello holds a slot of connections_max; ten
-# seconds is ample on any network where brokers talk to each other.
-HANDSHAKE_TIMEOUT_MS_DEFAULT = 10_000
-# Connections still in the handshake: strangers (no secret proven yet) may
-# hold at most this many slots, so they cannot crowd out the brokers.
-HANDSHAKES_MAX_DEFAULT = 64
-# Connections from one peer address; Kafka's max.connections.per.ip is
-# unbounded by default, but one host flooding a broker must leave room for
-# the others (a whole test cluster on loopback uses a few dozen).
-CONNECTIONS_PER_IP_MAX_DEFAULT = 256
-# Once a frame's first byte arrived, the rest must arrive within this: a
-# half-sent frame must not hold a connection (and its buffer) for ever.
-# Kafka's request.timeout.ms: a 64 MiB frame at 2 MB/s.
-FRAME_DEADLINE_MS_DEFAULT = 30_000
-# An authenticated connection with nothing in flight for this long is closed
-# (Kafka's connections.max.idle.ms, 10 minutes); clients connect again.
-IDLE_TIMEOUT_MS_DEFAULT = 600_000
-# Bytes of requests being read, decoded or handled, server-wide, counted
-# before a frame's payload is read (Kafka's queued.max.request.bytes): past
-# it the server stops reading new frames (TCP pushes back) until answers
-# free room.  A frame costs its size plus what its body may decode to
-# (DECODED_BYTES_PER_ELEMENT per object its method's schema allows, at most
-# one per byte), so this bounds the memory requests can take.  One frame
-# larger than the whole budget is still admitted when nothing else is.
-REQUEST_BYTES_IN_FLIGHT_MAX_DEFAULT = 256 * 1024 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class ServerLimits:
-    """An :class:`RpcServer`'s limits, as one value a process's config can
-    carry (``RpcServer(..., **dataclasses.asdict(limits))``)."""
-
-    connections_max: int = CONNECTIONS_MAX_DEFAULT
-    connections_per_ip_max: int = CONNECTIONS_PER_IP_MAX_DEFAULT
-    handshakes_max: int = HANDSHAKES_MAX_DEFAULT
-    requests_in_flight_max: int = REQUESTS_IN_FLIGHT_MAX_DEFAULT
-    request_bytes_in_flight_max: int = REQUEST_BYTES_IN_FLIGHT_MAX_DEFAULT
-    handshake_timeout_ms: int = HANDSHAKE_TIMEOUT_MS_DEFAULT
-    frame_deadline_ms: int = FRAME_DEADLINE_MS_DEFAULT
-    idle_timeout_ms: int = IDLE_TIMEOUT_MS_DEFAULT
-
-    def __post_init__(self) -> None:
-        for name in self.__slots__:
-            value = getattr(self, name)
-            if type(value) is not int or value <= 0:
-                raise ValueError(f"RPC server limit {name} must be a positive integer, got {value!r}")
-
-
-# Default bound on connect plus handshake, and on a call without its own
-# timeout: Kafka's request.timeout.ms is 30 s as well.
-RPC_TIMEOUT_MS_DEFAULT = 30_000
-# Closing sends what is buffered (an error frame, a TLS close_notify); a peer
-# that does not read must not hold up close() for longer than this.
-CLOSE_FLUSH_MS = 1000
-READ_CHUNK_BYTES = 64 * 1024
-
-
-class RpcRemoteError(RpcError):
-    """The peer answered a call with an ERROR frame (``code``, ``message``)."""
-
-
-class RpcTimeoutError(Exception):
-    """A call (or connect) got no answer within its timeout.
-
-    The connection stays usable; a response arriving later is dropped.  Not a
-    ``TimeoutError``: that is an ``OSError``, and callers catch ``OSError`` as
-    a lost connection.
-    """
-
-
-class RpcConnectionError(ConnectionError):
-    """The connection is lost, closed, or could not be established.
-
-    Every pending call fails with it, and so does every later call on the same
-    client: connect a new one.
-    """
-
-
-class RpcHandshakeError(RpcConnectionError):
-    """The connection was refused during the handshake (wrong or missing
-    secret, another protocol version, too many connections).  ``code`` says
-    which, as an :class:`RpcErrorCode`."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(f"{code_name(code)}: {message}")
-        self.code = code
-        self.message = message
-
-
-@dataclass(slots=True)
-class RpcMetrics:
-    """Counters for one server (all its connections) or one client.
-
-    Mutable on purpose, unlike our records: the shell bumps them in place and
-    an exporter reads them.  ``errors_by_code`` counts ERROR frames sent (by a
-    server) or received (by a client), keyed by code name.
-    """
-
-    frames_in: int = 0
-    frames_out: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
-    errors_by_code: dict[str, int] = field(default_factory=dict)
-    # server only
-    connections_open: int = 0
-    connections_refused: int = 0
-    handshakes_open: int = 0
-    idle_closed: int = 0
-    frame_deadlines_missed: int = 0
-    bad_requests: int = 0  # bodies refused by their method's schema or decoding limits
-    request_bytes_in_flight: int = 0
-    request_bytes_waits: int = 0  # frames that waited for room in request_bytes_in_flight_max
-    # client only
-    timeouts: int = 0
-    late_responses_dropped: int = 0
-
-    def count_error(self, code: int) -> None:
-        name = code_name(code)
-        self.errors_by_code[name] = self.errors_by_code.get(name, 0) + 1
-
-
-async def _close_writer(writer: asyncio.StreamWriter) -> None:
-    """Close, letting buffered bytes out for at most CLOSE_FLUSH_MS."""
-    writer.close()
-    try:
-        async with asyncio.timeout(CLOSE_FLUSH_MS / 1000):
-            await writer.wait_closed()
-    except (TimeoutError, OSError):
-        writer.transport.abort()
-
-
-def _peer(writer: asyncio.StreamWriter) -> str:
-    addr = writer.get_extra_info("peername")
-    return f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
-
-
-# ------------------------------------------------------------------ server
 
 
 class RpcServer:
@@ -358,7 +159,13 @@ class RpcServer:
         handshake_timeout_ms: int = HANDSHAKE_TIMEOUT_MS_DEFAULT,
         frame_deadline_ms: int = FRAME_DEADLINE_MS_DEFAULT,
         idle_timeout_ms: int = IDLE_TIMEOUT_MS_DEFAULT,
+        clock: Clock = SYSTEM_CLOCK,
+        entropy: Entropy = SYSTEM_ENTROPY,
     ) -> None:
+        # Idle and frame deadlines on the clock's monotonic time; challenge
+        # nonces from the entropy (a simulation hands in seeded ones).
+        self.clock = clock
+        self.entropy = entropy
         if secret is not None and not secret:
             # Fail closed: an empty configured secret must not quietly mean "no auth".
             raise ValueError("secret must be non-empty bytes, or None for no authentication")
@@ -532,7 +339,7 @@ class RpcServer:
         self.metrics.connections_refused += 1
         code = RpcErrorCode.SHUTTING_DOWN if self._closing else RpcErrorCode.TOO_MANY_CONNECTIONS
         conn.refuse(code, reason)
-        await _close_writer(conn.writer)
+        await close_writer(conn.writer)
 
 
 class _IdleError(Exception):
@@ -552,17 +359,17 @@ class _ServerConnection:
         self.metrics = server.metrics
         self.reader = reader
         self.writer = writer
-        self.peer = _peer(writer)
+        self.peer = peer_name(writer)
         addr = writer.get_extra_info("peername")
         self.ip = str(addr[0]) if isinstance(addr, tuple) else str(addr)
-        self.nonce = secrets.token_bytes(CHALLENGE_NONCE_BYTES)
+        self.nonce = server.entropy.token_bytes(CHALLENGE_NONCE_BYTES)
         self.authenticated = False
         # Released when a request's answer is written; the read loop waits on
         # it before reading the next frame, so a peer cannot have more than
         # this running.
         self.in_flight = asyncio.Semaphore(server.requests_in_flight_max)
         self.requests_in_flight = 0
-        self.last_activity = time.monotonic()
+        self.last_activity = self.server.clock.monotonic()
         self.tasks: set[asyncio.Task[None]] = set()
         # FIFO for ordered methods; bounded by in_flight, since every queued
         # request holds a slot.
@@ -614,7 +421,7 @@ class _ServerConnection:
             while not self.ordered.empty():
                 _, cost = self.ordered.get_nowait()
                 server.release(cost)
-            await _close_writer(self.writer)
+            await close_writer(self.writer)
 
     async def _read_prefix(self, idle: bool) -> bytes | None:
         """The first byte of the next frame (None on a clean EOF).  While
@@ -627,7 +434,7 @@ class _ServerConnection:
                     first = await self.reader.read(1)
                     return first or None
             except TimeoutError:
-                quiet_s = time.monotonic() - self.last_activity
+                quiet_s = self.server.clock.monotonic() - self.last_activity
                 if self.requests_in_flight == 0 and quiet_s * 1000 >= server.idle_timeout_ms:
                     raise _IdleError from None
                 # Something is in flight (a parked long-poll, an acks=all
@@ -641,7 +448,7 @@ class _ServerConnection:
         first = await self._read_prefix(idle)
         if first is None:
             return None, 0
-        self.last_activity = time.monotonic()
+        self.last_activity = self.server.clock.monotonic()
         deadline_s = server.frame_deadline_ms / 1000
         try:
             async with asyncio.timeout(deadline_s):
@@ -826,7 +633,7 @@ class _ServerConnection:
         finally:
             if release:
                 self.requests_in_flight -= 1
-                self.last_activity = time.monotonic()
+                self.last_activity = self.server.clock.monotonic()
                 self._done(cost)
 
     def send(self, data: bytes) -> None:
@@ -845,246 +652,3 @@ class _ServerConnection:
         connection's own request id; the caller then closes."""
         log.warning("rpc closing connection peer=%s code=%s: %s", self.peer, code_name(code), message)
         self.send_error(CONNECTION_REQUEST_ID, method[:METHOD_CHARS_MAX], code, message)
-
-
-# ------------------------------------------------------------------ client
-
-
-class RpcClient:
-    """One connection to an :class:`RpcServer`, carrying pipelined calls.
-
-    Make it with :meth:`connect`.  Safe to use from many tasks at once.
-    """
-
-    def __init__(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        decoder: FrameDecoder,
-        early_frames: list[Frame],
-        *,
-        timeout_ms: int,
-        frame_bytes_max: int,
-        metrics: RpcMetrics,
-        server_cluster_id: uuid.UUID | None = None,
-    ) -> None:
-        self._reader = reader
-        self._writer = writer
-        self._decoder = decoder
-        self.timeout_ms = timeout_ms
-        self.frame_bytes_max = frame_bytes_max
-        self.metrics = metrics
-        # The cluster the server named in its challenge (None: it named none).
-        self.server_cluster_id = server_cluster_id
-        self.peer = _peer(writer)
-        # Id 0 is the connection's own (hello, connection-level errors).
-        self._next_request_id = CONNECTION_REQUEST_ID + 1
-        self._pending: dict[int, asyncio.Future[Any]] = {}
-        self._lost: RpcConnectionError | None = None
-        self._read_task = asyncio.create_task(self._read_loop(early_frames))
-
-    @classmethod
-    async def connect(
-        cls,
-        host: str,
-        port: int,
-        *,
-        secret: bytes | None = None,
-        cluster_id: uuid.UUID | None = None,
-        ssl: ssl_module.SSLContext | None = None,
-        timeout_ms: int = RPC_TIMEOUT_MS_DEFAULT,
-        frame_bytes_max: int = RPC_FRAME_BYTES_MAX,
-    ) -> RpcClient:
-        """Connect and complete the handshake within ``timeout_ms``.
-
-        ``cluster_id``: this side's cluster, sent in the hello; a server
-        naming another in its challenge is refused before the hello
-        (CLUSTER_MISMATCH).  The server's, if it names one, is
-        ``server_cluster_id`` afterwards.
-
-        ``timeout_ms`` is also the default timeout of :meth:`call`.  Raises
-        :class:`RpcHandshakeError` if the server refused (``code`` says why)
-        or named another cluster,
-        :class:`RpcConnectionError` if the connection failed (including TLS
-        errors), :class:`RpcTimeoutError` on timeout.
-        """
-        metrics = RpcMetrics()
-        # Until the hello is answered, the server has not shown it knows the
-        # secret either: no reason to buffer more than a handshake frame.
-        decoder = FrameDecoder(min(HANDSHAKE_FRAME_BYTES_MAX, frame_bytes_max))
-        writer: asyncio.StreamWriter | None = None
-        try:
-            async with asyncio.timeout(timeout_ms / 1000):
-                reader, writer = await asyncio.open_connection(host, port, ssl=ssl)
-                received: list[Frame] = []
-                challenge = await cls._next_frame(reader, decoder, metrics, received)
-                nonce, server_cluster_id = parse_challenge(challenge)
-                check_cluster(server_cluster_id, cluster_id, "server")
-                hello = encode_frame(
-                    Kind.REQUEST, CONNECTION_REQUEST_ID, HELLO_METHOD, hello_body(secret, nonce, cluster_id)
-                )
-                writer.write(hello)
-                metrics.frames_out += 1
-                metrics.bytes_out += len(hello)
-                answer = await cls._next_frame(reader, decoder, metrics, received)
-                check_version(answer)
-                if answer.kind == Kind.ERROR:
-                    code, message = answer.body
-                    metrics.count_error(code)
-                    raise RpcError(code, message)
-                if answer.kind != Kind.RESPONSE or answer.request_id != CONNECTION_REQUEST_ID:
-                    raise FrameError(f"expected the hello response, got {answer.kind.name} {answer.method!r:.60}")
-            decoder.frame_bytes_max = frame_bytes_max
-        except BaseException as e:
-            if writer is not None:
-                await _close_writer(writer)
-            where = f"rpc connect to {host}:{port}"
-            if isinstance(e, RpcError):
-                raise RpcHandshakeError(e.code, f"{where}: {e.message}") from e
-            if isinstance(e, TimeoutError):
-                raise RpcTimeoutError(f"{where}: no handshake within {timeout_ms} ms") from e
-            if isinstance(e, RpcConnectionError):
-                # TLS 1.3 servers reject a client certificate after the client
-                # thinks the TLS handshake is done: all we see is the close.
-                hint = " (TLS: did the server refuse our certificate?)" if ssl is not None else ""
-                raise RpcConnectionError(f"{where}: {e}{hint}") from e
-            if isinstance(e, FrameError | OSError):
-                raise RpcConnectionError(f"{where} failed: {type(e).__name__}: {e}") from e
-            raise
-        return cls(
-            reader,
-            writer,
-            decoder,
-            received,
-            timeout_ms=timeout_ms,
-            frame_bytes_max=frame_bytes_max,
-            metrics=metrics,
-            server_cluster_id=server_cluster_id,
-        )
-
-    @staticmethod
-    async def _next_frame(
-        reader: asyncio.StreamReader, decoder: FrameDecoder, metrics: RpcMetrics, received: list[Frame]
-    ) -> Frame:
-        """The next frame during the handshake.  Frames that came with it stay
-        in ``received`` (the server may close right after the hello answer, and
-        its SHUTTING_DOWN then follows in the same read)."""
-        while not received:
-            data = await reader.read(READ_CHUNK_BYTES)
-            if not data:
-                raise RpcConnectionError("server closed the connection during the handshake")
-            metrics.bytes_in += len(data)
-            received.extend(decoder.feed(data))
-        metrics.frames_in += 1
-        return received.pop(0)
-
-    @property
-    def connected(self) -> bool:
-        """False once the connection is lost or closed; then connect anew."""
-        return self._lost is None
-
-    async def call(self, method: str, body: Any, *, timeout_ms: int | None = None) -> Any:
-        """Call ``method`` with ``body`` and return the response body.
-
-        ``timeout_ms`` defaults to the client's.  Raises
-        :class:`RpcTimeoutError` (the connection stays usable),
-        :class:`RpcRemoteError` for an ERROR answer, :class:`RpcConnectionError`
-        if the connection is or gets lost, :class:`FrameTooLargeError` if the
-        request exceeds ``frame_bytes_max`` (nothing is sent), and
-        ``TypeError`` if msgpack cannot encode ``body``.
-        """
-        if self._lost is not None:
-            raise RpcConnectionError(str(self._lost))
-        timeout_ms = self.timeout_ms if timeout_ms is None else timeout_ms
-        request_id = self._next_request_id
-        assert request_id <= REQUEST_ID_MAX
-        self._next_request_id += 1
-        data = encode_frame(Kind.REQUEST, request_id, method, body, frame_bytes_max=self.frame_bytes_max)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = future
-        try:
-            async with asyncio.timeout(timeout_ms / 1000):
-                self._writer.write(data)
-                self.metrics.frames_out += 1
-                self.metrics.bytes_out += len(data)
-                try:
-                    await self._writer.drain()
-                except OSError as e:
-                    # The read loop will notice too; fail this call now rather than at the timeout.
-                    self._connection_lost(RpcConnectionError(f"rpc connection to {self.peer} lost: {e}"))
-                return await future
-        except TimeoutError:
-            self.metrics.timeouts += 1
-            raise RpcTimeoutError(f"rpc {method} to {self.peer}: no answer within {timeout_ms} ms") from None
-        finally:
-            # Forgetting the id is what makes a late answer get dropped.
-            self._pending.pop(request_id, None)
-
-    async def close(self) -> None:
-        """Close the connection; pending calls fail with RpcConnectionError."""
-        self._connection_lost(RpcConnectionError(f"rpc connection to {self.peer} closed by this client"))
-        self._read_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._read_task
-        await _close_writer(self._writer)
-
-    async def _read_loop(self, early_frames: list[Frame]) -> None:
-        reason = "server closed the connection"
-        try:
-            for frame in early_frames:
-                self.metrics.frames_in += 1
-                problem = self._deliver(frame)
-                if problem is not None:
-                    reason = problem
-                    return
-            while True:
-                data = await self._reader.read(READ_CHUNK_BYTES)
-                if not data:
-                    break
-                self.metrics.bytes_in += len(data)
-                for frame in self._decoder.feed(data):
-                    self.metrics.frames_in += 1
-                    problem = self._deliver(frame)
-                    if problem is not None:
-                        reason = problem
-                        return
-        except FrameError as e:
-            reason = f"bad frame from server: {e}"
-            log.warning("rpc %s peer=%s", reason, self.peer)
-        except OSError as e:
-            reason = f"{type(e).__name__}: {e}"
-        finally:
-            self._connection_lost(RpcConnectionError(f"rpc connection to {self.peer} lost: {reason}"))
-            self._writer.transport.abort()
-
-    def _deliver(self, frame: Frame) -> str | None:
-        """Resolve the call a frame answers; a reason to close, or None."""
-        if frame.version != PROTOCOL_VERSION:
-            return f"server switched to protocol version {frame.version}"
-        if frame.kind == Kind.REQUEST:
-            return f"server sent a request {frame.method!r:.60}"
-        if frame.kind == Kind.ERROR:
-            self.metrics.count_error(frame.body[0])
-            if frame.request_id == CONNECTION_REQUEST_ID:
-                return f"server closed the connection: {code_name(frame.body[0])}: {frame.body[1]}"
-        future = self._pending.get(frame.request_id)
-        if future is None or future.done():
-            # The call timed out or was cancelled; its caller has moved on.
-            self.metrics.late_responses_dropped += 1
-        elif frame.kind == Kind.ERROR:
-            future.set_exception(RpcRemoteError(frame.body[0], frame.body[1]))
-        elif isinstance(frame.body, InvalidBody):
-            # Only this call fails: the stream is still in sync.
-            future.set_exception(
-                RpcRemoteError(RpcErrorCode.BAD_FRAME, f"answer to {frame.method!r:.60}: {frame.body.reason}")
-            )
-        else:
-            future.set_result(frame.body)
-        return None
-
-    def _connection_lost(self, error: RpcConnectionError) -> None:
-        if self._lost is None:
-            self._lost = error
-        for future in self._pending.values():
-            if not future.done():
-                future.set_exception(RpcConnectionError(str(self._lost)))

@@ -1,7 +1,8 @@
-"""A small producer and consumer speaking the broker RPC.
+"""The client library's producer: :class:`Producer`, speaking the broker RPC.
 
-Batches are real Kafka v2 record batches, built and parsed with kafka-python's
-record module, so a Kafka wire front end can later pass them through as is.
+Batches are real Kafka v2 record batches (``partlog.kafka.record_batch``), the
+bytes a Kafka client sends: the brokers' Kafka front end passes the same
+batches through as is.
 
 Producer (idempotent by default, as Kafka's since 3.0):
 
@@ -24,21 +25,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from ssl import SSLContext
 from typing import Any
 
-from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
-
-from partlog.kafka.batch_header import LOG_OVERHEAD, increment_sequence
+from partlog.client.connections import (
+    REQUEST_TIMEOUT_MS_DEFAULT,
+    STALE_METADATA,
+    ClusterView,
+    Connections,
+    checked_answer,
+)
+from partlog.kafka.batch_header import increment_sequence
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import TopicIdPartition
-from partlog.rpc.methods import RESPONSE_SCHEMAS
-from partlog.rpc.transport import RpcClient, RpcConnectionError, RpcRemoteError, RpcTimeoutError
+from partlog.rpc.client import RpcConnectionError, RpcRemoteError, RpcTimeoutError
 from partlog.rpc.wire import WireError, dec_errors, enc_tp
+from partlog.runtime import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 
@@ -46,46 +52,14 @@ log = logging.getLogger(__name__)
 MAX_IN_FLIGHT_DEFAULT = 5
 DELIVERY_TIMEOUT_MS_DEFAULT = 120_000
 RETRY_BACKOFF_MS_DEFAULT = 100
-REQUEST_TIMEOUT_MS_DEFAULT = 30_000
 # The RPC waits this much longer than the request timeout the broker
 # enforces, so the broker's own REQUEST_TIMED_OUT answer arrives first.
 RPC_TIMEOUT_MARGIN_MS = 5_000
-# Kafka's consumer fetch.max.bytes and max.partition.fetch.bytes defaults.
-FETCH_MAX_BYTES_DEFAULT = 50 * 1024 * 1024
-PARTITION_FETCH_MAX_BYTES_DEFAULT = 1024 * 1024
-# Kafka's auto.offset.reset values ("none": raise, here: keep the error).
-AUTO_OFFSET_RESETS = ("earliest", "latest", "none")
-# Resets a consumer remembers per partition (the latest ones).
-RESETS_KEPT = 16
 LINGER_MS_DEFAULT = 5
 BATCH_BYTES_MAX_DEFAULT = 1024 * 1024
 # Bytes of batches in one produce request: well under the RPC frame limit
 # (64 MiB), like Kafka's max.request.size bounds a request.
 REQUEST_BYTES_MAX_DEFAULT = 8 * 1024 * 1024
-
-
-def build_record_batch(
-    records: Sequence[tuple[bytes | None, bytes | None, int]],
-    *,
-    producer_id: int = -1,
-    producer_epoch: int = -1,
-    base_sequence: int = -1,
-    compression: int = 0,
-) -> bytes:
-    """A Kafka v2 record batch of ``(key, value, timestamp ms)`` records, with
-    kafka-python's record module (offset deltas from 0)."""
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=compression,
-        is_transactional=False,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-        batch_size=1 << 30,
-    )
-    for i, (k, v, ts) in enumerate(records):
-        builder.append(i, timestamp=ts, key=k, value=v, headers=[])
-    return bytes(builder.build())
 
 
 class ProduceError(Exception):
@@ -99,146 +73,6 @@ class RecordMetadata:
     topic_id_partition: TopicIdPartition
     offset: int
     log_append_time: int
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerRecord:
-    topic_id_partition: TopicIdPartition
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionMeta:
-    leader: int
-    target: int
-
-
-@dataclass(slots=True)
-class ClusterView:
-    brokers: dict[int, tuple[str, str, int]]  # id -> (az, host, port)
-    topics: dict[str, tuple[Any, dict[int, PartitionMeta]]]  # name -> (topic uuid, partitions)
-
-    def tp(self, topic: str, partition: int) -> TopicIdPartition:
-        tid, parts = self.topics[topic]
-        if partition not in parts:
-            raise KeyError(f"topic {topic} has no partition {partition}")
-        return TopicIdPartition(tid, partition)
-
-    def partitions(self, topic: str) -> list[TopicIdPartition]:
-        tid, parts = self.topics[topic]
-        return [TopicIdPartition(tid, p) for p in sorted(parts)]
-
-
-def _addresses(bootstrap: tuple[str, int] | Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
-    if len(bootstrap) == 2 and isinstance(bootstrap[0], str) and isinstance(bootstrap[1], int):
-        return [(bootstrap[0], bootstrap[1])]
-    return [(str(a[0]), int(a[1])) for a in bootstrap]  # type: ignore[index]
-
-
-def _checked(method: str, body: Any) -> Any:
-    """A broker's answer, checked against its declared shape (WireError)."""
-    RESPONSE_SCHEMAS[method].check(body, f"{method} answer")
-    return body
-
-
-class CorruptRecordError(Exception):
-    """A fetch met a corrupt or truncated batch (CORRUPT_MESSAGE): the
-    consumer's position stays before it.  ``partitions`` maps each partition
-    to the broker's message (object key and byte offset); ``records`` are
-    the good records the same poll fetched."""
-
-    def __init__(self, partitions: dict[TopicIdPartition, str], records: list[ConsumerRecord]) -> None:
-        super().__init__("; ".join(f"{tp}: {why}" for tp, why in partitions.items()))
-        self.partitions = partitions
-        self.records = records
-
-
-class Connections:
-    """RPC clients to brokers, by id, made on first use."""
-
-    def __init__(
-        self,
-        bootstrap: tuple[str, int] | Sequence[tuple[str, int]],
-        *,
-        secret: bytes | None = None,
-        ssl: SSLContext | None = None,
-    ) -> None:
-        # One address or several (Kafka's bootstrap.servers): metadata comes
-        # from the first that answers, then from any broker the view knows.
-        self.bootstraps: list[tuple[str, int]] = _addresses(bootstrap)
-        self.bootstrap = self.bootstraps[0]
-        self.secret = secret
-        self.ssl = ssl
-        self._clients: dict[int | tuple[str, int], RpcClient] = {}
-        self._connecting: dict[int | tuple[str, int], asyncio.Lock] = {}
-        self.view: ClusterView | None = None
-
-    async def load_metadata(self, az: str | None) -> ClusterView:
-        """Ask the bootstrap brokers, then the known ones, until one answers."""
-        addrs = list(self.bootstraps)
-        if self.view is not None:
-            addrs += [(host, port) for _, host, port in self.view.brokers.values() if (host, port) not in addrs]
-        error: Exception | None = None
-        for addr in addrs:
-            try:
-                return await self._load_metadata_from(addr, az)
-            except (RpcConnectionError, RpcTimeoutError, RpcRemoteError, WireError, OSError) as e:
-                error = e
-                client = self._clients.pop(addr, None)
-                if client is not None:
-                    await client.close()
-        assert error is not None
-        raise error
-
-    async def _load_metadata_from(self, addr: tuple[str, int], az: str | None) -> ClusterView:
-        import uuid
-
-        client = await self._get(addr)
-        body = _checked("metadata", await client.call("metadata", {"az": az}, timeout_ms=REQUEST_TIMEOUT_MS_DEFAULT))
-        brokers = {b[0]: (b[1], b[2], b[3]) for b in body["brokers"]}
-        topics = {}
-        for name, tid, parts in body["topics"]:
-            topics[name] = (uuid.UUID(bytes=tid), {p: PartitionMeta(leader, target) for p, leader, target in parts})
-        self.view = ClusterView(brokers, topics)
-        return self.view
-
-    async def broker(self, broker_id: int) -> RpcClient:
-        assert self.view is not None
-        _, host, port = self.view.brokers[broker_id]
-        return await self._get((host, port), broker_id)
-
-    async def _get(self, addr: tuple[str, int], broker_id: int | None = None) -> RpcClient:
-        key: int | tuple[str, int] = broker_id if broker_id is not None else addr
-        client = self._clients.get(key)
-        if client is not None:
-            return client
-        # One connect per key at a time: two concurrent first calls used to
-        # both connect and the second overwrote the first in the pool,
-        # leaving a connection (and its read task) nobody closed.
-        lock = self._connecting.setdefault(key, asyncio.Lock())
-        async with lock:
-            client = self._clients.get(key)
-            if client is None:
-                client = await RpcClient.connect(addr[0], addr[1], secret=self.secret, ssl=self.ssl)
-                self._clients[key] = client
-            return client
-
-    async def drop(self, broker_id: int) -> None:
-        client = self._clients.pop(broker_id, None)
-        if client is not None:
-            await client.close()
-
-    async def close(self) -> None:
-        clients = list(self._clients.values())
-        self._clients.clear()
-        for c in clients:
-            await c.close()
-
-
-# ---------------------------------------------------------------- producer
 
 
 @dataclass(slots=True)
@@ -284,6 +118,7 @@ class Producer:
         delivery_timeout_ms: int = DELIVERY_TIMEOUT_MS_DEFAULT,
         retry_backoff_ms: int = RETRY_BACKOFF_MS_DEFAULT,
         request_timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if not 1 <= max_in_flight <= 5 and idempotent:
             raise ValueError(f"max_in_flight must be in [1, 5] for an idempotent producer, got {max_in_flight}")
@@ -292,6 +127,8 @@ class Producer:
         if idempotent and acks != -1:
             # As Kafka: idempotence needs acks=all.
             raise ValueError("an idempotent producer needs acks=-1 (all)")
+        # Record timestamps (wall ms), linger, delivery and request deadlines.
+        self.clock = clock
         self.az = az
         self.acks = acks
         self.idempotent = idempotent
@@ -327,11 +164,11 @@ class Producer:
     async def _init_producer_id(self) -> tuple[int, int]:
         """InitProducerId, retried while the broker answers a retriable error
         (it has no id block yet), up to the request timeout."""
-        deadline = time.monotonic() + self.request_timeout_ms / 1000
+        deadline = self.clock.monotonic() + self.request_timeout_ms / 1000
         while True:
             client = await self.conns._get(self.conns.bootstrap)
             try:
-                body = _checked(
+                body = checked_answer(
                     "init_producer_id", await client.call("init_producer_id", {}, timeout_ms=self.request_timeout_ms)
                 )
             except WireError as e:
@@ -339,7 +176,7 @@ class Producer:
             err = dec_errors(body.get("error", 0), "init_producer_id.error")
             if err == Errors.NONE:
                 return int(body["producer_id"]), int(body["producer_epoch"])
-            if not err.retriable or time.monotonic() > deadline:
+            if not err.retriable or self.clock.monotonic() > deadline:
                 raise ProduceError(err, "InitProducerId failed")
             await asyncio.sleep(0.1)
 
@@ -356,8 +193,8 @@ class Producer:
             raise RuntimeError("producer is closed")
         fut: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
         st = self._parts.setdefault(tp, _PartitionState())
-        ts = timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000
-        st.pending.append((key, value, ts, time.monotonic(), fut))
+        ts = timestamp_ms if timestamp_ms is not None else self.clock.wall_ms()
+        st.pending.append((key, value, ts, self.clock.monotonic(), fut))
         st.pending_bytes += len(value or b"") + len(key or b"") + 20
         if st.pending_bytes >= self.batch_bytes_max or self._idle:
             self._wake.set()
@@ -438,7 +275,7 @@ class Producer:
         """After a broker failed or answered "not the leader", reload the
         cluster view (at most once per retry backoff), as Kafka's producer
         requests a metadata update."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if not self._metadata_stale or now < self._next_metadata_ms / 1000:
             return
         self._next_metadata_ms = (now * 1000) + self.retry_backoff_ms
@@ -564,7 +401,7 @@ class Producer:
                     # Its first answer was lost (a commit whose reply never came
                     # back to the AZ representative).  As Kafka's producer does
                     # for DUPLICATE_SEQUENCE_NUMBER: success, offset unknown
-                    # (-1).  Regression (issue 14, found by the deterministic
+                    # (-1).  Regression (found by the deterministic
                     # simulation, seed 2): this batch was retried for ever.
                     err, base, append_time = Errors.NONE, -1, -1
                 if err == Errors.NONE:
@@ -573,7 +410,7 @@ class Producer:
                         last = _last_sequence(b)
                         if st.acked_through is None or _seq_after(last, st.acked_through):
                             st.acked_through = last
-                    self.latencies_ms.append((time.monotonic() - b.created) * 1000)
+                    self.latencies_ms.append((self.clock.monotonic() - b.created) * 1000)
                     for j, f in enumerate(b.futures):
                         if not f.done():
                             # acks=0: no offsets known (-1), as Kafka's producer.
@@ -581,9 +418,9 @@ class Producer:
                             f.set_result(RecordMetadata(b.tp, offset, append_time))
                     continue
                 retriable = err.retriable or err == Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
-                if err in _STALE_METADATA:
+                if err in STALE_METADATA:
                     self._metadata_stale = True
-                age_ms = (time.monotonic() - b.created) * 1000
+                age_ms = (self.clock.monotonic() - b.created) * 1000
                 if retriable and age_ms < self.delivery_timeout_ms:
                     self.stats["retries"] += 1
                     b.attempts += 1
@@ -601,19 +438,6 @@ class Producer:
         # Keep sequence order among batches waiting to be (re)sent.
         st.ready.append(b)
         st.ready = deque(sorted(st.ready, key=lambda x: _seq_key(x.base_sequence, st.next_sequence)))
-
-
-# Answers that mean the client's view of leaders is out of date.
-_STALE_METADATA = frozenset(
-    {
-        Errors.NOT_LEADER_OR_FOLLOWER,
-        Errors.LEADER_NOT_AVAILABLE,
-        Errors.FENCED_LEADER_EPOCH,
-        Errors.UNKNOWN_LEADER_EPOCH,
-        Errors.NETWORK_EXCEPTION,
-        Errors.REQUEST_TIMED_OUT,
-    }
-)
 
 
 # Sequence numbers wrap from 2^31-1 to 0 (Kafka's DefaultRecordBatch.incrementSequence).
@@ -643,149 +467,16 @@ def _written_before(b: _Batch, acked_through: int | None) -> bool:
     return last == acked_through or _seq_after(acked_through, last)
 
 
-# ---------------------------------------------------------------- consumer
-
-
-def parse_records(tp: TopicIdPartition, data: bytes, from_offset: int = 0) -> list[ConsumerRecord]:
-    """The records of a fetch answer (whole v2 batches), from ``from_offset``."""
-    out = []
-    pos = 0
-    while pos + 12 <= len(data):
-        length = int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
-        end = pos + length + LOG_OVERHEAD
-        if end > len(data):
-            break
-        batch = DefaultRecordBatch(data[pos:end])
-        for r in batch:
-            if r.offset >= from_offset:
-                out.append(ConsumerRecord(tp, r.offset, r.timestamp, r.key, r.value))
-        pos = end
-    return out
-
-
-class Consumer:
-    """Fetches assigned partitions from their leaders, in order."""
-
-    def __init__(
-        self,
-        bootstrap: tuple[str, int] | Sequence[tuple[str, int]],
-        *,
-        secret: bytes | None = None,
-        ssl: SSLContext | None = None,
-        max_wait_ms: int = 500,
-        min_bytes: int = 1,
-        max_bytes: int = FETCH_MAX_BYTES_DEFAULT,
-        partition_max_bytes: int = PARTITION_FETCH_MAX_BYTES_DEFAULT,
-        auto_offset_reset: str = "none",
-    ) -> None:
-        if auto_offset_reset not in AUTO_OFFSET_RESETS:
-            raise ValueError(f"auto_offset_reset must be one of {AUTO_OFFSET_RESETS}, got {auto_offset_reset!r}")
-        self.conns = Connections(bootstrap, secret=secret, ssl=ssl)
-        # Kafka's auto.offset.reset, applied when a fetch answers
-        # OFFSET_OUT_OF_RANGE (retention or DeleteRecords moved the log start
-        # past the position): "earliest" moves to the log start, "latest" to
-        # the HWM, "none" leaves the position and keeps the error in errors.
-        self.auto_offset_reset = auto_offset_reset
-        # Partition -> (from, to, high watermark) of its latest resets.
-        self.resets: dict[TopicIdPartition, deque[tuple[int, int, int]]] = {}
-        self.max_wait_ms = max_wait_ms
-        self.min_bytes = min_bytes
-        self.max_bytes = max_bytes
-        self.partition_max_bytes = partition_max_bytes
-        self.positions: dict[TopicIdPartition, int] = {}
-        self.high_watermarks: dict[TopicIdPartition, int] = {}
-        self.errors: dict[TopicIdPartition, Errors] = {}
-        # Partitions whose last fetch met a corrupt batch (poll raises).
-        self.corrupt: dict[TopicIdPartition, str] = {}
-        self._metadata_stale = False
-
-    async def start(self) -> None:
-        await self.conns.load_metadata(None)
-
-    @property
-    def view(self) -> ClusterView:
-        assert self.conns.view is not None, "start() first"
-        return self.conns.view
-
-    def assign(self, tps: Sequence[TopicIdPartition], offset: int = 0) -> None:
-        for tp in tps:
-            self.positions[tp] = offset
-
-    async def poll(self) -> list[ConsumerRecord]:
-        """One fetch per leader broker of the assigned partitions."""
-        if self._metadata_stale:
-            try:
-                await self.conns.load_metadata(None)
-                self._metadata_stale = False
-            except (RpcConnectionError, RpcTimeoutError, RpcRemoteError, OSError) as e:
-                log.info("metadata refresh failed: %s", e)
-                await asyncio.sleep(0.1)
-                return []
-        by_leader: dict[int, list[TopicIdPartition]] = {}
-        for tp in self.positions:
-            name = next(n for n, (tid, _) in self.view.topics.items() if tid == tp.topic_id)
-            leader = self.view.topics[name][1][tp.partition].leader
-            if leader < 0 or leader not in self.view.brokers:
-                self._metadata_stale = True
-                continue
-            by_leader.setdefault(leader, []).append(tp)
-        answers = await asyncio.gather(*(self._fetch(b, tps) for b, tps in by_leader.items()))
-        records = [r for rs in answers for r in rs]
-        if self.corrupt:
-            # As Kafka's consumer: a corrupt batch is an error for the caller,
-            # not a retry (the bytes will not change).  The records fetched
-            # with it are handed over with the error, so none is lost.
-            corrupt, self.corrupt = self.corrupt, {}
-            raise CorruptRecordError(corrupt, records)
-        return records
-
-    async def _fetch(self, broker: int, tps: list[TopicIdPartition]) -> list[ConsumerRecord]:
-        try:
-            client = await self.conns.broker(broker)
-            body = await client.call(
-                "fetch",
-                {
-                    "partitions": [[*enc_tp(tp), self.positions[tp], self.partition_max_bytes] for tp in tps],
-                    "max_wait_ms": self.max_wait_ms,
-                    "min_bytes": self.min_bytes,
-                    "max_bytes": self.max_bytes,
-                },
-                timeout_ms=self.max_wait_ms + REQUEST_TIMEOUT_MS_DEFAULT,
-            )
-            _checked("fetch", body)
-            if len(body["partitions"]) != len(tps):
-                raise WireError(f"fetch answer: {len(body['partitions'])} partitions for {len(tps)} asked")
-        except (RpcConnectionError, OSError):
-            await self.conns.drop(broker)
-            self._metadata_stale = True
-            await asyncio.sleep(0.05)
-            return []
-        except (RpcTimeoutError, RpcRemoteError, WireError) as e:
-            log.warning("fetch from broker %d failed: %s", broker, e)
-            self._metadata_stale = True
-            return []
-        out: list[ConsumerRecord] = []
-        for tp, (err, hwm, lso, records, msg) in zip(tps, body["partitions"], strict=True):
-            error = Errors(err) if err in Errors._value2member_map_ else Errors.UNKNOWN_SERVER_ERROR
-            if error == Errors.CORRUPT_MESSAGE:
-                self.corrupt[tp] = f"offset {self.positions[tp]}: {msg}"
-            if error == Errors.OFFSET_OUT_OF_RANGE and self.auto_offset_reset != "none" and lso >= 0:
-                to = lso if self.auto_offset_reset == "earliest" else max(hwm, lso)
-                if to != self.positions[tp]:
-                    self.resets.setdefault(tp, deque(maxlen=RESETS_KEPT)).append((self.positions[tp], to, hwm))
-                    self.positions[tp] = to
-                    continue
-            if error != Errors.NONE:
-                self.errors[tp] = error
-                if error in _STALE_METADATA:
-                    self._metadata_stale = True
-                continue
-            self.high_watermarks[tp] = hwm
-            got = parse_records(tp, records, self.positions[tp])
-            if got:
-                self.positions[tp] = got[-1].offset + 1
-            out += got
-        return out
-
-    async def close(self) -> None:
-        await self.conns.close()
+__all__ = [
+    "BATCH_BYTES_MAX_DEFAULT",
+    "DELIVERY_TIMEOUT_MS_DEFAULT",
+    "LINGER_MS_DEFAULT",
+    "MAX_IN_FLIGHT_DEFAULT",
+    "REQUEST_BYTES_MAX_DEFAULT",
+    "RETRY_BACKOFF_MS_DEFAULT",
+    "RPC_TIMEOUT_MARGIN_MS",
+    "SEQUENCE_MODULUS",
+    "ProduceError",
+    "Producer",
+    "RecordMetadata",
+]

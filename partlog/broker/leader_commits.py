@@ -1,0 +1,102 @@
+"""The leader's commit entry: a WAL file's batches for the partitions this
+broker leads, appended to its own store (from its own produce path, or the
+``commit`` RPC of another broker's).
+
+The replica manager refuses partitions this broker does not lead and makes
+acks=all answers wait for the ISR.  A commit whose I/O fails fail-stops the
+store (Kafka takes the log directory offline); it is then reopened from disk
+in the background, once, and until then every commit answers
+KAFKA_STORAGE_ERROR (retriable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+from partlog.broker.metrics import BrokerMetrics
+from partlog.broker.tasks import Tasks
+from partlog.kafka.records import CommitBatchRequest, CommitBatchResponse
+from partlog.replication.manager import ReplicaManager
+from partlog.store import MetadataStore, StoreError
+
+log = logging.getLogger(__name__)
+
+# A leader answers an acks=all commit that is not replicated in time with
+# REQUEST_TIMED_OUT this much before the sender's commit RPC would time out.
+ACKS_ALL_TIMEOUT_MARGIN_MS = 1_000
+
+
+class LeaderCommits:
+    """``wake()`` wakes long-polling fetches; ``stopping()`` tells whether
+    the broker is stopping (no reopen then)."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        store: MetadataStore,
+        replicas: ReplicaManager,
+        *,
+        metrics: BrokerMetrics,
+        tasks: Tasks,
+        wake: Callable[[], None],
+        stopping: Callable[[], bool],
+        commit_rpc_timeout_ms: int,
+    ) -> None:
+        self.broker_id = broker_id
+        self.store = store
+        self.replicas = replicas
+        self.metrics = metrics
+        self.tasks = tasks
+        self._wake = wake
+        self._stopping = stopping
+        self.commit_rpc_timeout_ms = commit_rpc_timeout_ms
+        self._store_reopening = False
+
+    async def commit(
+        self,
+        key: str,
+        uploader: int,
+        file_size: int,
+        requests: list[CommitBatchRequest],
+        acks_all: Sequence[bool] = (),
+    ) -> tuple[list[CommitBatchResponse], Awaitable[list[CommitBatchResponse]] | None]:
+        """Commit to this broker's own store, refusing partitions it does not
+        lead; acks=all batches come with an awaitable of the final answers."""
+        try:
+            responses, wait = await self.replicas.commit(
+                key,
+                uploader,
+                file_size,
+                requests,
+                acks_all,
+                max(1, self.commit_rpc_timeout_ms - ACKS_ALL_TIMEOUT_MARGIN_MS),
+            )
+        except StoreError:
+            self._store_failed()
+            raise
+        # Wake long-polling fetches of followers' consumers and ours.
+        self._wake()
+        return responses, wait
+
+    def _store_failed(self) -> None:
+        """A commit's I/O failed and the store fail-stopped: reopen it from
+        disk in the background, once."""
+        if self.store.failed is None or self._store_reopening or self._stopping():
+            return
+        self._store_reopening = True
+        log.error("broker %d: metadata store failed (%r): reopening it", self.broker_id, self.store.failed)
+        self.tasks.spawn(self._reopen_store())
+
+    async def _reopen_store(self) -> None:
+        try:
+            await asyncio.to_thread(self.store.reopen)
+            self.metrics.store_reopens.inc()
+            log.warning("broker %d: metadata store reopened from disk", self.broker_id)
+            self._wake()
+        finally:
+            self._store_reopening = False
+
+
+__all__ = ["ACKS_ALL_TIMEOUT_MARGIN_MS", "LeaderCommits"]

@@ -1,0 +1,326 @@
+"""The direct transactions on etcd, one part of
+:class:`~partlog.controller.etcd_meta.EtcdMetadata`: what needs no single
+actor, so the process that needs it writes it with a compare-and-swap.
+
+* AlterPartition: compare the partition's revision and the sender's broker
+  epoch (and every added replica's);
+* producer-id blocks: compare-and-swap on a counter, KIP-730's scheme;
+* topic creation and deletion.
+
+Calls that need the quorum answer retriable errors
+(``COORDINATOR_NOT_AVAILABLE``, ``REQUEST_TIMED_OUT``) when etcd cannot be
+reached: the caller retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any
+
+import aetcd.exceptions
+import aetcd.utils
+
+from partlog.controller.cluster_meta import MetadataError, PartitionInfo, TopicInfo, check_alter_partition
+from partlog.controller.etcd_connection import ETCD_ERRORS, EtcdConnection, put_revision
+from partlog.controller.etcd_layout import EtcdView, Keys, dec_counter, enc_part, enc_topic, pack_value
+from partlog.controller.etcd_session import EtcdSession
+from partlog.controller.model import DELETED_TOPICS_MAX, REASON_ALTER_PARTITION
+from partlog.controller.rules import assign_replicas, bump, valid_topic_name
+from partlog.kafka.errors import Errors
+from partlog.kafka.producer_ids import PRODUCER_ID_MAX, ProducerIdBlock
+from partlog.kafka.records import TopicIdPartition
+from partlog.limits import PARTITIONS_PER_CLUSTER_MAX, PARTITIONS_PER_TOPIC_MAX
+
+__all__ = ["EtcdAdmin"]
+
+log = logging.getLogger(__name__)
+
+# Compare-and-swap attempts on the producer-id counter before answering a
+# retriable error (each loses only to another broker's success).
+PRODUCER_ID_CAS_ATTEMPTS_MAX = 32
+
+
+def _fresh_counter(value: bytes, revision: int, floor: int) -> tuple[int, int]:
+    """The producer-id counter as etcd answered a read issued when ``floor``
+    was known (linearizable, so at least as new): below it, the counter went
+    back (a restore, a hostile writer) and blocks would be handed out twice."""
+    first = dec_counter(value, "producer_ids")
+    if first < floor:
+        raise MetadataError(f"producer_ids is {first}, below {floor} already handed out")
+    return first, revision
+
+
+class EtcdAdmin:
+    """The transactions of one metadata source over ``view``; a broker's
+    (with ``session``) also changes ISRs and takes producer-id blocks.
+    ``schedule_adopt`` asks the source to adopt the view's changes,
+    ``view_until`` waits until its adopted view satisfies a condition, and
+    ``failed`` counts and logs a call that got no usable answer."""
+
+    def __init__(
+        self,
+        conn: EtcdConnection,
+        keys: Keys,
+        view: EtcdView,
+        session: EtcdSession | None,
+        *,
+        producer_id_block_size: int,
+        failed: Callable[[str, BaseException], None],
+        schedule_adopt: Callable[[], None],
+        view_until: Callable[[Callable[[], bool]], Awaitable[None]],
+        new_uuid: Callable[[], uuid.UUID],
+    ) -> None:
+        self._new_uuid = new_uuid  # topic ids
+        self.conn = conn
+        self.keys = keys
+        self.view = view
+        self.session = session
+        self.producer_id_block_size = producer_id_block_size
+        self._failed = failed
+        self._schedule_adopt = schedule_adopt
+        self._view_until = view_until
+        self._pid_lock = asyncio.Lock()
+        self._pid_seen: tuple[int, int] | None = None
+        # The counter after the last block this process was handed.
+        self._pid_floor = 0
+
+    # -------------------------------------------------------- AlterPartition
+
+    async def alter_partition(
+        self, broker_id: int, tp: TopicIdPartition, leader_epoch: int, partition_epoch: int, isr: tuple[int, ...]
+    ) -> PartitionInfo | Errors:
+        """Kafka's AlterPartition as one transaction: it commits only if the
+        partition is still the one checked and the sender still holds its
+        broker epoch (and every added replica its own).  Errors as the
+        embedded controller's; COORDINATOR_NOT_AVAILABLE / REQUEST_TIMED_OUT
+        (retriable) when etcd cannot be reached or between registrations."""
+        session = self.session
+        if session is None or broker_id != session.broker.broker_id:
+            return Errors.BROKER_ID_NOT_REGISTERED
+        epoch = session.broker_epoch
+        if epoch < 0 or self.view.frozen:
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        me = self.view.brokers.get(broker_id)
+        if me is not None and me.epoch != epoch and self.view.revision >= epoch:
+            session.incarnation_gone(epoch)
+            return Errors.STALE_BROKER_EPOCH
+        p = self.view.partition(tp)
+        asked = list(isr)
+        err = check_alter_partition(p, broker_id, leader_epoch, partition_epoch, asked)
+        if err != Errors.NONE:
+            return err
+        assert p is not None
+        added = sorted(set(asked) - set(p.isr))
+        if not all(self.view.accepted(r) for r in added):
+            return Errors.INELIGIBLE_REPLICA
+        new = bump(p, replace(p, isr=tuple(r for r in p.replicas if r in set(asked))))
+        if new == p:
+            return p
+        # Every revision compared is read with ``p``, before any await: one
+        # read after it could be newer than the state ``new`` was built on.
+        owner = self.view.topic_revision(tp.topic_id)
+        assert owner is not None  # the partition is known
+        part_rev = self.view.part_revision(tp)
+        added_epochs = [(r, self.view.brokers[r].epoch) for r in added]
+        try:
+            c = await self.conn.client()
+            t = c.transactions
+            compare = [
+                t.mod(self.keys.part(tp)) == part_rev,
+                t.create(self.keys.topic(owner[0])) == owner[1],
+                t.mod(self.keys.broker(broker_id)) == epoch,
+            ]
+            compare += [t.mod(self.keys.broker(r)) == e for r, e in added_epochs]
+            # A lost compare answers what changed, to give Kafka's error.
+            failure = [t.get(self.keys.broker(broker_id)), t.get(self.keys.topic(owner[0]))]
+            failure += [t.get(self.keys.broker(r)) for r, _ in added_epochs]
+            ok, resp = await self.conn.txn(compare, [t.put(self.keys.part(tp), enc_part(new))], failure)
+        except (aetcd.exceptions.ConnectionTimeoutError, TimeoutError):
+            return Errors.REQUEST_TIMED_OUT
+        except ETCD_ERRORS as e:
+            self._failed("alter_partition", e)
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        if ok:
+            self.view.set_partition(tp, new, put_revision(resp))
+            self._schedule_adopt()
+            log.info("etcd: %s/%d isr %s -> %s (%s)", owner[0], tp.partition, list(p.isr), list(new.isr),
+                     REASON_ALTER_PARTITION)  # fmt: skip
+            return new
+
+        def got(i: int) -> Any:
+            return resp[i][0][1] if len(resp) > i and resp[i] else None
+
+        mine = got(0)
+        if mine is None or mine.mod_revision != epoch:
+            session.incarnation_gone(epoch)
+            return Errors.STALE_BROKER_EPOCH if mine is not None else Errors.BROKER_ID_NOT_REGISTERED
+        topic = got(1)
+        if topic is None or topic.create_revision != owner[1]:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION  # deleted (or re-created) meanwhile
+        if any((b := got(2 + i)) is None or b.mod_revision != e for i, (_, e) in enumerate(added_epochs)):
+            return Errors.INELIGIBLE_REPLICA  # an added replica's incarnation ended meanwhile
+        # The partition changed under us: the leader retries with what the
+        # view brings (Kafka's answer to a stale partition epoch).
+        return Errors.INVALID_UPDATE_VERSION
+
+    # ----------------------------------------------------------- producer ids
+
+    async def allocate_producer_ids(self, broker_id: int) -> ProducerIdBlock | Errors:
+        """The next block of producer ids, by compare-and-swap on
+        ``producer_ids`` (KIP-730's scheme): the block is durable in etcd
+        before it is returned, and no id is handed out twice.  Retriable
+        COORDINATOR_NOT_AVAILABLE when etcd cannot be reached, this broker
+        is between registrations, or the counter key is unreadable (never
+        guessed over)."""
+        session = self.session
+        if session is None or broker_id != session.broker.broker_id or session.broker_epoch < 0:
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        if self.view.frozen:
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        epoch = session.broker_epoch
+        size = self.producer_id_block_size
+        # One CAS at a time per process: its own requests would only make
+        # each other retry.
+        async with self._pid_lock:
+            try:
+                c = await self.conn.client()
+                t = c.transactions
+                seen = self._pid_seen  # (counter, its mod revision) as this process last wrote it
+                if seen is None or seen[0] < self.view.producer_ids_next:
+                    # Unknown, or another broker allocated since: read it.
+                    floor = self._pid_floor_now()
+                    got = await c.get(self.keys.producer_ids)
+                    if got is None:
+                        # Made with the cluster id: missing, it was deleted.
+                        raise MetadataError("producer_ids is missing (it is made with the cluster): not starting at 0")
+                    seen = _fresh_counter(got.value, got.mod_revision, floor)
+                for _ in range(PRODUCER_ID_CAS_ATTEMPTS_MAX):
+                    first, rev = seen
+                    if first > PRODUCER_ID_MAX - size + 1:
+                        log.error("etcd: producer ids exhausted at %d", first)
+                        return Errors.UNKNOWN_SERVER_ERROR
+                    floor = self._pid_floor_now()
+                    ok, resp = await self.conn.txn(
+                        [t.mod(self.keys.producer_ids) == rev, t.mod(self.keys.broker(broker_id)) == epoch],
+                        [t.put(self.keys.producer_ids, pack_value(first + size))],
+                        # A lost race answers what won it: the next attempt
+                        # needs no read of its own.
+                        [t.get(self.keys.broker(broker_id)), t.get(self.keys.producer_ids)],
+                    )
+                    if ok:
+                        self._pid_seen = (first + size, put_revision(resp))
+                        self._pid_floor = first + size
+                        return ProducerIdBlock(broker_id, first, size)
+                    mine = resp[0][0][1] if resp and resp[0] else None
+                    if mine is None or mine.mod_revision != epoch:
+                        session.incarnation_gone(epoch)
+                        return Errors.COORDINATOR_NOT_AVAILABLE
+                    counter = resp[1][0] if len(resp) > 1 and resp[1] else None
+                    if counter is None:
+                        # We lost to a writer, yet there is no counter: it was
+                        # deleted.  Starting over at 0 would hand ids out twice.
+                        raise MetadataError("producer_ids deleted after blocks were handed out: not restarting at 0")
+                    seen = _fresh_counter(counter[0], counter[1].mod_revision, floor)
+                self._pid_seen = None
+            except ValueError as e:  # MetadataError: an unreadable counter
+                self._pid_seen = None
+                log.error("etcd %s: producer_ids: %s", self.conn.target.url(), e)
+                return Errors.COORDINATOR_NOT_AVAILABLE
+            except ETCD_ERRORS as e:
+                self._pid_seen = None
+                self._failed("allocate_producer_ids", e)
+                return Errors.COORDINATOR_NOT_AVAILABLE
+        return Errors.COORDINATOR_NOT_AVAILABLE
+
+    def _pid_floor_now(self) -> int:
+        """What a read of the counter issued now must not be below: what
+        this process was handed and what its view has applied."""
+        return max(self.view.producer_ids_next, self._pid_floor)
+
+    # ---------------------------------------------------------------- topics
+
+    async def create_topic(
+        self, name: str, partitions: int, rf: int, cluster_id: uuid.UUID | None
+    ) -> TopicInfo | Errors:
+        """Create one topic by one transaction that succeeds only if the name
+        is free and the prefix still holds ``cluster_id``; the same shape
+        again answers the existing topic.  Replicas are assigned over the
+        brokers the acting controller has accepted."""
+        if self.view.frozen:
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        if not valid_topic_name(name):
+            return Errors.INVALID_REQUEST
+        if (
+            not 1 <= partitions <= PARTITIONS_PER_TOPIC_MAX
+            or self.view.partition_count() + partitions > PARTITIONS_PER_CLUSTER_MAX
+        ):
+            return Errors.INVALID_PARTITIONS
+        existing = self._same_shape(name, partitions, rf)
+        if existing is not None:
+            return existing
+        alive = [b.info for bid, b in sorted(self.view.brokers.items()) if self.view.accepted(bid)]
+        if not 1 <= rf <= len(alive):
+            return Errors.INVALID_REPLICATION_FACTOR
+        tid = self._new_uuid()
+        replicas = assign_replicas(alive, partitions, rf, self.view.partition_count())
+        try:
+            c = await self.conn.client()
+            t = c.transactions
+            ok, _ = await self.conn.txn(
+                [t.create(self.keys.topic(name)) == 0, t.value(self.keys.cluster_id) == str(cluster_id).encode()],
+                [t.put(self.keys.topic(name), enc_topic(tid, replicas))],
+            )
+            if not ok:
+                # Someone else created it (or the cluster id moved): read it.
+                await self._view_until(lambda: self.view.topic_of(name) is not None)
+                existing = self._same_shape(name, partitions, rf)
+                return existing if existing is not None else Errors.TOPIC_ALREADY_EXISTS
+        except (aetcd.exceptions.ConnectionTimeoutError, TimeoutError):
+            return Errors.REQUEST_TIMED_OUT
+        except ETCD_ERRORS as e:
+            self._failed("create_topics", e)
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        parts = tuple(PartitionInfo(r[0], 0, r, r, 0) for r in replicas)
+        return TopicInfo(tid, name, parts)
+
+    def _same_shape(self, name: str, partitions: int, rf: int) -> TopicInfo | Errors | None:
+        got = self.view.topic_of(name)
+        if got is None:
+            return None
+        info = self.view.snapshot()
+        t = next((x for x in info.topics if x.name == name), None)
+        if t is not None and t.num_partitions == partitions and len(t.partitions[0].replicas) == rf:
+            return t
+        return Errors.TOPIC_ALREADY_EXISTS
+
+    async def delete_topic(self, name: str) -> uuid.UUID | Errors:
+        """Delete a topic by one transaction (the topic key, its partitions,
+        and the deleted record, kept for good); its id, or the error."""
+        got = self.view.topic_of(name)
+        if self.view.frozen:
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        if got is None:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION
+        if len(self.view.deleted) >= DELETED_TOPICS_MAX:
+            return Errors.POLICY_VIOLATION
+        tid, rev = got
+        try:
+            c = await self.conn.client()
+            t = c.transactions
+            parts = self.keys.parts_of(tid)
+            ok, _ = await self.conn.txn(
+                [t.create(self.keys.topic(name)) == rev],
+                [
+                    t.delete(self.keys.topic(name)),
+                    t.delete(parts, range_end=aetcd.utils.prefix_range_end(parts)),
+                    t.put(self.keys.deleted_topic(tid), pack_value(name)),
+                ],
+            )
+        except ETCD_ERRORS as e:
+            self._failed("delete_topics", e)
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        return tid if ok else Errors.UNKNOWN_TOPIC_OR_PARTITION

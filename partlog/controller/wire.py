@@ -1,0 +1,394 @@
+"""The controller RPC's bodies, both directions (:mod:`partlog.controller.server`
+lists the methods), beside the other bodies' codecs in :mod:`partlog.rpc.wire`.
+
+Requests: ``enc_*`` for the client, ``dec_*`` for the server; responses:
+``enc_*_response`` for the server, ``dec_*_response`` for the client.
+Decoders check shapes and raise :class:`~partlog.rpc.wire.WireError` naming
+the field; Kafka errors travel as ``"error"`` (an unknown code decodes as
+UNKNOWN_SERVER_ERROR).  A partition's value (:func:`enc_partition`) is also
+what the controller's LMDB state and etcd keep.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from partlog.controller.cluster_meta import BrokerInfo, PartitionInfo, TopicInfo
+from partlog.controller.model import MetadataSnapshot
+from partlog.kafka.errors import Errors
+from partlog.kafka.producer_ids import ProducerIdBlock
+from partlog.kafka.records import TopicIdPartition
+from partlog.limits import AZ_CHARS_MAX, BROKER_ID_MAX, BROKERS_MAX, HOST_CHARS_MAX, PORT_MAX, TOPICS_PER_REQUEST_MAX
+from partlog.rpc.wire import WireError, expect_bytes, expect_int, expect_list, expect_map, expect_str, field
+
+__all__ = [
+    "dec_alter_partition",
+    "dec_alter_partition_response",
+    "dec_broker_epoch",
+    "dec_create_topics",
+    "dec_create_topics_response",
+    "dec_delete_topics",
+    "dec_delete_topics_response",
+    "dec_heartbeat_response",
+    "dec_partition",
+    "dec_pid_response",
+    "dec_poll",
+    "dec_poll_response",
+    "dec_register",
+    "dec_register_response",
+    "dec_topic",
+    "enc_alter_partition",
+    "enc_alter_partition_response",
+    "enc_broker_epoch",
+    "enc_create_topics",
+    "enc_create_topics_response",
+    "enc_delete_topics",
+    "enc_delete_topics_response",
+    "enc_heartbeat_response",
+    "enc_partition",
+    "enc_pid_response",
+    "enc_poll",
+    "enc_register",
+    "enc_register_response",
+    "enc_snapshot",
+    "enc_topic",
+]
+
+
+def enc_partition(p: PartitionInfo) -> list[Any]:
+    return [p.leader, p.leader_epoch, list(p.replicas), list(p.isr), p.partition_epoch]
+
+
+def dec_partition(v: Any, what: str = "partition") -> PartitionInfo:
+    leader, leader_epoch, replicas, isr, partition_epoch = expect_list(v, what, 5)
+    return PartitionInfo(
+        expect_int(leader, f"{what}.leader"),
+        expect_int(leader_epoch, f"{what}.leader_epoch"),
+        tuple(expect_int(r, f"{what}.replicas[]") for r in expect_list(replicas, f"{what}.replicas")),
+        tuple(expect_int(r, f"{what}.isr[]") for r in expect_list(isr, f"{what}.isr")),
+        expect_int(partition_epoch, f"{what}.partition_epoch"),
+    )
+
+
+def enc_topic(t: TopicInfo) -> list[Any]:
+    return [t.name, t.topic_id.bytes, [enc_partition(p) for p in t.partitions]]
+
+
+def dec_topic(v: Any, what: str = "topic") -> TopicInfo:
+    name, tid, parts = expect_list(v, what, 3)
+    raw = expect_bytes(tid, f"{what}.topic_id")
+    if len(raw) != 16:
+        raise WireError(f"{what}.topic_id: expected 16 bytes, got {len(raw)}")
+    return TopicInfo(
+        uuid.UUID(bytes=raw),
+        expect_str(name, f"{what}.name"),
+        tuple(
+            dec_partition(p, f"{what}.partitions[{i}]") for i, p in enumerate(expect_list(parts, f"{what}.partitions"))
+        ),
+    )
+
+
+def _dec_error(m: dict[str, Any], what: str) -> Errors:
+    code = expect_int(field(m, "error", what), f"{what}.error")
+    try:
+        return Errors(code)
+    except ValueError:
+        return Errors.UNKNOWN_SERVER_ERROR
+
+
+# register_broker
+
+
+def enc_register(b: BrokerInfo) -> dict[str, Any]:
+    return {"broker_id": b.broker_id, "az": b.az, "host": b.host, "port": b.port, "kafka_port": b.kafka_port}
+
+
+def dec_register(body: Any) -> BrokerInfo:
+    w = "register_broker"
+    m = expect_map(body, w)
+    bid = expect_int(field(m, "broker_id", w), f"{w}.broker_id")
+    az = expect_str(field(m, "az", w), f"{w}.az")
+    host = expect_str(field(m, "host", w), f"{w}.host")
+    port = expect_int(field(m, "port", w), f"{w}.port")
+    if not 0 <= bid <= BROKER_ID_MAX:
+        raise WireError(f"{w}.broker_id: must be in [0, {BROKER_ID_MAX}], got {bid}")
+    if not 0 < len(az) <= AZ_CHARS_MAX:
+        raise WireError(f"{w}.az: must be 1-{AZ_CHARS_MAX} characters, got {len(az)}")
+    if len(host) > HOST_CHARS_MAX:
+        raise WireError(f"{w}.host: must be at most {HOST_CHARS_MAX} characters, got {len(host)}")
+    if not 0 <= port <= PORT_MAX:
+        raise WireError(f"{w}.port: must be in [0, {PORT_MAX}], got {port}")
+    kafka_port = expect_int(m.get("kafka_port", 0), f"{w}.kafka_port")
+    if not 0 <= kafka_port <= PORT_MAX:
+        raise WireError(f"{w}.kafka_port: must be in [0, {PORT_MAX}], got {kafka_port}")
+    return BrokerInfo(bid, az, host, port, kafka_port)
+
+
+def enc_register_response(answer: int | Errors) -> dict[str, Any]:
+    if isinstance(answer, Errors):
+        return {"error": int(answer), "broker_epoch": -1}
+    return {"error": 0, "broker_epoch": answer}
+
+
+def dec_register_response(body: Any) -> int | Errors:
+    w = "register_broker response"
+    m = expect_map(body, w)
+    err = _dec_error(m, w)
+    if err != Errors.NONE:
+        return err
+    epoch = expect_int(field(m, "broker_epoch", w), f"{w}.broker_epoch")
+    if epoch < 0:
+        raise WireError(f"{w}.broker_epoch: negative ({epoch})")
+    return epoch
+
+
+# heartbeat and allocate_producer_ids: who is asking
+
+
+def enc_broker_epoch(broker_id: int, broker_epoch: int) -> dict[str, Any]:
+    return {"broker_id": broker_id, "broker_epoch": broker_epoch}
+
+
+def dec_broker_epoch(body: Any, w: str) -> tuple[int, int]:
+    m = expect_map(body, w)
+    return expect_int(field(m, "broker_id", w), f"{w}.broker_id"), expect_int(
+        field(m, "broker_epoch", w), f"{w}.broker_epoch"
+    )
+
+
+def enc_heartbeat_response(err: Errors, version: int) -> dict[str, Any]:
+    return {"error": int(err), "version": version}
+
+
+def dec_heartbeat_response(body: Any) -> Errors:
+    return _dec_error(expect_map(body, "heartbeat response"), "heartbeat response")
+
+
+def enc_pid_response(answer: ProducerIdBlock | Errors, broker_id: int) -> dict[str, Any]:
+    if isinstance(answer, Errors):
+        return {"error": int(answer), "broker_id": broker_id, "first_producer_id": -1, "size": 0}
+    return {
+        "error": 0,
+        "broker_id": answer.assigned_broker_id,
+        "first_producer_id": answer.first_producer_id,
+        "size": answer.size,
+    }
+
+
+def dec_pid_response(body: Any) -> ProducerIdBlock | Errors:
+    w = "allocate_producer_ids response"
+    m = expect_map(body, w)
+    err = _dec_error(m, w)
+    if err != Errors.NONE:
+        return err
+    block = ProducerIdBlock(
+        expect_int(field(m, "broker_id", w), f"{w}.broker_id"),
+        expect_int(field(m, "first_producer_id", w), f"{w}.first_producer_id"),
+        expect_int(field(m, "size", w), f"{w}.size"),
+    )
+    if block.first_producer_id < 0 or block.size <= 0:
+        raise WireError(f"{w}: bad block {block}")
+    return block
+
+
+# metadata_poll
+
+
+def enc_poll(version: int, max_wait_ms: int) -> dict[str, Any]:
+    return {"version": version, "max_wait_ms": max_wait_ms}
+
+
+def dec_poll(body: Any) -> tuple[int, int]:
+    w = "metadata_poll"
+    m = expect_map(body, w)
+    version = expect_int(field(m, "version", w), f"{w}.version")
+    wait = expect_int(field(m, "max_wait_ms", w), f"{w}.max_wait_ms")
+    if wait < 0:
+        raise WireError(f"{w}.max_wait_ms: must be >= 0, got {wait}")
+    return version, wait
+
+
+def enc_snapshot(s: MetadataSnapshot) -> dict[str, Any]:
+    """A metadata_poll answer with news; without news it is ``{"version": v}``."""
+    return {
+        "version": s.version,
+        "brokers": [[b.broker_id, b.az, b.host, b.port, b.kafka_port] for b in s.brokers],
+        "topics": [enc_topic(t) for t in s.topics],
+        "deleted_topics": [tid.bytes for tid in sorted(s.deleted_topics)],
+    }
+
+
+def dec_poll_response(body: Any) -> MetadataSnapshot | None:
+    """The new snapshot, or None when the answer is "unchanged"."""
+    w = "metadata_poll response"
+    m = expect_map(body, w)
+    version = expect_int(field(m, "version", w), f"{w}.version")
+    if "topics" not in m and "brokers" not in m:
+        return None
+    brokers = []
+    for i, b in enumerate(expect_list(field(m, "brokers", w), f"{w}.brokers")):
+        what = f"{w}.brokers[{i}]"
+        # Five fields since the Kafka listener (its port last); four before.
+        fields = expect_list(b, what)
+        if len(fields) not in (4, 5):
+            raise WireError(f"{what}: expected 4 or 5 items, got {len(fields)}")
+        bid, az, host, port = fields[:4]
+        brokers.append(
+            BrokerInfo(
+                expect_int(bid, f"{what}.id"),
+                expect_str(az, f"{what}.az"),
+                expect_str(host, f"{what}.host"),
+                expect_int(port, f"{what}.port"),
+                expect_int(fields[4], f"{what}.kafka_port") if len(fields) == 5 else 0,
+            )
+        )
+    topics = [dec_topic(t, f"{w}.topics[{i}]") for i, t in enumerate(expect_list(field(m, "topics", w), f"{w}.topics"))]
+    deleted = set()
+    for i, raw in enumerate(expect_list(m.get("deleted_topics", []), f"{w}.deleted_topics")):
+        tid = expect_bytes(raw, f"{w}.deleted_topics[{i}]")
+        if len(tid) != 16:
+            raise WireError(f"{w}.deleted_topics[{i}]: a topic id is 16 bytes, got {len(tid)}")
+        deleted.add(uuid.UUID(bytes=tid))
+    if deleted & {t.topic_id for t in topics}:
+        raise WireError(f"{w}: a topic both live and deleted")
+    return MetadataSnapshot(version, brokers, topics, deleted_topics=frozenset(deleted))
+
+
+# alter_partition
+
+
+def enc_alter_partition(
+    broker_id: int, broker_epoch: int, tp: TopicIdPartition, leader_epoch: int, partition_epoch: int, isr: Iterable[int]
+) -> dict[str, Any]:
+    return {
+        "broker_id": broker_id,
+        "broker_epoch": broker_epoch,
+        "topic_id": tp.topic_id.bytes,
+        "partition": tp.partition,
+        "leader_epoch": leader_epoch,
+        "partition_epoch": partition_epoch,
+        "isr": list(isr),
+    }
+
+
+def dec_alter_partition(body: Any) -> tuple[int, int, TopicIdPartition, int, int, list[int]]:
+    w = "alter_partition"
+    m = expect_map(body, w)
+    bid, epoch = dec_broker_epoch(m, w)
+    raw = expect_bytes(field(m, "topic_id", w), f"{w}.topic_id")
+    if len(raw) != 16:
+        raise WireError(f"{w}.topic_id: expected 16 bytes, got {len(raw)}")
+    part = expect_int(field(m, "partition", w), f"{w}.partition")
+    if part < 0:
+        raise WireError(f"{w}.partition: negative ({part})")
+    isr = expect_list(field(m, "isr", w), f"{w}.isr")
+    if len(isr) > BROKERS_MAX:
+        raise WireError(f"{w}.isr: at most {BROKERS_MAX} broker ids, got {len(isr)}")
+    return (
+        bid,
+        epoch,
+        TopicIdPartition(uuid.UUID(bytes=raw), part),
+        expect_int(field(m, "leader_epoch", w), f"{w}.leader_epoch"),
+        expect_int(field(m, "partition_epoch", w), f"{w}.partition_epoch"),
+        [expect_int(r, f"{w}.isr[{i}]") for i, r in enumerate(isr)],
+    )
+
+
+def enc_alter_partition_response(answer: PartitionInfo | Errors) -> dict[str, Any]:
+    if isinstance(answer, Errors):
+        return {"error": int(answer), "partition": None}
+    return {"error": 0, "partition": enc_partition(answer)}
+
+
+def dec_alter_partition_response(body: Any) -> PartitionInfo | Errors:
+    w = "alter_partition response"
+    m = expect_map(body, w)
+    err = _dec_error(m, w)
+    if err != Errors.NONE:
+        return err
+    return dec_partition(field(m, "partition", w), f"{w}.partition")
+
+
+# create_topics
+
+
+def enc_delete_topics(names: Iterable[str]) -> dict[str, Any]:
+    return {"topics": list(names)}
+
+
+def dec_delete_topics(body: Any) -> list[str]:
+    w = "delete_topics"
+    m = expect_map(body, w)
+    names = [expect_str(n, f"{w}.topics[{i}]") for i, n in enumerate(expect_list(field(m, "topics", w), f"{w}.topics"))]
+    if len(names) > TOPICS_PER_REQUEST_MAX:
+        raise WireError(f"{w}.topics: at most {TOPICS_PER_REQUEST_MAX}, got {len(names)}")
+    return names
+
+
+def enc_delete_topics_response(out: Mapping[str, uuid.UUID | Errors]) -> dict[str, Any]:
+    return {
+        "topics": [[name, int(a), None] if isinstance(a, Errors) else [name, 0, a.bytes] for name, a in out.items()]
+    }
+
+
+def dec_delete_topics_response(body: Any) -> dict[str, uuid.UUID | Errors]:
+    w = "delete_topics response"
+    m = expect_map(body, w)
+    out: dict[str, uuid.UUID | Errors] = {}
+    for i, item in enumerate(expect_list(field(m, "topics", w), f"{w}.topics")):
+        name, code, tid = expect_list(item, f"{w}.topics[{i}]", 3)
+        name = expect_str(name, f"{w}.topics[{i}].name")
+        code = expect_int(code, f"{w}.topics[{i}].error")
+        if code == 0:
+            raw = expect_bytes(tid, f"{w}.topics[{i}].topic_id")
+            if len(raw) != 16:
+                raise WireError(f"{w}.topics[{i}].topic_id: 16 bytes, got {len(raw)}")
+            out[name] = uuid.UUID(bytes=raw)
+        else:
+            try:
+                out[name] = Errors(code)
+            except ValueError:
+                out[name] = Errors.UNKNOWN_SERVER_ERROR
+    return out
+
+
+def enc_create_topics(topics: Mapping[str, tuple[int, int]]) -> dict[str, Any]:
+    return {"topics": [[name, partitions, rf] for name, (partitions, rf) in topics.items()]}
+
+
+def dec_create_topics(body: Any) -> list[tuple[str, int, int]]:
+    w = "create_topics"
+    items = expect_list(field(expect_map(body, w), "topics", w), f"{w}.topics")
+    if len(items) > TOPICS_PER_REQUEST_MAX:
+        raise WireError(f"{w}.topics: at most {TOPICS_PER_REQUEST_MAX} topics, got {len(items)}")
+    out = []
+    for i, it in enumerate(items):
+        name, partitions, rf = expect_list(it, f"{w}.topics[{i}]", 3)
+        out.append(
+            (
+                expect_str(name, f"{w}.topics[{i}].name"),
+                expect_int(partitions, f"{w}.topics[{i}].partitions"),
+                expect_int(rf, f"{w}.topics[{i}].replication_factor"),
+            )
+        )
+    return out
+
+
+def enc_create_topics_response(version: int, answers: Iterable[tuple[str, TopicInfo | Errors]]) -> dict[str, Any]:
+    return {
+        "version": version,
+        "topics": [[name, int(a), None] if isinstance(a, Errors) else [name, 0, enc_topic(a)] for name, a in answers],
+    }
+
+
+def dec_create_topics_response(body: Any) -> dict[str, TopicInfo | Errors]:
+    w = "create_topics response"
+    out: dict[str, TopicInfo | Errors] = {}
+    for i, item in enumerate(expect_list(field(expect_map(body, w), "topics", w), f"{w}.topics")):
+        what = f"{w}.topics[{i}]"
+        name, code, topic = expect_list(item, what, 3)
+        err = _dec_error({"error": code}, what)
+        out[expect_str(name, f"{what}.name")] = err if err != Errors.NONE else dec_topic(topic, f"{what}.topic")
+    return out

@@ -1,0 +1,246 @@
+"""The admin APIs of the Kafka front end: CreateTopics and DeleteTopics
+(through the controller, for a metadata source that has one), DeleteRecords
+(answered by each partition's leader) and DescribeConfigs (topic configs
+from this broker's store, broker configs from its own)."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import TopicIdPartition
+from partlog.kafka_front.group_coordinator import INTERNAL_TOPICS
+from partlog.kafka_front.handler import ApiHandlers, Session, kafka_error, to_error
+from partlog.kafka_front.port import BrokerPort
+
+# DescribeConfigs: Kafka's ConfigResource.Type and ConfigSource codes.
+_RESOURCE_TOPIC = 2
+_RESOURCE_BROKER = 4
+_SOURCE_STATIC = 4  # STATIC_BROKER_CONFIG
+_SOURCE_DEFAULT = 5  # DEFAULT_CONFIG
+
+
+def _config_type(value: str) -> int:
+    """Kafka's ConfigType code of a value: BOOLEAN 1, STRING 2, LONG 5."""
+    if value in ("true", "false"):
+        return 1
+    try:
+        int(value)
+    except ValueError:
+        return 2
+    return 5
+
+
+class AdminApis(ApiHandlers):
+    """``num_partitions`` and ``default_replication_factor``: what a topic
+    created without them gets (Kafka's num.partitions and
+    default.replication.factor); ``static_configs``: the broker configs
+    DescribeConfigs shows, by their Kafka names."""
+
+    def __init__(
+        self,
+        broker: BrokerPort,
+        *,
+        num_partitions: int,
+        default_replication_factor: int,
+        static_configs: Mapping[str, str],
+    ) -> None:
+        super().__init__(broker)
+        self.num_partitions = num_partitions
+        self.default_replication_factor = default_replication_factor
+        self.static_configs = dict(static_configs)
+
+    async def create(self, topics: Mapping[str, tuple[int, int]]) -> dict[str, Any]:
+        """Create ``{name: (partitions, replication_factor)}`` through the
+        controller; -1 means the default.  Per topic: the TopicInfo or the error."""
+        create = getattr(self.broker.metadata, "create_topics", None)
+        if create is None:
+            return dict.fromkeys(topics, Errors.INVALID_REQUEST)
+        live = len(self.broker.metadata.brokers())
+        shaped = {
+            n: (
+                self.num_partitions if p == -1 else p,
+                min(self.default_replication_factor, max(1, live)) if rf == -1 else rf,
+            )
+            for n, (p, rf) in topics.items()
+        }
+        answer: dict[str, Any] = await create(shaped)
+        return answer
+
+    async def create_topics(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        results = []
+        wanted: dict[str, tuple[int, int]] = {}
+        refused: dict[str, tuple[Errors, str]] = {}
+        named = Counter(t.name for t in body.topics)
+        for t in body.topics:
+            if named[t.name] > 1:
+                # As Kafka: a name given twice is refused, and not created.
+                refused[t.name] = (Errors.INVALID_REQUEST, "topic named twice in one request")
+            elif t.name in INTERNAL_TOPICS:
+                refused[t.name] = (Errors.INVALID_REQUEST, f"{t.name} is internal: the group coordinator makes it")
+            elif t.assignments:
+                refused[t.name] = (Errors.INVALID_REQUEST, "manual replica assignments are not supported")
+            elif t.configs:
+                refused[t.name] = (Errors.INVALID_CONFIG, "topic configs at creation are not supported yet")
+            else:
+                wanted[t.name] = (t.num_partitions, t.replication_factor)
+        if getattr(self.broker.metadata, "create_topics", None) is None:
+            for n in wanted:
+                refused[n] = (Errors.INVALID_REQUEST, "this cluster's topics come from its static cluster file")
+            wanted = {}
+        answers: dict[str, Any] = {}
+        if wanted and not getattr(body, "validate_only", False):
+            answers = await self.create(wanted)
+        for t in body.topics:
+            if t.name in refused:
+                err, msg = refused[t.name]
+                results.append(_created(t.name, err, msg))
+                continue
+            a = answers.get(t.name)
+            if a is None:  # validate_only
+                results.append(_created(t.name, Errors.NONE, None, partitions=t.num_partitions))
+            elif isinstance(a, Errors):
+                results.append(_created(t.name, a, f"{a.name.lower()}"))
+            else:
+                rf = len(a.partitions[0].replicas) if a.partitions else -1
+                results.append(_created(t.name, Errors.NONE, None, a.topic_id, a.num_partitions, rf))
+        return {"throttle_time": 0, "topics": results}
+
+    async def delete_topics(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        topics = self._topics_by_name()
+        by_id = {t.topic_id: t.name for t in topics.values()}
+        if req.api_version >= 6:
+            asked = [(t.name if t.name is not None else by_id.get(t.topic_id), t.topic_id) for t in body.topics]
+        else:
+            asked = [(n, None) for n in body.topic_names]
+        delete = getattr(self.broker.metadata, "delete_topics", None)
+        refused: dict[str, tuple[Errors, str]] = {}
+        wanted: list[str] = []
+        named = Counter(name for name, _ in asked)
+        for name, _ in asked:
+            if name is None or name not in topics:
+                continue
+            if named[name] > 1:
+                refused[name] = (Errors.INVALID_REQUEST, "topic named twice in one request")
+            elif name in INTERNAL_TOPICS:
+                refused[name] = (Errors.INVALID_REQUEST, f"{name} is an internal topic")
+            elif delete is None:
+                refused[name] = (Errors.INVALID_REQUEST, "this cluster's topics come from its static cluster file")
+            elif name not in wanted:
+                wanted.append(name)
+        answers: dict[str, Any] = await delete(wanted) if wanted and delete is not None else {}
+        out = []
+        for name, tid in asked:
+            row: dict[str, Any] = {"name": name, "topic_id": tid or uuid.UUID(int=0), "error_message": None}
+            if name is None or name not in topics:
+                row["error_code"] = int(
+                    Errors.UNKNOWN_TOPIC_ID if tid is not None else Errors.UNKNOWN_TOPIC_OR_PARTITION
+                )
+            elif name in refused:
+                err, why = refused[name]
+                row.update(error_code=int(err), error_message=why)
+            else:
+                a = answers.get(name)
+                if isinstance(a, uuid.UUID):
+                    row.update(error_code=0, topic_id=a)
+                else:
+                    err = a if isinstance(a, Errors) else Errors.UNKNOWN_SERVER_ERROR
+                    row.update(error_code=kafka_error(err))
+            out.append(row)
+        return {"throttle_time": 0, "responses": out}
+
+    async def delete_records(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        asked: list[tuple[str, int, TopicIdPartition | None, int]] = []
+        for t in body.topics:
+            for p in t.partitions:
+                asked.append((t.name, int(p.partition_index), self._tp(t.name, int(p.partition_index)),
+                              int(p.offset)))  # fmt: skip
+
+        def refusal(name: str, tp: TopicIdPartition | None, offset: int) -> Errors | None:
+            if tp is None:
+                return Errors.UNKNOWN_TOPIC_OR_PARTITION
+            if name in INTERNAL_TOPICS:
+                return Errors.INVALID_TOPIC_EXCEPTION  # as Kafka: not an internal topic's records
+            if offset < -1:
+                return Errors.OFFSET_OUT_OF_RANGE  # -1 alone means "the high watermark"
+            return None
+
+        items = [(tp, [offset]) for name, _, tp, offset in asked if tp is not None and not refusal(name, tp, offset)]
+        rows = iter(await self.broker.on_leaders("delete_records", items, [int(Errors.NOT_LEADER_OR_FOLLOWER), -1]))
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for name, index, tp, offset in asked:
+            refused = refusal(name, tp, offset)
+            if refused is not None:
+                part = {"partition_index": index, "low_watermark": -1, "error_code": int(refused)}
+            else:
+                err, low = next(rows)
+                part = {"partition_index": index, "low_watermark": low, "error_code": kafka_error(to_error(err))}
+            by_topic.setdefault(name, []).append(part)
+        return {"throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]}
+
+    async def describe_configs(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        results = []
+        topics = self._topics_by_name()
+        for r in body.resources:
+            rtype, name = int(r.resource_type), r.resource_name
+            base = {"resource_type": rtype, "resource_name": name, "error_message": None, "configs": []}
+            if rtype == _RESOURCE_TOPIC:
+                t = topics.get(name)
+                if t is None:
+                    results.append({**base, "error_code": int(Errors.UNKNOWN_TOPIC_OR_PARTITION)})
+                    continue
+                configs = {
+                    k: (v, _SOURCE_DEFAULT) for k, v in self.broker.topic_config(t.topic_id).to_configs().items()
+                }
+            elif rtype == _RESOURCE_BROKER:
+                if name not in ("", str(self.broker.broker_id)):
+                    results.append({**base, "error_code": int(Errors.INVALID_REQUEST),
+                                    "error_message": f"this is broker {self.broker.broker_id}"})  # fmt: skip
+                    continue
+                configs = {k: (v, _SOURCE_STATIC) for k, v in self._broker_configs().items()}
+            else:
+                why = f"resource type {rtype} is not served (2 topic, 4 broker)"
+                results.append({**base, "error_code": int(Errors.INVALID_REQUEST), "error_message": why})
+                continue
+            keys = r.configuration_keys
+            chosen = configs if keys is None else {k: configs[k] for k in keys if k in configs}
+            entries = [
+                {"name": k, "value": v, "read_only": True, "config_source": src, "is_sensitive": False,
+                 "synonyms": [], "config_type": _config_type(v), "documentation": None}
+                for k, (v, src) in sorted(chosen.items())
+            ]  # fmt: skip
+            results.append({**base, "error_code": 0, "configs": entries})
+        return {"throttle_time": 0, "results": results}
+
+    def _broker_configs(self) -> dict[str, str]:
+        return {
+            "broker.id": str(self.broker.broker_id),
+            "broker.rack": self.broker.az,
+            **self.static_configs,
+            "min.insync.replicas": str(self.broker.min_insync_replicas),
+        }
+
+
+def _created(
+    name: str,
+    error: Errors,
+    message: str | None,
+    topic_id: uuid.UUID | None = None,
+    partitions: int = -1,
+    replication_factor: int = -1,
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "topic_id": topic_id or uuid.UUID(int=0),
+        "error_code": int(error),
+        "error_message": message,
+        "num_partitions": partitions,
+        "replication_factor": replication_factor,
+        "configs": [],
+    }
+
+
+__all__ = ["AdminApis"]

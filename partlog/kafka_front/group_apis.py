@@ -1,0 +1,132 @@
+"""The consumer-group APIs of the Kafka front end: FindCoordinator,
+JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
+ListGroups and DescribeGroups, mapped onto this broker's
+:class:`partlog.kafka_front.group_coordinator.GroupCoordinator`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from partlog.kafka.errors import Errors
+from partlog.kafka_front.group_coordinator import GroupCoordinator
+from partlog.kafka_front.handler import ApiHandlers, Session, duration_ms
+from partlog.kafka_front.port import BrokerPort
+
+
+class GroupApis(ApiHandlers):
+    def __init__(self, broker: BrokerPort, groups: GroupCoordinator) -> None:
+        super().__init__(broker)
+        self.groups = groups
+
+    async def find_coordinator(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        keys = list(body.coordinator_keys) if req.api_version >= 4 else [body.key]
+        key_type = int(getattr(body, "key_type", 0))
+        found = []
+        for key in keys:
+            node: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_message": None}
+            if key_type != 0:
+                found.append({**node, "error_code": int(Errors.INVALID_REQUEST),
+                              "error_message": "only group coordinators (key type 0) are served"})  # fmt: skip
+                continue
+            error, broker_id = await self.groups.find_coordinator(key)
+            info = self.broker.metadata.broker(broker_id) if error == Errors.NONE else None
+            if info is None or not info.kafka_port:
+                found.append({**node, "error_code": int(Errors.COORDINATOR_NOT_AVAILABLE)})
+            else:
+                found.append({**node, "error_code": 0, "node_id": broker_id, "host": info.host,
+                              "port": info.kafka_port})  # fmt: skip
+        if req.api_version >= 4:
+            return {"throttle_time": 0, "coordinators": found}
+        return {"throttle_time": 0, **{k: v for k, v in found[0].items() if k != "key"}}
+
+    async def join_group(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        session_timeout_ms = duration_ms(body.session_timeout)
+        rebalance = getattr(body, "rebalance_timeout", None)
+        return await self.groups.join(
+            body.group_id,
+            body.member_id,
+            client_id=req.client_id or "",
+            client_host=session.peer.rsplit(":", 1)[0],
+            session_timeout_ms=session_timeout_ms,
+            rebalance_timeout_ms=duration_ms(rebalance) if rebalance is not None else session_timeout_ms,
+            protocol_type=body.protocol_type,
+            protocols=[(p.name, bytes(p.metadata)) for p in body.protocols],
+            group_instance_id=getattr(body, "group_instance_id", None),
+            require_known_member_id=req.api_version >= 4,
+        )
+
+    async def sync_group(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        assignments = {a.member_id: bytes(a.assignment) for a in body.assignments}
+        return await self.groups.sync(body.group_id, body.member_id, int(body.generation_id), assignments)
+
+    async def heartbeat(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        error = await self.groups.heartbeat(body.group_id, body.member_id, int(body.generation_id))
+        return {"throttle_time": 0, "error_code": int(error)}
+
+    async def leave_group(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        if req.api_version >= 3:
+            ids = [m.member_id for m in body.members]
+            error, each = await self.groups.leave(body.group_id, ids)
+            return {"throttle_time": 0, "error_code": int(error), "members": [
+                {"member_id": m.member_id, "group_instance_id": m.group_instance_id, "error_code": int(e)}
+                for m, e in zip(body.members, each, strict=True)
+            ]}  # fmt: skip
+        error, results = await self.groups.leave(body.group_id, [body.member_id])
+        return {"throttle_time": 0, "error_code": int(error if error != Errors.NONE else results[0]), "members": []}
+
+    async def offset_commit(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        generation = int(getattr(body, "generation_id_or_member_epoch", getattr(body, "generation_id", -1)))
+        wanted: dict[tuple[str, int], tuple[int, int, str | None]] = {}
+        for t in body.topics:
+            for p in t.partitions:
+                wanted[(t.name, int(p.partition_index))] = (
+                    int(p.committed_offset),
+                    int(getattr(p, "committed_leader_epoch", -1)),
+                    p.committed_metadata,
+                )
+        answers = await self.groups.commit_offsets(body.group_id, body.member_id or "", generation, wanted)
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (name, p), e in answers.items():
+            by_topic.setdefault(name, []).append({"partition_index": p, "error_code": int(e)})
+        return {"throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]}
+
+    async def offset_fetch(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        wanted = None
+        if body.topics is not None:
+            wanted = [(t.name, int(p)) for t in body.topics for p in t.partition_indexes]
+        error, found = await self.groups.fetch_offsets(body.group_id, wanted)
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (name, p), c in found.items():
+            by_topic.setdefault(name, []).append(
+                {
+                    "partition_index": p,
+                    "committed_offset": c.offset if c is not None else -1,
+                    "committed_leader_epoch": c.leader_epoch if c is not None else -1,
+                    "metadata": c.metadata if c is not None else "",
+                    "error_code": 0,
+                }
+            )
+        if error != Errors.NONE and req.api_version < 2 and wanted is not None:
+            # v0-v1 have no top-level error: each partition carries it.
+            by_topic = {}
+            for name, p in wanted:
+                by_topic.setdefault(name, []).append({"partition_index": p, "committed_offset": -1, "metadata": "",
+                                                      "error_code": int(error)})  # fmt: skip
+        topics = [{"name": n, "partitions": ps} for n, ps in by_topic.items()]
+        return {"throttle_time": 0, "topics": topics, "error_code": int(error)}
+
+    async def list_groups(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        states = {s.lower() for s in getattr(body, "states_filter", ())}
+        groups = [
+            {"group_id": g, "protocol_type": pt, "group_state": st}
+            for g, pt, st in self.groups.groups_here()
+            if not states or st.lower() in states
+        ]
+        return {"throttle_time": 0, "error_code": 0, "groups": groups}
+
+    async def describe_groups(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        return {"throttle_time": 0, "groups": [await self.groups.describe(g) for g in body.groups]}
+
+
+__all__ = ["GroupApis"]

@@ -1,0 +1,127 @@
+"""What the Kafka front end needs of its broker: :class:`BrokerPort`.
+
+The front end (the listener, the APIs, the group coordinator) speaks Kafka's
+protocol and maps it onto this port; it never sees the broker's store,
+replica manager or config.  :class:`partlog.broker.server.Broker` implements
+it, and :mod:`partlog.node` hands a broker to its listener, so this package
+imports nothing from :mod:`partlog.broker` and a test can serve the front end
+from a fake.
+
+Reads of a partition's log (offsets, epochs) are of this broker's replica;
+they answer for partitions it holds a replica of (``serves``) and are only
+asked for those.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from partlog.controller.cluster_meta import MetadataSource
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import FindBatchRequest, ListOffsetsRequest, TopicIdPartition
+from partlog.kafka.topic_config import TopicConfig
+from partlog.produce.pipeline import BatchResult
+from partlog.runtime import Clock, Entropy
+
+
+class BrokerPort(Protocol):
+    """One broker, as its Kafka listener sees it."""
+
+    @property
+    def broker_id(self) -> int: ...
+
+    @property
+    def clock(self) -> Clock:
+        """The broker's clock: the front's deadlines and group timers run on it."""
+        ...
+
+    @property
+    def entropy(self) -> Entropy:
+        """The broker's entropy: group member ids."""
+        ...
+
+    @property
+    def az(self) -> str:
+        """This broker's AZ (Kafka's broker.rack)."""
+        ...
+
+    @property
+    def min_insync_replicas(self) -> int: ...
+
+    @property
+    def metadata(self) -> MetadataSource:
+        """The cluster metadata now (a new source when it is replaced)."""
+        ...
+
+    @property
+    def topic_index(self) -> Mapping[str, tuple[uuid.UUID, int]]:
+        """Topics by name: (topic id, partitions), rebuilt when the metadata
+        changes, not per request."""
+        ...
+
+    async def produce(
+        self, batches: Sequence[tuple[TopicIdPartition, bytes]], *, acks: int, timeout_ms: int
+    ) -> list[BatchResult]:
+        """Produce to any partition (through this broker's WAL buffer)."""
+        ...
+
+    async def fetch(
+        self, reqs: list[FindBatchRequest], *, max_wait_ms: int, min_bytes: int, max_bytes: int
+    ) -> dict[str, Any]:
+        """Read partitions this broker holds a replica of, with long-poll:
+        ``{"partitions": [[error, hwm, log start, records, message], ...]}``."""
+        ...
+
+    async def fetch_routed(
+        self, reqs: list[FindBatchRequest], *, max_wait_ms: int, min_bytes: int, max_bytes: int, az: str | None = None
+    ) -> list[list[Any]]:
+        """``fetch`` for any partition, read here or from a replica in ``az``
+        (or the leader): one [error, hwm, log start, records, message] per request."""
+        ...
+
+    async def list_offsets_routed(self, reqs: list[ListOffsetsRequest]) -> list[tuple[Errors, int, int]]:
+        """ListOffsets answered by each partition's leader: (error, timestamp, offset)."""
+        ...
+
+    async def on_leaders(
+        self, method: str, items: list[tuple[TopicIdPartition, list[Any]]], failed: list[Any]
+    ) -> list[list[Any]]:
+        """Ask each partition's leader the broker RPC ``method``: one answer
+        row per item, ``failed`` where the leader is unknown or unreachable."""
+        ...
+
+    async def init_producer_id(self) -> int | None:
+        """A new producer id, or None when none can be had now (retriable)."""
+        ...
+
+    def topic_config(self, topic_id: uuid.UUID) -> TopicConfig: ...
+
+    def serves(self, tp: TopicIdPartition) -> bool:
+        """This broker holds a replica of ``tp`` (leader or follower)."""
+        ...
+
+    def leader_epoch(self, tp: TopicIdPartition) -> int | None:
+        """``tp``'s leader epoch when this broker leads it, else None."""
+        ...
+
+    def leader_epoch_cache(self, tp: TopicIdPartition) -> list[tuple[int, int]]:
+        """(epoch, start offset) of this replica's log, oldest first."""
+        ...
+
+    def log_start_offset(self, tp: TopicIdPartition) -> int: ...
+
+    def log_end_offset(self, tp: TopicIdPartition) -> int: ...
+
+    def high_watermark(self, tp: TopicIdPartition) -> int: ...
+
+    def new_data(self) -> asyncio.Event:
+        """An event set the next time entries become visible on this broker
+        (a commit landed, a high watermark moved); take it before reading
+        what it guards, then wait."""
+        ...
+
+
+__all__ = ["BrokerPort"]

@@ -1,0 +1,113 @@
+"""A broker node: the composition root that puts a broker and its Kafka
+listener together.
+
+:mod:`partlog.broker` knows nothing of Kafka's protocol, and
+:mod:`partlog.kafka_front` knows the broker only through its port
+(:class:`partlog.kafka_front.port.BrokerPort`, which :class:`Broker`
+implements).  A :class:`BrokerNode` builds the :class:`Broker` (with its
+Prometheus registry, :class:`partlog.broker.metrics.BrokerMetrics`), then,
+when its config asks for one, a :class:`KafkaListener` serving that broker,
+whose metrics go into the same registry (one ``/metrics`` for both).
+
+Order: ``listen`` binds the broker's RPC port, then the Kafka port; a Kafka
+port that cannot be bound gives the RPC port back, so a node that fails to
+listen holds no port.  ``stop`` closes the Kafka listener first (its
+requests go through the broker), then the broker.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from partlog.broker.server import Broker, BrokerConfig
+from partlog.controller.cluster_meta import MetadataSource
+from partlog.kafka_front.apis import FrontConfig
+from partlog.kafka_front.server import KafkaListener, ListenerLimits
+from partlog.runtime import SYSTEM_CLOCK, SYSTEM_ENTROPY, Clock, Entropy
+from partlog.wal.objectstore import ObjectStore
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """A broker's config and its Kafka listener's."""
+
+    broker: BrokerConfig
+    # The Kafka listener, on ``broker.host``: None for none, 0 for any free
+    # port (``BrokerNode.kafka_port`` tells which).
+    kafka_port: int | None = None
+    kafka: FrontConfig = field(default_factory=FrontConfig)
+    kafka_limits: ListenerLimits = field(default_factory=ListenerLimits)
+
+
+class BrokerNode:
+    """One broker and its Kafka listener.  ``await start()`` (or ``listen()``
+    first, to hold the ports before registering), ``await stop()``.
+
+    ``make_broker`` builds the broker from ``(config.broker, metadata,
+    objects, clock=clock, entropy=entropy)``: :class:`Broker`, or a subclass
+    of it; the Kafka listener runs on the broker's clock and entropy."""
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        metadata: MetadataSource,
+        objects: ObjectStore,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        entropy: Entropy = SYSTEM_ENTROPY,
+        make_broker: Callable[..., Broker] = Broker,
+    ) -> None:
+        self.config = config
+        self.broker = make_broker(config.broker, metadata, objects, clock=clock, entropy=entropy)
+        self.kafka: KafkaListener | None = None
+
+    @property
+    def port(self) -> int:
+        """The broker RPC port (0 until ``listen``)."""
+        return self.broker.port
+
+    @property
+    def kafka_port(self) -> int:
+        """The Kafka listener's port (0: none)."""
+        return self.kafka.port if self.kafka is not None else 0
+
+    @property
+    def cluster_id(self) -> uuid.UUID | None:
+        return self.broker.cluster_id
+
+    async def listen(self) -> None:
+        """Bind the RPC port, then the Kafka port (``start`` does it when
+        not done yet); an OSError names the port that failed."""
+        await self.broker.listen()
+        if self.config.kafka_port is None or self.kafka is not None:
+            return
+        host = self.config.broker.host
+        kafka = KafkaListener(
+            self.broker,
+            host=host,
+            port=self.config.kafka_port,
+            config=self.config.kafka,
+            limits=self.config.kafka_limits,
+            registry=self.broker.metrics.registry,
+        )
+        try:
+            await kafka.start()
+        except OSError as e:
+            await self.broker.unlisten()
+            raise OSError(e.errno, f"Kafka port {host}:{self.config.kafka_port}: {e.strerror}") from e
+        self.kafka = kafka
+
+    async def start(self) -> None:
+        await self.listen()
+        await self.broker.start()
+
+    async def stop(self) -> None:
+        """Stop the Kafka listener, then the broker (see ``Broker.stop``)."""
+        if self.kafka is not None:
+            await self.kafka.close()
+        await self.broker.stop()
+
+
+__all__ = ["BrokerNode", "NodeConfig"]

@@ -1,0 +1,67 @@
+"""Replication's settings: :class:`ReplicationConfig`, its defaults, and the
+named limits the replica manager and the follower fetchers work under.
+
+Defaults are Kafka's broker settings of the same meaning
+(``replica.fetch.wait.max.ms``, ``replica.fetch.backoff.ms``,
+``min.insync.replicas``, ``replica.lag.time.max.ms``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from partlog.replication.replica_state import REPLICA_LAG_TIME_MAX_MS_DEFAULT
+
+# Kafka's replica.fetch.wait.max.ms and replica.fetch.backoff.ms defaults.
+REPLICA_FETCH_WAIT_MAX_MS_DEFAULT = 500
+REPLICA_FETCH_BACKOFF_MS_DEFAULT = 1000
+# Entries per partition per fetch (each ~110 bytes on the wire): bounds the
+# response of a follower far behind, like replica.fetch.max.bytes.
+REPLICA_FETCH_ENTRIES_MAX_DEFAULT = 4096
+# A leader never waits longer than this on one parked fetch.
+REPLICA_FETCH_WAIT_MS_MAX = 30_000
+# Partitions one replica fetch may name.
+REPLICA_FETCH_PARTITIONS_MAX = 100_000
+# How often the leader reconsiders the ISR (lagging followers), and how long
+# it waits after the controller refused or did not answer a change.
+ISR_CHECK_INTERVAL_MS = 250
+ALTER_PARTITION_BACKOFF_MS = 500
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationConfig:
+    replica_lag_time_max_ms: int = REPLICA_LAG_TIME_MAX_MS_DEFAULT
+    replica_fetch_wait_max_ms: int = REPLICA_FETCH_WAIT_MAX_MS_DEFAULT
+    replica_fetch_backoff_ms: int = REPLICA_FETCH_BACKOFF_MS_DEFAULT
+    replica_fetch_entries_max: int = REPLICA_FETCH_ENTRIES_MAX_DEFAULT
+    # Kafka's broker-level min.insync.replicas (default 1).
+    min_insync_replicas: int = 1
+    # Send the follower's HWM in fetches (KIP-1166); off only to measure it.
+    fetch_sends_high_watermark: bool = True
+
+    def __post_init__(self) -> None:
+        for name in (
+            "replica_lag_time_max_ms",
+            "replica_fetch_backoff_ms",
+            "replica_fetch_entries_max",
+            "min_insync_replicas",
+        ):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"ReplicationConfig.{name} must be > 0, got {getattr(self, name)}")
+        if not 0 <= self.replica_fetch_wait_max_ms <= REPLICA_FETCH_WAIT_MS_MAX:
+            raise ValueError(
+                f"ReplicationConfig.replica_fetch_wait_max_ms must be in [0, {REPLICA_FETCH_WAIT_MS_MAX}], "
+                f"got {self.replica_fetch_wait_max_ms}"
+            )
+
+
+__all__ = [
+    "ALTER_PARTITION_BACKOFF_MS",
+    "ISR_CHECK_INTERVAL_MS",
+    "REPLICA_FETCH_BACKOFF_MS_DEFAULT",
+    "REPLICA_FETCH_ENTRIES_MAX_DEFAULT",
+    "REPLICA_FETCH_PARTITIONS_MAX",
+    "REPLICA_FETCH_WAIT_MAX_MS_DEFAULT",
+    "REPLICA_FETCH_WAIT_MS_MAX",
+    "ReplicationConfig",
+]

@@ -1,0 +1,223 @@
+"""The follower side of replication, as Kafka's ``ReplicaFetcherManager`` and
+``ReplicaFetcherThread``: :class:`ReplicaFetchers`.
+
+One fetcher task per leader broker fetches all partitions this broker
+follows from that leader in one request (a fetch session per broker pair);
+it appends entries, follows the leader's HWM and log start, and truncates a
+divergent suffix (``partlog.kafka.leader_epochs``).  The replica manager
+(``partlog.replication.manager``) decides the roles and starts the fetchers
+after each metadata change; a fetch's answer is applied under its roles
+lock, to the partitions still followed from that leader at that epoch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+
+from partlog.controller.cluster_meta import NO_LEADER
+from partlog.kafka.errors import Errors
+from partlog.kafka.leader_epochs import UNDEFINED_EPOCH, EpochEndOffset, truncation_offset
+from partlog.kafka.records import TopicIdPartition
+from partlog.replication.config import REPLICA_FETCH_WAIT_MS_MAX, ReplicationConfig
+from partlog.replication.partition import FollowedPartition
+from partlog.replication.stats import ReplicationStats
+from partlog.rpc.client import RpcClient, RpcConnectionError, RpcRemoteError, RpcTimeoutError
+from partlog.rpc.wire import (
+    NO_DIVERGENCE,
+    ReplicaFetchPartition,
+    ReplicaFetchResult,
+    WireError,
+    dec_replica_fetch_response,
+    enc_replica_fetch,
+)
+from partlog.store import MetadataStore, StoreError
+
+log = logging.getLogger(__name__)
+
+
+class ReplicaFetchers:
+    """The fetcher tasks of one broker, one per leader it follows.
+
+    ``following`` is the replica manager's map of followed partitions (read
+    here, changed only by the manager under ``roles``); ``client(broker_id)``
+    returns a connected RPC client, ``drop_client(broker_id)`` discards a
+    broken one; ``on_data()`` is called when a fetch moved an HWM or a log;
+    ``metadata_changed()`` is the event the next metadata change sets."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        store: MetadataStore,
+        config: ReplicationConfig,
+        stats: ReplicationStats,
+        following: Mapping[TopicIdPartition, FollowedPartition],
+        roles: asyncio.Lock,
+        *,
+        client: Callable[[int], Awaitable[RpcClient]],
+        drop_client: Callable[[int], Awaitable[None]],
+        on_data: Callable[[], None],
+        metadata_changed: Callable[[], asyncio.Event],
+    ) -> None:
+        self.broker_id = broker_id
+        self.store = store
+        self.config = config
+        self.stats = stats
+        self._following = following
+        self._roles = roles
+        self._client = client
+        self._drop_client = drop_client
+        self._on_data = on_data
+        self._metadata_changed = metadata_changed
+        self._fetchers: dict[int, asyncio.Task[None]] = {}
+        # Set by the manager's stop(): fetch loops end at their next turn.
+        self.stopping = False
+
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """The fetcher tasks running now (to cancel them)."""
+        return list(self._fetchers.values())
+
+    def start(self) -> None:
+        """A fetcher for every leader a followed partition names, unless one runs."""
+        leaders = {f.leader for f in self._following.values() if f.leader != NO_LEADER}
+        for leader in leaders:
+            task = self._fetchers.get(leader)
+            if task is None or task.done():
+                self._fetchers[leader] = asyncio.ensure_future(self._fetch_loop(leader))
+
+    async def _fetch_loop(self, leader: int) -> None:
+        cfg = self.config
+        backoff = cfg.replica_fetch_backoff_ms / 1000
+        while not self.stopping:
+            followed = {tp: f for tp, f in self._following.items() if f.leader == leader}
+            if not followed:
+                break
+            try:
+                parts = await asyncio.to_thread(self._fetch_request, followed)
+            except (StoreError, KeyError) as e:
+                log.warning("broker %d: cannot build a fetch from %d: %s", self.broker_id, leader, e)
+                await self._pause(backoff)
+                continue
+            body = enc_replica_fetch(
+                self.broker_id, cfg.replica_fetch_wait_max_ms, cfg.replica_fetch_entries_max, parts
+            )
+            self.stats.replica_fetches_sent += 1
+            try:
+                client = await self._client(leader)
+                raw = await client.call(
+                    "replica_fetch", body, timeout_ms=cfg.replica_fetch_wait_max_ms + REPLICA_FETCH_WAIT_MS_MAX
+                )
+                results = dec_replica_fetch_response(raw, len(parts))
+            except (RpcConnectionError, OSError, RpcTimeoutError) as e:
+                self.stats.replica_fetch_errors += 1
+                log.debug("broker %d: fetch from %d failed: %s", self.broker_id, leader, e)
+                await self._drop_client(leader)
+                await self._pause(backoff)
+                continue
+            except (RpcRemoteError, WireError) as e:
+                self.stats.replica_fetch_errors += 1
+                log.warning("broker %d: fetch from %d refused: %s", self.broker_id, leader, e)
+                await self._pause(backoff)
+                continue
+            async with self._roles:
+                # Apply only to partitions still followed from this leader at
+                # the epoch the fetch named (a role change may have come in).
+                current = [
+                    (p, r)
+                    for p, r in zip(parts, results, strict=True)
+                    if (f := self._following.get(p.topic_id_partition)) is not None
+                    and f.leader == leader
+                    and f.leader_epoch == p.current_leader_epoch
+                ]
+                try:
+                    moved, stale = await asyncio.to_thread(self._apply_fetch, current)
+                except (StoreError, KeyError, ValueError) as e:
+                    log.error("broker %d: applying a fetch from %d failed: %s", self.broker_id, leader, e)
+                    moved, stale = False, True
+            if moved:
+                self._on_data()
+            if stale:
+                # Our metadata is behind the leader's (or the leader's behind
+                # ours): wait for it instead of spinning.
+                await self._pause(min(backoff, 0.1))
+        if self._fetchers.get(leader) is asyncio.current_task():
+            del self._fetchers[leader]
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep, but wake early when the metadata changes (a leader's address
+        or epoch became known)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._metadata_changed().wait()
+
+    def _fetch_request(self, followed: dict[TopicIdPartition, FollowedPartition]) -> list[ReplicaFetchPartition]:
+        parts = []
+        for tp, f in followed.items():
+            cache = self.store.leader_epoch_cache(tp)
+            hwm = self.store.high_watermark(tp) if self.config.fetch_sends_high_watermark else -1
+            parts.append(
+                ReplicaFetchPartition(
+                    tp,
+                    f.leader_epoch,
+                    self.store.log_end_offset(tp),
+                    cache[-1][0] if cache else UNDEFINED_EPOCH,
+                    hwm,
+                    self.store.log_start_offset(tp),
+                )
+            )
+        return parts
+
+    def _apply_fetch(self, items: list[tuple[ReplicaFetchPartition, ReplicaFetchResult]]) -> tuple[bool, bool]:
+        """Append, truncate or reset (a worker thread).  Returns (an HWM or
+        log moved, some partition answered a metadata error)."""
+        moved = stale = False
+        for p, r in items:
+            tp = p.topic_id_partition
+            if r.error == Errors.NONE and r.diverging_epoch != NO_DIVERGENCE:
+                leo = self.store.log_end_offset(tp)
+                offset, _final = truncation_offset(
+                    self.store.leader_epoch_cache(tp),
+                    leo,
+                    self.store.high_watermark(tp),
+                    EpochEndOffset(r.diverging_epoch, r.diverging_end_offset),
+                )
+                removed = self.store.truncate_to(tp, offset)
+                self.stats.truncations += 1
+                self.stats.entries_truncated += removed
+                log.info(
+                    "broker %d: truncated %s to %d (%d entries) after divergence at epoch %d",
+                    self.broker_id,
+                    tp,
+                    offset,
+                    removed,
+                    r.diverging_epoch,
+                )
+                moved = True
+            elif r.error == Errors.NONE:
+                before = self.store.high_watermark(tp)
+                if r.entries or r.high_watermark > before or r.log_start_offset > 0:
+                    self.store.append_replicated(
+                        tp,
+                        list(r.entries),
+                        leader_high_watermark=r.high_watermark,
+                        leader_log_start_offset=r.log_start_offset,
+                    )
+                    self.stats.entries_replicated += len(r.entries)
+                    moved = moved or self.store.high_watermark(tp) > before
+            elif r.error == Errors.OFFSET_OUT_OF_RANGE:
+                leo = self.store.log_end_offset(tp)
+                if leo > r.log_end_offset >= 0:
+                    removed = self.store.truncate_to(tp, r.log_end_offset)
+                    self.stats.truncations += 1
+                    self.stats.entries_truncated += removed
+                elif leo < r.log_start_offset:
+                    self.store.reset_to(tp, r.log_start_offset)
+                moved = True
+            else:
+                stale = True
+        return moved, stale
+
+
+__all__ = ["ReplicaFetchers"]

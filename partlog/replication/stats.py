@@ -1,0 +1,27 @@
+"""Replication's counters: :class:`ReplicationStats`, one per broker
+(``ReplicaManager.stats``), bumped by the leader side, the follower fetchers
+and the acks=all waits, read by the broker's metrics and the cluster tools."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class ReplicationStats:
+    became_leader: int = 0
+    became_follower: int = 0
+    truncations: int = 0
+    entries_truncated: int = 0
+    entries_replicated: int = 0
+    replica_fetches_served: int = 0
+    replica_fetches_parked: int = 0
+    replica_fetches_sent: int = 0
+    replica_fetch_errors: int = 0
+    isr_shrinks: int = 0
+    isr_expands: int = 0
+    alter_partition_failures: int = 0
+    acks_all_failed: int = 0
+
+
+__all__ = ["ReplicationStats"]

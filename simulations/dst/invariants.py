@@ -1,0 +1,322 @@
+"""The simulation's state checker: each invariant a function over a
+read-only view of the cluster (:class:`ClusterView`), what the checks
+have observed so far (:class:`Observed`), and the run's journal, where a
+broken invariant is recorded and ends the run.
+
+Checked as events happen and at the end:
+
+* no WAL object is deleted while any broker's store, leader or follower,
+  references it (checked inside DeleteObjects, before the delete:
+  :func:`check_delete`), and none is referenced afterwards;
+* each broker's file-reference index equals a recount from its log
+  (``MetadataStore.check``, periodically and at the end);
+* the controller's leader epochs never go backwards, and a partition has
+  one leader per epoch;
+* a leader's high watermark never goes backwards within its epoch, never
+  passes an ISR member's log end, and its log start never passes it;
+* every record acknowledged with acks=all is read back at the offset its
+  acknowledgement gave (unless DeleteRecords or retention removed it); an
+  idempotent producer's exactly once, and one producer's records to one
+  partition in the order they were sent (:func:`check_acknowledged`,
+  :func:`check_exactly_once_in_order`);
+* liveness: once faults stop, orphans past the age gate are deleted within
+  a few walmgr cycles (:func:`check_orphans_deleted`).
+
+The checks read the stores and the controller's snapshot; they change
+nothing in the cluster.  The workload checks what it can as answers come
+(:mod:`simulations.dst.workload`: no offset acknowledged twice, no gap
+in what a reader reads).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from partlog.broker.server import Broker
+from partlog.controller.cluster_meta import PartitionInfo
+from partlog.controller.server import ControllerServer
+from partlog.kafka.records import TopicIdPartition
+from partlog.store import MetadataStore, StoreError
+from simulations.dst.config import COMMIT_DEADLINE_MS, GRACE_MS, MAX_CLOCK_SKEW_MS, WALMGR_CYCLE_MS
+from simulations.dst.journal import Journal
+from simulations.dst.runtime import VirtualLoop
+from simulations.dst.store import SimObjectStore
+from simulations.dst.workload import Ledger
+from walmgr.daemon import Walmgr
+
+
+class ClusterView(Protocol):
+    """What the checks read of :class:`simulations.dst.cluster.Cluster`."""
+
+    @property
+    def loop(self) -> VirtualLoop: ...
+    @property
+    def controller(self) -> ControllerServer | None: ...
+    @property
+    def brokers(self) -> Mapping[int, Broker]: ...
+    @property
+    def partitions(self) -> Sequence[TopicIdPartition]: ...
+    @property
+    def objects(self) -> SimObjectStore: ...
+    @property
+    def walmgr(self) -> Walmgr | None: ...
+    @property
+    def walmgr_task(self) -> asyncio.Task[Any] | None: ...
+    def stores(self) -> Iterator[tuple[int, MetadataStore, bool]]: ...
+
+
+@dataclass
+class Observed:
+    """What the checks have seen so far (to compare the next look with)."""
+
+    # Controller epochs seen per partition: leader epoch -> leader.
+    epoch_leaders: dict[TopicIdPartition, dict[int, int]] = field(default_factory=dict)
+    max_epoch: dict[TopicIdPartition, int] = field(default_factory=dict)
+    hwm_seen: dict[tuple[int, TopicIdPartition, int], int] = field(default_factory=dict)
+    # The controller's last decision per partition (kept while it is down:
+    # nothing changes leaders or ISRs then).
+    partition_info: dict[TopicIdPartition, PartitionInfo] = field(default_factory=dict)
+    # Deleted keys a stale replica's divergent tail still references
+    # (reported once, as events): broker -> keys.
+    stale_references: dict[int, set[str]] = field(default_factory=dict)
+
+    def forget_hwms(self, bid: int) -> None:
+        """A broker lost its unsynced writes: its HWMs may be back where
+        they were (the monotonic-HWM invariant is for a leader within its
+        epoch, and it leads no more)."""
+        for key in [key for key in self.hwm_seen if key[0] == bid]:
+            del self.hwm_seen[key]
+
+
+def check_controller(cluster: ClusterView, observed: Observed, journal: Journal) -> None:
+    """Leader epochs never go back, one leader per epoch; remembers the
+    controller's decisions (the other checks judge by them)."""
+    if cluster.controller is None or cluster.controller._controller is None:
+        return
+    for t in cluster.controller.controller.snapshot().topics:
+        for p, info in enumerate(t.partitions):
+            tp = TopicIdPartition(t.topic_id, p)
+            if info.leader_epoch < observed.max_epoch.get(tp, -1):
+                journal.violated(f"{tp}: leader epoch went back from {observed.max_epoch[tp]} to {info.leader_epoch}")
+            observed.max_epoch[tp] = info.leader_epoch
+            observed.partition_info[tp] = info
+            seen = observed.epoch_leaders.setdefault(tp, {})
+            if seen.setdefault(info.leader_epoch, info.leader) != info.leader:
+                journal.violated(
+                    f"{tp}: two leaders at epoch {info.leader_epoch}: {seen[info.leader_epoch]}, {info.leader}"
+                )
+
+
+def check_delete(cluster: ClusterView, observed: Observed, journal: Journal, keys: Any) -> None:
+    """Before a DeleteObjects: no key may be referenced by the log of a
+    replica that is, or can become, authoritative for its partition:
+    the leader or an ISR member as the controller last decided (its
+    tail above the HWM included: an ISR member can be elected with it).
+    A stale replica outside the ISR (a zombie leader, a follower that
+    fell out) may still hold a divergent tail that references the key:
+    it truncates that tail before it can lead or rejoin the ISR, so it
+    is reported as an event, not a violation (design.md)."""
+    wanted = set(keys)
+    check_controller(cluster, observed, journal)  # the controller's decisions as of now
+    for bid, store, crashed in cluster.stores():
+        held = store.referenced_files(wanted)
+        if not held:
+            continue
+        for tp, offset, key in _references(cluster.partitions, store, held):
+            info = observed.partition_info.get(tp)
+            authoritative = info is None or bid == info.leader or bid in info.isr
+            where = f"{tp} offset {offset} on broker {bid}{' (crashed)' if crashed else ''}"
+            if authoritative:
+                role = "leader" if info is not None and bid == info.leader else "ISR member"
+                journal.violated(f"walmgr deleted {key} while it is referenced at {where}, the partition's {role}")
+            journal.event(f"deleted {key} still referenced by a stale replica's divergent tail: {where}")
+            observed.stale_references.setdefault(bid, set()).add(key)
+
+
+def _references(
+    partitions: Sequence[TopicIdPartition], store: MetadataStore, keys: set[str]
+) -> Iterator[tuple[TopicIdPartition, int, str]]:
+    """(partition, offset, key) for every entry of ``store`` referencing one of ``keys``."""
+    for tp in partitions:
+        try:
+            start = store.partition_state(tp)["log_start_offset"]
+            entries = store.read_log(tp, start, 1 << 40).entries
+        except (KeyError, StoreError):
+            continue
+        for e in entries:
+            if e.object_key in keys:
+                yield tp, int.from_bytes(e.header[:8], "big", signed=True), e.object_key
+
+
+def check_hwms(cluster: ClusterView, observed: Observed, journal: Journal) -> None:
+    """A leader's HWM never goes back within its epoch, never passes an
+    ISR member's log end, and its log start never passes it."""
+    for bid, broker in cluster.brokers.items():
+        if broker.store._closed:
+            continue
+        for tp in cluster.partitions:
+            epoch = broker.replicas.leader_epoch(tp)
+            if epoch is None or epoch < 0:
+                continue
+            try:
+                state = broker.store.partition_state(tp)
+            except (StoreError, KeyError):
+                continue
+            hwm = int(state["high_watermark"])
+            key = (bid, tp, epoch)
+            if hwm < observed.hwm_seen.get(key, -1):
+                journal.violated(
+                    f"broker {bid} {tp} epoch {epoch}: HWM went back from {observed.hwm_seen[key]} to {hwm}"
+                )
+            observed.hwm_seen[key] = hwm
+            # The HWM never passes what an ISR member holds: every member
+            # of the controller's ISR (the live ones) has the committed
+            # entries, so any of them can be elected without losing one.
+            info = observed.partition_info.get(tp)
+            if info is None or info.leader != bid or info.leader_epoch != epoch:
+                continue
+            # On a leader, retention and DeleteRecords stop at the HWM
+            # (Kafka: the log start never passes it); past it they would
+            # remove entries not yet committed, acknowledged a moment later.
+            if state["log_start_offset"] > hwm:
+                journal.violated(f"broker {bid} {tp}: log start {state['log_start_offset']} passes the HWM {hwm}")
+            for m in info.isr:
+                member = cluster.brokers.get(m)
+                if m == bid or member is None or member.store._closed:
+                    continue
+                try:
+                    leo = member.store.log_end_offset(tp)
+                except (StoreError, KeyError):
+                    continue
+                if leo < hwm:
+                    journal.violated(
+                        f"{tp}: leader {bid}'s HWM {hwm} (epoch {epoch}) passes ISR member {m}'s log end {leo}"
+                    )
+
+
+def check_stores(cluster: ClusterView, journal: Journal) -> None:
+    """Each broker's file-reference index equals a recount of its log."""
+    for bid, store, _ in cluster.stores():
+        problems = store.check()
+        if problems:
+            journal.violated(f"broker {bid} store: {problems[:3]}")
+
+
+def check_no_new_references(cluster: ClusterView, observed: Observed, journal: Journal) -> None:
+    """After walmgr deleted an object, no leader or ISR member may gain
+    a reference to it (a commit that came after the gate passed)."""
+    gone = set(cluster.objects.deleted)
+    if not gone:
+        return
+    for bid, broker in sorted(cluster.brokers.items()):
+        if broker.store._closed:
+            continue
+        held = broker.store.referenced_files(gone) - observed.stale_references.get(bid, set())
+        if not held:
+            continue
+        for tp, offset, key in _references(cluster.partitions, broker.store, held):
+            info = observed.partition_info.get(tp)
+            if info is None or bid == info.leader or bid in info.isr:
+                journal.violated(f"{tp} offset {offset} on broker {bid} references {key}, deleted by walmgr")
+            observed.stale_references.setdefault(bid, set()).add(key)
+
+
+async def check_periodically(cluster: ClusterView, observed: Observed, journal: Journal) -> None:
+    """The checker's loop: every 0.5 virtual s, and the stores every 10 s."""
+    n = 0
+    while True:
+        await asyncio.sleep(0.5)
+        check_controller(cluster, observed, journal)
+        check_no_new_references(cluster, observed, journal)
+        check_hwms(cluster, observed, journal)
+        n += 1
+        if n % 20 == 0:
+            check_stores(cluster, journal)
+
+
+# What the verifier read back: (partition, offset) -> value.
+Read = dict[tuple[TopicIdPartition, int], bytes]
+
+
+def check_acknowledged(ledger: Ledger, read: Read, start: Mapping[TopicIdPartition, int], journal: Journal) -> None:
+    """Every acks=all acknowledgement at or above its partition's log
+    start (``start``: where DeleteRecords and retention left it) is read
+    back at its offset."""
+    for where, value in ledger.acked.items():
+        if where[1] < start.get(where[0], 0):
+            continue
+        got = read.get(where)
+        if got != value:
+            journal.violated(f"{where[0]} offset {where[1]}: acknowledged {value!r}, read {got!r}")
+
+
+def lost_acks1(ledger: Ledger, read: Read, start: Mapping[TopicIdPartition, int]) -> int:
+    """The acks=1 acknowledgements not read back (allowed: a failover may lose them)."""
+    lost = 0
+    for where, value in ledger.acked1.items():
+        if where[1] >= start.get(where[0], 0) and read.get(where) != value:
+            lost += 1
+    return lost
+
+
+def check_exactly_once_in_order(
+    ledger: Ledger, read: Read, start: Mapping[TopicIdPartition, int], journal: Journal
+) -> None:
+    """Every record read was sent; an idempotent producer's acknowledged
+    records are read once, and in the order sent per partition."""
+    by_value: dict[bytes, list[tuple[TopicIdPartition, int]]] = {}
+    for where, value in read.items():
+        by_value.setdefault(value, []).append(where)
+    acked_values = set(ledger.acked.values()) | set(ledger.acked_unplaced)
+    for value, places in by_value.items():
+        if value not in ledger.sent:
+            journal.violated(f"{places[0][0]} offset {places[0][1]}: read {value!r}, which no producer sent")
+        if len(places) > 1 and value in acked_values and ledger.kind_of_value(value) == "idempotent":
+            journal.violated(f"{value!r} read {len(places)} times: {places[:3]}")
+    for value, tp in ledger.acked_unplaced.items():
+        if value not in by_value and start.get(tp, 0) > 0:
+            continue  # maybe below the log start DeleteRecords or retention set
+        if [t for t, _ in by_value.get(value, ())] != [tp]:
+            journal.violated(f"{value!r} acknowledged (offset unknown) on {tp}, read at {by_value.get(value)}")
+    for (name, tp), sent in ledger.sent_order.items():
+        if ledger.kind_of[name] != "idempotent":
+            continue  # retries may reorder and duplicate without idempotence
+        offsets = {v: o for (t, o), v in read.items() if t == tp}
+        placed = [offsets[v] for v in sent if v in offsets]
+        if placed != sorted(placed):
+            journal.violated(f"{name} {tp}: records read out of the order sent")
+
+
+async def check_orphans_deleted(cluster: ClusterView, journal: Journal) -> None:
+    """Liveness: objects nobody references, past the age gate, are
+    deleted within a few walmgr cycles once the faults stopped."""
+    gate_s = (COMMIT_DEADLINE_MS + MAX_CLOCK_SKEW_MS + GRACE_MS) / 1000
+    await asyncio.sleep(gate_s + 1)
+    orphans = _orphans(cluster, gate_s)
+    for _ in range(6):
+        if not orphans:
+            return
+        await asyncio.sleep(WALMGR_CYCLE_MS / 1000 * 2)
+        orphans = _orphans(cluster, gate_s)
+    if orphans:
+        why = []
+        for k in sorted(orphans)[:3]:
+            rec = cluster.walmgr.registry.get(k) if cluster.walmgr is not None and cluster.walmgr.registry else None
+            why.append(f"{k} ({'untracked' if rec is None else f'{rec.state.name}: {rec.note}'})")
+        task = cluster.walmgr_task
+        state = "walmgr not running" if task is None else "walmgr running"
+        if task is not None and task.done():
+            exc = None if task.cancelled() else task.exception()
+            state = f"walmgr's loop ended: {'cancelled' if exc is None else repr(exc)}"
+        journal.violated(f"{len(orphans)} orphans past the gate not deleted ({state}): {'; '.join(why)}")
+
+
+def _orphans(cluster: ClusterView, gate_s: float) -> set[str]:
+    now = cluster.loop.time()
+    old = {k for k, (_, at) in cluster.objects.objects.items() if now - at > gate_s + 2}
+    for _, store, _ in cluster.stores():
+        old -= store.referenced_files(old)
+    return old
