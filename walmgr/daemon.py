@@ -37,7 +37,14 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from partlog.controller.cluster_meta import ClusterMismatchError, MetadataSource, StaticMetadata, check_same_cluster
+from partlog.controller.cluster_meta import (
+    ClusterMismatchError,
+    CountsFailures,
+    MetadataSource,
+    Startable,
+    StaticMetadata,
+    check_same_cluster,
+)
 from partlog.kafka.records import TopicIdPartition
 from partlog.rpc.client import RpcClient, RpcConnectionError, RpcHandshakeError, RpcRemoteError, RpcTimeoutError
 from partlog.rpc.frame import RpcError, RpcErrorCode
@@ -351,11 +358,11 @@ class Walmgr:
                 client_ssl=self._client_ssl,
             )
             self._own_metadata = True
-            if hasattr(self.metadata, "failures"):  # Controller/EtcdMetadata count what they retry
-                self.metrics.metadata_errors.set_function(lambda: float(getattr(self.metadata, "failures", 0)))
-            start = getattr(self.metadata, "start", None)
-            if start is not None:
-                await start(timeout_ms=metadata_timeout_ms)
+            metadata = self.metadata
+            if isinstance(metadata, CountsFailures):  # Controller/EtcdMetadata count what they retry
+                self.metrics.metadata_errors.set_function(lambda: float(metadata.failures))
+            if isinstance(metadata, Startable):
+                await metadata.start(timeout_ms=metadata_timeout_ms)
         self._bind_cluster()
         if self.config.listen:
             host, _, port = self.config.listen.rpartition(":")

@@ -52,7 +52,13 @@ from partlog.broker.producer_id_blocks import ProducerIdBlocks
 from partlog.broker.rpc_handlers import RpcHandlers
 from partlog.broker.tasks import Tasks
 from partlog.broker.walmgr_notifier import WalmgrNotifier
-from partlog.controller.cluster_meta import ClusterMismatchError, MetadataSource, StaticMetadata
+from partlog.controller.cluster_meta import (
+    ClusterMismatchError,
+    CountsFailures,
+    KnowsDeletedTopics,
+    MetadataSource,
+    StaticMetadata,
+)
 from partlog.fetch.reads import CACHE_BYTES_MAX_DEFAULT, RangeCache
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import (
@@ -201,7 +207,9 @@ class Broker:
             lambda: float(self.pipeline.uploads_waiting),
         )
         self.metrics.cache_bytes_max.set(config.fetch_cache_bytes_max)
-        self.metrics.metadata_errors.set_function(lambda: float(getattr(self.metadata, "failures", 0)))
+        self.metrics.metadata_errors.set_function(
+            lambda: float(self.metadata.failures if isinstance(self.metadata, CountsFailures) else 0)
+        )
         self.metrics.watch_replication(
             lambda: self.replicas.stats, lambda: self.replicas.leaders, lambda: self.replicas.under_replicated
         )
@@ -388,10 +396,9 @@ class Broker:
         of topics it says were deleted (after the roles: no partition of
         theirs is led or followed any more, so nothing appends to them)."""
         await self.replicas.apply_metadata(metadata)
-        deleted = getattr(metadata, "deleted_topics", None)
-        if not callable(deleted):
+        if not isinstance(metadata, KnowsDeletedTopics):
             return
-        gone = set(deleted()) & set(self.store.topics())
+        gone = set(metadata.deleted_topics()) & set(self.store.topics())
         if gone:
             try:
                 await asyncio.to_thread(self.store.delete_topics, gone)

@@ -33,7 +33,7 @@ import tomllib
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import ProducerIdBlock
@@ -203,6 +203,46 @@ class MetadataSource(Protocol):
     def add_listener(self, fn: Callable[[], None]) -> None:
         """Call ``fn`` (in the event loop) after the metadata changed."""
         ...
+
+
+# Capabilities some sources have beyond MetadataSource, named so callers ask
+# ``isinstance(source, TopicAdmin)`` instead of probing attributes by string.
+
+
+@runtime_checkable
+class TopicAdmin(Protocol):
+    """A source that creates and deletes topics through its controller (the
+    embedded controller's client, etcd); a static cluster file does not."""
+
+    async def create_topics(self, topics: Mapping[str, tuple[int, int]]) -> dict[str, TopicInfo | Errors]:
+        """``{name: (partitions, replication_factor)}``, -1 for the default;
+        per topic its TopicInfo or why not."""
+        ...
+
+    async def delete_topics(self, names: list[str]) -> dict[str, uuid.UUID | Errors]: ...
+
+
+@runtime_checkable
+class KnowsDeletedTopics(Protocol):
+    """A source that remembers the ids of recently deleted topics, so a
+    broker can drop their logs."""
+
+    def deleted_topics(self) -> frozenset[uuid.UUID]: ...
+
+
+@runtime_checkable
+class CountsFailures(Protocol):
+    """A source that retries its controller and counts the calls that
+    failed (a metric)."""
+
+    failures: int
+
+
+@runtime_checkable
+class Startable(Protocol):
+    """A source with a session to start (register, first read) before use."""
+
+    async def start(self, *, timeout_ms: int | None = None) -> None: ...
 
 
 class StaticMetadata:

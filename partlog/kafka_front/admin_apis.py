@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from partlog.controller.cluster_meta import TopicAdmin
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
 from partlog.kafka_front.group_coordinator import INTERNAL_TOPICS
@@ -56,8 +57,8 @@ class AdminApis(ApiHandlers):
     async def create(self, topics: Mapping[str, tuple[int, int]]) -> dict[str, Any]:
         """Create ``{name: (partitions, replication_factor)}`` through the
         controller; -1 means the default.  Per topic: the TopicInfo or the error."""
-        create = getattr(self.broker.metadata, "create_topics", None)
-        if create is None:
+        metadata = self.broker.metadata
+        if not isinstance(metadata, TopicAdmin):
             return dict.fromkeys(topics, Errors.INVALID_REQUEST)
         live = len(self.broker.metadata.brokers())
         shaped = {
@@ -67,7 +68,7 @@ class AdminApis(ApiHandlers):
             )
             for n, (p, rf) in topics.items()
         }
-        answer: dict[str, Any] = await create(shaped)
+        answer: dict[str, Any] = await metadata.create_topics(shaped)
         return answer
 
     async def create_topics(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
@@ -87,7 +88,7 @@ class AdminApis(ApiHandlers):
                 refused[t.name] = (Errors.INVALID_CONFIG, "topic configs at creation are not supported yet")
             else:
                 wanted[t.name] = (t.num_partitions, t.replication_factor)
-        if getattr(self.broker.metadata, "create_topics", None) is None:
+        if not isinstance(self.broker.metadata, TopicAdmin):
             for n in wanted:
                 refused[n] = (Errors.INVALID_REQUEST, "this cluster's topics come from its static cluster file")
             wanted = {}
@@ -116,7 +117,8 @@ class AdminApis(ApiHandlers):
             asked = [(t.name if t.name is not None else by_id.get(t.topic_id), t.topic_id) for t in body.topics]
         else:
             asked = [(n, None) for n in body.topic_names]
-        delete = getattr(self.broker.metadata, "delete_topics", None)
+        metadata = self.broker.metadata
+        admin = metadata if isinstance(metadata, TopicAdmin) else None
         refused: dict[str, tuple[Errors, str]] = {}
         wanted: list[str] = []
         named = Counter(name for name, _ in asked)
@@ -127,11 +129,11 @@ class AdminApis(ApiHandlers):
                 refused[name] = (Errors.INVALID_REQUEST, "topic named twice in one request")
             elif name in INTERNAL_TOPICS:
                 refused[name] = (Errors.INVALID_REQUEST, f"{name} is an internal topic")
-            elif delete is None:
+            elif admin is None:
                 refused[name] = (Errors.INVALID_REQUEST, "this cluster's topics come from its static cluster file")
             elif name not in wanted:
                 wanted.append(name)
-        answers: dict[str, Any] = await delete(wanted) if wanted and delete is not None else {}
+        answers: dict[str, Any] = await admin.delete_topics(wanted) if wanted and admin is not None else {}
         out = []
         for name, tid in asked:
             row: dict[str, Any] = {"name": name, "topic_id": tid or uuid.UUID(int=0), "error_message": None}

@@ -28,6 +28,7 @@ from typing import Any
 
 import msgpack
 
+from partlog.controller.cluster_meta import TopicAdmin
 from partlog.groups.membership import Completion, Groups
 from partlog.kafka.batch_header import HEADER_SIZE, LOG_OVERHEAD
 from partlog.kafka.errors import Errors
@@ -145,14 +146,14 @@ class GroupCoordinator:
         t = self._offsets_topic()
         if t is not None:
             return t
-        create = getattr(self.broker.metadata, "create_topics", None)
-        if create is None:
+        metadata = self.broker.metadata
+        if not isinstance(metadata, TopicAdmin):
             return None
         async with self._creating:
             t = self._offsets_topic()
             if t is None:
                 rf = min(3, max(1, len(self.broker.metadata.brokers())))
-                answer = (await create({OFFSETS_TOPIC: (self.offsets_partitions, rf)}))[OFFSETS_TOPIC]
+                answer = (await metadata.create_topics({OFFSETS_TOPIC: (self.offsets_partitions, rf)}))[OFFSETS_TOPIC]
                 if isinstance(answer, Errors):
                     log.warning("cannot create %s: %s", OFFSETS_TOPIC, answer.name)
                     return None

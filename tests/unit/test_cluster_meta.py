@@ -92,3 +92,20 @@ def test_deleted_topics_are_listed_only_when_gone() -> None:
     assert not meta.topic_deleted(topic_id_for(CLUSTER, "t"))  # a live topic is never deleted
     assert not meta.topic_deleted(uuid.uuid4())  # unknown is not deleted
     assert meta.with_ports({1: 5}).topic_deleted(gone)
+
+
+def test_capabilities_are_named_protocols() -> None:
+    """Callers ask isinstance(source, TopicAdmin) etc., not getattr by string:
+    a static cluster file creates no topics, the controller's client does."""
+    from partlog.controller.client import ControllerMetadata
+    from partlog.controller.cluster_meta import CountsFailures, KnowsDeletedTopics, Startable, TopicAdmin
+    from partlog.controller.etcd_meta import EtcdMetadata
+
+    static = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"t": 1})
+    assert not isinstance(static, TopicAdmin) and not isinstance(static, Startable)
+    assert isinstance(static, KnowsDeletedTopics)
+    client = ControllerMetadata("127.0.0.1", 1)
+    assert isinstance(client, TopicAdmin) and isinstance(client, Startable) and isinstance(client, CountsFailures)
+    assert isinstance(client, KnowsDeletedTopics)
+    etcd = EtcdMetadata("etcd://127.0.0.1:1")
+    assert isinstance(etcd, TopicAdmin) and isinstance(etcd, Startable) and isinstance(etcd, CountsFailures)
