@@ -92,6 +92,11 @@ class LeaderCommits:
     async def _reopen_store(self) -> None:
         try:
             await asyncio.to_thread(self.store.reopen)
+        except StoreError:
+            if self._stopping():
+                return  # the broker closed the store meanwhile: it stays closed
+            raise
+        else:
             self.metrics.store_reopens.inc()
             log.warning("broker %d: metadata store reopened from disk", self.broker_id)
             self._wake()

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -149,6 +150,10 @@ class MetadataStore:
         self.checkpoint_groups_max = options.checkpoint_groups_max
         self.checkpoint_interval_ms = options.checkpoint_interval_ms
         self.checkpoint_backlog_groups_max = options.backlog_groups_max
+        # close() is final and excludes reopen(): a reopen in a worker thread
+        # must not open an environment nobody closes after the owner closed.
+        self._lifecycle = threading.Lock()
+        self._shut = False
         self._attach()
 
     def _attach(self) -> None:
@@ -316,23 +321,27 @@ class MetadataStore:
         never acknowledged and is gone.  High watermarks set in memory stay
         (they only ever covered durable entries).  The object stays the same,
         so its owners (the broker, replication) keep their reference."""
-        hwms = dict(self._catalog.hwms)
-        reopens = self.stats.get("reopens", 0)
-        self.close()
-        self._attach()
-        self._catalog.restore_hwms(hwms)
-        self.stats["reopens"] = reopens + 1
+        with self._lifecycle:
+            if self._shut:
+                raise StoreError(f"{self.path}: the store was closed; it is not reopened")
+            hwms = dict(self._catalog.hwms)
+            reopens = self.stats.get("reopens", 0)
+            self._close_env(checkpoint=True)
+            self._attach()
+            self._catalog.restore_hwms(hwms)
+            self.stats["reopens"] = reopens + 1
 
     def close(self, *, checkpoint: bool = True) -> None:
-        """Close the environment once the operations in flight (in other
-        threads: an asyncio shell's worker threads outlive a cancelled task)
-        have ended; new ones are refused with StoreError.  Closing LMDB under
-        a running transaction would crash the process.
+        """Close, for good (a later :meth:`reopen` raises StoreError), once the
+        operations in flight in other threads have ended (closing LMDB under a
+        transaction would crash the process); new ones get StoreError.  With
+        ``checkpoint`` (and no fail-stop) the journal is applied first;
+        without, it stays for the next open to replay (the simulations' crash)."""
+        with self._lifecycle:
+            self._shut = True
+            self._close_env(checkpoint=checkpoint)
 
-        With ``checkpoint`` (and no fail-stop) the journal is applied first,
-        so the LMDB files alone hold everything; without, what the journal
-        holds beyond the index stays there, as a crash leaves it, and the
-        next open applies it (the simulations' crash)."""
+    def _close_env(self, *, checkpoint: bool) -> None:
         self._checkpoints.stop_thread()
         if self._env.gate.close():
             self._closed = True
@@ -468,16 +477,7 @@ class MetadataStore:
             return
         if current is not None:
             raise StoreError(f"{self.path}: store belongs to cluster {current}, not to cluster {cluster_id}")
-
-        def fn(s: Staged) -> None:
-            raw = s.txn.get(KEY_CLUSTER_ID, db=self._env.meta)
-            if raw is not None and bytes(raw) != cluster_id.bytes:  # bound meanwhile by another caller
-                raise StoreError(
-                    f"{self.path}: store belongs to cluster {uuid.UUID(bytes=bytes(raw))}, not to cluster {cluster_id}"
-                )
-            s.txn.put(KEY_CLUSTER_ID, cluster_id.bytes, db=self._env.meta)
-
-        self._write(fn)
+        self._write(lambda s: topics.bind_cluster_id(s, self._env.meta, cluster_id, self.path))
 
     def create_topic_and_partitions(self, requests: Iterable[CreateTopicAndPartitionsRequest]) -> None:
         """Create topics and their partitions; idempotent for existing ones.

@@ -1,4 +1,5 @@
-"""Topics: create (and add partitions), alter configs, delete.
+"""Topics: create (and add partitions), alter configs, delete; and the
+cluster id the store is bound to.
 
 Each function runs inside an exclusive write (a
 :class:`~partlog.store.staged.Staged`); deleting a topic removes its
@@ -10,15 +11,25 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from typing import Any
 
 from partlog.kafka.records import CreateTopicAndPartitionsRequest, TopicIdPartition
 from partlog.kafka.topic_config import TopicConfig
 from partlog.store.catalog import Catalog
 from partlog.store.epochs import EpochCache
-from partlog.store.layout import Topic
+from partlog.store.layout import KEY_CLUSTER_ID, StoreError, Topic
 from partlog.store.log import LogChunks
 from partlog.store.producers import ProducerTable
 from partlog.store.staged import Staged
+
+
+def bind_cluster_id(s: Staged, meta_db: Any, cluster_id: uuid.UUID, path: str) -> None:
+    """Record ``cluster_id`` in the store's meta database; StoreError if
+    another was bound meanwhile (by another caller)."""
+    raw = s.txn.get(KEY_CLUSTER_ID, db=meta_db)
+    if raw is not None and bytes(raw) != cluster_id.bytes:
+        raise StoreError(f"{path}: store belongs to cluster {uuid.UUID(bytes=bytes(raw))}, not to cluster {cluster_id}")
+    s.txn.put(KEY_CLUSTER_ID, cluster_id.bytes, db=meta_db)
 
 
 def configs_of(reqs: list[CreateTopicAndPartitionsRequest]) -> list[TopicConfig]:

@@ -7,6 +7,7 @@ produce pause each caused."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import random
@@ -25,14 +26,27 @@ ETCD_FAULT_WINDOW_S = 10.0
 ETCD_ELECTION_WAIT_S = 30.0
 
 
-async def kill_loop(cluster: LocalCluster, opts: ClusterOptions, rng: random.Random) -> None:
-    """Kill one random broker every ``kill_broker_every_s`` and restart it after ``restart_after_s``."""
-    while True:
-        await asyncio.sleep(opts.kill_broker_every_s)
+async def kill_loop(cluster: LocalCluster, opts: ClusterOptions, rng: random.Random, stop: asyncio.Event) -> None:
+    """Kill one random broker every ``kill_broker_every_s`` and restart it
+    after ``restart_after_s``, until ``stop`` is set.
+
+    It ends between steps, never inside a kill or a restart: cancelled
+    inside ``LocalCluster.kill``, a broker was left unlisted with its store
+    still open, and restarting it on the same directory failed ("LMDB
+    environment already open in this process")."""
+
+    async def stopped_within(seconds: float) -> bool:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await stop.wait()
+        return stop.is_set()
+
+    while not await stopped_within(opts.kill_broker_every_s):
         victim = rng.choice(sorted(cluster.brokers))
         log.warning("killing broker %d", victim)
         await cluster.kill(victim)
-        await asyncio.sleep(opts.restart_after_s)
+        if await stopped_within(opts.restart_after_s):
+            return  # the caller brings every broker back
         log.warning("restarting broker %d", victim)
         await cluster.start_broker(victim)
 

@@ -12,7 +12,6 @@ appear in the order they were sent.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
 from collections.abc import Callable
@@ -75,7 +74,10 @@ async def produce_load(
             producers.append(Producer(cluster.bootstrap(az), az=az))
     for p in producers:
         await p.start()
-    killer = asyncio.ensure_future(kill_loop(cluster, opts, rng)) if opts.kill_broker_every_s > 0 else None
+    stop_killing = asyncio.Event()
+    killer = (
+        asyncio.ensure_future(kill_loop(cluster, opts, rng, stop_killing)) if opts.kill_broker_every_s > 0 else None
+    )
     fault_events: list[dict[str, Any]] = []
     ack_times: list[float] = []
 
@@ -123,9 +125,8 @@ async def produce_load(
         # Finish the faults (every etcd member is back when it returns).
         await faulter
     if killer is not None:
-        killer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await killer
+        stop_killing.set()  # not cancel(): a kill or restart under way finishes first
+        await killer
         # Bring every broker back, so all data is served again.
         for b in meta.brokers():
             if b.broker_id not in cluster.brokers:

@@ -7,6 +7,7 @@ store used to close LMDB under them, and the process died in the C extension.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -61,3 +62,39 @@ def test_close_waits_for_operations_in_flight_and_refuses_new_ones(tmp_path: Pat
         t.join(30)
     assert not unexpected, unexpected
     assert done["refused"] == 4  # every thread saw a clear error after close, none crashed
+
+
+def test_a_closed_store_is_not_reopened_and_its_path_opens_again(tmp_path: Path) -> None:
+    """Regression (found by a flaky failover run): a broker's reopen of its
+    failed store runs in a worker thread that outlives the cancelled task;
+    when the broker closed the store meanwhile, the reopen attached a fresh
+    LMDB environment nobody closed, and the restarted broker failed with
+    "environment already open in this process".  Close is final: a reopen
+    after it (or racing it) refuses, and the path opens again."""
+    store = MetadataStore.open(tmp_path / "s", sync=False)
+    store.close()
+    try:
+        store.reopen()
+    except StoreError as e:
+        assert "closed" in str(e)
+    else:
+        raise AssertionError("reopen after close attached a new environment")
+    again = MetadataStore.open(tmp_path / "s", sync=False)  # "already open" before the fix
+    again.close()
+
+
+def test_reopen_and_close_racing_leave_nothing_open(tmp_path: Path) -> None:
+    """Either order of a reopen (in another thread) and the owner's close
+    ends with the environment closed."""
+    for _ in range(20):
+        store = MetadataStore.open(tmp_path / "s", sync=False)
+
+        def reopen(s: MetadataStore = store) -> None:
+            with contextlib.suppress(StoreError):  # refused when the close came first
+                s.reopen()
+
+        t = threading.Thread(target=reopen)
+        t.start()
+        store.close()
+        t.join()
+        MetadataStore.open(tmp_path / "s", sync=False).close()
