@@ -152,6 +152,11 @@ class GroupCommitPipeline(Generic[P]):
                 if w.done:
                     self._kick()
                     break
+                if self.failed is not None:
+                    # Another caller's commit failed while this write was not
+                    # where ``_fail`` could see it; nothing more is committed.
+                    self._fail(self.failed, [w])
+                    continue
                 can_sequence, target = self._sequencer_target()
                 if can_sequence:
                     self._sequencing = True
@@ -171,6 +176,13 @@ class GroupCommitPipeline(Generic[P]):
                     lock.acquire()
                     self._sequencing = False
                     self._extending = None
+                    if self.failed is not None:
+                        # A commit failed while this group was being
+                        # sequenced: ``_fail`` cleared the slots without it
+                        # (and maybe ``target``), so fail it here instead of
+                        # committing after the failure or losing its callers.
+                        self._fail(self.failed, group)
+                        continue
                     weight = sum(x.weight for x in group)
                     if target is not None:
                         target.writes.extend(group)
@@ -192,6 +204,10 @@ class GroupCommitPipeline(Generic[P]):
                         continue
                     lock.acquire()
                     self._committing = False
+                    if self.failed is not None:
+                        # The sequencer failed meanwhile and already answered
+                        # this slot's callers with the failure.
+                        continue
                     self._slots.popleft()
                     results, errors = slot.prepared.results, slot.prepared.errors
                     for gw, result, error in zip(slot.writes, results, errors, strict=True):

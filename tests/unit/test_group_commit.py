@@ -152,6 +152,99 @@ def test_pipeline_fails_stop_after_a_commit_error() -> None:
         pipe.exclusive(lambda: None)
 
 
+def test_a_group_sequenced_while_a_commit_fails_is_failed_not_committed() -> None:
+    """Regression: the sequencer released the lock to prepare group 2 while
+    group 1's commit failed.  ``_fail`` cleared the slots it could see; group 2
+    came back afterwards and was either committed after the failure (a new
+    slot) or lost in a cleared slot, its callers parked for ever (CI saw that
+    as "pipeline deadlocked")."""
+    seq2_started, release_seq2 = threading.Event(), threading.Event()
+    apply1_started, release_apply1 = threading.Event(), threading.Event()
+    applied: list[list[int]] = []
+
+    def prepare(writes: list[Write], into: _Group | None) -> _Group:
+        group = into if into is not None else _Group()
+        if writes[0].payload == 2:
+            seq2_started.set()
+            assert release_seq2.wait(10)
+        for w in writes:
+            group.payloads.append(w.payload)
+            group.results.append(w.payload)
+            group.errors.append(None)
+        return group
+
+    def apply(group: _Group) -> None:
+        applied.append(list(group.payloads))
+        if 1 in group.payloads:
+            apply1_started.set()
+            assert release_apply1.wait(10)
+            raise OSError("disk on fire")
+
+    pipe: GroupCommitPipeline[_Group] = GroupCommitPipeline(prepare=prepare, apply=apply, group_weight_max=4)
+    outcome: dict[int, BaseException | int] = {}
+
+    def submit(payload: int) -> None:
+        try:
+            outcome[payload] = pipe.submit(payload)
+        except BaseException as e:  # collected for the assertion
+            outcome[payload] = e
+
+    a = threading.Thread(target=submit, args=(1,))
+    a.start()
+    assert apply1_started.wait(10)
+    b = threading.Thread(target=submit, args=(2,))
+    b.start()
+    assert seq2_started.wait(10)
+    release_apply1.set()
+    a.join(10)
+    release_seq2.set()
+    b.join(10)
+    assert not a.is_alive() and not b.is_alive(), "pipeline deadlocked"
+    assert isinstance(outcome[1], PipelineFailedError)
+    assert isinstance(outcome[2], PipelineFailedError)
+    assert applied == [[1]], "nothing may be committed after a failed commit"
+
+
+def test_a_commit_that_ends_after_the_sequencer_failed_answers_the_failure() -> None:
+    """Regression: ``prepare`` raised (a bug) while group 1 was committing;
+    the committer then popped a slot ``_fail`` had already cleared and its
+    caller got an IndexError instead of PipelineFailedError."""
+    apply1_started, release_apply1 = threading.Event(), threading.Event()
+
+    def prepare(writes: list[Write], into: _Group | None) -> _Group:
+        if writes[0].payload == 2:
+            raise RuntimeError("a sequencing bug")
+        group = into if into is not None else _Group()
+        for w in writes:
+            group.payloads.append(w.payload)
+            group.results.append(w.payload)
+            group.errors.append(None)
+        return group
+
+    def apply(group: _Group) -> None:
+        apply1_started.set()
+        assert release_apply1.wait(10)
+
+    pipe: GroupCommitPipeline[_Group] = GroupCommitPipeline(prepare=prepare, apply=apply, group_weight_max=4)
+    outcome: dict[int, BaseException | int] = {}
+
+    def submit(payload: int) -> None:
+        try:
+            outcome[payload] = pipe.submit(payload)
+        except BaseException as e:  # collected for the assertion
+            outcome[payload] = e
+
+    a = threading.Thread(target=submit, args=(1,))
+    a.start()
+    assert apply1_started.wait(10)
+    submit(2)
+    release_apply1.set()
+    a.join(10)
+    assert not a.is_alive(), "pipeline deadlocked"
+    assert isinstance(outcome[2], PipelineFailedError)
+    assert isinstance(outcome[1], PipelineFailedError), outcome[1]
+
+
 def test_exclusive_runs_alone_with_the_pipeline_drained() -> None:
     rec = _Recorder()
     pipe: GroupCommitPipeline[_Group] = GroupCommitPipeline(prepare=rec.prepare, apply=rec.apply, group_weight_max=8)
