@@ -11,6 +11,7 @@ bounds, it is asserted below, at import.
 from __future__ import annotations
 
 __all__ = [
+    "ABORTED_TXNS_PER_FETCH_MAX",
     "AZ_CHARS_MAX",
     "BROKERS_MAX",
     "BROKER_ID_MAX",
@@ -47,6 +48,13 @@ TOPICS_PER_REQUEST_MAX = 1_000
 # many (the RPC schema's bound).  A 4 MiB buffer of the smallest batches
 # (61-byte headers, no records) holds ~69,000; a larger buffer rotates here first.
 SEGMENT_BATCHES_MAX = 100_000
+
+# Aborted transactions one partition's fetch answer lists (Kafka has no
+# bound; its scan stops at the first abort whose recorded last stable offset
+# passes the range read, which our store does too).  One fetch returns at
+# most this many; a read that would need more stops its range earlier, so a
+# read_committed consumer never sees an aborted record for want of one.
+ABORTED_TXNS_PER_FETCH_MAX = 10_000
 
 # A topic's partitions are taken from the cluster's budget.
 assert 0 < PARTITIONS_PER_TOPIC_MAX <= PARTITIONS_PER_CLUSTER_MAX

@@ -17,14 +17,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from partlog.broker.metrics import BrokerMetrics
 from partlog.broker.peers import Peers
 from partlog.controller.cluster_meta import MetadataSource
 from partlog.fetch.reads import RangeCache, assemble, plan_reads
-from partlog.kafka.errors import Errors
+from partlog.kafka.errors import Errors, peer_error
 from partlog.kafka.records import BatchInfo, FindBatchRequest, ListOffsetsRequest, TopicIdPartition
 from partlog.replication.manager import ReplicaManager
 from partlog.rpc.client import RPC_TIMEOUT_MS_DEFAULT, RpcConnectionError, RpcTimeoutError
@@ -122,14 +122,18 @@ class FetchService:
             tp = r.topic_id_partition
             answer = found_by_tp.get(tp)
             if answer is None:
-                out.append([int(Errors.NOT_LEADER_OR_FOLLOWER), -1, -1, b"", "no replica here"])
+                out.append(_failed(Errors.NOT_LEADER_OR_FOLLOWER, "no replica here"))
             elif answer.errors != Errors.NONE:
                 out.append(
-                    [int(answer.errors), answer.high_watermark, answer.log_start_offset, b"", answer.error_message]
-                )
+                    [int(answer.errors), answer.high_watermark, answer.log_start_offset, b"", answer.error_message,
+                     -1, []]
+                )  # fmt: skip
             else:
                 d = assembled[tp]
-                out.append([int(d.error), answer.high_watermark, answer.log_start_offset, d.records, d.error_message])
+                out.append(
+                    [int(d.error), answer.high_watermark, answer.log_start_offset, d.records, d.error_message,
+                     answer.last_stable_offset, [[a.producer_id, a.first_offset] for a in answer.aborted]]
+                )  # fmt: skip
         return {"partitions": out}
 
     async def _read(self, key: str, offset: int, length: int) -> tuple[int, bytes] | BaseException:
@@ -171,9 +175,10 @@ class FetchService:
         """:meth:`fetch` for any partition: those this broker holds a replica
         of are read here, the others are fetched from a replica in ``az``
         (or the leader) over the broker RPC, all with the same long-poll.
-        One answer per request: [error, hwm, log start, records, message]."""
+        One answer per request: [error, hwm, log start, records, message,
+        last stable offset, aborted transactions [[producer id, first offset], ...]]."""
         by_broker: dict[int, list[int]] = {}
-        out: list[list[Any]] = [[int(Errors.NOT_LEADER_OR_FOLLOWER), -1, -1, b"", "no leader"] for _ in reqs]
+        out: list[list[Any]] = [_failed(Errors.NOT_LEADER_OR_FOLLOWER, "no leader") for _ in reqs]
         for i, r in enumerate(reqs):
             target = self.read_replica_for(r.topic_id_partition, az)
             if target is not None:
@@ -196,6 +201,7 @@ class FetchService:
                         "max_wait_ms": max_wait_ms,
                         "min_bytes": min_bytes,
                         "max_bytes": max_bytes,
+                        "isolation": int(sub[0].isolation),
                     }  # fmt: skip
                     answer = await client.call("fetch", body, timeout_ms=max_wait_ms + RPC_TIMEOUT_MS_DEFAULT)
                     parts = _checked_fetch_answer(answer, len(sub))
@@ -203,7 +209,7 @@ class FetchService:
                 if isinstance(e, RpcConnectionError | OSError):
                     await self.peers.drop(target)
                 for i in idx:
-                    out[i] = [int(Errors.NOT_LEADER_OR_FOLLOWER), -1, -1, b"", f"fetch via broker {target}: {e}"]
+                    out[i] = _failed(Errors.NOT_LEADER_OR_FOLLOWER, f"fetch via broker {target}: {e}")
                 return
             for i, p in zip(idx, parts, strict=True):
                 out[i] = list(p)
@@ -212,11 +218,15 @@ class FetchService:
         return out
 
     async def on_leaders(
-        self, method: str, items: list[tuple[TopicIdPartition, list[Any]]], failed: list[Any]
+        self,
+        method: str,
+        items: list[tuple[TopicIdPartition, list[Any]]],
+        failed: list[Any],
+        extra: Mapping[str, Any] | None = None,
     ) -> list[list[Any]]:
         """Ask each partition's leader (this broker's own handler when it
         leads, else the broker RPC) ``method`` with body
-        ``{"partitions": [[topic_id, partition, *rest], ...]}``; one answer
+        ``{"partitions": [[topic_id, partition, *rest], ...], **extra}``; one answer
         row per item, checked against ``RESPONSE_SCHEMAS[method]``, or
         ``failed`` for the items whose leader is unknown or unreachable."""
         out: list[list[Any]] = [list(failed) for _ in items]
@@ -228,7 +238,10 @@ class FetchService:
                 by_leader.setdefault(leader, []).append(i)
 
         async def one(leader: int, idx: list[int]) -> None:
-            body = {"partitions": [[items[i][0].topic_id.bytes, items[i][0].partition, *items[i][1]] for i in idx]}
+            body = {
+                "partitions": [[items[i][0].topic_id.bytes, items[i][0].partition, *items[i][1]] for i in idx],
+                **(extra or {}),
+            }
             try:
                 if leader == self.broker_id:
                     answer = await self._as_leader(method, body)
@@ -251,13 +264,15 @@ class FetchService:
 
     async def list_offsets_routed(self, reqs: list[ListOffsetsRequest]) -> list[tuple[Errors, int, int]]:
         """ListOffsets for any partition, answered by its leader (here, or
-        over the broker RPC): (error, timestamp, offset) per request."""
+        over the broker RPC): (error, timestamp, offset) per request.  One
+        Kafka request has one isolation level: the first request's is sent."""
         rows = await self.on_leaders(
             "list_offsets",
             [(r.topic_id_partition, [r.timestamp]) for r in reqs],
             [int(Errors.NOT_LEADER_OR_FOLLOWER), -1, -1],
+            {"isolation": int(reqs[0].isolation)} if reqs and reqs[0].isolation else None,
         )
-        return [(_error(err), ts, off) for err, ts, off in rows]
+        return [(peer_error(err), ts, off) for err, ts, off in rows]
 
 
 def _chunked(by_broker: dict[int, list[int]]) -> list[tuple[int, list[int]]]:
@@ -268,6 +283,11 @@ def _chunked(by_broker: dict[int, list[int]]) -> list[tuple[int, list[int]]]:
     ]
 
 
+def _failed(error: Errors, message: str) -> list[Any]:
+    """A fetch answer row for a partition that could not be read."""
+    return [int(error), -1, -1, b"", message, -1, []]
+
+
 def _checked_fetch_answer(body: Any, n: int) -> list[Any]:
     """Another broker's fetch answer, checked (WireError): what a broken
     or hostile peer sends fails only the partitions asked of it."""
@@ -276,14 +296,6 @@ def _checked_fetch_answer(body: Any, n: int) -> list[Any]:
     if len(parts) != n:
         raise WireError(f"fetch answer: {len(parts)} partitions for {n} asked")
     return parts
-
-
-def _error(code: Any) -> Errors:
-    """A peer's error code; one Kafka does not define is UNKNOWN_SERVER_ERROR."""
-    try:
-        return Errors(int(code))
-    except (ValueError, TypeError):
-        return Errors.UNKNOWN_SERVER_ERROR
 
 
 __all__ = ["FetchService", "NewData"]

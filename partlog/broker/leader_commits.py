@@ -74,13 +74,13 @@ class LeaderCommits:
                 max(1, self.commit_rpc_timeout_ms - ACKS_ALL_TIMEOUT_MARGIN_MS),
             )
         except StoreError:
-            self._store_failed()
+            self.store_failed()
             raise
         # Wake long-polling fetches of followers' consumers and ours.
         self._wake()
         return responses, wait
 
-    def _store_failed(self) -> None:
+    def store_failed(self) -> None:
         """A commit's I/O failed and the store fail-stopped: reopen it from
         disk in the background, once."""
         if self.store.failed is None or self._store_reopening or self._stopping():

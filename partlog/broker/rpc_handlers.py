@@ -27,7 +27,10 @@ from partlog.kafka.records import (
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     FindBatchRequest,
+    IsolationLevel,
     ListOffsetsRequest,
+    TopicIdPartition,
+    TxnMarkerRequest,
 )
 from partlog.replication.manager import ReplicaManager
 from partlog.rpc.frame import RpcError, RpcErrorCode
@@ -45,6 +48,10 @@ from partlog.store import MetadataStore, StoreError
 
 log = logging.getLogger(__name__)
 
+# How long a leader waits for the ISR to replicate the markers of one
+# write_txn_markers call before answering REQUEST_TIMED_OUT (the
+# coordinator retries): well inside the broker RPC's own timeout.
+TXN_MARKERS_WAIT_MS = 10_000
 # Kafka's fetch.max.wait.ms default for consumers is 500.
 FETCH_MAX_WAIT_MS_MAX = 30_000
 # A fetch's default total bytes: Kafka's fetch.max.bytes.
@@ -86,7 +93,12 @@ class RpcHandlers:
             "list_offsets": self.list_offsets,
             "delete_records": self.delete_records,
             "offset_for_leader_epoch": self.offset_for_leader_epoch,
+            "write_txn_markers": self.write_txn_markers,
         }
+        # Called with (tp, producer id, committed) once a marker this broker
+        # leads is appended and replicated (the group coordinator's pending
+        # transactional offsets wait for it).
+        self.marker_listeners: list[Callable[[TopicIdPartition, int, bool], None]] = []
 
     def table(self) -> dict[str, Handler]:
         """Every method the broker RPC serves, by name."""
@@ -101,6 +113,7 @@ class RpcHandlers:
             "referenced_files": self.referenced_files,
             "delete_records": self.delete_records,
             "offset_for_leader_epoch": self.offset_for_leader_epoch,
+            "write_txn_markers": self.write_txn_markers,
         }
 
     async def as_leader(self, method: str, body: Any) -> Any:
@@ -148,7 +161,8 @@ class RpcHandlers:
             parts = dec_partition_items(
                 m, "partitions", "fetch", (int, int), "[topic_id, partition, offset, max_bytes]", PARTITIONS_MAX
             )
-            reqs = [FindBatchRequest(tp, offset, max(1, limit)) for tp, (offset, limit) in parts]
+            isolation = IsolationLevel(m.get("isolation", 0))
+            reqs = [FindBatchRequest(tp, offset, max(1, limit), isolation) for tp, (offset, limit) in parts]
             max_wait = min(int(m.get("max_wait_ms", 0)), FETCH_MAX_WAIT_MS_MAX)
             min_bytes = int(m.get("min_bytes", 1))
             max_bytes = max(1, int(m.get("max_bytes", FETCH_MAX_BYTES_DEFAULT)))
@@ -220,7 +234,8 @@ class RpcHandlers:
             items = dec_partition_items(
                 m, "partitions", "list_offsets", (int,), "[topic_id, partition, timestamp]", PARTITIONS_MAX
             )
-            reqs = [ListOffsetsRequest(tp, rest[0]) for tp, rest in items]
+            isolation = IsolationLevel(m.get("isolation", 0))
+            reqs = [ListOffsetsRequest(tp, rest[0], isolation) for tp, rest in items]
         except WireError as e:
             raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
         led = [i for i, r in enumerate(reqs) if self.replicas.is_leader(r.topic_id_partition)]
@@ -280,6 +295,33 @@ class RpcHandlers:
                 end = end_offset_for_epoch(self.store.leader_epoch_cache(tp), asked, self.store.log_end_offset(tp))
                 out.append([0, end.leader_epoch, end.end_offset])
         return {"partitions": out}
+
+    async def write_txn_markers(self, body: Any) -> Any:
+        """Kafka's WriteTxnMarkers on this leader: each COMMIT/ABORT marker
+        appended and replicated to the ISR, then the marker listeners told;
+        per marker its error (NOT_LEADER_OR_FOLLOWER where this broker does
+        not lead: the coordinator looks the leader up again)."""
+        try:
+            m = _as_map(body, "write_txn_markers")
+            items = dec_partition_items(
+                m, "partitions", "write_txn_markers", (int, int, int, int),
+                "[topic_id, partition, producer_id, producer_epoch, coordinator_epoch, committed]", PARTITIONS_MAX,
+            )  # fmt: skip
+        except WireError as e:
+            raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
+        markers = [TxnMarkerRequest(tp, pid, epoch, coord, bool(c)) for tp, (pid, epoch, coord, c) in items]
+        try:
+            answers = await self.replicas.write_txn_markers(markers, TXN_MARKERS_WAIT_MS)
+        except StoreError as e:
+            log.warning("write_txn_markers failed on broker %d: %s", self.broker_id, e)
+            self.commits.store_failed()
+            return {"partitions": [[int(Errors.KAFKA_STORAGE_ERROR)] for _ in markers]}
+        self._wake()
+        for mk, a in zip(markers, answers, strict=True):
+            if a.error == Errors.NONE:
+                for fn in self.marker_listeners:
+                    fn(mk.topic_id_partition, mk.producer_id, mk.committed)
+        return {"partitions": [[int(a.error)] for a in answers]}
 
 
 async def _encoded(wait: Awaitable[list[CommitBatchResponse]]) -> Any:

@@ -39,7 +39,7 @@ import dataclasses
 import logging
 import ssl
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,12 +60,13 @@ from partlog.controller.cluster_meta import (
     StaticMetadata,
 )
 from partlog.fetch.reads import CACHE_BYTES_MAX_DEFAULT, RangeCache
-from partlog.kafka.errors import Errors
+from partlog.kafka.errors import Errors, peer_error
 from partlog.kafka.records import (
     CreateTopicAndPartitionsRequest,
     FindBatchRequest,
     ListOffsetsRequest,
     TopicIdPartition,
+    TxnMarkerRequest,
 )
 from partlog.kafka.topic_config import TopicConfig
 from partlog.produce.pipeline import BatchResult, ProduceConfig, ProducePipeline
@@ -465,6 +466,28 @@ class Broker:
 
     async def list_offsets_routed(self, reqs: list[ListOffsetsRequest]) -> list[tuple[Errors, int, int]]:
         return await self.fetches.list_offsets_routed(reqs)
+
+    async def write_txn_markers(self, markers: Sequence[TxnMarkerRequest], *, timeout_ms: int) -> list[Errors]:
+        """Each COMMIT/ABORT marker appended by its partition's leader (here
+        or over the broker RPC) and replicated to the ISR: per marker its
+        error; NOT_LEADER_OR_FOLLOWER where the leader is unknown, moved or
+        unreachable, REQUEST_TIMED_OUT after ``timeout_ms`` (both retriable:
+        the coordinator sends again)."""
+        items = [
+            (m.topic_id_partition, [m.producer_id, m.producer_epoch, m.coordinator_epoch, int(m.committed)])
+            for m in markers
+        ]
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                rows = await self.fetches.on_leaders("write_txn_markers", items, [int(Errors.NOT_LEADER_OR_FOLLOWER)])
+        except TimeoutError:
+            return [Errors.REQUEST_TIMED_OUT] * len(markers)
+        return [peer_error(row[0]) for row in rows]
+
+    def add_marker_listener(self, fn: Callable[[TopicIdPartition, int, bool], None]) -> None:
+        """``fn(tp, producer id, committed)`` after a marker this broker
+        leads is appended and replicated."""
+        self.rpc.marker_listeners.append(fn)
 
     async def init_producer_id(self, wait_ms: int = 5_000) -> int | None:
         """A producer id (KIP-730 blocks; see :class:`ProducerIdBlocks`);

@@ -152,7 +152,7 @@ class Consumer:
             self._metadata_stale = True
             return []
         out: list[ConsumerRecord] = []
-        for tp, (err, hwm, lso, records, msg) in zip(tps, body["partitions"], strict=True):
+        for tp, (err, hwm, lso, records, msg, *_txn) in zip(tps, body["partitions"], strict=True):
             error = Errors(err) if err in Errors._value2member_map_ else Errors.UNKNOWN_SERVER_ERROR
             if error == Errors.CORRUPT_MESSAGE:
                 self.corrupt[tp] = f"offset {self.positions[tp]}: {msg}"

@@ -101,3 +101,12 @@ _RETRIABLE = frozenset(
         Errors.COMMIT_DEADLINE_EXCEEDED,
     }
 )
+
+
+def peer_error(code: object) -> Errors:
+    """An error code another process sent (a broker RPC answer): one Kafka
+    does not define, or not an integer at all, is UNKNOWN_SERVER_ERROR."""
+    try:
+        return Errors(int(code))  # type: ignore[call-overload]
+    except (ValueError, TypeError):
+        return Errors.UNKNOWN_SERVER_ERROR

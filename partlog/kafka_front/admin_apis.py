@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from partlog.controller.cluster_meta import TopicAdmin
-from partlog.kafka.errors import Errors
+from partlog.kafka.errors import Errors, peer_error
 from partlog.kafka.records import TopicIdPartition
 from partlog.kafka_front.group_coordinator import INTERNAL_TOPICS
-from partlog.kafka_front.handler import ApiHandlers, Session, kafka_error, to_error
+from partlog.kafka_front.handler import ApiHandlers, Session, kafka_error
 from partlog.kafka_front.port import BrokerPort
 
 # DescribeConfigs: Kafka's ConfigResource.Type and ConfigSource codes.
@@ -179,7 +179,7 @@ class AdminApis(ApiHandlers):
                 part = {"partition_index": index, "low_watermark": -1, "error_code": int(refused)}
             else:
                 err, low = next(rows)
-                part = {"partition_index": index, "low_watermark": low, "error_code": kafka_error(to_error(err))}
+                part = {"partition_index": index, "low_watermark": low, "error_code": kafka_error(peer_error(err))}
             by_topic.setdefault(name, []).append(part)
         return {"throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]}
 

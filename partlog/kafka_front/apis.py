@@ -30,10 +30,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from partlog.groups.membership import INITIAL_REBALANCE_DELAY_MS_DEFAULT
-from partlog.kafka.errors import Errors
+from partlog.kafka import batch_header as bh
+from partlog.kafka.errors import Errors, peer_error
 from partlog.kafka.leader_epochs import diverging_epoch
 from partlog.kafka.record_batch import parse_records
-from partlog.kafka.records import FindBatchRequest, ListOffsetsRequest, TopicIdPartition
+from partlog.kafka.records import FindBatchRequest, IsolationLevel, ListOffsetsRequest, TopicIdPartition
 from partlog.kafka_front.admin_apis import AdminApis
 from partlog.kafka_front.group_apis import GroupApis
 from partlog.kafka_front.group_coordinator import (
@@ -49,7 +50,6 @@ from partlog.kafka_front.handler import (
     client_az,
     duration_ms,
     kafka_error,
-    to_error,
 )
 from partlog.kafka_front.port import BrokerPort
 
@@ -321,8 +321,6 @@ class KafkaApis(ApiHandlers):
                     error, message = Errors.INVALID_REQUEST, "partition named twice in one request"
                 elif acks not in (0, 1, -1):
                     error, message = Errors.INVALID_REQUIRED_ACKS, f"acks {acks}"
-                elif body.transactional_id is not None:
-                    error, message = Errors.INVALID_REQUEST, "transactions are not supported"
                 elif tp is None:
                     error = Errors.UNKNOWN_TOPIC_OR_PARTITION
                 elif td.name in INTERNAL_TOPICS:
@@ -334,6 +332,11 @@ class KafkaApis(ApiHandlers):
                 elif len(records) > self.config.message_max_bytes:
                     error = Errors.MESSAGE_TOO_LARGE
                     message = f"batch of {len(records)} bytes > message.max.bytes {self.config.message_max_bytes}"
+                elif unsequenced_transactional(records):
+                    # Only a coordinator writes transactional batches without
+                    # sequence numbers (TxnOffsetCommit's); from a client, as
+                    # Kafka's leader, the sequence is out of order.
+                    error, message = Errors.OUT_OF_ORDER_SEQUENCE_NUMBER, "transactional batch without a sequence"
                 seen.add(key)
                 if error is not None:
                     answers[key] = _produced(key[1], error, message)
@@ -385,8 +388,14 @@ class KafkaApis(ApiHandlers):
                     if info is not None and cle >= 0 and cle != info.leader_epoch:
                         error = Errors.FENCED_LEADER_EPOCH if cle < info.leader_epoch else Errors.UNKNOWN_LEADER_EPOCH
                 asked.append((ft.topic, fp, tp, error))
+        # Kafka's isolation_level (v4+): READ_COMMITTED reads up to the last
+        # stable offset and learns the aborted transactions in the range.
+        committed = int(getattr(body, "isolation_level", 0)) == IsolationLevel.READ_COMMITTED
+        isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
         reqs = [
-            FindBatchRequest(tp, int(fp.fetch_offset), min(max(1, int(fp.partition_max_bytes)), FETCH_MAX_BYTES))
+            FindBatchRequest(
+                tp, int(fp.fetch_offset), min(max(1, int(fp.partition_max_bytes)), FETCH_MAX_BYTES), isolation
+            )
             for _, fp, tp, err in asked
             if err is None and tp is not None
         ]
@@ -408,14 +417,19 @@ class KafkaApis(ApiHandlers):
             if err is not None:
                 part["error_code"] = int(err)
             else:
-                code, hwm, lso, records, _message = next(it)
+                code, hwm, lso, records, _message, stable, aborted = next(it)
                 part.update(
-                    error_code=kafka_error(to_error(code)),
+                    error_code=kafka_error(peer_error(code)),
                     high_watermark=hwm,
-                    last_stable_offset=hwm,
+                    last_stable_offset=stable if stable >= 0 else hwm,
                     log_start_offset=lso,
                     records=records,
                 )
+                if committed:
+                    # Kafka answers null for READ_UNCOMMITTED, the list otherwise.
+                    part["aborted_transactions"] = [
+                        {"producer_id": pid, "first_offset": first} for pid, first in aborted
+                    ]
                 last_epoch = int(getattr(fp, "last_fetched_epoch", -1))
                 if code == 0 and last_epoch >= 0 and req.api_version >= 12 and tp is not None:
                     diverging = self._diverging(tp, last_epoch, int(fp.fetch_offset))
@@ -457,7 +471,17 @@ class KafkaApis(ApiHandlers):
                     elif int(p.timestamp) < -3:
                         err = Errors.UNSUPPORTED_VERSION  # -4/-5 (tiered storage) need v8+
                 asked.append((t.name, p, tp, err))
-        reqs = [ListOffsetsRequest(tp, int(p.timestamp)) for _, p, tp, err in asked if err is None and tp is not None]
+        # Kafka's isolation_level (v2+): LATEST under READ_COMMITTED is the LSO.
+        isolation = (
+            IsolationLevel.READ_COMMITTED
+            if int(getattr(body, "isolation_level", 0)) == IsolationLevel.READ_COMMITTED
+            else IsolationLevel.READ_UNCOMMITTED
+        )
+        reqs = [
+            ListOffsetsRequest(tp, int(p.timestamp), isolation)
+            for _, p, tp, err in asked
+            if err is None and tp is not None
+        ]
         found = await self.broker.list_offsets_routed(reqs)
         # Exact lookups read one batch each: at most EXACT_LOOKUPS_MAX per
         # request, EXACT_LOOKUPS_IN_FLIGHT at a time; beyond, the batch's
@@ -488,7 +512,7 @@ class KafkaApis(ApiHandlers):
         if req.timestamp < 0 or error != Errors.NONE or offset < 0:
             return answer
         async with self._exact_slots:
-            [(code, _hwm, _lso, records, _msg)] = await self.broker.fetch_routed(
+            [(code, _hwm, _lso, records, _msg, _stable, _aborted)] = await self.broker.fetch_routed(
                 [FindBatchRequest(req.topic_id_partition, offset, 1)], max_wait_ms=0, min_bytes=0, max_bytes=1
             )
         if code != 0:
@@ -518,10 +542,18 @@ class KafkaApis(ApiHandlers):
             else:
                 err, epoch, end = next(rows)
             by_topic.setdefault(name, []).append(
-                {"partition": index, "error_code": kafka_error(to_error(err)), "leader_epoch": epoch,
+                {"partition": index, "error_code": kafka_error(peer_error(err)), "leader_epoch": epoch,
                  "end_offset": end}
             )  # fmt: skip
         return {"throttle_time": 0, "topics": [{"topic": n, "partitions": ps} for n, ps in by_topic.items()]}
+
+
+def unsequenced_transactional(records: bytes) -> bool:
+    """A v2 batch with the transactional bit and base sequence -1."""
+    if len(records) < bh.HEADER_SIZE:
+        return False  # the store answers what is too short to be a batch
+    h = bh.BatchHeader.parse(bytes(records[: bh.HEADER_SIZE]))
+    return h.is_transactional and h.base_sequence == bh.NO_SEQUENCE
 
 
 async def _ready(answer: tuple[Errors, int, int]) -> tuple[Errors, int, int]:

@@ -235,7 +235,7 @@ class GroupCoordinator:
                     async with asyncio.timeout(left):
                         await moved.wait()
             while offset < end:
-                [(code, _hwm, _lso, records, message)] = (
+                [(code, _hwm, _lso, records, message, _stable, _aborted)] = (
                     await self.broker.fetch([FindBatchRequest(tp, offset, LOAD_FETCH_BYTES)], max_wait_ms=0,
                                             min_bytes=0, max_bytes=LOAD_FETCH_BYTES)
                 )["partitions"]  # fmt: skip

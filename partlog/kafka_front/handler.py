@@ -1,7 +1,7 @@
 """What every Kafka API handler of the front end shares: the connection's
 :class:`Session`, the broker's port with topic names resolved to partitions
 (:class:`ApiHandlers`), and the mapping of partlog's answers to the values
-Kafka clients expect (``kafka_error``, ``to_error``, ``duration_ms``).
+Kafka clients expect (``kafka_error``, ``duration_ms``).
 
 A handler takes the kio request entity of whatever version the client sent
 (``req`` for the header fields, ``body`` for the request) and the session,
@@ -81,12 +81,4 @@ def kafka_error(e: Errors) -> int:
     return int(e)
 
 
-def to_error(code: Any) -> Errors:
-    """A broker RPC's error code; one Kafka does not define is UNKNOWN_SERVER_ERROR."""
-    try:
-        return Errors(int(code))
-    except (ValueError, TypeError):
-        return Errors.UNKNOWN_SERVER_ERROR
-
-
-__all__ = ["ApiHandlers", "Handler", "Session", "client_az", "duration_ms", "kafka_error", "to_error"]
+__all__ = ["ApiHandlers", "Handler", "Session", "client_az", "duration_ms", "kafka_error"]

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from partlog.controller.cluster_meta import MetadataSource
 from partlog.kafka.errors import Errors
-from partlog.kafka.records import FindBatchRequest, ListOffsetsRequest, TopicIdPartition
+from partlog.kafka.records import FindBatchRequest, ListOffsetsRequest, TopicIdPartition, TxnMarkerRequest
 from partlog.kafka.topic_config import TopicConfig
 from partlog.produce.pipeline import BatchResult
 from partlog.runtime import Clock, Entropy
@@ -91,6 +91,17 @@ class BrokerPort(Protocol):
     ) -> list[list[Any]]:
         """Ask each partition's leader the broker RPC ``method``: one answer
         row per item, ``failed`` where the leader is unknown or unreachable."""
+        ...
+
+    async def write_txn_markers(self, markers: Sequence[TxnMarkerRequest], *, timeout_ms: int) -> list[Errors]:
+        """Each marker appended by its partition's leader and replicated (acks=all);
+        per marker its error (NOT_LEADER_OR_FOLLOWER etc. are retriable)."""
+        ...
+
+    def add_marker_listener(self, fn: Callable[[TopicIdPartition, int, bool], None]) -> None:
+        """fn(tp, producer_id, committed) is called on this broker after a
+        marker this broker leads for ``tp`` is appended and replicated (the group
+        coordinator applies or drops pending offsets)."""
         ...
 
     async def init_producer_id(self) -> int | None:

@@ -45,7 +45,13 @@ from typing import Any
 from partlog import injected_bugs
 from partlog.controller.cluster_meta import MetadataSource, PartitionInfo
 from partlog.kafka.errors import Errors
-from partlog.kafka.records import CommitBatchRequest, CommitBatchResponse, TopicIdPartition
+from partlog.kafka.records import (
+    CommitBatchRequest,
+    CommitBatchResponse,
+    TopicIdPartition,
+    TxnMarkerRequest,
+    TxnMarkerResponse,
+)
 from partlog.replication.acks import await_acks
 from partlog.replication.config import (
     ALTER_PARTITION_BACKOFF_MS,
@@ -353,6 +359,55 @@ class ReplicaManager:
         self._ack_tasks.add(task)  # the loop holds tasks weakly
         task.add_done_callback(self._ack_tasks.discard)
         return answers, task
+
+    async def write_txn_markers(self, markers: Sequence[TxnMarkerRequest], timeout_ms: int) -> list[TxnMarkerResponse]:
+        """Append COMMIT/ABORT markers to the partitions this broker leads
+        and wait until the HWM passed each (Kafka appends markers with
+        acks=all and the partition's min.insync.replicas): per marker its
+        answer, NOT_LEADER_OR_FOLLOWER where this broker does not lead.
+        Raises StoreError when the store failed."""
+        answers = [TxnMarkerResponse(Errors.NOT_LEADER_OR_FOLLOWER, -1) for _ in markers]
+        mine = []
+        for i, m in enumerate(markers):
+            led = self._led.get(m.topic_id_partition)
+            if led is None:
+                continue
+            if led.rs.check_acks_all():
+                answers[i] = TxnMarkerResponse(Errors.NOT_ENOUGH_REPLICAS, -1)
+                continue
+            mine.append(i)
+        if not mine:
+            return answers
+        now = self.clock.wall_ms()
+        written = await asyncio.to_thread(self.store.write_txn_markers, [markers[i] for i in mine], now)
+        waits: dict[TopicIdPartition, asyncio.Future[Errors]] = {}
+        for i, a in zip(mine, written, strict=True):
+            answers[i] = a
+        for tp in {markers[i].topic_id_partition for i in mine}:
+            led = self._led.get(tp)
+            fut: asyncio.Future[Errors] = asyncio.get_running_loop().create_future()
+            waits[tp] = fut
+            if led is None:
+                fut.set_result(Errors.NOT_LEADER_OR_FOLLOWER)  # leadership moved while appending
+                continue
+            token = self._next_token
+            self._next_token += 1
+            led.waiters[token] = fut
+            self._complete(led, led.rs.leader_appended(self.store.log_end_offset(tp), now, token))
+        self._appended.fire()
+        errors: dict[TopicIdPartition, Errors] = {}
+        deadline = self.clock.monotonic() + timeout_ms / 1000
+        for tp, fut in waits.items():
+            try:
+                async with asyncio.timeout(max(0.0, deadline - self.clock.monotonic())):
+                    errors[tp] = await asyncio.shield(fut)
+            except TimeoutError:
+                errors[tp] = Errors.REQUEST_TIMED_OUT  # appended; may still be replicated
+        for i in mine:
+            err = errors.get(markers[i].topic_id_partition, Errors.NONE)
+            if answers[i].error == Errors.NONE and err != Errors.NONE:
+                answers[i] = TxnMarkerResponse(err, -1)
+        return answers
 
     def _complete(self, led: LedPartition, results: list[AckResult]) -> None:
         """Resolve finished acks=all appends and publish the HWM."""

@@ -17,6 +17,7 @@ the uploader is a signed int32, file sizes and byte offsets fit an int64.
 from __future__ import annotations
 
 from partlog.limits import (
+    ABORTED_TXNS_PER_FETCH_MAX,
     AZ_CHARS_MAX,
     BROKERS_MAX,
     HOST_CHARS_MAX,
@@ -31,6 +32,7 @@ from partlog.rpc.schema import (
     BYTE_OFFSET,
     FILE_SIZE,
     INT16,
+    INT16_MAX,
     INT32,
     INT32_MAX,
     INT64,
@@ -101,10 +103,34 @@ BROKER_SCHEMAS: dict[str, Schema] = {
     ),
     "fetch": Map(
         required={"partitions": List(partition_item(("offset", INT64), ("max_bytes", INT32)), PARTITIONS_MAX)},
-        optional={"max_wait_ms": NON_NEGATIVE_INT32, "min_bytes": INT32, "max_bytes": INT32},
+        optional={
+            "max_wait_ms": NON_NEGATIVE_INT32,
+            "min_bytes": INT32,
+            "max_bytes": INT32,
+            # Kafka's isolation_level: 0 READ_UNCOMMITTED, 1 READ_COMMITTED.
+            "isolation": Int(0, 1),
+        },
+    ),
+    # COMMIT/ABORT markers from a transaction coordinator to a leader.
+    "write_txn_markers": Map(
+        required={
+            "partitions": List(
+                partition_item(
+                    ("producer_id", Int(0, INT64_MAX)),
+                    ("producer_epoch", Int(0, INT16_MAX)),
+                    ("coordinator_epoch", Int(0, INT32_MAX)),
+                    ("committed", Int(0, 1)),
+                ),
+                PARTITIONS_MAX,
+            )
+        }
     ),
     "metadata": Map(required={}, optional={"az": Nullable(NAME)}),
-    "list_offsets": Map(required={"partitions": List(partition_item(("timestamp", INT64)), PARTITIONS_MAX)}),
+    "list_offsets": Map(
+        required={"partitions": List(partition_item(("timestamp", INT64)), PARTITIONS_MAX)},
+        # Kafka's isolation_level: LATEST is the last stable offset under 1.
+        optional={"isolation": Int(0, 1)},
+    ),
     "init_producer_id": Map(required={}),
     "replica_fetch": Map(
         required={
@@ -220,11 +246,17 @@ RESPONSE_SCHEMAS: dict[str, Schema] = {
                     ("log_start_offset", INT64),
                     ("records", Bytes(RPC_FRAME_BYTES_MAX)),
                     ("message", _ERROR_MESSAGE),
+                    ("last_stable_offset", INT64),
+                    (
+                        "aborted",
+                        List(Tuple(("producer_id", INT64), ("first_offset", INT64)), ABORTED_TXNS_PER_FETCH_MAX),
+                    ),
                 ),
                 PARTITIONS_MAX,
             )
         }
     ),
+    "write_txn_markers": Map(required={"partitions": List(Tuple(("error", INT16)), PARTITIONS_MAX)}),
 }
 
 WALMGR_SCHEMAS: dict[str, Schema] = {
