@@ -54,7 +54,7 @@ class _Load(NamedTuple):
     linger_ms: int
 
 
-class _Cluster:
+class BenchCluster:
     """A controller and three ``partlog broker`` processes (one per AZ),
     each with its RPC and Kafka ports, durable commits, and a topic of
     ``partitions`` partitions with replication factor 3."""
@@ -303,7 +303,7 @@ def run(
     say = progress or (lambda _m: None)
     value = os.urandom(value_bytes)
     data_dir = tempfile.mkdtemp(prefix="partlog-bench-kafka-")
-    cluster = _Cluster(data_dir, partitions, commit_interval_ms)
+    cluster = BenchCluster(data_dir, partitions, commit_interval_ms)
     try:
         say(f"cluster up: {cluster.bootstrap}")
         say(f"throughput, Kafka front end (confluent-kafka), {seconds:g} s")
@@ -419,4 +419,4 @@ def print_report(r: dict[str, Any], out: Any = sys.stdout) -> None:
         print(f"  {'PASS' if ok else 'MISS'}  {verdict}", file=out)
 
 
-__all__ = ["print_report", "run"]
+__all__ = ["BenchCluster", "print_report", "run"]

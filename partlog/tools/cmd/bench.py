@@ -90,6 +90,13 @@ def add_parser(sub: Subparsers) -> None:
     bk.add_argument(
         "--commit-interval-ms", type=positive_int, default=50, help="brokers' WAL buffer rotation interval (default 50)"
     )
+    bk.add_argument(
+        "--transactions",
+        action="store_true",
+        help="instead: transactional librdkafka producers against idempotent ones on the same cluster "
+        "(throughput, transaction commit p99 against produce p99, read_committed against read_uncommitted reads)",
+    )
+    bk.add_argument("--records-per-txn", type=positive_int, default=100, help="records per transaction (default 100)")
 
     brp = bench_sub.add_parser(
         "replication",
@@ -206,9 +213,24 @@ def _produce(args: argparse.Namespace) -> int:
 
 
 def _kafka(args: argparse.Namespace) -> int:
-    from partlog.tools import bench_kafka
+    from partlog.tools import bench_kafka, bench_txn
 
     progress = progress_printer(args)
+    if args.transactions:
+        txn = bench_txn.run(
+            seconds=args.seconds,
+            value_bytes=args.value_bytes,
+            partitions=args.partitions,
+            linger_ms=args.linger_ms,
+            commit_interval_ms=args.commit_interval_ms,
+            records_per_txn=args.records_per_txn,
+            progress=progress,
+        )
+        if args.json:
+            print(json.dumps(txn))
+        else:
+            bench_txn.print_report(txn)
+        return 0
     result = bench_kafka.run(
         seconds=args.seconds,
         value_bytes=args.value_bytes,
