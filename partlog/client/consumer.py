@@ -22,7 +22,7 @@ from partlog.client.connections import (
     checked_answer,
 )
 from partlog.kafka.errors import Errors
-from partlog.kafka.record_batch import ConsumerRecord, parse_records
+from partlog.kafka.record_batch import ConsumerRecord, read_records
 from partlog.kafka.records import TopicIdPartition
 from partlog.rpc.client import RpcConnectionError, RpcRemoteError, RpcTimeoutError
 from partlog.rpc.wire import WireError, enc_tp
@@ -34,6 +34,8 @@ FETCH_MAX_BYTES_DEFAULT = 50 * 1024 * 1024
 PARTITION_FETCH_MAX_BYTES_DEFAULT = 1024 * 1024
 # Kafka's auto.offset.reset values ("none": raise, here: keep the error).
 AUTO_OFFSET_RESETS = ("earliest", "latest", "none")
+# Kafka's isolation.level values.
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 # Resets a consumer remembers per partition (the latest ones).
 RESETS_KEPT = 16
 
@@ -64,9 +66,15 @@ class Consumer:
         max_bytes: int = FETCH_MAX_BYTES_DEFAULT,
         partition_max_bytes: int = PARTITION_FETCH_MAX_BYTES_DEFAULT,
         auto_offset_reset: str = "none",
+        isolation_level: str = "read_uncommitted",
     ) -> None:
         if auto_offset_reset not in AUTO_OFFSET_RESETS:
             raise ValueError(f"auto_offset_reset must be one of {AUTO_OFFSET_RESETS}, got {auto_offset_reset!r}")
+        if isolation_level not in ISOLATION_LEVELS:
+            raise ValueError(f"isolation_level must be one of {ISOLATION_LEVELS}, got {isolation_level!r}")
+        # Kafka's isolation.level: read_committed reads up to the last stable
+        # offset and drops the records of aborted transactions.
+        self.read_committed = isolation_level == "read_committed"
         self.conns = Connections(bootstrap, secret=secret, ssl=ssl)
         # Kafka's auto.offset.reset, applied when a fetch answers
         # OFFSET_OUT_OF_RANGE (retention or DeleteRecords moved the log start
@@ -136,6 +144,7 @@ class Consumer:
                     "max_wait_ms": self.max_wait_ms,
                     "min_bytes": self.min_bytes,
                     "max_bytes": self.max_bytes,
+                    "isolation": int(self.read_committed),
                 },
                 timeout_ms=self.max_wait_ms + REQUEST_TIMEOUT_MS_DEFAULT,
             )
@@ -152,7 +161,7 @@ class Consumer:
             self._metadata_stale = True
             return []
         out: list[ConsumerRecord] = []
-        for tp, (err, hwm, lso, records, msg, *_txn) in zip(tps, body["partitions"], strict=True):
+        for tp, (err, hwm, lso, records, msg, _stable, aborted) in zip(tps, body["partitions"], strict=True):
             error = Errors(err) if err in Errors._value2member_map_ else Errors.UNKNOWN_SERVER_ERROR
             if error == Errors.CORRUPT_MESSAGE:
                 self.corrupt[tp] = f"offset {self.positions[tp]}: {msg}"
@@ -168,9 +177,8 @@ class Consumer:
                     self._metadata_stale = True
                 continue
             self.high_watermarks[tp] = hwm
-            got = parse_records(tp, records, self.positions[tp])
-            if got:
-                self.positions[tp] = got[-1].offset + 1
+            got, after = read_records(tp, records, self.positions[tp], aborted if self.read_committed else None)
+            self.positions[tp] = max(self.positions[tp], after)
             out += got
         return out
 

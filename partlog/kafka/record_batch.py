@@ -72,4 +72,67 @@ def parse_records(tp: TopicIdPartition, data: bytes, from_offset: int = 0) -> li
     return out
 
 
-__all__ = ["ConsumerRecord", "build_record_batch", "parse_records"]
+def read_records(
+    tp: TopicIdPartition,
+    data: bytes,
+    from_offset: int = 0,
+    aborted: Sequence[tuple[int, int]] | None = None,
+) -> tuple[list[ConsumerRecord], int]:
+    """What a Kafka consumer delivers from a fetch answer, and the offset
+    after its last whole batch (the next fetch's; ``from_offset`` when there
+    is none), which passes batches that deliver nothing.  Control batches
+    (transaction markers) are never records; with ``aborted`` (a
+    READ_COMMITTED fetch's ``[(producer id, first offset), ...]``) the records
+    of aborted transactions are dropped too, as Kafka's consumer does
+    (``Fetcher``'s aborted-producer set): a producer's batches are skipped
+    from the first offset of its aborted transaction until its ABORT marker."""
+    pending = sorted((first, pid) for pid, first in aborted or ())
+    next_aborted = 0
+    skipping: set[int] = set()
+    out = []
+    pos = 0
+    next_offset = from_offset
+    while pos + 12 <= len(data):
+        length = int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
+        end = pos + length + LOG_OVERHEAD
+        if end > len(data):
+            break
+        batch = DefaultRecordBatch(data[pos:end])
+        pos = end
+        next_offset = max(next_offset, batch.base_offset + batch.last_offset_delta + 1)
+        while next_aborted < len(pending) and pending[next_aborted][0] <= batch.base_offset:
+            skipping.add(pending[next_aborted][1])
+            next_aborted += 1
+        if batch.is_control_batch:
+            # An ABORT marker ends its producer's aborted transaction.
+            if batch.is_transactional and _is_abort(batch):
+                skipping.discard(batch.producer_id)
+            continue
+        if batch.is_transactional and batch.producer_id in skipping:
+            continue
+        for r in batch:
+            if r.offset >= from_offset:
+                out.append(ConsumerRecord(tp, r.offset, r.timestamp, r.key, r.value))
+    return out, next_offset
+
+
+def _is_abort(batch: DefaultRecordBatch) -> bool:
+    """A control batch's record key is (version int16, type int16): 0 ABORT, 1 COMMIT."""
+    for r in batch:
+        key = r.key or b""
+        return len(key) >= 4 and int.from_bytes(key[2:4], "big", signed=True) == CONTROL_TYPE_ABORT
+    return False
+
+
+# Kafka's ControlRecordType codes in a control record's key.
+CONTROL_TYPE_ABORT = 0
+CONTROL_TYPE_COMMIT = 1
+
+__all__ = [
+    "CONTROL_TYPE_ABORT",
+    "CONTROL_TYPE_COMMIT",
+    "ConsumerRecord",
+    "build_record_batch",
+    "parse_records",
+    "read_records",
+]
