@@ -1,13 +1,20 @@
-"""Transactions through the Kafka front end with a real client:
+"""Transactions through the Kafka front end with real clients:
 confluent-kafka (librdkafka) producing transactionally over several
 partitions of two topics, committing and aborting, fenced by a newer
-producer, and consuming with read_committed and read_uncommitted."""
+producer, and consuming with read_committed and read_uncommitted; aiokafka
+and kafkajs committing and aborting with a group's offsets in the
+transaction."""
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,7 +35,7 @@ CONSUME_S = 60
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterThread]:
     c = ClusterThread(str(tmp_path_factory.mktemp("txn")), partitions=PARTITIONS)
     try:
-        from confluent_kafka.admin import AdminClient, NewTopic
+        from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
         admin = AdminClient({"bootstrap.servers": c.bootstrap})
         for f in admin.create_topics([NewTopic(OTHER_TOPIC, 2, 3)]).values():
@@ -93,8 +100,8 @@ def _read_all(cluster: ClusterThread, isolation: str, topics: list[tuple[str, in
                         position[(tp.topic, tp.partition)] = max(position[(tp.topic, tp.partition)], tp.offset)
                 continue
             assert m.error() is None, m.error()
-            out.append(m.value().decode())
-            position[(m.topic(), m.partition())] = m.offset() + 1
+            out.append(bytes(m.value() or b"").decode())
+            position[(str(m.topic()), int(m.partition() or 0))] = int(m.offset() or 0) + 1
         return out
     finally:
         c.close()
@@ -175,3 +182,87 @@ def test_offsets_sent_in_a_transaction_commit_with_it(cluster: ClusterThread) ->
         assert got.offset == 5
     finally:
         c.close()
+
+
+AIOKAFKA_SCRIPT = r"""
+import asyncio, json, sys
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+async def read_all(bootstrap, topic, isolation):
+    c = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, isolation_level=isolation,
+                         auto_offset_reset="earliest", enable_auto_commit=False)
+    await c.start()
+    out = []
+    try:
+        for _ in range(20):
+            for recs in (await c.getmany(timeout_ms=500)).values():
+                out += [r.value.decode() for r in recs]
+    finally:
+        await c.stop()
+    return out
+
+async def main(bootstrap, topic):
+    p = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id="aiokafka-txn")
+    await p.start()
+    try:
+        async with p.transaction():
+            for i in range(4):
+                await p.send(topic, f"aio-commit-{i}".encode(), partition=i % 2)
+            await p.send_offsets_to_transaction({TopicPartition(topic, 0): 9}, "aiokafka-ctp")
+        await p.begin_transaction()
+        for i in range(3):
+            await p.send(topic, f"aio-abort-{i}".encode(), partition=i % 2)
+        await p.abort_transaction()
+    finally:
+        await p.stop()
+    committed = await read_all(bootstrap, topic, "read_committed")
+    uncommitted = await read_all(bootstrap, topic, "read_uncommitted")
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets("aiokafka-ctp")
+    finally:
+        await admin.close()
+    print(json.dumps({"committed": committed, "uncommitted": uncommitted,
+                      "offset": offsets[TopicPartition(topic, 0)].offset}))
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+JS_DIR = Path(__file__).parent / "js"
+
+
+def _client_run(cluster: ClusterThread, argv: list[str], topic: str, cwd: Path | None = None) -> dict[str, Any]:
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for f in admin.create_topics([NewTopic(topic, 2, 3)]).values():
+        f.result(30)
+    out = subprocess.run([*argv, cluster.bootstrap, topic], capture_output=True, text=True, timeout=180, cwd=cwd)
+    assert out.returncode == 0, out.stderr[-4000:]
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _check_client_result(result: dict[str, Any], prefix: str, offset: int) -> None:
+    assert sorted(result["committed"]) == [f"{prefix}-commit-{i}" for i in range(4)]
+    assert sorted(result["uncommitted"]) == sorted(
+        [f"{prefix}-commit-{i}" for i in range(4)] + [f"{prefix}-abort-{i}" for i in range(3)]
+    )
+    assert result["offset"] == offset
+
+
+@pytest.mark.timeout(300)
+def test_aiokafka_transactions_with_offsets(cluster: ClusterThread) -> None:
+    pytest.importorskip("aiokafka")
+    result = _client_run(cluster, [sys.executable, "-c", AIOKAFKA_SCRIPT], "txn-aiokafka")
+    _check_client_result(result, "aio", 9)
+
+
+@pytest.mark.timeout(300)
+def test_kafkajs_transactions_with_offsets(cluster: ClusterThread) -> None:
+    if shutil.which("node") is None or not (JS_DIR / "node_modules" / "kafkajs").is_dir():
+        pytest.skip("node or kafkajs missing (scripts/test installs kafkajs with npm)")
+    result = _client_run(cluster, ["node", str(JS_DIR / "txn.js")], "txn-kafkajs", cwd=JS_DIR)
+    _check_client_result(result, "kjs", 7)
