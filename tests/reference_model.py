@@ -384,7 +384,8 @@ class KafkaModel:
             if found:
                 min_one_message = False
             remaining = max(0, remaining - used)
-            out.append(FindBatchResponse(Errors.NONE, tuple(found), part.log_start, part.hwm))
+            # No transactions here: the last stable offset is the HWM.
+            out.append(FindBatchResponse(Errors.NONE, tuple(found), part.log_start, part.hwm, None, part.hwm))
         return out
 
     @staticmethod

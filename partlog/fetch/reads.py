@@ -11,6 +11,10 @@ consumer receives.
    offset, leader epoch, and for LogAppendTime topics the append time with
    its CRC), which is what Kafka's log would hold.
 
+A batch stored inline in the metadata log (a transaction marker's control
+batch, ``BatchMetadata.inline``) comes with its bytes: no read is planned
+for it and ``assemble`` serves it as it is.
+
 A batch whose bytes fail a check is not served: the partition's answer ends
 before it with ``CORRUPT_MESSAGE`` and a message naming object and offset.
 So does an object that ends before a batch the log points at (truncated:
@@ -63,6 +67,8 @@ def plan_reads(batches: Sequence[BatchInfo]) -> list[ObjectRead]:
     """One read per object, covering all of that object's batches in ``batches``."""
     spans: dict[str, tuple[int, int]] = {}
     for b in batches:
+        if b.metadata.inline:
+            continue  # a marker's control batch: its bytes came with it
         start, end = b.metadata.byte_offset, b.metadata.byte_offset + b.metadata.byte_size
         if b.object_key in spans:
             lo, hi = spans[b.object_key]
@@ -104,6 +110,9 @@ def assemble(
         chunks: list[bytes] = []
         error, message = Errors.NONE, None
         for info in infos:
+            if info.metadata.inline:
+                chunks.append(info.metadata.inline)
+                continue
             got = reads.get(info.object_key)
             if isinstance(got, RangeNotSatisfiableError):
                 # The object is shorter than the log says: corrupt, for good.

@@ -13,6 +13,12 @@ clients (AppendOrigin.CLIENT):
   and starts a fresh window;
 * the same epoch needs ``first == last + 1``, or ``first == 0`` after 2^31-1;
 * a producer with no entry (never seen, or expired) may start anywhere.
+
+Transactions (Kafka's ``ProducerStateEntry.currentTxnFirstOffset`` and
+``coordinatorEpoch``): the first transactional batch of a producer with no
+ongoing transaction starts one at its offset; a marker ends it and records
+its coordinator epoch; a producer with an ongoing transaction never expires.
+An entry with neither encodes exactly as before transactions.
 """
 
 from __future__ import annotations
@@ -49,6 +55,10 @@ class ProducerEntry(NamedTuple):
     batches: tuple[AppendedBatch, ...]
     # Max timestamp of the last appended batch: Kafka expires producers by it.
     last_timestamp: int
+    # The first offset of the ongoing transaction, -1: none.
+    txn_first_offset: int = -1
+    # The coordinator epoch of the last marker, -1: none.
+    coordinator_epoch: int = -1
 
     def find_duplicate(self, producer_epoch: int, first_seq: int, last_seq: int) -> AppendedBatch | None:
         if producer_epoch != self.producer_epoch:
@@ -59,14 +69,20 @@ class ProducerEntry(NamedTuple):
         return None
 
     def is_expired(self, now_ms: int, expiration_ms: int) -> bool:
-        return now_ms - self.last_timestamp >= expiration_ms
+        """Kafka's isProducerExpired: never while a transaction is ongoing."""
+        return self.txn_first_offset < 0 and now_ms - self.last_timestamp >= expiration_ms
 
     def encode(self) -> bytes:
         """Fixed-width binary form for the store (msgpack was 2 us a batch):
         one pack call with a format per window length, as this runs once per
-        partition and producer on every commit."""
+        partition and producer on every commit.  Transaction fields, when
+        set, follow the head (:data:`_TXN_FLAG` in the count byte)."""
         batches = self.batches
         n = len(batches)
+        if self.txn_first_offset >= 0 or self.coordinator_epoch >= 0:
+            head = _ENTRY_HEAD.pack(self.producer_epoch, self.last_timestamp, n | _TXN_FLAG)
+            head += _TXN.pack(self.txn_first_offset, self.coordinator_epoch)
+            return head + b"".join(_BATCH.pack(*b) for b in batches)
         if n < len(_ENTRY_FORMATS):
             return _ENTRY_FORMATS[n].pack(self.producer_epoch, self.last_timestamp, n, *_chain(batches))
         head = _ENTRY_HEAD.pack(self.producer_epoch, self.last_timestamp, n)
@@ -75,17 +91,28 @@ class ProducerEntry(NamedTuple):
     @classmethod
     def decode(cls, data: bytes) -> ProducerEntry:
         epoch, last_ts, n = _ENTRY_HEAD.unpack_from(data, 0)
-        if len(data) != _ENTRY_HEAD.size + n * _BATCH.size:
-            raise ValueError(f"producer entry is {len(data)} bytes, expected {_ENTRY_HEAD.size + n * _BATCH.size}")
+        at = _ENTRY_HEAD.size
+        txn_first = coordinator_epoch = -1
+        if n & _TXN_FLAG:
+            n &= ~_TXN_FLAG
+            txn_first, coordinator_epoch = _TXN.unpack_from(data, at)
+            at += _TXN.size
+        if len(data) != at + n * _BATCH.size:
+            raise ValueError(f"producer entry is {len(data)} bytes, expected {at + n * _BATCH.size}")
         return cls(
             epoch,
-            tuple(AppendedBatch(*_BATCH.unpack_from(data, _ENTRY_HEAD.size + i * _BATCH.size)) for i in range(n)),
+            tuple(AppendedBatch(*_BATCH.unpack_from(data, at + i * _BATCH.size)) for i in range(n)),
             last_ts,
+            txn_first,
+            coordinator_epoch,
         )
 
 
 _ENTRY_HEAD = struct.Struct(">hqB")  # producer epoch, last timestamp, batch count
 _BATCH = struct.Struct(">iiqqqq")  # first/last seq, first/last offset, max timestamp, log append time
+# Set in the count byte when the transaction fields follow the head.
+_TXN_FLAG = 0x80
+_TXN = struct.Struct(">qi")  # ongoing transaction's first offset, coordinator epoch
 # The whole entry of a window of n batches, as one format (same bytes).
 _ENTRY_FORMATS = tuple(struct.Struct(">hqB" + "iiqqqq" * n) for n in range(NUM_BATCHES_TO_RETAIN + 1))
 _chain = itertools.chain.from_iterable
@@ -116,7 +143,9 @@ def after_append(entry: ProducerEntry | None, producer_epoch: int, batch: Append
     if entry is not None and entry.producer_epoch == producer_epoch:
         kept = entry.batches[-(NUM_BATCHES_TO_RETAIN - 1) :]
     ts = batch.log_append_time if batch.log_append_time >= 0 else batch.max_timestamp
-    return ProducerEntry(producer_epoch, (*kept, batch), ts)
+    if entry is None:
+        return ProducerEntry(producer_epoch, (*kept, batch), ts)
+    return ProducerEntry(producer_epoch, (*kept, batch), ts, entry.txn_first_offset, entry.coordinator_epoch)
 
 
 class ProducerWindow:
@@ -130,7 +159,18 @@ class ProducerWindow:
     :func:`after_append`; tests/unit/test_producer_window.py checks them against
     those on random histories."""
 
-    __slots__ = ("body", "epoch", "known", "last_seq", "last_timestamp", "max_first", "n", "next_seq")
+    __slots__ = (
+        "body",
+        "coordinator_epoch",
+        "epoch",
+        "known",
+        "last_seq",
+        "last_timestamp",
+        "max_first",
+        "n",
+        "next_seq",
+        "txn_first",
+    )
 
     def __init__(self, entry: ProducerEntry | None) -> None:
         self._load(None if entry is None else entry.encode())
@@ -143,6 +183,7 @@ class ProducerWindow:
         return window
 
     def _load(self, raw: bytes | None) -> None:
+        self.txn_first = self.coordinator_epoch = -1
         if raw is None:
             self.known = False  # no state (never seen, or expired)
             self.epoch = self.last_timestamp = -1
@@ -153,7 +194,12 @@ class ProducerWindow:
             return
         self.known = True
         self.epoch, self.last_timestamp, n = _ENTRY_HEAD.unpack_from(raw, 0)
-        self.body = raw[_ENTRY_HEAD.size :]
+        if n & _TXN_FLAG:
+            n &= ~_TXN_FLAG
+            self.txn_first, self.coordinator_epoch = _TXN.unpack_from(raw, _ENTRY_HEAD.size)
+            self.body = raw[_ENTRY_HEAD.size + _TXN.size :]
+        else:
+            self.body = raw[_ENTRY_HEAD.size :]
         if n > NUM_BATCHES_TO_RETAIN or len(self.body) != n * _BATCH.size:
             raise ValueError(f"producer entry of {n} batches is {len(raw)} bytes")
         self.n = n
@@ -162,6 +208,26 @@ class ProducerWindow:
         self.max_first = max(_FIRSTS[n].unpack_from(self.body)) if n else -1
         self.last_seq = _I32.unpack_from(self.body, n * _BATCH.size - _BATCH.size + 4)[0] if n else INT32_MAX
         self.next_seq = self.last_seq + 1 if self.last_seq < INT32_MAX else -1
+
+    def expired(self, now_ms: int, expiration_ms: int) -> bool:
+        """Known, with no ongoing transaction, and its last batch older than
+        ``expiration_ms`` (Kafka's isProducerExpired)."""
+        return self.known and self.txn_first < 0 and now_ms - self.last_timestamp >= expiration_ms
+
+    def end_txn(self, producer_epoch: int, coordinator_epoch: int, timestamp: int) -> None:
+        """A marker was appended (Kafka's appendEndTxnMarker; the caller
+        checked epochs): no transaction ongoing, the marker's coordinator
+        epoch recorded, a new producer epoch starts an empty window."""
+        if not self.known or producer_epoch != self.epoch:
+            self.body = b""
+            self.n = 0
+            self.max_first = self.next_seq = -1
+            self.last_seq = INT32_MAX
+        self.known = True
+        self.epoch = producer_epoch
+        self.txn_first = -1
+        self.coordinator_epoch = coordinator_epoch
+        self.last_timestamp = timestamp
 
     def continues(self, producer_epoch: int, first_seq: int) -> bool:
         """True if a batch of this epoch starting at ``first_seq`` directly
@@ -227,6 +293,12 @@ class ProducerWindow:
     def encoded(self) -> bytes:
         """The state as :meth:`ProducerEntry.encode` writes it."""
         assert self.known, "a window that appended nothing has no entry"
+        if self.txn_first >= 0 or self.coordinator_epoch >= 0:
+            return (
+                _ENTRY_HEAD.pack(self.epoch, self.last_timestamp, self.n | _TXN_FLAG)
+                + _TXN.pack(self.txn_first, self.coordinator_epoch)
+                + self.body
+            )
         return _ENTRY_HEAD.pack(self.epoch, self.last_timestamp, self.n) + self.body
 
     def entry(self) -> ProducerEntry:

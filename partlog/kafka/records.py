@@ -11,6 +11,7 @@ import struct
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import NamedTuple
 
 from partlog.kafka.batch_header import BatchHeader
@@ -114,11 +115,21 @@ class CommitBatchResponse(NamedTuple):
     request: CommitBatchRequest
 
 
+class IsolationLevel(IntEnum):
+    """Kafka's fetch isolation: READ_COMMITTED stops at the last stable
+    offset and is answered the aborted transactions of what it returns."""
+
+    READ_UNCOMMITTED = 0
+    READ_COMMITTED = 1
+
+
 @dataclass(frozen=True, slots=True)
 class FindBatchRequest:
     topic_id_partition: TopicIdPartition
     offset: int
     max_partition_fetch_bytes: int
+    # partlog: Kafka's isolation_level of the fetch.
+    isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +150,10 @@ class BatchMetadata:
     # patched 61-byte header that a fetch splices over the uploaded one.
     partition_leader_epoch: int = -1
     header: bytes = b""
+    # partlog: the whole batch of an entry stored inline in the metadata log
+    # (a transaction marker's control batch): there is no WAL object to read,
+    # ``object_key`` is empty.
+    inline: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +161,13 @@ class BatchInfo:
     batch_id: int
     object_key: str
     metadata: BatchMetadata
+
+
+class AbortedTxn(NamedTuple):
+    """An aborted transaction as Fetch answers it."""
+
+    producer_id: int
+    first_offset: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,12 +179,19 @@ class FindBatchResponse:
     # partlog: a human-readable reason for ``errors`` (e.g. where an entry
     # failed its CRC); None when there is nothing to add.
     error_message: str | None = None
+    # partlog: Kafka's last stable offset; -1 with an error.
+    last_stable_offset: int = -1
+    # partlog: READ_COMMITTED only, the aborted transactions that overlap
+    # the batches returned (Kafka's FetchResponse aborted_transactions).
+    aborted: tuple[AbortedTxn, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class ListOffsetsRequest:
     topic_id_partition: TopicIdPartition
     timestamp: int
+    # partlog: Kafka's isolation_level (LATEST answers the LSO with READ_COMMITTED).
+    isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
 
     EARLIEST_TIMESTAMP = -2
     LATEST_TIMESTAMP = -1
@@ -175,6 +204,23 @@ class ListOffsetsResponse:
     topic_id_partition: TopicIdPartition
     timestamp: int
     offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarkerRequest:
+    """One COMMIT or ABORT marker for one partition (Kafka's WriteTxnMarkers,
+    one topic partition of one marker)."""
+
+    topic_id_partition: TopicIdPartition
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    committed: bool  # True: COMMIT, False: ABORT
+
+
+class TxnMarkerResponse(NamedTuple):
+    error: Errors
+    offset: int  # the marker's offset; -1 on error
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,10 +31,12 @@ process, which follows the journal, sees the same.
   in-memory high watermarks;
 * :mod:`~partlog.store.log`: the log chunks (entries: read, append, cut);
 * :mod:`~partlog.store.index`: file references, pending ones too (walmgr's);
-* :mod:`~partlog.store.epochs`, :mod:`~partlog.store.producers`: the
-  leader-epoch cache, the producer table;
+* :mod:`~partlog.store.epochs`, :mod:`~partlog.store.producers`,
+  :mod:`~partlog.store.txns`: the leader-epoch cache, the producer table,
+  the partitions' transactions and aborted-transaction index;
 * :mod:`~partlog.store.sequencer`: the pure :class:`Sequencer` (Kafka's
-  sequencing of a commit: state in, answers and a delta out);
+  sequencing of a commit: state in, answers and a delta out), and
+  :mod:`~partlog.store.markers` (a transaction marker's);
 * :mod:`~partlog.store.writes` (on :mod:`~partlog.store.group_commit`),
   :mod:`~partlog.store.checkpoint` (with :mod:`~partlog.store.journal`) and
   :mod:`~partlog.store.view`: the write paths, durability and recovery, and
@@ -69,6 +71,8 @@ from partlog.kafka.records import (
     LogRead,
     ReplicatedEntry,
     TopicIdPartition,
+    TxnMarkerRequest,
+    TxnMarkerResponse,
 )
 from partlog.kafka.topic_config import TopicConfig
 from partlog.runtime import SYSTEM_CLOCK
@@ -76,10 +80,10 @@ from partlog.store import retention, topics
 from partlog.store.catalog import Catalog
 from partlog.store.check import check_store
 from partlog.store.checkpoint import Checkpointer
-from partlog.store.env import LmdbEnv, open_environment
+from partlog.store.env import open_files
 from partlog.store.epochs import EpochCache
 from partlog.store.index import FileIndex
-from partlog.store.journal import JOURNAL_SEGMENT_BYTES_DEFAULT, Journal, JournalError
+from partlog.store.journal import JOURNAL_SEGMENT_BYTES_DEFAULT
 from partlog.store.layout import (
     CHECKPOINT_GROUPS_MAX_DEFAULT,
     CHECKPOINT_INTERVAL_MS_DEFAULT,
@@ -100,12 +104,14 @@ from partlog.store.layout import (
     T,
 )
 from partlog.store.log import LogChunks
+from partlog.store.markers import prepare_markers
 from partlog.store.options import StoreOptions
 from partlog.store.producers import ProducerTable
 from partlog.store.reads import LogReader
 from partlog.store.replication import FollowerLog, check_replicated
-from partlog.store.sequencer import Sequencer, prepare
+from partlog.store.sequencer import prepare
 from partlog.store.staged import Staged
+from partlog.store.txns import TxnTable
 from partlog.store.view import Views
 from partlog.store.writes import Writes
 
@@ -163,36 +169,17 @@ class MetadataStore:
         store takes them only once all is done: a reopen that fails leaves
         it closed and failed, to be reopened again."""
         o = self._options
-        path = self.path
-        if o.readonly and not os.path.exists(os.path.join(path, "data.mdb")):
-            raise StoreError(f"{path}: no metadata store here (data.mdb missing)")
-        if not o.readonly:
-            os.makedirs(path, exist_ok=True)
-        # Counters for metrics and benchmarks (components add to them).
-        stats = {
-            "group_commits": 0,
-            "map_resizes": 0,
-            "checkpoints": 0,
-            "checkpointed_groups": 0,
-            "replayed_groups": 0,
-            # commits that waited for a checkpoint: the thread fell behind
-            "checkpoint_backpressure": 0,
-        }
-        raw = open_environment(path, map_size_bytes=o.map_size_bytes, readonly=o.readonly, sync=o.sync)
-        try:
-            journal = Journal(
-                os.path.join(path, "journal"), sync=o.sync, segment_bytes=o.journal_segment_bytes, readonly=o.readonly
-            )
-        except (OSError, ValueError, JournalError) as e:
-            raw.close()
-            raise StoreError(f"{path}: cannot open the journal: {e}") from e
-        env = LmdbEnv(raw, path=path, readonly=o.readonly, stats=stats)
+        env, journal = open_files(self.path, o)
+        stats = env.stats
         clock = o.clock or SYSTEM_CLOCK.wall_ms
-        catalog = Catalog(env)
-        index = FileIndex(env)
+        catalog, index, epochs, producers, txns = (
+            Catalog(env),
+            FileIndex(env),
+            EpochCache(env),
+            ProducerTable(env),
+            TxnTable(env),
+        )
         log_chunks = LogChunks(env, index)
-        epochs = EpochCache(env)
-        producers = ProducerTable(env)
         checkpoints = Checkpointer(
             env,
             journal,
@@ -200,6 +187,7 @@ class MetadataStore:
             index=index,
             log=log_chunks,
             producers=producers,
+            txns=txns,
             stats=stats,
             groups_max=o.checkpoint_groups_max,
             interval_ms=o.checkpoint_interval_ms,
@@ -207,11 +195,6 @@ class MetadataStore:
             monotonic=o.monotonic or SYSTEM_CLOCK.monotonic,
         )
         views = Views(env, lambda: checkpoints.overlay, checkpoints.follow if o.readonly else None)
-        sequencer = Sequencer(
-            commit_deadline_ms=o.commit_deadline_ms,
-            producer_id_expiration_ms=o.producer_id_expiration_ms,
-            auto_high_watermark=o.auto_high_watermark,
-        )
         writes = Writes(
             env,
             checkpoints,
@@ -219,10 +202,10 @@ class MetadataStore:
             catalog=catalog,
             producers=producers,
             index=index,
-            sequencer=sequencer,
+            txns=txns,
+            options=o,
             clock=clock,
             commit_group=self._commit_group,
-            group_batches_max=o.group_commit_batches_max,
             stats=stats,
         )
         env.check_version()
@@ -235,20 +218,22 @@ class MetadataStore:
             with env.read() as txn:
                 catalog.load(txn)
             if o.checkpoint_thread:
-                checkpoints.start_thread(path, writes.pipeline)
-        self.stats = stats
-        self._env, self._journal, self._clock, self._closed = env, journal, clock, False
-        self._catalog, self._index, self._log, self._epochs = catalog, index, log_chunks, epochs
+                checkpoints.start_thread(self.path, writes.pipeline)
+        self.stats, self._env, self._journal, self._clock, self._closed = stats, env, journal, clock, False
+        self._catalog, self._index, self._log, self._epochs, self._txns = catalog, index, log_chunks, epochs, txns
         self._producers, self._checkpoints, self._views, self._writes = producers, checkpoints, views, writes
         self._pipeline = writes.pipeline
         self._read = views.read  # a view: LMDB plus the journal's overlay
-        self._reads = LogReader(views, catalog=catalog, log=log_chunks, index=index, epochs=epochs, readonly=o.readonly)
+        self._reads = LogReader(
+            views, catalog=catalog, log=log_chunks, index=index, epochs=epochs, txns=txns, readonly=o.readonly
+        )
         self._follower = FollowerLog(
             catalog=catalog,
             log=log_chunks,
             index=index,
             epochs=epochs,
             producers=producers,
+            txns=txns,
             clock=clock,
             producer_id_expiration_ms=o.producer_id_expiration_ms,
         )
@@ -419,6 +404,15 @@ class MetadataStore:
         with self._writing():
             return self._writes.submit(call)
 
+    def write_txn_markers(self, markers: Sequence[TxnMarkerRequest], now_ms: int) -> list[TxnMarkerResponse]:
+        """Kafka's leader side of WriteTxnMarkers (:mod:`partlog.store.markers`):
+        one control batch (inline, timestamp ``now_ms``) per marker at its
+        partition's log end, group committed; answers in request order."""
+        self._check_writable()
+        call = prepare_markers(markers, now_ms)
+        with self._writing():
+            return self._writes.submit_markers(call)
+
     def _commit_group(self, group: CommitGroup) -> None:
         """Pipeline stage 2: the group's journal append (its durability)."""
         self._checkpoints.commit(group)
@@ -497,7 +491,9 @@ class MetadataStore:
     def delete_topics(self, topic_ids: Iterable[uuid.UUID]) -> None:
         """Delete topics: their logs, producer states, epochs and file references."""
         ids = set(topic_ids)
-        self._write(lambda s: topics.delete_topics(s, self._catalog, self._log, self._producers, self._epochs, ids))
+        self._write(
+            lambda s: topics.delete_topics(s, self._catalog, self._log, self._producers, self._epochs, self._txns, ids)
+        )
 
     def topic_config(self, topic_id: uuid.UUID) -> TopicConfig:
         """The topic's config, from the durable state; KeyError for an unknown topic."""
@@ -540,6 +536,11 @@ class MetadataStore:
         """The partition's log start offset, from memory.  KeyError for an
         unknown partition."""
         return self._reads.known_part(tp).log_start_offset
+
+    def last_stable_offset(self, tp: TopicIdPartition) -> int:
+        """Kafka's LSO (:func:`partlog.store.txns.last_stable_offset`), from
+        memory as :meth:`high_watermark`; KeyError for an unknown partition."""
+        return self._reads.last_stable_offset(tp)
 
     def high_watermark(self, tp: TopicIdPartition) -> int:
         """The effective high watermark (persisted or set in memory, whichever
@@ -684,7 +685,7 @@ class MetadataStore:
     def delete_records(self, requests: Sequence[DeleteRecordsRequest]) -> list[DeleteRecordsResponse]:
         """Advance log start offsets (Kafka DeleteRecords; -1 means the HWM)."""
         reqs = list(requests)
-        return self._write(lambda s: retention.delete_records(s, self._log, reqs))
+        return self._write(lambda s: retention.delete_records(s, self._log, self._txns, reqs))
 
     def enforce_retention(self, now_ms: int | None = None) -> dict[TopicIdPartition, int]:
         """Apply retention.ms and retention.bytes to every partition, as Kafka's
@@ -694,6 +695,6 @@ class MetadataStore:
         now = self._clock() if now_ms is None else now_ms
         return self._write(
             lambda s: retention.enforce_retention(
-                s, self._catalog, self._log, self._producers, now, self.producer_id_expiration_ms
+                s, self._catalog, self._log, self._producers, self._txns, now, self.producer_id_expiration_ms
             )
         )

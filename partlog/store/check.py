@@ -2,15 +2,18 @@
 
 It reads what a reader sees (LMDB and the overlay of durable groups not yet
 applied, on both sides of every comparison) and recomputes from the logs
-what the partition states and the file index claim.
+what the partition states and the file index claim.  Inline entries (the
+markers' control batches) count in the partitions' live batches and bytes,
+as Kafka's segments hold them, never in the file index.
 """
 
 from __future__ import annotations
 
+from partlog.kafka.control_batch import control_problem
 from partlog.store.catalog import Catalog
 from partlog.store.epochs import EpochCache
 from partlog.store.index import FileIndex
-from partlog.store.layout import CorruptEntryError
+from partlog.store.layout import CorruptEntryError, inline_marker
 from partlog.store.log import LogChunks
 from partlog.store.view import Views
 
@@ -37,6 +40,11 @@ def check_store(views: Views, *, catalog: Catalog, log: LogChunks, epochs: Epoch
                     expect = e.last_offset + 1
                     batches += 1
                     nbytes += e.size
+                    if e.is_inline:
+                        problem = control_problem(e.raw_header, *inline_marker(e.byte_offset))
+                        if problem:
+                            problems.append(f"{part.tp}: marker at offset {e.base_offset}: {problem}")
+                        continue
                     acc = usage.setdefault(e.file_id, [0, 0])
                     acc[0] += 1
                     acc[1] += e.size

@@ -48,6 +48,7 @@ from partlog.store.layout import (
 )
 from partlog.store.log import LogChunks
 from partlog.store.producers import ProducerTable
+from partlog.store.txns import TxnTable
 
 log = logging.getLogger(__name__)
 
@@ -56,15 +57,20 @@ RECOVERY_GROUPS_PER_TXN = 256
 
 
 def encode_group(group: CommitGroup) -> bytes:
-    """The journal record of a group: everything its LMDB write needs."""
-    payload: bytes = msgpack.packb(
-        [group.by_part, group.files, group.parts, group.producers, group.counters], use_bin_type=True
-    )
+    """The journal record of a group: everything its LMDB write needs.  The
+    transaction fields follow only when the group has some, so a group
+    without transactions is written as before them."""
+    fields: list[Any] = [group.by_part, group.files, group.parts, group.producers, group.counters]
+    if group.txns or group.aborted:
+        fields += [group.txns, group.aborted]
+    payload: bytes = msgpack.packb(fields, use_bin_type=True)
     return payload
 
 
 def decode_group(seq: int, payload: bytes) -> CommitGroup:
-    by_part, files, parts, producers, counters = msgpack.unpackb(payload, strict_map_key=False, raw=False)
+    fields = msgpack.unpackb(payload, strict_map_key=False, raw=False)
+    by_part, files, parts, producers, counters = fields[:5]
+    txns, aborted = fields[5:] if len(fields) == 7 else ({}, {})
     return CommitGroup(
         results=[],
         errors=[],
@@ -74,6 +80,8 @@ def decode_group(seq: int, payload: bytes) -> CommitGroup:
         producers={bytes(k): bytes(v) for k, v in producers.items()},
         counters={bytes(k): int(v) for k, v in counters.items()},
         seq=seq,
+        txns={int(p): bytes(v) for p, v in txns.items()},
+        aborted={int(p): [bytes(r) for r in records] for p, records in aborted.items()},
     )
 
 
@@ -102,6 +110,7 @@ class Checkpointer:
         index: FileIndex,
         log: LogChunks,
         producers: ProducerTable,
+        txns: TxnTable,
         stats: dict[str, int],
         groups_max: int,
         interval_ms: int,
@@ -116,6 +125,7 @@ class Checkpointer:
         self._index = index
         self._log = log
         self._producers = producers
+        self._txns = txns
         self.stats = stats
         self.groups_max = groups_max
         self.interval_ms = interval_ms
@@ -196,6 +206,8 @@ class Checkpointer:
         parts: dict[int, bytes] = {}
         producers: dict[bytes, bytes] = {}
         counters: dict[bytes, int] = {}
+        txns: dict[int, bytes] = {}
+        aborted: dict[int, list[bytes]] = {}
         # Each partition's new entries of all the groups, in order: written
         # as chunks (layout.CHUNK_ENTRIES_MAX), one put each.
         runs: dict[int, list[bytes]] = {}
@@ -217,6 +229,9 @@ class Checkpointer:
             parts.update(g.parts)
             producers.update(g.producers)
             counters.update(g.counters)
+            txns.update(g.txns)
+            for part_id, records in g.aborted.items():
+                aborted.setdefault(part_id, []).extend(records)
         for object_key, (fid, nb, nbytes, uploader, size) in files.items():
             self._index.add(txn, object_key, fid, nb, nbytes, uploader, size)
         if runs:
@@ -226,6 +241,9 @@ class Checkpointer:
             )
         self._catalog.put_packed_parts(txn, parts)
         self._producers.put_encoded(txn, producers)
+        self._txns.write(txn, txns)
+        for part_id, records in aborted.items():
+            self._txns.put_aborted(txn, part_id, records)
         self._catalog.put_counters(txn, counters)
 
     def _apply_durably(self, groups: tuple[CommitGroup, ...] | list[CommitGroup]) -> int:

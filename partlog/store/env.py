@@ -18,6 +18,7 @@ place:
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -25,6 +26,7 @@ from typing import Any
 import lmdb
 
 from partlog.lmdb_gate import LmdbGate
+from partlog.store.journal import Journal, JournalError
 from partlog.store.layout import (
     DB_NAMES,
     FORMAT_VERSION,
@@ -35,8 +37,38 @@ from partlog.store.layout import (
     StoreError,
     T,
 )
+from partlog.store.options import StoreOptions
 
 log = logging.getLogger(__name__)
+
+
+def open_files(path: str, o: StoreOptions) -> tuple[LmdbEnv, Journal]:
+    """The store's LMDB environment and journal in directory ``path``
+    (created unless ``readonly``); StoreError if either cannot be opened.
+    The environment's ``stats`` start the store's counters for metrics and
+    benchmarks (components add to them)."""
+    if o.readonly and not os.path.exists(os.path.join(path, "data.mdb")):
+        raise StoreError(f"{path}: no metadata store here (data.mdb missing)")
+    if not o.readonly:
+        os.makedirs(path, exist_ok=True)
+    stats = {
+        "group_commits": 0,
+        "map_resizes": 0,
+        "checkpoints": 0,
+        "checkpointed_groups": 0,
+        "replayed_groups": 0,
+        # commits that waited for a checkpoint: the thread fell behind
+        "checkpoint_backpressure": 0,
+    }
+    raw = open_environment(path, map_size_bytes=o.map_size_bytes, readonly=o.readonly, sync=o.sync)
+    try:
+        journal = Journal(
+            os.path.join(path, "journal"), sync=o.sync, segment_bytes=o.journal_segment_bytes, readonly=o.readonly
+        )
+    except (OSError, ValueError, JournalError) as e:
+        raw.close()
+        raise StoreError(f"{path}: cannot open the journal: {e}") from e
+    return LmdbEnv(raw, path=path, readonly=o.readonly, stats=stats), journal
 
 
 def open_environment(path: str, *, map_size_bytes: int, readonly: bool, sync: bool) -> lmdb.Environment:
@@ -65,7 +97,8 @@ class LmdbEnv:
     """The LMDB environment of one store (see the module doc).
 
     The named databases are attributes (``meta``, ``topics``, ``tp``,
-    ``parts``, ``log``, ``producers``, ``epochs``, ``files``, ``file_ids``:
+    ``parts``, ``log``, ``producers``, ``epochs``, ``files``, ``file_ids``,
+    ``txns``, ``aborted``:
     :mod:`partlog.store.layout`); each component of the store uses its own.
     ``stats["map_resizes"]`` counts doublings of the map."""
 
@@ -91,6 +124,8 @@ class LmdbEnv:
             self.epochs,
             self.files,
             self.file_ids,
+            self.txns,
+            self.aborted,
         ) = dbs
         self.gate = LmdbGate(lambda: StoreError(f"{self.path}: store is closed"))
 

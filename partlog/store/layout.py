@@ -14,13 +14,19 @@ Layout (named LMDB databases; integers big-endian so keys sort numerically):
 * ``epochs``    part_id(4) leader_epoch(4) -> start_offset(8)
 * ``files``     object_key -> file_id, live_batches, live_bytes, uploader, file_size
 * ``file_ids``  file_id(8) -> object_key
+* ``txns``      part_id(4) -> the partition's transactions (:mod:`partlog.store.txns`)
+* ``aborted``   part_id(4) last_offset(8) -> the aborted-transaction index entry
+
+An entry whose file_id is :data:`INLINE_FILE_ID` references no WAL object: a
+transaction marker's control batch, stored inline (its byte_offset field
+holds the marker, :func:`inline_marker`).
 """
 
 from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from partlog.kafka import batch_header as bh
@@ -107,6 +113,21 @@ ENTRY_TAIL = struct.Struct(">QQIqqqQ")
 
 
 ENTRY_CRC = struct.Struct(">I")
+
+
+# The file_id of an inline entry (a marker): no counter reaches it.
+INLINE_FILE_ID = (1 << 64) - 1
+
+
+def inline_marker_field(committed: bool, coordinator_epoch: int) -> int:
+    """The byte_offset field of an inline marker entry: the marker's type
+    above its coordinator epoch (which the control record holds)."""
+    return (int(committed) << 32) | coordinator_epoch
+
+
+def inline_marker(byte_offset: int) -> tuple[bool, int]:
+    """(committed, coordinator epoch) of an inline entry's byte_offset field."""
+    return bool(byte_offset >> 32), byte_offset & 0xFFFFFFFF
 
 
 # A whole entry with the header spliced from pieces: base offset, header[8:12],
@@ -276,6 +297,11 @@ class Entry:
         return self.header.base_offset + self.header.last_offset_delta
 
     @property
+    def is_inline(self) -> bool:
+        """A marker's control batch, stored in the entry (no WAL object)."""
+        return self.file_id == INLINE_FILE_ID
+
+    @property
     def effective_timestamp(self) -> int:
         """The timestamp ListOffsets and retention use (the stored maxTimestamp)."""
         return self.header.max_timestamp
@@ -345,6 +371,10 @@ class CommitGroup:
     producers: dict[bytes, bytes]
     counters: dict[bytes, int]
     seq: int = -1  # the journal record's, once durable
+    # part_id -> the partition's transactions after the group (txns.encode).
+    txns: dict[int, bytes] = field(default_factory=dict)
+    # part_id -> new aborted-index records, ascending (txns.ABORTED_RECORD).
+    aborted: dict[int, list[bytes]] = field(default_factory=dict)
 
 
 # in `meta`: the journal seq up to which groups are applied to this LMDB (u64)
@@ -352,4 +382,16 @@ KEY_JOURNAL_APPLIED = b"journal_applied_seq"
 KEY_CLUSTER_ID = b"cluster_id"  # in `meta`: the cluster this store belongs to (16 bytes)
 
 
-DB_NAMES = (b"meta", b"topics", b"tp", b"parts", b"log", b"producers", b"epochs", b"files", b"file_ids")
+DB_NAMES = (
+    b"meta",
+    b"topics",
+    b"tp",
+    b"parts",
+    b"log",
+    b"producers",
+    b"epochs",
+    b"files",
+    b"file_ids",
+    b"txns",
+    b"aborted",
+)

@@ -151,10 +151,12 @@ class LogChunks:
         verify(added == len(chunks), "a replicated entry overwrote one past the log end")
 
     def _drop_entry(self, part: Part, e: Entry, per_file: dict[int, list[int]]) -> None:
-        """Account for one dropped entry: live counters and file deltas."""
-        acc = per_file.setdefault(e.file_id, [0, 0])
-        acc[0] -= 1
-        acc[1] -= e.size
+        """Account for one dropped entry: live counters and file deltas (an
+        inline entry references no file)."""
+        if not e.is_inline:
+            acc = per_file.setdefault(e.file_id, [0, 0])
+            acc[0] -= 1
+            acc[1] -= e.size
         part.live_batches -= 1
         part.live_bytes -= e.size
 

@@ -7,7 +7,8 @@ Every entry written since open is cached, so a cache miss means LMDB's
 value is current.  Entries expire ``producer_id_expiration_ms`` after their
 last batch's timestamp (checked on lookup by the sequencer; removed by
 :meth:`ProducerTable.expired`); after a truncation a producer's state is
-rebuilt from the log (:func:`rebuild`).  The idempotence rules are
+rebuilt from the log (:func:`rebuild`); a producer with an ongoing
+transaction never expires.  The idempotence rules are
 :mod:`partlog.kafka.producer_state`.
 """
 
@@ -17,9 +18,9 @@ from collections.abc import Iterator, Mapping
 
 import lmdb
 
-from partlog.kafka.producer_state import NUM_BATCHES_TO_RETAIN, AppendedBatch, ProducerEntry, after_append
+from partlog.kafka.producer_state import NUM_BATCHES_TO_RETAIN, ProducerEntry, ProducerWindow
 from partlog.store.env import LmdbEnv, delete_prefix
-from partlog.store.layout import PRODUCER_KEY, U32, Entry
+from partlog.store.layout import PRODUCER_KEY, U32, Entry, inline_marker
 from partlog.store.view import Txn
 
 # (part_id, producer_id)
@@ -93,46 +94,76 @@ class ProducerTable:
                 cache[key] = raw
 
 
-def rebuild(newest_first: Iterator[Entry], pids: set[int]) -> dict[int, ProducerEntry | None]:
-    """Producer state of ``pids`` as replaying a partition's remaining
-    entries gives it (Kafka's ``rebuildProducerState`` after a truncation);
-    None for a producer with no entry left.
+def rebuild(newest_first: Iterator[Entry], before: Mapping[int, bytes | None]) -> dict[int, bytes | None]:
+    """The state (encoded, None: none) of each producer of ``before`` (its
+    state before the truncation) as replaying a partition's remaining
+    entries gives it (Kafka's ``rebuildProducerState`` after a truncation).
 
-    A window holds only the trailing batches of the producer's latest epoch,
-    at most NUM_BATCHES_TO_RETAIN, so one backward scan from the log end
-    (``newest_first``) finds them all and stops once every producer is
-    complete."""
-    open_pids = set(pids)
-    found: dict[int, list[Entry]] = {}
-    if open_pids:
+    One backward scan from the log end (``newest_first``) collects each
+    producer's entries until its replay is determined: the window holds only
+    the trailing batches of the latest epoch, at most NUM_BATCHES_TO_RETAIN,
+    and the transaction state starts afresh at a marker, or, for a producer
+    that never had one (no coordinator epoch before), at a batch outside a
+    transaction.  Then the collected entries replay oldest first."""
+    todo: dict[int, _Collect] = {}
+    for pid, raw in before.items():
+        had_marker = raw is not None and ProducerWindow.from_encoded(raw).coordinator_epoch >= 0
+        todo[pid] = _Collect(had_marker)
+    found: dict[int, list[Entry]] = {pid: [] for pid in before}
+    if todo:
         for e in newest_first:
             pid = e.header.producer_id
-            if pid in open_pids:
-                newest = found.setdefault(pid, [])
-                if newest and e.header.producer_epoch != newest[0].header.producer_epoch:
-                    open_pids.discard(pid)  # an older epoch: its batches left the window
-                else:
-                    newest.append(e)
-                    if len(newest) == NUM_BATCHES_TO_RETAIN:
-                        open_pids.discard(pid)
-                if not open_pids:
+            c = todo.get(pid)
+            if c is None:
+                continue
+            found[pid].append(e)
+            if c.done(e):
+                del todo[pid]
+                if not todo:
                     break
-    out: dict[int, ProducerEntry | None] = {}
-    for pid in pids:
-        entry: ProducerEntry | None = None
-        for e in reversed(found.get(pid, [])):
+    out: dict[int, bytes | None] = {}
+    for pid, entries in found.items():
+        window = ProducerWindow.from_encoded(None)
+        for e in reversed(entries):
             h = e.header
-            entry = after_append(
-                entry,
+            if e.is_inline:
+                window.end_txn(h.producer_epoch, inline_marker(e.byte_offset)[1], h.max_timestamp)
+                continue
+            window.append_values(
                 h.producer_epoch,
-                AppendedBatch(
-                    h.base_sequence,
-                    h.last_sequence,
-                    e.base_offset,
-                    e.last_offset,
-                    e.batch_max_timestamp,
-                    e.log_append_time,
-                ),
+                h.base_sequence,
+                h.last_sequence,
+                e.base_offset,
+                e.last_offset,
+                e.batch_max_timestamp,
+                e.log_append_time,
             )
-        out[pid] = entry
+            if h.is_transactional and window.txn_first < 0:
+                window.txn_first = e.base_offset
+        out[pid] = window.encoded() if window.known else None
     return out
+
+
+class _Collect:
+    """When a backward scan has all of one producer's entries it replays."""
+
+    __slots__ = ("batches", "epoch", "had_marker", "txn_done", "window_done")
+
+    def __init__(self, had_marker: bool) -> None:
+        self.had_marker = had_marker
+        self.epoch = -2  # of the newest entry
+        self.batches = 0
+        self.window_done = self.txn_done = False
+
+    def done(self, e: Entry) -> bool:
+        h = e.header
+        if self.epoch == -2:
+            self.epoch = h.producer_epoch
+        if h.producer_epoch != self.epoch:
+            self.window_done = True  # an older epoch: its batches left the window
+        elif not e.is_inline:
+            self.batches += 1
+            self.window_done = self.window_done or self.batches >= NUM_BATCHES_TO_RETAIN
+        if e.is_inline or (not self.had_marker and not h.is_transactional):
+            self.txn_done = True
+        return self.window_done and self.txn_done

@@ -1,6 +1,11 @@
-"""Reads for consumers and tools: FindBatches, ListOffsets, log bounds and
-the high watermark, partition listings, and the leader's side of
-replication (``read_log``).
+"""Reads for consumers and tools: FindBatches, ListOffsets, log bounds, the
+high watermark and the last stable offset, partition listings, and the
+leader's side of replication (``read_log``).
+
+READ_COMMITTED (Kafka's fetch isolation TXN_COMMITTED) reads up to the LSO
+and answers the aborted transactions of what it returns; an inline entry (a
+marker) is answered with its synthesized control batch
+(:attr:`BatchMetadata.inline <partlog.kafka.records.BatchMetadata.inline>`).
 
 :class:`LogReader` owns no state: each read opens one view (LMDB plus the
 journal's overlay, :mod:`partlog.store.view`) and asks the components.
@@ -12,12 +17,15 @@ import logging
 import uuid
 from collections.abc import Sequence
 
+from partlog.kafka.control_batch import control_batch
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import (
+    AbortedTxn,
     BatchInfo,
     BatchMetadata,
     FindBatchRequest,
     FindBatchResponse,
+    IsolationLevel,
     ListOffsetsRequest,
     ListOffsetsResponse,
     LogRead,
@@ -28,8 +36,9 @@ from partlog.kafka.topic_config import TopicConfig
 from partlog.store.catalog import Catalog
 from partlog.store.epochs import EpochCache
 from partlog.store.index import FileIndex
-from partlog.store.layout import CorruptEntryError, Entry, OffsetOutOfRangeError, Part
+from partlog.store.layout import CorruptEntryError, Entry, OffsetOutOfRangeError, Part, inline_marker
 from partlog.store.log import LogChunks
+from partlog.store.txns import TxnTable, collect_aborted, last_stable_offset
 from partlog.store.view import Txn, Views
 
 log = logging.getLogger(__name__)
@@ -47,9 +56,11 @@ class LogReader:
         log: LogChunks,
         index: FileIndex,
         epochs: EpochCache,
+        txns: TxnTable,
         readonly: bool,
     ) -> None:
         self._views = views
+        self._txns = txns
         self._catalog = catalog
         self._log = log
         self._index = index
@@ -61,9 +72,15 @@ class LogReader:
             return self._catalog.topic_config(txn, topic_id)
 
     def _batch_info(self, txn: Txn, tp: TopicIdPartition, e: Entry, keys: dict[int, str]) -> BatchInfo:
-        object_key = keys.get(e.file_id)
-        if object_key is None:
-            object_key = keys[e.file_id] = self._index.object_key(txn, tp, e)
+        inline = b""
+        if e.is_inline:
+            object_key = ""
+            inline = control_batch(e.raw_header, *inline_marker(e.byte_offset))
+        else:
+            known = keys.get(e.file_id)
+            if known is None:
+                known = keys[e.file_id] = self._index.object_key(txn, tp, e)
+            object_key = known
         h = e.header
         return BatchInfo(
             e.batch_id,
@@ -83,6 +100,7 @@ class LogReader:
                 h.last_sequence,
                 h.partition_leader_epoch,
                 e.raw_header,
+                inline,
             ),
         )
 
@@ -99,26 +117,38 @@ class LogReader:
                     out.append(FindBatchResponse(Errors.UNKNOWN_TOPIC_OR_PARTITION, (), -1, -1))
                     continue
                 lso, hwm = part.log_start_offset, part.high_watermark
+                stable = last_stable_offset(self._txns.read(txn, part.part_id), lso, hwm)
                 if req.offset < lso or req.offset > part.log_end_offset:
                     out.append(FindBatchResponse(Errors.OFFSET_OUT_OF_RANGE, (), lso, hwm))
                     continue
-                if req.offset >= hwm:
-                    out.append(FindBatchResponse(Errors.NONE, (), lso, hwm))
+                committed = req.isolation == IsolationLevel.READ_COMMITTED
+                # READ_COMMITTED reads up to the LSO (Kafka's TXN_COMMITTED
+                # fetch isolation), the rest up to the HWM.
+                bound = stable if committed else hwm
+                if req.offset >= bound:
+                    out.append(FindBatchResponse(Errors.NONE, (), lso, hwm, None, stable))
                     continue
                 limit = min(req.max_partition_fetch_bytes, remaining)
                 found: list[BatchInfo] = []
                 used = 0
+                aborted: tuple[AbortedTxn, ...] = ()
                 try:
                     first = self._log.entry_containing(txn, part, req.offset)
                     if first is None:
                         raise CorruptEntryError(f"partition {part.tp}: no entry holds offset {req.offset}")
                     for _, e in self._log.entries(txn, part, first[1].base_offset):
-                        if e.last_offset >= hwm:
+                        if e.last_offset >= bound:
                             break
                         if used + e.size > limit and not (min_one and not found):
                             break
                         found.append(self._batch_info(txn, part.tp, e, keys))
                         used += e.size
+                    if committed and found:
+                        # Kafka's collectAbortedTransactions(fetchOffset,
+                        # upperBoundOffset): up to the end of what is returned.
+                        upper = found[-1].metadata.last_offset + 1
+                        records = self._txns.aborted(txn, part.part_id, req.offset)
+                        aborted = tuple(collect_aborted(records, req.offset, upper))
                 except CorruptEntryError as e:
                     log.error("corrupt metadata entry: %s", e)
                     out.append(FindBatchResponse(Errors.CORRUPT_MESSAGE, (), lso, hwm, str(e)))
@@ -126,8 +156,24 @@ class LogReader:
                 if found:
                     min_one = False
                 remaining = max(0, remaining - used)
-                out.append(FindBatchResponse(Errors.NONE, tuple(found), lso, hwm))
+                out.append(FindBatchResponse(Errors.NONE, tuple(found), lso, hwm, None, stable, aborted))
         return out
+
+    def last_stable_offset(self, tp: TopicIdPartition) -> int:
+        """The LSO, from memory (a ``readonly`` store: from a view)."""
+        if self._readonly:
+            with self._views.read() as txn:
+                part = self._catalog.read_part(txn, tp)
+                if part is None:
+                    raise KeyError(f"unknown partition {tp}")
+                raw = self._txns.read(txn, part.part_id)
+                return last_stable_offset(raw, part.log_start_offset, part.high_watermark)
+        part = self.known_part(tp)
+        raw = self._txns.cache.get(part.part_id)
+        if raw is None:
+            with self._views.read() as txn:
+                raw = bytes(self._txns.read(txn, part.part_id) or b"")
+        return last_stable_offset(raw, part.log_start_offset, self._catalog.effective_hwm(part))
 
     def list_offsets(self, requests: Sequence[ListOffsetsRequest]) -> list[ListOffsetsResponse]:
         """ListOffsets, as :meth:`partlog.store.MetadataStore.list_offsets` documents."""
@@ -139,6 +185,11 @@ class LogReader:
                 if part is None:
                     out.append(ListOffsetsResponse(Errors.UNKNOWN_TOPIC_OR_PARTITION, tp, -1, -1))
                     continue
+                if req.isolation == IsolationLevel.READ_COMMITTED:
+                    # Kafka's lastFetchableOffset: what a read_committed
+                    # consumer may read ends at the LSO, not the HWM.
+                    raw = self._txns.read(txn, part.part_id)
+                    part.high_watermark = last_stable_offset(raw, part.log_start_offset, part.high_watermark)
                 try:
                     ts, offset = self._list_offset(txn, part, req.timestamp)
                 except CorruptEntryError as e:
@@ -257,7 +308,9 @@ class LogReader:
                         break
                     f = files.get(e.file_id)
                     if f is None:
-                        f = files[e.file_id] = self._index.file_of(txn, tp, e)
+                        # An inline entry (a marker) has no WAL object: ""
+                        # tells the follower, its byte_offset holds the marker.
+                        f = files[e.file_id] = ("", -1, 0) if e.is_inline else self._index.file_of(txn, tp, e)
                     out.append(
                         ReplicatedEntry(
                             e.raw_header,

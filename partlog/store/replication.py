@@ -1,6 +1,10 @@
 """The follower's side of replication: appending a leader's entries at the
 leader's offsets and epochs, truncating a divergent suffix, restarting at a
-new log start.
+new log start.  The transaction state (producers' ongoing transactions,
+the partition's unstable ones, the aborted index) follows the entries: an
+append derives it as the leader did, a truncation rebuilds it as if the
+suffix had never been appended, a reset drops it.  A marker travels as an
+entry without WAL object (empty object key, the marker in ``byte_offset``).
 
 :class:`FollowerLog` owns no state: each operation runs inside an exclusive
 write (a :class:`~partlog.store.staged.Staged`) and asks the components.
@@ -14,6 +18,7 @@ from collections.abc import Callable
 
 from partlog.kafka import batch_header as bh
 from partlog.kafka.batch_header import BatchHeader
+from partlog.kafka.control_batch import control_problem
 from partlog.kafka.crc32c import crc32c
 from partlog.kafka.producer_state import ProducerWindow
 from partlog.kafka.records import (
@@ -24,10 +29,18 @@ from partlog.kafka.records import (
 from partlog.store.catalog import Catalog
 from partlog.store.epochs import EpochCache
 from partlog.store.index import FileIndex
-from partlog.store.layout import ENTRY_CRC, ENTRY_TAIL, CorruptEntryError, ReplicationError
+from partlog.store.layout import (
+    ENTRY_CRC,
+    ENTRY_TAIL,
+    INLINE_FILE_ID,
+    CorruptEntryError,
+    ReplicationError,
+    inline_marker,
+)
 from partlog.store.log import LogChunks
 from partlog.store.producers import ProducerTable, rebuild
 from partlog.store.staged import Staged
+from partlog.store.txns import ABORTED_RECORD, PartTxns, TxnTable
 from partlog.wal.key import OBJECT_KEY_BYTES_MAX
 
 
@@ -50,9 +63,16 @@ def check_replicated(tp: TopicIdPartition, e: ReplicatedEntry) -> BatchHeader:
         raise ReplicationError(f"{where}: bad offsets (last offset delta {h.last_offset_delta})")
     if h.partition_leader_epoch < 0:
         raise ReplicationError(f"{where}: no partition leader epoch ({h.partition_leader_epoch})")
-    if not 0 < len(e.object_key.encode()) <= OBJECT_KEY_BYTES_MAX:
+    if h.is_control:
+        # A marker: inline, its byte_offset field holds the marker.
+        if e.object_key or not 0 <= e.byte_offset < 1 << 33:
+            raise ReplicationError(f"{where}: control batch with a WAL object or no marker")
+        problem = control_problem(e.header, *inline_marker(e.byte_offset))
+        if problem:
+            raise ReplicationError(f"{where}: {problem}")
+    elif not 0 < len(e.object_key.encode()) <= OBJECT_KEY_BYTES_MAX:
         raise ReplicationError(f"{where}: object key {e.object_key!r} is empty or over {OBJECT_KEY_BYTES_MAX} bytes")
-    if e.file_size <= 0 or e.byte_offset < 0 or e.byte_offset + e.size > e.file_size:
+    elif e.file_size <= 0 or e.byte_offset < 0 or e.byte_offset + e.size > e.file_size:
         raise ReplicationError(
             f"{where}: byte range [{e.byte_offset}, {e.byte_offset + e.size}) outside file size {e.file_size}"
         )
@@ -65,9 +85,10 @@ def check_replicated(tp: TopicIdPartition, e: ReplicatedEntry) -> BatchHeader:
             f"or max timestamp {e.batch_max_timestamp} != header's {h.max_timestamp}"
         )
     if h.producer_id >= 0:
-        if h.producer_epoch < 0 or h.base_sequence < 0:
+        # (a transactional batch of the group coordinator has no sequence)
+        if h.producer_epoch < 0 or (h.base_sequence < 0 and not (h.is_transactional and h.base_sequence == -1)):
             raise ReplicationError(f"{where}: producer {h.producer_id} without epoch or sequence")
-    elif h.producer_id != bh.NO_PRODUCER_ID:
+    elif h.producer_id != bh.NO_PRODUCER_ID or h.is_transactional:
         raise ReplicationError(f"{where}: producer id {h.producer_id}")
     return h
 
@@ -84,9 +105,11 @@ class FollowerLog:
         index: FileIndex,
         epochs: EpochCache,
         producers: ProducerTable,
+        txns: TxnTable,
         clock: Callable[[], int],
         producer_id_expiration_ms: int,
     ) -> None:
+        self._txns = txns
         self._catalog = catalog
         self._log = log
         self._index = index
@@ -161,15 +184,21 @@ class FollowerLog:
         windows: dict[int, ProducerWindow] = {}
         running_max = part.running_max_timestamp
         epoch = latest_epoch
+        ptxns: PartTxns | None = None  # loaded at the first transactional entry
+        aborted: list[bytes] = []
         for e, h in zip(items, headers, strict=True):
-            acc = files.get(e.object_key)
-            if acc is None:
-                file_id = self._index.resolve(txn, e.object_key)
-                if file_id < 0:
-                    file_id = s.next_id(b"next_file_id")
-                acc = files[e.object_key] = [file_id, 0, 0, e.uploader_broker_id, e.file_size]
-            acc[1] += 1
-            acc[2] += e.size
+            if h.is_control:
+                file_id = INLINE_FILE_ID
+            else:
+                acc = files.get(e.object_key)
+                if acc is None:
+                    file_id = self._index.resolve(txn, e.object_key)
+                    if file_id < 0:
+                        file_id = s.next_id(b"next_file_id")
+                    acc = files[e.object_key] = [file_id, 0, 0, e.uploader_broker_id, e.file_size]
+                acc[1] += 1
+                acc[2] += e.size
+                file_id = acc[0]
             base = h.base_offset
             last = base + h.last_offset_delta
             # The stored maxTimestamp is what ListOffsets and retention use
@@ -181,7 +210,7 @@ class FollowerLog:
                 part.max_timestamp = effective_ts
                 part.max_timestamp_offset = base
             body = e.header + ENTRY_TAIL.pack(
-                acc[0],
+                file_id,
                 e.byte_offset,
                 e.size,
                 e.log_append_time,
@@ -198,18 +227,24 @@ class FollowerLog:
                 window = windows.get(pid)
                 if window is None:
                     window = windows[pid] = ProducerWindow.from_encoded(s.producer_raw(part_id, pid))
-                if window.known and now - window.last_timestamp >= expiration_ms:
+                if window.expired(now, expiration_ms):
                     # expired, as the leader's lookup decides
                     window = windows[pid] = ProducerWindow.from_encoded(None)
-                window.append_values(
-                    h.producer_epoch,
-                    h.base_sequence,
-                    h.last_sequence,
-                    base,
-                    last,
-                    e.batch_max_timestamp,
-                    e.log_append_time,
-                )
+                if h.is_control or h.is_transactional:
+                    # The leader's transaction state, derived as it derived it.
+                    if ptxns is None:
+                        ptxns = PartTxns.decode(s.txns_raw(part_id))
+                    self._follow_txn(ptxns, aborted, window, e, h)
+                if not h.is_control:
+                    window.append_values(
+                        h.producer_epoch,
+                        h.base_sequence,
+                        h.last_sequence,
+                        base,
+                        last,
+                        e.batch_max_timestamp,
+                        e.log_append_time,
+                    )
             part.live_batches += 1
             part.live_bytes += e.size
             part.log_end_offset = last + 1
@@ -223,16 +258,44 @@ class FollowerLog:
         if epoch > part.leader_epoch:
             part.leader_epoch = epoch
         leo = part.log_end_offset
+        if aborted:
+            self._txns.put_aborted(txn, part_id, aborted)
         new_lso = min(leader_log_start_offset, leo)
         if new_lso > part.log_start_offset:
             part.log_start_offset = new_lso
             self._log.drop_below(txn, part, new_lso)
+            self._txns.drop_aborted_below(txn, part_id, new_lso)
         # Kafka's follower HWM: the leader's, capped at the log end, and
         # never below the log start; ours also never goes down here.
         hwm = max(part.high_watermark, min(leader_high_watermark, leo), part.log_start_offset)
         part.high_watermark = hwm
         s.hwms[tp] = (hwm, False)
+        if ptxns is not None:
+            ptxns.prune(hwm)
+            s.txns[part_id] = ptxns.encode()
         return leo
+
+    @staticmethod
+    def _follow_txn(
+        ptxns: PartTxns, aborted: list[bytes], window: ProducerWindow, e: ReplicatedEntry, h: BatchHeader
+    ) -> None:
+        """A replicated transactional batch or marker changes the producer's
+        and the partition's transactions as on the leader (no checks: Kafka's
+        AppendOrigin.REPLICATION)."""
+        pid = h.producer_id
+        if not h.is_control:
+            if window.txn_first < 0:
+                window.txn_first = h.base_offset
+                ptxns.start(pid, h.base_offset)
+            return
+        committed, coordinator_epoch = inline_marker(e.byte_offset)
+        if window.txn_first >= 0:
+            ptxns.complete(pid, h.base_offset)
+            if not committed:
+                lso = ptxns.next_incomplete(pid)
+                last = h.base_offset
+                aborted.append(ABORTED_RECORD.pack(last, pid, window.txn_first, last + 1 if lso < 0 else lso))
+        window.end_txn(h.producer_epoch, coordinator_epoch, h.max_timestamp)
 
     def truncate(self, s: Staged, tp: TopicIdPartition, offset: int) -> int:
         """Remove the suffix from ``offset`` (see
@@ -272,8 +335,15 @@ class FollowerLog:
         last = self._log.last_entry(txn, part)
         part.running_max_timestamp = -1 if last is None else last.running_max_timestamp
         self._epochs.truncate_from_end(txn, part.part_id, new_leo)
-        for pid, entry in rebuild(self._log.entries_backward(txn, part), pids).items():
-            s.set_producer(part.part_id, pid, entry)
+        before = {pid: s.producer_raw(part.part_id, pid) for pid in pids}
+        ongoing: dict[int, int] = {}
+        for pid, raw in rebuild(self._log.entries_backward(txn, part), before).items():
+            s.producers[(part.part_id, pid)] = raw
+            ongoing[pid] = -1 if raw is None else ProducerWindow.from_encoded(raw).txn_first
+        ptxns = PartTxns.decode(s.txns_raw(part.part_id))
+        ptxns.drop_from(new_leo, ongoing)
+        s.txns[part.part_id] = ptxns.encode()
+        self._txns.drop_aborted_from(txn, part.part_id, new_leo)
         return removed
 
     def reset(self, s: Staged, tp: TopicIdPartition, offset: int) -> None:
@@ -290,3 +360,5 @@ class FollowerLog:
         for k in self._producers.keys_of(part.part_id, s.producers):
             s.producers[k] = None
         self._epochs.drop(s.txn, part.part_id)
+        self._txns.drop(s.txn, part.part_id)
+        s.txns[part.part_id] = b""

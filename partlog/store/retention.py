@@ -1,5 +1,7 @@
 """Deletion of records: DeleteRecords and retention by time and size, with
-the file-reference counts they release, and the expiry of producer states.
+the file-reference counts they release, the aborted-transaction index
+entries wholly below the new log start, and the expiry of producer states
+(never of one with an ongoing transaction).
 
 Each function runs inside an exclusive write (a
 :class:`~partlog.store.staged.Staged`); the log chunks keep the partition
@@ -21,9 +23,12 @@ from partlog.store.layout import Part
 from partlog.store.log import LogChunks
 from partlog.store.producers import ProducerTable
 from partlog.store.staged import Staged
+from partlog.store.txns import TxnTable
 
 
-def delete_records(s: Staged, log: LogChunks, reqs: Sequence[DeleteRecordsRequest]) -> list[DeleteRecordsResponse]:
+def delete_records(
+    s: Staged, log: LogChunks, txns: TxnTable, reqs: Sequence[DeleteRecordsRequest]
+) -> list[DeleteRecordsResponse]:
     """Advance log start offsets (Kafka DeleteRecords; -1 means the HWM)."""
     out = []
     for r in reqs:
@@ -38,12 +43,19 @@ def delete_records(s: Staged, log: LogChunks, reqs: Sequence[DeleteRecordsReques
         if offset > part.log_start_offset:
             part.log_start_offset = offset
             log.drop_below(s.txn, part, offset)
+            txns.drop_aborted_below(s.txn, part.part_id, offset)
         out.append(DeleteRecordsResponse(Errors.NONE, part.log_start_offset))
     return out
 
 
 def enforce_retention(
-    s: Staged, catalog: Catalog, log: LogChunks, producers: ProducerTable, now: int, producer_id_expiration_ms: int
+    s: Staged,
+    catalog: Catalog,
+    log: LogChunks,
+    producers: ProducerTable,
+    txns: TxnTable,
+    now: int,
+    producer_id_expiration_ms: int,
 ) -> dict[TopicIdPartition, int]:
     """Apply retention.ms and retention.bytes to every partition, batch by
     batch, never past the HWM; expire producer states.  Returns the new log
@@ -61,6 +73,7 @@ def enforce_retention(
             part = s.part(tp)
             assert part is not None
             log.drop_below(s.txn, part, new_lso)
+            txns.drop_aborted_below(s.txn, part.part_id, new_lso)
             part.log_start_offset = new_lso
             changed[tp] = new_lso
     for key in producers.expired(s.txn, now, producer_id_expiration_ms):

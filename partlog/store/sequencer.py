@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from partlog.kafka import batch_header as bh
@@ -52,6 +52,7 @@ from partlog.kafka.producer_state import ProducerWindow
 from partlog.kafka.records import CommitBatchRequest, CommitBatchResponse, TimestampType, TopicIdPartition
 from partlog.kafka.topic_config import TopicConfig
 from partlog.store.layout import ENTRY_CRC, ENTRY_PLAIN, ENTRY_TAIL, HEADER_UNPACK, INT32_MAX, INT64_MAX, Part
+from partlog.store.txns import PartTxns
 from partlog.wal.key import WalKeyError, parse_wal_key
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,9 @@ class SequencerState(Protocol):
     def owner_high_watermark(self, tp: TopicIdPartition) -> int | None:
         """The HWM the owner set in memory (``auto_high_watermark=False``), or None."""
 
+    def txns(self, part_id: int) -> bytes:
+        """The partition's transactions (:meth:`PartTxns.encode`), b"" for none."""
+
 
 @dataclass(frozen=True, slots=True)
 class CommitCall:
@@ -122,6 +126,10 @@ class CommitDelta:
     # [file_id, batches, bytes, uploader, file size] of the object's new
     # references; None when no batch was appended.
     file: list[int] | None
+    # part_id -> the partition's transactions after the call, where they changed.
+    txns: dict[int, bytes] = field(default_factory=dict)
+    # part_id -> new aborted-index records (txns.ABORTED_RECORD), ascending.
+    aborted: dict[int, list[bytes]] = field(default_factory=dict)
 
 
 def check_batch(req: CommitBatchRequest, file_size: int) -> Checked:
@@ -158,12 +166,15 @@ def check_batch(req: CommitBatchRequest, file_size: int) -> Checked:
         or req.message_timestamp_type != (h[5] & bh.ATTR_TIMESTAMP_TYPE) >> 3
     ):
         return Errors.INVALID_REQUEST
-    if h[5] & (bh.ATTR_TRANSACTIONAL | bh.ATTR_CONTROL):
-        return Errors.INVALID_RECORD  # transactions are not supported (design.md)
+    attributes = h[5]
+    if attributes & bh.ATTR_CONTROL:
+        return Errors.INVALID_RECORD  # only the leader writes control batches (markers)
     if pid >= 0:
-        if h[10] < 0 or h[11] < 0:
+        # A transactional batch without a sequence is the group
+        # coordinator's (Kafka's AppendOrigin.COORDINATOR): no sequence checks.
+        if h[10] < 0 or (base_seq < 0 and not (attributes & bh.ATTR_TRANSACTIONAL and base_seq == bh.NO_SEQUENCE)):
             return Errors.INVALID_RECORD
-    elif pid != bh.NO_PRODUCER_ID:
+    elif pid != bh.NO_PRODUCER_ID or attributes & bh.ATTR_TRANSACTIONAL:
         return Errors.INVALID_RECORD
     return h
 
@@ -273,6 +284,7 @@ class Sequencer:
             # back into entries once per partition.
             windows: dict[int, ProducerWindow] = {}
             appended: set[int] = set()
+            ptxns: PartTxns | None = None  # loaded when a transaction starts
             lso = part.log_start_offset
             leo = part.log_end_offset
             running_max = part.running_max_timestamp
@@ -311,14 +323,25 @@ class Sequencer:
                 pid = h[9]
                 if pid >= 0:
                     pepoch, first_seq = h[10], h[11]
-                    last_seq = increment_sequence(first_seq, delta)
                     window = windows.get(pid)
                     if window is None:
                         window = windows[pid] = ProducerWindow.from_encoded(state.producer(part_id, pid))
-                    if now - window.last_timestamp < expiration_ms and window.continues(pepoch, first_seq):
-                        pass  # the next batch in sequence: no duplicate, no error
+                    if first_seq < 0:
+                        # The group coordinator's transactional batch: its
+                        # epoch is checked, no sequence (Kafka's COORDINATOR origin).
+                        last_seq = first_seq
+                        if window.expired(now, expiration_ms):
+                            window = windows[pid] = ProducerWindow.from_encoded(None)
+                        if window.known and pepoch < window.epoch:
+                            responses[i] = _error(Errors.INVALID_PRODUCER_EPOCH, req)
+                            continue
+                    elif (window.txn_first >= 0 or now - window.last_timestamp < expiration_ms) and window.continues(
+                        pepoch, first_seq
+                    ):
+                        last_seq = increment_sequence(first_seq, delta)  # in sequence: no duplicate, no error
                     else:
-                        if window.known and now - window.last_timestamp >= expiration_ms:
+                        last_seq = increment_sequence(first_seq, delta)
+                        if window.expired(now, expiration_ms):
                             # Expired: as if never seen.  Checked per batch: a
                             # batch appended just now with an old timestamp
                             # leaves its producer expired for the next one.
@@ -334,6 +357,10 @@ class Sequencer:
                         if perr:
                             responses[i] = _error(perr, req)
                             continue
+                    if window.txn_first >= 0 and not h[5] & bh.ATTR_TRANSACTIONAL:
+                        # Kafka's appendDataBatch: a plain batch inside a transaction.
+                        responses[i] = _error(Errors.INVALID_TXN_STATE, req)
+                        continue
                 # Accepted: sequence it.
                 if file_id < 0:
                     file_id = state.counter(NEXT_FILE_ID)
@@ -395,6 +422,13 @@ class Sequencer:
                     assert window is not None
                     window.append_values(pepoch, first_seq, last_seq, base, leo - 1, max_ts, append_time)
                     appended.add(pid)
+                    if window.txn_first < 0 and h[5] & bh.ATTR_TRANSACTIONAL:
+                        # The producer's first transactional batch since its
+                        # last marker starts a transaction here.
+                        window.txn_first = base
+                        if ptxns is None:
+                            ptxns = PartTxns.decode(state.txns(part_id))
+                        ptxns.start(pid, base)
                 responses[i] = _new(CommitBatchResponse, (Errors.NONE, base, append_time, lso, False, req))
             if log_entries:
                 runs[part_id] = b"".join(log_entries)
@@ -412,6 +446,9 @@ class Sequencer:
                 mem = state.owner_high_watermark(tp)
                 if mem is not None and mem > part.high_watermark:
                     part.high_watermark = mem if mem < leo else leo
+            if ptxns is not None:
+                ptxns.prune(part.high_watermark)
+                out.txns[part_id] = ptxns.encode()
         counters[NEXT_BATCH_ID] = batch_id
         if added_batches:
             out.file = [file_id, added_batches, added_bytes, call.uploader, call.file_size]

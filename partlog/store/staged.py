@@ -24,18 +24,33 @@ from partlog.store.catalog import Catalog
 from partlog.store.index import FileIndex
 from partlog.store.layout import Part, Topic
 from partlog.store.producers import ProducerKey, ProducerTable
+from partlog.store.txns import TxnTable
 from partlog.store.view import ReadView, Views
 
 
 class Staged:
     """The changes one exclusive write makes, kept aside until they stand."""
 
-    __slots__ = ("_catalog", "_producer_table", "counters", "hwms", "parts", "producers", "topics", "txn")
+    __slots__ = (
+        "_catalog",
+        "_producer_table",
+        "_txn_table",
+        "counters",
+        "hwms",
+        "parts",
+        "producers",
+        "topics",
+        "txn",
+        "txns",
+    )
 
-    def __init__(self, catalog: Catalog, producers: ProducerTable, txn: lmdb.Transaction) -> None:
+    def __init__(self, catalog: Catalog, producers: ProducerTable, txns: TxnTable, txn: lmdb.Transaction) -> None:
         self._catalog = catalog
         self._producer_table = producers
+        self._txn_table = txns
         self.txn = txn
+        # part_id -> the partition's transactions (PartTxns.encode; b"": none).
+        self.txns: dict[int, bytes] = {}
         self.parts: dict[TopicIdPartition, Part | None] = {}
         self.topics: dict[uuid.UUID, Topic | None] = {}
         # Producer states as ProducerEntry.encode() bytes (None: deleted).
@@ -76,6 +91,12 @@ class Staged:
     def set_producer(self, part_id: int, producer_id: int, entry: ProducerEntry | None) -> None:
         self.producers[(part_id, producer_id)] = None if entry is None else entry.encode()
 
+    def txns_raw(self, part_id: int) -> bytes:
+        """The partition's transactions, encoded, as this write sees them."""
+        if part_id in self.txns:
+            return self.txns[part_id]
+        return self._txn_table.load(self.txn, part_id)
+
     def next_id(self, name: bytes) -> int:
         value = self.counters.get(name)
         if value is None:
@@ -87,12 +108,14 @@ class Staged:
         """Write the staged partition states, producers and counters."""
         self._catalog.put_parts(self.txn, self.parts.values())
         self._producer_table.write(self.txn, self.producers)
+        self._txn_table.write(self.txn, self.txns)
         self._catalog.put_counters(self.txn, self.counters)
 
     def install(self) -> None:
         """The write committed: its changes become the cached state."""
         self._catalog.install(self.parts, self.hwms, self.topics, {})
         self._producer_table.install(self.producers)
+        self._txn_table.install(self.txns)
         self._catalog.next_ids.update(self.counters)
 
 
@@ -101,11 +124,14 @@ class CacheState:
     snapshot for what they miss, opened on first use and ended by
     :meth:`release` after each call."""
 
-    __slots__ = ("_catalog", "_index", "_producers", "_view", "_views")
+    __slots__ = ("_catalog", "_index", "_producers", "_txns", "_view", "_views")
 
-    def __init__(self, catalog: Catalog, producers: ProducerTable, index: FileIndex, views: Views) -> None:
+    def __init__(
+        self, catalog: Catalog, producers: ProducerTable, txns: TxnTable, index: FileIndex, views: Views
+    ) -> None:
         self._catalog = catalog
         self._producers = producers
+        self._txns = txns
         self._index = index
         self._views = views
         self._view: ReadView | None = None
@@ -147,3 +173,10 @@ class CacheState:
 
     def owner_high_watermark(self, tp: TopicIdPartition) -> int | None:
         return self._catalog.hwms.get(tp)
+
+    def txns(self, part_id: int) -> bytes:
+        # Every partition's transactions written since open are cached.
+        cached = self._txns.cache.get(part_id)
+        if cached is not None:
+            return cached
+        return self._txns.load(self._snapshot(), part_id)

@@ -3,8 +3,8 @@ cluster id the store is bound to.
 
 Each function runs inside an exclusive write (a
 :class:`~partlog.store.staged.Staged`); deleting a topic removes its
-partitions' logs (releasing their file references), producer states and
-leader epochs in the same transaction.
+partitions' logs (releasing their file references), producer states,
+leader epochs and transactions in the same transaction.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from partlog.store.layout import KEY_CLUSTER_ID, StoreError, Topic
 from partlog.store.log import LogChunks
 from partlog.store.producers import ProducerTable
 from partlog.store.staged import Staged
+from partlog.store.txns import TxnTable
 
 
 def bind_cluster_id(s: Staged, meta_db: Any, cluster_id: uuid.UUID, path: str) -> None:
@@ -88,6 +89,7 @@ def delete_topics(
     log: LogChunks,
     producers: ProducerTable,
     epochs: EpochCache,
+    txns: TxnTable,
     ids: Iterable[uuid.UUID],
 ) -> None:
     """Delete topics: their logs, producer states, epochs and file references."""
@@ -105,6 +107,8 @@ def delete_topics(
             for k in producers.keys_of(part.part_id, s.producers):
                 s.producers[k] = None
             epochs.drop(s.txn, part.part_id)
+            txns.drop(s.txn, part.part_id)
+            s.txns[part.part_id] = b""
             catalog.delete_partition(s.txn, part)
             s.parts[tp] = None
         catalog.delete_topic(s.txn, tid)

@@ -140,3 +140,28 @@ def overlay_file(txn: Txn, file_id: int) -> tuple[str, int, int] | None:
             if fid == file_id:
                 return key, uploader, size
     return None
+
+
+def overlay_txns(txn: Txn, part_id: int) -> bytes | None:
+    """The transactions of ``part_id`` after the view's last overlay group
+    that changed them, or None when the LMDB snapshot's are current."""
+    if type(txn) is not ReadView:
+        return None
+    for g in reversed(txn.groups):
+        raw = g.txns.get(part_id)
+        if raw is not None:
+            return raw
+    return None
+
+
+def overlay_aborted(txn: Txn, part_id: int) -> list[bytes]:
+    """The overlay's aborted-index records of ``part_id``, ascending (they
+    all lie above LMDB's, as the overlay's entries do)."""
+    if type(txn) is not ReadView or not txn.groups:
+        return []
+    out: list[bytes] = []
+    for g in txn.groups:
+        records = g.aborted.get(part_id)
+        if records:
+            out.extend(records)
+    return out

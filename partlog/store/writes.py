@@ -1,7 +1,8 @@
 """The store's two ways to write, on one group-commit pipeline
 (:mod:`partlog.store.group_commit`):
 
-* **sequenced commits** (``commit_file``): stage 1 runs the
+* **sequenced commits** (``commit_file``, and ``write_txn_markers``
+  through :mod:`partlog.store.markers`): stage 1 runs the
   :class:`~partlog.store.sequencer.Sequencer` for each queued call against
   the caches (:class:`~partlog.store.staged.CacheState`), installs its delta
   in the caches, which then run ahead of disk, and collects the deltas into
@@ -25,25 +26,28 @@ from collections.abc import Callable
 
 import lmdb
 
-from partlog.kafka.records import CommitBatchResponse
+from partlog.kafka.records import CommitBatchResponse, TxnMarkerResponse
 from partlog.store.catalog import Catalog
 from partlog.store.checkpoint import Checkpointer
 from partlog.store.env import LmdbEnv
 from partlog.store.group_commit import GroupCommitPipeline, PipelineFailedError, Write
 from partlog.store.index import FileIndex
 from partlog.store.layout import PRODUCER_KEY, CommitGroup, StoreError, StoreInconsistentError, T
+from partlog.store.markers import MarkerCall, sequence_markers
+from partlog.store.options import StoreOptions
 from partlog.store.producers import ProducerTable
 from partlog.store.sequencer import CommitCall, Sequencer
 from partlog.store.staged import CacheState, Staged
+from partlog.store.txns import TxnTable
 from partlog.store.view import Views
 
 log = logging.getLogger(__name__)
 
 
 class Writes:
-    """Sequenced commits and exclusive writes (see the module doc).
-    ``commit_group`` is pipeline stage 2; ``clock`` gives the time a commit
-    is sequenced at (ms since the epoch)."""
+    """Sequenced commits and exclusive writes (see the module doc), with the
+    store's ``options``.  ``commit_group`` is pipeline stage 2; ``clock``
+    gives the time a commit is sequenced at (ms since the epoch)."""
 
     def __init__(
         self,
@@ -54,10 +58,10 @@ class Writes:
         catalog: Catalog,
         producers: ProducerTable,
         index: FileIndex,
-        sequencer: Sequencer,
+        txns: TxnTable,
+        options: StoreOptions,
         clock: Callable[[], int],
         commit_group: Callable[[CommitGroup], None],
-        group_batches_max: int,
         stats: dict[str, int],
     ) -> None:
         self._env = env
@@ -65,12 +69,20 @@ class Writes:
         self._catalog = catalog
         self._producers = producers
         self._index = index
-        self._sequencer = sequencer
+        self._txns = txns
+        self._sequencer = Sequencer(
+            commit_deadline_ms=options.commit_deadline_ms,
+            producer_id_expiration_ms=options.producer_id_expiration_ms,
+            auto_high_watermark=options.auto_high_watermark,
+        )
         self._clock = clock
         self._stats = stats
-        self._state = CacheState(catalog, producers, index, views)
+        self._state = CacheState(catalog, producers, txns, index, views)
         self.pipeline: GroupCommitPipeline[CommitGroup] = GroupCommitPipeline(
-            prepare=self._sequence_group, apply=commit_group, group_weight_max=group_batches_max, name=env.path
+            prepare=self._sequence_group,
+            apply=commit_group,
+            group_weight_max=options.group_commit_batches_max,
+            name=env.path,
         )
 
     # ------------------------------------------------------------ sequenced commits
@@ -80,6 +92,14 @@ class Writes:
         is durable; StoreError if the pipeline failed."""
         try:
             result: list[CommitBatchResponse] = self.pipeline.submit(call, len(call.batches))
+        except PipelineFailedError as e:
+            raise StoreError(str(e)) from e
+        return result
+
+    def submit_markers(self, call: MarkerCall) -> list[TxnMarkerResponse]:
+        """:meth:`submit` for transaction markers (same groups, same order)."""
+        try:
+            result: list[TxnMarkerResponse] = self.pipeline.submit(call, len(call.markers))
         except PipelineFailedError as e:
             raise StoreError(str(e)) from e
         return result
@@ -94,19 +114,33 @@ class Writes:
         catalog = self._catalog
         producers = self._producers
         for w in writes:
-            call: CommitCall = w.payload
+            call: CommitCall | MarkerCall = w.payload
+            result: list[CommitBatchResponse] | list[TxnMarkerResponse]
             try:
-                now = -1 if call.key_error else self._clock()
-                result, delta = sequencer.commit(state, call, now)
+                if isinstance(call, MarkerCall):
+                    result, delta = sequence_markers(
+                        state,
+                        call,
+                        producer_id_expiration_ms=sequencer.producer_id_expiration_ms,
+                        auto_high_watermark=sequencer.auto_high_watermark,
+                    )
+                else:
+                    now = -1 if call.key_error else self._clock()
+                    result, delta = sequencer.commit(state, call, now)
             except Exception as e:  # a bug in one write must not fail the others
-                log.exception("commit_file failed while sequencing")
+                log.exception("a commit failed while sequencing")
                 group.results.append(None)
-                group.errors.append(StoreError(f"{self._env.path}: commit_file failed: {e!r}"))
+                group.errors.append(StoreError(f"{self._env.path}: commit failed: {e!r}"))
                 continue
             finally:
                 state.release()
             catalog.install_sequenced(delta.parts, delta.counters)
             producers.install(delta.producers)
+            if delta.txns:
+                self._txns.install(delta.txns)
+                group.txns.update(delta.txns)
+            for part_id, records in delta.aborted.items():
+                group.aborted.setdefault(part_id, []).extend(records)
             group.results.append(result)
             group.errors.append(None)
             for part_id, run in delta.runs.items():
@@ -119,6 +153,7 @@ class Writes:
                 fid, nb, nbytes, uploader, size = delta.file
                 # referenced_files() sees it from this step on: the one that
                 # checked the commit deadline.
+                assert isinstance(call, CommitCall)
                 self._index.add_pending(call.object_key, fid, nb)
                 acc = group.files.setdefault(call.object_key, [fid, 0, 0, uploader, size])
                 acc[1] += nb
@@ -151,7 +186,7 @@ class Writes:
         its staged changes cached once the transaction committed."""
 
         def attempt(txn: lmdb.Transaction) -> tuple[Staged, T]:
-            staged = Staged(self._catalog, self._producers, txn)
+            staged = Staged(self._catalog, self._producers, self._txns, txn)
             result = fn(staged)
             staged.flush()
             return staged, result

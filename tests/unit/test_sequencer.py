@@ -89,6 +89,9 @@ class MemoryState:
     def owner_high_watermark(self, tp: TopicIdPartition) -> int | None:
         return None
 
+    def txns(self, part_id: int) -> bytes:
+        return b""  # no transactional batches here (tests/unit/test_txn_store.py)
+
     def apply(self, call: CommitCall, delta: CommitDelta) -> list[Entry]:
         """Install ``delta`` as the store does; returns the new entries."""
         by_id = {part.part_id: tp for tp, part in self.parts.items()}

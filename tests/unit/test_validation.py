@@ -93,13 +93,15 @@ def with_header(req: CommitBatchRequest, **fields: int) -> CommitBatchRequest:
 
 
 def transactional_batch() -> bytes:
+    """A transactional batch without a producer id (transactional batches
+    with one are accepted since transactions: tests/unit/test_txn_store.py)."""
     b = DefaultRecordBatchBuilder(
         magic=2,
         compression_type=0,
         is_transactional=True,
-        producer_id=5,
-        producer_epoch=0,
-        base_sequence=0,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
         batch_size=1 << 20,
     )
     b.append(0, timestamp=T0, key=None, value=b"x", headers=[])
@@ -163,7 +165,7 @@ BAD_CASES: dict[str, tuple[Maker, Errors]] = {
     "record count > delta + 1": (_hdr(record_count=2), Errors.INVALID_RECORD),
     "record count 0": (_hdr(record_count=0), Errors.INVALID_RECORD),
     "delta -1 count 0": (_hdr(last_offset_delta=-1, record_count=0), Errors.INVALID_RECORD),
-    "transactional": (_req(transactional_batch()), Errors.INVALID_RECORD),
+    "transactional without producer id": (_req(transactional_batch()), Errors.INVALID_RECORD),
     "control": (_hdr(attributes=0x20), Errors.INVALID_RECORD),
     "transactional control": (_hdr(attributes=0x30), Errors.INVALID_RECORD),
     "producer id -2": (_hdr(producer_id=-2), Errors.INVALID_RECORD),
