@@ -30,10 +30,10 @@ import msgpack
 
 from partlog.controller.cluster_meta import TopicAdmin
 from partlog.groups.membership import Completion, Groups
-from partlog.kafka.batch_header import HEADER_SIZE, LOG_OVERHEAD
 from partlog.kafka.errors import Errors
 from partlog.kafka.record_batch import build_record_batch, parse_records
-from partlog.kafka.records import FindBatchRequest, TopicIdPartition
+from partlog.kafka.records import TopicIdPartition
+from partlog.kafka_front.internal_log import batches, read_to_end
 from partlog.kafka_front.port import BrokerPort
 
 log = logging.getLogger(__name__)
@@ -47,10 +47,6 @@ OFFSETS_TOPIC_PARTITIONS_DEFAULT = 12
 OFFSET_METADATA_BYTES_MAX = 4096
 # Groups whose committed offsets one coordinator keeps in memory.
 OFFSET_GROUPS_MAX = 100_000
-# One read of the offsets partition while loading it.
-LOAD_FETCH_BYTES = 4 * 1024 * 1024
-# How long a load waits for the new leader's high watermark to reach its log end.
-LOAD_HWM_WAIT_MS = 30_000
 # Kafka's offsets.commit.timeout.ms.
 OFFSETS_COMMIT_TIMEOUT_MS = 5_000
 # How often the membership timer runs when nothing is due sooner.
@@ -214,37 +210,10 @@ class GroupCoordinator:
 
     async def _load(self, tp: TopicIdPartition, part: _Partition) -> None:
         """Replay the offsets partition to the log end it had when this
-        broker became its leader (as Kafka's GroupMetadataManager): every
-        acknowledged commit is there, since a new leader comes from the ISR.
-        Reads stop at the high watermark, so the load first waits for it to
-        reach that log end (the followers' next fetches move it)."""
-        broker = self.broker
+        broker became its leader (as Kafka's GroupMetadataManager), with
+        :func:`partlog.kafka_front.internal_log.read_to_end`."""
         try:
-            offset = broker.log_start_offset(tp)
-            end = broker.log_end_offset(tp)
-            deadline = self.broker.clock.monotonic() + LOAD_HWM_WAIT_MS / 1000
-            while True:
-                # Taken before the read: an HWM move in between sets it.
-                moved = broker.new_data()
-                if broker.high_watermark(tp) >= end:
-                    break
-                left = deadline - self.broker.clock.monotonic()
-                if left <= 0:
-                    raise RuntimeError(f"{tp}: the high watermark did not reach {end} in {LOAD_HWM_WAIT_MS} ms")
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(left):
-                        await moved.wait()
-            while offset < end:
-                [(code, _hwm, _lso, records, message)] = (
-                    await self.broker.fetch([FindBatchRequest(tp, offset, LOAD_FETCH_BYTES)], max_wait_ms=0,
-                                            min_bytes=0, max_bytes=LOAD_FETCH_BYTES)
-                )["partitions"]  # fmt: skip
-                if code != 0:
-                    raise RuntimeError(f"reading {tp} at {offset}: {Errors(code).name}: {message}")
-                after = self._replay(tp, part, records, offset)
-                if after <= offset:
-                    raise RuntimeError(f"reading {tp} at {offset}: no batch below {end}")
-                offset = after
+            await read_to_end(self.broker, tp, lambda data, offset: self._replay(tp, part, data, offset))
         except Exception:
             log.exception("loading group offsets from %s failed; the next request tries again", tp)
             for index, p in list(self._parts.items()):
@@ -263,21 +232,14 @@ class GroupCoordinator:
         decode (a codec this process lacks, a damaged or hostile record) is
         skipped with a log line: one bad batch must not keep every group of
         the partition from loading."""
-        pos = 0
-        while pos + HEADER_SIZE <= len(data):
-            base = int.from_bytes(data[pos : pos + 8], "big", signed=True)
-            end = pos + LOG_OVERHEAD + int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
-            last = base + int.from_bytes(data[pos + 23 : pos + 27], "big", signed=True)
-            if end > len(data) or end <= pos or last < base:
-                break
+        for header, batch in batches(data):
             try:
-                for r in parse_records(tp, data[pos:end], offset):
+                for r in parse_records(tp, batch, offset):
                     self._apply(part, r.key, r.value, r.offset)
             except Exception as e:  # undecodable: skipped, as a consumer would fail on it
                 self.records_skipped += 1
-                log.warning("%s: batch at offset %d of %s skipped: %s", OFFSETS_TOPIC, base, tp, e)
-            offset = max(offset, last + 1)
-            pos = end
+                log.warning("%s: batch at offset %d of %s skipped: %s", OFFSETS_TOPIC, header.base_offset, tp, e)
+            offset = max(offset, header.base_offset + header.last_offset_delta + 1)
         return offset
 
     def _apply(self, part: _Partition, key: bytes | None, value: bytes | None, log_offset: int) -> None:

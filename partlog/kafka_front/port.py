@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from partlog.controller.cluster_meta import MetadataSource
 from partlog.kafka.errors import Errors
-from partlog.kafka.records import FindBatchRequest, ListOffsetsRequest, TopicIdPartition
+from partlog.kafka.records import FindBatchRequest, ListOffsetsRequest, TopicIdPartition, TxnMarkerRequest
 from partlog.kafka.topic_config import TopicConfig
 from partlog.produce.pipeline import BatchResult
 from partlog.runtime import Clock, Entropy
@@ -116,6 +116,17 @@ class BrokerPort(Protocol):
     def log_end_offset(self, tp: TopicIdPartition) -> int: ...
 
     def high_watermark(self, tp: TopicIdPartition) -> int: ...
+
+    async def write_txn_markers(self, markers: Sequence[TxnMarkerRequest], *, timeout_ms: int) -> list[Errors]:
+        """Each marker appended by its partition's leader and replicated (acks=all);
+        per marker its error (NOT_LEADER_OR_FOLLOWER etc. are retriable)."""
+        ...
+
+    def add_marker_listener(self, fn: Callable[[TopicIdPartition, int, bool], None]) -> None:
+        """fn(tp, producer_id, committed) is called on this broker after a
+        marker this broker leads for ``tp`` is appended and replicated (the group
+        coordinator applies or drops pending offsets)."""
+        ...
 
     def new_data(self) -> asyncio.Event:
         """An event set the next time entries become visible on this broker
