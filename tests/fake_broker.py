@@ -13,11 +13,29 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from partlog.controller.cluster_meta import BrokerInfo, PartitionInfo, TopicInfo
+from partlog.kafka.batch_header import ATTR_CONTROL, CRC_START, HEADER_SIZE
+from partlog.kafka.crc32c import crc32c_update
 from partlog.kafka.errors import Errors
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import FindBatchRequest, TopicIdPartition, TxnMarkerRequest
 from partlog.kafka_front.port import BrokerPort
 from partlog.produce.pipeline import BatchResult
 from partlog.runtime import ManualClock, SeededEntropy
+
+
+def control_batch(producer_id: int, producer_epoch: int, committed: bool, coordinator_epoch: int) -> bytes:
+    """A COMMIT or ABORT marker as Kafka writes it (one control record:
+    key version 0 + type, value version 0 + coordinator epoch)."""
+    key = (0).to_bytes(2, "big") + (1 if committed else 0).to_bytes(2, "big")
+    value = (0).to_bytes(2, "big") + coordinator_epoch.to_bytes(4, "big")
+    batch = bytearray(build_record_batch([(key, value, 0)], producer_id=producer_id, producer_epoch=producer_epoch,
+                                         transactional=True))  # fmt: skip
+    old = bytes(batch[CRC_START:HEADER_SIZE])
+    batch[21:23] = (int.from_bytes(batch[21:23], "big") | ATTR_CONTROL).to_bytes(2, "big")
+    crc = crc32c_update(int.from_bytes(batch[17:21], "big"), old, bytes(batch[CRC_START:HEADER_SIZE]),
+                        len(batch) - CRC_START)  # fmt: skip
+    batch[17:21] = crc.to_bytes(4, "big")
+    return bytes(batch)
 
 
 class FakeMetadata:
@@ -121,6 +139,10 @@ class FakeBroker:
             e = self.marker_errors.pop(0) if self.marker_errors else Errors.NONE
             if e == Errors.NONE:
                 self.markers.append(m)
+                tp = m.topic_id_partition
+                batch = control_batch(m.producer_id, m.producer_epoch, m.committed, m.coordinator_epoch)
+                base = self._end(tp)
+                self.logs.setdefault(tp, []).append((base, base.to_bytes(8, "big") + batch[8:]))
                 for fn in self.listeners:
                     fn(m.topic_id_partition, m.producer_id, m.committed)
             out.append(e)

@@ -15,6 +15,16 @@ Kafka avoids by also logging group metadata (design.md).
 
 Records: key msgpack ``[group, topic, partition]``, value msgpack
 ``[offset, leader_epoch, metadata, commit_timestamp_ms]``.
+
+Transactional offsets (TxnOffsetCommit) are the same records in a
+transactional batch of the producer, with no sequence number.  They are held
+*pending*, per producer id, until that producer's marker reaches the
+partition: a COMMIT applies them, an ABORT drops them (Kafka's
+``pendingTransactionalOffsetCommits``).  The broker tells this coordinator of
+markers it leads (``add_marker_listener``); a load treats a transactional
+batch and the control batch that ends it the same way.  OffsetFetch with
+``require_stable`` answers UNSTABLE_OFFSET_COMMIT for a partition with
+pending offsets.
 """
 
 from __future__ import annotations
@@ -23,7 +33,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import msgpack
@@ -35,12 +45,13 @@ from partlog.kafka.record_batch import build_record_batch, parse_records
 from partlog.kafka.records import TopicIdPartition
 from partlog.kafka_front.internal_log import batches, read_to_end
 from partlog.kafka_front.port import BrokerPort
+from partlog.txn.log import TXN_STATE_TOPIC
 
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 # Topics clients may not write, delete records of, create or delete.
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TXN_STATE_TOPIC})
 # Kafka's offsets.topic.num.partitions is 50; a small cluster wants fewer.
 OFFSETS_TOPIC_PARTITIONS_DEFAULT = 12
 # Kafka's offset.metadata.max.bytes.
@@ -89,6 +100,10 @@ class _Partition:
     groups: Groups
     offsets: dict[str, dict[tuple[str, int], Committed]]
     loaded: asyncio.Event
+    # Transactional offsets not yet committed or aborted: by producer id, group.
+    pending: dict[int, dict[str, dict[tuple[str, int], Committed]]] = field(default_factory=dict)
+    # Markers heard while the partition loads: applied after the replay.
+    markers: list[tuple[int, bool]] = field(default_factory=list)
 
 
 class GroupCoordinator:
@@ -116,6 +131,9 @@ class GroupCoordinator:
 
     def start(self) -> None:
         if self._timer is None:
+            # txn-coord: the guard goes when the Broker has add_marker_listener (part C).
+            if hasattr(self.broker, "add_marker_listener"):
+                self.broker.add_marker_listener(self.on_marker)
             self._timer = asyncio.ensure_future(self._tick_loop())
 
     async def close(self) -> None:
@@ -223,6 +241,9 @@ class GroupCoordinator:
             return
         finally:
             self._loads = {t for t in self._loads if not t.done()}
+        for producer_id, committed in part.markers:
+            self._end_pending(part, producer_id, committed)
+        part.markers.clear()
         part.loaded.set()
         log.info("group offsets loaded from %s: %d groups", tp, len(part.offsets))
 
@@ -234,27 +255,43 @@ class GroupCoordinator:
         the partition from loading."""
         for header, batch in batches(data):
             try:
-                for r in parse_records(tp, batch, offset):
-                    self._apply(part, r.key, r.value, r.offset)
+                records = parse_records(tp, batch, offset)
+                if header.is_control:
+                    for r in records:
+                        if r.key is not None and len(r.key) >= 4:
+                            self._end_pending(part, header.producer_id, r.key[2:4] == b"\x00\x01")
+                else:
+                    into = part.pending.setdefault(header.producer_id, {}) if header.is_transactional else None
+                    for r in records:
+                        self._apply(part, r.key, r.value, r.offset, into)
             except Exception as e:  # undecodable: skipped, as a consumer would fail on it
                 self.records_skipped += 1
                 log.warning("%s: batch at offset %d of %s skipped: %s", OFFSETS_TOPIC, header.base_offset, tp, e)
             offset = max(offset, header.base_offset + header.last_offset_delta + 1)
         return offset
 
-    def _apply(self, part: _Partition, key: bytes | None, value: bytes | None, log_offset: int) -> None:
-        """One offsets record into ``part``; a record that does not decode
-        to [group, topic, partition] -> [offset, epoch, metadata, ms] is
-        skipped (counted), never raised."""
+    def _apply(
+        self,
+        part: _Partition,
+        key: bytes | None,
+        value: bytes | None,
+        log_offset: int,
+        into: dict[str, dict[tuple[str, int], Committed]] | None = None,
+    ) -> None:
+        """One offsets record into ``part`` (into a producer's pending
+        offsets, ``into``, for a transactional batch); a record that does
+        not decode to [group, topic, partition] -> [offset, epoch, metadata,
+        ms] is skipped (counted), never raised."""
         try:
             group, topic, p = msgpack.unpackb(key) if key is not None else (None, None, None)
             if not isinstance(group, str) or not isinstance(topic, str) or type(p) is not int:
                 raise ValueError("key is not [group, topic, partition]")
-            offsets = part.offsets.get(group)
+            held = part.offsets if into is None else into
+            offsets = held.get(group)
             if offsets is None:
-                if len(part.offsets) >= OFFSET_GROUPS_MAX:
+                if len(held) >= OFFSET_GROUPS_MAX:
                     raise ValueError(f"more than {OFFSET_GROUPS_MAX} groups with offsets")
-                offsets = part.offsets[group] = {}
+                offsets = held[group] = {}
             if value is None:
                 offsets.pop((topic, p), None)
                 return
@@ -366,22 +403,7 @@ class GroupCoordinator:
             return dict.fromkeys(offsets, error)
         if group_id not in part.offsets and len(part.offsets) >= OFFSET_GROUPS_MAX:
             return dict.fromkeys(offsets, Errors.COORDINATOR_NOT_AVAILABLE)
-        known = {t.name: t.num_partitions for t in self.broker.metadata.topics()}
-        out: dict[tuple[str, int], Errors] = {}
-        records: list[tuple[bytes | None, bytes | None, int]] = []
-        values: dict[tuple[str, int], Committed] = {}
-        now = self.broker.clock.wall_ms()
-        for (topic, p), (offset, epoch, meta) in offsets.items():
-            if not 0 <= p < known.get(topic, 0):
-                out[(topic, p)] = Errors.UNKNOWN_TOPIC_OR_PARTITION
-            elif meta is not None and len(meta.encode()) > OFFSET_METADATA_BYTES_MAX:
-                out[(topic, p)] = Errors.OFFSET_METADATA_TOO_LARGE
-            else:
-                c = Committed(offset, epoch, meta or "", now)
-                values[(topic, p)] = c
-                records.append(
-                    (msgpack.packb([group_id, topic, p]), msgpack.packb([offset, epoch, c.metadata, now]), now)
-                )
+        out, values, records = self._offset_records(group_id, offsets)
         if records:
             batch = build_record_batch(records)
             [result] = await self.broker.produce([(tp, batch)], acks=-1, timeout_ms=OFFSETS_COMMIT_TIMEOUT_MS)
@@ -397,16 +419,116 @@ class GroupCoordinator:
                 out[key] = error
         return out
 
+    def _offset_records(
+        self, group_id: str, offsets: Mapping[tuple[str, int], tuple[int, int, str | None]]
+    ) -> tuple[dict[tuple[str, int], Errors], dict[tuple[str, int], Committed], list[tuple[bytes, bytes, int]]]:
+        """The records of an offset commit: (errors of the partitions
+        refused, values of the others, their records)."""
+        known = {t.name: t.num_partitions for t in self.broker.metadata.topics()}
+        out: dict[tuple[str, int], Errors] = {}
+        records: list[tuple[bytes, bytes, int]] = []
+        values: dict[tuple[str, int], Committed] = {}
+        now = self.broker.clock.wall_ms()
+        for (topic, p), (offset, epoch, meta) in offsets.items():
+            if not 0 <= p < known.get(topic, 0):
+                out[(topic, p)] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+            elif meta is not None and len(meta.encode()) > OFFSET_METADATA_BYTES_MAX:
+                out[(topic, p)] = Errors.OFFSET_METADATA_TOO_LARGE
+            else:
+                c = Committed(offset, epoch, meta or "", now)
+                values[(topic, p)] = c
+                records.append(
+                    (msgpack.packb([group_id, topic, p]), msgpack.packb([offset, epoch, c.metadata, now]), now)
+                )
+        return out, values, records
+
     async def fetch_offsets(
-        self, group_id: str, wanted: list[tuple[str, int]] | None
-    ) -> tuple[Errors, dict[tuple[str, int], Committed | None]]:
+        self, group_id: str, wanted: list[tuple[str, int]] | None, require_stable: bool = False
+    ) -> tuple[Errors, dict[tuple[str, int], Committed | Errors | None]]:
+        """The group's committed offsets (of ``wanted``, or all); with
+        ``require_stable``, UNSTABLE_OFFSET_COMMIT in place of the offset of a
+        partition with transactional offsets pending (Kafka's answer)."""
         error, part, _ = await self._partition(group_id)
         if part is None:
             return error, {}
         have = part.offsets.get(group_id, {})
-        if wanted is None:
-            return Errors.NONE, dict(have)
-        return Errors.NONE, {k: have.get(k) for k in wanted}
+        out: dict[tuple[str, int], Committed | Errors | None]
+        out = dict(have) if wanted is None else {k: have.get(k) for k in wanted}
+        if require_stable:
+            for pending in part.pending.values():
+                for key in pending.get(group_id, {}):
+                    if wanted is None or key in out:
+                        out[key] = Errors.UNSTABLE_OFFSET_COMMIT
+        return Errors.NONE, out
+
+    # ------------------------------------------------- transactional offsets
+
+    def on_marker(self, tp: TopicIdPartition, producer_id: int, committed: bool) -> None:
+        """The broker appended ``producer_id``'s marker to ``tp``: when it is
+        an offsets partition coordinated here, that producer's pending
+        offsets are applied (COMMIT) or dropped (ABORT)."""
+        t = self._offsets_topic()
+        part = self._parts.get(tp.partition)
+        if t is None or t.topic_id != tp.topic_id or part is None:
+            return
+        if not part.loaded.is_set():
+            part.markers.append((producer_id, committed))
+            return
+        self._end_pending(part, producer_id, committed)
+
+    def _end_pending(self, part: _Partition, producer_id: int, committed: bool) -> None:
+        pending = part.pending.pop(producer_id, None)
+        if pending is None or not committed:
+            return
+        for group, offsets in pending.items():
+            if group not in part.offsets and len(part.offsets) >= OFFSET_GROUPS_MAX:
+                self.records_skipped += 1
+                log.warning("%s: offsets of group %s dropped: more than %d groups", OFFSETS_TOPIC, group,
+                            OFFSET_GROUPS_MAX)  # fmt: skip
+                continue
+            held = part.offsets.setdefault(group, {})
+            for key, c in offsets.items():
+                # As Kafka: a later plain commit of the partition stands.
+                old = held.get(key)
+                if old is None or c.log_offset < 0 or old.log_offset < c.log_offset:
+                    held[key] = c
+
+    async def commit_txn_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        generation: int,
+        group_instance_id: str | None,
+        offsets: Mapping[tuple[str, int], tuple[int, int, str | None]],
+    ) -> dict[tuple[str, int], Errors]:
+        """TxnOffsetCommit: write the offsets as a transactional batch of the
+        producer (no sequence number) and hold them pending until its marker."""
+        error, part, tp = await self._partition(group_id)
+        if part is None or tp is None:
+            return dict.fromkeys(offsets, error)
+        # Kafka's validateOffsetCommit for a transactional commit: a member
+        # is checked only when the request names one (v3+).
+        if generation >= 0 or member_id or group_instance_id is not None:
+            g = part.groups.group(group_id)
+            if g is None or member_id not in g.members:
+                return dict.fromkeys(offsets, Errors.UNKNOWN_MEMBER_ID)
+            if generation != g.generation:
+                return dict.fromkeys(offsets, Errors.ILLEGAL_GENERATION)
+        out, values, records = self._offset_records(group_id, offsets)
+        if records:
+            batch = build_record_batch(records, producer_id=producer_id, producer_epoch=producer_epoch,
+                                       transactional=True)  # fmt: skip
+            [result] = await self.broker.produce([(tp, batch)], acks=-1, timeout_ms=OFFSETS_COMMIT_TIMEOUT_MS)
+            error = result.error if result.error in _TXN_APPEND_ERRORS else _commit_error(result.error)
+            if error == Errors.NONE and self._parts.get(tp.partition) is part:
+                held = part.pending.setdefault(producer_id, {}).setdefault(group_id, {})
+                for i, (key, c) in enumerate(values.items()):
+                    held[key] = replace(c, log_offset=result.base_offset + i if result.base_offset >= 0 else -1)
+            for key in values:
+                out[key] = error
+        return out
 
     def groups_here(self) -> list[tuple[str, str, str]]:
         """(group id, protocol type, state) of every group this broker coordinates."""
@@ -443,6 +565,12 @@ class GroupCoordinator:
         ]
         return {**base, "error_code": 0, "group_state": g.state.value, "protocol_type": g.protocol_type or "",
                 "protocol_data": g.protocol or "", "members": members}  # fmt: skip
+
+
+# Errors of a transactional offsets append the client is told as they are
+# (Kafka's storeOffsets passes them through): its producer is fenced.
+_TXN_APPEND_ERRORS = frozenset({Errors.INVALID_PRODUCER_EPOCH, Errors.PRODUCER_FENCED, Errors.INVALID_TXN_STATE,
+                                Errors.TRANSACTION_COORDINATOR_FENCED})  # fmt: skip
 
 
 def _commit_error(e: Errors) -> Errors:
