@@ -38,12 +38,18 @@ from typing import Any
 
 import msgpack
 
-from partlog.controller.cluster_meta import TopicAdmin
+from partlog.controller.cluster_meta import TopicInfo
 from partlog.groups.membership import Completion, Groups
 from partlog.kafka.errors import Errors
 from partlog.kafka.record_batch import build_record_batch, parse_records
 from partlog.kafka.records import TopicIdPartition
-from partlog.kafka_front.internal_log import batches, read_to_end
+from partlog.kafka_front.internal_log import (
+    batches,
+    coordinator_of,
+    ensure_internal_topic,
+    internal_topic,
+    read_to_end,
+)
 from partlog.kafka_front.port import BrokerPort
 from partlog.txn.log import TXN_STATE_TOPIC
 
@@ -54,6 +60,8 @@ OFFSETS_TOPIC = "__consumer_offsets"
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TXN_STATE_TOPIC})
 # Kafka's offsets.topic.num.partitions is 50; a small cluster wants fewer.
 OFFSETS_TOPIC_PARTITIONS_DEFAULT = 12
+# Kafka's offsets.topic.replication.factor (fewer on a smaller cluster).
+OFFSETS_TOPIC_REPLICATION_FACTOR = 3
 # Kafka's offset.metadata.max.bytes.
 OFFSET_METADATA_BYTES_MAX = 4096
 # Groups whose committed offsets one coordinator keeps in memory.
@@ -148,41 +156,20 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------ placement
 
-    def _offsets_topic(self) -> Any:
-        for t in self.broker.metadata.topics():
-            if t.name == OFFSETS_TOPIC:
-                return t
-        return None
+    def _offsets_topic(self) -> TopicInfo | None:
+        return internal_topic(self.broker, OFFSETS_TOPIC)
 
-    async def ensure_offsets_topic(self) -> Any:
+    async def ensure_offsets_topic(self) -> TopicInfo | None:
         """The offsets topic, created through the controller on first use
         (as Kafka creates __consumer_offsets on the first FindCoordinator)."""
-        t = self._offsets_topic()
-        if t is not None:
-            return t
-        metadata = self.broker.metadata
-        if not isinstance(metadata, TopicAdmin):
-            return None
-        async with self._creating:
-            t = self._offsets_topic()
-            if t is None:
-                rf = min(3, max(1, len(self.broker.metadata.brokers())))
-                answer = (await metadata.create_topics({OFFSETS_TOPIC: (self.offsets_partitions, rf)}))[OFFSETS_TOPIC]
-                if isinstance(answer, Errors):
-                    log.warning("cannot create %s: %s", OFFSETS_TOPIC, answer.name)
-                    return None
-                t = answer
-        return t
+        return await ensure_internal_topic(
+            self.broker, OFFSETS_TOPIC, self.offsets_partitions, OFFSETS_TOPIC_REPLICATION_FACTOR, self._creating
+        )
 
     async def find_coordinator(self, key: str) -> tuple[Errors, int]:
         """(error, broker id) of ``key``'s coordinator."""
         t = await self.ensure_offsets_topic()
-        if t is None:
-            return Errors.COORDINATOR_NOT_AVAILABLE, -1
-        leader = t.partitions[partition_for(key, t.num_partitions)].leader
-        if leader < 0:
-            return Errors.COORDINATOR_NOT_AVAILABLE, -1
-        return Errors.NONE, leader
+        return coordinator_of(t, partition_for(key, t.num_partitions) if t is not None else 0)
 
     async def _partition(self, group_id: str) -> tuple[Errors, _Partition | None, TopicIdPartition | None]:
         """The offsets partition of ``group_id`` if this broker leads it,

@@ -1,5 +1,7 @@
-"""Reading an internal topic's partition back, as a coordinator that has
-just become its leader does (``__consumer_offsets``, ``__transaction_state``).
+"""The internal topics of the coordinators (``__consumer_offsets``,
+``__transaction_state``): made on first use, the coordinator of a key, and
+a partition read back as a coordinator that has just become its leader
+does.
 
 :func:`read_to_end` replays the partition from its log start to the log end
 it had when the read began: every acknowledged write is there, since a new
@@ -12,17 +14,63 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable, Iterator
 
+from partlog.controller.cluster_meta import TopicAdmin, TopicInfo
 from partlog.kafka.batch_header import HEADER_SIZE, LOG_OVERHEAD, BatchHeader
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import FindBatchRequest, TopicIdPartition
 from partlog.kafka_front.port import BrokerPort
 
+log = logging.getLogger(__name__)
+
 # One read of the partition while loading it.
 LOAD_FETCH_BYTES = 4 * 1024 * 1024
 # How long a load waits for the new leader's high watermark to reach its log end.
 LOAD_HWM_WAIT_MS = 30_000
+
+
+def internal_topic(broker: BrokerPort, name: str) -> TopicInfo | None:
+    for t in broker.metadata.topics():
+        if t.name == name:
+            return t
+    return None
+
+
+async def ensure_internal_topic(
+    broker: BrokerPort, name: str, partitions: int, replication_factor: int, creating: asyncio.Lock
+) -> TopicInfo | None:
+    """The topic ``name``, created through the controller on first use with
+    ``min(replication_factor, brokers)`` replicas (as Kafka creates its
+    internal topics on the first FindCoordinator); None when it cannot be
+    (a static cluster file that lacks it, a controller error)."""
+    t = internal_topic(broker, name)
+    if t is not None:
+        return t
+    metadata = broker.metadata
+    if not isinstance(metadata, TopicAdmin):
+        return None
+    async with creating:
+        t = internal_topic(broker, name)
+        if t is None:
+            rf = min(replication_factor, max(1, len(broker.metadata.brokers())))
+            answer = (await metadata.create_topics({name: (partitions, rf)}))[name]
+            if isinstance(answer, Errors):
+                log.warning("cannot create %s: %s", name, answer.name)
+                return None
+            t = answer
+    return t
+
+
+def coordinator_of(topic: TopicInfo | None, index: int) -> tuple[Errors, int]:
+    """(error, broker id) of the coordinator on partition ``index`` of ``topic``."""
+    if topic is None:
+        return Errors.COORDINATOR_NOT_AVAILABLE, -1
+    leader = topic.partitions[index].leader
+    if leader < 0:
+        return Errors.COORDINATOR_NOT_AVAILABLE, -1
+    return Errors.NONE, leader
 
 
 async def read_to_end(broker: BrokerPort, tp: TopicIdPartition, apply: Callable[[bytes, int], int]) -> int:
@@ -72,4 +120,12 @@ def batches(data: bytes) -> Iterator[tuple[BatchHeader, bytes]]:
         pos = end
 
 
-__all__ = ["LOAD_FETCH_BYTES", "LOAD_HWM_WAIT_MS", "batches", "read_to_end"]
+__all__ = [
+    "LOAD_FETCH_BYTES",
+    "LOAD_HWM_WAIT_MS",
+    "batches",
+    "coordinator_of",
+    "ensure_internal_topic",
+    "internal_topic",
+    "read_to_end",
+]

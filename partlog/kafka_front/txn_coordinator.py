@@ -29,12 +29,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from partlog.controller.cluster_meta import TopicAdmin
+from partlog.controller.cluster_meta import TopicInfo
 from partlog.kafka.errors import Errors
 from partlog.kafka.record_batch import build_record_batch, parse_records
 from partlog.kafka.records import TopicIdPartition, TxnMarkerRequest
 from partlog.kafka_front.group_coordinator import partition_for
-from partlog.kafka_front.internal_log import batches, read_to_end
+from partlog.kafka_front.internal_log import (
+    batches,
+    coordinator_of,
+    ensure_internal_topic,
+    internal_topic,
+    read_to_end,
+)
 from partlog.kafka_front.port import BrokerPort
 from partlog.txn import log as txn_log
 from partlog.txn.coordinator import (
@@ -129,41 +135,20 @@ class TxnCoordinator:
 
     # ------------------------------------------------------------ placement
 
-    def _topic(self) -> Any:
-        for t in self.broker.metadata.topics():
-            if t.name == TXN_STATE_TOPIC:
-                return t
-        return None
+    def _topic(self) -> TopicInfo | None:
+        return internal_topic(self.broker, TXN_STATE_TOPIC)
 
-    async def ensure_topic(self) -> Any:
+    async def ensure_topic(self) -> TopicInfo | None:
         """``__transaction_state``, created through the controller on first
         use (as Kafka creates it on the first FindCoordinator of key type 1)."""
-        t = self._topic()
-        if t is not None:
-            return t
-        metadata = self.broker.metadata
-        if not isinstance(metadata, TopicAdmin):
-            return None
-        async with self._creating:
-            t = self._topic()
-            if t is None:
-                rf = min(TXN_STATE_REPLICATION_FACTOR, max(1, len(self.broker.metadata.brokers())))
-                answer = (await metadata.create_topics({TXN_STATE_TOPIC: (self.partitions, rf)}))[TXN_STATE_TOPIC]
-                if isinstance(answer, Errors):
-                    log.warning("cannot create %s: %s", TXN_STATE_TOPIC, answer.name)
-                    return None
-                t = answer
-        return t
+        return await ensure_internal_topic(
+            self.broker, TXN_STATE_TOPIC, self.partitions, TXN_STATE_REPLICATION_FACTOR, self._creating
+        )
 
     async def find_coordinator(self, transactional_id: str) -> tuple[Errors, int]:
         """(error, broker id) of the coordinator of ``transactional_id``."""
         t = await self.ensure_topic()
-        if t is None:
-            return Errors.COORDINATOR_NOT_AVAILABLE, -1
-        leader = t.partitions[partition_for(transactional_id, t.num_partitions)].leader
-        if leader < 0:
-            return Errors.COORDINATOR_NOT_AVAILABLE, -1
-        return Errors.NONE, leader
+        return coordinator_of(t, partition_for(transactional_id, t.num_partitions) if t is not None else 0)
 
     def _is_current(self, part: _TxnPartition) -> bool:
         """This broker still coordinates ``part`` at the epoch it loaded."""

@@ -280,15 +280,9 @@ class Transactions:
         """AddPartitionsToTxn (and AddOffsetsToTxn, with the group's offsets
         partition): NONE when they are all in the transaction already, the
         error, or the Ongoing transition to write."""
-        if not transactional_id:
-            return Errors.INVALID_REQUEST
-        meta = self._txns.get(transactional_id)
-        if meta is None or meta.producer_id != producer_id:
-            return Errors.INVALID_PRODUCER_ID_MAPPING
-        if meta.producer_epoch != producer_epoch:
-            return Errors.PRODUCER_FENCED
-        if transactional_id in self._pending:
-            return Errors.CONCURRENT_TRANSACTIONS
+        meta = self._producer(transactional_id, producer_id, producer_epoch)
+        if isinstance(meta, Errors):
+            return meta
         if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
             return Errors.CONCURRENT_TRANSACTIONS
         added = frozenset(partitions)
@@ -307,15 +301,9 @@ class Transactions:
         """EndTxn from the client (TV1: the epoch must be the current one).
         NONE for a retry of an end already complete, the error, or the
         Prepare* transition to write (answer NONE once written)."""
-        if not transactional_id:
-            return Errors.INVALID_REQUEST
-        meta = self._txns.get(transactional_id)
-        if meta is None or meta.producer_id != producer_id:
-            return Errors.INVALID_PRODUCER_ID_MAPPING
-        if meta.producer_epoch != producer_epoch:
-            return Errors.PRODUCER_FENCED
-        if transactional_id in self._pending:
-            return Errors.CONCURRENT_TRANSACTIONS
+        meta = self._producer(transactional_id, producer_id, producer_epoch)
+        if isinstance(meta, Errors):
+            return meta
         state = meta.state
         if state == TxnState.ONGOING:
             target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
@@ -325,6 +313,20 @@ class Transactions:
         if state == (TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT):
             return Errors.CONCURRENT_TRANSACTIONS
         return Errors.INVALID_TXN_STATE
+
+    def _producer(self, transactional_id: str, producer_id: int, producer_epoch: int) -> Errors | TxnMetadata:
+        """The checks AddPartitionsToTxn and EndTxn share, in Kafka's order:
+        the id's metadata when the request's producer is its current one."""
+        if not transactional_id:
+            return Errors.INVALID_REQUEST
+        meta = self._txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return Errors.INVALID_PRODUCER_ID_MAPPING
+        if meta.producer_epoch != producer_epoch:
+            return Errors.PRODUCER_FENCED
+        if transactional_id in self._pending:
+            return Errors.CONCURRENT_TRANSACTIONS
+        return meta
 
     # ------------------------------------------------------------- timers
 
