@@ -166,3 +166,26 @@ def test_not_the_leader_is_not_coordinator() -> None:
         await c.close()
 
     _run(body)
+
+
+def test_an_idle_id_expires_with_a_tombstone() -> None:
+    async def body(broker: FakeBroker) -> None:
+        c = TxnCoordinator(broker.port(), expiration_ms=60_000)
+        await c.find_coordinator("t")
+        _, pid, _ = await c.init_producer_id("t", 10_000, None)
+        c.tick(broker.clock.wall_ms() + 59_999)
+        await _settle(c)
+        assert (await c.describe("t"))[0] == Errors.NONE
+        c.tick(broker.clock.wall_ms() + 60_000)
+        await _settle(c)
+        assert await c.describe("t") == (Errors.TRANSACTIONAL_ID_NOT_FOUND, None)
+        # A new coordinator finds the tombstone; the id starts afresh.
+        broker.epochs[_txn_tp(broker, "t")] = 1
+        c2 = TxnCoordinator(broker.port())
+        assert await c2.describe("t") == (Errors.TRANSACTIONAL_ID_NOT_FOUND, None)
+        error, pid2, epoch2 = await c2.init_producer_id("t", 10_000, None)
+        assert error == Errors.NONE and pid2 != pid and epoch2 == 0
+        await c.close()
+        await c2.close()
+
+    _run(body)
