@@ -89,11 +89,13 @@ COMMIT_RPC_TIMEOUT_MS_DEFAULT = 10_000
 RETENTION_CHECK_INTERVAL_MS_DEFAULT = 300_000
 
 
-# Committed offsets live in __consumer_offsets (partlog.kafka_front), which is
-# not compacted: retention must never drop a group's last commit, so every
-# broker keeps that topic's log whole (Kafka compacts it instead).
+# Committed offsets live in __consumer_offsets (partlog.kafka_front), and
+# transactional ids in __transaction_state; neither is compacted: retention
+# must never drop a group's last commit or an id's last state, so every
+# broker keeps their logs whole (Kafka compacts them instead).
 INTERNAL_TOPIC_CONFIGS: dict[str, dict[str, str | int]] = {
-    "__consumer_offsets": {"retention.ms": -1, "retention.bytes": -1}
+    "__consumer_offsets": {"retention.ms": -1, "retention.bytes": -1},
+    "__transaction_state": {"retention.ms": -1, "retention.bytes": -1},
 }
 
 

@@ -2,7 +2,8 @@
 dispatch table, and the data plane (Metadata, Produce, Fetch, ListOffsets,
 OffsetForLeaderEpoch, InitProducerId, ApiVersions).  The admin APIs are in
 :mod:`partlog.kafka_front.admin_apis`, the group APIs in
-:mod:`partlog.kafka_front.group_apis`; all work on the broker's port
+:mod:`partlog.kafka_front.group_apis`, the transaction APIs in
+:mod:`partlog.kafka_front.txn_apis`; all work on the broker's port
 (:class:`partlog.kafka_front.port.BrokerPort`) and share
 :mod:`partlog.kafka_front.handler`.
 
@@ -52,6 +53,9 @@ from partlog.kafka_front.handler import (
     kafka_error,
 )
 from partlog.kafka_front.port import BrokerPort
+from partlog.kafka_front.txn_apis import TxnApis
+from partlog.kafka_front.txn_coordinator import TXN_STATE_PARTITIONS_DEFAULT, TXN_STATE_TOPIC, TxnCoordinator
+from partlog.txn.coordinator import TRANSACTION_MAX_TIMEOUT_MS_DEFAULT, TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +99,16 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     21: (0, 2),  # DeleteRecords
     22: (0, 4),  # InitProducerId
     23: (2, 4),  # OffsetForLeaderEpoch
+    # Transactions, version 1 (KIP-890 part 2 is not advertised): clients
+    # send AddPartitionsToTxn <= v3 (v4+ is the brokers' batched form); the
+    # v4 of the others only allows TRANSACTION_ABORTABLE, never sent here.
+    24: (0, 3),  # AddPartitionsToTxn
+    25: (0, 4),  # AddOffsetsToTxn
+    26: (0, 4),  # EndTxn
+    28: (0, 4),  # TxnOffsetCommit
     32: (1, 4),  # DescribeConfigs
+    65: (0, 0),  # DescribeTransactions
+    66: (0, 1),  # ListTransactions
 }
 
 
@@ -109,6 +122,9 @@ class FrontConfig:
     default_replication_factor: int = DEFAULT_REPLICATION_FACTOR
     offsets_topic_num_partitions: int = OFFSETS_TOPIC_PARTITIONS_DEFAULT
     group_initial_rebalance_delay_ms: int = INITIAL_REBALANCE_DELAY_MS_DEFAULT
+    transaction_state_log_num_partitions: int = TXN_STATE_PARTITIONS_DEFAULT
+    transaction_max_timeout_ms: int = TRANSACTION_MAX_TIMEOUT_MS_DEFAULT
+    transactional_id_expiration_ms: int = TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT
 
     def __post_init__(self) -> None:
         if type(self.group_initial_rebalance_delay_ms) is not int or self.group_initial_rebalance_delay_ms < 0:
@@ -121,6 +137,9 @@ class FrontConfig:
             "num_partitions",
             "default_replication_factor",
             "offsets_topic_num_partitions",
+            "transaction_state_log_num_partitions",
+            "transaction_max_timeout_ms",
+            "transactional_id_expiration_ms",
         ):
             v = getattr(self, name)
             if type(v) is not int or v <= 0:
@@ -135,6 +154,9 @@ class FrontConfig:
             "default.replication.factor": str(self.default_replication_factor),
             "offsets.topic.num.partitions": str(self.offsets_topic_num_partitions),
             "group.initial.rebalance.delay.ms": str(self.group_initial_rebalance_delay_ms),
+            "transaction.state.log.num.partitions": str(self.transaction_state_log_num_partitions),
+            "transaction.max.timeout.ms": str(self.transaction_max_timeout_ms),
+            "transactional.id.expiration.ms": str(self.transactional_id_expiration_ms),
         }
 
 
@@ -160,7 +182,14 @@ class KafkaApis(ApiHandlers):
             default_replication_factor=self.config.default_replication_factor,
             static_configs={**self.config.kafka_configs(), **(listener_configs or {})},
         )
-        group = GroupApis(broker, self.groups)
+        self.txns = TxnCoordinator(
+            broker,
+            partitions=self.config.transaction_state_log_num_partitions,
+            max_timeout_ms=self.config.transaction_max_timeout_ms,
+            expiration_ms=self.config.transactional_id_expiration_ms,
+        )
+        group = GroupApis(broker, self.groups, self.txns)
+        self.txn = TxnApis(broker, self.txns, self.groups)
         self.handlers: dict[int, Handler] = {
             0: self.produce,
             1: self.fetch,
@@ -181,7 +210,13 @@ class KafkaApis(ApiHandlers):
             20: self.admin.delete_topics,
             21: self.admin.delete_records,
             23: self.offset_for_leader_epoch,
+            24: self.txn.add_partitions_to_txn,
+            25: self.txn.add_offsets_to_txn,
+            26: self.txn.end_txn,
+            28: self.txn.txn_offset_commit,
             32: self.admin.describe_configs,
+            65: self.txn.describe_transactions,
+            66: self.txn.list_transactions,
         }
 
     # ----------------------------------------------------------- metadata
@@ -221,6 +256,9 @@ class KafkaApis(ApiHandlers):
                 # As Kafka: the offsets topic is made with its own shape.
                 missing.remove(OFFSETS_TOPIC)
                 await self.groups.ensure_offsets_topic()
+            if TXN_STATE_TOPIC in missing:
+                missing.remove(TXN_STATE_TOPIC)
+                await self.txns.ensure_topic()
             if missing:
                 await self.admin.create({n: (self.config.num_partitions, -1) for n in missing})
             topics = self._topics_by_name()
@@ -283,12 +321,7 @@ class KafkaApis(ApiHandlers):
 
     async def init_producer_id(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         if body.transactional_id is not None:
-            return {
-                "throttle_time": 0,
-                "error_code": int(Errors.INVALID_REQUEST),
-                "producer_id": -1,
-                "producer_epoch": -1,
-            }
+            return await self.txn.init_producer_id(req, body, session)
         # As Kafka for an idempotent producer: a new id with epoch 0, also
         # when the client names its old one (KIP-360's bump).
         pid = await self.broker.init_producer_id()

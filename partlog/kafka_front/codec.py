@@ -62,7 +62,13 @@ API_KEYS: dict[int, str] = {
     21: "DeleteRecords",
     22: "InitProducerId",
     23: "OffsetForLeaderEpoch",
+    24: "AddPartitionsToTxn",
+    25: "AddOffsetsToTxn",
+    26: "EndTxn",
+    28: "TxnOffsetCommit",
     32: "DescribeConfigs",
+    65: "DescribeTransactions",
+    66: "ListTransactions",
 }
 API_VERSIONS_KEY = 18
 

@@ -1,7 +1,9 @@
 """The consumer-group APIs of the Kafka front end: FindCoordinator,
 JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
 ListGroups and DescribeGroups, mapped onto this broker's
-:class:`partlog.kafka_front.group_coordinator.GroupCoordinator`."""
+:class:`partlog.kafka_front.group_coordinator.GroupCoordinator`
+(FindCoordinator of key type 1, transactions, onto its
+:class:`partlog.kafka_front.txn_coordinator.TxnCoordinator`)."""
 
 from __future__ import annotations
 
@@ -12,12 +14,18 @@ from partlog.kafka.errors import Errors
 from partlog.kafka_front.group_coordinator import GroupCoordinator
 from partlog.kafka_front.handler import ApiHandlers, Session, duration_ms
 from partlog.kafka_front.port import BrokerPort
+from partlog.kafka_front.txn_coordinator import TxnCoordinator
+
+# FindCoordinator's key types (Kafka's CoordinatorType).
+KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
 
 
 class GroupApis(ApiHandlers):
-    def __init__(self, broker: BrokerPort, groups: GroupCoordinator) -> None:
+    def __init__(self, broker: BrokerPort, groups: GroupCoordinator, txns: TxnCoordinator) -> None:
         super().__init__(broker)
         self.groups = groups
+        self.txns = txns
 
     async def find_coordinator(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         keys = list(body.coordinator_keys) if req.api_version >= 4 else [body.key]
@@ -25,11 +33,18 @@ class GroupApis(ApiHandlers):
         found = []
         for key in keys:
             node: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_message": None}
-            if key_type != 0:
+            if key_type == KEY_TYPE_GROUP:
+                error, broker_id = await self.groups.find_coordinator(key)
+            elif key_type == KEY_TYPE_TRANSACTION:
+                if not key:
+                    found.append({**node, "error_code": int(Errors.INVALID_REQUEST),
+                                  "error_message": "empty transactional id"})  # fmt: skip
+                    continue
+                error, broker_id = await self.txns.find_coordinator(key)
+            else:
                 found.append({**node, "error_code": int(Errors.INVALID_REQUEST),
-                              "error_message": "only group coordinators (key type 0) are served"})  # fmt: skip
+                              "error_message": f"unknown key type {key_type}"})  # fmt: skip
                 continue
-            error, broker_id = await self.groups.find_coordinator(key)
             info = self.broker.metadata.broker(broker_id) if error == Errors.NONE else None
             if info is None or not info.kafka_port:
                 found.append({**node, "error_code": int(Errors.COORDINATOR_NOT_AVAILABLE)})
@@ -95,18 +110,17 @@ class GroupApis(ApiHandlers):
         wanted = None
         if body.topics is not None:
             wanted = [(t.name, int(p)) for t in body.topics for p in t.partition_indexes]
-        error, found = await self.groups.fetch_offsets(body.group_id, wanted)
+        require_stable = bool(getattr(body, "require_stable", False))
+        error, found = await self.groups.fetch_offsets(body.group_id, wanted, require_stable)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (name, p), c in found.items():
-            by_topic.setdefault(name, []).append(
-                {
-                    "partition_index": p,
-                    "committed_offset": c.offset if c is not None else -1,
-                    "committed_leader_epoch": c.leader_epoch if c is not None else -1,
-                    "metadata": c.metadata if c is not None else "",
-                    "error_code": 0,
-                }
-            )
+            row: dict[str, Any] = {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
+                                   "metadata": "", "error_code": 0}  # fmt: skip
+            if isinstance(c, Errors):
+                row["error_code"] = int(c)
+            elif c is not None:
+                row.update(committed_offset=c.offset, committed_leader_epoch=c.leader_epoch, metadata=c.metadata)
+            by_topic.setdefault(name, []).append(row)
         if error != Errors.NONE and req.api_version < 2 and wanted is not None:
             # v0-v1 have no top-level error: each partition carries it.
             by_topic = {}

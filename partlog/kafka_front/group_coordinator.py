@@ -15,6 +15,16 @@ Kafka avoids by also logging group metadata (design.md).
 
 Records: key msgpack ``[group, topic, partition]``, value msgpack
 ``[offset, leader_epoch, metadata, commit_timestamp_ms]``.
+
+Transactional offsets (TxnOffsetCommit) are the same records in a
+transactional batch of the producer, with no sequence number.  They are held
+*pending*, per producer id, until that producer's marker reaches the
+partition: a COMMIT applies them, an ABORT drops them (Kafka's
+``pendingTransactionalOffsetCommits``).  The broker tells this coordinator of
+markers it leads (``add_marker_listener``); a load treats a transactional
+batch and the control batch that ends it the same way.  OffsetFetch with
+``require_stable`` answers UNSTABLE_OFFSET_COMMIT for a partition with
+pending offsets.
 """
 
 from __future__ import annotations
@@ -23,34 +33,39 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import msgpack
 
-from partlog.controller.cluster_meta import TopicAdmin
+from partlog.controller.cluster_meta import TopicInfo
 from partlog.groups.membership import Completion, Groups
-from partlog.kafka.batch_header import HEADER_SIZE, LOG_OVERHEAD
 from partlog.kafka.errors import Errors
 from partlog.kafka.record_batch import build_record_batch, parse_records
-from partlog.kafka.records import FindBatchRequest, TopicIdPartition
+from partlog.kafka.records import TopicIdPartition
+from partlog.kafka_front.internal_log import (
+    batches,
+    coordinator_of,
+    ensure_internal_topic,
+    internal_topic,
+    read_to_end,
+)
 from partlog.kafka_front.port import BrokerPort
+from partlog.txn.log import TXN_STATE_TOPIC
 
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 # Topics clients may not write, delete records of, create or delete.
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TXN_STATE_TOPIC})
 # Kafka's offsets.topic.num.partitions is 50; a small cluster wants fewer.
 OFFSETS_TOPIC_PARTITIONS_DEFAULT = 12
+# Kafka's offsets.topic.replication.factor (fewer on a smaller cluster).
+OFFSETS_TOPIC_REPLICATION_FACTOR = 3
 # Kafka's offset.metadata.max.bytes.
 OFFSET_METADATA_BYTES_MAX = 4096
 # Groups whose committed offsets one coordinator keeps in memory.
 OFFSET_GROUPS_MAX = 100_000
-# One read of the offsets partition while loading it.
-LOAD_FETCH_BYTES = 4 * 1024 * 1024
-# How long a load waits for the new leader's high watermark to reach its log end.
-LOAD_HWM_WAIT_MS = 30_000
 # Kafka's offsets.commit.timeout.ms.
 OFFSETS_COMMIT_TIMEOUT_MS = 5_000
 # How often the membership timer runs when nothing is due sooner.
@@ -93,6 +108,10 @@ class _Partition:
     groups: Groups
     offsets: dict[str, dict[tuple[str, int], Committed]]
     loaded: asyncio.Event
+    # Transactional offsets not yet committed or aborted: by producer id, group.
+    pending: dict[int, dict[str, dict[tuple[str, int], Committed]]] = field(default_factory=dict)
+    # Markers heard while the partition loads: applied after the replay.
+    markers: list[tuple[int, bool]] = field(default_factory=list)
 
 
 class GroupCoordinator:
@@ -120,6 +139,9 @@ class GroupCoordinator:
 
     def start(self) -> None:
         if self._timer is None:
+            # txn-coord: the guard goes when the Broker has add_marker_listener (part C).
+            if hasattr(self.broker, "add_marker_listener"):
+                self.broker.add_marker_listener(self.on_marker)
             self._timer = asyncio.ensure_future(self._tick_loop())
 
     async def close(self) -> None:
@@ -134,41 +156,20 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------ placement
 
-    def _offsets_topic(self) -> Any:
-        for t in self.broker.metadata.topics():
-            if t.name == OFFSETS_TOPIC:
-                return t
-        return None
+    def _offsets_topic(self) -> TopicInfo | None:
+        return internal_topic(self.broker, OFFSETS_TOPIC)
 
-    async def ensure_offsets_topic(self) -> Any:
+    async def ensure_offsets_topic(self) -> TopicInfo | None:
         """The offsets topic, created through the controller on first use
         (as Kafka creates __consumer_offsets on the first FindCoordinator)."""
-        t = self._offsets_topic()
-        if t is not None:
-            return t
-        metadata = self.broker.metadata
-        if not isinstance(metadata, TopicAdmin):
-            return None
-        async with self._creating:
-            t = self._offsets_topic()
-            if t is None:
-                rf = min(3, max(1, len(self.broker.metadata.brokers())))
-                answer = (await metadata.create_topics({OFFSETS_TOPIC: (self.offsets_partitions, rf)}))[OFFSETS_TOPIC]
-                if isinstance(answer, Errors):
-                    log.warning("cannot create %s: %s", OFFSETS_TOPIC, answer.name)
-                    return None
-                t = answer
-        return t
+        return await ensure_internal_topic(
+            self.broker, OFFSETS_TOPIC, self.offsets_partitions, OFFSETS_TOPIC_REPLICATION_FACTOR, self._creating
+        )
 
     async def find_coordinator(self, key: str) -> tuple[Errors, int]:
         """(error, broker id) of ``key``'s coordinator."""
         t = await self.ensure_offsets_topic()
-        if t is None:
-            return Errors.COORDINATOR_NOT_AVAILABLE, -1
-        leader = t.partitions[partition_for(key, t.num_partitions)].leader
-        if leader < 0:
-            return Errors.COORDINATOR_NOT_AVAILABLE, -1
-        return Errors.NONE, leader
+        return coordinator_of(t, partition_for(key, t.num_partitions) if t is not None else 0)
 
     async def _partition(self, group_id: str) -> tuple[Errors, _Partition | None, TopicIdPartition | None]:
         """The offsets partition of ``group_id`` if this broker leads it,
@@ -214,37 +215,10 @@ class GroupCoordinator:
 
     async def _load(self, tp: TopicIdPartition, part: _Partition) -> None:
         """Replay the offsets partition to the log end it had when this
-        broker became its leader (as Kafka's GroupMetadataManager): every
-        acknowledged commit is there, since a new leader comes from the ISR.
-        Reads stop at the high watermark, so the load first waits for it to
-        reach that log end (the followers' next fetches move it)."""
-        broker = self.broker
+        broker became its leader (as Kafka's GroupMetadataManager), with
+        :func:`partlog.kafka_front.internal_log.read_to_end`."""
         try:
-            offset = broker.log_start_offset(tp)
-            end = broker.log_end_offset(tp)
-            deadline = self.broker.clock.monotonic() + LOAD_HWM_WAIT_MS / 1000
-            while True:
-                # Taken before the read: an HWM move in between sets it.
-                moved = broker.new_data()
-                if broker.high_watermark(tp) >= end:
-                    break
-                left = deadline - self.broker.clock.monotonic()
-                if left <= 0:
-                    raise RuntimeError(f"{tp}: the high watermark did not reach {end} in {LOAD_HWM_WAIT_MS} ms")
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(left):
-                        await moved.wait()
-            while offset < end:
-                [(code, _hwm, _lso, records, message, _stable, _aborted)] = (
-                    await self.broker.fetch([FindBatchRequest(tp, offset, LOAD_FETCH_BYTES)], max_wait_ms=0,
-                                            min_bytes=0, max_bytes=LOAD_FETCH_BYTES)
-                )["partitions"]  # fmt: skip
-                if code != 0:
-                    raise RuntimeError(f"reading {tp} at {offset}: {Errors(code).name}: {message}")
-                after = self._replay(tp, part, records, offset)
-                if after <= offset:
-                    raise RuntimeError(f"reading {tp} at {offset}: no batch below {end}")
-                offset = after
+            await read_to_end(self.broker, tp, lambda data, offset: self._replay(tp, part, data, offset))
         except Exception:
             log.exception("loading group offsets from %s failed; the next request tries again", tp)
             for index, p in list(self._parts.items()):
@@ -254,6 +228,9 @@ class GroupCoordinator:
             return
         finally:
             self._loads = {t for t in self._loads if not t.done()}
+        for producer_id, committed in part.markers:
+            self._end_pending(part, producer_id, committed)
+        part.markers.clear()
         part.loaded.set()
         log.info("group offsets loaded from %s: %d groups", tp, len(part.offsets))
 
@@ -263,36 +240,45 @@ class GroupCoordinator:
         decode (a codec this process lacks, a damaged or hostile record) is
         skipped with a log line: one bad batch must not keep every group of
         the partition from loading."""
-        pos = 0
-        while pos + HEADER_SIZE <= len(data):
-            base = int.from_bytes(data[pos : pos + 8], "big", signed=True)
-            end = pos + LOG_OVERHEAD + int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
-            last = base + int.from_bytes(data[pos + 23 : pos + 27], "big", signed=True)
-            if end > len(data) or end <= pos or last < base:
-                break
+        for header, batch in batches(data):
             try:
-                for r in parse_records(tp, data[pos:end], offset):
-                    self._apply(part, r.key, r.value, r.offset)
+                records = parse_records(tp, batch, offset)
+                if header.is_control:
+                    for r in records:
+                        if r.key is not None and len(r.key) >= 4:
+                            self._end_pending(part, header.producer_id, r.key[2:4] == b"\x00\x01")
+                else:
+                    into = part.pending.setdefault(header.producer_id, {}) if header.is_transactional else None
+                    for r in records:
+                        self._apply(part, r.key, r.value, r.offset, into)
             except Exception as e:  # undecodable: skipped, as a consumer would fail on it
                 self.records_skipped += 1
-                log.warning("%s: batch at offset %d of %s skipped: %s", OFFSETS_TOPIC, base, tp, e)
-            offset = max(offset, last + 1)
-            pos = end
+                log.warning("%s: batch at offset %d of %s skipped: %s", OFFSETS_TOPIC, header.base_offset, tp, e)
+            offset = max(offset, header.base_offset + header.last_offset_delta + 1)
         return offset
 
-    def _apply(self, part: _Partition, key: bytes | None, value: bytes | None, log_offset: int) -> None:
-        """One offsets record into ``part``; a record that does not decode
-        to [group, topic, partition] -> [offset, epoch, metadata, ms] is
-        skipped (counted), never raised."""
+    def _apply(
+        self,
+        part: _Partition,
+        key: bytes | None,
+        value: bytes | None,
+        log_offset: int,
+        into: dict[str, dict[tuple[str, int], Committed]] | None = None,
+    ) -> None:
+        """One offsets record into ``part`` (into a producer's pending
+        offsets, ``into``, for a transactional batch); a record that does
+        not decode to [group, topic, partition] -> [offset, epoch, metadata,
+        ms] is skipped (counted), never raised."""
         try:
             group, topic, p = msgpack.unpackb(key) if key is not None else (None, None, None)
             if not isinstance(group, str) or not isinstance(topic, str) or type(p) is not int:
                 raise ValueError("key is not [group, topic, partition]")
-            offsets = part.offsets.get(group)
+            held = part.offsets if into is None else into
+            offsets = held.get(group)
             if offsets is None:
-                if len(part.offsets) >= OFFSET_GROUPS_MAX:
+                if len(held) >= OFFSET_GROUPS_MAX:
                     raise ValueError(f"more than {OFFSET_GROUPS_MAX} groups with offsets")
-                offsets = part.offsets[group] = {}
+                offsets = held[group] = {}
             if value is None:
                 offsets.pop((topic, p), None)
                 return
@@ -404,22 +390,7 @@ class GroupCoordinator:
             return dict.fromkeys(offsets, error)
         if group_id not in part.offsets and len(part.offsets) >= OFFSET_GROUPS_MAX:
             return dict.fromkeys(offsets, Errors.COORDINATOR_NOT_AVAILABLE)
-        known = {t.name: t.num_partitions for t in self.broker.metadata.topics()}
-        out: dict[tuple[str, int], Errors] = {}
-        records: list[tuple[bytes | None, bytes | None, int]] = []
-        values: dict[tuple[str, int], Committed] = {}
-        now = self.broker.clock.wall_ms()
-        for (topic, p), (offset, epoch, meta) in offsets.items():
-            if not 0 <= p < known.get(topic, 0):
-                out[(topic, p)] = Errors.UNKNOWN_TOPIC_OR_PARTITION
-            elif meta is not None and len(meta.encode()) > OFFSET_METADATA_BYTES_MAX:
-                out[(topic, p)] = Errors.OFFSET_METADATA_TOO_LARGE
-            else:
-                c = Committed(offset, epoch, meta or "", now)
-                values[(topic, p)] = c
-                records.append(
-                    (msgpack.packb([group_id, topic, p]), msgpack.packb([offset, epoch, c.metadata, now]), now)
-                )
+        out, values, records = self._offset_records(group_id, offsets)
         if records:
             batch = build_record_batch(records)
             [result] = await self.broker.produce([(tp, batch)], acks=-1, timeout_ms=OFFSETS_COMMIT_TIMEOUT_MS)
@@ -435,16 +406,116 @@ class GroupCoordinator:
                 out[key] = error
         return out
 
+    def _offset_records(
+        self, group_id: str, offsets: Mapping[tuple[str, int], tuple[int, int, str | None]]
+    ) -> tuple[dict[tuple[str, int], Errors], dict[tuple[str, int], Committed], list[tuple[bytes, bytes, int]]]:
+        """The records of an offset commit: (errors of the partitions
+        refused, values of the others, their records)."""
+        known = {t.name: t.num_partitions for t in self.broker.metadata.topics()}
+        out: dict[tuple[str, int], Errors] = {}
+        records: list[tuple[bytes, bytes, int]] = []
+        values: dict[tuple[str, int], Committed] = {}
+        now = self.broker.clock.wall_ms()
+        for (topic, p), (offset, epoch, meta) in offsets.items():
+            if not 0 <= p < known.get(topic, 0):
+                out[(topic, p)] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+            elif meta is not None and len(meta.encode()) > OFFSET_METADATA_BYTES_MAX:
+                out[(topic, p)] = Errors.OFFSET_METADATA_TOO_LARGE
+            else:
+                c = Committed(offset, epoch, meta or "", now)
+                values[(topic, p)] = c
+                records.append(
+                    (msgpack.packb([group_id, topic, p]), msgpack.packb([offset, epoch, c.metadata, now]), now)
+                )
+        return out, values, records
+
     async def fetch_offsets(
-        self, group_id: str, wanted: list[tuple[str, int]] | None
-    ) -> tuple[Errors, dict[tuple[str, int], Committed | None]]:
+        self, group_id: str, wanted: list[tuple[str, int]] | None, require_stable: bool = False
+    ) -> tuple[Errors, dict[tuple[str, int], Committed | Errors | None]]:
+        """The group's committed offsets (of ``wanted``, or all); with
+        ``require_stable``, UNSTABLE_OFFSET_COMMIT in place of the offset of a
+        partition with transactional offsets pending (Kafka's answer)."""
         error, part, _ = await self._partition(group_id)
         if part is None:
             return error, {}
         have = part.offsets.get(group_id, {})
-        if wanted is None:
-            return Errors.NONE, dict(have)
-        return Errors.NONE, {k: have.get(k) for k in wanted}
+        out: dict[tuple[str, int], Committed | Errors | None]
+        out = dict(have) if wanted is None else {k: have.get(k) for k in wanted}
+        if require_stable:
+            for pending in part.pending.values():
+                for key in pending.get(group_id, {}):
+                    if wanted is None or key in out:
+                        out[key] = Errors.UNSTABLE_OFFSET_COMMIT
+        return Errors.NONE, out
+
+    # ------------------------------------------------- transactional offsets
+
+    def on_marker(self, tp: TopicIdPartition, producer_id: int, committed: bool) -> None:
+        """The broker appended ``producer_id``'s marker to ``tp``: when it is
+        an offsets partition coordinated here, that producer's pending
+        offsets are applied (COMMIT) or dropped (ABORT)."""
+        t = self._offsets_topic()
+        part = self._parts.get(tp.partition)
+        if t is None or t.topic_id != tp.topic_id or part is None:
+            return
+        if not part.loaded.is_set():
+            part.markers.append((producer_id, committed))
+            return
+        self._end_pending(part, producer_id, committed)
+
+    def _end_pending(self, part: _Partition, producer_id: int, committed: bool) -> None:
+        pending = part.pending.pop(producer_id, None)
+        if pending is None or not committed:
+            return
+        for group, offsets in pending.items():
+            if group not in part.offsets and len(part.offsets) >= OFFSET_GROUPS_MAX:
+                self.records_skipped += 1
+                log.warning("%s: offsets of group %s dropped: more than %d groups", OFFSETS_TOPIC, group,
+                            OFFSET_GROUPS_MAX)  # fmt: skip
+                continue
+            held = part.offsets.setdefault(group, {})
+            for key, c in offsets.items():
+                # As Kafka: a later plain commit of the partition stands.
+                old = held.get(key)
+                if old is None or c.log_offset < 0 or old.log_offset < c.log_offset:
+                    held[key] = c
+
+    async def commit_txn_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        generation: int,
+        group_instance_id: str | None,
+        offsets: Mapping[tuple[str, int], tuple[int, int, str | None]],
+    ) -> dict[tuple[str, int], Errors]:
+        """TxnOffsetCommit: write the offsets as a transactional batch of the
+        producer (no sequence number) and hold them pending until its marker."""
+        error, part, tp = await self._partition(group_id)
+        if part is None or tp is None:
+            return dict.fromkeys(offsets, error)
+        # Kafka's validateOffsetCommit for a transactional commit: a member
+        # is checked only when the request names one (v3+).
+        if generation >= 0 or member_id or group_instance_id is not None:
+            g = part.groups.group(group_id)
+            if g is None or member_id not in g.members:
+                return dict.fromkeys(offsets, Errors.UNKNOWN_MEMBER_ID)
+            if generation != g.generation:
+                return dict.fromkeys(offsets, Errors.ILLEGAL_GENERATION)
+        out, values, records = self._offset_records(group_id, offsets)
+        if records:
+            batch = build_record_batch(records, producer_id=producer_id, producer_epoch=producer_epoch,
+                                       transactional=True)  # fmt: skip
+            [result] = await self.broker.produce([(tp, batch)], acks=-1, timeout_ms=OFFSETS_COMMIT_TIMEOUT_MS)
+            error = result.error if result.error in _TXN_APPEND_ERRORS else _commit_error(result.error)
+            if error == Errors.NONE and self._parts.get(tp.partition) is part:
+                held = part.pending.setdefault(producer_id, {}).setdefault(group_id, {})
+                for i, (key, c) in enumerate(values.items()):
+                    held[key] = replace(c, log_offset=result.base_offset + i if result.base_offset >= 0 else -1)
+            for key in values:
+                out[key] = error
+        return out
 
     def groups_here(self) -> list[tuple[str, str, str]]:
         """(group id, protocol type, state) of every group this broker coordinates."""
@@ -481,6 +552,12 @@ class GroupCoordinator:
         ]
         return {**base, "error_code": 0, "group_state": g.state.value, "protocol_type": g.protocol_type or "",
                 "protocol_data": g.protocol or "", "members": members}  # fmt: skip
+
+
+# Errors of a transactional offsets append the client is told as they are
+# (Kafka's storeOffsets passes them through): its producer is fenced.
+_TXN_APPEND_ERRORS = frozenset({Errors.INVALID_PRODUCER_EPOCH, Errors.PRODUCER_FENCED, Errors.INVALID_TXN_STATE,
+                                Errors.TRANSACTION_COORDINATOR_FENCED})  # fmt: skip
 
 
 def _commit_error(e: Errors) -> Errors:

@@ -185,9 +185,11 @@ class KafkaListener:
         self._server = await asyncio.start_server(self._accept, self.host, self.port, limit=READ_CHUNK_BYTES)
         self.port = self._server.sockets[0].getsockname()[1]
         self.apis.groups.start()
+        self.apis.txns.start()
 
     async def close(self) -> None:
         await self.apis.groups.close()
+        await self.apis.txns.close()
         if self._server is not None:
             self._server.close()
         for t in list(self._tasks):
