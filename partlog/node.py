@@ -85,7 +85,7 @@ class BrokerNode:
             return
         host = self.config.broker.host
         kafka = KafkaListener(
-            self.broker,  # type: ignore[arg-type]  # txn-coord: until Broker has write_txn_markers (part C)
+            self.broker,
             host=host,
             port=self.config.kafka_port,
             config=self.config.kafka,

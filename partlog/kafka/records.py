@@ -288,12 +288,3 @@ class LogRead:
     log_end_offset: int
     high_watermark: int
     leader_epoch: int
-
-
-@dataclass(frozen=True, slots=True)
-class TxnMarkerRequest:  # one COMMIT/ABORT marker for one partition
-    topic_id_partition: TopicIdPartition
-    producer_id: int
-    producer_epoch: int
-    coordinator_epoch: int
-    committed: bool  # True: COMMIT, False: ABORT

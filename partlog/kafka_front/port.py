@@ -128,17 +128,6 @@ class BrokerPort(Protocol):
 
     def high_watermark(self, tp: TopicIdPartition) -> int: ...
 
-    async def write_txn_markers(self, markers: Sequence[TxnMarkerRequest], *, timeout_ms: int) -> list[Errors]:
-        """Each marker appended by its partition's leader and replicated (acks=all);
-        per marker its error (NOT_LEADER_OR_FOLLOWER etc. are retriable)."""
-        ...
-
-    def add_marker_listener(self, fn: Callable[[TopicIdPartition, int, bool], None]) -> None:
-        """fn(tp, producer_id, committed) is called on this broker after a
-        marker this broker leads for ``tp`` is appended and replicated (the group
-        coordinator applies or drops pending offsets)."""
-        ...
-
     def new_data(self) -> asyncio.Event:
         """An event set the next time entries become visible on this broker
         (a commit landed, a high watermark moved); take it before reading

@@ -161,7 +161,7 @@ def tight_listener(cluster: ClusterThread) -> Iterator[Any]:
     limits = ListenerLimits(request_bytes_in_flight_max=1000, frame_deadline_ms=3000)
 
     async def start() -> KafkaListener:
-        listener = KafkaListener(broker, limits=limits)  # type: ignore[arg-type]  # txn-coord: until part C
+        listener = KafkaListener(broker, limits=limits)
         await listener.start()
         return listener
 

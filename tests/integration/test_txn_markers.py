@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +60,12 @@ def test_markers_reach_the_leaders_and_every_replica_answers_read_committed(tmp_
             [topic] = meta.topics()
             tps = [TopicIdPartition(topic.topic_id, p) for p in range(3)]
             heard: list[tuple[int, TopicIdPartition, int, bool]] = []
+
+            def listener(bid: int) -> Callable[[TopicIdPartition, int, bool], None]:
+                return lambda tp, pid, committed: heard.append((bid, tp, pid, committed))
+
             for b in brokers:
-                b.add_marker_listener(lambda tp, pid, c, bid=b.broker_id: heard.append((bid, tp, pid, c)))
+                b.add_marker_listener(listener(b.broker_id))
             client = await RpcClient.connect("127.0.0.1", brokers[0].port)
             pid = (await client.call("init_producer_id", {}))["producer_id"]
             batches = [[*enc_tp(tp), _txn_batch(pid, 0, 0, [b"a", b"b"])] for tp in tps[:2]]
