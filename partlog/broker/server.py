@@ -449,7 +449,8 @@ class Broker:
     ) -> dict[str, Any]:
         """Read partitions this broker holds a replica of, up to their HWMs,
         waiting up to ``max_wait_ms`` for ``min_bytes``:
-        ``{"partitions": [[error, hwm, log start, records, message], ...]}``."""
+        ``{"partitions": [[error, hwm, log start, records, message, last stable
+        offset, [[producer id, first offset] of aborted transactions]], ...]}``."""
         return await self.fetches.fetch(reqs, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes)
 
     async def fetch_routed(

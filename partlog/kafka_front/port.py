@@ -72,14 +72,15 @@ class BrokerPort(Protocol):
         self, reqs: list[FindBatchRequest], *, max_wait_ms: int, min_bytes: int, max_bytes: int
     ) -> dict[str, Any]:
         """Read partitions this broker holds a replica of, with long-poll:
-        ``{"partitions": [[error, hwm, log start, records, message], ...]}``."""
+        ``{"partitions": [[error, hwm, log start, records, message, last stable
+        offset, [[producer id, first offset] of aborted transactions]], ...]}``."""
         ...
 
     async def fetch_routed(
         self, reqs: list[FindBatchRequest], *, max_wait_ms: int, min_bytes: int, max_bytes: int, az: str | None = None
     ) -> list[list[Any]]:
         """``fetch`` for any partition, read here or from a replica in ``az``
-        (or the leader): one [error, hwm, log start, records, message] per request."""
+        (or the leader): one row per request, shaped as ``fetch``'s."""
         ...
 
     async def list_offsets_routed(self, reqs: list[ListOffsetsRequest]) -> list[tuple[Errors, int, int]]:

@@ -339,7 +339,7 @@ def test_malformed_input_is_refused_and_the_broker_keeps_serving(tmp_path: Path)
                 res = await client.call("produce", {"batches": [[*enc_tp(tp0), good]]})
                 assert res["results"][0][:2] == [0, 2]
                 f = await client.call("fetch", {"partitions": [[*enc_tp(tp0), 0, 1 << 20]]})
-                [[err, hwm, _lso, records, _msg]] = f["partitions"]
+                [[err, hwm, _lso, records, _msg, _stable, _aborted]] = f["partitions"]
                 assert (err, hwm) == (0, 4)
                 got = parse_records(tp0, records)
                 assert [r.offset for r in got] == [0, 1, 2, 3]
@@ -371,7 +371,7 @@ def test_batch_with_bad_crc_is_refused_and_the_partition_stays_readable(tmp_path
                 assert [r[:2] for r in res["results"]] == [[0, 0], [int(Errors.CORRUPT_MESSAGE), -1], [0, 2]]
                 assert "CRC" in res["results"][1][4]
                 f = await client.call("fetch", {"partitions": [[*enc_tp(tp), 0, 1 << 20]]})
-                [[err, hwm, _lso, records, _msg]] = f["partitions"]
+                [[err, hwm, _lso, records, _msg, _stable, _aborted]] = f["partitions"]
                 assert (err, hwm) == (0, 4)
                 assert [r.offset for r in parse_records(tp, records)] == [0, 1, 2, 3]
             finally:
@@ -406,13 +406,13 @@ def test_fetch_long_poll_returns_when_a_commit_lands(tmp_path: Path) -> None:
                 # Produced through another broker: the commit reaches the leader as an RPC.
                 res = await producer.call("produce", {"batches": [[*enc_tp(tp0), build_batch(3, timestamp_ms=T0)]]})
                 assert res["results"][0][:2] == [0, 0]
-                [[err, hwm, _lso, records, _msg]] = (await fetch)["partitions"]
+                [[err, hwm, _lso, records, _msg, _stable, _aborted]] = (await fetch)["partitions"]
                 assert (err, hwm) == (0, 3)
                 assert [r.offset for r in parse_records(tp0, records)] == [0, 1, 2]
 
                 # Nothing new: the long-poll ends empty after its wait.
                 idle = await fetcher.call("fetch", {"partitions": [[*enc_tp(tp0), 3, 1 << 20]], "max_wait_ms": 300})
-                assert idle["partitions"] == [[0, 3, 0, b"", None]]
+                assert idle["partitions"] == [[0, 3, 0, b"", None, 3, []]]
             finally:
                 await fetcher.close()
                 await producer.close()
