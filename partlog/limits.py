@@ -49,11 +49,11 @@ TOPICS_PER_REQUEST_MAX = 1_000
 # (61-byte headers, no records) holds ~69,000; a larger buffer rotates here first.
 SEGMENT_BATCHES_MAX = 100_000
 
-# Aborted transactions one partition's fetch answer lists (Kafka has no
-# bound; its scan stops at the first abort whose recorded last stable offset
-# passes the range read, which our store does too).  One fetch returns at
-# most this many; a read that would need more stops its range earlier, so a
-# read_committed consumer never sees an aborted record for want of one.
+# Aborted transactions one partition's READ_COMMITTED fetch answer lists
+# (Kafka has no bound).  A read that would need more ends its range earlier,
+# so a read_committed consumer never sees an aborted record for want of one
+# (partlog.store.reads.within_aborted_max); the RPC's fetch answer schema
+# holds at most this many.
 ABORTED_TXNS_PER_FETCH_MAX = 10_000
 
 # A topic's partitions are taken from the cluster's budget.

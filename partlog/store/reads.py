@@ -33,6 +33,7 @@ from partlog.kafka.records import (
     TopicIdPartition,
 )
 from partlog.kafka.topic_config import TopicConfig
+from partlog.limits import ABORTED_TXNS_PER_FETCH_MAX
 from partlog.store.catalog import Catalog
 from partlog.store.epochs import EpochCache
 from partlog.store.index import FileIndex
@@ -42,6 +43,25 @@ from partlog.store.txns import TxnTable, collect_aborted, last_stable_offset
 from partlog.store.view import Txn, Views
 
 log = logging.getLogger(__name__)
+
+
+def within_aborted_max(
+    found: list[BatchInfo], aborted: list[AbortedTxn]
+) -> tuple[list[BatchInfo], tuple[AbortedTxn, ...]]:
+    """A READ_COMMITTED answer whose aborted transactions fit
+    ``ABORTED_TXNS_PER_FETCH_MAX``: when more overlap the range, the range
+    ends before the first offset of the first transaction beyond the bound,
+    so every aborted transaction of what is returned is still listed.  When
+    even the first batch needs more (more than the bound of producers with
+    transactions open across it), it is answered alone with all of them; the
+    RPC's answer schema refuses that answer (the fetch fails closed, never
+    shows an aborted record)."""
+    if len(aborted) <= ABORTED_TXNS_PER_FETCH_MAX:
+        return found, tuple(aborted)
+    cut = sorted(a.first_offset for a in aborted)[ABORTED_TXNS_PER_FETCH_MAX]
+    kept = [b for b in found if b.metadata.last_offset < cut] or found[:1]
+    upper = kept[-1].metadata.last_offset + 1
+    return kept, tuple(a for a in aborted if a.first_offset < upper)
 
 
 class LogReader:
@@ -148,7 +168,8 @@ class LogReader:
                         # upperBoundOffset): up to the end of what is returned.
                         upper = found[-1].metadata.last_offset + 1
                         records = self._txns.aborted(txn, part.part_id, req.offset)
-                        aborted = tuple(collect_aborted(records, req.offset, upper))
+                        found, aborted = within_aborted_max(found, collect_aborted(records, req.offset, upper))
+                        used = sum(b.metadata.byte_size for b in found)
                 except CorruptEntryError as e:
                     log.error("corrupt metadata entry: %s", e)
                     out.append(FindBatchResponse(Errors.CORRUPT_MESSAGE, (), lso, hwm, str(e)))
