@@ -69,10 +69,11 @@ WRITE_TIMEOUT_MS = 5_000
 # succeed: Kafka's retry.backoff.ms, growing to this.
 RETRY_BACKOFF_MS_MIN = 100
 RETRY_BACKOFF_MS_MAX = 2_000
-# Kafka checks for timed-out transactions every 10 s
-# (transaction.abort.timed.out.transaction.cleanup.interval.ms); the timer
-# also wakes at the nearest deadline, so this is only the longest sleep.
-TICK_MS_MAX = 10_000
+# How often the timer looks for partitions of __transaction_state this
+# broker came to lead or lost (Kafka learns it from LeaderAndIsr); it also
+# wakes at the nearest timeout (Kafka checks every 10 s,
+# transaction.abort.timed.out.transaction.cleanup.interval.ms).
+LEADERSHIP_POLL_MS = 1_000
 # Marker errors after which this coordinator stops sending: a newer
 # coordinator (or producer epoch) took over (Kafka's
 # TransactionMarkerRequestCompletionHandler).
@@ -166,17 +167,9 @@ class TxnCoordinator:
         t = self._topic()
         if t is None:
             return Errors.NOT_COORDINATOR, None
-        index = partition_for(transactional_id, t.num_partitions)
-        tp = TopicIdPartition(t.topic_id, index)
-        epoch = self.broker.leader_epoch(tp)
-        part = self._parts.get(index)
-        if part is not None and (epoch is None or part.coordinator_epoch != epoch or part.tp != tp):
-            self._drop(part)
-            part = None
-        if epoch is None:
-            return Errors.NOT_COORDINATOR, None
+        part = self._claim(TopicIdPartition(t.topic_id, partition_for(transactional_id, t.num_partitions)))
         if part is None:
-            part = self._partition_for(index, tp, epoch)
+            return Errors.NOT_COORDINATOR, None
         if not part.loaded.is_set():
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(LOAD_WAIT_MS / 1000):
@@ -187,12 +180,36 @@ class TxnCoordinator:
             return Errors.NOT_COORDINATOR, None
         return Errors.NONE, part
 
-    def _partition_for(self, index: int, tp: TopicIdPartition, epoch: int) -> _TxnPartition:
-        txns = Transactions(max_timeout_ms=self.max_timeout_ms, expiration_ms=self.expiration_ms)
-        part = _TxnPartition(index, tp, epoch, txns, asyncio.Event())
-        self._parts[index] = part
-        self._spawn(part, self._load(part))
+    def _claim(self, tp: TopicIdPartition) -> _TxnPartition | None:
+        """``tp``'s state when this broker leads it, its load begun when it
+        just became the leader (at a new epoch); None, and the old state
+        dropped, when it does not lead it."""
+        epoch = self.broker.leader_epoch(tp)
+        part = self._parts.get(tp.partition)
+        if part is not None and (epoch is None or part.coordinator_epoch != epoch or part.tp != tp):
+            self._drop(part)
+            part = None
+        if epoch is None or self._closed:
+            return None
+        if part is None:
+            txns = Transactions(max_timeout_ms=self.max_timeout_ms, expiration_ms=self.expiration_ms)
+            part = _TxnPartition(tp.partition, tp, epoch, txns, asyncio.Event())
+            self._parts[tp.partition] = part
+            self._spawn(part, self._load(part))
         return part
+
+    def claim_partitions(self) -> None:
+        """Load every ``__transaction_state`` partition this broker has come
+        to lead and forget those it no longer leads, as Kafka's onElection /
+        onResignation: a prepared transaction is finished and an open one
+        timed out without waiting for a client to ask."""
+        t = self._topic()
+        for part in list(self._parts.values()):
+            if t is None or part.tp.topic_id != t.topic_id or part.index >= t.num_partitions:
+                self._drop(part)
+        if t is not None:
+            for index in range(t.num_partitions):
+                self._claim(TopicIdPartition(t.topic_id, index))
 
     def _drop(self, part: _TxnPartition) -> None:
         """This broker no longer coordinates ``part``: forget it (its marker
@@ -408,17 +425,28 @@ class TxnCoordinator:
     # --------------------------------------------------------------- timer
 
     async def _tick_loop(self) -> None:
+        nearest: int | None = None
+        changed = True
         while True:
-            self._wake.clear()
+            self.claim_partitions()
+            if changed:
+                # Deadlines are recomputed (a pass over every id) only after
+                # a change, not on every leadership poll.
+                self._wake.clear()
+                due = [p.txns.next_deadline_ms() for p in self._parts.values() if p.loaded.is_set()]
+                nearest = min((d for d in due if d is not None), default=None)
+                changed = False
             now = self.broker.clock.wall_ms()
-            due = [p.txns.next_deadline_ms() for p in self._parts.values() if p.loaded.is_set()]
-            nearest = min((d for d in due if d is not None), default=now + TICK_MS_MAX)
-            delay = max(0.0, min(nearest - now, TICK_MS_MAX) / 1000)
+            if nearest is not None and now >= nearest:
+                self.tick(now)
+                changed = True
+                await asyncio.sleep(0)  # the transitions started run before the next pass
+                continue
+            delay_ms = LEADERSHIP_POLL_MS if nearest is None else min(nearest - now, LEADERSHIP_POLL_MS)
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(delay):
+                async with asyncio.timeout(delay_ms / 1000):
                     await self._wake.wait()
-                    continue
-            self.tick(self.broker.clock.wall_ms())
+                    changed = True
 
     def tick(self, now_ms: int) -> None:
         """Abort the transactions past their timeout and expire idle ids

@@ -13,10 +13,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from types import SimpleNamespace
 from typing import Any, TypeVar
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from partlog.kafka.errors import Errors
+from partlog.kafka.records import TopicIdPartition, TxnMarkerRequest
 from partlog.kafka_front.apis import SUPPORTED_VERSIONS, KafkaApis
 from partlog.kafka_front.codec import Request, build, encode_response, response_class
-from partlog.kafka_front.group_coordinator import GroupCoordinator
+from partlog.kafka_front.group_coordinator import Committed, GroupCoordinator, partition_for
 from partlog.kafka_front.handler import Session
 from tests.fake_broker import FakeBroker
 
@@ -168,3 +172,54 @@ def test_old_clients_get_invalid_producer_epoch_when_fenced() -> None:
         assert r.error_code == Errors.INVALID_REQUEST
 
     _run(body)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["plain", "txn", "commit", "abort"]), st.sampled_from([1, 2]),
+                          st.integers(0, 1), st.integers(0, 99)), max_size=12))  # fmt: skip
+def test_pending_offsets_held_live_are_those_a_load_rebuilds(ops: list[tuple[str, int, int, int]]) -> None:
+    """Plain and transactional commits and markers in any order: what the
+    coordinator holds (offsets and pending) is what a new one loads."""
+
+    async def main() -> None:
+        broker = FakeBroker()
+        broker.metadata.add("data", 2)
+        live = GroupCoordinator(broker.port())
+        live.start()
+        try:
+            assert (await live.find_coordinator("g"))[0] == Errors.NONE
+            assert (await live._partition("g"))[0] == Errors.NONE
+            t = broker.metadata.topics_by_name["__consumer_offsets"]
+            tp = TopicIdPartition(t.topic_id, partition_for("g", t.num_partitions))
+            # The model: per partition the (log position, offset) of the
+            # latest record that counts (plain, or of a committed transaction).
+            model: dict[int, tuple[int, int]] = {}
+            pending: dict[int, dict[int, tuple[int, int]]] = {}
+            for at, (op, pid, p, offset) in enumerate(ops):
+                wanted = {("data", p): (offset, -1, None)}
+                if op == "plain":
+                    assert await live.commit_offsets("g", "", -1, wanted) == {("data", p): Errors.NONE}
+                    model[p] = max(model.get(p, (-1, -1)), (at, offset))
+                elif op == "txn":
+                    got = await live.commit_txn_offsets("g", pid, 0, "", -1, None, wanted)
+                    assert got == {("data", p): Errors.NONE}
+                    pending.setdefault(pid, {})[p] = (at, offset)
+                else:
+                    await broker.write_txn_markers([TxnMarkerRequest(tp, pid, 0, 0, op == "commit")], timeout_ms=1)
+                    for q, held_at in pending.pop(pid, {}).items():
+                        if op == "commit":
+                            model[q] = max(model.get(q, (-1, -1)), held_at)
+            error, found = await live.fetch_offsets("g", [("data", 0), ("data", 1)])
+            assert {k[1]: c.offset for k, c in found.items() if isinstance(c, Committed)} == {
+                q: o for q, (_, o) in model.items()}  # fmt: skip
+            fresh = GroupCoordinator(broker.port())
+            error, _, _ = await fresh._partition("g")
+            assert error == Errors.NONE
+            [held] = live._parts.values()
+            [loaded] = fresh._parts.values()
+            assert loaded.offsets == held.offsets
+            assert {k: v for k, v in loaded.pending.items() if v} == {k: v for k, v in held.pending.items() if v}
+        finally:
+            await live.close()
+
+    asyncio.run(main())

@@ -12,7 +12,7 @@ from typing import TypeVar
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
 from partlog.kafka_front.group_coordinator import partition_for
-from partlog.kafka_front.txn_coordinator import TXN_STATE_TOPIC, TxnCoordinator
+from partlog.kafka_front.txn_coordinator import TXN_STATE_PARTITIONS_DEFAULT, TXN_STATE_TOPIC, TxnCoordinator
 from partlog.txn.coordinator import TxnState
 from tests.fake_broker import FakeBroker
 
@@ -186,6 +186,36 @@ def test_an_idle_id_expires_with_a_tombstone() -> None:
         error, pid2, epoch2 = await c2.init_producer_id("t", 10_000, None)
         assert error == Errors.NONE and pid2 != pid and epoch2 == 0
         await c.close()
+        await c2.close()
+
+    _run(body)
+
+
+def test_a_new_leader_finishes_a_prepared_transaction_unasked() -> None:
+    """The producer is gone too: the broker that comes to lead the
+    partition loads it on its own and sends the markers."""
+
+    async def body(broker: FakeBroker) -> None:
+        c = TxnCoordinator(broker.port())
+        tps = _data_partitions(broker)
+        await c.find_coordinator("t")
+        _, pid, epoch = await c.init_producer_id("t", 10_000, None)
+        assert await c.add_partitions("t", pid, epoch, tps) == Errors.NONE
+        broker.marker_errors = [Errors.NOT_ENOUGH_REPLICAS] * 1000
+        assert await c.end_txn("t", pid, epoch, False) == Errors.NONE
+        await c.close()
+        broker.marker_errors = []
+        broker.epochs[_txn_tp(broker, "t")] = 1
+        c2 = TxnCoordinator(broker.port())
+        c2.claim_partitions()
+        await _settle(c2)
+        assert {(m.topic_id_partition, m.committed, m.coordinator_epoch) for m in broker.markers} == {
+            (tp, False, 1) for tp in tps}  # fmt: skip
+        assert len(c2._parts) == TXN_STATE_PARTITIONS_DEFAULT
+        # Leadership lost: the partition's state is forgotten.
+        broker.epochs[_txn_tp(broker, "t")] = None
+        c2.claim_partitions()
+        assert len(c2._parts) == TXN_STATE_PARTITIONS_DEFAULT - 1
         await c2.close()
 
     _run(body)
