@@ -322,6 +322,17 @@ def test_malformed_input_is_refused_and_the_broker_keeps_serving(tmp_path: Path)
                     ("fetch", {"partitions": [], "max_wait_ms": float("inf")}),
                     ("fetch", {"partitions": [], "min_bytes": None}),
                     ("fetch", {"partitions": [], "max_bytes": float("nan")}),
+                    ("fetch", {"partitions": [], "isolation": 2}),
+                    ("fetch", {"partitions": [], "isolation": "read_committed"}),
+                    ("list_offsets", {"partitions": [], "isolation": -1}),
+                    ("write_txn_markers", None),
+                    ("write_txn_markers", {"partitions": "all"}),
+                    ("write_txn_markers", {"partitions": [[tid, 0, 1, 0, 0]]}),
+                    ("write_txn_markers", {"partitions": [[tid, 0, -1, 0, 0, 1]]}),
+                    ("write_txn_markers", {"partitions": [[tid, 0, 1, 1 << 15, 0, 1]]}),
+                    ("write_txn_markers", {"partitions": [[tid, 0, 1, 0, -1, 1]]}),
+                    ("write_txn_markers", {"partitions": [[tid, 0, 1, 0, 0, 2]]}),
+                    ("write_txn_markers", {"partitions": [[tid, 0, 1, 0, 0, True]]}),
                 ]
                 for method, body in garbage:
                     with pytest.raises(RpcRemoteError) as info:
