@@ -40,6 +40,17 @@ def _data_partitions(broker: FakeBroker) -> list[TopicIdPartition]:
     return [TopicIdPartition(t.topic_id, p) for p in range(3)]
 
 
+async def _producer(broker: FakeBroker, timeout_ms: int) -> tuple[TxnCoordinator, list[TopicIdPartition], int, int]:
+    """A coordinator, a topic of three partitions, and the producer id and
+    epoch of transactional id "t"."""
+    c = TxnCoordinator(broker.port())
+    tps = _data_partitions(broker)
+    assert await c.find_coordinator("t") == (Errors.NONE, broker.broker_id)
+    error, pid, epoch = await c.init_producer_id("t", timeout_ms, None)
+    assert error == Errors.NONE
+    return c, tps, pid, epoch
+
+
 def _txn_tp(broker: FakeBroker, tid: str) -> TopicIdPartition:
     t = broker.metadata.topics_by_name[TXN_STATE_TOPIC]
     return TopicIdPartition(t.topic_id, partition_for(tid, t.num_partitions))
@@ -69,10 +80,7 @@ def test_commit_writes_markers_then_complete() -> None:
 
 def test_a_second_producer_fences_the_first_and_aborts_its_transaction() -> None:
     async def body(broker: FakeBroker) -> None:
-        c = TxnCoordinator(broker.port())
-        tps = _data_partitions(broker)
-        await c.find_coordinator("t")
-        _, pid, epoch = await c.init_producer_id("t", 10_000, None)
+        c, tps, pid, epoch = await _producer(broker, 10_000)
         assert await c.add_partitions("t", pid, epoch, tps[:1]) == Errors.NONE
         assert await c.init_producer_id("t", 10_000, None) == (Errors.CONCURRENT_TRANSACTIONS, -1, -1)
         await _settle(c)
@@ -88,10 +96,7 @@ def test_a_second_producer_fences_the_first_and_aborts_its_transaction() -> None
 
 def test_a_timed_out_transaction_is_aborted_with_an_epoch_bump() -> None:
     async def body(broker: FakeBroker) -> None:
-        c = TxnCoordinator(broker.port())
-        tps = _data_partitions(broker)
-        await c.find_coordinator("t")
-        _, pid, epoch = await c.init_producer_id("t", 1_000, None)
+        c, tps, pid, epoch = await _producer(broker, 1_000)
         assert await c.add_partitions("t", pid, epoch, tps) == Errors.NONE
         c.tick(broker.clock.wall_ms() + 500)
         await _settle(c)
@@ -110,10 +115,7 @@ def test_a_timed_out_transaction_is_aborted_with_an_epoch_bump() -> None:
 
 def test_a_new_coordinator_finishes_a_prepared_transaction() -> None:
     async def body(broker: FakeBroker) -> None:
-        c = TxnCoordinator(broker.port())
-        tps = _data_partitions(broker)
-        await c.find_coordinator("t")
-        _, pid, epoch = await c.init_producer_id("t", 10_000, None)
+        c, tps, pid, epoch = await _producer(broker, 10_000)
         assert await c.add_partitions("t", pid, epoch, tps) == Errors.NONE
         broker.marker_errors = [Errors.NOT_LEADER_OR_FOLLOWER] * 1000
         assert await c.end_txn("t", pid, epoch, True) == Errors.NONE
@@ -142,10 +144,7 @@ def test_a_new_coordinator_finishes_a_prepared_transaction() -> None:
 
 def test_a_failed_write_leaves_the_state_as_it_was() -> None:
     async def body(broker: FakeBroker) -> None:
-        c = TxnCoordinator(broker.port())
-        tps = _data_partitions(broker)
-        await c.find_coordinator("t")
-        _, pid, epoch = await c.init_producer_id("t", 10_000, None)
+        c, tps, pid, epoch = await _producer(broker, 10_000)
         broker.produce_error = Errors.NOT_ENOUGH_REPLICAS
         assert await c.add_partitions("t", pid, epoch, tps) == Errors.COORDINATOR_NOT_AVAILABLE
         broker.produce_error = Errors.NONE
@@ -196,10 +195,7 @@ def test_a_new_leader_finishes_a_prepared_transaction_unasked() -> None:
     partition loads it on its own and sends the markers."""
 
     async def body(broker: FakeBroker) -> None:
-        c = TxnCoordinator(broker.port())
-        tps = _data_partitions(broker)
-        await c.find_coordinator("t")
-        _, pid, epoch = await c.init_producer_id("t", 10_000, None)
+        c, tps, pid, epoch = await _producer(broker, 10_000)
         assert await c.add_partitions("t", pid, epoch, tps) == Errors.NONE
         broker.marker_errors = [Errors.NOT_ENOUGH_REPLICAS] * 1000
         assert await c.end_txn("t", pid, epoch, False) == Errors.NONE
