@@ -87,7 +87,7 @@ class FakeBroker:
         self.produce_error: Errors = Errors.NONE
         self.marker_errors: list[Errors] = []  # popped per marker; empty: NONE
         self.markers: list[TxnMarkerRequest] = []
-        self.listeners: list[Callable[[TopicIdPartition, int, bool], None]] = []
+        self.listeners: list[Callable[[TopicIdPartition, int, bool, int], None]] = []
         self._next_pid = 1000
         self._event = asyncio.Event()
 
@@ -126,7 +126,8 @@ class FakeBroker:
         rows = []
         for r in reqs:
             data = b"".join(b for base, b in self.logs.get(r.topic_id_partition, []) if base >= r.offset)
-            rows.append([0, self._end(r.topic_id_partition), 0, data, None])
+            end = self._end(r.topic_id_partition)
+            rows.append([0, end, 0, data, None, end, []])
         return {"partitions": rows}
 
     async def init_producer_id(self) -> int | None:
@@ -144,12 +145,12 @@ class FakeBroker:
                 base = self._end(tp)
                 self.logs.setdefault(tp, []).append((base, base.to_bytes(8, "big") + batch[8:]))
                 for fn in self.listeners:
-                    fn(m.topic_id_partition, m.producer_id, m.committed)
+                    fn(m.topic_id_partition, m.producer_id, m.committed, base)
             out.append(e)
         await asyncio.sleep(0)
         return out
 
-    def add_marker_listener(self, fn: Callable[[TopicIdPartition, int, bool], None]) -> None:
+    def add_marker_listener(self, fn: Callable[[TopicIdPartition, int, bool, int], None]) -> None:
         self.listeners.append(fn)
 
     def leader_epoch(self, tp: TopicIdPartition) -> int | None:

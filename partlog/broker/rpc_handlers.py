@@ -95,10 +95,10 @@ class RpcHandlers:
             "offset_for_leader_epoch": self.offset_for_leader_epoch,
             "write_txn_markers": self.write_txn_markers,
         }
-        # Called with (tp, producer id, committed) once a marker this broker
-        # leads is appended and replicated (the group coordinator's pending
-        # transactional offsets wait for it).
-        self.marker_listeners: list[Callable[[TopicIdPartition, int, bool], None]] = []
+        # Called with (tp, producer id, committed, offset) once a marker this
+        # broker leads is appended and replicated (the group coordinator's
+        # pending transactional offsets wait for it).
+        self.marker_listeners: list[Callable[[TopicIdPartition, int, bool, int], None]] = []
 
     def table(self) -> dict[str, Handler]:
         """Every method the broker RPC serves, by name."""
@@ -320,7 +320,7 @@ class RpcHandlers:
         for mk, a in zip(markers, answers, strict=True):
             if a.error == Errors.NONE:
                 for fn in self.marker_listeners:
-                    fn(mk.topic_id_partition, mk.producer_id, mk.committed)
+                    fn(mk.topic_id_partition, mk.producer_id, mk.committed, a.offset)
         return {"partitions": [[int(a.error)] for a in answers]}
 
 

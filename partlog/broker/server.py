@@ -487,9 +487,9 @@ class Broker:
             return [Errors.REQUEST_TIMED_OUT] * len(markers)
         return [peer_error(row[0]) for row in rows]
 
-    def add_marker_listener(self, fn: Callable[[TopicIdPartition, int, bool], None]) -> None:
-        """``fn(tp, producer id, committed)`` after a marker this broker
-        leads is appended and replicated."""
+    def add_marker_listener(self, fn: Callable[[TopicIdPartition, int, bool, int], None]) -> None:
+        """``fn(tp, producer id, committed, offset)`` after a marker this
+        broker leads is appended at ``offset`` and replicated."""
         self.rpc.marker_listeners.append(fn)
 
     async def init_producer_id(self, wait_ms: int = 5_000) -> int | None:

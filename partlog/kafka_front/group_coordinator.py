@@ -111,7 +111,8 @@ class _Partition:
     # Transactional offsets not yet committed or aborted: by producer id, group.
     pending: dict[int, dict[str, dict[tuple[str, int], Committed]]] = field(default_factory=dict)
     # Markers heard while the partition loads: applied after the replay.
-    markers: list[tuple[int, bool]] = field(default_factory=list)
+    # Markers heard while loading: (offset, producer id, committed).
+    markers: list[tuple[int, int, bool]] = field(default_factory=list)
 
 
 class GroupCoordinator:
@@ -139,9 +140,7 @@ class GroupCoordinator:
 
     def start(self) -> None:
         if self._timer is None:
-            # txn-coord: the guard goes when the Broker has add_marker_listener (part C).
-            if hasattr(self.broker, "add_marker_listener"):
-                self.broker.add_marker_listener(self.on_marker)
+            self.broker.add_marker_listener(self.on_marker)
             self._timer = asyncio.ensure_future(self._tick_loop())
 
     async def close(self) -> None:
@@ -218,7 +217,7 @@ class GroupCoordinator:
         broker became its leader (as Kafka's GroupMetadataManager), with
         :func:`partlog.kafka_front.internal_log.read_to_end`."""
         try:
-            await read_to_end(self.broker, tp, lambda data, offset: self._replay(tp, part, data, offset))
+            end = await read_to_end(self.broker, tp, lambda data, offset: self._replay(tp, part, data, offset))
         except Exception:
             log.exception("loading group offsets from %s failed; the next request tries again", tp)
             for index, p in list(self._parts.items()):
@@ -228,8 +227,11 @@ class GroupCoordinator:
             return
         finally:
             self._loads = {t for t in self._loads if not t.done()}
-        for producer_id, committed in part.markers:
-            self._end_pending(part, producer_id, committed)
+        # Markers heard while loading: those below the end the load read to
+        # were replayed by it; the later ones are applied now, in log order.
+        for offset, producer_id, committed in sorted(part.markers):
+            if offset >= end:
+                self._end_pending(part, producer_id, committed)
         part.markers.clear()
         part.loaded.set()
         log.info("group offsets loaded from %s: %d groups", tp, len(part.offsets))
@@ -450,16 +452,16 @@ class GroupCoordinator:
 
     # ------------------------------------------------- transactional offsets
 
-    def on_marker(self, tp: TopicIdPartition, producer_id: int, committed: bool) -> None:
-        """The broker appended ``producer_id``'s marker to ``tp``: when it is
-        an offsets partition coordinated here, that producer's pending
-        offsets are applied (COMMIT) or dropped (ABORT)."""
+    def on_marker(self, tp: TopicIdPartition, producer_id: int, committed: bool, offset: int) -> None:
+        """The broker appended ``producer_id``'s marker to ``tp`` at
+        ``offset``: when it is an offsets partition coordinated here, that
+        producer's pending offsets are applied (COMMIT) or dropped (ABORT)."""
         t = self._offsets_topic()
         part = self._parts.get(tp.partition)
         if t is None or t.topic_id != tp.topic_id or part is None:
             return
         if not part.loaded.is_set():
-            part.markers.append((producer_id, committed))
+            part.markers.append((offset, producer_id, committed))
             return
         self._end_pending(part, producer_id, committed)
 

@@ -99,10 +99,10 @@ class BrokerPort(Protocol):
         per marker its error (NOT_LEADER_OR_FOLLOWER etc. are retriable)."""
         ...
 
-    def add_marker_listener(self, fn: Callable[[TopicIdPartition, int, bool], None]) -> None:
-        """fn(tp, producer_id, committed) is called on this broker after a
-        marker this broker leads for ``tp`` is appended and replicated (the group
-        coordinator applies or drops pending offsets)."""
+    def add_marker_listener(self, fn: Callable[[TopicIdPartition, int, bool, int], None]) -> None:
+        """fn(tp, producer_id, committed, offset) is called on this broker
+        after a marker this broker leads for ``tp`` is appended at ``offset``
+        and replicated (the group coordinator applies or drops pending offsets)."""
         ...
 
     async def init_producer_id(self) -> int | None:

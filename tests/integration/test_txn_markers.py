@@ -59,10 +59,10 @@ def test_markers_reach_the_leaders_and_every_replica_answers_read_committed(tmp_
         try:
             [topic] = meta.topics()
             tps = [TopicIdPartition(topic.topic_id, p) for p in range(3)]
-            heard: list[tuple[int, TopicIdPartition, int, bool]] = []
+            heard: list[tuple[int, TopicIdPartition, int, bool, int]] = []
 
-            def listener(bid: int) -> Callable[[TopicIdPartition, int, bool], None]:
-                return lambda tp, pid, committed: heard.append((bid, tp, pid, committed))
+            def listener(bid: int) -> Callable[[TopicIdPartition, int, bool, int], None]:
+                return lambda tp, pid, committed, offset: heard.append((bid, tp, pid, committed, offset))
 
             for b in brokers:
                 b.add_marker_listener(listener(b.broker_id))
@@ -90,8 +90,8 @@ def test_markers_reach_the_leaders_and_every_replica_answers_read_committed(tmp_
             # Each leader told its own listeners, once the marker was replicated.
             leaders = {tp: next(b.broker_id for b in brokers if b.leader_epoch(tp) is not None) for tp in tps[:2]}
             assert sorted(heard, key=lambda h: h[1].partition) == [
-                (leaders[tps[0]], tps[0], pid, False),
-                (leaders[tps[1]], tps[1], pid, True),
+                (leaders[tps[0]], tps[0], pid, False, 2),
+                (leaders[tps[1]], tps[1], pid, True, 2),
             ]
             # Every replica (followers serve fetches too) answers the same.
             await asyncio.sleep(0.5)  # followers learn the HWM with their next fetch

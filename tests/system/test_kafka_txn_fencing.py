@@ -62,9 +62,7 @@ def test_aiokafka_a_second_producer_fences_the_first(cluster: ClusterThread) -> 
                 assert second._txn_manager.producer_epoch == first._txn_manager.producer_epoch + 1
                 await first.begin_transaction()
                 with pytest.raises(fenced):
-                    await first.send_offsets_to_transaction(
-                        {aiokafka.TopicPartition(TOPIC, 0): 5}, "fence-aio"
-                    )
+                    await first.send_offsets_to_transaction({aiokafka.TopicPartition(TOPIC, 0): 5}, "fence-aio")
             finally:
                 await second.stop()
         finally:

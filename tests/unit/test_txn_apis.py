@@ -114,8 +114,12 @@ def test_a_transaction_with_offsets_commits() -> None:
         r = await _call(apis, 65, 0, transactional_ids=("t", "unknown"))
         ongoing, unknown = r.transaction_states
         assert (ongoing.error_code, ongoing.transaction_state, ongoing.producer_id) == (0, "Ongoing", pid)
-        assert {t.topic: set(t.partitions) for t in ongoing.topics} == {"data": {0, 1}, "__consumer_offsets": {
-            next(iter(set(t.partitions))) for t in ongoing.topics if t.topic == "__consumer_offsets"}}
+        assert {t.topic: set(t.partitions) for t in ongoing.topics} == {
+            "data": {0, 1},
+            "__consumer_offsets": {
+                next(iter(set(t.partitions))) for t in ongoing.topics if t.topic == "__consumer_offsets"
+            },
+        }
         assert unknown.error_code == Errors.TRANSACTIONAL_ID_NOT_FOUND
         r = await _call(apis, 66, 1, state_filters=("Ongoing", "Bogus"), producer_id_filters=(), duration_filter=-1)
         assert r.error_code == 0 and list(r.unknown_state_filters) == ["Bogus"]
@@ -219,6 +223,50 @@ def test_pending_offsets_held_live_are_those_a_load_rebuilds(ops: list[tuple[str
             [loaded] = fresh._parts.values()
             assert loaded.offsets == held.offsets
             assert {k: v for k, v in loaded.pending.items() if v} == {k: v for k, v in held.pending.items() if v}
+        finally:
+            await live.close()
+
+    asyncio.run(main())
+
+
+def test_a_marker_heard_during_a_load_that_the_load_replays_is_not_applied_twice() -> None:
+    """Regression: markers heard while an offsets partition loads were
+    queued and applied after it, also those the load had replayed; a COMMIT
+    replayed so then applied the producer's *next* transaction's offsets,
+    still pending.  The listener now names the marker's offset, and only
+    markers at or past the end the load read to are applied afterwards."""
+
+    async def main() -> None:
+        broker = FakeBroker()
+        broker.metadata.add("data", 1)
+        live = GroupCoordinator(broker.port())
+        live.start()
+        try:
+            assert (await live.find_coordinator("g"))[0] == Errors.NONE
+            assert (await live._partition("g"))[0] == Errors.NONE
+            t = broker.metadata.topics_by_name["__consumer_offsets"]
+            tp = TopicIdPartition(t.topic_id, partition_for("g", t.num_partitions))
+            wanted = {("data", 0): (5, -1, None)}
+            assert await live.commit_txn_offsets("g", 1, 0, "", -1, None, wanted) == {("data", 0): Errors.NONE}
+            marker_offset = broker.log_end_offset(tp)
+            await broker.write_txn_markers([TxnMarkerRequest(tp, 1, 0, 0, True)], timeout_ms=1)
+            later = {("data", 0): (9, -1, None)}
+            assert await live.commit_txn_offsets("g", 1, 0, "", -1, None, later) == {("data", 0): Errors.NONE}
+
+            fresh = GroupCoordinator(broker.port())
+            fetch = broker.fetch
+
+            async def fetch_hearing_the_marker(*args: Any, **kw: Any) -> Any:
+                fresh.on_marker(tp, 1, True, marker_offset)  # heard late, during the load
+                return await fetch(*args, **kw)
+
+            broker.fetch = fetch_hearing_the_marker  # type: ignore[method-assign]
+            error, found = await fresh.fetch_offsets("g", [("data", 0)], require_stable=False)
+            assert error == Errors.NONE
+            committed = found[("data", 0)]
+            assert isinstance(committed, Committed) and committed.offset == 5  # not 9: still pending
+            [part] = fresh._parts.values()
+            assert part.pending.get(1)
         finally:
             await live.close()
 
