@@ -97,6 +97,12 @@ def add_parser(sub: Subparsers) -> None:
         "(throughput, transaction commit p99 against produce p99, read_committed against read_uncommitted reads)",
     )
     bk.add_argument("--records-per-txn", type=positive_int, default=100, help="records per transaction (default 100)")
+    bk.add_argument(
+        "--producers",
+        type=positive_int,
+        default=4,
+        help="with --transactions: producers per side, one thread each (default 4)",
+    )
 
     brp = bench_sub.add_parser(
         "replication",
@@ -224,6 +230,7 @@ def _kafka(args: argparse.Namespace) -> int:
             linger_ms=args.linger_ms,
             commit_interval_ms=args.commit_interval_ms,
             records_per_txn=args.records_per_txn,
+            producers=args.producers,
             progress=progress,
         )
         if args.json:
