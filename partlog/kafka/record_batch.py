@@ -38,13 +38,15 @@ def build_record_batch(
     producer_epoch: int = -1,
     base_sequence: int = -1,
     compression: int = 0,
+    transactional: bool = False,
 ) -> bytes:
     """A Kafka v2 record batch of ``(key, value, timestamp ms)`` records, with
-    kafka-python's record module (offset deltas from 0)."""
+    kafka-python's record module (offset deltas from 0); ``transactional``
+    sets the batch's transactional bit."""
     builder = DefaultRecordBatchBuilder(
         magic=2,
         compression_type=compression,
-        is_transactional=False,
+        is_transactional=transactional,
         producer_id=producer_id,
         producer_epoch=producer_epoch,
         base_sequence=base_sequence,
