@@ -115,10 +115,6 @@ class PartTxns:
         the marker was not below the HWM when this state was last written)."""
         return {pid: first for first, pid, last in self.txns if first < offset <= last}
 
-    def ongoing(self) -> list[tuple[int, int]]:
-        """(producer id, first offset) of every ongoing transaction."""
-        return [(pid, first) for first, pid, last in self.txns if last < 0]
-
 
 def last_stable_offset(raw: Buf | None, log_start_offset: int, high_watermark: int) -> int:
     """Kafka's LSO of a partition whose transactions are ``raw``: the first

@@ -221,6 +221,34 @@ def test_fetch_serves_the_inline_marker(store: MetadataStore) -> None:
     assert end_txn_marker(pd.records[len(data) :]) == (True, 2)
 
 
+def test_inline_marker_crosses_the_replication_wire(tmp_path: Path) -> None:
+    import msgpack
+
+    from partlog.rpc.wire import ReplicaFetchResult, dec_replica_fetch_response, enc_replica_fetch_response
+
+    clock = Clock(T0)
+    with (
+        open_store(tmp_path / "l", clock) as leader,
+        open_store(tmp_path / "f", clock, auto_high_watermark=False) as follower,
+    ):
+        tp = make_topic([leader, follower])
+        commit(leader, tp, batch(5, 0, 0, txn=True))
+        leader.write_txn_markers([marker(tp, 5, 0, 3, False)], T0)
+        read = leader.read_log(tp, 0, BIG)
+        assert [e.object_key == "" for e in read.entries] == [False, True]
+        body = enc_replica_fetch_response([ReplicaFetchResult(Errors.NONE, 2, 0, 2, entries=read.entries)])
+        [got] = dec_replica_fetch_response(msgpack.unpackb(msgpack.packb(body), raw=False), 1)
+        assert got.entries == read.entries
+        follower.append_replicated(tp, got.entries, leader_high_watermark=2, leader_log_start_offset=0)
+        [f] = follower.find_batches([FindBatchRequest(tp, 0, BIG, RC)], BIG)
+        assert f.aborted == (AbortedTxn(5, 0),) and f.last_stable_offset == 2
+        assert (
+            f.batches[1].metadata.inline
+            == leader.find_batches([FindBatchRequest(tp, 1, BIG)], BIG)[0].batches[0].metadata.inline
+        )
+        assert follower.check() == [] and follower.file_usage() == leader.file_usage()
+
+
 # ------------------------------------------------------------ the model
 
 
