@@ -41,7 +41,8 @@ def build_record_batch(
     transactional: bool = False,
 ) -> bytes:
     """A Kafka v2 record batch of ``(key, value, timestamp ms)`` records, with
-    kafka-python's record module (offset deltas from 0)."""
+    kafka-python's record module (offset deltas from 0); ``transactional``
+    sets the batch's transactional bit."""
     builder = DefaultRecordBatchBuilder(
         magic=2,
         compression_type=compression,

@@ -198,12 +198,14 @@ class LogChunks:
             part.max_timestamp, part.max_timestamp_offset = -1, -1
         return dropped
 
-    def drop_from(self, txn: lmdb.Transaction, part: Part, from_offset: int) -> tuple[int, set[int]]:
+    def drop_from(self, txn: lmdb.Transaction, part: Part, from_offset: int) -> tuple[int, set[int], set[int]]:
         """Delete entries with base offset >= ``from_offset``, keeping the live
-        counters and the file index exact; returns how many, and the producer
-        ids they held.  A chunk that keeps a prefix is rewritten in place."""
+        counters and the file index exact; returns how many, the producer ids
+        they held, and those of the markers among them.  A chunk that keeps a
+        prefix is rewritten in place."""
         per_file: dict[int, list[int]] = {}
         pids: set[int] = set()
+        marker_pids: set[int] = set()
         cur = txn.cursor(db=self._db)
         prefix = U32.pack(part.part_id)
         dropped = 0
@@ -220,6 +222,8 @@ class LogChunks:
                     self._drop_entry(part, e, per_file)
                     if e.header.producer_id >= 0:
                         pids.add(e.header.producer_id)
+                        if e.is_inline:
+                            marker_pids.add(e.header.producer_id)
                     dropped += 1
                 if first == 0:
                     if not cur.delete():
@@ -231,4 +235,4 @@ class LogChunks:
                     break
         self._index.release(txn, per_file)
         verify(part.live_batches >= 0 and part.live_bytes >= 0, "%s: negative live counters", part.tp)
-        return dropped, pids
+        return dropped, pids, marker_pids

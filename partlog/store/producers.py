@@ -94,21 +94,41 @@ class ProducerTable:
                 cache[key] = raw
 
 
-def rebuild(newest_first: Iterator[Entry], before: Mapping[int, bytes | None]) -> dict[int, bytes | None]:
+def rebuild(
+    newest_first: Iterator[Entry],
+    before: Mapping[int, bytes | None],
+    log_end: int,
+    reopened: Mapping[int, int],
+    suffix_markers: set[int],
+) -> dict[int, bytes | None]:
     """The state (encoded, None: none) of each producer of ``before`` (its
-    state before the truncation) as replaying a partition's remaining
-    entries gives it (Kafka's ``rebuildProducerState`` after a truncation).
+    state before the truncation) once the log ends at ``log_end``, as
+    replaying the partition's remaining entries gives it (Kafka's
+    ``rebuildProducerState`` after a truncation).
 
     One backward scan from the log end (``newest_first``) collects each
     producer's entries until its replay is determined: the window holds only
     the trailing batches of the latest epoch, at most NUM_BATCHES_TO_RETAIN,
     and the transaction state starts afresh at a marker, or, for a producer
     that never had one (no coordinator epoch before), at a batch outside a
-    transaction.  Then the collected entries replay oldest first."""
+    transaction.  A transaction ongoing before the truncation that started
+    below ``log_end`` is still ongoing (no marker of its producer follows
+    its start): it is kept as it was, with its coordinator epoch, even where
+    DeleteRecords removed its first batches; so is one whose marker went
+    (``reopened``: producer id -> its first offset, from the partition's
+    transactions).  Then the collected entries replay oldest first.  A
+    producer whose last marker lies below the log start keeps its coordinator
+    epoch unless a marker of it was cut (``suffix_markers``)."""
     todo: dict[int, _Collect] = {}
+    kept: dict[int, tuple[int, int]] = {}  # pid -> (ongoing first offset, coordinator epoch)
     for pid, raw in before.items():
-        had_marker = raw is not None and ProducerWindow.from_encoded(raw).coordinator_epoch >= 0
-        todo[pid] = _Collect(had_marker)
+        prior = ProducerWindow.from_encoded(raw)
+        if 0 <= prior.txn_first < log_end:
+            kept[pid] = (prior.txn_first, prior.coordinator_epoch)
+        todo[pid] = _Collect(prior.coordinator_epoch >= 0, pid in kept)
+    for pid, first in reopened.items():
+        assert pid in before and pid not in kept, pid
+        kept[pid] = (first, -2)  # -2: the epoch the replay finds
     found: dict[int, list[Entry]] = {pid: [] for pid in before}
     if todo:
         for e in newest_first:
@@ -124,10 +144,12 @@ def rebuild(newest_first: Iterator[Entry], before: Mapping[int, bytes | None]) -
     out: dict[int, bytes | None] = {}
     for pid, entries in found.items():
         window = ProducerWindow.from_encoded(None)
+        marker_found = False
         for e in reversed(entries):
             h = e.header
             if e.is_inline:
                 window.end_txn(h.producer_epoch, inline_marker(e.byte_offset)[1], h.max_timestamp)
+                marker_found = True
                 continue
             window.append_values(
                 h.producer_epoch,
@@ -140,6 +162,26 @@ def rebuild(newest_first: Iterator[Entry], before: Mapping[int, bytes | None]) -
             )
             if h.is_transactional and window.txn_first < 0:
                 window.txn_first = e.base_offset
+        raw = before[pid]
+        prior_epoch = -1 if raw is None else ProducerEntry.decode(raw).coordinator_epoch
+        first, epoch = kept.get(pid, (-1, -2))
+        if epoch == -2:
+            # Its last marker, if the scan did not meet it, lies below the log start.
+            epoch = window.coordinator_epoch if marker_found or pid in suffix_markers else prior_epoch
+        if raw is not None and not window.known and (pid in kept or epoch >= 0):
+            # Its remaining batches all lie below the log start: what the
+            # state held below the new log end stays.
+            entry = ProducerEntry.decode(raw)
+            out[pid] = entry._replace(
+                batches=tuple(b for b in entry.batches if b.last_offset < log_end),
+                txn_first_offset=first,
+                coordinator_epoch=epoch,
+            ).encode()
+            continue
+        if window.known:
+            if pid in kept:
+                window.txn_first = first
+            window.coordinator_epoch = epoch
         out[pid] = window.encoded() if window.known else None
     return out
 
@@ -149,11 +191,12 @@ class _Collect:
 
     __slots__ = ("batches", "epoch", "had_marker", "txn_done", "window_done")
 
-    def __init__(self, had_marker: bool) -> None:
+    def __init__(self, had_marker: bool, txn_known: bool) -> None:
         self.had_marker = had_marker
         self.epoch = -2  # of the newest entry
         self.batches = 0
-        self.window_done = self.txn_done = False
+        self.window_done = False
+        self.txn_done = txn_known
 
     def done(self, e: Entry) -> bool:
         h = e.header

@@ -322,7 +322,7 @@ class FollowerLog:
         if first is None:
             raise CorruptEntryError(f"partition {tp}: no entry holds offset {offset}")
         new_leo = first[1].base_offset
-        removed, pids = self._log.drop_from(txn, part, new_leo)
+        removed, pids, marker_pids = self._log.drop_from(txn, part, new_leo)
         part.log_end_offset = new_leo
         part.log_start_offset = min(part.log_start_offset, new_leo)
         part.high_watermark = min(part.high_watermark, new_leo)
@@ -336,11 +336,12 @@ class FollowerLog:
         part.running_max_timestamp = -1 if last is None else last.running_max_timestamp
         self._epochs.truncate_from_end(txn, part.part_id, new_leo)
         before = {pid: s.producer_raw(part.part_id, pid) for pid in pids}
+        ptxns = PartTxns.decode(s.txns_raw(part.part_id))
+        reopened = {pid: first for pid, first in ptxns.reopened(new_leo).items() if pid in pids}
         ongoing: dict[int, int] = {}
-        for pid, raw in rebuild(self._log.entries_backward(txn, part), before).items():
+        for pid, raw in rebuild(self._log.entries_backward(txn, part), before, new_leo, reopened, marker_pids).items():
             s.producers[(part.part_id, pid)] = raw
             ongoing[pid] = -1 if raw is None else ProducerWindow.from_encoded(raw).txn_first
-        ptxns = PartTxns.decode(s.txns_raw(part.part_id))
         ptxns.drop_from(new_leo, ongoing)
         s.txns[part.part_id] = ptxns.encode()
         self._txns.drop_aborted_from(txn, part.part_id, new_leo)

@@ -21,11 +21,17 @@ and "Validation"):
   commit deadline fails every batch with COMMIT_DEADLINE_EXCEEDED;
 * each batch, statelessly (:func:`check_batch`, Kafka's LogValidator):
   header, magic, sizes, byte range, the request agreeing with the header,
-  record count, transactional and control batches, producer fields; then
+  record count, control batches (only leaders write them), producer fields; then
   per partition: unknown partition, ``max.message.bytes``, timestamps;
 * idempotence (``ProducerStateManager``): the 5-batch window, duplicates
   answered with the original offset, epochs, sequence order and its wrap,
-  expiry after ``producer.id.expiration.ms``;
+  expiry after ``producer.id.expiration.ms`` (never with a transaction
+  ongoing);
+* transactions (``ProducerAppendInfo.appendDataBatch``): a producer's first
+  transactional batch starts its transaction at its offset (the partition's
+  :class:`~partlog.store.txns.PartTxns` too), a plain batch inside one is
+  INVALID_TXN_STATE, a transactional batch without sequence (the group
+  coordinator's) has only its epoch checked;
 * offsets from the log end, contiguous; the partition's leader epoch and,
   on LogAppendTime topics, the append time stamped into the stored header
   (the CRC updated affinely, :func:`partlog.kafka.batch_header.patch_header`).

@@ -17,7 +17,6 @@ import uuid
 
 import lmdb
 
-from partlog.kafka.producer_state import ProducerEntry
 from partlog.kafka.records import TopicIdPartition
 from partlog.kafka.topic_config import TopicConfig
 from partlog.store.catalog import Catalog
@@ -87,9 +86,6 @@ class Staged:
         if key in self.producers:
             return self.producers[key]
         return self._producer_table.load(self.txn, part_id, producer_id)
-
-    def set_producer(self, part_id: int, producer_id: int, entry: ProducerEntry | None) -> None:
-        self.producers[(part_id, producer_id)] = None if entry is None else entry.encode()
 
     def txns_raw(self, part_id: int) -> bytes:
         """The partition's transactions, encoded, as this write sees them."""

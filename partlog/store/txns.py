@@ -109,9 +109,11 @@ class PartTxns:
                 kept[pid] = (first, pid, -1)
         self.txns = sorted([*done, *kept.values()])
 
-    def ongoing(self) -> list[tuple[int, int]]:
-        """(producer id, first offset) of every ongoing transaction."""
-        return [(pid, first) for first, pid, last in self.txns if last < 0]
+    def reopened(self, offset: int) -> dict[int, int]:
+        """Producer id -> first offset of each transaction whose marker a
+        truncation to ``offset`` removes while its start stays (known while
+        the marker was not below the HWM when this state was last written)."""
+        return {pid: first for first, pid, last in self.txns if first < offset <= last}
 
 
 def last_stable_offset(raw: Buf | None, log_start_offset: int, high_watermark: int) -> int:

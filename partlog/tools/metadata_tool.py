@@ -270,7 +270,8 @@ def topics_report(src: Sources) -> dict[str, Any]:
         for e in iter_log(v):
             batches += 1
             nbytes += e.size
-            acc.objects[e.object_key] = e.file_size
+            if e.object_key:  # "" is a marker stored inline: no object
+                acc.objects[e.object_key] = e.file_size
         acc.live_batches += batches
         acc.live_bytes += nbytes
         acc.partitions.append(
