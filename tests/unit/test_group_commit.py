@@ -10,6 +10,7 @@ import random
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,6 +153,18 @@ def test_pipeline_fails_stop_after_a_commit_error() -> None:
         pipe.exclusive(lambda: None)
 
 
+def _submitter(pipe: GroupCommitPipeline[_Group], outcome: dict[int, BaseException | int]) -> Callable[[int], None]:
+    """``submit(payload)`` recording the answer or the exception in ``outcome``."""
+
+    def submit(payload: int) -> None:
+        try:
+            outcome[payload] = pipe.submit(payload)
+        except BaseException as e:  # collected for the assertion
+            outcome[payload] = e
+
+    return submit
+
+
 def test_a_group_sequenced_while_a_commit_fails_is_failed_not_committed() -> None:
     """Regression: the sequencer released the lock to prepare group 2 while
     group 1's commit failed.  ``_fail`` cleared the slots it could see; group 2
@@ -182,12 +195,7 @@ def test_a_group_sequenced_while_a_commit_fails_is_failed_not_committed() -> Non
 
     pipe: GroupCommitPipeline[_Group] = GroupCommitPipeline(prepare=prepare, apply=apply, group_weight_max=4)
     outcome: dict[int, BaseException | int] = {}
-
-    def submit(payload: int) -> None:
-        try:
-            outcome[payload] = pipe.submit(payload)
-        except BaseException as e:  # collected for the assertion
-            outcome[payload] = e
+    submit = _submitter(pipe, outcome)
 
     a = threading.Thread(target=submit, args=(1,))
     a.start()
@@ -227,12 +235,7 @@ def test_a_commit_that_ends_after_the_sequencer_failed_answers_the_failure() -> 
 
     pipe: GroupCommitPipeline[_Group] = GroupCommitPipeline(prepare=prepare, apply=apply, group_weight_max=4)
     outcome: dict[int, BaseException | int] = {}
-
-    def submit(payload: int) -> None:
-        try:
-            outcome[payload] = pipe.submit(payload)
-        except BaseException as e:  # collected for the assertion
-            outcome[payload] = e
+    submit = _submitter(pipe, outcome)
 
     a = threading.Thread(target=submit, args=(1,))
     a.start()
