@@ -271,3 +271,52 @@ def test_a_marker_heard_during_a_load_that_the_load_replays_is_not_applied_twice
             await live.close()
 
     asyncio.run(main())
+
+
+_INT16 = st.integers(-(1 << 15), (1 << 15) - 1)
+_INT32 = st.integers(-(1 << 31), (1 << 31) - 1)
+_INT64 = st.integers(-(1 << 63), (1 << 63) - 1)
+_TIDS = st.one_of(st.sampled_from(["", "t", "x" * 5000]), st.text(max_size=20))
+_TOPICS = st.dictionaries(st.sampled_from(["data", "nope", "__transaction_state", "__consumer_offsets", ""]),
+                          st.lists(_INT32, max_size=4).map(tuple), max_size=3)  # fmt: skip
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("init"), _TIDS, _INT32, _INT64, _INT16),
+            st.tuples(st.just("add"), _TIDS, _INT64, _INT16, _TOPICS),
+            st.tuples(st.just("offsets"), _TIDS, _INT64, _INT16, st.text(max_size=8)),
+            st.tuples(st.just("end"), _TIDS, _INT64, _INT16, st.booleans()),
+            st.tuples(st.just("describe"), st.lists(_TIDS, max_size=3)),
+        ),
+        max_size=8,
+    )
+)
+def test_hostile_values_get_kafka_errors_never_exceptions(ops: list[tuple[Any, ...]]) -> None:
+    """Any values in the transaction APIs' fields (ids of any length, epochs,
+    producer ids and timeouts out of range, unknown and internal topics):
+    every answer encodes at its version, with an error where Kafka has one."""
+
+    async def body(broker: FakeBroker, apis: KafkaApis) -> None:
+        await _init(apis)  # one id that exists, so some calls get further
+        for op in ops:
+            if op[0] == "init":
+                _, tid, timeout, pid, epoch = op
+                await _call(apis, 22, 4, transactional_id=tid, transaction_timeout=timeout, producer_id=pid,
+                            producer_epoch=epoch)  # fmt: skip
+            elif op[0] == "add":
+                _, tid, pid, epoch, topics = op
+                await _call(apis, 24, 3, **_add(tid, pid, epoch, topics))
+            elif op[0] == "offsets":
+                _, tid, pid, epoch, group = op
+                await _call(apis, 25, 3, transactional_id=tid, producer_id=pid, producer_epoch=epoch, group_id=group)
+            elif op[0] == "end":
+                _, tid, pid, epoch, commit = op
+                await _call(apis, 26, 3, transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=commit)
+            else:
+                await _call(apis, 65, 0, transactional_ids=tuple(op[1]))
+        await _settle(apis)
+
+    _run(body)
