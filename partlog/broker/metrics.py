@@ -21,6 +21,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from partlog.limits import ABORTED_TXNS_PER_FETCH_MAX
+
 # Seconds: object-store PUTs are ~100 ms at p50, up to 400 ms at p99
 # (KIP-1163); commits are milliseconds.
 _UPLOAD_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4)
@@ -77,12 +79,20 @@ class BrokerMetrics:
         self.produce_bytes = Counter("partlog_produce_bytes", "batch bytes received in produce requests", registry=r)
         self.retention_runs = Counter("partlog_retention_runs", "retention passes over the led partitions", registry=r)
         self.fetches = Counter("partlog_fetches", "fetch requests served", registry=r)
+        self.txn_markers = Counter(
+            "partlog_txn_markers", "transaction markers asked of this broker as a leader, by answer", ["error"],
+            registry=r,
+        )  # fmt: skip
         self.fetch_gets = Counter("partlog_fetch_gets", "object-store GETs made for fetches", registry=r)
         self.fetch_cache_hits = Counter("partlog_fetch_cache_hits", "fetch reads answered by the cache", registry=r)
         inflight = Gauge("partlog_inflight_bytes", "produce bytes accepted and not yet answered", registry=r)
         inflight.set_function(inflight_bytes)
         Gauge("partlog_inflight_bytes_max", "limit of partlog_inflight_bytes", registry=r).set(inflight_bytes_max)
         Gauge("partlog_broker_id", "this broker's id", registry=r).set(broker_id)
+        Gauge(
+            "partlog_aborted_txns_per_fetch_max", "limit of aborted transactions in one partition's fetch answer",
+            registry=r,
+        ).set(ABORTED_TXNS_PER_FETCH_MAX)  # fmt: skip
         up = Gauge("partlog_uploads_inflight", "WAL segment uploads running", registry=r)
         up.set_function(uploads_inflight)
         Gauge("partlog_uploads_inflight_max", "limit of partlog_uploads_inflight", registry=r).set(uploads_inflight_max)
@@ -291,6 +301,11 @@ _STORE_METRICS = {
         "partlog_store_checkpoint_backlog_groups_max",
         "limit of partlog_store_overlay_groups before commits wait for the checkpoint",
         False,
+    ),
+    "aborted_ranges_cut": (
+        "partlog_store_aborted_ranges_cut",
+        "READ_COMMITTED reads whose range was cut to list at most partlog_aborted_txns_per_fetch_max aborts",
+        True,
     ),
     "checkpoint_backpressure": (
         "partlog_store_checkpoint_backpressure",

@@ -318,6 +318,7 @@ class RpcHandlers:
             return {"partitions": [[int(Errors.KAFKA_STORAGE_ERROR)] for _ in markers]}
         self._wake()
         for mk, a in zip(markers, answers, strict=True):
+            self.metrics.txn_markers.labels(a.error.name).inc()
             if a.error == Errors.NONE:
                 for fn in self.marker_listeners:
                     fn(mk.topic_id_partition, mk.producer_id, mk.committed, a.offset)

@@ -24,10 +24,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from partlog.kafka.errors import Errors
 from partlog.kafka_front.apis import SUPPORTED_VERSIONS, FrontConfig, KafkaApis
@@ -46,6 +49,8 @@ from partlog.kafka_front.codec import (
 )
 from partlog.kafka_front.handler import Session
 from partlog.kafka_front.port import BrokerPort
+from partlog.kafka_front.txn_coordinator import TxnCoordinator
+from partlog.txn.coordinator import TRANSACTIONAL_IDS_MAX
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +121,7 @@ class ListenerLimits:
 
 class ListenerMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        r = registry
+        self.registry = r = registry
         self.connections = Gauge("partlog_kafka_connections", "open Kafka client connections", registry=r)
         self.connections_refused = Counter(
             "partlog_kafka_connections_refused",
@@ -152,6 +157,39 @@ class ListenerMetrics:
         )
 
 
+class _TxnCollector(Collector):
+    """The transaction coordinator's state at scrape time: transactional
+    ids by state (bounded per coordinator partition by
+    ``TRANSACTIONAL_IDS_MAX``), markers written and retried, timeouts."""
+
+    def __init__(self, txns: TxnCoordinator) -> None:
+        self._txns = txns
+
+    def collect(self) -> Iterator[Metric]:
+        by_state = GaugeMetricFamily(
+            "partlog_kafka_transactional_ids", "transactional ids this broker coordinates, by state", labels=["state"]
+        )
+        counts: dict[str, int] = {}
+        for meta in self._txns.transactions_here()[1]:
+            counts[meta.state.kafka_name] = counts.get(meta.state.kafka_name, 0) + 1
+        for state, n in sorted(counts.items()):
+            by_state.add_metric([state], n)
+        yield by_state
+        yield GaugeMetricFamily(
+            "partlog_kafka_transactional_ids_per_partition_max",
+            "limit of transactional ids per __transaction_state partition",
+            value=TRANSACTIONAL_IDS_MAX,
+        )
+        stats = self._txns.stats
+        for name, help_text in (
+            ("markers_written", "transaction markers written by this coordinator"),
+            ("marker_retries", "transaction markers sent again after a retriable error"),
+            ("timeouts", "transactions this coordinator aborted at their timeout"),
+            ("expirations", "transactional ids expired (transactional.id.expiration.ms)"),
+        ):
+            yield CounterMetricFamily(f"partlog_kafka_txn_{name}", help_text, value=stats[name])
+
+
 class KafkaListener:
     """The Kafka listener of one broker.  ``await start()``, ``await close()``."""
 
@@ -171,6 +209,7 @@ class KafkaListener:
         self.host = host
         self.port = port
         self.metrics = ListenerMetrics(registry if registry is not None else CollectorRegistry())
+        self.metrics.registry.register(_TxnCollector(self.apis.txns))
         self._server: asyncio.Server | None = None
         self._per_ip: dict[str, int] = {}
         self._open = 0

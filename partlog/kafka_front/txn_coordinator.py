@@ -116,6 +116,8 @@ class TxnCoordinator:
         self._wake = asyncio.Event()
         self._timer: asyncio.Task[None] | None = None
         self._closed = False
+        # Counted for the listener's metrics (partlog_kafka_txn_*).
+        self.stats = {"markers_written": 0, "marker_retries": 0, "timeouts": 0, "expirations": 0}
 
     def start(self) -> None:
         if self._timer is None:
@@ -320,11 +322,13 @@ class TxnCoordinator:
             for tp, error in zip(todo, errors, strict=True):
                 if error == Errors.NONE or error in (Errors.UNSUPPORTED_VERSION, Errors.UNSUPPORTED_FOR_MESSAGE_FORMAT):
                     left.discard(tp)
+                    self.stats["markers_written"] += error == Errors.NONE
                 elif error in _FENCED:
                     log.warning("markers of %s to %s: %s; a newer coordinator took over",
                                 complete.transactional_id, tp, error.name)  # fmt: skip
                     return
             if left:
+                self.stats["marker_retries"] += len(left)
                 await self.broker.clock.sleep(backoff_ms / 1000)
                 backoff_ms = min(backoff_ms * 2, RETRY_BACKOFF_MS_MAX)
         backoff_ms = RETRY_BACKOFF_MS_MIN
@@ -455,10 +459,12 @@ class TxnCoordinator:
             if not part.loaded.is_set() or not self._is_current(part):
                 continue
             for t in part.txns.timed_out(now_ms):
+                self.stats["timeouts"] += 1
                 log.info("transaction of %s timed out: aborting it (epoch %d)", t.transactional_id,
                          t.after.producer_epoch)  # fmt: skip
                 self._spawn(part, self._background(part, t))
             for t in part.txns.expired(now_ms):
+                self.stats["expirations"] += 1
                 self._spawn(part, self._background(part, t))
 
     async def _background(self, part: _TxnPartition, transition: Transition) -> None:

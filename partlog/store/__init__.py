@@ -41,9 +41,8 @@ process, which follows the journal, sees the same.
   :mod:`~partlog.store.checkpoint` (with :mod:`~partlog.store.journal`) and
   :mod:`~partlog.store.view`: the write paths, durability and recovery, and
   what readers see; :mod:`~partlog.store.staged`: how writes see state;
-* ``reads``, ``replication``, ``retention``, ``topics``, ``check``:
-  operations that span components;
-* :mod:`~partlog.store.layout`: formats, records, errors; ``options``: open's.
+* ``reads``, ``replication``, ``retention``, ``topics``, ``check``: operations
+  that span components; ``layout``: formats, records, errors; ``options``: open's.
 """
 
 from __future__ import annotations
@@ -448,6 +447,7 @@ class MetadataStore:
             "overlay_groups": len(self._checkpoints.overlay),
             "checkpoint_groups_max": self.checkpoint_groups_max,
             "checkpoint_backlog_groups_max": self.checkpoint_backlog_groups_max,
+            **self._reads.stats,
         }
 
     # ------------------------------------------------------------ topics and the cluster

@@ -81,6 +81,9 @@ class LogReader:
     ) -> None:
         self._views = views
         self._txns = txns
+        # For metrics: READ_COMMITTED reads whose range was cut to list at
+        # most ABORTED_TXNS_PER_FETCH_MAX aborted transactions.
+        self.stats = {"aborted_ranges_cut": 0}
         self._catalog = catalog
         self._log = log
         self._index = index
@@ -168,7 +171,10 @@ class LogReader:
                         # upperBoundOffset): up to the end of what is returned.
                         upper = found[-1].metadata.last_offset + 1
                         records = self._txns.aborted(txn, part.part_id, req.offset)
-                        found, aborted = within_aborted_max(found, collect_aborted(records, req.offset, upper))
+                        listed = collect_aborted(records, req.offset, upper)
+                        if len(listed) > ABORTED_TXNS_PER_FETCH_MAX:
+                            self.stats["aborted_ranges_cut"] += 1
+                        found, aborted = within_aborted_max(found, listed)
                         used = sum(b.metadata.byte_size for b in found)
                 except CorruptEntryError as e:
                     log.error("corrupt metadata entry: %s", e)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
+from prometheus_client import generate_latest
 
 from partlog.broker.server import Broker, BrokerConfig, start_brokers
 from partlog.controller.cluster_meta import StaticMetadata
@@ -102,6 +103,10 @@ def test_markers_reach_the_leaders_and_every_replica_answers_read_committed(tmp_
                 err, hwm, _, records, _, lso, aborted = await _fetch(b.port, tps[1], 1)
                 assert (err, hwm, lso, aborted) == (0, 3, 3, []), b.broker_id
                 assert [r.value for r in read_records(tps[1], records, 0, [])[0]] == [b"a", b"b"]
+
+            # Counted by the leaders, by answer.
+            scraped = b"".join(generate_latest(b.metrics.registry) for b in brokers)
+            assert scraped.count(b'partlog_txn_markers_total{error="NONE"} 1.0') == 2
 
             # A marker of an older producer epoch than the partition's is refused.
             bumped = await sender.write_txn_markers([TxnMarkerRequest(tps[2], pid, 5, 0, False)], timeout_ms=30_000)

@@ -133,6 +133,18 @@ def test_committed_and_aborted_transactions_read_as_kafka_would(cluster: Cluster
         *(f"aborted-{i}" for i in range(20)),
         *(f"aborted-o{i}" for i in range(20)),
     }
+    # The coordinator's metrics: markers written, ids by state.
+    from prometheus_client import generate_latest
+
+    scraped = b"".join(
+        generate_latest(n.kafka.metrics.registry) for n in cluster.cluster.nodes.values() if n.kafka is not None
+    )
+    written = sum(
+        float(line.split()[-1]) for line in scraped.decode().splitlines()
+        if line.startswith("partlog_kafka_txn_markers_written_total")
+    )  # fmt: skip
+    assert written >= 3 * 6  # three transactions over 6 partitions
+    assert b'partlog_kafka_transactional_ids{state="CompleteCommit"}' in scraped
 
 
 @pytest.mark.timeout(240)
