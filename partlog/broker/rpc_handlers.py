@@ -321,7 +321,11 @@ class RpcHandlers:
             self.metrics.txn_markers.labels(a.error.name).inc()
             if a.error == Errors.NONE:
                 for fn in self.marker_listeners:
-                    fn(mk.topic_id_partition, mk.producer_id, mk.committed, a.offset)
+                    try:
+                        fn(mk.topic_id_partition, mk.producer_id, mk.committed, a.offset)
+                    except Exception:  # a listener's bug must not fail markers already written
+                        log.exception("marker listener failed for %s producer %d", mk.topic_id_partition,
+                                      mk.producer_id)  # fmt: skip
         return {"partitions": [[int(a.error)] for a in answers]}
 
 
