@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition, TxnMarkerRequest
 from partlog.kafka_front.group_coordinator import Committed, GroupCoordinator, partition_for
+from partlog.kafka_front.txn_coordinator import TxnCoordinator
 from partlog.produce.pipeline import BatchResult
 from tests.fake_broker import FakeBroker
 
@@ -47,6 +48,7 @@ def test_an_abort_marker_heard_while_the_txn_offset_commit_is_in_flight_drops_it
             wanted = {("data", 0): (5, -1, None)}
             assert await live.commit_txn_offsets("g", 7, 0, "", -1, None, wanted) == {("data", 0): Errors.NONE}
             broker.produce = produce  # type: ignore[method-assign]
+            broker.clock.advance(5.0)  # past the timer's backoff after a failed write
 
             error, found = await live.fetch_offsets("g", [("data", 0)], require_stable=True)
             assert error == Errors.NONE
@@ -69,5 +71,52 @@ def test_an_abort_marker_heard_while_the_txn_offset_commit_is_in_flight_drops_it
             assert {k: v for k, v in loaded.pending.items() if v} == {k: v for k, v in held.pending.items() if v}
         finally:
             await live.close()
+
+    asyncio.run(main())
+
+
+def test_a_timeout_abort_whose_write_failed_is_tried_again() -> None:
+    """Regression: when the PrepareAbort of a timed-out transaction failed
+    to be written (the transaction log briefly short of replicas), the
+    timer never looked at the transaction again: its deadlines were
+    recomputed only after a successful write, so in a quiet cluster the
+    transaction of a dead producer stayed open for good and the LSO of its
+    partitions never moved (read_committed consumers stuck)."""
+
+    async def main() -> None:
+        broker = FakeBroker()
+        t = broker.metadata.add("data", 1)
+        c = TxnCoordinator(broker.port())
+        try:
+            assert await c.find_coordinator("t") == (Errors.NONE, broker.broker_id)
+            error, pid, epoch = await c.init_producer_id("t", 1_000, None)
+            assert error == Errors.NONE
+            assert await c.add_partitions("t", pid, epoch, [TopicIdPartition(t.topic_id, 0)]) == Errors.NONE
+            produce, failed = broker.produce, []
+
+            async def failing(
+                batches: Sequence[tuple[TopicIdPartition, bytes]], *, acks: int, timeout_ms: int
+            ) -> list[BatchResult]:
+                failed.append(batches)
+                await asyncio.sleep(0)
+                return [BatchResult(tp, Errors.NOT_ENOUGH_REPLICAS) for tp, _ in batches]
+
+            broker.produce = failing  # type: ignore[method-assign]
+            broker.clock.advance(2.0)  # past the transaction's timeout
+            c.start()
+            [part] = c._parts.values()
+            # The timer tries to abort it; the write fails and is reverted.
+            while not failed or part.txns.pending("t") is not None:
+                await asyncio.sleep(0.01)
+            broker.produce = produce  # type: ignore[method-assign]
+            broker.clock.advance(5.0)  # past the timer's backoff after a failed write
+            # The log is healthy again: the abort happens (bounded wait, no timing asserted).
+            for _ in range(1000):
+                if broker.markers:
+                    break
+                await asyncio.sleep(0.01)
+            assert [(m.committed, m.producer_epoch) for m in broker.markers] == [(False, epoch + 1)]
+        finally:
+            await c.close()
 
     asyncio.run(main())
