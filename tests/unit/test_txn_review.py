@@ -4,11 +4,18 @@ the fake broker: each test is a race or order a Kafka committer would try."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
 
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition, TxnMarkerRequest
+from partlog.kafka_front.apis import KafkaApis
+from partlog.kafka_front.codec import Request, build, encode_response, response_class
 from partlog.kafka_front.group_coordinator import Committed, GroupCoordinator, partition_for
+from partlog.kafka_front.handler import Session
 from partlog.kafka_front.txn_coordinator import TxnCoordinator
 from partlog.produce.pipeline import BatchResult
 from tests.fake_broker import FakeBroker
@@ -118,5 +125,69 @@ def test_a_timeout_abort_whose_write_failed_is_tried_again() -> None:
             assert [(m.committed, m.producer_epoch) for m in broker.markers] == [(False, epoch + 1)]
         finally:
             await c.close()
+
+    asyncio.run(main())
+
+
+async def _call(apis: KafkaApis, api_key: int, version: int, **body: Any) -> Any:
+    req = Request(api_key, version, 1, "test", None)
+    answer = await apis.handlers[api_key](req, SimpleNamespace(**body), Session("127.0.0.1:1"))
+    assert isinstance(answer, Mapping)
+    entity = build(response_class(api_key, version), answer)
+    encode_response(req, entity)
+    return entity
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="KIP-890 part 1 (leaders and the group coordinator verifying with the transaction coordinator "
+    "that a partition was added before a transaction's first write) is not built: a TxnOffsetCommit for "
+    "a group whose offsets partition was never added starts a transaction no marker ends",
+)
+def test_txn_offsets_of_a_group_never_added_do_not_hang_read_committed_consumers() -> None:
+    """A client that skips AddOffsetsToTxn (or whose AddOffsetsToTxn was
+    lost to a bug) writes its offsets into a transaction the coordinator
+    does not know of: EndTxn sends no marker to the offsets partition, the
+    offsets stay pending for good, and every read_committed consumer of the
+    group (OffsetFetch require_stable) is answered UNSTABLE_OFFSET_COMMIT
+    forever; the offsets partition's LSO is stuck too.  Kafka with KIP-890
+    part 1 refuses the TxnOffsetCommit (INVALID_TXN_STATE)."""
+
+    async def main() -> None:
+        broker = FakeBroker()
+        broker.metadata.add("data", 1)
+        apis = KafkaApis(broker.port())
+        apis.groups.start()
+        try:
+            found = await _call(apis, 10, 4, key_type=1, coordinator_keys=("t",))
+            assert [c.error_code for c in found.coordinators] == [0]
+            found = await _call(apis, 10, 4, key_type=0, coordinator_keys=("g",))
+            assert [c.error_code for c in found.coordinators] == [0]
+            r = await _call(apis, 22, 4, transactional_id="t", transaction_timeout=10_000, producer_id=-1,
+                            producer_epoch=-1)  # fmt: skip
+            pid, epoch = int(r.producer_id), int(r.producer_epoch)
+            topics = (SimpleNamespace(name="data", partitions=(0,)),)
+            r = await _call(apis, 24, 3, v3_and_below_transactional_id="t", v3_and_below_producer_id=pid,
+                            v3_and_below_producer_epoch=epoch, v3_and_below_topics=topics)  # fmt: skip
+            part = SimpleNamespace(partition_index=0, committed_offset=42, committed_leader_epoch=-1,
+                                   committed_metadata=None)  # fmt: skip
+            r = await _call(apis, 28, 3, transactional_id="t", group_id="g", producer_id=pid, producer_epoch=epoch,
+                            generation_id=-1, member_id="", group_instance_id=None,
+                            topics=(SimpleNamespace(name="data", partitions=(part,)),))  # fmt: skip
+            refused = r.topics[0].partitions[0].error_code == Errors.INVALID_TXN_STATE
+            r = await _call(apis, 26, 3, transactional_id="t", producer_id=pid, producer_epoch=epoch, committed=True)
+            assert r.error_code == 0
+            for _ in range(50):
+                await asyncio.sleep(0)
+            for p in list(apis.txns._parts.values()):
+                if p.tasks:
+                    await asyncio.wait(list(p.tasks), timeout=5)
+            r = await _call(apis, 9, 7, group_id="g", topics=(SimpleNamespace(name="data", partition_indexes=(0,)),),
+                            require_stable=True)  # fmt: skip
+            [fetched] = r.topics[0].partitions
+            assert refused or fetched.error_code == 0, Errors(fetched.error_code)
+        finally:
+            await apis.groups.close()
+            await apis.txns.close()
 
     asyncio.run(main())
