@@ -532,7 +532,14 @@ class GroupCoordinator:
                 else:
                     part.heard.pop(producer_id, None)
             error = result.error if result.error in _TXN_APPEND_ERRORS else _commit_error(result.error)
-            if error == Errors.NONE and self._parts.get(tp.partition) is part:
+            if error == Errors.NONE and (
+                self._parts.get(tp.partition) is not part or self.broker.leader_epoch(tp) != part.leader_epoch
+            ):
+                # Leadership moved during the append: a new coordinator's
+                # load may have missed the batch, so its offsets are pending
+                # nowhere.  The client retries at the new coordinator.
+                error = Errors.NOT_COORDINATOR
+            if error == Errors.NONE:
                 base = result.base_offset
                 appended = {key: replace(c, log_offset=base + i if base >= 0 else -1)
                             for i, (key, c) in enumerate(values.items())}  # fmt: skip

@@ -191,3 +191,52 @@ def test_txn_offsets_of_a_group_never_added_do_not_hang_read_committed_consumers
             await apis.txns.close()
 
     asyncio.run(main())
+
+
+def test_a_txn_offset_commit_that_lands_after_a_new_coordinator_loaded_is_not_acknowledged() -> None:
+    """Regression: a TxnOffsetCommit whose batch was appended after the
+    offsets partition's new coordinator (a new leader epoch) had read the
+    log was answered NONE, yet the offsets were pending nowhere: the new
+    coordinator's load missed the batch and the old one's state was gone.
+    The producer's COMMIT then applied nothing, and the group resumed from
+    the older offset (records processed twice).  As the transaction
+    coordinator after its writes, the group coordinator now answers
+    NOT_COORDINATOR when leadership moved during the append: the client
+    retries at the new coordinator."""
+
+    async def main() -> None:
+        broker = FakeBroker()
+        broker.metadata.add("data", 1)
+        live = GroupCoordinator(broker.port())
+        live.start()
+        try:
+            assert (await live.find_coordinator("g"))[0] == Errors.NONE
+            assert (await live._partition("g"))[0] == Errors.NONE
+            t = broker.metadata.topics_by_name["__consumer_offsets"]
+            tp = TopicIdPartition(t.topic_id, partition_for("g", t.num_partitions))
+            produce = broker.produce
+
+            async def produce_after_a_new_load(
+                batches: Sequence[tuple[TopicIdPartition, bytes]], *, acks: int, timeout_ms: int
+            ) -> list[BatchResult]:
+                broker.epochs[tp] = 1  # leadership moved (and came back) while the batch was on its way
+                assert (await live.fetch_offsets("g", [("data", 0)]))[0] == Errors.NONE  # the new epoch loaded
+                return await produce(batches, acks=acks, timeout_ms=timeout_ms)
+
+            broker.produce = produce_after_a_new_load  # type: ignore[method-assign]
+            wanted = {("data", 0): (5, -1, None)}
+            answer = await live.commit_txn_offsets("g", 7, 0, "", -1, None, wanted)
+            broker.produce = produce  # type: ignore[method-assign]
+            if answer[("data", 0)] == Errors.NONE:
+                await broker.write_txn_markers([TxnMarkerRequest(tp, 7, 0, 1, True)], timeout_ms=1)
+                error, found = await live.fetch_offsets("g", [("data", 0)])
+                c = found[("data", 0)]
+                assert error == Errors.NONE and isinstance(c, Committed) and c.offset == 5, (
+                    c
+                )  # acknowledged, committed: applied
+            else:
+                assert answer[("data", 0)] == Errors.NOT_COORDINATOR
+        finally:
+            await live.close()
+
+    asyncio.run(main())
