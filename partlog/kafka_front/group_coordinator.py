@@ -110,9 +110,16 @@ class _Partition:
     loaded: asyncio.Event
     # Transactional offsets not yet committed or aborted: by producer id, group.
     pending: dict[int, dict[str, dict[tuple[str, int], Committed]]] = field(default_factory=dict)
-    # Markers heard while the partition loads: applied after the replay.
-    # Markers heard while loading: (offset, producer id, committed).
+    # Markers heard while loading: (offset, producer id, committed),
+    # applied after the replay.
     markers: list[tuple[int, int, bool]] = field(default_factory=list)
+    # TxnOffsetCommit appends in flight, by producer id, and the markers
+    # (offset, committed) heard for those producers meanwhile: a marker
+    # appended after the batch but heard before its append answered ends
+    # the batch's transaction (Kafka's onTxnOffsetCommitAppend finds the
+    # pending entry gone).
+    in_flight: dict[int, int] = field(default_factory=dict)
+    heard: dict[int, list[tuple[int, bool]]] = field(default_factory=dict)
 
 
 class GroupCoordinator:
@@ -463,12 +470,17 @@ class GroupCoordinator:
         if not part.loaded.is_set():
             part.markers.append((offset, producer_id, committed))
             return
+        if producer_id in part.in_flight:
+            part.heard.setdefault(producer_id, []).append((offset, committed))
         self._end_pending(part, producer_id, committed)
 
     def _end_pending(self, part: _Partition, producer_id: int, committed: bool) -> None:
         pending = part.pending.pop(producer_id, None)
-        if pending is None or not committed:
-            return
+        if pending is not None and committed:
+            self._apply_committed(part, pending)
+
+    def _apply_committed(self, part: _Partition, pending: dict[str, dict[tuple[str, int], Committed]]) -> None:
+        """A committed transaction's offsets become the groups' offsets."""
         for group, offsets in pending.items():
             if group not in part.offsets and len(part.offsets) >= OFFSET_GROUPS_MAX:
                 self.records_skipped += 1
@@ -509,12 +521,35 @@ class GroupCoordinator:
         if records:
             batch = build_record_batch(records, producer_id=producer_id, producer_epoch=producer_epoch,
                                        transactional=True)  # fmt: skip
-            [result] = await self.broker.produce([(tp, batch)], acks=-1, timeout_ms=OFFSETS_COMMIT_TIMEOUT_MS)
+            part.in_flight[producer_id] = part.in_flight.get(producer_id, 0) + 1
+            try:
+                [result] = await self.broker.produce([(tp, batch)], acks=-1, timeout_ms=OFFSETS_COMMIT_TIMEOUT_MS)
+            finally:
+                left = part.in_flight.pop(producer_id) - 1
+                heard = part.heard.get(producer_id, [])
+                if left:
+                    part.in_flight[producer_id] = left
+                else:
+                    part.heard.pop(producer_id, None)
             error = result.error if result.error in _TXN_APPEND_ERRORS else _commit_error(result.error)
-            if error == Errors.NONE and self._parts.get(tp.partition) is part:
-                held = part.pending.setdefault(producer_id, {}).setdefault(group_id, {})
-                for i, (key, c) in enumerate(values.items()):
-                    held[key] = replace(c, log_offset=result.base_offset + i if result.base_offset >= 0 else -1)
+            if error == Errors.NONE and (
+                self._parts.get(tp.partition) is not part or self.broker.leader_epoch(tp) != part.leader_epoch
+            ):
+                # Leadership moved during the append: a new coordinator's
+                # load may have missed the batch, so its offsets are pending
+                # nowhere.  The client retries at the new coordinator.
+                error = Errors.NOT_COORDINATOR
+            if error == Errors.NONE:
+                base = result.base_offset
+                appended = {key: replace(c, log_offset=base + i if base >= 0 else -1)
+                            for i, (key, c) in enumerate(values.items())}  # fmt: skip
+                # The first marker of the producer after the batch ends its
+                # transaction; one heard already decided it (as a load would).
+                ended = [c for at, c in sorted(heard) if base < 0 or at > base][:1]
+                if not ended:
+                    part.pending.setdefault(producer_id, {}).setdefault(group_id, {}).update(appended)
+                elif ended[0]:
+                    self._apply_committed(part, {group_id: appended})
             for key in values:
                 out[key] = error
         return out

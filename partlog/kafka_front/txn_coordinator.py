@@ -91,6 +91,9 @@ class _TxnPartition:
     loaded: asyncio.Event
     # Records of the partition that did not decode while loading.
     skipped: int = 0
+    # After a timer transition failed to be written: no timer transition
+    # before this time (wall ms), so a log that fails fast is not spun on.
+    retry_at_ms: int = -1
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
 
@@ -286,6 +289,8 @@ class TxnCoordinator:
             return Errors.NOT_COORDINATOR
         if error != Errors.NONE:
             part.txns.revert(transition)
+            # The id is due again (the timer skipped it while pending).
+            self._wake.set()
             return error
         follow = part.txns.complete(transition)
         if follow is not None:
@@ -437,8 +442,8 @@ class TxnCoordinator:
                 # Deadlines are recomputed (a pass over every id) only after
                 # a change, not on every leadership poll.
                 self._wake.clear()
-                due = [p.txns.next_deadline_ms() for p in self._parts.values() if p.loaded.is_set()]
-                nearest = min((d for d in due if d is not None), default=None)
+                due = [(p.txns.next_deadline_ms(), p.retry_at_ms) for p in self._parts.values() if p.loaded.is_set()]
+                nearest = min((max(d, retry) for d, retry in due if d is not None), default=None)
                 changed = False
             now = self.broker.clock.wall_ms()
             if nearest is not None and now >= nearest:
@@ -456,7 +461,7 @@ class TxnCoordinator:
         """Abort the transactions past their timeout and expire idle ids
         (Kafka's abortTimedOutTransactions and removeExpiredTransactionalIds)."""
         for part in list(self._parts.values()):
-            if not part.loaded.is_set() or not self._is_current(part):
+            if not part.loaded.is_set() or not self._is_current(part) or now_ms < part.retry_at_ms:
                 continue
             for t in part.txns.timed_out(now_ms):
                 self.stats["timeouts"] += 1
@@ -470,8 +475,9 @@ class TxnCoordinator:
     async def _background(self, part: _TxnPartition, transition: Transition) -> None:
         error = await self._perform(part, transition)
         if error != Errors.NONE:
-            log.info("%s of %s not written: %s; the timer tries again", transition.kind.value,
-                     transition.transactional_id, error.name)  # fmt: skip
+            part.retry_at_ms = self.broker.clock.wall_ms() + RETRY_BACKOFF_MS_MAX
+            log.info("%s of %s not written: %s; the timer tries again in %d ms", transition.kind.value,
+                     transition.transactional_id, error.name, RETRY_BACKOFF_MS_MAX)  # fmt: skip
 
 
 def _append_error(e: Errors) -> Errors:
