@@ -509,8 +509,8 @@ class MetadataStore:
 
     def find_batches(self, requests: Sequence[FindBatchRequest], fetch_max_bytes: int) -> list[FindBatchResponse]:
         """Coordinates of the batches a fetch at each request's offset returns.
-
-        As Kafka (KIP-74): batches up to the high watermark, within each
+        As Kafka (KIP-74): batches up to the high watermark (READ_COMMITTED:
+        the LSO, with the aborted transactions overlapping them), within each
         request's ``max_partition_fetch_bytes`` and ``fetch_max_bytes`` overall,
         but the first batch of the first partition that has data is returned
         even if it exceeds both, so consumers always progress.  As Kafka's
