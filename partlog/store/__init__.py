@@ -407,10 +407,8 @@ class MetadataStore:
         """Kafka's leader side of WriteTxnMarkers (:mod:`partlog.store.markers`):
         one control batch (inline, timestamp ``now_ms``) per marker at its
         partition's log end, group committed; answers in request order."""
-        self._check_writable()
-        call = prepare_markers(markers, now_ms)
         with self._writing():
-            return self._writes.submit_markers(call)
+            return self._writes.submit_markers(prepare_markers(markers, now_ms))
 
     def _commit_group(self, group: CommitGroup) -> None:
         """Pipeline stage 2: the group's journal append (its durability)."""
@@ -511,8 +509,8 @@ class MetadataStore:
 
     def find_batches(self, requests: Sequence[FindBatchRequest], fetch_max_bytes: int) -> list[FindBatchResponse]:
         """Coordinates of the batches a fetch at each request's offset returns.
-
-        As Kafka (KIP-74): batches up to the high watermark, within each
+        As Kafka (KIP-74): batches up to the high watermark (READ_COMMITTED:
+        the LSO, with the aborted transactions overlapping them), within each
         request's ``max_partition_fetch_bytes`` and ``fetch_max_bytes`` overall,
         but the first batch of the first partition that has data is returned
         even if it exceeds both, so consumers always progress.  As Kafka's
@@ -565,9 +563,11 @@ class MetadataStore:
 
     def check(self) -> list[str]:
         """Full consistency check: every entry's CRC, contiguous offsets, the
-        partition counters and the file index recomputed from the logs.
-        Returns the problems found (empty when the store is sound)."""
-        return check_store(self._views, catalog=self._catalog, log=self._log, epochs=self._epochs, index=self._index)
+        partition counters, the transactions and the file index recomputed
+        from the logs.  Returns the problems found (empty when sound)."""
+        return check_store(
+            self._views, catalog=self._catalog, log=self._log, epochs=self._epochs, index=self._index, txns=self._txns
+        )
 
     # ------------------------------------------------------------ leader epochs and replication
 

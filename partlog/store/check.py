@@ -15,13 +15,16 @@ from partlog.store.epochs import EpochCache
 from partlog.store.index import FileIndex
 from partlog.store.layout import CorruptEntryError, inline_marker
 from partlog.store.log import LogChunks
+from partlog.store.txns import TxnTable
 from partlog.store.view import Views
 
 
-def check_store(views: Views, *, catalog: Catalog, log: LogChunks, epochs: EpochCache, index: FileIndex) -> list[str]:
+def check_store(
+    views: Views, *, catalog: Catalog, log: LogChunks, epochs: EpochCache, index: FileIndex, txns: TxnTable
+) -> list[str]:
     """Every entry's CRC, contiguous offsets, the partition counters, the
-    epoch cache and the file index recomputed from the logs, and the
-    in-memory high watermarks.  Returns the problems found (empty when the
+    epoch cache, the transactions and the file index recomputed from the
+    logs, and the in-memory high watermarks.  Returns the problems found (empty when the
     store is sound)."""
     problems: list[str] = []
     usage: dict[int, list[int]] = {}
@@ -69,6 +72,7 @@ def check_store(views: Views, *, catalog: Catalog, log: LogChunks, epochs: Epoch
                 )
             # The epoch cache: start offsets ascending with the epochs, none past the log end.
             problems += epochs.problems(txn, part.part_id, part.log_end_offset, part.tp)
+            problems += txns.problems(txn, part.part_id, part.tp, part.log_start_offset, part.log_end_offset)
         problems += index.problems(txn, usage)
     problems += catalog.check_hwms()
     return problems

@@ -226,3 +226,23 @@ class TxnTable:
         the cache's removal (an empty value)."""
         txn.delete(U32.pack(part_id), db=self._db)
         delete_prefix(txn, self._db_aborted, U32.pack(part_id))
+
+    # ------------------------------------------------------------ check
+
+    def problems(self, view: Txn, part_id: int, tp: object, log_start: int, log_end: int) -> list[str]:
+        """Where the partition's transactions or aborted index contradict
+        its log bounds (``check``)."""
+        out = []
+        ongoing: set[int] = set()
+        for first, pid, last in PartTxns.decode(self.read(view, part_id)).txns:
+            if not first < log_end or (last >= 0 and not first < last < log_end):
+                out.append(f"{tp}: transaction of producer {pid} at [{first}, {last}] outside the log end {log_end}")
+            if last < 0:
+                if pid in ongoing:
+                    out.append(f"{tp}: producer {pid} has two ongoing transactions")
+                ongoing.add(pid)
+        for last, pid, first, lso in self.aborted(view, part_id):
+            # (its LSO is the marker's next offset, or an earlier transaction's start)
+            if not (log_start <= last < log_end and 0 <= first < last and lso <= last + 1):
+                out.append(f"{tp}: aborted transaction of producer {pid} [{first}, {last}] (LSO {lso}) out of order")
+        return out

@@ -221,6 +221,47 @@ def test_fetch_serves_the_inline_marker(store: MetadataStore) -> None:
     assert end_txn_marker(pd.records[len(data) :]) == (True, 2)
 
 
+def test_retention_reset_deletion_and_read_only_stores(tmp_path: Path) -> None:
+    clock = Clock(T0)
+    store = open_store(tmp_path / "s", clock)
+    tp = make_topic([store], **{"retention.ms": 1000})
+    other = make_topic([store])
+    for t in (tp, other):
+        commit(store, t, batch(5, 0, 0, txn=True))
+        store.write_txn_markers([marker(t, 5, 0, 0, False)], T0)  # aborted: [0, 1]
+        commit(store, t, batch(5, 0, 1, txn=True))  # ongoing from 2
+    assert aborted_index(store, tp) == [(1, 5, 0, 2)]
+    want = {t: store.find_batches([FindBatchRequest(t, 0, BIG, RC)], BIG) for t in (tp, other)}
+    assert want[tp][0].aborted == (AbortedTxn(5, 0),) and want[tp][0].last_stable_offset == 2
+    # A read-only store sees the same, from LMDB and the journal's overlay.
+    store.close(checkpoint=False)
+    with MetadataStore.open(tmp_path / "s", readonly=True) as ro:
+        for t in (tp, other):
+            assert ro.last_stable_offset(t) == 2
+            assert ro.find_batches([FindBatchRequest(t, 0, BIG, RC)], BIG) == want[t]
+    with open_store(tmp_path / "s", clock) as store:
+        # Retention (every timestamp is T0) deletes up to the HWM, past the
+        # ABORT marker and the open transaction's start: the index entry goes,
+        # the transaction stays open, the LSO is the log start.
+        clock.now = T0 + 10_000
+        assert store.enforce_retention() == {tp: 3}
+        assert aborted_index(store, tp) == [] and aborted_index(store, other) == [(1, 5, 0, 2)]
+        assert store.last_stable_offset(tp) == 3
+        store.write_txn_markers([marker(tp, 5, 0, 0, True)], clock.now)
+        assert store.last_stable_offset(tp) == 4
+        # DeleteRecords past the open transaction's start: the LSO is never below the log start.
+        [r] = store.delete_records([DeleteRecordsRequest(other, 3)])
+        assert r.low_watermark == 3 and store.last_stable_offset(other) == 3
+        assert aborted_index(store, other) == []
+        assert store.check() == []
+        store.reset_to(other, 10)
+        assert store.last_stable_offset(other) == 10 and aborted_index(store, other) == []
+        # The producer's transaction went with the log: a plain batch is no INVALID_TXN_STATE.
+        assert commit(store, other, batch(5, 0, 2, txn=False)) == (Errors.NONE, 10)
+        store.delete_topics([tp.topic_id])
+        assert store.check() == []
+
+
 def test_inline_marker_crosses_the_replication_wire(tmp_path: Path) -> None:
     import msgpack
 
