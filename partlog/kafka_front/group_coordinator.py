@@ -404,7 +404,14 @@ class GroupCoordinator:
             batch = build_record_batch(records)
             [result] = await self.broker.produce([(tp, batch)], acks=-1, timeout_ms=OFFSETS_COMMIT_TIMEOUT_MS)
             error = _commit_error(result.error)
-            if error == Errors.NONE and self._parts.get(tp.partition) is part:
+            if error == Errors.NONE and (
+                self._parts.get(tp.partition) is not part or self.broker.leader_epoch(tp) != part.leader_epoch
+            ):
+                # Leadership moved during the append: a new coordinator's
+                # load may have missed it (Kafka's append would have failed
+                # NOT_LEADER).  The client commits again at the new one.
+                error = Errors.NOT_COORDINATOR
+            if error == Errors.NONE:
                 held = part.offsets.setdefault(group_id, {})
                 for i, (key, c) in enumerate(values.items()):
                     at = result.base_offset + i if result.base_offset >= 0 else -1

@@ -94,9 +94,13 @@ def test_markers_reach_the_leaders_and_every_replica_answers_read_committed(tmp_
                 (leaders[tps[0]], tps[0], pid, False, 2),
                 (leaders[tps[1]], tps[1], pid, True, 2),
             ]
-            # Every replica (followers serve fetches too) answers the same.
-            await asyncio.sleep(0.5)  # followers learn the HWM with their next fetch
+            # Every replica (followers serve fetches too) answers the same,
+            # once it learned the HWM (with its next fetch from the leader).
             for b in brokers:
+                for _ in range(600):
+                    if (await _fetch(b.port, tps[0], 1))[1] == 3 and (await _fetch(b.port, tps[1], 1))[1] == 3:
+                        break
+                    await asyncio.sleep(0.05)
                 err, hwm, _, records, _, lso, aborted = await _fetch(b.port, tps[0], 1)
                 assert (err, hwm, lso, aborted) == (0, 3, 3, [[pid, 0]]), b.broker_id
                 assert read_records(tps[0], records, 0, [tuple(a) for a in aborted])[0] == []

@@ -240,3 +240,43 @@ def test_a_txn_offset_commit_that_lands_after_a_new_coordinator_loaded_is_not_ac
             await live.close()
 
     asyncio.run(main())
+
+
+def test_a_plain_offset_commit_that_lands_after_a_new_coordinator_loaded_is_not_acknowledged() -> None:
+    """Regression (older than transactions): an OffsetCommit appended after
+    the offsets partition's new coordinator had read the log was answered
+    NONE, and the new coordinator never held it: the group resumed from the
+    older offset.  It is NOT_COORDINATOR now, and the client commits again."""
+
+    async def main() -> None:
+        broker = FakeBroker()
+        broker.metadata.add("data", 1)
+        live = GroupCoordinator(broker.port())
+        live.start()
+        try:
+            assert (await live.find_coordinator("g"))[0] == Errors.NONE
+            assert (await live._partition("g"))[0] == Errors.NONE
+            t = broker.metadata.topics_by_name["__consumer_offsets"]
+            tp = TopicIdPartition(t.topic_id, partition_for("g", t.num_partitions))
+            produce = broker.produce
+
+            async def produce_after_a_new_load(
+                batches: Sequence[tuple[TopicIdPartition, bytes]], *, acks: int, timeout_ms: int
+            ) -> list[BatchResult]:
+                broker.epochs[tp] = 1  # leadership moved (and came back) while the batch was on its way
+                assert (await live.fetch_offsets("g", [("data", 0)]))[0] == Errors.NONE  # the new epoch loaded
+                return await produce(batches, acks=acks, timeout_ms=timeout_ms)
+
+            broker.produce = produce_after_a_new_load  # type: ignore[method-assign]
+            answer = await live.commit_offsets("g", "", -1, {("data", 0): (5, -1, None)})
+            broker.produce = produce  # type: ignore[method-assign]
+            error, found = await live.fetch_offsets("g", [("data", 0)])
+            assert error == Errors.NONE
+            held = found[("data", 0)]
+            acknowledged = answer[("data", 0)] == Errors.NONE
+            assert acknowledged == (isinstance(held, Committed) and held.offset == 5), (answer, held)
+            assert answer[("data", 0)] in (Errors.NONE, Errors.NOT_COORDINATOR)
+        finally:
+            await live.close()
+
+    asyncio.run(main())
