@@ -32,6 +32,7 @@ from partlog.store.layout import (
     FORMAT_VERSION,
     FORMAT_VERSIONS_READABLE,
     MAP_SIZE_BYTES_MAX,
+    NEWER_DB_NAMES,
     U64,
     Buf,
     StoreError,
@@ -107,12 +108,21 @@ class LmdbEnv:
         self.path = path
         self.readonly = readonly
         self.stats = stats
+        dbs = []
         try:
-            dbs = [env.open_db(name, create=not readonly) for name in DB_NAMES]
+            for name in DB_NAMES:
+                dbs.append(env.open_db(name, create=not readonly))
         except lmdb.Error as e:
             # A read-only open of an LMDB environment that is not a partlog
-            # store has no such named databases (lmdb.NotFoundError).
+            # store has no such named databases (lmdb.NotFoundError); one
+            # last written before transactions lacks only the newest ones,
+            # which its writer creates at its next open.
             env.close()
+            if dbs and DB_NAMES[len(dbs)] in NEWER_DB_NAMES:
+                raise StoreError(
+                    f"{path}: written by an older partlog (no {DB_NAMES[len(dbs)].decode()!r} database); "
+                    "open it read-write once (its broker's next start does) before reading it read-only"
+                ) from e
             raise StoreError(f"{path}: not a partlog metadata store: {e}") from e
         (
             self.meta,

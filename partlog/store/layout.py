@@ -395,3 +395,6 @@ DB_NAMES = (
     b"txns",
     b"aborted",
 )
+# Databases a store last written by an older partlog lacks until its writer
+# opens it (LMDB creates them then): the transaction state.
+NEWER_DB_NAMES = frozenset({b"txns", b"aborted"})
