@@ -2,6 +2,7 @@
 
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import (
+    AbortedTxn,
     BatchInfo,
     BatchMetadata,
     CommitBatchRequest,
@@ -12,10 +13,13 @@ from partlog.kafka.records import (
     FileUsage,
     FindBatchRequest,
     FindBatchResponse,
+    IsolationLevel,
     ListOffsetsRequest,
     ListOffsetsResponse,
     TimestampType,
     TopicIdPartition,
+    TxnMarkerRequest,
+    TxnMarkerResponse,
 )
 from partlog.kafka.topic_config import TopicConfig, TopicConfigError
 from partlog.store import (
@@ -31,6 +35,7 @@ from partlog.store import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AbortedTxn",
     "BatchInfo",
     "BatchMetadata",
     "CommitBatchRequest",
@@ -43,6 +48,7 @@ __all__ = [
     "FileUsage",
     "FindBatchRequest",
     "FindBatchResponse",
+    "IsolationLevel",
     "ListOffsetsRequest",
     "ListOffsetsResponse",
     "LogRead",
@@ -55,5 +61,7 @@ __all__ = [
     "TopicConfig",
     "TopicConfigError",
     "TopicIdPartition",
+    "TxnMarkerRequest",
+    "TxnMarkerResponse",
     "__version__",
 ]
