@@ -320,3 +320,22 @@ def test_hostile_values_get_kafka_errors_never_exceptions(ops: list[tuple[Any, .
         await _settle(apis)
 
     _run(body)
+
+
+def test_only_transactional_batches_without_a_sequence_are_refused_from_clients() -> None:
+    """The group coordinator's TxnOffsetCommit batches carry no sequence
+    (the leader skips the sequence check for them); a client's may not."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    from partlog.kafka_front.apis import unsequenced_transactional
+
+    def batch(transactional: bool, seq: int) -> bytes:
+        b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=transactional, producer_id=5,
+                                      producer_epoch=0, base_sequence=seq, batch_size=1 << 20)  # fmt: skip
+        b.append(0, timestamp=1, key=None, value=b"v", headers=[])
+        return bytes(b.build())
+
+    assert unsequenced_transactional(batch(True, -1))
+    assert not unsequenced_transactional(batch(True, 0))
+    assert not unsequenced_transactional(batch(False, -1))
+    assert not unsequenced_transactional(b"short")
