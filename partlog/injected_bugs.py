@@ -28,6 +28,14 @@ KNOWN: dict[str, str] = {
     "not_leader_counts_as_unreferenced": (
         "walmgr takes a NOT_LEADER answer (a follower's, or a moved leader's) as 'not referenced'"
     ),
+    # Transactions: found with `fuzz --txn` (transactional producers).
+    "lso_ignores_one_ongoing_txn": (
+        "the last stable offset is computed without the partition's earliest unstable transaction"
+    ),
+    "follower_skips_aborted_index": (
+        "a follower adds no aborted-index entry for a replicated ABORT marker (its READ_COMMITTED "
+        "fetches, and its reign as leader, hand out aborted records)"
+    ),
 }
 
 _enabled: frozenset[str] = frozenset()

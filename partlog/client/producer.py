@@ -119,6 +119,7 @@ class Producer:
         retry_backoff_ms: int = RETRY_BACKOFF_MS_DEFAULT,
         request_timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT,
         clock: Clock = SYSTEM_CLOCK,
+        transactional: tuple[int, int] | None = None,
     ) -> None:
         if not 1 <= max_in_flight <= 5 and idempotent:
             raise ValueError(f"max_in_flight must be in [1, 5] for an idempotent producer, got {max_in_flight}")
@@ -127,6 +128,8 @@ class Producer:
         if idempotent and acks != -1:
             # As Kafka: idempotence needs acks=all.
             raise ValueError("an idempotent producer needs acks=-1 (all)")
+        if transactional is not None and not idempotent:
+            raise ValueError("a transactional producer is idempotent")
         # Record timestamps (wall ms), linger, delivery and request deadlines.
         self.clock = clock
         self.az = az
@@ -140,8 +143,11 @@ class Producer:
         self.retry_backoff_ms = retry_backoff_ms
         self.request_timeout_ms = request_timeout_ms
         self.conns = Connections(bootstrap, secret=secret, ssl=ssl)
-        self.producer_id = -1
-        self.producer_epoch = -1
+        # A transactional producer's (producer id, epoch), as its transaction
+        # coordinator's InitProducerId answered the caller: its batches carry
+        # the transactional bit; AddPartitionsToTxn and EndTxn are the caller's.
+        self.transactional = transactional is not None
+        self.producer_id, self.producer_epoch = transactional if transactional is not None else (-1, -1)
         self._parts: dict[TopicIdPartition, _PartitionState] = {}
         self._broker_slots: dict[int, asyncio.Semaphore] = {}
         self._wake = asyncio.Event()
@@ -157,7 +163,7 @@ class Producer:
 
     async def start(self) -> None:
         await self.conns.load_metadata(self.az)
-        if self.idempotent:
+        if self.idempotent and not self.transactional:
             self.producer_id, self.producer_epoch = await self._init_producer_id()
         self._sender = asyncio.ensure_future(self._send_loop())
 
@@ -239,6 +245,7 @@ class Producer:
             producer_id=self.producer_id,
             producer_epoch=self.producer_epoch,
             base_sequence=seq,
+            transactional=self.transactional,
         )
         if self.idempotent:
             st.next_sequence = increment_sequence(st.next_sequence, len(records))

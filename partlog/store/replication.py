@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from partlog import injected_bugs
 from partlog.kafka import batch_header as bh
 from partlog.kafka.batch_header import BatchHeader
 from partlog.kafka.control_batch import control_problem
@@ -291,7 +292,7 @@ class FollowerLog:
         committed, coordinator_epoch = inline_marker(e.byte_offset)
         if window.txn_first >= 0:
             ptxns.complete(pid, h.base_offset)
-            if not committed:
+            if not committed and not injected_bugs.on("follower_skips_aborted_index"):
                 lso = ptxns.next_incomplete(pid)
                 last = h.base_offset
                 aborted.append(ABORTED_RECORD.pack(last, pid, window.txn_first, last + 1 if lso < 0 else lso))

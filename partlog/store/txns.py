@@ -30,6 +30,7 @@ from collections.abc import Iterable, Iterator, Mapping
 
 import lmdb
 
+from partlog import injected_bugs
 from partlog.kafka.records import AbortedTxn
 from partlog.store.env import LmdbEnv, delete_prefix
 from partlog.store.layout import PART_KEY, U32, Buf, verify
@@ -121,8 +122,12 @@ def last_stable_offset(raw: Buf | None, log_start_offset: int, high_watermark: i
     offset of its earliest ongoing transaction or completed one whose marker
     is not below the HWM, capped at the HWM and never below the log start."""
     if raw:
+        skip = injected_bugs.on("lso_ignores_one_ongoing_txn")
         for first, _, last in _TXN.iter_unpack(raw):
             if last < 0 or last >= high_watermark:
+                if skip:
+                    skip = False
+                    continue
                 return min(max(int(first), log_start_offset), high_watermark)
     return high_watermark
 

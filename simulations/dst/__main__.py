@@ -33,6 +33,9 @@ from simulations.dst.world import run
 # A fuzz run's defaults: a 6-broker, 12-partition cluster in 3 AZs, 20 s of
 # faults (frequent: crashes every few seconds), then 10 s to heal.
 FUZZ_SHAPE = Shape(duration_s=20.0, settle_s=10.0, rate_per_producer=20.0, rate_per_plain_producer=10.0)
+# --txn: the same, with three transactional producers (one per AZ), their
+# coordinator's stand-in and a read_committed reader (simulations/dst/txn.py).
+FUZZ_TXN_SHAPE = dataclasses.replace(FUZZ_SHAPE, txn_producers=3)
 FUZZ_FAULTS = Faults(
     broker_crashes_per_min=6.0,
     az_partitions_per_min=3.0,
@@ -46,8 +49,13 @@ FUZZ_FAULTS = Faults(
 )
 
 
-def _replay_command(seed: int, inject: list[str], only_faults: list[int] | None = None) -> str:
-    extra = "".join(f" --inject {name}" for name in inject)
+def _shape(args: argparse.Namespace) -> Shape:
+    return FUZZ_TXN_SHAPE if args.txn else FUZZ_SHAPE
+
+
+def _replay_command(seed: int, inject: list[str], only_faults: list[int] | None = None, txn: bool = False) -> str:
+    extra = " --txn" if txn else ""
+    extra += "".join(f" --inject {name}" for name in inject)
     if only_faults is not None:
         extra += f" --only-faults {','.join(map(str, only_faults)) or 'none'}"
     return f"python -m simulations.dst replay {seed}{extra}"
@@ -81,7 +89,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
             break
         if deadline is not None and time.monotonic() > deadline:
             break
-        r = run(seed, FUZZ_SHAPE, FUZZ_FAULTS)
+        r = run(seed, _shape(args), FUZZ_FAULTS)
         seeds_run += 1
         sim_s += r.simulated_s
         wall_s += r.wall_s
@@ -97,7 +105,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
             if not args.json:
                 for v in r.violations[:3]:
                     print(f"  {v}")
-                print(f"  replay: {_replay_command(seed, args.inject)}", flush=True)
+                print(f"  replay: {_replay_command(seed, args.inject, txn=args.txn)}", flush=True)
                 if args.shrink_runs > 0:
                     _print_shrunk(r, args)
             if args.stop_at_first:
@@ -115,7 +123,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         "faults": dict(sorted(faults.items())),
         "acks1_acknowledged": acks1[0],
         "acks1_lost": acks1[1],
-        "invariants": INVARIANTS,
+        "invariants": INVARIANTS + (TXN_INVARIANTS if args.txn else []),
         "digests": {str(seed_): digest for seed_, digest in digests.items()},
     }
     if args.json:
@@ -127,7 +135,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         print(f"events               {events:,} ({summary['events_per_wall_s']:,.0f}/s)")
         print(f"acks=1 records       {acks1[0]:,} acknowledged, {acks1[1]:,} lost in failovers (allowed)")
         print("faults injected      " + (", ".join(f"{k} {v}" for k, v in sorted(faults.items())) or "none"))
-        print("invariants checked   " + "; ".join(INVARIANTS))
+        print("invariants checked   " + "; ".join(INVARIANTS + (TXN_INVARIANTS if args.txn else [])))
         if args.inject:
             print(f"injected bugs        {', '.join(args.inject)}")
     return 1 if failed else 0
@@ -137,12 +145,12 @@ def _print_shrunk(first: Result, args: argparse.Namespace) -> None:
     """Drop faults while the seed still fails; print the replay command
     and the minimised trace."""
     best, runs = shrink(
-        first, FUZZ_SHAPE, FUZZ_FAULTS, runs_max=args.shrink_runs, progress=lambda line: print(line, flush=True)
+        first, _shape(args), FUZZ_FAULTS, runs_max=args.shrink_runs, progress=lambda line: print(line, flush=True)
     )
     kept = best.fault_numbers
     print(f"  minimised ({runs} runs): {len(kept)} of {len(first.fault_numbers)} faults still fail:")
     print(f"    {best.violations[0]}")
-    print(f"  replay: {_replay_command(first.seed, args.inject, kept)}")
+    print(f"  replay: {_replay_command(first.seed, args.inject, kept, txn=args.txn)}")
     print("  trace:")
     for t, what in best.events:
         if not what.startswith("deleted ") and not what.endswith(": skipped"):
@@ -209,7 +217,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     injected_bugs.enable(args.inject)
-    r = run(args.seed, FUZZ_SHAPE, FUZZ_FAULTS, args.only_faults)
+    r = run(args.seed, _shape(args), FUZZ_FAULTS, args.only_faults)
     if args.json:
         print(json.dumps({**r.__dict__, "events": r.events if args.events else len(r.events)}, default=str))
         return 0 if r.ok else 1
@@ -237,6 +245,15 @@ INVARIANTS = [
     "producers deliver what they hold once faults stop",
     "orphans past the gate deleted once faults stop",
     "no task spins without waiting (livelock)",
+]
+# With --txn, beside those.
+TXN_INVARIANTS = [
+    "no replica's LSO passes its HWM or an undecided transaction's first acknowledged offset",
+    "read_committed never returns a record of an aborted or undecided transaction (leaders as read, every replica "
+    "at the end)",
+    "a committed transaction visible in all its partitions (each record once, at its offset), an aborted one in none",
+    "a fenced producer's late batch is refused",
+    "every transaction decided and its markers written once faults stop; no leader's LSO stays below its HWM",
 ]
 
 
@@ -286,6 +303,11 @@ def build_parser() -> argparse.ArgumentParser:
             "--inject", action="append", default=[], metavar="NAME", help="switch on a known bug (repeatable)"
         )
         sp.add_argument("--json", action="store_true", help="print one JSON object")
+        sp.add_argument(
+            "--txn",
+            action="store_true",
+            help="add transactional producers, their coordinator's stand-in and a read_committed reader",
+        )
     return p
 
 

@@ -45,6 +45,14 @@ class Shape:
     plain_producers: int = 1
     acks1_producers: int = 1
     rate_per_plain_producer: float = 50.0  # records/s
+    # Transactional producers (simulations/dst/txn.py), placed in the AZs in
+    # turn, with their coordinator's stand-in and a read_committed reader.
+    # 0: none, and the run is exactly what it was before transactions.
+    txn_producers: int = 0
+    rate_per_txn_producer: float = 20.0  # records/s within a transaction
+    txn_records: tuple[int, int] = (1, 8)  # records per transaction
+    txn_abort_share: float = 0.3  # of transactions the producer aborts
+    txn_timeout_ms: int = 10_000  # transaction.timeout.ms: the coordinator aborts later ones
     duration_s: float = 30.0  # faults happen during this
     settle_s: float = 15.0  # after it, faults stop and the cluster heals
 

@@ -22,6 +22,20 @@ Checked as events happen and at the end:
 * liveness: once faults stop, orphans past the age gate are deleted within
   a few walmgr cycles (:func:`check_orphans_deleted`).
 
+With transactional producers (:mod:`simulations.dst.txn`):
+
+* no replica's LSO passes its HWM, nor the first acknowledged offset of a
+  transaction the coordinator has not decided (periodically:
+  :func:`check_stable_offsets`);
+* a read_committed reader is never given a record of a transaction that is
+  aborted or not yet decided committed (as it reads, from the leaders:
+  :func:`check_read_committed`; at the end, every replica: :func:`check_replica_reads`);
+* every committed transaction is visible in all its partitions, each
+  record once at its acknowledged offset, and an aborted one in none
+  (:func:`check_transactions_atomic`);
+* once faults stop and the markers are written, no leader's LSO stays
+  below its HWM (no hanging transaction: :func:`hanging_transactions`).
+
 The checks read the stores and the controller's snapshot; they change
 nothing in the cluster.  The workload checks what it can as answers come
 (:mod:`simulations.dst.workload`: no offset acknowledged twice, no gap
@@ -44,6 +58,7 @@ from simulations.dst.config import COMMIT_DEADLINE_MS, GRACE_MS, MAX_CLOCK_SKEW_
 from simulations.dst.journal import Journal
 from simulations.dst.runtime import VirtualLoop
 from simulations.dst.store import SimObjectStore
+from simulations.dst.txn import TxnLedger
 from simulations.dst.workload import Ledger
 from walmgr.daemon import Walmgr
 
@@ -320,3 +335,126 @@ def _orphans(cluster: ClusterView, gate_s: float) -> set[str]:
     for _, store, _ in cluster.stores():
         old -= store.referenced_files(old)
     return old
+
+
+# ------------------------------------------------------------ transactions
+
+
+def check_stable_offsets(cluster: ClusterView, txns: TxnLedger, journal: Journal) -> None:
+    """On every live replica: the LSO never passes the HWM, nor (above the
+    log start) the first acknowledged offset of a transaction still open at
+    the coordinator: no marker of it exists, so its records are unstable."""
+    undecided: dict[TopicIdPartition, tuple[int, str]] = {}
+    for txn in txns.open.values():
+        for value, offset in txn.acked.items():
+            tp = txn.sent[value]
+            if offset >= 0 and offset < undecided.get(tp, (1 << 62, ""))[0]:
+                undecided[tp] = (offset, txn.key)
+    for bid, broker in sorted(cluster.brokers.items()):
+        if broker.store._closed:
+            continue
+        for tp in cluster.partitions:
+            try:
+                lso = broker.store.last_stable_offset(tp)
+                hwm = broker.store.high_watermark(tp)
+                start = broker.store.log_start_offset(tp)
+            except (StoreError, KeyError):
+                continue
+            if lso > hwm:
+                journal.violated(f"broker {bid} {tp}: LSO {lso} passes the HWM {hwm}")
+            first, key = undecided.get(tp, (1 << 62, ""))
+            if lso > max(first, start):
+                journal.violated(
+                    f"broker {bid} {tp}: LSO {lso} passes offset {first} of open transaction {key} (log start {start})"
+                )
+
+
+def check_read_committed(txns: TxnLedger, journal: Journal, tp: TopicIdPartition, offset: int, value: bytes) -> None:
+    """A record a read_committed reader was given: not of a transaction
+    aborted or still undecided (not yet stable)."""
+    txn = txns.txn_of(value)
+    if txn is None:
+        return  # not transactional
+    if txn.outcome != "commit":
+        state = "aborted" if txn.outcome == "abort" else "not decided (past the LSO)"
+        journal.violated(f"{tp} offset {offset}: read_committed returned {value!r} of a transaction {state}")
+
+
+def check_replica_reads(
+    txns: TxnLedger, reads: Mapping[tuple[int, TopicIdPartition], Mapping[int, bytes]], journal: Journal
+) -> None:
+    """Every replica's READ_COMMITTED read (the end): no record of a transaction not committed."""
+    for (bid, tp), got in sorted(reads.items(), key=lambda kv: (kv[0][0], kv[0][1].partition)):
+        for offset, value in sorted(got.items()):
+            txn = txns.txn_of(value)
+            if txn is not None and txn.outcome != "commit":
+                journal.violated(
+                    f"broker {bid} {tp} offset {offset}: a READ_COMMITTED fetch returned {value!r} of a "
+                    f"transaction {'aborted' if txn.outcome == 'abort' else 'never decided'}"
+                )
+
+
+def check_transactions_atomic(
+    txns: TxnLedger,
+    leader_reads: Mapping[TopicIdPartition, Mapping[int, bytes]],
+    start: Mapping[TopicIdPartition, int],
+    journal: Journal,
+) -> None:
+    """Every transaction decided; a committed one visible in all its
+    partitions (each acknowledged record once, at its offset, unless below
+    the log start), an aborted one in none.  ``leader_reads``: each
+    partition's READ_COMMITTED read from its leader, from the log start
+    ``start``."""
+    where: dict[bytes, list[tuple[TopicIdPartition, int]]] = {}
+    for tp, got in leader_reads.items():
+        for offset, value in got.items():
+            where.setdefault(value, []).append((tp, offset))
+    for key, txn in sorted(txns.txns.items()):
+        if txn.outcome is None:
+            journal.violated(f"transaction {key} never decided once the faults stopped")
+        if txn.outcome == "abort":
+            seen = [v for v in txn.sent if v in where]
+            if seen:
+                journal.violated(f"aborted transaction {key}: {seen[0]!r} visible at {where[seen[0]]}")
+            continue
+        missing = []
+        for value, offset in txn.acked.items():
+            tp = txn.sent[value]
+            if tp not in leader_reads:
+                continue  # no leader read (none known at the end)
+            places = where.get(value, [])
+            if len(places) > 1:
+                journal.violated(f"committed transaction {key}: {value!r} read {len(places)} times: {places[:3]}")
+            if places and offset >= 0 and places != [(tp, offset)]:
+                journal.violated(
+                    f"committed transaction {key}: {value!r} acknowledged at {tp} {offset}, read at {places}"
+                )
+            # Below the log start (retention, DeleteRecords) is gone by design;
+            # an offset unknown (-1) is judged only where nothing was removed.
+            s0 = start.get(tp, 0)
+            if not places and (offset >= s0 if offset >= 0 else s0 == 0):
+                missing.append((tp.partition, value))
+        if missing:
+            shown = sorted({p for p, _ in missing})
+            journal.violated(
+                f"committed transaction {key} not visible in partitions {shown} "
+                f"({len(missing)} of {len(txn.acked)} records, e.g. {missing[0][1]!r})"
+            )
+
+
+def hanging_transactions(cluster: ClusterView) -> list[str]:
+    """Partitions whose leader's LSO is below its HWM (a transaction open there)."""
+    out = []
+    for bid, broker in sorted(cluster.brokers.items()):
+        if broker.store._closed:
+            continue
+        for tp in cluster.partitions:
+            if not broker.replicas.is_leader(tp):
+                continue
+            try:
+                lso, hwm = broker.store.last_stable_offset(tp), broker.store.high_watermark(tp)
+            except (StoreError, KeyError):
+                continue
+            if lso < hwm:
+                out.append(f"{tp.partition} on leader {bid}: LSO {lso} < HWM {hwm}")
+    return out

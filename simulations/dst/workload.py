@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -187,7 +188,7 @@ class Workload:
         return stuck
 
     async def read_back(
-        self,
+        self, markers: Callable[[TopicIdPartition], set[int]] | None = None
     ) -> tuple[dict[tuple[TopicIdPartition, int], bytes], dict[TopicIdPartition, int]]:
         """Read every partition from its log start to its HWM: what was
         read, (partition, offset) -> value, and where each partition's log
@@ -223,8 +224,9 @@ class Workload:
                 self.journal.violated(f"corrupt batches: {e}")
             for r in records:
                 tp = r.topic_id_partition
-                # No gaps: each fetch continues where the last one ended.
-                if r.offset != before[tp]:
+                # No gaps: each fetch continues where the last one ended
+                # (past transaction markers: no records there).
+                if r.offset != before[tp] and (markers is None or not _only_markers(markers, tp, before[tp], r.offset)):
                     self.journal.violated(f"{tp}: read offset {r.offset} after {before[tp] - 1} (a gap)")
                 before[tp] = r.offset + 1
                 if r.value is None:
@@ -239,3 +241,8 @@ class Workload:
                     self.journal.violated(f"{tp}: reset from {frm} to a log start of {to}, HWM {hwm}")
                 start[tp] = max(start.get(tp, 0), to)
         return seen, start
+
+
+def _only_markers(markers: Callable[[TopicIdPartition], set[int]], tp: TopicIdPartition, frm: int, to: int) -> bool:
+    """Offsets ``frm`` to ``to`` - 1 of ``tp`` all hold markers."""
+    return to > frm and set(range(frm, to)) <= markers(tp)

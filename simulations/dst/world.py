@@ -59,12 +59,18 @@ from simulations.dst.invariants import (
     check_no_new_references,
     check_orphans_deleted,
     check_periodically,
+    check_read_committed,
+    check_replica_reads,
+    check_stable_offsets,
     check_stores,
+    check_transactions_atomic,
+    hanging_transactions,
     lost_acks1,
 )
 from simulations.dst.journal import Journal, Violation
 from simulations.dst.runtime import SimNetwork, VirtualLoop, deterministic_process, run_node
 from simulations.dst.store import SimObjectStore
+from simulations.dst.txn import TxnWorkload, control_offsets
 from simulations.dst.workload import Workload
 
 
@@ -129,6 +135,10 @@ class World:
         self.entropy = SeededEntropy(random.Random(seed ^ 0x5EED))
         self.cluster = Cluster(shape, self.loop, self.network, self.objects, data_dir, self.journal, self.entropy)
         self.workload = Workload(seed, shape, self.cluster, self.journal)
+        self.txn: TxnWorkload | None = None
+        if shape.txn_producers > 0:
+            w = self.workload
+            self.txn = TxnWorkload(seed, shape, self.cluster, self.journal, w.ledger, w.restarts, w._producing)
         self.observed = Observed()
         self.injector = FaultInjector(
             seed, faults, only_faults, self.cluster, self.workload, self.observed, self.journal
@@ -151,6 +161,9 @@ class World:
         await cluster.start()
         checks = run_node("checker", check_periodically(cluster, observed, journal))
         producers = self.workload.start()
+        if self.txn is not None:
+            producers += self.txn.start(functools.partial(check_read_committed, self.txn.ledger, journal))
+            checks_txn = run_node("checker", self._check_txns_periodically())
         self.injector.start()
         await asyncio.sleep(self.shape.duration_s)
         # Faults stop; everything comes back.
@@ -180,17 +193,76 @@ class World:
                 f"{len(pending)} producers still hold records {self.shape.settle_s + 60:.0f} s after the faults "
                 f"stopped (partition: pending, ready batches, in flight): {stuck}"
             )
+        if self.txn is not None:
+            await self._settle_transactions()
         await asyncio.sleep(self.shape.settle_s)
         checks.cancel()
+        if self.txn is not None:
+            checks_txn.cancel()
         check_controller(cluster, observed, journal)
         check_no_new_references(cluster, observed, journal)
         check_stores(cluster, journal)
+        if self.txn is not None:
+            await self._verify_transactions()
         await self._verify()
         await check_orphans_deleted(cluster, journal)
 
+    async def _check_txns_periodically(self) -> None:
+        assert self.txn is not None
+        while True:
+            await asyncio.sleep(0.5)
+            check_stable_offsets(self.cluster, self.txn.ledger, self.journal)
+
+    async def _settle_transactions(self) -> None:
+        """Liveness once faults stop: every transaction decided and its
+        markers written within its timeout and the coordinator's abort (the
+        timer's second) and markers' time; then no leader's LSO stays below
+        its HWM (a hanging transaction)."""
+        assert self.txn is not None
+        within_s = self.shape.txn_timeout_ms / 1000 + 30
+        if not await self.txn.quiesce(within_s):
+            open_ = sorted(self.txn.ledger.open)
+            self.journal.violated(
+                f"transactions still open or markers unsent {within_s:.0f} s after the producers stopped: "
+                f"open {open_}, sending {sorted(self.txn.coordinator.finishing)}"
+            )
+        hanging = hanging_transactions(self.cluster)
+        for _ in range(20):  # a new leader learns its HWM from its followers' fetches
+            if not hanging:
+                return
+            await asyncio.sleep(0.5)
+            hanging = hanging_transactions(self.cluster)
+        self.journal.violated(f"hanging transactions once the markers were written: {hanging[:4]}")
+
+    async def _verify_transactions(self) -> None:
+        """Read every replica with READ_COMMITTED and judge what it returns."""
+        assert self.txn is not None
+        self.txn.reader_stop = True
+        reads = await self.txn.read_replicas()
+        check_replica_reads(self.txn.ledger, reads, self.journal)
+        leader_reads = {}
+        start = {}
+        for tp in self.cluster.partitions:
+            for bid, broker in sorted(self.cluster.brokers.items()):
+                if not broker.store._closed and broker.replicas.is_leader(tp) and (bid, tp) in reads:
+                    leader_reads[tp] = reads[(bid, tp)]
+                    start[tp] = broker.store.log_start_offset(tp)
+                    break
+        check_transactions_atomic(self.txn.ledger, leader_reads, start, self.journal)
+        ledger = self.txn.ledger
+        self.journal.event(
+            f"transactions: {sum(t.outcome == 'commit' for t in ledger.txns.values())} committed, "
+            f"{sum(t.outcome == 'abort' for t in ledger.txns.values())} aborted, {ledger.markers_written} markers, "
+            f"{ledger.read_committed} records read_committed, {ledger.fenced_batches_refused} fenced batches refused"
+        )
+
     async def _verify(self) -> None:
         """Read every partition back and check what was acknowledged."""
-        read, start = await self.workload.read_back()
+        markers = None
+        if self.txn is not None:
+            # Markers leave offsets without records; the log is final now.
+            markers = functools.cache(functools.partial(control_offsets, self.cluster))
+        read, start = await self.workload.read_back(markers)
         ledger = self.workload.ledger
         check_acknowledged(ledger, read, start, self.journal)
         ledger.lost_acks1 += lost_acks1(ledger, read, start)
