@@ -55,9 +55,7 @@ from partlog.txn.coordinator import (
 log = logging.getLogger(__name__)
 
 TXN_STATE_TOPIC = txn_log.TXN_STATE_TOPIC
-# Kafka's transaction.state.log.num.partitions is 50; a small cluster wants
-# fewer (as the offsets topic here).
-TXN_STATE_PARTITIONS_DEFAULT = 12
+TXN_STATE_PARTITIONS_DEFAULT = txn_log.TXN_STATE_PARTITIONS_DEFAULT
 # Kafka's transaction.state.log.replication.factor is 3.
 TXN_STATE_REPLICATION_FACTOR = 3
 # How long a request waits for its partition's load before

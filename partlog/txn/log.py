@@ -32,6 +32,9 @@ from partlog.txn.coordinator import PRODUCER_EPOCH_MAX, Transactions, TxnMetadat
 log = logging.getLogger(__name__)
 
 TXN_STATE_TOPIC = "__transaction_state"
+# Kafka's transaction.state.log.num.partitions is 50; a small cluster wants
+# fewer (as the offsets topic here).
+TXN_STATE_PARTITIONS_DEFAULT = 12
 RECORD_VERSION = 0
 # Kafka's transactional ids are strings; ours are bounded (they are keys in
 # memory and in every record of the id).
@@ -129,6 +132,7 @@ def replay(txns: Transactions, records: Iterable[tuple[bytes | None, bytes | Non
 
 
 __all__ = [
+    "TXN_STATE_PARTITIONS_DEFAULT",
     "TXN_STATE_TOPIC",
     "TxnRecordError",
     "decode_key",

@@ -56,6 +56,10 @@ def test_the_types_keep_the_comparisons_and_words_of_the_flags() -> None:
         (["consume", "t", "--bootstrap-server", "h:1", "--max-messages", "0"], "argument --max-messages: must be > 0"),
         (["topics", "create", "t", "--partitions", "0"], "partlog topics create: argument --partitions: must be > 0"),
         (["cluster", "--message-bytes", "1e8"], "partlog cluster: argument --message-bytes: invalid int value: '1e8'"),
+        (
+            ["broker", "--id", "1", "--data-dir", "d", "--transaction-max-timeout-ms", "0"],
+            "argument --transaction-max-timeout-ms: must be > 0",
+        ),
     ],
 )
 def test_a_value_out_of_range_is_one_line_and_exit_2(

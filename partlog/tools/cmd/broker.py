@@ -11,6 +11,8 @@ from partlog.limits import BROKER_ID_MAX, PORT_MAX
 from partlog.rpc.secret import read_secret_file
 from partlog.tools.cmd.common import add_rpc_limits, add_tls, cluster_id_arg, host_port, rpc_limits, tls_contexts
 from partlog.tools.cmd.flags import int_in, positive_int
+from partlog.txn.coordinator import TRANSACTION_MAX_TIMEOUT_MS_DEFAULT, TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT
+from partlog.txn.log import TXN_STATE_PARTITIONS_DEFAULT
 
 if TYPE_CHECKING:
     from partlog.tools.cmd.common import Subparsers
@@ -69,6 +71,28 @@ def add_parser(sub: Subparsers) -> None:
         type=positive_int,
         default=600_000,
         help="close a connection idle this long (default 600000, as Kafka)",
+    )
+    tg = br.add_argument_group("transactions (Kafka's transaction coordinator configs)")
+    tg.add_argument(
+        "--transaction-max-timeout-ms",
+        type=positive_int,
+        default=TRANSACTION_MAX_TIMEOUT_MS_DEFAULT,
+        help="largest transaction.timeout.ms a producer may ask (transaction.max.timeout.ms; "
+        f"default {TRANSACTION_MAX_TIMEOUT_MS_DEFAULT})",
+    )
+    tg.add_argument(
+        "--transactional-id-expiration-ms",
+        type=positive_int,
+        default=TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT,
+        help="forget a transactional id idle this long (transactional.id.expiration.ms; "
+        f"default {TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT}, 7 days)",
+    )
+    tg.add_argument(
+        "--transaction-state-partitions",
+        type=positive_int,
+        default=TXN_STATE_PARTITIONS_DEFAULT,
+        help="partitions of __transaction_state when this broker creates it (transaction.state.log.num.partitions; "
+        f"default {TXN_STATE_PARTITIONS_DEFAULT}; an existing topic keeps its own)",
     )
     br.add_argument("--id", type=int_in(0, BROKER_ID_MAX), required=True, help="this broker's id")
     br.add_argument(
@@ -196,7 +220,12 @@ def run(args: argparse.Namespace) -> int:
     node_config = NodeConfig(
         config,
         kafka_port=me.kafka_port or None,
-        kafka=FrontConfig(message_max_bytes=args.message_max_bytes),
+        kafka=FrontConfig(
+            message_max_bytes=args.message_max_bytes,
+            transaction_max_timeout_ms=args.transaction_max_timeout_ms,
+            transactional_id_expiration_ms=args.transactional_id_expiration_ms,
+            transaction_state_log_num_partitions=args.transaction_state_partitions,
+        ),
         kafka_limits=ListenerLimits(
             request_bytes_max=args.kafka_request_bytes_max,
             connections_per_ip_max=args.kafka_connections_per_ip_max,
