@@ -341,15 +341,19 @@ def _orphans(cluster: ClusterView, gate_s: float) -> set[str]:
 
 
 def check_stable_offsets(cluster: ClusterView, txns: TxnLedger, journal: Journal) -> None:
-    """On every live replica: the LSO never passes the HWM, nor (above the
-    log start) the first acknowledged offset of a transaction still open at
-    the coordinator: no marker of it exists, so its records are unstable."""
-    undecided: dict[TopicIdPartition, tuple[int, str]] = {}
+    """On every live replica: the LSO never passes the HWM, nor the first
+    acknowledged offset, still in that replica's log, of a transaction open
+    at the coordinator (no marker of it exists, so its records are
+    unstable).  Records below the log start are gone: a replica that
+    restarted its log there (``reset_to``) keeps no producer-state snapshot
+    of a transaction that began below it, so its LSO may pass the start
+    where Kafka's stays at it, without passing any record of that
+    transaction (docs/design/transactions-leaders.md)."""
+    undecided: dict[TopicIdPartition, list[tuple[int, str]]] = {}
     for txn in txns.open.values():
         for value, offset in txn.acked.items():
-            tp = txn.sent[value]
-            if offset >= 0 and offset < undecided.get(tp, (1 << 62, ""))[0]:
-                undecided[tp] = (offset, txn.key)
+            if offset >= 0:
+                undecided.setdefault(txn.sent[value], []).append((offset, txn.key))
     for bid, broker in sorted(cluster.brokers.items()):
         if broker.store._closed:
             continue
@@ -362,8 +366,8 @@ def check_stable_offsets(cluster: ClusterView, txns: TxnLedger, journal: Journal
                 continue
             if lso > hwm:
                 journal.violated(f"broker {bid} {tp}: LSO {lso} passes the HWM {hwm}")
-            first, key = undecided.get(tp, (1 << 62, ""))
-            if lso > max(first, start):
+            first, key = min(((o, k) for o, k in undecided.get(tp, ()) if o >= start), default=(1 << 62, ""))
+            if lso > first:
                 journal.violated(
                     f"broker {bid} {tp}: LSO {lso} passes offset {first} of open transaction {key} (log start {start})"
                 )
