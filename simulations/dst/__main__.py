@@ -248,7 +248,7 @@ INVARIANTS = [
 ]
 # With --txn, beside those.
 TXN_INVARIANTS = [
-    "no replica's LSO passes its HWM or an undecided transaction's first acknowledged offset",
+    "no replica's LSO passes its HWM or an undecided transaction's first acknowledged offset in its log",
     "read_committed never returns a record of an aborted or undecided transaction (leaders as read, every replica "
     "at the end)",
     "a committed transaction visible in all its partitions (each record once, at its offset), an aborted one in none",
