@@ -17,12 +17,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from partlog.kafka.errors import Errors
-from partlog.kafka.records import TopicIdPartition, TxnMarkerRequest
+from partlog.kafka.records import TxnMarkerRequest
 from partlog.kafka_front.apis import SUPPORTED_VERSIONS, KafkaApis
 from partlog.kafka_front.codec import Request, build, encode_response, response_class
-from partlog.kafka_front.group_coordinator import Committed, GroupCoordinator, partition_for
+from partlog.kafka_front.group_coordinator import Committed, GroupCoordinator
 from partlog.kafka_front.handler import Session
 from tests.fake_broker import FakeBroker
+from tests.group_helpers import assert_a_load_rebuilds, live_coordinator
 
 T = TypeVar("T")
 SESSION = Session("127.0.0.1:1")
@@ -186,15 +187,7 @@ def test_pending_offsets_held_live_are_those_a_load_rebuilds(ops: list[tuple[str
     coordinator holds (offsets and pending) is what a new one loads."""
 
     async def main() -> None:
-        broker = FakeBroker()
-        broker.metadata.add("data", 2)
-        live = GroupCoordinator(broker.port())
-        live.start()
-        try:
-            assert (await live.find_coordinator("g"))[0] == Errors.NONE
-            assert (await live._partition("g"))[0] == Errors.NONE
-            t = broker.metadata.topics_by_name["__consumer_offsets"]
-            tp = TopicIdPartition(t.topic_id, partition_for("g", t.num_partitions))
+        async with live_coordinator(2) as (broker, live, tp):
             # The model: per partition the (log position, offset) of the
             # latest record that counts (plain, or of a committed transaction).
             model: dict[int, tuple[int, int]] = {}
@@ -213,18 +206,10 @@ def test_pending_offsets_held_live_are_those_a_load_rebuilds(ops: list[tuple[str
                     for q, held_at in pending.pop(pid, {}).items():
                         if op == "commit":
                             model[q] = max(model.get(q, (-1, -1)), held_at)
-            error, found = await live.fetch_offsets("g", [("data", 0), ("data", 1)])
+            _error, found = await live.fetch_offsets("g", [("data", 0), ("data", 1)])
             assert {k[1]: c.offset for k, c in found.items() if isinstance(c, Committed)} == {
                 q: o for q, (_, o) in model.items()}  # fmt: skip
-            fresh = GroupCoordinator(broker.port())
-            error, _, _ = await fresh._partition("g")
-            assert error == Errors.NONE
-            [held] = live._parts.values()
-            [loaded] = fresh._parts.values()
-            assert loaded.offsets == held.offsets
-            assert {k: v for k, v in loaded.pending.items() if v} == {k: v for k, v in held.pending.items() if v}
-        finally:
-            await live.close()
+            await assert_a_load_rebuilds(broker, live)
 
     asyncio.run(main())
 
@@ -237,15 +222,7 @@ def test_a_marker_heard_during_a_load_that_the_load_replays_is_not_applied_twice
     markers at or past the end the load read to are applied afterwards."""
 
     async def main() -> None:
-        broker = FakeBroker()
-        broker.metadata.add("data", 1)
-        live = GroupCoordinator(broker.port())
-        live.start()
-        try:
-            assert (await live.find_coordinator("g"))[0] == Errors.NONE
-            assert (await live._partition("g"))[0] == Errors.NONE
-            t = broker.metadata.topics_by_name["__consumer_offsets"]
-            tp = TopicIdPartition(t.topic_id, partition_for("g", t.num_partitions))
+        async with live_coordinator(1) as (broker, live, tp):
             wanted = {("data", 0): (5, -1, None)}
             assert await live.commit_txn_offsets("g", 1, 0, "", -1, None, wanted) == {("data", 0): Errors.NONE}
             marker_offset = broker.log_end_offset(tp)
@@ -267,8 +244,6 @@ def test_a_marker_heard_during_a_load_that_the_load_replays_is_not_applied_twice
             assert isinstance(committed, Committed) and committed.offset == 5  # not 9: still pending
             [part] = fresh._parts.values()
             assert part.pending.get(1)
-        finally:
-            await live.close()
 
     asyncio.run(main())
 

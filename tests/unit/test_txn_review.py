@@ -14,11 +14,12 @@ from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition, TxnMarkerRequest
 from partlog.kafka_front.apis import KafkaApis
 from partlog.kafka_front.codec import Request, build, encode_response, response_class
-from partlog.kafka_front.group_coordinator import Committed, GroupCoordinator, partition_for
+from partlog.kafka_front.group_coordinator import Committed
 from partlog.kafka_front.handler import Session
 from partlog.kafka_front.txn_coordinator import TxnCoordinator
 from partlog.produce.pipeline import BatchResult
 from tests.fake_broker import FakeBroker
+from tests.group_helpers import assert_a_load_rebuilds, leadership_moves_during_produce, live_coordinator
 
 
 def test_an_abort_marker_heard_while_the_txn_offset_commit_is_in_flight_drops_its_offsets() -> None:
@@ -31,15 +32,7 @@ def test_an_abort_marker_heard_while_the_txn_offset_commit_is_in_flight_drops_it
     which a load of the log (batch, then ABORT) drops."""
 
     async def main() -> None:
-        broker = FakeBroker()
-        broker.metadata.add("data", 2)
-        live = GroupCoordinator(broker.port())
-        live.start()
-        try:
-            assert (await live.find_coordinator("g"))[0] == Errors.NONE
-            assert (await live._partition("g"))[0] == Errors.NONE
-            t = broker.metadata.topics_by_name["__consumer_offsets"]
-            tp = TopicIdPartition(t.topic_id, partition_for("g", t.num_partitions))
+        async with live_coordinator(2) as (broker, live, tp):
             produce = broker.produce
 
             async def produce_then_abort(
@@ -70,14 +63,7 @@ def test_an_abort_marker_heard_while_the_txn_offset_commit_is_in_flight_drops_it
             c = found[("data", 1)]
             assert isinstance(c, Committed) and c.offset == 3
 
-            fresh = GroupCoordinator(broker.port())
-            assert (await fresh._partition("g"))[0] == Errors.NONE
-            [held] = live._parts.values()
-            [loaded] = fresh._parts.values()
-            assert loaded.offsets == held.offsets
-            assert {k: v for k, v in loaded.pending.items() if v} == {k: v for k, v in held.pending.items() if v}
-        finally:
-            await live.close()
+            await assert_a_load_rebuilds(broker, live)
 
     asyncio.run(main())
 
@@ -205,28 +191,10 @@ def test_a_txn_offset_commit_that_lands_after_a_new_coordinator_loaded_is_not_ac
     retries at the new coordinator."""
 
     async def main() -> None:
-        broker = FakeBroker()
-        broker.metadata.add("data", 1)
-        live = GroupCoordinator(broker.port())
-        live.start()
-        try:
-            assert (await live.find_coordinator("g"))[0] == Errors.NONE
-            assert (await live._partition("g"))[0] == Errors.NONE
-            t = broker.metadata.topics_by_name["__consumer_offsets"]
-            tp = TopicIdPartition(t.topic_id, partition_for("g", t.num_partitions))
-            produce = broker.produce
-
-            async def produce_after_a_new_load(
-                batches: Sequence[tuple[TopicIdPartition, bytes]], *, acks: int, timeout_ms: int
-            ) -> list[BatchResult]:
-                broker.epochs[tp] = 1  # leadership moved (and came back) while the batch was on its way
-                assert (await live.fetch_offsets("g", [("data", 0)]))[0] == Errors.NONE  # the new epoch loaded
-                return await produce(batches, acks=acks, timeout_ms=timeout_ms)
-
-            broker.produce = produce_after_a_new_load  # type: ignore[method-assign]
+        async with live_coordinator(1) as (broker, live, tp):
             wanted = {("data", 0): (5, -1, None)}
-            answer = await live.commit_txn_offsets("g", 7, 0, "", -1, None, wanted)
-            broker.produce = produce  # type: ignore[method-assign]
+            with leadership_moves_during_produce(broker, live, tp):
+                answer = await live.commit_txn_offsets("g", 7, 0, "", -1, None, wanted)
             if answer[("data", 0)] == Errors.NONE:
                 await broker.write_txn_markers([TxnMarkerRequest(tp, 7, 0, 1, True)], timeout_ms=1)
                 error, found = await live.fetch_offsets("g", [("data", 0)])
@@ -236,8 +204,6 @@ def test_a_txn_offset_commit_that_lands_after_a_new_coordinator_loaded_is_not_ac
                 )  # acknowledged, committed: applied
             else:
                 assert answer[("data", 0)] == Errors.NOT_COORDINATOR
-        finally:
-            await live.close()
 
     asyncio.run(main())
 
@@ -249,34 +215,14 @@ def test_a_plain_offset_commit_that_lands_after_a_new_coordinator_loaded_is_not_
     older offset.  It is NOT_COORDINATOR now, and the client commits again."""
 
     async def main() -> None:
-        broker = FakeBroker()
-        broker.metadata.add("data", 1)
-        live = GroupCoordinator(broker.port())
-        live.start()
-        try:
-            assert (await live.find_coordinator("g"))[0] == Errors.NONE
-            assert (await live._partition("g"))[0] == Errors.NONE
-            t = broker.metadata.topics_by_name["__consumer_offsets"]
-            tp = TopicIdPartition(t.topic_id, partition_for("g", t.num_partitions))
-            produce = broker.produce
-
-            async def produce_after_a_new_load(
-                batches: Sequence[tuple[TopicIdPartition, bytes]], *, acks: int, timeout_ms: int
-            ) -> list[BatchResult]:
-                broker.epochs[tp] = 1  # leadership moved (and came back) while the batch was on its way
-                assert (await live.fetch_offsets("g", [("data", 0)]))[0] == Errors.NONE  # the new epoch loaded
-                return await produce(batches, acks=acks, timeout_ms=timeout_ms)
-
-            broker.produce = produce_after_a_new_load  # type: ignore[method-assign]
-            answer = await live.commit_offsets("g", "", -1, {("data", 0): (5, -1, None)})
-            broker.produce = produce  # type: ignore[method-assign]
+        async with live_coordinator(1) as (broker, live, tp):
+            with leadership_moves_during_produce(broker, live, tp):
+                answer = await live.commit_offsets("g", "", -1, {("data", 0): (5, -1, None)})
             error, found = await live.fetch_offsets("g", [("data", 0)])
             assert error == Errors.NONE
             held = found[("data", 0)]
             acknowledged = answer[("data", 0)] == Errors.NONE
             assert acknowledged == (isinstance(held, Committed) and held.offset == 5), (answer, held)
             assert answer[("data", 0)] in (Errors.NONE, Errors.NOT_COORDINATOR)
-        finally:
-            await live.close()
 
     asyncio.run(main())
