@@ -369,7 +369,8 @@ def _storage_lines(runs: dict[str, RunResult], pages_per_commit: float | None) -
         "without fsync), files open per broker for metadata (partlog: one LMDB environment and one journal for "
         "all partitions; classic: log, offset and time index per partition replica), WAL objects alive at 7 "
         "days' retention, and what garbage collection costs: walmgr's LISTs (256 shards every 30 s cycle, every "
-        "object once an hour), footer GETs (one per object) and DeleteObjects requests (250 objects each). "
+        "object once an hour), footer GETs (one per object) and DeleteObjects requests (250 objects each), and "
+        "walmgr's sweep (every broker asked about the keys it deletes: RPCs and MB per hour, inside the cluster). "
         "The coordinator design knows every file it committed: no LIST or footer read for those. Pages written "
         + (
             f"per commit: {pages_per_commit:.2f} (measured from a durable `MetadataStore`)."
@@ -378,8 +379,9 @@ def _storage_lines(runs: dict[str, RunResult], pages_per_commit: float | None) -
         ),
         "",
         "| scenario | design | metadata writes/s | fsyncs/s | metadata files open per broker (coordinator) "
-        "| pages written/s | WAL objects alive | GC LIST/h | GC GET/h | GC DeleteObjects/h | GC $/month |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| pages written/s | WAL objects alive | GC LIST/h | GC GET/h | GC DeleteObjects/h | GC $/month "
+        "| sweep RPCs/h (MB/h) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name in ("balanced-3az", "jun-100x100", "kip1163-1gib"):
         r = runs[name]
@@ -392,7 +394,8 @@ def _storage_lines(runs: dict[str, RunResult], pages_per_commit: float | None) -
                 f"{_n(f.open_files_per_broker, 0)} ({_n(f.open_files_coordinator, 0)}) | "
                 f"{_n(f.pages_written_per_s, 0) if pages_per_commit is not None else '-'} | "
                 f"{_n(f.wal_objects_alive, 0)} | {_n(f.gc_lists_per_hour, 0)} | {_n(f.gc_gets_per_hour, 0)} | "
-                f"{_n(f.gc_deletes_per_hour, 0)} | {_n(f.gc_usd_per_month, 0)} |"
+                f"{_n(f.gc_deletes_per_hour, 0)} | {_n(f.gc_usd_per_month, 0)} | "
+                f"{_n(f.gc_sweep_rpcs_per_hour, 0)} ({_n(f.gc_sweep_bytes_per_hour / 1e6, 1)}) |"
             )
     return [*out, ""]
 

@@ -27,10 +27,17 @@ commit (:func:`measure_store_writes`, in pages) and walmgr's own defaults
   their batches are gone: no LIST and no footer read for committed files;
   uploads whose commit failed are left to their broker (best effort) and a
   scan the KIP does not specify, not priced here.
+* **walmgr sweep** (partlog, issue 29): before deleting, walmgr asks every
+  broker whether its store references the keys about to go
+  (``keys_referenced``), one RPC per broker per round of up to 10,000
+  deletions, each carrying every key of the round: RPCs per hour and the
+  bytes they carry (``SWEEP_KEY_BYTES`` a key, ``SWEEP_RPC_OVERHEAD_BYTES``
+  an RPC).  Traffic inside the cluster, not priced.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import tempfile
@@ -49,6 +56,13 @@ WALMGR_SHARDS = 256
 WALMGR_GATE_S = 10 * 60.0  # commit deadline + skew + grace, rounded up
 LIST_PAGE_KEYS = 1000
 DELETE_BATCH = 250
+# walmgr's sweep (walmgr/decide.py ``sweep``): keys per RPC and round
+# (CHECKS_PER_RPC_MAX, CHECK_ROUND_OBJECTS), a key's msgpack bytes
+# ("wal/ab/<13-digit ms>-<broker>-<16 hex>.wal", about 44 characters and
+# its header) and an RPC's frame, envelope and answer.
+SWEEP_ROUND_KEYS = 10_000
+SWEEP_KEY_BYTES = 46
+SWEEP_RPC_OVERHEAD_BYTES = 64
 # Kafka's default retention.ms: 7 days.
 RETENTION_S_DEFAULT = 7 * 24 * 3600.0
 # Files a partlog broker's store keeps open (data.mdb, lock.mdb, the journal
@@ -72,6 +86,8 @@ class StorageFigures:
     gc_gets_per_hour: float
     gc_deletes_per_hour: float
     gc_usd_per_month: float
+    gc_sweep_rpcs_per_hour: float = 0.0
+    gc_sweep_bytes_per_hour: float = 0.0
 
 
 def figures(
@@ -108,6 +124,12 @@ def figures(
     else:
         lists = gets = 0.0
         per_broker, coordinator = 0.0, float(PARTLOG_STORE_FILES)
+    sweep_rpcs = sweep_bytes = 0.0
+    if d.design == "partlog" and deletes > 0:
+        cycles = SECONDS_PER_HOUR / WALMGR_CYCLE_S
+        rounds = cycles * math.ceil(deletes / cycles / SWEEP_ROUND_KEYS)
+        sweep_rpcs = brokers * rounds
+        sweep_bytes = brokers * deletes * SWEEP_KEY_BYTES + sweep_rpcs * SWEEP_RPC_OVERHEAD_BYTES
     # S3 prices a LIST as a PUT (per 1,000) and DELETE not at all.
     usd = (lists * o.put_usd_per_1000 + gets * o.get_usd_per_1000) / 1000 * SECONDS_PER_MONTH / SECONDS_PER_HOUR
     return StorageFigures(
@@ -122,6 +144,8 @@ def figures(
         gc_gets_per_hour=gets,
         gc_deletes_per_hour=deletes / DELETE_BATCH,
         gc_usd_per_month=usd,
+        gc_sweep_rpcs_per_hour=sweep_rpcs,
+        gc_sweep_bytes_per_hour=sweep_bytes,
     )
 
 

@@ -34,8 +34,11 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
+from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import TopicIdPartition
+from partlog.rpc.methods import BROKER_SCHEMAS
+from partlog.rpc.server import RpcServer
 from partlog.runtime import SYSTEM_CLOCK
 from partlog.wal.key import make_wal_key
 from partlog.wal.objectstore import ObjectStore
@@ -62,6 +65,21 @@ OBJECTS_MAX = 20_000_000
 # The bench's objects hold one partition of a topic no cluster has: nothing
 # references them (the soak's metadata lists the topic as deleted).
 BENCH_TOPIC = TopicIdPartition(uuid.UUID(int=0xDEAD), 0)
+
+
+async def _references_nothing(body: Any) -> Any:
+    return {"referenced": []}
+
+
+async def empty_broker(meta: StaticMetadata) -> tuple[RpcServer, StaticMetadata]:
+    """A server on a loopback port answering walmgr's sweep as the one broker
+    of ``meta`` would with an empty store ("nothing referenced"), and
+    ``meta`` with that broker's port: for worlds where no broker holds data
+    (the soak's objects belong to a deleted topic).  Close it when done."""
+    [info] = meta.brokers()
+    server = RpcServer({"keys_referenced": _references_nothing}, schemas=BROKER_SCHEMAS, cluster_id=meta.cluster_id)
+    await server.start()
+    return server, meta.with_ports({info.broker_id: server.port})
 
 
 def _fill(
@@ -376,7 +394,6 @@ def _run_soak(
     import asyncio
     import threading
 
-    from partlog.controller.cluster_meta import StaticMetadata
     from partlog.util.proc_stats import rss_anon_bytes, rss_bytes
     from walmgr.daemon import Walmgr
 
@@ -410,7 +427,11 @@ def _run_soak(
         )
 
         async def soak() -> None:
-            mgr = Walmgr(cfg, store=store, metadata=meta)
+            # The cluster's one broker holds no data (its topic is deleted):
+            # it answers walmgr's sweep with "nothing referenced", as a real
+            # broker with an empty store would.
+            broker, with_port = await empty_broker(meta)
+            mgr = Walmgr(cfg, store=store, metadata=with_port)
             await mgr.start()
             try:
                 for i in range(3):  # one cycle should do; a second finds nothing
@@ -439,6 +460,7 @@ def _run_soak(
                         break
             finally:
                 await mgr.stop()
+                await broker.close()
 
         asyncio.run(soak())
     stop.set()

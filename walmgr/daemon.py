@@ -31,9 +31,9 @@ import itertools
 import logging
 import ssl
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
@@ -52,12 +52,19 @@ from partlog.rpc.methods import NOTIFY_OBJECTS_MAX, WALMGR_SCHEMAS
 from partlog.rpc.secret import read_secret_file
 from partlog.rpc.server import RpcServer
 from partlog.rpc.tls import mutual_tls
-from partlog.rpc.wire import WireError, dec_verdicts, dec_wal_uploaded, enc_reference_checks
+from partlog.rpc.wire import (
+    WireError,
+    dec_keys_referenced_answer,
+    dec_verdicts,
+    dec_wal_uploaded,
+    enc_keys_referenced,
+    enc_reference_checks,
+)
 from partlog.runtime import SYSTEM_CLOCK, SYSTEM_ENTROPY, Clock, Entropy
 from partlog.wal.objectstore import DeleteResult, ObjectInfo, ObjectStore, ObjectStoreError
 from partlog.wal.store_url import open_store
 from walmgr.config import WalmgrConfig, WalmgrConfigError
-from walmgr.decide import CheckPlan, Decision, decide, past_age_gate, plan_checks, split_checks
+from walmgr.decide import CheckPlan, Decision, decide, past_age_gate, plan_checks, split_checks, sweep
 from walmgr.deleter import DeleteReport, execute_plan
 from walmgr.listing import inspect_object
 from walmgr.model import ObjectRecord, Source, State
@@ -69,6 +76,7 @@ from walmgr.spark_scan import SparkScanError
 from walmgr.spark_scan import check_available as check_spark_available
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 # Candidates decided per round of a cycle (one referenced_files RPC per
@@ -170,6 +178,14 @@ class WalmgrMetrics:
         self.kept_doubt = Counter(
             "walmgr_kept_doubt", "checks that kept an object on doubt (error, timeout, leader change)", registry=r
         )
+        self.kept_by_sweep = Counter(
+            "walmgr_kept_by_sweep",
+            "objects the leader check cleared that some broker still references: a footer that names the "
+            "wrong partitions (a writer's bug); each is kept and logged",
+            registry=r,
+        )
+        self.sweep_rpcs = Counter("walmgr_sweep_rpcs", "keys_referenced RPCs sent to brokers (the sweep)", registry=r)
+        self.sweep_keys = Counter("walmgr_sweep_keys", "keys asked in the sweep, summed over brokers", registry=r)
         self.delete_failures = Counter("walmgr_delete_failures", "deletions the store did not confirm", registry=r)
         self.notifications = Counter("walmgr_notifications", "objects learned from broker notifications", registry=r)
         self.scan_keys_per_s = Gauge(
@@ -718,21 +734,66 @@ class Walmgr:
         plan: CheckPlan = plan_checks(cands, self._topic_deleted, self._leader, self.cluster_id, self._isr)
         brokers = list(plan.by_broker)
         answers = await asyncio.gather(*(self._ask(b, plan.by_broker[b]) for b in brokers))
-        return decide(plan, dict(zip(brokers, answers, strict=True)), self._leader, self._isr)
+        decision = decide(plan, dict(zip(brokers, answers, strict=True)), self._leader, self._isr)
+        return await self._sweep(decision)
+
+    async def _sweep(self, decision: Decision) -> Decision:
+        """Every listed broker asked about the keys ``decision`` would
+        delete (``walmgr.decide.sweep``): one ``keys_referenced`` RPC per
+        broker and round, split at CHECKS_PER_RPC_MAX keys."""
+        if not decision.delete or self.metadata is None:
+            return decision
+        live = [b.broker_id for b in self.metadata.brokers()]
+        keys = decision.delete
+        answers = await asyncio.gather(*(self._ask_keys(b, keys) for b in live))
+        live_after = [b.broker_id for b in self.metadata.brokers()]
+        out = sweep(decision, live, dict(zip(live, answers, strict=True)), live_after)
+        caught = [k for k in keys if k in out.referenced and k not in decision.referenced]
+        for k in caught[:10]:
+            log.warning("walmgr kept key=%s: %s; the leader check had cleared it", k, out.referenced[k])
+        if self.metrics is not None:
+            self.metrics.sweep_rpcs.inc(len(live) * len(split_checks(keys)))
+            self.metrics.sweep_keys.inc(len(live) * len(keys))
+            self.metrics.kept_by_sweep.inc(len(caught))
+        return out
+
+    async def _ask_keys(self, broker_id: int, keys: Sequence[str]) -> set[str] | str:
+        """The keys of ``keys`` that broker references, or why it did not say."""
+
+        async def call(client: RpcClient) -> set[str]:
+            found: set[str] = set()
+            for part in split_checks(keys):
+                body = await client.call(
+                    "keys_referenced", enc_keys_referenced(part), timeout_ms=self.config.check_timeout_ms
+                )
+                found |= {part[i] for i in dec_keys_referenced_answer(body, len(part))}
+            return found
+
+        return await self._rpc(broker_id, call)
 
     async def _ask(self, broker_id: int, checks: list[Any]) -> list[int] | str:
         """One broker's verdicts, or why there are none (any failure is a doubt)."""
-        out: list[int] = []
+
+        async def call(client: RpcClient) -> list[int]:
+            out: list[int] = []
+            for part in split_checks(checks):
+                body = await client.call(
+                    "referenced_files",
+                    enc_reference_checks([(c.key, c.topic_id_partition, c.leader_epoch, c.asked) for c in part]),
+                    timeout_ms=self.config.check_timeout_ms,
+                )
+                out += dec_verdicts(body, len(part))
+            return out
+
+        return await self._rpc(broker_id, call)
+
+    async def _rpc(self, broker_id: int, call: Callable[[RpcClient], Awaitable[_T]]) -> _T | str:
+        """``call`` on the broker's client within ``check_timeout_ms``, or
+        why it failed (any failure is a doubt, never an answer)."""
         try:
             async with asyncio.timeout(self.config.check_timeout_ms / 1000):
                 client = await self._client(broker_id)
-                for part in split_checks(checks):
-                    body = await client.call(
-                        "referenced_files",
-                        enc_reference_checks([(c.key, c.topic_id_partition, c.leader_epoch, c.asked) for c in part]),
-                        timeout_ms=self.config.check_timeout_ms,
-                    )
-                    out += dec_verdicts(body, len(part))
+                return await call(client)
         except TimeoutError:
             return "timed out"
         except RpcHandshakeError as e:
@@ -746,7 +807,6 @@ class Walmgr:
             return f"unreachable: {e}"
         except (RpcTimeoutError, RpcRemoteError, WireError, ObjectStoreError, ValueError) as e:
             return f"{type(e).__name__}: {e}"
-        return out
 
     async def _client(self, broker_id: int) -> RpcClient:
         c = self._clients.get(broker_id)

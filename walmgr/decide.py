@@ -23,6 +23,14 @@ The deletion-safety argument (design.md, "Deletion safety") in code:
    back.  No leader, an error, a timeout, a missing or unknown answer, or a
    leader change keeps the object for the next round.
 
+5. **Every broker's word.** The keys that pass 1-4 are then asked of every
+   broker the metadata lists (:func:`sweep`): does any entry of your store,
+   for any partition, reference them?  A footer that names the wrong
+   partition (a writer's bug) would otherwise send the leader check to
+   leaders that hold nothing, and delete an object another partition still
+   reads.  Any "yes", any missing answer, or a change of the broker list
+   keeps the key.
+
 Inputs are values (records, a view of leaders, the answers); outputs are
 values (a :class:`CheckPlan`, a :class:`Decision`).  The daemon performs the
 I/O; the property test drives this module against a reference model.
@@ -31,15 +39,18 @@ I/O; the property test drives this module against a reference model.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from partlog import injected_bugs
 from partlog.kafka.records import TopicIdPartition
 from partlog.rpc.wire import Verdict
 from walmgr.model import ObjectRecord, State
 
-# Checks one reference RPC carries at most; a bigger round is split.
+_Item = TypeVar("_Item")
+
+# Checks (or sweep keys) one reference RPC carries at most; a bigger round is split.
 CHECKS_PER_RPC_MAX = 10_000
 
 
@@ -187,6 +198,48 @@ def decide(
     return Decision(delete, referenced, doubt)
 
 
+def sweep(
+    decision: Decision,
+    live: Sequence[int],
+    answers: Mapping[int, Set[str] | str],
+    live_after: Sequence[int],
+) -> Decision:
+    """Every live broker's word on the keys ``decision`` would delete
+    (issue 29: no single wrong footer may cause a deletion).  ``live`` are
+    the brokers the metadata listed when the sweep began, ``answers[b]`` the
+    keys broker ``b``'s store references (any partition, leader or follower)
+    or why it did not answer, ``live_after`` the brokers listed once the
+    answers were in.  A key any broker references is kept as referenced;
+    every key is kept when a broker did not answer, when nobody was asked,
+    or when the brokers listed changed meanwhile (one that joined was not
+    asked)."""
+    if not decision.delete:
+        return decision
+    doubt = dict(decision.doubt)
+    referenced = dict(decision.referenced)
+
+    def keep_all(why: str) -> Decision:
+        for k in decision.delete:
+            doubt[k] = why
+        return Decision([], referenced, doubt)
+
+    if not live:
+        return keep_all("sweep: no live broker to ask")
+    if set(live_after) != set(live):
+        return keep_all("sweep: the brokers changed during the sweep")
+    failed = next(((b, answers.get(b)) for b in live if not isinstance(answers.get(b), Set)), None)
+    if failed is not None:
+        b, got = failed
+        return keep_all(f"sweep: broker {b}: {got if isinstance(got, str) else 'no answer'}")
+    for b in live:
+        got = answers[b]
+        assert not isinstance(got, str)
+        for k in decision.delete:
+            if k in got:
+                referenced.setdefault(k, f"broker {b} references it (its footer did not name that partition)")
+    return Decision([k for k in decision.delete if k not in referenced], referenced, doubt)
+
+
 def _name(v: int) -> str:
     try:
         return Verdict(v).name
@@ -194,7 +247,7 @@ def _name(v: int) -> str:
         return f"unknown verdict {v}"
 
 
-def split_checks(checks: Sequence[Check], size: int = CHECKS_PER_RPC_MAX) -> list[Sequence[Check]]:
+def split_checks(checks: Sequence[_Item], size: int = CHECKS_PER_RPC_MAX) -> list[Sequence[_Item]]:
     return [checks[i : i + size] for i in range(0, len(checks), size)]
 
 

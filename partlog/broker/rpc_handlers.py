@@ -40,6 +40,7 @@ from partlog.rpc.wire import (
     Verdict,
     WireError,
     dec_commit,
+    dec_keys_referenced,
     dec_partition_items,
     dec_reference_checks,
     enc_commit_responses,
@@ -111,6 +112,7 @@ class RpcHandlers:
             "init_producer_id": self.init_producer_id,
             "replica_fetch": self.replicas.handle_replica_fetch,
             "referenced_files": self.referenced_files,
+            "keys_referenced": self.keys_referenced,
             "delete_records": self.delete_records,
             "offset_for_leader_epoch": self.offset_for_leader_epoch,
             "write_txn_markers": self.write_txn_markers,
@@ -225,6 +227,19 @@ class RpcHandlers:
             for (key, tp, _, asked), role in zip(checks, roles, strict=True)
         ]
         return {"verdicts": verdicts}
+
+    async def keys_referenced(self, body: Any) -> Any:
+        """walmgr's sweep: which of these objects does any entry of this
+        broker's store reference, for any partition, as leader or follower?
+        The same read as :meth:`referenced_files` (entries above the HWM and
+        commits not yet durable count), asked without the footer's word on
+        which partitions to look at."""
+        try:
+            keys = dec_keys_referenced(body, REFERENCE_CHECKS_MAX)
+        except WireError as e:
+            raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
+        referenced = await asyncio.to_thread(self.store.referenced_files, set(keys))
+        return {"referenced": [i for i, k in enumerate(keys) if k in referenced]}
 
     # ---------------------------------------------------- answered by leaders
 

@@ -166,6 +166,7 @@ BROKER_SCHEMAS: dict[str, Schema] = {
         },
         optional={"asked": List(List(BROKER_ID, REPLICAS_ASKED_MAX), REFERENCE_CHECKS_MAX)},
     ),
+    "keys_referenced": Map(required={"keys": List(OBJECT_KEY, REFERENCE_CHECKS_MAX)}),
 }
 
 _BROKER_EPOCH = Map(required={"broker_id": BROKER_ID, "broker_epoch": INT64})

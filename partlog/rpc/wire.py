@@ -433,6 +433,39 @@ def dec_verdicts(body: Any, n: int) -> list[int]:
     return [expect_int(v, f"referenced_files.verdicts[{i}]") for i, v in enumerate(verdicts)]
 
 
+# walmgr's sweep: does any entry of this broker's store reference these
+# objects, whatever partition the footer named?
+#   {"keys": [object_key, ...]}  ->  {"referenced": [index into keys, ...]}
+
+
+def enc_keys_referenced(keys: Sequence[str]) -> dict[str, Any]:
+    return {"keys": list(keys)}
+
+
+def dec_keys_referenced(body: Any, keys_max: int) -> list[str]:
+    m = expect_map(body, "keys_referenced")
+    raw = expect_list(field(m, "keys", "keys_referenced"), "keys_referenced.keys")
+    if len(raw) > keys_max:
+        raise WireError(f"keys_referenced.keys: at most {keys_max} items, got {len(raw)}")
+    return [expect_str(k, f"keys_referenced.keys[{i}]") for i, k in enumerate(raw)]
+
+
+def dec_keys_referenced_answer(body: Any, n: int) -> set[int]:
+    """The indexes (into the ``n`` keys asked) the broker references; an
+    index out of range is a broken answer (WireError), never ignored."""
+    m = expect_map(body, "keys_referenced response")
+    raw = expect_list(field(m, "referenced", "keys_referenced response"), "keys_referenced.referenced")
+    if len(raw) > n:
+        raise WireError(f"keys_referenced.referenced: at most {n} items, got {len(raw)}")
+    out: set[int] = set()
+    for i, v in enumerate(raw):
+        idx = expect_int(v, f"keys_referenced.referenced[{i}]")
+        if not 0 <= idx < n:
+            raise WireError(f"keys_referenced.referenced[{i}]: {idx} is not an index of the {n} keys asked")
+        out.add(idx)
+    return out
+
+
 # ----------------------------------------------------------- notifications
 #
 # A broker tells walmgr about objects it uploaded (best effort):

@@ -143,15 +143,17 @@ def _forge_and_collect(tmp_path: Path, forge: str) -> tuple[str, dict[str, objec
     async def main() -> None:
         clock = SkewedClock(SYSTEM_CLOCK)  # jumps past the age gate (no sleep)
         async with running_cluster(
-            tmp_path, objects, brokers_per_az=2, partitions=2, commit_deadline_ms=DEADLINE_MS, clock=clock
+            tmp_path, objects, brokers_per_az=2, partitions=3, commit_deadline_ms=DEADLINE_MS, clock=clock
         ) as (brokers, meta):
             tps = topic_partitions(meta)
-            key = await _two_partition_object(brokers, tps)
+            key = await _two_partition_object(brokers, tps[:2])
             footer, _ = read_footer(objects, key)
-            p0 = next(r for r in footer.partitions if r.topic_id_partition == tps[0])
-            parts: list[list[object]] = (
-                [[tps[0].topic_id.bytes, 0, p0.byte_offset, p0.size, p0.batch_count]] if forge == "drop" else []
-            )
+            p0, p1 = (next(r for r in footer.partitions if r.topic_id_partition == tp) for tp in tps[:2])
+            parts: list[list[object]] = []
+            if forge in ("drop", "misname"):
+                parts.append([tps[0].topic_id.bytes, 0, p0.byte_offset, p0.size, p0.batch_count])
+            if forge == "misname":  # partition 1's bytes said to be partition 2's, whose leader holds nothing
+                parts.append([tps[2].topic_id.bytes, 2, p1.byte_offset, p1.size, p1.batch_count])
             objects.put(key, reforge(objects.get(key), parts, meta.cluster_id))
             clock.skew_ms += round((GATE_S + 0.2) * 1000)
             mgr = Walmgr(_config(tmp_path), store=objects, metadata=meta, clock=clock)
@@ -188,6 +190,21 @@ def test_a_footer_that_leaves_out_a_referencing_partition_is_kept(tmp_path: Path
     assert exists, f"{key} was deleted while partition 1's leader references it"
     assert shown["status"] == State.INVALID.value and "leaves bytes" in str(shown["note"]), shown
     assert b"walmgr_invalid 1.0" in metrics
+
+
+@pytest.mark.timeout(120)
+def test_a_footer_that_names_the_wrong_partition_is_kept_by_the_sweep(tmp_path: Path) -> None:
+    """A valid-looking footer that names partition 2 for partition 1's bytes
+    (a writer's bug): the leader check asks partitions 0 and 2, whose
+    leaders hold nothing, and clears the object; the sweep asks every
+    broker, partition 1's leader says it references the object, and it is
+    kept.  Mutation check: ``sweep`` in walmgr/decide.py returning its
+    input unchanged makes this test fail (the object is deleted)."""
+    key, shown, metrics, exists = _forge_and_collect(tmp_path, "misname")
+    assert exists, f"{key} was deleted while partition 1's leader references it"
+    assert shown["status"] == State.TRACKED.value, shown
+    assert "footer did not name" in str(shown["note"]), shown
+    assert b"walmgr_kept_by_sweep_total 2.0" in metrics, metrics
 
 
 @pytest.mark.timeout(120)

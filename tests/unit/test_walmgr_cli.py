@@ -7,7 +7,6 @@ tests/integration/test_walmgr_cli_cycles.py), in-process through
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -103,19 +102,6 @@ def test_spark_package_zips_the_project(tmp_path: Path, capsys: pytest.CaptureFi
     names = set(zipfile.ZipFile(out).namelist())
     assert {"partlog/__init__.py", "walmgr/scanner.py", "spark/scan_job.py", "partlog/store/__init__.py"} <= names
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
-
-
-def test_bench_soak_learns_and_deletes_every_orphan_within_its_memory_bound(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """The soak at a small size on a local directory: the daemon's cycle
-    deletes every orphan the generator made, and the report says so."""
-    store = f"file://{tmp_path}/objects"
-    assert cli.main(["bench", "soak", "--objects", "250", "--store", store, "--json"]) == 0
-    r = json.loads(capsys.readouterr().out)
-    assert r["objects"] == 250 and r["deleted_files"] == 250 and r["objects_left"] == 0
-    assert r["all_deleted"] and r["within_bound"] and r["rss_anon_peak_mib"] > 0
-    assert r["cycles"][0]["keys_listed"] == 250 and r["cycles"][-1]["deleted_files"] == 0
 
 
 def test_the_bench_generator_fills_in_windows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,21 +21,11 @@ from partlog.wal.key import make_wal_key
 from partlog.wal.localdir_store import LocalDirStore
 from partlog.wal.objectstore import DeleteResult, ForwardingStore, ObjectStore, ObjectStoreError
 from tests.walmgr_helpers import listed
-from tests.walmgr_safety_cases import PREFIX, check_scan_json, config, now_ms, scan_json, unknown_keys_are_never_deleted
+from tests.walmgr_safety_cases import PREFIX, config, now_ms
 from walmgr.daemon import CycleReport, Walmgr
 from walmgr.deleter import execute_plan
 from walmgr.model import ObjectRecord, Source, State
 from walmgr.registry import Registry
-
-
-def test_unknown_key_shapes_and_sibling_prefixes_are_never_deleted_local(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    objects = LocalDirStore(tmp_path / "objects", fsync=False)
-    url = "file://" + str(tmp_path / "objects")
-    weird = asyncio.run(unknown_keys_are_never_deleted(tmp_path, objects, url))
-    out = scan_json(capsys, ["--store", url, "--registry", str(tmp_path / "registry")])
-    check_scan_json(out, weird)
 
 
 class Crash(Exception):
