@@ -24,6 +24,10 @@ KNOWN: dict[str, str] = {
     "walmgr_asks_only_leaders": (
         "walmgr asks only each partition's leader, so an ISR follower's reference counts as absent"
     ),
+    "walmgr_skips_the_sweep": (
+        "walmgr deletes what the leader check cleared without asking every broker (the sweep); the "
+        "simulation's footers are right, so only together with a leader-check bug is a live object lost"
+    ),
     "retention_past_hwm": "retention deletes batches above the high watermark (not yet committed)",
     "not_leader_counts_as_unreferenced": (
         "walmgr takes a NOT_LEADER answer (a follower's, or a moved leader's) as 'not referenced'"

@@ -89,12 +89,23 @@ def test_enable_switches_on_exactly_the_named_bugs() -> None:
 # (tests/sim/test_dst.py, INJECTED).
 FIRST_FAILING_SEED = {
     "walmgr_gate_without_commit_deadline": 1,
-    "walmgr_asks_only_leaders": 3,
+    "walmgr_asks_only_leaders": 1,
+    "walmgr_skips_the_sweep": 1,
     "acks_all_before_hwm": 14,
     "retention_past_hwm": 19,
-    "not_leader_counts_as_unreferenced": 19,
+    "not_leader_counts_as_unreferenced": 11,
     "no_fetch_epoch_fencing": 38,
     "producer_ids_not_persisted": 63,
+}
+# walmgr's two checks guard each other (issue 29): a bug in the leader
+# check is masked by the sweep, and the sweep is only needed when a footer
+# is wrong, which the simulation's writers never do.  These are found only
+# with their partner switched on too (`--inject A --inject B`), measured
+# that way at issue 29.
+FOUND_WITH = {
+    "walmgr_asks_only_leaders": "walmgr_skips_the_sweep",
+    "not_leader_counts_as_unreferenced": "walmgr_skips_the_sweep",
+    "walmgr_skips_the_sweep": "walmgr_asks_only_leaders",
 }
 # A few seeds: what a developer runs before pushing (a seed takes 10-35 s).
 FEW_SEEDS = 5
@@ -104,8 +115,13 @@ def test_each_injected_bug_states_whether_a_few_seeds_find_it() -> None:
     # The transaction bugs are found with `fuzz --txn` (tests/sim/test_dst_txn.py).
     assert FIRST_FAILING_SEED.keys() | TXN_FIRST_FAILING_SEED.keys() == injected_bugs.KNOWN.keys()
     found_within_few = sorted(name for name, seed in FIRST_FAILING_SEED.items() if seed <= FEW_SEEDS)
-    assert found_within_few == ["walmgr_asks_only_leaders", "walmgr_gate_without_commit_deadline"]
+    assert found_within_few == [
+        "walmgr_asks_only_leaders",
+        "walmgr_gate_without_commit_deadline",
+        "walmgr_skips_the_sweep",
+    ]
+    assert FOUND_WITH.keys() <= injected_bugs.KNOWN.keys() and set(FOUND_WITH.values()) <= injected_bugs.KNOWN.keys()
     # The one CI checks with a seed (tests/sim/test_dst.py) is one of those,
     # at the seed this table names.
     name, seed = INJECTED
-    assert name in found_within_few and FIRST_FAILING_SEED[name] == seed
+    assert name in found_within_few and FIRST_FAILING_SEED[name] == seed and name not in FOUND_WITH
