@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +72,12 @@ RETRY_BACKOFF_MS_MAX = 2_000
 # wakes at the nearest timeout (Kafka checks every 10 s,
 # transaction.abort.timed.out.transaction.cleanup.interval.ms).
 LEADERSHIP_POLL_MS = 1_000
+# The steps ``observe_step`` times: a record written (``write_`` and the
+# transition's kind: ``write_add``, ``write_end`` the Prepare*, ...), the
+# markers of one transaction all written, and Prepare* durable to Complete*
+# durable (while the id's next AddPartitionsToTxn is answered
+# CONCURRENT_TRANSACTIONS).
+STEPS = (*(f"write_{k.value}" for k in TransitionKind), "markers", "prepared_to_complete")
 # Marker errors after which this coordinator stops sending: a newer
 # coordinator (or producer epoch) took over (Kafka's
 # TransactionMarkerRequestCompletionHandler).
@@ -118,7 +124,17 @@ class TxnCoordinator:
         self._timer: asyncio.Task[None] | None = None
         self._closed = False
         # Counted for the listener's metrics (partlog_kafka_txn_*).
-        self.stats = {"markers_written": 0, "marker_retries": 0, "timeouts": 0, "expirations": 0}
+        self.stats = {
+            "markers_written": 0,
+            "marker_retries": 0,
+            "timeouts": 0,
+            "expirations": 0,
+            "concurrent_transactions": 0,
+        }
+        # ``observe_step(step, seconds)``: the time of one step of a
+        # transaction here (see ``STEPS``); the listener points it at its
+        # histogram (partlog_kafka_txn_step_seconds).
+        self.observe_step: Callable[[str, float], None] = lambda _step, _s: None
 
     def start(self) -> None:
         if self._timer is None:
@@ -264,9 +280,11 @@ class TxnCoordinator:
         appendTransactionToLog, with its error translation)."""
         key, value = txn_log.encode(transition.after)
         batch = build_record_batch([(key, value, self.broker.clock.wall_ms())])
+        start = self.broker.clock.monotonic()
         try:
             [result] = await self.broker.produce([(part.tp, batch)], acks=-1, timeout_ms=WRITE_TIMEOUT_MS)
             error = _append_error(result.error)
+            self.observe_step(f"write_{transition.kind.value}", self.broker.clock.monotonic() - start)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # the broker's produce path failed: as a timeout
@@ -301,6 +319,7 @@ class TxnCoordinator:
         both retried until done or this broker stops coordinating."""
         meta = complete.before
         assert meta is not None and complete.kind == TransitionKind.COMPLETE
+        start = self.broker.clock.monotonic()
         left = set(meta.partitions)
         backoff_ms = RETRY_BACKOFF_MS_MIN
         while left:
@@ -334,11 +353,13 @@ class TxnCoordinator:
                 self.stats["marker_retries"] += len(left)
                 await self.broker.clock.sleep(backoff_ms / 1000)
                 backoff_ms = min(backoff_ms * 2, RETRY_BACKOFF_MS_MAX)
+        self.observe_step("markers", self.broker.clock.monotonic() - start)
         backoff_ms = RETRY_BACKOFF_MS_MIN
         while self._is_current(part):
             error = await self._write(part, complete)
             if error == Errors.NONE:
                 part.txns.complete(complete)
+                self.observe_step("prepared_to_complete", self.broker.clock.monotonic() - start)
                 self._wake.set()
                 return
             log.info("writing %s of %s: %s; retrying", complete.after.state.kafka_name,
@@ -392,6 +413,9 @@ class TxnCoordinator:
         now = self.broker.clock.wall_ms()
         got = part.txns.add_partitions(transactional_id, producer_id, producer_epoch, partitions, now)
         if isinstance(got, Errors):
+            # Mostly the previous transaction's markers and Complete* not yet
+            # written: the client retries (librdkafka after 20 ms).
+            self.stats["concurrent_transactions"] += got == Errors.CONCURRENT_TRANSACTIONS
             return got
         return await self._perform(part, got)
 

@@ -152,6 +152,48 @@ def _parallel(n: int, fn: Callable[[int], dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _scrape(ports: list[int]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of the brokers' Prometheus metrics, summed over brokers."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for port in ports:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                key = (sample.name, tuple(sorted(sample.labels.items())))
+                out[key] = out.get(key, 0.0) + sample.value
+    return out
+
+
+def _timeline(before: dict[Any, float], after: dict[Any, float], commits: int) -> dict[str, Any]:
+    """The coordinators' side of the transactional phases (metrics after
+    minus before): per step its count and mean ms, CONCURRENT_TRANSACTIONS
+    answers per committed transaction, WAL files and early closes."""
+
+    def delta(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    steps: dict[str, dict[str, float]] = {}
+    for step in sorted({dict(k[1]).get("step", "") for k in after if k[0] == "partlog_kafka_txn_step_seconds_count"}):
+        n = delta("partlog_kafka_txn_step_seconds_count", step=step)
+        if n:
+            total = delta("partlog_kafka_txn_step_seconds_sum", step=step)
+            steps[step] = {"count": n, "mean_ms": total / n * 1000}
+    return {
+        "steps": steps,
+        "concurrent_transactions_per_txn": delta("partlog_kafka_txn_concurrent_transactions_total") / commits
+        if commits
+        else float("nan"),
+        "wal_files": delta("partlog_uploads_total"),
+        "wal_early_closes": delta("partlog_wal_early_closes_total"),
+    }
+
+
 def _read(bootstrap: str, partitions: int, isolation: str) -> dict[str, Any]:
     """The whole topic read with ``isolation``: records, MiB, seconds."""
     kcat = shutil.which("kcat")
@@ -208,12 +250,15 @@ def run(
     idem: dict[str, Any] = {"records": 0, "errors": 0, "seconds": 0.0, "latency_ms": []}
     txn: dict[str, Any] = {"records": 0, "aborted_txns": 0, "seconds": 0.0, "commit_ms": []}
     paced: list[float] = []
+    scraped: list[dict[Any, float]] = []
     try:
         say(f"cluster up: {boot}")
         half = seconds / 2
         for n, is_txn in enumerate((False, True, True, False)):
             time.sleep(SETTLE_S)
             say(f"{producers} {'transactional' if is_txn else 'idempotent'} producers, {half:g} s")
+            if n in (1, 3):  # around the transactional phases
+                scraped.append(_scrape(cluster.metrics_ports))
             if is_txn:
                 r = _parallel(producers, functools.partial(_one_transactional, boot, value, partitions, half,
                                                            linger_ms, records_per_txn, n))  # fmt: skip
@@ -258,6 +303,7 @@ def run(
     txn["commits"] = len(commit_ms)
     txn["commit_p50_ms"] = percentile(commit_ms, 0.50) if commit_ms else float("nan")
     txn["commit_p99_ms"] = percentile(commit_ms, 0.99) if commit_ms else float("nan")
+    txn["coordinators"] = _timeline(scraped[0], scraped[1], len(commit_ms))
     for r in reads.values():
         r["mib_per_s"] = r["mib"] / r["seconds"] if r["seconds"] else 0.0
     uncommitted = reads["read_uncommitted"]["mib_per_s"]
@@ -311,6 +357,11 @@ def print_report(r: dict[str, Any], out: Any = sys.stdout) -> None:
     print(f"transactional: {t['records_per_s']:>10,.0f} records/s   commit  p50/p99 "
           f"{t['commit_p50_ms']:.1f} / {t['commit_p99_ms']:.1f} ms   ({t['commits']} commits, "
           f"{t['aborted_txns']} aborted)", file=out)  # fmt: skip
+    c = t["coordinators"]
+    steps = ", ".join(f"{k} {v['mean_ms']:.1f} ms x{v['count']:.0f}" for k, v in c["steps"].items())
+    print(f"coordinators (means): {steps}; CONCURRENT_TRANSACTIONS {c['concurrent_transactions_per_txn']:.1f} "
+          f"per transaction; {c['wal_files']:.0f} WAL files, {c['wal_early_closes']:.0f} closed early",
+          file=out)  # fmt: skip
     for name, x in r["reads"].items():
         print(f"{name:17} ({x['client']}): {x['mib']:.1f} MiB in {x['seconds']:.2f} s, {x['mib_per_s']:.1f} MiB/s",
               file=out)  # fmt: skip

@@ -215,3 +215,24 @@ def test_a_new_leader_finishes_a_prepared_transaction_unasked() -> None:
         await c2.close()
 
     _run(body)
+
+
+def test_steps_of_a_transaction_are_timed() -> None:
+    """Each step of a transaction is observed once (the operators'
+    partlog_kafka_txn_step_seconds), and an AddPartitionsToTxn while the
+    previous transaction completes is counted as CONCURRENT_TRANSACTIONS."""
+
+    async def body(broker: FakeBroker) -> None:
+        c, tps, pid, epoch = await _producer(broker, 10_000)
+        steps: list[str] = []
+        c.observe_step = lambda step, seconds: steps.append(step) if seconds >= 0 else None
+        assert await c.add_partitions("t", pid, epoch, tps[:1]) == Errors.NONE
+        assert await c.end_txn("t", pid, epoch, True) == Errors.NONE
+        # Its markers and Complete* are not written yet.
+        assert await c.add_partitions("t", pid, epoch, tps[:1]) == Errors.CONCURRENT_TRANSACTIONS
+        assert c.stats["concurrent_transactions"] == 1
+        await _settle(c)
+        assert sorted(steps) == ["markers", "prepared_to_complete", "write_add", "write_complete", "write_end"]
+        await c.close()
+
+    _run(body)
