@@ -282,7 +282,7 @@ class TxnCoordinator:
         batch = build_record_batch([(key, value, self.broker.clock.wall_ms())])
         start = self.broker.clock.monotonic()
         try:
-            [result] = await self.broker.produce([(part.tp, batch)], acks=-1, timeout_ms=WRITE_TIMEOUT_MS)
+            [result] = await self.broker.produce([(part.tp, batch)], acks=-1, timeout_ms=WRITE_TIMEOUT_MS, urgent=True)
             error = _append_error(result.error)
             self.observe_step(f"write_{transition.kind.value}", self.broker.clock.monotonic() - start)
         except asyncio.CancelledError:
