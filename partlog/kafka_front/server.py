@@ -200,6 +200,7 @@ class _TxnCollector(Collector):
             ("timeouts", "transactions this coordinator aborted at their timeout"),
             ("expirations", "transactional ids expired (transactional.id.expiration.ms)"),
             ("concurrent_transactions", "AddPartitionsToTxn answered CONCURRENT_TRANSACTIONS (the client retries)"),
+            ("adds_held", "AddPartitionsToTxn held while the id's previous transaction completed"),
         ):
             yield CounterMetricFamily(f"partlog_kafka_txn_{name}", help_text, value=stats[name])
 

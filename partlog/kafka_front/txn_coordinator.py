@@ -67,6 +67,11 @@ WRITE_TIMEOUT_MS = 5_000
 # succeed: Kafka's retry.backoff.ms, growing to this.
 RETRY_BACKOFF_MS_MIN = 100
 RETRY_BACKOFF_MS_MAX = 2_000
+# How long an AddPartitionsToTxn (or AddOffsetsToTxn) waits while the same
+# id's previous transaction has its markers and Complete* written, before
+# it is answered CONCURRENT_TRANSACTIONS (the client retries; librdkafka
+# after 20 ms).  Answered as a retry would be, one round trip earlier.
+ADD_HOLD_MS = 1_000
 # How often the timer looks for partitions of __transaction_state this
 # broker came to lead or lost (Kafka learns it from LeaderAndIsr); it also
 # wakes at the nearest timeout (Kafka checks every 10 s,
@@ -99,6 +104,9 @@ class _TxnPartition:
     # before this time (wall ms), so a log that fails fast is not spun on.
     retry_at_ms: int = -1
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    # Per transactional id whose markers and Complete* are being written:
+    # set when that ends (written, or given up).
+    completing: dict[str, asyncio.Event] = field(default_factory=dict)
 
 
 class TxnCoordinator:
@@ -130,6 +138,7 @@ class TxnCoordinator:
             "timeouts": 0,
             "expirations": 0,
             "concurrent_transactions": 0,
+            "adds_held": 0,
         }
         # ``observe_step(step, seconds)``: the time of one step of a
         # transaction here (see ``STEPS``); the listener points it at its
@@ -269,7 +278,7 @@ class TxnCoordinator:
         part.loaded.set()
         log.info("transactions loaded from %s: %d ids, %d to complete", part.tp, len(part.txns), len(recovered))
         for t in recovered:
-            self._spawn(part, self._finish(part, t))
+            self._spawn_finish(part, t)
         self._wake.set()
 
     # -------------------------------------------------------------- writes
@@ -310,15 +319,29 @@ class TxnCoordinator:
             return error
         follow = part.txns.complete(transition)
         if follow is not None:
-            self._spawn(part, self._finish(part, follow))
+            self._spawn_finish(part, follow)
         self._wake.set()
         return Errors.NONE
 
-    async def _finish(self, part: _TxnPartition, complete: Transition) -> None:
+    def _spawn_finish(self, part: _TxnPartition, complete: Transition) -> None:
+        """Start ``_finish``; until it ends, the id's next AddPartitionsToTxn
+        waits for it (``add_partitions``)."""
+        done = part.completing[complete.transactional_id] = asyncio.Event()
+        self._spawn(part, self._finish(part, complete, done))
+
+    async def _finish(self, part: _TxnPartition, complete: Transition, done: asyncio.Event) -> None:
         """Send the markers of a prepared transaction, then write Complete*;
         both retried until done or this broker stops coordinating."""
         meta = complete.before
         assert meta is not None and complete.kind == TransitionKind.COMPLETE
+        try:
+            await self._markers_then_complete(part, complete, meta)
+        finally:
+            if part.completing.get(complete.transactional_id) is done:
+                del part.completing[complete.transactional_id]
+            done.set()
+
+    async def _markers_then_complete(self, part: _TxnPartition, complete: Transition, meta: TxnMetadata) -> None:
         start = self.broker.clock.monotonic()
         left = set(meta.partitions)
         backoff_ms = RETRY_BACKOFF_MS_MIN
@@ -412,9 +435,21 @@ class TxnCoordinator:
             return error
         now = self.broker.clock.wall_ms()
         got = part.txns.add_partitions(transactional_id, producer_id, producer_epoch, partitions, now)
+        done = part.completing.get(transactional_id)
+        if got == Errors.CONCURRENT_TRANSACTIONS and done is not None:
+            # The client's next transaction starts while this one's markers
+            # and Complete* are written: wait for them (bounded) rather than
+            # have it retry, and answer as its retry would be answered.
+            self.stats["adds_held"] += 1
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(ADD_HOLD_MS / 1000):
+                    await done.wait()
+            if not self._is_current(part):
+                return Errors.NOT_COORDINATOR
+            now = self.broker.clock.wall_ms()
+            got = part.txns.add_partitions(transactional_id, producer_id, producer_epoch, partitions, now)
         if isinstance(got, Errors):
-            # Mostly the previous transaction's markers and Complete* not yet
-            # written: the client retries (librdkafka after 20 ms).
+            # CONCURRENT_TRANSACTIONS: the client retries (librdkafka after 20 ms).
             self.stats["concurrent_transactions"] += got == Errors.CONCURRENT_TRANSACTIONS
             return got
         return await self._perform(part, got)
