@@ -107,7 +107,7 @@ class FakeBroker:
         return base + int.from_bytes(batch[23:27], "big") + 1
 
     async def produce(
-        self, batches: Sequence[tuple[TopicIdPartition, bytes]], *, acks: int, timeout_ms: int
+        self, batches: Sequence[tuple[TopicIdPartition, bytes]], *, acks: int, timeout_ms: int, urgent: bool = False
     ) -> list[BatchResult]:
         out = []
         for tp, batch in batches:

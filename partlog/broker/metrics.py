@@ -76,6 +76,11 @@ class BrokerMetrics:
             registry=r,
         )
         self.produce_requests = Counter("partlog_produce_requests", "produce requests received", registry=r)
+        self.wal_early_closes = Counter(
+            "partlog_wal_early_closes",
+            "WAL files closed before their commit interval by a coordinator's record (urgent produce)",
+            registry=r,
+        )
         self.produce_bytes = Counter("partlog_produce_bytes", "batch bytes received in produce requests", registry=r)
         self.retention_runs = Counter("partlog_retention_runs", "retention passes over the led partitions", registry=r)
         self.fetches = Counter("partlog_fetches", "fetch requests served", registry=r)
@@ -116,6 +121,9 @@ class BrokerMetrics:
     def produce_received(self, nbytes: int) -> None:
         self.produce_requests.inc()
         self.produce_bytes.inc(nbytes)
+
+    def wal_closed_early(self) -> None:
+        self.wal_early_closes.inc()
 
     def upload_finished(self, seconds: float, nbytes: int, ok: bool) -> None:
         """One WAL segment upload (attempt) took ``seconds``."""

@@ -99,6 +99,7 @@ class ProduceDriver:
         *,
         acks: int = -1,
         timeout_ms: int = PRODUCE_TIMEOUT_MS_DEFAULT,
+        urgent: bool = False,
     ) -> list[BatchResult]:
         """See :meth:`partlog.broker.server.Broker.produce`."""
         if acks not in (0, 1, -1):
@@ -133,7 +134,11 @@ class ProduceDriver:
             self._replies[produce_id] = fut
             self.metrics.produce_received(nbytes)
             had_open = self.pipeline.next_deadline_ms() is not None
-            self._perform(self.pipeline.produce(produce_id, batches, self.clock.wall_ms(), acks_all=acks_all))
+            early_closes = self.pipeline.stats.early_closes
+            actions = self.pipeline.produce(produce_id, batches, self.clock.wall_ms(), acks_all=acks_all, urgent=urgent)
+            if self.pipeline.stats.early_closes != early_closes:
+                self.metrics.wal_closed_early()
+            self._perform(actions)
             if not had_open:
                 self.timer_wake.set()
         if acks == 0 and not fut.done():

@@ -436,13 +436,15 @@ class Broker:
         *,
         acks: int = -1,
         timeout_ms: int = PRODUCE_TIMEOUT_MS_DEFAULT,
+        urgent: bool = False,
     ) -> list[BatchResult]:
         """Produce ``batches``.  acks=1 is answered once every batch is
         committed by its leader, acks=-1 (all) once it is also replicated to
         the ISR (or failed); acks=0 as soon as the batches are in the WAL
         buffer (results NONE, offsets -1), as Kafka's acks=0 producer learns
-        nothing either."""
-        return await self.produce_driver.produce(batches, acks=acks, timeout_ms=timeout_ms)
+        nothing either.  ``urgent`` (a coordinator's record) closes the open
+        WAL file now instead of at its commit interval."""
+        return await self.produce_driver.produce(batches, acks=acks, timeout_ms=timeout_ms, urgent=urgent)
 
     async def fetch(
         self, reqs: list[FindBatchRequest], *, max_wait_ms: int, min_bytes: int, max_bytes: int

@@ -402,7 +402,9 @@ class GroupCoordinator:
         out, values, records = self._offset_records(group_id, offsets)
         if records:
             batch = build_record_batch(records)
-            [result] = await self.broker.produce([(tp, batch)], acks=-1, timeout_ms=OFFSETS_COMMIT_TIMEOUT_MS)
+            [result] = await self.broker.produce(
+                [(tp, batch)], acks=-1, timeout_ms=OFFSETS_COMMIT_TIMEOUT_MS, urgent=True
+            )
             error = _commit_error(result.error)
             if error == Errors.NONE and (
                 self._parts.get(tp.partition) is not part or self.broker.leader_epoch(tp) != part.leader_epoch
@@ -530,7 +532,9 @@ class GroupCoordinator:
                                        transactional=True)  # fmt: skip
             part.in_flight[producer_id] = part.in_flight.get(producer_id, 0) + 1
             try:
-                [result] = await self.broker.produce([(tp, batch)], acks=-1, timeout_ms=OFFSETS_COMMIT_TIMEOUT_MS)
+                [result] = await self.broker.produce(
+                    [(tp, batch)], acks=-1, timeout_ms=OFFSETS_COMMIT_TIMEOUT_MS, urgent=True
+                )
             finally:
                 left = part.in_flight.pop(producer_id) - 1
                 heard = part.heard.get(producer_id, [])

@@ -63,9 +63,10 @@ class BrokerPort(Protocol):
         ...
 
     async def produce(
-        self, batches: Sequence[tuple[TopicIdPartition, bytes]], *, acks: int, timeout_ms: int
+        self, batches: Sequence[tuple[TopicIdPartition, bytes]], *, acks: int, timeout_ms: int, urgent: bool = False
     ) -> list[BatchResult]:
-        """Produce to any partition (through this broker's WAL buffer)."""
+        """Produce to any partition (through this broker's WAL buffer);
+        ``urgent`` (a coordinator's record) closes the open WAL file now."""
         ...
 
     async def fetch(

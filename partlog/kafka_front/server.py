@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -49,6 +49,7 @@ from partlog.kafka_front.codec import (
 )
 from partlog.kafka_front.handler import Session
 from partlog.kafka_front.port import BrokerPort
+from partlog.kafka_front.txn_coordinator import STEPS as TXN_STEPS
 from partlog.kafka_front.txn_coordinator import TxnCoordinator
 from partlog.txn.coordinator import TRANSACTIONAL_IDS_MAX
 
@@ -56,6 +57,9 @@ log = logging.getLogger(__name__)
 
 # Kafka's connections.max.idle.ms default (10 minutes).
 CONNECTIONS_MAX_IDLE_MS_DEFAULT = 600_000
+# Seconds: a coordinator's record is one WAL file's upload, commit and
+# replication (tens to hundreds of ms); markers a round to each leader.
+_TXN_STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4)
 CONNECTIONS_PER_IP_MAX_DEFAULT = 1_000
 CONNECTIONS_MAX_DEFAULT = 2_000
 # Requests read ahead of their answers on one connection (librdkafka keeps
@@ -150,6 +154,15 @@ class ListenerMetrics:
         self.request_bytes_max = Gauge(
             "partlog_kafka_request_bytes_in_flight_max", "the listener's request byte budget", registry=r
         )
+        self.txn_step_seconds = Histogram(
+            "partlog_kafka_txn_step_seconds",
+            "steps of transactions at this coordinator: write_<kind> a __transaction_state record durable "
+            "(write_add, write_end the Prepare*, write_complete, ...), markers all written, "
+            "prepared_to_complete from Prepare* durable to Complete* durable",
+            ["step"],
+            buckets=_TXN_STEP_BUCKETS,
+            registry=r,
+        )
         self.request_bytes_waits = Counter(
             "partlog_kafka_request_bytes_waits",
             "times a connection waited, unread, for room in the request byte budget",
@@ -186,6 +199,8 @@ class _TxnCollector(Collector):
             ("marker_retries", "transaction markers sent again after a retriable error"),
             ("timeouts", "transactions this coordinator aborted at their timeout"),
             ("expirations", "transactional ids expired (transactional.id.expiration.ms)"),
+            ("concurrent_transactions", "AddPartitionsToTxn answered CONCURRENT_TRANSACTIONS (the client retries)"),
+            ("adds_held", "AddPartitionsToTxn held while the id's previous transaction completed"),
         ):
             yield CounterMetricFamily(f"partlog_kafka_txn_{name}", help_text, value=stats[name])
 
@@ -210,6 +225,8 @@ class KafkaListener:
         self.port = port
         self.metrics = ListenerMetrics(registry if registry is not None else CollectorRegistry())
         self.metrics.registry.register(_TxnCollector(self.apis.txns))
+        steps = {step: self.metrics.txn_step_seconds.labels(step) for step in TXN_STEPS}
+        self.apis.txns.observe_step = lambda step, seconds: steps[step].observe(seconds)
         self._server: asyncio.Server | None = None
         self._per_ip: dict[str, int] = {}
         self._open = 0

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,11 +67,22 @@ WRITE_TIMEOUT_MS = 5_000
 # succeed: Kafka's retry.backoff.ms, growing to this.
 RETRY_BACKOFF_MS_MIN = 100
 RETRY_BACKOFF_MS_MAX = 2_000
+# How long an AddPartitionsToTxn (or AddOffsetsToTxn) waits while the same
+# id's previous transaction has its markers and Complete* written, before
+# it is answered CONCURRENT_TRANSACTIONS (the client retries; librdkafka
+# after 20 ms).  Answered as a retry would be, one round trip earlier.
+ADD_HOLD_MS = 1_000
 # How often the timer looks for partitions of __transaction_state this
 # broker came to lead or lost (Kafka learns it from LeaderAndIsr); it also
 # wakes at the nearest timeout (Kafka checks every 10 s,
 # transaction.abort.timed.out.transaction.cleanup.interval.ms).
 LEADERSHIP_POLL_MS = 1_000
+# The steps ``observe_step`` times: a record written (``write_`` and the
+# transition's kind: ``write_add``, ``write_end`` the Prepare*, ...), the
+# markers of one transaction all written, and Prepare* durable to Complete*
+# durable (while the id's next AddPartitionsToTxn is answered
+# CONCURRENT_TRANSACTIONS).
+STEPS = (*(f"write_{k.value}" for k in TransitionKind), "markers", "prepared_to_complete")
 # Marker errors after which this coordinator stops sending: a newer
 # coordinator (or producer epoch) took over (Kafka's
 # TransactionMarkerRequestCompletionHandler).
@@ -93,6 +104,9 @@ class _TxnPartition:
     # before this time (wall ms), so a log that fails fast is not spun on.
     retry_at_ms: int = -1
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    # Per transactional id whose markers and Complete* are being written:
+    # set when that ends (written, or given up).
+    completing: dict[str, asyncio.Event] = field(default_factory=dict)
 
 
 class TxnCoordinator:
@@ -118,7 +132,18 @@ class TxnCoordinator:
         self._timer: asyncio.Task[None] | None = None
         self._closed = False
         # Counted for the listener's metrics (partlog_kafka_txn_*).
-        self.stats = {"markers_written": 0, "marker_retries": 0, "timeouts": 0, "expirations": 0}
+        self.stats = {
+            "markers_written": 0,
+            "marker_retries": 0,
+            "timeouts": 0,
+            "expirations": 0,
+            "concurrent_transactions": 0,
+            "adds_held": 0,
+        }
+        # ``observe_step(step, seconds)``: the time of one step of a
+        # transaction here (see ``STEPS``); the listener points it at its
+        # histogram (partlog_kafka_txn_step_seconds).
+        self.observe_step: Callable[[str, float], None] = lambda _step, _s: None
 
     def start(self) -> None:
         if self._timer is None:
@@ -253,7 +278,7 @@ class TxnCoordinator:
         part.loaded.set()
         log.info("transactions loaded from %s: %d ids, %d to complete", part.tp, len(part.txns), len(recovered))
         for t in recovered:
-            self._spawn(part, self._finish(part, t))
+            self._spawn_finish(part, t)
         self._wake.set()
 
     # -------------------------------------------------------------- writes
@@ -264,9 +289,11 @@ class TxnCoordinator:
         appendTransactionToLog, with its error translation)."""
         key, value = txn_log.encode(transition.after)
         batch = build_record_batch([(key, value, self.broker.clock.wall_ms())])
+        start = self.broker.clock.monotonic()
         try:
-            [result] = await self.broker.produce([(part.tp, batch)], acks=-1, timeout_ms=WRITE_TIMEOUT_MS)
+            [result] = await self.broker.produce([(part.tp, batch)], acks=-1, timeout_ms=WRITE_TIMEOUT_MS, urgent=True)
             error = _append_error(result.error)
+            self.observe_step(f"write_{transition.kind.value}", self.broker.clock.monotonic() - start)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # the broker's produce path failed: as a timeout
@@ -292,15 +319,30 @@ class TxnCoordinator:
             return error
         follow = part.txns.complete(transition)
         if follow is not None:
-            self._spawn(part, self._finish(part, follow))
+            self._spawn_finish(part, follow)
         self._wake.set()
         return Errors.NONE
 
-    async def _finish(self, part: _TxnPartition, complete: Transition) -> None:
+    def _spawn_finish(self, part: _TxnPartition, complete: Transition) -> None:
+        """Start ``_finish``; until it ends, the id's next AddPartitionsToTxn
+        waits for it (``add_partitions``)."""
+        done = part.completing[complete.transactional_id] = asyncio.Event()
+        self._spawn(part, self._finish(part, complete, done))
+
+    async def _finish(self, part: _TxnPartition, complete: Transition, done: asyncio.Event) -> None:
         """Send the markers of a prepared transaction, then write Complete*;
         both retried until done or this broker stops coordinating."""
         meta = complete.before
         assert meta is not None and complete.kind == TransitionKind.COMPLETE
+        try:
+            await self._markers_then_complete(part, complete, meta)
+        finally:
+            if part.completing.get(complete.transactional_id) is done:
+                del part.completing[complete.transactional_id]
+            done.set()
+
+    async def _markers_then_complete(self, part: _TxnPartition, complete: Transition, meta: TxnMetadata) -> None:
+        start = self.broker.clock.monotonic()
         left = set(meta.partitions)
         backoff_ms = RETRY_BACKOFF_MS_MIN
         while left:
@@ -334,11 +376,13 @@ class TxnCoordinator:
                 self.stats["marker_retries"] += len(left)
                 await self.broker.clock.sleep(backoff_ms / 1000)
                 backoff_ms = min(backoff_ms * 2, RETRY_BACKOFF_MS_MAX)
+        self.observe_step("markers", self.broker.clock.monotonic() - start)
         backoff_ms = RETRY_BACKOFF_MS_MIN
         while self._is_current(part):
             error = await self._write(part, complete)
             if error == Errors.NONE:
                 part.txns.complete(complete)
+                self.observe_step("prepared_to_complete", self.broker.clock.monotonic() - start)
                 self._wake.set()
                 return
             log.info("writing %s of %s: %s; retrying", complete.after.state.kafka_name,
@@ -391,7 +435,22 @@ class TxnCoordinator:
             return error
         now = self.broker.clock.wall_ms()
         got = part.txns.add_partitions(transactional_id, producer_id, producer_epoch, partitions, now)
+        done = part.completing.get(transactional_id)
+        if got == Errors.CONCURRENT_TRANSACTIONS and done is not None:
+            # The client's next transaction starts while this one's markers
+            # and Complete* are written: wait for them (bounded) rather than
+            # have it retry, and answer as its retry would be answered.
+            self.stats["adds_held"] += 1
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(ADD_HOLD_MS / 1000):
+                    await done.wait()
+            if not self._is_current(part):
+                return Errors.NOT_COORDINATOR
+            now = self.broker.clock.wall_ms()
+            got = part.txns.add_partitions(transactional_id, producer_id, producer_epoch, partitions, now)
         if isinstance(got, Errors):
+            # CONCURRENT_TRANSACTIONS: the client retries (librdkafka after 20 ms).
+            self.stats["concurrent_transactions"] += got == Errors.CONCURRENT_TRANSACTIONS
             return got
         return await self._perform(part, got)
 

@@ -22,6 +22,11 @@ The life of a produce request:
    ("rotates") when it holds ``buffer_bytes_max`` bytes or its first batch is
    ``commit_interval_ms`` old; a closed segment becomes an ``Upload``, at most
    ``uploads_inflight_max`` at a time (the rest wait, in order).
+   An ``urgent`` request (a coordinator's record: ``__transaction_state``,
+   ``__consumer_offsets``, on the critical path of every transaction and
+   offset commit) closes the open segment at once, with whatever it holds,
+   instead of waiting for the timer; it is still acknowledged only once
+   uploaded, committed and (acks=all) replicated (``stats.early_closes``).
 2. ``upload_done``: a failed upload answers its batches with a retriable
    error.  A successful one fans out: its batches grouped by the partition's
    leader broker, ONE ``SendCommit`` per leader broker (the shell makes the
@@ -201,6 +206,8 @@ class PipelineStats:
     bytes_uploaded: int = 0
     commits_sent: int = 0
     commit_failures: int = 0
+    # Segments closed before their timer by an urgent request.
+    early_closes: int = 0
     # Commit RPCs per segment, by where the leader is (filled by the shell's
     # classifier): see ``commit_fanout``.
     commit_fanout: list[int] = field(default_factory=list)
@@ -295,9 +302,11 @@ class ProducePipeline:
         now_ms: int,
         *,
         acks_all: bool = True,
+        urgent: bool = False,
     ) -> list[Action]:
         """Accept a produce request of (partition, v2 batch) pairs; with
-        ``acks_all`` its commits wait for replication to the ISR.
+        ``acks_all`` its commits wait for replication to the ISR; an
+        ``urgent`` one closes the open segment holding its batches now.
 
         A request larger than ``inflight_bytes_max`` can never fit and is
         answered ``RECORD_LIST_TOO_LARGE``; otherwise the shell must have
@@ -336,6 +345,11 @@ class ProducePipeline:
                 or self._builder.batch_count >= SEGMENT_BATCHES_MAX
             ):
                 actions += self._rotate(now_ms)
+        if urgent and self._builder is not None:
+            # Its last batches are in the open segment (a full one closed
+            # already): no wait for the timer.
+            self.stats.early_closes += 1
+            actions += self._rotate(now_ms)
         return actions
 
     def tick(self, now_ms: int) -> list[Action]:

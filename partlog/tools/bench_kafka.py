@@ -62,20 +62,23 @@ class BenchCluster:
     def __init__(self, data_dir: str, partitions: int, commit_interval_ms: int) -> None:
         from partlog.tools.local_cluster import free_ports
 
-        ctl, *ports = free_ports(7)
+        ctl, *ports = free_ports(10)
         self.procs: list[subprocess.Popen[bytes]] = []
         store = "file://" + os.path.join(data_dir, "objects")
         self._spawn(["controller", "--data-dir", os.path.join(data_dir, "controller"), "--port", str(ctl)])
         _wait_port(ctl, self.procs[-1])
-        rpc, kafka = ports[:3], ports[3:6]
+        rpc, kafka, metrics = ports[:3], ports[3:6], ports[6:9]
         for i in range(3):
             self._spawn(["broker", "--controller", f"127.0.0.1:{ctl}", "--id", str(i + 1), "--az", f"az{i + 1}",
                          "--port", str(rpc[i]), "--kafka-port", str(kafka[i]), "--data-dir", data_dir,
-                         "--store", store, "--commit-interval-ms", str(commit_interval_ms)])  # fmt: skip
+                         "--store", store, "--commit-interval-ms", str(commit_interval_ms),
+                         "--metrics-port", str(metrics[i])])  # fmt: skip
         for i in range(3):
             _wait_port(kafka[i], self.procs[1 + i])
         self.bootstrap = ",".join(f"127.0.0.1:{p}" for p in kafka)
         self.rpc = [("127.0.0.1", p) for p in rpc]
+        # Each broker's Prometheus metrics (http://127.0.0.1:<port>/metrics).
+        self.metrics_ports = list(metrics)
         from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap})

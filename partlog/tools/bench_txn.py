@@ -19,6 +19,18 @@ so neither side always runs right after the other's load.
 Verdicts against issue 28's thresholds: transactional throughput >= 0.7 of
 idempotent, read_committed >= 0.9 of read_uncommitted, transaction commit
 p99 <= 2 x the idempotent produce p99.
+
+Fairness: both sides run at the same count of producers (one thread each)
+with the same records, partitions, linger and acks.  An idempotent producer
+keeps up to 5 requests in flight and is bound by the brokers' throughput; a
+transactional one runs one transaction at a time and is bound by its latency
+(AddPartitionsToTxn, the records, EndTxn, then the markers and Complete*
+before the next AddPartitionsToTxn is answered), so the throughput ratio
+grows with the producer count: ``producers`` may list several counts (a
+sweep), each measured as 1-2 above on the same cluster.  Per count the
+coordinators' side (means per step, scraped from the brokers' metrics) is
+reported too.  Bounded: about ``3 x seconds + 12 s`` per count, plus startup
+and the reads.
 """
 
 from __future__ import annotations
@@ -30,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -152,6 +164,48 @@ def _parallel(n: int, fn: Callable[[int], dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _scrape(ports: list[int]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of the brokers' Prometheus metrics, summed over brokers."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for port in ports:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                key = (sample.name, tuple(sorted(sample.labels.items())))
+                out[key] = out.get(key, 0.0) + sample.value
+    return out
+
+
+def _timeline(before: dict[Any, float], after: dict[Any, float], commits: int) -> dict[str, Any]:
+    """The coordinators' side of the transactional phases (metrics after
+    minus before): per step its count and mean ms, CONCURRENT_TRANSACTIONS
+    answers per committed transaction, WAL files and early closes."""
+
+    def delta(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    steps: dict[str, dict[str, float]] = {}
+    for step in sorted({dict(k[1]).get("step", "") for k in after if k[0] == "partlog_kafka_txn_step_seconds_count"}):
+        n = delta("partlog_kafka_txn_step_seconds_count", step=step)
+        if n:
+            total = delta("partlog_kafka_txn_step_seconds_sum", step=step)
+            steps[step] = {"count": n, "mean_ms": total / n * 1000}
+    return {
+        "steps": steps,
+        "concurrent_transactions_per_txn": delta("partlog_kafka_txn_concurrent_transactions_total") / commits
+        if commits
+        else float("nan"),
+        "wal_files": delta("partlog_uploads_total"),
+        "wal_early_closes": delta("partlog_wal_early_closes_total"),
+    }
+
+
 def _read(bootstrap: str, partitions: int, isolation: str) -> dict[str, Any]:
     """The whole topic read with ``isolation``: records, MiB, seconds."""
     kcat = shutil.which("kcat")
@@ -189,63 +243,52 @@ def _read(bootstrap: str, partitions: int, isolation: str) -> dict[str, Any]:
             "seconds": time.monotonic() - start}  # fmt: skip
 
 
-def run(
-    *,
-    seconds: float = 10.0,
-    value_bytes: int = 1024,
-    partitions: int = 6,
-    linger_ms: int = 5,
-    commit_interval_ms: int = 50,
-    records_per_txn: int = RECORDS_PER_TXN_DEFAULT,
-    producers: int = PRODUCERS_DEFAULT,
-    progress: Callable[[str], None] | None = None,
+def _sweep_point(
+    cluster: BenchCluster,
+    value: bytes,
+    partitions: int,
+    seconds: float,
+    linger_ms: int,
+    records_per_txn: int,
+    producers: int,
+    say: Callable[[str], None],
 ) -> dict[str, Any]:
-    say = progress or (lambda _m: None)
-    value = os.urandom(value_bytes)
-    data_dir = tempfile.mkdtemp(prefix="partlog-bench-txn-")
-    cluster = BenchCluster(data_dir, partitions, commit_interval_ms)
+    """Both sides at ``producers`` producers each: throughput (A-B-B-A),
+    then idempotent producers paced at the transactional rate (latency)."""
     boot = cluster.bootstrap
     idem: dict[str, Any] = {"records": 0, "errors": 0, "seconds": 0.0, "latency_ms": []}
     txn: dict[str, Any] = {"records": 0, "aborted_txns": 0, "seconds": 0.0, "commit_ms": []}
     paced: list[float] = []
-    try:
-        say(f"cluster up: {boot}")
-        half = seconds / 2
-        for n, is_txn in enumerate((False, True, True, False)):
-            time.sleep(SETTLE_S)
-            say(f"{producers} {'transactional' if is_txn else 'idempotent'} producers, {half:g} s")
-            if is_txn:
-                r = _parallel(producers, functools.partial(_one_transactional, boot, value, partitions, half,
-                                                           linger_ms, records_per_txn, n))  # fmt: skip
-                for k in ("records", "aborted_txns"):
-                    txn[k] += r[k]
-                txn["seconds"] += r["seconds"]
-                txn["commit_ms"] += r.get("commit_ms", [])
-            else:
-                r = _parallel(producers, lambda _i: _idempotent(boot, value, partitions, half, linger_ms))
-                for k in ("records", "errors"):
-                    idem[k] += r[k]
-                idem["seconds"] += r["seconds"]
-                idem["latency_ms"] += r.get("latency_ms", [])
-        # The same load for the latency comparison: idempotent producers
-        # paced at the record rate the transactional ones reached.
-        rate = max(1.0, txn["records"] / txn["seconds"]) if txn["seconds"] else 1.0
-        for _ in range(2):
-            time.sleep(SETTLE_S)
-            say(f"{producers} idempotent producers paced at {rate:,.0f} records/s in all, {half:g} s")
-            r = _parallel(producers, lambda _i: _idempotent(boot, value, partitions, half, linger_ms, rate / producers))
-            paced += r.get("latency_ms", [])
-        reads: dict[str, dict[str, Any]] = {}
-        for isolation in ("read_uncommitted", "read_committed", "read_committed", "read_uncommitted"):
-            time.sleep(SETTLE_S)
-            say(f"read the topic with {isolation}")
-            r = _read(boot, partitions, isolation)
-            agg = reads.setdefault(isolation, {"client": r["client"], "records": 0, "mib": 0.0, "seconds": 0.0})
-            for k in ("records", "mib", "seconds"):
-                agg[k] += r[k]
-    finally:
-        cluster.close()
-        shutil.rmtree(data_dir, ignore_errors=True)
+    scraped: list[dict[Any, float]] = []
+    half = seconds / 2
+    for n, is_txn in enumerate((False, True, True, False)):
+        time.sleep(SETTLE_S)
+        say(f"{producers} {'transactional' if is_txn else 'idempotent'} producers, {half:g} s")
+        if n in (1, 3):  # around the transactional phases
+            scraped.append(_scrape(cluster.metrics_ports))
+        if is_txn:
+            # Transactional ids unique per run: a sweep's later point must
+            # not wait on (or fence) an earlier point's ids.
+            r = _parallel(producers, functools.partial(_one_transactional, boot, value, partitions, half,
+                                                       linger_ms, records_per_txn, producers * 10 + n))  # fmt: skip
+            for k in ("records", "aborted_txns"):
+                txn[k] += r[k]
+            txn["seconds"] += r["seconds"]
+            txn["commit_ms"] += r.get("commit_ms", [])
+        else:
+            r = _parallel(producers, lambda _i: _idempotent(boot, value, partitions, half, linger_ms))
+            for k in ("records", "errors"):
+                idem[k] += r[k]
+            idem["seconds"] += r["seconds"]
+            idem["latency_ms"] += r.get("latency_ms", [])
+    # The same load for the latency comparison: idempotent producers
+    # paced at the record rate the transactional ones reached.
+    rate = max(1.0, txn["records"] / txn["seconds"]) if txn["seconds"] else 1.0
+    for _ in range(2):
+        time.sleep(SETTLE_S)
+        say(f"{producers} idempotent producers paced at {rate:,.0f} records/s in all, {half:g} s")
+        r = _parallel(producers, lambda _i: _idempotent(boot, value, partitions, half, linger_ms, rate / producers))
+        paced += r.get("latency_ms", [])
     for side in (idem, txn):
         side["records_per_s"] = side["records"] / side["seconds"] if side["seconds"] else 0.0
     lat = idem.pop("latency_ms")
@@ -258,15 +301,70 @@ def run(
     txn["commits"] = len(commit_ms)
     txn["commit_p50_ms"] = percentile(commit_ms, 0.50) if commit_ms else float("nan")
     txn["commit_p99_ms"] = percentile(commit_ms, 0.99) if commit_ms else float("nan")
+    txn["coordinators"] = _timeline(scraped[0], scraped[1], len(commit_ms))
+    return {
+        "producers": producers,
+        "idempotent": idem,
+        "transactional": txn,
+        "ratios": {
+            "throughput": txn["records_per_s"] / idem["records_per_s"] if idem["records_per_s"] else 0.0,
+            # NaN (no sample) compares false: a MISS, never a PASS.
+            "commit_p99": txn["commit_p99_ms"] / idem["paced_p99_ms"] if paced else float("nan"),
+        },
+    }
+
+
+def run(
+    *,
+    seconds: float = 10.0,
+    value_bytes: int = 1024,
+    partitions: int = 6,
+    linger_ms: int = 5,
+    commit_interval_ms: int = 50,
+    records_per_txn: int = RECORDS_PER_TXN_DEFAULT,
+    producers: Sequence[int] = (PRODUCERS_DEFAULT,),
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """One cluster; per count in ``producers`` (a sweep) both sides at that
+    many producers; then the reads of everything written.  Bounded: about
+    ``3 x seconds + 12 s`` per producer count, plus startup and the reads."""
+    say = progress or (lambda _m: None)
+    if not producers or min(producers) <= 0:
+        raise ValueError(f"producers must be positive counts, got {list(producers)}")
+    value = os.urandom(value_bytes)
+    data_dir = tempfile.mkdtemp(prefix="partlog-bench-txn-")
+    cluster = BenchCluster(data_dir, partitions, commit_interval_ms)
+    points: list[dict[str, Any]] = []
+    try:
+        say(f"cluster up: {cluster.bootstrap}")
+        for n in producers:
+            points.append(_sweep_point(cluster, value, partitions, seconds, linger_ms, records_per_txn, n, say))
+        reads: dict[str, dict[str, Any]] = {}
+        for isolation in ("read_uncommitted", "read_committed", "read_committed", "read_uncommitted"):
+            time.sleep(SETTLE_S)
+            say(f"read the topic with {isolation}")
+            r = _read(cluster.bootstrap, partitions, isolation)
+            agg = reads.setdefault(isolation, {"client": r["client"], "records": 0, "mib": 0.0, "seconds": 0.0})
+            for k in ("records", "mib", "seconds"):
+                agg[k] += r[k]
+    finally:
+        cluster.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
     for r in reads.values():
         r["mib_per_s"] = r["mib"] / r["seconds"] if r["seconds"] else 0.0
     uncommitted = reads["read_uncommitted"]["mib_per_s"]
-    ratios = {
-        "throughput": txn["records_per_s"] / idem["records_per_s"] if idem["records_per_s"] else 0.0,
-        "read": reads["read_committed"]["mib_per_s"] / uncommitted if uncommitted else 0.0,
-        # NaN (no sample) compares false below: a MISS, never a PASS.
-        "commit_p99": txn["commit_p99_ms"] / idem["paced_p99_ms"] if paced else float("nan"),
-    }
+    read_ratio = reads["read_committed"]["mib_per_s"] / uncommitted if uncommitted else 0.0
+    read_verdict = f"read_committed >= {TARGET_READ_RATIO} x read_uncommitted MiB/s"
+    for point in points:
+        ratios = point["ratios"]
+        point["verdicts"] = {
+            f"transactional throughput >= {TARGET_THROUGHPUT_RATIO} x idempotent": ratios["throughput"]
+            >= TARGET_THROUGHPUT_RATIO,
+            f"transaction commit p99 <= {TARGET_COMMIT_P99_RATIO:g} x idempotent produce p99 at the same rate": ratios[
+                "commit_p99"
+            ]
+            <= TARGET_COMMIT_P99_RATIO,
+        }
     return {
         "setup": {
             "processes": "controller + 3 broker processes",
@@ -277,21 +375,12 @@ def run(
             "commit_interval_ms": commit_interval_ms,
             "seconds": seconds,
             "records_per_txn": records_per_txn,
-            "producers": producers,
+            "producers": list(producers),
         },
-        "idempotent": idem,
-        "transactional": txn,
+        "points": points,
         "reads": reads,
-        "ratios": ratios,
-        "verdicts": {
-            f"transactional throughput >= {TARGET_THROUGHPUT_RATIO} x idempotent": ratios["throughput"]
-            >= TARGET_THROUGHPUT_RATIO,
-            f"read_committed >= {TARGET_READ_RATIO} x read_uncommitted MiB/s": ratios["read"] >= TARGET_READ_RATIO,
-            f"transaction commit p99 <= {TARGET_COMMIT_P99_RATIO:g} x idempotent produce p99 at the same rate": ratios[
-                "commit_p99"
-            ]
-            <= TARGET_COMMIT_P99_RATIO,
-        },
+        "read_ratio": read_ratio,
+        "read_verdict": {read_verdict: read_ratio >= TARGET_READ_RATIO},
     }
 
 
@@ -300,24 +389,34 @@ def print_report(r: dict[str, Any], out: Any = sys.stdout) -> None:
     print(
         f"partlog bench kafka --transactions: 3 brokers in 3 AZs, RF {s['replication_factor']}, "
         f"{s['partitions']} partitions, {s['value_bytes']} B values, acks=all, linger {s['linger_ms']} ms, "
-        f"{s['records_per_txn']} records per transaction, {s['producers']} producers per side, "
-        f"commit interval {s['commit_interval_ms']} ms",
+        f"{s['records_per_txn']} records per transaction, commit interval {s['commit_interval_ms']} ms, "
+        f"producers per side: {', '.join(map(str, s['producers']))}",
         file=out,
     )
-    i, t = r["idempotent"], r["transactional"]
-    print(f"idempotent:    {i['records_per_s']:>10,.0f} records/s   produce p50/p99 "
-          f"{i['p50_ms']:.1f} / {i['p99_ms']:.1f} ms at full rate, {i['paced_p50_ms']:.1f} / "
-          f"{i['paced_p99_ms']:.1f} ms at {i['paced_rate_per_s']:,.0f} records/s", file=out)  # fmt: skip
-    print(f"transactional: {t['records_per_s']:>10,.0f} records/s   commit  p50/p99 "
-          f"{t['commit_p50_ms']:.1f} / {t['commit_p99_ms']:.1f} ms   ({t['commits']} commits, "
-          f"{t['aborted_txns']} aborted)", file=out)  # fmt: skip
+    for point in r["points"]:
+        i, t = point["idempotent"], point["transactional"]
+        print(f"-- {point['producers']} producers per side", file=out)
+        print(f"idempotent:    {i['records_per_s']:>10,.0f} records/s   produce p50/p99 "
+              f"{i['p50_ms']:.1f} / {i['p99_ms']:.1f} ms at full rate, {i['paced_p50_ms']:.1f} / "
+              f"{i['paced_p99_ms']:.1f} ms at {i['paced_rate_per_s']:,.0f} records/s", file=out)  # fmt: skip
+        print(f"transactional: {t['records_per_s']:>10,.0f} records/s   commit  p50/p99 "
+              f"{t['commit_p50_ms']:.1f} / {t['commit_p99_ms']:.1f} ms   ({t['commits']} commits, "
+              f"{t['aborted_txns']} aborted)", file=out)  # fmt: skip
+        c = t["coordinators"]
+        steps = ", ".join(f"{k} {v['mean_ms']:.1f} ms x{v['count']:.0f}" for k, v in c["steps"].items())
+        print(f"coordinators (means): {steps}; CONCURRENT_TRANSACTIONS {c['concurrent_transactions_per_txn']:.1f} "
+              f"per transaction; {c['wal_files']:.0f} WAL files, {c['wal_early_closes']:.0f} closed early",
+              file=out)  # fmt: skip
+        ratios = point["ratios"]
+        print(f"ratios: throughput {ratios['throughput']:.2f}, commit p99 {ratios['commit_p99']:.2f}", file=out)
+        for verdict, ok in point["verdicts"].items():
+            print(f"  {'PASS' if ok else 'MISS'}  {verdict}", file=out)
+    print("-- reads of everything written", file=out)
     for name, x in r["reads"].items():
         print(f"{name:17} ({x['client']}): {x['mib']:.1f} MiB in {x['seconds']:.2f} s, {x['mib_per_s']:.1f} MiB/s",
               file=out)  # fmt: skip
-    ratios = r["ratios"]
-    print(f"ratios: throughput {ratios['throughput']:.2f}, read {ratios['read']:.2f}, "
-          f"commit p99 {ratios['commit_p99']:.2f}", file=out)  # fmt: skip
-    for verdict, ok in r["verdicts"].items():
+    print(f"ratio: read {r['read_ratio']:.2f}", file=out)
+    for verdict, ok in r["read_verdict"].items():
         print(f"  {'PASS' if ok else 'MISS'}  {verdict}", file=out)
 
 

@@ -8,7 +8,7 @@ import itertools
 import uuid
 
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -86,8 +86,11 @@ class PipelineVsModel(RuleBasedStateMachine):
                 assert [r.topic_id_partition for r in a.results] == [tp for tp, _ in batches]
                 self.answered[a.produce_id] = a
 
-    @rule(picks=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3)), min_size=1, max_size=5))
-    def produce(self, picks: list[tuple[int, int]]) -> None:
+    @rule(
+        picks=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3)), min_size=1, max_size=5),
+        urgent=st.booleans(),
+    )
+    def produce(self, picks: list[tuple[int, int]], urgent: bool) -> None:
         batches = [(TPS[t], BATCHES[b]) for t, b in picks]
         size = sum(len(b) for _, b in batches)
         if size > self.p.room_bytes():
@@ -95,7 +98,9 @@ class PipelineVsModel(RuleBasedStateMachine):
         pid = self.next_produce
         self.next_produce += 1
         self.sent[pid] = batches
-        self._apply(self.p.produce(pid, batches, self.now))
+        self._apply(self.p.produce(pid, batches, self.now, urgent=urgent))
+        if urgent:
+            assert self.p.next_deadline_ms() is None, "an urgent request waits for no timer"
 
     @rule()
     def produce_corrupt(self) -> None:
@@ -390,3 +395,37 @@ class CommitWindowVsModel(RuleBasedStateMachine):
 
 CommitWindowVsModel.TestCase.settings = settings(max_examples=200, stateful_step_count=60, deadline=None)
 test_commit_window_model = CommitWindowVsModel.TestCase
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.booleans(), st.integers(0, len(BATCHES) - 1), st.integers(0, 300)), min_size=1, max_size=30
+    )
+)
+def test_urgent_closes_at_once_others_by_timer_or_size(steps: list[tuple[bool, int, int]]) -> None:
+    """An urgent request's batches never wait for the timer: its produce
+    closes the segment holding them.  A request that is not urgent closes a
+    segment only when it is full (or the timer's ``tick`` is due), and is
+    never counted as an early close."""
+    buffer_bytes_max = 3000
+    # Uploads never wait for a slot here: each close is an Upload action.
+    p = _pipeline(
+        commit_interval_ms=250, buffer_bytes_max=buffer_bytes_max, inflight_bytes_max=10**7, uploads_inflight_max=100
+    )
+    now = T0
+    for pid, (urgent, b, advance) in enumerate(steps):
+        now += advance
+        deadline = p.next_deadline_ms()
+        ticked = p.tick(now)
+        assert (deadline is not None and now >= deadline) == bool(ticked)
+        closed, early = p.segments_open, p.stats.early_closes
+        actions = p.produce(pid, [(TPS[pid % len(TPS)], BATCHES[b])], now, urgent=urgent)
+        uploads = [a for a in actions if isinstance(a, Upload)]
+        if urgent:
+            assert p.next_deadline_ms() is None and p.segments_open == closed + 1
+            assert p.stats.early_closes == early + (len(uploads) == 1 and len(uploads[0].data) < buffer_bytes_max)
+        else:
+            assert p.stats.early_closes == early
+            assert all(len(u.data) >= buffer_bytes_max for u in uploads)
+            assert p.segments_open == closed + len(uploads)

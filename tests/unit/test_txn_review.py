@@ -36,9 +36,9 @@ def test_an_abort_marker_heard_while_the_txn_offset_commit_is_in_flight_drops_it
             produce = broker.produce
 
             async def produce_then_abort(
-                batches: Sequence[tuple[TopicIdPartition, bytes]], *, acks: int, timeout_ms: int
+                batches: Sequence[tuple[TopicIdPartition, bytes]], *, acks: int, timeout_ms: int, urgent: bool = False
             ) -> list[BatchResult]:
-                got = await produce(batches, acks=acks, timeout_ms=timeout_ms)
+                got = await produce(batches, acks=acks, timeout_ms=timeout_ms, urgent=urgent)
                 # The coordinator aborts the transaction (epoch bumped) while
                 # the append's answer is on its way back.
                 await broker.write_txn_markers([TxnMarkerRequest(tp, 7, 1, 0, False)], timeout_ms=1)
@@ -88,7 +88,7 @@ def test_a_timeout_abort_whose_write_failed_is_tried_again() -> None:
             produce, failed = broker.produce, []
 
             async def failing(
-                batches: Sequence[tuple[TopicIdPartition, bytes]], *, acks: int, timeout_ms: int
+                batches: Sequence[tuple[TopicIdPartition, bytes]], *, acks: int, timeout_ms: int, urgent: bool = False
             ) -> list[BatchResult]:
                 failed.append(batches)
                 await asyncio.sleep(0)

@@ -6,11 +6,14 @@ new coordinator, and a failed write leaving the state as it was."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
+import pytest
+
 from partlog.kafka.errors import Errors
-from partlog.kafka.records import TopicIdPartition
+from partlog.kafka.records import TopicIdPartition, TxnMarkerRequest
+from partlog.kafka_front import txn_coordinator
 from partlog.kafka_front.group_coordinator import partition_for
 from partlog.kafka_front.txn_coordinator import TXN_STATE_PARTITIONS_DEFAULT, TXN_STATE_TOPIC, TxnCoordinator
 from partlog.txn.coordinator import TxnState
@@ -213,5 +216,54 @@ def test_a_new_leader_finishes_a_prepared_transaction_unasked() -> None:
         c2.claim_partitions()
         assert len(c2._parts) == TXN_STATE_PARTITIONS_DEFAULT - 1
         await c2.close()
+
+    _run(body)
+
+
+def test_steps_of_a_transaction_are_timed() -> None:
+    """Each step of a transaction is observed once (the operators'
+    partlog_kafka_txn_step_seconds)."""
+
+    async def body(broker: FakeBroker) -> None:
+        c, tps, pid, epoch = await _producer(broker, 10_000)
+        steps: list[str] = []
+        c.observe_step = lambda step, seconds: steps.append(step) if seconds >= 0 else None
+        assert await c.add_partitions("t", pid, epoch, tps[:1]) == Errors.NONE
+        assert await c.end_txn("t", pid, epoch, True) == Errors.NONE
+        await _settle(c)
+        assert sorted(steps) == ["markers", "prepared_to_complete", "write_add", "write_complete", "write_end"]
+        await c.close()
+
+    _run(body)
+
+
+def test_next_add_waits_for_the_previous_transaction_to_complete(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An AddPartitionsToTxn that comes while the id's previous transaction
+    has its markers and Complete* written is held until they are, then
+    answered as a retry would be; past ``ADD_HOLD_MS`` it is answered
+    CONCURRENT_TRANSACTIONS."""
+    monkeypatch.setattr(txn_coordinator, "ADD_HOLD_MS", 20)
+
+    async def body(broker: FakeBroker) -> None:
+        c, tps, pid, epoch = await _producer(broker, 10_000)
+        assert await c.add_partitions("t", pid, epoch, tps[:1]) == Errors.NONE
+        assert await c.end_txn("t", pid, epoch, True) == Errors.NONE
+        assert await c.add_partitions("t", pid, epoch, tps[1:2]) == Errors.NONE
+        assert broker.markers and c.stats["adds_held"] == 1 and c.stats["concurrent_transactions"] == 0
+        error, meta = await c.describe("t")
+        assert error == Errors.NONE and meta is not None
+        assert meta.state == TxnState.ONGOING and meta.partitions == frozenset(tps[1:2])
+        # Markers that are never answered: the hold ends, the client retries.
+        never = asyncio.Event()
+
+        async def stuck(markers: Sequence[TxnMarkerRequest], *, timeout_ms: int) -> list[Errors]:
+            await never.wait()
+            return []
+
+        broker.write_txn_markers = stuck  # type: ignore[method-assign]
+        assert await c.end_txn("t", pid, epoch, True) == Errors.NONE
+        assert await c.add_partitions("t", pid, epoch, tps[:1]) == Errors.CONCURRENT_TRANSACTIONS
+        assert c.stats["adds_held"] == 2 and c.stats["concurrent_transactions"] == 1
+        await c.close()
 
     _run(body)

@@ -17,6 +17,20 @@ if TYPE_CHECKING:
     from partlog.tools.cmd.common import Subparsers
 
 
+# With --transactions: at most this many producer counts in one sweep, each
+# at most this many producers (threads), so a run stays bounded.
+SWEEP_POINTS_MAX = 4
+SWEEP_PRODUCERS_MAX = 64
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    """A comma list of producer counts, e.g. ``4,16``."""
+    counts = tuple(positive_int(part) for part in text.split(","))
+    if len(counts) > SWEEP_POINTS_MAX or max(counts) > SWEEP_PRODUCERS_MAX:
+        raise argparse.ArgumentTypeError(f"at most {SWEEP_POINTS_MAX} counts, each <= {SWEEP_PRODUCERS_MAX}")
+    return counts
+
+
 def add_parser(sub: Subparsers) -> None:
     bench = sub.add_parser("bench", help="benchmarks (they print numbers, never assert)")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
@@ -99,9 +113,11 @@ def add_parser(sub: Subparsers) -> None:
     bk.add_argument("--records-per-txn", type=positive_int, default=100, help="records per transaction (default 100)")
     bk.add_argument(
         "--producers",
-        type=positive_int,
-        default=4,
-        help="with --transactions: producers per side, one thread each (default 4)",
+        type=_counts,
+        default=(4,),
+        help="with --transactions: producers per side, one thread each; a comma list (4,16) sweeps, the same "
+        "count on both sides at each point (default 4). Bounded: about 3 x --seconds + 12 s per count, plus "
+        "startup and the reads of everything written",
     )
 
     brp = bench_sub.add_parser(
