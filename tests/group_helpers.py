@@ -51,11 +51,15 @@ def leadership_moves_during_produce(broker: FakeBroker, live: GroupCoordinator, 
     produce = broker.produce
 
     async def produce_after_a_new_load(
-        batches: Sequence[tuple[TopicIdPartition, bytes]], *, acks: int, timeout_ms: int
+        batches: Sequence[tuple[TopicIdPartition, bytes]],
+        *,
+        acks: int,
+        timeout_ms: int,
+        transactional_id: str | None = None,
     ) -> list[BatchResult]:
         broker.epochs[tp] = (broker.epochs.get(tp) or 0) + 1  # leadership moved away and came back
         assert (await live.fetch_offsets("g", [("data", 0)]))[0] == Errors.NONE  # the new epoch loaded
-        return await produce(batches, acks=acks, timeout_ms=timeout_ms)
+        return await produce(batches, acks=acks, timeout_ms=timeout_ms, transactional_id=transactional_id)
 
     broker.produce = produce_after_a_new_load  # type: ignore[method-assign]
     try:

@@ -99,6 +99,7 @@ class ProduceDriver:
         *,
         acks: int = -1,
         timeout_ms: int = PRODUCE_TIMEOUT_MS_DEFAULT,
+        transactional_id: str | None = None,
     ) -> list[BatchResult]:
         """See :meth:`partlog.broker.server.Broker.produce`."""
         if acks not in (0, 1, -1):
@@ -133,7 +134,11 @@ class ProduceDriver:
             self._replies[produce_id] = fut
             self.metrics.produce_received(nbytes)
             had_open = self.pipeline.next_deadline_ms() is not None
-            self._perform(self.pipeline.produce(produce_id, batches, self.clock.wall_ms(), acks_all=acks_all))
+            self._perform(
+                self.pipeline.produce(
+                    produce_id, batches, self.clock.wall_ms(), acks_all=acks_all, transactional_id=transactional_id
+                )
+            )
             if not had_open:
                 self.timer_wake.set()
         if acks == 0 and not fut.done():
@@ -246,7 +251,7 @@ class ProduceDriver:
                 self.metrics.commit_started(local=True)
                 try:
                     responses, wait = await self.commits.commit(
-                        c.key, self.broker_id, c.file_size, list(c.requests), c.acks_all
+                        c.key, self.broker_id, c.file_size, list(c.requests), c.acks_all, dict(c.transactional_ids)
                     )
                 except StoreError as e:
                     self._commit_finished(c, leader, start, None, Errors.KAFKA_STORAGE_ERROR, str(e))
@@ -284,7 +289,7 @@ class ProduceDriver:
         try:
             body = await client.call(
                 "commit",
-                enc_commit(c.key, self.broker_id, c.file_size, c.requests, c.acks_all),
+                enc_commit(c.key, self.broker_id, c.file_size, c.requests, c.acks_all, c.transactional_ids),
                 timeout_ms=self.commit_rpc_timeout_ms,
             )
             responses = dec_commit_responses(body, c.requests)
