@@ -123,8 +123,8 @@ class TxnVerification:
         the guards held for the others (end them with :meth:`release`)."""
         guards: dict[GuardKey, int] = {}
         refused_keys: dict[GuardKey, Errors] = {}
-        # transactional id -> (producer id, epoch, partitions to ask about)
-        asks: dict[str, tuple[int, int, list[TopicIdPartition]]] = {}
+        # (transactional id, producer id, epoch) -> partitions to ask about
+        asks: dict[tuple[str, int, int], list[TopicIdPartition]] = {}
         for r in requests:
             tid = transactional_ids.get(r.producer_id)
             tp = r.topic_id_partition
@@ -140,10 +140,10 @@ class TxnVerification:
                 continue
             guards[key] = token
             if token != SENTINEL:
-                asks.setdefault(tid, (r.producer_id, r.producer_epoch, []))[2].append(tp)
+                asks.setdefault((tid, r.producer_id, r.producer_epoch), []).append(tp)
         if asks:
-            answers = await asyncio.gather(*(self._ask(tid, pid, ep, tps) for tid, (pid, ep, tps) in asks.items()))
-            for (pid, _, tps), errors in zip(asks.values(), answers, strict=True):
+            answers = await asyncio.gather(*(self._ask(tid, pid, ep, tps) for (tid, pid, ep), tps in asks.items()))
+            for ((_, pid, _), tps), errors in zip(asks.items(), answers, strict=True):
                 for tp, e in zip(tps, errors, strict=True):
                     self.metrics.txn_verifications.labels(e.name).inc()
                     if e != Errors.NONE:
@@ -173,9 +173,14 @@ class TxnVerification:
         disconnection or a timeout."""
         try:
             async with asyncio.timeout(self.timeout_ms / 1000):
-                return await self._ask_coordinator(transactional_id, producer_id, producer_epoch, tps)
+                got = await self._ask_coordinator(transactional_id, producer_id, producer_epoch, tps)
         except TimeoutError:
             return [Errors.NETWORK_EXCEPTION] * len(tps)
+        except Exception:  # a bug answering must refuse the batches, not leak their guards
+            log.exception("verifying %r failed", transactional_id)
+            return [Errors.NETWORK_EXCEPTION] * len(tps)
+        assert len(got) == len(tps), (got, tps)
+        return got
 
     async def _ask_coordinator(
         self, transactional_id: str, producer_id: int, producer_epoch: int, tps: list[TopicIdPartition]

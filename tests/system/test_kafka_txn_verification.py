@@ -45,16 +45,21 @@ def _ask(port: int, frame: bytes) -> bytes:
     return answer
 
 
-def _completed_producer(cluster: ClusterThread, transactional_id: str, timeout_s: float) -> tuple[int, int]:
-    """(producer id, epoch) of ``transactional_id`` once its coordinator
-    completed the commit (the markers are written), bounded by ``timeout_s``."""
+def _coordinator(cluster: ClusterThread, transactional_id: str) -> int:
     found = kio_answer(10, 4, _ask(cluster.kafka_port(1), kio_request(10, 4, 1, {
         "key": "", "key_type": 1, "coordinator_keys": [transactional_id]})))  # fmt: skip
     [c] = found.coordinators
     assert c.error_code == 0, c
+    return int(c.node_id)
+
+
+def _completed_producer(cluster: ClusterThread, transactional_id: str, timeout_s: float) -> tuple[int, int]:
+    """(producer id, epoch) of ``transactional_id`` once its coordinator
+    completed the commit (the markers are written), bounded by ``timeout_s``."""
+    coordinator = _coordinator(cluster, transactional_id)
     deadline = time.monotonic() + timeout_s
     while True:
-        described = kio_answer(65, 0, _ask(cluster.kafka_port(int(c.node_id)), kio_request(65, 0, 2, {
+        described = kio_answer(65, 0, _ask(cluster.kafka_port(coordinator), kio_request(65, 0, 2, {
             "transactional_ids": [transactional_id]})))  # fmt: skip
         [state] = described.transaction_states
         assert state.error_code == 0, state
@@ -90,8 +95,13 @@ def _committed_values(cluster: ClusterThread, partition: int, wanted: bytes, tim
 def test_a_produce_delayed_past_its_transactions_end_is_refused(cluster: ClusterThread) -> None:
     producer = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": TXN_ID})
     producer.init_transactions(30)
+    # A partition led by another broker than the coordinator: the leader asks
+    # it with the verify_txn RPC.
+    coordinator = _coordinator(cluster, TXN_ID)
+    [topic] = [t for t in cluster.cluster.brokers[1].metadata.topics() if t.name == TOPIC]
+    partition, leader = next((i, p.leader) for i, p in enumerate(topic.partitions) if p.leader != coordinator)
     producer.begin_transaction()
-    producer.produce(TOPIC, b"in-txn", partition=0)
+    producer.produce(TOPIC, b"in-txn", partition=partition)
     producer.commit_transaction(30)
     pid, epoch = _completed_producer(cluster, TXN_ID, 30)
 
@@ -100,16 +110,18 @@ def test_a_produce_delayed_past_its_transactions_end_is_refused(cluster: Cluster
     late = build_record_batch([(None, b"late", int(time.time() * 1000))], producer_id=pid, producer_epoch=epoch,
                               base_sequence=1, transactional=True)  # fmt: skip
     body = {"transactional_id": TXN_ID, "acks": -1, "timeout": 10_000,
-            "topic_data": [{"name": TOPIC, "partition_data": [{"index": 0, "records": late}]}]}  # fmt: skip
+            "topic_data": [{"name": TOPIC, "partition_data": [{"index": partition, "records": late}]}]}  # fmt: skip
     answer = kio_answer(0, 7, _ask(cluster.kafka_port(2), kio_request(0, 7, 3, body)))
     [p] = answer.responses[0].partition_responses
     assert p.error_code == Errors.INVALID_TXN_STATE, Errors(p.error_code)
+    counted = cluster.cluster.brokers[leader].metrics.txn_verifications.labels("INVALID_TXN_STATE")
+    assert counted._value.get() >= 1  # the leader asked, and counted the answer
 
     # The same producer's next transaction commits; read_committed consumers
     # read it: the refused batch left no transaction open (the LSO moved past).
     producer.begin_transaction()
-    producer.produce(TOPIC, b"after", partition=0)
+    producer.produce(TOPIC, b"after", partition=partition)
     producer.commit_transaction(30)
-    got = _committed_values(cluster, 0, b"after", 30)
+    got = _committed_values(cluster, partition, b"after", 30)
     assert b"late" not in got
     assert got[-2:] == [b"in-txn", b"after"] or got == [b"in-txn", b"after"], got

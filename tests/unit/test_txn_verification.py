@@ -145,11 +145,12 @@ def test_the_leader_maps_answers_and_fails_closed(tmp_path: Path) -> None:
             metrics = _Metrics()
             tv = TxnVerification(1, store.verification, None, metrics=metrics, leads=lambda tp: True, timeout_ms=50)  # type: ignore[arg-type]
             answers: list[Errors] = []
+            strangers: set[int] = set()  # producers the coordinator does not know under the id
 
             async def verify(tid: str, pid: int, epoch: int, tps: Sequence[TopicIdPartition]) -> list[Errors]:
                 if not answers:
                     await asyncio.sleep(10)  # no answer: the leader must not wait for it
-                return [answers[0]] * len(tps)
+                return [Errors.INVALID_TXN_STATE if pid in strangers else answers[0]] * len(tps)
 
             reqs: Any = [request(tp, batch(3, 0, 0, txn=True), byte_offset=1)]
             # No coordinator known: retriable, nothing appended.
@@ -174,6 +175,13 @@ def test_the_leader_maps_answers_and_fails_closed(tmp_path: Path) -> None:
             assert commit_guarded(store, tp, batch(3, 0, 0, txn=True), guards[(tp, 3)]) == Errors.NONE
             tv.release(guards)
             assert len(store.verification) == 0
+            # Two producers naming one transactional id are asked about separately.
+            strangers.add(6)
+            two: Any = [reqs[0], request(tp, batch(6, 0, 0, txn=True), byte_offset=1)]
+            refused, guards = await tv.verify(two, {3: "t", 6: "t"})
+            assert refused == {1: Errors.INVALID_TXN_STATE} and list(guards) == [(tp, 3)]
+            assert guards[(tp, 3)] == SENTINEL  # producer 3's transaction is open: nothing asked
+            tv.release(guards)
             # Other producers' batches (no transactional id) are not asked about.
             refused, guards = await tv.verify(reqs, {4: "u"})
             assert refused == {} and guards == {}
