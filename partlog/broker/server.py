@@ -52,7 +52,7 @@ from partlog.broker.produce_driver import PRODUCE_TIMEOUT_MS_DEFAULT, ProduceDri
 from partlog.broker.producer_id_blocks import ProducerIdBlocks
 from partlog.broker.rpc_handlers import RpcHandlers
 from partlog.broker.tasks import Tasks
-from partlog.broker.txn_verification import TxnVerification
+from partlog.broker.txn_verification import TXN_VERIFICATION_TIMEOUT_MS, TxnVerification
 from partlog.broker.walmgr_notifier import WalmgrNotifier
 from partlog.controller.cluster_meta import (
     ClusterMismatchError,
@@ -86,6 +86,9 @@ log = logging.getLogger(__name__)
 # How long a commit RPC to another leader may take before its batches are
 # answered REQUEST_TIMED_OUT (the producer retries; idempotence dedups).
 COMMIT_RPC_TIMEOUT_MS_DEFAULT = 10_000
+# A leader's KIP-890 verification answers within the commit RPC's timeout
+# (at most half of it, below), so the sender hears the leader's answer.
+assert TXN_VERIFICATION_TIMEOUT_MS <= COMMIT_RPC_TIMEOUT_MS_DEFAULT // 2
 # Kafka's log.retention.check.interval.ms default: how often the broker
 # applies retention.ms / retention.bytes to the partitions it leads.
 RETENTION_CHECK_INTERVAL_MS_DEFAULT = 300_000
@@ -229,7 +232,12 @@ class Broker:
             stopping=stopping,
         )
         self.verification = TxnVerification(
-            bid, self.store.verification, self.peers, metrics=self.metrics, leads=self.replicas.is_leader
+            bid,
+            self.store.verification,
+            self.peers,
+            metrics=self.metrics,
+            leads=self.replicas.is_leader,
+            timeout_ms=max(1, min(TXN_VERIFICATION_TIMEOUT_MS, config.commit_rpc_timeout_ms // 2)),
         )
         self.commits = LeaderCommits(
             bid,

@@ -47,8 +47,9 @@ log = logging.getLogger(__name__)
 # How long a leader waits for the coordinators' answers before it refuses the
 # batches with a retriable error (fail closed).  Kafka bounds the wait by the
 # produce's request.timeout.ms (30 s); ours holds a commit, and the commits
-# behind it on the connection, so it is far below the commit RPC's timeout
-# and the commit deadline: a coordinator is one RPC away.
+# behind it on the connection, so it is far below the commit deadline and at
+# most half the commit RPC's timeout (the broker takes the smaller): a
+# coordinator is one RPC away.
 TXN_VERIFICATION_TIMEOUT_MS = 5_000
 
 # The coordinator's answer for one transactional id: one error per partition.
