@@ -2,18 +2,20 @@
 end's coordinators: topics made on demand, each partition a list of batches
 led by this broker at a leader epoch the test sets, produce and fetch on
 those lists, and markers recorded (and handed to the marker listeners) or
-failed as the test says.  It is the broker of one node; two coordinators on
+failed as the test says; transactional batches verified with the front
+end's coordinator (KIP-890) as a leader does.  It is the broker of one node; two coordinators on
 one ``FakeBroker`` model a leadership change (bump ``epochs``)."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, cast
 
+from partlog.broker.txn_verification import produce_error
 from partlog.controller.cluster_meta import BrokerInfo, PartitionInfo, TopicInfo
-from partlog.kafka.batch_header import ATTR_CONTROL, CRC_START, HEADER_SIZE
+from partlog.kafka.batch_header import ATTR_CONTROL, ATTR_TRANSACTIONAL, CRC_START, HEADER_SIZE
 from partlog.kafka.crc32c import crc32c_update
 from partlog.kafka.errors import Errors
 from partlog.kafka.record_batch import build_record_batch
@@ -89,6 +91,16 @@ class FakeBroker:
         self.markers: list[TxnMarkerRequest] = []
         self.listeners: list[Callable[[TopicIdPartition, int, bool, int], None]] = []
         self._next_pid = 1000
+        # KIP-890: (partition, producer) with a transaction open, and the
+        # front end's verifier (the coordinator answers; one broker here).
+        self.open_txns: set[tuple[TopicIdPartition, int]] = set()
+        self.verifier: (
+            tuple[
+                Callable[[str, int, int, Sequence[TopicIdPartition]], Awaitable[list[Errors]]],
+                Callable[[str], int | None],
+            ]
+            | None
+        ) = None
         self._event = asyncio.Event()
 
     def port(self) -> BrokerPort:
@@ -107,13 +119,30 @@ class FakeBroker:
         return base + int.from_bytes(batch[23:27], "big") + 1
 
     async def produce(
-        self, batches: Sequence[tuple[TopicIdPartition, bytes]], *, acks: int, timeout_ms: int, urgent: bool = False
+        self,
+        batches: Sequence[tuple[TopicIdPartition, bytes]],
+        *,
+        acks: int,
+        timeout_ms: int,
+        urgent: bool = False,
+        transactional_id: str | None = None,
     ) -> list[BatchResult]:
         out = []
         for tp, batch in batches:
             if self.produce_error != Errors.NONE:
                 out.append(BatchResult(tp, self.produce_error))
                 continue
+            pid = int.from_bytes(batch[43:51], "big", signed=True)
+            if int.from_bytes(batch[21:23], "big") & ATTR_TRANSACTIONAL:
+                # KIP-890 part 1, as the broker's leader: the first batch of a
+                # transaction here is verified with the coordinator.
+                if transactional_id is not None and (tp, pid) not in self.open_txns and self.verifier is not None:
+                    epoch = int.from_bytes(batch[51:53], "big", signed=True)
+                    [e] = await self.verifier[0](transactional_id, pid, epoch, [tp])
+                    if e != Errors.NONE:
+                        out.append(BatchResult(tp, produce_error(e)))
+                        continue
+                self.open_txns.add((tp, pid))
             base = self._end(tp)
             self.logs.setdefault(tp, []).append((base, base.to_bytes(8, "big") + batch[8:]))
             out.append(BatchResult(tp, Errors.NONE, base))
@@ -140,6 +169,7 @@ class FakeBroker:
             e = self.marker_errors.pop(0) if self.marker_errors else Errors.NONE
             if e == Errors.NONE:
                 self.markers.append(m)
+                self.open_txns.discard((m.topic_id_partition, m.producer_id))
                 tp = m.topic_id_partition
                 batch = control_batch(m.producer_id, m.producer_epoch, m.committed, m.coordinator_epoch)
                 base = self._end(tp)
@@ -149,6 +179,13 @@ class FakeBroker:
             out.append(e)
         await asyncio.sleep(0)
         return out
+
+    def set_txn_verifier(
+        self,
+        verify: Callable[[str, int, int, Sequence[TopicIdPartition]], Awaitable[list[Errors]]],
+        locate: Callable[[str], int | None],
+    ) -> None:
+        self.verifier = (verify, locate)
 
     def add_marker_listener(self, fn: Callable[[TopicIdPartition, int, bool, int], None]) -> None:
         self.listeners.append(fn)

@@ -51,11 +51,18 @@ def leadership_moves_during_produce(broker: FakeBroker, live: GroupCoordinator, 
     produce = broker.produce
 
     async def produce_after_a_new_load(
-        batches: Sequence[tuple[TopicIdPartition, bytes]], *, acks: int, timeout_ms: int, urgent: bool = False
+        batches: Sequence[tuple[TopicIdPartition, bytes]],
+        *,
+        acks: int,
+        timeout_ms: int,
+        urgent: bool = False,
+        transactional_id: str | None = None,
     ) -> list[BatchResult]:
         broker.epochs[tp] = (broker.epochs.get(tp) or 0) + 1  # leadership moved away and came back
         assert (await live.fetch_offsets("g", [("data", 0)]))[0] == Errors.NONE  # the new epoch loaded
-        return await produce(batches, acks=acks, timeout_ms=timeout_ms, urgent=urgent)
+        return await produce(
+            batches, acks=acks, timeout_ms=timeout_ms, urgent=urgent, transactional_id=transactional_id
+        )
 
     broker.produce = produce_after_a_new_load  # type: ignore[method-assign]
     try:

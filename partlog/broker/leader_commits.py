@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from partlog.broker.metrics import BrokerMetrics
 from partlog.broker.tasks import Tasks
+from partlog.broker.txn_verification import TxnVerification
+from partlog.kafka.errors import Errors
 from partlog.kafka.records import CommitBatchRequest, CommitBatchResponse
 from partlog.replication.manager import ReplicaManager
 from partlog.store import MetadataStore, StoreError
+from partlog.store.verification import GuardKey
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +46,9 @@ class LeaderCommits:
         wake: Callable[[], None],
         stopping: Callable[[], bool],
         commit_rpc_timeout_ms: int,
+        verification: TxnVerification,
     ) -> None:
+        self.verification = verification
         self.broker_id = broker_id
         self.store = store
         self.replicas = replicas
@@ -61,9 +66,45 @@ class LeaderCommits:
         file_size: int,
         requests: list[CommitBatchRequest],
         acks_all: Sequence[bool] = (),
+        transactional_ids: Mapping[int, str] | None = None,
     ) -> tuple[list[CommitBatchResponse], Awaitable[list[CommitBatchResponse]] | None]:
         """Commit to this broker's own store, refusing partitions it does not
-        lead; acks=all batches come with an awaitable of the final answers."""
+        lead; acks=all batches come with an awaitable of the final answers.
+        The transactional batches of ``transactional_ids``' producers are
+        verified with their coordinators first (KIP-890 part 1,
+        :mod:`partlog.broker.txn_verification`)."""
+        if not transactional_ids:
+            return await self._commit(key, uploader, file_size, requests, acks_all, None)
+        refused, guards = await self.verification.verify(requests, transactional_ids)
+        try:
+            if not refused:
+                return await self._commit(key, uploader, file_size, requests, acks_all, guards)
+            kept = [i for i in range(len(requests)) if i not in refused]
+            answers = [CommitBatchResponse(e, -1, -1, -1, False, requests[i]) for i, e in sorted(refused.items())]
+            flags = list(acks_all)
+            responses: list[CommitBatchResponse] = []
+            wait: Awaitable[list[CommitBatchResponse]] | None = None
+            if kept:
+                responses, wait = await self._commit(
+                    key, uploader, file_size, [requests[i] for i in kept], [flags[i] for i in kept] if flags else (),
+                    guards,
+                )  # fmt: skip
+            return _merged(len(requests), refused, answers, kept, responses), (
+                None if wait is None else _merged_later(len(requests), refused, answers, kept, wait)
+            )
+        finally:
+            # Sequenced (or refused) by now: the guards have done their work.
+            self.verification.release(guards)
+
+    async def _commit(
+        self,
+        key: str,
+        uploader: int,
+        file_size: int,
+        requests: list[CommitBatchRequest],
+        acks_all: Sequence[bool],
+        guards: Mapping[GuardKey, int] | None,
+    ) -> tuple[list[CommitBatchResponse], Awaitable[list[CommitBatchResponse]] | None]:
         try:
             responses, wait = await self.replicas.commit(
                 key,
@@ -72,6 +113,7 @@ class LeaderCommits:
                 requests,
                 acks_all,
                 max(1, self.commit_rpc_timeout_ms - ACKS_ALL_TIMEOUT_MARGIN_MS),
+                guards,
             )
         except StoreError:
             self.store_failed()
@@ -102,6 +144,33 @@ class LeaderCommits:
             self._wake()
         finally:
             self._store_reopening = False
+
+
+def _merged(
+    n: int,
+    refused: Mapping[int, Errors],
+    refused_answers: list[CommitBatchResponse],
+    kept: list[int],
+    responses: list[CommitBatchResponse],
+) -> list[CommitBatchResponse]:
+    """The answers in request order: the refused batches' and the committed ones'."""
+    out: list[CommitBatchResponse | None] = [None] * n
+    for i, a in zip(sorted(refused), refused_answers, strict=True):
+        out[i] = a
+    for i, a in zip(kept, responses, strict=True):
+        out[i] = a
+    assert all(a is not None for a in out)
+    return out  # type: ignore[return-value]
+
+
+async def _merged_later(
+    n: int,
+    refused: Mapping[int, Errors],
+    refused_answers: list[CommitBatchResponse],
+    kept: list[int],
+    wait: Awaitable[list[CommitBatchResponse]],
+) -> list[CommitBatchResponse]:
+    return _merged(n, refused, refused_answers, kept, await wait)
 
 
 __all__ = ["ACKS_ALL_TIMEOUT_MARGIN_MS", "LeaderCommits"]

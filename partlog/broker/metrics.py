@@ -88,6 +88,10 @@ class BrokerMetrics:
             "partlog_txn_markers", "transaction markers asked of this broker as a leader, by answer", ["error"],
             registry=r,
         )  # fmt: skip
+        self.txn_verifications = Counter(
+            "partlog_txn_verifications", "KIP-890 verifications this leader asked of a coordinator, by answer",
+            ["error"], registry=r,
+        )  # fmt: skip
         self.fetch_gets = Counter("partlog_fetch_gets", "object-store GETs made for fetches", registry=r)
         self.fetch_cache_hits = Counter("partlog_fetch_cache_hits", "fetch reads answered by the cache", registry=r)
         inflight = Gauge("partlog_inflight_bytes", "produce bytes accepted and not yet answered", registry=r)

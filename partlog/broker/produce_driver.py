@@ -100,6 +100,7 @@ class ProduceDriver:
         acks: int = -1,
         timeout_ms: int = PRODUCE_TIMEOUT_MS_DEFAULT,
         urgent: bool = False,
+        transactional_id: str | None = None,
     ) -> list[BatchResult]:
         """See :meth:`partlog.broker.server.Broker.produce`."""
         if acks not in (0, 1, -1):
@@ -135,7 +136,14 @@ class ProduceDriver:
             self.metrics.produce_received(nbytes)
             had_open = self.pipeline.next_deadline_ms() is not None
             early_closes = self.pipeline.stats.early_closes
-            actions = self.pipeline.produce(produce_id, batches, self.clock.wall_ms(), acks_all=acks_all, urgent=urgent)
+            actions = self.pipeline.produce(
+                produce_id,
+                batches,
+                self.clock.wall_ms(),
+                acks_all=acks_all,
+                urgent=urgent,
+                transactional_id=transactional_id,
+            )
             if self.pipeline.stats.early_closes != early_closes:
                 self.metrics.wal_closed_early()
             self._perform(actions)
@@ -251,7 +259,7 @@ class ProduceDriver:
                 self.metrics.commit_started(local=True)
                 try:
                     responses, wait = await self.commits.commit(
-                        c.key, self.broker_id, c.file_size, list(c.requests), c.acks_all
+                        c.key, self.broker_id, c.file_size, list(c.requests), c.acks_all, dict(c.transactional_ids)
                     )
                 except StoreError as e:
                     self._commit_finished(c, leader, start, None, Errors.KAFKA_STORAGE_ERROR, str(e))
@@ -289,7 +297,7 @@ class ProduceDriver:
         try:
             body = await client.call(
                 "commit",
-                enc_commit(c.key, self.broker_id, c.file_size, c.requests, c.acks_all),
+                enc_commit(c.key, self.broker_id, c.file_size, c.requests, c.acks_all, c.transactional_ids),
                 timeout_ms=self.commit_rpc_timeout_ms,
             )
             responses = dec_commit_responses(body, c.requests)

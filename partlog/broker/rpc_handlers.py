@@ -40,10 +40,15 @@ from partlog.rpc.wire import (
     Verdict,
     WireError,
     dec_commit,
+    dec_commit_transactional_ids,
     dec_keys_referenced,
     dec_partition_items,
     dec_reference_checks,
+    dec_tp,
     enc_commit_responses,
+    expect_int,
+    expect_list,
+    expect_str,
 )
 from partlog.store import MetadataStore, StoreError
 
@@ -116,6 +121,7 @@ class RpcHandlers:
             "delete_records": self.delete_records,
             "offset_for_leader_epoch": self.offset_for_leader_epoch,
             "write_txn_markers": self.write_txn_markers,
+            "verify_txn": self.verify_txn,
         }
 
     async def as_leader(self, method: str, body: Any) -> Any:
@@ -147,10 +153,11 @@ class RpcHandlers:
     async def commit(self, body: Any) -> Any:
         try:
             key, uploader, size, reqs, acks_all = dec_commit(body)
+            txn_ids = dec_commit_transactional_ids(body)
         except WireError as e:
             raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
         self.metrics.commits_served.inc()
-        responses, wait = await self.commits.commit(key, uploader, size, reqs, acks_all)
+        responses, wait = await self.commits.commit(key, uploader, size, reqs, acks_all, txn_ids)
         if wait is None:
             return enc_commit_responses(responses)
         # Appended in order; the answer waits for replication outside the
@@ -342,6 +349,21 @@ class RpcHandlers:
                         log.exception("marker listener failed for %s producer %d", mk.topic_id_partition,
                                       mk.producer_id)  # fmt: skip
         return {"partitions": [[int(a.error)] for a in answers]}
+
+    async def verify_txn(self, body: Any) -> Any:
+        """KIP-890 part 1: a leader asks this broker's transaction
+        coordinator whether the partitions are in the open transaction of
+        (producer id, epoch): per partition the coordinator's answer."""
+        try:
+            m = _as_map(body, "verify_txn")
+            tid = expect_str(m.get("transactional_id"), "verify_txn.transactional_id")
+            pid = expect_int(m.get("producer_id"), "verify_txn.producer_id")
+            epoch = expect_int(m.get("producer_epoch"), "verify_txn.producer_epoch")
+            tps = [dec_tp(v, "verify_txn.partitions") for v in expect_list(m.get("partitions"), "verify_txn")]
+        except WireError as e:
+            raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
+        answers = await self.commits.verification.answer(tid, pid, epoch, tps)
+        return {"partitions": [[int(e)] for e in answers]}
 
 
 async def _encoded(wait: Awaitable[list[CommitBatchResponse]]) -> Any:

@@ -19,6 +19,7 @@ keep time.  This module wires them together and runs the broker's life
 =============================  ==========================================
 ``produce_driver.py``          admission, uploads, the per-leader commit senders
 ``leader_commits.py``          the leader's commit entry, store fail-stop and reopen
+``txn_verification.py``        KIP-890: leaders verify with the txn coordinator
 ``fetch_service.py``           fetch long-poll, routing to replicas and leaders
 ``rpc_handlers.py``            the broker RPC's methods
 ``producer_id_blocks.py``      InitProducerId from the controller's blocks
@@ -39,7 +40,7 @@ import dataclasses
 import logging
 import ssl
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +52,7 @@ from partlog.broker.produce_driver import PRODUCE_TIMEOUT_MS_DEFAULT, ProduceDri
 from partlog.broker.producer_id_blocks import ProducerIdBlocks
 from partlog.broker.rpc_handlers import RpcHandlers
 from partlog.broker.tasks import Tasks
+from partlog.broker.txn_verification import TXN_VERIFICATION_TIMEOUT_MS, TxnVerification
 from partlog.broker.walmgr_notifier import WalmgrNotifier
 from partlog.controller.cluster_meta import (
     ClusterMismatchError,
@@ -84,6 +86,9 @@ log = logging.getLogger(__name__)
 # How long a commit RPC to another leader may take before its batches are
 # answered REQUEST_TIMED_OUT (the producer retries; idempotence dedups).
 COMMIT_RPC_TIMEOUT_MS_DEFAULT = 10_000
+# A leader's KIP-890 verification answers within the commit RPC's timeout
+# (at most half of it, below), so the sender hears the leader's answer.
+assert TXN_VERIFICATION_TIMEOUT_MS <= COMMIT_RPC_TIMEOUT_MS_DEFAULT // 2
 # Kafka's log.retention.check.interval.ms default: how often the broker
 # applies retention.ms / retention.bytes to the partitions it leads.
 RETENTION_CHECK_INTERVAL_MS_DEFAULT = 300_000
@@ -226,6 +231,14 @@ class Broker:
             cluster_id=cluster,
             stopping=stopping,
         )
+        self.verification = TxnVerification(
+            bid,
+            self.store.verification,
+            self.peers,
+            metrics=self.metrics,
+            leads=self.replicas.is_leader,
+            timeout_ms=max(1, min(TXN_VERIFICATION_TIMEOUT_MS, config.commit_rpc_timeout_ms // 2)),
+        )
         self.commits = LeaderCommits(
             bid,
             self.store,
@@ -235,6 +248,7 @@ class Broker:
             wake=self.data.wake,
             stopping=stopping,
             commit_rpc_timeout_ms=config.commit_rpc_timeout_ms,
+            verification=self.verification,
         )
         self.produce_driver = ProduceDriver(
             bid,
@@ -437,14 +451,20 @@ class Broker:
         acks: int = -1,
         timeout_ms: int = PRODUCE_TIMEOUT_MS_DEFAULT,
         urgent: bool = False,
+        transactional_id: str | None = None,
     ) -> list[BatchResult]:
         """Produce ``batches``.  acks=1 is answered once every batch is
         committed by its leader, acks=-1 (all) once it is also replicated to
         the ISR (or failed); acks=0 as soon as the batches are in the WAL
         buffer (results NONE, offsets -1), as Kafka's acks=0 producer learns
         nothing either.  ``urgent`` (a coordinator's record) closes the open
-        WAL file now instead of at its commit interval."""
-        return await self.produce_driver.produce(batches, acks=acks, timeout_ms=timeout_ms, urgent=urgent)
+        WAL file now instead of at its commit interval.  With a
+        ``transactional_id`` (a Kafka client's), the leaders verify the
+        transaction's first batches with its coordinator (KIP-890 part 1,
+        :mod:`partlog.broker.txn_verification`)."""
+        return await self.produce_driver.produce(
+            batches, acks=acks, timeout_ms=timeout_ms, urgent=urgent, transactional_id=transactional_id
+        )
 
     async def fetch(
         self, reqs: list[FindBatchRequest], *, max_wait_ms: int, min_bytes: int, max_bytes: int
@@ -493,6 +513,15 @@ class Broker:
         """``fn(tp, producer id, committed, offset)`` after a marker this
         broker leads is appended at ``offset`` and replicated."""
         self.rpc.marker_listeners.append(fn)
+
+    def set_txn_verifier(
+        self,
+        verify: Callable[[str, int, int, Sequence[TopicIdPartition]], Awaitable[list[Errors]]],
+        locate: Callable[[str], int | None],
+    ) -> None:
+        """KIP-890: ``verify`` answers for the transactional ids this broker
+        coordinates, ``locate`` names an id's coordinator broker."""
+        self.verification.register(verify, locate)
 
     async def init_producer_id(self, wait_ms: int = 5_000) -> int | None:
         """A producer id (KIP-730 blocks; see :class:`ProducerIdBlocks`);

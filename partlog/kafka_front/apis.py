@@ -188,6 +188,8 @@ class KafkaApis(ApiHandlers):
             max_timeout_ms=self.config.transaction_max_timeout_ms,
             expiration_ms=self.config.transactional_id_expiration_ms,
         )
+        # KIP-890 part 1: partition leaders ask this broker's coordinator.
+        broker.set_txn_verifier(self.txns.verify, self.txns.coordinator_broker)
         group = GroupApis(broker, self.groups, self.txns)
         self.txn = TxnApis(broker, self.txns, self.groups)
         self.handlers: dict[int, Handler] = {
@@ -378,7 +380,14 @@ class KafkaApis(ApiHandlers):
                     batches.append((tp, bytes(records)))
                     keys.append(key)
         if batches:
-            results = await self.broker.produce(batches, acks=acks, timeout_ms=timeout_ms)
+            # The leaders verify a transaction's first batches with the
+            # coordinator of the request's transactional id (KIP-890 part 1).
+            results = await self.broker.produce(
+                batches,
+                acks=acks,
+                timeout_ms=timeout_ms,
+                transactional_id=getattr(body, "transactional_id", None) or None,
+            )
             for key, r in zip(keys, results, strict=True):
                 answers[key] = _produced(
                     key[1], r.error, r.error_message, r.base_offset, r.log_append_time, r.log_start_offset

@@ -512,9 +512,13 @@ class GroupCoordinator:
         generation: int,
         group_instance_id: str | None,
         offsets: Mapping[tuple[str, int], tuple[int, int, str | None]],
+        transactional_id: str | None = None,
     ) -> dict[tuple[str, int], Errors]:
         """TxnOffsetCommit: write the offsets as a transactional batch of the
-        producer (no sequence number) and hold them pending until its marker."""
+        producer (no sequence number) and hold them pending until its marker.
+        With the client's ``transactional_id`` the offsets partition's leader
+        verifies the transaction with its coordinator first (KIP-890 part 1:
+        INVALID_TXN_STATE when the group's partition was never added)."""
         error, part, tp = await self._partition(group_id)
         if part is None or tp is None:
             return dict.fromkeys(offsets, error)
@@ -533,7 +537,11 @@ class GroupCoordinator:
             part.in_flight[producer_id] = part.in_flight.get(producer_id, 0) + 1
             try:
                 [result] = await self.broker.produce(
-                    [(tp, batch)], acks=-1, timeout_ms=OFFSETS_COMMIT_TIMEOUT_MS, urgent=True
+                    [(tp, batch)],
+                    acks=-1,
+                    timeout_ms=OFFSETS_COMMIT_TIMEOUT_MS,
+                    urgent=True,
+                    transactional_id=transactional_id,
                 )
             finally:
                 left = part.in_flight.pop(producer_id) - 1

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from partlog.controller.cluster_meta import MetadataSource
@@ -63,10 +63,18 @@ class BrokerPort(Protocol):
         ...
 
     async def produce(
-        self, batches: Sequence[tuple[TopicIdPartition, bytes]], *, acks: int, timeout_ms: int, urgent: bool = False
+        self,
+        batches: Sequence[tuple[TopicIdPartition, bytes]],
+        *,
+        acks: int,
+        timeout_ms: int,
+        urgent: bool = False,
+        transactional_id: str | None = None,
     ) -> list[BatchResult]:
         """Produce to any partition (through this broker's WAL buffer);
-        ``urgent`` (a coordinator's record) closes the open WAL file now."""
+        ``urgent`` (a coordinator's record) closes the open WAL file now;
+        with a ``transactional_id`` the leaders verify the transaction's
+        first batches with its coordinator (KIP-890 part 1)."""
         ...
 
     async def fetch(
@@ -104,6 +112,17 @@ class BrokerPort(Protocol):
         """fn(tp, producer_id, committed, offset) is called on this broker
         after a marker this broker leads for ``tp`` is appended at ``offset``
         and replicated (the group coordinator applies or drops pending offsets)."""
+        ...
+
+    def set_txn_verifier(
+        self,
+        verify: Callable[[str, int, int, Sequence[TopicIdPartition]], Awaitable[list[Errors]]],
+        locate: Callable[[str], int | None],
+    ) -> None:
+        """KIP-890 part 1: ``verify(transactional id, producer id, epoch,
+        partitions)`` answers a leader's question for the ids this broker
+        coordinates (per partition: NONE when in the open transaction);
+        ``locate(transactional id)`` names the coordinator's broker."""
         ...
 
     async def init_producer_id(self) -> int | None:

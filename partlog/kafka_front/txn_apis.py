@@ -126,6 +126,7 @@ class TxnApis(ApiHandlers):
             int(getattr(body, "generation_id", -1)),
             getattr(body, "group_instance_id", None),
             wanted,
+            body.transactional_id,
         )
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (name, p), e in answers.items():

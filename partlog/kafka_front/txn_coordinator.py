@@ -454,6 +454,26 @@ class TxnCoordinator:
             return got
         return await self._perform(part, got)
 
+    async def verify(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Sequence[TopicIdPartition]
+    ) -> list[Errors]:
+        """KIP-890 part 1: a partition leader asks whether ``partitions`` are
+        in the open transaction (:meth:`Transactions.verify`); NOT_COORDINATOR
+        or COORDINATOR_LOAD_IN_PROGRESS for all when this broker cannot answer."""
+        error, part = await self._partition(transactional_id)
+        if part is None:
+            return [error] * len(partitions)
+        return part.txns.verify(transactional_id, producer_id, producer_epoch, partitions)
+
+    def coordinator_broker(self, transactional_id: str) -> int | None:
+        """The broker coordinating ``transactional_id`` now (the leader of its
+        ``__transaction_state`` partition), None when unknown; creates nothing."""
+        t = self._topic()
+        if t is None:
+            return None
+        error, broker_id = coordinator_of(t, partition_for(transactional_id, t.num_partitions))
+        return broker_id if error == Errors.NONE else None
+
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> Errors:
         """EndTxn: NONE once the Prepare* record is durable (the markers follow)."""
         error, part = await self._partition(transactional_id)

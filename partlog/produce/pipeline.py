@@ -140,6 +140,9 @@ class SendCommit:
     # acks_all[i]: requests[i] came with acks=all, so the leader answers it
     # once it is replicated to the ISR (empty: none did).
     acks_all: tuple[bool, ...] = ()
+    # (producer id, transactional id) of the produce requests that named one:
+    # the leader verifies their transactions (KIP-890 part 1).
+    transactional_ids: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +185,7 @@ class _Produce:
     results: list[BatchResult | None]
     pending: int
     acks_all: bool = True
+    transactional_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -303,10 +307,12 @@ class ProducePipeline:
         *,
         acks_all: bool = True,
         urgent: bool = False,
+        transactional_id: str | None = None,
     ) -> list[Action]:
         """Accept a produce request of (partition, v2 batch) pairs; with
         ``acks_all`` its commits wait for replication to the ISR; an
-        ``urgent`` one closes the open segment holding its batches now.
+        ``urgent`` one closes the open segment holding its batches now; its
+        ``transactional_id`` travels to the leaders with its batches.
 
         A request larger than ``inflight_bytes_max`` can never fit and is
         answered ``RECORD_LIST_TOO_LARGE``; otherwise the shell must have
@@ -320,7 +326,7 @@ class ProducePipeline:
         if nbytes > self.config.inflight_bytes_max:
             return [Reply(produce_id, tuple(BatchResult(tp, Errors.RECORD_LIST_TOO_LARGE) for tp, _ in batches))]
         assert nbytes <= self.room_bytes() or not self._produces, "shell must wait for room_bytes()"
-        p = _Produce(produce_id, nbytes, [None] * len(batches), 0, acks_all)
+        p = _Produce(produce_id, nbytes, [None] * len(batches), 0, acks_all, transactional_id)
         accepted: list[tuple[int, TopicIdPartition, bytes]] = []
         for i, (tp, batch) in enumerate(batches):
             problem = _framing_problem(batch)
@@ -476,6 +482,7 @@ class ProducePipeline:
                 continue
             by_leader: dict[int, list[CommitBatchRequest]] = {}
             acks: dict[int, list[bool]] = {}
+            txn_ids: dict[int, dict[int, str]] = {}
             routes = seg.routes
             for produce_id, index, req in seg.batches:
                 leader = self.leader_of(req.topic_id_partition)
@@ -490,7 +497,10 @@ class ProducePipeline:
                     continue
                 routes[req.request_id] = leader
                 by_leader.setdefault(leader, []).append(req)
-                acks.setdefault(leader, []).append(self._produces[produce_id].acks_all)
+                produced = self._produces[produce_id]
+                acks.setdefault(leader, []).append(produced.acks_all)
+                if produced.transactional_id is not None and req.producer_id >= 0:
+                    txn_ids.setdefault(leader, {})[req.producer_id] = produced.transactional_id
             self.stats.commit_fanout.append(len(by_leader))
             if not by_leader:
                 del self._segments[seg.segment_id]
@@ -502,7 +512,13 @@ class ProducePipeline:
                 self.stats.commits_sent += 1
                 flags = acks[leader]
                 c = SendCommit(
-                    seg.segment_id, seg.key, leader, seg.size, tuple(reqs), tuple(flags) if any(flags) else ()
+                    seg.segment_id,
+                    seg.key,
+                    leader,
+                    seg.size,
+                    tuple(reqs),
+                    tuple(flags) if any(flags) else (),
+                    tuple(txn_ids.get(leader, {}).items()),
                 )
                 out = self._commits_out.get(leader, 0)
                 if out < self.config.commits_in_flight_max:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from partlog import injected_bugs
@@ -306,9 +306,10 @@ class ReplicaManager:
         requests: Sequence[CommitBatchRequest],
         acks_all: Sequence[bool],
         timeout_ms: int,
+        guards: Mapping[tuple[TopicIdPartition, int], int] | None = None,
     ) -> tuple[list[CommitBatchResponse], Awaitable[list[CommitBatchResponse]] | None]:
         """Append what this broker leads; see the module doc.  Raises
-        StoreError when the store failed."""
+        StoreError when the store failed.  ``guards``: KIP-890's, for the store."""
         flags = list(acks_all) or [False] * len(requests)
         answers: list[CommitBatchResponse] = [
             CommitBatchResponse(Errors.NOT_LEADER_OR_FOLLOWER, -1, -1, -1, False, r) for r in requests
@@ -325,7 +326,7 @@ class ReplicaManager:
         if not mine:
             return answers, None
         committed = await asyncio.to_thread(
-            self.store.commit_file, key, uploader, file_size, [requests[i] for i in mine]
+            self.store.commit_file, key, uploader, file_size, [requests[i] for i in mine], guards
         )
         for i, resp in zip(mine, committed, strict=True):
             answers[i] = resp

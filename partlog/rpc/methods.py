@@ -75,6 +75,8 @@ COMMIT_HEADER_BYTES_MAX = 1024
 TOPIC_NAME_BYTES_MAX = 1024
 # Topics in a metadata answer: the controller's partitions in all bound them.
 TOPICS_MAX = PARTITIONS_PER_CLUSTER_MAX
+# Kafka's transactional.id is a STRING (int16 length).
+TRANSACTIONAL_ID = Str(INT16_MAX)
 NON_NEGATIVE_INT32 = Int(0, INT32_MAX)
 POSITIVE_INT32 = Int(1, INT32_MAX)
 
@@ -99,7 +101,23 @@ BROKER_SCHEMAS: dict[str, Schema] = {
                 COMMIT_BATCHES_MAX,
             ),
         },
-        optional={"acks_all": List(Int(0, COMMIT_BATCHES_MAX - 1), COMMIT_BATCHES_MAX)},
+        optional={
+            "acks_all": List(Int(0, COMMIT_BATCHES_MAX - 1), COMMIT_BATCHES_MAX),
+            # KIP-890: producer id -> transactional id of the produce requests.
+            "transactional_ids": List(
+                Tuple(("producer_id", Int(0, INT64_MAX)), ("transactional_id", TRANSACTIONAL_ID)), COMMIT_BATCHES_MAX
+            ),
+        },
+    ),
+    # KIP-890 part 1: a leader asks a transaction coordinator whether the
+    # partitions are in the open transaction of (producer id, epoch).
+    "verify_txn": Map(
+        required={
+            "transactional_id": TRANSACTIONAL_ID,
+            "producer_id": Int(0, INT64_MAX),
+            "producer_epoch": Int(0, INT16_MAX),
+            "partitions": List(partition_item(), PARTITIONS_MAX),
+        }
     ),
     "fetch": Map(
         required={"partitions": List(partition_item(("offset", INT64), ("max_bytes", INT32)), PARTITIONS_MAX)},
@@ -258,6 +276,7 @@ RESPONSE_SCHEMAS: dict[str, Schema] = {
         }
     ),
     "write_txn_markers": Map(required={"partitions": List(Tuple(("error", INT16)), PARTITIONS_MAX)}),
+    "verify_txn": Map(required={"partitions": List(Tuple(("error", INT16)), PARTITIONS_MAX)}),
 }
 
 WALMGR_SCHEMAS: dict[str, Schema] = {

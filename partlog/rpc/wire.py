@@ -114,6 +114,7 @@ def enc_commit(
     file_size: int,
     requests: Sequence[CommitBatchRequest],
     acks_all: Sequence[bool] = (),
+    transactional_ids: Sequence[tuple[int, str]] = (),
 ) -> dict[str, Any]:
     # The header carries every other field: the leader rebuilds the request
     # from it and so cannot be handed fields that disagree with it.
@@ -126,7 +127,20 @@ def enc_commit(
     if any(acks_all):
         # Request indices answered only once replicated (acks=all).
         body["acks_all"] = [i for i, a in enumerate(acks_all) if a]
+    if transactional_ids:
+        # KIP-890: the leader verifies these producers' first transactional
+        # batches with their transactional ids' coordinators.
+        body["transactional_ids"] = [[pid, tid] for pid, tid in transactional_ids]
     return body
+
+
+def dec_commit_transactional_ids(body: Any) -> dict[int, str]:
+    """The commit's producer id -> transactional id map (empty without one)."""
+    out: dict[int, str] = {}
+    for i, item in enumerate(expect_list(expect_map(body, "commit").get("transactional_ids", []), "commit")):
+        pid, tid = expect_list(item, f"commit.transactional_ids[{i}]", 2)
+        out[expect_int(pid, f"commit.transactional_ids[{i}]")] = expect_str(tid, f"commit.transactional_ids[{i}]")
+    return out
 
 
 def dec_commit(body: Any) -> tuple[str, int, int, list[CommitBatchRequest], list[bool]]:

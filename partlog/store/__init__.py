@@ -9,31 +9,29 @@ appends the leader's entries at the leader's offsets and epochs
 ``auto_high_watermark=False`` the owner drives the high watermark).  The API
 mirrors KIP-1164's BatchCoordinator, per leader (:mod:`partlog.kafka.records`).
 
-Commits go through a group commit: concurrent ``commit_file`` calls are
-sequenced into a group against the in-memory state, made durable by ONE
-journal append before anyone is answered, and applied to LMDB later by
-checkpoints.  Every other write runs exclusively: the pipeline drained, the
-journal applied, one LMDB transaction.  Each operation validates before it
-writes, so one caller's bad input never reaches another's commit.  A failed
-commit, or a failed check of the durable state (:func:`layout.verify
-<partlog.store.layout.verify>`), fail-stops the store until :meth:`reopen
-<MetadataStore.reopen>`.  Readers read LMDB plus the overlay of durable
-groups not yet applied, never the caches, so a ``readonly`` store in another
-process, which follows the journal, sees the same.
+Concurrent ``commit_file`` calls are sequenced into a group against the
+in-memory state, made durable by ONE journal append before anyone is
+answered, and applied to LMDB later by checkpoints; every other write runs
+exclusively (:mod:`~partlog.store.writes`).  Each operation validates before
+it writes.  A failed commit, or a failed check of the durable state
+(:func:`layout.verify <partlog.store.layout.verify>`), fail-stops the store
+until :meth:`reopen <MetadataStore.reopen>`.  Readers read LMDB plus the
+overlay of durable groups not yet applied, never the caches, so a
+``readonly`` store in another process, which follows the journal, sees the same.
 
 :class:`MetadataStore` is the facade and the only public class.  As Kafka's
 ``UnifiedLog`` owns ``LocalLog``, ``ProducerStateManager`` and
 ``LeaderEpochFileCache``, it owns components, each with its own state:
 
 * :mod:`~partlog.store.env`: the LMDB environment (transactions, map growth,
-  the gate closing waits for);
-* :mod:`~partlog.store.catalog`: topics, partition states, id counters and
-  in-memory high watermarks;
+  the gate closing waits for); :mod:`~partlog.store.catalog`: topics,
+  partition states, id counters and in-memory high watermarks;
 * :mod:`~partlog.store.log`: the log chunks (entries: read, append, cut);
-* :mod:`~partlog.store.index`: file references, pending ones too (walmgr's);
+  :mod:`~partlog.store.index`: file references, pending ones too (walmgr's);
 * :mod:`~partlog.store.epochs`, :mod:`~partlog.store.producers`,
   :mod:`~partlog.store.txns`: the leader-epoch cache, the producer table,
   the partitions' transactions and aborted-transaction index;
+  :mod:`~partlog.store.verification`: KIP-890 guards, in memory;
 * :mod:`~partlog.store.sequencer`: the pure :class:`Sequencer` (Kafka's
   sequencing of a commit: state in, answers and a delta out), and
   :mod:`~partlog.store.markers` (a transaction marker's);
@@ -47,11 +45,12 @@ process, which follows the journal, sees the same.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Self
 
@@ -111,6 +110,7 @@ from partlog.store.replication import FollowerLog, check_replicated
 from partlog.store.sequencer import prepare
 from partlog.store.staged import Staged
 from partlog.store.txns import TxnTable
+from partlog.store.verification import GuardKey, VerificationGuards, txn_open
 from partlog.store.view import Views
 from partlog.store.writes import Writes
 
@@ -159,6 +159,7 @@ class MetadataStore:
         # must not open an environment nobody closes after the owner closed.
         self._lifecycle = threading.Lock()
         self._shut = False
+        self.verification = VerificationGuards()  # KIP-890's, in memory; they outlive a reopen
         self._attach()
 
     def _attach(self) -> None:
@@ -206,6 +207,7 @@ class MetadataStore:
             clock=clock,
             commit_group=self._commit_group,
             stats=stats,
+            guards=self.verification,
         )
         env.check_version()
         if o.readonly:
@@ -226,6 +228,7 @@ class MetadataStore:
         self._reads = LogReader(
             views, catalog=catalog, log=log_chunks, index=index, epochs=epochs, txns=txns, readonly=o.readonly
         )
+        self.verification.txn_open = functools.partial(txn_open, catalog, producers, views.read)
         self._follower = FollowerLog(
             catalog=catalog,
             log=log_chunks,
@@ -387,6 +390,7 @@ class MetadataStore:
         uploader_broker_id: int,
         file_size: int,
         batches: Sequence[CommitBatchRequest],
+        guards: Mapping[GuardKey, int] | None = None,
     ) -> list[CommitBatchResponse]:
         """Sequence and append the batches of one WAL object (one commit RPC).
 
@@ -394,12 +398,10 @@ class MetadataStore:
         request order.  A batch that fails validation gets its Kafka error and
         leaves the others unaffected.  Batches of one partition are appended in
         request order, each seeing the producer state the previous one left.
-        """
+        ``guards``: the tokens of ``verification.begin`` (KIP-890)."""
         self._check_writable()
-        # Everything that needs no state is checked here, in the caller's
-        # thread, so it overlaps another group's fsync instead of the
-        # sequencing stage.
-        call = prepare(object_key, uploader_broker_id, file_size, batches)
+        # Stateless checks in the caller's thread: they overlap another fsync.
+        call = prepare(object_key, uploader_broker_id, file_size, batches, guards)
         with self._writing():
             return self._writes.submit(call)
 
@@ -424,8 +426,7 @@ class MetadataStore:
 
     def copy_to(self, directory: str) -> None:
         """Write a consistent copy of the store into the empty ``directory``:
-        the journal applied first (pipeline drained), then LMDB's copy, which
-        then holds everything acknowledged."""
+        the journal applied first, then LMDB's copy (everything acknowledged)."""
 
         def copy() -> None:
             with self._checkpoints.applied():
@@ -434,10 +435,9 @@ class MetadataStore:
         self._exclusive(copy)
 
     def store_stats(self) -> dict[str, int]:
-        """Counters and gauges for metrics: group commits, checkpoints and
-        the groups they applied, groups replayed at open, map resizes, the
-        journal's records and bytes, and the overlay's length against its
-        limit (``checkpoint_groups_max``)."""
+        """Counters and gauges for metrics: group commits, checkpoints and the
+        groups they applied, groups replayed at open, map resizes, the journal's
+        records and bytes, the overlay's length against ``checkpoint_groups_max``."""
         return {
             **self.stats,
             "journal_records": self._journal.stats["records"],

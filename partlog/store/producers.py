@@ -38,6 +38,15 @@ class ProducerTable:
         """The cached state; None may still mean LMDB has one (:meth:`load`)."""
         return self.cache.get((part_id, producer_id))
 
+    def peek(self, txn: Txn, part_id: int, producer_id: int) -> bytes | None:
+        """:meth:`load` without caching what LMDB holds: for a thread other
+        than the writer's, which must not race the writer's installs."""
+        raw = self.cache.get((part_id, producer_id))
+        if raw is None:
+            stored = txn.get(PRODUCER_KEY.pack(part_id, producer_id), db=self._db)
+            return None if stored is None else bytes(stored)
+        return raw
+
     def load(self, txn: Txn, part_id: int, producer_id: int) -> bytes | None:
         """The producer's state, from the cache or else LMDB (then cached);
         None if it has none."""

@@ -31,7 +31,10 @@ and "Validation"):
   transactional batch starts its transaction at its offset (the partition's
   :class:`~partlog.store.txns.PartTxns` too), a plain batch inside one is
   INVALID_TXN_STATE, a transactional batch without sequence (the group
-  coordinator's) has only its epoch checked;
+  coordinator's) has only its epoch checked; with KIP-890 verification
+  (``CommitCall.guards``), a first transactional batch without the
+  partition's current guard (:mod:`partlog.store.verification`) is
+  INVALID_TXN_STATE;
 * offsets from the log end, contiguous; the partition's leader epoch and,
   on LogAppendTime topics, the append time stamped into the stored header
   (the CRC updated affinely, :func:`partlog.kafka.batch_header.patch_header`).
@@ -46,7 +49,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -59,6 +62,7 @@ from partlog.kafka.records import CommitBatchRequest, CommitBatchResponse, Times
 from partlog.kafka.topic_config import TopicConfig
 from partlog.store.layout import ENTRY_CRC, ENTRY_PLAIN, ENTRY_TAIL, HEADER_UNPACK, INT32_MAX, INT64_MAX, Part
 from partlog.store.txns import PartTxns
+from partlog.store.verification import GuardKey, verified
 from partlog.wal.key import WalKeyError, parse_wal_key
 
 log = logging.getLogger(__name__)
@@ -101,6 +105,10 @@ class SequencerState(Protocol):
     def txns(self, part_id: int) -> bytes:
         """The partition's transactions (:meth:`PartTxns.encode`), b"" for none."""
 
+    def guard(self, tp: TopicIdPartition, producer_id: int) -> int:
+        """The partition's current verification guard for the producer
+        (:mod:`partlog.store.verification`), or its SENTINEL."""
+
 
 @dataclass(frozen=True, slots=True)
 class CommitCall:
@@ -113,6 +121,9 @@ class CommitCall:
     file_size: int
     batches: list[CommitBatchRequest]
     checked: list[Checked]  # per batch: check_batch's answer
+    # (partition, producer id) -> the verification guard the leader holds for
+    # its transactional batches (KIP-890); None: no batch asked for it.
+    guards: Mapping[GuardKey, int] | None = None
 
 
 @dataclass(slots=True)
@@ -185,7 +196,13 @@ def check_batch(req: CommitBatchRequest, file_size: int) -> Checked:
     return h
 
 
-def prepare(object_key: str, uploader: int, file_size: int, batches: Sequence[CommitBatchRequest]) -> CommitCall:
+def prepare(
+    object_key: str,
+    uploader: int,
+    file_size: int,
+    batches: Sequence[CommitBatchRequest],
+    guards: Mapping[GuardKey, int] | None = None,
+) -> CommitCall:
     """Every check of a call that needs no state: the object key, the
     uploader and the file size (values packed into fixed-width fields: the
     uploader is an int32, sizes and offsets int64s, so no input can make a
@@ -205,7 +222,7 @@ def prepare(object_key: str, uploader: int, file_size: int, batches: Sequence[Co
         key_error = Errors.INVALID_REQUEST
         file_size = 1  # every batch is then outside it: INVALID_REQUEST
     checked = [check_batch(req, file_size) for req in batches]
-    return CommitCall(object_key, created_ms, key_error, uploader, file_size, batches, checked)
+    return CommitCall(object_key, created_ms, key_error, uploader, file_size, batches, checked, guards)
 
 
 def _error(err: Errors, req: CommitBatchRequest) -> CommitBatchResponse:
@@ -266,6 +283,17 @@ class Sequencer:
         crc_pack = ENTRY_CRC.pack
         auto_hwm = self.auto_high_watermark
         batch_id = counters[NEXT_BATCH_ID] = state.counter(NEXT_BATCH_ID)
+        guards = call.guards
+
+        def unverified(window: ProducerWindow, h: tuple[int, ...], tp: TopicIdPartition, pid: int) -> bool:
+            # Kafka's batchMissingRequiredVerification, checked after the
+            # duplicate lookup and before the epoch and sequence: the first
+            # transactional batch of a producer with no transaction open here
+            # needs the partition's current verification guard.
+            if guards is None or window.txn_first >= 0 or not h[5] & bh.ATTR_TRANSACTIONAL:
+                return False
+            return not verified(guards, state.guard(tp, pid), (tp, pid))
+
         # The loop below runs once per batch: partition fields live in locals
         # and are written back once per partition.
         for tp, indices in by_tp.items():
@@ -338,11 +366,16 @@ class Sequencer:
                         last_seq = first_seq
                         if window.expired(now, expiration_ms):
                             window = windows[pid] = ProducerWindow.from_encoded(None)
+                        if unverified(window, h, tp, pid):
+                            responses[i] = _error(Errors.INVALID_TXN_STATE, req)
+                            continue
                         if window.known and pepoch < window.epoch:
                             responses[i] = _error(Errors.INVALID_PRODUCER_EPOCH, req)
                             continue
-                    elif (window.txn_first >= 0 or now - window.last_timestamp < expiration_ms) and window.continues(
-                        pepoch, first_seq
+                    elif (
+                        (window.txn_first >= 0 or now - window.last_timestamp < expiration_ms)
+                        and window.continues(pepoch, first_seq)
+                        and (guards is None or not unverified(window, h, tp, pid))
                     ):
                         last_seq = increment_sequence(first_seq, delta)  # in sequence: no duplicate, no error
                     else:
@@ -358,6 +391,9 @@ class Sequencer:
                             # timestamp (its append time on LogAppendTime).
                             dup_time = dup.log_append_time if dup.log_append_time != -1 else dup.max_timestamp
                             responses[i] = CommitBatchResponse(Errors.NONE, dup.first_offset, dup_time, lso, True, req)
+                            continue
+                        if unverified(window, h, tp, pid):
+                            responses[i] = _error(Errors.INVALID_TXN_STATE, req)
                             continue
                         perr = window.check_append(pepoch, first_seq)
                         if perr:

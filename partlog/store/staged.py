@@ -24,6 +24,7 @@ from partlog.store.index import FileIndex
 from partlog.store.layout import Part, Topic
 from partlog.store.producers import ProducerKey, ProducerTable
 from partlog.store.txns import TxnTable
+from partlog.store.verification import VerificationGuards
 from partlog.store.view import ReadView, Views
 
 
@@ -120,11 +121,18 @@ class CacheState:
     snapshot for what they miss, opened on first use and ended by
     :meth:`release` after each call."""
 
-    __slots__ = ("_catalog", "_index", "_producers", "_txns", "_view", "_views")
+    __slots__ = ("_catalog", "_guards", "_index", "_producers", "_txns", "_view", "_views")
 
     def __init__(
-        self, catalog: Catalog, producers: ProducerTable, txns: TxnTable, index: FileIndex, views: Views
+        self,
+        catalog: Catalog,
+        producers: ProducerTable,
+        txns: TxnTable,
+        index: FileIndex,
+        views: Views,
+        guards: VerificationGuards,
     ) -> None:
+        self._guards = guards
         self._catalog = catalog
         self._producers = producers
         self._txns = txns
@@ -176,3 +184,6 @@ class CacheState:
         if cached is not None:
             return cached
         return self._txns.load(self._snapshot(), part_id)
+
+    def guard(self, tp: TopicIdPartition, producer_id: int) -> int:
+        return self._guards.current(tp, producer_id)

@@ -2,7 +2,8 @@
 (:mod:`partlog.store.group_commit`):
 
 * **sequenced commits** (``commit_file``, and ``write_txn_markers``
-  through :mod:`partlog.store.markers`): stage 1 runs the
+  through :mod:`partlog.store.markers`, which clear the producers'
+  verification guards, :mod:`partlog.store.verification`): stage 1 runs the
   :class:`~partlog.store.sequencer.Sequencer` for each queued call against
   the caches (:class:`~partlog.store.staged.CacheState`), installs its delta
   in the caches, which then run ahead of disk, and collects the deltas into
@@ -26,6 +27,7 @@ from collections.abc import Callable
 
 import lmdb
 
+from partlog.kafka.errors import Errors
 from partlog.kafka.records import CommitBatchResponse, TxnMarkerResponse
 from partlog.store.catalog import Catalog
 from partlog.store.checkpoint import Checkpointer
@@ -39,6 +41,7 @@ from partlog.store.producers import ProducerTable
 from partlog.store.sequencer import CommitCall, Sequencer
 from partlog.store.staged import CacheState, Staged
 from partlog.store.txns import TxnTable
+from partlog.store.verification import VerificationGuards
 from partlog.store.view import Views
 
 log = logging.getLogger(__name__)
@@ -63,6 +66,7 @@ class Writes:
         clock: Callable[[], int],
         commit_group: Callable[[CommitGroup], None],
         stats: dict[str, int],
+        guards: VerificationGuards,
     ) -> None:
         self._env = env
         self._checkpoints = checkpoints
@@ -77,7 +81,8 @@ class Writes:
         )
         self._clock = clock
         self._stats = stats
-        self._state = CacheState(catalog, producers, txns, index, views)
+        self._guards = guards
+        self._state = CacheState(catalog, producers, txns, index, views, guards)
         self.pipeline: GroupCommitPipeline[CommitGroup] = GroupCommitPipeline(
             prepare=self._sequence_group,
             apply=commit_group,
@@ -123,6 +128,13 @@ class Writes:
                         call,
                         producer_id_expiration_ms=sequencer.producer_id_expiration_ms,
                         auto_high_watermark=sequencer.auto_high_watermark,
+                    )
+                    # Kafka clears a producer's verification guard when its
+                    # marker is appended: the transaction it verified ended.
+                    self._guards.clear(
+                        (m.topic_id_partition, m.producer_id)
+                        for m, r in zip(call.markers, result, strict=True)
+                        if r.error == Errors.NONE
                     )
                 else:
                     now = -1 if call.key_error else self._clock()

@@ -31,7 +31,7 @@ producer-id block).  Nothing here does I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum, IntEnum
 
@@ -294,6 +294,32 @@ class Transactions:
         start_ms = now_ms if meta.state in _IDLE else meta.start_ms
         after = replace(meta, state=TxnState.ONGOING, partitions=together, start_ms=start_ms, last_update_ms=now_ms)
         return self._prepare(TransitionKind.ADD, meta, after)
+
+    def verify(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Sequence[TopicIdPartition]
+    ) -> list[Errors]:
+        """KIP-890 part 1, a leader's question (Kafka's verify-only
+        AddPartitionsToTxn, ``handleVerifyPartitionsInTransaction``): per
+        partition NONE when it is in the open transaction of (producer id,
+        epoch).  In Kafka's order: INVALID_REQUEST without an id,
+        INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED, CONCURRENT_TRANSACTIONS
+        in Prepare*; a partition not in the transaction is INVALID_TXN_STATE
+        (what Kafka's leader answers clients without TRANSACTION_ABORTABLE).
+        A pending transition is not checked, as Kafka: memory holds only
+        what is durable, and the leader's guard does the final check."""
+        if not transactional_id:
+            return [Errors.INVALID_REQUEST] * len(partitions)
+        meta = self._txns.get(transactional_id)
+        error = Errors.NONE
+        if meta is None or meta.producer_id != producer_id:
+            error = Errors.INVALID_PRODUCER_ID_MAPPING
+        elif meta.producer_epoch != producer_epoch:
+            error = Errors.PRODUCER_FENCED
+        elif meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            error = Errors.CONCURRENT_TRANSACTIONS
+        if error != Errors.NONE or meta is None:
+            return [error] * len(partitions)
+        return [Errors.NONE if tp in meta.partitions else Errors.INVALID_TXN_STATE for tp in partitions]
 
     def end_txn(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool, now_ms: int

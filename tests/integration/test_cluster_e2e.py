@@ -19,7 +19,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ import pytest
 from partlog.broker.server import Broker
 from partlog.kafka.errors import Errors
 from partlog.kafka.record_batch import parse_records
-from partlog.kafka.records import CommitBatchRequest, CommitBatchResponse
+from partlog.kafka.records import CommitBatchRequest, CommitBatchResponse, TopicIdPartition
 from partlog.produce.pipeline import Action
 from partlog.rpc.client import RpcClient, RpcRemoteError
 from partlog.rpc.frame import RpcErrorCode
@@ -190,7 +190,11 @@ def test_commit_rpc_timeouts_are_retried_and_answered_as_duplicates(tmp_path: Pa
             lock = threading.Lock()
 
             def stalling_commit(
-                object_key: str, uploader_broker_id: int, file_size: int, batches: Sequence[CommitBatchRequest]
+                object_key: str,
+                uploader_broker_id: int,
+                file_size: int,
+                batches: Sequence[CommitBatchRequest],
+                guards: Mapping[tuple[TopicIdPartition, int], int] | None = None,
             ) -> list[CommitBatchResponse]:
                 # Runs in a worker thread (asyncio.to_thread); only commits
                 # from other brokers' pipelines have an RPC timeout.
@@ -199,7 +203,7 @@ def test_commit_rpc_timeouts_are_retried_and_answered_as_duplicates(tmp_path: Pa
                     state["stalled"] += stall
                 if stall:
                     time.sleep(stall_s)
-                answers = real_commit(object_key, uploader_broker_id, file_size, batches)
+                answers = real_commit(object_key, uploader_broker_id, file_size, batches, guards)
                 with lock:
                     state["duplicates"] += sum(a.is_duplicate for a in answers)
                 return answers

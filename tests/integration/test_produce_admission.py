@@ -39,9 +39,11 @@ def test_a_request_waiting_for_room_is_not_overtaken(tmp_path: Path) -> None:
             admitted: list[int] = []
             real = broker.pipeline.produce
 
-            def spy(produce_id, batches, now_ms, *, acks_all=True, urgent=False):  # type: ignore[no-untyped-def]
+            def spy(produce_id, batches, now_ms, *, acks_all=True, urgent=False, transactional_id=None):  # type: ignore[no-untyped-def]
                 admitted.append(len(batches[0][1]))
-                return real(produce_id, batches, now_ms, acks_all=acks_all, urgent=urgent)
+                return real(
+                    produce_id, batches, now_ms, acks_all=acks_all, urgent=urgent, transactional_id=transactional_id
+                )
 
             broker.pipeline.produce = spy  # type: ignore[method-assign]
             first = asyncio.ensure_future(broker.produce([(tp, _batch(2000))], acks=1))

@@ -92,6 +92,9 @@ class MemoryState:
     def txns(self, part_id: int) -> bytes:
         return b""  # no transactional batches here (tests/unit/test_txn_store.py)
 
+    def guard(self, tp: TopicIdPartition, producer_id: int) -> int:
+        return 0  # no verification here (tests/unit/test_txn_verification.py)
+
     def apply(self, call: CommitCall, delta: CommitDelta) -> list[Entry]:
         """Install ``delta`` as the store does; returns the new entries."""
         by_id = {part.part_id: tp for tp, part in self.parts.items()}

@@ -8,8 +8,6 @@ from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
-
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition, TxnMarkerRequest
 from partlog.kafka_front.apis import KafkaApis
@@ -36,9 +34,16 @@ def test_an_abort_marker_heard_while_the_txn_offset_commit_is_in_flight_drops_it
             produce = broker.produce
 
             async def produce_then_abort(
-                batches: Sequence[tuple[TopicIdPartition, bytes]], *, acks: int, timeout_ms: int, urgent: bool = False
+                batches: Sequence[tuple[TopicIdPartition, bytes]],
+                *,
+                acks: int,
+                timeout_ms: int,
+                urgent: bool = False,
+                transactional_id: str | None = None,
             ) -> list[BatchResult]:
-                got = await produce(batches, acks=acks, timeout_ms=timeout_ms, urgent=urgent)
+                got = await produce(
+                    batches, acks=acks, timeout_ms=timeout_ms, urgent=urgent, transactional_id=transactional_id
+                )
                 # The coordinator aborts the transaction (epoch bumped) while
                 # the append's answer is on its way back.
                 await broker.write_txn_markers([TxnMarkerRequest(tp, 7, 1, 0, False)], timeout_ms=1)
@@ -88,7 +93,12 @@ def test_a_timeout_abort_whose_write_failed_is_tried_again() -> None:
             produce, failed = broker.produce, []
 
             async def failing(
-                batches: Sequence[tuple[TopicIdPartition, bytes]], *, acks: int, timeout_ms: int, urgent: bool = False
+                batches: Sequence[tuple[TopicIdPartition, bytes]],
+                *,
+                acks: int,
+                timeout_ms: int,
+                urgent: bool = False,
+                transactional_id: str | None = None,
             ) -> list[BatchResult]:
                 failed.append(batches)
                 await asyncio.sleep(0)
@@ -124,12 +134,6 @@ async def _call(apis: KafkaApis, api_key: int, version: int, **body: Any) -> Any
     return entity
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="KIP-890 part 1 (leaders and the group coordinator verifying with the transaction coordinator "
-    "that a partition was added before a transaction's first write) is not built: a TxnOffsetCommit for "
-    "a group whose offsets partition was never added starts a transaction no marker ends",
-)
 def test_txn_offsets_of_a_group_never_added_do_not_hang_read_committed_consumers() -> None:
     """A client that skips AddOffsetsToTxn (or whose AddOffsetsToTxn was
     lost to a bug) writes its offsets into a transaction the coordinator
@@ -137,7 +141,8 @@ def test_txn_offsets_of_a_group_never_added_do_not_hang_read_committed_consumers
     offsets stay pending for good, and every read_committed consumer of the
     group (OffsetFetch require_stable) is answered UNSTABLE_OFFSET_COMMIT
     forever; the offsets partition's LSO is stuck too.  Kafka with KIP-890
-    part 1 refuses the TxnOffsetCommit (INVALID_TXN_STATE)."""
+    part 1 refuses the TxnOffsetCommit (INVALID_TXN_STATE), and so does the
+    offsets partition's leader here (it verifies with the coordinator)."""
 
     async def main() -> None:
         broker = FakeBroker()
@@ -161,6 +166,7 @@ def test_txn_offsets_of_a_group_never_added_do_not_hang_read_committed_consumers
                             generation_id=-1, member_id="", group_instance_id=None,
                             topics=(SimpleNamespace(name="data", partitions=(part,)),))  # fmt: skip
             refused = r.topics[0].partitions[0].error_code == Errors.INVALID_TXN_STATE
+            assert refused, Errors(r.topics[0].partitions[0].error_code)
             r = await _call(apis, 26, 3, transactional_id="t", producer_id=pid, producer_epoch=epoch, committed=True)
             assert r.error_code == 0
             for _ in range(50):

@@ -1,0 +1,217 @@
+"""KIP-890 part 1 on the partition leader: before a transaction's first batch
+is appended, ask the transaction coordinator whether the partition is in the
+producer's open transaction.
+
+Kafka's ``ReplicaManager.appendRecordsWithTransactionVerification`` with its
+``AddPartitionsToTxnManager``, on partlog's parts:
+
+* a commit carries the transactional ids of the produce requests that named
+  one (``{producer id: transactional id}``); batches of other writers (our own
+  clients, the coordinators' markers) are not verified, as before;
+* for each transactional batch of such a producer on a partition this broker
+  leads, the store's :class:`~partlog.store.verification.VerificationGuards`
+  answers SENTINEL when the producer's transaction is open there (nothing to
+  ask), else a guard; the partitions needing one are asked of the coordinator
+  of the transactional id, one question per id, all at once: through the
+  handler the Kafka front end registers (:meth:`TxnVerification.register`),
+  here when this broker is the coordinator, else with the broker RPC
+  ``verify_txn`` to it;
+* the answers, within :data:`TXN_VERIFICATION_TIMEOUT_MS` (fail closed: no
+  answer in time is NETWORK_EXCEPTION), become produce errors as Kafka's
+  (:func:`produce_error`); refused batches never reach the store, the others
+  are committed with their guards, and the sequencer starts a transaction
+  only with the partition's current guard; the guards end when the commit
+  has been answered.
+
+The commit waits for the verification: the commits after it on the same
+connection (appended in order) wait at most the timeout too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+
+from partlog.broker.metrics import BrokerMetrics
+from partlog.broker.peers import Peers
+from partlog.kafka import batch_header as bh
+from partlog.kafka.errors import Errors
+from partlog.kafka.records import CommitBatchRequest, TopicIdPartition
+from partlog.rpc.client import RpcConnectionError, RpcRemoteError, RpcTimeoutError
+from partlog.rpc.wire import WireError, dec_errors, enc_tp, expect_list, expect_map
+from partlog.store.verification import SENTINEL, GuardKey, VerificationGuards
+
+log = logging.getLogger(__name__)
+
+# How long a leader waits for the coordinators' answers before it refuses the
+# batches with a retriable error (fail closed).  Kafka bounds the wait by the
+# produce's request.timeout.ms (30 s); ours holds a commit, and the commits
+# behind it on the connection, so it is far below the commit deadline and at
+# most half the commit RPC's timeout (the broker takes the smaller): a
+# coordinator is one RPC away.
+TXN_VERIFICATION_TIMEOUT_MS = 5_000
+
+# The coordinator's answer for one transactional id: one error per partition.
+Verify = Callable[[str, int, int, Sequence[TopicIdPartition]], Awaitable[list[Errors]]]
+# The broker id of a transactional id's coordinator, or None when unknown.
+Locate = Callable[[str], int | None]
+
+
+def produce_error(coordinator_error: Errors) -> Errors:
+    """Kafka's translation of a verification answer for the produce
+    response (ReplicaManager and AddPartitionsToTxnManager, for clients
+    without TRANSACTION_ABORTABLE): the coordinator's retriable errors become
+    NOT_ENOUGH_REPLICAS (retried without a metadata refresh), PRODUCER_FENCED
+    INVALID_PRODUCER_EPOCH; a partition not in the transaction is
+    INVALID_TXN_STATE already (the coordinator answers TV1 clients so, where
+    Kafka's answers TRANSACTION_ABORTABLE and its manager translates it)."""
+    if coordinator_error in (
+        Errors.CONCURRENT_TRANSACTIONS,
+        Errors.NETWORK_EXCEPTION,
+        Errors.COORDINATOR_LOAD_IN_PROGRESS,
+        Errors.COORDINATOR_NOT_AVAILABLE,
+        Errors.NOT_COORDINATOR,
+    ):
+        return Errors.NOT_ENOUGH_REPLICAS
+    if coordinator_error == Errors.PRODUCER_FENCED:
+        return Errors.INVALID_PRODUCER_EPOCH
+    return coordinator_error
+
+
+class TxnVerification:
+    """See the module doc.  ``leads(tp)``: this broker leads ``tp`` now."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        guards: VerificationGuards,
+        peers: Peers,
+        *,
+        metrics: BrokerMetrics,
+        leads: Callable[[TopicIdPartition], bool],
+        timeout_ms: int = TXN_VERIFICATION_TIMEOUT_MS,
+    ) -> None:
+        assert timeout_ms > 0
+        self.broker_id = broker_id
+        self.guards = guards
+        self.peers = peers
+        self.metrics = metrics
+        self._leads = leads
+        self.timeout_ms = timeout_ms
+        self._verify: Verify | None = None
+        self._locate: Locate | None = None
+
+    def register(self, verify: Verify, locate: Locate) -> None:
+        """The Kafka front end's coordinator: ``verify`` answers for the ids
+        this broker coordinates (NOT_COORDINATOR for others), ``locate``
+        names the coordinator's broker."""
+        self._verify, self._locate = verify, locate
+
+    async def answer(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, tps: Sequence[TopicIdPartition]
+    ) -> list[Errors]:
+        """The ``verify_txn`` RPC: this broker's coordinator answers."""
+        if self._verify is None:
+            return [Errors.NOT_COORDINATOR] * len(tps)
+        return await self._verify(transactional_id, producer_id, producer_epoch, tps)
+
+    async def verify(
+        self, requests: Sequence[CommitBatchRequest], transactional_ids: Mapping[int, str]
+    ) -> tuple[dict[int, Errors], dict[GuardKey, int]]:
+        """Verify the commit's transactional batches of ``transactional_ids``'
+        producers: the refused batches (request index -> produce error) and
+        the guards held for the others (end them with :meth:`release`)."""
+        guards: dict[GuardKey, int] = {}
+        refused_keys: dict[GuardKey, Errors] = {}
+        # (transactional id, producer id, epoch) -> partitions to ask about
+        asks: dict[tuple[str, int, int], list[TopicIdPartition]] = {}
+        for r in requests:
+            tid = transactional_ids.get(r.producer_id)
+            tp = r.topic_id_partition
+            key = (tp, r.producer_id)
+            if tid is None or key in guards or key in refused_keys or not _transactional(r) or not self._leads(tp):
+                continue
+            try:
+                token = self.guards.begin(tp, r.producer_id)
+            except KeyError:
+                continue  # an unknown partition: the store answers it
+            if token is None:
+                refused_keys[key] = Errors.NOT_ENOUGH_REPLICAS  # guards full: retriable
+                continue
+            guards[key] = token
+            if token != SENTINEL:
+                asks.setdefault((tid, r.producer_id, r.producer_epoch), []).append(tp)
+        if asks:
+            answers = await asyncio.gather(*(self._ask(tid, pid, ep, tps) for (tid, pid, ep), tps in asks.items()))
+            for ((_, pid, _), tps), errors in zip(asks.items(), answers, strict=True):
+                for tp, e in zip(tps, errors, strict=True):
+                    self.metrics.txn_verifications.labels(e.name).inc()
+                    if e != Errors.NONE:
+                        refused_keys[(tp, pid)] = produce_error(e)
+        for key in refused_keys:
+            token = guards.pop(key, None)
+            if token is not None:
+                self.guards.end(key[0], key[1], token)
+        refused = {
+            i: refused_keys[(r.topic_id_partition, r.producer_id)]
+            for i, r in enumerate(requests)
+            if (r.topic_id_partition, r.producer_id) in refused_keys
+        }
+        return refused, guards
+
+    def release(self, guards: Mapping[GuardKey, int]) -> None:
+        """The commit holding ``guards`` was answered."""
+        for (tp, pid), token in guards.items():
+            if token != SENTINEL:
+                self.guards.end(tp, pid, token)
+
+    async def _ask(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, tps: list[TopicIdPartition]
+    ) -> list[Errors]:
+        """The coordinator's answer per partition; NETWORK_EXCEPTION when it
+        cannot be had within the timeout, as Kafka's manager answers a
+        disconnection or a timeout."""
+        try:
+            async with asyncio.timeout(self.timeout_ms / 1000):
+                got = await self._ask_coordinator(transactional_id, producer_id, producer_epoch, tps)
+        except TimeoutError:
+            return [Errors.NETWORK_EXCEPTION] * len(tps)
+        except Exception:  # a bug answering must refuse the batches, not leak their guards
+            log.exception("verifying %r failed", transactional_id)
+            return [Errors.NETWORK_EXCEPTION] * len(tps)
+        assert len(got) == len(tps), (got, tps)
+        return got
+
+    async def _ask_coordinator(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, tps: list[TopicIdPartition]
+    ) -> list[Errors]:
+        coordinator = self._locate(transactional_id) if self._locate is not None else None
+        if coordinator is None:
+            return [Errors.COORDINATOR_NOT_AVAILABLE] * len(tps)
+        if coordinator == self.broker_id:
+            return await self.answer(transactional_id, producer_id, producer_epoch, tps)
+        body = {
+            "transactional_id": transactional_id,
+            "producer_id": producer_id,
+            "producer_epoch": producer_epoch,
+            "partitions": [enc_tp(tp) for tp in tps],
+        }
+        try:
+            client = await self.peers.client(coordinator, timeout_ms=self.timeout_ms)
+            got = await client.call("verify_txn", body, timeout_ms=self.timeout_ms)
+            rows = expect_list(expect_map(got, "verify_txn").get("partitions"), "verify_txn", len(tps))
+            return [dec_errors(expect_list(row, "verify_txn row", 1)[0], "verify_txn") for row in rows]
+        except (RpcConnectionError, RpcTimeoutError, RpcRemoteError, WireError, OSError) as e:
+            log.info("verify_txn to broker %d failed: %s", coordinator, e)
+            return [Errors.NETWORK_EXCEPTION] * len(tps)
+
+
+def _transactional(r: CommitBatchRequest) -> bool:
+    header = r.header
+    if r.producer_id < 0 or len(header) < bh.HEADER_SIZE:
+        return False
+    return bool(int.from_bytes(header[21:23], "big") & bh.ATTR_TRANSACTIONAL)
+
+
+__all__ = ["TXN_VERIFICATION_TIMEOUT_MS", "TxnVerification", "produce_error"]
