@@ -99,7 +99,7 @@ class Completion:
     body: dict[str, Any]
 
 
-def _join_answer(error: Errors, **kw: Any) -> dict[str, Any]:
+def join_answer(error: Errors, **kw: Any) -> dict[str, Any]:
     body: dict[str, Any] = {
         "throttle_time": 0,
         "error_code": int(error),
@@ -115,7 +115,7 @@ def _join_answer(error: Errors, **kw: Any) -> dict[str, Any]:
     return body
 
 
-def _sync_answer(error: Errors, assignment: bytes = b"", **kw: Any) -> dict[str, Any]:
+def sync_answer(error: Errors, assignment: bytes = b"", **kw: Any) -> dict[str, Any]:
     body: dict[str, Any] = {
         "throttle_time": 0,
         "error_code": int(error),
@@ -184,22 +184,22 @@ class Groups:
         """A JoinGroup: its answer now, or None when it waits for the
         rebalance (the answer then comes as a Completion for ``token``)."""
         if not group_id:
-            return _join_answer(Errors.INVALID_GROUP_ID)
+            return join_answer(Errors.INVALID_GROUP_ID)
         if not SESSION_TIMEOUT_MS_MIN <= session_timeout_ms <= SESSION_TIMEOUT_MS_MAX:
-            return _join_answer(Errors.INVALID_SESSION_TIMEOUT)
+            return join_answer(Errors.INVALID_SESSION_TIMEOUT)
         if not protocols or not protocol_type:
-            return _join_answer(Errors.INCONSISTENT_GROUP_PROTOCOL)
+            return join_answer(Errors.INCONSISTENT_GROUP_PROTOCOL)
         if any(len(meta) > MEMBER_METADATA_BYTES_MAX for _, meta in protocols):
-            return _join_answer(Errors.INVALID_REQUEST)
+            return join_answer(Errors.INVALID_REQUEST)
         g = self.groups.get(group_id)
         if g is None:
             if len(self.groups) >= GROUPS_MAX:
-                return _join_answer(Errors.COORDINATOR_NOT_AVAILABLE)
+                return join_answer(Errors.COORDINATOR_NOT_AVAILABLE)
             g = self.groups[group_id] = Group(group_id)
         if g.members and g.protocol_type != protocol_type:
-            return _join_answer(Errors.INCONSISTENT_GROUP_PROTOCOL)
+            return join_answer(Errors.INCONSISTENT_GROUP_PROTOCOL)
         if g.members and not self._supports_some(g, protocols):
-            return _join_answer(Errors.INCONSISTENT_GROUP_PROTOCOL)
+            return join_answer(Errors.INCONSISTENT_GROUP_PROTOCOL)
         if not member_id:
             member_id = f"{client_id or 'member'}-{self._new_uuid()}"
             if require_known_member_id:
@@ -207,19 +207,19 @@ class Groups:
                 if len(g.pending) >= GROUP_MEMBERS_MAX:
                     del g.pending[next(iter(g.pending))]
                 g.pending[member_id] = now_ms + session_timeout_ms
-                return _join_answer(Errors.MEMBER_ID_REQUIRED, member_id=member_id)
+                return join_answer(Errors.MEMBER_ID_REQUIRED, member_id=member_id)
         elif member_id not in g.members and member_id not in g.pending:
             # An id we did not hand out, or forgot (a new coordinator): the
             # client drops it and joins anew.
-            return _join_answer(Errors.UNKNOWN_MEMBER_ID)
+            return join_answer(Errors.UNKNOWN_MEMBER_ID)
         g.pending.pop(member_id, None)
         m = g.members.get(member_id)
         if m is None and len(g.members) >= GROUP_MEMBERS_MAX:
-            return _join_answer(Errors.GROUP_MAX_SIZE_REACHED)
+            return join_answer(Errors.GROUP_MAX_SIZE_REACHED)
         changed = m is None or m.protocols != list(protocols)
         growth = _protocols_bytes(protocols) - (_protocols_bytes(m.protocols) if m is not None else 0)
         if self.metadata_bytes + growth > METADATA_BYTES_MAX:
-            return _join_answer(Errors.COORDINATOR_NOT_AVAILABLE)
+            return join_answer(Errors.COORDINATOR_NOT_AVAILABLE)
         self.metadata_bytes += growth
         if m is None:
             m = Member(member_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms, protocol_type,
@@ -229,7 +229,7 @@ class Groups:
         elif m.join_token is not None:
             # A second join of the same member replaces the first (the
             # client gave up on it); the old one is answered as retriable.
-            self._completions.append(Completion(m.join_token, _join_answer(Errors.REBALANCE_IN_PROGRESS)))
+            self._completions.append(Completion(m.join_token, join_answer(Errors.REBALANCE_IN_PROGRESS)))
             m.join_token = None
         m.protocols = list(protocols)
         m.session_timeout_ms = session_timeout_ms
@@ -262,7 +262,7 @@ class Groups:
             if m.member_id == g.leader
             else []
         )  # fmt: skip
-        return _join_answer(
+        return join_answer(
             Errors.NONE,
             generation_id=g.generation,
             protocol_type=g.protocol_type,
@@ -282,7 +282,7 @@ class Groups:
         # Followers waiting for their assignment learn that it is void.
         for m in g.members.values():
             if m.sync_token is not None:
-                self._completions.append(Completion(m.sync_token, _sync_answer(Errors.REBALANCE_IN_PROGRESS)))
+                self._completions.append(Completion(m.sync_token, sync_answer(Errors.REBALANCE_IN_PROGRESS)))
                 m.sync_token = None
         timeout = max((m.rebalance_timeout_ms for m in g.members.values()), default=0)
         # Kafka's initial delay: the first rebalance of an empty group waits
@@ -345,22 +345,22 @@ class Groups:
     ) -> dict[str, Any] | None:
         g = self.groups.get(group_id)
         if g is None or member_id not in g.members:
-            return _sync_answer(Errors.UNKNOWN_MEMBER_ID)
+            return sync_answer(Errors.UNKNOWN_MEMBER_ID)
         if generation != g.generation:
-            return _sync_answer(Errors.ILLEGAL_GENERATION)
+            return sync_answer(Errors.ILLEGAL_GENERATION)
         if g.state is GroupState.PREPARING_REBALANCE:
-            return _sync_answer(Errors.REBALANCE_IN_PROGRESS)
+            return sync_answer(Errors.REBALANCE_IN_PROGRESS)
         m = g.members[member_id]
         m.last_heartbeat_ms = now_ms
         done = {"protocol_type": g.protocol_type, "protocol_name": g.protocol}
         if g.state is GroupState.STABLE:
-            return _sync_answer(Errors.NONE, m.assignment, **done)
+            return sync_answer(Errors.NONE, m.assignment, **done)
         if any(len(a) > MEMBER_METADATA_BYTES_MAX for a in assignments.values()):
-            return _sync_answer(Errors.INVALID_REQUEST)
+            return sync_answer(Errors.INVALID_REQUEST)
         if member_id == g.leader:
             growth = sum(len(assignments.get(mid, b"")) - len(o.assignment) for mid, o in g.members.items())
             if self.metadata_bytes + growth > METADATA_BYTES_MAX:
-                return _sync_answer(Errors.COORDINATOR_NOT_AVAILABLE)
+                return sync_answer(Errors.COORDINATOR_NOT_AVAILABLE)
             self.metadata_bytes += growth
         if member_id == g.leader:
             for mid, o in g.members.items():
@@ -368,11 +368,11 @@ class Groups:
             g.state = GroupState.STABLE
             for o in g.members.values():
                 if o.sync_token is not None and o.member_id != member_id:
-                    self._completions.append(Completion(o.sync_token, _sync_answer(Errors.NONE, o.assignment, **done)))
+                    self._completions.append(Completion(o.sync_token, sync_answer(Errors.NONE, o.assignment, **done)))
                     o.sync_token = None
-            return _sync_answer(Errors.NONE, m.assignment, **done)
+            return sync_answer(Errors.NONE, m.assignment, **done)
         if m.sync_token is not None:
-            self._completions.append(Completion(m.sync_token, _sync_answer(Errors.REBALANCE_IN_PROGRESS)))
+            self._completions.append(Completion(m.sync_token, sync_answer(Errors.REBALANCE_IN_PROGRESS)))
         m.sync_token = token
         return None
 
@@ -402,9 +402,9 @@ class Groups:
         self.metadata_bytes -= _member_bytes(m)
         g.joined.discard(member_id)
         if m.join_token is not None:
-            self._completions.append(Completion(m.join_token, _join_answer(Errors.UNKNOWN_MEMBER_ID)))
+            self._completions.append(Completion(m.join_token, join_answer(Errors.UNKNOWN_MEMBER_ID)))
         if m.sync_token is not None:
-            self._completions.append(Completion(m.sync_token, _sync_answer(Errors.UNKNOWN_MEMBER_ID)))
+            self._completions.append(Completion(m.sync_token, sync_answer(Errors.UNKNOWN_MEMBER_ID)))
         if g.leader == member_id:
             g.leader = None
         if not g.members:
@@ -458,9 +458,9 @@ class Groups:
         for g in self.groups.values():
             for m in g.members.values():
                 if m.join_token is not None:
-                    self._completions.append(Completion(m.join_token, _join_answer(Errors.NOT_COORDINATOR)))
+                    self._completions.append(Completion(m.join_token, join_answer(Errors.NOT_COORDINATOR)))
                 if m.sync_token is not None:
-                    self._completions.append(Completion(m.sync_token, _sync_answer(Errors.NOT_COORDINATOR)))
+                    self._completions.append(Completion(m.sync_token, sync_answer(Errors.NOT_COORDINATOR)))
         self.groups.clear()
         self.metadata_bytes = 0
 
@@ -473,4 +473,4 @@ def _member_bytes(m: Member) -> int:
     return _protocols_bytes(m.protocols) + len(m.assignment)
 
 
-__all__ = ["Completion", "Group", "GroupState", "Groups", "Member"]
+__all__ = ["Completion", "Group", "GroupState", "Groups", "Member", "join_answer", "sync_answer"]

@@ -39,7 +39,7 @@ from typing import Any
 import msgpack
 
 from partlog.controller.cluster_meta import TopicInfo
-from partlog.groups.membership import Completion, Groups
+from partlog.groups.membership import Completion, Groups, join_answer, sync_answer
 from partlog.kafka.errors import Errors
 from partlog.kafka.record_batch import build_record_batch, parse_records
 from partlog.kafka.records import TopicIdPartition
@@ -177,10 +177,15 @@ class GroupCoordinator:
         t = await self.ensure_offsets_topic()
         return coordinator_of(t, partition_for(key, t.num_partitions) if t is not None else 0)
 
-    async def _partition(self, group_id: str) -> tuple[Errors, _Partition | None, TopicIdPartition | None]:
+    async def _partition(
+        self, group_id: str, *, empty_ok: bool = False
+    ) -> tuple[Errors, _Partition | None, TopicIdPartition | None]:
         """The offsets partition of ``group_id`` if this broker leads it,
-        loaded; else NOT_COORDINATOR (the client looks it up again)."""
-        if not group_id:
+        loaded; else NOT_COORDINATOR (the client looks it up again).  An
+        empty group id is INVALID_GROUP_ID unless ``empty_ok``: Kafka's
+        ``isValidGroupId`` accepts it for OffsetCommit, OffsetFetch and
+        DescribeGroups (backward compatibility), not for membership."""
+        if not group_id and not empty_ok:
             return Errors.INVALID_GROUP_ID, None, None
         t = self._offsets_topic()
         if t is None:
@@ -332,7 +337,10 @@ class GroupCoordinator:
     async def join(self, group_id: str, member_id: str, **kw: Any) -> dict[str, Any]:
         error, part, _ = await self._partition(group_id)
         if part is None:
-            return {"error_code": int(error), "generation_id": -1, "leader": "", "member_id": member_id, "members": []}
+            # Every field of the answer, as the Groups core builds them: a
+            # missing one failed the encoding (UNKNOWN_SERVER_ERROR, and the
+            # client backed off instead of finding the coordinator).
+            return join_answer(error, member_id=member_id)
         token, fut = self._token()
         now = part.groups.join(token, group_id, member_id, now_ms=self.broker.clock.wall_ms(), **kw)
         return await self._wait(part, token, fut, now)
@@ -342,7 +350,7 @@ class GroupCoordinator:
     ) -> dict[str, Any]:
         error, part, _ = await self._partition(group_id)
         if part is None:
-            return {"error_code": int(error), "assignment": b""}
+            return sync_answer(error)
         token, fut = self._token()
         now = part.groups.sync(token, group_id, member_id, generation, assignments, self.broker.clock.wall_ms())
         return await self._wait(part, token, fut, now)
@@ -391,7 +399,7 @@ class GroupCoordinator:
     ) -> dict[tuple[str, int], Errors]:
         """Write ``{(topic, partition): (offset, leader_epoch, metadata)}``
         for the group; per partition the error."""
-        error, part, tp = await self._partition(group_id)
+        error, part, tp = await self._partition(group_id, empty_ok=True)
         if part is None or tp is None:
             return dict.fromkeys(offsets, error)
         error = part.groups.check_commit(group_id, member_id, generation, self.broker.clock.wall_ms())
@@ -453,7 +461,7 @@ class GroupCoordinator:
         """The group's committed offsets (of ``wanted``, or all); with
         ``require_stable``, UNSTABLE_OFFSET_COMMIT in place of the offset of a
         partition with transactional offsets pending (Kafka's answer)."""
-        error, part, _ = await self._partition(group_id)
+        error, part, _ = await self._partition(group_id, empty_ok=True)
         if part is None:
             return error, {}
         have = part.offsets.get(group_id, {})
@@ -585,7 +593,7 @@ class GroupCoordinator:
         return out
 
     async def describe(self, group_id: str) -> dict[str, Any]:
-        error, part, _ = await self._partition(group_id)
+        error, part, _ = await self._partition(group_id, empty_ok=True)
         base: dict[str, Any] = {"group_id": group_id, "group_state": "", "protocol_type": "", "protocol_data": "",
                                 "members": [], "authorized_operations": -2147483648}  # fmt: skip
         if part is None:
