@@ -79,6 +79,10 @@ EXACT_LOOKUPS_IN_FLIGHT = 16
 PRODUCE_TIMEOUT_MS_MAX = 300_000
 
 # The versions served (see design.md "Kafka front end").
+# Topics and partitions a Metadata answer builds before it hands the event
+# loop back (about 20 us each: some 20 ms a slice).
+METADATA_ITEMS_PER_SLICE = 1_000
+
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     0: (3, 11),  # Produce
     1: (4, 12),  # Fetch
@@ -265,8 +269,16 @@ class KafkaApis(ApiHandlers):
                 await self.admin.create({n: (self.config.num_partitions, -1) for n in missing})
             topics = self._topics_by_name()
         out = []
+        done = 0  # topics and partitions answered since the loop was last handed back
         for name in sorted(topics) if asked is None else asked:
+            if done >= METADATA_ITEMS_PER_SLICE:
+                # A request naming tens of thousands of topics must not hold
+                # the event loop (other connections, the broker's heartbeat)
+                # for its whole answer; ``topics`` is the snapshot taken above.
+                done = 0
+                await asyncio.sleep(0)
             t = topics.get(name)
+            done += 1 + (len(t.partitions) if t is not None else 0)
             if t is None:
                 out.append(
                     {
