@@ -31,6 +31,15 @@ class Session:
 
     peer: str
     az: str | None = None
+    # Kafka's KafkaPrincipal ("User:alice"), set by the listener's
+    # authentication (TLS client certificate or SASL); ANONYMOUS on a
+    # PLAINTEXT listener, as Kafka's.
+    principal: str = "User:ANONYMOUS"
+
+    @property
+    def host(self) -> str:
+        """The client's address, as ACLs match it (the peer without its port)."""
+        return self.peer.rsplit(":", 1)[0]
 
 
 Handler = Callable[[Any, Any, Session], Awaitable[Mapping[str, Any] | None]]
