@@ -395,8 +395,10 @@ def _chain(inner: asyncio.Future[RecordMetadata], outer: asyncio.Future[Any]) ->
             return
         if f.cancelled():
             outer.cancel()
-        elif f.exception() is not None:
-            outer.set_exception(f.exception())  # type: ignore[arg-type]
+            return
+        error = f.exception()
+        if error is not None:
+            outer.set_exception(error)
         else:
             outer.set_result(f.result())
 
