@@ -1,11 +1,13 @@
 """The transactional producer's client-side states (partlog.client.txn_state)
 against a small model of Kafka's rules: which calls are allowed in which
 state, which error each refused call raises, and what failures do; and the
-broker RPC's transaction methods on a broker without a Kafka front end."""
+broker RPC's transaction methods on a broker without a Kafka front end;
+the coordinator calls' retries, backoff and deadline on a manual clock."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -14,8 +16,10 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from partlog.broker.txn_rpc import TxnRpc
 from partlog.client.producer import ProduceError
+from partlog.client.txn_producer import TransactionalProducer, TxnTimeoutError
 from partlog.client.txn_state import ProducerFencedError, TransactionStateError, TxnState, TxnStates, txn_error
 from partlog.kafka.errors import Errors
+from partlog.runtime import ManualClock
 
 S = TxnState
 # Model: the states each call is allowed in, and the state it moves to.
@@ -123,3 +127,64 @@ def test_a_broker_without_a_front_end_has_no_coordinator() -> None:
         assert half["error"] == int(Errors.INVALID_REQUEST)
 
     asyncio.run(run())
+
+
+class _Scripted(TransactionalProducer):
+    """The coordinator's answers scripted, no network."""
+
+    def __init__(self, answers: list[Errors], clock: ManualClock, max_block_ms: int = 10_000) -> None:
+        super().__init__(("127.0.0.1", 1), "t", clock=clock, max_block_ms=max_block_ms, retry_backoff_ms=100,
+                         retry_backoff_max_ms=400)  # fmt: skip
+        self.answers = answers
+        self.asked: list[tuple[float, int | None]] = []
+
+    async def _call_once(self, method: str, body: dict[str, Any]) -> tuple[Errors, dict[str, Any]]:
+        self.asked.append((self.clock.monotonic(), self._coordinator))
+        error = self.answers.pop(0)
+        if error in (Errors.NOT_COORDINATOR, Errors.NETWORK_EXCEPTION):
+            self._coordinator = None
+        elif self._coordinator is None:
+            self._coordinator = 7  # what fresh metadata would name
+        return error, {"error": int(error)}
+
+
+@pytest.mark.parametrize(
+    "retriable",
+    [Errors.CONCURRENT_TRANSACTIONS, Errors.COORDINATOR_LOAD_IN_PROGRESS, Errors.NOT_COORDINATOR],
+)
+def test_retriable_answers_are_retried_with_growing_backoff(retriable: Errors) -> None:
+    clock = ManualClock()
+    p = _Scripted([retriable] * 4 + [Errors.NONE], clock)
+
+    async def run() -> None:
+        start = clock.monotonic()
+        await p._call("end_txn", {})
+        waits = [round((t - start) * 1000) for t, _ in p.asked]
+        assert waits == [0, 100, 300, 700, 1100]  # 100, 200, 400, then capped at 400
+
+    asyncio.run(run())
+    assert p.stats["coordinator_retries"] == 4
+
+
+def test_no_final_answer_within_max_block_ms_is_a_timeout() -> None:
+    clock = ManualClock()
+    p = _Scripted([Errors.COORDINATOR_LOAD_IN_PROGRESS] * 100, clock, max_block_ms=1_000)
+
+    async def run() -> None:
+        start = clock.monotonic()
+        with pytest.raises(TxnTimeoutError) as e:
+            await p._call("end_txn", {})
+        assert e.value.error == Errors.COORDINATOR_LOAD_IN_PROGRESS
+        assert clock.monotonic() - start <= 1.0
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("fatal", [Errors.PRODUCER_FENCED, Errors.INVALID_PRODUCER_EPOCH, Errors.INVALID_TXN_STATE])
+def test_a_final_error_is_raised_at_once(fatal: Errors) -> None:
+    p = _Scripted([fatal], ManualClock())
+    with pytest.raises(ProduceError) as e:
+        asyncio.run(p._call("end_txn", {}))
+    assert e.value.error == fatal
+    assert isinstance(e.value, ProducerFencedError) == (fatal != Errors.INVALID_TXN_STATE)
+    assert len(p.asked) == 1
