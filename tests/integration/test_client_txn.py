@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from partlog.client import Consumer, ProducerFencedError, TransactionalProducer, TransactionStateError
+from partlog.client import Consumer, ProduceError, ProducerFencedError, TransactionalProducer, TransactionStateError
 from partlog.kafka.coordinator_key import partition_for
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
@@ -183,6 +183,28 @@ def test_not_coordinator_is_answered_and_the_client_recovers(cluster: ClusterThr
             assert p.stats["relocations"] > relocations
             assert p.stats["coordinator_retries"] >= 1
             assert await _read_committed(cluster, tps, 1) == [b"moved"]
+        finally:
+            await p.close()
+
+    cluster.call(run(), timeout=120)
+
+
+def test_leaders_verify_the_clients_writes(cluster: ClusterThread) -> None:
+    """The produce RPC carries the transactional id (KIP-890 part 1): a
+    batch to a partition never added to the transaction is refused."""
+
+    async def run() -> None:
+        p = _producer(cluster, "txn-stray")
+        try:
+            await p.init_transactions()
+            tps = await _tps(p)
+            p.begin_transaction()
+            await p.send(tps[0], b"added")
+            assert p._producer is not None
+            with pytest.raises(ProduceError) as e:
+                await p._producer.send(tps[1], b"stray")  # past AddPartitionsToTxn
+            assert e.value.error == Errors.INVALID_TXN_STATE
+            await p.abort_transaction()
         finally:
             await p.close()
 
