@@ -187,6 +187,9 @@ class FakeBroker:
     ) -> None:
         self.verifier = (verify, locate)
 
+    def set_txn_coordinator(self, init_producer_id: Any, add_partitions: Any, end_txn: Any) -> None:
+        self.txn_coordinator = (init_producer_id, add_partitions, end_txn)
+
     def add_marker_listener(self, fn: Callable[[TopicIdPartition, int, bool, int], None]) -> None:
         self.listeners.append(fn)
 

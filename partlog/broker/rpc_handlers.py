@@ -19,6 +19,7 @@ from partlog.broker.leader_commits import LeaderCommits
 from partlog.broker.metrics import BrokerMetrics
 from partlog.broker.produce_driver import PRODUCE_TIMEOUT_MS_DEFAULT, ProduceDriver
 from partlog.broker.producer_id_blocks import ProducerIdBlocks
+from partlog.broker.txn_rpc import TxnRpc
 from partlog.controller.cluster_meta import MetadataSource
 from partlog.kafka.errors import Errors
 from partlog.kafka.leader_epochs import end_offset_for_epoch
@@ -105,6 +106,8 @@ class RpcHandlers:
         # broker leads is appended and replicated (the group coordinator's
         # pending transactional offsets wait for it).
         self.marker_listeners: list[Callable[[TopicIdPartition, int, bool, int], None]] = []
+        # The transaction coordinator for partlog.client (registered by the Kafka front end).
+        self.txn = TxnRpc()
 
     def table(self) -> dict[str, Handler]:
         """Every method the broker RPC serves, by name."""
@@ -122,6 +125,8 @@ class RpcHandlers:
             "offset_for_leader_epoch": self.offset_for_leader_epoch,
             "write_txn_markers": self.write_txn_markers,
             "verify_txn": self.verify_txn,
+            "add_partitions_to_txn": self.txn.add_partitions_to_txn,
+            "end_txn": self.txn.end_txn,
         }
 
     async def as_leader(self, method: str, body: Any) -> Any:
@@ -141,9 +146,12 @@ class RpcHandlers:
             acks = m.get("acks", -1)
             if acks not in (0, 1, -1) or type(acks) is not int:
                 raise WireError(f"produce.acks: 0, 1 or -1, got {acks!r}")
+            tid = m.get("transactional_id")
+            if tid is not None:
+                expect_str(tid, "produce.transactional_id")
         except WireError as e:
             raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
-        results = await self.produce.produce(batches, acks=acks, timeout_ms=timeout)
+        results = await self.produce.produce(batches, acks=acks, timeout_ms=timeout, transactional_id=tid)
         return {
             "results": [
                 [int(r.error), r.base_offset, r.log_append_time, r.log_start_offset, r.error_message] for r in results
@@ -199,6 +207,8 @@ class RpcHandlers:
         return {"brokers": brokers, "topics": topics}
 
     async def init_producer_id(self, body: Any) -> Any:
+        if isinstance(body, dict) and "transactional_id" in body:
+            return await self.txn.init_producer_id(body)
         # Kafka answers InitProducerId with COORDINATOR_NOT_AVAILABLE (retriable)
         # while it cannot get ids.
         pid = await self.producer_ids.init_producer_id()

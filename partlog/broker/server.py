@@ -523,6 +523,16 @@ class Broker:
         coordinates, ``locate`` names an id's coordinator broker."""
         self.verification.register(verify, locate)
 
+    def set_txn_coordinator(
+        self,
+        init_producer_id: Callable[[str, int, tuple[int, int] | None], Awaitable[tuple[Errors, int, int]]],
+        add_partitions: Callable[[str, int, int, Sequence[TopicIdPartition]], Awaitable[list[Errors]]],
+        end_txn: Callable[[str, int, int, bool], Awaitable[Errors]],
+    ) -> None:
+        """The Kafka front end's transaction coordinator answers the broker
+        RPC's transaction methods (``partlog.broker.txn_rpc``)."""
+        self.rpc.txn.register(init_producer_id, add_partitions, end_txn)
+
     async def init_producer_id(self, wait_ms: int = 5_000) -> int | None:
         """A producer id (KIP-730 blocks; see :class:`ProducerIdBlocks`);
         None if the controller gave none within ``wait_ms``."""

@@ -1,5 +1,6 @@
 """The client library: a small producer and consumer speaking the broker RPC
-(``producer.py``, ``consumer.py``) over a shared pool of broker connections
+(``producer.py``, ``consumer.py``), a transactional producer
+(``txn_producer.py``) over a shared pool of broker connections
 (``connections.py``).  Kafka clients talk to the brokers' Kafka front end
 instead (``partlog.kafka_front``)."""
 
@@ -15,6 +16,8 @@ if TYPE_CHECKING:
     from partlog.client.connections import ClusterView, Connections
     from partlog.client.consumer import Consumer, CorruptRecordError
     from partlog.client.producer import ProduceError, Producer, RecordMetadata
+    from partlog.client.txn_producer import TransactionalProducer, TxnTimeoutError
+    from partlog.client.txn_state import ProducerFencedError, TransactionStateError
 
 _EXPORTS = {
     "ClusterView": "partlog.client.connections",
@@ -24,6 +27,10 @@ _EXPORTS = {
     "ProduceError": "partlog.client.producer",
     "Producer": "partlog.client.producer",
     "RecordMetadata": "partlog.client.producer",
+    "TransactionalProducer": "partlog.client.txn_producer",
+    "TxnTimeoutError": "partlog.client.txn_producer",
+    "ProducerFencedError": "partlog.client.txn_state",
+    "TransactionStateError": "partlog.client.txn_state",
 }
 
 __all__ = [
@@ -33,7 +40,11 @@ __all__ = [
     "CorruptRecordError",
     "ProduceError",
     "Producer",
+    "ProducerFencedError",
     "RecordMetadata",
+    "TransactionStateError",
+    "TransactionalProducer",
+    "TxnTimeoutError",
 ]
 
 __getattr__ = lazy_getattr(__name__, _EXPORTS, globals())

@@ -120,6 +120,7 @@ class Producer:
         request_timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT,
         clock: Clock = SYSTEM_CLOCK,
         transactional: tuple[int, int] | None = None,
+        transactional_id: str | None = None,
     ) -> None:
         if not 1 <= max_in_flight <= 5 and idempotent:
             raise ValueError(f"max_in_flight must be in [1, 5] for an idempotent producer, got {max_in_flight}")
@@ -130,6 +131,8 @@ class Producer:
             raise ValueError("an idempotent producer needs acks=-1 (all)")
         if transactional is not None and not idempotent:
             raise ValueError("a transactional producer is idempotent")
+        if transactional_id is not None and transactional is None:
+            raise ValueError("transactional_id needs transactional=(producer id, epoch)")
         # Record timestamps (wall ms), linger, delivery and request deadlines.
         self.clock = clock
         self.az = az
@@ -148,6 +151,9 @@ class Producer:
         # the transactional bit; AddPartitionsToTxn and EndTxn are the caller's.
         self.transactional = transactional is not None
         self.producer_id, self.producer_epoch = transactional if transactional is not None else (-1, -1)
+        # Sent with every produce request: the leaders verify the
+        # transaction's first batch on each partition with its coordinator.
+        self.transactional_id = transactional_id
         self._parts: dict[TopicIdPartition, _PartitionState] = {}
         self._broker_slots: dict[int, asyncio.Semaphore] = {}
         self._wake = asyncio.Event()
@@ -358,15 +364,14 @@ class Producer:
             error = Errors.NETWORK_EXCEPTION
             try:
                 client = await self.conns.broker(broker)
-                body = await client.call(
-                    "produce",
-                    {
-                        "batches": [[*enc_tp(b.tp), b.data] for b in batches],
-                        "timeout_ms": self.request_timeout_ms,
-                        "acks": self.acks,
-                    },
-                    timeout_ms=self.request_timeout_ms + RPC_TIMEOUT_MARGIN_MS,
-                )
+                request: dict[str, Any] = {
+                    "batches": [[*enc_tp(b.tp), b.data] for b in batches],
+                    "timeout_ms": self.request_timeout_ms,
+                    "acks": self.acks,
+                }
+                if self.transactional_id is not None:
+                    request["transactional_id"] = self.transactional_id
+                body = await client.call("produce", request, timeout_ms=self.request_timeout_ms + RPC_TIMEOUT_MARGIN_MS)
                 results = body["results"]
             except RpcTimeoutError:
                 error = Errors.REQUEST_TIMED_OUT

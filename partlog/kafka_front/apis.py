@@ -55,6 +55,7 @@ from partlog.kafka_front.handler import (
 from partlog.kafka_front.port import BrokerPort
 from partlog.kafka_front.txn_apis import TxnApis
 from partlog.kafka_front.txn_coordinator import TXN_STATE_PARTITIONS_DEFAULT, TXN_STATE_TOPIC, TxnCoordinator
+from partlog.kafka_front.txn_rpc import TxnRpcFront
 from partlog.txn.coordinator import TRANSACTION_MAX_TIMEOUT_MS_DEFAULT, TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT
 
 log = logging.getLogger(__name__)
@@ -194,6 +195,8 @@ class KafkaApis(ApiHandlers):
         )
         # KIP-890 part 1: partition leaders ask this broker's coordinator.
         broker.set_txn_verifier(self.txns.verify, self.txns.coordinator_broker)
+        # partlog.client's transactional producer: the same coordinator over the broker RPC.
+        self.txn_rpc = TxnRpcFront(broker, self.txns)
         group = GroupApis(broker, self.groups, self.txns)
         self.txn = TxnApis(broker, self.txns, self.groups)
         self.handlers: dict[int, Handler] = {

@@ -40,6 +40,7 @@ import msgpack
 
 from partlog.controller.cluster_meta import TopicInfo
 from partlog.groups.membership import Completion, Groups, join_answer, sync_answer
+from partlog.kafka.coordinator_key import java_string_hash, partition_for
 from partlog.kafka.errors import Errors
 from partlog.kafka.record_batch import build_record_batch, parse_records
 from partlog.kafka.records import TopicIdPartition
@@ -70,22 +71,6 @@ OFFSET_GROUPS_MAX = 100_000
 OFFSETS_COMMIT_TIMEOUT_MS = 5_000
 # How often the membership timer runs when nothing is due sooner.
 TICK_MS_MAX = 1_000
-
-
-def java_string_hash(s: str) -> int:
-    """Java's ``String.hashCode`` (UTF-16 code units, int32 arithmetic),
-    so that a group maps to the partition Kafka would pick."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def partition_for(group_id: str, partitions: int) -> int:
-    # Kafka's Utils.abs: Integer.MIN_VALUE maps to 0.
-    h = java_string_hash(group_id)
-    return (0 if h == -(1 << 31) else abs(h)) % partitions
 
 
 @dataclass(frozen=True, slots=True)

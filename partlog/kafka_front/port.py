@@ -125,6 +125,18 @@ class BrokerPort(Protocol):
         ``locate(transactional id)`` names the coordinator's broker."""
         ...
 
+    def set_txn_coordinator(
+        self,
+        init_producer_id: Callable[[str, int, tuple[int, int] | None], Awaitable[tuple[Errors, int, int]]],
+        add_partitions: Callable[[str, int, int, Sequence[TopicIdPartition]], Awaitable[list[Errors]]],
+        end_txn: Callable[[str, int, int, bool], Awaitable[Errors]],
+    ) -> None:
+        """``partlog.client``'s transactional producer reaches this broker's
+        transaction coordinator over the broker RPC: InitProducerId
+        (transactional id, timeout ms, current (id, epoch) or None),
+        AddPartitionsToTxn (one error per partition) and EndTxn."""
+        ...
+
     async def init_producer_id(self) -> int | None:
         """A new producer id, or None when none can be had now (retriable)."""
         ...

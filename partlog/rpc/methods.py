@@ -53,6 +53,10 @@ from partlog.rpc.schema import (
     partition_item,
 )
 
+# Partitions one transaction may hold: more is the coordinator's answer
+# (INVALID_REQUEST), never a bigger request to decode.
+from partlog.txn.coordinator import TXN_PARTITIONS_MAX
+
 # Batches per produce request and partitions per fetch or list_offsets
 # (Kafka has no such limits; ours bound one request's work and decoding).
 PRODUCE_BATCHES_MAX = 10_000
@@ -83,7 +87,9 @@ POSITIVE_INT32 = Int(1, INT32_MAX)
 BROKER_SCHEMAS: dict[str, Schema] = {
     "produce": Map(
         required={"batches": List(partition_item(("batch", Bytes(RPC_FRAME_BYTES_MAX))), PRODUCE_BATCHES_MAX)},
-        optional={"timeout_ms": POSITIVE_INT32, "acks": Int(-1, 1)},
+        # transactional_id: a transactional producer's (KIP-890 part 1: the
+        # leaders verify its batches with the coordinator, as for Kafka clients).
+        optional={"timeout_ms": POSITIVE_INT32, "acks": Int(-1, 1), "transactional_id": TRANSACTIONAL_ID},
     ),
     "commit": Map(
         required={
@@ -149,7 +155,39 @@ BROKER_SCHEMAS: dict[str, Schema] = {
         # Kafka's isolation_level: LATEST is the last stable offset under 1.
         optional={"isolation": Int(0, 1)},
     ),
-    "init_producer_id": Map(required={}),
+    # With a transactional id: Kafka's InitProducerId of a transactional
+    # producer, answered by the id's coordinator (producer id and epoch -1,
+    # or the current ones to bump the epoch, KIP-360); without: an
+    # idempotent producer's id from this broker's block.
+    "init_producer_id": Map(
+        required={},
+        optional={
+            "transactional_id": TRANSACTIONAL_ID,
+            "transaction_timeout_ms": POSITIVE_INT32,
+            "producer_id": Int(-1, INT64_MAX),
+            "producer_epoch": Int(-1, INT16_MAX),
+        },
+    ),
+    # Kafka's AddPartitionsToTxn and EndTxn (transaction version 1), for
+    # partlog.client's transactional producer: answered by the transactional
+    # id's coordinator through the Kafka front end (NOT_COORDINATOR elsewhere,
+    # COORDINATOR_NOT_AVAILABLE on a broker without one).
+    "add_partitions_to_txn": Map(
+        required={
+            "transactional_id": TRANSACTIONAL_ID,
+            "producer_id": Int(0, INT64_MAX),
+            "producer_epoch": Int(0, INT16_MAX),
+            "partitions": List(partition_item(), TXN_PARTITIONS_MAX),
+        }
+    ),
+    "end_txn": Map(
+        required={
+            "transactional_id": TRANSACTIONAL_ID,
+            "producer_id": Int(0, INT64_MAX),
+            "producer_epoch": Int(0, INT16_MAX),
+            "committed": Int(0, 1),
+        }
+    ),
     "replica_fetch": Map(
         required={
             "replica_id": BROKER_ID,
@@ -277,6 +315,8 @@ RESPONSE_SCHEMAS: dict[str, Schema] = {
     ),
     "write_txn_markers": Map(required={"partitions": List(Tuple(("error", INT16)), PARTITIONS_MAX)}),
     "verify_txn": Map(required={"partitions": List(Tuple(("error", INT16)), PARTITIONS_MAX)}),
+    "add_partitions_to_txn": Map(required={"partitions": List(Tuple(("error", INT16)), TXN_PARTITIONS_MAX)}),
+    "end_txn": Map(required={"error": INT16}),
 }
 
 WALMGR_SCHEMAS: dict[str, Schema] = {
