@@ -76,6 +76,8 @@ class ClusterView(Protocol):
     @property
     def partitions(self) -> Sequence[TopicIdPartition]: ...
     @property
+    def extra_partitions(self) -> Sequence[TopicIdPartition]: ...
+    @property
     def objects(self) -> SimObjectStore: ...
     @property
     def walmgr(self) -> Walmgr | None: ...
@@ -141,7 +143,7 @@ def check_delete(cluster: ClusterView, observed: Observed, journal: Journal, key
         held = store.referenced_files(wanted)
         if not held:
             continue
-        for tp, offset, key in _references(cluster.partitions, store, held):
+        for tp, offset, key in _references(_all_partitions(cluster), store, held):
             info = observed.partition_info.get(tp)
             authoritative = info is None or bid == info.leader or bid in info.isr
             where = f"{tp} offset {offset} on broker {bid}{' (crashed)' if crashed else ''}"
@@ -150,6 +152,11 @@ def check_delete(cluster: ClusterView, observed: Observed, journal: Journal, key
                 journal.violated(f"walmgr deleted {key} while it is referenced at {where}, the partition's {role}")
             journal.event(f"deleted {key} still referenced by a stale replica's divergent tail: {where}")
             observed.stale_references.setdefault(bid, set()).add(key)
+
+
+def _all_partitions(cluster: ClusterView) -> list[TopicIdPartition]:
+    """The fuzz topic's partitions and the other topics' (consume-transform-produce)."""
+    return [*cluster.partitions, *cluster.extra_partitions]
 
 
 def _references(
@@ -173,7 +180,7 @@ def check_hwms(cluster: ClusterView, observed: Observed, journal: Journal) -> No
     for bid, broker in cluster.brokers.items():
         if broker.store._closed:
             continue
-        for tp in cluster.partitions:
+        for tp in _all_partitions(cluster):
             epoch = broker.replicas.leader_epoch(tp)
             if epoch is None or epoch < 0:
                 continue
@@ -233,7 +240,7 @@ def check_no_new_references(cluster: ClusterView, observed: Observed, journal: J
         held = broker.store.referenced_files(gone) - observed.stale_references.get(bid, set())
         if not held:
             continue
-        for tp, offset, key in _references(cluster.partitions, broker.store, held):
+        for tp, offset, key in _references(_all_partitions(cluster), broker.store, held):
             info = observed.partition_info.get(tp)
             if info is None or bid == info.leader or bid in info.isr:
                 journal.violated(f"{tp} offset {offset} on broker {bid} references {key}, deleted by walmgr")

@@ -170,6 +170,7 @@ class World:
             if self.shape.txn_transformers > 0:
                 topics = await create_topics(cluster, self.shape.txn_transformers)
                 self.txn.inputs, self.txn.extra = topics.inputs, topics.all
+                cluster.extra_partitions = topics.all
                 self.ctp = Transformers(
                     self.seed,
                     self.shape,
