@@ -62,7 +62,6 @@ from partlog.client import Consumer, CorruptRecordError, Producer, RecordMetadat
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
 from simulations.dst.cluster import Cluster
-from simulations.dst.config import Shape
 from simulations.dst.journal import Journal
 from simulations.dst.runtime import run_node
 from simulations.dst.txn import (
@@ -142,12 +141,11 @@ def parse_position(value: bytes) -> int | None:
 
 
 class Transformers:
-    """The transformers of ``shape`` (module doc)."""
+    """One transformer per input partition of ``topics`` (module doc)."""
 
     def __init__(
         self,
         seed: int,
-        shape: Shape,
         cluster: Cluster,
         journal: Journal,
         ledger: TxnLedger,
@@ -156,7 +154,6 @@ class Transformers:
         topics: CtpTopics,
     ) -> None:
         self.seed = seed
-        self.shape = shape
         self.cluster = cluster
         self.journal = journal
         self.ledger = ledger

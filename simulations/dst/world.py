@@ -173,7 +173,6 @@ class World:
                 cluster.extra_partitions = topics.all
                 self.ctp = Transformers(
                     self.seed,
-                    self.shape,
                     cluster,
                     journal,
                     self.txn.ledger,
