@@ -40,6 +40,16 @@ KNOWN: dict[str, str] = {
         "a follower adds no aborted-index entry for a replicated ABORT marker (its READ_COMMITTED "
         "fetches, and its reign as leader, hand out aborted records)"
     ),
+    # In the simulation's own stand-ins (simulations/dst): the transaction
+    # coordinator and the consume-transform-produce application.
+    "txn_markers_before_prepare": (
+        "the transaction coordinator sends a decision's markers before its Prepare record is durable "
+        "(a coordinator crash in between leaves the next one without the decision)"
+    ),
+    "ctp_position_before_output": (
+        "a consume-transform-produce application commits its input position in a transaction of its "
+        "own, before the outputs' transaction"
+    ),
 }
 
 _enabled: frozenset[str] = frozenset()

@@ -34,8 +34,9 @@ from simulations.dst.world import run
 # faults (frequent: crashes every few seconds), then 10 s to heal.
 FUZZ_SHAPE = Shape(duration_s=20.0, settle_s=10.0, rate_per_producer=20.0, rate_per_plain_producer=10.0)
 # --txn: the same, with three transactional producers (one per AZ), their
-# coordinator's stand-in and a read_committed reader (simulations/dst/txn.py).
-FUZZ_TXN_SHAPE = dataclasses.replace(FUZZ_SHAPE, txn_producers=3)
+# coordinator's stand-in and a read_committed reader (simulations/dst/txn.py),
+# and two consume-transform-produce transformers (simulations/dst/ctp.py).
+FUZZ_TXN_SHAPE = dataclasses.replace(FUZZ_SHAPE, txn_producers=3, txn_transformers=2)
 FUZZ_FAULTS = Faults(
     broker_crashes_per_min=6.0,
     az_partitions_per_min=3.0,
@@ -48,9 +49,24 @@ FUZZ_FAULTS = Faults(
     retention_changes_per_min=3.0,
 )
 
+# --txn: the transaction faults beside those (a coordinator crash between
+# Prepare and the markers, lost markers, a leader crash with a transaction
+# open, a transformer's crash).
+FUZZ_TXN_FAULTS = dataclasses.replace(
+    FUZZ_FAULTS,
+    txn_coordinator_crashes_per_min=4.0,
+    txn_marker_losses_per_min=4.0,
+    txn_leader_crashes_per_min=3.0,
+    transformer_crashes_per_min=4.0,
+)
+
 
 def _shape(args: argparse.Namespace) -> Shape:
     return FUZZ_TXN_SHAPE if args.txn else FUZZ_SHAPE
+
+
+def _faults(args: argparse.Namespace) -> Faults:
+    return FUZZ_TXN_FAULTS if args.txn else FUZZ_FAULTS
 
 
 def _replay_command(seed: int, inject: list[str], only_faults: list[int] | None = None, txn: bool = False) -> str:
@@ -89,7 +105,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
             break
         if deadline is not None and time.monotonic() > deadline:
             break
-        r = run(seed, _shape(args), FUZZ_FAULTS)
+        r = run(seed, _shape(args), _faults(args))
         seeds_run += 1
         sim_s += r.simulated_s
         wall_s += r.wall_s
@@ -145,7 +161,7 @@ def _print_shrunk(first: Result, args: argparse.Namespace) -> None:
     """Drop faults while the seed still fails; print the replay command
     and the minimised trace."""
     best, runs = shrink(
-        first, _shape(args), FUZZ_FAULTS, runs_max=args.shrink_runs, progress=lambda line: print(line, flush=True)
+        first, _shape(args), _faults(args), runs_max=args.shrink_runs, progress=lambda line: print(line, flush=True)
     )
     kept = best.fault_numbers
     print(f"  minimised ({runs} runs): {len(kept)} of {len(first.fault_numbers)} faults still fail:")
@@ -217,7 +233,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     injected_bugs.enable(args.inject)
-    r = run(args.seed, _shape(args), FUZZ_FAULTS, args.only_faults)
+    r = run(args.seed, _shape(args), _faults(args), args.only_faults)
     if args.json:
         print(json.dumps({**r.__dict__, "events": r.events if args.events else len(r.events)}, default=str))
         return 0 if r.ok else 1
@@ -254,6 +270,8 @@ TXN_INVARIANTS = [
     "a committed transaction visible in all its partitions (each record once, at its offset), an aborted one in none",
     "a fenced producer's late batch is refused",
     "every transaction decided and its markers written once faults stop; no leader's LSO stays below its HWM",
+    "consume-transform-produce exactly once: every committed input record in one committed output, in input "
+    "order per input partition, once the transformers caught up",
 ]
 
 

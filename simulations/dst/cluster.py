@@ -101,6 +101,9 @@ class Cluster:
         self.walmgr_starting: Walmgr | None = None
         self.admin: ControllerMetadata | None = None
         self.partitions: list[TopicIdPartition] = []
+        # Other topics' partitions (consume-transform-produce: simulations/dst/ctp.py),
+        # which the walmgr and HWM checks cover too; no other load or fault touches them.
+        self.extra_partitions: list[TopicIdPartition] = []
         # The retention.bytes the topic has now (None: Kafka's default, none).
         self.retention_bytes: int | None = None
         # One restart at a time per process kind: two pending ones (two

@@ -53,6 +53,10 @@ class Shape:
     txn_records: tuple[int, int] = (1, 8)  # records per transaction
     txn_abort_share: float = 0.3  # of transactions the producer aborts
     txn_timeout_ms: int = 10_000  # transaction.timeout.ms: the coordinator aborts later ones
+    # Consume-transform-produce transformers (simulations/dst/ctp.py), each
+    # with its input and state partition, on topics of their own; needs
+    # txn_producers > 0 (they write the inputs).
+    txn_transformers: int = 0
     duration_s: float = 30.0  # faults happen during this
     settle_s: float = 15.0  # after it, faults stop and the cluster heals
 
@@ -103,6 +107,15 @@ class Faults:
     # Modelled as whole transactions lost (LMDB's MDB_NOMETASYNC contract).
     power_losses_per_min: float = 1.0
     power_loss_unsynced_s: tuple[float, float] = (0.0, 1.0)
+    # With transactions (Shape.txn_producers > 0) only: the coordinator's
+    # host crashes after the first marker of its next decision is written
+    # (between Prepare and the markers); the next marker calls are lost
+    # (request or answer: the coordinator retries); the leader of a
+    # partition of an open transaction crashes; a transformer's process dies.
+    txn_coordinator_crashes_per_min: float = 0.0
+    txn_marker_losses_per_min: float = 0.0
+    txn_leader_crashes_per_min: float = 0.0
+    transformer_crashes_per_min: float = 0.0
     clock_skew_ms: int = 400  # per broker, within walmgr's max_clock_skew_ms
     latency_same_az_ms: tuple[float, float] = (0.1, 1.0)
     latency_cross_az_ms: tuple[float, float] = (0.5, 3.0)

@@ -31,6 +31,7 @@ from simulations.dst.config import Faults
 from simulations.dst.invariants import Observed, check_controller
 from simulations.dst.journal import Journal
 from simulations.dst.runtime import SimNetwork, run_node
+from simulations.dst.txn import TxnWorkload
 from simulations.dst.workload import Ledger, Workload
 
 
@@ -86,8 +87,13 @@ class FaultInjector:
         workload: Workload,
         observed: Observed,
         journal: Journal,
+        txn: TxnWorkload | None = None,
     ) -> None:
         self.seed = seed
+        # The transactional workload: its faults are drawn only with it.
+        self.txn = txn
+        # The consume-transform-produce transformers' names (set once they start).
+        self.transformers: list[str] = []
         self.faults = faults
         # The faults (by number, in the order drawn) injected; None: all.
         # Shrinking narrows this down.
@@ -122,6 +128,9 @@ class FaultInjector:
         under way are returned, to be waited for (a restart cut off halfway
         would leave a broker half started)."""
         self.on = False
+        if self.txn is not None:
+            self.txn.coordinator.crash_at_markers = None
+            self.txn.coordinator.lose_markers.clear()
         if self._task is not None:
             self._task.cancel()
         under_way = []
@@ -150,6 +159,13 @@ class FaultInjector:
             "retention": f.retention_changes_per_min,
             "power_loss": f.power_losses_per_min,
         }
+        if self.txn is not None:
+            rates |= {
+                "txn_coordinator_crash": f.txn_coordinator_crashes_per_min,
+                "txn_marker_loss": f.txn_marker_losses_per_min,
+                "txn_leader_crash": f.txn_leader_crashes_per_min,
+                "transformer_crash": f.transformer_crashes_per_min,
+            }
         total = sum(rates.values())
         if total <= 0:
             return
@@ -252,10 +268,56 @@ class FaultInjector:
             await cluster.set_retention(limit)
             count(kind, f"#{k} retention.bytes={limit}")
             self._schedule(rng.uniform(*f.retention_s), functools.partial(cluster.set_retention, -1))
+        elif kind in ("txn_coordinator_crash", "txn_marker_loss", "txn_leader_crash", "transformer_crash"):
+            await self._inject_txn(k, kind, rng)
         elif kind == "clock_jump":
             bid = rng.choice(sorted(cluster.az_of))
             cluster.skew_ms[bid] = rng.randint(-f.clock_skew_ms, f.clock_skew_ms)
             count(kind, f"#{k} broker {bid} to {cluster.skew_ms[bid]:+d} ms")
+
+    async def _inject_txn(self, k: int, kind: str, rng: random.Random) -> None:
+        """The transaction faults (Faults: txn_*, transformer_crashes_per_min)."""
+        assert self.txn is not None
+        coordinator = self.txn.coordinator
+        if kind == "txn_coordinator_crash":
+            # Armed: the host crashes once the first marker of the next
+            # decided transaction is written (the coordinator counts it).
+            restart_after = rng.uniform(*self.faults.restart_after_s)
+            coordinator.crash_at_markers = functools.partial(self._crash_coordinator, restart_after)
+            self.journal.event(f"#{k} {kind} armed")
+        elif kind == "txn_marker_loss":
+            lost = [rng.choice(("request", "answer")) for _ in range(rng.randint(1, 3))]
+            coordinator.lose_markers.extend(lost)
+            self.journal.event(f"#{k} {kind}: the next marker calls lose their {', '.join(lost)}")
+        elif kind == "txn_leader_crash":
+            # The leader of a partition an open transaction has written to.
+            open_ = [t for _, t in sorted(self.txn.ledger.open.items()) if t.acked]
+            if not open_:
+                return
+            txn = rng.choice(open_)
+            tp = rng.choice(sorted({txn.sent[v] for v in txn.acked}, key=lambda t: (str(t.topic_id), t.partition)))
+            info = self.observed.partition_info.get(tp)
+            alive = [b for b, x in self.cluster.brokers.items() if not x.store._closed]
+            if info is None or info.leader not in alive or len(alive) <= 1:
+                return
+            await self.cluster.crash_broker(info.leader)
+            self.journal.count(kind, f"#{k} broker {info.leader}, leader of {tp.partition} in {txn.key}")
+            self._schedule(
+                rng.uniform(*self.faults.restart_after_s), functools.partial(self.cluster.restart_broker, info.leader)
+            )
+        elif kind == "transformer_crash" and self.transformers:
+            name = rng.choice(self.transformers)
+            self.workload.restarts[name].set()
+            self.journal.count(kind, f"#{k} {name}")
+
+    async def _crash_coordinator(self, restart_after_s: float, bid: int) -> None:
+        """The armed coordinator crash: its host broker, restarted later."""
+        alive = [b for b, x in self.cluster.brokers.items() if not x.store._closed]
+        if not self.on or bid not in alive or len(alive) <= 1:
+            return
+        self.journal.count("txn_coordinator_crash", f"broker {bid} after its first marker")
+        await self.cluster.crash_broker(bid)
+        self._schedule(restart_after_s, functools.partial(self.cluster.restart_broker, bid))
 
     async def _delete_records(self, k: int, rng: random.Random) -> None:
         """DeleteRecords on a partition's current leader, up to a few

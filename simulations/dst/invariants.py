@@ -55,6 +55,7 @@ from partlog.controller.server import ControllerServer
 from partlog.kafka.records import TopicIdPartition
 from partlog.store import MetadataStore, StoreError
 from simulations.dst.config import COMMIT_DEADLINE_MS, GRACE_MS, MAX_CLOCK_SKEW_MS, WALMGR_CYCLE_MS
+from simulations.dst.ctp import parse_output
 from simulations.dst.journal import Journal
 from simulations.dst.runtime import VirtualLoop
 from simulations.dst.store import SimObjectStore
@@ -74,6 +75,8 @@ class ClusterView(Protocol):
     def brokers(self) -> Mapping[int, Broker]: ...
     @property
     def partitions(self) -> Sequence[TopicIdPartition]: ...
+    @property
+    def extra_partitions(self) -> Sequence[TopicIdPartition]: ...
     @property
     def objects(self) -> SimObjectStore: ...
     @property
@@ -140,7 +143,7 @@ def check_delete(cluster: ClusterView, observed: Observed, journal: Journal, key
         held = store.referenced_files(wanted)
         if not held:
             continue
-        for tp, offset, key in _references(cluster.partitions, store, held):
+        for tp, offset, key in _references(_all_partitions(cluster), store, held):
             info = observed.partition_info.get(tp)
             authoritative = info is None or bid == info.leader or bid in info.isr
             where = f"{tp} offset {offset} on broker {bid}{' (crashed)' if crashed else ''}"
@@ -149,6 +152,11 @@ def check_delete(cluster: ClusterView, observed: Observed, journal: Journal, key
                 journal.violated(f"walmgr deleted {key} while it is referenced at {where}, the partition's {role}")
             journal.event(f"deleted {key} still referenced by a stale replica's divergent tail: {where}")
             observed.stale_references.setdefault(bid, set()).add(key)
+
+
+def _all_partitions(cluster: ClusterView) -> list[TopicIdPartition]:
+    """The fuzz topic's partitions and the other topics' (consume-transform-produce)."""
+    return [*cluster.partitions, *cluster.extra_partitions]
 
 
 def _references(
@@ -172,7 +180,7 @@ def check_hwms(cluster: ClusterView, observed: Observed, journal: Journal) -> No
     for bid, broker in cluster.brokers.items():
         if broker.store._closed:
             continue
-        for tp in cluster.partitions:
+        for tp in _all_partitions(cluster):
             epoch = broker.replicas.leader_epoch(tp)
             if epoch is None or epoch < 0:
                 continue
@@ -232,7 +240,7 @@ def check_no_new_references(cluster: ClusterView, observed: Observed, journal: J
         held = broker.store.referenced_files(gone) - observed.stale_references.get(bid, set())
         if not held:
             continue
-        for tp, offset, key in _references(cluster.partitions, broker.store, held):
+        for tp, offset, key in _references(_all_partitions(cluster), broker.store, held):
             info = observed.partition_info.get(tp)
             if info is None or bid == info.leader or bid in info.isr:
                 journal.violated(f"{tp} offset {offset} on broker {bid} references {key}, deleted by walmgr")
@@ -340,7 +348,9 @@ def _orphans(cluster: ClusterView, gate_s: float) -> set[str]:
 # ------------------------------------------------------------ transactions
 
 
-def check_stable_offsets(cluster: ClusterView, txns: TxnLedger, journal: Journal) -> None:
+def check_stable_offsets(
+    cluster: ClusterView, txns: TxnLedger, journal: Journal, partitions: Sequence[TopicIdPartition]
+) -> None:
     """On every live replica: the LSO never passes the HWM, nor the first
     acknowledged offset, still in that replica's log, of a transaction open
     at the coordinator (no marker of it exists, so its records are
@@ -357,7 +367,7 @@ def check_stable_offsets(cluster: ClusterView, txns: TxnLedger, journal: Journal
     for bid, broker in sorted(cluster.brokers.items()):
         if broker.store._closed:
             continue
-        for tp in cluster.partitions:
+        for tp in partitions:
             try:
                 lso = broker.store.last_stable_offset(tp)
                 hwm = broker.store.high_watermark(tp)
@@ -446,13 +456,13 @@ def check_transactions_atomic(
             )
 
 
-def hanging_transactions(cluster: ClusterView) -> list[str]:
+def hanging_transactions(cluster: ClusterView, partitions: Sequence[TopicIdPartition]) -> list[str]:
     """Partitions whose leader's LSO is below its HWM (a transaction open there)."""
     out = []
     for bid, broker in sorted(cluster.brokers.items()):
         if broker.store._closed:
             continue
-        for tp in cluster.partitions:
+        for tp in partitions:
             if not broker.replicas.is_leader(tp):
                 continue
             try:
@@ -462,3 +472,52 @@ def hanging_transactions(cluster: ClusterView) -> list[str]:
             if lso < hwm:
                 out.append(f"{tp.partition} on leader {bid}: LSO {lso} < HWM {hwm}")
     return out
+
+
+def check_consume_transform_produce(
+    txns: TxnLedger,
+    inputs: Mapping[TopicIdPartition, Mapping[int, bytes]],
+    outputs: Mapping[TopicIdPartition, Mapping[int, bytes]],
+    journal: Journal,
+) -> None:
+    """Exactly once end to end (:mod:`simulations.dst.ctp`): every record
+    committed to an input partition (``inputs``: each READ_COMMITTED read
+    from its leader) appears once among the committed output records
+    (``outputs``), each output names a committed input record and is of a
+    committed transaction, and the outputs of one input partition are in
+    its order within each output partition."""
+    count: dict[tuple[int, int], int] = {}
+    for otp, got in sorted(outputs.items(), key=lambda kv: kv[0].partition):
+        last: dict[int, int] = {}
+        for offset, value in sorted(got.items()):
+            source = parse_output(value)
+            txn = txns.txn_of(value)
+            if source is None or txn is None or txn.outcome != "commit":
+                journal.violated(f"output {otp} offset {offset}: {value!r} is no committed transformer output")
+                continue
+            count[source] = count.get(source, 0) + 1
+            p, o = source
+            if o <= last.get(p, -1):
+                journal.violated(
+                    f"output {otp} offset {offset}: input {p}@{o} after input {p}@{last[p]} (out of input order)"
+                )
+            last[p] = o
+    committed = {(tp.partition, o) for tp, got in inputs.items() for o in got}
+    missing = sorted(committed - count.keys())
+    twice = sorted(k for k, n in count.items() if n > 1)
+    stray = sorted(count.keys() - committed)
+    if missing:
+        journal.violated(
+            f"consume-transform-produce: {len(missing)} committed input records without an output, "
+            f"e.g. {', '.join(f'{p}@{o}' for p, o in missing[:5])}"
+        )
+    if twice:
+        journal.violated(
+            f"consume-transform-produce: {len(twice)} input records output more than once, "
+            f"e.g. {', '.join(f'{p}@{o} x{count[(p, o)]}' for p, o in twice[:5])}"
+        )
+    if stray:
+        journal.violated(
+            f"consume-transform-produce: outputs of {len(stray)} records not committed to the input, "
+            f"e.g. {', '.join(f'{p}@{o}' for p, o in stray[:5])}"
+        )

@@ -39,6 +39,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from partlog import injected_bugs
 from partlog.broker.server import Broker
 from partlog.client import Consumer, CorruptRecordError, Producer, RecordMetadata
 from partlog.kafka.batch_header import BatchHeader
@@ -60,6 +61,9 @@ MARKER_TIMEOUT_MS = 3_000
 _FENCED = frozenset({Errors.INVALID_PRODUCER_EPOCH, Errors.PRODUCER_FENCED, Errors.TRANSACTION_COORDINATOR_FENCED})
 # The leader's answers to a batch of a fenced producer epoch.
 FENCED_BATCH_ERRORS = frozenset({Errors.INVALID_PRODUCER_EPOCH, Errors.PRODUCER_FENCED})
+# Of the transactions, those that also write to a transformer's input
+# partition (simulations/dst/ctp.py), when there are transformers.
+INPUT_SHARE = 0.6
 # Bytes of one READ_COMMITTED fetch of a replica at the end.
 READ_BYTES = 1 << 20
 
@@ -121,6 +125,12 @@ class SimTxnCoordinator:
         self.coordinator_epoch = -1
         # Transactional id -> the task sending its markers (on the host's node).
         self.finishing: dict[str, asyncio.Task[None]] = {}
+        # Faults (simulations/dst/faults.py): crash the host once the first
+        # marker of the next decided transaction is written (the call
+        # crashes it), and lose the next marker calls ("request": never
+        # sent; "answer": written, the answer lost).
+        self.crash_at_markers: Callable[[int], Coroutine[Any, Any, None]] | None = None
+        self.lose_markers: list[str] = []
 
     def _live_host(self) -> Broker | None:
         """The host broker; a new one (a coordinator failover) when it
@@ -153,42 +163,61 @@ class SimTxnCoordinator:
         return host.clock.wall_ms()
 
     def _write(self, t: Transition) -> None:
-        """The transition's record is durable (here: at once); apply it."""
+        """The transition's record is durable (here: at once); apply it.
+        With the injected bug ``txn_markers_before_prepare`` a Prepare*
+        record is written only once its markers are (a coordinator that
+        crashes meanwhile leaves no trace of the decision)."""
         after = t.after
-        self.records.append((t.transactional_id, None if after.state == TxnState.DEAD else after))
+        record = (t.transactional_id, None if after.state == TxnState.DEAD else after)
+        prepare = after.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+        late = prepare and injected_bugs.on("txn_markers_before_prepare")
+        if not late:
+            self.records.append(record)
         follow = self.core.complete(t)
-        if after.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+        if prepare:
             txn = self.ledger.open.pop(t.transactional_id, None)
             if txn is not None:
                 txn.outcome = "commit" if after.state == TxnState.PREPARE_COMMIT else "abort"
         if follow is not None:
-            self._finish(follow)
+            self._finish(follow, record if late else None)
 
-    def _finish(self, complete: Transition) -> None:
+    def _finish(self, complete: Transition, late: tuple[str, TxnMetadata | None] | None = None) -> None:
         assert self.host is not None
         tid = complete.transactional_id
         self.finishing[tid] = run_node(
-            f"b{self.host_id}", self._send_markers(self.host, self.coordinator_epoch, complete)
+            f"b{self.host_id}", self._send_markers(self.host, self.coordinator_epoch, complete, late)
         )
 
-    async def _send_markers(self, host: Broker, coordinator_epoch: int, complete: Transition) -> None:
+    async def _send_markers(
+        self,
+        host: Broker,
+        coordinator_epoch: int,
+        complete: Transition,
+        late: tuple[str, TxnMetadata | None] | None,
+    ) -> None:
         """Every marker of a prepared transaction, retried until written;
-        then Complete*.  Runs as the host's node: its crash ends it."""
+        then Complete* (``late``: the Prepare* record, first).  Runs as the
+        host's node: its crash ends it."""
         meta = complete.before
         assert meta is not None and complete.kind == TransitionKind.COMPLETE
         left = sorted(meta.partitions, key=lambda tp: (str(tp.topic_id), tp.partition))
         backoff_s = MARKER_BACKOFF_S[0]
+        crash, self.crash_at_markers = self.crash_at_markers, None
         while left:
+            # The crash fault: the first marker alone, then the host crashes
+            # (the rest unsent), as between two leaders' WriteTxnMarkers.
+            sending = left[:1] if crash is not None else left
             markers = [
                 TxnMarkerRequest(tp, meta.producer_id, meta.producer_epoch, coordinator_epoch, meta.committing)
-                for tp in left
+                for tp in sending
             ]
-            try:
-                errors = await host.write_txn_markers(markers, timeout_ms=MARKER_TIMEOUT_MS)
-            except Exception:  # as the real shell: a retriable failure of every marker
-                errors = [Errors.REQUEST_TIMED_OUT] * len(markers)
-            still = []
-            for tp, error in zip(left, errors, strict=True):
+            errors = await self._marker_call(host, markers)
+            if crash is not None:
+                # The crash cancels this task, unless it did not happen (the faults stopped).
+                await asyncio.wait([run_node("world", crash(self.host_id))])
+                crash = None
+            still = [tp for tp in left if tp not in sending]
+            for tp, error in zip(sending, errors, strict=True):
                 if error == Errors.NONE:
                     self.ledger.markers_written += 1
                     continue
@@ -204,8 +233,25 @@ class SimTxnCoordinator:
                 backoff_s = min(backoff_s * 2, MARKER_BACKOFF_S[1])
         if coordinator_epoch != self.coordinator_epoch:
             return  # a failover took over (this task is being cancelled)
+        if late is not None:
+            self.records.append(late)
         self._write(complete)
         self.finishing.pop(complete.transactional_id, None)
+
+    async def _marker_call(self, host: Broker, markers: list[TxnMarkerRequest]) -> list[Errors]:
+        """One WriteTxnMarkers call of the host: per marker its error (a
+        lost request or answer, the fault: REQUEST_TIMED_OUT for each)."""
+        lost = self.lose_markers.pop(0) if self.lose_markers else None
+        if lost is not None:
+            self.journal.count("txn_markers_lost", f"{lost} of {len(markers)} markers")
+        if lost == "request":
+            await asyncio.sleep(MARKER_TIMEOUT_MS / 1000)
+            return [Errors.REQUEST_TIMED_OUT] * len(markers)
+        try:
+            errors = await host.write_txn_markers(markers, timeout_ms=MARKER_TIMEOUT_MS)
+        except Exception:  # as the real shell: a retriable failure of every marker
+            errors = [Errors.REQUEST_TIMED_OUT] * len(markers)
+        return errors if lost is None else [Errors.REQUEST_TIMED_OUT] * len(markers)
 
     async def _retry(self, call: Callable[[Broker], Errors | Transition]) -> Errors | Transition:
         """``call`` on the live coordinator until it is not
@@ -304,6 +350,16 @@ class TxnWorkload:
         # Per producer: the next sequence of each partition when its last
         # incarnation ended (a late batch of it continues there).
         self.last_sequences: dict[str, dict[TopicIdPartition, int]] = {}
+        # The consume-transform-produce topics' partitions (simulations/dst/ctp.py,
+        # set before start): the producers write into the inputs too, the
+        # reader and the checks read them all.
+        self.inputs: list[TopicIdPartition] = []
+        self.extra: list[TopicIdPartition] = []
+
+    @property
+    def partitions(self) -> list[TopicIdPartition]:
+        """Every partition transactions write to."""
+        return self.cluster.partitions + self.extra
 
     def start(self, on_read: Callable[[TopicIdPartition, int, bytes], None]) -> list[asyncio.Task[Any]]:
         """The producers (returned: the world waits for them), the
@@ -336,26 +392,15 @@ class TxnWorkload:
         pid, epoch = await self.coordinator.init_producer_id(name)
         if fenced is not None and fenced.outcome == "abort":
             await self._send_fenced_batch(fenced, self.last_sequences.get(name, {}))
-        producer = Producer(
-            self.cluster.bootstrap(),
-            az=az,
-            linger_ms=5,
-            delivery_timeout_ms=600_000,
-            clock=self.cluster.clock,
-            transactional=(pid, epoch),
-        )
-        while True:
-            try:
-                await producer.start()
-                break
-            except Exception:  # no broker reachable yet: retry
-                await asyncio.sleep(0.5)
+        producer = await start_producer(self.cluster, az, pid, epoch)
         interval = 1.0 / self.shape.rate_per_txn_producer
         n = 0
         try:
             while self.producing() and not restart.is_set():
                 k = rng.randint(1, min(4, len(self.cluster.partitions)))
                 tps = frozenset(rng.sample(self.cluster.partitions, k))
+                if self.inputs and rng.random() < INPUT_SHARE:
+                    tps |= {rng.choice(self.inputs)}
                 records = rng.randint(*self.shape.txn_records)
                 commit = rng.random() >= self.shape.txn_abort_share
                 if await self.coordinator.add_partitions(name, pid, epoch, tps) != Errors.NONE:
@@ -377,21 +422,14 @@ class TxnWorkload:
                     await asyncio.sleep(interval)
                     if restart.is_set():
                         return  # the process dies mid-transaction
-                # Every record acknowledged (or failed), unless the process dies first.
-                restarted: asyncio.Future[Any] = asyncio.ensure_future(restart.wait())
-                waiting: set[asyncio.Future[Any]] = set(futs)
-                while waiting and not restarted.done():
-                    _, waiting = await asyncio.wait(waiting | {restarted}, return_when=asyncio.FIRST_COMPLETED)
-                    waiting.discard(restarted)
-                restarted.cancel()
-                if restart.is_set():
-                    return
-                ok = all(not f.cancelled() and f.exception() is None for f in futs)
+                ok = await acknowledged(futs, restart)
+                if ok is None:
+                    return  # the process dies before every record is acknowledged
                 if await self.coordinator.end_txn(name, pid, epoch, commit and ok) != Errors.NONE or not ok:
                     return  # fenced, or a batch failed (its sequence is lost): a new incarnation
         finally:
             self.last_sequences[name] = {tp: st.next_sequence for tp, st in producer._parts.items()}
-            _crash(producer)
+            crash_producer(producer)
             with contextlib.suppress(Exception):
                 await producer.conns.close()
 
@@ -447,7 +485,7 @@ class TxnWorkload:
                 break
             except Exception:
                 await asyncio.sleep(0.5)
-        consumer.assign(self.cluster.partitions, 0)
+        consumer.assign(self.partitions, 0)
         while not self.reader_stop:
             try:
                 records = await consumer.poll()
@@ -479,34 +517,77 @@ class TxnWorkload:
         out: dict[tuple[int, TopicIdPartition], dict[int, bytes]] = {}
         for bid in sorted(self.cluster.brokers):
             broker = self.cluster.brokers[bid]
-            for tp in self.cluster.partitions:
+            for tp in self.partitions:
                 if broker.store._closed or not broker.serves(tp):
                     continue
-                got = out[(bid, tp)] = {}
-                try:
-                    pos = broker.store.log_start_offset(tp)
-                    end = broker.store.last_stable_offset(tp)
-                except KeyError:
-                    continue
-                failures = 0
-                while pos < end and failures < 20:
-                    req = FindBatchRequest(tp, pos, READ_BYTES, IsolationLevel.READ_COMMITTED)
-                    ok, body = await _as_node(
-                        f"b{bid}", broker.fetch([req], max_wait_ms=0, min_bytes=0, max_bytes=READ_BYTES)
-                    )
-                    row = body["partitions"][0] if ok else None
-                    if row is None or row[0] != Errors.NONE:
-                        failures += 1
-                        await asyncio.sleep(0.1)
-                        continue
-                    records, after = read_records(tp, row[3], pos, [(int(p), int(f)) for p, f in row[6]])
-                    for r in records:
-                        if r.value is not None:
-                            got[r.offset] = r.value
-                    if after <= pos:
-                        break
-                    pos = after
+                got = await read_committed_from(bid, broker, tp)
+                out[(bid, tp)] = got if got is not None else {}
         return out
+
+
+async def read_committed_from(
+    bid: int, broker: Broker, tp: TopicIdPartition, *, whole: bool = False
+) -> dict[int, bytes] | None:
+    """``tp``'s replica on ``broker`` read with READ_COMMITTED fetches from
+    its log start to its LSO, through ``Broker.fetch`` (as its node) and the
+    consumer's ``read_records``: offset -> value (what it read before 20
+    failed fetches or a fetch without progress: None with ``whole``); None
+    when it has no such partition."""
+    got: dict[int, bytes] = {}
+    try:
+        pos = broker.store.log_start_offset(tp)
+        end = broker.store.last_stable_offset(tp)
+    except KeyError:
+        return None
+    failures = 0
+    while pos < end and failures < 20:
+        req = FindBatchRequest(tp, pos, READ_BYTES, IsolationLevel.READ_COMMITTED)
+        ok, body = await _as_node(f"b{bid}", broker.fetch([req], max_wait_ms=0, min_bytes=0, max_bytes=READ_BYTES))
+        row = body["partitions"][0] if ok else None
+        if row is None or row[0] != Errors.NONE:
+            failures += 1
+            await asyncio.sleep(0.1)
+            continue
+        records, after = read_records(tp, row[3], pos, [(int(p), int(f)) for p, f in row[6]])
+        for r in records:
+            if r.value is not None:
+                got[r.offset] = r.value
+        if after <= pos:
+            break
+        pos = after
+    return None if whole and pos < end else got
+
+
+async def start_producer(cluster: Cluster, az: str, pid: int, epoch: int) -> Producer:
+    """A transactional ``Producer`` of (``pid``, ``epoch``), started once a broker answers."""
+    producer = Producer(
+        cluster.bootstrap(),
+        az=az,
+        linger_ms=5,
+        delivery_timeout_ms=600_000,
+        clock=cluster.clock,
+        transactional=(pid, epoch),
+    )
+    while True:
+        try:
+            await producer.start()
+            return producer
+        except Exception:  # no broker reachable yet: retry
+            await asyncio.sleep(0.5)
+
+
+async def acknowledged(futs: list[asyncio.Future[RecordMetadata]], restart: asyncio.Event) -> bool | None:
+    """Wait for every record's answer: True when all were acknowledged,
+    False when one failed, None when ``restart`` (the process dies) came first."""
+    restarted: asyncio.Future[Any] = asyncio.ensure_future(restart.wait())
+    waiting: set[asyncio.Future[Any]] = set(futs)
+    while waiting and not restarted.done():
+        _, waiting = await asyncio.wait(waiting | {restarted}, return_when=asyncio.FIRST_COMPLETED)
+        waiting.discard(restarted)
+    restarted.cancel()
+    if restart.is_set():
+        return None
+    return all(not f.cancelled() and f.exception() is None for f in futs)
 
 
 def control_offsets(cluster: Cluster, tp: TopicIdPartition) -> set[int]:
@@ -523,7 +604,7 @@ def control_offsets(cluster: Cluster, tp: TopicIdPartition) -> set[int]:
     return set()
 
 
-def _crash(producer: Producer) -> None:
+def crash_producer(producer: Producer) -> None:
     """The producer's process ends: its tasks stop (the caller closes its
     connections); requests already on the wire still arrive (late batches)."""
     producer._closing = True

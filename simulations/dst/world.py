@@ -49,10 +49,12 @@ from typing import Any
 from partlog.runtime import SeededEntropy
 from simulations.dst.cluster import Cluster
 from simulations.dst.config import Faults, Result, Shape
+from simulations.dst.ctp import Transformers, create_topics
 from simulations.dst.faults import FaultInjector
 from simulations.dst.invariants import (
     Observed,
     check_acknowledged,
+    check_consume_transform_produce,
     check_controller,
     check_delete,
     check_exactly_once_in_order,
@@ -141,8 +143,10 @@ class World:
             self.txn = TxnWorkload(seed, shape, self.cluster, self.journal, w.ledger, w.restarts, w._producing)
         self.observed = Observed()
         self.injector = FaultInjector(
-            seed, faults, only_faults, self.cluster, self.workload, self.observed, self.journal
+            seed, faults, only_faults, self.cluster, self.workload, self.observed, self.journal, self.txn
         )
+        self.ctp: Transformers | None = None
+        self.transformer_tasks: list[asyncio.Task[Any]] = []
         # The deletion-safety check runs inside DeleteObjects, before
         # anything is deleted; a crash of walmgr mid-plan, right after.
         self.objects.before_delete = functools.partial(check_delete, self.cluster, self.observed, self.journal)
@@ -162,7 +166,24 @@ class World:
         checks = run_node("checker", check_periodically(cluster, observed, journal))
         producers = self.workload.start()
         if self.txn is not None:
-            producers += self.txn.start(functools.partial(check_read_committed, self.txn.ledger, journal))
+            on_read = functools.partial(check_read_committed, self.txn.ledger, journal)
+            if self.shape.txn_transformers > 0:
+                topics = await create_topics(cluster, self.shape.txn_transformers)
+                self.txn.inputs, self.txn.extra = topics.inputs, topics.all
+                cluster.extra_partitions = topics.all
+                self.ctp = Transformers(
+                    self.seed,
+                    cluster,
+                    journal,
+                    self.txn.ledger,
+                    self.txn.coordinator,
+                    self.workload.restarts,
+                    topics,
+                )
+            producers += self.txn.start(on_read)
+            if self.ctp is not None:
+                self.transformer_tasks = self.ctp.start(on_read)
+                self.injector.transformers = list(self.ctp.names)
             checks_txn = run_node("checker", self._check_txns_periodically())
         self.injector.start()
         await asyncio.sleep(self.shape.duration_s)
@@ -211,7 +232,7 @@ class World:
         assert self.txn is not None
         while True:
             await asyncio.sleep(0.5)
-            check_stable_offsets(self.cluster, self.txn.ledger, self.journal)
+            check_stable_offsets(self.cluster, self.txn.ledger, self.journal, self.txn.partitions)
 
     async def _settle_transactions(self) -> None:
         """Liveness once faults stop: every transaction decided and its
@@ -220,18 +241,28 @@ class World:
         its HWM (a hanging transaction)."""
         assert self.txn is not None
         within_s = self.shape.txn_timeout_ms / 1000 + 30
+        if self.ctp is not None:
+            # The inputs take no more records: each transformer stops once
+            # it has caught up (its inputs' transactions decided first).
+            self.ctp.inputs_done = True
+            _, behind = await asyncio.wait(self.transformer_tasks, timeout=2 * within_s)
+            if behind:
+                self.journal.violated(
+                    f"{len(behind)} transformers did not catch up with their input {2 * within_s:.0f} s after "
+                    "the producers stopped"
+                )
         if not await self.txn.quiesce(within_s):
             open_ = sorted(self.txn.ledger.open)
             self.journal.violated(
                 f"transactions still open or markers unsent {within_s:.0f} s after the producers stopped: "
                 f"open {open_}, sending {sorted(self.txn.coordinator.finishing)}"
             )
-        hanging = hanging_transactions(self.cluster)
+        hanging = hanging_transactions(self.cluster, self.txn.partitions)
         for _ in range(20):  # a new leader learns its HWM from its followers' fetches
             if not hanging:
                 return
             await asyncio.sleep(0.5)
-            hanging = hanging_transactions(self.cluster)
+            hanging = hanging_transactions(self.cluster, self.txn.partitions)
         self.journal.violated(f"hanging transactions once the markers were written: {hanging[:4]}")
 
     async def _verify_transactions(self) -> None:
@@ -242,7 +273,7 @@ class World:
         check_replica_reads(self.txn.ledger, reads, self.journal)
         leader_reads = {}
         start = {}
-        for tp in self.cluster.partitions:
+        for tp in self.txn.partitions:
             for bid, broker in sorted(self.cluster.brokers.items()):
                 if not broker.store._closed and broker.replicas.is_leader(tp) and (bid, tp) in reads:
                     leader_reads[tp] = reads[(bid, tp)]
@@ -250,6 +281,18 @@ class World:
                     break
         check_transactions_atomic(self.txn.ledger, leader_reads, start, self.journal)
         ledger = self.txn.ledger
+        if self.ctp is not None:
+            topics = self.ctp.topics
+            if all(tp in leader_reads for tp in topics.inputs + topics.outputs):
+                inputs = {tp: leader_reads[tp] for tp in topics.inputs}
+                outputs = {tp: leader_reads[tp] for tp in topics.outputs}
+                check_consume_transform_produce(ledger, inputs, outputs, self.journal)
+                self.journal.event(
+                    f"consume-transform-produce: {sum(map(len, inputs.values()))} committed input records, "
+                    f"{sum(map(len, outputs.values()))} committed outputs"
+                )
+            else:
+                self.journal.violated("consume-transform-produce: a partition has no leader at the end")
         self.journal.event(
             f"transactions: {sum(t.outcome == 'commit' for t in ledger.txns.values())} committed, "
             f"{sum(t.outcome == 'abort' for t in ledger.txns.values())} aborted, {ledger.markers_written} markers, "

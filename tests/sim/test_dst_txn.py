@@ -1,7 +1,9 @@
 """The simulation's transactional workload (``python -m simulations.dst fuzz
---txn``, simulations/dst/txn.py): a seed with transactional producers,
-fencing and read_committed readers passes and replays to the same digest,
-and the injected transaction bugs are found within a seed or two.
+--txn``, simulations/dst/txn.py and ctp.py): a seed with transactional
+producers, fencing and read_committed readers passes and replays to the
+same digest, one with consume-transform-produce transformers under the
+transaction faults passes, and the injected transaction bugs are found
+within a seed or two.
 
 The injected bugs run through the CLI in a subprocess, as tests/sim/test_dst.py
 does (it fixes PYTHONHASHSEED, so a seed here is the seed a developer
@@ -23,7 +25,36 @@ pytestmark = pytest.mark.timeout(600)
 TXN_FIRST_FAILING_SEED = {
     "lso_ignores_one_ongoing_txn": 1,
     "follower_skips_aborted_index": 1,
+    "txn_markers_before_prepare": 1,
+    "ctp_position_before_output": 1,
 }
+# What the failure names, per bug.
+TXN_FOUND_BY = {
+    "lso_ignores_one_ongoing_txn": ("read_committed", "READ_COMMITTED"),
+    "follower_skips_aborted_index": ("read_committed", "READ_COMMITTED"),
+    "txn_markers_before_prepare": ("read_committed returned", "committed transaction"),
+    "ctp_position_before_output": ("consume-transform-produce",),
+}
+# A short world with transformers and every transaction fault, often.
+CTP_SHAPE = Shape(
+    duration_s=8.0,
+    settle_s=3.0,
+    rate_per_producer=10.0,
+    txn_producers=2,
+    rate_per_txn_producer=40.0,
+    txn_records=(2, 8),
+    txn_transformers=2,
+    txn_timeout_ms=3_000,
+)
+CTP_FAULTS = Faults(
+    broker_crashes_per_min=6.0,
+    producer_restarts_per_min=10.0,
+    connection_resets_per_min=20.0,
+    txn_coordinator_crashes_per_min=15.0,
+    txn_marker_losses_per_min=15.0,
+    txn_leader_crashes_per_min=10.0,
+    transformer_crashes_per_min=15.0,
+)
 
 
 def test_a_transactional_seed_passes_and_replays_to_the_same_digest() -> None:
@@ -38,12 +69,24 @@ def test_a_transactional_seed_passes_and_replays_to_the_same_digest() -> None:
     assert committed > 0, summary
 
 
+def test_consume_transform_produce_is_exactly_once_under_the_transaction_faults() -> None:
+    r = run(3, CTP_SHAPE, CTP_FAULTS)
+    assert r.ok, r.violations
+    [summary] = [what for _, what in r.events if what.startswith("consume-transform-produce: ")]
+    assert int(summary.split()[1]) > 0, summary  # committed input records, each output once
+    assert {"txn_coordinator_crash", "txn_markers_lost", "transformer_crash"} <= r.faults.keys(), r.faults
+
+
 @pytest.mark.parametrize(
     "name",
     [
         "lso_ignores_one_ongoing_txn",
         # Found by the READ_COMMITTED reads of every replica at the end: a whole seed.
         pytest.param("follower_skips_aborted_index", marks=pytest.mark.slow),
+        # Found 12 s in, after the coordinator crash between the markers.
+        "txn_markers_before_prepare",
+        # Found by the exactly-once check at the end: a whole seed.
+        "ctp_position_before_output",
     ],
 )
 def test_an_injected_transaction_bug_is_found(name: str) -> None:
@@ -51,4 +94,4 @@ def test_an_injected_transaction_bug_is_found(name: str) -> None:
     p = dst("fuzz", "--txn", "--seeds", "1", "--first-seed", str(seed), "--inject", name, "--shrink-runs", "0")
     assert p.returncode == 1, p.stdout + p.stderr
     assert f"replay: python -m simulations.dst replay {seed} --txn --inject {name}" in p.stdout
-    assert "read_committed" in p.stdout or "READ_COMMITTED" in p.stdout, p.stdout
+    assert any(what in p.stdout for what in TXN_FOUND_BY[name]), p.stdout

@@ -16,8 +16,9 @@ from tests.paths import REPO
 from tests.sim.test_dst import INJECTED
 from tests.sim.test_dst_txn import TXN_FIRST_FAILING_SEED
 
-# Where mutation sites may be: the code the simulation runs.
-PACKAGES = ("partlog", "walmgr", "spark")
+# Where mutation sites may be: the code the simulation runs, and its own
+# stand-ins (the transaction coordinator's, the transformers).
+PACKAGES = ("partlog", "walmgr", "spark", "simulations")
 
 
 def _call_sites() -> list[tuple[str, object]]:
