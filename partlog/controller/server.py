@@ -35,10 +35,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import ssl as ssl_module
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from partlog.controller.acls import AclService
 from partlog.controller.cluster_meta import NO_LEADER, TopicInfo
 from partlog.controller.core import Controller, ControllerConfig
 from partlog.controller.model import BrokerFenced, BrokerRegistered, IsrChanged, LeaderChanged, TopicDeleted
@@ -109,6 +111,7 @@ class ControllerServer:
         self._server: RpcServer | None = None
         self._lock = asyncio.Lock()
         self._tick_task: asyncio.Task[None] | None = None
+        self._acls: AclService | None = None
         self._published_version = -1
         self._published: dict[str, Any] = {}
         # Set and replaced on every published change: parked polls wait on it.
@@ -129,7 +132,10 @@ class ControllerServer:
             Controller, self.config, now_ms=self.clock.wall_ms(), new_uuid=self.entropy.uuid4
         )
         self._publish()
+        # The ACLs (partlog.controller.acls) keep their own LMDB and lock.
+        self._acls = await asyncio.to_thread(AclService, os.path.join(os.fspath(self.config.data_dir), "acls"))
         handlers: dict[str, Callable[[Any], Awaitable[Any]]] = {
+            **self._acls.handlers(),
             "register_broker": self._handle_register,
             "heartbeat": self._handle_heartbeat,
             "metadata_poll": self._handle_metadata_poll,
@@ -155,6 +161,8 @@ class ControllerServer:
         except BaseException:
             await asyncio.to_thread(self._controller.close)
             self._controller = None
+            self._acls.close()
+            self._acls = None
             raise
         self.port = self._server.port
         self._tick_task = asyncio.create_task(self._tick_loop())
@@ -181,6 +189,9 @@ class ControllerServer:
             if self._controller is not None:
                 await asyncio.to_thread(self._controller.close)
                 self._controller = None
+            if self._acls is not None:
+                self._acls.close()
+                self._acls = None
         log.info("controller stopped port=%d", self.port)
 
     # ------------------------------------------------------------ plumbing
