@@ -56,6 +56,8 @@ log = logging.getLogger(__name__)
 MAP_SIZE_BYTES = 1 << 30
 # How long a broker's acls_poll parks at the controller (and the most it may).
 ACLS_POLL_WAIT_MS = 10_000
+# How long past its wait a poll's answer may take before the call fails.
+ACLS_POLL_ANSWER_MS = 5_000
 # A broker whose poll failed asks again after this long.
 ACLS_POLL_RETRY_MS = 500
 _U64 = struct.Struct(">Q")
@@ -207,7 +209,8 @@ class AclService:
         return {"version": acls.version, "acls": [enc_binding(b) for b in acls.bindings]}
 
 
-Call = Callable[[str, Any], Awaitable[Any]]
+# ``call(method, body, timeout_ms=...)``: ControllerMetadata.call.
+Call = Callable[..., Awaitable[Any]]
 
 
 class ControllerAcls:
@@ -235,7 +238,9 @@ class ControllerAcls:
     async def _poll_once(self, wait_ms: int) -> None:
         # The controller's versions start at 0 with no ACLs; -1 asks for them.
         asked = self.acls.version if self._loaded else -1
-        resp = await self._call("acls_poll", {"version": asked, "max_wait_ms": wait_ms})
+        # The call waits for the parked poll, and then some.
+        body = {"version": asked, "max_wait_ms": wait_ms}
+        resp = await self._call("acls_poll", body, timeout_ms=wait_ms + ACLS_POLL_ANSWER_MS)
         # A create's own read and the long-poll race: never step back.
         if "acls" in resp and (not self._loaded or resp["version"] > self.acls.version):
             self.acls = AclSet([dec_binding(v) for v in resp["acls"]], resp["version"])

@@ -19,7 +19,7 @@ BAD = AclBinding(ResourceType.ANY, "t", PatternType.LITERAL, "User:a", "*", AclO
 def _call(service: AclService) -> Any:
     handlers = service.handlers()
 
-    async def call(method: str, body: Any) -> Any:
+    async def call(method: str, body: Any, timeout_ms: int | None = None) -> Any:
         CONTROLLER_SCHEMAS[method].check(body, method)
         return await handlers[method](body)
 
