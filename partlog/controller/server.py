@@ -128,14 +128,22 @@ class ControllerServer:
 
     async def start(self) -> None:
         assert self._controller is None, "started twice"
-        self._controller = await asyncio.to_thread(
-            Controller, self.config, now_ms=self.clock.wall_ms(), new_uuid=self.entropy.uuid4
-        )
+        now_ms = self.clock.wall_ms()
+
+        def open_state() -> tuple[Controller, AclService]:
+            c = Controller(self.config, now_ms=now_ms, new_uuid=self.entropy.uuid4)
+            try:
+                # The ACLs (partlog.controller.acls) keep their own LMDB and lock.
+                return c, AclService(os.path.join(os.fspath(self.config.data_dir), "acls"))
+            except BaseException:
+                c.close()
+                raise
+
+        controller, acls = await asyncio.to_thread(open_state)
+        self._controller, self._acls = controller, acls
         self._publish()
-        # The ACLs (partlog.controller.acls) keep their own LMDB and lock.
-        self._acls = await asyncio.to_thread(AclService, os.path.join(os.fspath(self.config.data_dir), "acls"))
         handlers: dict[str, Callable[[Any], Awaitable[Any]]] = {
-            **self._acls.handlers(),
+            **acls.handlers(),
             "register_broker": self._handle_register,
             "heartbeat": self._handle_heartbeat,
             "metadata_poll": self._handle_metadata_poll,
@@ -151,7 +159,7 @@ class ControllerServer:
             port=self.port,
             secret=self._secret,
             ssl=self._ssl,
-            cluster_id=self._controller.cluster_id,
+            cluster_id=controller.cluster_id,
             schemas=CONTROLLER_SCHEMAS,
             clock=self.clock,
             entropy=self.entropy,
@@ -159,9 +167,9 @@ class ControllerServer:
         try:
             await self._server.start()
         except BaseException:
-            await asyncio.to_thread(self._controller.close)
+            await asyncio.to_thread(controller.close)
             self._controller = None
-            self._acls.close()
+            acls.close()
             self._acls = None
             raise
         self.port = self._server.port
