@@ -1,4 +1,4 @@
-"""CreateAcls, DescribeAcls and DeleteAcls (API keys 30, 29, 31) on the
+"""CreateAcls, DescribeAcls and DeleteAcls (API keys 30, 29, 31; v1-3) on the
 Kafka listener, as Kafka's brokers answer them:
 
 * a listener without an authorizer answers SECURITY_DISABLED;
@@ -44,7 +44,7 @@ def _filter(f: Any) -> AclBindingFilter:
     return AclBindingFilter(
         _code(ResourceType, f.resource_type_filter),
         f.resource_name_filter,
-        _code(PatternType, getattr(f, "pattern_type_filter", PatternType.LITERAL)),
+        _code(PatternType, f.pattern_type_filter),
         f.principal_filter,
         f.host_filter,
         _code(AclOperation, f.operation),
@@ -74,7 +74,7 @@ class AclApis(ApiHandlers):
             AclBinding(
                 _code(ResourceType, c.resource_type),
                 c.resource_name,
-                _code(PatternType, getattr(c, "resource_pattern_type", PatternType.LITERAL)),
+                _code(PatternType, c.resource_pattern_type),
                 c.principal,
                 c.host,
                 _code(AclOperation, c.operation),

@@ -114,9 +114,9 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     25: (0, 4),  # AddOffsetsToTxn
     26: (0, 4),  # EndTxn
     28: (0, 4),  # TxnOffsetCommit
-    29: (0, 3),  # DescribeAcls
-    30: (0, 3),  # CreateAcls
-    31: (0, 3),  # DeleteAcls
+    29: (1, 3),  # DescribeAcls (kio has no v0, which has no pattern type)
+    30: (1, 3),  # CreateAcls
+    31: (1, 3),  # DeleteAcls
     32: (1, 4),  # DescribeConfigs
     65: (0, 0),  # DescribeTransactions
     66: (0, 1),  # ListTransactions
