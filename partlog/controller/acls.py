@@ -3,7 +3,8 @@
 The controller keeps the cluster's ACLs in their own LMDB environment under
 ``data_dir/acls`` (one key per binding, and the ``version``), written in one
 fsynced transaction per change BEFORE the change is answered or published,
-as the producer-id blocks are.  :class:`AclService` is the controller's side
+as the producer-id blocks are (the controller's ``data_dir/LOCK`` makes it
+the only writer).  :class:`AclService` is the controller's side
 (validate with :func:`partlog.acl.source.apply_create`, write, then publish),
 served by the controller's RPC server::
 
@@ -29,7 +30,7 @@ import contextlib
 import logging
 import os
 import struct
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import lmdb
@@ -129,31 +130,37 @@ def dec_filter(v: Any) -> AclBindingFilter:
 
 
 class AclStateStore:
-    """The ACLs on disk: one key per binding, and the version."""
+    """The ACLs on disk: one key per binding, and the version.  The LMDB
+    environment is open only while it is read or written (at start and per
+    change, both rare), so a controller that crashes without closing
+    anything leaves nothing open for its successor in the same process."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        os.makedirs(path, exist_ok=True)
-        self._env = lmdb.open(os.fspath(path), map_size=MAP_SIZE_BYTES, max_dbs=2, sync=True, metasync=True)
-        self._acls = self._env.open_db(b"acls")
-        self._meta = self._env.open_db(b"meta")
+        self._path = os.fspath(path)
+        os.makedirs(self._path, exist_ok=True)
+
+    @contextlib.contextmanager
+    def _env(self) -> Iterator[Any]:
+        env = lmdb.open(self._path, map_size=MAP_SIZE_BYTES, max_dbs=2, sync=True, metasync=True)
+        try:
+            yield env, env.open_db(b"acls"), env.open_db(b"meta")
+        finally:
+            env.close()
 
     def load(self) -> AclSet:
-        with self._env.begin() as txn:
-            raw = txn.get(b"version", db=self._meta)
-            bindings = [dec_binding(msgpack.unpackb(k)) for k, _ in txn.cursor(db=self._acls)]
+        with self._env() as (env, acls, meta), env.begin() as txn:
+            raw = txn.get(b"version", db=meta)
+            bindings = [dec_binding(msgpack.unpackb(k)) for k, _ in txn.cursor(db=acls)]
         assert len(bindings) <= ACLS_MAX, len(bindings)
         return AclSet(bindings, _U64.unpack(raw)[0] if raw else 0)
 
-    def commit(self, acls: AclSet, added: Sequence[AclBinding], removed: Sequence[AclBinding]) -> None:
-        with self._env.begin(write=True) as txn:
+    def commit(self, new: AclSet, added: Sequence[AclBinding], removed: Sequence[AclBinding]) -> None:
+        with self._env() as (env, acls, meta), env.begin(write=True) as txn:
             for b in removed:
-                txn.delete(msgpack.packb(enc_binding(b)), db=self._acls)
+                txn.delete(msgpack.packb(enc_binding(b)), db=acls)
             for b in added:
-                txn.put(msgpack.packb(enc_binding(b)), b"", db=self._acls)
-            txn.put(b"version", _U64.pack(acls.version), db=self._meta)
-
-    def close(self) -> None:
-        self._env.close()
+                txn.put(msgpack.packb(enc_binding(b)), b"", db=acls)
+            txn.put(b"version", _U64.pack(new.version), db=meta)
 
 
 class AclService:
@@ -168,9 +175,6 @@ class AclService:
 
     def handlers(self) -> dict[str, Callable[[Any], Awaitable[Any]]]:
         return {"acls_poll": self._poll, "create_acls": self._create, "delete_acls": self._delete}
-
-    def close(self) -> None:
-        self._store.close()
 
     async def _change(self, added: Sequence[AclBinding], removed: Sequence[AclBinding]) -> None:
         new = self.acls.with_changes(added, removed)

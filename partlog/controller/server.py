@@ -111,7 +111,6 @@ class ControllerServer:
         self._server: RpcServer | None = None
         self._lock = asyncio.Lock()
         self._tick_task: asyncio.Task[None] | None = None
-        self._acls: AclService | None = None
         self._published_version = -1
         self._published: dict[str, Any] = {}
         # Set and replaced on every published change: parked polls wait on it.
@@ -140,7 +139,7 @@ class ControllerServer:
                 raise
 
         controller, acls = await asyncio.to_thread(open_state)
-        self._controller, self._acls = controller, acls
+        self._controller = controller
         self._publish()
         handlers: dict[str, Callable[[Any], Awaitable[Any]]] = {
             **acls.handlers(),
@@ -169,8 +168,6 @@ class ControllerServer:
         except BaseException:
             await asyncio.to_thread(controller.close)
             self._controller = None
-            acls.close()
-            self._acls = None
             raise
         self.port = self._server.port
         self._tick_task = asyncio.create_task(self._tick_loop())
@@ -197,9 +194,6 @@ class ControllerServer:
             if self._controller is not None:
                 await asyncio.to_thread(self._controller.close)
                 self._controller = None
-            if self._acls is not None:
-                self._acls.close()
-                self._acls = None
         log.info("controller stopped port=%d", self.port)
 
     # ------------------------------------------------------------ plumbing

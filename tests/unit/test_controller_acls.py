@@ -48,10 +48,8 @@ def test_acls_persist_and_reach_brokers(tmp_path: Path) -> None:
         version = other.acls.version
         await broker.stop()
         await other.stop()
-        service.close()
         again = AclService(tmp_path / "acls")
         assert again.acls.bindings == {READ_T} and again.acls.version == version
-        again.close()
 
     ANY_ERR = "resource type ANY cannot carry an ACL here"
     asyncio.run(main())
