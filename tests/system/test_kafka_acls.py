@@ -218,3 +218,32 @@ def test_super_users_pass_a_deny(super_cluster: ClusterThread) -> None:
     bad = _cli(super_cluster, "add", "--resource-type", "topic", "--name", "t", "--principal", "alice",
                "--operation", "read")  # fmt: skip
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Type:name" in bad.stderr
+
+
+def test_kafka_python_manages_acls(super_cluster: ClusterThread) -> None:
+    kafka_admin = pytest.importorskip("kafka.admin")
+    admin = kafka_admin.KafkaAdminClient(bootstrap_servers=super_cluster.bootstrap)
+    try:
+        pattern = kafka_admin.ResourcePattern(
+            kafka_admin.ResourceType.TOPIC, "bobs", kafka_admin.ACLResourcePatternType.PREFIXED
+        )
+        acl = kafka_admin.ACL(
+            "User:bob", "*", kafka_admin.ACLOperation.READ, kafka_admin.ACLPermissionType.ALLOW, pattern
+        )
+        assert admin.create_acls([acl])["failed"] == []
+        bobs = kafka_admin.ACLFilter(
+            "User:bob",
+            None,
+            kafka_admin.ACLOperation.ANY,
+            kafka_admin.ACLPermissionType.ANY,
+            kafka_admin.ResourcePatternFilter(
+                kafka_admin.ResourceType.ANY, None, kafka_admin.ACLResourcePatternType.ANY
+            ),
+        )
+        found, error = admin.describe_acls(bobs)
+        assert error.errno == 0 and [a.resource_pattern.resource_name for a in found] == ["bobs"]
+        [(_, deleted, error)] = admin.delete_acls([bobs])
+        assert error.errno == 0 and len(deleted) == 1
+        assert admin.describe_acls(bobs)[0] == []
+    finally:
+        admin.close()
