@@ -136,9 +136,8 @@ class FrontConfig:
     transaction_state_log_num_partitions: int = TXN_STATE_PARTITIONS_DEFAULT
     transaction_max_timeout_ms: int = TRANSACTION_MAX_TIMEOUT_MS_DEFAULT
     transactional_id_expiration_ms: int = TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT
-    # Kafka's authorizer (super.users, allow.everyone.if.no.acl.found):
-    # None, no authorization (every request allowed, the ACL APIs answer
-    # SECURITY_DISABLED).
+    # Kafka's authorizer (super.users, allow.everyone.if.no.acl.found); None:
+    # none, every request allowed and the ACL APIs answer SECURITY_DISABLED.
     authorizer: AuthorizerConfig | None = None
 
     def __post_init__(self) -> None:
@@ -278,17 +277,9 @@ class KafkaApis(ApiHandlers):
                     name = by_id.get(tid) if tid is not None else None
                 asked.append(name if name is not None else "")
         auto_create = bool(getattr(body, "allow_auto_topic_creation", True)) and self.config.auto_create_topics_enable
-        # As Kafka: a topic named without DESCRIBE, or missing and to be
-        # created without CREATE, is answered TOPIC_AUTHORIZATION_FAILED;
-        # all topics means all the principal may describe.
-        refused: set[str] = set()
-        if self.authz.enabled and asked is not None:
-            refused = {n for n in asked if not self.authz.topic(session, AclOperation.DESCRIBE, n)}
+        refused = self.authz.metadata_refusals(session, asked, topics, auto_create)
         if asked is not None and auto_create:
             missing = [n for n in dict.fromkeys(asked) if n and n not in topics and n not in refused]
-            if self.authz.enabled:
-                refused.update(n for n in missing if not self.authz.create_topic(session, n))
-                missing = [n for n in missing if n not in refused]
             if OFFSETS_TOPIC in missing:
                 # As Kafka: the offsets topic is made with its own shape.
                 missing.remove(OFFSETS_TOPIC)
@@ -301,7 +292,7 @@ class KafkaApis(ApiHandlers):
             topics = self._topics_by_name()
         out = []
         done = 0  # topics and partitions answered since the loop was last handed back
-        if asked is None and self.authz.enabled:
+        if asked is None and self.authz.enabled:  # all topics: those the principal may describe
             asked = [n for n in sorted(topics) if self.authz.topic(session, AclOperation.DESCRIBE, n)]
         for name in sorted(topics) if asked is None else asked:
             if done >= METADATA_ITEMS_PER_SLICE:

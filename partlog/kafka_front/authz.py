@@ -13,7 +13,7 @@ checks run inline on the event loop.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from typing import Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily
@@ -76,6 +76,21 @@ class Authz:
         """CREATE on the cluster or on the topic, as Kafka's CreateTopics and
         Metadata's auto-creation."""
         return self.cluster(who, AclOperation.CREATE) or self.topic(who, AclOperation.CREATE, name)
+
+    def metadata_refusals(
+        self, who: Caller, asked: list[str] | None, existing: Container[str], auto_create: bool
+    ) -> set[str]:
+        """The topics a Metadata request names that are answered
+        TOPIC_AUTHORIZATION_FAILED, as Kafka: those without DESCRIBE, and,
+        when missing ones are created, those without CREATE."""
+        if not self.enabled or asked is None:
+            return set()
+        refused = {n for n in asked if not self.topic(who, AclOperation.DESCRIBE, n)}
+        if auto_create:
+            refused.update(
+                n for n in asked if n and n not in existing and n not in refused and not self.create_topic(who, n)
+            )
+        return refused
 
 
 def denied(req: Any, error: Errors) -> dict[str, Any]:
