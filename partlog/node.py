@@ -21,7 +21,10 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from partlog.acl.source import AclSource, LocalAcls
 from partlog.broker.server import Broker, BrokerConfig
+from partlog.controller.acls import ControllerAcls
+from partlog.controller.client import ControllerMetadata
 from partlog.controller.cluster_meta import MetadataSource
 from partlog.kafka_front.apis import FrontConfig
 from partlog.kafka_front.server import KafkaListener, ListenerLimits
@@ -62,6 +65,11 @@ class BrokerNode:
         self.config = config
         self.broker = make_broker(config.broker, metadata, objects, clock=clock, entropy=entropy)
         self.kafka: KafkaListener | None = None
+        # With an authorizer, the ACLs: the controller's (followed by a
+        # long-poll), or this process's own on a static cluster.
+        self.acls: AclSource | None = None
+        if config.kafka.authorizer is not None:
+            self.acls = ControllerAcls(metadata.call) if isinstance(metadata, ControllerMetadata) else LocalAcls()
 
     @property
     def port(self) -> int:
@@ -91,6 +99,7 @@ class BrokerNode:
             config=self.config.kafka,
             limits=self.config.kafka_limits,
             registry=self.broker.metrics.registry,
+            acl_source=self.acls,
         )
         try:
             await kafka.start()
@@ -102,9 +111,13 @@ class BrokerNode:
     async def start(self) -> None:
         await self.listen()
         await self.broker.start()
+        if isinstance(self.acls, ControllerAcls):
+            await self.acls.start()
 
     async def stop(self) -> None:
         """Stop the Kafka listener, then the broker (see ``Broker.stop``)."""
+        if isinstance(self.acls, ControllerAcls):
+            await self.acls.stop()
         if self.kafka is not None:
             await self.kafka.close()
         await self.broker.stop()

@@ -12,6 +12,7 @@ from collections.abc import Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
+from partlog.kafka_front.apis import FrontConfig
 from partlog.tools.cluster_options import ClusterOptions
 from partlog.tools.local_cluster import LocalCluster
 from partlog.wal.localdir_store import LocalDirStore
@@ -23,7 +24,7 @@ class ClusterThread:
     """A LocalCluster (controller, brokers with Kafka listeners) on an event
     loop in a background thread."""
 
-    def __init__(self, data_dir: str, **opts: Any) -> None:
+    def __init__(self, data_dir: str, front: FrontConfig | None = None, **opts: Any) -> None:
         defaults: dict[str, Any] = {
             "azs": 3,
             "brokers_per_az": 1,
@@ -37,7 +38,7 @@ class ClusterThread:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.cluster = LocalCluster(self.opts, data_dir, LocalDirStore(f"{data_dir}/objects"))
+        self.cluster = LocalCluster(self.opts, data_dir, LocalDirStore(f"{data_dir}/objects"), front=front)
         self.call(self.cluster.start())
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:

@@ -46,7 +46,7 @@ FLOORS: tuple[frozenset[str], ...] = tuple(
         # WAL segments and object stores; the LMDB close gate.
         ("partlog.wal", "partlog.lmdb_gate"),
         # The sans-IO cores and the store, side by side.
-        ("partlog.store", "partlog.produce", "partlog.fetch", "partlog.groups", "partlog.txn"),
+        ("partlog.store", "partlog.produce", "partlog.fetch", "partlog.groups", "partlog.txn", "partlog.acl"),
         # Inter-broker RPC: frames, schemas, transport.
         ("partlog.rpc",),
         # Cluster metadata: the contract, the embedded controller, etcd.

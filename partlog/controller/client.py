@@ -257,6 +257,11 @@ class ControllerMetadata(SnapshotView):
             self._client = client
             return client
 
+    async def call(self, method: str, body: Any, timeout_ms: int | None = None) -> Any:
+        """One call to the controller on the shared connection (the ACLs'
+        view, :class:`partlog.controller.acls.ControllerAcls`, uses it)."""
+        return await self._call(method, body, timeout_ms)
+
     async def _call(self, method: str, body: Any, timeout_ms: int | None = None) -> Any:
         """One call on the shared connection, connecting when needed.  Raises
         what ``RpcClient`` raises and :class:`ClusterMismatchError`; a lost

@@ -35,10 +35,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import ssl as ssl_module
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from partlog.controller.acls import AclService
 from partlog.controller.cluster_meta import NO_LEADER, TopicInfo
 from partlog.controller.core import Controller, ControllerConfig
 from partlog.controller.model import BrokerFenced, BrokerRegistered, IsrChanged, LeaderChanged, TopicDeleted
@@ -125,11 +127,22 @@ class ControllerServer:
 
     async def start(self) -> None:
         assert self._controller is None, "started twice"
-        self._controller = await asyncio.to_thread(
-            Controller, self.config, now_ms=self.clock.wall_ms(), new_uuid=self.entropy.uuid4
-        )
+        now_ms = self.clock.wall_ms()
+
+        def open_state() -> tuple[Controller, AclService]:
+            c = Controller(self.config, now_ms=now_ms, new_uuid=self.entropy.uuid4)
+            try:
+                # The ACLs (partlog.controller.acls) keep their own LMDB and lock.
+                return c, AclService(os.path.join(os.fspath(self.config.data_dir), "acls"))
+            except BaseException:
+                c.close()
+                raise
+
+        controller, acls = await asyncio.to_thread(open_state)
+        self._controller = controller
         self._publish()
         handlers: dict[str, Callable[[Any], Awaitable[Any]]] = {
+            **acls.handlers(),
             "register_broker": self._handle_register,
             "heartbeat": self._handle_heartbeat,
             "metadata_poll": self._handle_metadata_poll,
@@ -145,7 +158,7 @@ class ControllerServer:
             port=self.port,
             secret=self._secret,
             ssl=self._ssl,
-            cluster_id=self._controller.cluster_id,
+            cluster_id=controller.cluster_id,
             schemas=CONTROLLER_SCHEMAS,
             clock=self.clock,
             entropy=self.entropy,
@@ -153,7 +166,7 @@ class ControllerServer:
         try:
             await self._server.start()
         except BaseException:
-            await asyncio.to_thread(self._controller.close)
+            await asyncio.to_thread(controller.close)
             self._controller = None
             raise
         self.port = self._server.port

@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from partlog.acl import AclOperation
 from partlog.controller.cluster_meta import TopicAdmin
 from partlog.kafka.errors import Errors, peer_error
 from partlog.kafka.records import TopicIdPartition
@@ -80,6 +81,8 @@ class AdminApis(ApiHandlers):
             if named[t.name] > 1:
                 # As Kafka: a name given twice is refused, and not created.
                 refused[t.name] = (Errors.INVALID_REQUEST, "topic named twice in one request")
+            elif not self.authz.create_topic(session, t.name):
+                refused[t.name] = (Errors.TOPIC_AUTHORIZATION_FAILED, "CREATE on the cluster or topic is needed")
             elif t.name in INTERNAL_TOPICS:
                 refused[t.name] = (Errors.INVALID_REQUEST, f"{t.name} is internal: the group coordinator makes it")
             elif t.assignments:
@@ -123,9 +126,12 @@ class AdminApis(ApiHandlers):
         wanted: list[str] = []
         named = Counter(name for name, _ in asked)
         for name, _ in asked:
-            if name is None or name not in topics:
+            if name is not None and not self.authz.topic(session, AclOperation.DELETE, name):
+                # As Kafka: before existence, so names are not learnt this way.
+                refused[name] = (Errors.TOPIC_AUTHORIZATION_FAILED, "DELETE on the topic is needed")
+            elif name is None or name not in topics:
                 continue
-            if named[name] > 1:
+            elif named[name] > 1:
                 refused[name] = (Errors.INVALID_REQUEST, "topic named twice in one request")
             elif name in INTERNAL_TOPICS:
                 refused[name] = (Errors.INVALID_REQUEST, f"{name} is an internal topic")
@@ -137,7 +143,10 @@ class AdminApis(ApiHandlers):
         out = []
         for name, tid in asked:
             row: dict[str, Any] = {"name": name, "topic_id": tid or uuid.UUID(int=0), "error_message": None}
-            if name is None or name not in topics:
+            if name in refused:
+                err, why = refused[name]
+                row.update(error_code=int(err), error_message=why)
+            elif name is None or name not in topics:
                 row["error_code"] = int(
                     Errors.UNKNOWN_TOPIC_ID if tid is not None else Errors.UNKNOWN_TOPIC_OR_PARTITION
                 )
@@ -160,8 +169,11 @@ class AdminApis(ApiHandlers):
             for p in t.partitions:
                 asked.append((t.name, int(p.partition_index), self._tp(t.name, int(p.partition_index)),
                               int(p.offset)))  # fmt: skip
+        denied = {t.name for t in body.topics if not self.authz.topic(session, AclOperation.DELETE, t.name)}
 
         def refusal(name: str, tp: TopicIdPartition | None, offset: int) -> Errors | None:
+            if name in denied:
+                return Errors.TOPIC_AUTHORIZATION_FAILED
             if tp is None:
                 return Errors.UNKNOWN_TOPIC_OR_PARTITION
             if name in INTERNAL_TOPICS:
@@ -191,6 +203,9 @@ class AdminApis(ApiHandlers):
             base = {"resource_type": rtype, "resource_name": name, "error_message": None, "configs": []}
             if rtype == _RESOURCE_TOPIC:
                 t = topics.get(name)
+                if not self.authz.topic(session, AclOperation.DESCRIBE_CONFIGS, name):
+                    results.append({**base, "error_code": int(Errors.TOPIC_AUTHORIZATION_FAILED)})
+                    continue
                 if t is None:
                     results.append({**base, "error_code": int(Errors.UNKNOWN_TOPIC_OR_PARTITION)})
                     continue
@@ -198,6 +213,9 @@ class AdminApis(ApiHandlers):
                     k: (v, _SOURCE_DEFAULT) for k, v in self.broker.topic_config(t.topic_id).to_configs().items()
                 }
             elif rtype == _RESOURCE_BROKER:
+                if not self.authz.cluster(session, AclOperation.DESCRIBE_CONFIGS):
+                    results.append({**base, "error_code": int(Errors.CLUSTER_AUTHORIZATION_FAILED)})
+                    continue
                 if name not in ("", str(self.broker.broker_id)):
                     results.append({**base, "error_code": int(Errors.INVALID_REQUEST),
                                     "error_message": f"this is broker {self.broker.broker_id}"})  # fmt: skip

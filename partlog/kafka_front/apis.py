@@ -30,13 +30,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from partlog.acl import AclOperation, AuthorizerConfig
+from partlog.acl.source import AclSource
 from partlog.groups.membership import INITIAL_REBALANCE_DELAY_MS_DEFAULT
 from partlog.kafka import batch_header as bh
 from partlog.kafka.errors import Errors, peer_error
 from partlog.kafka.leader_epochs import diverging_epoch
 from partlog.kafka.record_batch import parse_records
 from partlog.kafka.records import FindBatchRequest, IsolationLevel, ListOffsetsRequest, TopicIdPartition
+from partlog.kafka_front.acl_apis import AclApis
 from partlog.kafka_front.admin_apis import AdminApis
+from partlog.kafka_front.authz import Authz, denied
 from partlog.kafka_front.group_apis import GroupApis
 from partlog.kafka_front.group_coordinator import (
     INTERNAL_TOPICS,
@@ -111,6 +115,9 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     25: (0, 4),  # AddOffsetsToTxn
     26: (0, 4),  # EndTxn
     28: (0, 4),  # TxnOffsetCommit
+    29: (1, 3),  # DescribeAcls (kio has no v0, which has no pattern type)
+    30: (1, 3),  # CreateAcls
+    31: (1, 3),  # DeleteAcls
     32: (1, 4),  # DescribeConfigs
     65: (0, 0),  # DescribeTransactions
     66: (0, 1),  # ListTransactions
@@ -130,6 +137,9 @@ class FrontConfig:
     transaction_state_log_num_partitions: int = TXN_STATE_PARTITIONS_DEFAULT
     transaction_max_timeout_ms: int = TRANSACTION_MAX_TIMEOUT_MS_DEFAULT
     transactional_id_expiration_ms: int = TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT
+    # Kafka's authorizer (super.users, allow.everyone.if.no.acl.found); None:
+    # none, every request allowed and the ACL APIs answer SECURITY_DISABLED.
+    authorizer: AuthorizerConfig | None = None
 
     def __post_init__(self) -> None:
         if type(self.group_initial_rebalance_delay_ms) is not int or self.group_initial_rebalance_delay_ms < 0:
@@ -171,10 +181,15 @@ class KafkaApis(ApiHandlers):
     Kafka names (DescribeConfigs)."""
 
     def __init__(
-        self, broker: BrokerPort, config: FrontConfig | None = None, listener_configs: Mapping[str, str] | None = None
+        self,
+        broker: BrokerPort,
+        config: FrontConfig | None = None,
+        listener_configs: Mapping[str, str] | None = None,
+        acl_source: AclSource | None = None,
     ) -> None:
         super().__init__(broker)
         self.config = config or FrontConfig()
+        self.authz = Authz(self.config.authorizer, acl_source)
         self._exact_slots = asyncio.Semaphore(EXACT_LOOKUPS_IN_FLIGHT)
         self.groups = GroupCoordinator(
             broker,
@@ -199,6 +214,9 @@ class KafkaApis(ApiHandlers):
         self.txn_rpc = TxnRpcFront(broker, self.txns)
         group = GroupApis(broker, self.groups, self.txns)
         self.txn = TxnApis(broker, self.txns, self.groups)
+        acls = AclApis(broker)
+        for h in (self.admin, group, self.txn, acls):
+            h.authz = self.authz
         self.handlers: dict[int, Handler] = {
             0: self.produce,
             1: self.fetch,
@@ -223,6 +241,9 @@ class KafkaApis(ApiHandlers):
             25: self.txn.add_offsets_to_txn,
             26: self.txn.end_txn,
             28: self.txn.txn_offset_commit,
+            29: acls.describe_acls,
+            30: acls.create_acls,
+            31: acls.delete_acls,
             32: self.admin.describe_configs,
             65: self.txn.describe_transactions,
             66: self.txn.list_transactions,
@@ -259,8 +280,9 @@ class KafkaApis(ApiHandlers):
                     name = by_id.get(tid) if tid is not None else None
                 asked.append(name if name is not None else "")
         auto_create = bool(getattr(body, "allow_auto_topic_creation", True)) and self.config.auto_create_topics_enable
+        refused = self.authz.metadata_refusals(session, asked, topics, auto_create)
         if asked is not None and auto_create:
-            missing = [n for n in dict.fromkeys(asked) if n and n not in topics]
+            missing = [n for n in dict.fromkeys(asked) if n and n not in topics and n not in refused]
             if OFFSETS_TOPIC in missing:
                 # As Kafka: the offsets topic is made with its own shape.
                 missing.remove(OFFSETS_TOPIC)
@@ -273,6 +295,8 @@ class KafkaApis(ApiHandlers):
             topics = self._topics_by_name()
         out = []
         done = 0  # topics and partitions answered since the loop was last handed back
+        if asked is None and self.authz.enabled:  # all topics: those the principal may describe
+            asked = [n for n in sorted(topics) if self.authz.topic(session, AclOperation.DESCRIBE, n)]
         for name in sorted(topics) if asked is None else asked:
             if done >= METADATA_ITEMS_PER_SLICE:
                 # A request naming tens of thousands of topics must not hold
@@ -280,12 +304,13 @@ class KafkaApis(ApiHandlers):
                 # for its whole answer; ``topics`` is the snapshot taken above.
                 done = 0
                 await asyncio.sleep(0)
-            t = topics.get(name)
+            t = topics.get(name) if name not in refused else None
             done += 1 + (len(t.partitions) if t is not None else 0)
             if t is None:
+                error = Errors.TOPIC_AUTHORIZATION_FAILED if name in refused else Errors.UNKNOWN_TOPIC_OR_PARTITION
                 out.append(
                     {
-                        "error_code": int(Errors.UNKNOWN_TOPIC_OR_PARTITION),
+                        "error_code": int(error),
                         "name": name,
                         "topic_id": uuid.UUID(int=0),
                         "is_internal": False,
@@ -338,7 +363,11 @@ class KafkaApis(ApiHandlers):
 
     async def init_producer_id(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         if body.transactional_id is not None:
+            if not self.authz.txn_id(session, AclOperation.WRITE, body.transactional_id):
+                return denied(req, Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
             return await self.txn.init_producer_id(req, body, session)
+        if not self.authz.idempotent_write(session):
+            return denied(req, Errors.CLUSTER_AUTHORIZATION_FAILED)
         # As Kafka for an idempotent producer: a new id with epoch 0, also
         # when the client names its old one (KIP-360's bump).
         pid = await self.broker.init_producer_id()
@@ -360,7 +389,11 @@ class KafkaApis(ApiHandlers):
         batches: list[tuple[TopicIdPartition, bytes]] = []
         keys: list[tuple[str, int]] = []
         seen: set[tuple[str, int]] = set()
+        txn_id = getattr(body, "transactional_id", None) or None
+        # As Kafka: WRITE on the transactional id, else every partition is refused.
+        txn_refused = txn_id is not None and not self.authz.txn_id(session, AclOperation.WRITE, txn_id)
         for td in body.topic_data:
+            writable = self.authz.topic(session, AclOperation.WRITE, td.name)
             for pd in td.partition_data:
                 key = (td.name, int(pd.index))
                 tp = self._tp(td.name, key[1])
@@ -371,6 +404,10 @@ class KafkaApis(ApiHandlers):
                     error, message = Errors.INVALID_REQUEST, "partition named twice in one request"
                 elif acks not in (0, 1, -1):
                     error, message = Errors.INVALID_REQUIRED_ACKS, f"acks {acks}"
+                elif txn_refused:
+                    error = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                elif not writable:
+                    error = Errors.TOPIC_AUTHORIZATION_FAILED
                 elif tp is None:
                     error = Errors.UNKNOWN_TOPIC_OR_PARTITION
                 elif td.name in INTERNAL_TOPICS:
@@ -401,7 +438,7 @@ class KafkaApis(ApiHandlers):
                 batches,
                 acks=acks,
                 timeout_ms=timeout_ms,
-                transactional_id=getattr(body, "transactional_id", None) or None,
+                transactional_id=txn_id,
             )
             for key, r in zip(keys, results, strict=True):
                 answers[key] = _produced(
@@ -434,10 +471,13 @@ class KafkaApis(ApiHandlers):
         max_bytes = min(max(1, int(getattr(body, "max_bytes", FETCH_MAX_BYTES))), FETCH_MAX_BYTES)
         asked: list[tuple[str, Any, TopicIdPartition | None, Errors | None]] = []
         for ft in body.topics:
+            readable = self.authz.topic(session, AclOperation.READ, ft.topic)
             for fp in ft.partitions:
                 tp = self._tp(ft.topic, int(fp.partition))
                 error: Errors | None = None
-                if tp is None:
+                if not readable:
+                    error = Errors.TOPIC_AUTHORIZATION_FAILED
+                elif tp is None:
                     error = Errors.UNKNOWN_TOPIC_OR_PARTITION
                 else:
                     info = meta.partition(tp)
@@ -517,9 +557,12 @@ class KafkaApis(ApiHandlers):
         meta = self.broker.metadata
         asked: list[tuple[str, Any, TopicIdPartition | None, Errors | None]] = []
         for t in body.topics:
+            described = self.authz.topic(session, AclOperation.DESCRIBE, t.name)
             for p in t.partitions:
-                tp = self._tp(t.name, int(p.partition_index))
+                tp = self._tp(t.name, int(p.partition_index)) if described else None
                 err = None if tp is not None else Errors.UNKNOWN_TOPIC_OR_PARTITION
+                if not described:
+                    err = Errors.TOPIC_AUTHORIZATION_FAILED
                 if tp is not None:
                     info = meta.partition(tp)
                     cle = int(getattr(p, "current_leader_epoch", -1))
@@ -584,9 +627,10 @@ class KafkaApis(ApiHandlers):
 
     async def offset_for_leader_epoch(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         asked: list[tuple[str, int, TopicIdPartition | None, int, int]] = []
+        refused = {t.topic for t in body.topics if not self.authz.topic(session, AclOperation.DESCRIBE, t.topic)}
         for t in body.topics:
             for p in t.partitions:
-                tp = self._tp(t.topic, int(p.partition))
+                tp = self._tp(t.topic, int(p.partition)) if t.topic not in refused else None
                 asked.append((t.topic, int(p.partition), tp, int(getattr(p, "current_leader_epoch", -1)),
                               int(p.leader_epoch)))  # fmt: skip
         items = [(tp, [cur, epoch]) for _, _, tp, cur, epoch in asked if tp is not None]
@@ -595,7 +639,8 @@ class KafkaApis(ApiHandlers):
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for name, index, tp, _, _ in asked:
             if tp is None:
-                err, epoch, end = int(Errors.UNKNOWN_TOPIC_OR_PARTITION), -1, -1
+                missing = Errors.TOPIC_AUTHORIZATION_FAILED if name in refused else Errors.UNKNOWN_TOPIC_OR_PARTITION
+                err, epoch, end = int(missing), -1, -1
             else:
                 err, epoch, end = next(rows)
             by_topic.setdefault(name, []).append(

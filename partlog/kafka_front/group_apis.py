@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from partlog.acl import AclOperation
 from partlog.kafka.errors import Errors
+from partlog.kafka_front.authz import denied
 from partlog.kafka_front.group_coordinator import GroupCoordinator
 from partlog.kafka_front.handler import ApiHandlers, Session, duration_ms
 from partlog.kafka_front.port import BrokerPort
@@ -33,6 +35,12 @@ class GroupApis(ApiHandlers):
         found = []
         for key in keys:
             node: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_message": None}
+            if key_type == KEY_TYPE_GROUP and not self.authz.group(session, AclOperation.DESCRIBE, key):
+                found.append({**node, "error_code": int(Errors.GROUP_AUTHORIZATION_FAILED)})
+                continue
+            if key_type == KEY_TYPE_TRANSACTION and key and not self.authz.txn_id(session, AclOperation.DESCRIBE, key):
+                found.append({**node, "error_code": int(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)})
+                continue
             if key_type == KEY_TYPE_GROUP:
                 error, broker_id = await self.groups.find_coordinator(key)
             elif key_type == KEY_TYPE_TRANSACTION:
@@ -56,6 +64,8 @@ class GroupApis(ApiHandlers):
         return {"throttle_time": 0, **{k: v for k, v in found[0].items() if k != "key"}}
 
     async def join_group(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        if not self.authz.group(session, AclOperation.READ, body.group_id):
+            return denied(req, Errors.GROUP_AUTHORIZATION_FAILED)
         session_timeout_ms = duration_ms(body.session_timeout)
         rebalance = getattr(body, "rebalance_timeout", None)
         return await self.groups.join(
@@ -72,14 +82,20 @@ class GroupApis(ApiHandlers):
         )
 
     async def sync_group(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        if not self.authz.group(session, AclOperation.READ, body.group_id):
+            return denied(req, Errors.GROUP_AUTHORIZATION_FAILED)
         assignments = {a.member_id: bytes(a.assignment) for a in body.assignments}
         return await self.groups.sync(body.group_id, body.member_id, int(body.generation_id), assignments)
 
     async def heartbeat(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        if not self.authz.group(session, AclOperation.READ, body.group_id):
+            return denied(req, Errors.GROUP_AUTHORIZATION_FAILED)
         error = await self.groups.heartbeat(body.group_id, body.member_id, int(body.generation_id))
         return {"throttle_time": 0, "error_code": int(error)}
 
     async def leave_group(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        if not self.authz.group(session, AclOperation.READ, body.group_id):
+            return denied(req, Errors.GROUP_AUTHORIZATION_FAILED)
         if req.api_version >= 3:
             ids = [m.member_id for m in body.members]
             error, each = await self.groups.leave(body.group_id, ids)
@@ -93,14 +109,23 @@ class GroupApis(ApiHandlers):
     async def offset_commit(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         generation = int(getattr(body, "generation_id_or_member_epoch", getattr(body, "generation_id", -1)))
         wanted: dict[tuple[str, int], tuple[int, int, str | None]] = {}
+        # As Kafka: READ on the group, else every partition is refused; READ on each topic.
+        group_ok = self.authz.group(session, AclOperation.READ, body.group_id)
+        answers: dict[tuple[str, int], Errors] = {}
         for t in body.topics:
+            topic_ok = group_ok and self.authz.topic(session, AclOperation.READ, t.name)
+            refusal = Errors.TOPIC_AUTHORIZATION_FAILED if group_ok else Errors.GROUP_AUTHORIZATION_FAILED
             for p in t.partitions:
+                if not topic_ok:
+                    answers[(t.name, int(p.partition_index))] = refusal
+                    continue
                 wanted[(t.name, int(p.partition_index))] = (
                     int(p.committed_offset),
                     int(getattr(p, "committed_leader_epoch", -1)),
                     p.committed_metadata,
                 )
-        answers = await self.groups.commit_offsets(body.group_id, body.member_id or "", generation, wanted)
+        if wanted or not answers:
+            answers.update(await self.groups.commit_offsets(body.group_id, body.member_id or "", generation, wanted))
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (name, p), e in answers.items():
             by_topic.setdefault(name, []).append({"partition_index": p, "error_code": int(e)})
@@ -111,9 +136,22 @@ class GroupApis(ApiHandlers):
         if body.topics is not None:
             wanted = [(t.name, int(p)) for t in body.topics for p in t.partition_indexes]
         require_stable = bool(getattr(body, "require_stable", False))
-        error, found = await self.groups.fetch_offsets(body.group_id, wanted, require_stable)
+        if self.authz.group(session, AclOperation.DESCRIBE, body.group_id):
+            error, found = await self.groups.fetch_offsets(body.group_id, wanted, require_stable)
+        else:
+            error, found = Errors.GROUP_AUTHORIZATION_FAILED, {}
         by_topic: dict[str, list[dict[str, Any]]] = {}
+        described: dict[str, bool] = {}
         for (name, p), c in found.items():
+            if name not in described:
+                described[name] = self.authz.topic(session, AclOperation.DESCRIBE, name)
+            if not described[name]:
+                # As Kafka: named, refused; asked for all, left out.
+                if wanted is not None:
+                    by_topic.setdefault(name, []).append({"partition_index": p, "committed_offset": -1,
+                        "committed_leader_epoch": -1, "metadata": "",
+                        "error_code": int(Errors.TOPIC_AUTHORIZATION_FAILED)})  # fmt: skip
+                continue
             row: dict[str, Any] = {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
                                    "metadata": "", "error_code": 0}  # fmt: skip
             if isinstance(c, Errors):
@@ -132,15 +170,24 @@ class GroupApis(ApiHandlers):
 
     async def list_groups(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         states = {s.lower() for s in getattr(body, "states_filter", ())}
+        # As Kafka: DESCRIBE on the cluster lists all, else those the principal may describe.
+        every = self.authz.cluster(session, AclOperation.DESCRIBE)
         groups = [
             {"group_id": g, "protocol_type": pt, "group_state": st}
             for g, pt, st in self.groups.groups_here()
-            if not states or st.lower() in states
+            if (not states or st.lower() in states) and (every or self.authz.group(session, AclOperation.DESCRIBE, g))
         ]
         return {"throttle_time": 0, "error_code": 0, "groups": groups}
 
     async def describe_groups(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
-        return {"throttle_time": 0, "groups": [await self.groups.describe(g) for g in body.groups]}
+        groups = []
+        for g in body.groups:
+            if self.authz.group(session, AclOperation.DESCRIBE, g):
+                groups.append(await self.groups.describe(g))
+            else:
+                groups.append({"error_code": int(Errors.GROUP_AUTHORIZATION_FAILED), "group_id": g, "group_state": "",
+                               "protocol_type": "", "protocol_data": "", "members": []})  # fmt: skip
+        return {"throttle_time": 0, "groups": groups}
 
 
 __all__ = ["GroupApis"]

@@ -20,6 +20,7 @@ from typing import Any
 from partlog.controller.cluster_meta import TopicInfo
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
+from partlog.kafka_front.authz import Authz
 from partlog.kafka_front.port import BrokerPort
 
 _AZ_IN_CLIENT_ID = re.compile(r"(?:^|[,;\s])diskless_az=([A-Za-z0-9._-]{1,64})")
@@ -58,6 +59,8 @@ class ApiHandlers:
 
     def __init__(self, broker: BrokerPort) -> None:
         self.broker = broker
+        # The listener's checks (off until KafkaApis hands its own).
+        self.authz = Authz()
 
     def _topics_by_name(self) -> dict[str, TopicInfo]:
         return {t.name: t for t in self.broker.metadata.topics()}

@@ -32,8 +32,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from partlog.acl.source import AclSource
 from partlog.kafka.errors import Errors
 from partlog.kafka_front.apis import SUPPORTED_VERSIONS, FrontConfig, KafkaApis
+from partlog.kafka_front.authz import AuthzCollector
 from partlog.kafka_front.codec import (
     API_KEYS,
     API_VERSIONS_KEY,
@@ -229,14 +231,17 @@ class KafkaListener:
         config: FrontConfig | None = None,
         limits: ListenerLimits | None = None,
         registry: CollectorRegistry | None = None,
+        acl_source: AclSource | None = None,
     ) -> None:
         self.limits = limits or ListenerLimits()
         self.clock = broker.clock  # idle and frame deadlines
-        self.apis = KafkaApis(broker, config, self.limits.kafka_configs())
+        self.apis = KafkaApis(broker, config, self.limits.kafka_configs(), acl_source)
         self.host = host
         self.port = port
         self.metrics = ListenerMetrics(registry if registry is not None else CollectorRegistry())
         self.metrics.registry.register(_TxnCollector(self.apis.txns))
+        if self.apis.authz.enabled:
+            self.metrics.registry.register(AuthzCollector(self.apis.authz))
         steps = {step: self.metrics.txn_step_seconds.labels(step) for step in TXN_STEPS}
         self.apis.txns.observe_step = lambda step, seconds: steps[step].observe(seconds)
         self._server: asyncio.Server | None = None

@@ -17,8 +17,10 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
+from partlog.acl import AclOperation
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
+from partlog.kafka_front.authz import denied
 from partlog.kafka_front.group_coordinator import INTERNAL_TOPICS, GroupCoordinator, partition_for
 from partlog.kafka_front.handler import ApiHandlers, Session, duration_ms
 from partlog.kafka_front.port import BrokerPort
@@ -67,10 +69,16 @@ class TxnApis(ApiHandlers):
 
     async def add_partitions_to_txn(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         asked: dict[tuple[str, int], Errors | TopicIdPartition] = {}
+        # As Kafka: WRITE on the transactional id, else every partition is
+        # refused; WRITE on each topic.
+        txn_ok = self.authz.txn_id(session, AclOperation.WRITE, body.v3_and_below_transactional_id)
         for t in body.v3_and_below_topics:
+            writable = txn_ok and self.authz.topic(session, AclOperation.WRITE, t.name)
             for p in t.partitions:
                 tp = self._tp(t.name, int(p))
-                if t.name in INTERNAL_TOPICS:
+                if not txn_ok:
+                    asked[(t.name, int(p))] = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                elif not writable or t.name in INTERNAL_TOPICS:
                     asked[(t.name, int(p))] = Errors.TOPIC_AUTHORIZATION_FAILED
                 else:
                     asked[(t.name, int(p))] = tp if tp is not None else Errors.UNKNOWN_TOPIC_OR_PARTITION
@@ -93,6 +101,10 @@ class TxnApis(ApiHandlers):
             {"name": n, "results_by_partition": ps} for n, ps in by_topic.items()]}  # fmt: skip
 
     async def add_offsets_to_txn(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        if not self.authz.txn_id(session, AclOperation.WRITE, body.transactional_id):
+            return denied(req, Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        if not self.authz.group(session, AclOperation.READ, body.group_id):
+            return denied(req, Errors.GROUP_AUTHORIZATION_FAILED)
         t = await self.groups.ensure_offsets_topic()
         if t is None:
             error = Errors.COORDINATOR_NOT_AVAILABLE
@@ -104,6 +116,8 @@ class TxnApis(ApiHandlers):
         return {"throttle_time": 0, "error_code": _fenced_for(25, req.api_version, error)}
 
     async def end_txn(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        if not self.authz.txn_id(session, AclOperation.WRITE, body.transactional_id):
+            return denied(req, Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         error = await self.txns.end_txn(
             body.transactional_id, int(body.producer_id), int(body.producer_epoch), bool(body.committed)
         )
@@ -111,23 +125,40 @@ class TxnApis(ApiHandlers):
 
     async def txn_offset_commit(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         wanted: dict[tuple[str, int], tuple[int, int, str | None]] = {}
+        # As Kafka: WRITE on the transactional id, READ on the group (else
+        # every partition is refused), READ on each topic.
+        refusal = None
+        if not self.authz.txn_id(session, AclOperation.WRITE, body.transactional_id):
+            refusal = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        elif not self.authz.group(session, AclOperation.READ, body.group_id):
+            refusal = Errors.GROUP_AUTHORIZATION_FAILED
+        answers: dict[tuple[str, int], Errors] = {}
         for t in body.topics:
+            topic_refusal = refusal
+            if refusal is None and not self.authz.topic(session, AclOperation.READ, t.name):
+                topic_refusal = Errors.TOPIC_AUTHORIZATION_FAILED
             for p in t.partitions:
+                if topic_refusal is not None:
+                    answers[(t.name, int(p.partition_index))] = topic_refusal
+                    continue
                 wanted[(t.name, int(p.partition_index))] = (
                     int(p.committed_offset),
                     int(getattr(p, "committed_leader_epoch", -1)),
                     p.committed_metadata,
                 )
-        answers = await self.groups.commit_txn_offsets(
-            body.group_id,
-            int(body.producer_id),
-            int(body.producer_epoch),
-            getattr(body, "member_id", "") or "",
-            int(getattr(body, "generation_id", -1)),
-            getattr(body, "group_instance_id", None),
-            wanted,
-            body.transactional_id,
-        )
+        if wanted or not answers:
+            answers.update(
+                await self.groups.commit_txn_offsets(
+                    body.group_id,
+                    int(body.producer_id),
+                    int(body.producer_epoch),
+                    getattr(body, "member_id", "") or "",
+                    int(getattr(body, "generation_id", -1)),
+                    getattr(body, "group_instance_id", None),
+                    wanted,
+                    body.transactional_id,
+                )
+            )
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (name, p), e in answers.items():
             by_topic.setdefault(name, []).append({"partition_index": p, "error_code": int(e)})
@@ -142,6 +173,9 @@ class TxnApis(ApiHandlers):
                                    "topics": []}  # fmt: skip
             if i >= DESCRIBE_IDS_MAX:
                 states.append({**row, "error_code": int(Errors.INVALID_REQUEST)})
+                continue
+            if not self.authz.txn_id(session, AclOperation.DESCRIBE, tid):
+                states.append({**row, "error_code": int(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)})
                 continue
             error, meta = await self.txns.describe(tid)
             if meta is None:
@@ -168,6 +202,8 @@ class TxnApis(ApiHandlers):
         def shown(m: TxnMetadata) -> bool:
             # Kafka's TransactionStateManager.listTransactionStates filters.
             if pids and m.producer_id not in pids:
+                return False
+            if not self.authz.txn_id(session, AclOperation.DESCRIBE, m.transactional_id):
                 return False
             if body.state_filters and m.state not in wanted_states:
                 return False

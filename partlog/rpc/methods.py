@@ -225,6 +225,14 @@ BROKER_SCHEMAS: dict[str, Schema] = {
     "keys_referenced": Map(required={"keys": List(OBJECT_KEY, REFERENCE_CHECKS_MAX)}),
 }
 
+# ACL bindings or filters one create_acls or delete_acls carries.
+ACLS_PER_REQUEST_MAX = 10_000
+_ACL_CODE = Int(0, 127)
+_ACL_STR = Str(1_000)
+_ACL_BINDING = Tuple(_ACL_CODE, _ACL_STR, _ACL_CODE, _ACL_STR, _ACL_STR, _ACL_CODE, _ACL_CODE)
+_ACL_FILTER = Tuple(
+    _ACL_CODE, Nullable(_ACL_STR), _ACL_CODE, Nullable(_ACL_STR), Nullable(_ACL_STR), _ACL_CODE, _ACL_CODE
+)
 _BROKER_EPOCH = Map(required={"broker_id": BROKER_ID, "broker_epoch": INT64})
 
 CONTROLLER_SCHEMAS: dict[str, Schema] = {
@@ -255,6 +263,11 @@ CONTROLLER_SCHEMAS: dict[str, Schema] = {
         }
     ),
     "delete_topics": Map(required={"topics": List(Str(TOPIC_NAME_BYTES_MAX), TOPICS_PER_REQUEST_MAX)}),
+    # partlog.controller.acls: a binding is [resource_type, name, pattern_type,
+    # principal, host, operation, permission]; a filter's strings may be nil.
+    "acls_poll": Map(required={"version": INT64, "max_wait_ms": NON_NEGATIVE_INT32}),
+    "create_acls": Map(required={"acls": List(_ACL_BINDING, ACLS_PER_REQUEST_MAX)}),
+    "delete_acls": Map(required={"filters": List(_ACL_FILTER, ACLS_PER_REQUEST_MAX)}),
 }
 
 # What clients accept from a broker (partlog.client checks them: a broken or

@@ -36,6 +36,7 @@ from partlog.controller.etcd_meta import EtcdMetadata
 from partlog.controller.server import ControllerServer
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
+from partlog.kafka_front.apis import FrontConfig
 from partlog.node import BrokerNode, NodeConfig
 from partlog.produce.pipeline import ProduceConfig, SendCommit
 from partlog.replication.stats import ReplicationStats
@@ -105,8 +106,12 @@ class LocalCluster:
     """A controller and brokers in this process, each broker restartable on
     its own data directory and port."""
 
-    def __init__(self, opts: ClusterOptions, data_dir: str, objects: ObjectStore) -> None:
+    def __init__(
+        self, opts: ClusterOptions, data_dir: str, objects: ObjectStore, *, front: FrontConfig | None = None
+    ) -> None:
         self.opts = opts
+        # Every broker's Kafka listener config (the authorizer's tests set one).
+        self.front = front or FrontConfig()
         self.data_dir = data_dir
         self.objects = objects
         self.layout = StaticMetadata.generate(azs=opts.azs, brokers_per_az=opts.brokers_per_az, topics={})
@@ -223,7 +228,7 @@ class LocalCluster:
         if self.opts.orphan_rate > 0:
             seed = self.opts.seed * 1000 + broker_id * 10 + self.killed
             make = functools.partial(OrphanInjectingBroker, orphan_rate=self.opts.orphan_rate, seed=seed)
-        config = NodeConfig(self.config(me), kafka_port=self.kafka_ports.get(broker_id))
+        config = NodeConfig(self.config(me), kafka_port=self.kafka_ports.get(broker_id), kafka=self.front)
         node = BrokerNode(config, source, self.objects, make_broker=make)
         await node.start()
         self.brokers[broker_id], self._sources[broker_id], self.nodes[broker_id] = node.broker, source, node

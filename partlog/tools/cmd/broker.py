@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from partlog.limits import BROKER_ID_MAX, PORT_MAX
 from partlog.rpc.secret import read_secret_file
+from partlog.tools.cmd.acls import authorizer_config
 from partlog.tools.cmd.common import add_rpc_limits, add_tls, cluster_id_arg, host_port, rpc_limits, tls_contexts
 from partlog.tools.cmd.flags import int_in, positive_int
 from partlog.txn.coordinator import TRANSACTION_MAX_TIMEOUT_MS_DEFAULT, TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT
@@ -93,6 +94,23 @@ def add_parser(sub: Subparsers) -> None:
         default=TXN_STATE_PARTITIONS_DEFAULT,
         help="partitions of __transaction_state when this broker creates it (transaction.state.log.num.partitions; "
         f"default {TXN_STATE_PARTITIONS_DEFAULT}; an existing topic keeps its own)",
+    )
+    ag = br.add_argument_group("authorization (Kafka's ACLs; docs/security.md)")
+    ag.add_argument(
+        "--authorizer",
+        action="store_true",
+        help="check every Kafka request against the cluster's ACLs (off by default: everything is allowed)",
+    )
+    ag.add_argument(
+        "--super-users",
+        default="",
+        metavar="PRINCIPALS",
+        help="principals allowed everything, ';'-separated as Kafka's super.users (e.g. 'User:admin;User:ops')",
+    )
+    ag.add_argument(
+        "--allow-everyone-if-no-acl-found",
+        action="store_true",
+        help="allow a request on a resource no ACL names (allow.everyone.if.no.acl.found; default false)",
     )
     br.add_argument("--id", type=int_in(0, BROKER_ID_MAX), required=True, help="this broker's id")
     br.add_argument(
@@ -225,6 +243,7 @@ def run(args: argparse.Namespace) -> int:
             transaction_max_timeout_ms=args.transaction_max_timeout_ms,
             transactional_id_expiration_ms=args.transactional_id_expiration_ms,
             transaction_state_log_num_partitions=args.transaction_state_partitions,
+            authorizer=authorizer_config(args),
         ),
         kafka_limits=ListenerLimits(
             request_bytes_max=args.kafka_request_bytes_max,
