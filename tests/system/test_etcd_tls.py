@@ -93,10 +93,12 @@ def _free_port() -> int:
 
 
 class TlsEtcd:
-    """One etcd member serving mutual TLS on 127.0.0.1, auth enabled."""
+    """One etcd member on 127.0.0.1 serving mutual TLS (``tls``) or
+    plaintext, auth enabled."""
 
-    def __init__(self, d: Path) -> None:
+    def __init__(self, d: Path, *, tls: bool = True) -> None:
         self.dir = d
+        self.tls = tls
         ca = _write_ca(d, "ca")
         _write_ca(d, "rogue")  # trusted by nobody
         _write_leaf(d, "server", "etcd", ca, server=True)
@@ -105,23 +107,27 @@ class TlsEtcd:
         (d / "password").write_text(PASSWORD + "\n")
         (d / "wrong").write_text("not it\n")
         self.port, peer = _free_port(), _free_port()
-        client_url, peer_url = f"https://127.0.0.1:{self.port}", f"http://127.0.0.1:{peer}"
+        client_url, peer_url = f"http{'s' if tls else ''}://127.0.0.1:{self.port}", f"http://127.0.0.1:{peer}"
+        tls_flags = ["--cert-file", str(d / "server.pem"), "--key-file", str(d / "server.key"),
+                     "--trusted-ca-file", str(d / "ca.pem"), "--client-cert-auth"]  # fmt: skip
         self.log = open(d / "etcd.log", "ab")  # noqa: SIM115 - closed by close()
         self.proc = subprocess.Popen(
             [shutil.which("etcd") or "etcd", "--name", "m0", "--data-dir", str(d / "data"),
              "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
              "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
              "--initial-cluster", f"m0={peer_url}",
-             "--cert-file", str(d / "server.pem"), "--key-file", str(d / "server.key"),
-             "--trusted-ca-file", str(d / "ca.pem"), "--client-cert-auth",
-             "--auth-token", "simple", "--auth-token-ttl", str(TOKEN_TTL_S)],
+             *(tls_flags if tls else []), "--auth-token", "simple", "--auth-token-ttl", str(TOKEN_TTL_S)],
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
-        asyncio.run(self._enable_auth())
+        try:
+            asyncio.run(self._enable_auth())
+        except BaseException:
+            self.close()
+            raise
 
     def url(self, query: str, *, prefix: str = "") -> str:
         prefix = prefix or f"/t{uuid.uuid4().hex[:12]}"
-        return f"etcd+tls://127.0.0.1:{self.port}{prefix}?{query}"
+        return f"{'etcd+tls' if self.tls else 'etcd'}://127.0.0.1:{self.port}{prefix}?{query}"
 
     def mtls(self, ca: str = "ca", cert: str = "root") -> str:
         d = self.dir
@@ -134,7 +140,9 @@ class TlsEtcd:
             (self.dir / "root.key").read_bytes(),
             (self.dir / "root.pem").read_bytes(),
         )
-        async with grpc.aio.secure_channel(f"127.0.0.1:{self.port}", creds) as channel:
+        address = f"127.0.0.1:{self.port}"
+        channel = grpc.aio.secure_channel(address, creds) if self.tls else grpc.aio.insecure_channel(address)
+        async with channel:
             auth = aetcd.rpc.AuthStub(channel)
             deadline = time.monotonic() + START_TIMEOUT_S
             while True:
@@ -158,6 +166,15 @@ class TlsEtcd:
 @pytest.fixture(scope="module")
 def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsEtcd]:
     e = TlsEtcd(tmp_path_factory.mktemp("etcdtls"))
+    try:
+        yield e
+    finally:
+        e.close()
+
+
+@pytest.fixture(scope="module")
+def plain_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsEtcd]:
+    e = TlsEtcd(tmp_path_factory.mktemp("etcdplain"), tls=False)
     try:
         yield e
     finally:
@@ -190,6 +207,13 @@ def test_user_and_password(etcd: TlsEtcd, monkeypatch: pytest.MonkeyPatch) -> No
     asyncio.run(_session_and_topic(etcd.url(f"{nobody}&user=root&password_file={etcd.dir}/password")))
     monkeypatch.setenv("PARTLOG_TEST_ETCD_PASSWORD", PASSWORD)
     asyncio.run(_session_and_topic(etcd.url(f"{nobody}&user=root&password_env=PARTLOG_TEST_ETCD_PASSWORD")))
+
+
+def test_plaintext_user_and_password(plain_etcd: TlsEtcd) -> None:
+    """etcd:// with authentication: the same token handling, no TLS."""
+    asyncio.run(_session_and_topic(plain_etcd.url(f"user=root&password_file={plain_etcd.dir}/password")))
+    wrong = _start_error(plain_etcd.url(f"user=root&password_file={plain_etcd.dir}/wrong"))
+    assert wrong.startswith("EtcdAuthError: etcd user 'root':") and "authentication failed" in wrong, wrong
 
 
 def _start_error(url: str) -> str:
