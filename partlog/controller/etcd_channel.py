@@ -181,8 +181,11 @@ class _StreamTokenInterceptor(grpc.aio.StreamStreamClientInterceptor):  # type: 
 class EtcdClient(aetcd.Client):  # type: ignore[misc]
     """aetcd's client on a channel of ours (see the module doc).  Only
     :meth:`connect` differs from aetcd's: it opens our channel and leaves
-    the token to the interceptor (aetcd's would open a plaintext channel and
-    authenticate once)."""
+    the token to the interceptors (aetcd's would open a plaintext channel
+    and authenticate once); the rest of its copy is the stubs and watcher
+    aetcd's makes.  It leans on aetcd 1.0's attributes (``_connected``,
+    ``_options``, ``_timeout``, the watcher's ``_terminate_stream``), which
+    tests/system/test_etcd_tls.py exercises."""
 
     def __init__(self, target: str, timeout_s: float, options: dict[str, Any], credentials: Any, token: _Token | None):
         host, _, port = target.rpartition(":")
