@@ -145,7 +145,8 @@ def _parse_query(url: str, query: str, tls: bool) -> dict[str, str]:
     for item in query.split("&"):
         key, eq, raw = item.partition("=")
         if key == "password":
-            raise MetadataError(f"{where}: a password is never given in the URL: use password_file= or password_env=")
+            # The URL is not echoed: it holds the password.
+            raise MetadataError("metadata: a password is never given in the URL: use password_file= or password_env=")
         if key not in _TLS_KEYS + _AUTH_KEYS:
             raise MetadataError(f"{where}: unknown query key {key!r:.40} (known: {', '.join(_TLS_KEYS + _AUTH_KEYS)})")
         value = unquote(raw)
