@@ -266,7 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--metadata",
             default=None,
-            help="controller://HOST:PORT, etcd://HOST:PORT[,HOST:PORT...][/PREFIX] or a static cluster TOML",
+            help="controller://HOST:PORT, etcd[+tls]://HOST:PORT[,HOST:PORT...][/PREFIX][?QUERY] "
+            "(QUERY: see partlog broker --help) or a static cluster TOML",
         )
         p.add_argument("--json", action="store_true", help="print one JSON object")
 

@@ -64,7 +64,7 @@ FOOTER_READS_MAX_IN_FLIGHT_DEFAULT = 32
 FOOTER_READS_MAX_IN_FLIGHT_MAX = 1024  # threads: beyond this, a typo
 CONTROLLER_SCHEME = "controller://"
 # Cluster metadata on etcd (partlog.controller.etcd_meta).
-ETCD_SCHEME = "etcd://"
+ETCD_SCHEMES = ("etcd://", "etcd+tls://")
 # walmgr's S3 defaults, unless the store URL names its own: footer reads
 # through obstore (a tenth of boto3's CPU per GET, so parallel reads scale)
 # and botocore's adaptive retries (slow down on 503 SlowDown).
@@ -279,7 +279,7 @@ class WalmgrConfig:
         try:
             _ = self.controller_address, self.listen_address, self.etcd_target
         except ValueError as e:
-            in_metadata = self.metadata.startswith((CONTROLLER_SCHEME, ETCD_SCHEME))
+            in_metadata = self.metadata.startswith((CONTROLLER_SCHEME, *ETCD_SCHEMES))
             raise WalmgrConfigError(str(e), key="metadata" if in_metadata else "listen") from e
 
     @property
@@ -309,8 +309,9 @@ class WalmgrConfig:
 
     @property
     def etcd_target(self) -> EtcdTarget | None:
-        """The etcd members and prefix when ``metadata`` is an etcd:// URL."""
-        if not self.metadata.startswith(ETCD_SCHEME):
+        """The etcd members and prefix when ``metadata`` is an etcd:// or
+        etcd+tls:// URL."""
+        if not self.metadata.startswith(ETCD_SCHEMES):
             return None
         from partlog.controller.etcd_layout import parse_etcd_url
 
@@ -319,7 +320,7 @@ class WalmgrConfig:
     @property
     def cluster_file(self) -> str | None:
         """The static cluster TOML when ``metadata`` is a path."""
-        if not self.metadata or self.metadata.startswith((CONTROLLER_SCHEME, ETCD_SCHEME)):
+        if not self.metadata or self.metadata.startswith((CONTROLLER_SCHEME, *ETCD_SCHEMES)):
             return None
         return self.metadata
 

@@ -264,12 +264,12 @@ def load_metadata(
 ) -> MetadataSource | None:
     """``controller://HOST:PORT`` (not started; it is reached with
     ``secret``, ``client_ssl`` and, when known, ``cluster_id``), an
-    ``etcd://`` URL (a view only: it never creates a cluster, so a prefix
+    ``etcd://`` or ``etcd+tls://`` URL (a view only: it never creates a cluster, so a prefix
     holding none, or another cluster's, refuses to start), a static
     cluster TOML, or None."""
     if not spec:
         return None
-    if spec.startswith("etcd://"):
+    if spec.startswith(("etcd://", "etcd+tls://")):
         from partlog.controller.etcd_meta import EtcdMetadata
 
         return EtcdMetadata(spec, cluster_id=cluster_id)

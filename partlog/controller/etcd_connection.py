@@ -14,11 +14,11 @@ import socket
 from collections.abc import Sequence
 from typing import Any
 
-import aetcd
 import aetcd.exceptions
 import grpc
 
-from partlog.controller.etcd_layout import EtcdTarget
+from partlog.controller.etcd_channel import EtcdClient, new_etcd_client
+from partlog.controller.etcd_url import EtcdTarget
 
 __all__ = ["ETCD_ERRORS", "EtcdConnection", "put_revision"]
 
@@ -53,7 +53,7 @@ class EtcdConnection:
             async with self._client_lock:
                 if self._client is None:
                     target = await _grpc_target(self.target.endpoints)
-                    self._client = _new_client(target, self.request_timeout_ms / 1000)
+                    self._client = _new_client(self.target, target, self.request_timeout_ms / 1000)
         return self._client
 
     async def txn(self, compare: list[Any], success: list[Any], failure: list[Any] | None = None) -> tuple[bool, Any]:
@@ -95,15 +95,15 @@ async def _grpc_target(endpoints: Sequence[tuple[str, int]]) -> str:
     raise OSError(f"no address for {endpoints}")
 
 
-def _new_client(target: str, timeout_s: float) -> Any:
+def _new_client(target: EtcdTarget, grpc_target: str, timeout_s: float) -> EtcdClient:
     """aetcd's client on a multi-address gRPC target (aetcd takes one host
-    and port; the target is built before)."""
-    host, _, port = target.rpartition(":")
-    return aetcd.Client(
-        host=host,
-        port=int(port),
-        timeout=timeout_s,
-        options={
+    and port; the target is built before), with TLS and authentication as
+    ``target`` says (see etcd_channel)."""
+    return new_etcd_client(
+        target,
+        grpc_target,
+        timeout_s,
+        {
             "grpc.lb_policy_name": "round_robin",
             "grpc.max_receive_message_length": GRPC_MESSAGE_BYTES_MAX,
             # A member gone without a FIN is noticed within seconds.

@@ -1,4 +1,5 @@
-"""Cluster metadata kept in etcd: the ``etcd://`` URL, the key layout, the
+"""Cluster metadata kept in etcd: the key layout (the ``etcd://`` URL is
+:mod:`partlog.controller.etcd_url`'s, re-exported here), the
 value codecs, and :class:`EtcdView`, the state a process rebuilds from a
 range read plus the watch events after it.  Sans-IO: nothing here talks to
 etcd (:mod:`partlog.controller.etcd_meta` does), so tests and the races'
@@ -33,7 +34,6 @@ and nothing else changes: a bad key costs its own update, never the view.
 from __future__ import annotations
 
 import logging
-import re
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -47,6 +47,13 @@ from partlog.controller.cluster_meta import (
     MetadataError,
     PartitionInfo,
     TopicInfo,
+)
+from partlog.controller.etcd_url import (
+    ETCD_ENDPOINTS_MAX,
+    ETCD_PREFIX_DEFAULT,
+    ETCD_SCHEME,
+    EtcdTarget,
+    parse_etcd_url,
 )
 from partlog.controller.model import MetadataSnapshot
 from partlog.controller.rules import valid_topic_name
@@ -70,59 +77,12 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-ETCD_SCHEME = "etcd://"
-# The prefix a URL without one gets.
-ETCD_PREFIX_DEFAULT = "/partlog"
-# An etcd cluster has a handful of members; a URL naming more is a mistake.
-ETCD_ENDPOINTS_MAX = 16
-# Keys stay well under etcd's limits with room for the longest topic name.
-ETCD_PREFIX_CHARS_MAX = 200
-_PREFIX = re.compile(r"(/[A-Za-z0-9._-]+)+")
-_HOST = re.compile(r"[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]")
 # etcd refuses requests over 1.5 MiB (--max-request-bytes); a value larger
 # than that cannot have come from etcd, and decoding one is not attempted.
 ETCD_VALUE_BYTES_MAX = 3 * 1024 * 1024 // 2
 # Replicas per partition: a replica list longer than the broker id space
 # allows is hostile, and msgpack would happily decode millions of ints.
 REPLICAS_MAX = 64
-
-
-@dataclass(frozen=True, slots=True)
-class EtcdTarget:
-    """Where a cluster's metadata lives: etcd members and the key prefix."""
-
-    endpoints: tuple[tuple[str, int], ...]
-    prefix: str
-
-    def url(self) -> str:
-        hosts = ",".join(f"{h}:{p}" for h, p in self.endpoints)
-        return f"{ETCD_SCHEME}{hosts}{self.prefix}"
-
-
-def parse_etcd_url(url: str) -> EtcdTarget:
-    """``etcd://host:port[,host:port...][/prefix]``; the prefix defaults to
-    ``/partlog``.  Raises :class:`MetadataError` naming what is wrong."""
-    if not isinstance(url, str) or not url.startswith(ETCD_SCHEME):
-        raise MetadataError(f"metadata {str(url)!r:.80}: not an etcd URL (etcd://HOST:PORT[,HOST:PORT...][/PREFIX])")
-    rest = url.removeprefix(ETCD_SCHEME)
-    hosts, slash, prefix = rest.partition("/")
-    prefix = slash + prefix if slash else ETCD_PREFIX_DEFAULT
-    if len(prefix) > ETCD_PREFIX_CHARS_MAX or not _PREFIX.fullmatch(prefix):
-        raise MetadataError(
-            f"metadata {url!r:.80}: prefix {prefix!r:.60} must be /NAME[/NAME...] of [A-Za-z0-9._-], "
-            f"at most {ETCD_PREFIX_CHARS_MAX} characters"
-        )
-    if any(part in (".", "..") for part in prefix.split("/")):
-        raise MetadataError(f"metadata {url!r:.80}: prefix {prefix!r:.60} has a . or .. segment")
-    endpoints: list[tuple[str, int]] = []
-    for item in hosts.split(","):
-        host, colon, port = item.rpartition(":")
-        if not colon or not _HOST.fullmatch(host) or not port.isdigit() or not 0 < int(port) <= PORT_MAX:
-            raise MetadataError(f"metadata {url!r:.80}: endpoint {item!r:.60} is not HOST:PORT")
-        endpoints.append((host, int(port)))
-        if len(endpoints) > ETCD_ENDPOINTS_MAX:
-            raise MetadataError(f"metadata {url!r:.80}: more than {ETCD_ENDPOINTS_MAX} endpoints")
-    return EtcdTarget(tuple(endpoints), prefix)
 
 
 class Keys:

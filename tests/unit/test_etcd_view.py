@@ -4,6 +4,7 @@ tests/system/test_etcd_metadata.py)."""
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import msgpack
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from partlog.controller.cluster_meta import NO_LEADER, BrokerInfo, MetadataError, PartitionInfo
 from partlog.controller.etcd_controller import plan
 from partlog.controller.etcd_layout import KV, EtcdView, Keys, enc_broker, enc_part, enc_topic, parse_etcd_url
+from partlog.controller.etcd_url import EtcdAuth, EtcdTls
 from partlog.kafka.records import TopicIdPartition
 
 
@@ -28,10 +30,38 @@ def test_url_forms() -> None:
             parse_etcd_url(bad)
 
 
+def test_url_tls_and_auth() -> None:
+    """etcd+tls:// and the query (issue 29): TLS files and etcd's user with
+    where its password is; never the password itself."""
+    t = parse_etcd_url("etcd+tls://h:1,g:2/p?ca=/a%20b.pem&cert=/c&key=/k&user=u&password_env=X")
+    assert t.tls == EtcdTls(ca="/a b.pem", cert="/c", key="/k") and t.auth == EtcdAuth("u", password_env="X")
+    assert parse_etcd_url(t.url()) == t and t.url().startswith("etcd+tls://h:1,g:2/p?ca=/a%20b.pem&")
+    assert parse_etcd_url("etcd+tls://h:1").tls == EtcdTls() and parse_etcd_url("etcd://h:1").tls is None
+    plain = parse_etcd_url("etcd://h:1?user=u&password_file=/pw")
+    assert (
+        plain.tls is None and plain.auth == EtcdAuth("u", password_file="/pw") and parse_etcd_url(plain.url()) == plain
+    )
+    for bad, says in (
+        ("etcd://h:1?ca=/x", "ca= needs etcd+tls://"),
+        ("etcd+tls://h:1?cert=/c", "cert= and key= go together"),
+        ("etcd+tls://h:1?user=u&password=p", "a password is never given in the URL"),
+        ("etcd+tls://h:1?user=u", "user= needs exactly one of password_file= and password_env="),
+        ("etcd+tls://h:1?user=u&password_file=/a&password_env=B", "exactly one"),
+        ("etcd+tls://h:1?password_env=B", "need user="),
+        ("etcd+tls://h:1?user=u&password_env=1B", "must name an environment variable"),
+        ("etcd+tls://h:1?ca=/a&ca=/b", "ca= is given twice"),
+        ("etcd+tls://h:1?ca=", "ca= needs a printable value"),
+        ("etcd+tls://h:1?crt=/c", "unknown query key 'crt'"),
+        ("etcds://h:1", "not an etcd URL"),
+    ):
+        with pytest.raises(MetadataError, match=re.escape(says)):
+            parse_etcd_url(bad)
+
+
 @given(st.text(max_size=300))
 def test_url_fails_closed(text: str) -> None:
     """Any string is a target or a MetadataError naming it, never another exception."""
-    for url in (text, "etcd://" + text):
+    for url in (text, "etcd://" + text, "etcd+tls://h:1/p?" + text):
         try:
             t = parse_etcd_url(url)
         except MetadataError as e:

@@ -35,8 +35,10 @@ def add_parser(sub: Subparsers) -> None:
     br.add_argument(
         "--metadata",
         default=None,
-        metavar="etcd://HOST:PORT[,...][/PREFIX]",
-        help="take metadata from etcd instead (the first broker creates the cluster under PREFIX, default /partlog)",
+        metavar="etcd[+tls]://HOST:PORT[,...][/PREFIX][?QUERY]",
+        help="take metadata from etcd instead (the first broker creates the cluster under PREFIX, default /partlog); "
+        "QUERY: ca=, cert=, key=, server_name= (etcd+tls) and user= with password_file= or password_env= "
+        "(see docs/design/etcd.md)",
     )
     br.add_argument("--az", default=None, help="this broker's AZ (with --controller or --metadata)")
     br.add_argument("--host", default="127.0.0.1", help="address to listen on (with --controller; default 127.0.0.1)")

@@ -68,7 +68,7 @@ def add_parser(sub: Subparsers) -> None:
     cl.add_argument(
         "--metadata",
         default="",
-        metavar="etcd|etcd://HOST:PORT[,...][/PREFIX]",
+        metavar="etcd|etcd[+tls]://HOST:PORT[,...][/PREFIX][?QUERY]",
         help="cluster metadata on etcd instead of the embedded controller: 'etcd' starts a 3-member etcd on "
         "127.0.0.1 (Debian's etcd-server must be installed), a URL uses that etcd under PREFIX/cluster-<id>",
     )

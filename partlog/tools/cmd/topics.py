@@ -26,7 +26,12 @@ def add_parser(sub: Subparsers) -> None:
     )
     tc.add_argument("name", metavar="NAME")
     tc.add_argument("--controller", default=None, metavar="HOST:PORT", help="the controller's address")
-    tc.add_argument("--metadata", default=None, metavar="etcd://HOST:PORT[,...][/PREFIX]", help="or the cluster's etcd")
+    tc.add_argument(
+        "--metadata",
+        default=None,
+        metavar="etcd[+tls]://HOST:PORT[,...][/PREFIX][?QUERY]",
+        help="or the cluster's etcd (QUERY: see partlog broker --help)",
+    )
     tc.add_argument("--partitions", type=positive_int, required=True, help="number of partitions")
     tc.add_argument("--replication-factor", type=positive_int, default=3, help="replicas per partition (default 3)")
     tc.add_argument("--secret-file", default=None, help="file holding the shared secret of the controller's RPCs")
