@@ -23,8 +23,15 @@ Kafka's ``ReplicaManager.appendRecordsWithTransactionVerification`` with its
   only with the partition's current guard; the guards end when the commit
   has been answered.
 
-The commit waits for the verification: the commits after it on the same
-connection (appended in order) wait at most the timeout too.
+The commit waits for the verification, and the commits behind it on the
+same connection (appended in order) wait for it: with a coordinator that
+does not answer, each commit needing a verification waits up to the
+timeout in turn, so the k-th waits up to k times it, and the sender's
+commit RPC times out (its batches are answered with a retriable error).
+Starting each commit's verification as it arrives would bound that; not
+done yet.  A partition this broker does not lead, or does not know, is
+refused (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION) rather than
+skipped; a cancelled verification ends its guards.
 """
 
 from __future__ import annotations
@@ -130,12 +137,19 @@ class TxnVerification:
             tid = transactional_ids.get(r.producer_id)
             tp = r.topic_id_partition
             key = (tp, r.producer_id)
-            if tid is None or key in guards or key in refused_keys or not _transactional(r) or not self._leads(tp):
+            if tid is None or key in guards or key in refused_keys or not _transactional(r):
+                continue
+            if not self._leads(tp):
+                # Refused, not skipped: leadership arriving while the others
+                # are verified would let the store append it unverified (as
+                # Kafka, which looks the partition up before verifying).
+                refused_keys[key] = Errors.NOT_LEADER_OR_FOLLOWER
                 continue
             try:
                 token = self.guards.begin(tp, r.producer_id)
             except KeyError:
-                continue  # an unknown partition: the store answers it
+                refused_keys[key] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+                continue
             if token is None:
                 refused_keys[key] = Errors.NOT_ENOUGH_REPLICAS  # guards full: retriable
                 continue
@@ -143,7 +157,14 @@ class TxnVerification:
             if token != SENTINEL:
                 asks.setdefault((tid, r.producer_id, r.producer_epoch), []).append(tp)
         if asks:
-            answers = await asyncio.gather(*(self._ask(tid, pid, ep, tps) for (tid, pid, ep), tps in asks.items()))
+            try:
+                answers = await asyncio.gather(*(self._ask(tid, pid, ep, tps) for (tid, pid, ep), tps in asks.items()))
+            except BaseException:
+                # Cancelled (the sender's connection dropped): the guards
+                # begun here would otherwise never end, and a full table
+                # refuses every later verification on this leader.
+                self.release(guards)
+                raise
             for ((_, pid, _), tps), errors in zip(asks.items(), answers, strict=True):
                 for tp, e in zip(tps, errors, strict=True):
                     self.metrics.txn_verifications.labels(e.name).inc()

@@ -14,6 +14,7 @@ coordinator (real LMDB for the store's rules).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -186,6 +187,59 @@ def test_the_leader_maps_answers_and_fails_closed(tmp_path: Path) -> None:
             refused, guards = await tv.verify(reqs, {4: "u"})
             assert refused == {} and guards == {}
             assert metrics.seen.count("NONE") == 1 and "NETWORK_EXCEPTION" in metrics.seen
+
+    asyncio.run(main())
+
+
+def test_a_partition_led_only_after_the_question_is_refused_not_appended_unverified(tmp_path: Path) -> None:
+    """Review finding: a partition this broker did not lead when the commit
+    was verified was skipped, and leadership arriving while another
+    partition's answer was awaited let the store append its first
+    transactional batch with no guard.  It is refused now (retriable), as
+    Kafka looks the partition up before verifying."""
+
+    async def main() -> None:
+        with open_store(tmp_path / "s", Clock(T0)) as store:
+            tp1 = make_topic([store])
+            tp2 = TopicIdPartition(tp1.topic_id, tp1.partition + 1)
+            led = {tp1}
+            tv = TxnVerification(1, store.verification, None, metrics=_Metrics(), leads=lambda tp: tp in led)  # type: ignore[arg-type]
+
+            async def verify(tid: str, pid: int, epoch: int, tps: Sequence[TopicIdPartition]) -> list[Errors]:
+                led.add(tp2)  # leadership of tp2 arrives meanwhile
+                return [Errors.NONE] * len(tps)
+
+            tv.register(verify, lambda tid: 1)
+            reqs: Any = [request(tp, batch(3, 0, 0, txn=True), byte_offset=1) for tp in (tp1, tp2)]
+            refused, guards = await tv.verify(reqs, {3: "t"})
+            assert refused == {1: Errors.NOT_LEADER_OR_FOLLOWER} and list(guards) == [(tp1, 3)]
+            tv.release(guards)
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_verification_ends_its_guards(tmp_path: Path) -> None:
+    """Review finding: a commit cancelled while its coordinator's answer was
+    awaited (the sender's connection dropped) leaked its guards; enough of
+    them fill the table and refuse every later verification on the leader."""
+
+    async def main() -> None:
+        with open_store(tmp_path / "s", Clock(T0)) as store:
+            tp = make_topic([store])
+            tv = TxnVerification(1, store.verification, None, metrics=_Metrics(), leads=lambda tp: True)  # type: ignore[arg-type]
+
+            async def verify(tid: str, pid: int, epoch: int, tps: Sequence[TopicIdPartition]) -> list[Errors]:
+                await asyncio.sleep(100)
+                return [Errors.NONE] * len(tps)
+
+            tv.register(verify, lambda tid: 1)
+            task = asyncio.ensure_future(tv.verify([request(tp, batch(3, 0, 0, txn=True), byte_offset=1)], {3: "t"}))
+            while len(store.verification) == 0:
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            assert len(store.verification) == 0
 
     asyncio.run(main())
 
