@@ -390,8 +390,12 @@ class KafkaApis(ApiHandlers):
         keys: list[tuple[str, int]] = []
         seen: set[tuple[str, int]] = set()
         txn_id = getattr(body, "transactional_id", None) or None
-        # As Kafka: WRITE on the transactional id, else every partition is refused.
-        txn_refused = txn_id is not None and not self.authz.txn_id(session, AclOperation.WRITE, txn_id)
+        # As Kafka: transactional records need a transactional id (else the
+        # leaders could not verify them, KIP-890) the principal may WRITE;
+        # otherwise every partition is refused.
+        txn_refused = any(
+            pd.records and transactional_batch(pd.records) for td in body.topic_data for pd in td.partition_data
+        ) and (txn_id is None or not self.authz.txn_id(session, AclOperation.WRITE, txn_id))
         for td in body.topic_data:
             writable = self.authz.topic(session, AclOperation.WRITE, td.name)
             for pd in td.partition_data:
@@ -650,13 +654,17 @@ class KafkaApis(ApiHandlers):
         return {"throttle_time": 0, "topics": [{"topic": n, "partitions": ps} for n, ps in by_topic.items()]}
 
 
+def transactional_batch(records: bytes) -> bool:
+    """A v2 batch (the first of ``records``) with the transactional bit, read
+    in place; what is too short to be a batch the store answers."""
+    return len(records) >= bh.HEADER_SIZE and bool(
+        int.from_bytes(records[_ATTRIBUTES_AT : _ATTRIBUTES_AT + 2], "big") & bh.ATTR_TRANSACTIONAL
+    )
+
+
 def unsequenced_transactional(records: bytes) -> bool:
-    """A v2 batch with the transactional bit and base sequence -1 (read in
-    place: this runs for every batch produced)."""
-    if len(records) < bh.HEADER_SIZE:
-        return False  # the store answers what is too short to be a batch
-    attributes = int.from_bytes(records[_ATTRIBUTES_AT : _ATTRIBUTES_AT + 2], "big")
-    return bool(attributes & bh.ATTR_TRANSACTIONAL) and records[_BASE_SEQUENCE_AT : _BASE_SEQUENCE_AT + 4] == _NO_SEQ
+    """A transactional v2 batch with base sequence -1."""
+    return transactional_batch(records) and records[_BASE_SEQUENCE_AT : _BASE_SEQUENCE_AT + 4] == _NO_SEQ
 
 
 # Where a v2 batch header keeps its attributes and base sequence.

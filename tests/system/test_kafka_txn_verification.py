@@ -125,3 +125,19 @@ def test_a_produce_delayed_past_its_transactions_end_is_refused(cluster: Cluster
     got = _committed_values(cluster, partition, b"after", 30)
     assert b"late" not in got
     assert got[-2:] == [b"in-txn", b"after"] or got == [b"in-txn", b"after"], got
+
+
+def test_transactional_records_without_a_transactional_id_are_refused(cluster: ClusterThread) -> None:
+    """Review finding: a Produce carrying transactional batches but no
+    transactional id skipped both the leaders' verification (nothing to ask
+    with) and the WRITE check on the id, and its first batch opened a
+    transaction no coordinator knew, holding the LSO.  Kafka refuses such a
+    request whole with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, authorizer or
+    not; so do we, and nothing is appended."""
+    stray = build_record_batch([(None, b"stray", int(time.time() * 1000))], producer_id=999_999, producer_epoch=0,
+                               base_sequence=0, transactional=True)  # fmt: skip
+    body = {"transactional_id": None, "acks": -1, "timeout": 10_000,
+            "topic_data": [{"name": TOPIC, "partition_data": [{"index": 0, "records": stray}]}]}  # fmt: skip
+    answer = kio_answer(0, 7, _ask(cluster.kafka_port(1), kio_request(0, 7, 9, body)))
+    [p] = answer.responses[0].partition_responses
+    assert p.error_code == Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Errors(p.error_code)
