@@ -165,16 +165,23 @@ class TransactionalProducer:
         self.states.send()
         assert self._producer is not None
         ts = timestamp_ms if timestamp_ms is not None else self.clock.wall_ms()
+        loop = asyncio.get_running_loop()
+        # The record's outcome is tracked on a future the caller never holds:
+        # a caller that cancels its own (a wait_for that timed out) must not
+        # hide a failure from commit_transaction.
+        tracked: asyncio.Future[RecordMetadata]
         if tp in self._added:
-            fut = self._producer.send(tp, value, key, ts)
+            tracked = self._producer.send(tp, value, key, ts)
         else:
-            fut = asyncio.get_running_loop().create_future()
-            self._held.setdefault(tp, []).append((key, value, ts, fut))
+            tracked = loop.create_future()
+            self._held.setdefault(tp, []).append((key, value, ts, tracked))
             if self._adder is None or self._adder.done():
                 self._adder = asyncio.ensure_future(self._add_held())
-        fut.add_done_callback(self._record_done)
-        self._records.append(fut)
-        return fut
+        tracked.add_done_callback(self._record_done)
+        self._records.append(tracked)
+        outer: asyncio.Future[RecordMetadata] = loop.create_future()
+        _chain(tracked, outer)
+        return outer
 
     async def commit_transaction(self) -> None:
         """Wait for every record of the transaction, then commit it (EndTxn)."""

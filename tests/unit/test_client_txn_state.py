@@ -188,3 +188,52 @@ def test_a_final_error_is_raised_at_once(fatal: Errors) -> None:
     assert e.value.error == fatal
     assert isinstance(e.value, ProducerFencedError) == (fatal != Errors.INVALID_TXN_STATE)
     assert len(p.asked) == 1
+
+
+class _FailingProducer:
+    """Stands in for the epoch's Producer: every batch fails at flush, as a
+    leader's refusal (INVALID_TXN_STATE from verification) would."""
+
+    def __init__(self) -> None:
+        self.futs: list[asyncio.Future[Any]] = []
+
+    def send(self, tp: Any, value: Any, key: Any, ts: int) -> asyncio.Future[Any]:
+        f: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.futs.append(f)
+        return f
+
+    async def flush(self) -> None:
+        for f in self.futs:
+            if not f.done():
+                f.set_exception(ProduceError(Errors.INVALID_TXN_STATE))
+
+
+def test_a_record_whose_future_the_caller_cancelled_still_fails_the_commit() -> None:
+    """Review finding: a caller that gave up waiting on a record (wait_for
+    timing out cancels its future) hid the record's later failure, and
+    commit_transaction sent EndTxn(commit) without it."""
+    import uuid
+
+    from partlog.kafka.records import TopicIdPartition
+
+    async def main() -> list[bool]:
+        p = TransactionalProducer(("127.0.0.1", 1), "t", clock=ManualClock())
+        p.states.init_transactions()
+        p.states.completed()
+        p._producer = _FailingProducer()  # type: ignore[assignment]
+        tp = TopicIdPartition(uuid.uuid4(), 0)
+        p._added.add(tp)
+        p.begin_transaction()
+        fut = p.send(tp, b"v")
+        fut.cancel()
+        ended: list[bool] = []
+
+        async def end(*, commit: bool) -> None:
+            ended.append(commit)
+
+        p._end_txn = end  # type: ignore[method-assign]
+        with pytest.raises(ProduceError):
+            await p.commit_transaction()
+        return ended
+
+    assert asyncio.run(main()) == []
