@@ -98,6 +98,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     14: (0, 5),  # SyncGroup
     15: (0, 5),  # DescribeGroups
     16: (0, 4),  # ListGroups
+    17: (1, 1),  # SaslHandshake (v0's raw tokens are not served)
     19: (2, 7),  # CreateTopics
     20: (1, 6),  # DeleteTopics
     21: (0, 2),  # DeleteRecords
@@ -111,6 +112,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     26: (0, 4),  # EndTxn
     28: (0, 4),  # TxnOffsetCommit
     32: (1, 4),  # DescribeConfigs
+    36: (0, 2),  # SaslAuthenticate
     65: (0, 0),  # DescribeTransactions
     66: (0, 1),  # ListTransactions
 }

@@ -36,6 +36,7 @@ from partlog.controller.etcd_meta import EtcdMetadata
 from partlog.controller.server import ControllerServer
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
+from partlog.kafka_front.listeners import ListenerSecurity, ListenerSpec, SecurityProtocol
 from partlog.node import BrokerNode, NodeConfig
 from partlog.produce.pipeline import ProduceConfig, SendCommit
 from partlog.replication.stats import ReplicationStats
@@ -223,7 +224,15 @@ class LocalCluster:
         if self.opts.orphan_rate > 0:
             seed = self.opts.seed * 1000 + broker_id * 10 + self.killed
             make = functools.partial(OrphanInjectingBroker, orphan_rate=self.opts.orphan_rate, seed=seed)
-        config = NodeConfig(self.config(me), kafka_port=self.kafka_ports.get(broker_id))
+        kafka_port = self.kafka_ports.get(broker_id)
+        config = NodeConfig(
+            self.config(me),
+            kafka_port=kafka_port,
+            kafka_listeners=(ListenerSpec(SecurityProtocol(self.opts.kafka_protocol), "127.0.0.1", kafka_port),)
+            if kafka_port is not None
+            else (),
+            kafka_security=self.opts.kafka_security or ListenerSecurity(),
+        )
         node = BrokerNode(config, source, self.objects, make_broker=make)
         await node.start()
         self.brokers[broker_id], self._sources[broker_id], self.nodes[broker_id] = node.broker, source, node
