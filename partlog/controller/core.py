@@ -72,7 +72,13 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 
-from partlog.controller.cluster_meta import NO_LEADER, PartitionInfo, TopicInfo, check_alter_partition
+from partlog.controller.cluster_meta import (
+    NO_LEADER,
+    PartitionInfo,
+    TopicInfo,
+    check_alter_partition,
+    kafka_listener_ports,
+)
 from partlog.controller.model import (
     BROKER_SESSION_TIMEOUT_MS_DEFAULT,
     DELETED_TOPICS_MAX,
@@ -385,7 +391,7 @@ class Controller:
     # ------------------------------------------------------------- brokers
 
     def register_broker(
-        self, broker_id: int, az: str, host: str, port: int, now_ms: int, kafka_port: int = 0
+        self, broker_id: int, az: str, host: str, port: int, now_ms: int, kafka_port: int = 0, kafka_listeners: str = ""
     ) -> int | Errors:
         """Start a new incarnation of ``broker_id``; returns its broker epoch
         (or INVALID_REQUEST when BROKERS_MAX distinct brokers are known).
@@ -397,6 +403,8 @@ class Controller:
         _check_broker_args(broker_id, az, host, port)
         if type(kafka_port) is not int or not 0 <= kafka_port <= PORT_MAX:
             raise ValueError(f"kafka_port must be in [0, {PORT_MAX}], got {kafka_port!r}")
+        if kafka_listeners:
+            kafka_listener_ports(kafka_listeners)  # ValueError when malformed
         old = self._brokers.get(broker_id)
         if old is None and len(self._brokers) >= BROKERS_MAX:
             return Errors.INVALID_REQUEST
@@ -405,7 +413,9 @@ class Controller:
             d.fence([broker_id], FENCED_NEW_INCARNATION)
         epoch = self._broker_epoch_last + 1
         d.broker_epoch_last = epoch
-        d.brokers[broker_id] = BrokerRegistration(broker_id, az, host, port, epoch, fenced=False, kafka_port=kafka_port)
+        d.brokers[broker_id] = BrokerRegistration(
+            broker_id, az, host, port, epoch, fenced=False, kafka_port=kafka_port, kafka_listeners=kafka_listeners
+        )
         d.events.append(BrokerRegistered(broker_id, epoch, az, host, port))
         d.reconcile({broker_id}, REASON_BROKER_REGISTERED)
         self._commit(d)

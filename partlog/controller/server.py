@@ -274,9 +274,10 @@ class ControllerServer:
 
     async def _handle_register(self, body: Any) -> Any:
         info = _decode(dec_register, body)
+        listeners = info.kafka_listeners
         epoch = await self._run(
             lambda c: c.register_broker(
-                info.broker_id, info.az, info.host, info.port, self.clock.wall_ms(), info.kafka_port
+                info.broker_id, info.az, info.host, info.port, self.clock.wall_ms(), info.kafka_port, listeners
             )
         )
         return enc_register_response(epoch)

@@ -240,9 +240,13 @@ class KafkaApis(ApiHandlers):
     async def metadata(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         meta = self.broker.metadata
         az = client_az(req.client_id) or session.az
-        listening = {b.broker_id: b for b in meta.brokers() if b.kafka_port}
+        # Each broker's port of the listener this client came in on (Kafka's
+        # advertised listeners): a broker without that listener is not listed.
+        ports = {b.broker_id: b.kafka_port_of(session.listener) for b in meta.brokers()}
+        listening = {b.broker_id: b for b in meta.brokers() if ports[b.broker_id]}
         brokers = [
-            {"node_id": b.broker_id, "host": b.host, "port": b.kafka_port, "rack": b.az} for b in listening.values()
+            {"node_id": b.broker_id, "host": b.host, "port": ports[b.broker_id], "rack": b.az}
+            for b in listening.values()
         ]
         topics = self._topics_by_name()
         asked: list[str] | None

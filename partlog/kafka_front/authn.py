@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from partlog.kafka.errors import Errors
-from partlog.kafka_front.codec import API_VERSIONS_KEY, Request, build, encode_response, response_class
+from partlog.kafka_front.codec import API_VERSIONS_KEY, Request, build, encode_response, error_body, response_class
 from partlog.kafka_front.listeners import ListenerSecurity
 from partlog.kafka_front.scram import SASL_TOKEN_BYTES_MAX, SaslFailure, SaslServer, new_server
 
@@ -108,6 +108,11 @@ class AuthGate:
             self._fail()
             return encode_response(req, build(cls, _error(req.api_key, Errors.UNSUPPORTED_VERSION, "")))
         state = self._state
+        if req.api_key not in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY):
+            # Another API while SASL is under way: its own error answer
+            # (Kafka's getErrorResponse), then closed.
+            self._fail()
+            return encode_response(req, error_body(cls, int(Errors.ILLEGAL_SASL_STATE)))
         if req.api_key == SASL_HANDSHAKE_KEY and state is _State.HANDSHAKE:
             body = self._handshake(req.body.mechanism)
         elif req.api_key == SASL_AUTHENTICATE_KEY and state is _State.AUTHENTICATE:

@@ -56,7 +56,9 @@ class ClusterOptions:
     orphan_rate: float = 0.0
     # Every broker gets a Kafka listener (partlog.kafka_front).
     kafka: bool = True
-    # Their security protocol (partlog.kafka_front.listeners) and settings.
+    # Their security protocols (partlog.kafka_front.listeners), one listener
+    # each, comma-separated ("SASL_SSL,PLAINTEXT"; the first is kafka_port),
+    # and their settings.
     kafka_protocol: str = "PLAINTEXT"
     kafka_security: ListenerSecurity | None = None
     # Cluster metadata: "" for the embedded controller, "etcd" for a
