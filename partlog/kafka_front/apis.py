@@ -113,6 +113,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     28: (0, 4),  # TxnOffsetCommit
     32: (1, 4),  # DescribeConfigs
     36: (0, 2),  # SaslAuthenticate
+    50: (0, 0),  # DescribeUserScramCredentials
+    51: (0, 0),  # AlterUserScramCredentials
     65: (0, 0),  # DescribeTransactions
     66: (0, 1),  # ListTransactions
 }

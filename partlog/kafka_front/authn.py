@@ -34,7 +34,7 @@ from typing import Any
 from partlog.kafka.errors import Errors
 from partlog.kafka_front.codec import API_VERSIONS_KEY, Request, build, encode_response, error_body, response_class
 from partlog.kafka_front.listeners import ListenerSecurity
-from partlog.kafka_front.scram import SASL_TOKEN_BYTES_MAX, SaslFailure, SaslServer, new_server
+from partlog.kafka_front.scram import SASL_TOKEN_BYTES_MAX, PlainServer, SaslFailure, ScramServer
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class AuthGate:
         self.security = security
         self._nonce = nonce
         self._state = _State.HANDSHAKE if sasl else _State.DONE
-        self._server: SaslServer | None = None
+        self._server: PlainServer | ScramServer | None = None
         # Monotonic seconds by which authentication must be done (None: done).
         self.deadline: float | None = deadline if sasl else None
         self.principal: str | None = None  # set once SASL completes
@@ -130,19 +130,26 @@ class AuthGate:
             self._fail()
             log.info("kafka listener: SASL mechanism %r not enabled (%s)", mechanism, ",".join(enabled))
             return {"error_code": int(Errors.UNSUPPORTED_SASL_MECHANISM), "mechanisms": enabled}
-        self._server = new_server(mechanism, self.security.credentials, self._nonce)
+        self._server = PlainServer() if mechanism == "PLAIN" else ScramServer(mechanism, self._nonce())
         self._state = _State.AUTHENTICATE
         return {"error_code": 0, "mechanisms": enabled}
 
     async def _authenticate(self, token: bytes) -> dict[str, Any]:
         server = self._server
         assert server is not None
+        lookup = self.security.credentials.scram_credential
         try:
-            if server.mechanism == "PLAIN":
+            if isinstance(server, PlainServer):
+                user, password = server.read(token)
+                cred = await lookup(user, "SCRAM-SHA-512") or await lookup(user, "SCRAM-SHA-256")
                 # A key derivation (PBKDF2, thousands of hashes): off the loop.
-                out = await asyncio.to_thread(server.step, token)
+                await asyncio.to_thread(server.check, user, password, cred)
+                out = b""
+            elif not server.started:
+                user = server.client_first(token)
+                out = server.server_first(await lookup(user, server.mechanism))
             else:
-                out = server.step(token)
+                out = server.client_final(token)
         except SaslFailure as e:
             self._fail()
             log.info("kafka listener: SASL %s authentication failed: %s", server.mechanism, e)

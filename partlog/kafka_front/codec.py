@@ -69,6 +69,8 @@ API_KEYS: dict[int, str] = {
     28: "TxnOffsetCommit",
     32: "DescribeConfigs",
     36: "SaslAuthenticate",
+    50: "DescribeUserScramCredentials",
+    51: "AlterUserScramCredentials",
     65: "DescribeTransactions",
     66: "ListTransactions",
 }

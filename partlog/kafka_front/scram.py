@@ -2,10 +2,12 @@
 SCRAM-SHA-512 (RFC 5802, RFC 7677) and PLAIN (RFC 4616), as Kafka's
 ScramSaslServer and PlainSaslServer.
 
-A server is fed the client's tokens one at a time (``step``) and returns
-the token to send back; a bad token raises :class:`SaslFailure` and the
-exchange is over (the listener answers SASL_AUTHENTICATION_FAILED and
-closes the connection).  Randomness comes in as a value (the server nonce)
+A server is fed the client's tokens one at a time and returns the token
+to send back; between reading the user's name and answering, the caller
+looks the user's credential up (an await on the cluster metadata, outside
+this module).  A bad token raises :class:`SaslFailure` and the exchange
+is over (the listener answers SASL_AUTHENTICATION_FAILED and closes the
+connection).  Randomness comes in as a value (the server nonce)
 so tests replay an exchange exactly.
 
 Credentials are SCRAM's (RFC 5802 section 3): a salt, an iteration count,
@@ -20,21 +22,16 @@ import base64
 import hashlib
 import hmac
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Protocol
 
-# Kafka's ScramMechanism: the hash and the least iteration count it takes.
-HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+from partlog.kafka.scram_credential import HASHES, USER_CHARS_MAX, ScramCredential
+
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-SCRAM_ITERATIONS_MIN = 4096
-SCRAM_ITERATIONS_MAX = 16_384  # Kafka's limit too (KIP-554)
 # A SASL token larger than this fails the exchange: SCRAM's messages are a
 # name, two nonces and a proof (a few hundred bytes); PLAIN's two names and
 # a password.  Kafka bounds them at sasl.server.max.receive.size (512 KiB)
 # for every mechanism; none of these needs more than this.
 SASL_TOKEN_BYTES_MAX = 4096
-NAME_CHARS_MAX = 256
 _ATTR = re.compile(r"^[a-zA-Z]=")
 
 
@@ -43,51 +40,16 @@ class SaslFailure(Exception):
     (Kafka's SaslAuthenticationException), so it says no more than Kafka's."""
 
 
-@dataclass(frozen=True, slots=True)
-class ScramCredential:
-    """What the cluster keeps for one user and mechanism."""
-
-    mechanism: str
-    salt: bytes
-    iterations: int
-    stored_key: bytes
-    server_key: bytes
-
-    @classmethod
-    def from_password(cls, mechanism: str, password: str, salt: bytes, iterations: int) -> ScramCredential:
-        salted = salted_password(mechanism, password.encode(), salt, iterations)
-        algo = HASHES[mechanism]
-        client_key = hmac.digest(salted, b"Client Key", algo)
-        return cls(
-            mechanism,
-            salt,
-            iterations,
-            hashlib.new(algo, client_key).digest(),
-            hmac.digest(salted, b"Server Key", algo),
-        )
-
-    def password_matches(self, password: str) -> bool:
-        """Whether ``password`` derives this credential (PLAIN's check)."""
-        other = ScramCredential.from_password(self.mechanism, password, self.salt, self.iterations)
-        return hmac.compare_digest(other.stored_key, self.stored_key)
-
-
-def salted_password(mechanism: str, password: bytes, salt: bytes, iterations: int) -> bytes:
-    if mechanism not in HASHES:
-        raise ValueError(f"not a SCRAM mechanism: {mechanism!r}")
-    if not SCRAM_ITERATIONS_MIN <= iterations <= SCRAM_ITERATIONS_MAX:
-        raise ValueError(f"{mechanism} iterations must be in [{SCRAM_ITERATIONS_MIN}, {SCRAM_ITERATIONS_MAX}]")
-    return hashlib.pbkdf2_hmac(HASHES[mechanism], password, salt, iterations)
-
-
 class CredentialLookup(Protocol):
-    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None: ...
+    """Where the listener finds a user's credential (the cluster metadata)."""
+
+    async def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None: ...
 
 
 class NoCredentials:
     """No users: every SASL exchange fails."""
 
-    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+    async def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         return None
 
 
@@ -97,21 +59,8 @@ class StaticCredentials:
     def __init__(self, creds: dict[tuple[str, str], ScramCredential] | None = None) -> None:
         self.creds = dict(creds or {})
 
-    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+    async def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         return self.creds.get((user, mechanism))
-
-
-class SaslServer(Protocol):
-    mechanism: str
-
-    def step(self, token: bytes) -> bytes:
-        """The answer to the client's next token; SaslFailure ends the exchange."""
-        ...
-
-    @property
-    def user(self) -> str | None:
-        """The authenticated user, once complete; None before."""
-        ...
 
 
 def _check_size(token: bytes) -> None:
@@ -120,23 +69,21 @@ def _check_size(token: bytes) -> None:
 
 
 class PlainServer:
-    """PLAIN: one token ``authzid NUL authcid NUL password``."""
+    """PLAIN: one token ``authzid NUL authcid NUL password``.  ``read`` it,
+    look the user's credential up, then ``check`` (a key derivation: run it
+    off the event loop)."""
 
     mechanism = "PLAIN"
 
-    def __init__(self, credentials: CredentialLookup) -> None:
-        self._credentials = credentials
-        self._user: str | None = None
-        self._done = False
+    def __init__(self) -> None:
+        self.user: str | None = None
+        self._read = False
 
-    @property
-    def user(self) -> str | None:
-        return self._user
-
-    def step(self, token: bytes) -> bytes:
-        if self._done:
+    def read(self, token: bytes) -> tuple[str, str]:
+        """The user and the password; SaslFailure when malformed."""
+        if self._read:
             raise SaslFailure("Authentication failed: PLAIN takes one message")
-        self._done = True
+        self._read = True
         _check_size(token)
         try:
             parts = token.decode("utf-8").split("\0")
@@ -153,32 +100,30 @@ class PlainServer:
             raise SaslFailure(
                 "Authentication failed: Client requested an authorization id that is different from username"
             )
-        for mechanism in ("SCRAM-SHA-512", "SCRAM-SHA-256"):
-            cred = self._credentials.scram_credential(user, mechanism)
-            if cred is not None:
-                if cred.password_matches(password):
-                    self._user = user
-                    return b""
-                break
-        raise SaslFailure("Authentication failed: Invalid username or password")
+        return user, password
+
+    def check(self, user: str, password: str, cred: ScramCredential | None) -> None:
+        if cred is None or not cred.password_matches(password):
+            raise SaslFailure("Authentication failed: Invalid username or password")
+        self.user = user
 
 
 class ScramServer:
-    """One SCRAM exchange: client-first, server-first, client-final,
-    server-final.  ``nonce`` is the server's half of the nonce (printable,
-    no comma), drawn by the caller."""
+    """One SCRAM exchange: ``client_first`` (the user's name), then
+    ``server_first`` with that user's credential, then ``client_final``
+    (server-final).  ``nonce`` is the server's half of the nonce
+    (printable, no comma), drawn by the caller."""
 
-    def __init__(self, mechanism: str, credentials: CredentialLookup, nonce: str) -> None:
+    def __init__(self, mechanism: str, nonce: str) -> None:
         if mechanism not in HASHES:
             raise ValueError(f"not a SCRAM mechanism: {mechanism!r}")
         if not nonce or "," in nonce or not nonce.isprintable():
             raise ValueError("the server nonce must be printable, without a comma")
         self.mechanism = mechanism
         self._algo = HASHES[mechanism]
-        self._credentials = credentials
         self._server_nonce = nonce
         self._state = "first"
-        self._user: str | None = None
+        self._user = ""
         self._cred: ScramCredential | None = None
         self._client_first_bare = ""
         self._server_first = ""
@@ -189,24 +134,21 @@ class ScramServer:
     def user(self) -> str | None:
         return self._user if self._state == "done" else None
 
-    def step(self, token: bytes) -> bytes:
-        state, self._state = self._state, "failed"  # any exception leaves it failed
-        _check_size(token)
-        try:
-            text = token.decode("utf-8")
-        except UnicodeDecodeError:
-            raise SaslFailure("Authentication failed: SCRAM message is not UTF-8") from None
-        if state == "first":
-            out = self._client_first(text)
-            self._state = "final"
-            return out
-        if state == "final":
-            out = self._client_final(text)
-            self._state = "done"
-            return out
-        raise SaslFailure(f"Authentication failed: unexpected SCRAM message in state {state}")
+    @property
+    def started(self) -> bool:
+        """Whether the client-first message was taken."""
+        return self._state != "first"
 
-    def _client_first(self, text: str) -> bytes:
+    def _expect(self, state: str) -> None:
+        if self._state != state:
+            self._state = "failed"
+            raise SaslFailure("Authentication failed: unexpected SCRAM message")
+        self._state = "failed"  # until the step succeeds
+
+    def client_first(self, token: bytes) -> str:
+        """The user the client names; SaslFailure when malformed."""
+        self._expect("first")
+        text = _text(token)
         # gs2-header: "n,," or "y,," (no channel binding; Kafka refuses "p=").
         # An authzid ("a=...") must be the user itself, as Kafka checks.
         parts = text.split(",", 2)
@@ -217,29 +159,35 @@ class ScramServer:
             raise SaslFailure("Authentication failed: invalid SCRAM client first message (authzid)")
         bare = parts[2]
         attrs = _attributes(bare, "client first")
-        if len(attrs) < 2 or attrs[0][0] != "n" or attrs[1][0] != "r":
-            raise SaslFailure("Authentication failed: invalid SCRAM client first message")
         # Extensions after r= (Kafka's tokenauth) are not served: refused.
-        if any(k != "n" and k != "r" for k, _ in attrs) or len(attrs) != 2:
-            raise SaslFailure("Authentication failed: SCRAM extensions are not supported")
+        if len(attrs) != 2 or attrs[0][0] != "n" or attrs[1][0] != "r":
+            raise SaslFailure("Authentication failed: invalid SCRAM client first message")
         user = _sasl_name(attrs[0][1])
         client_nonce = attrs[1][1]
         if not client_nonce or not client_nonce.isprintable():
             raise SaslFailure("Authentication failed: invalid SCRAM client nonce")
         if authzid and _sasl_name(authzid[2:]) != user:
             raise SaslFailure("Authentication failed: Invalid user credentials")
-        cred = self._credentials.scram_credential(user, self.mechanism)
-        if cred is None:
-            raise SaslFailure("Authentication failed: Invalid user credentials")
-        self._user, self._cred = user, cred
+        self._user = user
         self._gs2 = f"{parts[0]},{authzid},"
         self._client_first_bare = bare
         self._nonce = client_nonce + self._server_nonce
+        self._state = "lookup"
+        return user
+
+    def server_first(self, cred: ScramCredential | None) -> bytes:
+        self._expect("lookup")
+        if cred is None or cred.mechanism != self.mechanism:
+            raise SaslFailure("Authentication failed: Invalid user credentials")
+        self._cred = cred
         salt = base64.b64encode(cred.salt).decode()
         self._server_first = f"r={self._nonce},s={salt},i={cred.iterations}"
+        self._state = "final"
         return self._server_first.encode()
 
-    def _client_final(self, text: str) -> bytes:
+    def client_final(self, token: bytes) -> bytes:
+        self._expect("final")
+        text = _text(token)
         attrs = _attributes(text, "client final")
         if len(attrs) < 3 or attrs[0][0] != "c" or attrs[1][0] != "r" or attrs[-1][0] != "p":
             raise SaslFailure("Authentication failed: invalid SCRAM client final message")
@@ -262,8 +210,16 @@ class ScramServer:
         client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
         if not hmac.compare_digest(hashlib.new(self._algo, client_key).digest(), cred.stored_key):
             raise SaslFailure("Authentication failed: Invalid user credentials")
-        server_signature = hmac.digest(cred.server_key, auth_message, self._algo)
-        return b"v=" + base64.b64encode(server_signature)
+        self._state = "done"
+        return b"v=" + base64.b64encode(hmac.digest(cred.server_key, auth_message, self._algo))
+
+
+def _text(token: bytes) -> str:
+    _check_size(token)
+    try:
+        return token.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SaslFailure("Authentication failed: SCRAM message is not UTF-8") from None
 
 
 def _attributes(text: str, what: str) -> list[tuple[str, str]]:
@@ -277,33 +233,20 @@ def _attributes(text: str, what: str) -> list[tuple[str, str]]:
 
 def _sasl_name(raw: str) -> str:
     """RFC 5802's saslname: "=2C" is a comma, "=3D" an equals sign."""
-    if len(raw) > NAME_CHARS_MAX or not raw:
+    if len(raw) > USER_CHARS_MAX or not raw:
         raise SaslFailure("Authentication failed: invalid SCRAM user name")
     if re.search(r"=(?!2C|3D)", raw):
         raise SaslFailure("Authentication failed: invalid SCRAM user name (escape)")
     return raw.replace("=2C", ",").replace("=3D", "=")
 
 
-def new_server(mechanism: str, credentials: CredentialLookup, nonce: Callable[[], str]) -> SaslServer:
-    if mechanism == "PLAIN":
-        return PlainServer(credentials)
-    return ScramServer(mechanism, credentials, nonce())
-
-
 __all__ = [
-    "HASHES",
     "MECHANISMS",
     "SASL_TOKEN_BYTES_MAX",
-    "SCRAM_ITERATIONS_MAX",
-    "SCRAM_ITERATIONS_MIN",
     "CredentialLookup",
     "NoCredentials",
     "PlainServer",
     "SaslFailure",
-    "SaslServer",
-    "ScramCredential",
     "ScramServer",
     "StaticCredentials",
-    "new_server",
-    "salted_password",
 ]

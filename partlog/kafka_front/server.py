@@ -61,6 +61,7 @@ from partlog.kafka_front.handler import Session
 from partlog.kafka_front.listeners import ListenerSecurity, ListenerSpec, SecurityProtocol
 from partlog.kafka_front.port import BrokerPort
 from partlog.kafka_front.principal import NoMatchingRule, rfc2253
+from partlog.kafka_front.scram_apis import CredentialAdmin, NoCredentialAdmin, ScramApis
 from partlog.kafka_front.txn_coordinator import STEPS as TXN_STEPS
 from partlog.kafka_front.txn_coordinator import TxnCoordinator
 from partlog.txn.coordinator import TRANSACTIONAL_IDS_MAX
@@ -265,6 +266,9 @@ class KafkaListener:
         self._entropy = broker.entropy
         self.clock = broker.clock  # idle and frame deadlines
         self.apis = KafkaApis(broker, config, self.limits.kafka_configs())
+        creds = self.security.credentials
+        admin = creds if isinstance(creds, CredentialAdmin) else NoCredentialAdmin()
+        self.apis.handlers.update(ScramApis(admin).handlers())  # KIP-554
         self.host = self.specs[0].host
         self.port = self.specs[0].port  # the first listener's (0 until bound)
         # Each listener's bound port, by its name.

@@ -33,10 +33,12 @@ from partlog.controller.cluster_meta import BrokerInfo, StaticMetadata
 from partlog.controller.core import ControllerConfig
 from partlog.controller.etcd_layout import parse_etcd_url
 from partlog.controller.etcd_meta import EtcdMetadata
+from partlog.controller.scram_client import ControllerScramCredentials
 from partlog.controller.server import ControllerServer
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
 from partlog.kafka_front.listeners import ListenerSecurity, ListenerSpec, SecurityProtocol
+from partlog.kafka_front.scram import NoCredentials
 from partlog.node import BrokerNode, NodeConfig
 from partlog.produce.pipeline import ProduceConfig, SendCommit
 from partlog.replication.stats import ReplicationStats
@@ -239,11 +241,19 @@ class LocalCluster:
             self.config(me),
             kafka_port=self.kafka_ports.get(broker_id),
             kafka_listeners=listeners,
-            kafka_security=self.opts.kafka_security or ListenerSecurity(),
+            kafka_security=self._kafka_security(source),
         )
         node = BrokerNode(config, source, self.objects, make_broker=make)
         await node.start()
         self.brokers[broker_id], self._sources[broker_id], self.nodes[broker_id] = node.broker, source, node
+
+    def _kafka_security(self, source: Any) -> ListenerSecurity:
+        """The options' listener security; credentials from the controller
+        unless the options hold their own."""
+        security = self.opts.kafka_security or ListenerSecurity()
+        if isinstance(security.credentials, NoCredentials) and isinstance(source, ControllerMetadata):
+            security = replace(security, credentials=ControllerScramCredentials(source))
+        return security
 
     async def kill(self, broker_id: int) -> None:
         """Stop a broker abruptly: no leadership handover, no goodbye to the controller."""

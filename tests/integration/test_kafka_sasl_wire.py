@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from partlog.kafka.scram_credential import ScramCredential
 from partlog.kafka_front.listeners import ListenerSecurity
-from partlog.kafka_front.scram import ScramCredential, StaticCredentials
+from partlog.kafka_front.scram import StaticCredentials
 from tests.kafka_helpers import API_VERSIONS_V0, ClusterThread, kio_answer, kio_request, read_frame
 
 _CREDS = StaticCredentials({("bob", "SCRAM-SHA-512"): ScramCredential.from_password("SCRAM-SHA-512", "pw", b"s", 4096)})

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from partlog.kafka.scram_credential import ScramCredential
 from partlog.kafka_front.listeners import ClientAuth, ListenerSecurity, ListenerTls
-from partlog.kafka_front.scram import ScramCredential, StaticCredentials
+from partlog.kafka_front.scram import StaticCredentials
 from partlog.tools.local_cluster import TOPIC
 from tests.kafka_helpers import ClusterThread
 
