@@ -161,7 +161,10 @@ class ListenerSecurity:
             )
         if type(self.auth_deadline_ms) is not int or self.auth_deadline_ms <= 0:
             raise ListenerConfigError(f"auth_deadline_ms must be a positive integer, got {self.auth_deadline_ms!r}")
-        PrincipalMapper.parse(self.principal_rules)  # ListenerConfigError (a ValueError) when malformed
+        try:
+            PrincipalMapper.parse(self.principal_rules)
+        except ValueError as e:
+            raise ListenerConfigError(str(e)) from None
 
     def mapper(self) -> PrincipalMapper:
         return PrincipalMapper.parse(self.principal_rules)

@@ -11,7 +11,19 @@ import argparse
 import sys
 
 from partlog import __version__
-from partlog.tools.cmd import bench, broker, cluster, cluster_id, consume, controller, metadata, produce, topics, wal
+from partlog.tools.cmd import (
+    bench,
+    broker,
+    cluster,
+    cluster_id,
+    consume,
+    controller,
+    metadata,
+    produce,
+    topics,
+    users,
+    wal,
+)
 from partlog.util.cli_errors import OneLineArgumentParser, run_cli, take_debug_flag
 from partlog.util.malloc import limit_malloc_arenas
 
@@ -21,6 +33,7 @@ COMMANDS = {
     "bench": bench,
     "controller": controller,
     "topics": topics,
+    "users": users,
     "cluster": cluster,
     "produce": produce,
     "consume": consume,
