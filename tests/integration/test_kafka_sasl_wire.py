@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from partlog.kafka.scram_credential import ScramCredential
 from partlog.kafka_front.listeners import ListenerSecurity
@@ -167,4 +169,26 @@ def test_scram_sha_512_by_hand(cluster: ClusterThread, tmp_path: Path) -> None:
         server_key = hmac.digest(salted, b"Server Key", "sha512")
         assert last == b"v=" + base64.b64encode(hmac.digest(server_key, auth, "sha512"))
         s.sendall(METADATA)
+        assert read_frame(s) is not None
+
+
+@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(mechanism=st.sampled_from(["PLAIN", "SCRAM-SHA-512"]), tokens=st.lists(st.binary(max_size=600), min_size=1,
+                                                                              max_size=3))  # fmt: skip
+def test_hostile_sasl_tokens_cost_their_connection_only(cluster: ClusterThread, mechanism: str,
+                                                        tokens: list[bytes]) -> None:  # fmt: skip
+    port = _ports(cluster, 1)["SASL_PLAINTEXT"]
+    with _connect(port) as s:
+        assert _handshake(s, mechanism) == 0
+        for t in tokens:
+            s.sendall(kio_request(36, 2, 3, {"auth_bytes": t}))
+            frame = read_frame(s)
+            if frame is None:
+                break
+            if kio_answer(36, 2, frame).error_code == 58:
+                assert _closed(s)
+                break
+    # Another client is served as before.
+    with _connect(port) as s:
+        s.sendall(API_VERSIONS_V0)
         assert read_frame(s) is not None
