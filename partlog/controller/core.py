@@ -101,6 +101,7 @@ from partlog.controller.model import (
 )
 from partlog.controller.producer_ids import ProducerIdManager, ProducerIdsExhaustedError
 from partlog.controller.rules import after_fencing, assign_replicas, bump, preferred, valid_topic_name
+from partlog.controller.scram_store import ScramStore
 from partlog.controller.state_store import ControllerStateError, ControllerStateStore
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock
@@ -274,6 +275,13 @@ class Controller:
         except BaseException:
             self._store.close()
             raise
+        try:
+            # KIP-554's credentials, beside the metadata (the server serves them).
+            self.scram = ScramStore(os.path.join(os.fspath(config.data_dir), "scram_credentials"))
+        except BaseException:
+            self._pids.close()
+            self._store.close()
+            raise
         self.version = 0
         self.cluster_id = uuid.UUID(int=0)  # set by _load
         self._broker_epoch_last = 0
@@ -379,6 +387,7 @@ class Controller:
         self._snapshot = None
 
     def close(self) -> None:
+        self.scram.close()
         self._pids.close()
         self._store.close()  # releases the directory
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import ssl as ssl_module
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -43,7 +42,7 @@ from typing import Any, TypeVar
 from partlog.controller.cluster_meta import NO_LEADER, TopicInfo
 from partlog.controller.core import Controller, ControllerConfig
 from partlog.controller.model import BrokerFenced, BrokerRegistered, IsrChanged, LeaderChanged, TopicDeleted
-from partlog.controller.scram_store import CONTROLLER_SCRAM_SCHEMAS, ScramStore, scram_handlers
+from partlog.controller.scram_store import CONTROLLER_SCRAM_SCHEMAS, scram_handlers
 from partlog.controller.wire import (
     dec_alter_partition,
     dec_broker_epoch,
@@ -131,10 +130,8 @@ class ControllerServer:
             Controller, self.config, now_ms=self.clock.wall_ms(), new_uuid=self.entropy.uuid4
         )
         self._publish()
-        # KIP-554's credentials, beside the metadata (partlog.controller.scram_store).
-        self._scram = ScramStore(os.path.join(self.config.data_dir, "scram_credentials"))
         handlers: dict[str, Callable[[Any], Awaitable[Any]]] = {
-            **scram_handlers(self._scram),
+            **scram_handlers(self._controller.scram),  # KIP-554's credentials
             "register_broker": self._handle_register,
             "heartbeat": self._handle_heartbeat,
             "metadata_poll": self._handle_metadata_poll,
@@ -160,7 +157,6 @@ class ControllerServer:
         except BaseException:
             await asyncio.to_thread(self._controller.close)
             self._controller = None
-            self._scram.close()
             raise
         self.port = self._server.port
         self._tick_task = asyncio.create_task(self._tick_loop())
@@ -187,7 +183,6 @@ class ControllerServer:
             if self._controller is not None:
                 await asyncio.to_thread(self._controller.close)
                 self._controller = None
-                self._scram.close()
         log.info("controller stopped port=%d", self.port)
 
     # ------------------------------------------------------------ plumbing
