@@ -18,7 +18,8 @@ does not exist RESOURCE_NOT_FOUND.
 RPCs (``CONTROLLER_SCRAM_SCHEMAS``): ``scram_credential`` (a broker's
 lookup when a client authenticates), ``alter_scram_credentials`` and
 ``describe_scram_credentials`` (the Kafka front's KIP-554 APIs and
-``partlog users``).  The etcd back end does not hold credentials yet.
+``partlog users``).  A cluster on etcd keeps the same values there
+(:mod:`partlog.controller.etcd_scram`), checked by the same functions.
 """
 
 from __future__ import annotations
@@ -120,52 +121,23 @@ class ScramStore:
             raw = txn.get(_key(user, mechanism))
         if raw is None:
             return None
-        salt, iterations, stored_key, server_key = msgpack.unpackb(raw)
-        return ScramCredential(name, salt, iterations, stored_key, server_key)
+        return dec_credential_value(name, raw)
 
     def alter(self, deletions: Sequence[tuple[str, int]], upsertions: Sequence[Upsertion]) -> list[UserResult]:
         """Validate, then apply each user's changes whose checks all passed
         (in one durable write); one result per user named, in first-named order."""
-        pairs = [(u, m) for u, m in deletions] + [(x.user, x.mechanism) for x in upsertions]
-        errors: dict[str, tuple[Errors, str]] = {}
-        twice = (Errors.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request")
-        for pair, n in Counter(pairs).items():
-            if n > 1:
-                errors.setdefault(pair[0], twice)
         with self._env.begin(db=self._db) as txn:
-            for user, mechanism in deletions:
-                problem = _check(user, mechanism)
-                if problem is None and txn.get(_key(user, mechanism)) is None:
-                    problem = (Errors.RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist")
-                if problem is not None:
-                    errors.setdefault(user, problem)
+            present = {(u, m) for u, m in deletions if _check(u, m) is None and txn.get(_key(u, m)) is not None}
             known = _users(txn)
-        for x in upsertions:
-            problem = _check(x.user, x.mechanism)
-            if problem is None and x.iterations < SCRAM_ITERATIONS_MIN:
-                problem = (Errors.UNACCEPTABLE_CREDENTIAL, "Too few iterations")
-            if problem is None and x.iterations > SCRAM_ITERATIONS_MAX:
-                problem = (Errors.UNACCEPTABLE_CREDENTIAL, "Too many iterations")
-            if problem is None and x.user not in known and len(known) >= USERS_MAX:
-                problem = (Errors.UNACCEPTABLE_CREDENTIAL, f"More than {USERS_MAX} users")
-            if problem is not None:
-                errors.setdefault(x.user, problem)
+        errors = check_alterations(deletions, upsertions, present, known)
         with self._env.begin(write=True, db=self._db) as txn:
             for user, mechanism in deletions:
                 if user not in errors:
                     txn.delete(_key(user, mechanism))
             for x in upsertions:
                 if x.user not in errors:
-                    cred = ScramCredential.from_salted_password(
-                        MECHANISM_NAMES[x.mechanism], x.salted_password, x.salt, x.iterations
-                    )
-                    value = [cred.salt, cred.iterations, cred.stored_key, cred.server_key]
-                    txn.put(_key(x.user, x.mechanism), msgpack.packb(value, use_bin_type=True))
-        out = []
-        for user in dict.fromkeys(u for u, _ in pairs):
-            error, message = errors.get(user, (Errors.NONE, ""))
-            out.append(UserResult(user, error, message or None))
-        return out
+                    txn.put(_key(x.user, x.mechanism), enc_credential(credential_of(x)))
+        return user_results(deletions, upsertions, errors)
 
     def describe(self, users: Sequence[str] | None) -> list[UserCredentials]:
         """Every user's mechanisms and iterations (``users`` None: all of them)."""
@@ -174,19 +146,84 @@ class ScramStore:
             for key, raw in txn.cursor():
                 name, _, mech = bytes(key).rpartition(b"\0")
                 found.setdefault(name.decode(), []).append((mech[0], msgpack.unpackb(raw)[1]))
-        if users is None:
-            return [UserCredentials(u, Errors.NONE, None, tuple(found[u])) for u in sorted(found)]
-        out = []
-        counts = Counter(users)
-        for user in counts:
-            if counts[user] > 1:
-                out.append(UserCredentials(user, Errors.DUPLICATE_RESOURCE, "Cannot describe the same user twice"))
-            elif user not in found:
-                out.append(UserCredentials(user, Errors.RESOURCE_NOT_FOUND,
-                                           "Attempt to describe a user credential that does not exist"))  # fmt: skip
-            else:
-                out.append(UserCredentials(user, Errors.NONE, None, tuple(found[user])))
-        return out
+        return describe_found(found, users)
+
+
+def check_alterations(
+    deletions: Sequence[tuple[str, int]],
+    upsertions: Sequence[Upsertion],
+    present: set[tuple[str, int]],
+    known_users: set[str],
+) -> dict[str, tuple[Errors, str]]:
+    """Each user whose alterations fail, with the first failure, as Kafka's
+    controller checks them: ``present`` holds the (user, mechanism) pairs
+    deleted that exist, ``known_users`` the users holding any credential."""
+    errors: dict[str, tuple[Errors, str]] = {}
+    pairs = [(u, m) for u, m in deletions] + [(x.user, x.mechanism) for x in upsertions]
+    twice = (Errors.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request")
+    for pair, n in Counter(pairs).items():
+        if n > 1:
+            errors.setdefault(pair[0], twice)
+    for user, mechanism in deletions:
+        problem = _check(user, mechanism)
+        if problem is None and (user, mechanism) not in present:
+            problem = (Errors.RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist")
+        if problem is not None:
+            errors.setdefault(user, problem)
+    for x in upsertions:
+        problem = _check(x.user, x.mechanism)
+        if problem is None and x.iterations < SCRAM_ITERATIONS_MIN:
+            problem = (Errors.UNACCEPTABLE_CREDENTIAL, "Too few iterations")
+        if problem is None and x.iterations > SCRAM_ITERATIONS_MAX:
+            problem = (Errors.UNACCEPTABLE_CREDENTIAL, "Too many iterations")
+        if problem is None and x.user not in known_users and len(known_users) >= USERS_MAX:
+            problem = (Errors.UNACCEPTABLE_CREDENTIAL, f"More than {USERS_MAX} users")
+        if problem is not None:
+            errors.setdefault(x.user, problem)
+    return errors
+
+
+def user_results(
+    deletions: Sequence[tuple[str, int]], upsertions: Sequence[Upsertion], errors: dict[str, tuple[Errors, str]]
+) -> list[UserResult]:
+    """One result per user named, in first-named order."""
+    users = dict.fromkeys([u for u, _ in deletions] + [x.user for x in upsertions])
+    out = []
+    for user in users:
+        error, message = errors.get(user, (Errors.NONE, ""))
+        out.append(UserResult(user, error, message or None))
+    return out
+
+
+def describe_found(found: dict[str, list[tuple[int, int]]], users: Sequence[str] | None) -> list[UserCredentials]:
+    """DescribeUserScramCredentials' results from every user's (mechanism, iterations)."""
+    if users is None:
+        return [UserCredentials(u, Errors.NONE, None, tuple(found[u])) for u in sorted(found)]
+    out = []
+    counts = Counter(users)
+    for user in counts:
+        if counts[user] > 1:
+            out.append(UserCredentials(user, Errors.DUPLICATE_RESOURCE, "Cannot describe the same user twice"))
+        elif user not in found:
+            out.append(UserCredentials(user, Errors.RESOURCE_NOT_FOUND,
+                                       "Attempt to describe a user credential that does not exist"))  # fmt: skip
+        else:
+            out.append(UserCredentials(user, Errors.NONE, None, tuple(found[user])))
+    return out
+
+
+def credential_of(x: Upsertion) -> ScramCredential:
+    return ScramCredential.from_salted_password(MECHANISM_NAMES[x.mechanism], x.salted_password, x.salt, x.iterations)
+
+
+def enc_credential(cred: ScramCredential) -> bytes:
+    value = [cred.salt, cred.iterations, cred.stored_key, cred.server_key]
+    return bytes(msgpack.packb(value, use_bin_type=True))
+
+
+def dec_credential_value(mechanism: str, raw: bytes) -> ScramCredential:
+    salt, iterations, stored_key, server_key = msgpack.unpackb(raw)
+    return ScramCredential(mechanism, salt, iterations, stored_key, server_key)
 
 
 def _key(user: str, mechanism: int) -> bytes:
@@ -281,8 +318,14 @@ __all__ = [
     "Upsertion",
     "UserCredentials",
     "UserResult",
+    "check_alterations",
+    "credential_of",
     "dec_alter_results",
     "dec_credential",
+    "dec_credential_value",
     "dec_describe_results",
+    "describe_found",
+    "enc_credential",
     "scram_handlers",
+    "user_results",
 ]

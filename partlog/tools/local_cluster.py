@@ -33,6 +33,7 @@ from partlog.controller.cluster_meta import BrokerInfo, StaticMetadata
 from partlog.controller.core import ControllerConfig
 from partlog.controller.etcd_layout import parse_etcd_url
 from partlog.controller.etcd_meta import EtcdMetadata
+from partlog.controller.etcd_scram import EtcdScramCredentials
 from partlog.controller.scram_client import ControllerScramCredentials
 from partlog.controller.server import ControllerServer
 from partlog.kafka.errors import Errors
@@ -251,8 +252,11 @@ class LocalCluster:
         """The options' listener security; credentials from the controller
         unless the options hold their own."""
         security = self.opts.kafka_security or ListenerSecurity()
-        if isinstance(security.credentials, NoCredentials) and isinstance(source, ControllerMetadata):
-            security = replace(security, credentials=ControllerScramCredentials(source))
+        if isinstance(security.credentials, NoCredentials):
+            if isinstance(source, ControllerMetadata):
+                security = replace(security, credentials=ControllerScramCredentials(source))
+            elif isinstance(source, EtcdMetadata):
+                security = replace(security, credentials=EtcdScramCredentials(source.conn, source.keys))
         return security
 
     async def kill(self, broker_id: int) -> None:

@@ -5,6 +5,9 @@ user then authenticating over SASL_PLAINTEXT with SCRAM and PLAIN."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -107,3 +110,42 @@ def test_kip_554_from_confluent_then_the_user_authenticates(cluster: ClusterThre
     ).values():
         f.result(10)
     assert not sasl_ok("SCRAM-SHA-256", "carol-pw")
+
+
+@pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd is not installed")
+def test_on_etcd_kip_554_and_partlog_users_then_sasl(tmp_path: Path) -> None:
+    """A cluster whose metadata is on etcd keeps its users there: KIP-554
+    from confluent's admin client and ``partlog users`` both reach them."""
+    from confluent_kafka.admin import AdminClient
+
+    from partlog.kafka_front.listeners import ListenerSecurity
+
+    security = ListenerSecurity(sasl_mechanisms=("SCRAM-SHA-512",))
+    c = ClusterThread(str(tmp_path / "c"), azs=1, brokers_per_az=1, partitions=1, metadata="etcd",
+                      kafka_protocol="PLAINTEXT,SASL_PLAINTEXT", kafka_security=security)  # fmt: skip
+    try:
+        ports = {s.name: s.port for s in c.cluster.kafka_listeners[1]}
+        added = subprocess.run(
+            [sys.executable, "-m", "partlog", "users", "add", "dave", "--metadata", c.cluster.etcd_url,
+             "--mechanism", "SCRAM-SHA-512"],
+            input="dave-pw\n", capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert added.returncode == 0, added.stderr
+        ck: Any = confluent_kafka.admin
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{ports['PLAINTEXT']}"})
+        asked: Any = admin.describe_user_scram_credentials(["dave", "nobody"])
+        assert [(i.mechanism, i.iterations) for i in asked["dave"].result(10).scram_credential_infos] == [
+            (ck.ScramMechanism.SCRAM_SHA_512, 4096)
+        ]
+        with pytest.raises(confluent_kafka.KafkaException):
+            asked["nobody"].result(10)
+        conf: dict[str, Any] = {
+            "bootstrap.servers": f"127.0.0.1:{ports['SASL_PLAINTEXT']}",
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanisms": "SCRAM-SHA-512",
+            "sasl.username": "dave",
+            "sasl.password": "dave-pw",
+        }
+        AdminClient(conf).list_topics(timeout=10)  # authenticated
+    finally:
+        c.close()

@@ -275,12 +275,16 @@ def run(args: argparse.Namespace) -> int:
         else:
             source = meta
         config = node_config
-        if controller_source is not None and args.metadata is None:
-            # SCRAM users live in the controller (partlog users); with etcd
-            # there are none yet.
+        if controller_source is not None:
+            # SCRAM users live in the controller or etcd (partlog users).
+            from partlog.controller.etcd_scram import EtcdScramCredentials
             from partlog.controller.scram_client import ControllerScramCredentials
 
-            creds = ControllerScramCredentials(controller_source)
+            creds: Any = (
+                EtcdScramCredentials(controller_source.conn, controller_source.keys)
+                if args.metadata is not None
+                else ControllerScramCredentials(controller_source)
+            )
             config = replace(config, kafka_security=replace(security, credentials=creds))
         broker = BrokerNode(config, source, store)
         try:

@@ -51,7 +51,7 @@ def add_listener_args(p: argparse.ArgumentParser) -> None:
         default="SCRAM-SHA-512,SCRAM-SHA-256",
         metavar="M[,...]",
         help="sasl.enabled.mechanisms of the SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 "
-        "(default SCRAM-SHA-512,SCRAM-SHA-256; users: partlog users)",
+        "(default SCRAM-SHA-512,SCRAM-SHA-256; users: partlog users, kept by the controller or etcd)",
     )
     g.add_argument(
         "--kafka-auth-deadline-ms",

@@ -1,5 +1,5 @@
 """``partlog users add|delete|list``: SCRAM users of the Kafka listeners'
-SASL authentication, kept by the controller (KIP-554's credentials:
+SASL authentication, kept by the controller or etcd (KIP-554's credentials:
 salt, iterations and derived keys, never the password).  The password is
 read from ``--password-file`` or standard input, never from the command
 line (where ``ps`` would show it)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from partlog.kafka.scram_credential import MECHANISM_IDS, MECHANISM_NAMES, SCRAM_ITERATIONS_MAX, SCRAM_ITERATIONS_MIN
 from partlog.rpc.secret import read_secret_file
@@ -52,7 +52,10 @@ def add_parser(sub: Subparsers) -> None:
                 choices=sorted(MECHANISM_IDS),
                 help="SCRAM mechanism, repeatable (default both)",
             )
-        p.add_argument("--controller", required=True, metavar="HOST:PORT", help="the controller's address")
+        p.add_argument("--controller", default=None, metavar="HOST:PORT", help="the controller's address")
+        p.add_argument(
+            "--metadata", default=None, metavar="etcd://HOST:PORT[,...][/PREFIX]", help="or the cluster's etcd"
+        )
         p.add_argument("--secret-file", default=None, help="file holding the shared secret of the controller's RPCs")
         p.add_argument("--cluster-id", default=None, metavar="UUID", help="refuse a controller of another cluster")
         add_tls(p)
@@ -82,14 +85,23 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     from partlog.controller.client import ControllerMetadata, ControllerUnavailableError
+    from partlog.controller.cluster_meta import MetadataError
     from partlog.controller.scram_client import ControllerScramCredentials
     from partlog.controller.scram_store import Upsertion
     from partlog.kafka.errors import Errors
     from partlog.kafka.scram_credential import salted_password
 
     what = f"partlog users {args.users}"
+    if (args.controller is None) == (args.metadata is None):
+        print(f"{what}: give exactly one of --controller HOST:PORT and --metadata etcd://...", file=sys.stderr)
+        return 2
     try:
-        host, port = host_port(args.controller)
+        if args.controller is not None:
+            host, port = host_port(args.controller)
+        else:
+            from partlog.controller.etcd_layout import parse_etcd_url
+
+            etcd_target = parse_etcd_url(args.metadata)
         password = _password(args) if args.users == "add" else ""
     except (ValueError, OSError) as e:
         print(f"{what}: {e}", file=sys.stderr)
@@ -98,19 +110,32 @@ def run(args: argparse.Namespace) -> int:
     secret = read_secret_file(args.secret_file)
     tls = tls_contexts(args)
     logging.getLogger("partlog.controller.client").setLevel(logging.ERROR)
+    logging.getLogger("partlog.controller.etcd_meta").setLevel(logging.ERROR)
 
     async def main() -> int:
-        client = ControllerMetadata(
-            host, port, cluster_id=cluster_id_arg(args.cluster_id), secret=secret, ssl=tls.client if tls else None
-        )
+        client: Any
+        if args.metadata is not None:
+            from partlog.controller.etcd_meta import EtcdMetadata
+
+            client = EtcdMetadata(etcd_target, cluster_id=cluster_id_arg(args.cluster_id))
+        else:
+            client = ControllerMetadata(
+                host, port, cluster_id=cluster_id_arg(args.cluster_id), secret=secret, ssl=tls.client if tls else None
+            )
         try:
             await client.start(timeout_ms=args.timeout_ms)
-        except ControllerUnavailableError as e:
+        except (ControllerUnavailableError, MetadataError) as e:
             await client.stop()
             print(f"{what}: {e}", file=sys.stderr)
             return 1
         try:
-            creds = ControllerScramCredentials(client)
+            creds: Any
+            if args.metadata is not None:
+                from partlog.controller.etcd_scram import EtcdScramCredentials
+
+                creds = EtcdScramCredentials(client.conn, client.keys)
+            else:
+                creds = ControllerScramCredentials(client)
             if args.users == "list":
                 listed = await creds.describe(args.names or None)
                 if isinstance(listed, Errors):
