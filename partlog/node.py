@@ -27,6 +27,7 @@ from partlog.controller.acls import ControllerAcls
 from partlog.controller.client import ControllerMetadata
 from partlog.controller.cluster_meta import MetadataSource
 from partlog.kafka_front.apis import FrontConfig
+from partlog.kafka_front.listeners import ListenerSecurity, ListenerSpec
 from partlog.kafka_front.server import KafkaListener, ListenerLimits
 from partlog.runtime import SYSTEM_CLOCK, SYSTEM_ENTROPY, Clock, Entropy
 from partlog.wal.objectstore import ObjectStore
@@ -42,6 +43,10 @@ class NodeConfig:
     kafka_port: int | None = None
     kafka: FrontConfig = field(default_factory=FrontConfig)
     kafka_limits: ListenerLimits = field(default_factory=ListenerLimits)
+    # Kafka's ``listeners`` (partlog.kafka_front.listeners): when given,
+    # these instead of one PLAINTEXT listener on ``kafka_port``.
+    kafka_listeners: tuple[ListenerSpec, ...] = ()
+    kafka_security: ListenerSecurity = field(default_factory=ListenerSecurity)
 
 
 class BrokerNode:
@@ -78,7 +83,7 @@ class BrokerNode:
 
     @property
     def kafka_port(self) -> int:
-        """The Kafka listener's port (0: none)."""
+        """The first Kafka listener's port (0: none)."""
         return self.kafka.port if self.kafka is not None else 0
 
     @property
@@ -89,23 +94,27 @@ class BrokerNode:
         """Bind the RPC port, then the Kafka port (``start`` does it when
         not done yet); an OSError names the port that failed."""
         await self.broker.listen()
-        if self.config.kafka_port is None or self.kafka is not None:
+        listeners = self.config.kafka_listeners
+        if (self.config.kafka_port is None and not listeners) or self.kafka is not None:
             return
         host = self.config.broker.host
         kafka = KafkaListener(
             self.broker,
             host=host,
-            port=self.config.kafka_port,
+            port=self.config.kafka_port or 0,
             config=self.config.kafka,
             limits=self.config.kafka_limits,
             registry=self.broker.metrics.registry,
             acl_source=self.acls,
+            listeners=listeners or None,
+            security=self.config.kafka_security,
         )
         try:
             await kafka.start()
         except OSError as e:
             await self.broker.unlisten()
-            raise OSError(e.errno, f"Kafka port {host}:{self.config.kafka_port}: {e.strerror}") from e
+            where = ",".join(map(str, kafka.specs))
+            raise OSError(e.errno, f"Kafka listeners {where}: {e.strerror}") from e
         self.kafka = kafka
 
     async def start(self) -> None:

@@ -464,6 +464,10 @@ class ControllerMetadata(SnapshotView):
         await self._view_until(lambda: not gone & self._topics.keys())
         return out
 
+    async def admin_call(self, method: str, body: Any, decode: Callable[[Any], T]) -> T | Errors:
+        """One admin RPC of a module beside this one (scram_client), errors as ``_admin``'s."""
+        return await self._admin(method, body, decode)
+
     async def _admin(self, method: str, body: Any, decode: Callable[[Any], T]) -> T | Errors:
         """An admin call's decoded answer, or the error that stands for all
         it asked (controller unreachable or slow: retriable; refused:

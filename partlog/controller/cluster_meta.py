@@ -59,6 +59,33 @@ class BrokerInfo:
     port: int = 0
     # The Kafka listener's port (partlog.kafka_front); 0: none.
     kafka_port: int = 0
+    # Every Kafka listener's port by its name, "SASL_SSL:9093,PLAINTEXT:9092"
+    # (Kafka's advertised listeners; see kafka_listener_ports); empty: only
+    # the one listener on kafka_port, as before listeners had names.
+    kafka_listeners: str = ""
+
+    def kafka_port_of(self, listener: str) -> int:
+        """This broker's port of the Kafka listener named ``listener`` (0:
+        none); a broker registered without names has only ``kafka_port``."""
+        if not self.kafka_listeners:
+            return self.kafka_port
+        return kafka_listener_ports(self.kafka_listeners).get(listener, 0)
+
+
+KAFKA_LISTENERS_CHARS_MAX = 200
+
+
+def kafka_listener_ports(text: str) -> dict[str, int]:
+    """``"NAME:port,..."`` as a dict; ValueError when malformed."""
+    if len(text) > KAFKA_LISTENERS_CHARS_MAX:
+        raise ValueError(f"kafka_listeners: more than {KAFKA_LISTENERS_CHARS_MAX} characters")
+    out: dict[str, int] = {}
+    for item in text.split(","):
+        name, _, port = item.partition(":")
+        if not name.isidentifier() or not port.isdigit() or not 0 < int(port) <= 65_535 or name in out:
+            raise ValueError(f"kafka_listeners: {item!r} is not NAME:PORT (or names a listener twice)")
+        out[name] = int(port)
+    return out
 
 
 @dataclass(frozen=True, slots=True)

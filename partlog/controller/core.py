@@ -72,7 +72,13 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 
-from partlog.controller.cluster_meta import NO_LEADER, PartitionInfo, TopicInfo, check_alter_partition
+from partlog.controller.cluster_meta import (
+    NO_LEADER,
+    PartitionInfo,
+    TopicInfo,
+    check_alter_partition,
+    kafka_listener_ports,
+)
 from partlog.controller.model import (
     BROKER_SESSION_TIMEOUT_MS_DEFAULT,
     DELETED_TOPICS_MAX,
@@ -95,6 +101,7 @@ from partlog.controller.model import (
 )
 from partlog.controller.producer_ids import ProducerIdManager, ProducerIdsExhaustedError
 from partlog.controller.rules import after_fencing, assign_replicas, bump, preferred, valid_topic_name
+from partlog.controller.scram_store import ScramStore
 from partlog.controller.state_store import ControllerStateError, ControllerStateStore
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock
@@ -268,6 +275,13 @@ class Controller:
         except BaseException:
             self._store.close()
             raise
+        try:
+            # KIP-554's credentials, beside the metadata (the server serves them).
+            self.scram = ScramStore(os.path.join(os.fspath(config.data_dir), "scram_credentials"))
+        except BaseException:
+            self._pids.close()
+            self._store.close()
+            raise
         self.version = 0
         self.cluster_id = uuid.UUID(int=0)  # set by _load
         self._broker_epoch_last = 0
@@ -373,6 +387,7 @@ class Controller:
         self._snapshot = None
 
     def close(self) -> None:
+        self.scram.close()
         self._pids.close()
         self._store.close()  # releases the directory
 
@@ -385,7 +400,7 @@ class Controller:
     # ------------------------------------------------------------- brokers
 
     def register_broker(
-        self, broker_id: int, az: str, host: str, port: int, now_ms: int, kafka_port: int = 0
+        self, broker_id: int, az: str, host: str, port: int, now_ms: int, kafka_port: int = 0, kafka_listeners: str = ""
     ) -> int | Errors:
         """Start a new incarnation of ``broker_id``; returns its broker epoch
         (or INVALID_REQUEST when BROKERS_MAX distinct brokers are known).
@@ -397,6 +412,8 @@ class Controller:
         _check_broker_args(broker_id, az, host, port)
         if type(kafka_port) is not int or not 0 <= kafka_port <= PORT_MAX:
             raise ValueError(f"kafka_port must be in [0, {PORT_MAX}], got {kafka_port!r}")
+        if kafka_listeners:
+            kafka_listener_ports(kafka_listeners)  # ValueError when malformed
         old = self._brokers.get(broker_id)
         if old is None and len(self._brokers) >= BROKERS_MAX:
             return Errors.INVALID_REQUEST
@@ -405,7 +422,9 @@ class Controller:
             d.fence([broker_id], FENCED_NEW_INCARNATION)
         epoch = self._broker_epoch_last + 1
         d.broker_epoch_last = epoch
-        d.brokers[broker_id] = BrokerRegistration(broker_id, az, host, port, epoch, fenced=False, kafka_port=kafka_port)
+        d.brokers[broker_id] = BrokerRegistration(
+            broker_id, az, host, port, epoch, fenced=False, kafka_port=kafka_port, kafka_listeners=kafka_listeners
+        )
         d.events.append(BrokerRegistered(broker_id, epoch, az, host, port))
         d.reconcile({broker_id}, REASON_BROKER_REGISTERED)
         self._commit(d)

@@ -42,11 +42,13 @@ from typing import Any
 import msgpack
 
 from partlog.controller.cluster_meta import (
+    KAFKA_LISTENERS_CHARS_MAX,
     NO_LEADER,
     BrokerInfo,
     MetadataError,
     PartitionInfo,
     TopicInfo,
+    kafka_listener_ports,
 )
 from partlog.controller.etcd_url import (
     ETCD_ENDPOINTS_MAX,
@@ -167,18 +169,31 @@ def _replicas(v: Any, what: str) -> tuple[int, ...]:
 
 
 def enc_broker(b: BrokerInfo, lease_id: int) -> bytes:
-    return pack_value([b.az, b.host, b.port, b.kafka_port, lease_id])
+    # The listeners' names only when the broker has them (six items).
+    return pack_value(
+        [b.az, b.host, b.port, b.kafka_port, lease_id, *([b.kafka_listeners] if b.kafka_listeners else [])]
+    )
 
 
 def dec_broker(broker_id: int, value: bytes) -> tuple[BrokerInfo, int]:
     what = f"broker {broker_id}"
-    az, host, port, kafka_port, lease = _list(_unpack(value, what), what, 5)
+    items = _unpack(value, what)
+    if isinstance(items, list) and len(items) == 6:
+        listeners = _str(items.pop(), f"{what}.kafka_listeners", KAFKA_LISTENERS_CHARS_MAX)
+        try:
+            kafka_listener_ports(listeners)
+        except ValueError as e:
+            raise MetadataError(f"{what}: {e}") from None
+    else:
+        listeners = ""
+    az, host, port, kafka_port, lease = _list(items, what, 5)
     info = BrokerInfo(
         broker_id,
         _str(az, f"{what}.az", AZ_CHARS_MAX),
         _str(host, f"{what}.host", HOST_CHARS_MAX),
         _int(port, f"{what}.port", 1, PORT_MAX),
         _int(kafka_port, f"{what}.kafka_port", 0, PORT_MAX),
+        listeners,
     )
     return info, _int(lease, f"{what}.lease", 0, (1 << 63) - 1)
 

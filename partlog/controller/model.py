@@ -66,9 +66,10 @@ class BrokerRegistration:
     broker_epoch: int
     fenced: bool
     kafka_port: int = 0
+    kafka_listeners: str = ""
 
     def info(self) -> BrokerInfo:
-        return BrokerInfo(self.broker_id, self.az, self.host, self.port, self.kafka_port)
+        return BrokerInfo(self.broker_id, self.az, self.host, self.port, self.kafka_port, self.kafka_listeners)
 
 
 class MetadataSnapshot(NamedTuple):

@@ -44,6 +44,7 @@ from partlog.controller.acls import AclService
 from partlog.controller.cluster_meta import NO_LEADER, TopicInfo
 from partlog.controller.core import Controller, ControllerConfig
 from partlog.controller.model import BrokerFenced, BrokerRegistered, IsrChanged, LeaderChanged, TopicDeleted
+from partlog.controller.scram_store import CONTROLLER_SCRAM_SCHEMAS, scram_handlers
 from partlog.controller.wire import (
     dec_alter_partition,
     dec_broker_epoch,
@@ -143,6 +144,7 @@ class ControllerServer:
         self._publish()
         handlers: dict[str, Callable[[Any], Awaitable[Any]]] = {
             **acls.handlers(),
+            **scram_handlers(controller.scram),  # KIP-554's credentials
             "register_broker": self._handle_register,
             "heartbeat": self._handle_heartbeat,
             "metadata_poll": self._handle_metadata_poll,
@@ -159,7 +161,7 @@ class ControllerServer:
             secret=self._secret,
             ssl=self._ssl,
             cluster_id=controller.cluster_id,
-            schemas=CONTROLLER_SCHEMAS,
+            schemas={**CONTROLLER_SCHEMAS, **CONTROLLER_SCRAM_SCHEMAS},
             clock=self.clock,
             entropy=self.entropy,
         )
@@ -287,9 +289,10 @@ class ControllerServer:
 
     async def _handle_register(self, body: Any) -> Any:
         info = _decode(dec_register, body)
+        listeners = info.kafka_listeners
         epoch = await self._run(
             lambda c: c.register_broker(
-                info.broker_id, info.az, info.host, info.port, self.clock.wall_ms(), info.kafka_port
+                info.broker_id, info.az, info.host, info.port, self.clock.wall_ms(), info.kafka_port, listeners
             )
         )
         return enc_register_response(epoch)

@@ -241,18 +241,28 @@ def _lock_dir(root: str) -> int:
 
 
 def _enc_broker(b: BrokerRegistration) -> list[Any]:
-    return [b.az, b.host, b.port, b.broker_epoch, b.fenced, b.kafka_port]
+    # The listeners' names only when the broker has them (seven fields).
+    return [
+        b.az,
+        b.host,
+        b.port,
+        b.broker_epoch,
+        b.fenced,
+        b.kafka_port,
+        *([b.kafka_listeners] if b.kafka_listeners else []),
+    ]
 
 
 def _dec_broker(broker_id: int, v: Any) -> BrokerRegistration:
     # Six fields since the Kafka listener; a state directory written before
     # it has five (no Kafka port).
     fields = expect_list(v, "broker")
-    if len(fields) not in (5, 6):
-        raise WireError(f"broker: expected 5 or 6 fields, got {len(fields)}")
+    if len(fields) not in (5, 6, 7):
+        raise WireError(f"broker: expected 5 to 7 fields, got {len(fields)}")
     az, host, port, epoch, fenced = fields[:5]
-    kafka_port = expect_int(fields[5], "broker.kafka_port") if len(fields) == 6 else 0
+    kafka_port = expect_int(fields[5], "broker.kafka_port") if len(fields) >= 6 else 0
+    listeners = expect_str(fields[6], "broker.kafka_listeners") if len(fields) == 7 else ""
     return BrokerRegistration(
         broker_id, expect_str(az, "broker.az"), expect_str(host, "broker.host"), expect_int(port, "broker.port"),
-        expect_int(epoch, "broker.broker_epoch"), bool(fenced), kafka_port,
+        expect_int(epoch, "broker.broker_epoch"), bool(fenced), kafka_port, listeners,
     )  # fmt: skip

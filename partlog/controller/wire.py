@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from partlog.controller.cluster_meta import BrokerInfo, PartitionInfo, TopicInfo
+from partlog.controller.cluster_meta import BrokerInfo, PartitionInfo, TopicInfo, kafka_listener_ports
 from partlog.controller.model import MetadataSnapshot
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import ProducerIdBlock
@@ -102,7 +102,10 @@ def _dec_error(m: dict[str, Any], what: str) -> Errors:
 
 
 def enc_register(b: BrokerInfo) -> dict[str, Any]:
-    return {"broker_id": b.broker_id, "az": b.az, "host": b.host, "port": b.port, "kafka_port": b.kafka_port}
+    out = {"broker_id": b.broker_id, "az": b.az, "host": b.host, "port": b.port, "kafka_port": b.kafka_port}
+    if b.kafka_listeners:
+        out["kafka_listeners"] = b.kafka_listeners
+    return out
 
 
 def dec_register(body: Any) -> BrokerInfo:
@@ -123,7 +126,17 @@ def dec_register(body: Any) -> BrokerInfo:
     kafka_port = expect_int(m.get("kafka_port", 0), f"{w}.kafka_port")
     if not 0 <= kafka_port <= PORT_MAX:
         raise WireError(f"{w}.kafka_port: must be in [0, {PORT_MAX}], got {kafka_port}")
-    return BrokerInfo(bid, az, host, port, kafka_port)
+    return BrokerInfo(bid, az, host, port, kafka_port, _kafka_listeners(m.get("kafka_listeners", ""), w))
+
+
+def _kafka_listeners(v: Any, what: str) -> str:
+    text = expect_str(v, f"{what}.kafka_listeners")
+    if text:
+        try:
+            kafka_listener_ports(text)
+        except ValueError as e:
+            raise WireError(f"{what}: {e}") from None
+    return text
 
 
 def enc_register_response(answer: int | Errors) -> dict[str, Any]:
@@ -214,7 +227,11 @@ def enc_snapshot(s: MetadataSnapshot) -> dict[str, Any]:
     """A metadata_poll answer with news; without news it is ``{"version": v}``."""
     return {
         "version": s.version,
-        "brokers": [[b.broker_id, b.az, b.host, b.port, b.kafka_port] for b in s.brokers],
+        # The listeners' names only when a broker has them (six items).
+        "brokers": [
+            [b.broker_id, b.az, b.host, b.port, b.kafka_port, *([b.kafka_listeners] if b.kafka_listeners else [])]
+            for b in s.brokers
+        ],
         "topics": [enc_topic(t) for t in s.topics],
         "deleted_topics": [tid.bytes for tid in sorted(s.deleted_topics)],
     }
@@ -232,8 +249,8 @@ def dec_poll_response(body: Any) -> MetadataSnapshot | None:
         what = f"{w}.brokers[{i}]"
         # Five fields since the Kafka listener (its port last); four before.
         fields = expect_list(b, what)
-        if len(fields) not in (4, 5):
-            raise WireError(f"{what}: expected 4 or 5 items, got {len(fields)}")
+        if len(fields) not in (4, 5, 6):
+            raise WireError(f"{what}: expected 4 to 6 items, got {len(fields)}")
         bid, az, host, port = fields[:4]
         brokers.append(
             BrokerInfo(
@@ -241,7 +258,8 @@ def dec_poll_response(body: Any) -> MetadataSnapshot | None:
                 expect_str(az, f"{what}.az"),
                 expect_str(host, f"{what}.host"),
                 expect_int(port, f"{what}.port"),
-                expect_int(fields[4], f"{what}.kafka_port") if len(fields) == 5 else 0,
+                expect_int(fields[4], f"{what}.kafka_port") if len(fields) >= 5 else 0,
+                _kafka_listeners(fields[5], what) if len(fields) == 6 else "",
             )
         )
     topics = [dec_topic(t, f"{w}.topics[{i}]") for i, t in enumerate(expect_list(field(m, "topics", w), f"{w}.topics"))]

@@ -103,6 +103,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     14: (0, 5),  # SyncGroup
     15: (0, 5),  # DescribeGroups
     16: (0, 4),  # ListGroups
+    17: (1, 1),  # SaslHandshake (v0's raw tokens are not served)
     19: (2, 7),  # CreateTopics
     20: (1, 6),  # DeleteTopics
     21: (0, 2),  # DeleteRecords
@@ -119,6 +120,9 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     30: (1, 3),  # CreateAcls
     31: (1, 3),  # DeleteAcls
     32: (1, 4),  # DescribeConfigs
+    36: (0, 2),  # SaslAuthenticate
+    50: (0, 0),  # DescribeUserScramCredentials
+    51: (0, 0),  # AlterUserScramCredentials
     65: (0, 0),  # DescribeTransactions
     66: (0, 1),  # ListTransactions
 }
@@ -262,9 +266,13 @@ class KafkaApis(ApiHandlers):
     async def metadata(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         meta = self.broker.metadata
         az = client_az(req.client_id) or session.az
-        listening = {b.broker_id: b for b in meta.brokers() if b.kafka_port}
+        # Each broker's port of the listener this client came in on (Kafka's
+        # advertised listeners): a broker without that listener is not listed.
+        ports = {b.broker_id: b.kafka_port_of(session.listener) for b in meta.brokers()}
+        listening = {b.broker_id: b for b in meta.brokers() if ports[b.broker_id]}
         brokers = [
-            {"node_id": b.broker_id, "host": b.host, "port": b.kafka_port, "rack": b.az} for b in listening.values()
+            {"node_id": b.broker_id, "host": b.host, "port": ports[b.broker_id], "rack": b.az}
+            for b in listening.values()
         ]
         topics = self._topics_by_name()
         asked: list[str] | None

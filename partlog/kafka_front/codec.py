@@ -56,6 +56,7 @@ API_KEYS: dict[int, str] = {
     14: "SyncGroup",
     15: "DescribeGroups",
     16: "ListGroups",
+    17: "SaslHandshake",
     18: "ApiVersions",
     19: "CreateTopics",
     20: "DeleteTopics",
@@ -67,6 +68,9 @@ API_KEYS: dict[int, str] = {
     26: "EndTxn",
     28: "TxnOffsetCommit",
     32: "DescribeConfigs",
+    36: "SaslAuthenticate",
+    50: "DescribeUserScramCredentials",
+    51: "AlterUserScramCredentials",
     65: "DescribeTransactions",
     66: "ListTransactions",
 }

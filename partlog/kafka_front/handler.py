@@ -36,6 +36,9 @@ class Session:
     # authentication (TLS client certificate or SASL); ANONYMOUS on a
     # PLAINTEXT listener, as Kafka's.
     principal: str = "User:ANONYMOUS"
+    # The listener the client connected to (its security protocol's name):
+    # Metadata and FindCoordinator advertise every broker's port of it.
+    listener: str = "PLAINTEXT"
 
     @property
     def host(self) -> str:

@@ -16,14 +16,23 @@ What a bad peer can cost is bounded:
 * ``connections_per_ip_max`` (Kafka's max.connections.per.ip) and
   ``connections_max`` refuse further connections at accept;
 * a connection with nothing in flight for ``connections_max_idle_ms``
-  (Kafka's connections.max.idle.ms) is closed.
+  (Kafka's connections.max.idle.ms) is closed;
+* a connection that has not finished TLS and SASL within the security's
+  ``auth_deadline_ms`` is closed, and before SASL completes a request
+  frame is at most ``UNAUTHENTICATED_FRAME_BYTES_MAX``.
+
+A listener binds one server per :class:`ListenerSpec` (Kafka's
+``listeners``), all sharing the broker's APIs; each connection's
+:class:`AuthGate` (partlog.kafka_front.authn) decides what reaches them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import ssl
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +44,7 @@ from prometheus_client.registry import Collector
 from partlog.acl.source import AclSource
 from partlog.kafka.errors import Errors
 from partlog.kafka_front.apis import SUPPORTED_VERSIONS, FrontConfig, KafkaApis
+from partlog.kafka_front.authn import AuthGate, Step
 from partlog.kafka_front.authz import AuthzCollector
 from partlog.kafka_front.codec import (
     API_KEYS,
@@ -50,7 +60,10 @@ from partlog.kafka_front.codec import (
     response_class,
 )
 from partlog.kafka_front.handler import Session
+from partlog.kafka_front.listeners import ListenerSecurity, ListenerSpec, SecurityProtocol
 from partlog.kafka_front.port import BrokerPort
+from partlog.kafka_front.principal import NoMatchingRule, rfc2253
+from partlog.kafka_front.scram_apis import CredentialAdmin, NoCredentialAdmin, ScramApis
 from partlog.kafka_front.txn_coordinator import STEPS as TXN_STEPS
 from partlog.kafka_front.txn_coordinator import TxnCoordinator
 from partlog.txn.coordinator import TRANSACTIONAL_IDS_MAX
@@ -177,6 +190,17 @@ class ListenerMetrics:
             buckets=_TXN_STEP_BUCKETS,
             registry=r,
         )
+        self.auth_deadline_closed = Counter(
+            "partlog_kafka_auth_deadline_closed",
+            "Kafka connections closed because TLS or SASL was not done within the listener's auth deadline",
+            registry=r,
+        )
+        self.auth_failed = Counter(
+            "partlog_kafka_auth_failed",
+            "Kafka connections closed for failed authentication (SASL or the TLS principal), by listener",
+            ["listener"],
+            registry=r,
+        )
         self.request_bytes_waits = Counter(
             "partlog_kafka_request_bytes_waits",
             "times a connection waited, unread, for room in the request byte budget",
@@ -232,19 +256,33 @@ class KafkaListener:
         limits: ListenerLimits | None = None,
         registry: CollectorRegistry | None = None,
         acl_source: AclSource | None = None,
+        listeners: tuple[ListenerSpec, ...] | None = None,
+        security: ListenerSecurity | None = None,
     ) -> None:
         self.limits = limits or ListenerLimits()
+        # Without ``listeners``: one PLAINTEXT listener on host:port.
+        self.specs = listeners or (ListenerSpec(SecurityProtocol.PLAINTEXT, host, port),)
+        self.security = security or ListenerSecurity()
+        self.security.check(self.specs)
+        self._mapper = self.security.mapper()
+        self._ssl = self.security.tls.context() if self.security.tls is not None else None
+        self._entropy = broker.entropy
         self.clock = broker.clock  # idle and frame deadlines
         self.apis = KafkaApis(broker, config, self.limits.kafka_configs(), acl_source)
-        self.host = host
-        self.port = port
+        creds = self.security.credentials
+        admin = creds if isinstance(creds, CredentialAdmin) else NoCredentialAdmin()
+        self.apis.handlers.update(ScramApis(admin, self.apis.authz).handlers())  # KIP-554
+        self.host = self.specs[0].host
+        self.port = self.specs[0].port  # the first listener's (0 until bound)
+        # Each listener's bound port, by its name.
+        self.ports: dict[str, int] = {}
         self.metrics = ListenerMetrics(registry if registry is not None else CollectorRegistry())
         self.metrics.registry.register(_TxnCollector(self.apis.txns))
         if self.apis.authz.enabled:
             self.metrics.registry.register(AuthzCollector(self.apis.authz))
         steps = {step: self.metrics.txn_step_seconds.labels(step) for step in TXN_STEPS}
         self.apis.txns.observe_step = lambda step, seconds: steps[step].observe(seconds)
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
         self._per_ip: dict[str, int] = {}
         self._open = 0
         # The request byte budget (request_bytes_in_flight_max).
@@ -255,23 +293,40 @@ class KafkaListener:
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, self.host, self.port, limit=READ_CHUNK_BYTES)
-        self.port = self._server.sockets[0].getsockname()[1]
+        try:
+            for spec in self.specs:
+                tls = spec.protocol.tls
+                server = await asyncio.start_server(
+                    functools.partial(self._accept, spec),
+                    spec.host,
+                    spec.port,
+                    limit=READ_CHUNK_BYTES,
+                    ssl=self._ssl if tls else None,
+                    ssl_handshake_timeout=self.security.auth_deadline_ms / 1000 if tls else None,
+                )
+                self._servers.append(server)
+                self.ports[spec.name] = server.sockets[0].getsockname()[1]
+        except OSError:
+            for server in self._servers:
+                server.close()
+            self._servers = []
+            raise
+        self.port = self.ports[self.specs[0].name]
         self.apis.groups.start()
         self.apis.txns.start()
 
     async def close(self) -> None:
         await self.apis.groups.close()
         await self.apis.txns.close()
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._server is not None:
+        for server in self._servers:
             with contextlib.suppress(Exception):
-                await self._server.wait_closed()
-            self._server = None
+                await server.wait_closed()
+        self._servers = []
 
     async def reserve(self, size: int, ip: str) -> None:
         """Take ``size`` bytes of the request budget for a request from
@@ -307,7 +362,7 @@ class KafkaListener:
                 self.metrics.request_bytes.set(self.request_bytes)
                 self._room.notify_all()
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept(self, spec: ListenerSpec, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         ip = str(peer[0]) if peer else "?"
         refusal = None
@@ -327,7 +382,9 @@ class KafkaListener:
         if task is not None:
             self._tasks.add(task)
         try:
-            await _Connection(self, reader, writer, f"{ip}:{peer[1] if peer else '?'}").run()
+            conn = _Connection(self, spec, reader, writer, f"{ip}:{peer[1] if peer else '?'}")
+            if conn.tls_principal(writer.get_extra_info("ssl_object")):
+                await conn.run()
         except asyncio.CancelledError:
             pass
         finally:
@@ -347,12 +404,20 @@ class KafkaListener:
 
 class _Connection:
     def __init__(
-        self, listener: KafkaListener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str
+        self,
+        listener: KafkaListener,
+        spec: ListenerSpec,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        peer: str,
     ) -> None:
         self.listener = listener
         self.reader = reader
         self.writer = writer
-        self.session = Session(peer)
+        self.session = Session(peer, listener=spec.name)
+        self.spec = spec
+        deadline = listener.clock.monotonic() + listener.security.auth_deadline_ms / 1000
+        self.gate = AuthGate(spec.protocol.sasl, listener.security, lambda: listener._entropy.token_hex(24), deadline)
         self.ip = peer.rsplit(":", 1)[0]
         self.frames = FrameReader(listener.limits.request_bytes_max)
         # Answers in request order: each entry is (request, its handler task).
@@ -366,6 +431,24 @@ class _Connection:
         # answer's bytes, not a hundred.
         self.fetch_slot = asyncio.Semaphore(1)
         self._fetch_holders: set[asyncio.Task[Any]] = set()
+
+    def tls_principal(self, ssl_object: ssl.SSLObject | None) -> bool:
+        """On an SSL listener, the principal from the client's certificate
+        (ANONYMOUS without one); False, and the connection closes, when no
+        mapping rule applies to its subject (Kafka fails it the same way)."""
+        if self.spec.protocol is not SecurityProtocol.SSL or ssl_object is None:
+            return True
+        cert = ssl_object.getpeercert()
+        if not cert or not cert.get("subject"):
+            return True
+        subject = rfc2253(cert["subject"])  # type: ignore[arg-type]
+        try:
+            self.session.principal = "User:" + self.listener._mapper.name(subject)
+        except NoMatchingRule as e:
+            self.listener.metrics.auth_failed.labels(self.spec.name).inc()
+            log.info("kafka listener: closing %s: %s", self.session.peer, e)
+            return False
+        return True
 
     async def run(self) -> None:
         sender = asyncio.ensure_future(self._send_loop())
@@ -412,6 +495,8 @@ class _Connection:
                     key = self.frames.api_key()
                     if size is not None and key is not None and not reserved:
                         allowed = limits.request_bytes_max_for(key)
+                        if self.gate.frame_bytes_max is not None:
+                            allowed = min(allowed, self.gate.frame_bytes_max)
                         if size > allowed:
                             raise FrameError(f"{API_KEYS.get(key, f'api key {key}')} request of {size} bytes "
                                              f"> {allowed} (the listener's limit for it)")  # fmt: skip
@@ -428,10 +513,17 @@ class _Connection:
                     wait_s = (
                         idle_s if frame_deadline is None else max(0.0, frame_deadline - self.listener.clock.monotonic())
                     )
+                    if self.gate.deadline is not None:
+                        wait_s = min(wait_s, max(0.0, self.gate.deadline - self.listener.clock.monotonic()))
                     try:
                         async with asyncio.timeout(wait_s):
                             data = await self.reader.read(READ_CHUNK_BYTES)
                     except TimeoutError:
+                        if self.gate.deadline is not None and self.listener.clock.monotonic() >= self.gate.deadline:
+                            self.listener.metrics.auth_deadline_closed.inc()
+                            log.info("kafka listener: closing %s: not authenticated within %d ms",
+                                     self.session.peer, self.listener.security.auth_deadline_ms)  # fmt: skip
+                            return
                         if frame_deadline is not None:
                             self.listener.metrics.frame_deadline_closed.inc()
                             log.info("kafka listener: closing %s: a request did not arrive in %d ms",
@@ -455,17 +547,39 @@ class _Connection:
                     log.warning("kafka listener: closing connection %s: %s", self.session.peer, e)
                     return
                 frame_deadline = None
+                step = self.gate.classify(req)
+                if step is Step.CLOSE:
+                    self.listener.metrics.auth_failed.labels(self.spec.name).inc()
+                    return
                 await self.in_flight.acquire()
                 self.pending += 1
                 # Started now, in arrival order: the handler runs to its first
                 # suspension before the next request is read.  Its budget
                 # bytes go back once its answer is written.
-                task = asyncio.ensure_future(self._answer(req))
+                task = asyncio.ensure_future(self._answer(req) if step is Step.SERVE else self._gate_answer(req))
                 self.answers.put_nowait((reserved, task))
                 reserved = 0
+                if step is Step.ANSWER:
+                    # The handshake is one request at a time: the next one is
+                    # judged in the state this one leaves.
+                    await asyncio.wait({task})
+                    if self.gate.close_after_answer:
+                        self.listener.metrics.auth_failed.labels(self.spec.name).inc()
+                        return
                 await asyncio.sleep(0)
         finally:
             await self.listener.release(reserved, self.ip)
+
+    async def _gate_answer(self, req: Request) -> bytes | None:
+        try:
+            data = await self.gate.answer(req)
+        except Exception:
+            log.exception("kafka listener: %s from %s failed", req.api_name, self.session.peer)
+            self.gate.close_after_answer = True
+            return None
+        if self.gate.principal is not None:
+            self.session.principal = self.gate.principal
+        return data
 
     async def _answer(self, req: Request) -> bytes | None:
         metrics = self.listener.metrics

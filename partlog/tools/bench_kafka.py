@@ -125,12 +125,13 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {STARTUP_TIMEOUT_S:g} s")
 
 
-def _confluent_throughput(bootstrap: str, load: _Load) -> dict[str, Any]:
+def _confluent_throughput(bootstrap: str, load: _Load, conf: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``conf``: more producer settings (bench_kafka_security's SASL_SSL)."""
     value, partitions, seconds, linger_ms = load
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                  "linger.ms": linger_ms, "client.id": "bench,diskless_az=az1"})  # fmt: skip
+                  "linger.ms": linger_ms, "client.id": "bench,diskless_az=az1", **(conf or {})})  # fmt: skip
     acked = 0
     errors = 0
 

@@ -22,6 +22,7 @@ from partlog.tools.cmd import (
     metadata,
     produce,
     topics,
+    users,
     wal,
 )
 from partlog.util.cli_errors import OneLineArgumentParser, run_cli, take_debug_flag
@@ -34,6 +35,7 @@ COMMANDS = {
     "controller": controller,
     "topics": topics,
     "acls": acls,
+    "users": users,
     "cluster": cluster,
     "produce": produce,
     "consume": consume,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from partlog.kafka.topic_config import MAX_MESSAGE_BYTES_DEFAULT
+from partlog.kafka_front.listeners import ListenerSecurity
 from partlog.limits import PARTITIONS_PER_TOPIC_MAX
 
 # Demo-sized deletion safety (brokers and walmgr agree on the deadline).
@@ -55,6 +56,11 @@ class ClusterOptions:
     orphan_rate: float = 0.0
     # Every broker gets a Kafka listener (partlog.kafka_front).
     kafka: bool = True
+    # Their security protocols (partlog.kafka_front.listeners), one listener
+    # each, comma-separated ("SASL_SSL,PLAINTEXT"; the first is kafka_port),
+    # and their settings.
+    kafka_protocol: str = "PLAINTEXT"
+    kafka_security: ListenerSecurity | None = None
     # Cluster metadata: "" for the embedded controller, "etcd" for a
     # 3-member etcd on loopback started here, or an etcd:// URL (each run
     # then uses its own sub-prefix of the URL's: a new cluster).

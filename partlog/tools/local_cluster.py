@@ -33,10 +33,14 @@ from partlog.controller.cluster_meta import BrokerInfo, StaticMetadata
 from partlog.controller.core import ControllerConfig
 from partlog.controller.etcd_layout import parse_etcd_url
 from partlog.controller.etcd_meta import EtcdMetadata
+from partlog.controller.etcd_scram import EtcdScramCredentials
+from partlog.controller.scram_client import ControllerScramCredentials
 from partlog.controller.server import ControllerServer
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
 from partlog.kafka_front.apis import FrontConfig
+from partlog.kafka_front.listeners import ListenerSecurity, ListenerSpec, SecurityProtocol
+from partlog.kafka_front.scram import NoCredentials
 from partlog.node import BrokerNode, NodeConfig
 from partlog.produce.pipeline import ProduceConfig, SendCommit
 from partlog.replication.stats import ReplicationStats
@@ -116,9 +120,16 @@ class LocalCluster:
         self.objects = objects
         self.layout = StaticMetadata.generate(azs=opts.azs, brokers_per_az=opts.brokers_per_az, topics={})
         ids = [b.broker_id for b in self.layout.brokers()]
-        ports = free_ports(2 * len(ids))
+        protocols = [SecurityProtocol(p.strip()) for p in opts.kafka_protocol.split(",")]
+        ports = free_ports(len(ids) * (1 + len(protocols)))
         self.ports = dict(zip(ids, ports[: len(ids)], strict=True))
-        self.kafka_ports = dict(zip(ids, ports[len(ids) :], strict=True)) if opts.kafka else {}
+        self.kafka_ports = dict(zip(ids, ports[len(ids) : 2 * len(ids)], strict=True)) if opts.kafka else {}
+        # Every broker's Kafka listeners (the first on kafka_ports).
+        self.kafka_listeners: dict[int, tuple[ListenerSpec, ...]] = {
+            b: tuple(ListenerSpec(p, "127.0.0.1", ports[(1 + i) * len(ids) + n]) for i, p in enumerate(protocols))
+            for n, b in enumerate(ids)
+            if opts.kafka
+        }
         # The embedded controller, or etcd (one started here, or the URL's).
         self.controller: ControllerServer | None = None
         self.etcd: EtcdCluster | None = None
@@ -221,17 +232,38 @@ class LocalCluster:
     async def start_broker(self, broker_id: int) -> None:
         info = self.layout.broker(broker_id)
         assert info is not None
-        me = BrokerInfo(broker_id, info.az, "127.0.0.1", self.ports[broker_id], self.kafka_ports.get(broker_id, 0))
+        listeners = self.kafka_listeners.get(broker_id, ())
+        names = ",".join(f"{s.name}:{s.port}" for s in listeners) if len(listeners) > 1 else ""
+        me = BrokerInfo(
+            broker_id, info.az, "127.0.0.1", self.ports[broker_id], self.kafka_ports.get(broker_id, 0), names
+        )
         source = self._source(me)
         await source.start()
         make: Callable[..., Broker] = Broker
         if self.opts.orphan_rate > 0:
             seed = self.opts.seed * 1000 + broker_id * 10 + self.killed
             make = functools.partial(OrphanInjectingBroker, orphan_rate=self.opts.orphan_rate, seed=seed)
-        config = NodeConfig(self.config(me), kafka_port=self.kafka_ports.get(broker_id), kafka=self.front)
+        config = NodeConfig(
+            self.config(me),
+            kafka_port=self.kafka_ports.get(broker_id),
+            kafka=self.front,
+            kafka_listeners=listeners,
+            kafka_security=self._kafka_security(source),
+        )
         node = BrokerNode(config, source, self.objects, make_broker=make)
         await node.start()
         self.brokers[broker_id], self._sources[broker_id], self.nodes[broker_id] = node.broker, source, node
+
+    def _kafka_security(self, source: Any) -> ListenerSecurity:
+        """The options' listener security; credentials from the controller
+        unless the options hold their own."""
+        security = self.opts.kafka_security or ListenerSecurity()
+        if isinstance(security.credentials, NoCredentials):
+            if isinstance(source, ControllerMetadata):
+                security = replace(security, credentials=ControllerScramCredentials(source))
+            elif isinstance(source, EtcdMetadata):
+                security = replace(security, credentials=EtcdScramCredentials(source.conn, source.keys))
+        return security
 
     async def kill(self, broker_id: int) -> None:
         """Stop a broker abruptly: no leadership handover, no goodbye to the controller."""

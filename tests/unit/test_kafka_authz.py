@@ -111,3 +111,23 @@ def test_acl_apis() -> None:
         assert read not in source.acls.bindings
 
     asyncio.run(main())
+
+
+def test_the_scram_apis_need_describe_and_alter_on_the_cluster() -> None:
+    """KIP-554's APIs, with an authorizer on: DescribeUserScramCredentials
+    needs DESCRIBE on the cluster (a top-level CLUSTER_AUTHORIZATION_FAILED
+    otherwise), AlterUserScramCredentials ALTER (each user refused), as
+    Kafka; the credential store is never reached; a super user passes."""
+    from partlog.kafka_front.scram_apis import NoCredentialAdmin, ScramApis
+
+    authz = Authz(AuthorizerConfig(super_users=frozenset({"User:admin"})), LocalAcls())
+    apis = ScramApis(NoCredentialAdmin(), authz)
+    described = asyncio.run(apis.describe(None, SimpleNamespace(users=None), ME))
+    assert described["error_code"] == Errors.CLUSTER_AUTHORIZATION_FAILED
+    upsert = SimpleNamespace(name="bob", mechanism=2, iterations=4096, salt=b"s", salted_password=b"p")
+    altered = asyncio.run(apis.alter(None, SimpleNamespace(deletions=[], upsertions=[upsert]), ME))
+    assert [r["error_code"] for r in altered["results"]] == [Errors.CLUSTER_AUTHORIZATION_FAILED]
+    admin = Session("10.0.0.7:5555", principal="User:admin")
+    # Allowed: the store answers (this one cannot change credentials).
+    allowed = asyncio.run(apis.describe(None, SimpleNamespace(users=None), admin))
+    assert allowed["error_code"] == Errors.UNSUPPORTED_VERSION

@@ -110,6 +110,13 @@ def add_parser(sub: Subparsers) -> None:
         help="instead: transactional librdkafka producers against idempotent ones on the same cluster "
         "(throughput, transaction commit p99 against produce p99, read_committed against read_uncommitted reads)",
     )
+    bk.add_argument(
+        "--security",
+        choices=["plaintext", "sasl_ssl"],
+        default="plaintext",
+        help="sasl_ssl: instead, librdkafka's produce throughput over SASL_SSL (TLS and SCRAM-SHA-512) against "
+        "PLAINTEXT on the same brokers, in one run (needs the openssl command)",
+    )
     bk.add_argument("--records-per-txn", type=positive_int, default=100, help="records per transaction (default 100)")
     bk.add_argument(
         "--producers",
@@ -238,6 +245,22 @@ def _kafka(args: argparse.Namespace) -> int:
     from partlog.tools import bench_kafka, bench_txn
 
     progress = progress_printer(args)
+    if args.security == "sasl_ssl":
+        from partlog.tools import bench_kafka_security
+
+        secure = bench_kafka_security.run(
+            seconds=args.seconds,
+            value_bytes=args.value_bytes,
+            partitions=args.partitions,
+            linger_ms=args.linger_ms,
+            commit_interval_ms=args.commit_interval_ms,
+            progress=progress,
+        )
+        if args.json:
+            print(json.dumps(secure))
+        else:
+            bench_kafka_security.print_report(secure)
+        return 0
     if args.transactions:
         txn = bench_txn.run(
             seconds=args.seconds,

@@ -12,6 +12,7 @@ from partlog.rpc.secret import read_secret_file
 from partlog.tools.cmd.acls import authorizer_config
 from partlog.tools.cmd.common import add_rpc_limits, add_tls, cluster_id_arg, host_port, rpc_limits, tls_contexts
 from partlog.tools.cmd.flags import int_in, positive_int
+from partlog.tools.cmd.kafka_listeners import add_listener_args, listener_config
 from partlog.txn.coordinator import TRANSACTION_MAX_TIMEOUT_MS_DEFAULT, TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT
 from partlog.txn.log import TXN_STATE_PARTITIONS_DEFAULT
 
@@ -47,9 +48,10 @@ def add_parser(sub: Subparsers) -> None:
         "--kafka-port",
         type=int_in(0, PORT_MAX),
         default=None,
-        help="Kafka protocol listener port (with --controller; with --cluster the file's kafka_port); "
-        "none by default. It has no TLS or SASL yet: bind it to loopback or a private network only",
+        help="Kafka protocol listener port, one PLAINTEXT listener on --host (with --controller; with --cluster "
+        "the file's kafka_port); none by default. For TLS and SASL give --listeners instead",
     )
+    add_listener_args(br)
     kg = br.add_argument_group("Kafka listener limits")
     kg.add_argument(
         "--message-max-bytes",
@@ -158,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
     import logging
     import os
     import signal
+    from dataclasses import replace
 
     from partlog.broker.server import BrokerConfig
     from partlog.controller.cluster_meta import StaticMetadata, check_same_cluster
@@ -178,6 +181,12 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     meta: MetadataSource | None = None
+    specs, security = listener_config(args)  # ListenerConfigError: one line, exit 2
+    if specs and args.kafka_port is not None:
+        print("partlog broker: give --kafka-port or --listeners, not both", file=sys.stderr)
+        return 2
+    if specs:
+        args.kafka_port = specs[0].port
     if args.cluster is not None:
         static = StaticMetadata.from_toml(args.cluster)  # MetadataError: one line, exit 2
         found = static.broker(args.id)
@@ -191,16 +200,21 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
+        if len(specs) > 1:
+            print(f"partlog broker: {args.cluster}: one listener only (the file names one Kafka port per broker)",
+                  file=sys.stderr)  # fmt: skip
+            return 2
         me, meta = found, static
     else:
         flag = "--controller" if args.controller is not None else "--metadata"
         if args.az is None or not args.port:
             print(f"partlog broker: {flag} needs --az and --port", file=sys.stderr)
             return 2
-        if args.kafka_port == 0:
-            print(f"partlog broker: {flag} needs a fixed --kafka-port (it is registered)", file=sys.stderr)
+        if args.kafka_port == 0 or any(s.port == 0 for s in specs):
+            print(f"partlog broker: {flag} needs fixed Kafka listener ports (they are registered)", file=sys.stderr)
             return 2
-        me = BrokerInfo(args.id, args.az, args.host, args.port, args.kafka_port or 0)
+        names = ",".join(f"{s.name}:{s.port}" for s in specs) if len(specs) > 1 else ""
+        me = BrokerInfo(args.id, args.az, args.host, args.port, args.kafka_port or 0, names)
         try:
             if args.controller is not None:
                 controller = host_port(args.controller)
@@ -240,6 +254,8 @@ def run(args: argparse.Namespace) -> int:
     node_config = NodeConfig(
         config,
         kafka_port=me.kafka_port or None,
+        kafka_listeners=specs,
+        kafka_security=security,
         kafka=FrontConfig(
             message_max_bytes=args.message_max_bytes,
             transaction_max_timeout_ms=args.transaction_max_timeout_ms,
@@ -279,7 +295,19 @@ def run(args: argparse.Namespace) -> int:
             source = controller_source
         else:
             source = meta
-        broker = BrokerNode(node_config, source, store)
+        config = node_config
+        if controller_source is not None:
+            # SCRAM users live in the controller or etcd (partlog users).
+            from partlog.controller.etcd_scram import EtcdScramCredentials
+            from partlog.controller.scram_client import ControllerScramCredentials
+
+            creds: Any = (
+                EtcdScramCredentials(controller_source.conn, controller_source.keys)
+                if args.metadata is not None
+                else ControllerScramCredentials(controller_source)
+            )
+            config = replace(config, kafka_security=replace(security, credentials=creds))
+        broker = BrokerNode(config, source, store)
         try:
             if controller_source is not None:
                 # The cluster id first (the store must belong to it), then the
@@ -291,6 +319,8 @@ def run(args: argparse.Namespace) -> int:
                 await controller_source.start()  # registers; retries until the controller answers
             await broker.start()
             kafka = f", Kafka on {me.host}:{broker.kafka_port}" if broker.kafka_port else ""
+            if broker.kafka is not None and len(broker.kafka.specs) > 1:
+                kafka = ", Kafka listeners " + ",".join(f"{n}:{p}" for n, p in broker.kafka.ports.items())
             print(
                 f"broker {args.id} of cluster {broker.cluster_id} listening on {me.host}:{broker.port}{kafka}",
                 flush=True,

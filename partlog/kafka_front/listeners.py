@@ -1,0 +1,188 @@
+"""Kafka listeners as Kafka's brokers configure them, and what each one
+asks of a connection before its requests reach a handler.
+
+``listeners = "SASL_SSL://127.0.0.1:9093,PLAINTEXT://127.0.0.1:9092"``:
+each entry names a security protocol (Kafka's four; the listener's name
+is its protocol, as when Kafka's ``listener.security.protocol.map`` is
+left at its default), a host and a port (0: any free port).  One broker
+may have several, each protocol at most once.
+
+* PLAINTEXT: nothing; every client is ``User:ANONYMOUS``.
+* SSL: TLS; with a client certificate (``ssl.client.auth`` required or
+  requested) the principal is ``User:`` and the certificate's subject,
+  mapped by ``ssl.principal.mapping.rules``; ANONYMOUS without one.
+* SASL_PLAINTEXT, SASL_SSL: SaslHandshake and SaslAuthenticate first (over
+  TLS for SASL_SSL); the principal is ``User:<name>``.
+
+:class:`ListenerSecurity` holds what the listeners of one broker share:
+the TLS files, the client certificate policy, the mapping rules, the SASL
+mechanisms, the credentials and the handshake deadline.  Nothing here does
+I/O beyond loading the TLS files.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import re
+import ssl
+from dataclasses import dataclass, field
+
+from partlog.kafka_front.principal import PrincipalMapper
+from partlog.kafka_front.scram import MECHANISMS, CredentialLookup, NoCredentials
+
+# A client must finish TLS and SASL within this of its connection (Kafka
+# bounds it only by connections.max.idle.ms, 10 minutes; a client that
+# connects and stops would otherwise hold a connection slot that long).
+AUTH_DEADLINE_MS_DEFAULT = 10_000
+PORT_MAX = 65_535
+_LISTENER = re.compile(r"^([A-Z_]+)://(\[[0-9a-fA-F:.]+\]|[^:/\s]*):(\d{1,5})$")
+
+
+class ListenerConfigError(ValueError):
+    """A listener or its security settings are not usable (exit status 2)."""
+
+    exit_status = 2
+
+
+class SecurityProtocol(enum.Enum):
+    PLAINTEXT = "PLAINTEXT"
+    SSL = "SSL"
+    SASL_PLAINTEXT = "SASL_PLAINTEXT"
+    SASL_SSL = "SASL_SSL"
+
+    @property
+    def tls(self) -> bool:
+        return self in (SecurityProtocol.SSL, SecurityProtocol.SASL_SSL)
+
+    @property
+    def sasl(self) -> bool:
+        return self in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL)
+
+
+class ClientAuth(enum.Enum):
+    """Kafka's ``ssl.client.auth``."""
+
+    REQUIRED = "required"
+    REQUESTED = "requested"
+    NONE = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerSpec:
+    protocol: SecurityProtocol
+    host: str
+    port: int
+
+    @property
+    def name(self) -> str:
+        return self.protocol.value
+
+    def __str__(self) -> str:
+        return f"{self.name}://{self.host}:{self.port}"
+
+
+def parse_listeners(text: str) -> tuple[ListenerSpec, ...]:
+    """Kafka's ``listeners`` value: comma-separated ``PROTOCOL://host:port``."""
+    specs: list[ListenerSpec] = []
+    for raw in text.split(","):
+        item = raw.strip()
+        m = _LISTENER.match(item)
+        if m is None:
+            raise ListenerConfigError(f"listener {item!r}: expected PROTOCOL://HOST:PORT")
+        try:
+            protocol = SecurityProtocol(m.group(1))
+        except ValueError:
+            known = ", ".join(p.value for p in SecurityProtocol)
+            raise ListenerConfigError(f"listener {item!r}: unknown security protocol (one of {known})") from None
+        host, port = m.group(2).strip("[]"), int(m.group(3))
+        if not host:
+            raise ListenerConfigError(f"listener {item!r}: name the address to bind (an empty host is all of them)")
+        if port > PORT_MAX:
+            raise ListenerConfigError(f"listener {item!r}: port above {PORT_MAX}")
+        if any(s.protocol is protocol for s in specs):
+            raise ListenerConfigError(f"listener {item!r}: {protocol.value} is named twice")
+        specs.append(ListenerSpec(protocol, host, port))
+    if not specs:
+        raise ListenerConfigError("no listener given")
+    return tuple(specs)
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerTls:
+    """A TLS listener's files (PEM), Kafka's ssl.keystore / ssl.truststore."""
+
+    cert_file: str
+    key_file: str
+    ca_file: str = ""  # verifies client certificates; needed unless client_auth is none
+    client_auth: ClientAuth = ClientAuth.NONE
+
+    def context(self) -> ssl.SSLContext:
+        """The server context; ListenerConfigError names a file that cannot be used."""
+        if self.client_auth is not ClientAuth.NONE and not self.ca_file:
+            raise ListenerConfigError(f"ssl.client.auth={self.client_auth.value} needs a CA file")
+        for what, path in (("certificate", self.cert_file), ("key", self.key_file), ("CA", self.ca_file)):
+            if path and not (os.path.isfile(path) and os.access(path, os.R_OK)):
+                raise ListenerConfigError(f"Kafka listener TLS {what} file {path}: not found or not readable")
+        try:
+            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+            ctx.load_cert_chain(self.cert_file, self.key_file)
+            if self.ca_file:
+                ctx.load_verify_locations(self.ca_file)
+        except (OSError, ssl.SSLError) as e:
+            raise ListenerConfigError(f"Kafka listener TLS files cert={self.cert_file} key={self.key_file}: {e}") from e
+        ctx.verify_mode = {
+            ClientAuth.REQUIRED: ssl.CERT_REQUIRED,
+            ClientAuth.REQUESTED: ssl.CERT_OPTIONAL,
+            ClientAuth.NONE: ssl.CERT_NONE,
+        }[self.client_auth]
+        return ctx
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerSecurity:
+    """What a broker's listeners need beyond their address."""
+
+    tls: ListenerTls | None = None
+    # Kafka's ssl.principal.mapping.rules (DEFAULT: the subject as it is).
+    principal_rules: str = "DEFAULT"
+    # Kafka's sasl.enabled.mechanisms (its default is GSSAPI, not served here).
+    sasl_mechanisms: tuple[str, ...] = ("SCRAM-SHA-512", "SCRAM-SHA-256")
+    credentials: CredentialLookup = field(default_factory=NoCredentials)
+    auth_deadline_ms: int = AUTH_DEADLINE_MS_DEFAULT
+
+    def __post_init__(self) -> None:
+        unknown = [m for m in self.sasl_mechanisms if m not in MECHANISMS]
+        if unknown or not self.sasl_mechanisms:
+            raise ListenerConfigError(
+                f"sasl.enabled.mechanisms {','.join(self.sasl_mechanisms) or '(none)'}: "
+                f"each one of {', '.join(MECHANISMS)}"
+            )
+        if type(self.auth_deadline_ms) is not int or self.auth_deadline_ms <= 0:
+            raise ListenerConfigError(f"auth_deadline_ms must be a positive integer, got {self.auth_deadline_ms!r}")
+        try:
+            PrincipalMapper.parse(self.principal_rules)
+        except ValueError as e:
+            raise ListenerConfigError(str(e)) from None
+
+    def mapper(self) -> PrincipalMapper:
+        return PrincipalMapper.parse(self.principal_rules)
+
+    def check(self, specs: tuple[ListenerSpec, ...]) -> None:
+        """Refuse a TLS listener without TLS files."""
+        for s in specs:
+            if s.protocol.tls and self.tls is None:
+                raise ListenerConfigError(f"listener {s}: needs TLS files (a certificate and its key)")
+
+
+__all__ = [
+    "AUTH_DEADLINE_MS_DEFAULT",
+    "ClientAuth",
+    "ListenerConfigError",
+    "ListenerSecurity",
+    "ListenerSpec",
+    "ListenerTls",
+    "SecurityProtocol",
+    "parse_listeners",
+]

@@ -1,0 +1,86 @@
+"""``partlog broker``'s Kafka listener flags, as Kafka's broker configs:
+``--listeners`` (listeners), the TLS files and ``--kafka-ssl-client-auth``
+(ssl.keystore / ssl.truststore / ssl.client.auth), the principal mapping
+rules (ssl.principal.mapping.rules) and the SASL mechanisms
+(sasl.enabled.mechanisms).  A bad value is one line and exit status 2."""
+
+from __future__ import annotations
+
+import argparse
+
+from partlog.kafka_front.listeners import (
+    AUTH_DEADLINE_MS_DEFAULT,
+    ClientAuth,
+    ListenerConfigError,
+    ListenerSecurity,
+    ListenerSpec,
+    ListenerTls,
+    parse_listeners,
+)
+from partlog.tools.cmd.flags import positive_int
+
+
+def add_listener_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("Kafka listeners and their security (Kafka's broker configs)")
+    g.add_argument(
+        "--listeners",
+        default=None,
+        metavar="PROTOCOL://HOST:PORT[,...]",
+        help="Kafka's listeners, e.g. SASL_SSL://127.0.0.1:9093,PLAINTEXT://127.0.0.1:9092 (PLAINTEXT, SSL, "
+        "SASL_PLAINTEXT, SASL_SSL; instead of --kafka-port). Metadata gives clients each broker's port of the "
+        "listener they came in on, with the broker's --host",
+    )
+    g.add_argument("--kafka-ssl-cert", default=None, metavar="FILE", help="SSL/SASL_SSL listeners' certificate (PEM)")
+    g.add_argument("--kafka-ssl-key", default=None, metavar="FILE", help="its private key (PEM)")
+    g.add_argument("--kafka-ssl-ca", default=None, metavar="FILE", help="CA that client certificates must chain to")
+    g.add_argument(
+        "--kafka-ssl-client-auth",
+        choices=[c.value for c in ClientAuth],
+        default=ClientAuth.NONE.value,
+        help="ssl.client.auth: ask clients for a certificate (default none)",
+    )
+    g.add_argument(
+        "--kafka-ssl-principal-mapping-rules",
+        default="DEFAULT",
+        metavar="RULES",
+        help="ssl.principal.mapping.rules: the principal from a client certificate's subject, "
+        "e.g. 'RULE:^CN=(.*?),.*$/$1/L,DEFAULT' (default DEFAULT)",
+    )
+    g.add_argument(
+        "--kafka-sasl-mechanisms",
+        default="SCRAM-SHA-512,SCRAM-SHA-256",
+        metavar="M[,...]",
+        help="sasl.enabled.mechanisms of the SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 "
+        "(default SCRAM-SHA-512,SCRAM-SHA-256; users: partlog users, kept by the controller or etcd)",
+    )
+    g.add_argument(
+        "--kafka-auth-deadline-ms",
+        type=positive_int,
+        default=AUTH_DEADLINE_MS_DEFAULT,
+        help=f"close a client that has not finished TLS and SASL in this long (default {AUTH_DEADLINE_MS_DEFAULT})",
+    )
+
+
+def listener_config(args: argparse.Namespace) -> tuple[tuple[ListenerSpec, ...], ListenerSecurity]:
+    """The listeners (none without --listeners) and their security;
+    ListenerConfigError (exit 2) when they do not fit together."""
+    specs = parse_listeners(args.listeners) if args.listeners is not None else ()
+    tls = None
+    if args.kafka_ssl_cert or args.kafka_ssl_key:
+        if not (args.kafka_ssl_cert and args.kafka_ssl_key):
+            raise ListenerConfigError("--kafka-ssl-cert and --kafka-ssl-key go together")
+        tls = ListenerTls(
+            args.kafka_ssl_cert, args.kafka_ssl_key, args.kafka_ssl_ca or "", ClientAuth(args.kafka_ssl_client_auth)
+        )
+        tls.context()  # the files load, or one line now
+    security = ListenerSecurity(
+        tls=tls,
+        principal_rules=args.kafka_ssl_principal_mapping_rules,
+        sasl_mechanisms=tuple(m.strip() for m in args.kafka_sasl_mechanisms.split(",") if m.strip()),
+        auth_deadline_ms=args.kafka_auth_deadline_ms,
+    )
+    security.check(specs)
+    return specs, security
+
+
+__all__ = ["ListenerConfigError", "add_listener_args", "listener_config"]

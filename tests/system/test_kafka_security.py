@@ -1,0 +1,225 @@
+"""Real Kafka clients over the listener's security protocols (issue 29):
+confluent-kafka (librdkafka) over SASL_SSL with SCRAM-SHA-512 and over
+SASL_PLAINTEXT with PLAIN, kafka-python and aiokafka over SASL_SSL with
+SCRAM, SSL with a client certificate whose subject is mapped to the
+principal; a wrong password gets Kafka's SASL error."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from partlog.kafka.scram_credential import ScramCredential
+from partlog.kafka_front.listeners import ClientAuth, ListenerSecurity, ListenerTls
+from partlog.kafka_front.scram import StaticCredentials
+from partlog.tools.local_cluster import TOPIC
+from tests.kafka_helpers import ClusterThread
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+USER, PASSWORD = "alice", "alice-secret"
+
+
+def _credentials() -> StaticCredentials:
+    return StaticCredentials(
+        {
+            (USER, m): ScramCredential.from_password(m, PASSWORD, f"salt-{m}".encode(), 4096)
+            for m in ("SCRAM-SHA-256", "SCRAM-SHA-512")
+        }
+    )
+
+
+def _security(certs: Path, mechanisms: tuple[str, ...], client_auth: ClientAuth = ClientAuth.NONE) -> ListenerSecurity:
+    return ListenerSecurity(
+        tls=ListenerTls(str(certs / "server.crt"), str(certs / "server.key"), str(certs / "ca.crt"), client_auth),
+        principal_rules="RULE:^CN=partlog test (.*)$/$1/U,DEFAULT",
+        sasl_mechanisms=mechanisms,
+        credentials=_credentials(),
+    )
+
+
+def _cluster(tmp: Path, protocol: str, security: ListenerSecurity) -> ClusterThread:
+    return ClusterThread(str(tmp), azs=1, brokers_per_az=1, partitions=2, kafka_protocol=protocol,
+                         kafka_security=security)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def sasl_ssl(tmp_path_factory: pytest.TempPathFactory, certs: Path) -> Iterator[ClusterThread]:
+    c = _cluster(tmp_path_factory.mktemp("sasl_ssl"), "SASL_SSL", _security(certs, ("SCRAM-SHA-512", "SCRAM-SHA-256")))
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def _confluent(cluster: ClusterThread, extra: dict[str, Any]) -> dict[str, Any]:
+    return {"bootstrap.servers": cluster.bootstrap, **extra}
+
+
+def _produce_consume(conf: dict[str, Any], topic: str = TOPIC) -> list[bytes]:
+    from confluent_kafka import Consumer, Producer
+
+    p = Producer({**conf, "enable.idempotence": True, "acks": "all", "linger.ms": 5})
+    sent = [f"m{i}-{uuid.uuid4().hex[:6]}".encode() for i in range(20)]
+    errors: list[object] = []
+    for v in sent:
+        p.produce(topic, v, on_delivery=lambda err, _msg: errors.append(err) if err is not None else None)
+    assert p.flush(30) == 0 and not errors, errors
+    c = Consumer({**conf, "group.id": f"g-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest"})
+    c.subscribe([topic])
+    got: list[bytes] = []
+    try:
+        for _ in range(300):
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                got.append(m.value() or b"")
+            if set(sent) <= set(got):
+                c.commit(asynchronous=False)
+                break
+    finally:
+        c.close()
+    assert set(sent) <= set(got)
+    return got
+
+
+def _sasl_ssl_conf(certs: Path, mechanism: str, password: str = PASSWORD) -> dict[str, Any]:
+    return {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": mechanism,
+        "sasl.username": USER,
+        "sasl.password": password,
+        "ssl.ca.location": str(certs / "ca.crt"),
+    }
+
+
+def test_confluent_over_sasl_ssl_with_scram_sha_512_produces_consumes_and_commits(
+    sasl_ssl: ClusterThread, certs: Path
+) -> None:
+    _produce_consume(_confluent(sasl_ssl, _sasl_ssl_conf(certs, "SCRAM-SHA-512")))
+
+
+def test_a_wrong_password_gets_kafkas_sasl_error(sasl_ssl: ClusterThread, certs: Path) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    errors: list[Any] = []
+    conf: dict[str, Any] = _confluent(sasl_ssl, _sasl_ssl_conf(certs, "SCRAM-SHA-256", password="wrong"))
+    conf["error_cb"] = errors.append
+    admin = AdminClient(conf)
+    with pytest.raises(KafkaException):
+        admin.list_topics(timeout=5)
+    admin.poll(1)  # error_cb runs in poll
+    assert any(err.code() == KafkaError._AUTHENTICATION for err in errors), errors
+    assert any("invalid credentials with SASL mechanism SCRAM-SHA-256" in err.str() for err in errors), errors
+
+
+def test_kafka_python_over_sasl_ssl_with_scram(sasl_ssl: ClusterThread, certs: Path) -> None:
+    import kafka
+
+    conf: dict[str, Any] = {
+        "bootstrap_servers": sasl_ssl.bootstrap,
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-256",
+        "sasl_plain_username": USER,
+        "sasl_plain_password": PASSWORD,
+        "ssl_cafile": str(certs / "ca.crt"),
+    }
+    p = kafka.KafkaProducer(**conf)
+    sent = [f"kp-{uuid.uuid4().hex}".encode() for _ in range(5)]
+    for v in sent:
+        p.send(TOPIC, v).get(timeout=30)
+    p.close()
+    c = kafka.KafkaConsumer(TOPIC, group_id=f"kp-{uuid.uuid4().hex[:6]}", auto_offset_reset="earliest",
+                            consumer_timeout_ms=10_000, **conf)  # fmt: skip
+    got = set()
+    for m in c:
+        got.add(m.value)
+        if set(sent) <= got:
+            break
+    c.commit()
+    c.close()
+    assert set(sent) <= got
+
+
+def test_aiokafka_over_sasl_ssl_with_scram(sasl_ssl: ClusterThread, certs: Path) -> None:
+    aiokafka = pytest.importorskip("aiokafka")
+    import ssl
+
+    async def run() -> set[bytes]:
+        conf: dict[str, Any] = {
+            "bootstrap_servers": sasl_ssl.bootstrap,
+            "security_protocol": "SASL_SSL",
+            "sasl_mechanism": "SCRAM-SHA-512",
+            "sasl_plain_username": USER,
+            "sasl_plain_password": PASSWORD,
+            "ssl_context": ssl.create_default_context(cafile=str(certs / "ca.crt")),
+        }
+        p = aiokafka.AIOKafkaProducer(**conf)
+        await p.start()
+        try:
+            for v in sent:
+                await p.send_and_wait(TOPIC, v)
+        finally:
+            await p.stop()
+        c = aiokafka.AIOKafkaConsumer(TOPIC, group_id=f"ak-{uuid.uuid4().hex[:6]}", auto_offset_reset="earliest",
+                                      **conf)  # fmt: skip
+        await c.start()
+        got: set[bytes] = set()
+        try:
+            async with asyncio.timeout(30):
+                async for m in c:
+                    got.add(m.value)
+                    if set(sent) <= got:
+                        break
+            await c.commit()
+        finally:
+            await c.stop()
+        return got
+
+    sent = [f"ak-{uuid.uuid4().hex}".encode() for _ in range(5)]
+    assert set(sent) <= asyncio.run(run())
+
+
+def test_confluent_over_sasl_plaintext_with_plain(tmp_path: Path, certs: Path) -> None:
+    c = _cluster(tmp_path, "SASL_PLAINTEXT", _security(certs, ("PLAIN",)))
+    try:
+        conf = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN", "sasl.username": USER,
+                "sasl.password": PASSWORD}  # fmt: skip
+        _produce_consume(_confluent(c, conf))
+        node = c.cluster.nodes[1]
+        assert node.kafka is not None
+        assert node.kafka.metrics.auth_failed.labels("SASL_PLAINTEXT")._value.get() == 0
+    finally:
+        c.close()
+
+
+def test_ssl_with_a_client_certificate_maps_the_subject_to_the_principal(tmp_path: Path, certs: Path) -> None:
+    c = _cluster(tmp_path, "SSL", _security(certs, ("SCRAM-SHA-512",), ClientAuth.REQUIRED))
+    try:
+        conf = {
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(certs / "ca.crt"),
+            "ssl.certificate.location": str(certs / "client.crt"),
+            "ssl.key.location": str(certs / "client.key"),
+        }
+        seen: list[str] = []
+        node = c.cluster.nodes[1]
+        assert node.kafka is not None
+        apis = node.kafka.apis
+        original = apis.handlers[3]
+
+        async def metadata(req: Any, body: Any, session: Any) -> Any:
+            seen.append(session.principal)
+            return await original(req, body, session)
+
+        apis.handlers[3] = metadata
+        _produce_consume(_confluent(c, conf))
+        # "CN=partlog test client" by RULE:^CN=partlog test (.*)$/$1/U
+        assert seen and set(seen) == {"User:CLIENT"}
+    finally:
+        c.close()
