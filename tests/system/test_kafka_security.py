@@ -231,7 +231,7 @@ def test_an_authenticated_principal_is_what_the_authorizer_judges(tmp_path: Path
     then produce, and an unauthenticated principal could never have been
     him.  Without the grant bob's produce is refused."""
     from confluent_kafka import KafkaException, Producer
-    from confluent_kafka.admin import (
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
         AclBinding,
         AclOperation,
         AclPermissionType,
