@@ -71,13 +71,16 @@ async def _references_nothing(body: Any) -> Any:
     return {"referenced": []}
 
 
-async def empty_broker(meta: StaticMetadata) -> tuple[RpcServer, StaticMetadata]:
-    """A server on a loopback port answering walmgr's sweep as the one broker
-    of ``meta`` would with an empty store ("nothing referenced"), and
-    ``meta`` with that broker's port: for worlds where no broker holds data
-    (the soak's objects belong to a deleted topic).  Close it when done."""
+async def empty_broker(meta: StaticMetadata, port: int = 0) -> tuple[RpcServer, StaticMetadata]:
+    """A server on a loopback port (``port``, 0 for any) answering walmgr's
+    sweep as the one broker of ``meta`` would with an empty store ("nothing
+    referenced"), and ``meta`` with that broker's port: for worlds where no
+    broker holds data (the soak's objects belong to a deleted topic).  It
+    answers nothing else.  Close it when done."""
     [info] = meta.brokers()
-    server = RpcServer({"keys_referenced": _references_nothing}, schemas=BROKER_SCHEMAS, cluster_id=meta.cluster_id)
+    server = RpcServer(
+        {"keys_referenced": _references_nothing}, port=port, schemas=BROKER_SCHEMAS, cluster_id=meta.cluster_id
+    )
     await server.start()
     return server, meta.with_ports({info.broker_id: server.port})
 

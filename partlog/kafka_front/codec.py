@@ -33,6 +33,8 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 
+from partlog.kafka_front.frame_check import LengthError, check_request
+
 # Kafka's socket.request.max.bytes default (100 MiB): a larger size prefix
 # closes the connection before anything is buffered.
 REQUEST_BYTES_MAX_DEFAULT = 100 * 1024 * 1024
@@ -170,6 +172,11 @@ def parse_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> Req
     except Exception as e:  # kio has no schema for this key or version
         raise FrameError(f"api key {api_key} version {api_version}: no schema ({e})") from None
     header_cls = RequestHeaderV2 if schema.__flexible__ else RequestHeaderV1
+    try:
+        # Before kio's native reader, which allocates what a length declares.
+        check_request(header_cls, schema, frame)
+    except LengthError as e:
+        raise FrameError(f"{API_KEYS.get(api_key, api_key)} v{api_version}: {e}") from None
     header, offset = _read_header(header_cls, frame)
     try:
         body, used = entity_reader(schema)(frame, offset)

@@ -1,20 +1,25 @@
 """The walmgr command line running cycles: gc (dry run and real), scan, status,
-inspect against a cluster whose one broker is down (a check asked of it
-fails on a loopback port nobody listens on, and the object is kept on
-doubt), and ``walmgr run``'s SIGTERM (a subprocess).
+inspect against a cluster whose one broker holds nothing and answers only
+walmgr's sweep (``walmgr.bench.empty_broker``: a leader check asked of it
+fails, and the object is kept on doubt), and ``walmgr run``'s SIGTERM (a
+subprocess).
 
 Objects are real WAL segments in a LocalDirStore; partitions of a topic the
 metadata does not have need no check at all."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +31,7 @@ from partlog.wal.localdir_store import LocalDirStore
 from tests.cluster_helpers import free_ports, topic_partitions, write_cluster_toml
 from tests.walmgr_helpers import TEST_CLUSTER_ID, orphan
 from walmgr import cli
+from walmgr.bench import empty_broker
 from walmgr.registry import Registry, RegistryError
 
 WAIT_S = 30.0
@@ -40,11 +46,13 @@ class Setup:
     the prefix that is not a WAL key (reported, never deleted)."""
 
     def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
         self.objects = LocalDirStore(tmp_path / "objects", fsync=False)
         self.url = "file://" + str(tmp_path / "objects")
         self.registry = str(tmp_path / "registry")
         meta = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"t": 1}, cluster_id=TEST_CLUSTER_ID)
-        [port] = free_ports(1)  # nothing listens there
+        [port] = free_ports(1)  # nothing listens there (see answering_sweeps)
+        self.meta, self.port = meta, port
         self.cluster = tmp_path / "cluster.toml"
         gone = TopicIdPartition(uuid.uuid5(uuid.NAMESPACE_URL, "walmgr-cli/gone"), 0)
         # The cluster file says the topic was deleted: its partitions hold no reference.
@@ -63,6 +71,23 @@ class Setup:
         return {o.key for o in page.objects}
 
 
+@contextlib.contextmanager
+def answering_sweeps(s: Setup) -> Iterator[None]:
+    """The cluster's broker, on its port, holding nothing: it answers the
+    sweep (every listed broker asked before a deletion) and nothing else."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    server, _ = asyncio.run_coroutine_threadsafe(empty_broker(s.meta, s.port), loop).result(10)
+    try:
+        yield
+    finally:
+        asyncio.run_coroutine_threadsafe(server.close(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
 def run_json(capsys: pytest.CaptureFixture[str], argv: list[str], code: int = 0) -> Any:
     capsys.readouterr()
     assert cli.main(argv) == code
@@ -73,13 +98,18 @@ def test_gc_dry_run_prints_the_plan_and_deletes_nothing_then_gc_deletes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     s = Setup(tmp_path)
+    with answering_sweeps(s):
+        _gc_dry_run_then_gc(s, capsys)
+
+
+def _gc_dry_run_then_gc(s: Setup, capsys: pytest.CaptureFixture[str]) -> None:
     before = s.listed()
     meta = ["--metadata", str(s.cluster)]
     dry = run_json(capsys, s.args("gc", "--once", "--dry-run", "--json", *meta))
     assert dry["dry_run"] is True
     assert dry["plan"] == s.unreferenced
     assert dry["deleted_files"] == 0
-    assert set(dry["doubt"]) == {s.doubtful} and "unreachable" in dry["doubt"][s.doubtful]
+    assert set(dry["doubt"]) == {s.doubtful} and "broker 1" in dry["doubt"][s.doubtful]
     assert [s.invalid, dry["scan"]["invalid"][0][1]] in dry["scan"]["invalid"]
     assert s.listed() == before, "a dry run deleted something"
     status = run_json(capsys, s.args("status", "--json"))
