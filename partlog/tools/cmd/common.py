@@ -8,7 +8,7 @@ import argparse
 import sys
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from partlog.rpc import server_limits as rpc
 from partlog.tools.cmd.flags import positive_int
@@ -53,6 +53,23 @@ def tls_contexts(args: argparse.Namespace) -> TlsContexts | None:
     from partlog.rpc.tls import mutual_tls
 
     return mutual_tls(args.tls_ca or "", args.tls_cert or "", args.tls_key or "")
+
+
+def admin_metadata(
+    args: argparse.Namespace, etcd_target: Any, host: str, port: int, secret: bytes | None, tls: TlsContexts | None
+) -> Any:
+    """The cluster metadata a one-shot admin command talks to: its etcd
+    (``--metadata``, ``etcd_target`` parsed from it) or its controller
+    (``--controller HOST:PORT``); not started."""
+    if args.metadata is not None:
+        from partlog.controller.etcd_meta import EtcdMetadata
+
+        return EtcdMetadata(etcd_target, cluster_id=cluster_id_arg(args.cluster_id))
+    from partlog.controller.client import ControllerMetadata
+
+    return ControllerMetadata(
+        host, port, cluster_id=cluster_id_arg(args.cluster_id), secret=secret, ssl=tls.client if tls else None
+    )
 
 
 def add_tls(p: argparse.ArgumentParser) -> None:

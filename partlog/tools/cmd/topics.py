@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from partlog.rpc.secret import read_secret_file
-from partlog.tools.cmd.common import add_tls, cluster_id_arg, host_port, tls_contexts
+from partlog.tools.cmd.common import add_tls, admin_metadata, host_port, tls_contexts
 from partlog.tools.cmd.flags import TIMEOUT_MS_MAX, positive_int, positive_int_at_most
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
     import logging
 
-    from partlog.controller.client import ControllerMetadata, ControllerUnavailableError
+    from partlog.controller.client import ControllerUnavailableError
     from partlog.controller.cluster_meta import MetadataError
     from partlog.kafka.errors import Errors
 
@@ -58,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         print("partlog topics create: give exactly one of --controller HOST:PORT and --metadata etcd://...",
               file=sys.stderr)  # fmt: skip
         return 2
+    host, port, etcd_target = "", 0, None  # the one the flags name is set below
     try:
         if args.controller is not None:
             host, port = host_port(args.controller)
@@ -76,15 +77,7 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("partlog.controller.etcd_meta").setLevel(logging.ERROR)
 
     async def create() -> int:
-        client: Any
-        if args.metadata is not None:
-            from partlog.controller.etcd_meta import EtcdMetadata
-
-            client = EtcdMetadata(etcd_target, cluster_id=cluster_id_arg(args.cluster_id))
-        else:
-            client = ControllerMetadata(
-                host, port, cluster_id=cluster_id_arg(args.cluster_id), secret=secret, ssl=tls.client if tls else None
-            )
+        client = admin_metadata(args, etcd_target, host, port, secret, tls)
         try:
             await client.start(timeout_ms=args.timeout_ms)  # retries until the controller answers
         except MetadataError as e:  # no cluster under that prefix, or another cluster

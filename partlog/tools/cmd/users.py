@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from partlog.kafka.scram_credential import MECHANISM_IDS, MECHANISM_NAMES, SCRAM_ITERATIONS_MAX, SCRAM_ITERATIONS_MIN
 from partlog.rpc.secret import read_secret_file
-from partlog.tools.cmd.common import add_tls, cluster_id_arg, host_port, tls_contexts
+from partlog.tools.cmd.common import add_tls, admin_metadata, host_port, tls_contexts
 from partlog.tools.cmd.flags import TIMEOUT_MS_MAX, int_in, positive_int_at_most
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     import logging
     import os
 
-    from partlog.controller.client import ControllerMetadata, ControllerUnavailableError
+    from partlog.controller.client import ControllerUnavailableError
     from partlog.controller.cluster_meta import MetadataError
     from partlog.controller.scram_client import ControllerScramCredentials
     from partlog.controller.scram_store import Upsertion
@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     if (args.controller is None) == (args.metadata is None):
         print(f"{what}: give exactly one of --controller HOST:PORT and --metadata etcd://...", file=sys.stderr)
         return 2
+    host, port, etcd_target = "", 0, None  # the one the flags name is set below
     try:
         if args.controller is not None:
             host, port = host_port(args.controller)
@@ -113,15 +114,7 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("partlog.controller.etcd_meta").setLevel(logging.ERROR)
 
     async def main() -> int:
-        client: Any
-        if args.metadata is not None:
-            from partlog.controller.etcd_meta import EtcdMetadata
-
-            client = EtcdMetadata(etcd_target, cluster_id=cluster_id_arg(args.cluster_id))
-        else:
-            client = ControllerMetadata(
-                host, port, cluster_id=cluster_id_arg(args.cluster_id), secret=secret, ssl=tls.client if tls else None
-            )
+        client = admin_metadata(args, etcd_target, host, port, secret, tls)
         try:
             await client.start(timeout_ms=args.timeout_ms)
         except (ControllerUnavailableError, MetadataError) as e:
