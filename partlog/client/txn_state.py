@@ -111,7 +111,9 @@ class TxnStates:
     def abort_transaction(self) -> None:
         if self.state not in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR, TxnState.ABORTING):
             self._refuse("abort_transaction")
-        self.state = TxnState.ABORTING
+        # The abortable error is settled by this abort: it is not kept, so
+        # an abort that then fails keeps the error it fails with.
+        self.state, self.error = TxnState.ABORTING, None
 
     def completed(self) -> None:
         """InitProducerId or EndTxn succeeded: READY (an abortable error

@@ -237,3 +237,15 @@ def test_a_record_whose_future_the_caller_cancelled_still_fails_the_commit() -> 
         return ended
 
     assert asyncio.run(main()) == []
+
+
+def test_an_abort_settles_the_abortable_error() -> None:
+    """Found by the state machine above in CI: after an abortable error,
+    abort_transaction kept the error while ABORTING."""
+    s = TxnStates()
+    s.init_transactions()
+    s.completed()
+    s.begin_transaction()
+    s.failed(txn_error(Errors.OUT_OF_ORDER_SEQUENCE_NUMBER))
+    s.abort_transaction()
+    assert s.state == S.ABORTING and s.error is None
