@@ -229,10 +229,7 @@ class TxnVerification:
 
 
 def _transactional(r: CommitBatchRequest) -> bool:
-    header = r.header
-    if r.producer_id < 0 or len(header) < bh.HEADER_SIZE:
-        return False
-    return bool(int.from_bytes(header[21:23], "big") & bh.ATTR_TRANSACTIONAL)
+    return r.producer_id >= 0 and bh.transactional_batch(r.header)
 
 
 __all__ = ["TXN_VERIFICATION_TIMEOUT_MS", "TxnVerification", "produce_error"]

@@ -137,6 +137,20 @@ _OFF_LEADER_EPOCH = 12
 _OFF_CRC = 17
 _OFF_ATTRIBUTES = 21
 _OFF_MAX_TIMESTAMP = 35
+_BASE_SEQUENCE = struct.Struct(">i")
+_OFF_BASE_SEQUENCE = 53
+
+
+def transactional_batch(data: bytes) -> bool:
+    """Whether the v2 batch (or header) at the start of ``data`` has the
+    transactional bit, read in place (it runs for every batch produced);
+    what is too short to be a header is not."""
+    return len(data) >= HEADER_SIZE and bool(_ATTRIBUTES.unpack_from(data, _OFF_ATTRIBUTES)[0] & ATTR_TRANSACTIONAL)
+
+
+def unsequenced_transactional(data: bytes) -> bool:
+    """A transactional v2 batch with base sequence -1 (NO_SEQUENCE)."""
+    return transactional_batch(data) and _BASE_SEQUENCE.unpack_from(data, _OFF_BASE_SEQUENCE)[0] == NO_SEQUENCE
 
 
 def patch_header(

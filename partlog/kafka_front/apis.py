@@ -402,7 +402,7 @@ class KafkaApis(ApiHandlers):
         # leaders could not verify them, KIP-890) the principal may WRITE;
         # otherwise every partition is refused.
         txn_refused = any(
-            pd.records and transactional_batch(pd.records) for td in body.topic_data for pd in td.partition_data
+            pd.records and bh.transactional_batch(pd.records) for td in body.topic_data for pd in td.partition_data
         ) and (txn_id is None or not self.authz.txn_id(session, AclOperation.WRITE, txn_id))
         for td in body.topic_data:
             writable = self.authz.topic(session, AclOperation.WRITE, td.name)
@@ -431,7 +431,7 @@ class KafkaApis(ApiHandlers):
                 elif len(records) > self.config.message_max_bytes:
                     error = Errors.MESSAGE_TOO_LARGE
                     message = f"batch of {len(records)} bytes > message.max.bytes {self.config.message_max_bytes}"
-                elif unsequenced_transactional(records):
+                elif bh.unsequenced_transactional(records):
                     # Only a coordinator writes transactional batches without
                     # sequence numbers (TxnOffsetCommit's); from a client, as
                     # Kafka's leader, the sequence is out of order.
@@ -660,25 +660,6 @@ class KafkaApis(ApiHandlers):
                  "end_offset": end}
             )  # fmt: skip
         return {"throttle_time": 0, "topics": [{"topic": n, "partitions": ps} for n, ps in by_topic.items()]}
-
-
-def transactional_batch(records: bytes) -> bool:
-    """A v2 batch (the first of ``records``) with the transactional bit, read
-    in place; what is too short to be a batch the store answers."""
-    return len(records) >= bh.HEADER_SIZE and bool(
-        int.from_bytes(records[_ATTRIBUTES_AT : _ATTRIBUTES_AT + 2], "big") & bh.ATTR_TRANSACTIONAL
-    )
-
-
-def unsequenced_transactional(records: bytes) -> bool:
-    """A transactional v2 batch with base sequence -1."""
-    return transactional_batch(records) and records[_BASE_SEQUENCE_AT : _BASE_SEQUENCE_AT + 4] == _NO_SEQ
-
-
-# Where a v2 batch header keeps its attributes and base sequence.
-_ATTRIBUTES_AT = 21
-_BASE_SEQUENCE_AT = 53
-_NO_SEQ = bh.NO_SEQUENCE.to_bytes(4, "big", signed=True)
 
 
 async def _ready(answer: tuple[Errors, int, int]) -> tuple[Errors, int, int]:

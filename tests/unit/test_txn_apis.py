@@ -302,7 +302,7 @@ def test_only_transactional_batches_without_a_sequence_are_refused_from_clients(
     (the leader skips the sequence check for them); a client's may not."""
     from kafka.record.default_records import DefaultRecordBatchBuilder
 
-    from partlog.kafka_front.apis import unsequenced_transactional
+    from partlog.kafka.batch_header import unsequenced_transactional
 
     def batch(transactional: bool, seq: int) -> bytes:
         b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=transactional, producer_id=5,
