@@ -31,9 +31,9 @@ import itertools
 import logging
 import ssl
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
@@ -46,7 +46,6 @@ from partlog.controller.cluster_meta import (
     check_same_cluster,
 )
 from partlog.kafka.records import TopicIdPartition
-from partlog.rpc.client import RpcClient, RpcConnectionError, RpcHandshakeError, RpcRemoteError, RpcTimeoutError
 from partlog.rpc.frame import RpcError, RpcErrorCode
 from partlog.rpc.methods import NOTIFY_OBJECTS_MAX, WALMGR_SCHEMAS
 from partlog.rpc.secret import read_secret_file
@@ -54,15 +53,12 @@ from partlog.rpc.server import RpcServer
 from partlog.rpc.tls import mutual_tls
 from partlog.rpc.wire import (
     WireError,
-    dec_keys_referenced_answer,
-    dec_verdicts,
     dec_wal_uploaded,
-    enc_keys_referenced,
-    enc_reference_checks,
 )
 from partlog.runtime import SYSTEM_CLOCK, SYSTEM_ENTROPY, Clock, Entropy
 from partlog.wal.objectstore import DeleteResult, ObjectInfo, ObjectStore, ObjectStoreError
 from partlog.wal.store_url import open_store
+from walmgr.asking import BrokerAsker
 from walmgr.config import WalmgrConfig, WalmgrConfigError
 from walmgr.decide import CheckPlan, Decision, decide, past_age_gate, plan_checks, split_checks, sweep
 from walmgr.deleter import DeleteReport, execute_plan
@@ -76,7 +72,6 @@ from walmgr.spark_scan import SparkScanError
 from walmgr.spark_scan import check_available as check_spark_available
 
 log = logging.getLogger(__name__)
-_T = TypeVar("_T")
 
 
 # Candidates decided per round of a cycle (one referenced_files RPC per
@@ -322,7 +317,13 @@ class Walmgr:
         self.cluster_id: uuid.UUID | None = None
         self.metrics: WalmgrMetrics | None = None
         self._server: RpcServer | None = None
-        self._clients: dict[int, RpcClient] = {}
+        self._asker = BrokerAsker(
+            lambda: self.metadata,
+            lambda: self.cluster_id,
+            timeout_ms=config.check_timeout_ms,
+            secret=secret,
+            client_ssl=client_ssl,
+        )
         self._stop = asyncio.Event()
         # Called with each full scan's progress besides the log and the
         # metrics (``walmgr scan`` sets a progress bar); local engine only.
@@ -425,9 +426,7 @@ class Walmgr:
         self._stop.set()
         if self._server is not None:
             await self._server.close()
-        for c in self._clients.values():
-            await c.close()
-        self._clients.clear()
+        await self._asker.close()
         if self._own_metadata and self.metadata is not None:
             stop = getattr(self.metadata, "stop", None)
             if stop is not None:
@@ -733,7 +732,7 @@ class Walmgr:
             return Decision([], {}, {r.key: "no cluster id known" for r in cands})
         plan: CheckPlan = plan_checks(cands, self._topic_deleted, self._leader, self.cluster_id, self._isr)
         brokers = list(plan.by_broker)
-        answers = await asyncio.gather(*(self._ask(b, plan.by_broker[b]) for b in brokers))
+        answers = await asyncio.gather(*(self._asker.referenced_files(b, plan.by_broker[b]) for b in brokers))
         decision = decide(plan, dict(zip(brokers, answers, strict=True)), self._leader, self._isr)
         return await self._sweep(decision)
 
@@ -745,7 +744,7 @@ class Walmgr:
             return decision
         live = [b.broker_id for b in self.metadata.brokers()]
         keys = decision.delete
-        answers = await asyncio.gather(*(self._ask_keys(b, keys) for b in live))
+        answers = await asyncio.gather(*(self._asker.keys_referenced(b, keys) for b in live))
         live_after = [b.broker_id for b in self.metadata.brokers()]
         out = sweep(decision, live, dict(zip(live, answers, strict=True)), live_after)
         caught = [k for k in keys if k in out.referenced and k not in decision.referenced]
@@ -756,77 +755,3 @@ class Walmgr:
             self.metrics.sweep_keys.inc(len(live) * len(keys))
             self.metrics.kept_by_sweep.inc(len(caught))
         return out
-
-    async def _ask_keys(self, broker_id: int, keys: Sequence[str]) -> set[str] | str:
-        """The keys of ``keys`` that broker references, or why it did not say."""
-
-        async def call(client: RpcClient) -> set[str]:
-            found: set[str] = set()
-            for part in split_checks(keys):
-                body = await client.call(
-                    "keys_referenced", enc_keys_referenced(part), timeout_ms=self.config.check_timeout_ms
-                )
-                found |= {part[i] for i in dec_keys_referenced_answer(body, len(part))}
-            return found
-
-        return await self._rpc(broker_id, call)
-
-    async def _ask(self, broker_id: int, checks: list[Any]) -> list[int] | str:
-        """One broker's verdicts, or why there are none (any failure is a doubt)."""
-
-        async def call(client: RpcClient) -> list[int]:
-            out: list[int] = []
-            for part in split_checks(checks):
-                body = await client.call(
-                    "referenced_files",
-                    enc_reference_checks([(c.key, c.topic_id_partition, c.leader_epoch, c.asked) for c in part]),
-                    timeout_ms=self.config.check_timeout_ms,
-                )
-                out += dec_verdicts(body, len(part))
-            return out
-
-        return await self._rpc(broker_id, call)
-
-    async def _rpc(self, broker_id: int, call: Callable[[RpcClient], Awaitable[_T]]) -> _T | str:
-        """``call`` on the broker's client within ``check_timeout_ms``, or
-        why it failed (any failure is a doubt, never an answer)."""
-        try:
-            async with asyncio.timeout(self.config.check_timeout_ms / 1000):
-                client = await self._client(broker_id)
-                return await call(client)
-        except TimeoutError:
-            return "timed out"
-        except RpcHandshakeError as e:
-            if e.code == RpcErrorCode.CLUSTER_MISMATCH:
-                info = self.metadata.broker(broker_id) if self.metadata is not None else None
-                where = f" at {info.host}:{info.port}" if info is not None else ""
-                raise ClusterMismatchError(f"broker {broker_id}{where}: {e.message}") from e
-            return f"unreachable: {e}"
-        except (RpcConnectionError, OSError) as e:
-            await self._drop_client(broker_id)
-            return f"unreachable: {e}"
-        except (RpcTimeoutError, RpcRemoteError, WireError, ObjectStoreError, ValueError) as e:
-            return f"{type(e).__name__}: {e}"
-
-    async def _client(self, broker_id: int) -> RpcClient:
-        c = self._clients.get(broker_id)
-        if c is not None and c.connected:
-            return c
-        info = self.metadata.broker(broker_id) if self.metadata is not None else None
-        if info is None or not info.port:
-            raise RpcConnectionError(f"broker {broker_id}: address unknown")
-        c = await RpcClient.connect(
-            info.host, info.port, secret=self._secret, ssl=self._client_ssl, cluster_id=self.cluster_id
-        )
-        if c.server_cluster_id is None:
-            # It cannot show it belongs to our cluster: its answers are no
-            # evidence (a doubt for every check sent to it, never a deletion).
-            await c.close()
-            raise RpcConnectionError(f"broker {broker_id} at {info.host}:{info.port} names no cluster id")
-        self._clients[broker_id] = c
-        return c
-
-    async def _drop_client(self, broker_id: int) -> None:
-        c = self._clients.pop(broker_id, None)
-        if c is not None:
-            await c.close()
