@@ -29,6 +29,7 @@ other.
 
 from __future__ import annotations
 
+import re
 import tomllib
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -59,33 +60,64 @@ class BrokerInfo:
     port: int = 0
     # The Kafka listener's port (partlog.kafka_front); 0: none.
     kafka_port: int = 0
-    # Every Kafka listener's port by its name, "SASL_SSL:9093,PLAINTEXT:9092"
-    # (Kafka's advertised listeners; see kafka_listener_ports); empty: only
-    # the one listener on kafka_port, as before listeners had names.
+    # Every Kafka listener's advertised address by its name,
+    # "SASL_SSL:host:9093,PLAINTEXT:9092" (Kafka's advertised listeners; see
+    # kafka_listener_addresses; a listener without a host is on ``host``);
+    # empty: only the one listener on kafka_port, as before listeners had names.
     kafka_listeners: str = ""
 
-    def kafka_port_of(self, listener: str) -> int:
-        """This broker's port of the Kafka listener named ``listener`` (0:
-        none); a broker registered without names has only ``kafka_port``."""
+    def kafka_address_of(self, listener: str) -> tuple[str, int]:
+        """Where clients of the Kafka listener named ``listener`` reach this
+        broker: (host, port), port 0 when it has no such listener; a broker
+        registered without names has only ``kafka_port``, on ``host``."""
         if not self.kafka_listeners:
-            return self.kafka_port
-        return kafka_listener_ports(self.kafka_listeners).get(listener, 0)
+            return self.host, self.kafka_port
+        host, port = kafka_listener_addresses(self.kafka_listeners).get(listener, (None, 0))
+        return host or self.host, port
+
+    def kafka_port_of(self, listener: str) -> int:
+        return self.kafka_address_of(listener)[1]
 
 
-KAFKA_LISTENERS_CHARS_MAX = 200
+# Room for a few listeners with DNS names (a registration is one RPC field
+# and one etcd value; the RPC schema's limit is the same number).
+KAFKA_LISTENERS_CHARS_MAX = 1_000
+_LISTENER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_HOST = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._-]+)$")
+
+
+def kafka_listener_addresses(text: str) -> dict[str, tuple[str | None, int]]:
+    """``"NAME:PORT,NAME:HOST:PORT,..."`` (a host in brackets when IPv6) as
+    {name: (host or None, port)}; ValueError when malformed."""
+    if len(text) > KAFKA_LISTENERS_CHARS_MAX:
+        raise ValueError(f"kafka_listeners: more than {KAFKA_LISTENERS_CHARS_MAX} characters")
+    out: dict[str, tuple[str | None, int]] = {}
+    for item in text.split(","):
+        name, _, rest = item.partition(":")
+        host, sep, port = rest.rpartition(":")
+        if (
+            not _LISTENER_NAME.match(name)
+            or not (port.isascii() and port.isdigit())
+            or not 0 < int(port) <= 65_535
+            or (sep and not _HOST.match(host))
+            or name in out
+        ):
+            raise ValueError(
+                f"kafka_listeners: {item!r} is not NAME:PORT or NAME:HOST:PORT (or names a listener twice)"
+            )
+        out[name] = (host.strip("[]") if sep else None, int(port))
+    return out
+
+
+def format_kafka_listeners(addresses: Sequence[tuple[str, str, int]]) -> str:
+    """The registration text of (name, host, port) listeners, as
+    :func:`kafka_listener_addresses` reads it."""
+    return ",".join(f"{n}:{f'[{h}]' if ':' in h else h}:{p}" for n, h, p in addresses)
 
 
 def kafka_listener_ports(text: str) -> dict[str, int]:
-    """``"NAME:port,..."`` as a dict; ValueError when malformed."""
-    if len(text) > KAFKA_LISTENERS_CHARS_MAX:
-        raise ValueError(f"kafka_listeners: more than {KAFKA_LISTENERS_CHARS_MAX} characters")
-    out: dict[str, int] = {}
-    for item in text.split(","):
-        name, _, port = item.partition(":")
-        if not name.isidentifier() or not port.isdigit() or not 0 < int(port) <= 65_535 or name in out:
-            raise ValueError(f"kafka_listeners: {item!r} is not NAME:PORT (or names a listener twice)")
-        out[name] = int(port)
-    return out
+    """``kafka_listener_addresses`` without the hosts; ValueError when malformed."""
+    return {name: port for name, (_, port) in kafka_listener_addresses(text).items()}
 
 
 @dataclass(frozen=True, slots=True)

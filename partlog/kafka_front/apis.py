@@ -266,12 +266,12 @@ class KafkaApis(ApiHandlers):
     async def metadata(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         meta = self.broker.metadata
         az = client_az(req.client_id) or session.az
-        # Each broker's port of the listener this client came in on (Kafka's
+        # Each broker's address on the listener this client came in on (Kafka's
         # advertised listeners): a broker without that listener is not listed.
-        ports = {b.broker_id: b.kafka_port_of(session.listener) for b in meta.brokers()}
-        listening = {b.broker_id: b for b in meta.brokers() if ports[b.broker_id]}
+        addresses = {b.broker_id: b.kafka_address_of(session.listener) for b in meta.brokers()}
+        listening = {b.broker_id: b for b in meta.brokers() if addresses[b.broker_id][1]}
         brokers = [
-            {"node_id": b.broker_id, "host": b.host, "port": ports[b.broker_id], "rack": b.az}
+            {"node_id": b.broker_id, "host": addresses[b.broker_id][0], "port": addresses[b.broker_id][1], "rack": b.az}
             for b in listening.values()
         ]
         topics = self._topics_by_name()

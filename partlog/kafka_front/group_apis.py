@@ -54,12 +54,11 @@ class GroupApis(ApiHandlers):
                               "error_message": f"unknown key type {key_type}"})  # fmt: skip
                 continue
             info = self.broker.metadata.broker(broker_id) if error == Errors.NONE else None
-            port = info.kafka_port_of(session.listener) if info is not None else 0
+            host, port = info.kafka_address_of(session.listener) if info is not None else ("", 0)
             if info is None or not port:
                 found.append({**node, "error_code": int(Errors.COORDINATOR_NOT_AVAILABLE)})
             else:
-                found.append({**node, "error_code": 0, "node_id": broker_id, "host": info.host,
-                              "port": port})  # fmt: skip
+                found.append({**node, "error_code": 0, "node_id": broker_id, "host": host, "port": port})
         if req.api_version >= 4:
             return {"throttle_time": 0, "coordinators": found}
         return {"throttle_time": 0, **{k: v for k, v in found[0].items() if k != "key"}}

@@ -2,10 +2,14 @@
 asks of a connection before its requests reach a handler.
 
 ``listeners = "SASL_SSL://127.0.0.1:9093,PLAINTEXT://127.0.0.1:9092"``:
-each entry names a security protocol (Kafka's four; the listener's name
-is its protocol, as when Kafka's ``listener.security.protocol.map`` is
-left at its default), a host and a port (0: any free port).  One broker
-may have several, each protocol at most once.
+each entry names a listener, a host and a port (0: any free port).  A
+listener's name is its security protocol (Kafka's four), or any name that
+``listener.security.protocol.map`` (:func:`parse_protocol_map`, e.g.
+``INTERNAL:SASL_SSL,EXTERNAL:SSL``) maps to one; as Kafka's, a map given
+replaces the default one.  One broker may have several listeners, each
+name at most once.  ``advertised.listeners`` (:func:`parse_advertised`)
+gives the host and port clients are told for a listener (Metadata,
+FindCoordinator); by default its own.
 
 * PLAINTEXT: nothing; every client is ``User:ANONYMOUS``.
 * SSL: TLS; with a client certificate (``ssl.client.auth`` required or
@@ -26,8 +30,9 @@ import enum
 import os
 import re
 import ssl
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from partlog.controller.cluster_meta import format_kafka_listeners
 from partlog.kafka_front.principal import PrincipalMapper
 from partlog.kafka_front.scram import MECHANISMS, CredentialLookup, NoCredentials
 
@@ -36,7 +41,8 @@ from partlog.kafka_front.scram import MECHANISMS, CredentialLookup, NoCredential
 # connects and stops would otherwise hold a connection slot that long).
 AUTH_DEADLINE_MS_DEFAULT = 10_000
 PORT_MAX = 65_535
-_LISTENER = re.compile(r"^([A-Z_]+)://(\[[0-9a-fA-F:.]+\]|[^:/\s]*):(\d{1,5})$")
+_LISTENER = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)://(\[[0-9a-fA-F:.]+\]|[^:/\s]*):(\d{1,5})$")
+_HOST = re.compile(r"^[A-Za-z0-9._-]+$|^[0-9a-fA-F:.]+$")
 
 
 class ListenerConfigError(ValueError):
@@ -73,39 +79,104 @@ class ListenerSpec:
     protocol: SecurityProtocol
     host: str
     port: int
+    # The listener's name (Kafka's listener name); "": its protocol's.
+    listener_name: str = ""
+    # What clients are told (advertised.listeners); "" / 0: host / port.
+    advertised_host: str = ""
+    advertised_port: int = 0
 
     @property
     def name(self) -> str:
-        return self.protocol.value
+        return self.listener_name or self.protocol.value
 
     def __str__(self) -> str:
         return f"{self.name}://{self.host}:{self.port}"
 
 
-def parse_listeners(text: str) -> tuple[ListenerSpec, ...]:
-    """Kafka's ``listeners`` value: comma-separated ``PROTOCOL://host:port``."""
+def _split(item: str, what: str) -> tuple[str, str, int]:
+    m = _LISTENER.match(item)
+    if m is None:
+        raise ListenerConfigError(f"{what} {item!r}: expected NAME://HOST:PORT")
+    host, port = m.group(2).strip("[]"), int(m.group(3))
+    if not host:
+        raise ListenerConfigError(f"{what} {item!r}: name the host (an empty host is all of them)")
+    if not _HOST.match(host):
+        raise ListenerConfigError(f"{what} {item!r}: {host!r} is not a host name or address")
+    if port > PORT_MAX:
+        raise ListenerConfigError(f"{what} {item!r}: port above {PORT_MAX}")
+    return m.group(1).upper(), host, port
+
+
+def parse_protocol_map(text: str) -> dict[str, SecurityProtocol]:
+    """Kafka's ``listener.security.protocol.map``: ``NAME:PROTOCOL,...``."""
+    out: dict[str, SecurityProtocol] = {}
+    for raw in text.split(","):
+        name, _, proto = raw.strip().partition(":")
+        name = name.upper()
+        if not re.match(r"^[A-Z_][A-Z0-9_]*$", name) or name in out:
+            raise ListenerConfigError(f"listener security protocol map: {raw.strip()!r} is not NAME:PROTOCOL "
+                                      "(or names a listener twice)")  # fmt: skip
+        try:
+            out[name] = SecurityProtocol(proto.strip().upper())
+        except ValueError:
+            known = ", ".join(p.value for p in SecurityProtocol)
+            raise ListenerConfigError(
+                f"listener security protocol map: {raw.strip()!r}: unknown protocol (one of {known})"
+            ) from None
+    return out
+
+
+def parse_listeners(text: str, protocol_map: dict[str, SecurityProtocol] | None = None) -> tuple[ListenerSpec, ...]:
+    """Kafka's ``listeners`` value: comma-separated ``NAME://host:port``,
+    each name a protocol or a key of ``protocol_map`` (which, given,
+    replaces the default map, as Kafka's)."""
+    names = protocol_map if protocol_map else {p.value: p for p in SecurityProtocol}
     specs: list[ListenerSpec] = []
     for raw in text.split(","):
         item = raw.strip()
-        m = _LISTENER.match(item)
-        if m is None:
-            raise ListenerConfigError(f"listener {item!r}: expected PROTOCOL://HOST:PORT")
-        try:
-            protocol = SecurityProtocol(m.group(1))
-        except ValueError:
-            known = ", ".join(p.value for p in SecurityProtocol)
-            raise ListenerConfigError(f"listener {item!r}: unknown security protocol (one of {known})") from None
-        host, port = m.group(2).strip("[]"), int(m.group(3))
-        if not host:
-            raise ListenerConfigError(f"listener {item!r}: name the address to bind (an empty host is all of them)")
-        if port > PORT_MAX:
-            raise ListenerConfigError(f"listener {item!r}: port above {PORT_MAX}")
-        if any(s.protocol is protocol for s in specs):
-            raise ListenerConfigError(f"listener {item!r}: {protocol.value} is named twice")
-        specs.append(ListenerSpec(protocol, host, port))
+        name, host, port = _split(item, "listener")
+        protocol = names.get(name)
+        if protocol is None:
+            known = ", ".join(names)
+            raise ListenerConfigError(f"listener {item!r}: unknown listener name (one of {known}; "
+                                      "others need the listener security protocol map)")  # fmt: skip
+        if any(s.name == name for s in specs):
+            raise ListenerConfigError(f"listener {item!r}: {name} is named twice")
+        specs.append(ListenerSpec(protocol, host, port, "" if name == protocol.value else name))
     if not specs:
         raise ListenerConfigError("no listener given")
     return tuple(specs)
+
+
+def parse_advertised(text: str, specs: tuple[ListenerSpec, ...]) -> tuple[ListenerSpec, ...]:
+    """``specs`` with Kafka's ``advertised.listeners`` applied: each entry
+    ``NAME://host:port`` names one of the listeners; the others advertise
+    their own address."""
+    by_name = {s.name: s for s in specs}
+    told: dict[str, tuple[str, int]] = {}
+    for raw in text.split(","):
+        item = raw.strip()
+        name, host, port = _split(item, "advertised listener")
+        if name not in by_name:
+            raise ListenerConfigError(f"advertised listener {item!r}: no listener named {name}")
+        if name in told:
+            raise ListenerConfigError(f"advertised listener {item!r}: {name} is named twice")
+        if port == 0:
+            raise ListenerConfigError(f"advertised listener {item!r}: a port clients can reach, not 0")
+        told[name] = (host, port)
+    return tuple(
+        replace(s, advertised_host=told[s.name][0], advertised_port=told[s.name][1]) if s.name in told else s
+        for s in specs
+    )
+
+
+def registration_text(specs: tuple[ListenerSpec, ...], bound_ports: dict[str, int] | None = None) -> str:
+    """The ``kafka_listeners`` a broker registers: every listener's name and
+    advertised address (its port once bound, from ``bound_ports``)."""
+    ports = bound_ports or {}
+    return format_kafka_listeners(
+        [(s.name, s.advertised_host or s.host, s.advertised_port or ports.get(s.name, s.port)) for s in specs]
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,5 +255,8 @@ __all__ = [
     "ListenerSpec",
     "ListenerTls",
     "SecurityProtocol",
+    "parse_advertised",
     "parse_listeners",
+    "parse_protocol_map",
+    "registration_text",
 ]

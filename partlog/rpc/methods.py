@@ -238,7 +238,7 @@ _BROKER_EPOCH = Map(required={"broker_id": BROKER_ID, "broker_epoch": INT64})
 CONTROLLER_SCHEMAS: dict[str, Schema] = {
     "register_broker": Map(
         required={"broker_id": BROKER_ID, "az": Str(AZ_CHARS_MAX), "host": Str(HOST_CHARS_MAX), "port": PORT},
-        optional={"kafka_port": PORT, "kafka_listeners": Str(200)},
+        optional={"kafka_port": PORT, "kafka_listeners": Str(1_000)},  # cluster_meta.KAFKA_LISTENERS_CHARS_MAX
     ),
     "heartbeat": _BROKER_EPOCH,
     "allocate_producer_ids": _BROKER_EPOCH,

@@ -39,7 +39,7 @@ from partlog.controller.server import ControllerServer
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
 from partlog.kafka_front.apis import FrontConfig
-from partlog.kafka_front.listeners import ListenerSecurity, ListenerSpec, SecurityProtocol
+from partlog.kafka_front.listeners import ListenerSecurity, ListenerSpec, SecurityProtocol, registration_text
 from partlog.kafka_front.scram import NoCredentials
 from partlog.node import BrokerNode, NodeConfig
 from partlog.produce.pipeline import ProduceConfig, SendCommit
@@ -233,7 +233,7 @@ class LocalCluster:
         info = self.layout.broker(broker_id)
         assert info is not None
         listeners = self.kafka_listeners.get(broker_id, ())
-        names = ",".join(f"{s.name}:{s.port}" for s in listeners) if len(listeners) > 1 else ""
+        names = registration_text(listeners) if len(listeners) > 1 else ""
         me = BrokerInfo(
             broker_id, info.az, "127.0.0.1", self.ports[broker_id], self.kafka_ports.get(broker_id, 0), names
         )

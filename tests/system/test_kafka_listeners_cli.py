@@ -5,6 +5,7 @@ and each listener's clients are told that listener's port."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import uuid
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.cluster_helpers import free_ports, stop_processes, wait_listening
+from tests.kafka_helpers import kio_answer, kio_request, read_frame
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
@@ -89,3 +91,57 @@ def test_users_added_with_the_cli_use_a_sasl_ssl_listener(tmp_path: Path, certs:
             assert [b.port for b in md.brokers.values()] == [port]
     finally:
         stop_processes(procs)
+
+
+@pytest.mark.timeout(120)
+def test_named_listeners_advertise_their_own_addresses(tmp_path: Path) -> None:
+    """listener.security.protocol.map names two PLAINTEXT listeners;
+    advertised.listeners tells EXTERNAL's clients another host: Metadata
+    and FindCoordinator answer each client with its listener's address."""
+    ctl, rpc, internal, external = free_ports(4)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        with open(tmp_path / "ctl.log", "wb") as log:
+            procs.append(subprocess.Popen([sys.executable, "-m", "partlog", "controller", "--data-dir",
+                                           str(tmp_path / "ctl"), "--port", str(ctl)], stdout=log,
+                                          stderr=subprocess.STDOUT))  # fmt: skip
+        wait_listening(ctl, procs[0])
+        broker = [
+            "broker", "--controller", f"127.0.0.1:{ctl}", "--id", "1", "--az", "az1", "--port", str(rpc),
+            "--data-dir", str(tmp_path / "data"),
+            "--listeners", f"INTERNAL://127.0.0.1:{internal},EXTERNAL://127.0.0.1:{external}",
+            "--listener-security-protocol-map", "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",
+            "--advertised-listeners", f"EXTERNAL://localhost:{external}",
+        ]  # fmt: skip
+        with open(tmp_path / "broker.log", "wb") as log:
+            procs.append(subprocess.Popen([sys.executable, "-m", "partlog", *broker], stdout=log,
+                                          stderr=subprocess.STDOUT))  # fmt: skip
+        wait_listening(internal, procs[1])
+        wait_listening(external, procs[1])
+        from confluent_kafka.admin import AdminClient
+
+        for port, host in ((internal, "127.0.0.1"), (external, "localhost")):
+            md = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"}).list_topics(timeout=10)
+            assert [(b.host, b.port) for b in md.brokers.values()] == [(host, port)]
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                s.sendall(kio_request(10, 3, 1, {"key": "g", "key_type": 0}))
+                frame = read_frame(s)
+            assert frame is not None
+            found = kio_answer(10, 3, frame)
+            assert (found.error_code, found.host, found.port) == (0, host, port)
+    finally:
+        stop_processes(procs)
+
+
+def test_listener_flags_that_do_not_fit_are_one_line(tmp_path: Path) -> None:
+    base = ["broker", "--controller", "127.0.0.1:1", "--id", "1", "--az", "az1", "--port", "1",
+            "--data-dir", str(tmp_path)]  # fmt: skip
+    for flags, what in (
+        (["--listeners", "INTERNAL://127.0.0.1:1"], "unknown listener name"),
+        (["--listeners", "PLAINTEXT://127.0.0.1:1", "--advertised-listeners", "SSL://h:2"], "no listener named SSL"),
+        (["--advertised-listeners", "PLAINTEXT://h:2"], "need --listeners"),
+        (["--listeners", "A://127.0.0.1:1", "--listener-security-protocol-map", "A:NOPE"], "unknown protocol"),
+    ):
+        p = _partlog(*base, *flags)
+        assert p.returncode == 2, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1 and what in p.stderr, p.stderr

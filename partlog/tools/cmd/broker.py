@@ -7,6 +7,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
+from partlog.kafka_front.listeners import registration_text
 from partlog.limits import BROKER_ID_MAX, PORT_MAX
 from partlog.rpc.secret import read_secret_file
 from partlog.tools.cmd.acls import authorizer_config
@@ -200,9 +201,9 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-        if len(specs) > 1:
-            print(f"partlog broker: {args.cluster}: one listener only (the file names one Kafka port per broker)",
-                  file=sys.stderr)  # fmt: skip
+        if len(specs) > 1 or any(s.listener_name or s.advertised_host for s in specs):
+            print(f"partlog broker: {args.cluster}: one listener, named by its protocol and not advertised "
+                  "elsewhere (the file names each broker's address)", file=sys.stderr)  # fmt: skip
             return 2
         me, meta = found, static
     else:
@@ -213,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
         if args.kafka_port == 0 or any(s.port == 0 for s in specs):
             print(f"partlog broker: {flag} needs fixed Kafka listener ports (they are registered)", file=sys.stderr)
             return 2
-        names = ",".join(f"{s.name}:{s.port}" for s in specs) if len(specs) > 1 else ""
+        names = registration_text(specs) if specs else ""
         me = BrokerInfo(args.id, args.az, args.host, args.port, args.kafka_port or 0, names)
         try:
             if args.controller is not None:

@@ -1,5 +1,7 @@
 """``partlog broker``'s Kafka listener flags, as Kafka's broker configs:
-``--listeners`` (listeners), the TLS files and ``--kafka-ssl-client-auth``
+``--listeners`` (listeners), ``--listener-security-protocol-map``
+(listener.security.protocol.map), ``--advertised-listeners``
+(advertised.listeners), the TLS files and ``--kafka-ssl-client-auth``
 (ssl.keystore / ssl.truststore / ssl.client.auth), the principal mapping
 rules (ssl.principal.mapping.rules) and the SASL mechanisms
 (sasl.enabled.mechanisms).  A bad value is one line and exit status 2."""
@@ -15,7 +17,9 @@ from partlog.kafka_front.listeners import (
     ListenerSecurity,
     ListenerSpec,
     ListenerTls,
+    parse_advertised,
     parse_listeners,
+    parse_protocol_map,
 )
 from partlog.tools.cmd.flags import positive_int
 
@@ -25,10 +29,23 @@ def add_listener_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--listeners",
         default=None,
-        metavar="PROTOCOL://HOST:PORT[,...]",
-        help="Kafka's listeners, e.g. SASL_SSL://127.0.0.1:9093,PLAINTEXT://127.0.0.1:9092 (PLAINTEXT, SSL, "
-        "SASL_PLAINTEXT, SASL_SSL; instead of --kafka-port). Metadata gives clients each broker's port of the "
-        "listener they came in on, with the broker's --host",
+        metavar="NAME://HOST:PORT[,...]",
+        help="Kafka's listeners, e.g. SASL_SSL://127.0.0.1:9093,PLAINTEXT://127.0.0.1:9092 (a name is PLAINTEXT, "
+        "SSL, SASL_PLAINTEXT, SASL_SSL or one of --listener-security-protocol-map; instead of --kafka-port). "
+        "Metadata gives clients each broker's address on the listener they came in on",
+    )
+    g.add_argument(
+        "--listener-security-protocol-map",
+        default=None,
+        metavar="NAME:PROTOCOL[,...]",
+        help="listener.security.protocol.map: the protocol of each listener name, e.g. INTERNAL:SASL_SSL,EXTERNAL:SSL "
+        "(replaces the default, where each protocol's name is its own)",
+    )
+    g.add_argument(
+        "--advertised-listeners",
+        default=None,
+        metavar="NAME://HOST:PORT[,...]",
+        help="advertised.listeners: the address clients are told for a listener (default: the listener's own)",
     )
     g.add_argument("--kafka-ssl-cert", default=None, metavar="FILE", help="SSL/SASL_SSL listeners' certificate (PEM)")
     g.add_argument("--kafka-ssl-key", default=None, metavar="FILE", help="its private key (PEM)")
@@ -64,7 +81,14 @@ def add_listener_args(p: argparse.ArgumentParser) -> None:
 def listener_config(args: argparse.Namespace) -> tuple[tuple[ListenerSpec, ...], ListenerSecurity]:
     """The listeners (none without --listeners) and their security;
     ListenerConfigError (exit 2) when they do not fit together."""
-    specs = parse_listeners(args.listeners) if args.listeners is not None else ()
+    protocol_map = None
+    if args.listener_security_protocol_map is not None:
+        protocol_map = parse_protocol_map(args.listener_security_protocol_map)
+    if args.listeners is None and (protocol_map is not None or args.advertised_listeners is not None):
+        raise ListenerConfigError("--listener-security-protocol-map and --advertised-listeners need --listeners")
+    specs = parse_listeners(args.listeners, protocol_map) if args.listeners is not None else ()
+    if args.advertised_listeners is not None:
+        specs = parse_advertised(args.advertised_listeners, specs)
     tls = None
     if args.kafka_ssl_cert or args.kafka_ssl_key:
         if not (args.kafka_ssl_cert and args.kafka_ssl_key):
