@@ -110,9 +110,10 @@ def test_a_power_loss_under_min_isr_1_loses_acknowledged_records() -> None:
     losses a minute.  (At the fuzz shape's one a minute, seed 29 showed it
     until walmgr's sweep changed the schedules; seeds 1-71 and 81-92 no
     longer do.
-    At six a minute two brokers may lose power within one unsynced window,
-    which loses acknowledged records at min.insync.replicas=2 too, as it
-    would on Kafka without fsync: so this test makes no claim about 2.)"""
+    At six a minute seed 1 loses acknowledged records at
+    min.insync.replicas=2 too: a last ISR member that lost its tail is
+    re-elected, as in Kafka before KIP-966 (docs/design/store.md,
+    Durability): so this test makes no claim about 2.)"""
     code = (
         "import dataclasses, json\n"
         "from simulations.dst.world import run\n"
