@@ -103,7 +103,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     14: (0, 5),  # SyncGroup
     15: (0, 5),  # DescribeGroups
     16: (0, 4),  # ListGroups
-    17: (1, 1),  # SaslHandshake (v0's raw tokens are not served)
+    17: (0, 1),  # SaslHandshake (v0: raw tokens follow, as before KIP-152)
     19: (2, 7),  # CreateTopics
     20: (1, 6),  # DeleteTopics
     21: (0, 2),  # DeleteRecords

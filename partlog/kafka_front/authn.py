@@ -9,7 +9,10 @@ On a SASL listener a connection starts unauthenticated:
 * SaslHandshake naming a mechanism not enabled is answered
   UNSUPPORTED_SASL_MECHANISM (with the enabled ones) and the connection
   closed;
-* then only SaslAuthenticate: any other request is answered
+* after SaslHandshake v0 (clients before KIP-152), the SASL tokens travel
+  raw, each size-prefixed, both ways (:meth:`AuthGate.raw_answer`); a token
+  the mechanism refuses closes the connection without an answer, as Kafka's;
+* after v1, only SaslAuthenticate: any other request is answered
   ILLEGAL_SASL_STATE and the connection closed; a token the mechanism
   refuses is answered SASL_AUTHENTICATION_FAILED (its message) and the
   connection closed;
@@ -55,6 +58,7 @@ class Step(enum.Enum):
 class _State(enum.Enum):
     HANDSHAKE = "handshake"  # ApiVersions or SaslHandshake
     AUTHENTICATE = "authenticate"  # SaslAuthenticate only
+    RAW = "raw"  # raw size-prefixed tokens (after SaslHandshake v0)
     DONE = "done"  # authenticated, or a listener without SASL
     FAILED = "failed"
 
@@ -76,6 +80,11 @@ class AuthGate:
     @property
     def authenticated(self) -> bool:
         return self._state is _State.DONE
+
+    @property
+    def raw_tokens(self) -> bool:
+        """The next frame is a raw SASL token, not a Kafka request."""
+        return self._state is _State.RAW
 
     @property
     def frame_bytes_max(self) -> int | None:
@@ -114,7 +123,7 @@ class AuthGate:
             self._fail()
             return encode_response(req, error_body(cls, int(Errors.ILLEGAL_SASL_STATE)))
         if req.api_key == SASL_HANDSHAKE_KEY and state is _State.HANDSHAKE:
-            body = self._handshake(req.body.mechanism)
+            body = self._handshake(req.body.mechanism, raw=req.api_version == 0)
         elif req.api_key == SASL_AUTHENTICATE_KEY and state is _State.AUTHENTICATE:
             body = await self._authenticate(bytes(req.body.auth_bytes))
         else:
@@ -124,14 +133,24 @@ class AuthGate:
             body = _error(req.api_key, Errors.ILLEGAL_SASL_STATE, f"Unexpected {req.api_name} request {what}")
         return encode_response(req, build(cls, body))
 
-    def _handshake(self, mechanism: str) -> dict[str, Any]:
+    async def raw_answer(self, token: bytes) -> bytes | None:
+        """The size-prefixed answer to a raw token (after SaslHandshake v0),
+        or None when authentication failed (the connection then closes)."""
+        assert self._state is _State.RAW
+        body = await self._authenticate(token)
+        if body["error_code"]:
+            return None
+        out = bytes(body["auth_bytes"])
+        return len(out).to_bytes(4, "big") + out
+
+    def _handshake(self, mechanism: str, *, raw: bool) -> dict[str, Any]:
         enabled = list(self.security.sasl_mechanisms)
         if mechanism not in enabled:
             self._fail()
             log.info("kafka listener: SASL mechanism %r not enabled (%s)", mechanism, ",".join(enabled))
             return {"error_code": int(Errors.UNSUPPORTED_SASL_MECHANISM), "mechanisms": enabled}
         self._server = PlainServer() if mechanism == "PLAIN" else ScramServer(mechanism, self._nonce())
-        self._state = _State.AUTHENTICATE
+        self._state = _State.RAW if raw else _State.AUTHENTICATE
         return {"error_code": 0, "mechanisms": enabled}
 
     async def _authenticate(self, token: bytes) -> dict[str, Any]:

@@ -109,6 +109,9 @@ class FrameReader:
         if request_bytes_max < 8:
             raise ValueError(f"request_bytes_max must be >= 8, got {request_bytes_max}")
         self.request_bytes_max = request_bytes_max
+        # A request holds at least its header's key, version and correlation
+        # id; raw SASL tokens (SaslHandshake v0) may be shorter.
+        self.size_min = 8
         self._buf = bytearray()
 
     def feed(self, data: bytes) -> None:
@@ -124,8 +127,10 @@ class FrameReader:
         if len(self._buf) < 4:
             return None
         (size,) = _SIZE.unpack_from(self._buf)
-        if size < 8 or size > self.request_bytes_max:
-            raise FrameError(f"request size {size} outside [8, {self.request_bytes_max}] (socket.request.max.bytes)")
+        if size < self.size_min or size > self.request_bytes_max:
+            raise FrameError(
+                f"request size {size} outside [{self.size_min}, {self.request_bytes_max}] (socket.request.max.bytes)"
+            )
         return int(size)
 
     def api_key(self) -> int | None:
@@ -139,8 +144,10 @@ class FrameReader:
         if len(self._buf) < 4:
             return None
         (size,) = _SIZE.unpack_from(self._buf)
-        if size < 8 or size > self.request_bytes_max:
-            raise FrameError(f"request size {size} outside [8, {self.request_bytes_max}] (socket.request.max.bytes)")
+        if size < self.size_min or size > self.request_bytes_max:
+            raise FrameError(
+                f"request size {size} outside [{self.size_min}, {self.request_bytes_max}] (socket.request.max.bytes)"
+            )
         if len(self._buf) < 4 + size:
             return None
         frame = bytes(self._buf[4 : 4 + size])

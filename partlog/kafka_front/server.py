@@ -540,6 +540,20 @@ class _Connection:
                         return
                     self.frames.feed(data)
                     continue
+                if self.gate.raw_tokens:
+                    # A raw SASL token (after SaslHandshake v0): one at a time.
+                    frame_deadline = None
+                    await self.in_flight.acquire()
+                    self.pending += 1
+                    task = asyncio.ensure_future(self._raw_answer(frame))
+                    self.answers.put_nowait((reserved, task))
+                    reserved = 0
+                    await asyncio.wait({task})
+                    if self.gate.close_after_answer:
+                        self.listener.metrics.auth_failed.labels(self.spec.name).inc()
+                        return
+                    self.frames.size_min = 1 if self.gate.raw_tokens else 8
+                    continue
                 try:
                     req = parse_request(frame, SUPPORTED_VERSIONS)
                 except FrameError as e:
@@ -566,6 +580,7 @@ class _Connection:
                     if self.gate.close_after_answer:
                         self.listener.metrics.auth_failed.labels(self.spec.name).inc()
                         return
+                    self.frames.size_min = 1 if self.gate.raw_tokens else 8
                 await asyncio.sleep(0)
         finally:
             await self.listener.release(reserved, self.ip)
@@ -577,6 +592,18 @@ class _Connection:
             log.exception("kafka listener: %s from %s failed", req.api_name, self.session.peer)
             self.gate.close_after_answer = True
             return None
+        if self.gate.principal is not None:
+            self.session.principal = self.gate.principal
+        return data
+
+    async def _raw_answer(self, token: bytes) -> bytes | None:
+        try:
+            data = await self.gate.raw_answer(token)
+        except Exception:
+            log.exception("kafka listener: a raw SASL token from %s failed", self.session.peer)
+            data = None
+        if data is None:
+            self.gate.close_after_answer = True
         if self.gate.principal is not None:
             self.session.principal = self.gate.principal
         return data

@@ -122,7 +122,7 @@ def test_named_listeners_advertise_their_own_addresses(tmp_path: Path) -> None:
 
         for port, host in ((internal, "127.0.0.1"), (external, "localhost")):
             md = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"}).list_topics(timeout=10)
-            assert [(b.host, b.port) for b in md.brokers.values()] == [(host, port)]
+            assert [(str(b.host), b.port) for b in md.brokers.values()] == [(host, port)]
             with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
                 s.sendall(kio_request(10, 3, 1, {"key": "g", "key_type": 0}))
                 frame = read_frame(s)
