@@ -14,7 +14,8 @@ brokers; with ``orphan_rate`` an :class:`OrphanInjectingBroker` drops the
 commits of that share of WAL files after the upload, so walmgr has orphans
 to delete.
 
-With an authorizer (``front.authorizer``), every broker RPC method needs
+With an authorizer (``front.authorizer``, or ``opts.authorizer``: ``partlog
+cluster --authorizer``), every broker RPC method needs
 CLUSTER_ACTION (``partlog.broker.rpc_authz``); this cluster's RPC has
 neither TLS nor a secret, so its brokers, walmgr and CLI clients are all
 ``User:ANONYMOUS`` there, and the brokers allow that principal every RPC
@@ -123,7 +124,7 @@ class LocalCluster:
     ) -> None:
         self.opts = opts
         # Every broker's Kafka listener config (the authorizer's tests set one).
-        self.front = front or FrontConfig()
+        self.front = front or FrontConfig(authorizer=opts.authorizer)
         self.data_dir = data_dir
         self.objects = objects
         self.layout = StaticMetadata.generate(azs=opts.azs, brokers_per_az=opts.brokers_per_az, topics={})
