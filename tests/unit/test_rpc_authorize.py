@@ -27,7 +27,7 @@ from partlog.broker.rpc_handlers import RpcHandlers
 from partlog.kafka.principal_rules import ANONYMOUS, NoMatchingRule, PrincipalMapper
 from partlog.kafka_front.listeners import SecurityProtocol
 from partlog.kafka_front.server import _Connection
-from partlog.rpc.frame import PROTOCOL_VERSION, Frame, FrameDecoder, Kind, RpcErrorCode
+from partlog.rpc.frame import HELLO_METHOD, PROTOCOL_VERSION, Frame, FrameDecoder, Kind, RpcErrorCode, hello_body
 from partlog.rpc.methods import BROKER_SCHEMAS
 from partlog.rpc.peer import RpcPeer, peer_principal
 from partlog.rpc.schema import Map, Str
@@ -40,14 +40,16 @@ ALICE = "User:alice"
 
 
 class _Writer:
-    """What a connection writes, decoded; the peer at 10.0.0.7, no TLS."""
+    """What a connection writes, decoded; the peer at 10.0.0.7, over
+    ``ssl_object`` (None: no TLS)."""
 
-    def __init__(self) -> None:
+    def __init__(self, ssl_object: Any = None) -> None:
         self.decoder = FrameDecoder()
         self.frames: list[Frame] = []
+        self.ssl_object = ssl_object
 
     def get_extra_info(self, name: str) -> Any:
-        return ("10.0.0.7", 4242) if name == "peername" else None
+        return {"peername": ("10.0.0.7", 4242), "ssl_object": self.ssl_object}.get(name)
 
     def is_closing(self) -> bool:
         return False
@@ -136,6 +138,31 @@ def test_a_refused_method_never_runs(calls: list[tuple[str, bool]]) -> None:
     for f, (_, allowed) in zip(frames, calls, strict=True):
         assert f.kind == (Kind.RESPONSE if allowed else Kind.ERROR)
         assert allowed or f.body[0] == RpcErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+@pytest.mark.parametrize(
+    ("rules", "principal"),
+    [("RULE:^CN=([a-z]+),O=.*$/$1/", "User:intruder"), ("DEFAULT", "User:CN=intruder,O=evil"), ("RULE:^x$/y/", None)],
+)
+def test_the_hello_names_a_tls_peer_or_fails_its_authentication(rules: str, principal: str | None) -> None:
+    """With TLS the peer is its mapped certificate subject; a subject no
+    rule maps fails the hello AUTH_FAILED (the connection closes), as Kafka
+    fails an SSL client's authentication."""
+    cert = {"subject": ((("organizationName", "evil"),), (("commonName", "intruder"),))}
+
+    async def main() -> tuple[bool, _ServerConnection, _Writer]:
+        server = RpcServer({}, authorize=lambda peer, method: True, principal_mapper=PrincipalMapper.parse(rules))
+        writer = _Writer(_Ssl(cert))
+        conn = _ServerConnection(server, MagicMock(), writer)  # type: ignore[arg-type]
+        hello = Frame(PROTOCOL_VERSION, Kind.REQUEST, 0, HELLO_METHOD, hello_body(None, conn.nonce))
+        return conn.hello(hello), conn, writer
+
+    ok, conn, writer = asyncio.run(main())
+    if principal is None:
+        assert not ok and conn.who is None
+        assert writer.frames[-1].kind == Kind.ERROR and writer.frames[-1].body[0] == RpcErrorCode.AUTH_FAILED
+    else:
+        assert ok and conn.who == RpcPeer(principal, "10.0.0.7")
 
 
 # ------------------------------------------------------- the broker's hook
