@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from partlog.acl.source import AclSource, LocalAcls
 from partlog.broker.server import Broker, BrokerConfig
@@ -47,6 +47,10 @@ class NodeConfig:
     # these instead of one PLAINTEXT listener on ``kafka_port``.
     kafka_listeners: tuple[ListenerSpec, ...] = ()
     kafka_security: ListenerSecurity = field(default_factory=ListenerSecurity)
+    # With the authorizer on, principals the broker RPC allows every method
+    # besides super.users, not on the Kafka listener: what ``partlog
+    # cluster`` gives its own brokers (partlog.broker.rpc_authz).
+    rpc_super_users: frozenset[str] = frozenset()
 
 
 class BrokerNode:
@@ -75,6 +79,12 @@ class BrokerNode:
         self.acls: AclSource | None = None
         if config.kafka.authorizer is not None:
             self.acls = ControllerAcls(metadata.call) if isinstance(metadata, ControllerMetadata) else LocalAcls()
+
+        # The broker RPC's peers need CLUSTER_ACTION when the authorizer is on,
+        # their certificates mapped by the Kafka listeners' rules.
+        if (auth := config.kafka.authorizer) is not None and self.acls is not None:
+            rpc = replace(auth, super_users=auth.super_users | config.rpc_super_users)
+            self.broker.authorize_rpc(rpc, self.acls, config.kafka_security.mapper())
 
     @property
     def port(self) -> int:

@@ -92,6 +92,11 @@ class BrokerMetrics:
             "partlog_txn_verifications", "KIP-890 verifications this leader asked of a coordinator, by answer",
             ["error"], registry=r,
         )  # fmt: skip
+        self.rpc_authorization_failures = Counter(
+            "partlog_rpc_authorization_failures",
+            "broker RPC requests refused CLUSTER_AUTHORIZATION_FAILED (the authorizer is on), by method",
+            ["method"], registry=r,
+        )  # fmt: skip
         self.fetch_gets = Counter("partlog_fetch_gets", "object-store GETs made for fetches", registry=r)
         self.fetch_cache_hits = Counter("partlog_fetch_cache_hits", "fetch reads answered by the cache", registry=r)
         inflight = Gauge("partlog_inflight_bytes", "produce bytes accepted and not yet answered", registry=r)

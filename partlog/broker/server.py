@@ -11,6 +11,9 @@ It serves, over the inter-broker RPC (``partlog.rpc.server``):
 * ``fetch``: partitions this broker holds a replica of, with long-poll.
 * ``metadata``, ``list_offsets``, ``init_producer_id``.
 
+With its authorizer on (:meth:`Broker.authorize_rpc`), every method needs
+CLUSTER_ACTION on the cluster for the peer's principal (``rpc_authz.py``).
+
 Everything the broker decides lives in the sans-IO classes; the services
 here only move bytes, run the store and the object store in threads, and
 keep time.  This module wires them together and runs the broker's life
@@ -22,6 +25,7 @@ keep time.  This module wires them together and runs the broker's life
 ``txn_verification.py``        KIP-890: leaders verify with the txn coordinator
 ``fetch_service.py``           fetch long-poll, routing to replicas and leaders
 ``rpc_handlers.py``            the broker RPC's methods
+``rpc_authz.py``               CLUSTER_ACTION for every method, authorizer on
 ``producer_id_blocks.py``      InitProducerId from the controller's blocks
 ``walmgr_notifier.py``         upload notifications to walmgr
 ``peers.py``                   the pooled connections to other brokers
@@ -44,12 +48,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from partlog.acl import AuthorizerConfig
+from partlog.acl.source import AclSource
 from partlog.broker.fetch_service import FetchService, NewData
 from partlog.broker.leader_commits import LeaderCommits
 from partlog.broker.metrics import BrokerMetrics, BrokerStats
 from partlog.broker.peers import Peers
 from partlog.broker.produce_driver import PRODUCE_TIMEOUT_MS_DEFAULT, ProduceDriver
 from partlog.broker.producer_id_blocks import ProducerIdBlocks
+from partlog.broker.rpc_authz import RpcClusterAuthz
 from partlog.broker.rpc_handlers import RpcHandlers
 from partlog.broker.tasks import Tasks
 from partlog.broker.txn_verification import TXN_VERIFICATION_TIMEOUT_MS, TxnVerification
@@ -63,6 +70,7 @@ from partlog.controller.cluster_meta import (
 )
 from partlog.fetch.reads import CACHE_BYTES_MAX_DEFAULT, RangeCache
 from partlog.kafka.errors import Errors, peer_error
+from partlog.kafka.principal_rules import PrincipalMapper
 from partlog.kafka.records import (
     CreateTopicAndPartitionsRequest,
     FindBatchRequest,
@@ -164,6 +172,9 @@ class Broker:
         self._stopping = False
         self._server: RpcServer | None = None
         self.port = 0
+        # The RPC's authorization (authorize_rpc): off unless the node's authorizer is on.
+        self.rpc_authz: RpcClusterAuthz | None = None
+        self._rpc_principals: PrincipalMapper | None = None
         # Known from the metadata by the time the broker listens (listen()).
         self.cluster_id: uuid.UUID | None = None
         # Topics by name: (topic id, partitions), rebuilt when the metadata
@@ -349,12 +360,23 @@ class Broker:
             schemas=BROKER_SCHEMAS,
             ordered_methods=frozenset({"commit"}),
             **dataclasses.asdict(self.config.rpc_limits),
+            authorize=self.rpc_authz,
+            principal_mapper=self._rpc_principals,
             clock=self.clock,
             entropy=self.entropy,
         )
         await server.start()
         self._server = server
         self.port = server.port
+
+    def authorize_rpc(self, config: AuthorizerConfig, acls: AclSource, principal_rules: PrincipalMapper) -> None:
+        """Authorize the RPC's peers (before ``listen``): every method then
+        needs CLUSTER_ACTION on the cluster, decided under ``config`` over
+        ``acls``, for the principal ``principal_rules`` map a peer's
+        certificate to (``User:ANONYMOUS`` without TLS)."""
+        assert self._server is None, "authorize_rpc after listen"
+        self.rpc_authz = RpcClusterAuthz(config, acls, self.metrics.rpc_authorization_failures, self.clock)
+        self._rpc_principals = principal_rules
 
     async def unlisten(self) -> None:
         """Close the RPC port ``listen`` bound (a node whose other listener

@@ -62,7 +62,7 @@ from partlog.kafka_front.codec import (
 from partlog.kafka_front.handler import Session
 from partlog.kafka_front.listeners import ListenerSecurity, ListenerSpec, SecurityProtocol
 from partlog.kafka_front.port import BrokerPort
-from partlog.kafka_front.principal import NoMatchingRule, rfc2253
+from partlog.kafka_front.principal import NoMatchingRule, cert_principal
 from partlog.kafka_front.scram_apis import CredentialAdmin, NoCredentialAdmin, ScramApis
 from partlog.kafka_front.txn_coordinator import STEPS as TXN_STEPS
 from partlog.kafka_front.txn_coordinator import TxnCoordinator
@@ -438,12 +438,8 @@ class _Connection:
         mapping rule applies to its subject (Kafka fails it the same way)."""
         if self.spec.protocol is not SecurityProtocol.SSL or ssl_object is None:
             return True
-        cert = ssl_object.getpeercert()
-        if not cert or not cert.get("subject"):
-            return True
-        subject = rfc2253(cert["subject"])  # type: ignore[arg-type]
         try:
-            self.session.principal = "User:" + self.listener._mapper.name(subject)
+            self.session.principal = cert_principal(self.listener._mapper, ssl_object.getpeercert())
         except NoMatchingRule as e:
             self.listener.metrics.auth_failed.labels(self.spec.name).inc()
             log.info("kafka listener: closing %s: %s", self.session.peer, e)

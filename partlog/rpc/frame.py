@@ -133,6 +133,10 @@ class RpcErrorCode(IntEnum):
     INTERNAL = 10  # a handler failed unexpectedly (the server logged it); the connection stays up
     RESPONSE_TOO_LARGE = 11  # the handler's answer exceeds the frame limit; the connection stays up
     CLUSTER_MISMATCH = 12  # the peer belongs to another cluster; the connection closes
+    # The peer's principal may not call the method (the server's authorizer,
+    # partlog.rpc.peer); numbered as Kafka's CLUSTER_AUTHORIZATION_FAILED.
+    # That request fails; the connection stays up.
+    CLUSTER_AUTHORIZATION_FAILED = 31
 
 
 class FrameError(ValueError):

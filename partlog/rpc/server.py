@@ -17,6 +17,11 @@ Contract in short:
   later commits are appended).
 * Nothing but the handshake is processed before the client proved the shared
   secret (if the server has one).
+* With an ``authorize`` hook, each request's peer (its principal and host,
+  ``partlog.rpc.peer``) must be allowed the method: checked after the body
+  passed its schema and before the handler runs (Kafka's order); refused,
+  that request is answered CLUSTER_AUTHORIZATION_FAILED and the connection
+  stays.  Without one, nothing is asked and nothing changes.
 * A peer breaking the protocol costs only its own connection: the server logs
   it, answers an ERROR frame if it can, and closes that connection.
 * Every limit (``partlog.rpc.server_limits``) is counted in ``metrics``.
@@ -35,6 +40,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from partlog.kafka.principal_rules import NoMatchingRule, PrincipalMapper
 from partlog.rpc.frame import (
     CHALLENGE_METHOD,
     CHALLENGE_NONCE_BYTES,
@@ -65,6 +71,7 @@ from partlog.rpc.frame import (
     encode_frame,
 )
 from partlog.rpc.metrics import RpcMetrics
+from partlog.rpc.peer import Authorize, RpcPeer, peer_principal
 from partlog.rpc.schema import DecodeLimits, Schema, body_limits
 from partlog.rpc.server_limits import (
     CONNECTIONS_MAX_DEFAULT,
@@ -127,6 +134,11 @@ class RpcServer:
     TLS.  ``port=0`` picks a free port, readable from ``.port`` after
     :meth:`start`.  Binds to loopback unless told otherwise.
 
+    ``authorize``: whether a peer may call a method (see the module's
+    contract); the peer's principal comes from its certificate mapped by
+    ``principal_mapper`` (Kafka's ``ssl.principal.mapping.rules``; DEFAULT
+    when None), ``User:ANONYMOUS`` without TLS.
+
     Limits (each counted in ``metrics``): ``frame_bytes_max`` per frame
     (after the handshake; before it ``HANDSHAKE_FRAME_BYTES_MAX``),
     ``requests_in_flight_max`` per connection and
@@ -159,6 +171,8 @@ class RpcServer:
         handshake_timeout_ms: int = HANDSHAKE_TIMEOUT_MS_DEFAULT,
         frame_deadline_ms: int = FRAME_DEADLINE_MS_DEFAULT,
         idle_timeout_ms: int = IDLE_TIMEOUT_MS_DEFAULT,
+        authorize: Authorize | None = None,
+        principal_mapper: PrincipalMapper | None = None,
         clock: Clock = SYSTEM_CLOCK,
         entropy: Entropy = SYSTEM_ENTROPY,
     ) -> None:
@@ -199,6 +213,8 @@ class RpcServer:
         self.handshake_timeout_ms = handshake_timeout_ms
         self.frame_deadline_ms = frame_deadline_ms
         self.idle_timeout_ms = idle_timeout_ms
+        self.authorize = authorize
+        self.principal_mapper = principal_mapper or PrincipalMapper.parse("DEFAULT")
         self.metrics = RpcMetrics()
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task[None], _ServerConnection] = {}
@@ -364,6 +380,8 @@ class _ServerConnection:
         self.ip = str(addr[0]) if isinstance(addr, tuple) else str(addr)
         self.nonce = server.entropy.token_bytes(CHALLENGE_NONCE_BYTES)
         self.authenticated = False
+        # Who the peer is, once the hello passed (only with an authorize hook).
+        self.who: RpcPeer | None = None
         # Released when a request's answer is written; the read loop waits on
         # it before reading the next frame, so a peer cannot have more than
         # this running.
@@ -506,6 +524,8 @@ class _ServerConnection:
             if isinstance(frame.body, InvalidBody):
                 raise RpcError(RpcErrorCode.HANDSHAKE_REQUIRED, f"first frame must be a hello: {frame.body.reason}")
             check_hello(frame, self.server.secret, self.nonce, self.server.cluster_id)
+            if self.server.authorize is not None:
+                self.who = RpcPeer(self._principal(), self.ip)
         except RpcError as e:
             self.refuse(e.code, e.message, frame.method)
             return False
@@ -514,6 +534,12 @@ class _ServerConnection:
         self.send(encode_frame(Kind.RESPONSE, frame.request_id, HELLO_METHOD, {"version": PROTOCOL_VERSION}))
         log.debug("rpc hello ok peer=%s", self.peer)
         return True
+
+    def _principal(self) -> str:
+        try:
+            return peer_principal(self.writer.get_extra_info("ssl_object"), self.server.principal_mapper)
+        except NoMatchingRule as e:
+            raise RpcError(RpcErrorCode.AUTH_FAILED, str(e)) from None
 
     def dispatch(self, frame: Frame, cost: int) -> bool:
         """Start serving one request (it holds an in-flight slot and ``cost``
@@ -568,6 +594,16 @@ class _ServerConnection:
                 raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
         return body
 
+    def _check_authorized(self, method: str) -> None:
+        authorize = self.server.authorize
+        if authorize is None:
+            return
+        assert self.who is not None
+        if not authorize(self.who, method):
+            raise RpcError(
+                RpcErrorCode.CLUSTER_AUTHORIZATION_FAILED, f"{self.who.principal} may not call {method} on this server"
+            )
+
     async def run(self, frame: Frame, cost: int, deferred: Deferred | None = None) -> None:
         """Run the handler (or await its deferred answer) and write the answer;
         never raises but CancelledError."""
@@ -585,6 +621,7 @@ class _ServerConnection:
                 else:
                     assert handler is not None
                     body = self._checked_body(frame)
+                    self._check_authorized(frame.method)
                     answer = await handler(body)
                     if isinstance(answer, Deferred):
                         # The in-flight slot and the budget pass to the task that answers.

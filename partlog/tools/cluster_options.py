@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from partlog.acl import AuthorizerConfig
 from partlog.kafka.topic_config import MAX_MESSAGE_BYTES_DEFAULT
 from partlog.kafka_front.listeners import ListenerSecurity
 from partlog.limits import PARTITIONS_PER_TOPIC_MAX
@@ -70,6 +71,9 @@ class ClusterOptions:
     etcd_member_faults: bool = False
     # With "etcd": every etcd member down for this many seconds from 30% of the run.
     etcd_outage_s: float = 0.0
+    # Kafka's authorizer on every broker (None: off); the brokers' own RPC
+    # principal is allowed by LocalCluster itself (partlog.tools.local_cluster).
+    authorizer: AuthorizerConfig | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.orphan_rate <= 1.0:

@@ -13,6 +13,14 @@ deadline, 0.5 s clock skew and 0.5 s grace) is told of every upload by the
 brokers; with ``orphan_rate`` an :class:`OrphanInjectingBroker` drops the
 commits of that share of WAL files after the upload, so walmgr has orphans
 to delete.
+
+With an authorizer (``front.authorizer``, or ``opts.authorizer``: ``partlog
+cluster --authorizer``), every broker RPC method needs
+CLUSTER_ACTION (``partlog.broker.rpc_authz``); this cluster's RPC has
+neither TLS nor a secret, so its brokers, walmgr and CLI clients are all
+``User:ANONYMOUS`` there, and the brokers allow that principal every RPC
+method (``NodeConfig.rpc_super_users``) without making it a super user on
+the Kafka listeners, whose anonymous clients stay under the ACLs.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from partlog.controller.etcd_scram import EtcdScramCredentials
 from partlog.controller.scram_client import ControllerScramCredentials
 from partlog.controller.server import ControllerServer
 from partlog.kafka.errors import Errors
+from partlog.kafka.principal_rules import ANONYMOUS
 from partlog.kafka.records import TopicIdPartition
 from partlog.kafka_front.apis import FrontConfig
 from partlog.kafka_front.listeners import ListenerSecurity, ListenerSpec, SecurityProtocol, registration_text
@@ -115,7 +124,7 @@ class LocalCluster:
     ) -> None:
         self.opts = opts
         # Every broker's Kafka listener config (the authorizer's tests set one).
-        self.front = front or FrontConfig()
+        self.front = front or FrontConfig(authorizer=opts.authorizer)
         self.data_dir = data_dir
         self.objects = objects
         self.layout = StaticMetadata.generate(azs=opts.azs, brokers_per_az=opts.brokers_per_az, topics={})
@@ -249,6 +258,8 @@ class LocalCluster:
             kafka=self.front,
             kafka_listeners=listeners,
             kafka_security=self._kafka_security(source),
+            # The RPC's only principal here (module docstring).
+            rpc_super_users=frozenset({ANONYMOUS}),
         )
         node = BrokerNode(config, source, self.objects, make_broker=make)
         await node.start()

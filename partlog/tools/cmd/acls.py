@@ -1,7 +1,8 @@
 """``partlog acls add|remove|list``: the cluster's ACLs, through the embedded
 controller (Kafka clients use CreateAcls, DescribeAcls and DeleteAcls on any
-broker with ``--authorizer``; docs/security.md).  Also the broker's
-authorizer flags (:func:`authorizer_config`)."""
+broker with ``--authorizer``; docs/security.md).  Also the authorizer
+flags of ``partlog broker`` and ``partlog cluster`` (:func:`add_authorizer_flags`,
+:func:`authorizer_config`)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from partlog.tools.cmd.flags import TIMEOUT_MS_MAX, positive_int_at_most
 if TYPE_CHECKING:
     from partlog.tools.cmd.common import Subparsers
 
-__all__ = ["AclFlagError", "add_parser", "authorizer_config", "run"]
+__all__ = ["AclFlagError", "add_authorizer_flags", "add_parser", "authorizer_config", "run"]
 
 _TYPES = {"topic": ResourceType.TOPIC, "group": ResourceType.GROUP, "cluster": ResourceType.CLUSTER,
           "transactional-id": ResourceType.TRANSACTIONAL_ID}  # fmt: skip
@@ -36,6 +37,30 @@ class AclFlagError(ValueError):
     """Flags that cannot work as given: one line, exit status 2."""
 
     exit_status = 2
+
+
+def add_authorizer_flags(parser: argparse.ArgumentParser, rpc: str) -> None:
+    """--authorizer, --super-users and --allow-everyone-if-no-acl-found;
+    ``rpc`` ends --authorizer's help: whom the broker RPC's CLUSTER_ACTION
+    check (partlog.broker.rpc_authz) concerns and what they need."""
+    ag = parser.add_argument_group("authorization (Kafka's ACLs; docs/security.md)")
+    ag.add_argument(
+        "--authorizer",
+        action="store_true",
+        help="check every Kafka request against the cluster's ACLs (off by default: everything is allowed); "
+        "every broker RPC method then needs CLUSTER_ACTION on the cluster, as Kafka's inter-broker requests: " + rpc,
+    )
+    ag.add_argument(
+        "--super-users",
+        default="",
+        metavar="PRINCIPALS",
+        help="principals allowed everything, ';'-separated as Kafka's super.users (e.g. 'User:admin;User:ops')",
+    )
+    ag.add_argument(
+        "--allow-everyone-if-no-acl-found",
+        action="store_true",
+        help="allow a request on a resource no ACL names (allow.everyone.if.no.acl.found; default false)",
+    )
 
 
 def authorizer_config(args: argparse.Namespace) -> AuthorizerConfig | None:

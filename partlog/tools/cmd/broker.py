@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from partlog.kafka_front.listeners import registration_text
 from partlog.limits import BROKER_ID_MAX, PORT_MAX
 from partlog.rpc.secret import read_secret_file
-from partlog.tools.cmd.acls import authorizer_config
+from partlog.tools.cmd.acls import add_authorizer_flags, authorizer_config
 from partlog.tools.cmd.common import add_rpc_limits, add_tls, cluster_id_arg, host_port, rpc_limits, tls_contexts
 from partlog.tools.cmd.flags import int_in, positive_int
 from partlog.tools.cmd.kafka_listeners import add_listener_args, listener_config
@@ -100,22 +100,11 @@ def add_parser(sub: Subparsers) -> None:
         help="partitions of __transaction_state when this broker creates it (transaction.state.log.num.partitions; "
         f"default {TXN_STATE_PARTITIONS_DEFAULT}; an existing topic keeps its own)",
     )
-    ag = br.add_argument_group("authorization (Kafka's ACLs; docs/security.md)")
-    ag.add_argument(
-        "--authorizer",
-        action="store_true",
-        help="check every Kafka request against the cluster's ACLs (off by default: everything is allowed)",
-    )
-    ag.add_argument(
-        "--super-users",
-        default="",
-        metavar="PRINCIPALS",
-        help="principals allowed everything, ';'-separated as Kafka's super.users (e.g. 'User:admin;User:ops')",
-    )
-    ag.add_argument(
-        "--allow-everyone-if-no-acl-found",
-        action="store_true",
-        help="allow a request on a resource no ACL names (allow.everyone.if.no.acl.found; default false)",
+    add_authorizer_flags(
+        br,
+        "the other brokers, walmgr and partlog's clients connect as the principal of their --tls-cert-file "
+        "(its subject mapped by --kafka-ssl-principal-mapping-rules), or as User:ANONYMOUS without TLS (the "
+        "secret alone names nobody): make it a --super-users or grant it CLUSTER_ACTION with partlog acls",
     )
     br.add_argument("--id", type=int_in(0, BROKER_ID_MAX), required=True, help="this broker's id")
     br.add_argument(

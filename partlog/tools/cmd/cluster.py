@@ -8,6 +8,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
+from partlog.tools.cmd.acls import add_authorizer_flags, authorizer_config
 from partlog.tools.cmd.common import progress_printer
 from partlog.tools.cmd.flags import non_negative_float, positive_float, positive_int
 
@@ -97,6 +98,13 @@ def add_parser(sub: Subparsers) -> None:
         metavar="SECONDS",
         help="restart delay of a killed broker (default 1)",
     )
+    add_authorizer_flags(
+        cl,
+        "this cluster's RPC has neither TLS nor a secret, so its brokers, walmgr and load clients are all "
+        "User:ANONYMOUS there, and its brokers allow User:ANONYMOUS every RPC method by themselves (never on the "
+        "Kafka listeners, whose anonymous clients stay under the ACLs); a Kafka admin client of --super-users "
+        "manages the ACLs (CreateAcls)",
+    )
     cl.add_argument("--seed", type=int, default=0, help="seed for partition choice (default 0)")
     cl.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -138,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
             metadata=args.metadata,
             etcd_member_faults=args.etcd_member_faults,
             etcd_outage_s=args.etcd_outage_s,
+            authorizer=authorizer_config(args),
         )
     except ValueError as e:
         print(f"partlog cluster: {e}", file=sys.stderr)
