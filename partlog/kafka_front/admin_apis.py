@@ -12,6 +12,7 @@ from typing import Any
 
 from partlog.acl import AclOperation
 from partlog.controller.cluster_meta import TopicAdmin
+from partlog.controller.rules import valid_topic_name
 from partlog.kafka.errors import Errors, peer_error
 from partlog.kafka.records import TopicIdPartition
 from partlog.kafka_front.group_coordinator import INTERNAL_TOPICS
@@ -23,6 +24,7 @@ _RESOURCE_TOPIC = 2
 _RESOURCE_BROKER = 4
 _SOURCE_STATIC = 4  # STATIC_BROKER_CONFIG
 _SOURCE_DEFAULT = 5  # DEFAULT_CONFIG
+_NO_ID = uuid.UUID(int=0)
 
 
 def _config_type(value: str) -> int:
@@ -77,12 +79,18 @@ class AdminApis(ApiHandlers):
         wanted: dict[str, tuple[int, int]] = {}
         refused: dict[str, tuple[Errors, str]] = {}
         named = Counter(t.name for t in body.topics)
+        existing = self._topics_by_name()
         for t in body.topics:
             if named[t.name] > 1:
                 # As Kafka: a name given twice is refused, and not created.
                 refused[t.name] = (Errors.INVALID_REQUEST, "topic named twice in one request")
             elif not self.authz.create_topic(session, t.name):
                 refused[t.name] = (Errors.TOPIC_AUTHORIZATION_FAILED, "CREATE on the cluster or topic is needed")
+            elif not valid_topic_name(t.name):
+                # As Kafka's controller (validateNewTopicNames, then existence).
+                refused[t.name] = (Errors.INVALID_TOPIC_EXCEPTION, "a name is 1-249 of [a-zA-Z0-9._-], not . or ..")
+            elif t.name in existing:
+                refused[t.name] = (Errors.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists.")
             elif t.name in INTERNAL_TOPICS:
                 refused[t.name] = (Errors.INVALID_REQUEST, f"{t.name} is internal: the group coordinator makes it")
             elif t.assignments:
@@ -117,44 +125,50 @@ class AdminApis(ApiHandlers):
         topics = self._topics_by_name()
         by_id = {t.topic_id: t.name for t in topics.values()}
         if req.api_version >= 6:
-            asked = [(t.name if t.name is not None else by_id.get(t.topic_id), t.topic_id) for t in body.topics]
+            ids = [t.topic_id if t.name is None and t.topic_id not in (None, _NO_ID) else None for t in body.topics]
+            asked = [(t.name if tid is None else by_id.get(tid), tid) for t, tid in zip(body.topics, ids, strict=True)]
         else:
             asked = [(n, None) for n in body.topic_names]
         metadata = self.broker.metadata
         admin = metadata if isinstance(metadata, TopicAdmin) else None
-        refused: dict[str, tuple[Errors, str]] = {}
+        # As Kafka's handleDeleteTopicsRequest: an id that names no topic is
+        # UNKNOWN_TOPIC_ID; by id without DESCRIBE the name is not shown;
+        # DELETE is checked before existence, so names are not learnt this way.
+        refused: list[tuple[Errors, str | None] | None] = []
+        hidden: set[int] = set()  # the rows whose name is not shown
         wanted: list[str] = []
         named = Counter(name for name, _ in asked)
-        for name, _ in asked:
-            if name is not None and not self.authz.topic(session, AclOperation.DELETE, name):
-                # As Kafka: before existence, so names are not learnt this way.
-                refused[name] = (Errors.TOPIC_AUTHORIZATION_FAILED, "DELETE on the topic is needed")
-            elif name is None or name not in topics:
-                continue
+        for i, (name, tid) in enumerate(asked):
+            refusal: tuple[Errors, str | None] | None
+            if name is None:
+                refusal = (Errors.UNKNOWN_TOPIC_ID if tid is not None else Errors.INVALID_REQUEST, None)
+            elif tid is not None and not self.authz.topic(session, AclOperation.DESCRIBE, name):
+                refusal = (Errors.TOPIC_AUTHORIZATION_FAILED, "DESCRIBE on the topic is needed")
+                hidden.add(i)
+            elif not self.authz.topic(session, AclOperation.DELETE, name):
+                refusal = (Errors.TOPIC_AUTHORIZATION_FAILED, "DELETE on the topic is needed")
+            elif name not in topics:
+                refusal = (Errors.UNKNOWN_TOPIC_OR_PARTITION, None)
             elif named[name] > 1:
-                refused[name] = (Errors.INVALID_REQUEST, "topic named twice in one request")
+                refusal = (Errors.INVALID_REQUEST, "topic named twice in one request")
             elif name in INTERNAL_TOPICS:
-                refused[name] = (Errors.INVALID_REQUEST, f"{name} is an internal topic")
+                refusal = (Errors.INVALID_REQUEST, f"{name} is an internal topic")
             elif admin is None:
-                refused[name] = (Errors.INVALID_REQUEST, "this cluster's topics come from its static cluster file")
-            elif name not in wanted:
+                refusal = (Errors.INVALID_REQUEST, "this cluster's topics come from its static cluster file")
+            else:
+                refusal = None
                 wanted.append(name)
+            refused.append(refusal)
         answers: dict[str, Any] = await admin.delete_topics(wanted) if wanted and admin is not None else {}
         out = []
-        for name, tid in asked:
-            row: dict[str, Any] = {"name": name, "topic_id": tid or uuid.UUID(int=0), "error_message": None}
-            if name in refused:
-                err, why = refused[name]
-                row.update(error_code=int(err), error_message=why)
-            elif name is None or name not in topics:
-                row["error_code"] = int(
-                    Errors.UNKNOWN_TOPIC_ID if tid is not None else Errors.UNKNOWN_TOPIC_OR_PARTITION
-                )
-            elif name in refused:
-                err, why = refused[name]
+        for i, ((name, tid), refusal) in enumerate(zip(asked, refused, strict=True)):
+            row: dict[str, Any] = {"name": None if i in hidden else name, "topic_id": tid or _NO_ID,
+                                   "error_message": None}  # fmt: skip
+            if refusal is not None:
+                err, why = refusal
                 row.update(error_code=int(err), error_message=why)
             else:
-                a = answers.get(name)
+                a = answers.get(name) if name is not None else None
                 if isinstance(a, uuid.UUID):
                     row.update(error_code=0, topic_id=a)
                 else:
@@ -205,6 +219,9 @@ class AdminApis(ApiHandlers):
                 t = topics.get(name)
                 if not self.authz.topic(session, AclOperation.DESCRIBE_CONFIGS, name):
                     results.append({**base, "error_code": int(Errors.TOPIC_AUTHORIZATION_FAILED)})
+                    continue
+                if not valid_topic_name(name):
+                    results.append({**base, "error_code": int(Errors.INVALID_TOPIC_EXCEPTION)})
                     continue
                 if t is None:
                     results.append({**base, "error_code": int(Errors.UNKNOWN_TOPIC_OR_PARTITION)})

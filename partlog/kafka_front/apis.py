@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -44,7 +43,6 @@ from partlog.kafka_front.authz import Authz, denied
 from partlog.kafka_front.group_apis import GroupApis
 from partlog.kafka_front.group_coordinator import (
     INTERNAL_TOPICS,
-    OFFSETS_TOPIC,
     OFFSETS_TOPIC_PARTITIONS_DEFAULT,
     GroupCoordinator,
 )
@@ -52,13 +50,13 @@ from partlog.kafka_front.handler import (
     ApiHandlers,
     Handler,
     Session,
-    client_az,
     duration_ms,
     kafka_error,
 )
+from partlog.kafka_front.metadata_api import MetadataApi
 from partlog.kafka_front.port import BrokerPort
 from partlog.kafka_front.txn_apis import TxnApis
-from partlog.kafka_front.txn_coordinator import TXN_STATE_PARTITIONS_DEFAULT, TXN_STATE_TOPIC, TxnCoordinator
+from partlog.kafka_front.txn_coordinator import TXN_STATE_PARTITIONS_DEFAULT, TxnCoordinator
 from partlog.kafka_front.txn_rpc import TxnRpcFront
 from partlog.txn.coordinator import TRANSACTION_MAX_TIMEOUT_MS_DEFAULT, TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT
 
@@ -84,10 +82,6 @@ EXACT_LOOKUPS_IN_FLIGHT = 16
 PRODUCE_TIMEOUT_MS_MAX = 300_000
 
 # The versions served (see design.md "Kafka front end").
-# Topics and partitions a Metadata answer builds before it hands the event
-# loop back (about 20 us each: some 20 ms a slice).
-METADATA_ITEMS_PER_SLICE = 1_000
-
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     0: (3, 11),  # Produce
     1: (4, 12),  # Fetch
@@ -219,13 +213,21 @@ class KafkaApis(ApiHandlers):
         group = GroupApis(broker, self.groups, self.txns)
         self.txn = TxnApis(broker, self.txns, self.groups)
         acls = AclApis(broker)
-        for h in (self.admin, group, self.txn, acls):
+        metadata = MetadataApi(
+            broker,
+            auto_create=self.config.auto_create_topics_enable,
+            num_partitions=self.config.num_partitions,
+            groups=self.groups,
+            txns=self.txns,
+            admin=self.admin,
+        )
+        for h in (self.admin, group, self.txn, acls, metadata):
             h.authz = self.authz
         self.handlers: dict[int, Handler] = {
             0: self.produce,
             1: self.fetch,
             2: self.list_offsets,
-            3: self.metadata,
+            3: metadata.metadata,
             18: self.api_versions,
             19: self.admin.create_topics,
             22: self.init_producer_id,
@@ -253,7 +255,7 @@ class KafkaApis(ApiHandlers):
             66: self.txn.list_transactions,
         }
 
-    # ----------------------------------------------------------- metadata
+    # ------------------------------------------------------------ versions
 
     async def api_versions(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         keys = [
@@ -262,112 +264,6 @@ class KafkaApis(ApiHandlers):
         if req.unsupported is not None:
             return {"error_code": int(Errors.UNSUPPORTED_VERSION), "api_keys": keys, "throttle_time": 0}
         return {"error_code": 0, "api_keys": keys, "throttle_time": 0}
-
-    async def metadata(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
-        meta = self.broker.metadata
-        az = client_az(req.client_id) or session.az
-        # Each broker's address on the listener this client came in on (Kafka's
-        # advertised listeners): a broker without that listener is not listed.
-        addresses = {b.broker_id: b.kafka_address_of(session.listener) for b in meta.brokers()}
-        listening = {b.broker_id: b for b in meta.brokers() if addresses[b.broker_id][1]}
-        brokers = [
-            {"node_id": b.broker_id, "host": addresses[b.broker_id][0], "port": addresses[b.broker_id][1], "rack": b.az}
-            for b in listening.values()
-        ]
-        topics = self._topics_by_name()
-        asked: list[str] | None
-        if body.topics is None or (req.api_version == 0 and not body.topics):
-            asked = None
-        else:
-            asked = []
-            by_id = {t.topic_id: t.name for t in topics.values()}
-            for t in body.topics:
-                name = getattr(t, "name", None)
-                if name is None:
-                    tid = getattr(t, "topic_id", None)
-                    name = by_id.get(tid) if tid is not None else None
-                asked.append(name if name is not None else "")
-        auto_create = bool(getattr(body, "allow_auto_topic_creation", True)) and self.config.auto_create_topics_enable
-        refused = self.authz.metadata_refusals(session, asked, topics, auto_create)
-        if asked is not None and auto_create:
-            missing = [n for n in dict.fromkeys(asked) if n and n not in topics and n not in refused]
-            if OFFSETS_TOPIC in missing:
-                # As Kafka: the offsets topic is made with its own shape.
-                missing.remove(OFFSETS_TOPIC)
-                await self.groups.ensure_offsets_topic()
-            if TXN_STATE_TOPIC in missing:
-                missing.remove(TXN_STATE_TOPIC)
-                await self.txns.ensure_topic()
-            if missing:
-                await self.admin.create({n: (self.config.num_partitions, -1) for n in missing})
-            topics = self._topics_by_name()
-        out = []
-        done = 0  # topics and partitions answered since the loop was last handed back
-        if asked is None and self.authz.enabled:  # all topics: those the principal may describe
-            asked = [n for n in sorted(topics) if self.authz.topic(session, AclOperation.DESCRIBE, n)]
-        for name in sorted(topics) if asked is None else asked:
-            if done >= METADATA_ITEMS_PER_SLICE:
-                # A request naming tens of thousands of topics must not hold
-                # the event loop (other connections, the broker's heartbeat)
-                # for its whole answer; ``topics`` is the snapshot taken above.
-                done = 0
-                await asyncio.sleep(0)
-            t = topics.get(name) if name not in refused else None
-            done += 1 + (len(t.partitions) if t is not None else 0)
-            if t is None:
-                error = Errors.TOPIC_AUTHORIZATION_FAILED if name in refused else Errors.UNKNOWN_TOPIC_OR_PARTITION
-                out.append(
-                    {
-                        "error_code": int(error),
-                        "name": name,
-                        "topic_id": uuid.UUID(int=0),
-                        "is_internal": False,
-                        "partitions": [],
-                    }
-                )
-                continue
-            parts = []
-            for p, info in enumerate(t.partitions):
-                leader = info.leader
-                error = Errors.NONE
-                if leader < 0 or leader not in listening:
-                    error, shown = Errors.LEADER_NOT_AVAILABLE, -1
-                elif az is not None:
-                    shown = meta.representative(leader, az)
-                    if shown not in listening:
-                        shown = leader
-                else:
-                    shown = leader
-                parts.append(
-                    {
-                        "error_code": int(error),
-                        "partition_index": p,
-                        "leader_id": shown,
-                        "leader_epoch": info.leader_epoch,
-                        "replica_nodes": list(info.replicas),
-                        "isr_nodes": list(info.isr),
-                        "offline_replicas": [r for r in info.replicas if r not in listening],
-                    }
-                )
-            out.append(
-                {
-                    "error_code": 0,
-                    "name": name,
-                    "topic_id": t.topic_id,
-                    "is_internal": name in INTERNAL_TOPICS,
-                    "partitions": parts,
-                }
-            )
-        cluster_id = meta.cluster_id
-        return {
-            "throttle_time": 0,
-            "brokers": brokers,
-            "cluster_id": str(cluster_id) if cluster_id is not None else None,
-            # No KRaft controller is visible to clients; Kafka clients only
-            # need an id here (admin requests go to any broker).
-            "controller_id": self.broker.broker_id,
-            "topics": out,
-        }
 
     async def init_producer_id(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         if body.transactional_id is not None:

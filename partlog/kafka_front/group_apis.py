@@ -38,16 +38,14 @@ class GroupApis(ApiHandlers):
             if key_type == KEY_TYPE_GROUP and not self.authz.group(session, AclOperation.DESCRIBE, key):
                 found.append({**node, "error_code": int(Errors.GROUP_AUTHORIZATION_FAILED)})
                 continue
-            if key_type == KEY_TYPE_TRANSACTION and key and not self.authz.txn_id(session, AclOperation.DESCRIBE, key):
+            if key_type == KEY_TYPE_TRANSACTION and not self.authz.txn_id(session, AclOperation.DESCRIBE, key):
                 found.append({**node, "error_code": int(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)})
                 continue
+            # As Kafka's getCoordinator: any key, the empty one too, has a
+            # coordinator (the requests to it then refuse an empty id).
             if key_type == KEY_TYPE_GROUP:
                 error, broker_id = await self.groups.find_coordinator(key)
             elif key_type == KEY_TYPE_TRANSACTION:
-                if not key:
-                    found.append({**node, "error_code": int(Errors.INVALID_REQUEST),
-                                  "error_message": "empty transactional id"})  # fmt: skip
-                    continue
                 error, broker_id = await self.txns.find_coordinator(key)
             else:
                 found.append({**node, "error_code": int(Errors.INVALID_REQUEST),
@@ -99,7 +97,10 @@ class GroupApis(ApiHandlers):
         if req.api_version >= 3:
             ids = [m.member_id for m in body.members]
             error, each = await self.groups.leave(body.group_id, ids)
-            return {"throttle_time": 0, "error_code": int(error), "members": [
+            if error != Errors.NONE:
+                # As Kafka's error response: the request's error, no members.
+                return {"throttle_time": 0, "error_code": int(error), "members": []}
+            return {"throttle_time": 0, "error_code": 0, "members": [
                 {"member_id": m.member_id, "group_instance_id": m.group_instance_id, "error_code": int(e)}
                 for m, e in zip(body.members, each, strict=True)
             ]}  # fmt: skip

@@ -352,6 +352,10 @@ class GroupCoordinator:
         error, part, _ = await self._partition(group_id)
         if part is None:
             return error, [error] * len(member_ids)
+        if part.groups.group(group_id) is None:
+            # As Kafka's classicGroupLeave: no such group is the request's
+            # UNKNOWN_MEMBER_ID.
+            return Errors.UNKNOWN_MEMBER_ID, [Errors.UNKNOWN_MEMBER_ID] * len(member_ids)
         out = [part.groups.leave(group_id, m, self.broker.clock.wall_ms()) for m in member_ids]
         self._complete(part.groups.take_completions())
         return Errors.NONE, out

@@ -182,9 +182,14 @@ class TxnApis(ApiHandlers):
                 states.append({**row, "error_code": int(error)})
                 continue
             topics: dict[str, list[int]] = {}
+            described: dict[str, bool] = {}
             for tp in sorted(meta.partitions, key=lambda tp: (str(tp.topic_id), tp.partition)):
                 name = names.get(tp.topic_id)
-                if name is not None:
+                if name is None:
+                    continue
+                if name not in described:
+                    described[name] = self.authz.topic(session, AclOperation.DESCRIBE, name)
+                if described[name]:  # as Kafka: only the topics the caller may describe
                     topics.setdefault(name, []).append(tp.partition)
             states.append({**row, "error_code": 0, "transaction_state": meta.state.kafka_name,
                            "transaction_timeout": meta.timeout_ms, "transaction_start_time": _start_time(meta.start_ms),

@@ -173,8 +173,10 @@ def test_old_clients_get_invalid_producer_epoch_when_fenced() -> None:
         r = await _call(apis, 22, 4, transactional_id="t", transaction_timeout=10_000, producer_id=pid,
                         producer_epoch=-1)  # fmt: skip
         assert r.error_code == Errors.INVALID_REQUEST
+        # As Kafka's KafkaApis.getCoordinator: the empty id has a coordinator
+        # (which refuses it: tests/system/test_kafka_error_codes.py).
         r = await _call(apis, 10, 2, key_type=1, key="")
-        assert r.error_code == Errors.INVALID_REQUEST
+        assert r.error_code == Errors.NONE
 
     _run(body)
 
