@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from partlog import injected_bugs
+from partlog.kafka.principal_rules import PrincipalMapper
 from partlog.limits import PORT_MAX
 from partlog.produce.pipeline import ProduceConfig
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
@@ -179,6 +180,14 @@ class WalmgrConfig:
     store_read_attempts: int = READ_ATTEMPTS_DEFAULT
     # Footer reads (suffix GETs) a scan keeps in flight (the local engine).
     footer_reads_max_in_flight: int = FOOTER_READS_MAX_IN_FLIGHT_DEFAULT
+    # Authorization of the notification listener, as a Kafka broker's
+    # (authorizer.class.name, super.users, allow.everyone.if.no.acl.found,
+    # ssl.principal.mapping.rules): with authorizer = "standard" a peer needs
+    # CLUSTER_ACTION on the cluster (the cluster's ACLs, from the metadata).
+    authorizer: str = ""
+    super_users: str = ""  # "User:a;User:b"
+    allow_everyone_if_no_acl_found: int = 0
+    principal_mapping_rules: str = "DEFAULT"
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -227,6 +236,20 @@ class WalmgrConfig:
         if any(tls.values()) and not all(tls.values()):
             missing = next(k for k, v in tls.items() if not v)
             raise WalmgrConfigError("TLS needs tls_ca_file, tls_cert_file and tls_key_file together", key=missing)
+        if self.authorizer not in ("", "standard"):
+            raise WalmgrConfigError(f'must be "standard" or "", got {self.authorizer!r:.40}', key="authorizer")
+        if self.allow_everyone_if_no_acl_found not in (0, 1):
+            raise WalmgrConfigError("must be 0 or 1", key="allow_everyone_if_no_acl_found")
+        for p in self.super_users.split(";"):
+            kind, _, name = p.strip().partition(":")
+            if p.strip() and not (kind and name):
+                raise WalmgrConfigError(f"{p.strip()!r:.60} is not a principal Type:name", key="super_users")
+        if (self.super_users or self.allow_everyone_if_no_acl_found) and not self.authorizer:
+            raise WalmgrConfigError('needs authorizer = "standard"', key="super_users")
+        try:
+            PrincipalMapper.parse(self.principal_mapping_rules)
+        except ValueError as e:
+            raise WalmgrConfigError(str(e), key="principal_mapping_rules") from None
         positive = (
             "commit_deadline_ms",
             "cycle_interval_ms",

@@ -59,6 +59,7 @@ from partlog.runtime import SYSTEM_CLOCK, SYSTEM_ENTROPY, Clock, Entropy
 from partlog.wal.objectstore import DeleteResult, ObjectInfo, ObjectStore, ObjectStoreError
 from partlog.wal.store_url import open_store
 from walmgr.asking import BrokerAsker
+from walmgr.authz import NotificationAuthz, notification_authz
 from walmgr.config import WalmgrConfig, WalmgrConfigError
 from walmgr.decide import CheckPlan, Decision, decide, past_age_gate, plan_checks, split_checks, sweep
 from walmgr.deleter import DeleteReport, execute_plan
@@ -317,6 +318,7 @@ class Walmgr:
         self.cluster_id: uuid.UUID | None = None
         self.metrics: WalmgrMetrics | None = None
         self._server: RpcServer | None = None
+        self._authz: NotificationAuthz | None = None
         self._asker = BrokerAsker(
             lambda: self.metadata,
             lambda: self.cluster_id,
@@ -383,6 +385,10 @@ class Walmgr:
         self._bind_cluster()
         if self.config.listen:
             host, _, port = self.config.listen.rpartition(":")
+            assert self.metrics is not None
+            self._authz = notification_authz(self.config, self.metadata, self.metrics.prom, self.clock)
+            if self._authz is not None:
+                await self._authz.start()
             self._server = RpcServer(
                 {"wal_uploaded": self._handle_wal_uploaded},
                 host=host,
@@ -393,6 +399,8 @@ class Walmgr:
                 schemas=WALMGR_SCHEMAS,
                 clock=self.clock,
                 entropy=self.entropy,
+                authorize=self._authz.hook if self._authz is not None else None,
+                principal_mapper=self._authz.principals if self._authz is not None else None,
             )
             await self._server.start()
             self.port = self._server.port
@@ -426,6 +434,8 @@ class Walmgr:
         self._stop.set()
         if self._server is not None:
             await self._server.close()
+        if self._authz is not None:
+            await self._authz.stop()
         await self._asker.close()
         if self._own_metadata and self.metadata is not None:
             stop = getattr(self.metadata, "stop", None)

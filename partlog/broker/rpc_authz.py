@@ -63,8 +63,18 @@ METHOD_CALLERS: Mapping[str, str] = {
 class RpcClusterAuthz:
     """The broker RPC's authorize hook: CLUSTER_ACTION on the CLUSTER."""
 
-    def __init__(self, config: AuthorizerConfig, source: AclSource, refusals: Counter, clock: Clock) -> None:
+    def __init__(
+        self,
+        config: AuthorizerConfig,
+        source: AclSource,
+        refusals: Counter,
+        clock: Clock,
+        methods: Mapping[str, str] = METHOD_CALLERS,
+    ) -> None:
+        """``methods``: the server's methods and their callers (walmgr's
+        notification server passes its own)."""
         self.source = source
+        self.methods = methods
         self.authorizer = Authorizer(config)
         self.refusals = refusals
         self.clock = clock
@@ -76,7 +86,7 @@ class RpcClusterAuthz:
         acls = self.source.acls
         if acls is not a.acls:
             a.update(acls)
-        if method in METHOD_CALLERS and a.authorize(
+        if method in self.methods and a.authorize(
             peer.principal, peer.host, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
         ):
             return True
@@ -90,7 +100,7 @@ class RpcClusterAuthz:
             self._unlogged += 1
             return
         log.warning(
-            "broker rpc: %s from %s refused %s: no CLUSTER_ACTION on the cluster (%d more refusals not logged)",
+            "rpc: %s from %s refused %s: no CLUSTER_ACTION on the cluster (%d more refusals not logged)",
             peer.principal,
             peer.host,
             method,
