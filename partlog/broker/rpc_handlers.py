@@ -161,7 +161,7 @@ class RpcHandlers:
     async def commit(self, body: Any) -> Any:
         try:
             key, uploader, size, reqs, acks_all = dec_commit(body)
-            txn_ids = dec_commit_transactional_ids(body)
+            txn_ids = dec_commit_transactional_ids(body, len(reqs))
         except WireError as e:
             raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
         self.metrics.commits_served.inc()

@@ -6,8 +6,8 @@ Kafka's ``ReplicaManager.appendRecordsWithTransactionVerification`` with its
 ``AddPartitionsToTxnManager``, on partlog's parts:
 
 * a commit carries the transactional ids of the produce requests that named
-  one (``{producer id: transactional id}``); batches of other writers (our own
-  clients, the coordinators' markers) are not verified, as before;
+  one (``{request index: transactional id}``); batches of other writers (our
+  own clients, the coordinators' markers) are not verified, as before;
 * for each transactional batch of such a producer on a partition this broker
   leads, the store's :class:`~partlog.store.verification.VerificationGuards`
   answers SENTINEL when the producer's transaction is open there (nothing to
@@ -126,34 +126,43 @@ class TxnVerification:
     async def verify(
         self, requests: Sequence[CommitBatchRequest], transactional_ids: Mapping[int, str]
     ) -> tuple[dict[int, Errors], dict[GuardKey, int]]:
-        """Verify the commit's transactional batches of ``transactional_ids``'
-        producers: the refused batches (request index -> produce error) and
-        the guards held for the others (end them with :meth:`release`)."""
+        """Verify the commit's transactional batches of the requests in
+        ``transactional_ids`` (request index -> its produce request's
+        transactional id): the refused batches (request index -> produce
+        error) and the guards held for the others (end them with
+        :meth:`release`).  Each request is verified under its own id, as
+        Kafka verifies each produce request on its own: a client naming
+        another's producer id in the same WAL file is refused alone."""
         guards: dict[GuardKey, int] = {}
-        refused_keys: dict[GuardKey, Errors] = {}
+        # (partition, producer id, transactional id) -> why it is refused
+        refused_keys: dict[tuple[TopicIdPartition, int, str], Errors] = {}
         # (transactional id, producer id, epoch) -> partitions to ask about
         asks: dict[tuple[str, int, int], list[TopicIdPartition]] = {}
-        for r in requests:
-            tid = transactional_ids.get(r.producer_id)
+        asked: set[tuple[TopicIdPartition, int, str]] = set()
+        for i, r in enumerate(requests):
+            tid = transactional_ids.get(i)
             tp = r.topic_id_partition
             key = (tp, r.producer_id)
-            if tid is None or key in guards or key in refused_keys or not _transactional(r):
+            if tid is None or (tp, r.producer_id, tid) in asked or not _transactional(r):
                 continue
+            asked.add((tp, r.producer_id, tid))
             if not self._leads(tp):
                 # Refused, not skipped: leadership arriving while the others
                 # are verified would let the store append it unverified (as
                 # Kafka, which looks the partition up before verifying).
-                refused_keys[key] = Errors.NOT_LEADER_OR_FOLLOWER
+                refused_keys[(tp, r.producer_id, tid)] = Errors.NOT_LEADER_OR_FOLLOWER
                 continue
-            try:
-                token = self.guards.begin(tp, r.producer_id)
-            except KeyError:
-                refused_keys[key] = Errors.UNKNOWN_TOPIC_OR_PARTITION
-                continue
+            token = guards.get(key)
             if token is None:
-                refused_keys[key] = Errors.NOT_ENOUGH_REPLICAS  # guards full: retriable
-                continue
-            guards[key] = token
+                try:
+                    token = self.guards.begin(tp, r.producer_id)
+                except KeyError:
+                    refused_keys[(tp, r.producer_id, tid)] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                if token is None:
+                    refused_keys[(tp, r.producer_id, tid)] = Errors.NOT_ENOUGH_REPLICAS  # guards full: retriable
+                    continue
+                guards[key] = token
             if token != SENTINEL:
                 asks.setdefault((tid, r.producer_id, r.producer_epoch), []).append(tp)
         if asks:
@@ -165,19 +174,21 @@ class TxnVerification:
                 # refuses every later verification on this leader.
                 self.release(guards)
                 raise
-            for ((_, pid, _), tps), errors in zip(asks.items(), answers, strict=True):
+            for ((tid, pid, _), tps), errors in zip(asks.items(), answers, strict=True):
                 for tp, e in zip(tps, errors, strict=True):
                     self.metrics.txn_verifications.labels(e.name).inc()
                     if e != Errors.NONE:
-                        refused_keys[(tp, pid)] = produce_error(e)
-        for key in refused_keys:
-            token = guards.pop(key, None)
-            if token is not None:
-                self.guards.end(key[0], key[1], token)
+                        refused_keys[(tp, pid, tid)] = produce_error(e)
+        # A guard ends when every request that needed it was refused.
+        needed = {(tp, pid) for tp, pid, tid in asked if (tp, pid, tid) not in refused_keys}
+        for key in [k for k in guards if k not in needed]:
+            token = guards.pop(key)
+            self.guards.end(key[0], key[1], token)
         refused = {
-            i: refused_keys[(r.topic_id_partition, r.producer_id)]
+            i: refused_keys[k]
             for i, r in enumerate(requests)
-            if (r.topic_id_partition, r.producer_id) in refused_keys
+            if (tid := transactional_ids.get(i)) is not None
+            and (k := (r.topic_id_partition, r.producer_id, tid)) in refused_keys
         }
         return refused, guards
 

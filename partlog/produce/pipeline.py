@@ -140,8 +140,9 @@ class SendCommit:
     # acks_all[i]: requests[i] came with acks=all, so the leader answers it
     # once it is replicated to the ISR (empty: none did).
     acks_all: tuple[bool, ...] = ()
-    # (producer id, transactional id) of the produce requests that named one:
-    # the leader verifies their transactions (KIP-890 part 1).
+    # (index in requests, transactional id) of the requests whose produce
+    # request named one: the leader verifies their transactions (KIP-890
+    # part 1), each under its own request's id.
     transactional_ids: tuple[tuple[int, str], ...] = ()
 
 
@@ -500,7 +501,7 @@ class ProducePipeline:
                 produced = self._produces[produce_id]
                 acks.setdefault(leader, []).append(produced.acks_all)
                 if produced.transactional_id is not None and req.producer_id >= 0:
-                    txn_ids.setdefault(leader, {})[req.producer_id] = produced.transactional_id
+                    txn_ids.setdefault(leader, {})[len(by_leader[leader]) - 1] = produced.transactional_id
             self.stats.commit_fanout.append(len(by_leader))
             if not by_leader:
                 del self._segments[seg.segment_id]

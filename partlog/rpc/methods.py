@@ -109,9 +109,10 @@ BROKER_SCHEMAS: dict[str, Schema] = {
         },
         optional={
             "acks_all": List(Int(0, COMMIT_BATCHES_MAX - 1), COMMIT_BATCHES_MAX),
-            # KIP-890: producer id -> transactional id of the produce requests.
+            # KIP-890: request index -> transactional id of its produce request.
             "transactional_ids": List(
-                Tuple(("producer_id", Int(0, INT64_MAX)), ("transactional_id", TRANSACTIONAL_ID)), COMMIT_BATCHES_MAX
+                Tuple(("request", Int(0, COMMIT_BATCHES_MAX - 1)), ("transactional_id", TRANSACTIONAL_ID)),
+                COMMIT_BATCHES_MAX,
             ),
         },
     ),

@@ -128,18 +128,25 @@ def enc_commit(
         # Request indices answered only once replicated (acks=all).
         body["acks_all"] = [i for i, a in enumerate(acks_all) if a]
     if transactional_ids:
-        # KIP-890: the leader verifies these producers' first transactional
-        # batches with their transactional ids' coordinators.
-        body["transactional_ids"] = [[pid, tid] for pid, tid in transactional_ids]
+        # KIP-890: the leader verifies these requests' first transactional
+        # batches with their transactional ids' coordinators, each request
+        # under the id of the produce request it came in (as Kafka verifies
+        # each request on its own).
+        body["transactional_ids"] = [[i, tid] for i, tid in transactional_ids]
     return body
 
 
-def dec_commit_transactional_ids(body: Any) -> dict[int, str]:
-    """The commit's producer id -> transactional id map (empty without one)."""
+def dec_commit_transactional_ids(body: Any, requests: int) -> dict[int, str]:
+    """The commit's request index -> transactional id map (empty without
+    one); WireError for an index outside the ``requests`` of the commit."""
     out: dict[int, str] = {}
     for i, item in enumerate(expect_list(expect_map(body, "commit").get("transactional_ids", []), "commit")):
-        pid, tid = expect_list(item, f"commit.transactional_ids[{i}]", 2)
-        out[expect_int(pid, f"commit.transactional_ids[{i}]")] = expect_str(tid, f"commit.transactional_ids[{i}]")
+        what = f"commit.transactional_ids[{i}]"
+        index, tid = expect_list(item, what, 2)
+        index = expect_int(index, what)
+        if not 0 <= index < requests or index in out:
+            raise WireError(f"{what}: request index {index} is not one of the commit's {requests}, or is named twice")
+        out[index] = expect_str(tid, what)
     return out
 
 

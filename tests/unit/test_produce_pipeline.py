@@ -429,3 +429,22 @@ def test_urgent_closes_at_once_others_by_timer_or_size(steps: list[tuple[bool, i
             assert p.stats.early_closes == early
             assert all(len(u.data) >= buffer_bytes_max for u in uploads)
             assert p.segments_open == closed + len(uploads)
+
+
+def test_each_request_carries_its_own_transactional_id() -> None:
+    """Two produce requests naming one producer id under different
+    transactional ids (a client claiming another's producer id) share a WAL
+    file: the commit names each request's own id, so the leader verifies
+    each on its own (KIP-890, as Kafka verifies each produce request)."""
+    p = _pipeline(commit_interval_ms=250)
+    tp = TPS[0]
+    victim = build_batch(1, producer_id=9, producer_epoch=0, base_sequence=0)
+    impostor = build_batch(1, producer_id=9, producer_epoch=0, base_sequence=1)
+    plain = build_batch(1)
+    assert p.produce(1, [(tp, victim)], T0, transactional_id="victim") == []
+    assert p.produce(2, [(tp, plain)], T0) == []
+    [up] = [a for a in p.produce(3, [(tp, impostor)], T0, transactional_id="impostor", urgent=True)
+            if isinstance(a, Upload)]  # fmt: skip
+    [commit] = [c for c in p.upload_done(up.segment_id, T0 + 1) if isinstance(c, SendCommit)]
+    assert len(commit.requests) == 3
+    assert commit.transactional_ids == ((0, "victim"), (2, "impostor"))

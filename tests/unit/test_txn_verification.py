@@ -155,10 +155,10 @@ def test_the_leader_maps_answers_and_fails_closed(tmp_path: Path) -> None:
 
             reqs: Any = [request(tp, batch(3, 0, 0, txn=True), byte_offset=1)]
             # No coordinator known: retriable, nothing appended.
-            refused, guards = await tv.verify(reqs, {3: "t"})
+            refused, guards = await tv.verify(reqs, {0: "t"})
             assert refused == {0: Errors.NOT_ENOUGH_REPLICAS} and guards == {}
             tv.register(verify, lambda tid: 1)
-            refused, guards = await tv.verify(reqs, {3: "t"})  # times out
+            refused, guards = await tv.verify(reqs, {0: "t"})  # times out
             assert refused == {0: Errors.NOT_ENOUGH_REPLICAS} and len(store.verification) == 0
             for coordinator, produce in [
                 (Errors.INVALID_TXN_STATE, Errors.INVALID_TXN_STATE),
@@ -168,10 +168,10 @@ def test_the_leader_maps_answers_and_fails_closed(tmp_path: Path) -> None:
             ]:
                 answers[:] = [coordinator]
                 assert produce_error(coordinator) == produce
-                refused, guards = await tv.verify(reqs, {3: "t"})
+                refused, guards = await tv.verify(reqs, {0: "t"})
                 assert refused == {0: produce} and guards == {} and len(store.verification) == 0
             answers[:] = [Errors.NONE]
-            refused, guards = await tv.verify(reqs, {3: "t"})
+            refused, guards = await tv.verify(reqs, {0: "t"})
             assert refused == {} and list(guards) == [(tp, 3)] and len(store.verification) == 1
             assert commit_guarded(store, tp, batch(3, 0, 0, txn=True), guards[(tp, 3)]) == Errors.NONE
             tv.release(guards)
@@ -179,12 +179,12 @@ def test_the_leader_maps_answers_and_fails_closed(tmp_path: Path) -> None:
             # Two producers naming one transactional id are asked about separately.
             strangers.add(6)
             two: Any = [reqs[0], request(tp, batch(6, 0, 0, txn=True), byte_offset=1)]
-            refused, guards = await tv.verify(two, {3: "t", 6: "t"})
+            refused, guards = await tv.verify(two, {0: "t", 1: "t"})
             assert refused == {1: Errors.INVALID_TXN_STATE} and list(guards) == [(tp, 3)]
             assert guards[(tp, 3)] == SENTINEL  # producer 3's transaction is open: nothing asked
             tv.release(guards)
-            # Other producers' batches (no transactional id) are not asked about.
-            refused, guards = await tv.verify(reqs, {4: "u"})
+            # Requests without a transactional id are not asked about.
+            refused, guards = await tv.verify(reqs, {})
             assert refused == {} and guards == {}
             assert metrics.seen.count("NONE") == 1 and "NETWORK_EXCEPTION" in metrics.seen
 
@@ -211,9 +211,42 @@ def test_a_partition_led_only_after_the_question_is_refused_not_appended_unverif
 
             tv.register(verify, lambda tid: 1)
             reqs: Any = [request(tp, batch(3, 0, 0, txn=True), byte_offset=1) for tp in (tp1, tp2)]
-            refused, guards = await tv.verify(reqs, {3: "t"})
+            refused, guards = await tv.verify(reqs, {0: "t", 1: "t"})
             assert refused == {1: Errors.NOT_LEADER_OR_FOLLOWER} and list(guards) == [(tp1, 3)]
             tv.release(guards)
+
+    asyncio.run(main())
+
+
+def test_each_request_is_verified_under_its_own_transactional_id(tmp_path: Path) -> None:
+    """Review finding: the commit carried one transactional id per producer
+    id, so a client naming another's producer id under its own id in the
+    same WAL file could make the other's first batches fail verification.
+    Each request is verified under its own id now, as Kafka verifies each
+    produce request: the impostor is refused alone, whichever came first."""
+
+    async def main() -> None:
+        with open_store(tmp_path / "s", Clock(T0)) as store:
+            tp = make_topic([store])
+            tv = TxnVerification(1, store.verification, None, metrics=_Metrics(), leads=lambda tp: True)  # type: ignore[arg-type]
+
+            async def verify(tid: str, pid: int, epoch: int, tps: Sequence[TopicIdPartition]) -> list[Errors]:
+                ok = (tid, pid) == ("victim", 3)
+                return [Errors.NONE if ok else Errors.INVALID_PRODUCER_ID_MAPPING] * len(tps)
+
+            tv.register(verify, lambda tid: 1)
+            victim = request(tp, batch(3, 0, 0, txn=True), byte_offset=1)
+            impostor = request(tp, batch(3, 0, 0, txn=True), byte_offset=2)
+            for ids, bad in (({0: "victim", 1: "impostor"}, 1), ({0: "impostor", 1: "victim"}, 0)):
+                reqs: Any = [victim, impostor] if bad == 1 else [impostor, victim]
+                refused, guards = await tv.verify(reqs, ids)
+                assert refused == {bad: Errors.INVALID_PRODUCER_ID_MAPPING}, refused
+                assert list(guards) == [(tp, 3)] and guards[(tp, 3)] != SENTINEL
+                tv.release(guards)
+            # The impostor alone: refused, and its guard ended.
+            refused, guards = await tv.verify([impostor], {0: "impostor"})
+            assert refused == {0: Errors.INVALID_PRODUCER_ID_MAPPING} and guards == {}
+            assert len(store.verification) == 0
 
     asyncio.run(main())
 
@@ -233,7 +266,7 @@ def test_a_cancelled_verification_ends_its_guards(tmp_path: Path) -> None:
                 return [Errors.NONE] * len(tps)
 
             tv.register(verify, lambda tid: 1)
-            task = asyncio.ensure_future(tv.verify([request(tp, batch(3, 0, 0, txn=True), byte_offset=1)], {3: "t"}))
+            task = asyncio.ensure_future(tv.verify([request(tp, batch(3, 0, 0, txn=True), byte_offset=1)], {0: "t"}))
             while len(store.verification) == 0:
                 await asyncio.sleep(0.01)
             task.cancel()
