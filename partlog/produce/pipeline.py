@@ -73,9 +73,9 @@ from partlog.kafka.records import CommitBatchRequest, CommitBatchResponse, Topic
 from partlog.limits import SEGMENT_BATCHES_MAX
 from partlog.produce.rotation import (
     ROTATION_GRACE_MS_DEFAULT,
-    WAL_PUTS_PER_S_MAX_DEFAULT,
     RotationPolicy,
     RotationReason,
+    default_puts_per_s_max,
 )
 from partlog.wal.key import make_wal_key
 from partlog.wal.segment import WalSegmentBuilder
@@ -109,8 +109,9 @@ class ProduceConfig:
     # with nothing in flight, once this old; rotation_grace_ms >=
     # commit_interval_ms gives back the interval-only rule.
     rotation_grace_ms: int = ROTATION_GRACE_MS_DEFAULT
-    # Early closes a second, per broker (a token bucket).
-    wal_puts_per_s_max: int = WAL_PUTS_PER_S_MAX_DEFAULT
+    # Early closes a second, per broker (a token bucket); None: one per
+    # commit interval, what the interval-only rule could spend.
+    wal_puts_per_s_max: int | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -119,10 +120,11 @@ class ProduceConfig:
             "inflight_bytes_max",
             "uploads_inflight_max",
             "commits_in_flight_max",
-            "wal_puts_per_s_max",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.wal_puts_per_s_max is not None and self.wal_puts_per_s_max <= 0:
+            raise ValueError(f"wal_puts_per_s_max must be > 0, got {self.wal_puts_per_s_max}")
         if self.rotation_grace_ms < 0:
             raise ValueError(f"rotation_grace_ms must be >= 0, got {self.rotation_grace_ms}")
         try:
@@ -135,6 +137,12 @@ class ProduceConfig:
             raise ValueError(
                 f"inflight_bytes_max ({self.inflight_bytes_max}) must be >= buffer_bytes_max ({self.buffer_bytes_max})"
             )
+
+    def puts_per_s_max(self) -> int:
+        """The PUT budget in force: ``wal_puts_per_s_max`` or its default."""
+        if self.wal_puts_per_s_max is not None:
+            return self.wal_puts_per_s_max
+        return default_puts_per_s_max(self.commit_interval_ms)
 
 
 # ------------------------------------------------------------------ actions
@@ -270,7 +278,7 @@ class ProducePipeline:
         self._builder: WalSegmentBuilder | None = None
         self._open_batches: list[tuple[int, int, TopicIdPartition, bytes]] = []
         # Public for inspection (the simulation's checks, metrics).
-        self.rotation = RotationPolicy(config.commit_interval_ms, config.rotation_grace_ms, config.wal_puts_per_s_max)
+        self.rotation = RotationPolicy(config.commit_interval_ms, config.rotation_grace_ms, config.puts_per_s_max())
         self._produces: dict[int, _Produce] = {}
         self._next_segment_id = 0
         # Closed segments in id order, until their commits are all sent.

@@ -39,14 +39,7 @@ from partlog import injected_bugs
 # millisecond on one network; 2 ms lets the burst share one file without
 # adding more than 2 ms to an idle broker's answer.
 ROTATION_GRACE_MS_DEFAULT = 2
-# KIP-1163's cost model is one PUT per commit interval per broker at most
-# (plus one per buffer_bytes_max at high throughput).  The benchmarks and the
-# simulation run at 50 ms, where the interval-only rule already made up to
-# 20 PUTs/s per broker; a budget of 20 keeps that bill (20 * 86,400 * 30 /
-# 1000 * $0.005 = $259 a month per broker at S3 standard's PUT price) and
-# spends it on closing files early instead of on timer closes.  At KIP-1163's
-# 250 ms an operator keeping its 4 PUTs/s sets 4.  design.md, "Rotation".
-WAL_PUTS_PER_S_MAX_DEFAULT = 20
+
 
 # Tokens are counted in thousandths, so that a refill of ``rate`` tokens a
 # second is ``rate`` thousandths a millisecond: integers, no drift.
@@ -68,6 +61,20 @@ class RotationReason(enum.StrEnum):
 
 # The closes the budget can hold back; all others happen regardless.
 EARLY_REASONS = frozenset({RotationReason.IDLE, RotationReason.ROUND_DONE})
+
+
+def default_puts_per_s_max(commit_interval_ms: int) -> int:
+    """The budget when none is set: what the interval-only rule could spend.
+
+    KIP-1163's cost model is one PUT per commit interval per broker at most
+    (WAL files mix partitions so that request costs stay there), plus one
+    per ``buffer_bytes_max`` at high throughput.  A budget of one PUT per
+    interval keeps that bill (at 250 ms, 4 PUTs/s: 4 * 86,400 * 30 / 1000 *
+    $0.005 = $52 a month per broker at S3 standard's PUT price; at the
+    benchmarks' 50 ms, 20 PUTs/s and $259) and spends it on closing files
+    when the broker is idle instead of on timer closes.  design.md, "Rotation".
+    """
+    return -(-1000 // commit_interval_ms)
 
 
 def burst_tokens(puts_per_s_max: int) -> int:

@@ -18,6 +18,7 @@ import itertools
 import uuid
 from fractions import Fraction
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -295,3 +296,13 @@ def test_at_the_budget_a_file_waits_for_a_token_or_its_interval() -> None:
     assert _one(q, 2, T0 + 10) == [] and q.next_deadline_ms() == T0 + 310
     [up3] = q.tick(T0 + 310)
     assert isinstance(up3, Upload) and up3.reason == RotationReason.INTERVAL
+
+
+def test_the_default_budget_is_one_put_per_commit_interval() -> None:
+    assert ProduceConfig(commit_interval_ms=50).puts_per_s_max() == 20
+    assert ProduceConfig().puts_per_s_max() == 4  # KIP-1163's 250 ms
+    assert ProduceConfig(commit_interval_ms=300).puts_per_s_max() == 4  # rounded up
+    assert ProduceConfig(commit_interval_ms=50, wal_puts_per_s_max=7).puts_per_s_max() == 7
+    for bad in ({"wal_puts_per_s_max": 0}, {"rotation_grace_ms": -1}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            ProduceConfig(**bad)  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from partlog.limits import BROKER_ID_MAX, PORT_MAX
-from partlog.produce.rotation import ROTATION_GRACE_MS_DEFAULT, WAL_PUTS_PER_S_MAX_DEFAULT
+from partlog.produce.rotation import ROTATION_GRACE_MS_DEFAULT
 from partlog.rpc.secret import read_secret_file
 from partlog.tools.cmd.acls import authorizer_config
 from partlog.tools.cmd.common import add_rpc_limits, add_tls, cluster_id_arg, host_port, rpc_limits, tls_contexts
@@ -149,10 +149,11 @@ def add_parser(sub: Subparsers) -> None:
     br.add_argument(
         "--wal-puts-per-s-max",
         type=positive_int,
-        default=WAL_PUTS_PER_S_MAX_DEFAULT,
+        default=None,
         metavar="N",
         help="PUT budget: WAL files closed early (idle broker) per second at most; the commit interval and "
-        f"the size limit close files regardless, and count against it (default {WAL_PUTS_PER_S_MAX_DEFAULT})",
+        "the size limit close files regardless, and count against it (default: one per commit interval, "
+        "1000 / --commit-interval-ms rounded up, what the interval-only rule could spend)",
     )
     br.add_argument(
         "--metrics-port", type=int_in(0, PORT_MAX), default=0, help="Prometheus metrics on this port (0: off)"
