@@ -2,7 +2,7 @@
 the per-broker PUT budget.  Time comes in as wall milliseconds; nothing here
 reads a clock or keeps a global.
 
-The rule (issue 30, design.md "Rotation"), first that holds wins:
+The rule (issue 30, docs/design/rotation.md), first that holds wins:
 
 * ``SIZE``: the file holds ``buffer_bytes_max`` bytes (or the batch limit);
   checked by the pipeline as batches are added.
@@ -72,7 +72,7 @@ def default_puts_per_s_max(commit_interval_ms: int) -> int:
     interval keeps that bill (at 250 ms, 4 PUTs/s: 4 * 86,400 * 30 / 1000 *
     $0.005 = $52 a month per broker at S3 standard's PUT price; at the
     benchmarks' 50 ms, 20 PUTs/s and $259) and spends it on closing files
-    when the broker is idle instead of on timer closes.  design.md, "Rotation".
+    when the broker is idle instead of on timer closes (docs/design/rotation.md).
     """
     return -(-1000 // commit_interval_ms)
 

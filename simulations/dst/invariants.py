@@ -276,8 +276,9 @@ ROTATION_SLACK_MS = 10
 def check_rotation(cluster: ClusterView, observed: Observed, journal: Journal) -> None:
     """The rotation rule (partlog.produce.rotation) applied here to each
     live broker's pipeline state: its open file is no older than its
-    interval, and with nothing in flight and a token in the budget no older
-    than its grace (nor open since the broker went idle).  A broker whose
+    interval, and with nothing in flight and a token in the budget (for
+    ROTATION_SLACK_MS already) no older than its grace (nor open since the
+    broker went idle).  A broker whose
     clock jumped since the last look is skipped (its times mix offsets)."""
     for bid, broker in cluster.brokers.items():
         if broker.store._closed or broker._stopping:
@@ -294,7 +295,8 @@ def check_rotation(cluster: ClusterView, observed: Observed, journal: Journal) -
         if now > opened + rotation.commit_interval_ms + ROTATION_SLACK_MS:
             journal.violated(f"broker {bid}: a WAL file open {now - opened} ms, past its commit interval")
         idle = rotation.idle_since_ms
-        if broker.pipeline.segments_open or idle is None or not rotation.budget.has_token(now):
+        # A token that came within the slack may not have been ticked yet.
+        if broker.pipeline.segments_open or idle is None or not rotation.budget.has_token(now - ROTATION_SLACK_MS):
             continue
         due = max(opened + rotation.rotation_grace_ms, idle)
         if now > due + ROTATION_SLACK_MS:
