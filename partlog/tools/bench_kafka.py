@@ -464,21 +464,25 @@ def _rotation_rules(commit_interval_ms: int, budgets: tuple[int | None, ...]) ->
 
 
 def _broker_puts(ports: list[int]) -> list[dict[str, float]]:
-    """Per broker: WAL PUTs by reason, budget waits, and the upload and
-    commit histograms' sums and counts (Prometheus, now)."""
-    from partlog.tools.bench_txn import _scrape
+    """Per broker: WAL PUTs by reason (keyed by the reason), budget waits,
+    and the upload and commit histograms' sums and counts, now."""
+    import urllib.request
 
+    from prometheus_client.parser import text_string_to_metric_families
+
+    wanted = {"partlog_wal_budget_waits_total", "partlog_upload_seconds_sum", "partlog_upload_seconds_count",
+              "partlog_commit_seconds_sum", "partlog_commit_seconds_count"}  # fmt: skip
     out = []
     for port in ports:
-        samples = _scrape([port])
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
         row: dict[str, float] = {}
-        for (name, labels), value in samples.items():
-            if name == "partlog_wal_puts_total":
-                row[dict(labels)["reason"]] = value
-            elif name in ("partlog_wal_budget_waits_total", "partlog_upload_seconds_sum",
-                          "partlog_upload_seconds_count", "partlog_commit_seconds_sum",
-                          "partlog_commit_seconds_count"):  # fmt: skip
-                row[name] = value
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "partlog_wal_puts_total":
+                    row[sample.labels["reason"]] = sample.value
+                elif sample.name in wanted:
+                    row[sample.name] = sample.value
         out.append(row)
     return out
 
