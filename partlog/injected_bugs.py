@@ -40,6 +40,12 @@ KNOWN: dict[str, str] = {
         "a follower adds no aborted-index entry for a replicated ABORT marker (its READ_COMMITTED "
         "fetches, and its reign as leader, hand out aborted records)"
     ),
+    # WAL rotation (partlog/produce/rotation.py): found by the simulation's
+    # check_rotation.
+    "rotation_leaves_idle_file_open": (
+        "a WAL file opened while the previous round was in flight waits for its commit interval "
+        "when that round completes, instead of closing (the round_done rule is missing)"
+    ),
     # In the simulation's own stand-ins (simulations/dst): the transaction
     # coordinator and the consume-transform-produce application.
     "txn_markers_before_prepare": (

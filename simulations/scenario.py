@@ -559,11 +559,17 @@ def parse_scenario(doc: Mapping[str, Any], where: str) -> Scenario:
 
     b = _table(doc, where, "buffer")
     try:
+        commit_interval_ms = b.integer("commit_interval_ms", COMMIT_INTERVAL_MS_DEFAULT, lo=1)
         buffer = ProduceConfig(
-            commit_interval_ms=b.integer("commit_interval_ms", COMMIT_INTERVAL_MS_DEFAULT, lo=1),
+            commit_interval_ms=commit_interval_ms,
             buffer_bytes_max=b.integer("buffer_bytes_max", BUFFER_BYTES_MAX_DEFAULT, lo=1),
             inflight_bytes_max=b.integer("inflight_bytes_max", INFLIGHT_BYTES_MAX_DEFAULT, lo=1),
             uploads_inflight_max=b.integer("uploads_inflight_max", UPLOADS_INFLIGHT_MAX_DEFAULT, lo=1),
+            # The interval-only rule (a grace as long as the interval): the
+            # aggregate mode, the verdicts and the calibration model it.
+            # Issue 30's "the simulator follows" moves them to the
+            # load-following rule (docs/design/rotation.md) together.
+            rotation_grace_ms=commit_interval_ms,
         )
     except ValueError as e:
         raise ScenarioError(f"{where}: [buffer]: {e}") from e

@@ -81,6 +81,18 @@ class BrokerMetrics:
             "WAL files closed before their commit interval by a coordinator's record (urgent produce)",
             registry=r,
         )
+        self.wal_puts = Counter(
+            "partlog_wal_puts",
+            "WAL files closed and put to the object store, by why they closed: idle, round_done (early, "
+            "within wal_puts_per_s_max), interval, size, urgent, flush",
+            ["reason"],
+            registry=r,
+        )
+        self.wal_budget_waits = Counter(
+            "partlog_wal_budget_waits",
+            "WAL files due to close early that waited for the PUT budget (a token or their interval)",
+            registry=r,
+        )
         self.produce_bytes = Counter("partlog_produce_bytes", "batch bytes received in produce requests", registry=r)
         self.retention_runs = Counter("partlog_retention_runs", "retention passes over the led partitions", registry=r)
         self.fetches = Counter("partlog_fetches", "fetch requests served", registry=r)
@@ -133,6 +145,12 @@ class BrokerMetrics:
 
     def wal_closed_early(self) -> None:
         self.wal_early_closes.inc()
+
+    def wal_put(self, reason: str) -> None:
+        self.wal_puts.labels(reason).inc()
+
+    def wal_budget_waited(self, files: int) -> None:
+        self.wal_budget_waits.inc(files)
 
     def upload_finished(self, seconds: float, nbytes: int, ok: bool) -> None:
         """One WAL segment upload (attempt) took ``seconds``."""

@@ -11,7 +11,10 @@ sans-IO :class:`partlog.produce.pipeline.ProducePipeline` decides.
   also keeps each leader's window of commits in flight): a direct call for
   this broker's own partitions (:class:`LeaderCommits`), else the ``commit``
   RPC, pipelined on the pooled connection; then ``commit_done``.
-* a timer calls ``tick`` at ``next_deadline_ms``.
+* a timer calls ``tick`` at ``next_deadline_ms``; after every input the
+  deadline is read again and the timer woken when it moved earlier (a file
+  opened on an idle broker closes after ``rotation_grace_ms``, one waiting
+  for the PUT budget when its token comes).
 
 Every produce request and WAL file is recorded once, in :class:`BrokerMetrics`.
 """
@@ -84,6 +87,9 @@ class ProduceDriver:
         self._room = asyncio.Condition()
         self._commit_queues: dict[int, asyncio.Queue[SendCommit]] = {}
         self.timer_wake = asyncio.Event()
+        # What the rotation timer sleeps until (None: no file open).
+        self._timer_deadline_ms: int | None = None
+        self._budget_waits_seen = 0
 
     def cancel_replies(self) -> None:
         """The broker stops: requests still waiting for their answer fail."""
@@ -134,7 +140,6 @@ class ProduceDriver:
             fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
             self._replies[produce_id] = fut
             self.metrics.produce_received(nbytes)
-            had_open = self.pipeline.next_deadline_ms() is not None
             early_closes = self.pipeline.stats.early_closes
             actions = self.pipeline.produce(
                 produce_id,
@@ -147,8 +152,6 @@ class ProduceDriver:
             if self.pipeline.stats.early_closes != early_closes:
                 self.metrics.wal_closed_early()
             self._perform(actions)
-            if not had_open:
-                self.timer_wake.set()
         if acks == 0 and not fut.done():
             return [BatchResult(tp, Errors.NONE) for tp, _ in batches]
         try:
@@ -170,6 +173,7 @@ class ProduceDriver:
         while not self._stopping():
             deadline = self.pipeline.next_deadline_ms()
             self.timer_wake.clear()
+            self._timer_deadline_ms = deadline
             if deadline is None:
                 await self.timer_wake.wait()
                 continue
@@ -186,8 +190,10 @@ class ProduceDriver:
     # -------------------------------------------------------------- actions
 
     def _perform(self, actions: list[Action]) -> None:
+        """Perform what the pipeline decided (after each of its inputs)."""
         for a in actions:
             if isinstance(a, Upload):
+                self.metrics.wal_put(a.reason)
                 self.tasks.spawn(self._upload(a))
             elif isinstance(a, SendCommit):
                 self.send_commit(a)
@@ -196,6 +202,16 @@ class ProduceDriver:
                 if fut is not None and not fut.done():
                     fut.set_result(a)
                 self.tasks.spawn(self._notify_room())
+        waits = self.pipeline.rotation.budget_waits
+        if waits != self._budget_waits_seen:
+            self.metrics.wal_budget_waited(waits - self._budget_waits_seen)
+            self._budget_waits_seen = waits
+        # The input may have moved the rotation deadline earlier (a file
+        # opened, the last round completed): the timer sleeps until it.
+        deadline = self.pipeline.next_deadline_ms()
+        if deadline is not None and (self._timer_deadline_ms is None or deadline < self._timer_deadline_ms):
+            self._timer_deadline_ms = deadline
+            self.timer_wake.set()
 
     async def _notify_room(self) -> None:
         async with self._room:

@@ -19,9 +19,15 @@ The life of a produce request:
    room: an idempotent producer's later batches would reach the leader
    before its earlier ones.
 1. ``produce`` adds its batches to the open segment.  The segment closes
-   ("rotates") when it holds ``buffer_bytes_max`` bytes or its first batch is
-   ``commit_interval_ms`` old; a closed segment becomes an ``Upload``, at most
-   ``uploads_inflight_max`` at a time (the rest wait, in order).
+   ("rotates") by the rule of :mod:`partlog.produce.rotation`: when it holds
+   ``buffer_bytes_max`` bytes; when nothing is in flight (no closed segment
+   still uploading or committing), it is ``rotation_grace_ms`` old and the
+   PUT budget (``wal_puts_per_s_max``) has a token; at the latest when its
+   first batch is ``commit_interval_ms`` old.  Every input re-applies the
+   rule (a ``commit_done`` that ends the last round closes the open segment
+   in its own actions); ``tick`` at ``next_deadline_ms`` applies the timed
+   parts.  A closed segment becomes an ``Upload`` (with its ``reason``), at
+   most ``uploads_inflight_max`` at a time (the rest wait, in order).
    An ``urgent`` request (a coordinator's record: ``__transaction_state``,
    ``__consumer_offsets``, on the critical path of every transaction and
    offset commit) closes the open segment at once, with whatever it holds,
@@ -65,6 +71,12 @@ from partlog.kafka.crc32c import crc32c
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import CommitBatchRequest, CommitBatchResponse, TopicIdPartition
 from partlog.limits import SEGMENT_BATCHES_MAX
+from partlog.produce.rotation import (
+    ROTATION_GRACE_MS_DEFAULT,
+    RotationPolicy,
+    RotationReason,
+    default_puts_per_s_max,
+)
 from partlog.wal.key import make_wal_key
 from partlog.wal.segment import WalSegmentBuilder
 
@@ -93,6 +105,13 @@ class ProduceConfig:
     uploads_inflight_max: int = UPLOADS_INFLIGHT_MAX_DEFAULT
     key_prefix: str = "wal"
     commits_in_flight_max: int = COMMITS_IN_FLIGHT_MAX
+    # The rotation rule (partlog.produce.rotation): a file closes early,
+    # with nothing in flight, once this old; rotation_grace_ms >=
+    # commit_interval_ms gives back the interval-only rule.
+    rotation_grace_ms: int = ROTATION_GRACE_MS_DEFAULT
+    # Early closes a second, per broker (a token bucket); None: one per
+    # commit interval, what the interval-only rule could spend.
+    wal_puts_per_s_max: int | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -104,6 +123,10 @@ class ProduceConfig:
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.wal_puts_per_s_max is not None and self.wal_puts_per_s_max <= 0:
+            raise ValueError(f"wal_puts_per_s_max must be > 0, got {self.wal_puts_per_s_max}")
+        if self.rotation_grace_ms < 0:
+            raise ValueError(f"rotation_grace_ms must be >= 0, got {self.rotation_grace_ms}")
         try:
             # A bad prefix would otherwise fail at the first rotation, with
             # requests already accepted.
@@ -115,6 +138,12 @@ class ProduceConfig:
                 f"inflight_bytes_max ({self.inflight_bytes_max}) must be >= buffer_bytes_max ({self.buffer_bytes_max})"
             )
 
+    def puts_per_s_max(self) -> int:
+        """The PUT budget in force: ``wal_puts_per_s_max`` or its default."""
+        if self.wal_puts_per_s_max is not None:
+            return self.wal_puts_per_s_max
+        return default_puts_per_s_max(self.commit_interval_ms)
+
 
 # ------------------------------------------------------------------ actions
 
@@ -124,6 +153,8 @@ class Upload:
     segment_id: int
     key: str
     data: bytes
+    # Why its segment closed (partlog_wal_puts counts PUTs by it).
+    reason: RotationReason
     # The partitions in the segment's footer (walmgr is told about them).
     partitions: tuple[TopicIdPartition, ...] = ()
 
@@ -213,6 +244,8 @@ class PipelineStats:
     commit_failures: int = 0
     # Segments closed before their timer by an urgent request.
     early_closes: int = 0
+    # Segments closed, by reason (RotationReason's values).
+    rotations: dict[str, int] = field(default_factory=dict)
     # Commit RPCs per segment, by where the leader is (filled by the shell's
     # classifier): see ``commit_fanout``.
     commit_fanout: list[int] = field(default_factory=list)
@@ -245,7 +278,8 @@ class ProducePipeline:
         self._rand_hex = rand_hex
         self._builder: WalSegmentBuilder | None = None
         self._open_batches: list[tuple[int, int, TopicIdPartition, bytes]] = []
-        self._opened_ms = 0
+        # Public for inspection (the simulation's checks, metrics).
+        self.rotation = RotationPolicy(config.commit_interval_ms, config.rotation_grace_ms, config.puts_per_s_max())
         self._produces: dict[int, _Produce] = {}
         self._next_segment_id = 0
         # Closed segments in id order, until their commits are all sent.
@@ -295,10 +329,10 @@ class ProducePipeline:
         return max(0, self.config.inflight_bytes_max - self.inflight_bytes)
 
     def next_deadline_ms(self) -> int | None:
-        """When ``tick`` must next be called (the open segment's rotation time)."""
-        if self._builder is None:
-            return None
-        return self._opened_ms + self.config.commit_interval_ms
+        """When ``tick`` must next be called (the open segment's rotation
+        time); None with no segment open.  Any input may move it, earlier
+        too: a shell re-reads it after each."""
+        return self.rotation.next_ms()
 
     def produce(
         self,
@@ -344,31 +378,28 @@ class ProducePipeline:
         for i, tp, batch in accepted:
             if self._builder is None:
                 self._builder = WalSegmentBuilder(self.broker_id, now_ms, self.cluster_id)
-                self._opened_ms = now_ms
+                self.rotation.opened(now_ms)
             self._builder.add(tp, batch)
             self._open_batches.append((produce_id, i, tp, batch))
             if (
                 self._builder.size_bytes >= self.config.buffer_bytes_max
                 or self._builder.batch_count >= SEGMENT_BATCHES_MAX
             ):
-                actions += self._rotate(now_ms)
+                actions += self._rotate(now_ms, RotationReason.SIZE)
         if urgent and self._builder is not None:
             # Its last batches are in the open segment (a full one closed
             # already): no wait for the timer.
             self.stats.early_closes += 1
-            actions += self._rotate(now_ms)
-        return actions
+            actions += self._rotate(now_ms, RotationReason.URGENT)
+        return actions + self._rotate_if_due(now_ms)
 
     def tick(self, now_ms: int) -> list[Action]:
-        """Rotate the open segment if its first batch is old enough."""
-        deadline = self.next_deadline_ms()
-        if deadline is not None and now_ms >= deadline:
-            return self._rotate(now_ms)
-        return []
+        """Rotate the open segment if the rule says so at ``now_ms``."""
+        return self._rotate_if_due(now_ms)
 
     def flush(self, now_ms: int) -> list[Action]:
         """Rotate now, whatever the age (shutdown, tests)."""
-        return self._rotate(now_ms) if self._builder is not None else []
+        return self._rotate(now_ms, RotationReason.FLUSH) if self._builder is not None else []
 
     def upload_done(self, segment_id: int, now_ms: int, error: str | None = None) -> list[Action]:
         """The upload of ``segment_id`` finished; ``error`` says why it failed."""
@@ -394,7 +425,7 @@ class ProducePipeline:
             self._uploads_inflight += 1
             actions.append(self._waiting_uploads.popleft())
         actions += self._release_commits()
-        return actions
+        return actions + self._rotate_if_due(now_ms)
 
     def commit_done(
         self,
@@ -446,14 +477,23 @@ class ProducePipeline:
                 )
         if not seg.commits_pending and segment_id < self._next_to_release:
             del self._segments[segment_id]
-        return actions
+        return actions + self._rotate_if_due(now_ms)
 
     # ----------------------------------------------------------- internals
 
-    def _rotate(self, now_ms: int) -> list[Action]:
+    def _rotate_if_due(self, now_ms: int) -> list[Action]:
+        """The end of every input: whether anything is still in flight, then
+        the rule (partlog.produce.rotation) for the open segment."""
+        self.rotation.observe(bool(self._segments), now_ms)
+        reason = self.rotation.due(now_ms)
+        return [] if reason is None else self._rotate(now_ms, reason)
+
+    def _rotate(self, now_ms: int, reason: RotationReason) -> list[Action]:
         builder, batches = self._builder, self._open_batches
         assert builder is not None
         self._builder, self._open_batches = None, []
+        self.rotation.closed(reason, now_ms)
+        self.stats.rotations[reason] = self.stats.rotations.get(reason, 0) + 1
         segment_id = self._next_segment_id
         self._next_segment_id += 1
         key = str(make_wal_key(self.config.key_prefix, now_ms, self.broker_id, self._rand_hex()))
@@ -464,7 +504,10 @@ class ProducePipeline:
             req = CommitBatchRequest.from_header(coord.index, tp, coord.byte_offset, batch[:HEADER_SIZE])
             seg_batches.append((produce_id, index, req))
         self._segments[segment_id] = _Segment(segment_id, key, len(built.data), seg_batches)
-        upload = Upload(segment_id, key, built.data, tuple(r.topic_id_partition for r in built.footer.partitions))
+        self.rotation.observe(True, now_ms)
+        upload = Upload(
+            segment_id, key, built.data, reason, tuple(r.topic_id_partition for r in built.footer.partitions)
+        )
         if self._uploads_inflight < self.config.uploads_inflight_max:
             self._uploads_inflight += 1
             return [upload]

@@ -14,6 +14,14 @@ same partitions, acks=all with idempotence, and the same linger:
    reads everything produced, twice (the second read is served from the
    brokers' warm range caches); MiB/s per broker.
 
+``run_rotation`` (``--rotation``, issue 30) instead compares WAL rotation
+rules in one run, a fresh cluster for each: the interval-only rule (the
+brokers' ``--rotation-grace-ms`` set to the commit interval) and the
+load-following rule at each PUT budget asked for; for each, librdkafka's
+end-to-end latency (send to acknowledgement, librdkafka's own measure) at
+``ROTATION_RATE_PER_S`` and each broker's WAL PUTs/s by rotation reason
+(``partlog_wal_puts``), with ratios against the interval-only rule.
+
 The front end's side is confluent-kafka (librdkafka, C threads); the own
 client is partlog's asyncio producer (Python).  Verdicts are computed from
 the numbers against the issue's targets.
@@ -43,6 +51,17 @@ SETTLE_S = 2.0
 LIGHT_RATE_PER_S = 1000
 TOPIC = "bench"
 STARTUP_TIMEOUT_S = 60.0
+# The latency loops sleep to the next record due, at least this long: a
+# librdkafka poll with a sub-millisecond timeout returns at once (the
+# timeout is whole milliseconds), so pacing by poll spun a core.
+PACE_TICK_S = 0.001
+# Issue 30's load and targets: librdkafka, idempotent, acks=all, RF 3.
+ROTATION_RATE_PER_S = 1000
+TARGET_ROTATION_P50_MS = 40.0
+TARGET_ROTATION_P99_MS = 90.0
+# The producer's first second (its id, metadata, connections: up to 600 ms
+# for the first records) is paced but not counted.
+ROTATION_WARMUP_S = 1.0
 
 
 class _Load(NamedTuple):
@@ -59,7 +78,9 @@ class BenchCluster:
     each with its RPC and Kafka ports, durable commits, and a topic of
     ``partitions`` partitions with replication factor 3."""
 
-    def __init__(self, data_dir: str, partitions: int, commit_interval_ms: int) -> None:
+    def __init__(
+        self, data_dir: str, partitions: int, commit_interval_ms: int, broker_args: tuple[str, ...] = ()
+    ) -> None:
         from partlog.tools.local_cluster import free_ports
 
         ctl, *ports = free_ports(10)
@@ -72,7 +93,7 @@ class BenchCluster:
             self._spawn(["broker", "--controller", f"127.0.0.1:{ctl}", "--id", str(i + 1), "--az", f"az{i + 1}",
                          "--port", str(rpc[i]), "--kafka-port", str(kafka[i]), "--data-dir", data_dir,
                          "--store", store, "--commit-interval-ms", str(commit_interval_ms),
-                         "--metrics-port", str(metrics[i])])  # fmt: skip
+                         "--metrics-port", str(metrics[i]), *broker_args])  # fmt: skip
         for i in range(3):
             _wait_port(kafka[i], self.procs[1 + i])
         self.bootstrap = ",".join(f"127.0.0.1:{p}" for p in kafka)
@@ -157,7 +178,10 @@ def _confluent_throughput(bootstrap: str, load: _Load, conf: dict[str, Any] | No
     return {"records": acked, "errors": errors, "seconds": elapsed}
 
 
-def _confluent_latency(bootstrap: str, load: _Load, rate: float) -> list[float]:
+def _confluent_latency(bootstrap: str, load: _Load, rate: float, warmup_s: float = 0.0) -> list[float]:
+    """Latencies (ms) of records paced at ``rate`` for ``seconds``, after
+    ``warmup_s`` of the same pace whose records are not counted (the
+    producer's id, metadata and connections come first)."""
     value, partitions, seconds, linger_ms = load
     from confluent_kafka import Producer
 
@@ -165,24 +189,25 @@ def _confluent_latency(bootstrap: str, load: _Load, rate: float) -> list[float]:
                   "linger.ms": linger_ms, "client.id": "bench-lat,diskless_az=az1"})  # fmt: skip
     lat: list[float] = []
 
-    def cb(sent: float) -> Callable[[Any, Any], None]:
-        def done(err: Any, msg: Any) -> None:
-            if err is None:
-                lat.append((time.monotonic() - sent) * 1000)
+    def done(err: Any, msg: Any) -> None:
+        # librdkafka's own measure, produce() to acknowledgement: not
+        # delayed by when this loop polls.
+        latency = msg.latency() if err is None else None
+        if latency is not None:
+            lat.append(latency * 1000)
 
-        return done
+    def warming(err: Any, msg: Any) -> None:
+        pass
 
     start = time.monotonic()
+    counted = start + warmup_s
     i = 0
-    while time.monotonic() - start < seconds:
-        due = start + i / rate
-        now = time.monotonic()
-        if due > now:
-            p.poll(min(due - now, 0.01))
-            continue
-        p.produce(TOPIC, value=value, partition=i % partitions, on_delivery=cb(time.monotonic()))
-        i += 1
+    while (now := time.monotonic()) - counted < seconds:
+        while start + i / rate <= now:
+            p.produce(TOPIC, value=value, partition=i % partitions, on_delivery=done if now >= counted else warming)
+            i += 1
         p.poll(0)
+        time.sleep(max(start + i / rate - time.monotonic(), PACE_TICK_S))
     p.flush(120)
     return lat
 
@@ -423,4 +448,165 @@ def print_report(r: dict[str, Any], out: Any = sys.stdout) -> None:
         print(f"  {'PASS' if ok else 'MISS'}  {verdict}", file=out)
 
 
-__all__ = ["BenchCluster", "print_report", "run"]
+# ------------------------------------------------------------ rotation
+
+
+def _rotation_rules(commit_interval_ms: int, budgets: tuple[int | None, ...]) -> list[tuple[str, tuple[str, ...]]]:
+    """(name, broker flags): the interval-only rule first (the baseline),
+    then the load-following rule at each budget (None: the brokers' default)."""
+    rules: list[tuple[str, tuple[str, ...]]] = [("interval-only", ("--rotation-grace-ms", str(commit_interval_ms)))]
+    for budget in budgets:
+        if budget is None:
+            rules.append(("load-following, default budget", ()))
+        else:
+            rules.append((f"load-following, {budget} PUTs/s", ("--wal-puts-per-s-max", str(budget))))
+    return rules
+
+
+def _broker_puts(ports: list[int]) -> list[dict[str, float]]:
+    """Per broker: WAL PUTs by reason (keyed by the reason), budget waits,
+    and the upload and commit histograms' sums and counts, now."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    wanted = {"partlog_wal_budget_waits_total", "partlog_upload_seconds_sum", "partlog_upload_seconds_count",
+              "partlog_commit_seconds_sum", "partlog_commit_seconds_count"}  # fmt: skip
+    out = []
+    for port in ports:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        row: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "partlog_wal_puts_total":
+                    row[sample.labels["reason"]] = sample.value
+                elif sample.name in wanted:
+                    row[sample.name] = sample.value
+        out.append(row)
+    return out
+
+
+def _rotation_point(
+    name: str, flags: tuple[str, ...], load: _Load, rate: float, commit_interval_ms: int, say: Callable[[str], None]
+) -> dict[str, Any]:
+    data_dir = tempfile.mkdtemp(prefix="partlog-bench-rotation-")
+    cluster = BenchCluster(data_dir, load.partitions, commit_interval_ms, flags)
+    try:
+        say(f"{name}: latency at {rate:g} records/s for {load.seconds:g} s")
+        time.sleep(SETTLE_S)
+        # The PUT counts include the warm-up's second (the same pace).
+        before = _broker_puts(cluster.metrics_ports)
+        start = time.monotonic()
+        lat = _confluent_latency(cluster.bootstrap, load, rate, warmup_s=ROTATION_WARMUP_S)
+        elapsed = time.monotonic() - start
+        after = _broker_puts(cluster.metrics_ports)
+    finally:
+        cluster.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
+    brokers: list[dict[str, Any]] = []
+    for b, a in zip(before, after, strict=True):
+        delta = {k: a.get(k, 0.0) - b.get(k, 0.0) for k in a}
+        reasons = {k: v / elapsed for k, v in delta.items() if not k.startswith("partlog_") and v}
+        uploads = delta.get("partlog_upload_seconds_count", 0.0)
+        commits = delta.get("partlog_commit_seconds_count", 0.0)
+        brokers.append({
+            "puts_per_s": sum(reasons.values()),
+            "puts_per_s_by_reason": reasons,
+            "budget_waits_per_s": delta.get("partlog_wal_budget_waits_total", 0.0) / elapsed,
+            "upload_mean_ms": 1000 * delta.get("partlog_upload_seconds_sum", 0.0) / uploads if uploads else 0.0,
+            "commit_mean_ms": 1000 * delta.get("partlog_commit_seconds_sum", 0.0) / commits if commits else 0.0,
+        })  # fmt: skip
+    return {
+        "rule": name,
+        "broker_flags": list(flags),
+        "records": len(lat),
+        "seconds": elapsed,
+        "p50_ms": percentile(lat, 0.50),
+        "p99_ms": percentile(lat, 0.99),
+        "brokers": brokers,
+        "puts_per_s_max_broker": max(float(b["puts_per_s"]) for b in brokers),
+    }
+
+
+def run_rotation(
+    *,
+    seconds: float = 10.0,
+    rate: float = ROTATION_RATE_PER_S,
+    value_bytes: int = 1024,
+    partitions: int = 6,
+    linger_ms: int = 5,
+    commit_interval_ms: int = 50,
+    budgets: tuple[int | None, ...] = (None,),
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """The rotation rules compared (see the module docstring).  Bounded: per
+    rule, a cluster's startup, SETTLE_S, ROTATION_WARMUP_S and ``seconds``."""
+    say = progress or (lambda _m: None)
+    load = _Load(os.urandom(value_bytes), partitions, seconds, linger_ms)
+    points = [
+        _rotation_point(name, flags, load, rate, commit_interval_ms, say)
+        for name, flags in _rotation_rules(commit_interval_ms, budgets)
+    ]
+    base = points[0]
+    for pt in points:
+        pt["p50_ratio"] = pt["p50_ms"] / base["p50_ms"] if base["p50_ms"] else 0.0
+        pt["p99_ratio"] = pt["p99_ms"] / base["p99_ms"] if base["p99_ms"] else 0.0
+        top = base["puts_per_s_max_broker"]
+        pt["puts_ratio"] = pt["puts_per_s_max_broker"] / top if top else 0.0
+    best = points[1:] or points
+    return {
+        "setup": {
+            "processes": "controller + 3 broker processes",
+            "replication_factor": 3,
+            "partitions": partitions,
+            "value_bytes": value_bytes,
+            "linger_ms": linger_ms,
+            "commit_interval_ms": commit_interval_ms,
+            "rate_per_s": rate,
+            "seconds": seconds,
+            "acks": "all",
+            "idempotent": True,
+            "store": "local directory",
+        },
+        "rules": points,
+        "verdicts": {
+            f"{pt['rule']}: p50 <= {TARGET_ROTATION_P50_MS:g} ms and p99 <= {TARGET_ROTATION_P99_MS:g} ms": (
+                pt["p50_ms"] <= TARGET_ROTATION_P50_MS and pt["p99_ms"] <= TARGET_ROTATION_P99_MS
+            )
+            for pt in best
+        },
+    }
+
+
+def print_rotation_report(r: dict[str, Any], out: Any = sys.stdout) -> None:
+    s = r["setup"]
+    print(
+        f"partlog bench kafka --rotation: librdkafka at {s['rate_per_s']:,.0f} records/s for {s['seconds']:g} s, "
+        f"{s['partitions']} partitions RF {s['replication_factor']}, {s['value_bytes']} B values, acks=all "
+        f"idempotent, linger {s['linger_ms']} ms, commit interval {s['commit_interval_ms']} ms, local store",
+        file=out,
+    )
+    print(f"{'rule':34}{'p50 ms':>8}{'p99 ms':>8}{'x p50':>7}{'x p99':>7}{'PUTs/s':>8}{'x PUTs':>7}"
+          f"   PUTs/s per broker (by reason), budget waits/s", file=out)  # fmt: skip
+    for pt in r["rules"]:
+        per = "; ".join(
+            f"{b['puts_per_s']:.1f} ("
+            + ", ".join(f"{k} {v:.1f}" for k, v in sorted(b["puts_per_s_by_reason"].items()))
+            + f"), waits {b['budget_waits_per_s']:.1f}"
+            for b in pt["brokers"]
+        )
+        print(f"{pt['rule']:34}{pt['p50_ms']:>8.1f}{pt['p99_ms']:>8.1f}{pt['p50_ratio']:>7.2f}{pt['p99_ratio']:>7.2f}"
+              f"{pt['puts_per_s_max_broker']:>8.1f}{pt['puts_ratio']:>7.2f}   {per}", file=out)  # fmt: skip
+        stages = ", ".join(
+            f"b{i + 1} upload {b['upload_mean_ms']:.1f} / commit {b['commit_mean_ms']:.1f}"
+            for i, b in enumerate(pt["brokers"])
+            if b["puts_per_s"]
+        )
+        print(f"{'':34}mean ms: {stages}", file=out)
+    print("PUTs/s: the busiest broker's; x: ratio to the interval-only rule", file=out)
+    for verdict, ok in r["verdicts"].items():
+        print(f"  {'PASS' if ok else 'MISS'}  {verdict}", file=out)
+
+
+__all__ = ["BenchCluster", "print_report", "print_rotation_report", "run", "run_rotation"]

@@ -21,6 +21,9 @@ Checked as events happen and at the end:
   :func:`check_exactly_once_in_order`);
 * liveness: once faults stop, orphans past the age gate are deleted within
   a few walmgr cycles (:func:`check_orphans_deleted`).
+* WAL rotation (periodically, :func:`check_rotation`): no broker keeps its
+  open WAL file past its commit interval, nor, with nothing in flight and a
+  token in its PUT budget, past its rotation grace.
 
 With transactional producers (:mod:`simulations.dst.txn`):
 
@@ -84,6 +87,8 @@ class ClusterView(Protocol):
     @property
     def walmgr_task(self) -> asyncio.Task[Any] | None: ...
     def stores(self) -> Iterator[tuple[int, MetadataStore, bool]]: ...
+    @property
+    def skew_ms(self) -> Mapping[int, int]: ...
 
 
 @dataclass
@@ -100,6 +105,8 @@ class Observed:
     # Deleted keys a stale replica's divergent tail still references
     # (reported once, as events): broker -> keys.
     stale_references: dict[int, set[str]] = field(default_factory=dict)
+    # Each broker's clock skew at the last rotation check.
+    skew_seen: dict[int, int] = field(default_factory=dict)
 
     def forget_hwms(self, bid: int) -> None:
         """A broker lost its unsynced writes: its HWMs may be back where
@@ -255,9 +262,48 @@ async def check_periodically(cluster: ClusterView, observed: Observed, journal: 
         check_controller(cluster, observed, journal)
         check_no_new_references(cluster, observed, journal)
         check_hwms(cluster, observed, journal)
+        check_rotation(cluster, observed, journal)
         n += 1
         if n % 20 == 0:
             check_stores(cluster, journal)
+
+
+# How late a broker's rotation timer may run in the virtual loop (callbacks
+# due at one instant run in some order; the checker may come first).
+ROTATION_SLACK_MS = 10
+
+
+def check_rotation(cluster: ClusterView, observed: Observed, journal: Journal) -> None:
+    """The rotation rule (partlog.produce.rotation) applied here to each
+    live broker's pipeline state: its open file is no older than its
+    interval, and with nothing in flight and a token in the budget (for
+    ROTATION_SLACK_MS already) no older than its grace (nor open since the
+    broker went idle).  A broker whose
+    clock jumped since the last look is skipped (its times mix offsets)."""
+    for bid, broker in cluster.brokers.items():
+        if broker.store._closed or broker._stopping:
+            continue
+        skew = cluster.skew_ms[bid]
+        if observed.skew_seen.get(bid) != skew:
+            observed.skew_seen[bid] = skew
+            continue
+        rotation = broker.pipeline.rotation
+        opened = rotation.opened_ms
+        if opened is None:
+            continue
+        now = broker.clock.wall_ms()
+        if now > opened + rotation.commit_interval_ms + ROTATION_SLACK_MS:
+            journal.violated(f"broker {bid}: a WAL file open {now - opened} ms, past its commit interval")
+        idle = rotation.idle_since_ms
+        # A token that came within the slack may not have been ticked yet.
+        if broker.pipeline.segments_open or idle is None or not rotation.budget.has_token(now - ROTATION_SLACK_MS):
+            continue
+        due = max(opened + rotation.rotation_grace_ms, idle)
+        if now > due + ROTATION_SLACK_MS:
+            journal.violated(
+                f"broker {bid}: a WAL file open {now - opened} ms with nothing in flight for {now - idle} ms "
+                f"and a PUT token (grace {rotation.rotation_grace_ms} ms)"
+            )
 
 
 # What the verifier read back: (partition, offset) -> value.

@@ -172,7 +172,9 @@ test_pipeline_model = PipelineVsModel.TestCase
 
 
 def test_one_commit_per_leader_per_file_and_answers() -> None:
-    p = _pipeline(commit_interval_ms=250)
+    # A grace as long as the interval: the interval-only rule (the early
+    # closes are tests/unit/test_rotation_model.py's).
+    p = _pipeline(commit_interval_ms=250, rotation_grace_ms=250)
     batch = BATCHES[0]
     acts = p.produce(1, [(tp, batch) for tp in TPS], T0)
     assert acts == [] and p.next_deadline_ms() == T0 + 250

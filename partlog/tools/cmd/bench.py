@@ -31,6 +31,14 @@ def _counts(text: str) -> tuple[int, ...]:
     return counts
 
 
+def _budgets(text: str) -> tuple[int, ...]:
+    """A comma list of PUT budgets (--rotation), a fresh cluster each."""
+    budgets = tuple(positive_int(part) for part in text.split(","))
+    if len(budgets) > SWEEP_POINTS_MAX:
+        raise argparse.ArgumentTypeError(f"at most {SWEEP_POINTS_MAX} budgets")
+    return budgets
+
+
 def add_parser(sub: Subparsers) -> None:
     bench = sub.add_parser("bench", help="benchmarks (they print numbers, never assert)")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
@@ -116,6 +124,24 @@ def add_parser(sub: Subparsers) -> None:
         default="plaintext",
         help="sasl_ssl: instead, librdkafka's produce throughput over SASL_SSL (TLS and SCRAM-SHA-512) against "
         "PLAINTEXT on the same brokers, in one run (needs the openssl command)",
+    )
+    bk.add_argument(
+        "--rotation",
+        action="store_true",
+        help="instead: WAL rotation rules compared in one run, a fresh cluster each: the interval-only rule, "
+        "then the load-following one at each --wal-puts-per-s-max; librdkafka's latency p50/p99 at "
+        "--rate and each broker's WAL PUTs/s by reason, with ratios. Bounded: per rule, startup + "
+        "--seconds + 3 s",
+    )
+    bk.add_argument(
+        "--rate", type=positive_int, default=1000, help="with --rotation: records/s (default 1000, issue 30's)"
+    )
+    bk.add_argument(
+        "--wal-puts-per-s-max",
+        type=_budgets,
+        default=None,
+        metavar="N[,N...]",
+        help="with --rotation: the brokers' PUT budgets to measure (default: their default, one per commit interval)",
     )
     bk.add_argument("--records-per-txn", type=positive_int, default=100, help="records per transaction (default 100)")
     bk.add_argument(
@@ -260,6 +286,22 @@ def _kafka(args: argparse.Namespace) -> int:
             print(json.dumps(secure))
         else:
             bench_kafka_security.print_report(secure)
+        return 0
+    if args.rotation:
+        rotation = bench_kafka.run_rotation(
+            seconds=args.seconds,
+            rate=args.rate,
+            value_bytes=args.value_bytes,
+            partitions=args.partitions,
+            linger_ms=args.linger_ms,
+            commit_interval_ms=args.commit_interval_ms,
+            budgets=args.wal_puts_per_s_max or (None,),
+            progress=progress,
+        )
+        if args.json:
+            print(json.dumps(rotation))
+        else:
+            bench_kafka.print_rotation_report(rotation)
         return 0
     if args.transactions:
         txn = bench_txn.run(

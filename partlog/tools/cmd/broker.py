@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 from partlog.kafka_front.listeners import registration_text
 from partlog.limits import BROKER_ID_MAX, PORT_MAX
+from partlog.produce.rotation import ROTATION_GRACE_MS_DEFAULT
 from partlog.rpc.secret import read_secret_file
 from partlog.tools.cmd.acls import add_authorizer_flags, authorizer_config
 from partlog.tools.cmd.common import add_rpc_limits, add_tls, cluster_id_arg, host_port, rpc_limits, tls_contexts
-from partlog.tools.cmd.flags import int_in, positive_int
+from partlog.tools.cmd.flags import int_in, non_negative_int, positive_int
 from partlog.tools.cmd.kafka_listeners import add_listener_args, listener_config
 from partlog.txn.coordinator import TRANSACTION_MAX_TIMEOUT_MS_DEFAULT, TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT
 from partlog.txn.log import TXN_STATE_PARTITIONS_DEFAULT
@@ -127,6 +128,24 @@ def add_parser(sub: Subparsers) -> None:
         "--commit-interval-ms", type=positive_int, default=250, help="WAL buffer rotation interval (default 250)"
     )
     br.add_argument(
+        "--rotation-grace-ms",
+        type=non_negative_int,
+        default=ROTATION_GRACE_MS_DEFAULT,
+        metavar="MS",
+        help="with no upload or commit in flight, close the open WAL file once it is this old (a client's "
+        f"burst shares it), if --wal-puts-per-s-max allows; >= --commit-interval-ms: the interval-only rule "
+        f"(default {ROTATION_GRACE_MS_DEFAULT})",
+    )
+    br.add_argument(
+        "--wal-puts-per-s-max",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="PUT budget: WAL files closed early (idle broker) per second at most; the commit interval and "
+        "the size limit close files regardless, and count against it (default: one per commit interval, "
+        "1000 / --commit-interval-ms rounded up, what the interval-only rule could spend)",
+    )
+    br.add_argument(
         "--metrics-port", type=int_in(0, PORT_MAX), default=0, help="Prometheus metrics on this port (0: off)"
     )
     br.add_argument(
@@ -231,7 +250,11 @@ def run(args: argparse.Namespace) -> int:
         os.path.join(args.data_dir, "brokers", str(args.id), "meta"),
         host=me.host,
         port=me.port,
-        produce=ProduceConfig(commit_interval_ms=args.commit_interval_ms),
+        produce=ProduceConfig(
+            commit_interval_ms=args.commit_interval_ms,
+            rotation_grace_ms=args.rotation_grace_ms,
+            wal_puts_per_s_max=args.wal_puts_per_s_max,
+        ),
         sync=not args.no_sync,
         replication=ReplicationConfig(min_insync_replicas=args.min_insync_replicas),
         secret=secret,
