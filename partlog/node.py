@@ -17,9 +17,11 @@ requests go through the broker), then the broker.
 
 from __future__ import annotations
 
+import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from partlog.acl.source import AclSource, LocalAcls
 from partlog.broker.server import Broker, BrokerConfig
@@ -49,6 +51,35 @@ class NodeConfig:
     kafka_security: ListenerSecurity = field(default_factory=ListenerSecurity)
 
 
+@runtime_checkable
+class _FollowedAcls(Protocol):
+    """A source that follows the cluster's ACLs while the node runs."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+def _acl_source(metadata: MetadataSource) -> AclSource:
+    """An authorizer's ACLs: the controller's (followed by a long-poll),
+    etcd's (followed by a watch), or this process's own on a static cluster."""
+    if isinstance(metadata, ControllerMetadata):
+        return ControllerAcls(metadata.call)
+    # etcd's client (grpc) is imported only where metadata is on etcd; then
+    # its module is loaded.
+    etcd_meta = sys.modules.get("partlog.controller.etcd_meta")
+    if etcd_meta is not None and isinstance(metadata, etcd_meta.EtcdMetadata):
+        from partlog.controller.etcd_acls import EtcdAcls
+
+        return EtcdAcls(
+            metadata.target,
+            request_timeout_ms=metadata.request_timeout_ms,
+            retry_backoff_ms=metadata.retry_backoff_ms,
+            retry_backoff_max_ms=metadata.retry_backoff_max_ms,
+        )
+    return LocalAcls()
+
+
 class BrokerNode:
     """One broker and its Kafka listener.  ``await start()`` (or ``listen()``
     first, to hold the ports before registering), ``await stop()``.
@@ -70,11 +101,7 @@ class BrokerNode:
         self.config = config
         self.broker = make_broker(config.broker, metadata, objects, clock=clock, entropy=entropy)
         self.kafka: KafkaListener | None = None
-        # With an authorizer, the ACLs: the controller's (followed by a
-        # long-poll), or this process's own on a static cluster.
-        self.acls: AclSource | None = None
-        if config.kafka.authorizer is not None:
-            self.acls = ControllerAcls(metadata.call) if isinstance(metadata, ControllerMetadata) else LocalAcls()
+        self.acls = _acl_source(metadata) if config.kafka.authorizer is not None else None
 
     @property
     def port(self) -> int:
@@ -120,12 +147,12 @@ class BrokerNode:
     async def start(self) -> None:
         await self.listen()
         await self.broker.start()
-        if isinstance(self.acls, ControllerAcls):
+        if isinstance(self.acls, _FollowedAcls):
             await self.acls.start()
 
     async def stop(self) -> None:
         """Stop the Kafka listener, then the broker (see ``Broker.stop``)."""
-        if isinstance(self.acls, ControllerAcls):
+        if isinstance(self.acls, _FollowedAcls):
             await self.acls.stop()
         if self.kafka is not None:
             await self.kafka.close()
