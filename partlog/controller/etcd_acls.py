@@ -170,6 +170,16 @@ class EtcdAcls:
 
     # ------------------------------------------------------------ following
 
+    async def read(self) -> AclSet:
+        """The ACLs in etcd now, by one bounded read (an admin's list);
+        :class:`EtcdUnavailableError` if etcd does not answer."""
+        try:
+            held, revision = await self._read()
+        except ETCD_ERRORS as e:
+            self.failures += 1
+            raise EtcdUnavailableError(f"etcd {self.conn.target.url()}: {e}") from e
+        return AclSet(held.values(), revision)
+
     async def _read(self) -> tuple[dict[bytes, AclBinding], int]:
         """The prefix's valid bindings (bounded, see the module doc) and
         the revision of the read."""

@@ -1,14 +1,20 @@
-"""ACLs on etcd (issue 29, controller.etcd_acls) against a real one-member
-etcd on loopback: hostile values under the prefix are refused and counted
-and grant nothing; EtcdAcls answers as LocalAcls for random changes; a
-side that cannot reach etcd starts with no ACLs (deny) and catches up."""
+"""ACLs on etcd (issue 29, controller.etcd_acls) against a real etcd on
+loopback: hostile values under the prefix are refused and counted and
+grant nothing; EtcdAcls answers as LocalAcls for random changes; a side
+that cannot reach etcd starts with no ACLs (deny); two brokers with
+``--authorizer`` share ACLs made through either (Kafka's CreateAcls, or
+``partlog acls --metadata``), across restarts."""
 
 from __future__ import annotations
 
 import asyncio
 import shutil
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 import msgpack
 import pytest
@@ -20,6 +26,7 @@ from partlog.acl import (
     AclBindingFilter,
     AclOperation,
     AclPermission,
+    AuthorizerConfig,
     PatternType,
     ResourceType,
 )
@@ -28,7 +35,9 @@ from partlog.controller.acls import enc_binding
 from partlog.controller.etcd_acls import ACL_VALUE_BYTES_MAX, EtcdAcls, acl_key
 from partlog.controller.etcd_connection import EtcdConnection
 from partlog.controller.etcd_url import parse_etcd_url
+from partlog.kafka_front.apis import FrontConfig
 from partlog.tools.etcd_launcher import EtcdCluster
+from partlog.tools.local_cluster import TOPIC
 
 needs_etcd = pytest.mark.skipif(
     shutil.which("etcd") is None, reason="etcd is not installed (scripts/test installs Debian's etcd-server)"
@@ -111,7 +120,7 @@ def test_garbage_is_refused_counted_and_grants_nothing(etcd: EtcdCluster) -> Non
 
 
 @needs_etcd
-def test_unreachable_at_start_denies_then_catches_up(etcd: EtcdCluster) -> None:
+def test_unreachable_at_start_denies(etcd: EtcdCluster) -> None:
     url = _url(etcd)
     # A member that is not there: nothing listens on this port.
     target = parse_etcd_url(url)
@@ -199,3 +208,106 @@ def test_same_answers_as_local(etcd: EtcdCluster, steps: list[tuple[str, list[ob
             await remote.stop()
 
     _run(main)
+
+
+# ----------------------------------------- two brokers, Kafka clients, CLI
+
+ANON = "User:ANONYMOUS"
+
+
+def _cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "partlog", "acls", *args, "--metadata", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _poll(cond: Callable[[], bool]) -> bool:
+    deadline = time.monotonic() + WAIT_S
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+@needs_etcd
+def test_two_brokers_share_acls_through_etcd(tmp_path_factory: pytest.TempPathFactory) -> None:
+    kafka_admin = pytest.importorskip("confluent_kafka.admin")
+    from tests.kafka_helpers import ClusterThread
+
+    c = ClusterThread(
+        str(tmp_path_factory.mktemp("etcd-acls")),
+        front=FrontConfig(authorizer=AuthorizerConfig()),
+        metadata="etcd",
+        azs=1,
+        brokers_per_az=2,
+        partitions=1,
+        replication_factor=1,
+    )
+    try:
+        url = c.cluster.etcd_url
+        one, two = sorted(c.cluster.kafka_ports)
+
+        def admin(bid: int) -> Any:
+            return kafka_admin.AdminClient({"bootstrap.servers": f"127.0.0.1:{c.kafka_port(bid)}"})
+
+        def sees_topic(bid: int) -> bool:
+            return TOPIC in admin(bid).list_topics(timeout=10).topics
+
+        def held(bid: int) -> frozenset[AclBinding]:
+            acls = c.cluster.nodes[bid].acls
+            assert acls is not None
+            return acls.acls.bindings
+
+        # An operator lets ANONYMOUS manage ACLs, in etcd.
+        r = _cli(url, "add", "--resource-type", "cluster", "--principal", ANON, "--operation", "alter")
+        assert r.returncode == 0, r.stderr
+        assert not sees_topic(two)
+        # A Kafka client grants DESCRIBE on the topic through broker one only...
+        describe = kafka_admin.AclBinding(
+            kafka_admin.ResourceType.TOPIC, TOPIC, kafka_admin.ResourcePatternType.LITERAL, ANON, "*",
+            kafka_admin.AclOperation.DESCRIBE, kafka_admin.AclPermissionType.ALLOW,
+        )  # fmt: skip
+
+        def created() -> bool:
+            client = admin(one)  # held: a collected client fails its futures
+            try:
+                client.create_acls([describe])[describe].result(10)
+            except kafka_admin.KafkaException:
+                return False  # broker one has not seen the ALTER yet
+            return True
+
+        assert _poll(created)
+        # ... and broker two enforces it.
+        ours = _topic(TOPIC, AclOperation.DESCRIBE, ANON)
+        assert _poll(lambda: ours in held(two))
+        assert _poll(lambda: sees_topic(two))
+        # Both brokers restarted: the ACLs are still there.
+        for bid in (one, two):
+            c.kill(bid)
+        for bid in (one, two):
+            c.restart(bid)
+        assert ours in held(one) and ours in held(two)
+        assert _poll(lambda: sees_topic(two))
+        listed = _cli(url, "list", "--principal", ANON)
+        assert listed.returncode == 0, listed.stderr
+        assert f"ALLOW {ANON} from * DESCRIBE on TOPIC LITERAL {TOPIC}" in listed.stdout.splitlines()
+        assert f"ALLOW {ANON} from * ALTER on CLUSTER LITERAL kafka-cluster" in listed.stdout.splitlines()
+        # Removed in etcd: gone everywhere.
+        r = _cli(url, "remove", "--resource-type", "topic", "--name", TOPIC, "--principal", ANON)
+        assert r.returncode == 0 and r.stdout.startswith("removed: ALLOW"), r.stderr
+        assert _poll(lambda: ours not in held(one) and ours not in held(two))
+        assert _poll(lambda: not sees_topic(one) and not sees_topic(two))
+        # The CLI's errors: one line.
+        bad = _cli("etcd://127.0.0.1:1/nowhere", "list")
+        assert bad.returncode != 0 and bad.stderr.count("\n") == 1, bad.stderr
+        both = subprocess.run(
+            [sys.executable, "-m", "partlog", "acls", "list", "--metadata", url, "--controller", "127.0.0.1:1"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert both.returncode == 2 and both.stderr.count("\n") == 1, both.stderr
+    finally:
+        c.close()
