@@ -116,7 +116,8 @@ def _decode(root: bytes, key: bytes, value: bytes) -> AclBinding | str:
 class EtcdAcls:
     """The cluster's ACLs on etcd at ``target`` (see the module doc):
     ``await start()`` follows them, ``await stop()`` ends that and closes
-    this side's own client (a watch outlives none of the metadata's)."""
+    the client.  The client is this object's own, not the metadata's: its
+    watch ends with :meth:`stop`, whichever of the two stops first."""
 
     def __init__(
         self,

@@ -70,7 +70,8 @@ def add_parser(sub: Subparsers) -> None:
             "--metadata",
             default=None,
             metavar="etcd://HOST:PORT[,...][/PREFIX]",
-            help="or the cluster's etcd (etcd+tls:// and ?user=... as the broker's --metadata)",
+            help="or the cluster's etcd, in the URL forms of the broker's --metadata (etcd+tls://...?ca=..., "
+            "?user=...&password_file=...); --secret-file and --tls-* are the controller's",
         )
         p.add_argument("--resource-type", choices=sorted(_TYPES), required=need, help="the resource's type")
         p.add_argument("--name", default=None, help="the resource's name ('*': every one; cluster: kafka-cluster)")
