@@ -302,7 +302,7 @@ def test_two_brokers_share_acls_through_etcd(tmp_path_factory: pytest.TempPathFa
         assert _poll(lambda: ours not in held(one) and ours not in held(two))
         assert _poll(lambda: not sees_topic(one) and not sees_topic(two))
         # The CLI's errors: one line.
-        bad = _cli("etcd://127.0.0.1:1/nowhere", "list")
+        bad = _cli("etcd://127.0.0.1:1/nowhere", "list", "--timeout-ms", "2000")
         assert bad.returncode != 0 and bad.stderr.count("\n") == 1, bad.stderr
         both = subprocess.run(
             [sys.executable, "-m", "partlog", "acls", "list", "--metadata", url, "--controller", "127.0.0.1:1"],
