@@ -21,10 +21,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from partlog.acl.source import AclSource, LocalAcls
 from partlog.broker.server import Broker, BrokerConfig
-from partlog.controller.acls import ControllerAcls
-from partlog.controller.client import ControllerMetadata
+from partlog.controller.acl_sources import FollowedAcls, acl_source_for
 from partlog.controller.cluster_meta import MetadataSource
 from partlog.kafka_front.apis import FrontConfig
 from partlog.kafka_front.listeners import ListenerSecurity, ListenerSpec
@@ -74,11 +72,7 @@ class BrokerNode:
         self.config = config
         self.broker = make_broker(config.broker, metadata, objects, clock=clock, entropy=entropy)
         self.kafka: KafkaListener | None = None
-        # With an authorizer, the ACLs: the controller's (followed by a
-        # long-poll), or this process's own on a static cluster.
-        self.acls: AclSource | None = None
-        if config.kafka.authorizer is not None:
-            self.acls = ControllerAcls(metadata.call) if isinstance(metadata, ControllerMetadata) else LocalAcls()
+        self.acls = acl_source_for(metadata) if config.kafka.authorizer is not None else None
 
         # The broker RPC's peers need CLUSTER_ACTION when the authorizer is on,
         # their certificates mapped by the Kafka listeners' rules.
@@ -130,12 +124,12 @@ class BrokerNode:
     async def start(self) -> None:
         await self.listen()
         await self.broker.start()
-        if isinstance(self.acls, ControllerAcls):
+        if isinstance(self.acls, FollowedAcls):
             await self.acls.start()
 
     async def stop(self) -> None:
         """Stop the Kafka listener, then the broker (see ``Broker.stop``)."""
-        if isinstance(self.acls, ControllerAcls):
+        if isinstance(self.acls, FollowedAcls):
             await self.acls.stop()
         if self.kafka is not None:
             await self.kafka.close()

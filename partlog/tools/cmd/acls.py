@@ -1,7 +1,9 @@
 """``partlog acls add|remove|list``: the cluster's ACLs, through the embedded
-controller (Kafka clients use CreateAcls, DescribeAcls and DeleteAcls on any
-broker with ``--authorizer``; docs/security.md).  Also the authorizer
-flags of ``partlog broker`` and ``partlog cluster`` (:func:`add_authorizer_flags`,
+controller (``--controller``) or in the cluster's etcd (``--metadata
+etcd://...``, the URL forms of :mod:`partlog.controller.etcd_url`).  Kafka
+clients use CreateAcls, DescribeAcls and DeleteAcls on any broker with
+``--authorizer``; docs/security.md.  Also the authorizer flags of ``partlog
+broker`` and ``partlog cluster`` (:func:`add_authorizer_flags`,
 :func:`authorizer_config`)."""
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from partlog.acl import (
     ResourceType,
 )
 from partlog.rpc.secret import read_secret_file
-from partlog.tools.cmd.common import add_tls, cluster_id_arg, host_port, tls_contexts
+from partlog.tools.cmd.common import add_tls, admin_metadata, host_port, tls_contexts
 from partlog.tools.cmd.flags import TIMEOUT_MS_MAX, positive_int_at_most
 
 if TYPE_CHECKING:
@@ -79,7 +81,7 @@ def authorizer_config(args: argparse.Namespace) -> AuthorizerConfig | None:
 
 
 def add_parser(sub: Subparsers) -> None:
-    ac = sub.add_parser("acls", help="manage the cluster's ACLs through the controller")
+    ac = sub.add_parser("acls", help="manage the cluster's ACLs (through the controller, or in etcd)")
     ac_sub = ac.add_subparsers(dest="acls", required=True)
     for name, text in (
         ("add", "add one ACL (Kafka's kafka-acls --add)"),
@@ -88,7 +90,14 @@ def add_parser(sub: Subparsers) -> None:
     ):
         p = ac_sub.add_parser(name, help=text, description=text)
         need = name == "add"
-        p.add_argument("--controller", required=True, metavar="HOST:PORT", help="the controller's address")
+        p.add_argument("--controller", default=None, metavar="HOST:PORT", help="the controller's address")
+        p.add_argument(
+            "--metadata",
+            default=None,
+            metavar="etcd://HOST:PORT[,...][/PREFIX]",
+            help="or the cluster's etcd, in the URL forms of the broker's --metadata (etcd+tls://...?ca=..., "
+            "?user=...&password_file=...); --secret-file and --tls-* are the controller's",
+        )
         p.add_argument("--resource-type", choices=sorted(_TYPES), required=need, help="the resource's type")
         p.add_argument("--name", default=None, help="the resource's name ('*': every one; cluster: kafka-cluster)")
         p.add_argument("--prefixed", action="store_true", help="the name is a prefix (PREFIXED pattern)")
@@ -97,10 +106,10 @@ def add_parser(sub: Subparsers) -> None:
         p.add_argument("--operation", choices=sorted(_OPS), required=need, help="the operation")
         p.add_argument("--deny", action="store_true", help="a DENY entry (default ALLOW)")
         p.add_argument("--secret-file", default=None, help="file holding the shared secret of the controller's RPCs")
-        p.add_argument("--cluster-id", default=None, metavar="UUID", help="refuse a controller of another cluster")
+        p.add_argument("--cluster-id", default=None, metavar="UUID", help="refuse a cluster of another id")
         add_tls(p)
         p.add_argument("--timeout-ms", type=positive_int_at_most(TIMEOUT_MS_MAX), default=30_000,
-                       help="give up if the controller does not answer (default 30000)")  # fmt: skip
+                       help="give up if the controller or etcd does not answer (default 30000)")  # fmt: skip
 
 
 def _binding(args: argparse.Namespace) -> AclBinding:
@@ -137,45 +146,91 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
     import logging
 
-    from partlog.controller.acls import dec_binding, enc_binding, enc_filter
-    from partlog.controller.client import ControllerMetadata, ControllerUnavailableError
+    from partlog.controller.client import ControllerUnavailableError
+    from partlog.controller.cluster_meta import MetadataError
 
+    what = f"partlog acls {args.acls}"
+    if (args.controller is None) == (args.metadata is None):
+        raise AclFlagError("give exactly one of --controller HOST:PORT and --metadata etcd://...")
+    host, port, etcd_target = "", 0, None  # the one the flags name is set below
     try:
-        host, port = host_port(args.controller)
-    except ValueError as e:
-        raise AclFlagError(f"--controller: {e}") from e
-    what = _binding(args) if args.acls == "add" else _filter(args)
-    secret = read_secret_file(args.secret_file)
-    tls = tls_contexts(args)
-    logging.getLogger("partlog.controller.client").setLevel(logging.ERROR)
+        if args.controller is not None:
+            host, port = host_port(args.controller)
+        else:
+            from partlog.controller.etcd_layout import parse_etcd_url
 
-    async def call(method: str, body: Any) -> Any:
-        client = ControllerMetadata(
-            host, port, cluster_id=cluster_id_arg(args.cluster_id), secret=secret, ssl=tls.client if tls else None
-        )
+            etcd_target = parse_etcd_url(args.metadata)
+    except (ValueError, MetadataError) as e:
+        raise AclFlagError(f"{'--controller' if args.controller else '--metadata'}: {e}") from e
+    change = _binding(args) if args.acls == "add" else _filter(args)
+    for name in ("client", "etcd_meta", "etcd_acls"):
+        logging.getLogger(f"partlog.controller.{name}").setLevel(logging.ERROR)
+
+    async def main() -> int:
+        client = admin_metadata(args, etcd_target, host, port, read_secret_file(args.secret_file), tls_contexts(args))
         try:
             await client.start(timeout_ms=args.timeout_ms)
-            return await client.call(method, body)
+            if etcd_target is None:
+                return _answer(what, change, await _by_controller(client, args.acls, change))
+            await client.stop()  # it checked the prefix holds a cluster (of --cluster-id)
+            return _answer(what, change, await _in_etcd(etcd_target, args.timeout_ms, args.acls, change))
+        except (ControllerUnavailableError, MetadataError, ConnectionError) as e:
+            print(f"{what}: {e}", file=sys.stderr)
+            return 1
         finally:
             await client.stop()
 
+    return asyncio.run(main())
+
+
+# What a command did: add's refusal (None: added), or the ACLs removed or listed.
+_Done = str | None | list[AclBinding]
+
+
+async def _by_controller(client: Any, command: str, change: AclBinding | AclBindingFilter) -> _Done:
+    from partlog.controller.acls import dec_binding, enc_binding, enc_filter
+
+    if isinstance(change, AclBinding):
+        why: str | None = (await client.call("create_acls", {"acls": [enc_binding(change)]}))["results"][0]
+        return why
+    if command == "remove":
+        gone = (await client.call("delete_acls", {"filters": [enc_filter(change)]}))["results"][0]
+        return [dec_binding(v) for v in gone]
+    found = (await client.call("acls_poll", {"version": -1, "max_wait_ms": 0})).get("acls", [])
+    return [b for b in map(dec_binding, found) if change.matches(b)]
+
+
+async def _in_etcd(target: Any, timeout_ms: int, command: str, change: AclBinding | AclBindingFilter) -> _Done:
+    from partlog.controller.etcd_acls import EtcdAcls
+
+    acls = EtcdAcls(target, request_timeout_ms=timeout_ms)
     try:
-        if isinstance(what, AclBinding):
-            why = asyncio.run(call("create_acls", {"acls": [enc_binding(what)]}))["results"][0]
-            if why is not None:
-                print(f"partlog acls add: {why}", file=sys.stderr)
-                return 2
-            print(f"added: {_line(what)}")
-        elif args.acls == "remove":
-            gone = asyncio.run(call("delete_acls", {"filters": [enc_filter(what)]}))["results"][0]
-            for v in gone:
-                print(f"removed: {_line(dec_binding(v))}")
-        else:
-            found = asyncio.run(call("acls_poll", {"version": -1, "max_wait_ms": 0})).get("acls", [])
-            for b in sorted((dec_binding(v) for v in found), key=_line):
-                if what.matches(b):
-                    print(_line(b))
-    except ControllerUnavailableError as e:
-        print(f"partlog acls {args.acls}: {e}", file=sys.stderr)
-        return 1
+        if command == "list":
+            assert isinstance(change, AclBindingFilter)
+            return (await acls.read()).select(change)
+        # A change is validated against the ACLs read first (as a broker's).
+        await acls.start()
+        if not acls.loaded:
+            raise ConnectionError(f"etcd {target.url()} did not answer within {timeout_ms} ms")
+        if isinstance(change, AclBinding):
+            return (await acls.create_acls([change]))[0]
+        return (await acls.delete_acls([change]))[0]
+    finally:
+        await acls.stop()
+
+
+def _answer(what: str, change: AclBinding | AclBindingFilter, done: _Done) -> int:
+    if isinstance(change, AclBinding):
+        if done is not None:
+            print(f"{what}: {done}", file=sys.stderr)
+            return 2
+        print(f"added: {_line(change)}")
+        return 0
+    assert isinstance(done, list)
+    if what.endswith(" remove"):
+        for b in done:
+            print(f"removed: {_line(b)}")
+    else:
+        for b in sorted(done, key=_line):
+            print(_line(b))
     return 0

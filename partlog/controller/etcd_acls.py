@@ -1,0 +1,329 @@
+"""ACLs on etcd, for clusters whose metadata lives there (``--metadata
+etcd://...``): :class:`EtcdAcls`, a broker's (or an admin tool's)
+:class:`~partlog.acl.source.AclSource`, under the cluster's prefix::
+
+    P/acls/<hex of the binding's msgpack>   the binding's msgpack (controller.acls.enc_binding)
+
+One key per binding, named by its content: a binding has one key, and a
+key one binding (a value that does not name its own key is refused).  So
+a write never conflicts with another: two admins creating the same ACL
+write the same key and value, and deleting a key deletes exactly that
+binding whoever made it and whenever.  Changes are therefore plain
+transactions without comparisons (last writer wins, and the last write of
+a key can only be the same binding or its deletion).
+
+* Creation validates against this side's current set
+  (:func:`~partlog.acl.source.apply_create`, ``ACLS_MAX`` included) and
+  writes every accepted binding in one transaction (``ETCD_TXN_OPS_MAX``
+  per transaction: etcd's ``--max-txn-ops`` default).
+* Deletion reads the prefix (bounded), selects with
+  :func:`~partlog.acl.source.apply_delete`, and deletes the matching keys
+  in one transaction.
+* Following: a range read of the prefix, then a watch from the revision
+  after it; the :class:`~partlog.acl.authorizer.AclSet` is rebuilt whole
+  once per burst of events.  Every (re)connection and a compacted revision
+  read the prefix again.  A change answers once this side's set holds it
+  (or after the request timeout, if the watch lags).
+
+Reads are bounded: at most ``ACLS_MAX + 1`` keys per range read, values
+over ``ACL_VALUE_BYTES_MAX`` are not decoded, and the set holds at most
+``ACLS_MAX`` bindings (more keys than that can only come from another
+writer, or creators racing at the limit: the first ``ACLS_MAX`` in key
+order, or of arrival, are kept, the rest refused).  A value that is not a
+valid binding (undecodable, an unknown code, what CreateAcls would refuse,
+another key's binding) is refused: logged, counted in ``refused``, and
+never part of the set, so it grants nothing.
+
+Until etcd first answers, the set is empty (deny, unless the authorizer
+allows everyone on resources without ACLs): it fails closed, and keeps
+retrying with capped backoff (``failures`` counts the attempts).  A
+change that cannot reach etcd raises :class:`EtcdUnavailableError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import aetcd.exceptions
+import aetcd.rpc
+import aetcd.utils
+import msgpack
+from aetcd.rtypes import EventKind
+
+from partlog.acl import ACLS_MAX, AclBinding, AclBindingFilter, AclSet, invalid_binding
+from partlog.acl.source import apply_create, apply_delete
+from partlog.controller.acls import dec_binding, enc_binding
+from partlog.controller.etcd_connection import ETCD_ERRORS, EtcdConnection
+from partlog.controller.etcd_layout import Keys
+from partlog.controller.etcd_meta import (
+    REQUEST_TIMEOUT_MS_DEFAULT,
+    RETRY_BACKOFF_MAX_MS_DEFAULT,
+    RETRY_BACKOFF_MS_DEFAULT,
+    EtcdUnavailableError,
+)
+from partlog.controller.etcd_url import EtcdTarget
+
+__all__ = ["ACL_VALUE_BYTES_MAX", "ETCD_TXN_OPS_MAX", "EtcdAcls", "acl_key", "acls_root"]
+
+log = logging.getLogger(__name__)
+
+# A binding's three strings are at most 1,000 characters (4 bytes of UTF-8
+# each) plus a few small integers: a larger value is not one of ours.
+ACL_VALUE_BYTES_MAX = 16 * 1024
+# etcd's default --max-txn-ops: a change of more bindings takes several
+# transactions (each atomic; every binding is its own key, see the module doc).
+ETCD_TXN_OPS_MAX = 128
+# Log lines for refused values per read or burst: a hostile writer's
+# thousand keys are counted, not logged a thousand times.
+REFUSALS_LOGGED_MAX = 10
+
+
+def acls_root(keys: Keys) -> bytes:
+    return keys.root + b"acls/"
+
+
+def _pack(b: AclBinding) -> bytes:
+    out = msgpack.packb(enc_binding(b))
+    assert isinstance(out, bytes)
+    return out
+
+
+def acl_key(root: bytes, b: AclBinding) -> bytes:
+    """The one key of ``b`` under ``root`` (:func:`acls_root`)."""
+    return root + _pack(b).hex().encode()
+
+
+def _decode(root: bytes, key: bytes, value: bytes) -> AclBinding | str:
+    """The binding a key holds, or why it is refused."""
+    if len(value) > ACL_VALUE_BYTES_MAX:
+        return f"a value of {len(value)} bytes (at most {ACL_VALUE_BYTES_MAX})"
+    try:
+        b = dec_binding(msgpack.unpackb(value))
+    except Exception as e:  # anything a hostile value makes msgpack or the decoder raise
+        return f"not a binding: {e}"
+    why = invalid_binding(b)
+    if why is not None:
+        return why
+    if key != acl_key(root, b):
+        return "the binding is not the one its key names"
+    return b
+
+
+class EtcdAcls:
+    """The cluster's ACLs on etcd at ``target`` (see the module doc):
+    ``await start()`` follows them, ``await stop()`` ends that and closes
+    the client.  The client is this object's own, not the metadata's: its
+    watch ends with :meth:`stop`, whichever of the two stops first."""
+
+    def __init__(
+        self,
+        target: EtcdTarget,
+        *,
+        request_timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT,
+        retry_backoff_ms: int = RETRY_BACKOFF_MS_DEFAULT,
+        retry_backoff_max_ms: int = RETRY_BACKOFF_MAX_MS_DEFAULT,
+    ) -> None:
+        assert 0 < retry_backoff_ms <= retry_backoff_max_ms, (retry_backoff_ms, retry_backoff_max_ms)
+        self.conn = EtcdConnection(target, request_timeout_ms)
+        self.root = acls_root(Keys(target.prefix))
+        self.retry_backoff_ms = retry_backoff_ms
+        self.retry_backoff_max_ms = retry_backoff_max_ms
+        self.acls = AclSet()
+        # Values refused (see the module doc); etcd calls that failed.
+        self.refused = 0
+        self.failures = 0
+        # The bindings by key, as of ``revision`` (the set is rebuilt from it).
+        self._held: dict[bytes, AclBinding] = {}
+        self.revision = 0
+        self._published = 0
+        self._publish_pending = False
+        self._loaded = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def loaded(self) -> bool:
+        """etcd has answered once (before, the set is empty: deny)."""
+        return self._loaded.is_set()
+
+    async def start(self) -> None:
+        """Follow the ACLs; returns after the first read, or after the
+        request timeout with the set still empty (it keeps retrying)."""
+        self._task = asyncio.create_task(self._follow())
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.conn.request_timeout_ms / 1000):
+                await self._loaded.wait()
+        if not self.loaded:
+            log.warning("etcd %s: no ACLs read yet: denying until etcd answers", self.conn.target.url())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self.conn.close()
+
+    # ------------------------------------------------------------ following
+
+    async def read(self) -> AclSet:
+        """The ACLs in etcd now, by one bounded read (an admin's list);
+        :class:`EtcdUnavailableError` if etcd does not answer."""
+        try:
+            held, revision = await self._read()
+        except ETCD_ERRORS as e:
+            self.failures += 1
+            raise EtcdUnavailableError(f"etcd {self.conn.target.url()}: {e}") from e
+        return AclSet(held.values(), revision)
+
+    async def _read(self) -> tuple[dict[bytes, AclBinding], int]:
+        """The prefix's valid bindings (bounded, see the module doc) and
+        the revision of the read."""
+        c = await self.conn.client()
+        await c.connect()
+        request = aetcd.rpc.RangeRequest(
+            key=self.root, range_end=aetcd.utils.prefix_range_end(self.root), limit=ACLS_MAX + 1
+        )
+        # aetcd's get_prefix has no limit: its stub, on the same channel.
+        resp = await c.kvstub.Range(request, timeout=self.conn.request_timeout_ms / 1000, metadata=c.metadata)
+        held: dict[bytes, AclBinding] = {}
+        refusals: list[str] = []
+        for kv in resp.kvs:
+            got = _decode(self.root, kv.key, kv.value)
+            if isinstance(got, str):
+                refusals.append(f"{kv.key[:80]!r}: {got}")
+            elif len(held) >= ACLS_MAX:
+                refusals.append(f"{kv.key[:80]!r}: over {ACLS_MAX} ACLs")
+            else:
+                held[kv.key] = got
+        if resp.more:
+            refusals.append(f"more than {ACLS_MAX + 1} keys under {self.root!r}: the rest are not read")
+        self._refuse(refusals)
+        return held, int(resp.header.revision)
+
+    def _refuse(self, refusals: list[str]) -> None:
+        self.refused += len(refusals)
+        for why in refusals[:REFUSALS_LOGGED_MAX]:
+            log.error("etcd ACL refused: %s", why)
+        if len(refusals) > REFUSALS_LOGGED_MAX:
+            log.error("etcd ACL refused: %d more", len(refusals) - REFUSALS_LOGGED_MAX)
+
+    def _apply(self, kind: Any, key: bytes, value: bytes, revision: int) -> None:
+        if kind == EventKind.DELETE:
+            self._held.pop(key, None)
+        else:
+            got = _decode(self.root, key, value)
+            if isinstance(got, str):
+                # A valid binding overwritten by garbage is gone.
+                self._held.pop(key, None)
+                self._refuse([f"{key[:80]!r}: {got}"])
+            elif key not in self._held and len(self._held) >= ACLS_MAX:
+                self._refuse([f"{key[:80]!r}: over {ACLS_MAX} ACLs"])
+            else:
+                self._held[key] = got
+        self.revision = max(self.revision, revision)
+        # One rebuild per burst (a transaction's events arrive together).
+        if not self._publish_pending:
+            self._publish_pending = True
+            asyncio.get_running_loop().call_soon(self._publish)
+
+    def _publish(self) -> None:
+        self._publish_pending = False
+        if self._published == self.revision and self.loaded:
+            return
+        self.acls = AclSet(self._held.values(), self.revision)
+        self._published = self.revision
+        self._loaded.set()
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def _follow(self) -> None:
+        attempt = 0
+        while True:
+            try:
+                self._held, self.revision = await self._read()
+                self._publish()
+                c = await self.conn.client()
+                watch = await c.watch_prefix(self.root, start_revision=self.revision + 1)
+                try:
+                    me = asyncio.current_task()
+                    if me is not None and me.cancelling():
+                        # Python 3.11's asyncio.wait_for (in aetcd's watch
+                        # creation) can swallow a cancel: stop() would wait for ever.
+                        raise asyncio.CancelledError
+                    async for ev in watch:
+                        attempt = 0
+                        self._apply(ev.kind, ev.kv.key, ev.kv.value, ev.kv.mod_revision)
+                finally:
+                    with contextlib.suppress(*ETCD_ERRORS):
+                        await watch.cancel()
+            except aetcd.exceptions.RevisionCompactedError as e:
+                log.warning("etcd %s: ACL watch revision compacted (%s): reading again", self.conn.target.url(), e)
+            except Exception as e:  # etcd's errors, and any other: following must not end
+                self.failures += 1
+                log.warning("etcd %s: ACLs: %r (retrying; keeping the last ACLs read)", self.conn.target.url(), e)
+                await asyncio.sleep(min(self.retry_backoff_ms << min(attempt, 30), self.retry_backoff_max_ms) / 1000)
+                attempt += 1
+
+    async def _until_seen(self, revision: int) -> None:
+        """Wait until this side's set is as of ``revision`` (bounded: a
+        lagging watch catches up later; the change is made either way)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.conn.request_timeout_ms / 1000):
+                while self._published < revision:
+                    await self._changed.wait()
+
+    # --------------------------------------------------------------- changes
+
+    async def _txn(self, ops: list[Any]) -> int:
+        """Run ``ops`` in transactions of at most ETCD_TXN_OPS_MAX: the
+        revision of the last that changed a key (0: none did; deleting a
+        key already gone changes nothing, and no watch event comes)."""
+        revision = 0
+        for i in range(0, len(ops), ETCD_TXN_OPS_MAX):
+            _, resp = await self.conn.txn([], ops[i : i + ETCD_TXN_OPS_MAX])
+            for r in resp:
+                if r.HasField("response_put"):
+                    revision = int(r.response_put.header.revision)
+                elif r.response_delete_range.deleted:
+                    revision = int(r.response_delete_range.header.revision)
+        return revision
+
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> list[str | None]:
+        async with self._lock:
+            answers, added = apply_create(self.acls, bindings)
+            if added:
+                try:
+                    c = await self.conn.client()
+                    ops = [c.transactions.put(acl_key(self.root, b), _pack(b)) for b in added]
+                    revision = await self._txn(ops)
+                except ETCD_ERRORS as e:
+                    self.failures += 1
+                    raise EtcdUnavailableError(f"CreateAcls: etcd {self.conn.target.url()}: {e}") from e
+                log.info("acls created: %d at revision %d", len(added), revision)
+                await self._until_seen(revision)
+            return answers
+
+    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[list[AclBinding]]:
+        async with self._lock:
+            try:
+                held, _ = await self._read()
+                gone = apply_delete(AclSet(held.values()), filters)
+                removed = {b for bs in gone for b in bs}
+                revision = 0
+                if removed:
+                    c = await self.conn.client()
+                    ops = [c.transactions.delete(k) for k, b in held.items() if b in removed]
+                    revision = await self._txn(ops)
+            except ETCD_ERRORS as e:
+                self.failures += 1
+                raise EtcdUnavailableError(f"DeleteAcls: etcd {self.conn.target.url()}: {e}") from e
+            if revision:
+                log.info("acls deleted: %d at revision %d", len(removed), revision)
+                await self._until_seen(revision)
+            return gone
