@@ -33,7 +33,7 @@ from partlog.rpc.wire import (
     dec_replica_fetch_response,
     enc_replica_fetch,
 )
-from partlog.store import MetadataStore, StoreError
+from partlog.store import MetadataStore, ReplicaAppend, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -170,9 +170,12 @@ class ReplicaFetchers:
         return parts
 
     def _apply_fetch(self, items: list[tuple[ReplicaFetchPartition, ReplicaFetchResult]]) -> tuple[bool, bool]:
-        """Append, truncate or reset (a worker thread).  Returns (an HWM or
-        log moved, some partition answered a metadata error)."""
+        """Append, truncate or reset (a worker thread): the appends of all
+        partitions in one store write.  Returns (an HWM or log moved, some
+        partition answered a metadata error)."""
         moved = stale = False
+        appends: list[ReplicaAppend] = []
+        hwms_before: list[int] = []
         for p, r in items:
             tp = p.topic_id_partition
             if r.error == Errors.NONE and r.diverging_epoch != NO_DIVERGENCE:
@@ -198,14 +201,8 @@ class ReplicaFetchers:
             elif r.error == Errors.NONE:
                 before = self.store.high_watermark(tp)
                 if r.entries or r.high_watermark > before or r.log_start_offset > 0:
-                    self.store.append_replicated(
-                        tp,
-                        list(r.entries),
-                        leader_high_watermark=r.high_watermark,
-                        leader_log_start_offset=r.log_start_offset,
-                    )
-                    self.stats.entries_replicated += len(r.entries)
-                    moved = moved or self.store.high_watermark(tp) > before
+                    appends.append(ReplicaAppend(tp, r.entries, r.high_watermark, r.log_start_offset))
+                    hwms_before.append(before)
             elif r.error == Errors.OFFSET_OUT_OF_RANGE:
                 leo = self.store.log_end_offset(tp)
                 if leo > r.log_end_offset >= 0:
@@ -217,6 +214,17 @@ class ReplicaFetchers:
                 moved = True
             else:
                 stale = True
+        if appends:
+            outcomes = self.store.append_replicated_fetch(appends)
+            for a, before, outcome in zip(appends, hwms_before, outcomes, strict=True):
+                tp = a.topic_id_partition
+                if isinstance(outcome, BaseException):
+                    # This partition alone: the others of the fetch stand.
+                    log.error("broker %d: appending to %s failed: %s", self.broker_id, tp, outcome)
+                    stale = True
+                    continue
+                self.stats.entries_replicated += len(a.entries)
+                moved = moved or self.store.high_watermark(tp) > before
         return moved, stale
 
 

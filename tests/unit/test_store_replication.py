@@ -36,6 +36,7 @@ from partlog.kafka.producer_state import ProducerEntry
 from partlog.store import (
     LogRead,
     OffsetOutOfRangeError,
+    ReplicaAppend,
     ReplicatedEntry,
     ReplicationError,
     StoreError,
@@ -497,6 +498,30 @@ def test_bad_appends_name_partition_and_offset_and_change_nothing(
     # And the right entries still go in.
     replicate(leader, follower, tp)
     assert follower.leader_epoch_cache(tp) == [(0, 0), (3, 2), (4, 5)]
+
+
+def test_one_write_per_fetch_and_a_bad_partition_fails_alone(leader: MetadataStore, follower: MetadataStore) -> None:
+    tps = topic([leader, follower], 3)
+    for _ in range(2):
+        commit(leader, [(tp, plain(2)) for tp in tps])
+    logs = [whole_log(leader, tp) for tp in tps]
+    unknown = TopicIdPartition(uuid.uuid4(), 0)
+    writes = follower.stats["group_commits"]
+    outcomes = follower.append_replicated_fetch(
+        [
+            ReplicaAppend(tps[0], logs[0], 4, 0),
+            ReplicaAppend(tps[1], logs[1][1:], 4, 0),  # does not continue the log
+            ReplicaAppend(unknown, [], 4, 0),
+            ReplicaAppend(tps[2], logs[2][:1], 4, 0),
+        ]
+    )
+    assert outcomes[0] == 4 and outcomes[3] == 2
+    assert isinstance(outcomes[1], ReplicationError) and f"{tps[1]}: replicated entry at offset 2" in str(outcomes[1])
+    assert isinstance(outcomes[2], KeyError)
+    assert follower.stats["group_commits"] == writes + 1  # one store write for the whole fetch
+    assert [follower.log_end_offset(tp) for tp in tps] == [4, 0, 2]
+    assert [follower.high_watermark(tp) for tp in tps] == [4, 0, 2]
+    assert whole_log(follower, tps[0]) == logs[0] and whole_log(follower, tps[2]) == logs[2][:1]
 
 
 def test_unknown_partitions_and_read_only_stores(tmp_path: Path, clock: Clock) -> None:
