@@ -80,7 +80,7 @@ from partlog.store.check import check_store
 from partlog.store.checkpoint import Checkpointer
 from partlog.store.env import open_files
 from partlog.store.epochs import EpochCache
-from partlog.store.follower_commit import ReplicaAppend, ReplicaWrites
+from partlog.store.follower_commit import FollowerCall, ReplicaAppend, ReplicaWrites
 from partlog.store.index import FileIndex
 from partlog.store.journal import JOURNAL_SEGMENT_BYTES_DEFAULT
 from partlog.store.layout import (
@@ -205,6 +205,7 @@ class MetadataStore:
             producers=producers,
             index=index,
             txns=txns,
+            epochs=epochs,
             options=o,
             clock=clock,
             commit_group=self._commit_group,
@@ -241,7 +242,7 @@ class MetadataStore:
             clock=clock,
             producer_id_expiration_ms=o.producer_id_expiration_ms,
         )
-        self._replica = ReplicaWrites(self._follower, self._write)
+        self._replica = ReplicaWrites(self._follower, self._submit_follower, self._write, clock)
 
     @classmethod
     def open(
@@ -414,6 +415,10 @@ class MetadataStore:
         partition's log end, group committed; answers in request order."""
         with self._writing():
             return self._writes.submit_markers(prepare_markers(markers, now_ms))
+
+    def _submit_follower(self, call: FollowerCall) -> list[int | ReplicationError | KeyError | None]:
+        with self._writing():
+            return self._writes.submit_follower(call)
 
     def _commit_group(self, group: CommitGroup) -> None:
         """Pipeline stage 2: the group's journal append (its durability)."""
