@@ -28,6 +28,10 @@ KNOWN: dict[str, str] = {
         "walmgr deletes what the leader check cleared without asking every broker (the sweep); the "
         "simulation's footers are right, so only together with a leader-check bug is a live object lost"
     ),
+    "follower_ack_before_journal_sync": (
+        "a follower's next fetch reports the entries it just received as its log end before their "
+        "append is durable (the leader's HWM and acks=all pass entries the follower could lose)"
+    ),
     "retention_past_hwm": "retention deletes batches above the high watermark (not yet committed)",
     "not_leader_counts_as_unreferenced": (
         "walmgr takes a NOT_LEADER answer (a follower's, or a moved leader's) as 'not referenced'"

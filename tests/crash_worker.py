@@ -1,4 +1,5 @@
-"""Commit loop for tests/system/test_crash.py, run as ``python -m tests.crash_worker PATH TOPIC_ID ROUND SEED``.
+"""Commit loop for tests/system/test_crash.py, run as
+``python -m tests.crash_worker PATH TOPIC_ID ROUND SEED [SOURCE FOLLOWED_TOPIC_ID]``.
 
 Opens the store with ``sync=True`` and commits from several threads (so calls
 share group commits) until it is killed (or, as a safety net, after
@@ -15,6 +16,15 @@ written whole and flushed under a lock:
 * ``{"e": "ack", "k": key, "o": [[partition, base, last], ...], "h": [hex header, ...]}``
   after commit_file RETURNED: this is what was acknowledged;
 * ``{"e": "del", "p": partition, "lw": low_watermark}`` after delete_records returned.
+
+With SOURCE (a leader's store, read-only) a follower thread also copies the
+FOLLOWED topic's partitions from it, as a broker's fetcher does (one
+``append_replicated_fetch`` per round, all partitions), and truncates back
+to a random offset when it has copied everything:
+
+* ``{"e": "start", ..., "fleo": [...]}`` its log ends at open;
+* ``{"e": "ftrunc", "to": [...]}`` just BEFORE truncating to those offsets;
+* ``{"e": "fack", "leo": [...]}`` after an append or truncation RETURNED.
 """
 
 from __future__ import annotations
@@ -33,10 +43,12 @@ from partlog import (
     MetadataStore,
     TopicIdPartition,
 )
+from partlog.store import ReplicaAppend
 from tests.batches import build_batch, request, wal_key
 
 PARTITIONS = 4
 THREADS = 4
+FOLLOWED = 2  # partitions of the followed topic
 MAX_SECONDS = 20.0
 _out = threading.Lock()
 
@@ -93,8 +105,30 @@ def producer_loop(store: MetadataStore, tid: uuid.UUID, rnd: int, t: int, seed: 
         emit({"e": "ack", "k": key, "o": offsets, "h": [b[:61].hex() for *_, b in batches]})
 
 
+def follower_loop(
+    store: MetadataStore, source: MetadataStore, fid: uuid.UUID, rng: random.Random, deadline: float
+) -> None:
+    tps = [TopicIdPartition(fid, p) for p in range(FOLLOWED)]
+    while time.monotonic() < deadline:
+        leos = [store.log_end_offset(tp) for tp in tps]
+        if all(leo == source.log_end_offset(tp) for leo, tp in zip(leos, tps, strict=True)):
+            targets = [rng.randint(0, leo) for leo in leos]
+            emit({"e": "ftrunc", "to": targets})
+            for tp, target in zip(tps, targets, strict=True):
+                store.truncate_to(tp, target)
+        else:
+            appends = []
+            for tp, leo in zip(tps, leos, strict=True):
+                read = source.read_log(tp, leo, 1 << 40, rng.randint(1, 4))
+                appends.append(ReplicaAppend(tp, read.entries, read.high_watermark, read.log_start_offset))
+            for outcome in store.append_replicated_fetch(appends):
+                assert isinstance(outcome, int), outcome
+        emit({"e": "fack", "leo": [store.log_end_offset(tp) for tp in tps]})
+
+
 def main() -> None:
     path, tid_s, rnd_s, seed_s = sys.argv[1:5]
+    source_path, fid_s = sys.argv[5:7] if len(sys.argv) > 5 else (None, None)
     tid, rnd, seed = uuid.UUID(tid_s), int(rnd_s), int(seed_s)
     deadline = time.monotonic() + MAX_SECONDS
     # Checkpoints now every group, now rarely: kills then find the journal
@@ -103,7 +137,18 @@ def main() -> None:
     store = MetadataStore.open(path, sync=True, checkpoint_groups_max=checkpoint_groups_max)
     store.create_topic_and_partitions([CreateTopicAndPartitionsRequest(tid, "crash", PARTITIONS)])
     states = [store.partition_state(TopicIdPartition(tid, p)) for p in range(PARTITIONS)]
-    emit({"e": "start", "leo": [s["log_end_offset"] for s in states], "lso": [s["log_start_offset"] for s in states]})
+    start: dict[str, object] = {
+        "e": "start",
+        "leo": [s["log_end_offset"] for s in states],
+        "lso": [s["log_start_offset"] for s in states],
+    }
+    source = None
+    if source_path is not None and fid_s is not None:
+        fid = uuid.UUID(fid_s)
+        source = MetadataStore.open(source_path, readonly=True)
+        store.create_topic_and_partitions([CreateTopicAndPartitionsRequest(fid, "followed", FOLLOWED)])
+        start["fleo"] = [store.log_end_offset(TopicIdPartition(fid, p)) for p in range(FOLLOWED)]
+    emit(start)
     failures: list[BaseException] = []
 
     def run(t: int) -> None:
@@ -114,6 +159,16 @@ def main() -> None:
             emit({"e": "error", "t": t, "error": repr(e)})
 
     threads = [threading.Thread(target=run, args=(t,)) for t in range(THREADS)]
+    if source is not None:
+
+        def follow(source: MetadataStore = source, fid: uuid.UUID = fid) -> None:
+            try:
+                follower_loop(store, source, fid, random.Random(seed * 31 + rnd), deadline)
+            except BaseException as e:
+                failures.append(e)
+                emit({"e": "error", "t": "follower", "error": repr(e)})
+
+        threads.append(threading.Thread(target=follow))
     for th in threads:
         th.start()
     for th in threads:

@@ -6,22 +6,46 @@ follows from that leader in one request (a fetch session per broker pair);
 it appends entries, follows the leader's HWM and log start, and truncates a
 divergent suffix (``partlog.kafka.leader_epochs``).  The replica manager
 (``partlog.replication.manager``) decides the roles and starts the fetchers
-after each metadata change; a fetch's answer is applied under its roles
-lock, to the partitions still followed from that leader at that epoch.
+after each metadata change.
+
+A fetch's answer is applied to the partitions still followed from that
+leader at the epoch the fetch named, chosen under the manager's roles lock,
+which is held only for that choice: the durable append (one store write
+for the whole response, ``MetadataStore.append_replicated_fetch``) runs in
+a worker thread outside it, so the fetchers of different leaders apply at
+the same time.  Each apply is counted in flight from that choice until its
+store calls returned, and the manager changes roles only under the lock
+with no apply in flight (:meth:`ReplicaFetchers.quiesce`): a role change
+and an apply never overlap, so an apply never writes to a partition whose
+role changed after it was chosen.  The fetch request is built on the event
+loop (memory and one LMDB read of each partition's newest epoch) when it
+names at most ``REPLICA_FETCH_BUILD_INLINE_PARTITIONS_MAX`` partitions,
+in a worker thread otherwise.
+
+The log end a fetch reports is read after the previous append returned,
+that is once it was durable (the journal's fdatasync): the leader never
+counts an entry toward the HWM that this broker could still lose.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
+from partlog import injected_bugs
 from partlog.controller.cluster_meta import NO_LEADER
+from partlog.kafka.batch_header import BatchHeader
 from partlog.kafka.errors import Errors
 from partlog.kafka.leader_epochs import UNDEFINED_EPOCH, EpochEndOffset, truncation_offset
 from partlog.kafka.records import TopicIdPartition
-from partlog.replication.config import REPLICA_FETCH_WAIT_MS_MAX, ReplicationConfig
+from partlog.replication.config import (
+    REPLICA_FETCH_BUILD_INLINE_PARTITIONS_MAX,
+    REPLICA_FETCH_WAIT_MS_MAX,
+    ReplicationConfig,
+)
 from partlog.replication.partition import FollowedPartition
 from partlog.replication.stats import ReplicationStats
 from partlog.rpc.client import RpcClient, RpcConnectionError, RpcRemoteError, RpcTimeoutError
@@ -33,7 +57,7 @@ from partlog.rpc.wire import (
     dec_replica_fetch_response,
     enc_replica_fetch,
 )
-from partlog.store import MetadataStore, StoreError
+from partlog.store import MetadataStore, ReplicaAppend, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +96,27 @@ class ReplicaFetchers:
         self._on_data = on_data
         self._metadata_changed = metadata_changed
         self._fetchers: dict[int, asyncio.Task[None]] = {}
+        # Applies chosen under ``roles`` whose store calls have not returned.
+        self._applying = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
         # Set by the manager's stop(): fetch loops end at their next turn.
         self.stopping = False
 
     def tasks(self) -> list[asyncio.Task[None]]:
         """The fetcher tasks running now (to cancel them)."""
         return list(self._fetchers.values())
+
+    async def quiesce(self) -> None:
+        """Wait until no apply is in flight.  The manager calls it holding
+        ``roles`` before it changes any: no new apply can start meanwhile."""
+        assert self._roles.locked()
+        await self._idle.wait()
+
+    def _end_apply(self, _done: object) -> None:
+        self._applying -= 1
+        if self._applying == 0:
+            self._idle.set()
 
     def start(self) -> None:
         """A fetcher for every leader a followed partition names, unless one runs."""
@@ -90,16 +129,28 @@ class ReplicaFetchers:
     async def _fetch_loop(self, leader: int) -> None:
         cfg = self.config
         backoff = cfg.replica_fetch_backoff_ms / 1000
+        # Only with the injected bug: the apply still in flight, and the log
+        # end its entries will make, reported before they are durable.
+        pending: asyncio.Future[tuple[bool, bool]] | None = None
+        received: dict[TopicIdPartition, int] = {}
         while not self.stopping:
             followed = {tp: f for tp, f in self._following.items() if f.leader == leader}
             if not followed:
                 break
             try:
-                parts = await asyncio.to_thread(self._fetch_request, followed)
+                if len(followed) <= REPLICA_FETCH_BUILD_INLINE_PARTITIONS_MAX:
+                    parts = self._fetch_request(followed)
+                else:
+                    parts = await asyncio.to_thread(self._fetch_request, followed)
             except (StoreError, KeyError) as e:
                 log.warning("broker %d: cannot build a fetch from %d: %s", self.broker_id, leader, e)
                 await self._pause(backoff)
                 continue
+            if received:
+                parts = [
+                    dataclasses.replace(p, fetch_offset=max(p.fetch_offset, received.get(p.topic_id_partition, -1)))
+                    for p in parts
+                ]
             body = enc_replica_fetch(
                 self.broker_id, cfg.replica_fetch_wait_max_ms, cfg.replica_fetch_entries_max, parts
             )
@@ -121,6 +172,11 @@ class ReplicaFetchers:
                 log.warning("broker %d: fetch from %d refused: %s", self.broker_id, leader, e)
                 await self._pause(backoff)
                 continue
+            if pending is not None:
+                with contextlib.suppress(StoreError, KeyError, ValueError):
+                    await asyncio.shield(pending)
+                pending = None
+                received.clear()
             async with self._roles:
                 # Apply only to partitions still followed from this leader at
                 # the epoch the fetch named (a role change may have come in).
@@ -131,11 +187,26 @@ class ReplicaFetchers:
                     and f.leader == leader
                     and f.leader_epoch == p.current_leader_epoch
                 ]
-                try:
-                    moved, stale = await asyncio.to_thread(self._apply_fetch, current)
-                except (StoreError, KeyError, ValueError) as e:
-                    log.error("broker %d: applying a fetch from %d failed: %s", self.broker_id, leader, e)
-                    moved, stale = False, True
+                # In flight from here until the store calls returned (even
+                # if this task is cancelled meanwhile): roles wait for it.
+                self._applying += 1
+                self._idle.clear()
+                applying = asyncio.ensure_future(asyncio.to_thread(self._apply_fetch, current))
+                applying.add_done_callback(self._end_apply)
+            if injected_bugs.on("follower_ack_before_journal_sync"):
+                # The next fetch goes out now, reporting the entries just
+                # received as this log's end before their append is durable.
+                pending = applying
+                for p, r in current:
+                    if r.entries:
+                        h = BatchHeader.parse(r.entries[-1].header)
+                        received[p.topic_id_partition] = h.base_offset + h.last_offset_delta + 1
+                continue
+            try:
+                moved, stale = await asyncio.shield(applying)
+            except (StoreError, KeyError, ValueError) as e:
+                log.error("broker %d: applying a fetch from %d failed: %s", self.broker_id, leader, e)
+                moved, stale = False, True
             if moved:
                 self._on_data()
             if stale:
@@ -170,9 +241,12 @@ class ReplicaFetchers:
         return parts
 
     def _apply_fetch(self, items: list[tuple[ReplicaFetchPartition, ReplicaFetchResult]]) -> tuple[bool, bool]:
-        """Append, truncate or reset (a worker thread).  Returns (an HWM or
-        log moved, some partition answered a metadata error)."""
+        """Append, truncate or reset (a worker thread): the appends of all
+        partitions in one store write.  Returns (an HWM or log moved, some
+        partition answered a metadata error)."""
         moved = stale = False
+        appends: list[ReplicaAppend] = []
+        hwms_before: list[int] = []
         for p, r in items:
             tp = p.topic_id_partition
             if r.error == Errors.NONE and r.diverging_epoch != NO_DIVERGENCE:
@@ -198,14 +272,8 @@ class ReplicaFetchers:
             elif r.error == Errors.NONE:
                 before = self.store.high_watermark(tp)
                 if r.entries or r.high_watermark > before or r.log_start_offset > 0:
-                    self.store.append_replicated(
-                        tp,
-                        list(r.entries),
-                        leader_high_watermark=r.high_watermark,
-                        leader_log_start_offset=r.log_start_offset,
-                    )
-                    self.stats.entries_replicated += len(r.entries)
-                    moved = moved or self.store.high_watermark(tp) > before
+                    appends.append(ReplicaAppend(tp, r.entries, r.high_watermark, r.log_start_offset))
+                    hwms_before.append(before)
             elif r.error == Errors.OFFSET_OUT_OF_RANGE:
                 leo = self.store.log_end_offset(tp)
                 if leo > r.log_end_offset >= 0:
@@ -217,6 +285,17 @@ class ReplicaFetchers:
                 moved = True
             else:
                 stale = True
+        if appends:
+            outcomes = self.store.append_replicated_fetch(appends)
+            for a, before, outcome in zip(appends, hwms_before, outcomes, strict=True):
+                tp = a.topic_id_partition
+                if isinstance(outcome, BaseException):
+                    # This partition alone: the others of the fetch stand.
+                    log.error("broker %d: appending to %s failed: %s", self.broker_id, tp, outcome)
+                    stale = True
+                    continue
+                self.stats.entries_replicated += len(a.entries)
+                moved = moved or self.store.high_watermark(tp) > before
         return moved, stale
 
 

@@ -58,6 +58,8 @@ from partlog.replication.config import (
     ISR_CHECK_INTERVAL_MS,
     REPLICA_FETCH_PARTITIONS_MAX,
     REPLICA_FETCH_WAIT_MS_MAX,
+    REPLICA_SERVE_INLINE_ENTRIES_MAX,
+    REPLICA_SERVE_INLINE_PARTITIONS_MAX,
     ReplicationConfig,
 )
 from partlog.replication.fetcher import ReplicaFetchers
@@ -222,8 +224,10 @@ class ReplicaManager:
 
     async def apply_metadata(self, metadata: MetadataSource) -> None:
         """Take the roles ``metadata`` gives this broker (Kafka's
-        ``becomeLeaderOrFollower``); changes are applied one call at a time."""
+        ``becomeLeaderOrFollower``); changes are applied one call at a time,
+        never while a fetcher applies a fetch (``ReplicaFetchers.quiesce``)."""
         async with self._roles:
+            await self._fetchers.quiesce()
             self.metadata = metadata
             now = self.clock.wall_ms()
             for topic in metadata.topics():
@@ -436,7 +440,10 @@ class ReplicaManager:
         while True:
             appended = self._appended.waiter()
             hwm_moved = self._hwm_moved.waiter()
-            results = await asyncio.to_thread(self._serve, replica_id, entries_max, parts)
+            if self._serve_inline(entries_max, parts):
+                results = self._serve(replica_id, entries_max, parts)
+            else:
+                results = await asyncio.to_thread(self._serve, replica_id, entries_max, parts)
             now = self.clock.wall_ms()
             for p, r in zip(parts, results, strict=True):
                 if r.error == Errors.NONE and r.diverging_epoch == NO_DIVERGENCE:
@@ -488,9 +495,27 @@ class ReplicaManager:
         led = self._led.get(tp)
         return -1 if led is None else led.rs.high_watermark
 
+    def _serve_inline(self, entries_max: int, parts: list[ReplicaFetchPartition]) -> bool:
+        """Whether serving ``parts`` is bounded, sub-millisecond work for the
+        event loop: few partitions, and few entries to return (at most one
+        per offset between each fetch offset and the log end, plus the batch
+        holding the fetch offset)."""
+        if len(parts) > REPLICA_SERVE_INLINE_PARTITIONS_MAX:
+            return False
+        entries = 0
+        for p in parts:
+            try:
+                behind = self.store.log_end_offset(p.topic_id_partition) - p.fetch_offset
+            except KeyError:
+                continue  # answered with an error, no entries
+            entries += min(entries_max, max(0, behind) + 1)
+            if entries > REPLICA_SERVE_INLINE_ENTRIES_MAX:
+                return False
+        return True
+
     def _serve(self, replica_id: int, entries_max: int, parts: list[ReplicaFetchPartition]) -> list[ReplicaFetchResult]:
-        """The store side of a replica fetch (a worker thread): fencing,
-        divergence, entries."""
+        """The store side of a replica fetch (in a worker thread, or inline
+        when :meth:`_serve_inline`): fencing, divergence, entries."""
         entries_max = min(entries_max, self.config.replica_fetch_entries_max)
         out = []
         for p in parts:

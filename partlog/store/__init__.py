@@ -80,6 +80,7 @@ from partlog.store.check import check_store
 from partlog.store.checkpoint import Checkpointer
 from partlog.store.env import open_files
 from partlog.store.epochs import EpochCache
+from partlog.store.follower_commit import FollowerCall, ReplicaAppend, ReplicaWrites
 from partlog.store.index import FileIndex
 from partlog.store.journal import JOURNAL_SEGMENT_BYTES_DEFAULT
 from partlog.store.layout import (
@@ -106,7 +107,7 @@ from partlog.store.markers import prepare_markers
 from partlog.store.options import StoreOptions
 from partlog.store.producers import ProducerTable
 from partlog.store.reads import LogReader
-from partlog.store.replication import FollowerLog, check_replicated
+from partlog.store.replication import FollowerLog
 from partlog.store.sequencer import prepare
 from partlog.store.staged import Staged
 from partlog.store.txns import TxnTable
@@ -126,6 +127,7 @@ __all__ = [
     "LogRead",
     "MetadataStore",
     "OffsetOutOfRangeError",
+    "ReplicaAppend",
     "ReplicatedEntry",
     "ReplicationError",
     "StoreError",
@@ -203,6 +205,7 @@ class MetadataStore:
             producers=producers,
             index=index,
             txns=txns,
+            epochs=epochs,
             options=o,
             clock=clock,
             commit_group=self._commit_group,
@@ -239,6 +242,7 @@ class MetadataStore:
             clock=clock,
             producer_id_expiration_ms=o.producer_id_expiration_ms,
         )
+        self._replica = ReplicaWrites(self._follower, self._submit_follower, self._write, clock)
 
     @classmethod
     def open(
@@ -411,6 +415,10 @@ class MetadataStore:
         partition's log end, group committed; answers in request order."""
         with self._writing():
             return self._writes.submit_markers(prepare_markers(markers, now_ms))
+
+    def _submit_follower(self, call: FollowerCall) -> list[int | ReplicationError | KeyError | None]:
+        with self._writing():
+            return self._writes.submit_follower(call)
 
     def _commit_group(self, group: CommitGroup) -> None:
         """Pipeline stage 2: the group's journal append (its durability)."""
@@ -611,6 +619,15 @@ class MetadataStore:
         self._check_writable()
         return self._catalog.set_high_watermark(tp, high_watermark)
 
+    def append_replicated_fetch(self, appends: Sequence[ReplicaAppend]) -> list[int | ReplicationError | KeyError]:
+        """The follower's appends of one replica fetch response, one store
+        write for all its partitions (:mod:`~partlog.store.follower_commit`):
+        per partition, in order, its new log end offset, or the
+        :class:`ReplicationError` (nothing of it written) or KeyError (unknown
+        partition) it failed with alone.  Each is :meth:`append_replicated`'s."""
+        self._check_writable()
+        return self._replica.append(appends)
+
     def append_replicated(
         self,
         tp: TopicIdPartition,
@@ -629,53 +646,35 @@ class MetadataStore:
         retry of a batch the old leader wrote as a duplicate.  A new epoch in
         the entries starts an epoch-cache entry at its first offset.  Then
         the log start follows the leader's (never past the log end) and the
-        HWM rises to the leader's (capped at the log end), persisted in the
-        same transaction.  Empty ``entries`` only moves log start and HWM,
-        without a write transaction unless the log start moves.
+        HWM rises to the leader's (capped at the log end), durable with the
+        entries.  Empty ``entries`` only moves log start and HWM, without a
+        write unless the log start moves.
 
         Raises :class:`ReplicationError` (naming partition and offset, nothing
         written) when the entries do not continue this log, an epoch goes
         backwards, or an entry is malformed; KeyError for an unknown partition.
         """
-        self._check_writable()
-        items = list(entries)
-        # Stateless checks in the caller's thread, before the pipeline drains.
-        headers = [check_replicated(tp, e) for e in items]
-        if not items:
-            leo = self._follower.without_entries(tp, leader_high_watermark, leader_log_start_offset)
-            if leo is not None:
-                return leo
-        return self._write(
-            lambda s: self._follower.append(s, tp, items, headers, leader_high_watermark, leader_log_start_offset)
-        )
+        append = ReplicaAppend(tp, list(entries), leader_high_watermark, leader_log_start_offset)
+        [outcome] = self.append_replicated_fetch([append])
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
 
     def truncate_to(self, tp: TopicIdPartition, offset: int) -> int:
         """Remove the follower's divergent suffix: every entry whose last
-        offset is >= ``offset`` (Kafka's ``truncateTo``, at a batch boundary:
-        the log end becomes the base of the first entry removed).  Returns the
-        number of entries removed; 0 if ``offset`` is at or past the log end
-        (epochs starting at the log end still go, as in Kafka).
-
-        In one transaction: the removed entries' file references, epoch-cache
-        entries starting at or after the new log end, and the HWM (persisted
-        and in memory; the only call that lowers it) capped at the new log
-        end; producers that had a batch in the suffix get their state rebuilt
-        from their remaining entries (deleted if none remain), so a truncated
-        sequence can be sent again.  The log start stays unless the cut
-        batch held it (then it becomes the new log end: the log is empty).
-
-        Raises ValueError for ``offset`` below the log start, KeyError for an
-        unknown partition.
-        """
+        offset is >= ``offset`` (Kafka's ``truncateTo``, at a batch boundary),
+        in one transaction (:meth:`FollowerLog.truncate
+        <partlog.store.replication.FollowerLog.truncate>` says what follows);
+        returns the number of entries removed.  ValueError for ``offset``
+        below the log start, KeyError for an unknown partition."""
         return self._write(lambda s: self._follower.truncate(s, tp, offset))
 
     def reset_to(self, tp: TopicIdPartition, offset: int) -> None:
         """Empty the partition's log and restart it at ``offset`` (Kafka's
-        ``truncateFullyAndStartAt``), for a follower whose log end fell below
-        the leader's log start: every entry and its file references, the
-        producer states and the epoch cache go; log start, log end and HWM
-        become ``offset``.  KeyError for an unknown partition, ValueError for
-        a negative offset."""
+        ``truncateFullyAndStartAt``, :meth:`FollowerLog.reset
+        <partlog.store.replication.FollowerLog.reset>`), for a follower whose
+        log end fell below the leader's log start.  KeyError for an unknown
+        partition, ValueError for a negative offset."""
         if offset < 0:
             raise ValueError(f"partition {tp}: cannot reset to negative offset {offset}")
         self._write(lambda s: self._follower.reset(s, tp, offset))

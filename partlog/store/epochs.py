@@ -57,7 +57,7 @@ class EpochCache:
             txn.delete(key, db=self._db)
         txn.put(EPOCH_KEY.pack(part_id, leader_epoch), I64.pack(start_offset), db=self._db)
 
-    def latest(self, txn: lmdb.Transaction, part_id: int) -> int:
+    def latest(self, txn: Txn, part_id: int) -> int:
         """The newest epoch in the partition's cache, -1 if it is empty."""
         prefix = U32.pack(part_id)
         cur = txn.cursor(db=self._db)

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 
 import lmdb
 
@@ -140,7 +141,8 @@ class CacheState:
         self._views = views
         self._view: ReadView | None = None
 
-    def _snapshot(self) -> ReadView:
+    def snapshot(self) -> ReadView:
+        """The call's LMDB snapshot (with the overlay), opened on first use."""
         if self._view is None:
             self._view = self._views.begin()
         return self._view
@@ -163,14 +165,26 @@ class CacheState:
         cached = self._producers.cached(part_id, producer_id)
         if cached is not None:
             return cached
-        return self._producers.load(self._snapshot(), part_id, producer_id)
+        return self._producers.load(self.snapshot(), part_id, producer_id)
 
     def file_id(self, object_key: str) -> int:
         # The pending map BEFORE the snapshot is opened (FileIndex.resolve).
         pending = self._index.pending_id(object_key)
         if pending is not None:
             return pending
-        return self._index.durable_id(self._snapshot(), object_key)
+        return self._index.durable_id(self.snapshot(), object_key)
+
+    def file_ids(self, object_keys: Iterable[str]) -> dict[str, int]:
+        """:meth:`file_id` of several keys, at the start of a call: the
+        pending map is asked for ALL of them before the snapshot opens (a
+        key's pending entry leaves the map only once a checkpoint applied
+        it, so the pending map or that later snapshot sees it)."""
+        assert self._view is None, "file ids are resolved before anything opens the call's snapshot"
+        pending = {key: self._index.pending_id(key) for key in object_keys}
+        return {
+            key: fid if fid is not None else self._index.durable_id(self.snapshot(), key)
+            for key, fid in pending.items()
+        }
 
     def counter(self, name: bytes) -> int:
         return self._catalog.next_ids.get(name, 0)
@@ -183,7 +197,7 @@ class CacheState:
         cached = self._txns.cache.get(part_id)
         if cached is not None:
             return cached
-        return self._txns.load(self._snapshot(), part_id)
+        return self._txns.load(self.snapshot(), part_id)
 
     def guard(self, tp: TopicIdPartition, producer_id: int) -> int:
         return self._guards.current(tp, producer_id)

@@ -9,8 +9,13 @@
   in the caches, which then run ahead of disk, and collects the deltas into
   a group; stage 2 makes the group durable with one journal append
   (:meth:`Checkpointer.commit <partlog.store.checkpoint.Checkpointer.commit>`).
-* **exclusive writes** (topics, epochs, truncation, deletion, follower
-  appends): the pipeline drained and the journal applied, one LMDB write
+* **a follower's appends** (:mod:`partlog.store.follower_commit`): one
+  :class:`~partlog.store.follower_commit.FollowerCall` per fetch response,
+  sequenced in stage 1 beside the commits, its changes in the same group
+  and the same journal append.
+* **exclusive writes** (topics, epochs, truncation, deletion, the rare
+  follower appends that start an epoch or move the log start): the
+  pipeline drained and the journal applied, one LMDB write
   transaction staging its changes (:class:`~partlog.store.staged.Staged`),
   which reach the caches only once it committed.
 
@@ -28,17 +33,19 @@ from collections.abc import Callable
 import lmdb
 
 from partlog.kafka.errors import Errors
-from partlog.kafka.records import CommitBatchResponse, TxnMarkerResponse
+from partlog.kafka.records import CommitBatchResponse, TopicIdPartition, TxnMarkerResponse
 from partlog.store.catalog import Catalog
 from partlog.store.checkpoint import Checkpointer
 from partlog.store.env import LmdbEnv
+from partlog.store.epochs import EpochCache
+from partlog.store.follower_commit import FollowerCall, FollowerDelta, Outcome, sequence_follower
 from partlog.store.group_commit import GroupCommitPipeline, PipelineFailedError, Write
 from partlog.store.index import FileIndex
-from partlog.store.layout import PRODUCER_KEY, CommitGroup, StoreError, StoreInconsistentError, T
+from partlog.store.layout import PRODUCER_KEY, CommitGroup, Part, StoreError, StoreInconsistentError, T
 from partlog.store.markers import MarkerCall, sequence_markers
 from partlog.store.options import StoreOptions
 from partlog.store.producers import ProducerTable
-from partlog.store.sequencer import CommitCall, Sequencer
+from partlog.store.sequencer import CommitCall, CommitDelta, Sequencer
 from partlog.store.staged import CacheState, Staged
 from partlog.store.txns import TxnTable
 from partlog.store.verification import VerificationGuards
@@ -62,6 +69,7 @@ class Writes:
         producers: ProducerTable,
         index: FileIndex,
         txns: TxnTable,
+        epochs: EpochCache,
         options: StoreOptions,
         clock: Callable[[], int],
         commit_group: Callable[[CommitGroup], None],
@@ -74,6 +82,7 @@ class Writes:
         self._producers = producers
         self._index = index
         self._txns = txns
+        self._epochs = epochs
         self._sequencer = Sequencer(
             commit_deadline_ms=options.commit_deadline_ms,
             producer_id_expiration_ms=options.producer_id_expiration_ms,
@@ -109,6 +118,26 @@ class Writes:
             raise StoreError(str(e)) from e
         return result
 
+    def submit_follower(self, call: FollowerCall) -> list[Outcome | None]:
+        """:meth:`submit` for a follower's appends (same groups, same order):
+        :func:`~partlog.store.follower_commit.sequence_follower`'s answers."""
+        weight = max(1, sum(len(items) for _a, items, _h in call.appends))
+        try:
+            result: list[Outcome | None] = self.pipeline.submit(call, weight)
+        except PipelineFailedError as e:
+            raise StoreError(str(e)) from e
+        return result
+
+    def _sequence_follower(self, call: FollowerCall) -> tuple[list[Outcome | None], FollowerDelta]:
+        state = self._state
+        return sequence_follower(
+            state,
+            call,
+            latest_epoch=lambda part_id: self._epochs.latest(state.snapshot(), part_id),
+            effective_hwm=self._catalog.effective_hwm,
+            producer_id_expiration_ms=self._sequencer.producer_id_expiration_ms,
+        )
+
     def _sequence_group(self, writes: list[Write], into: CommitGroup | None) -> CommitGroup:
         """Pipeline stage 1: sequence queued calls against the caches, which
         then run ahead of disk until stage 2; into ``into`` (a group not yet
@@ -116,13 +145,14 @@ class Writes:
         group = into if into is not None else CommitGroup([], [], {}, {}, {}, {}, {})
         state = self._state
         sequencer = self._sequencer
-        catalog = self._catalog
-        producers = self._producers
         for w in writes:
-            call: CommitCall | MarkerCall = w.payload
-            result: list[CommitBatchResponse] | list[TxnMarkerResponse]
+            call: CommitCall | MarkerCall | FollowerCall = w.payload
+            result: list[CommitBatchResponse] | list[TxnMarkerResponse] | list[Outcome | None]
+            delta: CommitDelta | FollowerDelta
             try:
-                if isinstance(call, MarkerCall):
+                if isinstance(call, FollowerCall):
+                    result, delta = self._sequence_follower(call)
+                elif isinstance(call, MarkerCall):
                     result, delta = sequence_markers(
                         state,
                         call,
@@ -146,8 +176,15 @@ class Writes:
                 continue
             finally:
                 state.release()
-            catalog.install_sequenced(delta.parts, delta.counters)
-            producers.install(delta.producers)
+            if isinstance(delta, FollowerDelta):
+                files = delta.files
+            else:
+                assert isinstance(call, CommitCall | MarkerCall)
+                files = {}
+                if delta.file is not None:
+                    assert isinstance(call, CommitCall)
+                    files[call.object_key] = delta.file
+            self._install(group, delta.parts, delta.producers, delta.counters, delta.runs, files)
             if delta.txns:
                 self._txns.install(delta.txns)
                 group.txns.update(delta.txns)
@@ -155,27 +192,39 @@ class Writes:
                 group.aborted.setdefault(part_id, []).extend(records)
             group.results.append(result)
             group.errors.append(None)
-            for part_id, run in delta.runs.items():
-                mine = group.by_part.get(part_id)
-                if mine is None:
-                    group.by_part[part_id] = [run]
-                else:
-                    mine.append(run)
-            if delta.file is not None:
-                fid, nb, nbytes, uploader, size = delta.file
-                # referenced_files() sees it from this step on: the one that
-                # checked the commit deadline.
-                assert isinstance(call, CommitCall)
-                self._index.add_pending(call.object_key, fid, nb)
-                acc = group.files.setdefault(call.object_key, [fid, 0, 0, uploader, size])
-                acc[1] += nb
-                acc[2] += nbytes
-            for part in delta.parts.values():
-                group.parts[part.part_id] = part.pack()
-            for (part_id, pid), raw in delta.producers.items():
-                group.producers[PRODUCER_KEY.pack(part_id, pid)] = raw
-            group.counters.update(delta.counters)
         return group
+
+    def _install(
+        self,
+        group: CommitGroup,
+        parts: dict[TopicIdPartition, Part],
+        producers: dict[tuple[int, int], bytes],
+        counters: dict[bytes, int],
+        runs: dict[int, bytes],
+        files: dict[str, list[int]],
+    ) -> None:
+        """A sequenced call's changes: into the caches, which run ahead of
+        disk from here, and into ``group``, its journal record."""
+        self._catalog.install_sequenced(parts, counters)
+        self._producers.install(producers)
+        for part_id, run in runs.items():
+            mine = group.by_part.get(part_id)
+            if mine is None:
+                group.by_part[part_id] = [run]
+            else:
+                mine.append(run)
+        for object_key, (fid, nb, nbytes, uploader, size) in files.items():
+            # referenced_files() sees it from this step on: the one that
+            # checked the commit deadline (a leader's commit).
+            self._index.add_pending(object_key, fid, nb)
+            acc = group.files.setdefault(object_key, [fid, 0, 0, uploader, size])
+            acc[1] += nb
+            acc[2] += nbytes
+        for part in parts.values():
+            group.parts[part.part_id] = part.pack()
+        for (part_id, pid), raw in producers.items():
+            group.producers[PRODUCER_KEY.pack(part_id, pid)] = raw
+        group.counters.update(counters)
 
     # ------------------------------------------------------------ exclusive writes
 

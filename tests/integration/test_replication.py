@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import replace
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
+from partlog import injected_bugs
 from partlog.broker.server import Broker, BrokerConfig
 from partlog.client.producer import Producer
 from partlog.controller.cluster_meta import StaticMetadata
@@ -440,3 +442,63 @@ async def test_a_follower_whose_log_start_passed_the_leaders_keeps_replicating(t
         assert kept.isdisjoint(follower.store.file_usage())
         for x in brokers:
             assert x.store.check() == []
+
+
+async def _hwm_passes_what_the_follower_has_not_made_durable(tmp_path: Path) -> bool:
+    """acks=all with min ISR 2 while the follower's journal append (its
+    fdatasync) is stalled: whether the leader's HWM passed the follower's
+    durable log end meanwhile.  Then the stall ends and the produce completes."""
+    cfg = ReplicationConfig(min_insync_replicas=2, replica_fetch_backoff_ms=50)
+    objects = LocalDirStore(tmp_path / "objects")
+    async with running_cluster(tmp_path, objects, partitions=1, replication_factor=2, replication=cfg) as (
+        brokers,
+        meta,
+    ):
+        [tp] = topic_partitions(meta)
+        info = meta.partition(tp)
+        assert info is not None
+        b = by_id(brokers)
+        leader, follower = b[info.leader], b[next(r for r in info.replicas if r != info.leader)]
+        assert await produce_one(leader, tp, -1) == Errors.NONE
+        await until(lambda: converged([leader, follower], tp), "the follower to catch up")
+        durable = follower.store.log_end_offset(tp)
+        journal = follower.store._journal
+        real = journal.append
+        stall, stalled = threading.Event(), threading.Event()
+
+        def append(payload: bytes) -> int:
+            stalled.set()
+            stall.wait()
+            return real(payload)
+
+        journal.append = append  # type: ignore[method-assign]
+        try:
+            produced = asyncio.ensure_future(produce_one(leader, tp, -1, b"y"))
+            await until(stalled.is_set, "the follower's append to reach its journal")
+            # Time for the follower's fetcher to send its next fetches.
+            await asyncio.sleep(0.5)
+            passed = leader.store.high_watermark(tp) > durable or produced.done()
+        finally:
+            stall.set()
+            del journal.append
+        assert await produced == Errors.NONE
+        await until(lambda: converged([leader, follower], tp), "the follower to catch up again")
+        return passed
+
+
+@run_async
+async def test_the_leader_counts_only_what_a_follower_made_durable(tmp_path: Path) -> None:
+    """The follower reports a log end only once its append returned, that is
+    once the journal's fdatasync made it durable."""
+    assert not await _hwm_passes_what_the_follower_has_not_made_durable(tmp_path)
+
+
+@run_async
+async def test_the_injected_follower_ack_before_journal_sync_is_found(tmp_path: Path) -> None:
+    """The check above finds the injected bug that reports received entries
+    as the follower's log end before their append is durable."""
+    injected_bugs.enable(["follower_ack_before_journal_sync"])
+    try:
+        assert await _hwm_passes_what_the_follower_has_not_made_durable(tmp_path)
+    finally:
+        injected_bugs.enable([])

@@ -16,6 +16,12 @@ kill the store is reopened here and checked:
 * the next round's commits continue at the log end offset, without gaps;
 * after restart, an acknowledged idempotent batch resent is a duplicate with its
   original offset, and the producers continue their sequences from the store.
+
+The worker also copies a followed topic from a leader's store, as a broker's
+fetcher does (the follower's appends, through the journal or, at a new
+leader epoch, exclusive), and truncates it back: after every kill each
+followed log is a prefix of the leader's, at least as long as its last
+acknowledged append left it (shorter only by a truncation in flight).
 """
 
 from __future__ import annotations
@@ -45,10 +51,13 @@ from partlog import (
     TopicIdPartition,
 )
 from partlog.kafka.batch_header import BatchHeader
+from partlog.store import ReplicatedEntry
 from tests.batches import build_batch, request, wal_key
 from tests.paths import REPO
 
 PARTITIONS = 4  # as tests/crash_worker.py
+FOLLOWED = 2  # as tests/crash_worker.py
+SOURCE_BATCHES = 300  # per followed partition, a new leader epoch every 100
 BIG = 1 << 40
 
 
@@ -75,14 +84,19 @@ class Call:
 class History:
     calls: dict[str, Call] = field(default_factory=dict)
     deleted_to: list[int] = field(default_factory=lambda: [0] * PARTITIONS)  # max acknowledged low watermark
+    # The followed logs' ends the last acknowledged append or truncation left.
+    fleo: list[int] = field(default_factory=lambda: [0] * FOLLOWED)
+    # Targets of a truncation not (yet) acknowledged, else None.
+    ftrunc: list[int] | None = None
 
 
 class Worker:
     """One run of tests/crash_worker.py, its stdout collected by a thread."""
 
-    def __init__(self, path: Path, tid: uuid.UUID, rnd: int, seed: int) -> None:
+    def __init__(self, path: Path, tid: uuid.UUID, rnd: int, seed: int, source: tuple[Path, uuid.UUID]) -> None:
+        args = [str(path), str(tid), str(rnd), str(seed), str(source[0]), str(source[1])]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.crash_worker", str(path), str(tid), str(rnd), str(seed)],
+            [sys.executable, "-m", "tests.crash_worker", *args],
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -141,6 +155,11 @@ def _record(history: History, events: list[dict[str, object]], rnd: int) -> dict
                 assert b.partition == p
                 b.base, b.last, b.header = int(base), int(last), bytes.fromhex(h)
                 assert b.last - b.base + 1 == b.records
+        elif kind == "ftrunc":
+            history.ftrunc = [int(x) for x in ev["to"]]  # type: ignore[attr-defined]
+        elif kind == "fack":
+            history.fleo = [int(x) for x in ev["leo"]]  # type: ignore[attr-defined]
+            history.ftrunc = None
         elif kind == "del":
             p = int(ev["p"])  # type: ignore[call-overload]
             history.deleted_to[p] = max(history.deleted_to[p], int(ev["lw"]))  # type: ignore[call-overload]
@@ -230,6 +249,50 @@ def _verify(store: MetadataStore, tid: uuid.UUID, history: History, prev_leo: li
                     assert b.last < leo[p], ctx
 
 
+def _source(path: Path) -> tuple[uuid.UUID, list[list[ReplicatedEntry]]]:
+    """A leader's store with the followed topic (idempotent and plain
+    batches, a new leader epoch every 100 batches); its logs."""
+    fid = uuid.uuid4()
+    tps = [TopicIdPartition(fid, p) for p in range(FOLLOWED)]
+    with MetadataStore.open(path, sync=False) as leader:
+        leader.create_topic_and_partitions([CreateTopicAndPartitionsRequest(fid, "followed", FOLLOWED)])
+        seq = 0
+        for i in range(SOURCE_BATCHES):
+            if i % 100 == 0:
+                for tp in tps:
+                    leader.set_leader_epoch(tp, i // 100 + 1)
+            now = int(time.time() * 1000)
+            reqs, off = [], 0
+            for tp in tps:
+                b = build_batch(2, producer_id=7, producer_epoch=0, base_sequence=seq, timestamp_ms=now)
+                if i % 3 == 0:
+                    b = build_batch(1, timestamp_ms=now)
+                reqs.append(request(tp, b, byte_offset=off))
+                off += len(b)
+            if i % 3:
+                seq += 2
+            for r in leader.commit_file(wal_key(now, broker_id=50), 50, off, reqs):
+                assert r.errors == Errors.NONE, r
+        return fid, [list(leader.read_log(tp, 0, BIG).entries) for tp in tps]
+
+
+def _verify_follower(
+    store: MetadataStore, fid: uuid.UUID, logs: list[list[ReplicatedEntry]], history: History, ctx: str
+) -> list[int]:
+    """Each followed log is a prefix of the leader's, holding everything the
+    last acknowledged step left, less only a truncation in flight; its log ends."""
+    leos = []
+    for p in range(FOLLOWED):
+        tp = TopicIdPartition(fid, p)
+        leo = store.log_end_offset(tp)
+        entries = list(store.read_log(tp, 0, BIG).entries) if leo else []
+        assert entries == logs[p][: len(entries)], f"{ctx}: followed p{p} is not a prefix of the leader's log"
+        floor = history.fleo[p] if history.ftrunc is None else min(history.fleo[p], history.ftrunc[p])
+        assert leo >= floor, f"{ctx}: followed p{p} ends at {leo}, acknowledged up to {history.fleo[p]}"
+        leos.append(leo)
+    return leos
+
+
 # Kills that land before the worker said "start": in its imports, or while
 # its open replays the journal the previous kill left (recovery killed).
 EARLY_KILL_SHARE = 0.2
@@ -249,11 +312,18 @@ def test_sigkill_during_commits(tmp_path: Path, request: pytest.FixtureRequest) 
     acked_total = early = 0
     # The topic exists before the first worker: a kill before a worker is
     # ready may land before it could create it (CI, round 1).
+    fid, source_logs = _source(tmp_path / "source")
     with MetadataStore.open(path, sync=True) as store:
-        store.create_topic_and_partitions([CreateTopicAndPartitionsRequest(tid, "crash", PARTITIONS)])
+        store.create_topic_and_partitions(
+            [
+                CreateTopicAndPartitionsRequest(tid, "crash", PARTITIONS),
+                CreateTopicAndPartitionsRequest(fid, "followed", FOLLOWED),
+            ]
+        )
+    fleo = [0] * FOLLOWED
     for rnd in range(1, kills + 1):
         ctx = f"seed {seed} round {rnd}"
-        worker = Worker(path, tid, rnd, seed)
+        worker = Worker(path, tid, rnd, seed, (tmp_path / "source", fid))
         if rng.random() < EARLY_KILL_SHARE:
             time.sleep(rng.uniform(0.0, 0.4))
         else:
@@ -264,12 +334,14 @@ def test_sigkill_during_commits(tmp_path: Path, request: pytest.FixtureRequest) 
         start = _record(history, events, rnd)
         if start:
             # It found exactly the logs we verified after the previous kill.
-            assert start["leo"] == leo, ctx
+            assert start["leo"] == leo and start["fleo"] == fleo, ctx
         else:
             early += 1
         with MetadataStore.open(path, sync=True) as store:
             _verify(store, tid, history, leo, rnd, ctx)
             leo = [store.partition_state(TopicIdPartition(tid, p))["log_end_offset"] for p in range(PARTITIONS)]
+            fleo = history.fleo = _verify_follower(store, fid, source_logs, history, ctx)
+            history.ftrunc = None
         acked = sum(1 for c in history.calls.values() if c.acked and c.round == rnd)
         acked_total += acked
     # The kills landed while calls were in flight, not only between them.
@@ -286,7 +358,8 @@ def test_acknowledged_batch_resent_after_kill_is_duplicate(tmp_path: Path) -> No
     seed = random.randrange(1 << 30)
     tid = uuid.uuid4()
     history = History()
-    worker = Worker(tmp_path / "store", tid, 1, seed)
+    fid, source_logs = _source(tmp_path / "source")
+    worker = Worker(tmp_path / "store", tid, 1, seed, (tmp_path / "source", fid))
     assert worker.started.wait(timeout=60)
     # Kill once enough has been acknowledged (not a timing assertion: we wait for output).
     deadline = time.monotonic() + 30
@@ -295,6 +368,7 @@ def test_acknowledged_batch_resent_after_kill_is_duplicate(tmp_path: Path) -> No
     _record(history, worker.kill(), 1)
     with MetadataStore.open(tmp_path / "store", sync=True) as store:
         _verify(store, tid, history, [0] * PARTITIONS, 1, f"seed {seed}")
+        _verify_follower(store, fid, source_logs, history, f"seed {seed}")
         _check_after_restart(store, tid, history, seed)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import tempfile
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -31,11 +32,13 @@ from partlog import (
     MetadataStore,
     TopicIdPartition,
 )
+from partlog.kafka.batch_header import BatchHeader
 from partlog.kafka.leader_epochs import diverging_epoch, truncation_offset
 from partlog.kafka.producer_state import ProducerEntry
 from partlog.store import (
     LogRead,
     OffsetOutOfRangeError,
+    ReplicaAppend,
     ReplicatedEntry,
     ReplicationError,
     StoreError,
@@ -499,6 +502,30 @@ def test_bad_appends_name_partition_and_offset_and_change_nothing(
     assert follower.leader_epoch_cache(tp) == [(0, 0), (3, 2), (4, 5)]
 
 
+def test_one_write_per_fetch_and_a_bad_partition_fails_alone(leader: MetadataStore, follower: MetadataStore) -> None:
+    tps = topic([leader, follower], 3)
+    for _ in range(2):
+        commit(leader, [(tp, plain(2)) for tp in tps])
+    logs = [whole_log(leader, tp) for tp in tps]
+    unknown = TopicIdPartition(uuid.uuid4(), 0)
+    writes = follower.stats["group_commits"]
+    outcomes = follower.append_replicated_fetch(
+        [
+            ReplicaAppend(tps[0], logs[0], 4, 0),
+            ReplicaAppend(tps[1], logs[1][1:], 4, 0),  # does not continue the log
+            ReplicaAppend(unknown, [], 4, 0),
+            ReplicaAppend(tps[2], logs[2][:1], 4, 0),
+        ]
+    )
+    assert outcomes[0] == 4 and outcomes[3] == 2
+    assert isinstance(outcomes[1], ReplicationError) and f"{tps[1]}: replicated entry at offset 2" in str(outcomes[1])
+    assert isinstance(outcomes[2], KeyError)
+    assert follower.stats["group_commits"] == writes + 1  # one store write for the whole fetch
+    assert [follower.log_end_offset(tp) for tp in tps] == [4, 0, 2]
+    assert [follower.high_watermark(tp) for tp in tps] == [4, 0, 2]
+    assert whole_log(follower, tps[0]) == logs[0] and whole_log(follower, tps[2]) == logs[2][:1]
+
+
 def test_unknown_partitions_and_read_only_stores(tmp_path: Path, clock: Clock) -> None:
     with open_store(tmp_path / "s", clock, auto_high_watermark=False) as s:
         [tp] = topic([s])
@@ -719,3 +746,178 @@ def test_follower_log_is_always_a_prefix_of_the_leaders(ops: list[tuple[str, Any
             assert follower.check() == [] and leader.check() == []
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+# ------------------------------------------ the journal path, crashes, leader commits beside
+
+JOURNAL_OPS = (
+    ("commit",) * 4
+    + ("replicate",) * 4
+    + ("lead", "concurrent", "truncate", "epoch", "delete", "checkpoint", "crash", "reopen", "tick")
+)
+
+
+def open_follower(path: str, clock: Clock) -> MetadataStore:
+    """Checkpoints inline and often: reads come from the overlay, LMDB and both."""
+    return MetadataStore.open(
+        path,
+        sync=False,
+        clock=clock,
+        map_size_bytes=1 << 24,
+        auto_high_watermark=False,
+        checkpoint_thread=False,
+        checkpoint_groups_max=3,
+    )
+
+
+def fetch_round(leader: MetadataStore, follower: MetadataStore, tps: Sequence[TopicIdPartition], entries: int) -> None:
+    """One fetch response for every partition of ``tps``, applied in one call."""
+    appends = []
+    for tp in tps:
+        offset = follower.log_end_offset(tp)
+        try:
+            read = leader.read_log(tp, offset, BIG, entries)
+        except OffsetOutOfRangeError as e:
+            assert offset < e.log_start_offset, e
+            follower.reset_to(tp, e.log_start_offset)
+            continue
+        appends.append(ReplicaAppend(tp, read.entries, read.high_watermark, read.log_start_offset))
+    for outcome in follower.append_replicated_fetch(appends):
+        assert not isinstance(outcome, BaseException), outcome
+
+
+def last_offset(e: ReplicatedEntry) -> int:
+    h = BatchHeader.parse(e.header)
+    return h.base_offset + h.last_offset_delta
+
+
+def acknowledged(store: MetadataStore, tps: Sequence[TopicIdPartition]) -> list[Any]:
+    return [
+        (whole_log(store, tp), producers(store, tp), store.leader_epoch_cache(tp), store.log_end_offset(tp))
+        for tp in tps
+    ]
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=st.lists(st.tuples(st.sampled_from(JOURNAL_OPS), st.integers(0, 1 << 16)), min_size=10, max_size=40))
+def test_follower_appends_through_the_journal_survive_crashes(ops: list[tuple[str, int]]) -> None:
+    """Follower appends (the journal path, and the exclusive one for new
+    epochs and log start moves) interleaved with the follower's own leader
+    commits (in the same groups when concurrent), checkpoints, truncations
+    and crashes: what an append acknowledged survives a crash exactly, the
+    follower's logs stay prefixes of the leader's, and converge."""
+    root = tempfile.mkdtemp(prefix="partlog-repl-journal-")
+    clock = Clock(T0)
+    try:
+        with open_store(f"{root}/l", clock) as leader:
+            follower = open_follower(f"{root}/f", clock)
+            try:
+                tps = topic([leader, follower], 2)
+                [own] = topic([follower])
+                seqs = {tp: 0 for tp in tps}
+                for op, n in ops:
+                    tp = tps[n % 2]
+                    if op == "commit":
+                        items = []
+                        for k in range(1 + n % 3):
+                            t = tps[(n >> k) % 2]
+                            if (n >> 4) % 2:
+                                items.append((t, idem(5, 0, seqs[t], records=2, ts=clock.now)))
+                                seqs[t] += 2
+                            else:
+                                items.append((t, plain(1 + k, ts=clock.now)))
+                        assert all(r.errors == Errors.NONE for r in commit(leader, items))
+                    elif op == "replicate":
+                        fetch_round(leader, follower, tps, 1 + n % 4)
+                    elif op == "lead":
+                        commit1(follower, own, plain(2, ts=clock.now))
+                    elif op == "concurrent":
+                        # The follower's leader commits share groups with its appends.
+                        done = threading.Event()
+
+                        def lead(store: MetadataStore = follower, done: threading.Event = done) -> None:
+                            while not done.is_set():
+                                commit1(store, own, plain(1, ts=clock.now))
+
+                        th = threading.Thread(target=lead)
+                        th.start()
+                        try:
+                            for k in range(3):
+                                fetch_round(leader, follower, tps, 1 + (n >> k) % 3)
+                        finally:
+                            done.set()
+                            th.join()
+                    elif op == "truncate":
+                        st_ = follower.partition_state(tp)
+                        lso, leo = st_["log_start_offset"], st_["log_end_offset"]
+                        follower.truncate_to(tp, lso + (leo - lso) * (n % 5) // 4)
+                    elif op == "epoch":
+                        leader.set_leader_epoch(tp, leader.partition_state(tp)["leader_epoch"] + 1)
+                    elif op == "delete":
+                        state = leader.partition_state(tp)
+                        target = state["log_start_offset"] + (state["high_watermark"] - state["log_start_offset"]) // 2
+                        leader.delete_records([DeleteRecordsRequest(tp, target)])
+                    elif op == "checkpoint":
+                        follower._checkpoint()
+                    elif op in ("crash", "reopen"):
+                        before = acknowledged(follower, [*tps, own])
+                        follower.close(checkpoint=op == "reopen")
+                        follower = open_follower(f"{root}/f", clock)
+                        assert acknowledged(follower, [*tps, own]) == before
+                    else:
+                        clock.now += 1 + n % 3
+                    for t in tps:
+                        # Above the leader's log start, a prefix of its log.
+                        theirs = whole_log(leader, t)
+                        start = leader.partition_state(t)["log_start_offset"]
+                        mine = [e for e in whole_log(follower, t) if last_offset(e) >= start]
+                        assert mine == list(theirs[: len(mine)])
+                        assert follower.high_watermark(t) <= follower.log_end_offset(t)
+                    assert follower.check() == [] and leader.check() == []
+                for _ in range(10_000):
+                    if all(follower.log_end_offset(t) == leader.log_end_offset(t) for t in tps):
+                        break
+                    fetch_round(leader, follower, tps, 4)
+                fetch_round(leader, follower, tps, 4)  # the HWM
+                keys = [*all_keys(leader, tps), "x"]
+                assert files(follower, keys)[1] == files(leader, keys)[1]
+                for t in tps:
+                    assert whole_log(follower, t) == whole_log(leader, t)
+                    assert follower.high_watermark(t) == leader.high_watermark(t)
+                assert follower.check() == []
+            finally:
+                follower.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_checkpoint_during_a_follower_append_hides_no_reference(tmp_path: Path, clock: Clock) -> None:
+    """One WAL object holds batches of a partition this broker leads and of
+    one it follows.  A checkpoint that applies the leader's commit (and
+    releases its pending reference) while the follower's append is being
+    sequenced must not make the append draw a second file id for the object:
+    the append resolves its object keys before its LMDB snapshot opens."""
+    with open_store(tmp_path / "l", clock) as leader, open_follower(str(tmp_path / "f"), clock) as follower:
+        [tp] = topic([leader, follower])
+        [own] = topic([follower])
+        key = wal_key(clock.now)
+        [r] = leader.commit_file(key, 1, 1000, [request(tp, plain(1), byte_offset=0)])
+        assert r.errors == Errors.NONE
+        [r] = follower.commit_file(key, 1, 1000, [request(own, plain(1), byte_offset=500)])
+        assert r.errors == Errors.NONE and follower._overlay  # pending, not yet in LMDB
+        epochs = follower._epochs
+        real = epochs.latest
+
+        def latest_then_checkpoint(txn: Any, part_id: int) -> int:
+            value = real(txn, part_id)
+            follower._checkpoint()  # as the checkpoint thread may, right now
+            return value
+
+        epochs.latest = latest_then_checkpoint  # type: ignore[method-assign]
+        try:
+            fetch_round(leader, follower, [tp], 1)
+        finally:
+            del epochs.latest
+        follower._checkpoint()
+        assert follower.check() == []
+        assert follower.file_usage()[key].live_batches == 2
