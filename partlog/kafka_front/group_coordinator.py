@@ -399,9 +399,11 @@ class GroupCoordinator:
         out, values, records = self._offset_records(group_id, offsets)
         if records:
             batch = build_record_batch(records)
-            [result] = await self.broker.produce(
-                [(tp, batch)], acks=-1, timeout_ms=OFFSETS_COMMIT_TIMEOUT_MS, urgent=True
-            )
+            # Not urgent: the load-following rotation closes an idle broker's
+            # file within its grace, and this PUT then counts against the
+            # broker's wal_puts_per_s_max like any produce (a consumer group
+            # committing often must not buy a PUT per commit).
+            [result] = await self.broker.produce([(tp, batch)], acks=-1, timeout_ms=OFFSETS_COMMIT_TIMEOUT_MS)
             error = _commit_error(result.error)
             if error == Errors.NONE and (
                 self._parts.get(tp.partition) is not part or self.broker.leader_epoch(tp) != part.leader_epoch
