@@ -134,21 +134,41 @@ def stage_table(before: dict[str, dict[float, float]], after: dict[str, dict[flo
     return table
 
 
+def _brokers_cpu_s(cluster: BenchCluster) -> float:
+    """CPU seconds (user + system) the broker processes used so far (Linux /proc)."""
+    total = 0
+    for proc in cluster.procs[1:]:  # the first is the controller
+        with open(f"/proc/{proc.pid}/stat") as f:
+            # Fields 14 and 15 (utime, stime), counted after the command's ")".
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def _case(cluster: BenchCluster, client: str, acks: str, load: _Load, rate: float) -> dict[str, Any]:
     time.sleep(SETTLE_S)
     before = scrape_stages(cluster.metrics_ports)
+    cpu = _brokers_cpu_s(cluster)
     if client == "librdkafka":
         lat = _confluent_latency(cluster.bootstrap, load, rate, warmup_s=ROTATION_WARMUP_S, acks=acks)
     else:
         lat = asyncio.run(
             _own_latency(cluster.rpc, load, rate, warmup_s=ROTATION_WARMUP_S, acks=-1 if acks == "all" else 1)
         )
+    cpu = _brokers_cpu_s(cluster) - cpu
     after = scrape_stages(cluster.metrics_ports)
+    stages = stage_table(before, after)
+    requests = stages["answer"]["count"]
     return {
         "client": client,
         "acks": acks,
         "idempotent": acks == "all",
-        "stages": stage_table(before, after),
+        "stages": stages,
+        # The brokers' CPU per produce request, and the stage observations
+        # made per request (both brokers' sides): their product with one
+        # observe()'s cost is the histograms' share of the real path.
+        "broker_cpu_us_per_request": 1e6 * cpu / requests if requests else None,
+        "observations_per_request": sum(st["count"] for st in stages.values()) / requests if requests else None,
         "end_to_end": {
             "records": len(lat),
             "p50_ms": percentile(lat, 0.50) if lat else None,
@@ -342,6 +362,13 @@ def print_report(r: dict[str, Any], out: Any = sys.stdout) -> None:
     counts = [f"{c['stages']['answer']['count']:,} / {c['end_to_end']['records']:,}" for c in r["cases"]]
     print(f"{'requests / records counted':{width}}" + "".join(f"{x:>26}" for x in counts), file=out)
     o = r["overhead"]
+    shares = []
+    for c in r["cases"]:
+        cpu, n = c["broker_cpu_us_per_request"], c["observations_per_request"]
+        if cpu and n:
+            shares.append(f"{c['client']} acks={c['acks']} {n:.1f} x {o['observe_ns']:.0f} ns of {cpu:,.0f} us "
+                          f"({100 * n * o['observe_ns'] / 1000 / cpu:.2f}%)")  # fmt: skip
+    print(f"stage observations per request, against the brokers' CPU per request: {'; '.join(shares)}", file=out)
     print(
         f"stage histograms' cost: {o['observe_ns']:.0f} ns per observe(); sans-IO pipeline "
         f"{o['pipeline_requests_per_s_without']:,.0f} requests/s without, {o['pipeline_requests_per_s_with']:,.0f} "
