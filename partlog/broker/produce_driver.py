@@ -204,7 +204,8 @@ class ProduceDriver:
         for a in actions:
             if isinstance(a, Upload):
                 self.metrics.wal_put(a.reason)
-                self.metrics.stage("file_open", (a.closed_ms - a.opened_ms) / 1000)
+                # Wall time: a clock stepped back is not a negative stage.
+                self.metrics.stage("file_open", max(0, a.closed_ms - a.opened_ms) / 1000)
                 self.tasks.spawn(self._upload(a))
             elif isinstance(a, SendCommit):
                 self.send_commit(a)
