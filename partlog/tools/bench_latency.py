@@ -71,7 +71,7 @@ TARGET_E2E_P99_MS = 90.0
 # driven through the pipeline per repetition (the best of OVERHEAD_REPEATS).
 OBSERVES = 200_000
 PIPELINE_REQUESTS = 10_000
-OVERHEAD_REPEATS = 3
+OVERHEAD_REPEATS = 5
 # Produce requests per WAL file in the pipeline measure (a client's burst).
 REQUESTS_PER_FILE = 5
 STAGE_METRIC = "partlog_produce_stage_seconds_bucket"
