@@ -7,6 +7,12 @@ acks=all answers wait for the ISR.  A commit whose I/O fails fail-stops the
 store (Kafka takes the log directory offline); it is then reopened from disk
 in the background, once, and until then every commit answers
 KAFKA_STORAGE_ERROR (retriable).
+
+Two stages of the produce path are measured here (``BrokerMetrics.stage``):
+``leader_commit``, the commit received to appended and durable, and, for a
+commit with acks=all batches, ``replication``, appended to the HWM past
+them (the replica manager's wait done), read in a done-callback of that
+wait so that measuring adds no step to the commit's path.
 """
 
 from __future__ import annotations
@@ -105,6 +111,7 @@ class LeaderCommits:
         acks_all: Sequence[bool],
         guards: Mapping[GuardKey, int] | None,
     ) -> tuple[list[CommitBatchResponse], Awaitable[list[CommitBatchResponse]] | None]:
+        received = self.replicas.clock.monotonic()
         try:
             responses, wait = await self.replicas.commit(
                 key,
@@ -118,9 +125,20 @@ class LeaderCommits:
         except StoreError:
             self.store_failed()
             raise
+        appended = self.replicas.clock.monotonic()
+        self.metrics.stage("leader_commit", appended - received)
+        if wait is not None:
+            # The replica manager's wait is a task already: ensure_future
+            # returns it as it is.
+            wait = asyncio.ensure_future(wait)
+            wait.add_done_callback(lambda f: self._replicated(f, appended))
         # Wake long-polling fetches of followers' consumers and ours.
         self._wake()
         return responses, wait
+
+    def _replicated(self, wait: asyncio.Future[list[CommitBatchResponse]], appended: float) -> None:
+        if not wait.cancelled() and wait.exception() is None:
+            self.metrics.stage("replication", self.replicas.clock.monotonic() - appended)
 
     def store_failed(self) -> None:
         """A commit's I/O failed and the store fail-stopped: reopen it from

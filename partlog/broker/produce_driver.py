@@ -16,7 +16,11 @@ sans-IO :class:`partlog.produce.pipeline.ProducePipeline` decides.
   opened on an idle broker closes after ``rotation_grace_ms``, one waiting
   for the PUT budget when its token comes).
 
-Every produce request and WAL file is recorded once, in :class:`BrokerMetrics`.
+Every produce request and WAL file is recorded once, in :class:`BrokerMetrics`,
+with the stages of the produce path this broker sees (``queue``, ``file_open``
+in the pipeline's whole milliseconds, ``upload``, ``commit_rpc``, ``reply``,
+``answer``): reading the clock, never awaiting, so that the metrics change
+no order of events (the simulation's digests).
 """
 
 from __future__ import annotations
@@ -80,7 +84,7 @@ class ProduceDriver:
         self._stopping = stopping
         self.clock = clock
         self.commit_rpc_timeout_ms = commit_rpc_timeout_ms
-        self._replies: dict[int, asyncio.Future[Reply]] = {}
+        self._replies: dict[int, asyncio.Future[tuple[Reply, float]]] = {}
         self._next_produce_id = 0
         # Notified when the pipeline's admission may have changed (a Reply
         # freed room, a ticket left the queue).
@@ -112,7 +116,8 @@ class ProduceDriver:
         if acks not in (0, 1, -1):
             raise ValueError(f"acks must be 0, 1 or -1, got {acks}")
         nbytes = sum(len(b) for _, b in batches)
-        deadline = self.clock.monotonic() + timeout_ms / 1000
+        accepted = self.clock.monotonic()
+        deadline = accepted + timeout_ms / 1000
         async with self._room:
             # Back-pressure and arrival order are the pipeline's rules: wait
             # until it admits this request.
@@ -137,9 +142,11 @@ class ProduceDriver:
             produce_id = self._next_produce_id
             self._next_produce_id += 1
             acks_all = acks == -1
-            fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+            # The Reply and when the pipeline gave it (the reply stage).
+            fut: asyncio.Future[tuple[Reply, float]] = asyncio.get_running_loop().create_future()
             self._replies[produce_id] = fut
             self.metrics.produce_received(nbytes)
+            self.metrics.stage("queue", self.clock.monotonic() - accepted)
             early_closes = self.pipeline.stats.early_closes
             actions = self.pipeline.produce(
                 produce_id,
@@ -156,10 +163,13 @@ class ProduceDriver:
             return [BatchResult(tp, Errors.NONE) for tp, _ in batches]
         try:
             async with asyncio.timeout(max(0.001, deadline - self.clock.monotonic())):
-                reply = await asyncio.shield(fut)
+                reply, answered = await asyncio.shield(fut)
         except TimeoutError:
             # The pipeline still answers it later; the producer retries.
             return [BatchResult(tp, Errors.REQUEST_TIMED_OUT, error_message="produce timeout") for tp, _ in batches]
+        now = self.clock.monotonic()
+        self.metrics.stage("reply", now - answered)
+        self.metrics.stage("answer", now - accepted)
         return list(reply.results)
 
     def _leave(self, ticket: int) -> None:
@@ -194,13 +204,15 @@ class ProduceDriver:
         for a in actions:
             if isinstance(a, Upload):
                 self.metrics.wal_put(a.reason)
+                # Wall time: a clock stepped back is not a negative stage.
+                self.metrics.stage("file_open", max(0, a.closed_ms - a.opened_ms) / 1000)
                 self.tasks.spawn(self._upload(a))
             elif isinstance(a, SendCommit):
                 self.send_commit(a)
             else:
                 fut = self._replies.pop(a.produce_id, None)
                 if fut is not None and not fut.done():
-                    fut.set_result(a)
+                    fut.set_result((a, self.clock.monotonic()))
                 self.tasks.spawn(self._notify_room())
         waits = self.pipeline.rotation.budget_waits
         if waits != self._budget_waits_seen:

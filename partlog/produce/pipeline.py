@@ -157,6 +157,10 @@ class Upload:
     reason: RotationReason
     # The partitions in the segment's footer (walmgr is told about them).
     partitions: tuple[TopicIdPartition, ...] = ()
+    # When its first batch came and when it closed (the inputs' now_ms): the
+    # shell's file_open stage metric.
+    opened_ms: int = 0
+    closed_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -490,7 +494,8 @@ class ProducePipeline:
 
     def _rotate(self, now_ms: int, reason: RotationReason) -> list[Action]:
         builder, batches = self._builder, self._open_batches
-        assert builder is not None
+        assert builder is not None and self.rotation.opened_ms is not None
+        opened_ms = self.rotation.opened_ms
         self._builder, self._open_batches = None, []
         self.rotation.closed(reason, now_ms)
         self.stats.rotations[reason] = self.stats.rotations.get(reason, 0) + 1
@@ -506,7 +511,13 @@ class ProducePipeline:
         self._segments[segment_id] = _Segment(segment_id, key, len(built.data), seg_batches)
         self.rotation.observe(True, now_ms)
         upload = Upload(
-            segment_id, key, built.data, reason, tuple(r.topic_id_partition for r in built.footer.partitions)
+            segment_id,
+            key,
+            built.data,
+            reason,
+            tuple(r.topic_id_partition for r in built.footer.partitions),
+            opened_ms,
+            now_ms,
         )
         if self._uploads_inflight < self.config.uploads_inflight_max:
             self._uploads_inflight += 1

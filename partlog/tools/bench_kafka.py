@@ -178,14 +178,17 @@ def _confluent_throughput(bootstrap: str, load: _Load, conf: dict[str, Any] | No
     return {"records": acked, "errors": errors, "seconds": elapsed}
 
 
-def _confluent_latency(bootstrap: str, load: _Load, rate: float, warmup_s: float = 0.0) -> list[float]:
+def _confluent_latency(
+    bootstrap: str, load: _Load, rate: float, warmup_s: float = 0.0, acks: str = "all"
+) -> list[float]:
     """Latencies (ms) of records paced at ``rate`` for ``seconds``, after
     ``warmup_s`` of the same pace whose records are not counted (the
-    producer's id, metadata and connections come first)."""
+    producer's id, metadata and connections come first); ``acks``: "all", or
+    "1" (then not idempotent: idempotence needs acks=all, in Kafka as here)."""
     value, partitions, seconds, linger_ms = load
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": acks == "all", "acks": acks,
                   "linger.ms": linger_ms, "client.id": "bench-lat,diskless_az=az1"})  # fmt: skip
     lat: list[float] = []
 
@@ -251,25 +254,29 @@ async def _own_throughput(rpc: list[tuple[str, int]], load: _Load) -> dict[str, 
     return {"records": acked, "errors": errors, "seconds": elapsed}
 
 
-async def _own_latency(rpc: list[tuple[str, int]], load: _Load, rate: float) -> list[float]:
+async def _own_latency(
+    rpc: list[tuple[str, int]], load: _Load, rate: float, warmup_s: float = 0.0, acks: int = -1
+) -> list[float]:
+    """As :func:`_confluent_latency`, for partlog's client (``acks`` -1 or 1)."""
     value, partitions, seconds, linger_ms = load
     from partlog.client.producer import Producer
 
-    p = Producer(rpc, az="az1", linger_ms=linger_ms)
+    p = Producer(rpc, az="az1", linger_ms=linger_ms, acks=acks, idempotent=acks == -1)
     await p.start()
     tps = p.view.partitions(TOPIC)[:partitions]
     lat: list[float] = []
 
     def cb(sent: float) -> Callable[[asyncio.Future[Any]], None]:
         def done(f: asyncio.Future[Any]) -> None:
-            if not f.cancelled() and f.exception() is None:
+            if sent >= counted and not f.cancelled() and f.exception() is None:
                 lat.append((time.monotonic() - sent) * 1000)
 
         return done
 
     start = time.monotonic()
+    counted = start + warmup_s
     i = 0
-    while time.monotonic() - start < seconds:
+    while time.monotonic() - counted < seconds:
         due = start + i / rate
         now = time.monotonic()
         if due > now:

@@ -1,4 +1,4 @@
-"""``partlog bench commit|produce|kafka|replication|metadata``: the
+"""``partlog bench commit|produce|kafka|latency|replication|metadata``: the
 benchmarks (they print numbers, never assert).  Each runs a module of
 ``partlog.tools`` (``bench_commit``, ``bench_produce``, ...) and prints its
 result as a table or, with ``--json``, one JSON object."""
@@ -151,6 +151,29 @@ def add_parser(sub: Subparsers) -> None:
         help="with --transactions: producers per side, one thread each; a comma list (4,16) sweeps, the same "
         "count on both sides at each point (default 4). Bounded: about 3 x --seconds + 12 s per count, plus "
         "startup and the reads of everything written",
+    )
+
+    bl = bench_sub.add_parser(
+        "latency",
+        help="the produce path stage by stage (p50/p99 per stage from the brokers' histograms), issue 30's shape",
+        description="Starts a controller and 3 `partlog broker` processes (one per AZ, RF 3, the local-directory "
+        "store, durable commits) and, for librdkafka (confluent-kafka) and then partlog's own client, each with "
+        "each --acks in turn: records paced at --rate for --seconds after a 1 s warm-up (idempotent with acks=all; "
+        "acks=1 is not idempotent, as Kafka requires), linger 5 ms. Scrapes the brokers' "
+        "partlog_produce_stage_seconds around each run and prints p50/p99 ms per stage (queue, file open, upload, "
+        "commit RPC, leader's store commit, replication, reply, the broker's answer in all) from the histogram "
+        "buckets, with the client's end to end; then the stage histograms' cost (one observe() in ns, the "
+        "sans-IO pipeline's rate with and without) and verdicts against issue 30's targets. Bounded: startup, "
+        "then per case 3 s + --seconds + the producer's flush, and a few seconds for the cost measure.",
+    )
+    bl.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    bl.add_argument("--rate", type=positive_int, default=1000, help="records/s, each case (default 1000, issue 30's)")
+    bl.add_argument("--seconds", type=positive_float, default=10.0, help="seconds counted per case (default 10)")
+    bl.add_argument(
+        "--acks",
+        choices=["all", "1", "both"],
+        default="both",
+        help="acks of the producers: all (idempotent), 1 (not idempotent), or both in turn (default)",
     )
 
     brp = bench_sub.add_parser(
@@ -334,6 +357,22 @@ def _kafka(args: argparse.Namespace) -> int:
     return 0
 
 
+def _latency(args: argparse.Namespace) -> int:
+    from partlog.tools import bench_latency
+
+    result = bench_latency.run(
+        rate=args.rate,
+        seconds=args.seconds,
+        acks=("all", "1") if args.acks == "both" else (args.acks,),
+        progress=progress_printer(args),
+    )
+    if args.json:
+        print(json.dumps(result))
+    else:
+        bench_latency.print_report(result)
+    return 0
+
+
 def _replication(args: argparse.Namespace) -> int:
     from partlog.tools import bench_replication
 
@@ -377,6 +416,7 @@ _RUNS = {
     "commit": _commit,
     "produce": _produce,
     "kafka": _kafka,
+    "latency": _latency,
     "replication": _replication,
     "metadata": _metadata,
 }
