@@ -61,6 +61,10 @@ MICRO_DECISIONS = 20_000
 ACLS_SETTLE_S = 30.0
 # The ACLs the bench user needs to produce idempotently (and nothing else).
 BENCH_ACLS = (("topic", TOPIC, "write"), ("topic", TOPIC, "describe"), ("cluster", CLUSTER_NAME, "idempotent-write"))
+# The brokers' RPC has no TLS here, so each broker is User:ANONYMOUS to the
+# others and needs CLUSTER_ACTION under the authorizer (docs/security.md, "The
+# broker RPC under the authorizer"): granted by ACL, not as a super user.
+BROKER_ACL = ("User:ANONYMOUS", "cluster", CLUSTER_NAME, "cluster-action")
 _EXT = """[req]
 distinguished_name = dn
 [dn]
@@ -96,7 +100,8 @@ def make_certs(d: str) -> None:
 class SecureBenchCluster:
     """A controller and three brokers, each with a SASL_SSL and a PLAINTEXT
     listener; ``authorizer``: the brokers run ``--authorizer`` and the bench
-    user is granted :data:`BENCH_ACLS` (PLAINTEXT's User:ANONYMOUS nothing)."""
+    user is granted :data:`BENCH_ACLS`, the brokers' own RPC :data:`BROKER_ACL`
+    (PLAINTEXT's User:ANONYMOUS nothing else)."""
 
     def __init__(self, data_dir: str, partitions: int, commit_interval_ms: int, authorizer: bool = False) -> None:
         from partlog.tools.local_cluster import free_ports
@@ -123,9 +128,9 @@ class SecureBenchCluster:
         self._partlog(["topics", "create", TOPIC, *controller, "--partitions", str(partitions),
                        "--replication-factor", "3"])  # fmt: skip
         if authorizer:
-            for rtype, name, op in BENCH_ACLS:
+            for principal, rtype, name, op in [BROKER_ACL, *((PRINCIPAL, *acl) for acl in BENCH_ACLS)]:
                 self._partlog(["acls", "add", *controller, "--resource-type", rtype, "--name", name,
-                               "--principal", PRINCIPAL, "--operation", op])  # fmt: skip
+                               "--principal", principal, "--operation", op])  # fmt: skip
         self.plain = ",".join(f"127.0.0.1:{p}" for p in plain)
         self.sasl_ssl = ",".join(f"127.0.0.1:{p}" for p in sasl)
         self.sasl_conf = {
