@@ -280,6 +280,11 @@ class DesignResult:
     put_log: tuple[tuple[float, int, str], ...] = ()
 
     @property
+    def puts_per_s_busiest_broker(self) -> float:
+        counts = Counter(broker for _, broker, _ in self.put_log)
+        return max(counts.values(), default=0) / self.simulated_s if self.simulated_s else 0.0
+
+    @property
     def requests_per_s_total(self) -> float:
         return self.produce_requests_per_s + self.network_commit_rpcs_per_s + self.replica_fetches_per_s
 

@@ -170,3 +170,23 @@ def test_the_aggregate_mode_gives_the_interval_only_rules_files_exactly() -> Non
     sizes = dict(zip(s.cluster.azs, s.cluster.brokers_per_az, strict=True))
     want = sum(n / (0.25 + n / per_az[az]) for az, n in sizes.items() if az in per_az)
     assert a.files_per_s == pytest.approx(want, rel=1e-9)
+
+
+def test_the_reports_rotation_section_compares_the_rules_on_both_designs() -> None:
+    from simulations.rotation_report import budget_bound, early_closes_max, rotation_lines, rule_runs
+    from simulations.runner import run_scenario
+
+    overrides = {"duration_s": 3}
+    default = run_scenario(load_scenario("balanced-3az", overrides), SEED)
+    rules = rule_runs("balanced-3az", default, SEED, overrides=overrides)
+    assert [r.budget for r in rules] == [None, 4, 40]
+    assert rules[0].run.scenario.buffer.rotation_grace_ms == rules[0].run.scenario.buffer.commit_interval_ms
+    old = rules[0].run.design("coordinator")
+    assert early_closes_max(old, 1000) == 0
+    for rr in rules[1:]:
+        assert rr.budget is not None
+        for d in (rr.run.design("partlog", "az-representative"), rr.run.design("coordinator")):
+            assert 0 < early_closes_max(d, 1000) <= budget_bound(rr.budget, 1000)
+    text = "\n".join(rotation_lines({"balanced-3az": rules}))
+    assert text.count("| interval-only (grace 250 ms) |") == 4  # three designs, one penalty row
+    assert "representatives' penalty" in text and "coordinator (any-broker)" in text
