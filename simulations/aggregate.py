@@ -5,13 +5,14 @@ brokers, 100k partitions).
 Same topology as the event-level simulator (Kafka's rack-aware
 assignment from the seed, routing by the real ``StaticMetadata``), same
 load model (Poisson sends of ``partitions_per_send`` distinct partitions,
-uniform or Zipf), same WAL rotation rule (``commit_interval_ms`` after the
-file's first batch, or ``buffer_bytes_max``).  From those:
+uniform or Zipf), same WAL rotation rule and PUT budget, in expectation
+(:mod:`simulations.rotation_model`).  From those:
 
 * a broker b receives requests at rate R_b and bytes at Y_b; a file lasts
-  D = commit_interval (or buffer_bytes_max / Y_b if that is sooner), and the
-  next one opens at the next request: files/s = 1 / (D + 1/R_b) (size
-  rotation: Y_b / buffer_bytes_max);
+  D (the rotation rule's mean: the grace, the round, the budget's token
+  spacing or the commit interval; buffer_bytes_max / Y_b if that is
+  sooner), and the next one opens at the next request: files/s =
+  1 / (D + 1/R_b) (size rotation: Y_b / buffer_bytes_max);
 * a file holds a batch for leader L with probability
   1 - (1 - pi_L) exp(-c_L D), where c_L is the rate of b's requests that
   carry one of L's partitions and pi_L = c_L / R_b the chance that the
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from partlog.controller.cluster_meta import NO_LEADER
 from simulations.cost import MonthlyCost, monthly_cost
 from simulations.metrics import DesignResult
+from simulations.rotation_model import mean_ms, rotation
 from simulations.scenario import Design, GetMode, Routing, Scenario, ScenarioError
 from simulations.topology import broker_azs, initial_metadata, topic_partitions
 
@@ -102,8 +104,6 @@ def aggregate(scenario: Scenario, design: Design, routing: Routing, seed: int) -
     leader_of = [truth.leader_of(tp) for tp in tps]
     replicas = [truth.partition(tp).replicas for tp in tps]  # type: ignore[union-attr]
     producer_routing = Routing.ANY_BROKER if design is Design.COORDINATOR else routing
-    buf = scenario.buffer
-    interval_s = buf.commit_interval_ms / 1000
 
     # Per broker: request rate, bytes rate, and per leader the rate of its
     # requests that carry one of that leader's partitions (and partitions/s).
@@ -184,12 +184,8 @@ def aggregate(scenario: Scenario, design: Design, routing: Routing, seed: int) -
         r, y = req_rate[b], byte_rate[b]
         if r <= 0:
             continue
-        if y * interval_s >= buf.buffer_bytes_max:
-            duration = buf.buffer_bytes_max / y
-            files = y / buf.buffer_bytes_max
-        else:
-            duration = interval_s
-            files = 1.0 / (interval_s + 1.0 / r)
+        rot = rotation(scenario, r, y, _commit_ms(scenario, design, b, azs, carry.get(b, {})))
+        duration, files = rot.open_s, rot.files_per_s
         files_total += files
         if design is Design.COORDINATOR:
             # One commit RPC per file to the coordinator, cross-AZ outside its AZ.
@@ -233,6 +229,33 @@ def aggregate(scenario: Scenario, design: Design, routing: Routing, seed: int) -
         produce_bytes_per_s=produce_bytes,
         cost=monthly_cost(scenario, puts, gets, 0.0),
     )
+
+
+def _commit_ms(scenario: Scenario, design: Design, b: int, azs: dict[int, str], carry: dict[int, float]) -> float:
+    """Mean time from a file's upload to its last commit answered: one round
+    trip to the farthest commit target, its group commit, and for acks=all
+    the round trip to the farthest replica and its append (no queueing)."""
+    net, commit = scenario.network, scenario.commit
+    multi_az = len(scenario.cluster.azs) > 1
+    if design is Design.COORDINATOR:
+        cross = azs[b] != scenario.cluster.coordinator_az
+        rtt = mean_ms(net.rtt_cross_az if cross else net.rtt_same_az)
+        cost = commit.coordinator
+        replicated = commit.coordinator_replication_factor > 1
+    else:
+        if any(azs[lead] != azs[b] for lead in carry):
+            rtt = mean_ms(net.rtt_cross_az)
+        elif any(lead != b for lead in carry):
+            rtt = mean_ms(net.rtt_same_az)
+        else:
+            rtt = 0.0
+        cost = commit.leader
+        replicated = scenario.cluster.replication_factor > 1
+    group = sum(cost.samples_ms) / len(cost.samples_ms) if cost.samples_ms else mean_ms(cost.fixed)
+    ack = 0.0
+    if replicated and any(p.acks_all for p in scenario.producers):
+        ack = mean_ms(net.rtt_cross_az if multi_az else net.rtt_same_az) + mean_ms(commit.follower_apply)
+    return rtt + group + ack
 
 
 def _readers_by_leader(

@@ -196,6 +196,7 @@ class SimBroker:
     def _upload(self, up: Upload) -> None:
         rec = self.ctx.recorder
         rec.puts += 1
+        rec.put_log.append((self.ctx.loop.now_ms, self.node_id, up.reason.value))
         self._segment_partitions[up.segment_id] = up.partitions
         self._uploading.add(up.segment_id)
         error = None

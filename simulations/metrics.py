@@ -9,6 +9,7 @@ breakdowns) is computed once in :func:`summarize`.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -80,6 +81,9 @@ class Recorder:
     cross_az_replication_bytes: int = 0
     puts: int = 0
     puts_failed: int = 0
+    # (virtual ms, broker, rotation reason) of each PUT: why its file closed
+    # (partlog.produce.rotation), for PUTs/s by reason and the budget check.
+    put_log: list[tuple[float, int, str]] = field(default_factory=list)
     # One sample per commit with followers: when the slowest follower has
     # appended it (one-way to it plus its apply).
     replication_lag_ms: list[float] = field(default_factory=list)
@@ -270,6 +274,15 @@ class DesignResult:
     produce_requests_per_s: float = 0.0
     network_commit_rpcs_per_s: float = 0.0
     replica_fetches_per_s: float = 0.0
+    # PUTs/s by rotation reason (why each file closed), and each PUT as
+    # (virtual ms, broker, reason): the PUT budget's check.
+    puts_per_s_by_reason: dict[str, float] = field(default_factory=dict)
+    put_log: tuple[tuple[float, int, str], ...] = ()
+
+    @property
+    def puts_per_s_busiest_broker(self) -> float:
+        counts = Counter(broker for _, broker, _ in self.put_log)
+        return max(counts.values(), default=0) / self.simulated_s if self.simulated_s else 0.0
 
     @property
     def requests_per_s_total(self) -> float:
@@ -456,4 +469,8 @@ def summarize(
         network_commit_rpcs_per_s=sum(c[1] for c in rec.commits_received.values()) / duration_s,
         replica_fetches_per_s=rec.replica_fetches / duration_s,
         file_commits=tuple(files),
+        puts_per_s_by_reason={
+            reason: n / duration_s for reason, n in sorted(Counter(r for _, _, r in rec.put_log).items())
+        },
+        put_log=tuple(rec.put_log),
     )

@@ -178,6 +178,8 @@ def design_json(d: DesignResult, *, timing: bool) -> dict[str, Any]:
         ),
         "replication_lag_ms": {"p50": _f(d.replication_lag_ms_p50), "p99": _f(d.replication_lag_ms_p99)},
         "object_requests_per_s": {"put": _f(d.puts_per_s), "get": _f(d.gets_per_s)},
+        # Why each WAL file closed (partlog/produce/rotation.py), PUTs/s by reason.
+        "puts_per_s_by_reason": {k: _f(v) for k, v in d.puts_per_s_by_reason.items()},
         "monthly_cost_usd": _f(d.cost.total_usd),
         "monthly_cost_breakdown_usd": {
             "put": _f(d.cost.put_usd),

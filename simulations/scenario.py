@@ -30,7 +30,10 @@ A scenario file::
     # or, instead of sends_per_s: records as partlog's client sends them
     # records_per_s = 500, record_bytes = 100, linger_ms = 5
 
-    [buffer]        commit_interval_ms, buffer_bytes_max, inflight_bytes_max, uploads_inflight_max
+    [buffer]        commit_interval_ms, buffer_bytes_max, inflight_bytes_max, uploads_inflight_max,
+                    rotation_grace_ms (default 2; >= commit_interval_ms: the interval-only rule),
+                    wal_puts_per_s_max (early closes a second per broker; default one per
+                    commit interval): the rotation rule, docs/design/rotation.md
     [network]       rtt_same_az_ms_p50/_p99, rtt_cross_az_ms_p50/_p99
     [object_store]  put_ms_p50/_p99, put_usd_per_1000, get_usd_per_1000,
                     put_mb_per_s, get_mode ("per-az-cache", "per-broker", "shared-cache"),
@@ -74,6 +77,7 @@ from partlog.produce.pipeline import (
     UPLOADS_INFLIGHT_MAX_DEFAULT,
     ProduceConfig,
 )
+from partlog.produce.rotation import ROTATION_GRACE_MS_DEFAULT
 from simulations.latency import LatencyDist
 
 SCENARIOS_DIR = Path(__file__).parent / "scenarios"
@@ -559,17 +563,18 @@ def parse_scenario(doc: Mapping[str, Any], where: str) -> Scenario:
 
     b = _table(doc, where, "buffer")
     try:
-        commit_interval_ms = b.integer("commit_interval_ms", COMMIT_INTERVAL_MS_DEFAULT, lo=1)
         buffer = ProduceConfig(
-            commit_interval_ms=commit_interval_ms,
+            commit_interval_ms=b.integer("commit_interval_ms", COMMIT_INTERVAL_MS_DEFAULT, lo=1),
             buffer_bytes_max=b.integer("buffer_bytes_max", BUFFER_BYTES_MAX_DEFAULT, lo=1),
             inflight_bytes_max=b.integer("inflight_bytes_max", INFLIGHT_BYTES_MAX_DEFAULT, lo=1),
             uploads_inflight_max=b.integer("uploads_inflight_max", UPLOADS_INFLIGHT_MAX_DEFAULT, lo=1),
-            # The interval-only rule (a grace as long as the interval): the
-            # aggregate mode, the verdicts and the calibration model it.
-            # Issue 30's "the simulator follows" moves them to the
-            # load-following rule (docs/design/rotation.md) together.
-            rotation_grace_ms=commit_interval_ms,
+            # The brokers' rotation rule and PUT budget (docs/design/rotation.md),
+            # the same for every design's brokers; a grace of at least the
+            # interval selects the interval-only rule (KIP-1163's) to compare.
+            rotation_grace_ms=b.integer("rotation_grace_ms", ROTATION_GRACE_MS_DEFAULT, hi=3_600_000),
+            wal_puts_per_s_max=b.integer("wal_puts_per_s_max", lo=1, hi=1_000_000)
+            if "wal_puts_per_s_max" in b.doc
+            else None,
         )
     except ValueError as e:
         raise ScenarioError(f"{where}: [buffer]: {e}") from e
@@ -837,7 +842,14 @@ def _parse_event(e: _Table, at_s: float, kind: EventKind, cluster: ClusterSpec, 
 _TOP_KEYS = {"name", "description", "duration_s", "designs", "routings"}
 _SECTION_KEYS: dict[str, set[str]] = {
     "cluster": {"azs", "brokers_per_az", "partitions", "replication_factor", "coordinator_az"},
-    "buffer": {"commit_interval_ms", "buffer_bytes_max", "inflight_bytes_max", "uploads_inflight_max"},
+    "buffer": {
+        "commit_interval_ms",
+        "buffer_bytes_max",
+        "inflight_bytes_max",
+        "uploads_inflight_max",
+        "rotation_grace_ms",
+        "wal_puts_per_s_max",
+    },
     "network": {f"rtt_{w}_az_ms_{q}" for w in ("same", "cross") for q in ("p50", "p99")},
     "object_store": {
         "put_ms_p50",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from partlog.produce.rotation import EARLY_REASONS
 from simulations.metrics import DesignResult
 from simulations.runner import RunResult
 from simulations.scenario import Design
@@ -59,12 +60,18 @@ ROWS: list[tuple[str, Callable[[DesignResult], float | None]]] = [
     ("send latency p99 ms", lambda d: d.send_latency_ms_p99),
     ("metadata replication lag p99 ms", lambda d: d.replication_lag_ms_p99),
     ("object PUT/s", lambda d: d.puts_per_s),
+    ("  PUT/s, early closes (idle, round_done)", _files(lambda d: _early(d))),
+    ("object PUT/s, busiest broker", _files(lambda d: d.puts_per_s_busiest_broker)),
     ("object GET/s", lambda d: d.gets_per_s),
     ("monthly cost USD", lambda d: d.cost.total_usd),
     ("produce requests", lambda d: d.produce_requests),
     ("produce requests retried", lambda d: d.produce_requests_retried),
     ("produce requests failed", lambda d: d.produce_requests_failed),
 ]
+
+
+def _early(d: DesignResult) -> float:
+    return sum(v for k, v in d.puts_per_s_by_reason.items() if k in EARLY_REASONS)
 
 
 def format_table(r: RunResult, *, timing: bool = True) -> str:

@@ -261,8 +261,9 @@ def test_network_commit_rpcs_exclude_a_brokers_own_commits() -> None:
     sent_local = sum(f.local for f in r.file_commits) / r.simulated_s
     received = sum(b.network_commit_rpcs_received_per_s for b in r.per_broker)
     local = sum(b.local_commits_per_s for b in r.per_broker)
-    # Commits still on the wire when the run ends are sent, not yet received.
-    assert 0.95 * sent_remote <= received <= sent_remote
+    # Commits still on the wire when the run ends are sent, not yet received
+    # (none may be: the two sums then differ only in float rounding).
+    assert 0.95 * sent_remote <= received <= sent_remote or received == pytest.approx(sent_remote)
     assert local == pytest.approx(sent_local)
     assert r.network_commit_rpcs_per_s_per_broker_mean == pytest.approx(received / n)
     assert r.local_commits_per_s_per_broker_mean == pytest.approx(local / n)
