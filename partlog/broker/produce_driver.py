@@ -187,7 +187,9 @@ class ProduceDriver:
             if deadline is None:
                 await self.timer_wake.wait()
                 continue
-            delay = (deadline - self.clock.wall_ms()) / 1000
+            # At most one interval: a wall clock stepped back would put the
+            # deadline as far off as the step (tick then closes the file).
+            delay = min(deadline - self.clock.wall_ms(), self.pipeline.config.commit_interval_ms) / 1000
             if delay > 0:
                 try:
                     async with asyncio.timeout(delay):

@@ -82,8 +82,9 @@ class BrokerInfo:
 # Room for a few listeners with DNS names (a registration is one RPC field
 # and one etcd value; the RPC schema's limit is the same number).
 KAFKA_LISTENERS_CHARS_MAX = 1_000
-_LISTENER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_HOST = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._-]+)$")
+# Matched whole (fullmatch: re's "$" would also match before a final newline).
+_LISTENER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_HOST = re.compile(r"\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._-]+")
 
 
 def kafka_listener_addresses(text: str) -> dict[str, tuple[str | None, int]]:
@@ -96,10 +97,10 @@ def kafka_listener_addresses(text: str) -> dict[str, tuple[str | None, int]]:
         name, _, rest = item.partition(":")
         host, sep, port = rest.rpartition(":")
         if (
-            not _LISTENER_NAME.match(name)
+            not _LISTENER_NAME.fullmatch(name)
             or not (port.isascii() and port.isdigit())
             or not 0 < int(port) <= 65_535
-            or (sep and not _HOST.match(host))
+            or (sep and not _HOST.fullmatch(host))
             or name in out
         ):
             raise ValueError(

@@ -25,11 +25,12 @@ a key can only be the same binding or its deletion).
   read the prefix again.  A change answers once this side's set holds it
   (or after the request timeout, if the watch lags).
 
-Reads are bounded: at most ``ACLS_MAX + 1`` keys per range read, values
-over ``ACL_VALUE_BYTES_MAX`` are not decoded, and the set holds at most
-``ACLS_MAX`` bindings (more keys than that can only come from another
-writer, or creators racing at the limit: the first ``ACLS_MAX`` in key
-order, or of arrival, are kept, the rest refused).  A value that is not a
+Reads are bounded: the prefix is read in pages of ``ACL_READ_PAGE_KEYS``
+keys at one revision, values over ``ACL_VALUE_BYTES_MAX`` are not decoded,
+and the set holds at most ``ACLS_MAX`` bindings (more can only come from
+another writer, or creators racing at the limit).  Over the limit a DENY
+binding takes the place of an ALLOW one, never the reverse: dropping a
+DENY would grant what it denies (the rest are refused).  A value that is not a
 valid binding (undecodable, an unknown code, what CreateAcls would refuse,
 another key's binding) is refused: logged, counted in ``refused``, and
 never part of the set, so it grants nothing.
@@ -54,7 +55,7 @@ import aetcd.utils
 import msgpack
 from aetcd.rtypes import EventKind
 
-from partlog.acl import ACLS_MAX, AclBinding, AclBindingFilter, AclSet, invalid_binding
+from partlog.acl import ACLS_MAX, AclBinding, AclBindingFilter, AclPermission, AclSet, invalid_binding
 from partlog.acl.source import apply_create, apply_delete
 from partlog.controller.acls import dec_binding, enc_binding
 from partlog.controller.etcd_connection import ETCD_ERRORS, EtcdConnection
@@ -67,7 +68,7 @@ from partlog.controller.etcd_meta import (
 )
 from partlog.controller.etcd_url import EtcdTarget
 
-__all__ = ["ACL_VALUE_BYTES_MAX", "ETCD_TXN_OPS_MAX", "EtcdAcls", "acl_key", "acls_root"]
+__all__ = ["ACL_READ_PAGE_KEYS", "ACL_VALUE_BYTES_MAX", "ETCD_TXN_OPS_MAX", "EtcdAcls", "acl_key", "acls_root"]
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,8 @@ ACL_VALUE_BYTES_MAX = 16 * 1024
 # etcd's default --max-txn-ops: a change of more bindings takes several
 # transactions (each atomic; every binding is its own key, see the module doc).
 ETCD_TXN_OPS_MAX = 128
+# Keys per range read of the prefix (the set is read in such pages).
+ACL_READ_PAGE_KEYS = 1_000
 # Log lines for refused values per read or burst: a hostile writer's
 # thousand keys are counted, not logged a thousand times.
 REFUSALS_LOGGED_MAX = 10
@@ -111,6 +114,21 @@ def _decode(root: bytes, key: bytes, value: bytes) -> AclBinding | str:
     if key != acl_key(root, b):
         return "the binding is not the one its key names"
     return b
+
+
+def _keep(held: dict[bytes, AclBinding], key: bytes, b: AclBinding) -> str | None:
+    """Hold ``b`` under ``key`` within ``ACLS_MAX`` bindings, a DENY in
+    place of an ALLOW when full; the refusal of what is not held, or None."""
+    if key in held or len(held) < ACLS_MAX:
+        held[key] = b
+        return None
+    if b.permission == AclPermission.DENY:
+        allow = next((k for k, x in held.items() if x.permission != AclPermission.DENY), None)
+        if allow is not None:
+            dropped = held.pop(allow)
+            held[key] = b
+            return f"{allow[:80]!r}: over {ACLS_MAX} ACLs (an ALLOW gives way to a DENY: {dropped})"
+    return f"{key[:80]!r}: over {ACLS_MAX} ACLs"
 
 
 class EtcdAcls:
@@ -186,32 +204,39 @@ class EtcdAcls:
         the revision of the read."""
         c = await self.conn.client()
         await c.connect()
-        request = aetcd.rpc.RangeRequest(
-            key=self.root, range_end=aetcd.utils.prefix_range_end(self.root), limit=ACLS_MAX + 1
-        )
-        # aetcd's get_prefix has no limit: its stub, on the same channel.
-        resp = await c.kvstub.Range(request, timeout=self.conn.request_timeout_ms / 1000, metadata=c.metadata)
+        end = aetcd.utils.prefix_range_end(self.root)
         held: dict[bytes, AclBinding] = {}
-        refusals: list[str] = []
-        for kv in resp.kvs:
-            got = _decode(self.root, kv.key, kv.value)
-            if isinstance(got, str):
-                refusals.append(f"{kv.key[:80]!r}: {got}")
-            elif len(held) >= ACLS_MAX:
-                refusals.append(f"{kv.key[:80]!r}: over {ACLS_MAX} ACLs")
-            else:
-                held[kv.key] = got
-        if resp.more:
-            refusals.append(f"more than {ACLS_MAX + 1} keys under {self.root!r}: the rest are not read")
-        self._refuse(refusals)
-        return held, int(resp.header.revision)
+        refusals: list[str] = []  # the first REFUSALS_LOGGED_MAX, to log
+        refused = 0
+        key, revision = self.root, 0
+        while True:
+            # aetcd's get_prefix has no limit: its stub, on the same channel;
+            # every page at the first one's revision (one consistent read).
+            request = aetcd.rpc.RangeRequest(key=key, range_end=end, limit=ACL_READ_PAGE_KEYS, revision=revision)
+            resp = await c.kvstub.Range(request, timeout=self.conn.request_timeout_ms / 1000, metadata=c.metadata)
+            revision = revision or int(resp.header.revision)
+            for kv in resp.kvs:
+                got = _decode(self.root, kv.key, kv.value)
+                why = f"{kv.key[:80]!r}: {got}" if isinstance(got, str) else _keep(held, kv.key, got)
+                if why is not None:
+                    refused += 1
+                    if len(refusals) < REFUSALS_LOGGED_MAX:
+                        refusals.append(why)
+            if not resp.more or not resp.kvs:
+                break
+            key = resp.kvs[-1].key + b"\0"
+        self._refuse(refusals, refused)
+        return held, revision
 
-    def _refuse(self, refusals: list[str]) -> None:
-        self.refused += len(refusals)
+    def _refuse(self, refusals: list[str], count: int | None = None) -> None:
+        """Count ``count`` refusals (``len(refusals)`` when None), logging
+        at most ``REFUSALS_LOGGED_MAX`` of ``refusals``."""
+        count = len(refusals) if count is None else count
+        self.refused += count
         for why in refusals[:REFUSALS_LOGGED_MAX]:
             log.error("etcd ACL refused: %s", why)
-        if len(refusals) > REFUSALS_LOGGED_MAX:
-            log.error("etcd ACL refused: %d more", len(refusals) - REFUSALS_LOGGED_MAX)
+        if count > REFUSALS_LOGGED_MAX:
+            log.error("etcd ACL refused: %d more", count - REFUSALS_LOGGED_MAX)
 
     def _apply(self, kind: Any, key: bytes, value: bytes, revision: int) -> None:
         if kind == EventKind.DELETE:
@@ -222,10 +247,10 @@ class EtcdAcls:
                 # A valid binding overwritten by garbage is gone.
                 self._held.pop(key, None)
                 self._refuse([f"{key[:80]!r}: {got}"])
-            elif key not in self._held and len(self._held) >= ACLS_MAX:
-                self._refuse([f"{key[:80]!r}: over {ACLS_MAX} ACLs"])
             else:
-                self._held[key] = got
+                why = _keep(self._held, key, got)
+                if why is not None:
+                    self._refuse([why])
         self.revision = max(self.revision, revision)
         # One rebuild per burst (a transaction's events arrive together).
         if not self._publish_pending:

@@ -7,7 +7,8 @@ The rule (issue 30, docs/design/rotation.md), first that holds wins:
 * ``SIZE``: the file holds ``buffer_bytes_max`` bytes (or the batch limit);
   checked by the pipeline as batches are added.
 * ``URGENT``: a coordinator's record is in it (the pipeline's ``urgent``).
-* ``INTERVAL``: its first batch is ``commit_interval_ms`` old.
+* ``INTERVAL``: its first batch is ``commit_interval_ms`` old (or the
+  wall clock went back past its opening).
 * ``IDLE`` / ``ROUND_DONE``: early closes.  The broker has no upload or
   commit in flight (nothing closed and unanswered), the file is at least
   ``rotation_grace_ms`` old, and the PUT budget holds a token.  ``IDLE`` when
@@ -180,7 +181,10 @@ class RotationPolicy:
         """Why the open file must close at ``now_ms``, or None."""
         if self.opened_ms is None:
             return None
-        if now_ms >= self.opened_ms + self.commit_interval_ms:
+        if now_ms >= self.opened_ms + self.commit_interval_ms or now_ms < self.opened_ms:
+            # (Before its opening: the wall clock stepped back, and the
+            # file's age is unknown; waiting for the clock to catch up
+            # would hold its produces for the step's length.)
             return RotationReason.INTERVAL
         early = self.early_at_ms()
         if early is None or now_ms < early:

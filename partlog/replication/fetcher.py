@@ -24,7 +24,9 @@ in a worker thread otherwise.
 
 The log end a fetch reports is read after the previous append returned,
 that is once it was durable (the journal's fdatasync): the leader never
-counts an entry toward the HWM that this broker could still lose.
+counts an entry toward the HWM that this broker could still lose.  Nor
+is a fetch sent while the store is fail-stopped (its caches may be ahead
+of disk until it is reopened).
 """
 
 from __future__ import annotations
@@ -224,6 +226,11 @@ class ReplicaFetchers:
                 await self._metadata_changed().wait()
 
     def _fetch_request(self, followed: dict[TopicIdPartition, FollowedPartition]) -> list[ReplicaFetchPartition]:
+        if self.store.failed is not None:
+            # A fail-stopped store's caches may hold appends whose journal
+            # append failed (sequenced, never durable) until a reopen reloads
+            # them from disk: the leader would count them toward its HWM.
+            raise StoreError(f"broker {self.broker_id}: the store fail-stopped; no fetch until it is reopened")
         parts = []
         for tp, f in followed.items():
             cache = self.store.leader_epoch_cache(tp)

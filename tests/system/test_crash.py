@@ -276,6 +276,16 @@ def _source(path: Path) -> tuple[uuid.UUID, list[list[ReplicatedEntry]]]:
         return fid, [list(leader.read_log(tp, 0, BIG).entries) for tp in tps]
 
 
+def _cut_at(entries: list[ReplicatedEntry], target: int) -> int:
+    """Where ``truncate_to(target)`` ends a log of ``entries``: the base of
+    the first entry whose last offset is >= ``target`` (else ``target``)."""
+    for e in entries:
+        h = BatchHeader.parse(e.header)
+        if h.base_offset + h.last_offset_delta >= target:
+            return min(target, h.base_offset)
+    return target
+
+
 def _verify_follower(
     store: MetadataStore, fid: uuid.UUID, logs: list[list[ReplicatedEntry]], history: History, ctx: str
 ) -> list[int]:
@@ -287,7 +297,11 @@ def _verify_follower(
         leo = store.log_end_offset(tp)
         entries = list(store.read_log(tp, 0, BIG).entries) if leo else []
         assert entries == logs[p][: len(entries)], f"{ctx}: followed p{p} is not a prefix of the leader's log"
-        floor = history.fleo[p] if history.ftrunc is None else min(history.fleo[p], history.ftrunc[p])
+        floor = history.fleo[p]
+        if history.ftrunc is not None:
+            # truncate_to(target) cuts at the base of the batch holding the
+            # target: the log may end below the target itself.
+            floor = min(floor, _cut_at(logs[p], history.ftrunc[p]))
         assert leo >= floor, f"{ctx}: followed p{p} ends at {leo}, acknowledged up to {history.fleo[p]}"
         leos.append(leo)
     return leos

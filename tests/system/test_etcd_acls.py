@@ -311,3 +311,45 @@ def test_two_brokers_share_acls_through_etcd(tmp_path_factory: pytest.TempPathFa
         assert both.returncode == 2 and both.stderr.count("\n") == 1, both.stderr
     finally:
         c.close()
+
+
+@needs_etcd
+def test_over_the_limit_a_deny_is_never_dropped_for_an_allow(
+    etcd: EtcdCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # More bindings than ACLS_MAX can only come from racing creators or
+    # another writer; keeping ALLOWs over a DENY would grant what it denies.
+    from partlog.controller import etcd_acls
+
+    monkeypatch.setattr(etcd_acls, "ACLS_MAX", 2)
+    url = _url(etcd)
+
+    async def main() -> None:
+        acls = EtcdAcls(parse_etcd_url(url))
+        raw = EtcdConnection(parse_etcd_url(url), 5_000)
+        root = acls.root
+        deny = _topic("tt", AclOperation.READ, "User:mallory", deny=True)
+        # Allows whose keys sort before the deny's: a read in key order meets them first.
+        allows = [
+            b
+            for b in (_topic(chr(ord("a") + i), AclOperation.READ, "User:*") for i in range(26))
+            if acl_key(root, b) < acl_key(root, deny)
+        ][:3]
+        assert len(allows) == 3
+        c = await raw.client()
+        for b in [*allows, deny]:
+            await c.put(acl_key(root, b), msgpack.packb(enc_binding(b)))
+        await acls.start()
+        try:
+            assert acls.loaded and deny in acls.acls.bindings, acls.acls.bindings
+            assert len(acls.acls.bindings) == 2
+            # While following, full: a new deny takes an allow's place.
+            deny2 = _topic("u", AclOperation.WRITE, "User:mallory", deny=True)
+            await c.put(acl_key(root, deny2), msgpack.packb(enc_binding(deny2)))
+            await _until(lambda: deny2 in acls.acls.bindings)
+            assert acls.acls.bindings == {deny, deny2}
+        finally:
+            await acls.stop()
+            await raw.close()
+
+    _run(main)

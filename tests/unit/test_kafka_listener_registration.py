@@ -4,8 +4,10 @@ a broker registered without names keeps the old encodings."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from partlog.controller.cluster_meta import (
@@ -106,3 +108,24 @@ def test_named_listeners_map_to_protocols_and_advertise() -> None:
     for bad in ("NOPE://h:1", "EXTERNAL://h:0", "EXTERNAL://h:1,EXTERNAL://h:2", "EXTERNAL://:1"):
         with pytest.raises(ListenerConfigError):
             parse_advertised(bad, specs)
+
+
+@pytest.mark.parametrize("text", ["A:h\n:1", "A\n:1", "A:h\n:1,B:2", "A\n:h:1", "A:[::1]\n:1"])
+def test_a_trailing_newline_is_no_part_of_a_name_or_host(text: str) -> None:
+    # A registration read from etcd or the controller is hostile text: a
+    # name or host must be its characters whole (re's "$" also matches
+    # before a final newline, which would then be advertised to clients).
+    with pytest.raises(ValueError):
+        kafka_listener_addresses(text)
+
+
+@given(st.text(alphabet="AZh:[]1.\n_,", max_size=30))
+@example("A:h\n:1")
+def test_parsed_names_and_hosts_hold_only_their_characters(text: str) -> None:
+    try:
+        parsed = kafka_listener_addresses(text)
+    except ValueError:
+        return
+    for name, (host, _port) in parsed.items():
+        assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name), name
+        assert host is None or re.fullmatch(r"[0-9a-fA-F:.]+|[A-Za-z0-9._-]+", host), host

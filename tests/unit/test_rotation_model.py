@@ -306,3 +306,18 @@ def test_the_default_budget_is_one_put_per_commit_interval() -> None:
     for bad in ({"wal_puts_per_s_max": 0}, {"rotation_grace_ms": -1}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             ProduceConfig(**bad)  # type: ignore[arg-type]
+
+
+def test_a_wall_clock_stepped_back_does_not_keep_a_file_open() -> None:
+    # The shell passes wall-clock milliseconds; an NTP step back of an hour
+    # must not keep the open file (and every produce in it) for that hour.
+    p = ProducePipeline(
+        0, ProduceConfig(commit_interval_ms=50, rotation_grace_ms=2), leader_of=LEADERS.get, rand_hex=lambda: "a"
+    )
+    assert _one(p, 1, T0) == []
+    [up] = p.tick(T0 + 2)  # an idle close: its round is in flight from here
+    assert isinstance(up, Upload)
+    assert _one(p, 2, T0 + 5) == []  # waits for the round, or its interval
+    stepped = T0 + 5 - 3_600_000
+    closed = [a for now in range(stepped, stepped + 51) for a in p.tick(now) if isinstance(a, Upload)]
+    assert closed, "the file stayed open after the clock stepped back"
