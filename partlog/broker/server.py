@@ -213,6 +213,9 @@ class Broker:
             drop_client=self.peers.drop,
             on_data=self.data.wake,
             clock=clock,
+            # A follower's fail-stopped store is reopened as a leader's is
+            # (self.commits exists by the time a fetcher runs).
+            on_store_failed=lambda: self.commits.store_failed(),
         )
         self.pipeline = ProducePipeline(
             bid, config.produce, leader_of=metadata.leader_of, rand_hex=lambda: entropy.token_hex(8)

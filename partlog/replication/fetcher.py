@@ -86,6 +86,7 @@ class ReplicaFetchers:
         drop_client: Callable[[int], Awaitable[None]],
         on_data: Callable[[], None],
         metadata_changed: Callable[[], asyncio.Event],
+        on_store_failed: Callable[[], None] = lambda: None,
     ) -> None:
         self.broker_id = broker_id
         self.store = store
@@ -97,6 +98,9 @@ class ReplicaFetchers:
         self._drop_client = drop_client
         self._on_data = on_data
         self._metadata_changed = metadata_changed
+        # The store fail-stopped: the broker reopens it from disk (a broker
+        # that only follows would otherwise stop fetching until a restart).
+        self._on_store_failed = on_store_failed
         self._fetchers: dict[int, asyncio.Task[None]] = {}
         # Applies chosen under ``roles`` whose store calls have not returned.
         self._applying = 0
@@ -146,6 +150,8 @@ class ReplicaFetchers:
                     parts = await asyncio.to_thread(self._fetch_request, followed)
             except (StoreError, KeyError) as e:
                 log.warning("broker %d: cannot build a fetch from %d: %s", self.broker_id, leader, e)
+                if self.store.failed is not None:
+                    self._on_store_failed()
                 await self._pause(backoff)
                 continue
             if received:
@@ -209,6 +215,8 @@ class ReplicaFetchers:
             except (StoreError, KeyError, ValueError) as e:
                 log.error("broker %d: applying a fetch from %d failed: %s", self.broker_id, leader, e)
                 moved, stale = False, True
+                if self.store.failed is not None:
+                    self._on_store_failed()
             if moved:
                 self._on_data()
             if stale:

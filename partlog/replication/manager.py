@@ -120,6 +120,7 @@ class ReplicaManager:
         drop_client: Callable[[int], Awaitable[None]],
         on_data: Callable[[], None],
         clock: Clock,
+        on_store_failed: Callable[[], None] = lambda: None,
     ) -> None:
         self.broker_id = broker_id
         self.store = store
@@ -149,6 +150,7 @@ class ReplicaManager:
             drop_client=drop_client,
             on_data=on_data,
             metadata_changed=self._metadata_changed.waiter,
+            on_store_failed=on_store_failed,
         )
         self._next_token = 0
         # acks=all waits handed to callers (commit): kept alive until done.

@@ -97,6 +97,7 @@ def test_a_fail_stopped_follower_never_reports_entries_it_lost(tmp_path: Path, m
                 return None
 
             following: dict[TopicIdPartition, FollowedPartition] = {tp: FollowedPartition(LEADER, 0)}
+            reopen_asked: list[bool] = []
             fetchers = ReplicaFetchers(
                 2,
                 follower,
@@ -108,6 +109,7 @@ def test_a_fail_stopped_follower_never_reports_entries_it_lost(tmp_path: Path, m
                 drop_client=drop,
                 on_data=lambda: None,
                 metadata_changed=lambda: changed,
+                on_store_failed=lambda: reopen_asked.append(True),
             )
             holder.append(fetchers)
             fetchers.start()
@@ -119,6 +121,9 @@ def test_a_fail_stopped_follower_never_reports_entries_it_lost(tmp_path: Path, m
             for t in fetchers.tasks():
                 t.cancel()
             await asyncio.gather(*fetchers.tasks(), return_exceptions=True)
+            # A broker that only follows reopens its store too (the broker
+            # wires this to LeaderCommits.store_failed).
+            assert reopen_asked
 
         asyncio.run(main())
         assert follower.failed is not None
