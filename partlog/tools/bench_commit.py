@@ -57,6 +57,13 @@ class CaseResult:
     # (sync on; for sync off the ceiling is the same number, as a yardstick)
     ratio_to_journal_ceiling: float
     group_commits: int
+    # This process's CPU time (user + system, every thread: committers,
+    # checkpoint thread, the kernel's share of pwrite/fdatasync) per batch,
+    # and per wall second.  cpu_per_wall near 1.0 with the journal ceiling
+    # far above batches/s means one interpreter is the wall, not the disk
+    # (docs/design/commit-path.md).
+    cpu_us_per_batch: float
+    cpu_per_wall: float
 
 
 def _header(base_offset: int, producer_id: int, epoch: int, seq: int, ts: int) -> bytes:
@@ -280,9 +287,11 @@ def run_case(
         group_before = store.stats["group_commits"]
         barrier.wait()
         start = time.perf_counter()
+        cpu_start = time.process_time()
         for t in threads:
             t.join()
         elapsed = time.perf_counter() - start
+        cpu = time.process_time() - cpu_start
         if errors:
             raise errors[0]
         all_lat = sorted(x * 1000 for lat in latencies for x in lat)
@@ -305,6 +314,8 @@ def run_case(
             if journal_ceiling_batches_per_s
             else 0.0,
             group_commits=store.stats["group_commits"] - group_before,
+            cpu_us_per_batch=round(cpu / batches * 1e6, 2) if batches else 0.0,
+            cpu_per_wall=round(cpu / elapsed, 3),
         )
     finally:
         store.close()
