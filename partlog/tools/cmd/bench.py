@@ -224,11 +224,15 @@ def _print_table(result: dict[str, Any]) -> None:
     print(f"checkpoints: {result['checkpoints']}")
     crc = result["crc_us_per_entry"]
     print(f"CRC-32C of one entry: crc32c {crc['crc32c']:.3f} us, crcmod {crc['crcmod']:.3f} us")
-    cols = ("name", "batches_per_s", "commits_per_s", "latency_ms_p50", "latency_ms_p99", "ratio_to_journal_ceiling")
-    print(f"{'case':48} {'batches/s':>11} {'commits/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'x ceil':>6}")
+    cols = ("name", "batches_per_s", "commits_per_s", "latency_ms_p50", "latency_ms_p99", "ratio_to_journal_ceiling",
+            "cpu_us_per_batch", "cpu_per_wall")  # fmt: skip
+    # cpu/wall near 1: the interpreter is the limit; well below: the disk or the machine.
+    print(f"{'case':48} {'batches/s':>11} {'commits/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'x ceil':>6} "
+          f"{'cpu us/b':>8} {'cpu/wall':>8}")  # fmt: skip
     for r in result["results"]:
-        name, bps, cps, p50, p99, ratio = (r[c] for c in cols)
-        print(f"{name:48} {bps:>11,.0f} {cps:>10,.0f} {p50:>8.2f} {p99:>8.2f} {ratio:>6.3f}")
+        name, bps, cps, p50, p99, ratio, cpu_b, cpu_w = (r[c] for c in cols)
+        print(f"{name:48} {bps:>11,.0f} {cps:>10,.0f} {p50:>8.2f} {p99:>8.2f} {ratio:>6.3f} "
+              f"{cpu_b:>8.2f} {cpu_w:>8.2f}")  # fmt: skip
 
 
 def _commit(args: argparse.Namespace) -> int:
