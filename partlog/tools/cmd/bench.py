@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from partlog.tools.cmd.common import progress_printer
@@ -211,6 +212,15 @@ def run(args: argparse.Namespace) -> int:
     return int(_RUNS[args.bench](args))
 
 
+def _emit(args: argparse.Namespace, result: Any, print_report: Callable[[Any], None]) -> int:
+    """Print a bench's result: one JSON object with --json, else its report."""
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print_report(result)
+    return 0
+
+
 def _print_table(result: dict[str, Any]) -> None:
     print(f"raw LMDB puts (entries of the same size, no sync): {result['raw_puts_per_s']:,.0f}/s")
     print(
@@ -256,11 +266,7 @@ def _commit(args: argparse.Namespace) -> int:
         progress=progress,
         checkpoint_thread=args.checkpoints == "thread",
     )
-    if args.json:
-        print(json.dumps(result))
-    else:
-        _print_table(result)
-    return 0
+    return _emit(args, result, _print_table)
 
 
 def _produce(args: argparse.Namespace) -> int:
@@ -309,11 +315,7 @@ def _kafka(args: argparse.Namespace) -> int:
             commit_interval_ms=args.commit_interval_ms,
             progress=progress,
         )
-        if args.json:
-            print(json.dumps(secure))
-        else:
-            bench_kafka_security.print_report(secure)
-        return 0
+        return _emit(args, secure, bench_kafka_security.print_report)
     if args.rotation:
         rotation = bench_kafka.run_rotation(
             seconds=args.seconds,
@@ -325,11 +327,7 @@ def _kafka(args: argparse.Namespace) -> int:
             budgets=args.wal_puts_per_s_max or (None,),
             progress=progress,
         )
-        if args.json:
-            print(json.dumps(rotation))
-        else:
-            bench_kafka.print_rotation_report(rotation)
-        return 0
+        return _emit(args, rotation, bench_kafka.print_rotation_report)
     if args.transactions:
         txn = bench_txn.run(
             seconds=args.seconds,
@@ -341,11 +339,7 @@ def _kafka(args: argparse.Namespace) -> int:
             producers=args.producers,
             progress=progress,
         )
-        if args.json:
-            print(json.dumps(txn))
-        else:
-            bench_txn.print_report(txn)
-        return 0
+        return _emit(args, txn, bench_txn.print_report)
     result = bench_kafka.run(
         seconds=args.seconds,
         value_bytes=args.value_bytes,
@@ -354,11 +348,7 @@ def _kafka(args: argparse.Namespace) -> int:
         commit_interval_ms=args.commit_interval_ms,
         progress=progress,
     )
-    if args.json:
-        print(json.dumps(result))
-    else:
-        bench_kafka.print_report(result)
-    return 0
+    return _emit(args, result, bench_kafka.print_report)
 
 
 def _latency(args: argparse.Namespace) -> int:
@@ -370,11 +360,7 @@ def _latency(args: argparse.Namespace) -> int:
         acks=("all", "1") if args.acks == "both" else (args.acks,),
         progress=progress_printer(args),
     )
-    if args.json:
-        print(json.dumps(result))
-    else:
-        bench_latency.print_report(result)
-    return 0
+    return _emit(args, result, bench_latency.print_report)
 
 
 def _replication(args: argparse.Namespace) -> int:
@@ -409,11 +395,7 @@ def _metadata(args: argparse.Namespace) -> int:
     except RuntimeError as e:  # etcd missing or failing to start, a step that timed out
         print(f"partlog bench metadata: {e}", file=sys.stderr)
         return 1
-    if args.json:
-        print(json.dumps(result))
-    else:
-        bench_metadata.print_report(result)
-    return 0
+    return _emit(args, result, bench_metadata.print_report)
 
 
 _RUNS = {
