@@ -15,6 +15,7 @@ know the broker's versions must be able to read it (KIP-511).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import functools
@@ -153,6 +154,16 @@ class FrameReader:
         frame = bytes(self._buf[4 : 4 + size])
         del self._buf[: 4 + size]
         return frame
+
+
+async def read_buffered(reader: asyncio.StreamReader, max_bytes: int) -> bytes:
+    """Up to ``max_bytes`` that ``reader`` holds already, without waiting
+    (b"" when it holds none)."""
+    try:
+        async with asyncio.timeout(0):
+            return await reader.read(max_bytes)
+    except TimeoutError:
+        return b""
 
 
 def parse_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> Request:
@@ -351,5 +362,6 @@ __all__ = [
     "encode_response",
     "error_body",
     "parse_request",
+    "read_buffered",
     "response_class",
 ]

@@ -57,6 +57,7 @@ from partlog.kafka_front.codec import (
     encode_response,
     error_body,
     parse_request,
+    read_buffered,
     response_class,
 )
 from partlog.kafka_front.handler import Session
@@ -515,6 +516,12 @@ class _Connection:
                         async with asyncio.timeout(wait_s):
                             data = await self.reader.read(READ_CHUNK_BYTES)
                     except TimeoutError:
+                        # A loop stalled past the deadline runs its timer before the
+                        # read of bytes already here: they came in time, take them.
+                        data = await read_buffered(self.reader, READ_CHUNK_BYTES)
+                        if data:
+                            self.frames.feed(data)
+                            continue
                         if self.gate.deadline is not None and self.listener.clock.monotonic() >= self.gate.deadline:
                             self.listener.metrics.auth_deadline_closed.inc()
                             log.info("kafka listener: closing %s: not authenticated within %d ms",

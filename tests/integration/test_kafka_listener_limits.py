@@ -123,3 +123,29 @@ def test_the_idle_timeout_closes_an_idle_connection_but_not_one_waiting_on_its_r
         idle.close()
     finally:
         cluster.call(listener.close())
+
+
+def test_a_request_that_arrived_during_a_stalled_loop_is_not_taken_for_idleness(cluster: ClusterThread) -> None:
+    """Regression (CI, under load): the event loop stalled past
+    connections.max.idle.ms while a client's request was arriving; the idle
+    timer ran before the read its bytes would have woken, and the
+    connection was closed as idle with the request in its buffer."""
+    import asyncio
+    import time
+
+    listener = _listener(cluster, ListenerLimits(connections_max_idle_ms=300))
+    try:
+        s = socket.create_connection(("127.0.0.1", listener.port), timeout=10)
+        assert _served(s)  # its read loop now waits, idle, for the next request
+
+        async def stall() -> None:
+            time.sleep(0.8)  # blocks the loop past the idle timeout, on purpose
+
+        stalled = asyncio.run_coroutine_threadsafe(stall(), cluster.loop)
+        time.sleep(0.2)  # the stall has begun (the idle wait started before it)
+        s.sendall(API_VERSIONS_V0)  # arrives while the loop is stalled
+        stalled.result(10)
+        assert read_frame(s) is not None, "a request in the buffer was closed as idle"
+        s.close()
+    finally:
+        cluster.call(listener.close())
