@@ -308,6 +308,12 @@ class EtcdMetadata(SnapshotView):
                 c = await self.conn.client()
                 watch = await c.watch_prefix(self.keys.root, start_revision=self.view.revision + 1)
                 try:
+                    me = asyncio.current_task()
+                    if me is not None and me.cancelling():
+                        # Python 3.11's asyncio.wait_for (in aetcd's watch
+                        # creation) can swallow a cancel: stop() would wait for
+                        # ever (`partlog users --metadata etcd://` hung in CI).
+                        raise asyncio.CancelledError
                     async for ev in watch:
                         attempt = 0
                         kv = ev.kv

@@ -26,6 +26,7 @@ the Kafka listeners, whose anonymous clients stay under the ACLs.
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import os
 import random
@@ -71,6 +72,10 @@ STARTUP_TIMEOUT_S = 60.0
 WALMGR_CYCLE_MS = 1_000
 # Segment ids an orphan-injecting broker remembers its choice for.
 ORPHAN_CHOICES_MAX = 10_000
+
+
+# A broker's first start tries this many sets of ports (see _first_start).
+FIRST_START_PORT_ATTEMPTS = 3
 
 
 def free_ports(n: int) -> list[int]:
@@ -181,7 +186,7 @@ class LocalCluster:
         else:
             await self._start_etcd()
         for b in self.layout.brokers():
-            await self.start_broker(b.broker_id)
+            await self._first_start(b.broker_id)
         self.admin = self._source(None)
         await self.admin.start(timeout_ms=int(STARTUP_TIMEOUT_S * 1000))
         if isinstance(self.admin, EtcdMetadata):
@@ -238,6 +243,31 @@ class LocalCluster:
     def _led_somewhere(self, tp: TopicIdPartition) -> bool:
         return any(b.replicas.is_leader(tp) for b in self.brokers.values())
 
+    async def _first_start(self, broker_id: int) -> None:
+        """Start a broker the first time.  Its ports were free when
+        ``free_ports`` asked, but another process (a parallel test) may have
+        bound one since: then it gets new ones, at most
+        ``FIRST_START_PORT_ATTEMPTS`` times (a restart keeps its ports)."""
+        for attempt in range(1, FIRST_START_PORT_ATTEMPTS + 1):
+            try:
+                await self.start_broker(broker_id)
+                return
+            except OSError as e:
+                if e.errno != errno.EADDRINUSE or attempt == FIRST_START_PORT_ATTEMPTS:
+                    raise
+            source = self._sources.pop(broker_id, None)
+            if isinstance(source, EtcdMetadata):
+                await source.stop(revoke=True)  # its session ends now, not at its lease's expiry
+            elif source is not None:
+                await source.stop()
+            rpc, *kafka = free_ports(1 + len(self.kafka_listeners.get(broker_id, ())))
+            self.ports[broker_id] = rpc
+            if broker_id in self.kafka_ports:
+                self.kafka_ports[broker_id] = kafka[0]
+                self.kafka_listeners[broker_id] = tuple(
+                    replace(spec, port=port) for spec, port in zip(self.kafka_listeners[broker_id], kafka, strict=True)
+                )
+
     async def start_broker(self, broker_id: int) -> None:
         info = self.layout.broker(broker_id)
         assert info is not None
@@ -247,6 +277,8 @@ class LocalCluster:
             broker_id, info.az, "127.0.0.1", self.ports[broker_id], self.kafka_ports.get(broker_id, 0), names
         )
         source = self._source(me)
+        # Known before the node starts, so a failed start can stop it.
+        self._sources[broker_id] = source
         await source.start()
         make: Callable[..., Broker] = Broker
         if self.opts.orphan_rate > 0:
@@ -262,7 +294,11 @@ class LocalCluster:
             rpc_super_users=frozenset({ANONYMOUS}),
         )
         node = BrokerNode(config, source, self.objects, make_broker=make)
-        await node.start()
+        try:
+            await node.start()
+        except OSError:
+            await node.stop()  # its store is open: a retry opens it again
+            raise
         self.brokers[broker_id], self._sources[broker_id], self.nodes[broker_id] = node.broker, source, node
 
     def _kafka_security(self, source: Any) -> ListenerSecurity:
