@@ -17,8 +17,6 @@ import sys
 import pytest
 
 from partlog import injected_bugs
-from simulations.dst.config import Faults, Shape
-from simulations.dst.world import run
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -51,16 +49,28 @@ def dst(*args: str, timeout_s: int = 300) -> subprocess.CompletedProcess[str]:
 
 def test_a_seed_replays_to_the_same_digest() -> None:
     """Two runs of one seed in one process agree to the step (same hash
-    seed): events, acknowledgements, and the number of loop steps."""
-    shape = Shape(duration_s=4.0, settle_s=3.0, rate_per_producer=10.0)
-    faults = Faults(broker_crashes_per_min=30.0, connection_resets_per_min=30.0)
-    a = run(11, shape, faults)
-    b = run(11, shape, faults)
-    assert a.ok, a.violations
-    assert (a.digest, a.steps, a.acked) == (b.digest, b.steps, b.acked)
-    assert a.acked > 0 and a.steps > 1_000
-    c = run(12, shape, faults)
-    assert c.digest != a.digest  # the seed matters
+    seed): events, acknowledgements, and the number of loop steps.  In a
+    subprocess with PYTHONHASHSEED=0, as the CLI runs seeds: in pytest's own
+    process the hash seed is random, so "seed 11" named another schedule in
+    every CI run (one of them, at issue 30, left a producer holding records
+    63 s after the faults stopped; docs/design/dst.md, open findings)."""
+    code = (
+        "import json\n"
+        "from simulations.dst.config import Faults, Shape\n"
+        "from simulations.dst.world import run\n"
+        "shape = Shape(duration_s=4.0, settle_s=3.0, rate_per_producer=10.0)\n"
+        "faults = Faults(broker_crashes_per_min=30.0, connection_resets_per_min=30.0)\n"
+        "rs = [run(11, shape, faults), run(11, shape, faults), run(12, shape, faults)]\n"
+        "print(json.dumps([[r.ok, r.violations, r.digest, r.steps, r.acked] for r in rs]))\n"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert p.returncode == 0, p.stderr[-2000:]
+    a, b, c = json.loads(p.stdout.strip().splitlines()[-1])
+    assert a[0], a[1]
+    assert a[2:] == b[2:]
+    assert a[4] > 0 and a[3] > 1_000
+    assert c[2] != a[2]  # the seed matters
 
 
 @pytest.mark.slow
