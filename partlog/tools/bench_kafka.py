@@ -112,24 +112,28 @@ class BenchCluster:
             time.sleep(0.1)
 
     def _spawn(self, args: list[str]) -> None:
-        self.procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "partlog", *args],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                stdin=subprocess.DEVNULL,
-            )
-        )
+        self.procs.append(spawn_partlog(args))
 
     def close(self) -> None:
-        for p in reversed(self.procs):
-            p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(self.procs)
+
+
+def spawn_partlog(args: list[str]) -> subprocess.Popen[bytes]:
+    """``partlog ARGS`` in a process of its own, its output discarded."""
+    return subprocess.Popen([sys.executable, "-m", "partlog", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)  # fmt: skip
+
+
+def stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM, newest first; SIGKILL what has not exited 30 s later."""
+    for p in reversed(procs):
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:

@@ -45,7 +45,7 @@ from typing import Any
 
 from partlog.acl import CLUSTER_NAME, AclBinding, AclOperation, AclPermission, PatternType, ResourceType
 from partlog.acl.authorizer import AclSet, Authorizer, AuthorizerConfig
-from partlog.tools.bench_kafka import TOPIC, _confluent_throughput, _Load, _wait_port
+from partlog.tools.bench_kafka import TOPIC, _confluent_throughput, _Load, _wait_port, spawn_partlog, stop_processes
 
 TARGET_RATIO = 0.8
 # The issue's target: p99 produce latency added by authorization.
@@ -146,8 +146,7 @@ class SecureBenchCluster:
                        capture_output=True, timeout=60)  # fmt: skip
 
     def _spawn(self, args: list[str]) -> None:
-        self.procs.append(subprocess.Popen([sys.executable, "-m", "partlog", *args], stdout=subprocess.DEVNULL,
-                                           stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL))  # fmt: skip
+        self.procs.append(spawn_partlog(args))
 
     def wait_writable(self) -> None:
         """Until one record of the bench user is acknowledged (the brokers
@@ -168,14 +167,7 @@ class SecureBenchCluster:
             time.sleep(0.2)
 
     def close(self) -> None:
-        for p in reversed(self.procs):
-            p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(self.procs)
 
 
 def _collect(into: list[Any], err: Any, _msg: Any) -> None:
