@@ -17,7 +17,13 @@ Producer (idempotent by default, as Kafka's since 3.0):
   ``retry_backoff_ms``, until ``delivery_timeout_ms``; the leader's
   duplicate detection makes that exactly-once.  Later batches of the partition
   are held back while an earlier one waits for its retry, so sequences reach
-  the leader in order.
+  the leader in order;
+* a partition the metadata does not name waits for a view that does, and
+  fails after ``topic_missing_ms_max`` (librdkafka's
+  ``topic.metadata.propagation.max.ms``) or the delivery timeout;
+* a sequenced batch that fails for good bumps the partition's producer epoch
+  (KIP-360) before the next batch goes out: the leader never saw that
+  batch's sequences, and would refuse the next ones as out of order.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from partlog.client.connections import (
     Connections,
     checked_answer,
 )
-from partlog.kafka.batch_header import increment_sequence
+from partlog.kafka.batch_header import increment_sequence, restamp_producer
 from partlog.kafka.errors import Errors
 from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import TopicIdPartition
@@ -51,6 +57,12 @@ log = logging.getLogger(__name__)
 # Kafka producer defaults.
 MAX_IN_FLIGHT_DEFAULT = 5
 DELIVERY_TIMEOUT_MS_DEFAULT = 120_000
+# librdkafka's topic.metadata.propagation.max.ms: how long a partition may be
+# missing from the metadata (a topic being created, a controller that lost
+# its brokers for a moment) before its records fail UNKNOWN_TOPIC_OR_PARTITION.
+TOPIC_MISSING_MS_MAX_DEFAULT = 30_000
+# Kafka's producer epoch is an int16; a bump past it is refused, not wrapped.
+PRODUCER_EPOCH_MAX = 32_767
 RETRY_BACKOFF_MS_DEFAULT = 100
 # The RPC waits this much longer than the request timeout the broker
 # enforces, so the broker's own REQUEST_TIMED_OUT answer arrives first.
@@ -99,6 +111,14 @@ class _PartitionState:
     leader_knows: bool = False
     # The last sequence number an acks=all acknowledgement covered (None: none yet).
     acked_through: int | None = None
+    # Added to the producer's epoch in this partition's batches: one per epoch
+    # bump after a sequenced batch failed for good (see Producer._bump_epoch).
+    epoch_bump: int = 0
+    # A sequenced batch failed for good: the leader may never see its
+    # sequences, so the next ones would be refused as out of order for ever.
+    needs_bump: bool = False
+    # Since when (monotonic s) the metadata has not named this partition.
+    missing_since: float | None = None
 
 
 class Producer:
@@ -121,6 +141,7 @@ class Producer:
         clock: Clock = SYSTEM_CLOCK,
         transactional: tuple[int, int] | None = None,
         transactional_id: str | None = None,
+        topic_missing_ms_max: int = TOPIC_MISSING_MS_MAX_DEFAULT,
     ) -> None:
         if not 1 <= max_in_flight <= 5 and idempotent:
             raise ValueError(f"max_in_flight must be in [1, 5] for an idempotent producer, got {max_in_flight}")
@@ -145,6 +166,7 @@ class Producer:
         self.delivery_timeout_ms = delivery_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
         self.request_timeout_ms = request_timeout_ms
+        self.topic_missing_ms_max = topic_missing_ms_max
         self.conns = Connections(bootstrap, secret=secret, ssl=ssl)
         # A transactional producer's (producer id, epoch), as its transaction
         # coordinator's InitProducerId answered the caller: its batches carry
@@ -162,7 +184,7 @@ class Producer:
         self._sender: asyncio.Task[None] | None = None
         self._requests: set[asyncio.Task[None]] = set()
         self._closing = False
-        self.stats = {"requests": 0, "batches": 0, "retries": 0, "errors": 0}
+        self.stats = {"requests": 0, "batches": 0, "retries": 0, "errors": 0, "epoch_bumps": 0}
         self.latencies_ms: list[float] = []
         self._metadata_stale = False
         self._next_metadata_ms = 0.0
@@ -249,7 +271,7 @@ class Producer:
         data = build_record_batch(
             [(k, v, ts) for k, v, ts, _, _ in records],
             producer_id=self.producer_id,
-            producer_epoch=self.producer_epoch,
+            producer_epoch=self.producer_epoch + st.epoch_bump,
             base_sequence=seq,
             transactional=self.transactional,
         )
@@ -302,6 +324,10 @@ class Producer:
         """Group ready batches by target broker, one batch per partition per request."""
         by_broker: dict[int, list[_Batch]] = {}
         for tp, st in self._parts.items():
+            if st.needs_bump:
+                if st.inflight:
+                    continue  # the answers in flight decide what the leader has
+                self._bump_epoch(st)
             # The head batch waits while any batch of the partition is in
             # flight once it has been retried: order matters more than speed.
             if not st.ready or (st.ready[0].attempts and st.inflight):
@@ -317,17 +343,30 @@ class Producer:
             if self.idempotent and not st.leader_knows and st.inflight:
                 continue
             topic = next((n for n, (tid, _) in self.view.topics.items() if tid == tp.topic_id), None)
-            if topic is None:
-                self._fail_all(st, Errors.UNKNOWN_TOPIC_OR_PARTITION)
-                continue
-            meta = self.view.topics[topic][1].get(tp.partition)
+            meta = None if topic is None else self.view.topics[topic][1].get(tp.partition)
             if meta is None:
-                self._fail_all(st, Errors.UNKNOWN_TOPIC_OR_PARTITION)
+                # Not in the metadata: a topic being created, deleted, or a
+                # view taken while the controller had lost its brokers.  Wait
+                # for a view that names it, as Kafka's producers do, and fail
+                # only after topic_missing_ms_max.  Regression (found by the
+                # deterministic simulation, seed 11 at PYTHONHASHSEED=84):
+                # failing at once on one such view dropped sequenced batches,
+                # and the next ones were refused as out of order for ever.
+                self._metadata_stale = True
+                now = self.clock.monotonic()
+                if st.missing_since is None:
+                    st.missing_since = now
+                if (now - st.missing_since) * 1000 >= self.topic_missing_ms_max:
+                    self._fail_ready(st, Errors.UNKNOWN_TOPIC_OR_PARTITION)
+                else:
+                    self._expire_ready(st)
                 continue
+            st.missing_since = None
             if meta.target < 0 or meta.target not in self.view.brokers:
                 # No leader right now (or its representative is gone): wait
                 # for the metadata to name one; delivery.timeout.ms still runs.
                 self._metadata_stale = True
+                self._expire_ready(st)
                 continue
             by_broker.setdefault(meta.target, []).append(st.ready[0])
         for broker, batches in by_broker.items():
@@ -349,12 +388,65 @@ class Producer:
             self._requests.add(task)
             task.add_done_callback(self._requests.discard)
 
-    def _fail_all(self, st: _PartitionState, error: Errors) -> None:
+    def _fail_ready(self, st: _PartitionState, error: Errors, message: str | None = None) -> None:
         for b in st.ready:
-            for f in b.futures:
-                if not f.done():
-                    f.set_exception(ProduceError(error))
+            self._fail_batch(st, b, error, message)
         st.ready.clear()
+
+    def _expire_ready(self, st: _PartitionState) -> None:
+        """Fail the waiting batches older than delivery_timeout_ms (Kafka's
+        producer expires batches in its accumulator the same way)."""
+        now = self.clock.monotonic()
+        while st.ready and (now - st.ready[0].created) * 1000 >= self.delivery_timeout_ms:
+            b = st.ready.popleft()
+            self._fail_batch(st, b, Errors.REQUEST_TIMED_OUT, f"expired: no leader for {self.delivery_timeout_ms} ms")
+
+    def _fail_batch(self, st: _PartitionState, b: _Batch, error: Errors, message: str | None = None) -> None:
+        """Fail one batch for good.  A sequenced batch of an idempotent
+        producer leaves a gap the leader may never see filled: the
+        partition's epoch is bumped before its next batch goes out."""
+        self.stats["errors"] += 1
+        for f in b.futures:
+            if not f.done():
+                f.set_exception(ProduceError(error, message))
+        if b.base_sequence >= 0 and not self.transactional:
+            st.needs_bump = True
+
+    def _bump_epoch(self, st: _PartitionState) -> None:
+        """KIP-360's epoch bump of an idempotent producer, for one partition.
+
+        Leaders keep producer state per partition, and a higher epoch starting
+        at sequence 0 opens a fresh window (Kafka's checkProducerEpoch), so
+        the bump is local and per partition; Kafka's producer bumps one epoch
+        for all partitions and re-sequences those that need it.  The batches
+        not yet acknowledged are re-sequenced from 0 under the new epoch (as
+        ``ProducerBatch.resetProducerState``); one that had been sent may then
+        be written twice, as in Kafka's producer.  Called with nothing of the
+        partition in flight.
+        """
+        st.needs_bump = False
+        epoch = self.producer_epoch + st.epoch_bump + 1
+        if epoch > PRODUCER_EPOCH_MAX:
+            # Kafka's producer takes a new producer id here; 32,767 bumps of
+            # one partition mean something else is wrong: fail, do not wrap.
+            message = "producer epoch exhausted in this partition"
+            for *_, f in st.pending:
+                if not f.done():
+                    f.set_exception(ProduceError(Errors.INVALID_PRODUCER_EPOCH, message))
+            st.pending, st.pending_bytes = [], 0
+            self._fail_ready(st, Errors.INVALID_PRODUCER_EPOCH, message)
+            st.needs_bump = False
+            return
+        st.epoch_bump += 1
+        seq = 0
+        for b in st.ready:
+            b.data = restamp_producer(b.data, producer_epoch=epoch, base_sequence=seq)
+            b.base_sequence = seq
+            seq = increment_sequence(seq, len(b.futures))
+        st.next_sequence = seq
+        st.leader_knows = False
+        st.acked_through = None
+        self.stats["epoch_bumps"] += 1
 
     async def _request(self, broker: int, slots: asyncio.Semaphore, batches: list[_Batch]) -> None:
         async with slots:
@@ -438,10 +530,7 @@ class Producer:
                     b.attempts += 1
                     self._requeue(st, b)
                 else:
-                    self.stats["errors"] += 1
-                    for f in b.futures:
-                        if not f.done():
-                            f.set_exception(ProduceError(err, message))
+                    self._fail_batch(st, b, err, message)
             if results is None or any(r[0] != 0 for r in results):
                 await asyncio.sleep(self.retry_backoff_ms / 1000)
             self._wake.set()

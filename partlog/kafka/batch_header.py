@@ -188,3 +188,25 @@ def patch_header(
             covered_len = batch_length + LOG_OVERHEAD - CRC_START
             _CRC.pack_into(out, _OFF_CRC, crc32c_update(old_crc, old_covered, new_covered, covered_len))
     return bytes(out)
+
+
+_PRODUCER_EPOCH = struct.Struct(">h")
+_OFF_PRODUCER_EPOCH = 51
+
+
+def restamp_producer(data: bytes, *, producer_epoch: int, base_sequence: int) -> bytes:
+    """A v2 batch with a new producer epoch and base sequence, its CRC updated.
+
+    An idempotent producer that bumps its epoch after a failed batch (KIP-360)
+    re-sequences the batches it has not had acknowledged; Kafka's producer
+    does it with ``ProducerBatch.resetProducerState``.  ``data`` must be a
+    whole, valid v2 batch (the producer built it).
+    """
+    out = bytearray(data)
+    old_covered = bytes(out[CRC_START:HEADER_SIZE])
+    _PRODUCER_EPOCH.pack_into(out, _OFF_PRODUCER_EPOCH, producer_epoch)
+    _BASE_SEQUENCE.pack_into(out, _OFF_BASE_SEQUENCE, base_sequence)
+    (old_crc,) = _CRC.unpack_from(out, _OFF_CRC)
+    new_crc = crc32c_update(old_crc, old_covered, bytes(out[CRC_START:HEADER_SIZE]), len(out) - CRC_START)
+    _CRC.pack_into(out, _OFF_CRC, new_crc)
+    return bytes(out)

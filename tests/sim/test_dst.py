@@ -53,7 +53,7 @@ def test_a_seed_replays_to_the_same_digest() -> None:
     subprocess with PYTHONHASHSEED=0, as the CLI runs seeds: in pytest's own
     process the hash seed is random, so "seed 11" named another schedule in
     every CI run (one of them, at issue 30, left a producer holding records
-    63 s after the faults stopped; docs/design/dst.md, open findings)."""
+    63 s after the faults stopped: the next test)."""
     code = (
         "import json\n"
         "from simulations.dst.config import Faults, Shape\n"
@@ -71,6 +71,26 @@ def test_a_seed_replays_to_the_same_digest() -> None:
     assert a[2:] == b[2:]
     assert a[4] > 0 and a[3] > 1_000
     assert c[2] != a[2]  # the seed matters
+
+
+def test_the_schedule_that_held_a_producer_for_ever_passes() -> None:
+    """Seed 11 of the shape above at PYTHONHASHSEED=84: one metadata answer
+    named no partition while the controller had lost its brokers, the
+    producer failed its waiting batches and went on with later sequences,
+    refused out of order for ever (tests/integration/test_producer_sequence_gap.py
+    is the durable regression test)."""
+    code = (
+        "from simulations.dst.config import Faults, Shape\n"
+        "from simulations.dst.world import run\n"
+        "shape = Shape(duration_s=4.0, settle_s=3.0, rate_per_producer=10.0)\n"
+        "faults = Faults(broker_crashes_per_min=30.0, connection_resets_per_min=30.0)\n"
+        "r = run(11, shape, faults)\n"
+        "print(r.ok, r.violations)\n"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "84"}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip().splitlines()[-1].startswith("True"), p.stdout[-2000:]
 
 
 @pytest.mark.slow

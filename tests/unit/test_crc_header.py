@@ -25,8 +25,10 @@ from partlog.kafka.batch_header import (
     BatchHeaderError,
     increment_sequence,
     patch_header,
+    restamp_producer,
 )
 from partlog.kafka.crc32c import crc32c, crc32c_update
+from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import TimestampType
 from tests.batches import batch_crc_ok, build_batch
 
@@ -271,3 +273,22 @@ def test_batch_header_parse_fields_match_kafka() -> None:
 )
 def test_increment_sequence_wraps_like_kafka(seq: int, inc: int, expected: int) -> None:
     assert increment_sequence(seq, inc) == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    values=st.lists(st.binary(max_size=64), min_size=1, max_size=5),
+    epoch=st.integers(0, 32_767),
+    seq=st.integers(0, (1 << 31) - 1),
+)
+def test_restamp_producer_keeps_a_valid_crc(values: list[bytes], epoch: int, seq: int) -> None:
+    """The producer's epoch bump re-sequences built batches: the restamped
+    batch passes kafka-python's CRC check and says the new epoch and sequence,
+    its records unchanged."""
+    data = build_record_batch([(None, v, T0) for v in values], producer_id=7, producer_epoch=0, base_sequence=3)
+    out = restamp_producer(data, producer_epoch=epoch, base_sequence=seq)
+    assert len(out) == len(data) and out[HEADER_SIZE:] == data[HEADER_SIZE:]
+    batch = DefaultRecordBatch(out)
+    assert batch.validate_crc()
+    assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (7, epoch, seq)
+    assert [r.value for r in batch] == values
