@@ -52,6 +52,7 @@ from partlog.tools.bench_kafka import (
     ROTATION_WARMUP_S,
     SETTLE_S,
     BenchCluster,
+    _broker_puts,
     _confluent_latency,
     _Load,
     _own_latency,
@@ -145,9 +146,17 @@ def _brokers_cpu_s(cluster: BenchCluster) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def _puts(row: dict[str, float]) -> float:
+    """WAL PUTs of every reason in one broker's row of ``_broker_puts``
+    (its other keys are metric names)."""
+    return sum(v for k, v in row.items() if not k.startswith("partlog_"))
+
+
 def _case(cluster: BenchCluster, client: str, acks: str, load: _Load, rate: float) -> dict[str, Any]:
     time.sleep(SETTLE_S)
     before = scrape_stages(cluster.metrics_ports)
+    puts_before = _broker_puts(cluster.metrics_ports)
+    start = time.monotonic()
     cpu = _brokers_cpu_s(cluster)
     if client == "librdkafka":
         lat = _confluent_latency(cluster.bootstrap, load, rate, warmup_s=ROTATION_WARMUP_S, acks=acks)
@@ -156,7 +165,10 @@ def _case(cluster: BenchCluster, client: str, acks: str, load: _Load, rate: floa
             _own_latency(cluster.rpc, load, rate, warmup_s=ROTATION_WARMUP_S, acks=-1 if acks == "all" else 1)
         )
     cpu = _brokers_cpu_s(cluster) - cpu
+    elapsed_s = time.monotonic() - start
     after = scrape_stages(cluster.metrics_ports)
+    # WAL PUTs (every reason) of the busiest broker, per second of the case.
+    puts = [_puts(a) - _puts(b) for b, a in zip(puts_before, _broker_puts(cluster.metrics_ports), strict=True)]
     stages = stage_table(before, after)
     requests = stages["answer"]["count"]
     return {
@@ -169,6 +181,7 @@ def _case(cluster: BenchCluster, client: str, acks: str, load: _Load, rate: floa
         # observe()'s cost is the histograms' share of the real path.
         "broker_cpu_us_per_request": 1e6 * cpu / requests if requests else None,
         "observations_per_request": sum(st["count"] for st in stages.values()) / requests if requests else None,
+        "puts_per_s_busiest_broker": max(puts) / elapsed_s,
         "end_to_end": {
             "records": len(lat),
             "p50_ms": percentile(lat, 0.50) if lat else None,
@@ -264,6 +277,7 @@ def run(
     partitions: int = 6,
     linger_ms: int = 5,
     commit_interval_ms: int = 50,
+    wal_puts_per_s_max: int | None = None,
     overhead_requests: int = PIPELINE_REQUESTS,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
@@ -274,7 +288,8 @@ def run(
     load = _Load(os.urandom(value_bytes), partitions, seconds, linger_ms)
     data_dir = tempfile.mkdtemp(prefix="partlog-bench-latency-")
     cases = []
-    cluster = BenchCluster(data_dir, partitions, commit_interval_ms)
+    flags = () if wal_puts_per_s_max is None else ("--wal-puts-per-s-max", str(wal_puts_per_s_max))
+    cluster = BenchCluster(data_dir, partitions, commit_interval_ms, flags)
     try:
         say(f"cluster up: {cluster.bootstrap}")
         for client in CLIENTS:
@@ -292,6 +307,7 @@ def run(
             "value_bytes": value_bytes,
             "linger_ms": linger_ms,
             "commit_interval_ms": commit_interval_ms,
+            "wal_puts_per_s_max": wal_puts_per_s_max,
             "rate_per_s": rate,
             "seconds": seconds,
             "acks": list(acks),
@@ -348,7 +364,8 @@ def print_report(r: dict[str, Any], out: Any = sys.stdout) -> None:
     print(
         f"partlog bench latency: {s['rate_per_s']:,.0f} records/s for {s['seconds']:g} s per case, "
         f"{s['partitions']} partitions RF {s['replication_factor']}, {s['value_bytes']} B values, "
-        f"linger {s['linger_ms']} ms, commit interval {s['commit_interval_ms']} ms, {s['processes']}, {s['store']}",
+        f"linger {s['linger_ms']} ms, commit interval {s['commit_interval_ms']} ms, PUT budget "
+        f"{'default' if s['wal_puts_per_s_max'] is None else s['wal_puts_per_s_max']}, {s['processes']}, {s['store']}",
         file=out,
     )
     width = 34
@@ -361,6 +378,8 @@ def print_report(r: dict[str, Any], out: Any = sys.stdout) -> None:
     print(f"{'end to end (client)':{width}}" + "".join(f"{x:>26}" for x in cells), file=out)
     counts = [f"{c['stages']['answer']['count']:,} / {c['end_to_end']['records']:,}" for c in r["cases"]]
     print(f"{'requests / records counted':{width}}" + "".join(f"{x:>26}" for x in counts), file=out)
+    puts = [f"{c['puts_per_s_busiest_broker']:.1f}" for c in r["cases"]]
+    print(f"{'WAL PUTs/s, busiest broker':{width}}" + "".join(f"{x:>26}" for x in puts), file=out)
     o = r["overhead"]
     shares = []
     for c in r["cases"]:

@@ -17,7 +17,7 @@ def test_a_tiny_run_prints_every_stage_for_each_client_and_acks() -> None:
     pytest.importorskip("confluent_kafka")
     out = subprocess.run(
         [sys.executable, "-m", "partlog", "bench", "latency", "--rate", "100", "--seconds", "1", "--acks", "both",
-         "--json"],
+         "--wal-puts-per-s-max", "40", "--json"],
         capture_output=True, timeout=280, check=True, text=True,
     )  # fmt: skip
     r = json.loads(out.stdout)
@@ -28,9 +28,11 @@ def test_a_tiny_run_prints_every_stage_for_each_client_and_acks() -> None:
         assert set(c["stages"]) == set(PRODUCE_STAGES)
         assert c["end_to_end"]["records"] > 0
         assert c["broker_cpu_us_per_request"] > 0 and c["observations_per_request"] > 0
+        assert c["puts_per_s_busiest_broker"] > 0
         # Every request the brokers answered went through these stages.
         for stage in ("queue", "file_open", "upload", "commit_rpc", "leader_commit", "answer"):
             assert c["stages"][stage]["count"] > 0, (c["client"], c["acks"], stage)
         # Replication is measured for acks=all commits only.
         assert (c["stages"]["replication"]["count"] > 0) == (c["acks"] == "all")
     assert set(r["verdicts"]) and set(r["overhead"]) >= {"observe_ns", "pipeline_cost_share"}
+    assert r["setup"]["wal_puts_per_s_max"] == 40

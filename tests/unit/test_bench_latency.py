@@ -72,15 +72,18 @@ def test_the_report_has_a_row_per_stage_end_to_end_the_cost_and_verdicts() -> No
     stages = {s: {"count": 3, "p50_ms": 1.0, "p99_ms": 2.0} for s in PRODUCE_STAGES}
     case = {"client": "librdkafka", "acks": "all", "idempotent": True, "stages": stages,
             "end_to_end": {"records": 3, "p50_ms": 30.0, "p99_ms": 80.0},
-            "broker_cpu_us_per_request": 900.0, "observations_per_request": 8.0}  # fmt: skip
+            "broker_cpu_us_per_request": 900.0, "observations_per_request": 8.0,
+            "puts_per_s_busiest_broker": 19.5}  # fmt: skip
     r = {
         "setup": {"rate_per_s": 1000, "seconds": 1, "partitions": 6, "replication_factor": 3, "value_bytes": 1024,
-                  "linger_ms": 5, "commit_interval_ms": 50, "processes": "p", "store": "s"},
+                  "linger_ms": 5, "commit_interval_ms": 50, "wal_puts_per_s_max": None, "processes": "p",
+                  "store": "s"},
         "cases": [case], "overhead": cost, "verdicts": {"end to end p50 <= 40 ms": True},
     }  # fmt: skip
     out = io.StringIO()
     print_report(r, out)
     text = out.getvalue()
     for line in ("replication (appended -> HWM)", "broker answer in all", "end to end (client)", "per observe()",
-                 "PASS  librdkafka acks=all: end to end p50 <= 40 ms", "librdkafka acks=all", "8.0 x"):  # fmt: skip
+                 "PASS  librdkafka acks=all: end to end p50 <= 40 ms", "librdkafka acks=all", "8.0 x",
+                 "PUT budget default", "19.5"):  # fmt: skip
         assert line in text

@@ -176,6 +176,13 @@ def add_parser(sub: Subparsers) -> None:
         default="both",
         help="acks of the producers: all (idempotent), 1 (not idempotent), or both in turn (default)",
     )
+    bl.add_argument(
+        "--wal-puts-per-s-max",
+        type=positive_int,
+        default=None,
+        help="the brokers' WAL PUT budget (default theirs: one PUT per commit interval); the table shows the "
+        "busiest broker's PUTs/s either way",
+    )
 
     brp = bench_sub.add_parser(
         "replication",
@@ -358,6 +365,7 @@ def _latency(args: argparse.Namespace) -> int:
         rate=args.rate,
         seconds=args.seconds,
         acks=("all", "1") if args.acks == "both" else (args.acks,),
+        wal_puts_per_s_max=args.wal_puts_per_s_max,
         progress=progress_printer(args),
     )
     return _emit(args, result, bench_latency.print_report)
