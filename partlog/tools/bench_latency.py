@@ -49,7 +49,7 @@ from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import CommitBatchResponse, TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig, ProducePipeline, Reply, SendCommit, Upload
 from partlog.tools.bench_kafka import (
-    ROTATION_WARMUP_S,
+    LATENCY_WARMUP_S,
     SETTLE_S,
     BenchCluster,
     _broker_puts,
@@ -159,10 +159,10 @@ def _case(cluster: BenchCluster, client: str, acks: str, load: _Load, rate: floa
     start = time.monotonic()
     cpu = _brokers_cpu_s(cluster)
     if client == "librdkafka":
-        lat = _confluent_latency(cluster.bootstrap, load, rate, warmup_s=ROTATION_WARMUP_S, acks=acks)
+        lat = _confluent_latency(cluster.bootstrap, load, rate, warmup_s=LATENCY_WARMUP_S, acks=acks)
     else:
         lat = asyncio.run(
-            _own_latency(cluster.rpc, load, rate, warmup_s=ROTATION_WARMUP_S, acks=-1 if acks == "all" else 1)
+            _own_latency(cluster.rpc, load, rate, warmup_s=LATENCY_WARMUP_S, acks=-1 if acks == "all" else 1)
         )
     cpu = _brokers_cpu_s(cluster) - cpu
     elapsed_s = time.monotonic() - start

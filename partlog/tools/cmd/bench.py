@@ -102,7 +102,9 @@ def add_parser(sub: Subparsers) -> None:
         help="the Kafka front end (confluent-kafka) against partlog's own client, same cluster and load",
         description="Starts `partlog cluster --serve` (3 brokers in 3 AZs, RF 3, durable commits) and measures, "
         "for confluent-kafka through the Kafka listeners and for partlog's own client: produce throughput "
-        "(records/s, MiB/s), produce latency p50/p99 at half the slower side's rate, then a consumer's read "
+        "(records/s, MiB/s), produce latency p50/p99 at half the slower side's rate and at 1,000 records/s (each "
+        "side after a paced 1 s warm-up it does not count: the producer's id, metadata and connections), then a "
+        "consumer's read "
         "rate (cold and warm cache). Prints the front end / own client ratio and verdicts against the targets.",
     )
     bk.add_argument("--json", action="store_true", help="print one JSON object")
