@@ -336,6 +336,31 @@ class KafkaModel:
                 changed[tp] = part.log_start
         return changed
 
+    def swap_to_segment(self, tp: TopicIdPartition, start: int, end: int, key: str, size: int) -> tuple[Errors, int]:
+        """The batches of [start, end] now live in ``key``, concatenated in
+        offset order (issue 31's reference swap): (error, batches moved)."""
+        part = self.partitions.get(tp)
+        if part is None:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION, 0
+        if not key or size <= 0 or start > end:
+            return Errors.INVALID_REQUEST, 0
+        if start < part.log_start or end >= part.hwm:
+            return Errors.OFFSET_OUT_OF_RANGE, 0
+        chosen = [b for b in part.batches if start <= b.base <= end]
+        if not chosen or chosen[0].base != start or chosen[-1].last != end:
+            return Errors.INVALID_REQUEST, 0
+        if sum(b.size for b in chosen) != size:
+            return Errors.INVALID_REQUEST, 0
+        if any(b.key == key for p in self.partitions.values() for b in p.batches):
+            if all(b.key == key for b in chosen):
+                return Errors.NONE, 0  # a repeat
+            return Errors.INVALID_REQUEST, 0
+        at = 0
+        for b in chosen:
+            b.key, b.byte_offset = key, at
+            at += b.size
+        return Errors.NONE, len(chosen)
+
     # ------------------------------------------------------------ reads
 
     def file_usage(self) -> dict[str, FileUsage]:

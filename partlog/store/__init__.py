@@ -74,7 +74,7 @@ from partlog.kafka.records import (
 )
 from partlog.kafka.topic_config import TopicConfig
 from partlog.runtime import SYSTEM_CLOCK
-from partlog.store import retention, topics
+from partlog.store import retention, segments, topics
 from partlog.store.catalog import Catalog
 from partlog.store.check import check_store
 from partlog.store.checkpoint import Checkpointer
@@ -108,6 +108,7 @@ from partlog.store.options import StoreOptions
 from partlog.store.producers import ProducerTable
 from partlog.store.reads import LogReader
 from partlog.store.replication import FollowerLog
+from partlog.store.segments import SegmentSwap, SegmentSwapResult
 from partlog.store.sequencer import prepare
 from partlog.store.staged import Staged
 from partlog.store.txns import TxnTable
@@ -130,6 +131,8 @@ __all__ = [
     "ReplicaAppend",
     "ReplicatedEntry",
     "ReplicationError",
+    "SegmentSwap",
+    "SegmentSwapResult",
     "StoreError",
     "StoreInconsistentError",
 ]
@@ -636,24 +639,13 @@ class MetadataStore:
         leader_high_watermark: int,
         leader_log_start_offset: int,
     ) -> int:
-        """The follower's append of entries from the leader's :meth:`read_log`;
-        returns the new log end offset.
-
-        As Kafka's follower (``AppendOrigin.REPLICATION``): the entries keep
-        the leader's offsets, headers and epochs; nothing is re-sequenced and
-        producer sequences are not checked, but producer state advances as on
-        the leader, so this store can take over as leader and still answer a
-        retry of a batch the old leader wrote as a duplicate.  A new epoch in
-        the entries starts an epoch-cache entry at its first offset.  Then
-        the log start follows the leader's (never past the log end) and the
-        HWM rises to the leader's (capped at the log end), durable with the
-        entries.  Empty ``entries`` only moves log start and HWM, without a
-        write unless the log start moves.
-
-        Raises :class:`ReplicationError` (naming partition and offset, nothing
-        written) when the entries do not continue this log, an epoch goes
-        backwards, or an entry is malformed; KeyError for an unknown partition.
-        """
+        """The follower's append of entries from the leader's :meth:`read_log`,
+        as Kafka's follower (``AppendOrigin.REPLICATION``): leader's offsets,
+        headers and epochs kept, producer state advanced without sequence
+        checks, then log start and HWM follow the leader's; returns the new
+        log end offset.  ReplicationError (nothing written) when the entries
+        do not continue this log; KeyError for an unknown partition
+        (docs/design/store.md, "The follower's appends")."""
         append = ReplicaAppend(tp, list(entries), leader_high_watermark, leader_log_start_offset)
         [outcome] = self.append_replicated_fetch([append])
         if isinstance(outcome, BaseException):
@@ -680,6 +672,11 @@ class MetadataStore:
         self._write(lambda s: self._follower.reset(s, tp, offset))
 
     # ------------------------------------------------------------ deletion
+
+    def swap_to_segment(self, req: SegmentSwap) -> SegmentSwapResult:
+        """Repoint a committed range's entries from their WAL objects to a
+        tiered segment holding its batches (:mod:`partlog.store.segments`)."""
+        return self._write(lambda s: segments.swap_to_segment(s, self._catalog, self._log, self._index, req))
 
     def delete_records(self, requests: Sequence[DeleteRecordsRequest]) -> list[DeleteRecordsResponse]:
         """Advance log start offsets (Kafka DeleteRecords; -1 means the HWM)."""

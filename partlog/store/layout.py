@@ -340,6 +340,18 @@ def chunk_entry(value: Buf, i: int, tp: object, chunk_offset: int) -> Entry:
     return Entry(BatchHeader.parse(raw_header), raw_header, *ENTRY_TAIL.unpack_from(body, bh.HEADER_SIZE))
 
 
+_FILE_AND_POSITION = struct.Struct(">QQ")  # the tail's first two fields
+
+
+def repoint_entry(chunk: bytearray, i: int, file_id: int, byte_offset: int) -> None:
+    """Entry ``i`` of ``chunk`` now references ``byte_offset`` of ``file_id``
+    (a reference swap), its CRC updated; nothing else of it changes."""
+    start = i * ENTRY_SIZE
+    crc_at = start + ENTRY_SIZE - ENTRY_CRC.size
+    _FILE_AND_POSITION.pack_into(chunk, start + bh.HEADER_SIZE, file_id, byte_offset)
+    ENTRY_CRC.pack_into(chunk, crc_at, crc32c(bytes(chunk[start:crc_at])))
+
+
 def chunks_of(part_id: int, run: bytes) -> list[tuple[bytes, bytes]]:
     """A partition's new entries (whole entries, ascending) as (key, chunk)
     puts of at most CHUNK_ENTRIES_MAX entries, each under its first entry's

@@ -29,6 +29,7 @@ from partlog.store.layout import (
     chunk_entry,
     chunk_span,
     chunks_of,
+    repoint_entry,
     verify,
 )
 from partlog.store.view import Txn, overlay_runs
@@ -149,6 +150,49 @@ class LogChunks:
         chunks = chunks_of(part_id, run)
         _, added = txn.cursor(db=self._db).putmulti(chunks, overwrite=False)
         verify(added == len(chunks), "a replicated entry overwrote one past the log end")
+
+    def repoint(
+        self, txn: lmdb.Transaction, part: Part, start_offset: int, end_offset: int, file_id: int
+    ) -> tuple[dict[int, list[int]], int, int]:
+        """Point the entries with base offsets in ``[start_offset,
+        end_offset]`` that reference an object at ``file_id``, each at its
+        position in the concatenation of the range's batches (inline entries
+        keep their bytes but take their place).  Returns the references
+        released per old file_id ([-batches, -bytes], for
+        :meth:`FileIndex.release`), the entries repointed and the bytes the
+        range spans.  The caller validated the range (an exclusive write:
+        the overlay is empty) and updates the index."""
+        released: dict[int, list[int]] = {}
+        moved = position = 0
+        cur = txn.cursor(db=self._db)
+        prefix = U32.pack(part.part_id)
+        positioned = self._seek_chunk(cur, PART_KEY.pack(part.part_id, start_offset))
+        while positioned and cur.key()[:4] == prefix:
+            k = bytes(cur.key())
+            v = bytes(cur.value())
+            at, n = chunk_span(part.tp, k, v)
+            if at > end_offset:
+                break
+            out = bytearray(v)
+            changed = False
+            for i in range(n):
+                e = chunk_entry(v, i, part.tp, at)
+                if e.base_offset < start_offset:
+                    continue
+                if e.base_offset > end_offset:
+                    break
+                if not e.is_inline:
+                    acc = released.setdefault(e.file_id, [0, 0])
+                    acc[0] -= 1
+                    acc[1] -= e.size
+                    repoint_entry(out, i, file_id, position)
+                    moved += 1
+                    changed = True
+                position += e.size
+            if changed:
+                cur.put(k, bytes(out))
+            positioned = cur.next()
+        return released, moved, position
 
     def _drop_entry(self, part: Part, e: Entry, per_file: dict[int, list[int]]) -> None:
         """Account for one dropped entry: live counters and file deltas (an

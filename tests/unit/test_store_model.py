@@ -32,6 +32,7 @@ from partlog import (
     MetadataStore,
     TopicIdPartition,
 )
+from partlog.store import SegmentSwap
 from partlog.wal.key import make_wal_key
 from tests.batches import build_batch, request
 from tests.clock import Clock
@@ -104,6 +105,7 @@ class StoreVsModel(RuleBasedStateMachine):
         self.model = KafkaModel(commit_deadline_ms=COMMIT_DEADLINE_MS, producer_id_expiration_ms=PRODUCER_EXPIRY_MS)
         self.all_topics: list[uuid.UUID] = []  # ever created, deleted ones included
         self.keys: list[tuple[str, int]] = []  # object keys used, with created_ms
+        self.segments_made = 0
         self.sent: dict[tuple[TopicIdPartition, int], list[BatchParams]] = {}  # recent sends, for resends
         self.batch_ids: dict[tuple[TopicIdPartition, int], int] = {}  # (tp, base offset) -> batch_id seen
 
@@ -319,6 +321,38 @@ class StoreVsModel(RuleBasedStateMachine):
         got = self.store.delete_records([DeleteRecordsRequest(tp, off) for tp, off in reqs])
         assert got == self.model.delete_records(reqs)
 
+    @precondition(lambda self: bool(self.all_topics))
+    @rule(data=st.data())
+    def swap_to_segment(self, data: st.DataObject) -> None:
+        """Issue 31's reference swap: a range of batches, mostly a valid one
+        (whole batches below the HWM, the right size), sometimes misaligned,
+        past the HWM, the wrong size, or a segment already referenced."""
+        tp = self.some_tp(data)
+        part = self.model.partitions.get(tp)
+        batches = [] if part is None else [b for b in part.batches if b.last < part.hwm]
+        if batches and data.draw(st.integers(0, 3)):
+            i = data.draw(st.integers(0, len(batches) - 1))
+            j = data.draw(st.integers(i, min(len(batches) - 1, i + 4)))
+            start, end = batches[i].base, batches[j].last
+            size = sum(b.size for b in batches[i : j + 1])
+        else:
+            start = data.draw(st.integers(-1, 40))
+            end = start + data.draw(st.integers(-1, 6))
+            size = data.draw(st.integers(0, 5000))
+        start += data.draw(st.sampled_from([0, 0, 0, 0, 1, -1]))
+        size += data.draw(st.sampled_from([0, 0, 0, 0, 1]))
+        used = sorted({b.key for p in self.model.partitions.values() for b in p.batches if b.key.startswith("tiered/")})
+        if used and data.draw(st.integers(0, 4)) == 0:
+            key = data.draw(st.sampled_from(used))  # a repeat, or a key in use elsewhere
+        else:
+            self.segments_made += 1
+            key = f"tiered/{self.segments_made:x}.log"
+        req = SegmentSwap(tp, start, end, key, size, uploader=1)
+        got = self.store.swap_to_segment(req)
+        want, moved = self.model.swap_to_segment(tp, start, end, key, size)
+        assert (got.error, got.moved) == (want, moved), (req, got)
+        event(f"swap: {want.name}")
+
     @rule(explicit_now=st.booleans())
     def enforce_retention(self, explicit_now: bool) -> None:
         got = self.store.enforce_retention(self.clock.now if explicit_now else None)
@@ -419,7 +453,7 @@ class StoreVsModel(RuleBasedStateMachine):
         assert got == self.model.find_batches(reqs, 1 << 30)
         live_ids = [self.batch_ids[(tp, b.base)] for tp in tps for b in self.model.partitions[tp].batches]
         assert len(set(live_ids)) == len(live_ids), "two live batches share a batch_id"
-        keys = [k for k, _ in self.keys]
+        keys = [k for k, _ in self.keys] + [f"tiered/{i:x}.log" for i in range(1, self.segments_made + 1)]
         assert self.store.referenced_files(keys) == self.model.referenced_keys()
 
 
