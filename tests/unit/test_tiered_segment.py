@@ -106,6 +106,7 @@ batch_shapes = st.lists(
         st.integers(-2_000, 10_000),  # timestamp delta: may go back
         st.integers(0, 3),  # offset gap before the batch (a compacted log has them)
         st.booleans(),  # a new leader epoch
+        st.sampled_from([0, 1]),  # compression: none, gzip
     ),
     min_size=1,
     max_size=24,
@@ -119,17 +120,18 @@ configs = st.builds(
 )
 
 
-@settings(max_examples=60)
+@settings(max_examples=100)
 @given(shapes=batch_shapes, config=configs)
 def test_property_segments_find_every_offset_and_timestamp(
-    shapes: list[tuple[int, int, int, int, bool]], config: SegmentConfig
+    shapes: list[tuple[int, int, int, int, bool, int]], config: SegmentConfig
 ) -> None:
     batches, offset, epoch, ts = [], 5, 0, T0
-    for records, value_bytes, delta, gap, bump in shapes:
+    for records, value_bytes, delta, gap, bump, compression in shapes:
         offset += gap
         epoch += bump
         ts += delta
-        batches.append(stamped(build_batch(records, value_bytes=value_bytes, timestamp_ms=ts), offset, epoch))
+        batch = build_batch(records, value_bytes=value_bytes, timestamp_ms=ts, compression=compression)
+        batches.append(stamped(batch, offset, epoch))
         offset += records
     segments = build_segments(batches, config)
     assert b"".join(s.log for s in segments) == b"".join(batches)
