@@ -24,6 +24,7 @@ from partlog.tiered.remote_storage import (
     RemoteLogSegmentMetadata,
     RemoteMetadataError,
     RemoteStorageError,
+    RemoteStorageManager,
 )
 from partlog.tiered.segment import SEGMENT_LEADER_EPOCHS_MAX, SegmentExtent
 from partlog.wal.key import make_wal_key
@@ -38,6 +39,11 @@ INT64_MAX = 2**63 - 1
 
 def test_rsm_round_trip_on_localdir(tmp_path: Path) -> None:
     rsm_round_trip(LocalDirStore(tmp_path, fsync=False))
+
+
+def test_object_store_rsm_is_a_remote_storage_manager(tmp_path: Path) -> None:
+    rsm: RemoteStorageManager = ObjectStoreRsm(LocalDirStore(tmp_path))  # mypy checks the shape
+    assert callable(rsm.copy_log_segment_data)
 
 
 def test_rsm_single_batch_segment_on_localdir(tmp_path: Path) -> None:
