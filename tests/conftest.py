@@ -35,7 +35,9 @@ from tests.tls_certs import make_certs
 
 # Case modules hold tests that tier modules import and run against their own
 # fixtures (a store each): rewrite their asserts as pytest does for test modules.
-pytest.register_assert_rewrite("tests.objectstore_contract", "tests.walmgr_safety_cases", "tests.walmgr_scanner_cases")
+pytest.register_assert_rewrite(
+    "tests.objectstore_contract", "tests.walmgr_safety_cases", "tests.walmgr_scanner_cases", "tests.tiered_cases"
+)
 
 # Hypothesis's per-example deadline and its "too slow" health check are
 # assertions on time: on a loaded 2-core machine, or beside pytest-xdist's

@@ -45,8 +45,16 @@ FLOORS: tuple[frozenset[str], ...] = tuple(
         ("partlog.kafka",),
         # WAL segments and object stores; the LMDB close gate.
         ("partlog.wal", "partlog.lmdb_gate"),
-        # The sans-IO cores and the store, side by side.
-        ("partlog.store", "partlog.produce", "partlog.fetch", "partlog.groups", "partlog.txn", "partlog.acl"),
+        # The sans-IO cores, the store and tiered segments, side by side.
+        (
+            "partlog.store",
+            "partlog.produce",
+            "partlog.fetch",
+            "partlog.groups",
+            "partlog.txn",
+            "partlog.acl",
+            "partlog.tiered",
+        ),
         # Inter-broker RPC: frames, schemas, transport.
         ("partlog.rpc",),
         # Cluster metadata: the contract, the embedded controller, etcd.
