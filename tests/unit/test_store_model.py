@@ -330,7 +330,8 @@ class StoreVsModel(RuleBasedStateMachine):
         tp = self.some_tp(data)
         part = self.model.partitions.get(tp)
         batches = [] if part is None else [b for b in part.batches if b.last < part.hwm]
-        if batches and data.draw(st.integers(0, 3)):
+        valid = bool(batches) and data.draw(st.integers(0, 3)) > 0
+        if valid:
             i = data.draw(st.integers(0, len(batches) - 1))
             j = data.draw(st.integers(i, min(len(batches) - 1, i + 4)))
             start, end = batches[i].base, batches[j].last
