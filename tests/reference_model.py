@@ -96,6 +96,12 @@ class ModelPartition:
     log_end: int = 0
     leader_epoch: int = 0
     batches: list[ModelBatch] = field(default_factory=list)
+    # Tiered segments: (start, end, size, key), never overlapping.
+    segments: list[tuple[int, int, int, str]] = field(default_factory=list)
+
+    def prune_segments(self) -> None:
+        """A segment goes once it ends below the log start."""
+        self.segments = [seg for seg in self.segments if seg[1] >= self.log_start]
 
     @property
     def hwm(self) -> int:
@@ -311,6 +317,7 @@ class KafkaModel:
             if offset > part.log_start:
                 part.log_start = offset
                 part.batches = [b for b in part.batches if b.last >= offset]
+                part.prune_segments()
             out.append(DeleteRecordsResponse(Errors.NONE, part.log_start))
         return out
 
@@ -333,6 +340,7 @@ class KafkaModel:
             if removed:
                 del part.batches[:removed]
                 part.log_start = part.batches[0].base if part.batches else part.log_end
+                part.prune_segments()
                 changed[tp] = part.log_start
         return changed
 
@@ -346,19 +354,22 @@ class KafkaModel:
             return Errors.INVALID_REQUEST, 0
         if start < part.log_start or end >= part.hwm:
             return Errors.OFFSET_OUT_OF_RANGE, 0
+        if (start, end, size, key) in part.segments:
+            return Errors.NONE, 0  # a repeat
+        if any(s0 <= end and e0 >= start for s0, e0, _, _ in part.segments):
+            return Errors.INVALID_REQUEST, 0
         chosen = [b for b in part.batches if start <= b.base <= end]
         if not chosen or chosen[0].base != start or chosen[-1].last != end:
             return Errors.INVALID_REQUEST, 0
         if sum(b.size for b in chosen) != size:
             return Errors.INVALID_REQUEST, 0
         if any(b.key == key for p in self.partitions.values() for b in p.batches):
-            if all(b.key == key for b in chosen):
-                return Errors.NONE, 0  # a repeat
             return Errors.INVALID_REQUEST, 0
         at = 0
         for b in chosen:
             b.key, b.byte_offset = key, at
             at += b.size
+        part.segments = sorted([*part.segments, (start, end, size, key)])
         return Errors.NONE, len(chosen)
 
     # ------------------------------------------------------------ reads

@@ -108,7 +108,7 @@ from partlog.store.options import StoreOptions
 from partlog.store.producers import ProducerTable
 from partlog.store.reads import LogReader
 from partlog.store.replication import FollowerLog
-from partlog.store.segments import SegmentSwap, SegmentSwapResult
+from partlog.store.segments import Segment, SegmentSwap, SegmentSwapResult
 from partlog.store.sequencer import prepare
 from partlog.store.staged import Staged
 from partlog.store.txns import TxnTable
@@ -131,6 +131,7 @@ __all__ = [
     "ReplicaAppend",
     "ReplicatedEntry",
     "ReplicationError",
+    "Segment",
     "SegmentSwap",
     "SegmentSwapResult",
     "StoreError",
@@ -639,13 +640,9 @@ class MetadataStore:
         leader_high_watermark: int,
         leader_log_start_offset: int,
     ) -> int:
-        """The follower's append of entries from the leader's :meth:`read_log`,
-        as Kafka's follower (``AppendOrigin.REPLICATION``): leader's offsets,
-        headers and epochs kept, producer state advanced without sequence
-        checks, then log start and HWM follow the leader's; returns the new
-        log end offset.  ReplicationError (nothing written) when the entries
-        do not continue this log; KeyError for an unknown partition
-        (docs/design/store.md, "The follower's appends")."""
+        """One partition's :meth:`append_replicated_fetch`: the new log end
+        offset, or its ReplicationError or KeyError raised (docs/design/store.md,
+        "The follower's appends")."""
         append = ReplicaAppend(tp, list(entries), leader_high_watermark, leader_log_start_offset)
         [outcome] = self.append_replicated_fetch([append])
         if isinstance(outcome, BaseException):
@@ -673,10 +670,16 @@ class MetadataStore:
 
     # ------------------------------------------------------------ deletion
 
-    def swap_to_segment(self, req: SegmentSwap) -> SegmentSwapResult:
-        """Repoint a committed range's entries from their WAL objects to a
-        tiered segment holding its batches (:mod:`partlog.store.segments`)."""
-        return self._write(lambda s: segments.swap_to_segment(s, self._catalog, self._log, self._index, req))
+    def swap_to_segment(self, req: SegmentSwap, *, replicated: bool = False) -> SegmentSwapResult:
+        """Move a range's references to a tiered segment (:mod:`partlog.store.segments`)."""
+        swap = segments.swap_to_segment
+        return self._write(lambda s: swap(s, self._catalog, self._log, self._index, req, replicated=replicated))
+
+    def segments(self, tp: TopicIdPartition, from_start: int = 0) -> list[Segment]:
+        """The partition's tiered segments from ``from_start`` on ([] if unknown)."""
+        with self._views.read() as view:
+            part = self._catalog.parts.get(tp)
+            return [] if part is None else list(self._log.segments(view, part, from_start))
 
     def delete_records(self, requests: Sequence[DeleteRecordsRequest]) -> list[DeleteRecordsResponse]:
         """Advance log start offsets (Kafka DeleteRecords; -1 means the HWM)."""

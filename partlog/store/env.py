@@ -99,7 +99,7 @@ class LmdbEnv:
 
     The named databases are attributes (``meta``, ``topics``, ``tp``,
     ``parts``, ``log``, ``producers``, ``epochs``, ``files``, ``file_ids``,
-    ``txns``, ``aborted``:
+    ``txns``, ``aborted``, ``segments``:
     :mod:`partlog.store.layout`); each component of the store uses its own.
     ``stats["map_resizes"]`` counts doublings of the map."""
 
@@ -136,6 +136,7 @@ class LmdbEnv:
             self.file_ids,
             self.txns,
             self.aborted,
+            self.segments,
         ) = dbs
         self.gate = LmdbGate(lambda: StoreError(f"{self.path}: store is closed"))
 

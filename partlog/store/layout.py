@@ -16,6 +16,8 @@ Layout (named LMDB databases; integers big-endian so keys sort numerically):
 * ``file_ids``  file_id(8) -> object_key
 * ``txns``      part_id(4) -> the partition's transactions (:mod:`partlog.store.txns`)
 * ``aborted``   part_id(4) last_offset(8) -> the aborted-transaction index entry
+* ``segments``  part_id(4) start_offset(8) -> a tiered segment holding the
+                range's batches (:data:`SEGMENT_ROW`, :mod:`partlog.store.segments`)
 
 An entry whose file_id is :data:`INLINE_FILE_ID` references no WAL object: a
 transaction marker's control batch, stored inline (its byte_offset field
@@ -340,6 +342,31 @@ def chunk_entry(value: Buf, i: int, tp: object, chunk_offset: int) -> Entry:
     return Entry(BatchHeader.parse(raw_header), raw_header, *ENTRY_TAIL.unpack_from(body, bh.HEADER_SIZE))
 
 
+# A ``segments`` row (part_id, start offset -> this, then the object key):
+# the segment's end offset (inclusive), size and uploader.
+SEGMENT_ROW = struct.Struct(">qQi")
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """A ``segments`` row: the batches of ``[start_offset, end_offset]`` live,
+    concatenated in offset order, in the object ``object_key``."""
+
+    start_offset: int
+    end_offset: int
+    size: int
+    uploader: int
+    object_key: str
+
+    def pack(self) -> bytes:
+        return SEGMENT_ROW.pack(self.end_offset, self.size, self.uploader) + self.object_key.encode()
+
+    @classmethod
+    def unpack(cls, start_offset: int, raw: Buf) -> Segment:
+        end, size, uploader = SEGMENT_ROW.unpack_from(raw, 0)
+        return cls(start_offset, end, size, uploader, bytes(raw[SEGMENT_ROW.size :]).decode())
+
+
 _FILE_AND_POSITION = struct.Struct(">QQ")  # the tail's first two fields
 
 
@@ -406,7 +433,8 @@ DB_NAMES = (
     b"file_ids",
     b"txns",
     b"aborted",
+    b"segments",
 )
 # Databases a store last written by an older partlog lacks until its writer
-# opens it (LMDB creates them then): the transaction state.
-NEWER_DB_NAMES = frozenset({b"txns", b"aborted"})
+# opens it (LMDB creates them then): the transaction state, the segments.
+NEWER_DB_NAMES = frozenset({b"txns", b"aborted", b"segments"})

@@ -6,7 +6,10 @@ writes).
 
 Cutting keeps the partition's live counters and the file-reference index
 exact: every entry dropped releases its reference (:class:`FileIndex`) in
-the same transaction.  A chunk that a cut falls inside is rewritten: the
+the same transaction.  The partition's tiered-segment rows
+(:mod:`partlog.store.segments`) go with the entries they describe: a cut
+below drops the rows that end below it, a cut from an offset the rows that
+reach it.  A chunk that a cut falls inside is rewritten: the
 kept tail under its new first offset, or the kept head in place.
 """
 
@@ -25,6 +28,7 @@ from partlog.store.layout import (
     Buf,
     Entry,
     Part,
+    Segment,
     chunk_base,
     chunk_entry,
     chunk_span,
@@ -40,6 +44,7 @@ class LogChunks:
 
     def __init__(self, env: LmdbEnv, index: FileIndex) -> None:
         self._db = env.log
+        self._segments = env.segments
         self._index = index
 
     # ------------------------------------------------------------ reads
@@ -136,6 +141,47 @@ class LogChunks:
         k, v = cur.item()
         at, n = chunk_span(part.tp, k, v)
         return chunk_entry(v, n - 1, part.tp, at)
+
+    # ------------------------------------------------------------ segment rows
+
+    def segment_at(self, txn: Txn, part: Part, start_offset: int) -> Segment | None:
+        """The segment row starting at ``start_offset``, if any."""
+        raw = txn.get(PART_KEY.pack(part.part_id, start_offset), db=self._segments)
+        return None if raw is None else Segment.unpack(start_offset, raw)
+
+    def segments(self, txn: Txn, part: Part, from_start: int = 0) -> Iterator[Segment]:
+        """The partition's segment rows starting at or above ``from_start``, ascending."""
+        prefix = U32.pack(part.part_id)
+        cur = txn.cursor(db=self._segments)
+        if cur.set_range(PART_KEY.pack(part.part_id, max(0, from_start))):
+            for k, v in cur:
+                if k[:4] != prefix:
+                    break
+                yield Segment.unpack(int(PART_KEY.unpack(k)[1]), v)
+
+    def last_segment(self, txn: Txn, part: Part) -> Segment | None:
+        """The partition's highest segment row."""
+        prefix = U32.pack(part.part_id)
+        cur = txn.cursor(db=self._segments)
+        if not (last_under(cur, prefix) and cur.key()[:4] == prefix):
+            return None
+        return Segment.unpack(int(PART_KEY.unpack(cur.key())[1]), cur.value())
+
+    def add_segment(self, txn: lmdb.Transaction, part: Part, seg: Segment) -> None:
+        txn.put(PART_KEY.pack(part.part_id, seg.start_offset), seg.pack(), db=self._segments)
+
+    def _prune_segments(self, txn: lmdb.Transaction, part: Part, below: int | None, reaching: int | None) -> None:
+        """Drop the rows ending below ``below`` (all if both are None) or
+        reaching ``reaching``."""
+        doomed = [
+            seg.start_offset
+            for seg in self.segments(txn, part)
+            if (below is None and reaching is None)
+            or (below is not None and seg.end_offset < below)
+            or (reaching is not None and seg.end_offset >= reaching)
+        ]
+        for start in doomed:
+            txn.delete(PART_KEY.pack(part.part_id, start), db=self._segments)
 
     # ------------------------------------------------------------ writes
 
@@ -237,6 +283,7 @@ class LogChunks:
                 if not more:
                     break
         self._index.release(txn, per_file)
+        self._prune_segments(txn, part, until_offset, None)
         verify(part.live_batches >= 0 and part.live_bytes >= 0, "%s: negative live counters", part.tp)
         if part.live_batches == 0 and part.max_timestamp_offset == -2:
             part.max_timestamp, part.max_timestamp_offset = -1, -1
@@ -278,5 +325,6 @@ class LogChunks:
                 if not cur.next():
                     break
         self._index.release(txn, per_file)
+        self._prune_segments(txn, part, None, from_offset)
         verify(part.live_batches >= 0 and part.live_bytes >= 0, "%s: negative live counters", part.tp)
         return dropped, pids, marker_pids

@@ -20,7 +20,11 @@ the segment like any other (Kafka's segments hold control batches too).
 The swap runs as an exclusive write and validates everything before it
 writes (Kafka's validate-then-apply): a request that does not match the log
 exactly changes nothing.  Swapping the same range to the same segment again
-is a no-op (a retry after a lost answer).
+is a no-op (a retry after a lost answer).  Each swap is recorded as a row of
+the ``segments`` database (:class:`~partlog.store.layout.Segment`): the
+partition's tiered ranges, which never overlap, which a leader's builder
+continues from and which replicas learn through their fetches; a row goes
+with the entries it describes (:class:`~partlog.store.log.LogChunks`).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
 from partlog.store.catalog import Catalog
 from partlog.store.index import FileIndex
-from partlog.store.layout import Entry
+from partlog.store.layout import Entry, Segment
 from partlog.store.log import LogChunks
 from partlog.store.staged import Staged
 
@@ -63,30 +67,38 @@ def _refuse(message: str) -> SegmentSwapResult:
 
 
 def swap_to_segment(
-    s: Staged, catalog: Catalog, log: LogChunks, index: FileIndex, req: SegmentSwap
+    s: Staged, catalog: Catalog, log: LogChunks, index: FileIndex, req: SegmentSwap, *, replicated: bool = False
 ) -> SegmentSwapResult:
-    """Repoint the entries of ``req``'s range at its segment (module doc).
+    """Repoint the entries of ``req``'s range at its segment and record the
+    segment (module doc).  ``replicated``: a follower applying its leader's
+    swap, whose range need only be in the log (the leader saw it committed).
 
     Errors: UNKNOWN_TOPIC_OR_PARTITION; OFFSET_OUT_OF_RANGE when the range is
     not wholly committed and present (below the HWM, at or above the log
     start: retention may have moved it while the segment was built);
-    INVALID_REQUEST when the range does not start and end on batch
-    boundaries, its sizes do not add up to the segment's, or the segment
-    object is already referenced by other entries.
+    INVALID_REQUEST when the range overlaps another segment, does not start
+    and end on batch boundaries, its sizes do not add up to the segment's,
+    or the object is referenced already.
     """
     part = s.part(req.topic_id_partition)
     if part is None:
         return SegmentSwapResult(Errors.UNKNOWN_TOPIC_OR_PARTITION)
     if not req.object_key or req.size <= 0 or req.start_offset > req.end_offset:
         return _refuse(f"segment {req.object_key!r}: empty key, size or range")
-    hwm = catalog.effective_hwm(part)
-    if req.start_offset < part.log_start_offset or req.end_offset >= hwm:
-        return SegmentSwapResult(
-            Errors.OFFSET_OUT_OF_RANGE,
-            0,
-            f"segment [{req.start_offset}, {req.end_offset}] outside the committed log "
-            f"[{part.log_start_offset}, {hwm})",
-        )
+    bound = part.log_end_offset if replicated else catalog.effective_hwm(part)
+    rng = f"[{req.start_offset}, {req.end_offset}]"
+    if req.start_offset < part.log_start_offset or req.end_offset >= bound:
+        where = f"outside the committed log [{part.log_start_offset}, {bound})"
+        return SegmentSwapResult(Errors.OFFSET_OUT_OF_RANGE, 0, f"segment {rng} {where}")
+    row = Segment(req.start_offset, req.end_offset, req.size, req.uploader, req.object_key)
+    same = log.segment_at(s.txn, part, req.start_offset)
+    if same is not None and (same.end_offset, same.size, same.object_key) == (row.end_offset, row.size, row.object_key):
+        return SegmentSwapResult(Errors.NONE)  # done before: a retry
+    for other in log.segments(s.txn, part):
+        if other.start_offset <= req.end_offset and other.end_offset >= req.start_offset:
+            return _refuse(
+                f"segment [{req.start_offset}, {req.end_offset}] overlaps [{other.start_offset}, {other.end_offset}]"
+            )
     # Validate: the range's entries, their positions, the sizes.
     entries: list[Entry] = []
     position = 0
@@ -102,26 +114,24 @@ def swap_to_segment(
         if e.last_offset == req.end_offset:
             break
     if not entries or entries[-1].last_offset != req.end_offset:
-        return _refuse(f"segment [{req.start_offset}, {req.end_offset}] does not end on a batch boundary")
+        return _refuse(f"segment {rng} does not end on a batch boundary")
     if position != req.size:
         return _refuse(f"segment {req.object_key!r} is {req.size} bytes, its batches {position}")
-    file_id = index.durable_id(s.txn, req.object_key)
+    if index.durable_id(s.txn, req.object_key) >= 0:
+        return _refuse(f"segment {req.object_key!r} is referenced already")
+    # Apply: repoint the range's entries, move their references, record the
+    # segment (markers only: nothing to repoint, and an object no entry
+    # references stays out of the file index, but the range is tiered).
     referenced = [e for e in entries if not e.is_inline]
-    if file_id >= 0:
-        if all(e.file_id == file_id for e in referenced):
-            return SegmentSwapResult(Errors.NONE)  # done before: a retry
-        return _refuse(f"segment {req.object_key!r} is already referenced by other entries")
-    if not referenced:
-        # Markers only: nothing to repoint, and an object no entry would
-        # reference must not enter the index.
-        return SegmentSwapResult(Errors.NONE)
-    # Apply: repoint the range's entries, then move their references.
-    file_id = s.next_id(b"next_file_id")
-    released, moved, span = log.repoint(s.txn, part, req.start_offset, req.end_offset, file_id)
-    assert span == req.size and moved == len(referenced), (span, req.size, moved, len(referenced))
-    index.release(s.txn, released)
-    index.add(s.txn, req.object_key, file_id, moved, sum(e.size for e in referenced), req.uploader, req.size)
+    moved = 0
+    if referenced:
+        file_id = s.next_id(b"next_file_id")
+        released, moved, span = log.repoint(s.txn, part, req.start_offset, req.end_offset, file_id)
+        assert span == req.size and moved == len(referenced), (span, req.size, moved, len(referenced))
+        index.release(s.txn, released)
+        index.add(s.txn, req.object_key, file_id, moved, sum(e.size for e in referenced), req.uploader, req.size)
+    log.add_segment(s.txn, part, row)
     return SegmentSwapResult(Errors.NONE, moved)
 
 
-__all__ = ["SegmentSwap", "SegmentSwapResult", "swap_to_segment"]
+__all__ = ["Segment", "SegmentSwap", "SegmentSwapResult", "swap_to_segment"]

@@ -343,8 +343,12 @@ class StoreVsModel(RuleBasedStateMachine):
         start += data.draw(st.sampled_from([0, 0, 0, 0, 1, -1]))
         size += data.draw(st.sampled_from([0, 0, 0, 0, 1]))
         used = sorted({b.key for p in self.model.partitions.values() for b in p.batches if b.key.startswith("tiered/")})
-        if used and data.draw(st.integers(0, 4)) == 0:
-            key = data.draw(st.sampled_from(used))  # a repeat, or a key in use elsewhere
+        tiered = [] if part is None else part.segments
+        pick = data.draw(st.integers(0, 5))
+        if tiered and pick == 0:
+            start, end, size, key = data.draw(st.sampled_from(tiered))  # a retry
+        elif used and pick == 1:
+            key = data.draw(st.sampled_from(used))  # a key in use elsewhere
         else:
             self.segments_made += 1
             key = f"tiered/{self.segments_made:x}.log"
@@ -448,6 +452,8 @@ class StoreVsModel(RuleBasedStateMachine):
         assert sorted(self.store.partitions(), key=lambda tp: (str(tp.topic_id), tp.partition)) == tps
         for tp in tps:
             assert self.store.partition_state(tp) == self.model.partition_state(tp), tp
+            segs = [(g.start_offset, g.end_offset, g.size, g.object_key) for g in self.store.segments(tp)]
+            assert segs == self.model.partitions[tp].segments, tp
         # Everything readable from every log start, in one fetch.
         reqs = [FindBatchRequest(tp, self.model.partitions[tp].log_start, 1 << 30) for tp in tps]
         got = [self._normalise(r) for r in self.store.find_batches(reqs, 1 << 30)]
