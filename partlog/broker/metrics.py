@@ -139,6 +139,9 @@ class BrokerMetrics:
         self.tiered_swaps = Counter(
             "partlog_tiered_swaps", "reference swaps of uploaded segments, by outcome", ["outcome"], registry=r
         )
+        self.tiered_pass_errors = Counter(
+            "partlog_tiered_pass_errors", "builder-loop passes that failed unexpectedly", registry=r
+        )
         self.tiered_bytes = Counter("partlog_tiered_bytes", "batch bytes moved into tiered segments", registry=r)
         self.txn_markers = Counter(
             "partlog_txn_markers", "transaction markers asked of this broker as a leader, by answer", ["error"],

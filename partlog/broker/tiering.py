@@ -163,7 +163,8 @@ class Tiering:
             await asyncio.sleep(self.interval_ms / 1000)
             try:
                 await self.run_once()
-            except StoreError:
+            except Exception:  # the loop outlives one bad pass: the next one starts from the store again
+                self.metrics.tiered_pass_errors.inc()
                 log.exception("broker %d: tiering pass failed", self.broker_id)
 
     async def run_once(self) -> int:

@@ -22,7 +22,8 @@ from partlog.kafka.records import FindBatchRequest, TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig
 from partlog.store import Segment, SegmentSwap, SegmentSwapResult
 from partlog.wal.localdir_store import LocalDirStore
-from partlog.wal.objectstore import iter_objects
+from partlog.wal.objectstore import ObjectStore, iter_objects
+from partlog.wal.s3_store import S3Store
 
 MiB = 1 << 20
 
@@ -41,7 +42,7 @@ class RecordingStore(LocalDirStore):
         super().put(key, data)
 
 
-def _broker(tmp_path: Path, meta: StaticMetadata, objects: LocalDirStore, interval_ms: int = 20) -> Broker:
+def _broker(tmp_path: Path, meta: StaticMetadata, objects: ObjectStore, interval_ms: int = 20) -> Broker:
     config = BrokerConfig(
         1, "az1", str(tmp_path / "b1"), sync=False, produce=ProduceConfig(commit_interval_ms=5),
         tiering_interval_ms=interval_ms,
@@ -317,6 +318,35 @@ def test_a_restart_between_upload_and_swap_resumes_and_leaves_an_orphan(tmp_path
             assert all(n == 1 for n in objects.puts.values())
             assert broker.store.check() == []
             assert await _consume(broker, tp, 2) == [b"k1", b"k2"]
+        finally:
+            await broker.stop()
+
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(180)
+def test_segments_on_seaweedfs(tmp_path: Path, s3_bucket: S3Store) -> None:
+    async def main() -> None:
+        meta = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"t": 1})
+        broker = _broker(tmp_path, meta, s3_bucket)
+        await broker.start()
+        broker.set_metadata(meta.with_ports({1: broker.port}))
+        try:
+            [topic] = meta.topics()
+            tp = TopicIdPartition(topic.topic_id, 0)
+            broker.alter_topic_configs(
+                topic.topic_id, {"remote.storage.enable": "true", "segment.bytes": MiB, "segment.ms": 500}
+            )
+            values = [f"{i:05d}".encode() * 1000 for i in range(250)]  # 5 KB each, ~1.25 MB
+            await _produce(broker, tp, values)
+            # One segment closed by size, then the rest by age.
+            await _until(lambda: _covered(broker.store.segments(tp)) == 250, "everything tiered", 60)
+            rows = broker.store.segments(tp)
+            assert len(rows) >= 2 and all(r.size <= MiB for r in rows)
+            for r in rows:
+                assert s3_bucket.head(r.object_key).size == r.size
+            assert broker.store.file_usage().keys() == {r.object_key for r in rows}
+            assert await _consume(broker, tp, 250) == values
         finally:
             await broker.stop()
 
