@@ -137,13 +137,13 @@ class Tiering:
     def ensure_started(self) -> bool:
         """Start the loop if some topic enables tiering and it is not running
         yet (a short store read); True when it runs."""
-        if not self._started and not self._stopping() and self._enabled_topics():
+        if not self._started and not self._stopping() and self._enabled_partitions():
             self._started = True
             self.tasks.spawn(self._run())
             log.info("broker %d: tiering started, every %d ms", self.broker_id, self.interval_ms)
         return self._started
 
-    def _enabled_topics(self) -> dict[TopicIdPartition, SegmentConfig]:
+    def _enabled_partitions(self) -> dict[TopicIdPartition, SegmentConfig]:
         """The partitions of topics with remote.storage.enable, and their
         segment settings (this broker's leadership not checked)."""
         out: dict[TopicIdPartition, SegmentConfig] = {}
@@ -169,7 +169,7 @@ class Tiering:
 
     async def run_once(self) -> int:
         """One period: returns the segments swapped in."""
-        enabled = await asyncio.to_thread(self._enabled_topics)
+        enabled = await asyncio.to_thread(self._enabled_partitions)
         work = []
         for tp, config in enabled.items():
             epoch = self.replicas.leader_epoch(tp)
