@@ -128,6 +128,21 @@ class BrokerMetrics:
         self.produce_bytes = Counter("partlog_produce_bytes", "batch bytes received in produce requests", registry=r)
         self.retention_runs = Counter("partlog_retention_runs", "retention passes over the led partitions", registry=r)
         self.fetches = Counter("partlog_fetches", "fetch requests served", registry=r)
+        # The builder loop (partlog.broker.tiering).
+        self.tiered_segments = Counter("partlog_tiered_segments", "tiered segments uploaded", registry=r)
+        self.tiered_upload_errors = Counter(
+            "partlog_tiered_upload_errors", "tiered segment uploads that failed", registry=r
+        )
+        self.tiered_read_errors = Counter(
+            "partlog_tiered_read_errors", "tiered segments not built: their batches could not be read", registry=r
+        )
+        self.tiered_swaps = Counter(
+            "partlog_tiered_swaps", "reference swaps of uploaded segments, by outcome", ["outcome"], registry=r
+        )
+        self.tiered_pass_errors = Counter(
+            "partlog_tiered_pass_errors", "builder-loop passes that failed unexpectedly", registry=r
+        )
+        self.tiered_bytes = Counter("partlog_tiered_bytes", "batch bytes moved into tiered segments", registry=r)
         self.txn_markers = Counter(
             "partlog_txn_markers", "transaction markers asked of this broker as a leader, by answer", ["error"],
             registry=r,

@@ -28,6 +28,7 @@ keep time.  This module wires them together and runs the broker's life
 ``rpc_authz.py``               CLUSTER_ACTION for every method, authorizer on
 ``producer_id_blocks.py``      InitProducerId from the controller's blocks
 ``walmgr_notifier.py``         upload notifications to walmgr
+``tiering.py``                 the builder loop: committed batches into tiered segments
 ``peers.py``                   the pooled connections to other brokers
 ``tasks.py``                   background tasks
 ``metrics.py``                 the one recorder (Prometheus) and its view
@@ -59,6 +60,7 @@ from partlog.broker.producer_id_blocks import ProducerIdBlocks
 from partlog.broker.rpc_authz import RpcClusterAuthz
 from partlog.broker.rpc_handlers import RpcHandlers
 from partlog.broker.tasks import Tasks
+from partlog.broker.tiering import TIERING_INTERVAL_MS_DEFAULT, Tiering
 from partlog.broker.txn_verification import TXN_VERIFICATION_TIMEOUT_MS, TxnVerification
 from partlog.broker.walmgr_notifier import WalmgrNotifier
 from partlog.controller.cluster_meta import (
@@ -141,9 +143,12 @@ class BrokerConfig:
     walmgr_address: str = ""
     # The RPC server's connection limits and deadlines (partlog.rpc.server_limits).
     rpc_limits: ServerLimits = field(default_factory=ServerLimits)
+    # The builder loop's period, for topics with remote.storage.enable.
+    tiering_interval_ms: int = TIERING_INTERVAL_MS_DEFAULT
 
     def __post_init__(self) -> None:
-        for name in ("commit_rpc_timeout_ms", "commit_deadline_ms", "retention_check_interval_ms"):
+        names = ("commit_rpc_timeout_ms", "commit_deadline_ms", "retention_check_interval_ms", "tiering_interval_ms")
+        for name in names:
             if getattr(self, name) <= 0:
                 raise ValueError(f"BrokerConfig.{name} must be > 0, got {getattr(self, name)}")
         if self.fetch_cache_bytes_max < 0:
@@ -306,6 +311,10 @@ class Broker:
             metadata=current,
             wake=self.data.wake,
         )
+        self.tiering = Tiering(
+            bid, self.store, self.replicas, objects, metrics=self.metrics, tasks=self.tasks, clock=clock,
+            entropy=entropy, stopping=stopping, interval_ms=config.tiering_interval_ms,
+        )  # fmt: skip
 
     # ------------------------------------------------------------ lifecycle
 
@@ -398,6 +407,7 @@ class Broker:
         self.tasks.spawn(self._retention_timer())
         if self.config.walmgr_address:
             self.tasks.spawn(self.notifier.run())
+        self.tiering.ensure_started()  # only if some topic enables it
         log.info("broker started id=%d az=%s port=%d", self.broker_id, self.config.az, self.port)
 
     async def stop(self) -> None:
@@ -586,6 +596,13 @@ class Broker:
 
     def topic_config(self, topic_id: uuid.UUID) -> TopicConfig:
         return self.store.topic_config(topic_id)
+
+    def alter_topic_configs(self, topic_id: uuid.UUID, configs: dict[str, str | int]) -> None:
+        """Change a topic's configs in this broker's store; the builder loop
+        starts once a topic sets remote.storage.enable.  TopicConfigError for
+        a bad value, KeyError for an unknown topic."""
+        self.store.alter_topic_configs(topic_id, configs)
+        self.tiering.ensure_started()
 
     def serves(self, tp: TopicIdPartition) -> bool:
         return self.replicas.serves(tp)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from partlog.kafka.batch_header import INT32_MAX
 from partlog.kafka.records import TimestampType
 
 # Kafka's defaults (TopicConfig / ServerLogConfigs, Kafka 4.x).
@@ -13,6 +14,19 @@ RETENTION_MS_DEFAULT = 7 * 24 * 3600 * 1000
 TIMESTAMP_AFTER_MAX_MS_DEFAULT = 3600 * 1000
 TIMESTAMP_BEFORE_MAX_MS_DEFAULT = 2**63 - 1
 MAX_MESSAGE_BYTES_DEFAULT = 1048588
+# Segments (partlog/tiered/segment.py holds the same defaults): Kafka 4.0
+# (KIP-1030) raised segment.bytes' minimum to 1 MiB.
+SEGMENT_BYTES_DEFAULT = 1 << 30
+SEGMENT_BYTES_MIN = 1 << 20
+SEGMENT_MS_DEFAULT = 7 * 24 * 3600 * 1000
+INDEX_INTERVAL_BYTES_DEFAULT = 4096
+SEGMENT_INDEX_BYTES_DEFAULT = 10 * 1024 * 1024
+# Kafka takes segment.index.bytes >= 4; partlog's segment builder needs two
+# time-index entries (24 bytes) and reads an index whole, so bounds it at
+# 64 MiB (partlog.tiered.segment.SEGMENT_INDEX_BYTES_MAX).
+SEGMENT_INDEX_BYTES_MIN = 24
+SEGMENT_INDEX_BYTES_MAX = 64 << 20
+INT64_MAX = 2**63 - 1
 
 
 class TopicConfigError(ValueError):
@@ -27,6 +41,12 @@ class TopicConfig:
     max_message_bytes: int = MAX_MESSAGE_BYTES_DEFAULT
     message_timestamp_before_max_ms: int = TIMESTAMP_BEFORE_MAX_MS_DEFAULT
     message_timestamp_after_max_ms: int = TIMESTAMP_AFTER_MAX_MS_DEFAULT
+    # Tiered segments (docs/design/tiered.md): off unless the topic asks.
+    remote_storage_enable: bool = False
+    segment_bytes: int = SEGMENT_BYTES_DEFAULT
+    segment_ms: int = SEGMENT_MS_DEFAULT
+    segment_index_bytes: int = SEGMENT_INDEX_BYTES_DEFAULT
+    index_interval_bytes: int = INDEX_INTERVAL_BYTES_DEFAULT
 
     def to_configs(self) -> dict[str, str]:
         return {
@@ -38,6 +58,11 @@ class TopicConfig:
             "max.message.bytes": str(self.max_message_bytes),
             "message.timestamp.before.max.ms": str(self.message_timestamp_before_max_ms),
             "message.timestamp.after.max.ms": str(self.message_timestamp_after_max_ms),
+            "remote.storage.enable": "true" if self.remote_storage_enable else "false",
+            "segment.bytes": str(self.segment_bytes),
+            "segment.ms": str(self.segment_ms),
+            "segment.index.bytes": str(self.segment_index_bytes),
+            "index.interval.bytes": str(self.index_interval_bytes),
         }
 
     def with_configs(self, configs: Mapping[str, str | int]) -> TopicConfig:
@@ -51,25 +76,41 @@ class TopicConfig:
                     changes["message_timestamp_type"] = TimestampType.LOG_APPEND_TIME
                 else:
                     raise TopicConfigError(f"message.timestamp.type={value!r}: must be CreateTime or LogAppendTime")
+            elif key == "remote.storage.enable":
+                # Kafka's BOOLEAN type: a bool, or "true" / "false" in any case.
+                if isinstance(value, bool):
+                    changes["remote_storage_enable"] = value
+                elif isinstance(value, str) and value.strip().lower() in ("true", "false"):
+                    changes["remote_storage_enable"] = value.strip().lower() == "true"
+                else:
+                    raise TopicConfigError(f"remote.storage.enable={value!r}: must be true or false")
             elif key in _INT_KEYS:
-                attr, minimum = _INT_KEYS[key]
+                attr, minimum, maximum = _INT_KEYS[key]
                 try:
                     number = int(value)
                 except (TypeError, ValueError):
                     raise TopicConfigError(f"{key}={value!r}: not an integer") from None
                 if number < minimum:
                     raise TopicConfigError(f"{key}={number}: must be >= {minimum}")
+                if number > maximum:
+                    raise TopicConfigError(f"{key}={number}: must be <= {maximum}")
                 changes[attr] = number
             else:
                 raise TopicConfigError(f"unknown topic config {key!r}; known: {sorted(_KNOWN)}")
         return replace(self, **changes)  # type: ignore[arg-type]
 
 
-_INT_KEYS: dict[str, tuple[str, int]] = {
-    "retention.ms": ("retention_ms", -1),
-    "retention.bytes": ("retention_bytes", -1),
-    "max.message.bytes": ("max_message_bytes", 0),
-    "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", 0),
-    "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", 0),
+# key -> (attribute, minimum, maximum): Kafka's ranges (INT configs end at
+# int32's maximum, LONG ones at int64's).
+_INT_KEYS: dict[str, tuple[str, int, int]] = {
+    "retention.ms": ("retention_ms", -1, INT64_MAX),
+    "retention.bytes": ("retention_bytes", -1, INT64_MAX),
+    "max.message.bytes": ("max_message_bytes", 0, INT64_MAX),
+    "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", 0, INT64_MAX),
+    "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", 0, INT64_MAX),
+    "segment.bytes": ("segment_bytes", SEGMENT_BYTES_MIN, INT32_MAX),
+    "segment.ms": ("segment_ms", 1, INT64_MAX),
+    "segment.index.bytes": ("segment_index_bytes", SEGMENT_INDEX_BYTES_MIN, SEGMENT_INDEX_BYTES_MAX),
+    "index.interval.bytes": ("index_interval_bytes", 0, INT32_MAX),
 }
-_KNOWN = {"message.timestamp.type", *_INT_KEYS}
+_KNOWN = {"message.timestamp.type", "remote.storage.enable", *_INT_KEYS}

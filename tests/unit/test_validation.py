@@ -439,6 +439,14 @@ def test_commit_deadline(store: MetadataStore, clock: Clock) -> None:
         ({"message.timestamp.after.max.ms": "soon"}, "message.timestamp.after.max.ms"),
         ({"message.timestamp.type": "BrokerTime"}, "message.timestamp.type"),
         ({"message.timestamp.type": 1}, "message.timestamp.type"),
+        ({"remote.storage.enable": "yes"}, "remote.storage.enable"),
+        ({"remote.storage.enable": 1}, "remote.storage.enable"),
+        ({"segment.bytes": (1 << 20) - 1}, "segment.bytes"),  # Kafka 4.0's minimum is 1 MiB
+        ({"segment.bytes": 1 << 31}, "segment.bytes"),  # an INT config
+        ({"segment.ms": 0}, "segment.ms"),
+        ({"segment.index.bytes": 23}, "segment.index.bytes"),  # two time-index entries at least
+        ({"segment.index.bytes": (64 << 20) + 1}, "segment.index.bytes"),  # read whole: bounded
+        ({"index.interval.bytes": -1}, "index.interval.bytes"),
     ],
 )
 def test_invalid_topic_configs(store: MetadataStore, configs: dict[str, str | int], named: str) -> None:
@@ -468,11 +476,18 @@ def test_valid_topic_configs_round_trip(store: MetadataStore) -> None:
         "max.message.bytes": 0,
         "message.timestamp.before.max.ms": 0,
         "message.timestamp.after.max.ms": "5",
+        "remote.storage.enable": " True ",
+        "segment.bytes": 1 << 20,
+        "segment.ms": "1",
+        "segment.index.bytes": 24,
+        "index.interval.bytes": 0,
     }
     [tp, _] = make_topic(store, **configs)
     cfg = store.topic_config(tp.topic_id)
     assert cfg == TopicConfig().with_configs(configs)
     assert TopicConfig().with_configs(cfg.to_configs()) == cfg
+    assert cfg.remote_storage_enable and cfg.to_configs()["remote.storage.enable"] == "true"
+    assert TopicConfig().to_configs()["remote.storage.enable"] == "false"  # off by default
     with pytest.raises(KeyError):
         store.topic_config(uuid.uuid4())
     with pytest.raises(KeyError):
