@@ -149,15 +149,20 @@ class LogChunks:
         raw = txn.get(PART_KEY.pack(part.part_id, start_offset), db=self._segments)
         return None if raw is None else Segment.unpack(start_offset, raw)
 
-    def segments(self, txn: Txn, part: Part, from_start: int = 0) -> Iterator[Segment]:
-        """The partition's segment rows starting at or above ``from_start``, ascending."""
+    def segments(self, txn: Txn, part: Part, from_start: int = 0, rows_max: int | None = None) -> Iterator[Segment]:
+        """The partition's segment rows starting at or above ``from_start``,
+        ascending, at most ``rows_max`` (None: all)."""
         prefix = U32.pack(part.part_id)
         cur = txn.cursor(db=self._segments)
-        if cur.set_range(PART_KEY.pack(part.part_id, max(0, from_start))):
+        left = -1 if rows_max is None else rows_max
+        if left != 0 and cur.set_range(PART_KEY.pack(part.part_id, max(0, from_start))):
             for k, v in cur:
                 if k[:4] != prefix:
                     break
                 yield Segment.unpack(int(PART_KEY.unpack(k)[1]), v)
+                left -= 1
+                if left == 0:
+                    break
 
     def last_segment(self, txn: Txn, part: Part) -> Segment | None:
         """The partition's highest segment row."""

@@ -1,0 +1,215 @@
+"""Tiered-segment swaps reaching followers (issue 31), below the network.
+
+* The leader's selection rule (``segments_for_follower``): which of its
+  segment rows one fetch answer carries, against the follower's
+  ``tiered_through``, fetch offset and log start, the leader's HWM, and
+  ``SEGMENT_SWAPS_PER_FETCH_MAX``.
+* The store's replicated swap on a follower whose entries of the range
+  name the WAL objects, the segment already (fetched after the leader
+  swapped: a replica that joined later), or some of each: the follower
+  ends with the leader's rows, positions and file index.
+
+Real LMDB, real v2 batches; every store ends with ``check() == []``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from partlog import Errors, FindBatchRequest, MetadataStore, TopicIdPartition
+from partlog.kafka.batch_header import BatchHeader
+from partlog.replication.partition import segments_for_follower
+from partlog.rpc.wire import SEGMENT_SWAPS_PER_FETCH_MAX, ReplicaFetchPartition, ReplicaSegment
+from partlog.store import Segment, SegmentSwap
+from tests.clock import Clock
+from tests.unit.test_store_replication import BIG, T0, commit1, open_store, plain, replicate, topic
+
+TP = TopicIdPartition(uuid.UUID(int=7), 0)
+
+
+def fetch(offset: int, tiered_through: int = -1, log_start: int = -1) -> ReplicaFetchPartition:
+    return ReplicaFetchPartition(TP, 0, offset, 0, -1, log_start, tiered_through)
+
+
+def rows(*ranges: tuple[int, int]) -> list[Segment]:
+    return [Segment(a, b, 100 * (b - a + 1), 1, f"tiered/{a}.log") for a, b in ranges]
+
+
+def starts(got: tuple[ReplicaSegment, ...]) -> list[int]:
+    return [g.start_offset for g in got]
+
+
+# ----------------------------------------------------- the selection rule
+
+
+def test_rows_past_tiered_through_and_below_the_fetch_offset_and_the_hwm() -> None:
+    leader = rows((0, 9), (10, 19), (20, 29), (30, 39))
+    assert starts(segments_for_follower(leader, fetch(40), 40)) == [0, 10, 20, 30]
+    # The follower has the first two rows.
+    assert starts(segments_for_follower(leader, fetch(40, tiered_through=19), 40)) == [20, 30]
+    # Its log ends at 30: the row ending at 39 waits (its range is not there).
+    assert starts(segments_for_follower(leader, fetch(30, tiered_through=19), 40)) == [20]
+    # A row ending at the fetch offset is not wholly in the follower's log.
+    assert starts(segments_for_follower(leader, fetch(29, tiered_through=19), 40)) == []
+    # The leader's HWM bounds it too (a new leader whose HWM has not caught up).
+    assert starts(segments_for_follower(leader, fetch(40), 25)) == [0, 10]
+    # Nothing new: an empty answer, so the fetch may park.
+    assert segments_for_follower(leader, fetch(40, tiered_through=39), 40) == ()
+    # Rows starting below the follower's log start cannot be swapped whole there.
+    assert starts(segments_for_follower(leader, fetch(40, log_start=5), 40)) == [10, 20, 30]
+    assert starts(segments_for_follower(leader, fetch(40, log_start=10), 40)) == [10, 20, 30]
+
+
+def test_at_most_the_max_per_answer_ascending() -> None:
+    n = SEGMENT_SWAPS_PER_FETCH_MAX * 2 + 3
+    leader = rows(*[(10 * i, 10 * i + 9) for i in range(n)])
+    got = segments_for_follower(leader, fetch(10 * n), 10 * n)
+    assert starts(got) == [10 * i for i in range(SEGMENT_SWAPS_PER_FETCH_MAX)]
+    # The follower catches up over fetches, each from where the last ended.
+    through, seen = -1, list[ReplicaSegment]()
+    while True:
+        got = segments_for_follower(leader, fetch(10 * n, tiered_through=through), 10 * n)
+        if not got:
+            break
+        seen.extend(got)
+        through = got[-1].end_offset
+    assert [g.start_offset for g in seen] == [r.start_offset for r in leader]
+    assert seen[0] == ReplicaSegment(0, 9, 1000, 1, "tiered/0.log")
+
+
+@given(
+    st.lists(st.integers(1, 5), max_size=30),
+    st.integers(-1, 120),
+    st.integers(0, 130),
+    st.integers(0, 130),
+    st.integers(-1, 60),
+)
+def test_the_rule_against_its_definition(sizes: list[int], through: int, offset: int, hwm: int, lso: int) -> None:
+    leader, at = [], 0
+    for n in sizes:
+        leader.append(Segment(at, at + n - 1, n, 1, f"tiered/{at}.log"))
+        at += n + (n % 2)  # gaps now and then (a compacted log)
+    want = [
+        r for r in leader if r.start_offset > through and r.start_offset >= lso and r.end_offset < min(offset, hwm)
+    ][:SEGMENT_SWAPS_PER_FETCH_MAX]
+    got = segments_for_follower(leader, fetch(offset, through, lso), hwm)
+    assert starts(got) == [r.start_offset for r in want]
+
+
+# ------------------------------------------------ the follower's store swap
+
+
+@pytest.fixture
+def stores(tmp_path: Path) -> Iterator[tuple[MetadataStore, MetadataStore, MetadataStore]]:
+    clock = Clock(T0)
+    with (
+        open_store(tmp_path / "leader", clock) as leader,
+        open_store(tmp_path / "early", clock, auto_high_watermark=False) as early,
+        open_store(tmp_path / "late", clock, auto_high_watermark=False) as late,
+    ):
+        yield leader, early, late
+        for s in (leader, early, late):
+            assert s.check() == []
+
+
+def segment_of(store: MetadataStore, tp: TopicIdPartition, start: int, end: int) -> SegmentSwap:
+    """The swap of the leader's batches ``[start, end]`` to a new segment key."""
+    size, last = 0, start - 1
+    for e in store.read_log(tp, start, BIG).entries:
+        if last >= end:
+            break
+        h = BatchHeader.parse(e.header)
+        size, last = size + e.size, h.base_offset + h.last_offset_delta
+    assert last == end
+    return SegmentSwap(tp, start, end, f"tiered/{uuid.uuid4().hex}.log", size, uploader=1)
+
+
+def placement(store: MetadataStore, tp: TopicIdPartition) -> list[tuple[str, int, int]]:
+    [r] = store.find_batches([FindBatchRequest(tp, store.log_start_offset(tp), BIG)], BIG)
+    return [(b.object_key, b.metadata.byte_offset, b.metadata.byte_size) for b in r.batches]
+
+
+def test_early_late_and_mixed_followers_end_like_the_leader(
+    stores: tuple[MetadataStore, MetadataStore, MetadataStore],
+) -> None:
+    leader, early, late = stores
+    [tp] = topic([leader, early, late])
+    for _ in range(6):
+        commit1(leader, tp, plain(records=2))
+    replicate(leader, early, tp)  # early holds 0..11, naming the WAL objects
+    replicate(leader, late, tp, rounds=1, max_bytes=1)  # late holds 0..1 only (one batch)
+    assert late.log_end_offset(tp) == 2
+    wal = {key for key, _, _ in placement(leader, tp)[:5]}
+    first_wal = placement(late, tp)[0][0]
+    swap = segment_of(leader, tp, 0, 9)  # five batches: early has them all, late one
+    assert leader.swap_to_segment(swap).error == Errors.NONE
+    assert leader.referenced_files(wal) == set()  # the leader let go of them
+    replicate(leader, late, tp)  # 2..11: the next four name the segment already
+    assert early.log_end_offset(tp) == late.log_end_offset(tp) == 12
+    # Until each follower swaps, it still references the WAL objects its
+    # entries name (walmgr, asking the ISR, keeps them).
+    assert early.referenced_files(wal) == wal
+    assert late.referenced_files(wal) == {first_wal}
+    assert swap.object_key in late.file_usage() and swap.object_key not in early.file_usage()
+    for follower, moved in ((early, 5), (late, 1)):
+        got = follower.swap_to_segment(swap, replicated=True)
+        assert (got.error, got.moved) == (Errors.NONE, moved), got
+        again = follower.swap_to_segment(swap, replicated=True)
+        assert (again.error, again.moved) == (Errors.NONE, 0)  # a repeat
+        assert follower.segments(tp) == leader.segments(tp)
+        assert placement(follower, tp) == placement(leader, tp)
+        assert follower.file_usage() == leader.file_usage()
+        assert follower.referenced_files(wal) == set()
+
+
+def test_a_follower_whose_entries_all_name_the_segment_records_the_row(
+    stores: tuple[MetadataStore, MetadataStore, MetadataStore],
+) -> None:
+    leader, _, late = stores
+    [tp] = topic([leader, late])
+    for _ in range(3):
+        commit1(leader, tp, plain())
+    swap = segment_of(leader, tp, 0, 2)
+    assert leader.swap_to_segment(swap).error == Errors.NONE
+    replicate(leader, late, tp)
+    usage = late.file_usage()
+    assert late.segments(tp) == []
+    assert placement(late, tp) == placement(leader, tp)
+    got = late.swap_to_segment(swap, replicated=True)
+    assert (got.error, got.moved) == (Errors.NONE, 0)
+    assert late.segments(tp) == leader.segments(tp)
+    assert late.file_usage() == usage == leader.file_usage()
+
+
+def test_a_key_named_elsewhere_or_at_other_positions_is_refused(
+    stores: tuple[MetadataStore, MetadataStore, MetadataStore],
+) -> None:
+    leader, early, _ = stores
+    [tp] = topic([leader, early])
+    for _ in range(4):
+        commit1(leader, tp, plain())
+    swap = segment_of(leader, tp, 0, 1)
+    assert leader.swap_to_segment(swap).error == Errors.NONE
+    replicate(leader, early, tp)
+    usage = early.file_usage()
+    # The key is the segment of [0, 1]: a row naming it for [2, 3] (its
+    # entries elsewhere, positions off), or with another size, changes nothing.
+    other = segment_of(leader, tp, 2, 3)
+    for bad in (
+        SegmentSwap(tp, 2, 3, swap.object_key, other.size, 1),
+        SegmentSwap(tp, 0, 1, swap.object_key, swap.size + 1, 1),
+        SegmentSwap(tp, 0, 3, swap.object_key, swap.size + other.size, 1),
+    ):
+        got = early.swap_to_segment(bad, replicated=True)
+        assert got.error == Errors.INVALID_REQUEST, (bad, got)
+    # A leader's own swap never accepts a key in use.
+    assert leader.swap_to_segment(SegmentSwap(tp, 2, 3, swap.object_key, other.size, 1)).error == (
+        Errors.INVALID_REQUEST
+    )
+    assert early.file_usage() == usage and early.segments(tp) == []
