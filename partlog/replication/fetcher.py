@@ -26,10 +26,12 @@ Tiered segments (issue 31) reach followers the same way: each fetch names
 the end of the partition's last segment row (``tiered_through``, kept in
 :class:`~partlog.replication.partition.FollowedPartition`, read from the
 store when following starts and after a truncation or a reset), and the
-answer's rows, which cover entries this broker holds already, are applied
-after the answer's entries with the store's own swap
+answer's rows, which cover entries this broker held when it sent the
+fetch, are applied with the store's own swap
 (``MetadataStore.swap_to_segment``, ``replicated``), in order, in the apply
-thread.  A row the store refuses is skipped and counted: its entries keep
+thread, before the answer's entries are appended (the append may raise the
+log start into a row's range, and a row reaching below the log start cannot
+be swapped).  A row the store refuses is skipped and counted: its entries keep
 their WAL references (the safe side: walmgr keeps an object any ISR member
 references).
 
@@ -274,13 +276,13 @@ class ReplicaFetchers:
     def _apply_fetch(
         self, items: list[tuple[ReplicaFetchPartition, ReplicaFetchResult, FollowedPartition]]
     ) -> tuple[bool, bool]:
-        """Append, truncate or reset (a worker thread): the appends of all
-        partitions in one store write, then the segment swaps.  Returns (an
-        HWM or log moved, some partition answered a metadata error)."""
+        """Swap, append, truncate or reset (a worker thread): each
+        partition's segment swaps first, then the appends of all partitions
+        in one store write.  Returns (an HWM or log moved, some partition
+        answered a metadata error)."""
         moved = stale = False
         appends: list[ReplicaAppend] = []
         hwms_before: list[int] = []
-        swaps: dict[TopicIdPartition, tuple[FollowedPartition, tuple[ReplicaSegment, ...]]] = {}
         for p, r, f in items:
             tp = p.topic_id_partition
             if r.error == Errors.NONE and r.diverging_epoch != NO_DIVERGENCE:
@@ -305,12 +307,15 @@ class ReplicaFetchers:
                 )
                 moved = True
             elif r.error == Errors.NONE:
+                if r.segments:
+                    # Before the append: the rows cover entries this log
+                    # held when it fetched, and the append may raise its log
+                    # start into one of them (below it a swap is refused).
+                    self._swap(tp, f, r.segments)
                 before = self.store.high_watermark(tp)
                 if r.entries or r.high_watermark > before or r.log_start_offset > 0:
                     appends.append(ReplicaAppend(tp, r.entries, r.high_watermark, r.log_start_offset))
                     hwms_before.append(before)
-                if r.segments:
-                    swaps[tp] = (f, r.segments)
             elif r.error == Errors.OFFSET_OUT_OF_RANGE:
                 leo = self.store.log_end_offset(tp)
                 if leo > r.log_end_offset >= 0:
@@ -328,16 +333,12 @@ class ReplicaFetchers:
             for a, before, outcome in zip(appends, hwms_before, outcomes, strict=True):
                 tp = a.topic_id_partition
                 if isinstance(outcome, BaseException):
-                    # This partition alone: the others of the fetch stand
-                    # (its rows come again with the next answer).
+                    # This partition alone: the others of the fetch stand.
                     log.error("broker %d: appending to %s failed: %s", self.broker_id, tp, outcome)
                     stale = True
-                    swaps.pop(tp, None)
                     continue
                 self.stats.entries_replicated += len(a.entries)
                 moved = moved or self.store.high_watermark(tp) > before
-        for tp, (f, rows) in swaps.items():
-            self._swap(tp, f, rows)
         return moved, stale
 
     def _swap(self, tp: TopicIdPartition, f: FollowedPartition, rows: tuple[ReplicaSegment, ...]) -> None:

@@ -465,8 +465,12 @@ class ReplicaManager:
                         # to this fetch brings the leader's log start).  The
                         # leader's log start as of now, not the read's:
                         # retention may have moved it while the read ran.
+                        # Likewise, it joins only once it has every segment
+                        # row it can take (none in this answer): until it
+                        # swapped, its entries may name WAL objects walmgr,
+                        # asking the leader and the ISR, found unreferenced.
                         start = self.store.log_start_offset(p.topic_id_partition)
-                        joins = p.log_start_offset < 0 or p.log_start_offset >= start
+                        joins = (p.log_start_offset < 0 or p.log_start_offset >= start) and not r.segments
                         self._maybe_alter_isr(led, now, expand_for=replica_id if joins else None)
             # A fetch needs an answer now when it brings entries, segment
             # rows, an error or a divergence, or (KIP-1166) the follower's

@@ -14,23 +14,29 @@ Real LMDB, real v2 batches; every store ends with ``check() == []``.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from partlog import Errors, FindBatchRequest, MetadataStore, TopicIdPartition
+from partlog import DeleteRecordsRequest, Errors, FindBatchRequest, MetadataStore, TopicIdPartition
 from partlog.kafka.batch_header import BatchHeader
-from partlog.replication.partition import segments_for_follower
-from partlog.rpc.wire import SEGMENT_SWAPS_PER_FETCH_MAX, ReplicaFetchPartition, ReplicaSegment
+from partlog.replication.config import ReplicationConfig
+from partlog.replication.fetcher import ReplicaFetchers
+from partlog.replication.partition import FollowedPartition, segments_for_follower
+from partlog.replication.stats import ReplicationStats
+from partlog.rpc.wire import SEGMENT_SWAPS_PER_FETCH_MAX, ReplicaFetchPartition, ReplicaFetchResult, ReplicaSegment
 from partlog.store import Segment, SegmentSwap
 from tests.clock import Clock
 from tests.unit.test_store_replication import BIG, T0, commit1, open_store, plain, replicate, topic
 
 TP = TopicIdPartition(uuid.UUID(int=7), 0)
+LEADER = 1
 
 
 def fetch(offset: int, tiered_through: int = -1, log_start: int = -1) -> ReplicaFetchPartition:
@@ -213,3 +219,69 @@ def test_a_key_named_elsewhere_or_at_other_positions_is_refused(
         Errors.INVALID_REQUEST
     )
     assert early.file_usage() == usage and early.segments(tp) == []
+
+
+# ------------------------------------------------------- the follower's apply
+
+
+def fetchers_of(store: MetadataStore, following: dict[TopicIdPartition, FollowedPartition]) -> ReplicaFetchers:
+    async def no_client(_broker_id: int) -> Any:
+        raise AssertionError("no fetch is sent here")
+
+    async def no_drop(_broker_id: int) -> None:
+        return None
+
+    return ReplicaFetchers(
+        2,
+        store,
+        ReplicationConfig(),
+        ReplicationStats(),
+        following,
+        asyncio.Lock(),
+        client=no_client,
+        drop_client=no_drop,
+        on_data=lambda: None,
+        metadata_changed=asyncio.Event,
+    )
+
+
+def test_the_follower_swaps_before_its_log_start_moves_into_the_row(
+    stores: tuple[MetadataStore, MetadataStore, MetadataStore],
+) -> None:
+    """The answer that brings a row may also bring a log start inside the
+    row's range (retention on the leader): the swap comes first, while the
+    whole range is in the follower's log."""
+    leader, follower, _ = stores
+    [tp] = topic([leader, follower])
+    for _ in range(4):
+        commit1(leader, tp, plain())
+    replicate(leader, follower, tp)
+    swap = segment_of(leader, tp, 0, 2)
+    assert leader.swap_to_segment(swap).error == Errors.NONE
+    [deleted] = leader.delete_records([DeleteRecordsRequest(tp, 2)])
+    assert deleted.errors == Errors.NONE
+    followed = {tp: FollowedPartition(LEADER, 0)}
+    fetchers = fetchers_of(follower, followed)
+    [p] = fetchers._fetch_request(followed)
+    assert p.tiered_through == -1 == followed[tp].tiered_through and p.fetch_offset == 4
+    rows = segments_for_follower(leader.segments(tp), p, leader.high_watermark(tp))
+    assert starts(rows) == [0]
+    answer = ReplicaFetchResult(Errors.NONE, 4, 2, 4, segments=rows)
+    assert fetchers._apply_fetch([(p, answer, followed[tp])]) == (False, False)
+    assert follower.log_start_offset(tp) == 2
+    assert follower.segments(tp) == leader.segments(tp)
+    assert placement(follower, tp) == placement(leader, tp)
+    assert followed[tp].tiered_through == 2 and fetchers.stats.segment_swaps_applied == 1
+    # The same row again (a stale answer) is skipped; one the store refuses
+    # is counted, and passed (asking again would bring it back at once).
+    assert fetchers._apply_fetch([(p, answer, followed[tp])]) == (False, False)
+    bad = ReplicaSegment(3, 3, 1, 1, swap.object_key)
+    fetchers._apply_fetch([(p, ReplicaFetchResult(Errors.NONE, 4, 2, 4, segments=(bad,)), followed[tp])])
+    assert fetchers.stats.segment_swaps_applied == 1 and fetchers.stats.segment_swaps_failed == 1
+    assert followed[tp].tiered_through == 3
+    # A truncation forgets it: the next fetch reads it from the store again.
+    follower.truncate_to(tp, 3)
+    fetchers._apply_fetch([(p, ReplicaFetchResult(Errors.OFFSET_OUT_OF_RANGE, -1, 2, 3), followed[tp])])
+    assert followed[tp].tiered_through is None
+    [p] = fetchers._fetch_request(followed)
+    assert p.tiered_through == 2 == followed[tp].tiered_through
