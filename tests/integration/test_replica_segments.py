@@ -12,7 +12,10 @@ that name the segment already, and the row.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client import generate_latest
@@ -67,18 +70,33 @@ async def read_through(b: Broker, tp: TopicIdPartition) -> list[tuple[int, bytes
     return out
 
 
-@run_async
-async def test_a_leaders_swap_reaches_every_replica(tmp_path: Path) -> None:
-    cfg = ReplicationConfig(replica_fetch_backoff_ms=50)
+@dataclass(frozen=True, slots=True)
+class Replicas:
+    objects: LocalDirStore
+    tp: TopicIdPartition
+    brokers: list[Broker]
+    leader: Broker
+    followers: tuple[Broker, Broker]
+
+
+@contextlib.asynccontextmanager
+async def three_replicas(tmp_path: Path, cfg: ReplicationConfig) -> AsyncIterator[Replicas]:
+    """Three brokers, one partition replicated on all of them."""
     objects = LocalDirStore(tmp_path / "objects")
     async with running_cluster(tmp_path, objects, partitions=1, replication_factor=3, replication=cfg) as (
         brokers,
         meta,
     ):
         [tp] = topic_partitions(meta)
-        b = by_id(brokers)
-        leader = b[meta.partition(tp).leader]  # type: ignore[union-attr]
+        leader = by_id(brokers)[meta.partition(tp).leader]  # type: ignore[union-attr]
         near, far = (x for x in brokers if x is not leader)
+        yield Replicas(objects, tp, brokers, leader, (near, far))
+
+
+@run_async
+async def test_a_leaders_swap_reaches_every_replica(tmp_path: Path) -> None:
+    async with three_replicas(tmp_path, ReplicationConfig(replica_fetch_backoff_ms=50)) as r:
+        objects, tp, brokers, leader, (near, far) = r.objects, r.tp, r.brokers, r.leader, r.followers
         values = [f"v{i}".encode() for i in range(8)]
         for v in values:
             assert await produce_one(leader, tp, -1, v) == Errors.NONE
@@ -131,15 +149,8 @@ async def test_a_leaders_swap_reaches_every_replica(tmp_path: Path) -> None:
 @run_async
 async def test_a_replica_that_catches_up_later_gets_entries_naming_the_segment_and_the_row(tmp_path: Path) -> None:
     cfg = ReplicationConfig(replica_lag_time_max_ms=300, replica_fetch_backoff_ms=50)
-    objects = LocalDirStore(tmp_path / "objects")
-    async with running_cluster(tmp_path, objects, partitions=1, replication_factor=3, replication=cfg) as (
-        brokers,
-        meta,
-    ):
-        [tp] = topic_partitions(meta)
-        b = by_id(brokers)
-        leader = b[meta.partition(tp).leader]  # type: ignore[union-attr]
-        near, late = (x for x in brokers if x is not leader)
+    async with three_replicas(tmp_path, cfg) as r:
+        objects, tp, brokers, leader, (near, late) = r.objects, r.tp, r.brokers, r.leader, r.followers
         assert await produce_one(leader, tp, -1, b"v0") == Errors.NONE
         await until(lambda: converged(brokers, tp), "the replicas to converge")
         heal = cut_off(late, {leader.broker_id})

@@ -174,16 +174,25 @@ def test_early_late_and_mixed_followers_end_like_the_leader(
         assert follower.referenced_files(wal) == set()
 
 
+def swapped_then_replicated(
+    leader: MetadataStore, follower: MetadataStore, batches: int, end: int
+) -> tuple[TopicIdPartition, SegmentSwap]:
+    """A topic on both stores, ``batches`` one-record batches committed on the
+    leader, ``[0, end]`` swapped there, then the whole log replicated."""
+    [tp] = topic([leader, follower])
+    for _ in range(batches):
+        commit1(leader, tp, plain())
+    swap = segment_of(leader, tp, 0, end)
+    assert leader.swap_to_segment(swap).error == Errors.NONE
+    replicate(leader, follower, tp)
+    return tp, swap
+
+
 def test_a_follower_whose_entries_all_name_the_segment_records_the_row(
     stores: tuple[MetadataStore, MetadataStore, MetadataStore],
 ) -> None:
     leader, _, late = stores
-    [tp] = topic([leader, late])
-    for _ in range(3):
-        commit1(leader, tp, plain())
-    swap = segment_of(leader, tp, 0, 2)
-    assert leader.swap_to_segment(swap).error == Errors.NONE
-    replicate(leader, late, tp)
+    tp, swap = swapped_then_replicated(leader, late, 3, 2)
     usage = late.file_usage()
     assert late.segments(tp) == []
     assert placement(late, tp) == placement(leader, tp)
@@ -197,12 +206,7 @@ def test_a_key_named_elsewhere_or_at_other_positions_is_refused(
     stores: tuple[MetadataStore, MetadataStore, MetadataStore],
 ) -> None:
     leader, early, _ = stores
-    [tp] = topic([leader, early])
-    for _ in range(4):
-        commit1(leader, tp, plain())
-    swap = segment_of(leader, tp, 0, 1)
-    assert leader.swap_to_segment(swap).error == Errors.NONE
-    replicate(leader, early, tp)
+    tp, swap = swapped_then_replicated(leader, early, 4, 1)
     usage = early.file_usage()
     # The key is the segment of [0, 1]: a row naming it for [2, 3] (its
     # entries elsewhere, positions off), or with another size, changes nothing.
