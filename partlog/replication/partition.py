@@ -67,10 +67,9 @@ class LedPartition:
                     div.end_offset,
                 )
             read = store.read_log(tp, p.fetch_offset, 1 << 62, entries_max)
-            # From the first row the follower may lack: an LMDB read of at
-            # most SEGMENT_SWAPS_PER_FETCH_MAX rows, on this same path.
-            first = max(p.tiered_through + 1, p.log_start_offset, 0)
-            rows = store.segments(tp, first, SEGMENT_SWAPS_PER_FETCH_MAX)
+            # From the first row the follower may lack: an LMDB read of a
+            # few rows, on this same path.
+            rows = store.segments(tp, p.tiered_through + 1, SEGMENT_SWAPS_PER_FETCH_MAX + 1)
         except OffsetOutOfRangeError:
             state = store.partition_state(tp)
             return ReplicaFetchResult(
@@ -95,16 +94,16 @@ def segments_for_follower(
     """The leader's segment ``rows`` (ascending) that the follower fetching
     ``p`` lacks and can apply now, ascending, at most
     ``SEGMENT_SWAPS_PER_FETCH_MAX``: each starts past the follower's last row
-    (``tiered_through``) and at or past its log start (below it the follower
-    cannot swap the whole range), and ends below both its fetch offset (its
-    log holds the range, as the leader's, the divergence check said so) and
-    the leader's HWM (committed: truncation never undoes it).  Rows never
-    overlap, so their ends ascend too: the first that ends too high ends the
-    list."""
+    (``tiered_through``), ends at or past its log start (it holds some of the
+    range: a follower swaps what it holds of a range its log starts in), and
+    ends below both its fetch offset (its log holds the range, as the
+    leader's, the divergence check said so) and the leader's HWM
+    (committed: truncation never undoes it).  Rows never overlap, so their
+    ends ascend too: the first that ends too high ends the list."""
     out: list[ReplicaSegment] = []
     bound = min(p.fetch_offset, high_watermark)
     for g in rows:
-        if g.start_offset <= p.tiered_through or g.start_offset < p.log_start_offset:
+        if g.start_offset <= p.tiered_through or g.end_offset < p.log_start_offset:
             continue
         if g.end_offset >= bound or len(out) == SEGMENT_SWAPS_PER_FETCH_MAX:
             break

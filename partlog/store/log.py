@@ -203,18 +203,19 @@ class LogChunks:
         verify(added == len(chunks), "a replicated entry overwrote one past the log end")
 
     def repoint(
-        self, txn: lmdb.Transaction, part: Part, start_offset: int, end_offset: int, file_id: int
+        self, txn: lmdb.Transaction, part: Part, start_offset: int, end_offset: int, file_id: int, position: int = 0
     ) -> tuple[dict[int, list[int]], int, int]:
         """Point the entries with base offsets in ``[start_offset,
         end_offset]`` that reference an object at ``file_id``, each at its
-        position in the concatenation of the range's batches (inline entries
-        keep their bytes but take their place).  Returns the references
+        position in the concatenation of the range's batches, the first at
+        ``position`` (inline entries keep their bytes but take their place).
+        Returns the references
         released per old file_id ([-batches, -bytes], for
         :meth:`FileIndex.release`), the entries repointed and the bytes the
         range spans.  The caller validated the range (an exclusive write:
         the overlay is empty) and updates the index."""
         released: dict[int, list[int]] = {}
-        moved = position = 0
+        moved, first = 0, position
         cur = txn.cursor(db=self._db)
         prefix = U32.pack(part.part_id)
         positioned = self._seek_chunk(cur, PART_KEY.pack(part.part_id, start_offset))
@@ -243,7 +244,7 @@ class LogChunks:
             if changed:
                 cur.put(k, bytes(out))
             positioned = cur.next()
-        return released, moved, position
+        return released, moved, position - first
 
     def _drop_entry(self, part: Part, e: Entry, per_file: dict[int, list[int]]) -> None:
         """Account for one dropped entry: live counters and file deltas (an

@@ -67,8 +67,9 @@ def test_rows_past_tiered_through_and_below_the_fetch_offset_and_the_hwm() -> No
     assert starts(segments_for_follower(leader, fetch(40), 25)) == [0, 10]
     # Nothing new: an empty answer, so the fetch may park.
     assert segments_for_follower(leader, fetch(40, tiered_through=39), 40) == ()
-    # Rows starting below the follower's log start cannot be swapped whole there.
-    assert starts(segments_for_follower(leader, fetch(40, log_start=5), 40)) == [10, 20, 30]
+    # A row the follower's log starts inside is sent (it swaps what it
+    # holds); one wholly below its log start is not (it holds none of it).
+    assert starts(segments_for_follower(leader, fetch(40, log_start=5), 40)) == [0, 10, 20, 30]
     assert starts(segments_for_follower(leader, fetch(40, log_start=10), 40)) == [10, 20, 30]
 
 
@@ -101,9 +102,9 @@ def test_the_rule_against_its_definition(sizes: list[int], through: int, offset:
     for n in sizes:
         leader.append(Segment(at, at + n - 1, n, 1, f"tiered/{at}.log"))
         at += n + (n % 2)  # gaps now and then (a compacted log)
-    want = [
-        r for r in leader if r.start_offset > through and r.start_offset >= lso and r.end_offset < min(offset, hwm)
-    ][:SEGMENT_SWAPS_PER_FETCH_MAX]
+    want = [r for r in leader if r.start_offset > through and r.end_offset >= lso and r.end_offset < min(offset, hwm)][
+        :SEGMENT_SWAPS_PER_FETCH_MAX
+    ]
     got = segments_for_follower(leader, fetch(offset, through, lso), hwm)
     assert starts(got) == [r.start_offset for r in want]
 
@@ -200,6 +201,40 @@ def test_a_follower_whose_entries_all_name_the_segment_records_the_row(
     assert (got.error, got.moved) == (Errors.NONE, 0)
     assert late.segments(tp) == leader.segments(tp)
     assert late.file_usage() == usage == leader.file_usage()
+
+
+def test_a_follower_whose_log_starts_inside_the_range_swaps_what_it_holds(
+    stores: tuple[MetadataStore, MetadataStore, MetadataStore],
+) -> None:
+    """The leader swapped [0, 3] and then its log start moved to 2 (retention),
+    and so did the follower's before it got the row: it swaps batches 2 and
+    3, their positions counted back from the segment's end."""
+    leader, follower, _ = stores
+    [tp] = topic([leader, follower])
+    for _ in range(5):
+        commit1(leader, tp, plain())
+    replicate(leader, follower, tp)
+    wal = {key for key, _, _ in placement(leader, tp)[2:4]}
+    swap = segment_of(leader, tp, 0, 3)
+    assert leader.swap_to_segment(swap).error == Errors.NONE
+    for s in (leader, follower):
+        [deleted] = s.delete_records([DeleteRecordsRequest(tp, 2)])
+        assert deleted.errors == Errors.NONE
+    assert follower.referenced_files(wal) == wal
+    got = follower.swap_to_segment(swap, replicated=True)
+    assert (got.error, got.moved) == (Errors.NONE, 2), got
+    assert follower.segments(tp) == leader.segments(tp) == [Segment(0, 3, swap.size, 1, swap.object_key)]
+    assert placement(follower, tp) == placement(leader, tp)
+    assert follower.file_usage() == leader.file_usage()
+    assert follower.referenced_files(wal) == set()
+    # The sizes must still fit: the held batches cannot fill the segment.
+    assert follower.delete_records([DeleteRecordsRequest(tp, 4)])[0].errors == Errors.NONE
+    assert leader.delete_records([DeleteRecordsRequest(tp, 4)])[0].errors == Errors.NONE
+    later = segment_of(leader, tp, 4, 4)
+    for bad in (SegmentSwap(tp, 3, 4, later.object_key, later.size, 1), SegmentSwap(tp, 3, 4, "k", 7, 1)):
+        assert follower.swap_to_segment(bad, replicated=True).error == Errors.INVALID_REQUEST, bad
+    # Not the leader's own swap: below its log start it is out of range.
+    assert leader.swap_to_segment(SegmentSwap(tp, 3, 4, "k", later.size + 1, 1)).error == Errors.OFFSET_OUT_OF_RANGE
 
 
 def test_a_key_named_elsewhere_or_at_other_positions_is_refused(
