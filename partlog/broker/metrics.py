@@ -378,6 +378,9 @@ _REPLICATION_COUNTERS = {
     "isr_expands": ("partlog_replication_isr_expands", "ISR expansions committed by the controller"),
     "alter_partition_failures": ("partlog_replication_alter_partition_failures", "ISR changes refused or unanswered"),
     "acks_all_failed": ("partlog_replication_acks_all_failed", "acks=all batches appended but not acknowledged"),
+    "segment_swaps_sent": ("partlog_replication_segment_swaps_sent", "segment rows sent to followers as a leader"),
+    "segment_swaps_applied": ("partlog_replication_segment_swaps_applied", "leaders' segment swaps applied"),
+    "segment_swaps_failed": ("partlog_replication_segment_swaps_failed", "leaders' segment swaps refused here"),
 }
 
 

@@ -22,6 +22,19 @@ loop (memory and one LMDB read of each partition's newest epoch) when it
 names at most ``REPLICA_FETCH_BUILD_INLINE_PARTITIONS_MAX`` partitions,
 in a worker thread otherwise.
 
+Tiered segments (issue 31) reach followers the same way: each fetch names
+the end of the partition's last segment row (``tiered_through``, kept in
+:class:`~partlog.replication.partition.FollowedPartition`, read from the
+store when following starts and after a truncation or a reset), and the
+answer's rows, which cover entries this broker held when it sent the
+fetch, are applied with the store's own swap
+(``MetadataStore.swap_to_segment``, ``replicated``), in order, in the apply
+thread, before the answer's entries are appended (the append may raise the
+log start into a row's range, and a row reaching below the log start cannot
+be swapped).  A row the store refuses is skipped and counted: its entries keep
+their WAL references (the safe side: walmgr keeps an object any ISR member
+references).
+
 The log end a fetch reports is read after the previous append returned,
 that is once it was durable (the journal's fdatasync): the leader never
 counts an entry toward the HWM that this broker could still lose.  Nor
@@ -55,11 +68,12 @@ from partlog.rpc.wire import (
     NO_DIVERGENCE,
     ReplicaFetchPartition,
     ReplicaFetchResult,
+    ReplicaSegment,
     WireError,
     dec_replica_fetch_response,
     enc_replica_fetch,
 )
-from partlog.store import MetadataStore, ReplicaAppend, StoreError
+from partlog.store import MetadataStore, ReplicaAppend, SegmentSwap, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +203,7 @@ class ReplicaFetchers:
                 # Apply only to partitions still followed from this leader at
                 # the epoch the fetch named (a role change may have come in).
                 current = [
-                    (p, r)
+                    (p, r, f)
                     for p, r in zip(parts, results, strict=True)
                     if (f := self._following.get(p.topic_id_partition)) is not None
                     and f.leader == leader
@@ -205,7 +219,7 @@ class ReplicaFetchers:
                 # The next fetch goes out now, reporting the entries just
                 # received as this log's end before their append is durable.
                 pending = applying
-                for p, r in current:
+                for p, r, _ in current:
                     if r.entries:
                         h = BatchHeader.parse(r.entries[-1].header)
                         received[p.topic_id_partition] = h.base_offset + h.last_offset_delta + 1
@@ -243,6 +257,9 @@ class ReplicaFetchers:
         for tp, f in followed.items():
             cache = self.store.leader_epoch_cache(tp)
             hwm = self.store.high_watermark(tp) if self.config.fetch_sends_high_watermark else -1
+            if f.tiered_through is None:
+                rows = self.store.segments(tp)
+                f.tiered_through = rows[-1].end_offset if rows else -1
             parts.append(
                 ReplicaFetchPartition(
                     tp,
@@ -251,18 +268,22 @@ class ReplicaFetchers:
                     cache[-1][0] if cache else UNDEFINED_EPOCH,
                     hwm,
                     self.store.log_start_offset(tp),
+                    f.tiered_through,
                 )
             )
         return parts
 
-    def _apply_fetch(self, items: list[tuple[ReplicaFetchPartition, ReplicaFetchResult]]) -> tuple[bool, bool]:
-        """Append, truncate or reset (a worker thread): the appends of all
-        partitions in one store write.  Returns (an HWM or log moved, some
-        partition answered a metadata error)."""
+    def _apply_fetch(
+        self, items: list[tuple[ReplicaFetchPartition, ReplicaFetchResult, FollowedPartition]]
+    ) -> tuple[bool, bool]:
+        """Swap, append, truncate or reset (a worker thread): each
+        partition's segment swaps first, then the appends of all partitions
+        in one store write.  Returns (an HWM or log moved, some partition
+        answered a metadata error)."""
         moved = stale = False
         appends: list[ReplicaAppend] = []
         hwms_before: list[int] = []
-        for p, r in items:
+        for p, r, f in items:
             tp = p.topic_id_partition
             if r.error == Errors.NONE and r.diverging_epoch != NO_DIVERGENCE:
                 leo = self.store.log_end_offset(tp)
@@ -273,6 +294,7 @@ class ReplicaFetchers:
                     EpochEndOffset(r.diverging_epoch, r.diverging_end_offset),
                 )
                 removed = self.store.truncate_to(tp, offset)
+                f.tiered_through = None  # rows reaching the cut went with it
                 self.stats.truncations += 1
                 self.stats.entries_truncated += removed
                 log.info(
@@ -285,6 +307,11 @@ class ReplicaFetchers:
                 )
                 moved = True
             elif r.error == Errors.NONE:
+                if r.segments:
+                    # Before the append: the rows cover entries this log
+                    # held when it fetched, and the append may raise its log
+                    # start into one of them (below it a swap is refused).
+                    self._swap(tp, f, r.segments)
                 before = self.store.high_watermark(tp)
                 if r.entries or r.high_watermark > before or r.log_start_offset > 0:
                     appends.append(ReplicaAppend(tp, r.entries, r.high_watermark, r.log_start_offset))
@@ -297,6 +324,7 @@ class ReplicaFetchers:
                     self.stats.entries_truncated += removed
                 elif leo < r.log_start_offset:
                     self.store.reset_to(tp, r.log_start_offset)
+                f.tiered_through = None
                 moved = True
             else:
                 stale = True
@@ -312,6 +340,37 @@ class ReplicaFetchers:
                 self.stats.entries_replicated += len(a.entries)
                 moved = moved or self.store.high_watermark(tp) > before
         return moved, stale
+
+    def _swap(self, tp: TopicIdPartition, f: FollowedPartition, rows: tuple[ReplicaSegment, ...]) -> None:
+        """Apply the leader's segment rows of ``tp`` in order (the apply
+        thread).  Each moves ``tiered_through`` past it, applied or refused:
+        a refusal is not transient (the range is in this log, below the
+        fetch offset the leader chose it by), so asking again would only
+        bring the same row back at once, every fetch."""
+        for g in rows:
+            if f.tiered_through is not None and g.start_offset <= f.tiered_through:
+                continue  # a row this log has (a stale answer)
+            swap = SegmentSwap(tp, g.start_offset, g.end_offset, g.object_key, g.size, g.uploader)
+            result = self.store.swap_to_segment(swap, replicated=True)
+            f.tiered_through = g.end_offset
+            if result.error == Errors.NONE:
+                self.stats.segment_swaps_applied += 1
+                continue
+            self.stats.segment_swaps_failed += 1
+            failed = self.stats.segment_swaps_failed
+            if failed & (failed - 1) == 0:  # the 1st, 2nd, 4th, 8th... refusal: a bounded log
+                log.warning(
+                    "broker %d: the swap of %s [%d, %d] to %s refused (%s: %s); its WAL references stay "
+                    "(%d refusals so far)",
+                    self.broker_id,
+                    tp,
+                    g.start_offset,
+                    g.end_offset,
+                    g.object_key,
+                    result.error.name,
+                    result.message,
+                    failed,
+                )
 
 
 __all__ = ["ReplicaFetchers"]

@@ -21,11 +21,12 @@ Leader side:
   passed the append (or fails it with NOT_ENOUGH_REPLICAS_AFTER_APPEND,
   NOT_LEADER_OR_FOLLOWER or REQUEST_TIMED_OUT).
 * ``handle_replica_fetch`` serves followers: leader-epoch fencing, the
-  divergence check, entries from the store, and the follower's progress into
-  the ISR/HWM state.  A fetch with nothing to return is parked up to its
-  max wait until new entries arrive or, when the follower sent its HWM
-  (KIP-1166) and it is behind the leader's, answered at once; a parked one
-  is completed when the HWM moves.
+  divergence check, entries and the tiered-segment rows the follower lacks
+  from the store, and the follower's progress into the ISR/HWM state.  A
+  fetch with nothing to return is parked up to its max wait until new
+  entries arrive or, when the follower sent its HWM (KIP-1166) and it is
+  behind the leader's, answered at once; a parked one is completed when the
+  HWM moves.
 * ISR changes go to the controller (``MetadataSource.alter_partition``)
   before they count, so the controller never elects a replica the HWM left.
 
@@ -464,13 +465,18 @@ class ReplicaManager:
                         # to this fetch brings the leader's log start).  The
                         # leader's log start as of now, not the read's:
                         # retention may have moved it while the read ran.
+                        # Likewise, it joins only once it has every segment
+                        # row it can take (none in this answer): until it
+                        # swapped, its entries may name WAL objects walmgr,
+                        # asking the leader and the ISR, found unreferenced.
                         start = self.store.log_start_offset(p.topic_id_partition)
-                        joins = p.log_start_offset < 0 or p.log_start_offset >= start
+                        joins = (p.log_start_offset < 0 or p.log_start_offset >= start) and not r.segments
                         self._maybe_alter_isr(led, now, expand_for=replica_id if joins else None)
-            # A fetch needs an answer now when it brings entries, an error or
-            # a divergence, or (KIP-1166) the follower's HWM is behind ours.
+            # A fetch needs an answer now when it brings entries, segment
+            # rows, an error or a divergence, or (KIP-1166) the follower's
+            # HWM is behind ours.
             urgent = any(
-                r.entries or r.error != Errors.NONE or r.diverging_epoch != NO_DIVERGENCE for r in results
+                r.entries or r.segments or r.error != Errors.NONE or r.diverging_epoch != NO_DIVERGENCE for r in results
             ) or (sends_hwm and any(p.high_watermark < self._hwm_of(p.topic_id_partition) for p in parts))
             left = deadline - self.clock.monotonic()
             if urgent or left <= 0 or self._stopping:
@@ -491,6 +497,7 @@ class ReplicaManager:
             r if r.error != Errors.NONE else with_hwm(r, self._hwm_of(p.topic_id_partition))
             for p, r in zip(parts, results, strict=True)
         ]
+        self.stats.segment_swaps_sent += sum(len(r.segments) for r in final)
         return enc_replica_fetch_response(final)
 
     def _hwm_of(self, tp: TopicIdPartition) -> int:

@@ -4,7 +4,8 @@ one it follows.
 
 A led partition answers a follower's fetch from the store
 (:meth:`LedPartition.read_for_follower`): leader-epoch fencing, the
-divergence check (``partlog.kafka.leader_epochs``), then entries.  The
+divergence check (``partlog.kafka.leader_epochs``), then entries and the
+tiered-segment rows the follower lacks (:func:`segments_for_follower`).  The
 replica manager (``partlog.replication.manager``) owns these records and
 does the asyncio work around them: parking fetches, the ISR, acks=all.
 """
@@ -12,7 +13,9 @@ does the asyncio work around them: parking fetches, the ISR, acks=all.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from partlog import injected_bugs
@@ -20,8 +23,8 @@ from partlog.kafka.errors import Errors
 from partlog.kafka.leader_epochs import diverging_epoch
 from partlog.kafka.records import TopicIdPartition
 from partlog.replication.replica_state import ReplicaState
-from partlog.rpc.wire import ReplicaFetchPartition, ReplicaFetchResult
-from partlog.store import MetadataStore, OffsetOutOfRangeError, StoreError
+from partlog.rpc.wire import SEGMENT_SWAPS_PER_FETCH_MAX, ReplicaFetchPartition, ReplicaFetchResult, ReplicaSegment
+from partlog.store import MetadataStore, OffsetOutOfRangeError, Segment, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +67,9 @@ class LedPartition:
                     div.end_offset,
                 )
             read = store.read_log(tp, p.fetch_offset, 1 << 62, entries_max)
+            # From the first row the follower may lack: an LMDB read of a
+            # few rows, on this same path.
+            rows = store.segments(tp, p.tiered_through + 1, SEGMENT_SWAPS_PER_FETCH_MAX + 1)
         except OffsetOutOfRangeError:
             state = store.partition_state(tp)
             return ReplicaFetchResult(
@@ -78,24 +84,50 @@ class LedPartition:
             read.log_start_offset,
             read.log_end_offset,
             entries=read.entries,
+            segments=segments_for_follower(rows, p, self.rs.high_watermark),
         )
+
+
+def segments_for_follower(
+    rows: Iterable[Segment], p: ReplicaFetchPartition, high_watermark: int
+) -> tuple[ReplicaSegment, ...]:
+    """The leader's segment ``rows`` (ascending) that the follower fetching
+    ``p`` lacks and can apply now, ascending, at most
+    ``SEGMENT_SWAPS_PER_FETCH_MAX``: each starts past the follower's last row
+    (``tiered_through``), ends at or past its log start (it holds some of the
+    range: a follower swaps what it holds of a range its log starts in), and
+    ends below both its fetch offset (its log holds the range, as the
+    leader's, the divergence check said so) and the leader's HWM
+    (committed: truncation never undoes it).  Rows never overlap, so their
+    ends ascend too: the first that ends too high ends the list."""
+    out: list[ReplicaSegment] = []
+    bound = min(p.fetch_offset, high_watermark)
+    for g in rows:
+        if g.start_offset <= p.tiered_through or g.end_offset < p.log_start_offset:
+            continue
+        if g.end_offset >= bound or len(out) == SEGMENT_SWAPS_PER_FETCH_MAX:
+            break
+        out.append(ReplicaSegment(g.start_offset, g.end_offset, g.size, g.uploader, g.object_key))
+    return tuple(out)
 
 
 @dataclass(slots=True)
 class FollowedPartition:
-    """A partition this broker follows: from which leader, at which epoch."""
+    """A partition this broker follows: from which leader, at which epoch,
+    and the end offset of its last segment row (None: not read from the
+    store yet; the fetcher reads it before its first fetch, and again after
+    a truncation or a reset)."""
 
     leader: int
     leader_epoch: int
+    tiered_through: int | None = None
 
 
 def with_hwm(r: ReplicaFetchResult, hwm: int) -> ReplicaFetchResult:
     """``r`` reporting the leader's HWM ``hwm`` (-1: keep ``r``'s)."""
     if hwm < 0 or r.high_watermark == hwm:
         return r
-    return ReplicaFetchResult(
-        r.error, hwm, r.log_start_offset, r.log_end_offset, r.diverging_epoch, r.diverging_end_offset, r.entries
-    )
+    return dataclasses.replace(r, high_watermark=hwm)
 
 
-__all__ = ["FollowedPartition", "LedPartition", "with_hwm"]
+__all__ = ["FollowedPartition", "LedPartition", "segments_for_follower", "with_hwm"]

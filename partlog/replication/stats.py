@@ -22,6 +22,11 @@ class ReplicationStats:
     isr_expands: int = 0
     alter_partition_failures: int = 0
     acks_all_failed: int = 0
+    # Tiered-segment rows (issue 31): sent as a leader; swapped to, or
+    # refused by the store (the WAL references kept), as a follower.
+    segment_swaps_sent: int = 0
+    segment_swaps_applied: int = 0
+    segment_swaps_failed: int = 0
 
 
 __all__ = ["ReplicationStats"]

@@ -204,7 +204,11 @@ BROKER_SCHEMAS: dict[str, Schema] = {
                 PARTITIONS_MAX,
             ),
         },
-        optional={"log_start_offsets": List(Int(-1, INT64_MAX), PARTITIONS_MAX)},
+        optional={
+            "log_start_offsets": List(Int(-1, INT64_MAX), PARTITIONS_MAX),
+            # Issue 31: the end of each partition's last segment row (-1: none).
+            "tiered_through": List(Int(-1, INT64_MAX), PARTITIONS_MAX),
+        },
     ),
     "delete_records": Map(
         required={"partitions": List(partition_item(("offset", Int(-1, INT64_MAX))), PARTITIONS_MAX)}

@@ -21,6 +21,7 @@ from partlog.kafka.records import (
     TimestampType,
     TopicIdPartition,
 )
+from partlog.wal.key import OBJECT_KEY_BYTES_MAX
 
 
 class WireError(ValueError):
@@ -220,18 +221,48 @@ def dec_errors(code: Any, what: str) -> Errors:
 #
 # ``high_watermark`` is the follower's, as KIP-1166 adds it; -1 means the
 # follower does not send it (the leader then parks as before KIP-1166).
+# Beside the items, one per partition: ``log_start_offsets`` (the
+# follower's log starts) and ``tiered_through`` (the end offset of the
+# follower's last tiered-segment row, -1 for none; sent only when some
+# partition has one, so an older leader is refused nothing until tiering
+# swapped something).
 #
 #   response {"keys": [[object_key, uploader, file_size], ...],
 #             "partitions": [[error, high_watermark, log_start_offset,
 #                             log_end_offset, diverging_epoch,
-#                             diverging_end_offset, entries], ...]}
+#                             diverging_end_offset, entries], ...],
+#             "segments": [[[start, end, size, uploader, object_key], ...], ...]}
 #
 # with entries ``[[header, key_index, byte_offset, size, log_append_time,
 # batch_max_timestamp], ...]``: object keys are sent once per response, since
 # one WAL file holds batches of many partitions.  ``diverging_epoch`` is -2
-# when the follower's log does not diverge.
+# when the follower's log does not diverge.  ``segments`` (issue 31), one
+# list per partition, only when some partition has one: the leader's segment
+# rows the follower lacks, for it to apply with the same reference swap
+# (docs/design/tiered.md, "How replicas follow"); absent means none (an
+# older leader, which an older follower ignores).
 
 NO_DIVERGENCE = -2
+# Segment rows one answer carries per partition: a caught-up follower gets
+# each row in the fetch after its range is in its log (one at a time), one
+# far behind catches up over successive fetches.
+SEGMENT_SWAPS_PER_FETCH_MAX = 8
+# A segment row's object key, in UTF-8 bytes: the bound every replicated
+# entry's key has (``partlog.wal.key``), which the store checks on appends.
+SEGMENT_KEY_BYTES_MAX = OBJECT_KEY_BYTES_MAX
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSegment:
+    """A leader's tiered-segment row as a follower receives it: the batches
+    of ``[start_offset, end_offset]`` live, concatenated in offset order, in
+    ``object_key`` (``size`` bytes, uploaded by broker ``uploader``)."""
+
+    start_offset: int
+    end_offset: int
+    size: int
+    uploader: int
+    object_key: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +275,9 @@ class ReplicaFetchPartition:
     # The follower's log start (Kafka's FetchRequest LogStartOffset); -1: not
     # sent (an older follower).
     log_start_offset: int = -1
+    # The end offset of the follower's last segment row; -1: none (or an
+    # older follower).
+    tiered_through: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,12 +289,14 @@ class ReplicaFetchResult:
     diverging_epoch: int = NO_DIVERGENCE
     diverging_end_offset: int = -1
     entries: tuple[ReplicatedEntry, ...] = ()
+    # The leader's segment rows for the follower to swap to, ascending.
+    segments: tuple[ReplicaSegment, ...] = ()
 
 
 def enc_replica_fetch(
     replica_id: int, max_wait_ms: int, entries_max: int, parts: Sequence[ReplicaFetchPartition]
 ) -> dict[str, Any]:
-    return {
+    body: dict[str, Any] = {
         "replica_id": replica_id,
         "max_wait_ms": max_wait_ms,
         "entries_max": entries_max,
@@ -278,6 +314,9 @@ def enc_replica_fetch(
         # key (BAD_REQUEST): upgrade every broker together (design.md).
         "log_start_offsets": [p.log_start_offset for p in parts],
     }
+    if any(p.tiered_through >= 0 for p in parts):
+        body["tiered_through"] = [p.tiered_through for p in parts]
+    return body
 
 
 def dec_replica_fetch(body: Any, partitions_max: int) -> tuple[int, int, int, list[ReplicaFetchPartition]]:
@@ -296,20 +335,28 @@ def dec_replica_fetch(body: Any, partitions_max: int) -> tuple[int, int, int, li
         "[topic_id, partition, current_leader_epoch, fetch_offset, last_fetched_epoch, high_watermark]",
         partitions_max,
     )
-    starts = m.get("log_start_offsets")
-    if starts is None:
-        starts = [-1] * len(items)
-    elif type(starts) is not list or len(starts) != len(items) or any(type(x) is not int or x < -1 for x in starts):
-        raise WireError(f"replica_fetch.log_start_offsets: a list of {len(items)} integers >= -1")
+    starts = _per_partition_offsets(m, "log_start_offsets", len(items))
+    tiered = _per_partition_offsets(m, "tiered_through", len(items))
     return (
         replica_id,
         max_wait,
         entries_max,
         [
-            ReplicaFetchPartition(tp, rest[0], rest[1], rest[2], rest[3], lso)
-            for (tp, rest), lso in zip(items, starts, strict=True)
+            ReplicaFetchPartition(tp, rest[0], rest[1], rest[2], rest[3], lso, through)
+            for (tp, rest), lso, through in zip(items, starts, tiered, strict=True)
         ],
     )
+
+
+def _per_partition_offsets(m: dict[str, Any], name: str, n: int) -> list[int]:
+    """The optional list ``m[name]`` of one offset >= -1 per partition; -1s
+    when absent (an older follower)."""
+    values = m.get(name)
+    if values is None:
+        return [-1] * n
+    if type(values) is not list or len(values) != n or any(type(x) is not int or not -1 <= x < 1 << 63 for x in values):
+        raise WireError(f"replica_fetch.{name}: a list of {n} int64s >= -1")
+    return values
 
 
 def enc_replica_fetch_response(results: Sequence[ReplicaFetchResult]) -> dict[str, Any]:
@@ -335,7 +382,12 @@ def enc_replica_fetch_response(results: Sequence[ReplicaFetchResult]) -> dict[st
                 entries,
             ]
         )
-    return {"keys": key_rows, "partitions": parts}
+    body: dict[str, Any] = {"keys": key_rows, "partitions": parts}
+    if any(r.segments for r in results):
+        body["segments"] = [
+            [[g.start_offset, g.end_offset, g.size, g.uploader, g.object_key] for g in r.segments] for r in results
+        ]
+    return body
 
 
 def dec_replica_fetch_response(body: Any, n_partitions: int) -> list[ReplicaFetchResult]:
@@ -349,6 +401,7 @@ def dec_replica_fetch_response(body: Any, n_partitions: int) -> list[ReplicaFetc
     parts = expect_list(
         field(m, "partitions", "replica_fetch response"), "replica_fetch response.partitions", n_partitions
     )
+    segments = dec_replica_segments(m.get("segments"), n_partitions)
     for i, p in enumerate(parts):
         what = f"replica_fetch response.partitions[{i}]"
         err, hwm, lso, leo, div_epoch, div_end, raw_entries = expect_list(p, what, 7)
@@ -381,8 +434,49 @@ def dec_replica_fetch_response(body: Any, n_partitions: int) -> list[ReplicaFetc
                 expect_int(div_epoch, what),
                 expect_int(div_end, what),
                 tuple(entries),
+                segments[i],
             )
         )
+    return out
+
+
+def _utf8_bytes(s: str) -> int:
+    """The length of ``s`` in UTF-8, 0 when it does not encode (a lone surrogate)."""
+    try:
+        return len(s.encode())
+    except UnicodeEncodeError:
+        return 0
+
+
+def dec_replica_segments(v: Any, n_partitions: int) -> list[tuple[ReplicaSegment, ...]]:
+    """A replica fetch answer's ``segments``: per partition, at most
+    ``SEGMENT_SWAPS_PER_FETCH_MAX`` rows, strictly ascending and disjoint,
+    each with non-negative offsets (start <= end), a positive size, a broker
+    id and a non-empty key of at most ``SEGMENT_KEY_BYTES_MAX`` bytes, all
+    within what the store packs; None (absent) is no rows."""
+    if v is None:
+        return [()] * n_partitions
+    out = []
+    for i, rows in enumerate(expect_list(v, "replica_fetch response.segments", n_partitions)):
+        what = f"replica_fetch response.segments[{i}]"
+        if type(rows) is not list or len(rows) > SEGMENT_SWAPS_PER_FETCH_MAX:
+            raise WireError(f"{what}: a list of at most {SEGMENT_SWAPS_PER_FETCH_MAX} segment rows")
+        got: list[ReplicaSegment] = []
+        for j, row in enumerate(rows):
+            where = f"{what}[{j}]"
+            start, end, size, uploader, key = expect_list(row, where, 5)
+            start, end = expect_int(start, f"{where}.start"), expect_int(end, f"{where}.end")
+            size, uploader = expect_int(size, f"{where}.size"), expect_int(uploader, f"{where}.uploader")
+            key = expect_str(key, f"{where}.object_key")
+            after = got[-1].end_offset if got else -1
+            if not after < start <= end < 1 << 63:
+                raise WireError(f"{where}: range [{start}, {end}] not ascending, disjoint and non-negative")
+            if not 0 < size < 1 << 63 or not 0 <= uploader < 1 << 31:
+                raise WireError(f"{where}: size {size} or uploader {uploader} out of range")
+            if not 0 < _utf8_bytes(key) <= SEGMENT_KEY_BYTES_MAX:
+                raise WireError(f"{where}: object key empty, not UTF-8 or over {SEGMENT_KEY_BYTES_MAX} bytes")
+            got.append(ReplicaSegment(start, end, size, uploader, key))
+        out.append(tuple(got))
     return out
 
 

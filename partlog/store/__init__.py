@@ -675,11 +675,11 @@ class MetadataStore:
         swap = segments.swap_to_segment
         return self._write(lambda s: swap(s, self._catalog, self._log, self._index, req, replicated=replicated))
 
-    def segments(self, tp: TopicIdPartition, from_start: int = 0) -> list[Segment]:
-        """The partition's tiered segments from ``from_start`` on ([] if unknown)."""
+    def segments(self, tp: TopicIdPartition, from_start: int = 0, rows_max: int | None = None) -> list[Segment]:
+        """The partition's tiered segments from ``from_start`` on, at most ``rows_max`` ([] if unknown)."""
         with self._views.read() as view:
             part = self._catalog.parts.get(tp)
-            return [] if part is None else list(self._log.segments(view, part, from_start))
+            return [] if part is None else list(self._log.segments(view, part, from_start, rows_max))
 
     def delete_records(self, requests: Sequence[DeleteRecordsRequest]) -> list[DeleteRecordsResponse]:
         """Advance log start offsets (Kafka DeleteRecords; -1 means the HWM)."""

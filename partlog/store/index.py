@@ -79,6 +79,12 @@ class FileIndex:
         raw = txn.get(object_key.encode(), db=self._db_files)
         return -1 if raw is None else int(FILE_RECORD.unpack(raw)[0])
 
+    def record(self, txn: Txn, object_key: str) -> tuple[int, int, int, int, int] | None:
+        """(file_id, batches, bytes, uploader, size) of ``object_key`` in
+        LMDB as ``txn`` sees it, None when nothing references it."""
+        raw = txn.get(object_key.encode(), db=self._db_files)
+        return None if raw is None else FILE_RECORD.unpack(raw)
+
     def resolve(self, txn: Txn, object_key: str) -> int:
         """The file_id of ``object_key`` if some commit (pending or durable)
         references it, else -1.  The pending map is asked BEFORE ``txn``'s

@@ -149,15 +149,20 @@ class LogChunks:
         raw = txn.get(PART_KEY.pack(part.part_id, start_offset), db=self._segments)
         return None if raw is None else Segment.unpack(start_offset, raw)
 
-    def segments(self, txn: Txn, part: Part, from_start: int = 0) -> Iterator[Segment]:
-        """The partition's segment rows starting at or above ``from_start``, ascending."""
+    def segments(self, txn: Txn, part: Part, from_start: int = 0, rows_max: int | None = None) -> Iterator[Segment]:
+        """The partition's segment rows starting at or above ``from_start``,
+        ascending, at most ``rows_max`` (None: all)."""
         prefix = U32.pack(part.part_id)
         cur = txn.cursor(db=self._segments)
-        if cur.set_range(PART_KEY.pack(part.part_id, max(0, from_start))):
+        left = -1 if rows_max is None else rows_max
+        if left != 0 and cur.set_range(PART_KEY.pack(part.part_id, max(0, from_start))):
             for k, v in cur:
                 if k[:4] != prefix:
                     break
                 yield Segment.unpack(int(PART_KEY.unpack(k)[1]), v)
+                left -= 1
+                if left == 0:
+                    break
 
     def last_segment(self, txn: Txn, part: Part) -> Segment | None:
         """The partition's highest segment row."""
@@ -198,18 +203,19 @@ class LogChunks:
         verify(added == len(chunks), "a replicated entry overwrote one past the log end")
 
     def repoint(
-        self, txn: lmdb.Transaction, part: Part, start_offset: int, end_offset: int, file_id: int
+        self, txn: lmdb.Transaction, part: Part, start_offset: int, end_offset: int, file_id: int, position: int = 0
     ) -> tuple[dict[int, list[int]], int, int]:
         """Point the entries with base offsets in ``[start_offset,
         end_offset]`` that reference an object at ``file_id``, each at its
-        position in the concatenation of the range's batches (inline entries
-        keep their bytes but take their place).  Returns the references
+        position in the concatenation of the range's batches, the first at
+        ``position`` (inline entries keep their bytes but take their place).
+        Returns the references
         released per old file_id ([-batches, -bytes], for
         :meth:`FileIndex.release`), the entries repointed and the bytes the
         range spans.  The caller validated the range (an exclusive write:
         the overlay is empty) and updates the index."""
         released: dict[int, list[int]] = {}
-        moved = position = 0
+        moved, first = 0, position
         cur = txn.cursor(db=self._db)
         prefix = U32.pack(part.part_id)
         positioned = self._seek_chunk(cur, PART_KEY.pack(part.part_id, start_offset))
@@ -238,7 +244,7 @@ class LogChunks:
             if changed:
                 cur.put(k, bytes(out))
             positioned = cur.next()
-        return released, moved, position
+        return released, moved, position - first
 
     def _drop_entry(self, part: Part, e: Entry, per_file: dict[int, list[int]]) -> None:
         """Account for one dropped entry: live counters and file deltas (an

@@ -71,14 +71,19 @@ def swap_to_segment(
 ) -> SegmentSwapResult:
     """Repoint the entries of ``req``'s range at its segment and record the
     segment (module doc).  ``replicated``: a follower applying its leader's
-    swap, whose range need only be in the log (the leader saw it committed).
+    swap, whose range need only be in the log (the leader saw it committed),
+    whose entries of the range may name the segment already, at their
+    positions (those it fetched after the leader swapped), and whose log
+    may start inside the range: the batches it holds are the segment's last,
+    their positions counted back from its size.
 
     Errors: UNKNOWN_TOPIC_OR_PARTITION; OFFSET_OUT_OF_RANGE when the range is
     not wholly committed and present (below the HWM, at or above the log
     start: retention may have moved it while the segment was built);
     INVALID_REQUEST when the range overlaps another segment, does not start
     and end on batch boundaries, its sizes do not add up to the segment's,
-    or the object is referenced already.
+    or the object is referenced already (other than, replicated, by entries
+    of the range at their positions, with the segment's size).
     """
     part = s.part(req.topic_id_partition)
     if part is None:
@@ -87,7 +92,10 @@ def swap_to_segment(
         return _refuse(f"segment {req.object_key!r}: empty key, size or range")
     bound = part.log_end_offset if replicated else catalog.effective_hwm(part)
     rng = f"[{req.start_offset}, {req.end_offset}]"
-    if req.start_offset < part.log_start_offset or req.end_offset >= bound:
+    # A follower's log may start inside the range (its leader's retention
+    # moved it after the swap): it swaps the batches it holds.
+    partial = replicated and req.start_offset < part.log_start_offset <= req.end_offset
+    if (req.start_offset < part.log_start_offset and not partial) or req.end_offset >= bound:
         where = f"outside the committed log [{part.log_start_offset}, {bound})"
         return SegmentSwapResult(Errors.OFFSET_OUT_OF_RANGE, 0, f"segment {rng} {where}")
     row = Segment(req.start_offset, req.end_offset, req.size, req.uploader, req.object_key)
@@ -99,39 +107,56 @@ def swap_to_segment(
             return _refuse(
                 f"segment [{req.start_offset}, {req.end_offset}] overlaps [{other.start_offset}, {other.end_offset}]"
             )
+    # A follower's entries fetched after its leader swapped name the
+    # segment already (the leader reads them so); no other entry may.
+    known = index.record(s.txn, req.object_key)
+    if known is not None and (not replicated or known[4] != req.size):
+        return _refuse(f"segment {req.object_key!r} is referenced already")
+    seg_id = -1 if known is None else known[0]
     # Validate: the range's entries, their positions, the sizes.
     entries: list[Entry] = []
-    position = 0
     for _, e in log.entries(s.txn, part, req.start_offset):
-        if not entries and e.base_offset != req.start_offset:
+        if not entries and e.base_offset != req.start_offset and not partial:
             return _refuse(f"segment starts at {req.start_offset}, inside or before a batch (next at {e.base_offset})")
         if e.base_offset > req.end_offset:
             break
         if e.last_offset > req.end_offset:
             return _refuse(f"segment ends at {req.end_offset}, inside the batch at {e.base_offset}")
         entries.append(e)
-        position += e.size
         if e.last_offset == req.end_offset:
             break
     if not entries or entries[-1].last_offset != req.end_offset:
         return _refuse(f"segment {rng} does not end on a batch boundary")
-    if position != req.size:
-        return _refuse(f"segment {req.object_key!r} is {req.size} bytes, its batches {position}")
-    if index.durable_id(s.txn, req.object_key) >= 0:
-        return _refuse(f"segment {req.object_key!r} is referenced already")
+    held = sum(e.size for e in entries)
+    # The segment ends with the batches held; those below the log start
+    # (gone here, never past the end) fill the bytes before them.
+    base = req.size - held if entries[0].base_offset != req.start_offset else 0
+    if base < 0 or (base == 0) != (entries[0].base_offset == req.start_offset) or base + held != req.size:
+        return _refuse(f"segment {req.object_key!r} is {req.size} bytes, its batches here {held}")
+    position, already = base, 0
+    for e in entries:
+        if not e.is_inline and e.file_id == seg_id:
+            if e.byte_offset != position:
+                return _refuse(f"batch {e.base_offset} is at {e.byte_offset} of {req.object_key!r}, not {position}")
+            already += 1
+        position += e.size
+    if known is not None and known[1] != already:
+        return _refuse(f"segment {req.object_key!r} is referenced outside [{req.start_offset}, {req.end_offset}]")
     # Apply: repoint the range's entries, move their references, record the
     # segment (markers only: nothing to repoint, and an object no entry
     # references stays out of the file index, but the range is tiered).
+    # Entries naming the segment already are released and counted again
+    # with the rest: the object's record is rebuilt whole.
     referenced = [e for e in entries if not e.is_inline]
     moved = 0
-    if referenced:
-        file_id = s.next_id(b"next_file_id")
-        released, moved, span = log.repoint(s.txn, part, req.start_offset, req.end_offset, file_id)
-        assert span == req.size and moved == len(referenced), (span, req.size, moved, len(referenced))
+    if len(referenced) > already:
+        file_id = seg_id if seg_id >= 0 else s.next_id(b"next_file_id")
+        released, moved, span = log.repoint(s.txn, part, req.start_offset, req.end_offset, file_id, base)
+        assert span == held and moved == len(referenced), (span, held, moved, len(referenced))
         index.release(s.txn, released)
         index.add(s.txn, req.object_key, file_id, moved, sum(e.size for e in referenced), req.uploader, req.size)
     log.add_segment(s.txn, part, row)
-    return SegmentSwapResult(Errors.NONE, moved)
+    return SegmentSwapResult(Errors.NONE, max(0, moved - already))
 
 
 __all__ = ["Segment", "SegmentSwap", "SegmentSwapResult", "swap_to_segment"]
