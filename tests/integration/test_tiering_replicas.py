@@ -24,7 +24,15 @@ async def test_the_builder_loops_swaps_reach_every_replica(tmp_path: Path) -> No
             sent = await produce([producer], [tp], 600)
         finally:
             await producer.close()
-        await until(lambda: len(leader.store.segments(tp)) >= 1, "the leader to tier a segment")
+
+        # Everything below the HWM tiered (segment.ms closes the tail), so no
+        # swap can land between the checks below: under CI's load one did, and
+        # the leader's placement moved after the rows were compared.
+        def all_tiered() -> bool:
+            rows = leader.store.segments(tp)
+            return bool(rows) and rows[-1].end_offset == leader.store.high_watermark(tp) - 1
+
+        await until(all_tiered, "the leader to tier everything below its HWM")
         await until(lambda: converged(brokers, tp), "the replicas to converge")
         await until(
             lambda: all(b.store.segments(tp) == leader.store.segments(tp) for b in brokers), "the rows to agree"
