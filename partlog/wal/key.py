@@ -129,7 +129,11 @@ def parse_segment_key(key: str) -> SegmentKey:
     in canonical lowercase form, the partition an int32 without leading
     zeros, the shard the one hashed from ``<topic id>/<partition>``, so
     the key is a function of what it parses to (``str`` gives it back)."""
-    if len(key.encode()) > OBJECT_KEY_BYTES_MAX:
+    try:
+        size = len(key.encode())
+    except UnicodeEncodeError:  # lone surrogates: a listed name that is not UTF-8
+        raise SegmentKeyError(f"object key {key[:80]!r} is not UTF-8") from None
+    if size > OBJECT_KEY_BYTES_MAX:
         raise SegmentKeyError(f"object key {key[:80]!r}... is longer than {OBJECT_KEY_BYTES_MAX} bytes")
     parts = key.split("/")
     if len(parts) < 4:

@@ -98,6 +98,7 @@ def test_refusals() -> None:
         f"{shard}/{tp.topic_id}/3",
         good.replace("/3/", "/2147483648/"),
         "tiered/" + "x" * 600 + "/" + good,
+        good.replace("tiered/", "tiered\udcff/"),
     ):
         with pytest.raises(SegmentKeyError):
             parse_segment_key(bad)
@@ -106,6 +107,7 @@ def test_refusals() -> None:
 
 @given(
     st.text(max_size=200)
+    | st.text(st.characters(categories=["Cs", "Ll", "Nd", "Pd", "Po"]), max_size=50)
     | st.builds(
         lambda good, at, ch: good[:at] + ch + good[at + 1 :],
         st.sampled_from(list(segment_keys(TopicIdPartition(uuid.UUID(int=9), 1), 1).values())),
