@@ -62,6 +62,10 @@ def build_segments(batches: Sequence[bytes], config: SegmentConfig, now_ms: int 
     return out
 
 
+# The copy attempt's time in the tests' segment keys.
+CREATED_MS = 1_700_000_000_000
+
+
 def sample_segment(batches: int = 12) -> BuiltSegment:
     """One segment of ``batches`` batches of ~1 KiB with offset- and time-index entries."""
     shapes = [(3, 300, 1_700_000_000_000 + 10 * i) for i in range(batches)]
@@ -77,11 +81,11 @@ def rsm_round_trip(store: ObjectStore) -> None:
     tp = TopicIdPartition(uuid.uuid4(), 7)
     segment = sample_segment()
     assert segment.offset_index and segment.time_index
-    meta = RemoteLogSegmentMetadata.for_segment(uuid.uuid4(), tp, segment)
+    meta = RemoteLogSegmentMetadata.for_segment(uuid.uuid4(), tp, segment, CREATED_MS)
     rsm.copy_log_segment_data(meta, segment)
 
     keys = sorted(o.key for o in iter_objects(store, rsm.partition_prefix(tp)))
-    stem = f"{rsm.partition_prefix(tp)}{segment.base_offset:020d}-{meta.segment_id}"
+    stem = f"{rsm.partition_prefix(tp)}{segment.base_offset:020d}-{CREATED_MS:013d}-{meta.segment_id}"
     assert keys == sorted(stem + suffix for suffix in (".log", ".index", ".timeindex"))
     assert all(k.startswith("tiered/") for k in keys)
 
@@ -119,7 +123,7 @@ def rsm_single_batch(store: ObjectStore) -> None:
     rsm = ObjectStoreRsm(store)
     (segment,) = build_segments(committed_log([(1, 10, 5)], first_offset=42), SegmentConfig())
     assert segment.offset_index == b"" and len(segment.time_index) == 12
-    meta = RemoteLogSegmentMetadata.for_segment(uuid.uuid4(), TopicIdPartition(uuid.uuid4(), 0), segment)
+    meta = RemoteLogSegmentMetadata.for_segment(uuid.uuid4(), TopicIdPartition(uuid.uuid4(), 0), segment, CREATED_MS)
     rsm.copy_log_segment_data(meta, segment)
     assert rsm.fetch_index(meta, IndexType.OFFSET) == b""
     assert rsm.fetch_index(meta, IndexType.TIMESTAMP) == segment.time_index

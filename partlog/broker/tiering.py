@@ -226,7 +226,10 @@ class Tiering:
         built = await self._build(w, plan)
         if built is None:
             return False
-        metadata = RemoteLogSegmentMetadata.for_segment(self.entropy.uuid4(), tp, built)
+        # The copy attempt's time goes into its keys: the leader's swap
+        # deadline and walmgr's age gate measure from it (tiered.md).
+        created_ms = self.clock.wall_ms()
+        metadata = RemoteLogSegmentMetadata.for_segment(self.entropy.uuid4(), tp, built, created_ms)
         key = self.rsm.segment_key(metadata, LOG_SUFFIX)
         try:
             await asyncio.to_thread(self.rsm.copy_log_segment_data, metadata, built)

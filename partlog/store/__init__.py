@@ -671,9 +671,9 @@ class MetadataStore:
     # ------------------------------------------------------------ deletion
 
     def swap_to_segment(self, req: SegmentSwap, *, replicated: bool = False) -> SegmentSwapResult:
-        """Move a range's references to a tiered segment (:mod:`partlog.store.segments`)."""
-        swap = segments.swap_to_segment
-        return self._write(lambda s: swap(s, self._catalog, self._log, self._index, req, replicated=replicated))
+        """Move a range's references to a tiered segment (:mod:`partlog.store.segments`), now by the store's clock."""
+        swap = functools.partial(segments.swap_to_segment, replicated=replicated)
+        return self._write(lambda s: swap(s, self._catalog, self._log, self._index, req, now_ms=self._clock()))
 
     def segments(self, tp: TopicIdPartition, from_start: int = 0, rows_max: int | None = None) -> list[Segment]:
         """The partition's tiered segments from ``from_start`` on, at most ``rows_max`` ([] if unknown)."""

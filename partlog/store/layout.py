@@ -59,6 +59,15 @@ FORMAT_VERSIONS_READABLE = (1, 2)
 # KIP-1163 budgets upload p99 at 200-400 ms; 30 s leaves room for retries.
 COMMIT_DEADLINE_MS_DEFAULT = 30_000
 
+# Swap deadline: a leader refuses to swap in a tiered segment whose key's
+# created_ms is older than this, so a segment nothing references by then
+# never will be, which is what lets walmgr delete orphans by age.  A segment
+# (at most 64 MiB, built in memory) is uploaded after it is built, so the age
+# at the swap is one upload of up to 64 MiB plus the swap: seconds at S3's
+# per-connection rates, minutes with its retries.  Five minutes leaves room
+# for slow stores; an orphan lives that long plus walmgr's skew margin.
+SEGMENT_SWAP_DEADLINE_MS_DEFAULT = 300_000
+
 
 # Initial LMDB map size.  It is address space, not disk; it grows by doubling
 # when full (MapFullError never reaches a caller) up to MAP_SIZE_BYTES_MAX.

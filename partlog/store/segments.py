@@ -25,6 +25,14 @@ the ``segments`` database (:class:`~partlog.store.layout.Segment`): the
 partition's tiered ranges, which never overlap, which a leader's builder
 continues from and which replicas learn through their fetches; a row goes
 with the entries it describes (:class:`~partlog.store.log.LogChunks`).
+
+The swap deadline: a leader refuses to give a segment key its first
+reference once the ``created_ms`` in the key is more than ``deadline_ms``
+old (COMMIT_DEADLINE_EXCEEDED), as it refuses the commit of an old WAL
+object; walmgr's age gate for segments rests on it.  A key that does not
+parse as a segment key (:func:`~partlog.wal.key.parse_segment_key`) has no
+age to check, and walmgr never deletes one.  Followers apply what their
+leader accepted (``replicated``), whatever its age.
 """
 
 from __future__ import annotations
@@ -35,9 +43,10 @@ from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
 from partlog.store.catalog import Catalog
 from partlog.store.index import FileIndex
-from partlog.store.layout import Entry, Segment
+from partlog.store.layout import SEGMENT_SWAP_DEADLINE_MS_DEFAULT, Entry, Segment
 from partlog.store.log import LogChunks
 from partlog.store.staged import Staged
+from partlog.wal.key import SegmentKeyError, parse_segment_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +76,15 @@ def _refuse(message: str) -> SegmentSwapResult:
 
 
 def swap_to_segment(
-    s: Staged, catalog: Catalog, log: LogChunks, index: FileIndex, req: SegmentSwap, *, replicated: bool = False
+    s: Staged,
+    catalog: Catalog,
+    log: LogChunks,
+    index: FileIndex,
+    req: SegmentSwap,
+    *,
+    now_ms: int,
+    replicated: bool = False,
+    deadline_ms: int = SEGMENT_SWAP_DEADLINE_MS_DEFAULT,
 ) -> SegmentSwapResult:
     """Repoint the entries of ``req``'s range at its segment and record the
     segment (module doc).  ``replicated``: a follower applying its leader's
@@ -77,7 +94,9 @@ def swap_to_segment(
     may start inside the range: the batches it holds are the segment's last,
     their positions counted back from its size.
 
-    Errors: UNKNOWN_TOPIC_OR_PARTITION; OFFSET_OUT_OF_RANGE when the range is
+    Errors: UNKNOWN_TOPIC_OR_PARTITION; COMMIT_DEADLINE_EXCEEDED (not
+    ``replicated``) when the key's ``created_ms`` is more than
+    ``deadline_ms`` before ``now_ms`` (module doc); OFFSET_OUT_OF_RANGE when the range is
     not wholly committed and present (below the HWM, at or above the log
     start: retention may have moved it while the segment was built);
     INVALID_REQUEST when the range overlaps another segment, does not start
@@ -102,6 +121,14 @@ def swap_to_segment(
     same = log.segment_at(s.txn, part, req.start_offset)
     if same is not None and (same.end_offset, same.size, same.object_key) == (row.end_offset, row.size, row.object_key):
         return SegmentSwapResult(Errors.NONE)  # done before: a retry
+    if not replicated:
+        try:
+            age_ms = now_ms - parse_segment_key(req.object_key).created_ms
+        except SegmentKeyError:
+            age_ms = 0  # never deleted by walmgr: no age to bound
+        if age_ms > deadline_ms:
+            message = f"segment {req.object_key!r} is {age_ms} ms old, past the swap deadline of {deadline_ms} ms"
+            return SegmentSwapResult(Errors.COMMIT_DEADLINE_EXCEEDED, 0, message)
     for other in log.segments(s.txn, part):
         if other.start_offset <= req.end_offset and other.end_offset >= req.start_offset:
             return _refuse(

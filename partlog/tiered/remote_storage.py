@@ -9,12 +9,15 @@
 * :class:`ObjectStoreRsm` implements it over partlog's ``ObjectStore``, under
   its own key prefix (docs/design/tiered.md, "Key layout")::
 
-      <prefix>/<shard>/<topic id>/<partition>/<start offset:020d>-<segment id>.log
-                                                                             .index
-                                                                             .timeindex
+      <prefix>/<shard>/<topic id>/<partition>/<start offset:020d>-<created_ms:013d>-<segment id>.log
+                                                                                             .index
+                                                                                             .timeindex
 
   ``shard`` is two hex digits hashed from ``<topic id>/<partition>``, so one
   partition's segments share one listing prefix, sorted by start offset.
+  ``created_ms`` is the copy attempt's time on the uploader's clock: what a
+  leader's swap deadline and walmgr's age gate measure
+  (:func:`partlog.wal.key.parse_segment_key` parses these keys).
 
 Like ``ObjectStore``, the interface is synchronous; asyncio shells call it
 through ``asyncio.to_thread``.  Store errors come out as KIP-405's
@@ -42,7 +45,7 @@ from partlog.tiered.segment import (
     BuiltSegment,
     SegmentExtent,
 )
-from partlog.wal.key import shard_of
+from partlog.wal.key import CREATED_MS_MAX, LOG_SUFFIX, shard_of
 from partlog.wal.objectstore import ObjectNotFoundError, ObjectStore, ObjectStoreError, check_key
 
 log = logging.getLogger(__name__)
@@ -54,7 +57,7 @@ METADATA_VERSION = 0
 # a decoder reads.
 METADATA_BYTES_MAX = 256 * 1024
 TIERED_PREFIX_DEFAULT = "tiered"
-LOG_SUFFIX = ".log"
+METADATA_FIELDS = 10
 
 
 class RemoteMetadataError(ValueError):
@@ -97,8 +100,15 @@ class RemoteLogSegmentMetadata:
     # (leader epoch, its first offset in the segment), both strictly
     # ascending; never empty (Kafka refuses an empty map too).
     segment_leader_epochs: tuple[tuple[int, int], ...]
+    # When the copy attempt started, on the uploader's clock (ms since the
+    # epoch; KIP-405's eventTimestampMs).  It is in every key of the
+    # segment: a leader refuses to swap a segment older than its swap
+    # deadline, which is what lets walmgr delete orphans by age.
+    created_ms: int
 
     def __post_init__(self) -> None:
+        if not 0 <= self.created_ms <= CREATED_MS_MAX:
+            raise RemoteMetadataError(f"created_ms {self.created_ms}: does not fit 13 digits")
         if not 0 <= self.topic_id_partition.partition <= INT32_MAX:
             raise RemoteMetadataError(f"partition {self.topic_id_partition.partition}: not in [0, {INT32_MAX}]")
         if not 0 <= self.start_offset <= self.end_offset <= INT64_MAX:
@@ -123,9 +133,9 @@ class RemoteLogSegmentMetadata:
 
     @classmethod
     def for_segment(
-        cls, segment_id: uuid.UUID, topic_id_partition: TopicIdPartition, segment: BuiltSegment
+        cls, segment_id: uuid.UUID, topic_id_partition: TopicIdPartition, segment: BuiltSegment, created_ms: int
     ) -> RemoteLogSegmentMetadata:
-        """The metadata of ``segment`` uploaded as ``segment_id``."""
+        """The metadata of ``segment`` uploaded as ``segment_id`` at ``created_ms``."""
         return cls(
             segment_id=segment_id,
             topic_id_partition=topic_id_partition,
@@ -134,6 +144,7 @@ class RemoteLogSegmentMetadata:
             max_timestamp_ms=segment.max_timestamp_ms,
             segment_size_bytes=segment.log_size_bytes,
             segment_leader_epochs=segment.leader_epochs,
+            created_ms=created_ms,
         )
 
     @property
@@ -143,7 +154,7 @@ class RemoteLogSegmentMetadata:
 
     def encode(self) -> bytes:
         """``[version, segment id, topic id, partition, start, end, max
-        timestamp, size, [epoch, offset, epoch, offset, ...]]`` in msgpack,
+        timestamp, size, created_ms, [epoch, offset, epoch, offset, ...]]`` in msgpack,
         the ids as 16 raw bytes."""
         flat = [n for pair in self.segment_leader_epochs for n in pair]
         raw: bytes = msgpack.packb(
@@ -156,6 +167,7 @@ class RemoteLogSegmentMetadata:
                 self.end_offset,
                 self.max_timestamp_ms,
                 self.segment_size_bytes,
+                self.created_ms,
                 flat,
             ],
             use_bin_type=True,
@@ -183,8 +195,8 @@ class RemoteLogSegmentMetadata:
             )
         except Exception as e:  # msgpack raises several unrelated types
             raise RemoteMetadataError(f"metadata is not msgpack of the expected shape: {e}") from None
-        if not isinstance(doc, list) or len(doc) != 9:
-            raise RemoteMetadataError("metadata is not a list of 9 fields")
+        if not isinstance(doc, list) or len(doc) != METADATA_FIELDS:
+            raise RemoteMetadataError(f"metadata is not a list of {METADATA_FIELDS} fields")
         version, segment_id, topic_id, *numbers, flat = doc
         if version != METADATA_VERSION or type(version) is not int:
             raise RemoteMetadataError(f"metadata version {version!r:.20}, this code reads {METADATA_VERSION}")
@@ -194,7 +206,7 @@ class RemoteLogSegmentMetadata:
             raise RemoteMetadataError("leader epochs are not a flat list of pairs")
         if not all(type(n) is int for n in (*numbers, *flat)):
             raise RemoteMetadataError("a numeric field is not an integer")
-        partition, start, end, max_timestamp_ms, size = numbers
+        partition, start, end, max_timestamp_ms, size, created_ms = numbers
         return cls(
             segment_id=uuid.UUID(bytes=segment_id),
             topic_id_partition=TopicIdPartition(uuid.UUID(bytes=topic_id), partition),
@@ -203,6 +215,7 @@ class RemoteLogSegmentMetadata:
             max_timestamp_ms=max_timestamp_ms,
             segment_size_bytes=size,
             segment_leader_epochs=tuple(zip(flat[0::2], flat[1::2], strict=True)),
+            created_ms=created_ms,
         )
 
 
@@ -254,10 +267,11 @@ class ObjectStoreRsm:
     def segment_key(self, metadata: RemoteLogSegmentMetadata, suffix: str) -> str:
         """The key of one of the segment's objects (``suffix``: ``.log``, or an IndexType's value)."""
         head = self.partition_prefix(metadata.topic_id_partition)
-        return f"{head}{metadata.start_offset:020d}-{metadata.segment_id}{suffix}"
+        return f"{head}{metadata.start_offset:020d}-{metadata.created_ms:013d}-{metadata.segment_id}{suffix}"
 
     def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, segment: BuiltSegment) -> None:
-        if metadata != RemoteLogSegmentMetadata.for_segment(metadata.segment_id, metadata.topic_id_partition, segment):
+        tp, created_ms = metadata.topic_id_partition, metadata.created_ms
+        if metadata != RemoteLogSegmentMetadata.for_segment(metadata.segment_id, tp, segment, created_ms):
             raise ValueError(f"segment {metadata.segment_id}: the metadata does not describe the segment given")
         # The indexes first and the .log last: each PUT is atomic but the
         # three are not, so the .log is the commit point.  A segment whose
@@ -328,6 +342,7 @@ def _translated(key: str) -> Iterator[None]:
 
 
 __all__ = [
+    "LOG_SUFFIX",
     "METADATA_BYTES_MAX",
     "TIERED_PREFIX_DEFAULT",
     "IndexType",

@@ -1,4 +1,5 @@
-"""Object keys of WAL segments: ``<prefix>/<shard>/<created_ms:013d>-<broker_id>-<hex>.wal``.
+"""Object keys of WAL segments: ``<prefix>/<shard>/<created_ms:013d>-<broker_id>-<hex>.wal``,
+and of tiered segments (:func:`parse_segment_key`, docs/design/tiered.md).
 
 The creation time in the key is what the commit deadline is measured from
 (design.md, "Deletion safety", step 1), so a key that does not parse is never
@@ -10,6 +11,7 @@ because ``created_ms`` is zero-padded to 13 digits (good until year 2286).
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import dataclass
 
 from partlog.kafka.crc32c import crc32c
@@ -25,6 +27,16 @@ ALL_SHARDS = tuple(f"{i:02x}" for i in range(SHARD_COUNT))
 
 _NAME = re.compile(r"(?P<created>[0-9]{13})-(?P<broker>0|[1-9][0-9]{0,9})-(?P<rand>[0-9a-f]{1,64})\.wal")
 _SHARD = re.compile(r"[0-9a-f]{2}")
+# Both kinds of key carry created_ms in 13 digits.
+CREATED_MS_MAX = 10**13 - 1
+# A tiered segment's objects; the .log is the segment's unit and commit point.
+LOG_SUFFIX = ".log"
+SEGMENT_SUFFIXES = (LOG_SUFFIX, ".index", ".timeindex")
+_UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+_PARTITION = re.compile(r"0|[1-9][0-9]{0,9}")
+_SEGMENT_NAME = re.compile(
+    rf"(?P<start>[0-9]{{20}})-(?P<created>[0-9]{{13}})-(?P<id>{_UUID})(?P<suffix>\.log|\.index|\.timeindex)"
+)
 
 
 class WalKeyError(ValueError):
@@ -79,3 +91,72 @@ def parse_wal_key(key: str) -> WalKey:
     if m is None:
         raise WalKeyError(f"object key {key!r}: file name {name!r} is not <created_ms:013d>-<broker_id>-<hex>.wal")
     return WalKey("/".join(prefix_parts), shard, int(m["created"]), int(m["broker"]), m["rand"])
+
+
+class SegmentKeyError(ValueError):
+    """The object key is not a tiered segment's; the message names the key and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentKey:
+    """``<prefix>/<shard>/<topic id>/<partition>/<start:020d>-<created_ms:013d>-<segment id><suffix>``,
+    as ``partlog.tiered.remote_storage.ObjectStoreRsm`` writes it."""
+
+    prefix: str
+    shard: str
+    topic_id: uuid.UUID
+    partition: int
+    start_offset: int
+    created_ms: int
+    segment_id: uuid.UUID
+    suffix: str
+
+    @property
+    def stem(self) -> str:
+        """The key less its suffix: the same for the three objects of one copy attempt."""
+        return str(self)[: -len(self.suffix)]
+
+    def __str__(self) -> str:
+        name = f"{self.start_offset:020d}-{self.created_ms:013d}-{self.segment_id}{self.suffix}"
+        head = f"{self.prefix}/" if self.prefix else ""
+        return f"{head}{self.shard}/{self.topic_id}/{self.partition}/{name}"
+
+
+def parse_segment_key(key: str) -> SegmentKey:
+    """Parse a tiered segment's key or raise :class:`SegmentKeyError`.
+
+    Exactly the keys ``ObjectStoreRsm`` writes and nothing else: the ids
+    in canonical lowercase form, the partition an int32 without leading
+    zeros, the shard the one hashed from ``<topic id>/<partition>``, so
+    the key is a function of what it parses to (``str`` gives it back)."""
+    try:
+        size = len(key.encode())
+    except UnicodeEncodeError:  # lone surrogates: a listed name that is not UTF-8
+        raise SegmentKeyError(f"object key {key[:80]!r} is not UTF-8") from None
+    if size > OBJECT_KEY_BYTES_MAX:
+        raise SegmentKeyError(f"object key {key[:80]!r}... is longer than {OBJECT_KEY_BYTES_MAX} bytes")
+    parts = key.split("/")
+    if len(parts) < 4:
+        raise SegmentKeyError(f"object key {key!r} has no <shard>/<topic id>/<partition>/ components")
+    *prefix_parts, shard, topic, partition, name = parts
+    if any(p in ("", ".", "..") for p in prefix_parts):
+        raise SegmentKeyError(f"object key {key!r} has an empty, '.' or '..' prefix component")
+    if not re.fullmatch(_UUID, topic) or not _PARTITION.fullmatch(partition) or int(partition) > 2**31 - 1:
+        raise SegmentKeyError(f"object key {key!r}: {topic!r}/{partition!r} is not <topic id>/<partition>")
+    if shard != shard_of(f"{topic}/{partition}"):
+        raise SegmentKeyError(f"object key {key!r}: shard {shard!r} is not the partition's")
+    m = _SEGMENT_NAME.fullmatch(name)
+    if m is None:
+        raise SegmentKeyError(f"object key {key!r}: {name!r} is not <start:020d>-<created_ms:013d>-<id><suffix>")
+    parsed = SegmentKey(
+        "/".join(prefix_parts),
+        shard,
+        uuid.UUID(topic),
+        int(partition),
+        int(m["start"]),
+        int(m["created"]),
+        uuid.UUID(m["id"]),
+        m["suffix"],
+    )
+    assert str(parsed) == key, (parsed, key)
+    return parsed

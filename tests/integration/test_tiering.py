@@ -21,6 +21,8 @@ from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.records import FindBatchRequest, TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig
 from partlog.store import Segment, SegmentSwap, SegmentSwapResult
+from partlog.store.layout import SEGMENT_SWAP_DEADLINE_MS_DEFAULT
+from partlog.wal.key import parse_segment_key
 from partlog.wal.localdir_store import LocalDirStore
 from partlog.wal.objectstore import ObjectStore, iter_objects
 from partlog.wal.s3_store import S3Store
@@ -316,6 +318,50 @@ def test_a_restart_between_upload_and_swap_resumes_and_leaves_an_orphan(tmp_path
             assert broker.store.referenced_files({orphan.object_key, row.object_key}) == {row.object_key}
             assert objects.head(orphan.object_key).size == orphan.size  # an orphan, left for walmgr's gate
             assert all(n == 1 for n in objects.puts.values())
+            assert broker.store.check() == []
+            assert await _consume(broker, tp, 2) == [b"k1", b"k2"]
+        finally:
+            await broker.stop()
+
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(120)
+def test_a_segment_past_the_swap_deadline_is_refused_and_left_as_an_orphan(tmp_path: Path) -> None:
+    """The leader's store refuses a segment whose key's created_ms is past
+    the swap deadline (here: the store's clock runs ahead of the builder's,
+    as if the upload had taken that long); the loop leaves the upload as an
+    orphan nothing references, and tiers the range under a new key once
+    the clocks agree."""
+
+    async def main() -> None:
+        meta = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"t": 1})
+        objects = RecordingStore(tmp_path / "objects")
+        broker = _broker(tmp_path, meta, objects)
+        await broker.start()
+        broker.set_metadata(meta.with_ports({1: broker.port}))
+        [topic] = meta.topics()
+        tp = TopicIdPartition(topic.topic_id, 0)
+        try:
+            await _produce(broker, tp, [b"k1", b"k2"])
+            store_clock = broker.store._clock  # read by swap_to_segment only (commits have their own)
+            late = SEGMENT_SWAP_DEADLINE_MS_DEFAULT + 60_000
+            broker.store._clock = lambda: store_clock() + late
+            broker.alter_topic_configs(topic.topic_id, {"remote.storage.enable": "true", "segment.ms": 1})
+            refused = broker.metrics.tiered_swaps.labels(outcome="commit_deadline_exceeded")
+            await _until(lambda: refused._value.get() >= 1, "a swap refused past the deadline")
+            orphans = {k for k in objects.puts if k.endswith(".log")}
+            assert orphans and broker.store.segments(tp) == []
+            assert broker.store.referenced_files(orphans) == set()
+            broker.store._clock = store_clock
+            await _until(lambda: _covered(broker.store.segments(tp)) == 2, "the range swapped under a new key")
+            [row] = broker.store.segments(tp)
+            assert row.object_key not in orphans
+            assert parse_segment_key(row.object_key).created_ms <= store_clock()
+            for key in orphans:  # each an orphan, for walmgr's gate: old enough, referenced by nothing
+                assert objects.head(key).size > 0
+                assert store_clock() + late - parse_segment_key(key).created_ms > SEGMENT_SWAP_DEADLINE_MS_DEFAULT
+            assert broker.store.referenced_files(orphans) == set()
             assert broker.store.check() == []
             assert await _consume(broker, tp, 2) == [b"k1", b"k2"]
         finally:

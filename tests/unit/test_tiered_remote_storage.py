@@ -30,7 +30,7 @@ from partlog.tiered.segment import SEGMENT_LEADER_EPOCHS_MAX, SegmentExtent
 from partlog.wal.key import make_wal_key
 from partlog.wal.localdir_store import LocalDirStore
 from partlog.wal.objectstore import DeleteResult, ForwardingStore, ObjectStoreError
-from tests.tiered_cases import rsm_round_trip, rsm_single_batch, sample_segment
+from tests.tiered_cases import CREATED_MS, rsm_round_trip, rsm_single_batch, sample_segment
 from walmgr.deleter import refusal
 from walmgr.listing import classify
 
@@ -70,14 +70,14 @@ class RecordingStore(ForwardingStore):
 
 
 def _meta(tp: TopicIdPartition) -> RemoteLogSegmentMetadata:
-    return RemoteLogSegmentMetadata.for_segment(uuid.uuid4(), tp, sample_segment(3))
+    return RemoteLogSegmentMetadata.for_segment(uuid.uuid4(), tp, sample_segment(3), CREATED_MS)
 
 
 def test_indexes_go_up_first_and_the_log_is_deleted_first(tmp_path: Path) -> None:
     store = RecordingStore(LocalDirStore(tmp_path, fsync=False))
     rsm = ObjectStoreRsm(store)
     segment = sample_segment(3)
-    meta = RemoteLogSegmentMetadata.for_segment(uuid.uuid4(), TopicIdPartition(uuid.uuid4(), 1), segment)
+    meta = RemoteLogSegmentMetadata.for_segment(uuid.uuid4(), TopicIdPartition(uuid.uuid4(), 1), segment, CREATED_MS)
     rsm.copy_log_segment_data(meta, segment)
     rsm.delete_log_segment_data(meta)
     suffixes = [(op, tuple(k.rsplit(".", 1)[1] for k in keys)) for op, keys in store.calls]
@@ -95,7 +95,7 @@ def test_a_failed_log_put_leaves_no_log(tmp_path: Path) -> None:
     rsm = ObjectStoreRsm(RecordingStore(inner, fail_suffix=".log"))
     segment = sample_segment(3)
     tp = TopicIdPartition(uuid.uuid4(), 1)
-    meta = RemoteLogSegmentMetadata.for_segment(uuid.uuid4(), tp, segment)
+    meta = RemoteLogSegmentMetadata.for_segment(uuid.uuid4(), tp, segment, CREATED_MS)
     with pytest.raises(RemoteStorageError) as raised:
         rsm.copy_log_segment_data(meta, segment)
     assert raised.value.retriable
@@ -108,10 +108,10 @@ def test_a_failed_log_put_leaves_no_log(tmp_path: Path) -> None:
 def test_copy_refuses_metadata_of_another_segment(tmp_path: Path) -> None:
     rsm = ObjectStoreRsm(LocalDirStore(tmp_path, fsync=False))
     segment = sample_segment(3)
-    meta = RemoteLogSegmentMetadata.for_segment(uuid.uuid4(), TopicIdPartition(uuid.uuid4(), 1), segment)
+    meta = RemoteLogSegmentMetadata.for_segment(uuid.uuid4(), TopicIdPartition(uuid.uuid4(), 1), segment, CREATED_MS)
     other = RemoteLogSegmentMetadata(
         meta.segment_id, meta.topic_id_partition, meta.start_offset, meta.end_offset + 1,
-        meta.max_timestamp_ms, meta.segment_size_bytes, meta.segment_leader_epochs,
+        meta.max_timestamp_ms, meta.segment_size_bytes, meta.segment_leader_epochs, meta.created_ms,
     )  # fmt: skip
     with pytest.raises(ValueError, match="does not describe"):
         rsm.copy_log_segment_data(other, segment)
@@ -121,7 +121,7 @@ def test_a_log_shorter_than_its_metadata_is_corrupt(tmp_path: Path) -> None:
     store = LocalDirStore(tmp_path, fsync=False)
     rsm = ObjectStoreRsm(store)
     segment = sample_segment(3)
-    meta = RemoteLogSegmentMetadata.for_segment(uuid.uuid4(), TopicIdPartition(uuid.uuid4(), 1), segment)
+    meta = RemoteLogSegmentMetadata.for_segment(uuid.uuid4(), TopicIdPartition(uuid.uuid4(), 1), segment, CREATED_MS)
     rsm.copy_log_segment_data(meta, segment)
     key = rsm.segment_key(meta, ".log")
     store.put(key, segment.log[:100])
@@ -136,13 +136,13 @@ def test_key_layout() -> None:
     rsm = ObjectStoreRsm(LocalDirStore("/nonexistent-never-written"), prefix="/tiered/")
     tp = TopicIdPartition(uuid.UUID("12345678-1234-5678-1234-567812345678"), 3)
     meta = RemoteLogSegmentMetadata(
-        uuid.UUID("00000000-0000-0000-0000-0000000000ab"), tp, 1234, 2000, 5, 100, ((0, 1234),)
+        uuid.UUID("00000000-0000-0000-0000-0000000000ab"), tp, 1234, 2000, 5, 100, ((0, 1234),), 1_700_000_000_123
     )
     key = rsm.segment_key(meta, IndexType.TIMESTAMP.value)
     shard = key.split("/")[1]
     assert key == (
         f"tiered/{shard}/12345678-1234-5678-1234-567812345678/3/"
-        "00000000000000001234-00000000-0000-0000-0000-0000000000ab.timeindex"
+        "00000000000000001234-1700000000123-00000000-0000-0000-0000-0000000000ab.timeindex"
     )
     assert len(shard) == 2 and int(shard, 16) >= 0
     assert rsm.partition_prefix(tp) == key.rsplit("/", 1)[0] + "/"
@@ -180,6 +180,7 @@ def _metadata(
     max_ts: int,
     size: int,
     epoch_steps: list[tuple[int, int]],
+    created_ms: int,
 ) -> RemoteLogSegmentMetadata:
     epochs: list[tuple[int, int]] = []
     epoch, offset = -1, start
@@ -190,7 +191,7 @@ def _metadata(
             break
         epochs.append((epoch, offset))
     return RemoteLogSegmentMetadata(
-        segment_id, TopicIdPartition(topic_id, partition), start, start + span, max_ts, size, tuple(epochs)
+        segment_id, TopicIdPartition(topic_id, partition), start, start + span, max_ts, size, tuple(epochs), created_ms
     )
 
 
@@ -204,6 +205,7 @@ metadatas = st.builds(
     st.integers(-1, INT64_MAX),
     st.integers(61, INT64_MAX),
     st.lists(st.tuples(st.integers(1, 1000), st.integers(1, 10**6)), min_size=1, max_size=30),
+    st.integers(0, 10**13 - 1),
 )
 
 
@@ -216,7 +218,7 @@ def test_property_metadata_round_trips(meta: RemoteLogSegmentMetadata) -> None:
 
 def test_metadata_of_the_most_epochs_fits() -> None:
     epochs = tuple((e, e) for e in range(SEGMENT_LEADER_EPOCHS_MAX))
-    meta = RemoteLogSegmentMetadata(uuid.uuid4(), TopicIdPartition(uuid.uuid4(), 0), 0, 10**6, 1, 100, epochs)
+    meta = RemoteLogSegmentMetadata(uuid.uuid4(), TopicIdPartition(uuid.uuid4(), 0), 0, 10**6, 1, 100, epochs, 0)
     assert RemoteLogSegmentMetadata.decode(meta.encode()) == meta
 
 
@@ -231,7 +233,7 @@ msgpack_values = st.recursive(
     meta=metadatas,
     raw=st.binary(max_size=300),
     doc=msgpack_values,
-    fields=st.lists(msgpack_values, min_size=9, max_size=9),
+    fields=st.lists(msgpack_values, min_size=10, max_size=10),
     cut=st.integers(0, 200),
     flip=st.integers(0, 200),
 )
@@ -243,7 +245,7 @@ def test_property_hostile_metadata_raises_only_metadata_errors(
     flipped[flip % len(good)] ^= 0xFF
     # A valid record with one field replaced.
     fields_doc = msgpack.unpackb(good)
-    fields_doc[flip % 9] = fields[flip % 9]
+    fields_doc[flip % 10] = fields[flip % 10]
     for hostile in (
         raw,
         good[: cut % len(good)],
@@ -260,8 +262,8 @@ def test_property_hostile_metadata_raises_only_metadata_errors(
 def test_metadata_refusals() -> None:
     tp = TopicIdPartition(uuid.uuid4(), 0)
     sid = uuid.uuid4()
-    ok = {"start": 10, "end": 20, "ts": 5, "size": 100, "epochs": ((1, 10), (3, 15))}
-    RemoteLogSegmentMetadata(sid, tp, ok["start"], ok["end"], ok["ts"], ok["size"], ok["epochs"])  # type: ignore[arg-type]
+    ok = {"start": 10, "end": 20, "ts": 5, "size": 100, "epochs": ((1, 10), (3, 15)), "created": 0}
+    RemoteLogSegmentMetadata(sid, tp, ok["start"], ok["end"], ok["ts"], ok["size"], ok["epochs"], ok["created"])  # type: ignore[arg-type]
     for bad, match in (
         ({"start": -1}, "offsets"),
         ({"end": 9}, "offsets"),
@@ -274,15 +276,17 @@ def test_metadata_refusals() -> None:
         ({"epochs": ((1, 9),)}, "not ascending"),
         ({"epochs": ((1, 21),)}, "not ascending"),
         ({"epochs": ((-1, 10),)}, "not ascending"),
+        ({"created": -1}, "created_ms"),
+        ({"created": 10**13}, "created_ms"),
     ):
         v = {**ok, **bad}
         with pytest.raises(RemoteMetadataError, match=match):
-            RemoteLogSegmentMetadata(sid, tp, v["start"], v["end"], v["ts"], v["size"], v["epochs"])  # type: ignore[arg-type]
+            RemoteLogSegmentMetadata(sid, tp, v["start"], v["end"], v["ts"], v["size"], v["epochs"], v["created"])  # type: ignore[arg-type]
     with pytest.raises(RemoteMetadataError, match="larger than"):
         RemoteLogSegmentMetadata.decode(b"\x90" * (METADATA_BYTES_MAX + 1))
-    good = RemoteLogSegmentMetadata(sid, tp, 10, 20, 5, 100, ((1, 10),)).encode()
+    good = RemoteLogSegmentMetadata(sid, tp, 10, 20, 5, 100, ((1, 10),), 7).encode()
     doc = msgpack.unpackb(good)
-    for i, value in ((0, 1), (0, False), (1, b"short"), (3, True), (3, 1.5), (8, [1])):
+    for i, value in ((0, 1), (0, False), (1, b"short"), (3, True), (3, 1.5), (8, -1), (8, True), (9, [1])):
         changed = list(doc)
         changed[i] = value
         with pytest.raises(RemoteMetadataError):
