@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(600)
 # The injected swap bug and the first seed of `fuzz --tiering` that finds it
 # (`python -m simulations.dst fuzz --tiering --inject NAME --stop-at-first
 # --shrink-runs 0`, from seed 1; docs/design/dst.md, "Injected bugs").
-INJECTED = ("swap_positions_off_by_one", 1)
+TIERING_FIRST_FAILING_SEED = {"swap_positions_off_by_one": 1}
 
 
 def test_tiering_seeds_pass_and_swap_on_leaders_and_followers() -> None:
@@ -38,7 +38,7 @@ def test_tiering_seeds_pass_and_swap_on_leaders_and_followers() -> None:
 
 
 def test_the_injected_swap_bug_is_found() -> None:
-    name, seed = INJECTED
+    [(name, seed)] = TIERING_FIRST_FAILING_SEED.items()
     p = dst("fuzz", "--tiering", "--seeds", "1", "--first-seed", str(seed), "--inject", name, "--shrink-runs", "0")
     assert p.returncode == 1, p.stdout + p.stderr
     assert f"replay: python -m simulations.dst replay {seed} --tiering --inject {name}" in p.stdout
