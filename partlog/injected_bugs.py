@@ -50,6 +50,11 @@ KNOWN: dict[str, str] = {
         "a WAL file opened while the previous round was in flight waits for its commit interval "
         "when that round completes, instead of closing (the round_done rule is missing)"
     ),
+    # Tiered segments: found with `fuzz --tiering` (the leaders' builder loops).
+    "swap_positions_off_by_one": (
+        "a leader's reference swap repoints each entry one byte past its batch's position in the segment "
+        "(reads through the segment return the wrong bytes)"
+    ),
     # In the simulation's own stand-ins (simulations/dst): the transaction
     # coordinator and the consume-transform-produce application.
     "txn_markers_before_prepare": (

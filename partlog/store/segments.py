@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from partlog import injected_bugs
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
 from partlog.store.catalog import Catalog
@@ -178,7 +179,9 @@ def swap_to_segment(
     moved = 0
     if len(referenced) > already:
         file_id = seg_id if seg_id >= 0 else s.next_id(b"next_file_id")
-        released, moved, span = log.repoint(s.txn, part, req.start_offset, req.end_offset, file_id, base)
+        # (The injected bug: a leader's entries land one byte off their batches.)
+        shift = 1 if not replicated and injected_bugs.on("swap_positions_off_by_one") else 0
+        released, moved, span = log.repoint(s.txn, part, req.start_offset, req.end_offset, file_id, base + shift)
         assert span == held and moved == len(referenced), (span, held, moved, len(referenced))
         index.release(s.txn, released)
         index.add(s.txn, req.object_key, file_id, moved, sum(e.size for e in referenced), req.uploader, req.size)

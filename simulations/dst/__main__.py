@@ -1,7 +1,7 @@
 """``python -m simulations.dst``: deterministic simulation of the whole system.
 
-    python -m simulations.dst fuzz [--seeds N | --hours H] [--first-seed S] [--inject NAME]
-    python -m simulations.dst replay SEED [--inject NAME] [--events]
+    python -m simulations.dst fuzz [--seeds N | --hours H] [--first-seed S] [--inject NAME] [--txn] [--tiering]
+    python -m simulations.dst replay SEED [--inject NAME] [--events] [--txn] [--tiering]
     python -m simulations.dst --list-injections
 
 Each seed's line (and ``--json``'s ``digests``) ends in its digest: a hash
@@ -37,6 +37,8 @@ FUZZ_SHAPE = Shape(duration_s=20.0, settle_s=10.0, rate_per_producer=20.0, rate_
 # coordinator's stand-in and a read_committed reader (simulations/dst/txn.py),
 # and two consume-transform-produce transformers (simulations/dst/ctp.py).
 FUZZ_TXN_SHAPE = dataclasses.replace(FUZZ_SHAPE, txn_producers=3, txn_transformers=2)
+# --tiering: the topic tiers its committed log into segments (segment.ms 1 s
+# of virtual time), under the same faults (with --txn too: both shapes).
 FUZZ_FAULTS = Faults(
     broker_crashes_per_min=6.0,
     az_partitions_per_min=3.0,
@@ -62,15 +64,18 @@ FUZZ_TXN_FAULTS = dataclasses.replace(
 
 
 def _shape(args: argparse.Namespace) -> Shape:
-    return FUZZ_TXN_SHAPE if args.txn else FUZZ_SHAPE
+    shape = FUZZ_TXN_SHAPE if args.txn else FUZZ_SHAPE
+    return dataclasses.replace(shape, tiering=True) if args.tiering else shape
 
 
 def _faults(args: argparse.Namespace) -> Faults:
     return FUZZ_TXN_FAULTS if args.txn else FUZZ_FAULTS
 
 
-def _replay_command(seed: int, inject: list[str], only_faults: list[int] | None = None, txn: bool = False) -> str:
-    extra = " --txn" if txn else ""
+def _replay_command(
+    seed: int, inject: list[str], only_faults: list[int] | None = None, txn: bool = False, tiering: bool = False
+) -> str:
+    extra = (" --txn" if txn else "") + (" --tiering" if tiering else "")
     extra += "".join(f" --inject {name}" for name in inject)
     if only_faults is not None:
         extra += f" --only-faults {','.join(map(str, only_faults)) or 'none'}"
@@ -83,8 +88,12 @@ def _line(r: Result) -> str:
         f"seed {r.seed}: {status}; {r.simulated_s:.0f} simulated s in {r.wall_s:.1f} s "
         f"({r.simulated_s / max(r.wall_s, 1e-9):.1f}x), {r.steps:,} events, {r.acked:,} records acknowledged "
         f"with acks=all, {r.acked_acks1:,} with acks=1 ({r.lost_acks1} lost in failovers), "
-        f"faults {sum(r.faults.values())}"
+        f"faults {sum(r.faults.values())}" + (f"; tiering: {_tiering(r)}" if r.tiering else "")
     )
+
+
+def _tiering(r: Result) -> str:
+    return ", ".join(f"{v} {k}" for k, v in r.tiering.items())
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
@@ -95,6 +104,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     events = 0
     acks1 = [0, 0]  # acknowledged, lost
     faults: Counter[str] = Counter()
+    tiering: Counter[str] = Counter()
     failed: list[Result] = []
     # Seed -> digest: "a change kept behaviour" is then a diff of the
     # digests of two runs, before and after it.
@@ -113,6 +123,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         acks1[0] += r.acked_acks1
         acks1[1] += r.lost_acks1
         faults.update(r.faults)
+        tiering.update(r.tiering)
         digests[seed] = r.digest
         if not args.json:
             print(f"{_line(r)}; digest {r.digest}", flush=True)
@@ -121,7 +132,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
             if not args.json:
                 for v in r.violations[:3]:
                     print(f"  {v}")
-                print(f"  replay: {_replay_command(seed, args.inject, txn=args.txn)}", flush=True)
+                print(f"  replay: {_replay_command(seed, args.inject, txn=args.txn, tiering=args.tiering)}", flush=True)
                 if args.shrink_runs > 0:
                     _print_shrunk(r, args)
             if args.stop_at_first:
@@ -139,7 +150,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         "faults": dict(sorted(faults.items())),
         "acks1_acknowledged": acks1[0],
         "acks1_lost": acks1[1],
-        "invariants": INVARIANTS + (TXN_INVARIANTS if args.txn else []),
+        "invariants": _invariants(args),
+        **({"tiering": dict(tiering)} if args.tiering else {}),
         "digests": {str(seed_): digest for seed_, digest in digests.items()},
     }
     if args.json:
@@ -151,7 +163,9 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         print(f"events               {events:,} ({summary['events_per_wall_s']:,.0f}/s)")
         print(f"acks=1 records       {acks1[0]:,} acknowledged, {acks1[1]:,} lost in failovers (allowed)")
         print("faults injected      " + (", ".join(f"{k} {v}" for k, v in sorted(faults.items())) or "none"))
-        print("invariants checked   " + "; ".join(INVARIANTS + (TXN_INVARIANTS if args.txn else [])))
+        if args.tiering and tiering:
+            print("tiering              " + ", ".join(f"{v:,} {k}" for k, v in tiering.items()))
+        print("invariants checked   " + "; ".join(_invariants(args)))
         if args.inject:
             print(f"injected bugs        {', '.join(args.inject)}")
     return 1 if failed else 0
@@ -166,7 +180,7 @@ def _print_shrunk(first: Result, args: argparse.Namespace) -> None:
     kept = best.fault_numbers
     print(f"  minimised ({runs} runs): {len(kept)} of {len(first.fault_numbers)} faults still fail:")
     print(f"    {best.violations[0]}")
-    print(f"  replay: {_replay_command(first.seed, args.inject, kept, txn=args.txn)}")
+    print(f"  replay: {_replay_command(first.seed, args.inject, kept, txn=args.txn, tiering=args.tiering)}")
     print("  trace:")
     for t, what in best.events:
         if not what.startswith("deleted ") and not what.endswith(": skipped"):
@@ -262,6 +276,18 @@ INVARIANTS = [
     "orphans past the gate deleted once faults stop",
     "no task spins without waiting (livelock)",
 ]
+
+
+def _invariants(args: argparse.Namespace) -> list[str]:
+    return INVARIANTS + (TXN_INVARIANTS if args.txn else []) + (TIERING_INVARIANTS if args.tiering else [])
+
+
+# With --tiering, beside those.
+TIERING_INVARIANTS = [
+    "no tiered segment deleted; every segment row names an uploaded .log of its size",
+    "each replica's reads through its segment references return its leader's bytes",
+    "ISR members hold the leader's segment rows below its HWM (past any row of a former leader)",
+]
 # With --txn, beside those.
 TXN_INVARIANTS = [
     "no replica's LSO passes its HWM or an undecided transaction's first acknowledged offset in its log",
@@ -325,6 +351,12 @@ def build_parser() -> argparse.ArgumentParser:
             "--txn",
             action="store_true",
             help="add transactional producers, their coordinator's stand-in and a read_committed reader",
+        )
+        sp.add_argument(
+            "--tiering",
+            action="store_true",
+            help="tier the topic into segments (remote.storage.enable, a short segment.ms): the leaders' builder "
+            "loops upload and swap, followers apply the swaps",
         )
     return p
 

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from partlog.broker.server import Broker, BrokerConfig
+from partlog.broker.tiering import TIERING_INTERVAL_MS_DEFAULT
 from partlog.controller.client import ControllerMetadata
 from partlog.controller.cluster_meta import BrokerInfo, StaticMetadata
 from partlog.controller.core import ControllerConfig
@@ -35,6 +36,7 @@ from simulations.dst.config import (
     LEADER_IMBALANCE_CHECK_INTERVAL_MS,
     MAX_CLOCK_SKEW_MS,
     SESSION_TIMEOUT_MS,
+    TIERING_INTERVAL_MS,
     TOPIC,
     WALMGR_CYCLE_MS,
     Shape,
@@ -111,6 +113,10 @@ class Cluster:
         # directory.  Separate locks: walmgr's start waits for the controller.
         self.restarting_ctl = asyncio.Lock()
         self.restarting_wm = asyncio.Lock()
+        # With Shape.tiering: what the brokers' builder loops and replica
+        # fetchers did, summed over every incarnation (a crash's counters
+        # are added when it goes).
+        self.tiering_counts: dict[str, int] = {}
 
     def az_of_node(self, node: str) -> str:
         if node.startswith("b"):
@@ -143,6 +149,9 @@ class Cluster:
             if all(any(b.replicas.is_leader(tp) for b in self.brokers.values()) for tp in self.partitions):
                 break
             await asyncio.sleep(0.05)
+        if self.shape.tiering:
+            for bid in sorted(self.brokers):
+                await run_node(f"b{bid}", self._enable_tiering(self.brokers[bid]))
         self.journal.event("cluster up")
 
     # ------------------------------------------------------------ brokers
@@ -164,6 +173,8 @@ class Cluster:
                 replica_lag_time_max_ms=2_000, min_insync_replicas=self.shape.min_insync_replicas
             ),
             walmgr_address=f"127.0.0.1:{self.walmgr.port}" if self.walmgr is not None and self.walmgr.port else "",
+            # (Without tiering the loop never starts: the interval is moot.)
+            tiering_interval_ms=TIERING_INTERVAL_MS if self.shape.tiering else TIERING_INTERVAL_MS_DEFAULT,
         )
 
     async def start_broker(self, bid: int) -> None:
@@ -181,6 +192,41 @@ class Cluster:
         if self.retention_bytes is not None:
             # The topic's config as it is now (a restarted broker learns it).
             await self._set_retention(broker, self.retention_bytes)
+        if self.shape.tiering and self.partitions:
+            await self._enable_tiering(broker)
+
+    async def _enable_tiering(self, broker: Broker) -> None:
+        """The topic's tiering configs in the broker's store, as its config
+        would reach it; the broker's builder loop starts (as the broker's
+        node's task: a crash stops it).  A restarted broker has them in its
+        store already; setting them again changes nothing."""
+        configs: dict[str, str | int] = {
+            "remote.storage.enable": "true",
+            "segment.ms": self.shape.tiering_segment_ms,
+        }
+        topic_id = self.partitions[0].topic_id
+        for _ in range(100):  # the broker's store learns the topic from its metadata
+            if broker.store._closed:
+                return
+            if topic_id in await asyncio.to_thread(broker.store.topics):
+                await asyncio.to_thread(broker.alter_topic_configs, topic_id, configs)
+                return
+            await asyncio.sleep(0.05)
+        self.journal.violated(f"broker {broker.broker_id}: the topic never reached its store")
+
+    def count_tiering(self, broker: Broker) -> None:
+        """Add what ``broker``'s builder loop and fetchers did to
+        ``tiering_counts`` (when it crashes, and at the end)."""
+        registry = broker.metrics.registry
+        stats = broker.replicas.stats
+        got = {
+            "segments uploaded": registry.get_sample_value("partlog_tiered_segments_total") or 0.0,
+            "swaps on leaders": registry.get_sample_value("partlog_tiered_swaps_total", {"outcome": "ok"}) or 0.0,
+            "swaps applied on followers": stats.segment_swaps_applied,
+            "follower swaps refused": stats.segment_swaps_failed,
+        }
+        for k, v in got.items():
+            self.tiering_counts[k] = self.tiering_counts.get(k, 0) + int(v)
 
     async def _set_retention(self, broker: Broker, limit: int) -> None:
         if self.partitions and not broker.store._closed:
@@ -201,6 +247,8 @@ class Cluster:
         cancel_node(self.loop, node)
         self.network.cut(node)
         broker = self.brokers.pop(bid)
+        if self.shape.tiering:
+            self.count_tiering(broker)
         source = self.sources.pop(bid)
         del source
         await asyncio.sleep(0)

@@ -22,6 +22,9 @@ SESSION_TIMEOUT_MS = 6_000  # the controller fences a silent broker after this (
 HEARTBEAT_INTERVAL_MS = 500
 WALMGR_CYCLE_MS = 1_000
 LEADER_IMBALANCE_CHECK_INTERVAL_MS = 5_000
+# With Shape.tiering: the brokers' builder loop runs this often (1 s in
+# production), so a seed builds and swaps several segments per partition.
+TIERING_INTERVAL_MS = 500
 BROKER_PORT_BASE = 9_100
 
 
@@ -57,6 +60,13 @@ class Shape:
     # with its input and state partition, on topics of their own; needs
     # txn_producers > 0 (they write the inputs).
     txn_transformers: int = 0
+    # Tiered segments (partlog/broker/tiering.py): the topic is created with
+    # remote.storage.enable=true and this segment.ms (virtual time; the load
+    # never fills Kafka's smallest segment.bytes, 1 MiB), so the leaders'
+    # builder loops upload segments and swap references while the faults
+    # run, and followers apply the swaps.  False: nothing of it runs.
+    tiering: bool = False
+    tiering_segment_ms: int = 1_000
     duration_s: float = 30.0  # faults happen during this
     settle_s: float = 15.0  # after it, faults stop and the cluster heals
 
@@ -173,6 +183,9 @@ class Result:
     acked_acks1: int = 0
     lost_acks1: int = 0
     only_faults: frozenset[int] | None = None
+    # With Shape.tiering: segments uploaded, swaps on leaders and applied
+    # on followers, rows held and entries read through segments at the end.
+    tiering: dict[str, int] = field(default_factory=dict)
 
     @property
     def fault_numbers(self) -> list[int]:

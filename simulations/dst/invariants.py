@@ -57,6 +57,7 @@ from partlog.controller.cluster_meta import PartitionInfo
 from partlog.controller.server import ControllerServer
 from partlog.kafka.records import TopicIdPartition
 from partlog.store import MetadataStore, StoreError
+from partlog.tiered.remote_storage import TIERED_PREFIX_DEFAULT
 from simulations.dst.config import COMMIT_DEADLINE_MS, GRACE_MS, MAX_CLOCK_SKEW_MS, WALMGR_CYCLE_MS
 from simulations.dst.ctp import parse_output
 from simulations.dst.journal import Journal
@@ -145,6 +146,10 @@ def check_delete(cluster: ClusterView, observed: Observed, journal: Journal, key
     it truncates that tail before it can lead or rejoin the ISR, so it
     is reported as an event, not a violation (design.md)."""
     wanted = set(keys)
+    for key in sorted(wanted):
+        # walmgr's gate for segments is not built: it must never touch one.
+        if key.startswith(TIERED_PREFIX_DEFAULT + "/"):
+            journal.violated(f"walmgr deleted {key}, a tiered segment's object")
     check_controller(cluster, observed, journal)  # the controller's decisions as of now
     for bid, store, crashed in cluster.stores():
         held = store.referenced_files(wanted)
@@ -385,7 +390,12 @@ async def check_orphans_deleted(cluster: ClusterView, journal: Journal) -> None:
 
 def _orphans(cluster: ClusterView, gate_s: float) -> set[str]:
     now = cluster.loop.time()
-    old = {k for k, (_, at) in cluster.objects.objects.items() if now - at > gate_s + 2}
+    # WAL objects only: walmgr's gate for tiered segments is not built yet.
+    old = {
+        k
+        for k, (_, at) in cluster.objects.objects.items()
+        if now - at > gate_s + 2 and not k.startswith(TIERED_PREFIX_DEFAULT + "/")
+    }
     for _, store, _ in cluster.stores():
         old -= store.referenced_files(old)
     return old

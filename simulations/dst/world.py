@@ -72,6 +72,7 @@ from simulations.dst.invariants import (
 from simulations.dst.journal import Journal, Violation
 from simulations.dst.runtime import SimNetwork, VirtualLoop, deterministic_process, run_node
 from simulations.dst.store import SimObjectStore
+from simulations.dst.tiering import check_tiered
 from simulations.dst.txn import TxnWorkload, control_offsets
 from simulations.dst.workload import Workload
 
@@ -156,6 +157,7 @@ class World:
         self.network.reachable = links.reachable
         self.network.black_hole = links.black_hole
         self.crash_trace = ""
+        self.tiering: dict[str, int] = {}
 
     async def main(self) -> None:
         """Start the cluster, run the workload under faults for
@@ -223,6 +225,12 @@ class World:
         check_controller(cluster, observed, journal)
         check_no_new_references(cluster, observed, journal)
         check_stores(cluster, journal)
+        if self.shape.tiering:
+            end = await check_tiered(cluster, journal)
+            for broker in cluster.brokers.values():
+                cluster.count_tiering(broker)
+            self.tiering = {**cluster.tiering_counts, **end}
+            journal.event("tiering: " + ", ".join(f"{v} {k}" for k, v in self.tiering.items()))
         if self.txn is not None:
             await self._verify_transactions()
         await self._verify()
@@ -368,6 +376,7 @@ def run(
         only_faults=only_faults,
         acked_acks1=len(ledger.acked1),
         lost_acks1=ledger.lost_acks1,
+        tiering=world.tiering,
     )
 
 
