@@ -47,6 +47,26 @@ def dst(*args: str, timeout_s: int = 300) -> subprocess.CompletedProcess[str]:
     )
 
 
+def small_shape_runs(runs: str, hash_seed: int) -> str:
+    """The JSON list of [ok, violations, digest, steps, acked] of ``runs`` (a
+    Python list expression over ``run``, ``shape`` and ``faults``: a small
+    shape with frequent crashes and resets), in a subprocess at
+    PYTHONHASHSEED ``hash_seed``."""
+    code = (
+        "import json\n"
+        "from simulations.dst.config import Faults, Shape\n"
+        "from simulations.dst.world import run\n"
+        "shape = Shape(duration_s=4.0, settle_s=3.0, rate_per_producer=10.0)\n"
+        "faults = Faults(broker_crashes_per_min=30.0, connection_resets_per_min=30.0)\n"
+        f"rs = {runs}\n"
+        "print(json.dumps([[r.ok, r.violations, r.digest, r.steps, r.acked] for r in rs]))\n"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": str(hash_seed)}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return p.stdout.strip().splitlines()[-1]
+
+
 def test_a_seed_replays_to_the_same_digest() -> None:
     """Two runs of one seed in one process agree to the step (same hash
     seed): events, acknowledgements, and the number of loop steps.  In a
@@ -54,19 +74,9 @@ def test_a_seed_replays_to_the_same_digest() -> None:
     process the hash seed is random, so "seed 11" named another schedule in
     every CI run (one of them, at issue 30, left a producer holding records
     63 s after the faults stopped: the next test)."""
-    code = (
-        "import json\n"
-        "from simulations.dst.config import Faults, Shape\n"
-        "from simulations.dst.world import run\n"
-        "shape = Shape(duration_s=4.0, settle_s=3.0, rate_per_producer=10.0)\n"
-        "faults = Faults(broker_crashes_per_min=30.0, connection_resets_per_min=30.0)\n"
-        "rs = [run(11, shape, faults), run(11, shape, faults), run(12, shape, faults)]\n"
-        "print(json.dumps([[r.ok, r.violations, r.digest, r.steps, r.acked] for r in rs]))\n"
-    )
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, check=False)
-    assert p.returncode == 0, p.stderr[-2000:]
-    a, b, c = json.loads(p.stdout.strip().splitlines()[-1])
+    rs = "[run(11, shape, faults), run(11, shape, faults), run(12, shape, faults)]"
+    out = small_shape_runs(rs, hash_seed=0)
+    a, b, c = json.loads(out)
     assert a[0], a[1]
     assert a[2:] == b[2:]
     assert a[4] > 0 and a[3] > 1_000
@@ -79,18 +89,8 @@ def test_the_schedule_that_held_a_producer_for_ever_passes() -> None:
     producer failed its waiting batches and went on with later sequences,
     refused out of order for ever (tests/integration/test_producer_sequence_gap.py
     is the durable regression test)."""
-    code = (
-        "from simulations.dst.config import Faults, Shape\n"
-        "from simulations.dst.world import run\n"
-        "shape = Shape(duration_s=4.0, settle_s=3.0, rate_per_producer=10.0)\n"
-        "faults = Faults(broker_crashes_per_min=30.0, connection_resets_per_min=30.0)\n"
-        "r = run(11, shape, faults)\n"
-        "print(r.ok, r.violations)\n"
-    )
-    env = {**os.environ, "PYTHONHASHSEED": "84"}
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, check=False)
-    assert p.returncode == 0, p.stderr[-2000:]
-    assert p.stdout.strip().splitlines()[-1].startswith("True"), p.stdout[-2000:]
+    [r] = json.loads(small_shape_runs("[run(11, shape, faults)]", hash_seed=84))
+    assert r[0], r[1]
 
 
 @pytest.mark.slow
