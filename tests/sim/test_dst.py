@@ -13,6 +13,8 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,24 +49,36 @@ def dst(*args: str, timeout_s: int = 300) -> subprocess.CompletedProcess[str]:
     )
 
 
-def small_shape_runs(runs: str, hash_seed: int) -> str:
-    """The JSON list of [ok, violations, digest, steps, acked] of ``runs`` (a
-    Python list expression over ``run``, ``shape`` and ``faults``: a small
-    shape with frequent crashes and resets), in a subprocess at
-    PYTHONHASHSEED ``hash_seed``."""
+def runs_in_subprocess(setup: str, runs: str, hash_seed: int = 0) -> list[dict[str, Any]]:
+    """Per run of ``runs`` (a Python list expression over ``run`` and what
+    ``setup`` defines), its ok, violations, digest, steps, acked, faults and
+    event texts, run in a subprocess at PYTHONHASHSEED ``hash_seed``: in
+    pytest's own process the hash seed is random, so a seed would name
+    another schedule in every run (set order of strings decides the real
+    code's iteration order)."""
     code = (
         "import json\n"
         "from simulations.dst.config import Faults, Shape\n"
         "from simulations.dst.world import run\n"
-        "shape = Shape(duration_s=4.0, settle_s=3.0, rate_per_producer=10.0)\n"
-        "faults = Faults(broker_crashes_per_min=30.0, connection_resets_per_min=30.0)\n"
+        f"{setup}\n"
         f"rs = {runs}\n"
-        "print(json.dumps([[r.ok, r.violations, r.digest, r.steps, r.acked] for r in rs]))\n"
+        "print(json.dumps([{'ok': r.ok, 'violations': r.violations, 'digest': r.digest, 'steps': r.steps,"
+        " 'acked': r.acked, 'faults': dict(r.faults), 'events': [w for _, w in r.events]} for r in rs]))\n"
     )
     env = {**os.environ, "PYTHONHASHSEED": str(hash_seed)}
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, check=False)
+    root = Path(__file__).resolve().parents[2]  # `tests.` imports resolve from the checkout
+    p = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=500, env=env, cwd=root, check=False
+    )
     assert p.returncode == 0, p.stderr[-2000:]
-    return p.stdout.strip().splitlines()[-1]
+    out: list[dict[str, Any]] = json.loads(p.stdout.strip().splitlines()[-1])
+    return out
+
+
+SMALL_SHAPE = (
+    "shape = Shape(duration_s=4.0, settle_s=3.0, rate_per_producer=10.0)\n"
+    "faults = Faults(broker_crashes_per_min=30.0, connection_resets_per_min=30.0)"
+)
 
 
 def test_a_seed_replays_to_the_same_digest() -> None:
@@ -75,12 +89,11 @@ def test_a_seed_replays_to_the_same_digest() -> None:
     every CI run (one of them, at issue 30, left a producer holding records
     63 s after the faults stopped: the next test)."""
     rs = "[run(11, shape, faults), run(11, shape, faults), run(12, shape, faults)]"
-    out = small_shape_runs(rs, hash_seed=0)
-    a, b, c = json.loads(out)
-    assert a[0], a[1]
-    assert a[2:] == b[2:]
-    assert a[4] > 0 and a[3] > 1_000
-    assert c[2] != a[2]  # the seed matters
+    a, b, c = runs_in_subprocess(SMALL_SHAPE, rs)
+    assert a["ok"], a["violations"]
+    assert (a["digest"], a["steps"], a["acked"]) == (b["digest"], b["steps"], b["acked"])
+    assert a["acked"] > 0 and a["steps"] > 1_000
+    assert c["digest"] != a["digest"]  # the seed matters
 
 
 def test_the_schedule_that_held_a_producer_for_ever_passes() -> None:
@@ -89,8 +102,8 @@ def test_the_schedule_that_held_a_producer_for_ever_passes() -> None:
     producer failed its waiting batches and went on with later sequences,
     refused out of order for ever (tests/integration/test_producer_sequence_gap.py
     is the durable regression test)."""
-    [r] = json.loads(small_shape_runs("[run(11, shape, faults)]", hash_seed=84))
-    assert r[0], r[1]
+    [r] = runs_in_subprocess(SMALL_SHAPE, "[run(11, shape, faults)]", hash_seed=84)
+    assert r["ok"], r["violations"]
 
 
 @pytest.mark.slow

@@ -14,8 +14,7 @@ from __future__ import annotations
 import pytest
 
 from simulations.dst.config import Faults, Shape
-from simulations.dst.world import run
-from tests.sim.test_dst import dst
+from tests.sim.test_dst import dst, runs_in_subprocess
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -58,23 +57,28 @@ CTP_FAULTS = Faults(
 
 
 def test_a_transactional_seed_passes_and_replays_to_the_same_digest() -> None:
-    shape = Shape(duration_s=5.0, settle_s=3.0, rate_per_producer=10.0, txn_producers=2, txn_timeout_ms=3_000)
-    faults = Faults(broker_crashes_per_min=20.0, producer_restarts_per_min=30.0, connection_resets_per_min=30.0)
-    a = run(11, shape, faults)
-    b = run(11, shape, faults)
-    assert a.ok, a.violations
-    assert (a.digest, a.steps, a.acked) == (b.digest, b.steps, b.acked)
-    [summary] = [what for _, what in a.events if what.startswith("transactions: ")]
+    setup = (
+        "shape = Shape(duration_s=5.0, settle_s=3.0, rate_per_producer=10.0, txn_producers=2, txn_timeout_ms=3_000)\n"
+        "faults = Faults(broker_crashes_per_min=20.0, producer_restarts_per_min=30.0, connection_resets_per_min=30.0)"
+    )
+    a, b = runs_in_subprocess(setup, "[run(11, shape, faults), run(11, shape, faults)]")
+    assert a["ok"], a["violations"]
+    assert (a["digest"], a["steps"], a["acked"]) == (b["digest"], b["steps"], b["acked"])
+    [summary] = [what for what in a["events"] if what.startswith("transactions: ")]
     committed = int(summary.split()[1])
     assert committed > 0, summary
 
 
 def test_consume_transform_produce_is_exactly_once_under_the_transaction_faults() -> None:
-    r = run(3, CTP_SHAPE, CTP_FAULTS)
-    assert r.ok, r.violations
-    [summary] = [what for _, what in r.events if what.startswith("consume-transform-produce: ")]
+    """In a subprocess at a fixed hash seed: in pytest's process the seed's
+    schedule changed from run to run, and one CI run drew no coordinator
+    crash."""
+    setup = "from tests.sim.test_dst_txn import CTP_FAULTS as faults, CTP_SHAPE as shape"
+    [r] = runs_in_subprocess(setup, "[run(3, shape, faults)]")
+    assert r["ok"], r["violations"]
+    [summary] = [what for what in r["events"] if what.startswith("consume-transform-produce: ")]
     assert int(summary.split()[1]) > 0, summary  # committed input records, each output once
-    assert {"txn_coordinator_crash", "txn_markers_lost", "transformer_crash"} <= r.faults.keys(), r.faults
+    assert {"txn_coordinator_crash", "txn_markers_lost", "transformer_crash"} <= r["faults"].keys(), r["faults"]
 
 
 @pytest.mark.parametrize(

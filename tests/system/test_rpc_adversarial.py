@@ -110,6 +110,18 @@ def patient_victim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Victim]
         yield v
 
 
+# The mutated requests test what a broker answers, not its deadlines: on a
+# loaded CI machine the attacker's hello once came after the module victim's
+# 1 s handshake deadline ("no hello within the handshake timeout").
+TOLERANT_DEADLINE_MS = 30_000
+
+
+@pytest.fixture(scope="module")
+def tolerant_victim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Victim]:
+    with running_victim(tmp_path_factory.mktemp("tolerant"), TOLERANT_DEADLINE_MS, TOLERANT_DEADLINE_MS) as v:
+        yield v
+
+
 @contextlib.contextmanager
 def running_victim(tmp: Path, deadline_ms: int, idle_ms: int) -> Iterator[Victim]:
     """One broker started as a subprocess with the given handshake/frame
@@ -295,7 +307,8 @@ METHODS = sorted(BROKER_SCHEMAS)
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(data=st.data())
-def test_mutated_requests_fail_only_themselves(victim: Victim, data: st.DataObject) -> None:
+def test_mutated_requests_fail_only_themselves(tolerant_victim: Victim, data: st.DataObject) -> None:
+    victim = tolerant_victim
     method = data.draw(st.sampled_from(METHODS), label="method")
     body = data.draw(mutated(BROKER_SCHEMAS[method]), label="body")
 
