@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 from partlog.broker.server import Broker, BrokerConfig
 from partlog.client.consumer import Consumer
 from partlog.client.producer import Producer
-from partlog.controller.cluster_meta import StaticMetadata
+from partlog.controller.cluster_meta import StaticMetadata, TopicInfo
 from partlog.kafka.records import FindBatchRequest, TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig
 from partlog.store import Segment, SegmentSwap, SegmentSwapResult
@@ -50,6 +51,22 @@ def _broker(tmp_path: Path, meta: StaticMetadata, objects: ObjectStore, interval
         tiering_interval_ms=interval_ms,
     )  # fmt: skip
     return Broker(config, meta, objects)
+
+
+@asynccontextmanager
+async def _one_broker(
+    tmp_path: Path, objects: ObjectStore
+) -> AsyncIterator[tuple[Broker, TopicInfo, TopicIdPartition]]:
+    """One started broker leading the one partition of topic "t": (broker, topic, partition)."""
+    meta = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"t": 1})
+    broker = _broker(tmp_path, meta, objects)
+    await broker.start()
+    broker.set_metadata(meta.with_ports({1: broker.port}))
+    try:
+        [topic] = meta.topics()
+        yield broker, topic, TopicIdPartition(topic.topic_id, 0)
+    finally:
+        await broker.stop()
 
 
 async def _produce(broker: Broker, tp: TopicIdPartition, values: list[bytes]) -> None:
@@ -108,14 +125,8 @@ def _keys(broker: Broker, tp: TopicIdPartition, start: int, end: int) -> list[tu
 @pytest.mark.timeout(120)
 def test_segments_by_size_take_the_references_and_serve_reads(tmp_path: Path) -> None:
     async def main() -> None:
-        meta = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"t": 1})
         objects = RecordingStore(tmp_path / "objects")
-        broker = _broker(tmp_path, meta, objects)
-        await broker.start()
-        broker.set_metadata(meta.with_ports({1: broker.port}))
-        try:
-            [topic] = meta.topics()
-            tp = TopicIdPartition(topic.topic_id, 0)
+        async with _one_broker(tmp_path, objects) as (broker, topic, tp):
             values = [f"{i:05d}".encode() * 1600 for i in range(300)]  # 8 KB each, ~2.4 MB
             await _produce(broker, tp, values)
             hwm = broker.store.high_watermark(tp)
@@ -161,8 +172,6 @@ def test_segments_by_size_take_the_references_and_serve_reads(tmp_path: Path) ->
             assert m.tiered_segments._value.get() == 2
             assert m.tiered_swaps.labels(outcome="ok")._value.get() == 2
             assert m.tiered_bytes._value.get() == sum(r.size for r in rows)
-        finally:
-            await broker.stop()
 
     asyncio.run(main())
 
@@ -170,14 +179,8 @@ def test_segments_by_size_take_the_references_and_serve_reads(tmp_path: Path) ->
 @pytest.mark.timeout(120)
 def test_an_idle_tail_is_tiered_once_older_than_segment_ms(tmp_path: Path) -> None:
     async def main() -> None:
-        meta = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"t": 1})
         objects = RecordingStore(tmp_path / "objects")
-        broker = _broker(tmp_path, meta, objects)
-        await broker.start()
-        broker.set_metadata(meta.with_ports({1: broker.port}))
-        try:
-            [topic] = meta.topics()
-            tp = TopicIdPartition(topic.topic_id, 0)
+        async with _one_broker(tmp_path, objects) as (broker, topic, tp):
             broker.alter_topic_configs(topic.topic_id, {"remote.storage.enable": "true", "segment.ms": 300})
             await _produce(broker, tp, [b"a", b"b", b"c"])
 
@@ -192,8 +195,6 @@ def test_an_idle_tail_is_tiered_once_older_than_segment_ms(tmp_path: Path) -> No
             assert await _consume(broker, tp, 5) == [b"a", b"b", b"c", b"d", b"e"]
             assert broker.store.file_usage().keys() == {r.object_key for r in broker.store.segments(tp)}
             assert broker.store.check() == []
-        finally:
-            await broker.stop()
 
     asyncio.run(main())
 
@@ -201,14 +202,8 @@ def test_an_idle_tail_is_tiered_once_older_than_segment_ms(tmp_path: Path) -> No
 @pytest.mark.timeout(60)
 def test_nothing_is_tiered_without_the_config(tmp_path: Path) -> None:
     async def main() -> None:
-        meta = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"t": 1})
         objects = RecordingStore(tmp_path / "objects")
-        broker = _broker(tmp_path, meta, objects)
-        await broker.start()
-        broker.set_metadata(meta.with_ports({1: broker.port}))
-        try:
-            [topic] = meta.topics()
-            tp = TopicIdPartition(topic.topic_id, 0)
+        async with _one_broker(tmp_path, objects) as (broker, topic, tp):
             broker.alter_topic_configs(topic.topic_id, {"segment.ms": 1})
             await _produce(broker, tp, [b"x"] * 20)
             await asyncio.sleep(0.3)
@@ -216,8 +211,6 @@ def test_nothing_is_tiered_without_the_config(tmp_path: Path) -> None:
             assert broker.store.segments(tp) == []
             assert not list(iter_objects(objects, "tiered/"))
             assert broker.metrics.tiered_segments._value.get() == 0
-        finally:
-            await broker.stop()
 
     asyncio.run(main())
 
@@ -225,14 +218,8 @@ def test_nothing_is_tiered_without_the_config(tmp_path: Path) -> None:
 @pytest.mark.timeout(120)
 def test_a_failed_upload_is_retried_under_a_new_key(tmp_path: Path) -> None:
     async def main() -> None:
-        meta = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"t": 1})
         objects = RecordingStore(tmp_path / "objects")
-        broker = _broker(tmp_path, meta, objects)
-        await broker.start()
-        broker.set_metadata(meta.with_ports({1: broker.port}))
-        try:
-            [topic] = meta.topics()
-            tp = TopicIdPartition(topic.topic_id, 0)
+        async with _one_broker(tmp_path, objects) as (broker, topic, tp):
             await _produce(broker, tp, [b"p", b"q", b"r"])
             # The first attempt's .index goes up, its .timeindex fails; the
             # second attempt fails at once; the third succeeds.
@@ -260,8 +247,6 @@ def test_a_failed_upload_is_retried_under_a_new_key(tmp_path: Path) -> None:
             assert sum(k.endswith(".log") for k in tiered) == 1 and row.object_key in tiered
             assert len(tiered) == 4
             assert await _consume(broker, tp, 3) == [b"p", b"q", b"r"]
-        finally:
-            await broker.stop()
 
     asyncio.run(main())
 
