@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from partlog.acl import AuthorizerConfig
-from partlog.kafka.topic_config import MAX_MESSAGE_BYTES_DEFAULT
+from partlog.kafka.batch_header import INT32_MAX
+from partlog.kafka.topic_config import MAX_MESSAGE_BYTES_DEFAULT, SEGMENT_BYTES_MIN
 from partlog.kafka_front.listeners import ListenerSecurity
 from partlog.limits import PARTITIONS_PER_TOPIC_MAX
 
@@ -74,6 +75,11 @@ class ClusterOptions:
     # Kafka's authorizer on every broker (None: off); the brokers' own RPC
     # principal is allowed by LocalCluster itself (partlog.tools.local_cluster).
     authorizer: AuthorizerConfig | None = None
+    # Tiered segments (docs/design/tiered.md): > 0 sets remote.storage.enable
+    # on the topic with this segment.ms and segment.bytes, and the report
+    # gives the object census (partlog.tools.cluster_census); 0: off.
+    tiering_segment_ms: int = 0
+    tiering_segment_bytes: int = SEGMENT_BYTES_MIN
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.orphan_rate <= 1.0:
@@ -108,6 +114,13 @@ class ClusterOptions:
                     name, _flag(name)
                 )
                 raise ValueError(f"{what} may be at most {_num(limit)}, got {_num(value)}")
+        if self.tiering_segment_ms < 0:
+            raise ValueError(f"tiering-segment-ms must be >= 0, got {self.tiering_segment_ms}")
+        if not SEGMENT_BYTES_MIN <= self.tiering_segment_bytes <= INT32_MAX:
+            raise ValueError(
+                f"tiering-segment-bytes must be in [{SEGMENT_BYTES_MIN:,}, {INT32_MAX:,}], "
+                f"got {self.tiering_segment_bytes:,}"
+            )
         if self.duration_s <= 0:
             raise ValueError(f"duration must be > 0, got {self.duration_s}")
         if self.kill_broker_every_s < 0 or self.restart_after_s < 0:

@@ -8,6 +8,7 @@ import statistics
 import sys
 from typing import TYPE_CHECKING, Any
 
+from partlog.tools.cluster_census import WAL_FLAT_RATIO_MAX
 from partlog.tools.cluster_faults import ETCD_FAULT_WINDOW_S
 
 if TYPE_CHECKING:
@@ -122,6 +123,20 @@ def print_report(r: dict[str, Any], out: Any = sys.stdout) -> None:
         if r.get("data_kept", True)
         else "data: a temporary directory, removed at exit (--data-dir DIR keeps it)",
     ]
+    if "census_samples" in r:
+        line = (
+            f"objects: WAL {r['wal_objects_last']:,} at the end (most in the first half "
+            f"{r['wal_objects_max_first_half']:,}, second half {r['wal_objects_max_second_half']:,}), "
+            f"oldest WAL object {r['oldest_wal_age_ms_max'] / 1000:.1f} s (second half's most); "
+            f"segments {r['segments_last']:,} ({r['segment_bytes_last'] / (1 << 20):.1f} MiB)"
+        )
+        if r.get("tiering_segment_ms"):
+            line += (
+                f"; oldest WAL <= segment.ms + 2 min ({r['oldest_wal_bound_ms'] / 1000:.0f} s): "
+                f"{'met' if r['oldest_wal_within_bound'] else 'MISSED'}, WAL count flat (second half <= "
+                f"{WAL_FLAT_RATIO_MAX:g} x first): {'met' if r['wal_objects_flat'] else 'MISSED'}"
+            )
+        lines.insert(-1, line)
     if "orphans_created" in r:
         lines.insert(
             -1,

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from partlog.tools.cluster_census import CensusSampler, summarize
 from partlog.tools.cluster_faults import fault_effects
 from partlog.tools.cluster_load import produce_load, verify
 from partlog.tools.cluster_options import ClusterOptions
@@ -148,10 +149,16 @@ async def _run(
     mgr: Walmgr | None = None,
 ) -> dict[str, Any]:
     walmgr_runner = asyncio.ensure_future(mgr.run()) if mgr is not None else None
+    sampler = CensusSampler(objects)
+    census = asyncio.ensure_future(sampler.run())
     # One generator for the partition choices and the broker kills, as seeded.
     rng = random.Random(opts.seed)
     tps = cluster.partitions()
-    load = await produce_load(cluster, opts, tps, rng, progress)
+    try:
+        load = await produce_load(cluster, opts, tps, rng, progress)
+    finally:
+        sampler.stop()
+        await census
     check = await verify(cluster, tps, load.acked)
     etcd_faults = fault_effects(load.fault_events, load.ack_times)
     walmgr_result: dict[str, int] = {}
@@ -160,6 +167,8 @@ async def _run(
             progress("walmgr: deleting orphans past the age gate")
         walmgr_result = await _walmgr_finish(cluster, mgr, walmgr_runner)
     result = report(cluster, opts, load, check, etcd_faults, walmgr_result, data_dir=data_dir, store=objects.describe())
+    result.update(summarize(sampler.samples, opts.tiering_segment_ms))
+    result["tiering_segment_ms"] = opts.tiering_segment_ms
     for p in load.producers:
         await p.close()
     return result

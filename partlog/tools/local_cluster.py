@@ -204,6 +204,37 @@ class LocalCluster:
             if time.monotonic() > deadline:
                 raise RuntimeError("partition leaders were not elected in time")
             await asyncio.sleep(0.05)
+        if self.opts.tiering_segment_ms:
+            await self._configure_topic(deadline)
+
+    async def _configure_topic(self, deadline: float) -> None:
+        """Give every broker's store the topic's configs, once it knows the
+        topic (from its metadata, shortly after the leaders are elected).
+        Stores keep them, so a restarted broker has them too."""
+        topic_id = self.partitions()[0].topic_id
+        pending = dict(self.brokers)
+        while pending:
+            for broker_id, broker in list(pending.items()):
+                try:
+                    broker.alter_topic_configs(topic_id, self.topic_configs())
+                    del pending[broker_id]
+                except KeyError:
+                    pass  # not in this broker's store yet
+            if pending:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"brokers {sorted(pending)} did not learn the topic in time")
+                await asyncio.sleep(0.05)
+
+    def topic_configs(self) -> dict[str, str | int]:
+        """The topic's configs every broker's store gets (topic configs are
+        per broker until issue 32 has the controller keep them): tiering."""
+        if not self.opts.tiering_segment_ms:
+            return {}
+        return {
+            "remote.storage.enable": "true",
+            "segment.ms": self.opts.tiering_segment_ms,
+            "segment.bytes": self.opts.tiering_segment_bytes,
+        }
 
     async def _start_etcd(self) -> None:
         run = f"/cluster-{uuid.uuid4().hex[:8]}"

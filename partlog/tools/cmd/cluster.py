@@ -67,6 +67,22 @@ def add_parser(sub: Subparsers) -> None:
     )
     cl.add_argument("--no-walmgr", action="store_true", help="do not run a walmgr beside the brokers")
     cl.add_argument(
+        "--tiering-segment-ms",
+        type=int,
+        default=0,
+        metavar="MS",
+        help="tiered segments: set remote.storage.enable on the topic with segment.ms MS, so leaders move committed "
+        "batches out of the WAL files; the report adds the object census (live WAL objects, the oldest one's age, "
+        "segments) and its verdicts (default 0: off)",
+    )
+    cl.add_argument(
+        "--tiering-segment-bytes",
+        type=positive_int,
+        default=1 << 20,
+        metavar="BYTES",
+        help="segment.bytes with --tiering-segment-ms (default 1048576, Kafka's least)",
+    )
+    cl.add_argument(
         "--metadata",
         default="",
         metavar="etcd|etcd[+tls]://HOST:PORT[,...][/PREFIX][?QUERY]",
@@ -147,6 +163,8 @@ def run(args: argparse.Namespace) -> int:
             etcd_member_faults=args.etcd_member_faults,
             etcd_outage_s=args.etcd_outage_s,
             authorizer=authorizer_config(args),
+            tiering_segment_ms=args.tiering_segment_ms,
+            tiering_segment_bytes=args.tiering_segment_bytes,
         )
     except ValueError as e:
         print(f"partlog cluster: {e}", file=sys.stderr)
