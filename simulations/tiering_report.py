@@ -173,6 +173,25 @@ def _losses(rows: Sequence[tuple[str, str, str]]) -> str:
     return text
 
 
+def break_even(by_n: Sequence[tuple[int, Sequence[TieringRun]]]) -> str:
+    """The segment.ms above which tiering keeps fewer objects alive than no
+    tiering: segment objects alive are about SEGMENT_OBJECTS x partitions x
+    retention / segment cycle (the cycle is segment.ms plus the wait for the
+    next batch), against the WAL objects alive without tiering."""
+    parts = []
+    for n, runs in by_n:
+        off = next(r for r in runs if not r.config.tiering and r.load.design == "partlog")
+        cfg = off.config
+        cycle_s = SEGMENT_OBJECTS * n * (cfg.retention_s + cfg.retention_check_s / 2) / off.wal_objects
+        parts.append(f"{n:,} partitions: segment.ms above about {_age(cycle_s - 1 / off.shape.batch_rate)}")
+    return (
+        "Segments alive grow with partitions x retention / segment.ms, WAL objects without tiering with the "
+        "files written a second: tiering keeps fewer objects alive than no tiering (partlog's load) for "
+        + "; ".join(parts)
+        + " (while segments roll by time)."
+    )
+
+
 def tiering_lines(
     seed: int,
     cfg: TieringConfig | None = None,
@@ -220,6 +239,8 @@ def tiering_lines(
         *(f"| {q} | {w} | {v} |" for q, w, v in rows),
         "",
         _losses(rows),
+        "",
+        break_even(by_n),
         "",
         f"**The model against the real planner** (`simulations/tiering_check.py`, `python -m simulations tiering "
         f"--cross-check`): a synthetic log whose segments `partlog.tiered.planner.plan_segment` closes at every "

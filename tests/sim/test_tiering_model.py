@@ -232,3 +232,14 @@ def test_cli_tiering(capsys: pytest.CaptureFixture[str]) -> None:
     assert all(r["series"] for r in doc["runs"]) and doc["verdicts"]
     assert main(["tiering", "--partitions", "0"]) == 2
     assert main(["tiering", "--catchup-fraction", "2"]) == 2
+
+
+def test_report_section_is_the_models() -> None:
+    """REPORT.md's tiering section is what ``python -m simulations tiering``
+    prints now: regenerate it (that command, or ``report``) after a change."""
+    from simulations.tiering_report import tiering_lines
+    from tests.paths import REPO
+
+    text = (REPO / "simulations" / "REPORT.md").read_text()
+    section = "\n".join(tiering_lines(1)) + "\n"
+    assert section in text
