@@ -379,7 +379,7 @@ class TieringRun:
     storage_usd_per_month: float
     builder_keeps_up: bool
     # Live WAL objects at the end against a day in (0 when none then).
-    wal_growth_after_day_one: float = field(default=0.0)
+    wal_growth_after_day_one: float
 
     @property
     def objects(self) -> float:
@@ -420,7 +420,7 @@ def run(
     ``cohort_s`` apart; rates and metadata at the end."""
     period = cfg.retention_s + 86_400.0 if period_s is None else period_s
     if period <= 0 or sample_s <= 0 or cohort_s <= 0:
-        raise ValueError("the period and the sample step must be positive")
+        raise ValueError("the period, the sample step and the cohort step must be positive")
     s = shape(load, cfg)
     keeps_up = not cfg.tiering or s.demand_per_broker <= s.capacity_per_broker
 
@@ -468,7 +468,7 @@ def run(
     rates = _rates(load, cfg, s, wal_end, seg_end, keeps_up)
     # S3 prices a LIST as a PUT and a DELETE not at all.
     o = monthly_cost(load.prices, rates.puts + rates.lists, rates.gets, 0.0).total_usd
-    bytes_stored = _bytes_stored(load, cfg, s, wal_end, seg_end)
+    bytes_stored = _bytes_stored(load, s, wal_end, seg_end)
     batches_kept = load.batches_per_s * min(end, cfg.retention_s + cfg.retention_check_s / 2)
     # A batch's mean wait to be tiered: to its segment's close, then the build.
     untiered_s = min(end, s.close_s_mean - s.span_s / 2 + s.delay_s_mean)
@@ -553,7 +553,8 @@ def _rates(load: Load, cfg: TieringConfig, s: Shape, wal_alive: float, seg_alive
     )
 
 
-def _bytes_stored(load: Load, cfg: TieringConfig, s: Shape, wal_alive: float, seg_alive: float) -> float:
+def _bytes_stored(load: Load, s: Shape, wal_alive: float, seg_alive: float) -> float:
+    """A WAL object holds all its bytes until it is deleted; a segment its own."""
     file_bytes = load.produce_bytes_per_s / load.wal_files_per_s
     return wal_alive * file_bytes + seg_alive / SEGMENT_OBJECTS * s.segment_bytes
 
