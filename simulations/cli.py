@@ -414,7 +414,8 @@ def build_parser() -> argparse.ArgumentParser:
         "their monthly cost, for partlog (AZ representatives) and the central coordinator (KIP-1164), tiering "
         "off, on with segments built from WAL reads and on with segments built from a local log; then verdicts "
         "against stated bounds and the model checked against partlog's planner (simulations/tiering.py). "
-        "Without --json, --series, --period-s or another scenario it prints REPORT.md's tiering section.",
+        "Without --json, --series, --period-s or another --scenario it prints the report's tiering section (with "
+        "verdicts and the cross-check): REPORT.md's at the defaults.",
     )
     ti.add_argument("--scenario", default="tiering-3az", help=f"a shipped scenario ({known}) or a .toml path "
                     "(default tiering-3az); its partition count is replaced by --partitions")  # fmt: skip

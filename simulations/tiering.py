@@ -438,7 +438,8 @@ def run(
     worst = [c + _wal_life(s, cfg, backlog(c + s.close_s_max), worst=True) for c in births]
 
     def wal_alive(t: float) -> float:
-        born = bisect.bisect_right(births, t)
+        # A cohort stands for the objects born in [c, c + step): none at c.
+        born = bisect.bisect_left(births, t)
         dead = bisect.bisect_right(deaths, t)
         return f * step * max(0, born - dead)
 
