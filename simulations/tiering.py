@@ -107,6 +107,14 @@ CATCHUP_FRACTION_DEFAULT = 0.1
 # KIP-1164's __diskless-metadata topic and KIP-405's __remote_log_metadata:
 # replicas of the coordinator's rows.
 METADATA_REPLICATION_FACTOR = 3
+# Metadata writes per segment over its life.  partlog: one swap on every
+# replica (retention drops the row with the entries).  The coordinator:
+# KIP-405's RLMM events (COPY_SEGMENT_STARTED, COPY_SEGMENT_FINISHED,
+# DELETE_SEGMENT_STARTED, DELETE_SEGMENT_FINISHED) and one commit that drops
+# the tiered batches, each on every replica of its topic.
+PARTLOG_WRITES_PER_SEGMENT = 1
+RLMM_EVENTS_PER_SEGMENT = 4
+COORDINATOR_WRITES_PER_SEGMENT = RLMM_EVENTS_PER_SEGMENT + 1
 # The swap (partlog) or the coordinator's delete of tiered batches: one
 # metadata commit, p50 of the measured store.
 SWAP_MS = 0.3
@@ -375,6 +383,8 @@ class TieringRun:
     batch_entries: float
     segment_rows: float
     file_rows: float
+    # Metadata writes a second tiering adds, on every copy.
+    tiering_writes_per_s: float
     request_usd_per_month: float
     storage_usd_per_month: float
     builder_keeps_up: bool
@@ -482,12 +492,14 @@ def run(
         miss = (1.0 - min(1.0, load.replication_factor / load.brokers)) ** s.partitions_per_file
         holders = load.brokers * (1.0 - miss)
         file_rows = wal_end * (1 + holders)
+        writes = PARTLOG_WRITES_PER_SEGMENT * load.replication_factor
     else:
         # Until tiered, and never past retention.
         kept = min(batches_kept, load.batches_per_s * (untiered_s + backlog(end))) if cfg.tiering else batches_kept
         batch_entries = kept * cfg.metadata_replication_factor
         segment_rows = seg_end / SEGMENT_OBJECTS * cfg.metadata_replication_factor
         file_rows = wal_end * cfg.metadata_replication_factor
+        writes = COORDINATOR_WRITES_PER_SEGMENT * cfg.metadata_replication_factor
     return TieringRun(
         load=load,
         config=cfg,
@@ -502,6 +514,7 @@ def run(
         batch_entries=batch_entries,
         segment_rows=segment_rows,
         file_rows=file_rows,
+        tiering_writes_per_s=writes * rates.segment_puts / SEGMENT_OBJECTS,
         request_usd_per_month=o,
         storage_usd_per_month=bytes_stored / BYTES_PER_GB * STORAGE_USD_PER_GB_MONTH,
         builder_keeps_up=keeps_up,

@@ -12,6 +12,7 @@ from simulations.scenario import load_scenario
 from simulations.tiering import (
     FLAT_FRACTION,
     FLAT_FROM_S,
+    RLMM_EVENTS_PER_SEGMENT,
     SEGMENT_OBJECTS,
     STORAGE_USD_PER_GB_MONTH,
     BuildSource,
@@ -62,8 +63,9 @@ def table(by_n: Sequence[tuple[int, Sequence[TieringRun]]]) -> list[str]:
     out = [
         "| partitions | design | tiering | WAL objects alive | segment objects alive | oldest WAL object "
         "| PUT/s (WAL + segments) | GET/s builds / catch-up / footers | LIST/s | DeleteObjects/s | TB stored "
-        "| per-batch entries (M) | segment + file rows (M) | requests $/month | storage $/month |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| per-batch entries (M) | segment + file rows (M) | tiering metadata writes/s | requests $/month "
+        "| storage $/month |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for n, runs in by_n:
         for r in runs:
@@ -73,7 +75,8 @@ def table(by_n: Sequence[tuple[int, Sequence[TieringRun]]]) -> list[str]:
                 f"| {_age(r.oldest_wal_s)} | {_n(q.wal_puts, 1)} + {_n(q.segment_puts, 1)} "
                 f"| {_n(q.build_gets, 1)} / {_n(q.catchup_gets, 1)} / {_n(q.footer_gets, 1)} | {_n(q.lists, 2)} "
                 f"| {_n(q.deletes, 2)} | {_n(r.bytes_stored / 1e12, 2)} | {_n(r.batch_entries / 1e6, 1)} "
-                f"| {_n((r.segment_rows + r.file_rows) / 1e6, 1)} | {_n(r.request_usd_per_month)} "
+                f"| {_n((r.segment_rows + r.file_rows) / 1e6, 1)} | {_n(r.tiering_writes_per_s, 1)} "
+                f"| {_n(r.request_usd_per_month)} "
                 f"| {_n(r.storage_usd_per_month)} |"
             )
     return out
@@ -129,6 +132,7 @@ def verdicts(by_n: Sequence[tuple[int, Sequence[TieringRun]]]) -> list[tuple[str
             ("objects alive", lambda r: r.objects, ""),
             ("object-store requests/s", lambda r: r.rates.total, "/s"),
             ("metadata entries and rows kept (every copy)", _metadata, ""),
+            ("metadata writes/s tiering adds (every copy)", lambda r: r.tiering_writes_per_s, "/s"),
             ("requests + storage $/month", lambda r: r.request_usd_per_month + r.storage_usd_per_month, " $"),
         ):
             rows.append(
@@ -224,7 +228,9 @@ def tiering_lines(
         "gate, designed, not built); the coordinator knows its files and RLMM its segments. partlog keeps one "
         "metadata entry per batch in retention on every replica, tiered or not (the swap repoints it); the "
         f"coordinator forgets a batch once tiered and keeps RLMM rows per segment, on "
-        f"{cfg.metadata_replication_factor} replicas. A segment is {SEGMENT_OBJECTS} objects. Catch-up reads: "
+        f"{cfg.metadata_replication_factor} replicas. Tiering's metadata writes: partlog's swap on every "
+        f"replica; the coordinator's {RLMM_EVENTS_PER_SEGMENT} RLMM events and one commit dropping the tiered "
+        f"batches per segment, on every replica. A segment is {SEGMENT_OBJECTS} objects. Catch-up reads: "
         f"{cfg.catchup_fraction:.0%} of the bytes produced are read again from history. Storage at "
         f"${STORAGE_USD_PER_GB_MONTH}/GB-month. The produce path's own GETs (replicas reading new WAL objects) "
         "are the fan-out model's above and do not change with tiering. Figures at the end of the period:",

@@ -153,6 +153,7 @@ def test_request_counts_conserve_bytes(load: Load, cfg: TieringConfig) -> None:
 @given(loads, configs)
 def test_metadata_and_oldest_wal_object(load: Load, cfg: TieringConfig) -> None:
     off, on = _both(load, cfg, cfg.retention_s + 86_400)
+    assert off.tiering_writes_per_s == 0 <= on.tiering_writes_per_s
     if load.design == "partlog":
         # The swap repoints entries, it never drops one.
         assert on.batch_entries == pytest.approx(off.batch_entries)
