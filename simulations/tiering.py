@@ -26,6 +26,9 @@ assumptions; they differ only where their designs do:
   tiered (KIP-1163: the leader copies the segment, then the coordinator
   forgets its batches), then KIP-405's per-segment RLMM records; its
   metadata topic has ``metadata_replication_factor`` replicas.
+* **Metadata writes.** partlog swaps each segment in on every replica; the
+  coordinator design writes KIP-405's four RLMM events and one commit that
+  drops the tiered batches, on every replica of its topics.
 
 The same for both (assumptions, stated in the report):
 
