@@ -10,6 +10,8 @@
   shipped scenarios.
 * ``calibrate [--json] [--duration-s S]``: a real ``partlog cluster`` and
   the simulator on the same shape and load, predicted against measured.
+* ``tiering [--partitions N,...] [--segment-ms MS] ...``: the storage model
+  with tiering off and on for both designs (simulations/tiering.py).
 
 ``wall_s`` and ``speedup`` are the only outputs that vary between runs with
 one seed; ``--no-timing`` leaves them out (byte-for-byte comparisons).
@@ -232,6 +234,84 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tiering(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from simulations.tiering import BuildSource, TieringConfig
+    from simulations.tiering_check import CHECK_TOLERANCE_NOTE, cross_check
+    from simulations.tiering_report import CHECK_CASES, check_lines, runs_for, table, tiering_lines, verdicts
+
+    if args.cross_check:
+        checks = [cross_check(c) for c in CHECK_CASES]
+        if args.json:
+            print(json.dumps([{"case": asdict(c.case), "figures": [asdict(f) | {"ok": f.ok} for f in c.figures]}
+                              for c in checks], indent=2))  # fmt: skip
+        else:
+            print(CHECK_TOLERANCE_NOTE)
+            print("\n".join(check_lines(checks)))
+        return 0 if all(c.ok for c in checks) else 1
+    try:
+        partitions = [int(x) for x in args.partitions.split(",")]
+        cfg = TieringConfig(
+            retention_s=args.retention_s,
+            segment_ms=args.segment_ms,
+            segment_bytes=args.segment_bytes,
+            interval_s=args.interval_s,
+            catchup_fraction=args.catchup_fraction,
+        )
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    if min(partitions) < 1:
+        raise UsageError(f"--partitions must be >= 1, got {args.partitions}")
+    if args.json:
+        by_n = runs_for(args.seed, cfg, partitions, args.scenario, tuple(BuildSource), args.period_s)
+        doc = {
+            "scenario": args.scenario,
+            "seed": args.seed,
+            "runs": [
+                {
+                    "partitions": n,
+                    "design": r.load.design,
+                    "routing": r.load.routing,
+                    "tiering": r.config.tiering,
+                    "build_source": r.config.build_source.value,
+                    "wal_objects": r.wal_objects,
+                    "segment_objects": r.segment_objects,
+                    "oldest_wal_s": r.oldest_wal_s,
+                    "requests_per_s": asdict(r.rates),
+                    "bytes_stored": r.bytes_stored,
+                    "batch_entries": r.batch_entries,
+                    "segment_rows": r.segment_rows,
+                    "file_rows": r.file_rows,
+                    "request_usd_per_month": r.request_usd_per_month,
+                    "storage_usd_per_month": r.storage_usd_per_month,
+                    "builder_keeps_up": r.builder_keeps_up,
+                    "series": [asdict(x) for x in r.samples] if args.series else None,
+                }
+                for n, runs in by_n
+                for r in runs
+            ],
+            "verdicts": [{"question": q, "where": w, "verdict": v} for q, w, v in verdicts(by_n)],
+        }
+        print(json.dumps(doc, indent=2))
+        return 0
+    if args.scenario != "tiering-3az" or args.period_s is not None or args.series:
+        by_n = runs_for(args.seed, cfg, partitions, args.scenario, tuple(BuildSource), args.period_s)
+        print("\n".join(table(by_n)))
+        if args.series:
+            for n, runs in by_n:
+                for r in runs:
+                    mode = f"on ({r.config.build_source.value})" if r.config.tiering else "off"
+                    print(f"\n{n:,} partitions, {r.label}, tiering {mode}: t (h), WAL objects, segment objects, "
+                          "oldest WAL object (min)")  # fmt: skip
+                    for x in r.samples[:: max(1, round(args.series_every_h))]:
+                        print(f"{x.t_s / 3600:8.1f} {x.wal_objects:14,.0f} {x.segment_objects:14,.0f} "
+                              f"{x.oldest_wal_s / 60:12.1f}")  # fmt: skip
+        return 0
+    print("\n".join(tiering_lines(args.seed, cfg, partitions)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m simulations",
@@ -321,6 +401,45 @@ def build_parser() -> argparse.ArgumentParser:
         "simulations/measured.json for the report",
     )
     cal.set_defaults(fn=cmd_calibrate)
+
+    from simulations.tiering import CATCHUP_FRACTION_DEFAULT, SEGMENT_MS_MODEL_DEFAULT, TieringConfig
+
+    d = TieringConfig()
+    ti = sub.add_parser(
+        "tiering",
+        help="the storage model with tiering off and on, for both designs: objects alive, requests/s, metadata",
+        description="Steady produce from empty over retention plus a day: WAL objects and segment objects alive, "
+        "the oldest live WAL object, object-store requests/s by kind (WAL and segment PUTs, segment builds' and "
+        "catch-up GETs, walmgr's LISTs and footer GETs, DeleteObjects), bytes stored, metadata entries kept and "
+        "their monthly cost, for partlog (AZ representatives) and the central coordinator (KIP-1164), tiering "
+        "off, on with segments built from WAL reads and on with segments built from a local log; then verdicts "
+        "against stated bounds and the model checked against partlog's planner (simulations/tiering.py). "
+        "Without --json, --series, --period-s or another --scenario it prints the report's tiering section (with "
+        "verdicts and the cross-check): REPORT.md's at the defaults.",
+    )
+    ti.add_argument("--scenario", default="tiering-3az", help=f"a shipped scenario ({known}) or a .toml path "
+                    "(default tiering-3az); its partition count is replaced by --partitions")  # fmt: skip
+    ti.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"random seed (default {DEFAULT_SEED})")
+    ti.add_argument("--partitions", default="1000,3000,10000", help="partition counts, comma-separated "
+                    "(default 1000,3000,10000)")  # fmt: skip
+    ti.add_argument("--retention-s", type=float, default=d.retention_s, help=f"retention.ms in seconds "
+                    f"(default {d.retention_s:g}: 7 days)")  # fmt: skip
+    ti.add_argument("--segment-ms", type=int, default=SEGMENT_MS_MODEL_DEFAULT,
+                    help=f"segment.ms (default {SEGMENT_MS_MODEL_DEFAULT}: 10 min)")  # fmt: skip
+    ti.add_argument("--segment-bytes", type=int, default=d.segment_bytes, help=f"segment.bytes (default "
+                    f"{d.segment_bytes}; a build holds at most {d.build_bytes_max})")  # fmt: skip
+    ti.add_argument("--interval-s", type=float, default=d.interval_s, help=f"the builder loop's interval "
+                    f"(default {d.interval_s:g} s)")  # fmt: skip
+    ti.add_argument("--catchup-fraction", type=float, default=CATCHUP_FRACTION_DEFAULT, help="share of the "
+                    f"bytes produced read again from history (default {CATCHUP_FRACTION_DEFAULT})")  # fmt: skip
+    ti.add_argument("--period-s", type=float, help="simulated seconds (default: retention plus a day)")
+    ti.add_argument("--series", action="store_true", help="also print objects alive over time")
+    ti.add_argument("--series-every-h", type=float, default=12.0, help="hours between printed samples (12)")
+    ti.add_argument("--json", action="store_true", help="print one JSON object (runs, verdicts; --series adds "
+                    "the samples)")  # fmt: skip
+    ti.add_argument("--cross-check", action="store_true", help="only check the model against partlog's "
+                    "planner on a synthetic log; exit 1 if a figure disagrees")  # fmt: skip
+    ti.set_defaults(fn=cmd_tiering)
     return p
 
 

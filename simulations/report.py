@@ -42,6 +42,7 @@ from simulations.scenario import (
 )
 from simulations.storage import figures as storage_figures
 from simulations.sweep import run_sweep
+from simulations.tiering_report import tiering_lines
 from simulations.verdicts import Check, Comparison, compare
 
 # The sweep of the balanced cluster: shorter than the scenario's minute, the
@@ -748,6 +749,7 @@ def build_report(seed: int, *, jobs: int = 1, plots: Sequence[str] = (), sweeps:
         "",
         *rotation_lines(rotation),
         *_storage_lines(runs, float(pages) if isinstance(pages, int | float) else None),
+        *tiering_lines(seed),
         *_calibration_lines(measured),
         *_scale_lines(seed, bal),
         *crossover_markdown(sweeps, plots),
