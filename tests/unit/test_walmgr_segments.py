@@ -39,7 +39,7 @@ from tests.tiered_cases import sample_segment
 from tests.unit.test_replica_segments import segment_of
 from tests.unit.test_txn_store import T0, batch, commit, make_topic, marker, open_store
 from walmgr.config import WalmgrConfig, WalmgrConfigError
-from walmgr.decide import Verdict, decide, plan_checks
+from walmgr.decide import Verdict, decide, plan_checks, sweep
 from walmgr.deleter import refusal
 from walmgr.model import ObjectRecord, State
 from walmgr.segments import classify_segment, leftover_verdict, segment_record, split_round
@@ -153,10 +153,44 @@ def test_split_round_asks_about_logs_and_holds_indexes_until_their_log_is_gone()
         (None, "leftovers"),
     ):
         states: dict[str, State | None] = {GOOD[".log"]: log_state}
-        got = split_round([_rec(GOOD[".log"]), _rec(idx), _rec(tidx)], lambda k: states.get(k))
+        got = split_round([_rec(GOOD[".log"]), _rec(idx), _rec(tidx)], states.get)
         assert [r.key for r in got.logs] == [GOOD[".log"]]
         assert (got.waiting if where == "waiting" else [r.key for r in got.leftovers]) == [idx, tidx], log_state
         assert not got.kept
+
+
+def test_a_log_is_kept_on_every_doubt_as_a_wal_object_is() -> None:
+    """The .log's checks are the WAL gate's: its partition from the key."""
+    rec = _rec(GOOD[".log"])
+    key = rec.key
+    no_topic_deleted, leader = (lambda tp: False), (lambda tp: (1, 4))
+    assert plan_checks([rec], no_topic_deleted, lambda tp: None, CLUSTER).doubt[key].endswith("has no leader")
+    assert str(OTHER) in plan_checks([rec], no_topic_deleted, leader, OTHER).doubt[key]
+    plan = plan_checks([rec], no_topic_deleted, leader, CLUSTER, lambda tp: (2,))
+    assert {b: [(c.topic_id_partition, c.leader_epoch) for c in cs] for b, cs in plan.by_broker.items()} == {
+        1: [(TP, 4)],
+        2: [(TP, 4)],
+    }
+    clear, ref = int(Verdict.NOT_REFERENCED), int(Verdict.REFERENCED)
+    doubts: list[dict[int, list[int] | str]] = [
+        {1: [clear], 2: "timed out"},
+        {1: [clear], 2: [int(Verdict.NOT_LEADER)]},
+        {1: [clear]},
+    ]
+    for answers in doubts:
+        got = decide(plan, answers, leader)
+        assert not got.delete and key in got.doubt, answers
+    assert not decide(plan, {1: [clear], 2: [clear]}, lambda tp: (1, 5)).delete  # leader changed meanwhile
+    assert decide(plan, {1: [clear], 2: [ref]}, leader).referenced.keys() == {key}
+    cleared = decide(plan, {1: [clear], 2: [clear]}, leader)
+    assert cleared.delete == [key]
+    # Then every broker's word: one that references it, or one silent, keeps it.
+    assert not sweep(cleared, [1, 2, 3], {1: set(), 2: set(), 3: {key}}, [1, 2, 3]).delete
+    assert not sweep(cleared, [1, 2, 3], {1: set(), 2: set(), 3: "unreachable"}, [1, 2, 3]).delete
+    assert sweep(cleared, [1, 2, 3], {1: set(), 2: set(), 3: set()}, [1, 2, 3]).delete == [key]
+    # A deleted topic holds no reference, but the sweep still asks every broker.
+    gone = decide(plan_checks([rec], lambda tp: True, leader, CLUSTER), {}, leader)
+    assert gone.delete == [key] and not sweep(gone, [1], {1: {key}}, [1]).delete
 
 
 class _Failing(ForwardingStore):
