@@ -4,9 +4,13 @@ core and the deleter.
 One cycle (``Walmgr.cycle``):
 
 1. learn objects: notifications (always on, best effort), an incremental
-   scan per shard, and a full scan every ``full_scan_interval_ms``;
-2. the age gate picks candidates; the decision core plans one
-   ``referenced_files`` RPC per leader broker (many keys each);
+   scan per shard, and a full scan every ``full_scan_interval_ms``, with
+   which the tiered prefix is listed too (``walmgr.segments``);
+2. the age gate picks candidates (a segment's counts the swap deadline);
+   the decision core plans one ``referenced_files`` RPC per leader broker
+   (many keys each); a segment's ``.log`` is asked about as a WAL object,
+   its indexes are deleted unasked once it is gone
+   (docs/design/tiered-gate.md);
 3. the answers decide; referenced and doubtful objects are kept (with the
    reason, for ``inspect``), the rest go into the persisted plan;
 4. the deleter deletes from the plan and records each confirmed deletion.
