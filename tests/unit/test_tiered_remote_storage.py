@@ -151,9 +151,10 @@ def test_key_layout() -> None:
 
 
 def test_walmgr_never_lists_or_deletes_segment_keys() -> None:
-    """walmgr lists ``<wal prefix>/`` only and deletes only keys that parse as
-    WAL keys of its prefix in their hash shard: segment keys are neither,
-    even when an operator gives both the same prefix."""
+    """walmgr's WAL rules never take a segment key: ``classify`` and the
+    deleter's fence without a tiered prefix refuse them, even under the same
+    prefix.  Segment keys are deleted only under ``tiered_prefix``, by their
+    own rules (tests/unit/test_walmgr_segments.py)."""
     rsm = ObjectStoreRsm(LocalDirStore("/nonexistent-never-written"), cluster_id=CLUSTER_ID)
     for partition in (0, 10, 99):
         meta = _meta(TopicIdPartition(uuid.uuid4(), partition))
