@@ -18,6 +18,7 @@ sans-IO parts against a model.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,20 +29,22 @@ from hypothesis import strategies as st
 from partlog import injected_bugs
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import DeleteRecordsRequest, TopicIdPartition
+from partlog.runtime import SYSTEM_CLOCK
 from partlog.store import SegmentSwap
 from partlog.store.layout import SEGMENT_SWAP_DEADLINE_MS_DEFAULT
 from partlog.tiered.remote_storage import ObjectStoreRsm, RemoteLogSegmentMetadata
 from partlog.wal.key import SEGMENT_SUFFIXES, WalKeyError, make_wal_key, parse_segment_key, parse_wal_key, shard_of
 from partlog.wal.localdir_store import LocalDirStore
-from partlog.wal.objectstore import ForwardingStore, ObjectInfo, ObjectStoreError
+from partlog.wal.objectstore import DeleteResult, ForwardingStore, ObjectInfo, ObjectStoreError
 from tests.clock import Clock as FakeClock
 from tests.tiered_cases import sample_segment
 from tests.unit.test_replica_segments import segment_of
 from tests.unit.test_txn_store import T0, batch, commit, make_topic, marker, open_store
 from walmgr.config import WalmgrConfig, WalmgrConfigError
 from walmgr.decide import Verdict, decide, plan_checks, sweep
-from walmgr.deleter import refusal
+from walmgr.deleter import execute_plan, refusal
 from walmgr.model import ObjectRecord, State
+from walmgr.registry import Registry
 from walmgr.segments import classify_segment, leftover_verdict, segment_record, split_round
 
 CLUSTER = uuid.UUID("c1c1c1c1-0000-4000-8000-00000000c1c1")
@@ -135,6 +138,32 @@ def test_the_tiered_prefix_is_refused_equal_to_or_nested_with_the_wal_prefix() -
     assert cfg(prefix="wal", tiered_prefix="wal-tiered").tiered_prefix == "wal-tiered"  # siblings are fine
     gate = cfg(max_clock_skew_ms=7, grace_ms=11).segment_age_gate_ms
     assert gate == SEGMENT_SWAP_DEADLINE_MS_DEFAULT + 7 + 11
+
+
+def test_the_deleter_refuses_what_was_planned_against_the_rules(tmp_path: Path) -> None:
+    """Defense in depth: a clone's segment key forced into the plan (it parses,
+    so Registry.plan takes it), and every segment key when no cluster is
+    known, leave the plan INVALID; the store is never asked to delete them."""
+    foreign = keys_of(OTHER, 1)[".log"]
+    own = GOOD[".log"]
+    for cluster, refused in ((None, {foreign, own}), (CLUSTER, {foreign})):
+        with Registry(tmp_path / str(cluster)) as reg:
+            recs = [_rec(k).with_state(State.CANDIDATE) for k in (foreign, own)]
+            reg.put_many(recs)
+            reg.plan(recs, 1)
+            with pytest.raises(ValueError, match="non-WAL key"):
+                reg.plan([_rec("tiered/zz/garbage")], 1)
+            sent: list[str] = []
+
+            def delete(keys: Sequence[str], sent: list[str] = sent) -> DeleteResult:
+                sent.extend(keys)
+                return DeleteResult(list(keys), {})
+
+            report = execute_plan(NOWHERE, reg, "wal", batch_size=10, clock=SYSTEM_CLOCK, delete=delete,
+                                  tiered_prefix="tiered", cluster_id=cluster)  # fmt: skip
+            assert set(report.refused) == refused and set(sent) == {foreign, own} - refused
+            assert {getattr(reg.get(k), "state", None) for k in refused} == {State.INVALID}
+            assert report.segment_files == len(sent)
 
 
 def _rec(key: str, state: State = State.TRACKED) -> ObjectRecord:
