@@ -73,7 +73,14 @@ from walmgr.paced_store import PacedStore
 from walmgr.progress import ProgressLog, ProgressSink, ScanProgress, fan_out
 from walmgr.registry import Registry
 from walmgr.scanner import Scanner, ScanReport, register_notifications
-from walmgr.segments import SegmentScanReport, is_segment_key, leftover_verdict, scan_segments, split_round
+from walmgr.segments import (
+    SegmentRound,
+    SegmentScanReport,
+    is_segment_key,
+    leftover_verdict,
+    scan_segments,
+    split_round,
+)
 from walmgr.spark_scan import SparkScanError
 from walmgr.spark_scan import check_available as check_spark_available
 
@@ -708,8 +715,9 @@ class Walmgr:
         wal = await asyncio.to_thread(self._verify_footers, [r for r in cands if not is_segment_key(r.key, tiered)])
         # Segments: the .log is asked about like a WAL object (its key names
         # partition and cluster); an index only once its .log is gone.
-        split = await asyncio.to_thread(split_round, segments, lambda k: getattr(reg.get(k), "state", None))
-        leftovers = await asyncio.to_thread(lambda: {r.key: leftover_verdict(self.store, r) for r in split.leftovers})
+        split, leftovers = (
+            await asyncio.to_thread(self._split_segments, segments) if segments else (SegmentRound([], [], [], {}), {})
+        )
         waiting = set(split.waiting)
         cands = wal + [r for r in segments if r.key not in waiting]
         report.candidates += len(cands)
@@ -742,6 +750,13 @@ class Walmgr:
                 reg.plan, [by_key[k].with_state(State.PLANNED, note="", last_checked_ms=now) for k in decision.delete]
             )
         return {k for k in decision.referenced if k in by_key and by_key[k].state == State.CANDIDATE}
+
+    def _split_segments(self, segments: list[ObjectRecord]) -> tuple[SegmentRound, dict[str, str | None]]:
+        """A round's segment candidates split (``walmgr.segments.split_round``),
+        and for each index leftover why it is kept (None: its .log is gone)."""
+        reg = self._reg()
+        split = split_round(segments, lambda k: getattr(reg.get(k), "state", None))
+        return split, {r.key: leftover_verdict(self.store, r) for r in split.leftovers}
 
     def _verify_footers(self, cands: list[ObjectRecord]) -> list[ObjectRecord]:
         """Candidates with a footer read and checked by this walmgr: the ones
