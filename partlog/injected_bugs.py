@@ -18,6 +18,10 @@ KNOWN: dict[str, str] = {
     "walmgr_gate_without_commit_deadline": (
         "walmgr's age gate leaves out commit.deadline.ms: objects still committable look old enough"
     ),
+    "walmgr_segment_gate_without_swap_deadline": (
+        "walmgr's age gate for tiered segments leaves out the swap deadline: a segment a leader may "
+        "still swap in looks old enough"
+    ),
     "acks_all_before_hwm": "a leader answers acks=all commits once appended, before the HWM passes them",
     "no_fetch_epoch_fencing": ("a leader serves follower fetches from any leader epoch and skips the divergence check"),
     "producer_ids_not_persisted": "the controller hands out producer-id blocks again after it restarts",

@@ -64,6 +64,8 @@ def build_segments(batches: Sequence[bytes], config: SegmentConfig, now_ms: int 
 
 # The copy attempt's time in the tests' segment keys.
 CREATED_MS = 1_700_000_000_000
+# The cluster the sample segments' keys name.
+CLUSTER_ID = uuid.UUID("5e65e65e-0000-4000-8000-0000005e65e6")
 
 
 def sample_segment(batches: int = 12) -> BuiltSegment:
@@ -77,7 +79,7 @@ def sample_segment(batches: int = 12) -> BuiltSegment:
 def rsm_round_trip(store: ObjectStore) -> None:
     """Copy, ranged fetches, index fetches, lookups through fetched bytes,
     delete twice: against ``store``."""
-    rsm = ObjectStoreRsm(store)
+    rsm = ObjectStoreRsm(store, cluster_id=CLUSTER_ID)
     tp = TopicIdPartition(uuid.uuid4(), 7)
     segment = sample_segment()
     assert segment.offset_index and segment.time_index
@@ -120,7 +122,7 @@ def rsm_round_trip(store: ObjectStore) -> None:
 
 def rsm_single_batch(store: ObjectStore) -> None:
     """A one-batch segment has an empty offset index: an empty object round-trips."""
-    rsm = ObjectStoreRsm(store)
+    rsm = ObjectStoreRsm(store, cluster_id=CLUSTER_ID)
     (segment,) = build_segments(committed_log([(1, 10, 5)], first_offset=42), SegmentConfig())
     assert segment.offset_index == b"" and len(segment.time_index) == 12
     meta = RemoteLogSegmentMetadata.for_segment(uuid.uuid4(), TopicIdPartition(uuid.uuid4(), 0), segment, CREATED_MS)

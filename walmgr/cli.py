@@ -23,6 +23,8 @@ def _config(args: argparse.Namespace) -> WalmgrConfig:
         overrides["metadata"] = args.metadata
     if getattr(args, "prefix", None):
         overrides["prefix"] = args.prefix
+    if getattr(args, "tiered_prefix", None):
+        overrides["tiered_prefix"] = args.tiered_prefix
     if args.config:
         if args.store or args.registry:
             raise WalmgrConfigError("give --config FILE, or --store URL and --registry DIR, not both")
@@ -263,6 +265,12 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.add_argument("--registry", default=None, help="one-off: registry directory")
         p.add_argument("--prefix", default=None, help="WAL key prefix (default from the config, else 'wal')")
+        p.add_argument(
+            "--tiered-prefix",
+            default=None,
+            help="tiered segments' key prefix, listed with every full scan and gated as segments "
+            "(default from the config, else 'tiered'; never equal to or nested with the WAL prefix)",
+        )
         p.add_argument(
             "--metadata",
             default=None,

@@ -26,8 +26,10 @@ from partlog.kafka.principal_rules import PrincipalMapper
 from partlog.limits import PORT_MAX
 from partlog.produce.pipeline import ProduceConfig
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
+from partlog.store.layout import SEGMENT_SWAP_DEADLINE_MS_DEFAULT
+from partlog.tiered.remote_storage import TIERED_PREFIX_DEFAULT
 from partlog.wal.key import make_wal_key
-from partlog.wal.objectstore import DELETE_KEYS_MAX
+from partlog.wal.objectstore import DELETE_KEYS_MAX, check_key
 from partlog.wal.s3_store import s3_config_from_url
 from walmgr.paced_store import READ_ATTEMPTS_DEFAULT
 
@@ -146,6 +148,10 @@ class WalmgrConfig:
     # s3:// store whose URL has a path, that path is the prefix; giving a
     # different one here is refused.  Normalised without slashes at the ends.
     prefix: str = PREFIX_DEFAULT
+    # The tiered segments' key prefix, as the brokers' (ObjectStoreRsm's):
+    # listed and gated as segments (docs/design/tiered-gate.md).  Never equal
+    # to, or nested with, the WAL prefix: each fence holds one kind of key.
+    tiered_prefix: str = TIERED_PREFIX_DEFAULT
     commit_deadline_ms: int = COMMIT_DEADLINE_MS_DEFAULT  # must equal the brokers'
     max_clock_skew_ms: int = MAX_CLOCK_SKEW_MS_DEFAULT
     grace_ms: int = GRACE_MS_DEFAULT
@@ -226,6 +232,20 @@ class WalmgrConfig:
         except ValueError as e:
             raise WalmgrConfigError(f"{prefix!r}: {e}", key="prefix") from e
         object.__setattr__(self, "prefix", prefix)
+        tiered = self.tiered_prefix.strip("/")
+        try:
+            check_key(f"{tiered or '.'}/00")  # an empty prefix is refused below
+        except ValueError as e:
+            raise WalmgrConfigError(f"{tiered!r}: {e}", key="tiered_prefix") from e
+        if not tiered or tiered == prefix or tiered.startswith(prefix + "/") or prefix.startswith(tiered + "/"):
+            # Each fence must hold one kind of key: nested prefixes would list
+            # (and could delete under) the other kind's keys.
+            raise WalmgrConfigError(
+                f"{self.tiered_prefix!r}: must be non-empty, and neither equal to nor nested with the WAL "
+                f"prefix {prefix!r}",
+                key="tiered_prefix",
+            )
+        object.__setattr__(self, "tiered_prefix", tiered)
 
         if self.cluster_id:
             try:
@@ -312,6 +332,15 @@ class WalmgrConfig:
         if injected_bugs.on("walmgr_gate_without_commit_deadline"):
             return self.max_clock_skew_ms + self.grace_ms
         return self.commit_deadline_ms + self.max_clock_skew_ms + self.grace_ms
+
+    @property
+    def segment_age_gate_ms(self) -> int:
+        """How old (by its key's created_ms) a tiered segment's object must be
+        before walmgr considers it: past the leaders' swap deadline, no
+        segment key can get a first reference (tiered-gate.md, step 1)."""
+        if injected_bugs.on("walmgr_segment_gate_without_swap_deadline"):
+            return self.max_clock_skew_ms + self.grace_ms
+        return SEGMENT_SWAP_DEADLINE_MS_DEFAULT + self.max_clock_skew_ms + self.grace_ms
 
     @property
     def cluster(self) -> uuid.UUID | None:

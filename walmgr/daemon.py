@@ -4,9 +4,13 @@ core and the deleter.
 One cycle (``Walmgr.cycle``):
 
 1. learn objects: notifications (always on, best effort), an incremental
-   scan per shard, and a full scan every ``full_scan_interval_ms``;
-2. the age gate picks candidates; the decision core plans one
-   ``referenced_files`` RPC per leader broker (many keys each);
+   scan per shard, and a full scan every ``full_scan_interval_ms``, with
+   which the tiered prefix is listed too (``walmgr.segments``);
+2. the age gate picks candidates (a segment's counts the swap deadline);
+   the decision core plans one ``referenced_files`` RPC per leader broker
+   (many keys each); a segment's ``.log`` is asked about as a WAL object,
+   its indexes are deleted unasked once it is gone
+   (docs/design/tiered-gate.md);
 3. the answers decide; referenced and doubtful objects are kept (with the
    reason, for ``inspect``), the rest go into the persisted plan;
 4. the deleter deletes from the plan and records each confirmed deletion.
@@ -69,6 +73,14 @@ from walmgr.paced_store import PacedStore
 from walmgr.progress import ProgressLog, ProgressSink, ScanProgress, fan_out
 from walmgr.registry import Registry
 from walmgr.scanner import Scanner, ScanReport, register_notifications
+from walmgr.segments import (
+    SegmentRound,
+    SegmentScanReport,
+    is_segment_key,
+    leftover_verdict,
+    scan_segments,
+    split_round,
+)
 from walmgr.spark_scan import SparkScanError
 from walmgr.spark_scan import check_available as check_spark_available
 
@@ -97,6 +109,10 @@ class CycleReport:
     doubt_count: int = 0
     planned_count: int = 0
     deleted: DeleteReport | None = None
+    # The tiered prefix's listing (with each full scan) and its candidates
+    # (docs/design/tiered-gate.md).
+    segments: SegmentScanReport | None = None
+    segment_candidates: int = 0
     dry_run: bool = False
     seconds: float = 0.0
     scan_error: str = ""
@@ -139,6 +155,14 @@ class CycleReport:
             "deleted_bytes": d.deleted_bytes if d else 0,
             "delete_failures": len(d.failed) if d else 0,
             "refused": d.refused if d else {},
+            "segments": {
+                "keys_listed": self.segments.keys_listed if self.segments else None,
+                "new_objects": self.segments.new_objects if self.segments else 0,
+                "invalid": [list(x) for x in (self.segments.invalid if self.segments else [])],
+                "gone": self.segments.gone if self.segments else 0,
+                "candidates": self.segment_candidates,
+                "deleted_files": d.segment_files if d else 0,
+            },
         }
 
 
@@ -183,6 +207,23 @@ class WalmgrMetrics:
         self.sweep_rpcs = Counter("walmgr_sweep_rpcs", "keys_referenced RPCs sent to brokers (the sweep)", registry=r)
         self.sweep_keys = Counter("walmgr_sweep_keys", "keys asked in the sweep, summed over brokers", registry=r)
         self.delete_failures = Counter("walmgr_delete_failures", "deletions the store did not confirm", registry=r)
+        self.segment_keys_listed = Counter(
+            "walmgr_segment_keys_listed", "keys listed under the tiered prefix (with each full scan)", registry=r
+        )
+        self.segment_invalid = Counter(
+            "walmgr_segment_invalid",
+            "keys newly found under the tiered prefix that are not segment keys of this cluster (kept)",
+            registry=r,
+        )
+        self.segment_candidates = Counter(
+            "walmgr_segment_candidates", "tiered segment objects past the segment age gate, decided", registry=r
+        )
+        self.segment_deleted_files = Counter(
+            "walmgr_segment_deleted_files", "tiered segment objects deleted (confirmed by the store)", registry=r
+        )
+        self.segment_deleted_bytes = Counter(
+            "walmgr_segment_deleted_bytes", "bytes of the tiered segment objects deleted", registry=r
+        )
         self.notifications = Counter("walmgr_notifications", "objects learned from broker notifications", registry=r)
         self.scan_keys_per_s = Gauge(
             "walmgr_scan_keys_per_second",
@@ -525,6 +566,28 @@ class Walmgr:
         self._observe(report, full=full)
         return report
 
+    async def _scan_segments(self, report: CycleReport, scan_errors_fatal: bool) -> None:
+        """List the tiered prefix into the registry (with each full scan:
+        segment keys do not sort by time, so there is no incremental scan)."""
+        cfg = self.config
+        try:
+            found = await asyncio.to_thread(
+                scan_segments, self.store, self._reg(), cfg.tiered_prefix,
+                now_ms=self.clock.wall_ms(), gone_age_ms=cfg.segment_age_gate_ms,
+            )  # fmt: skip
+        except ObjectStoreError as e:
+            if scan_errors_fatal:
+                raise
+            report.scan_error = f"{report.scan_error}; {e}" if report.scan_error else str(e)
+            log.warning("walmgr tiered scan failed (retried next cycle): %s", e)
+            if self.metrics is not None:
+                self.metrics.scan_errors.inc()
+            return
+        report.segments = found
+        if self.metrics is not None:
+            self.metrics.segment_keys_listed.inc(found.keys_listed)
+            self.metrics.segment_invalid.inc(found.invalid_count)
+
     def _observe_progress(self, p: ScanProgress) -> None:
         m = self.metrics
         if m is None:
@@ -583,6 +646,7 @@ class Walmgr:
                 continue
             if full:
                 report.full = scanned
+                await self._scan_segments(report, scan_errors_fatal)
             else:
                 report.incremental = scanned
         # Candidates are decided in rounds of CHECK_ROUND_OBJECTS streamed
@@ -595,12 +659,15 @@ class Walmgr:
         seen_again: set[str] = set()
         gate_now = self.clock.wall_ms()
 
+        def gate_ms(r: ObjectRecord) -> int:
+            return cfg.segment_age_gate_ms if is_segment_key(r.key, cfg.tiered_prefix) else cfg.age_gate_ms
+
         def next_round() -> list[ObjectRecord]:
             out: list[ObjectRecord] = []
             for r in stream:
                 if r.key in seen_again:
                     continue
-                if past_age_gate(r, gate_now, cfg.age_gate_ms):
+                if past_age_gate(r, gate_now, gate_ms(r)):
                     out.append(r)
                 if len(out) >= CHECK_ROUND_OBJECTS:
                     break
@@ -613,6 +680,8 @@ class Walmgr:
             if self.metrics is not None and report.deleted is not None:
                 self.metrics.deleted_files.inc(report.deleted.deleted_files)
                 self.metrics.deleted_bytes.inc(report.deleted.deleted_bytes)
+                self.metrics.segment_deleted_files.inc(report.deleted.segment_files)
+                self.metrics.segment_deleted_bytes.inc(report.deleted.segment_bytes)
                 self.metrics.delete_failures.inc(len(report.deleted.failed))
             await asyncio.to_thread(reg.purge_tombstones, self.clock.wall_ms(), cfg.tombstone_retention_ms)
             self._last_cycle_ms = self.clock.wall_ms()
@@ -639,11 +708,28 @@ class Walmgr:
         """Check one round of candidates, record what is kept and plan what
         is not (unless ``dry_run``); the keys of candidates now TRACKED."""
         reg = self._reg()
+        tiered = self.config.tiered_prefix
+        segments = [r for r in cands if is_segment_key(r.key, tiered)]
         # A notification's partition list is the broker's word: read the
         # footer before anything is decided on it (one suffix GET each).
-        cands = await asyncio.to_thread(self._verify_footers, cands)
+        wal = await asyncio.to_thread(self._verify_footers, [r for r in cands if not is_segment_key(r.key, tiered)])
+        # Segments: the .log is asked about like a WAL object (its key names
+        # partition and cluster); an index only once its .log is gone.
+        split, leftovers = (
+            await asyncio.to_thread(self._split_segments, segments) if segments else (SegmentRound([], [], [], {}), {})
+        )
+        waiting = set(split.waiting)
+        cands = wal + [r for r in segments if r.key not in waiting]
         report.candidates += len(cands)
-        decision = await self._check(cands)
+        report.segment_candidates += len(cands) - len(wal)
+        if self.metrics is not None:
+            self.metrics.segment_candidates.inc(len(cands) - len(wal))
+        checked = await self._check(wal + split.logs)
+        decision = Decision(
+            sorted(checked.delete + [k for k, why in leftovers.items() if why is None]),
+            checked.referenced,
+            {**split.kept, **{k: why for k, why in leftovers.items() if why is not None}, **checked.doubt},
+        )
         report.note_decision(decision.referenced, decision.doubt, decision.delete)
         by_key = {r.key: r for r in cands}
         now = self.clock.wall_ms()
@@ -664,6 +750,13 @@ class Walmgr:
                 reg.plan, [by_key[k].with_state(State.PLANNED, note="", last_checked_ms=now) for k in decision.delete]
             )
         return {k for k in decision.referenced if k in by_key and by_key[k].state == State.CANDIDATE}
+
+    def _split_segments(self, segments: list[ObjectRecord]) -> tuple[SegmentRound, dict[str, str | None]]:
+        """A round's segment candidates split (``walmgr.segments.split_round``),
+        and for each index leftover why it is kept (None: its .log is gone)."""
+        reg = self._reg()
+        split = split_round(segments, lambda k: getattr(reg.get(k), "state", None))
+        return split, {r.key: leftover_verdict(self.store, r) for r in split.leftovers}
 
     def _verify_footers(self, cands: list[ObjectRecord]) -> list[ObjectRecord]:
         """Candidates with a footer read and checked by this walmgr: the ones
@@ -712,6 +805,8 @@ class Walmgr:
             batch_size=self.config.delete_batch_size,
             clock=self.clock,
             delete=delete,
+            tiered_prefix=self.config.tiered_prefix,
+            cluster_id=self.cluster_id,
         )
 
     # ------------------------------------------------------------ the check

@@ -6,8 +6,10 @@ The plan is written to the registry before anything is deleted
 forgetting anything.  Each batch of at most ``delete_batch_size`` keys (S3's
 DeleteObjects takes 1000) is checked once more: only keys under the
 configured prefix, compared with a trailing ``/``, that parse as WAL keys of
-that prefix in their hash shard (as the scanner's ``classify``) are sent;
-any other key leaves the plan as INVALID and is reported.  Every deletion
+that prefix in their hash shard (as the scanner's ``classify``), or, given
+a tiered prefix and the cluster, keys under it that parse as segment keys
+of that cluster (``walmgr.segments.classify_segment``), are sent; any other
+key leaves the plan as INVALID and is reported.  Every deletion
 the store confirmed is recorded; the rest stay planned and are retried next
 cycle (the cycle interval is the backoff).
 """
@@ -15,6 +17,7 @@ cycle (the cycle interval is the backoff).
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -23,6 +26,7 @@ from partlog.wal.key import WalKeyError, parse_wal_key, shard_of
 from partlog.wal.objectstore import DeleteResult, ObjectStore, ObjectStoreError
 from walmgr.model import State
 from walmgr.registry import Registry
+from walmgr.segments import classify_segment, is_segment_key
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +42,17 @@ class DeleteReport:
     refused: dict[str, str] = field(default_factory=dict)  # key -> why it may never be deleted
     batches: int = 0
     seconds: float = 0.0
+    # Of deleted_files and deleted_bytes: the tiered segments' objects.
+    segment_files: int = 0
+    segment_bytes: int = 0
 
 
-def refusal(key: str, prefix: str) -> str | None:
-    """Why ``key`` must not be deleted under ``prefix``, or None."""
+def refusal(key: str, prefix: str, tiered_prefix: str | None = None, cluster_id: uuid.UUID | None = None) -> str | None:
+    """Why ``key`` must not be deleted under ``prefix`` (and ``tiered_prefix``
+    for segments of ``cluster_id``), or None."""
+    if tiered_prefix is not None and is_segment_key(key, tiered_prefix):
+        segment = classify_segment(key, tiered_prefix, cluster_id)
+        return segment if isinstance(segment, str) else None
     head = prefix.strip("/") + "/"
     if not key.startswith(head):
         return f"not under {head!r}"
@@ -66,10 +77,13 @@ def execute_plan(
     clock: Clock,
     delete: Callable[[Sequence[str]], DeleteResult] | None = None,
     batches_max: int | None = None,
+    tiered_prefix: str | None = None,
+    cluster_id: uuid.UUID | None = None,
 ) -> DeleteReport:
     """Delete what the plan holds, batch by batch, until it is empty or a
     batch made no progress.  ``delete`` replaces ``store.delete_many`` (a
-    no-op for dry runs and tests)."""
+    no-op for dry runs and tests).  Segment keys are deleted only with a
+    ``tiered_prefix`` and the ``cluster_id`` they must name."""
     if not 1 <= batch_size <= DELETE_BATCH_SIZE_MAX:
         raise ValueError(f"delete batch size must be in [1, {DELETE_BATCH_SIZE_MAX}], got {batch_size}")
     do_delete = delete or store.delete_many
@@ -80,7 +94,7 @@ def execute_plan(
         batch = [r for r in registry.planned(batch_size + len(skip)) if r.key not in skip][:batch_size]
         if not batch:
             break
-        refused = {r.key: why for r in batch if (why := refusal(r.key, prefix)) is not None}
+        refused = {r.key: why for r in batch if (why := refusal(r.key, prefix, tiered_prefix, cluster_id)) is not None}
         if refused:
             for key, why in refused.items():
                 log.error("walmgr refused to delete key=%s reason=%s", key, why)
@@ -102,6 +116,10 @@ def execute_plan(
             registry.record_deleted(confirmed, clock.wall_ms())
             report.deleted_files += len(confirmed)
             report.deleted_bytes += sum(sizes[k] for k in confirmed)
+            if tiered_prefix is not None:
+                segments = [k for k in confirmed if is_segment_key(k, tiered_prefix)]
+                report.segment_files += len(segments)
+                report.segment_bytes += sum(sizes[k] for k in segments)
         for key, err in result.errors.items():
             if key in sizes:
                 report.failed[key] = err

@@ -46,7 +46,7 @@ import msgpack
 
 from partlog.controller.cluster_meta import check_same_cluster
 from partlog.lmdb_gate import LmdbGate
-from partlog.wal.key import OBJECT_KEY_BYTES_MAX, WalKeyError, parse_wal_key
+from partlog.wal.key import OBJECT_KEY_BYTES_MAX, SegmentKeyError, WalKeyError, parse_segment_key, parse_wal_key
 from walmgr.model import ObjectRecord, State
 
 log = logging.getLogger(__name__)
@@ -483,14 +483,20 @@ class Registry:
         rest (already planned, or marked GONE by a full scan meanwhile) are
         skipped.  Returns the records planned.  ``now_ms`` (default: each
         record's last_checked_ms) is stored as the planning time.  Planning a
-        key that is not a WAL key, or an INVALID record, is a bug: ValueError.
+        key that is neither a WAL key nor a segment key, or an INVALID record,
+        is a bug: ValueError.
         """
         recs = list(records)
         for rec in recs:
             try:
                 parse_wal_key(rec.key)
             except WalKeyError as e:
-                raise ValueError(f"refusing to plan the deletion of a non-WAL key: {e}") from e
+                try:
+                    parse_segment_key(rec.key)
+                except SegmentKeyError:
+                    raise ValueError(
+                        f"refusing to plan the deletion of a non-WAL key that is no segment key either: {e}"
+                    ) from e
 
         def fn(w: _Write) -> list[ObjectRecord]:
             out = []

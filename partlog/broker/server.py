@@ -313,7 +313,7 @@ class Broker:
         )
         self.tiering = Tiering(
             bid, self.store, self.replicas, objects, metrics=self.metrics, tasks=self.tasks, clock=clock,
-            entropy=entropy, stopping=stopping, interval_ms=config.tiering_interval_ms,
+            entropy=entropy, stopping=stopping, interval_ms=config.tiering_interval_ms, cluster_id=cluster,
         )  # fmt: skip
 
     # ------------------------------------------------------------ lifecycle

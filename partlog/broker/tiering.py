@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -106,6 +107,7 @@ class Tiering:
         clock: Clock,
         entropy: Entropy,
         stopping: Callable[[], bool],
+        cluster_id: Callable[[], uuid.UUID | None],
         interval_ms: int = TIERING_INTERVAL_MS_DEFAULT,
         prefix: str = TIERED_PREFIX_DEFAULT,
     ) -> None:
@@ -115,7 +117,10 @@ class Tiering:
         self.store = store
         self.replicas = replicas
         self.objects = objects
-        self.rsm = ObjectStoreRsm(objects, prefix)
+        # The segment keys name the broker's cluster, known once it listens.
+        self._prefix = prefix
+        self._cluster_id = cluster_id
+        self._rsm: ObjectStoreRsm | None = None
         self.metrics = metrics
         self.tasks = tasks
         self.clock = clock
@@ -133,6 +138,17 @@ class Tiering:
     @property
     def started(self) -> bool:
         return self._started
+
+    @property
+    def rsm(self) -> ObjectStoreRsm:
+        """The broker's RSM, its keys naming the broker's cluster (a loop
+        before the broker knows it fails that pass: no key without one)."""
+        if self._rsm is None:
+            cluster = self._cluster_id()
+            if cluster is None:
+                raise RuntimeError(f"broker {self.broker_id}: no cluster id yet, no segment key")
+            self._rsm = ObjectStoreRsm(self.objects, self._prefix, cluster_id=cluster)
+        return self._rsm
 
     def ensure_started(self) -> bool:
         """Start the loop if some topic enables tiering and it is not running

@@ -563,10 +563,11 @@ class MetadataStore:
         return self._reads.partition_state(tp)
 
     def referenced_files(self, object_keys: Iterable[str]) -> set[str]:
-        """The subset of ``object_keys`` that some entry of this store references:
-        entries above the HWM included, and commits sequenced but not yet
-        durable (docs/design/store.md, "References stay visible")."""
-        return self._index.referenced(self._views, object_keys)
+        """The subset of ``object_keys`` that some entry of this store references
+        (entries above the HWM, commits not yet durable: store.md, "References
+        stay visible") or a segments row names (tiered-gate.md)."""
+        keys = list(object_keys)
+        return self._index.referenced(self._views, keys) | self._reads.segment_row_keys(keys)
 
     def file_usage(self) -> dict[str, FileUsage]:
         """Live batches and bytes per referenced WAL object."""

@@ -41,6 +41,7 @@ from partlog.store.layout import CorruptEntryError, Entry, OffsetOutOfRangeError
 from partlog.store.log import LogChunks
 from partlog.store.txns import TxnTable, collect_aborted, last_stable_offset
 from partlog.store.view import Txn, Views
+from partlog.wal.key import SegmentKeyError, parse_segment_key
 
 log = logging.getLogger(__name__)
 
@@ -292,6 +293,28 @@ class LogReader:
             else:
                 return -1, -1
         return e.effective_timestamp, max(e.base_offset, part.log_start_offset)
+
+    def segment_row_keys(self, object_keys: Sequence[str]) -> set[str]:
+        """The segment keys of ``object_keys`` that a ``segments`` row of the
+        partition their key names holds: a reference even where no entry
+        names the object (a markers-only range has a row, no file-index
+        entry).  All of the partition's rows are compared, not only the one
+        at the key's start offset, so a row that moved cannot hide one."""
+        by_part: dict[TopicIdPartition, list[str]] = {}
+        for k in object_keys:
+            try:
+                parsed = parse_segment_key(k)
+            except SegmentKeyError:
+                continue
+            by_part.setdefault(TopicIdPartition(parsed.topic_id, parsed.partition), []).append(k)
+        found: set[str] = set()
+        with self._views.read() as txn:
+            for tp, keys in by_part.items():
+                part = self._catalog.parts.get(tp)
+                if part is not None:
+                    rows = {row.object_key for row in self._log.segments(txn, part)}
+                    found.update(k for k in keys if k in rows)
+        return found
 
     def known_part(self, tp: TopicIdPartition) -> Part:
         """The partition's state from memory (a ``readonly`` store: from a

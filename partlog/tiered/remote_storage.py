@@ -9,12 +9,15 @@
 * :class:`ObjectStoreRsm` implements it over partlog's ``ObjectStore``, under
   its own key prefix (docs/design/tiered.md, "Key layout")::
 
-      <prefix>/<shard>/<topic id>/<partition>/<start offset:020d>-<created_ms:013d>-<segment id>.log
-                                                                                             .index
-                                                                                             .timeindex
+      <prefix>/<shard>/<cluster id>/<topic id>/<partition>/<start offset:020d>-<created_ms:013d>-<segment id>.log
+                                                                                                          .index
+                                                                                                          .timeindex
 
-  ``shard`` is two hex digits hashed from ``<topic id>/<partition>``, so one
-  partition's segments share one listing prefix, sorted by start offset.
+  ``shard`` is two hex digits hashed from ``<cluster id>/<topic id>/<partition>``,
+  so one partition's segments share one listing prefix, sorted by start
+  offset.  The cluster id is the writer's: a Kafka ``.log`` has no footer to
+  name it, and walmgr must never take a clone's "not referenced" for its
+  own (docs/design/tiered-gate.md).
   ``created_ms`` is the copy attempt's time on the uploader's clock: what a
   leader's swap deadline and walmgr's age gate measure
   (:func:`partlog.wal.key.parse_segment_key` parses these keys).
@@ -45,7 +48,7 @@ from partlog.tiered.segment import (
     BuiltSegment,
     SegmentExtent,
 )
-from partlog.wal.key import CREATED_MS_MAX, LOG_SUFFIX, shard_of
+from partlog.wal.key import CREATED_MS_MAX, LOG_SUFFIX, segment_shard
 from partlog.wal.objectstore import ObjectNotFoundError, ObjectStore, ObjectStoreError, check_key
 
 log = logging.getLogger(__name__)
@@ -250,7 +253,7 @@ class RemoteStorageManager(Protocol):
 class ObjectStoreRsm:
     """A :class:`RemoteStorageManager` over an ``ObjectStore`` (module doc)."""
 
-    def __init__(self, store: ObjectStore, prefix: str = TIERED_PREFIX_DEFAULT) -> None:
+    def __init__(self, store: ObjectStore, prefix: str = TIERED_PREFIX_DEFAULT, *, cluster_id: uuid.UUID) -> None:
         clean = prefix.strip("/")
         if not clean:
             # Segments need a fence of their own, apart from the WAL prefix.
@@ -258,11 +261,13 @@ class ObjectStoreRsm:
         check_key(f"{clean}/00")
         self.store = store
         self.prefix = clean
+        self.cluster_id = cluster_id
 
     def partition_prefix(self, topic_id_partition: TopicIdPartition) -> str:
-        """``<prefix>/<shard>/<topic id>/<partition>/``: every key of the partition's segments."""
-        tp = topic_id_partition
-        return f"{self.prefix}/{shard_of(f'{tp.topic_id}/{tp.partition}')}/{tp.topic_id}/{tp.partition}/"
+        """``<prefix>/<shard>/<cluster id>/<topic id>/<partition>/``: every key of the partition's segments."""
+        tp, cluster = topic_id_partition, self.cluster_id
+        shard = segment_shard(cluster, tp.topic_id, tp.partition)
+        return f"{self.prefix}/{shard}/{cluster}/{tp.topic_id}/{tp.partition}/"
 
     def segment_key(self, metadata: RemoteLogSegmentMetadata, suffix: str) -> str:
         """The key of one of the segment's objects (``suffix``: ``.log``, or an IndexType's value)."""

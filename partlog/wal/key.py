@@ -97,13 +97,22 @@ class SegmentKeyError(ValueError):
     """The object key is not a tiered segment's; the message names the key and why."""
 
 
+def segment_shard(cluster_id: uuid.UUID | str, topic_id: uuid.UUID | str, partition: int | str) -> str:
+    """The listing shard of a partition's segments: hashed from
+    ``<cluster id>/<topic id>/<partition>``, so partitions spread evenly."""
+    return shard_of(f"{cluster_id}/{topic_id}/{partition}")
+
+
 @dataclass(frozen=True, slots=True)
 class SegmentKey:
-    """``<prefix>/<shard>/<topic id>/<partition>/<start:020d>-<created_ms:013d>-<segment id><suffix>``,
-    as ``partlog.tiered.remote_storage.ObjectStoreRsm`` writes it."""
+    """``<prefix>/<shard>/<cluster id>/<topic id>/<partition>/<start:020d>-<created_ms:013d>-<segment id><suffix>``,
+    as ``partlog.tiered.remote_storage.ObjectStoreRsm`` writes it.  A Kafka
+    ``.log`` has no footer, so the key names the cluster that wrote it
+    (docs/design/tiered-gate.md)."""
 
     prefix: str
     shard: str
+    cluster_id: uuid.UUID
     topic_id: uuid.UUID
     partition: int
     start_offset: int
@@ -119,16 +128,18 @@ class SegmentKey:
     def __str__(self) -> str:
         name = f"{self.start_offset:020d}-{self.created_ms:013d}-{self.segment_id}{self.suffix}"
         head = f"{self.prefix}/" if self.prefix else ""
-        return f"{head}{self.shard}/{self.topic_id}/{self.partition}/{name}"
+        return f"{head}{self.shard}/{self.cluster_id}/{self.topic_id}/{self.partition}/{name}"
 
 
 def parse_segment_key(key: str) -> SegmentKey:
     """Parse a tiered segment's key or raise :class:`SegmentKeyError`.
 
     Exactly the keys ``ObjectStoreRsm`` writes and nothing else: the ids
-    in canonical lowercase form, the partition an int32 without leading
-    zeros, the shard the one hashed from ``<topic id>/<partition>``, so
-    the key is a function of what it parses to (``str`` gives it back)."""
+    (cluster, topic, segment) in canonical lowercase form, the partition an
+    int32 without leading zeros, the shard the one hashed from
+    ``<cluster id>/<topic id>/<partition>``, so the key is a function of
+    what it parses to (``str`` gives it back).  A key without a cluster id
+    (the layout before it) is refused: walmgr keeps it, never deletes it."""
     try:
         size = len(key.encode())
     except UnicodeEncodeError:  # lone surrogates: a listed name that is not UTF-8
@@ -136,14 +147,16 @@ def parse_segment_key(key: str) -> SegmentKey:
     if size > OBJECT_KEY_BYTES_MAX:
         raise SegmentKeyError(f"object key {key[:80]!r}... is longer than {OBJECT_KEY_BYTES_MAX} bytes")
     parts = key.split("/")
-    if len(parts) < 4:
-        raise SegmentKeyError(f"object key {key!r} has no <shard>/<topic id>/<partition>/ components")
-    *prefix_parts, shard, topic, partition, name = parts
+    if len(parts) < 6:
+        raise SegmentKeyError(f"object key {key!r} has no <prefix>/<shard>/<cluster id>/<topic id>/<partition>/")
+    *prefix_parts, shard, cluster, topic, partition, name = parts
     if any(p in ("", ".", "..") for p in prefix_parts):
         raise SegmentKeyError(f"object key {key!r} has an empty, '.' or '..' prefix component")
+    if not re.fullmatch(_UUID, cluster):
+        raise SegmentKeyError(f"object key {key!r}: {cluster!r} is not a cluster id")
     if not re.fullmatch(_UUID, topic) or not _PARTITION.fullmatch(partition) or int(partition) > 2**31 - 1:
         raise SegmentKeyError(f"object key {key!r}: {topic!r}/{partition!r} is not <topic id>/<partition>")
-    if shard != shard_of(f"{topic}/{partition}"):
+    if shard != segment_shard(cluster, topic, partition):
         raise SegmentKeyError(f"object key {key!r}: shard {shard!r} is not the partition's")
     m = _SEGMENT_NAME.fullmatch(name)
     if m is None:
@@ -151,6 +164,7 @@ def parse_segment_key(key: str) -> SegmentKey:
     parsed = SegmentKey(
         "/".join(prefix_parts),
         shard,
+        uuid.UUID(cluster),
         uuid.UUID(topic),
         int(partition),
         int(m["start"]),

@@ -284,7 +284,8 @@ def _invariants(args: argparse.Namespace) -> list[str]:
 
 # With --tiering, beside those.
 TIERING_INVARIANTS = [
-    "no tiered segment deleted; every segment row names an uploaded .log of its size",
+    "no tiered segment deleted a leader may still swap in, nor an index before its .log; every segment row names "
+    "an uploaded .log of its size",
     "each replica's reads through its segment references return its leader's bytes",
     "ISR members hold the leader's segment rows below its HWM (past any row of a former leader)",
 ]

@@ -57,7 +57,9 @@ from partlog.controller.cluster_meta import PartitionInfo
 from partlog.controller.server import ControllerServer
 from partlog.kafka.records import TopicIdPartition
 from partlog.store import MetadataStore, StoreError
-from partlog.tiered.remote_storage import TIERED_PREFIX_DEFAULT
+from partlog.store.layout import SEGMENT_SWAP_DEADLINE_MS_DEFAULT
+from partlog.tiered.remote_storage import LOG_SUFFIX, TIERED_PREFIX_DEFAULT
+from partlog.wal.key import SegmentKeyError, parse_segment_key
 from simulations.dst.config import COMMIT_DEADLINE_MS, GRACE_MS, MAX_CLOCK_SKEW_MS, WALMGR_CYCLE_MS
 from simulations.dst.ctp import parse_output
 from simulations.dst.journal import Journal
@@ -147,9 +149,8 @@ def check_delete(cluster: ClusterView, observed: Observed, journal: Journal, key
     is reported as an event, not a violation (design.md)."""
     wanted = set(keys)
     for key in sorted(wanted):
-        # walmgr's gate for segments is not built: it must never touch one.
         if key.startswith(TIERED_PREFIX_DEFAULT + "/"):
-            journal.violated(f"walmgr deleted {key}, a tiered segment's object")
+            _check_segment_delete(cluster, key, journal)
     check_controller(cluster, observed, journal)  # the controller's decisions as of now
     for bid, store, crashed in cluster.stores():
         held = store.referenced_files(wanted)
@@ -388,9 +389,27 @@ async def check_orphans_deleted(cluster: ClusterView, journal: Journal) -> None:
         journal.violated(f"{len(orphans)} orphans past the gate not deleted ({state}): {'; '.join(why)}")
 
 
+def _check_segment_delete(cluster: ClusterView, key: str, journal: Journal) -> None:
+    """A tiered segment's object (docs/design/tiered-gate.md): never one a
+    leader may still swap in (every running broker's clock puts its key past
+    the swap deadline), an index only once its .log is gone; references are
+    checked with the WAL objects' (a segments row counts)."""
+    try:
+        parsed = parse_segment_key(key)
+    except SegmentKeyError:
+        journal.violated(f"walmgr deleted {key}, under the tiered prefix but not a segment key")
+        return
+    if parsed.suffix != LOG_SUFFIX and parsed.stem + LOG_SUFFIX in cluster.objects.objects:
+        journal.violated(f"walmgr deleted {key} while its .log exists")
+    for bid, broker in cluster.brokers.items():
+        age = broker.clock.wall_ms() - parsed.created_ms
+        if not (broker.store._closed or broker._stopping) and age <= SEGMENT_SWAP_DEADLINE_MS_DEFAULT:
+            journal.violated(f"walmgr deleted {key}, {age} ms old by broker {bid}'s clock: it may still be swapped in")
+
+
 def _orphans(cluster: ClusterView, gate_s: float) -> set[str]:
     now = cluster.loop.time()
-    # WAL objects only: walmgr's gate for tiered segments is not built yet.
+    # WAL objects only: the segment gate (the swap deadline, minutes) is longer than a run.
     old = {
         k
         for k, (_, at) in cluster.objects.objects.items()

@@ -11,9 +11,10 @@ the end, once the faults stopped and the cluster settled
 (:func:`check_tiered`):
 
 * every segment row of every replica, live or crashed, names a ``.log``
-  that exists, of the row's size (nothing deletes a segment yet: walmgr's
-  gate for segments is not built, and walmgr never lists the tiered
-  prefix; a deletion of a tiered key is a violation,
+  that exists, of the row's size (walmgr deletes a segment's object only
+  through its gate, docs/design/tiered-gate.md: a deletion while a row or
+  entry references it, while a broker's clock puts it within the swap
+  deadline, or of an index whose ``.log`` exists is a violation,
   :func:`simulations.dst.invariants.check_delete`);
 * every entry of a live replica that references a segment finds there,
   at its position, the batch the entry describes: its stored header

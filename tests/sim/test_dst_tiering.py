@@ -22,7 +22,11 @@ pytestmark = pytest.mark.timeout(600)
 # The injected swap bug and the first seed of `fuzz --tiering` that finds it
 # (`python -m simulations.dst fuzz --tiering --inject NAME --stop-at-first
 # --shrink-runs 0`, from seed 1; docs/design/dst.md, "Injected bugs").
-TIERING_FIRST_FAILING_SEED = {"swap_positions_off_by_one": 1}
+TIERING_FIRST_FAILING_SEED = {
+    "swap_positions_off_by_one": 1,
+    # Found at t=6.0 s of seed 1: an orphan of 1,148 ms deleted (the swap deadline is 5 min).
+    "walmgr_segment_gate_without_swap_deadline": 1,
+}
 
 
 def test_tiering_seeds_pass_and_swap_on_leaders_and_followers() -> None:
@@ -38,11 +42,22 @@ def test_tiering_seeds_pass_and_swap_on_leaders_and_followers() -> None:
 
 
 def test_the_injected_swap_bug_is_found() -> None:
-    [(name, seed)] = TIERING_FIRST_FAILING_SEED.items()
+    name = "swap_positions_off_by_one"
+    seed = TIERING_FIRST_FAILING_SEED[name]
     p = dst("fuzz", "--tiering", "--seeds", "1", "--first-seed", str(seed), "--inject", name, "--shrink-runs", "0")
     assert p.returncode == 1, p.stdout + p.stderr
     assert f"replay: python -m simulations.dst replay {seed} --tiering --inject {name}" in p.stdout
     assert "its batch is not at tiered/" in p.stdout, p.stdout
+
+
+def test_the_injected_segment_gate_bug_is_found() -> None:
+    """walmgr's segment age gate without the swap deadline deletes an orphan
+    a leader could still swap in (docs/design/tiered-gate.md)."""
+    name = "walmgr_segment_gate_without_swap_deadline"
+    seed = TIERING_FIRST_FAILING_SEED[name]
+    p = dst("fuzz", "--tiering", "--seeds", "1", "--first-seed", str(seed), "--inject", name, "--shrink-runs", "0")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "it may still be swapped in" in p.stdout, p.stdout
 
 
 def _row(start: int, end: int, key: str) -> Segment:

@@ -32,6 +32,7 @@ from partlog.wal.key import (
     make_wal_key,
     parse_segment_key,
     parse_wal_key,
+    segment_shard,
     shard_of,
 )
 from partlog.wal.localdir_store import LocalDirStore
@@ -40,7 +41,8 @@ from tests.tiered_cases import sample_segment
 from tests.unit.test_replica_segments import segment_of
 from tests.unit.test_store_replication import T0, commit1, open_store, plain, replicate, topic
 
-RSM = ObjectStoreRsm(LocalDirStore("/nonexistent-never-written"))
+CLUSTER = uuid.UUID("c1c1c1c1-0000-4000-8000-00000000c1c1")
+RSM = ObjectStoreRsm(LocalDirStore("/nonexistent-never-written"), cluster_id=CLUSTER)
 
 
 def segment_keys(tp: TopicIdPartition, created_ms: int) -> dict[str, str]:
@@ -54,8 +56,8 @@ def test_the_rsm_keys_parse_back() -> None:
     assert set(SEGMENT_SUFFIXES) == {".log", IndexType.OFFSET.value, IndexType.TIMESTAMP.value}
     parsed = {suffix: parse_segment_key(key) for suffix, key in keys.items()}
     for suffix, p in parsed.items():
-        assert (p.prefix, p.topic_id, p.partition, p.created_ms, p.suffix) == (
-            "tiered", tp.topic_id, 12, 1_700_000_000_123, suffix
+        assert (p.prefix, p.cluster_id, p.topic_id, p.partition, p.created_ms, p.suffix) == (
+            "tiered", CLUSTER, tp.topic_id, 12, 1_700_000_000_123, suffix
         )  # fmt: skip
         assert p.start_offset == sample_segment(3).base_offset
         assert str(p) == keys[suffix]
@@ -80,7 +82,7 @@ def test_refusals() -> None:
     parse_segment_key(good)
     head, name = good.rsplit("/", 1)
     start, created, sid = name[:20], name[21:34], name[35:-4]
-    shard = shard_of(f"{tp.topic_id}/3")
+    shard = segment_shard(CLUSTER, tp.topic_id, 3)
     other_shard = f"{(int(shard, 16) + 1) % 256:02x}"
     for bad in (
         f"{head}/{name[:-4]}.wal",
@@ -96,6 +98,14 @@ def test_refusals() -> None:
         good.replace("tiered/", "./"),
         "/" + good,
         f"{shard}/{tp.topic_id}/3",
+        # The layout without the cluster (test data of the last session only).
+        good.replace(f"/{CLUSTER}/", "/").replace(f"/{shard}/", f"/{shard_of(f'{tp.topic_id}/3')}/"),
+        good.replace(str(CLUSTER), str(CLUSTER).upper()),
+        good.replace(str(CLUSTER), "not-a-cluster"),
+        good.replace(f"/{CLUSTER}/", f"/{CLUSTER}/{CLUSTER}/"),
+        good.replace(
+            f"/{shard}/{CLUSTER}/", f"/{segment_shard(uuid.UUID(int=1), tp.topic_id, 3)}/{uuid.UUID(int=1)}/"
+        ).replace(f"/{segment_shard(uuid.UUID(int=1), tp.topic_id, 3)}/", "/zz/"),
         good.replace("/3/", "/2147483648/"),
         "tiered/" + "x" * 600 + "/" + good,
         good.replace("tiered/", "tiered\udcff/"),
@@ -111,7 +121,7 @@ def test_refusals() -> None:
     | st.builds(
         lambda good, at, ch: good[:at] + ch + good[at + 1 :],
         st.sampled_from(list(segment_keys(TopicIdPartition(uuid.UUID(int=9), 1), 1).values())),
-        st.integers(0, 140),
+        st.integers(0, 180),
         st.text(min_size=0, max_size=2),
     )
 )
@@ -122,7 +132,7 @@ def test_property_a_parse_gives_its_key_back_or_refuses(key: str) -> None:
     except SegmentKeyError:
         return
     assert str(parsed) == key and parsed.suffix in SEGMENT_SUFFIXES
-    assert parsed.shard == shard_of(f"{parsed.topic_id}/{parsed.partition}")
+    assert parsed.shard == segment_shard(parsed.cluster_id, parsed.topic_id, parsed.partition)
 
 
 # ------------------------------------------------------------ the swap deadline

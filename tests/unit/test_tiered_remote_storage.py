@@ -30,7 +30,7 @@ from partlog.tiered.segment import SEGMENT_LEADER_EPOCHS_MAX, SegmentExtent
 from partlog.wal.key import make_wal_key
 from partlog.wal.localdir_store import LocalDirStore
 from partlog.wal.objectstore import DeleteResult, ForwardingStore, ObjectStoreError
-from tests.tiered_cases import CREATED_MS, rsm_round_trip, rsm_single_batch, sample_segment
+from tests.tiered_cases import CLUSTER_ID, CREATED_MS, rsm_round_trip, rsm_single_batch, sample_segment
 from walmgr.deleter import refusal
 from walmgr.listing import classify
 
@@ -42,7 +42,7 @@ def test_rsm_round_trip_on_localdir(tmp_path: Path) -> None:
 
 
 def test_object_store_rsm_is_a_remote_storage_manager(tmp_path: Path) -> None:
-    rsm: RemoteStorageManager = ObjectStoreRsm(LocalDirStore(tmp_path))  # mypy checks the shape
+    rsm: RemoteStorageManager = ObjectStoreRsm(LocalDirStore(tmp_path), cluster_id=CLUSTER_ID)  # mypy: the shape
     assert callable(rsm.copy_log_segment_data)
 
 
@@ -75,7 +75,7 @@ def _meta(tp: TopicIdPartition) -> RemoteLogSegmentMetadata:
 
 def test_indexes_go_up_first_and_the_log_is_deleted_first(tmp_path: Path) -> None:
     store = RecordingStore(LocalDirStore(tmp_path, fsync=False))
-    rsm = ObjectStoreRsm(store)
+    rsm = ObjectStoreRsm(store, cluster_id=CLUSTER_ID)
     segment = sample_segment(3)
     meta = RemoteLogSegmentMetadata.for_segment(uuid.uuid4(), TopicIdPartition(uuid.uuid4(), 1), segment, CREATED_MS)
     rsm.copy_log_segment_data(meta, segment)
@@ -92,7 +92,7 @@ def test_indexes_go_up_first_and_the_log_is_deleted_first(tmp_path: Path) -> Non
 
 def test_a_failed_log_put_leaves_no_log(tmp_path: Path) -> None:
     inner = LocalDirStore(tmp_path, fsync=False)
-    rsm = ObjectStoreRsm(RecordingStore(inner, fail_suffix=".log"))
+    rsm = ObjectStoreRsm(RecordingStore(inner, fail_suffix=".log"), cluster_id=CLUSTER_ID)
     segment = sample_segment(3)
     tp = TopicIdPartition(uuid.uuid4(), 1)
     meta = RemoteLogSegmentMetadata.for_segment(uuid.uuid4(), tp, segment, CREATED_MS)
@@ -106,7 +106,7 @@ def test_a_failed_log_put_leaves_no_log(tmp_path: Path) -> None:
 
 
 def test_copy_refuses_metadata_of_another_segment(tmp_path: Path) -> None:
-    rsm = ObjectStoreRsm(LocalDirStore(tmp_path, fsync=False))
+    rsm = ObjectStoreRsm(LocalDirStore(tmp_path, fsync=False), cluster_id=CLUSTER_ID)
     segment = sample_segment(3)
     meta = RemoteLogSegmentMetadata.for_segment(uuid.uuid4(), TopicIdPartition(uuid.uuid4(), 1), segment, CREATED_MS)
     other = RemoteLogSegmentMetadata(
@@ -119,7 +119,7 @@ def test_copy_refuses_metadata_of_another_segment(tmp_path: Path) -> None:
 
 def test_a_log_shorter_than_its_metadata_is_corrupt(tmp_path: Path) -> None:
     store = LocalDirStore(tmp_path, fsync=False)
-    rsm = ObjectStoreRsm(store)
+    rsm = ObjectStoreRsm(store, cluster_id=CLUSTER_ID)
     segment = sample_segment(3)
     meta = RemoteLogSegmentMetadata.for_segment(uuid.uuid4(), TopicIdPartition(uuid.uuid4(), 1), segment, CREATED_MS)
     rsm.copy_log_segment_data(meta, segment)
@@ -133,7 +133,7 @@ def test_a_log_shorter_than_its_metadata_is_corrupt(tmp_path: Path) -> None:
 
 
 def test_key_layout() -> None:
-    rsm = ObjectStoreRsm(LocalDirStore("/nonexistent-never-written"), prefix="/tiered/")
+    rsm = ObjectStoreRsm(LocalDirStore("/nonexistent-never-written"), prefix="/tiered/", cluster_id=CLUSTER_ID)
     tp = TopicIdPartition(uuid.UUID("12345678-1234-5678-1234-567812345678"), 3)
     meta = RemoteLogSegmentMetadata(
         uuid.UUID("00000000-0000-0000-0000-0000000000ab"), tp, 1234, 2000, 5, 100, ((0, 1234),), 1_700_000_000_123
@@ -141,20 +141,21 @@ def test_key_layout() -> None:
     key = rsm.segment_key(meta, IndexType.TIMESTAMP.value)
     shard = key.split("/")[1]
     assert key == (
-        f"tiered/{shard}/12345678-1234-5678-1234-567812345678/3/"
+        f"tiered/{shard}/{CLUSTER_ID}/12345678-1234-5678-1234-567812345678/3/"
         "00000000000000001234-1700000000123-00000000-0000-0000-0000-0000000000ab.timeindex"
     )
     assert len(shard) == 2 and int(shard, 16) >= 0
     assert rsm.partition_prefix(tp) == key.rsplit("/", 1)[0] + "/"
     with pytest.raises(ValueError):
-        ObjectStoreRsm(LocalDirStore("/nonexistent-never-written"), prefix="/")
+        ObjectStoreRsm(LocalDirStore("/nonexistent-never-written"), prefix="/", cluster_id=CLUSTER_ID)
 
 
 def test_walmgr_never_lists_or_deletes_segment_keys() -> None:
-    """walmgr lists ``<wal prefix>/`` only and deletes only keys that parse as
-    WAL keys of its prefix in their hash shard: segment keys are neither,
-    even when an operator gives both the same prefix."""
-    rsm = ObjectStoreRsm(LocalDirStore("/nonexistent-never-written"))
+    """walmgr's WAL rules never take a segment key: ``classify`` and the
+    deleter's fence without a tiered prefix refuse them, even under the same
+    prefix.  Segment keys are deleted only under ``tiered_prefix``, by their
+    own rules (tests/unit/test_walmgr_segments.py)."""
+    rsm = ObjectStoreRsm(LocalDirStore("/nonexistent-never-written"), cluster_id=CLUSTER_ID)
     for partition in (0, 10, 99):
         meta = _meta(TopicIdPartition(uuid.uuid4(), partition))
         for suffix in (".log", ".index", ".timeindex"):
