@@ -152,7 +152,7 @@ class Tiering:
                 config = self.store.topic_config(topic_id)
             except KeyError:
                 continue  # deleted meanwhile
-            if config.remote_storage_enable:
+            if config.tiered:
                 seg = segment_config(config)
                 for p in range(partitions):
                     out[TopicIdPartition(topic_id, p)] = seg
