@@ -39,6 +39,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from partlog.broker.cleaner import LogCleaner
 from partlog.broker.metrics import BrokerMetrics
 from partlog.broker.tasks import Tasks
 from partlog.fetch.reads import assemble, plan_reads
@@ -116,6 +117,10 @@ class Tiering:
         self.replicas = replicas
         self.objects = objects
         self.rsm = ObjectStoreRsm(objects, prefix)
+        # Compacted topics' cleaner, after the builder each period.
+        self.cleaner = LogCleaner(
+            broker_id, store, replicas, objects, self.rsm, metrics=metrics, clock=clock, entropy=entropy
+        )
         self.metrics = metrics
         self.tasks = tasks
         self.clock = clock
@@ -195,6 +200,7 @@ class Tiering:
                 if not await self._tier(w, plan):
                     break
                 swapped += 1
+        await self.cleaner.run_once([(w.tp, w.epoch) for w in work])
         return swapped
 
     def _plan(self, w: _Work) -> SegmentPlan | None:

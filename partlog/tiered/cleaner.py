@@ -267,6 +267,19 @@ def keyed_records(batches: Iterable[bytes]) -> int:
     return n
 
 
+def keyless_record(records: bytes) -> bool:
+    """Whether a produced batch (or batches) holds a record without a key,
+    which Kafka's LogValidator refuses on a compacted topic (INVALID_RECORD).
+    Batches the cleaner cannot read (a codec other than gzip) are taken as
+    keyed; CleanerError for what does not parse."""
+    for batch in split_batches(records):
+        h = _header(batch)
+        readable = not h.is_control and cleanable(replace(h, attributes=h.attributes & ~bh.ATTR_TRANSACTIONAL))
+        if readable and any(r.key is None for r in _records(batch, h)):
+            return True
+    return False
+
+
 @dataclass(frozen=True, slots=True)
 class CleanedBatch:
     data: bytes
@@ -335,6 +348,7 @@ __all__ = [
     "clean_batch",
     "cleanable",
     "keyed_records",
+    "keyless_record",
     "retain",
     "split_batches",
 ]
