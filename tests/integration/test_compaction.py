@@ -11,13 +11,19 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from partlog.broker.server import Broker, BrokerConfig
+from partlog.client.producer import Producer
+from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.records import TopicIdPartition
+from partlog.produce.pipeline import ProduceConfig
 from partlog.tools.cluster_options import ClusterOptions
 from partlog.tools.local_cluster import LocalCluster
+from partlog.wal.localdir_store import LocalDirStore
 from partlog.wal.s3_store import S3Store
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -143,3 +149,55 @@ def test_compacted_topic_reads_latest_per_key(cluster: _Cluster) -> None:
     # One record per key, the latest; tombstones stay (delete.retention.ms not passed).
     assert len(got) == len(latest)
     assert {k: v for _, k, v in got} == latest
+
+
+@pytest.mark.timeout(120)
+def test_a_corrupt_segment_fails_the_pass_and_swaps_nothing(tmp_path: Path) -> None:
+    async def main() -> None:
+        objects = LocalDirStore(tmp_path / "objects", fsync=False)
+        meta = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"t": 1})
+        config = BrokerConfig(
+            1, "az1", str(tmp_path / "b1"), sync=False, produce=ProduceConfig(commit_interval_ms=5),
+            tiering_interval_ms=20,
+        )  # fmt: skip
+        broker = Broker(config, meta, objects)
+        await broker.start()
+        broker.set_metadata(meta.with_ports({1: broker.port}))
+        try:
+            [topic] = meta.topics()
+            tp = TopicIdPartition(topic.topic_id, 0)
+            # Tiered, not cleanable yet (min.compaction.lag.ms).
+            lag: dict[str, str | int] = {
+                "cleanup.policy": "compact",
+                "segment.ms": 100,
+                "min.compaction.lag.ms": 10**12,
+            }
+            broker.alter_topic_configs(topic.topic_id, lag)
+            producer = Producer(("127.0.0.1", broker.port), linger_ms=2)
+            await producer.start()
+            await asyncio.gather(*[producer.send(tp, b"v%d" % i, key=b"k%d" % (i % 3)) for i in range(30)])
+            await producer.close()
+            for _ in range(1500):  # bounded
+                rows = broker.store.segments(tp)
+                if rows and rows[-1].end_offset == 29:
+                    break
+                await asyncio.sleep(0.02)
+            rows = broker.store.segments(tp)
+            assert rows and rows[-1].end_offset == 29
+            # One byte inside the first record flipped: the CRC no longer matches.
+            data = bytearray(objects.get(rows[0].object_key))
+            data[70] ^= 0xFF
+            objects.put(rows[0].object_key, bytes(data))
+            broker.alter_topic_configs(topic.topic_id, {"min.compaction.lag.ms": 0})
+            for _ in range(1500):
+                if broker.metrics.cleaner_errors._value.get() > 0:
+                    break
+                await asyncio.sleep(0.02)
+            assert broker.metrics.cleaner_errors._value.get() > 0
+            assert broker.metrics.cleaner_bytes_written._value.get() == 0
+            assert broker.store.segments(tp) == rows
+            assert broker.store.check() == []
+        finally:
+            await broker.stop()
+
+    asyncio.run(main())
