@@ -123,6 +123,9 @@ class Record:
 
 def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
     """A zigzag varint (at most 10 bytes) at ``pos``: (value, next position)."""
+    if pos < len(buf) and buf[pos] < 0x80:  # one byte: most lengths and deltas
+        b = buf[pos]
+        return (b >> 1) ^ -(b & 1), pos + 1
     shift = 0
     raw = 0
     for i in range(10):
