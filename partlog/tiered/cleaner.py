@@ -42,6 +42,7 @@ import struct
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from partlog.kafka import batch_header as bh
 from partlog.kafka.batch_header import BatchHeader
@@ -105,10 +106,11 @@ class OffsetMap:
         return self._offsets.get(self._hash(key))
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One record of a batch: where it starts, the fields the cleaner
-    reads, and ``tail`` (key, value and headers as written)."""
+class Record(NamedTuple):
+    """One record of a batch: the fields the cleaner reads, and ``tail``
+    (key, value and headers as written).  A NamedTuple, not a frozen
+    dataclass: one is built per record, and a frozen dataclass's
+    ``__init__`` costs several times a tuple's."""
 
     offset_delta: int
     timestamp_delta: int
@@ -123,9 +125,15 @@ class Record:
 
 def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
     """A zigzag varint (at most 10 bytes) at ``pos``: (value, next position)."""
-    if pos < len(buf) and buf[pos] < 0x80:  # one byte: most lengths and deltas
+    # One or two bytes: most lengths and deltas.
+    if pos + 1 < len(buf):
         b = buf[pos]
-        return (b >> 1) ^ -(b & 1), pos + 1
+        if b < 0x80:
+            return (b >> 1) ^ -(b & 1), pos + 1
+        c = buf[pos + 1]
+        if c < 0x80:
+            raw = (b & 0x7F) | (c << 7)
+            return (raw >> 1) ^ -(raw & 1), pos + 2
     shift = 0
     raw = 0
     for i in range(10):
