@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -134,6 +135,10 @@ class Tiering:
         # tp -> (next untiered offset, when first seen): the age of a first
         # batch without a timestamp.
         self._first_seen: dict[TopicIdPartition, tuple[int, int]] = {}
+        # The topics with cleanup.policy compact, as of the last store read
+        # (at start, on a config change, each period): the Kafka front's
+        # produce asks it for every batch, too often for a store read.
+        self.compacted_topics: frozenset[uuid.UUID] = frozenset()
 
     @property
     def started(self) -> bool:
@@ -142,7 +147,8 @@ class Tiering:
     def ensure_started(self) -> bool:
         """Start the loop if some topic enables tiering and it is not running
         yet (a short store read); True when it runs."""
-        if not self._started and not self._stopping() and self._enabled_partitions():
+        enabled = self._enabled_partitions()  # (refreshes compacted_topics too)
+        if not self._started and not self._stopping() and enabled:
             self._started = True
             self.tasks.spawn(self._run())
             log.info("broker %d: tiering started, every %d ms", self.broker_id, self.interval_ms)
@@ -152,15 +158,19 @@ class Tiering:
         """The partitions of topics with remote.storage.enable, and their
         segment settings (this broker's leadership not checked)."""
         out: dict[TopicIdPartition, SegmentConfig] = {}
+        compacted = set()
         for topic_id, (_, partitions) in self.store.topics().items():
             try:
                 config = self.store.topic_config(topic_id)
             except KeyError:
                 continue  # deleted meanwhile
+            if config.compact:
+                compacted.add(topic_id)
             if config.tiered:
                 seg = segment_config(config)
                 for p in range(partitions):
                     out[TopicIdPartition(topic_id, p)] = seg
+        self.compacted_topics = frozenset(compacted)
         return out
 
     async def _run(self) -> None:
