@@ -56,7 +56,7 @@ from partlog.tiered.cleaner import (
     keyed_records,
     split_batches,
 )
-from partlog.tiered.remote_storage import LOG_SUFFIX, ObjectStoreRsm, RemoteLogSegmentMetadata
+from partlog.tiered.remote_storage import LOG_SUFFIX, ObjectStoreRsm, RemoteLogSegmentMetadata, RemoteStorageError
 from partlog.tiered.segment import BuiltSegment, SegmentBuilder, SegmentConfig, check_batch
 from partlog.wal.objectstore import ObjectStore
 
@@ -143,7 +143,7 @@ class LogCleaner:
                 break
             try:
                 swapped += await self._clean(tp, epoch)
-            except (CleanerError, StoreError, OSError, ValueError) as e:
+            except (CleanerError, RemoteStorageError, StoreError, OSError, ValueError) as e:
                 # Nothing of the failed group was swapped; start again next period.
                 self._passes.pop(tp, None)
                 self.metrics.cleaner_errors.inc()
@@ -193,6 +193,10 @@ class LogCleaner:
         if not dirty:
             return None
         now = self.clock.wall_ms()
+        dirty_bytes, total = sum(r.size for r in dirty), sum(r.size for r in rows)
+        by_ratio = dirty_enough(dirty_bytes, total, config.min_cleanable_dirty_ratio, forced=False)
+        if not by_ratio and config.max_compaction_lag_ms > now:
+            return None  # no batch can be older than max.compaction.lag.ms: no need to read one
         offset_map = OffsetMap(self.dedupe_buffer_bytes)
         map_end = -1
         for i, row in enumerate(dirty):
@@ -200,11 +204,9 @@ class LogCleaner:
                 break
             batches = list(split_batches(await self._read(row)))
             stamps = [t for t in (check_batch(b).max_timestamp for b in batches) if t >= 0]
-            if i == 0:
-                forced = bool(stamps) and min(stamps) <= now - config.max_compaction_lag_ms
-                total = sum(r.size for r in rows)
-                if not dirty_enough(sum(r.size for r in dirty), total, config.min_cleanable_dirty_ratio, forced):
-                    return None
+            forced = bool(stamps) and min(stamps) <= now - config.max_compaction_lag_ms
+            if i == 0 and not dirty_enough(dirty_bytes, total, config.min_cleanable_dirty_ratio, forced):
+                return None
             if stamps and max(stamps) > now - config.min_compaction_lag_ms:
                 break  # not cleanable yet, nor anything after it
             if keyed_records(batches) > offset_map.room():

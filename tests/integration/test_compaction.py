@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -151,53 +153,90 @@ def test_compacted_topic_reads_latest_per_key(cluster: _Cluster) -> None:
     assert {k: v for _, k, v in got} == latest
 
 
+@asynccontextmanager
+async def _broker(tmp_path: Path, objects: LocalDirStore) -> AsyncIterator[tuple[Broker, uuid.UUID, TopicIdPartition]]:
+    """One started broker (builder period 20 ms) leading topic "t"'s one partition."""
+    meta = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"t": 1})
+    config = BrokerConfig(
+        1, "az1", str(tmp_path / "b1"), sync=False, produce=ProduceConfig(commit_interval_ms=5),
+        tiering_interval_ms=20,
+    )  # fmt: skip
+    broker = Broker(config, meta, objects)
+    await broker.start()
+    broker.set_metadata(meta.with_ports({1: broker.port}))
+    try:
+        [topic] = meta.topics()
+        yield broker, topic.topic_id, TopicIdPartition(topic.topic_id, 0)
+    finally:
+        await broker.stop()
+
+
+async def _produce_keyed(broker: Broker, tp: TopicIdPartition, first: int, n: int, keys: int) -> None:
+    producer = Producer(("127.0.0.1", broker.port), linger_ms=2)
+    await producer.start()
+    await asyncio.gather(*[producer.send(tp, b"v%d" % i, key=b"k%d" % (i % keys)) for i in range(first, first + n)])
+    await producer.close()
+
+
+async def _until(check: Callable[[], bool]) -> bool:
+    for _ in range(1500):  # bounded: 30 s
+        if check():
+            return True
+        await asyncio.sleep(0.02)
+    return check()
+
+
 @pytest.mark.timeout(120)
 def test_a_corrupt_segment_fails_the_pass_and_swaps_nothing(tmp_path: Path) -> None:
     async def main() -> None:
         objects = LocalDirStore(tmp_path / "objects", fsync=False)
-        meta = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"t": 1})
-        config = BrokerConfig(
-            1, "az1", str(tmp_path / "b1"), sync=False, produce=ProduceConfig(commit_interval_ms=5),
-            tiering_interval_ms=20,
-        )  # fmt: skip
-        broker = Broker(config, meta, objects)
-        await broker.start()
-        broker.set_metadata(meta.with_ports({1: broker.port}))
-        try:
-            [topic] = meta.topics()
-            tp = TopicIdPartition(topic.topic_id, 0)
+        async with _broker(tmp_path, objects) as (broker, topic_id, tp):
             # Tiered, not cleanable yet (min.compaction.lag.ms).
             lag: dict[str, str | int] = {
                 "cleanup.policy": "compact",
                 "segment.ms": 100,
                 "min.compaction.lag.ms": 10**12,
             }
-            broker.alter_topic_configs(topic.topic_id, lag)
-            producer = Producer(("127.0.0.1", broker.port), linger_ms=2)
-            await producer.start()
-            await asyncio.gather(*[producer.send(tp, b"v%d" % i, key=b"k%d" % (i % 3)) for i in range(30)])
-            await producer.close()
-            for _ in range(1500):  # bounded
-                rows = broker.store.segments(tp)
-                if rows and rows[-1].end_offset == 29:
-                    break
-                await asyncio.sleep(0.02)
+            broker.alter_topic_configs(topic_id, lag)
+            await _produce_keyed(broker, tp, 0, 30, 3)
+            assert await _until(lambda: _tiered_to(broker, tp) == 29)
             rows = broker.store.segments(tp)
-            assert rows and rows[-1].end_offset == 29
             # One byte inside the first record flipped: the CRC no longer matches.
             data = bytearray(objects.get(rows[0].object_key))
             data[70] ^= 0xFF
             objects.put(rows[0].object_key, bytes(data))
-            broker.alter_topic_configs(topic.topic_id, {"min.compaction.lag.ms": 0})
-            for _ in range(1500):
-                if broker.metrics.cleaner_errors._value.get() > 0:
-                    break
-                await asyncio.sleep(0.02)
-            assert broker.metrics.cleaner_errors._value.get() > 0
+            broker.alter_topic_configs(topic_id, {"min.compaction.lag.ms": 0})
+            assert await _until(lambda: broker.metrics.cleaner_errors._value.get() > 0)
             assert broker.metrics.cleaner_bytes_written._value.get() == 0
             assert broker.store.segments(tp) == rows
             assert broker.store.check() == []
-        finally:
-            await broker.stop()
 
     asyncio.run(main())
+
+
+@pytest.mark.timeout(120)
+def test_max_compaction_lag_cleans_below_the_dirty_ratio(tmp_path: Path) -> None:
+    async def main() -> None:
+        objects = LocalDirStore(tmp_path / "objects", fsync=False)
+        async with _broker(tmp_path, objects) as (broker, topic_id, tp):
+            configs: dict[str, str | int] = {"cleanup.policy": "compact", "segment.ms": 100}
+            broker.alter_topic_configs(topic_id, {**configs, "min.cleanable.dirty.ratio": "1"})
+            removed = broker.metrics.cleaner_records_removed._value
+            await _produce_keyed(broker, tp, 0, 30, 3)
+            # All dirty: ratio 1 is met; 27 superseded records go.
+            assert await _until(lambda: removed.get() == 27)
+            await _produce_keyed(broker, tp, 30, 30, 3)
+            assert await _until(lambda: _tiered_to(broker, tp) == 59)
+            runs = broker.metrics.cleaner_runs._value.get()
+            await asyncio.sleep(0.3)  # periods pass: half dirty is below ratio 1
+            assert broker.metrics.cleaner_runs._value.get() == runs and removed.get() == 27
+            broker.alter_topic_configs(topic_id, {"max.compaction.lag.ms": 1})
+            assert await _until(lambda: removed.get() == 57)  # all but the last per key
+            assert broker.store.check() == []
+
+    asyncio.run(main())
+
+
+def _tiered_to(broker: Broker, tp: TopicIdPartition) -> int:
+    rows = broker.store.segments(tp)
+    return rows[-1].end_offset if rows else -1
