@@ -220,9 +220,9 @@ def add_parser(sub: Subparsers) -> None:
         "compaction",
         help="the log cleaner's core: MiB/s and bytes left compacting keyed records, against reading them",
         description="Builds --records keyed records over --keys keys in memory (batches of --batch-records, values "
-        "of --value-bytes, a --tombstone-ratio share of tombstones, seeded), then times on one core a baseline "
-        "that reads the same bytes (framing, CRC-32C, every record parsed once) and the cleaner's whole pass "
-        "(offset map, every batch cleaned). Prints both rates in MiB/s of input, their time ratio, and the bytes "
+        "of --value-bytes, a --tombstone-ratio share of tombstones, seeded), then times in CPU time (one thread) "
+        "a baseline that reads the same bytes (framing, CRC-32C, every record parsed once) and the cleaner's whole "
+        "pass (offset map, every batch cleaned). Prints both rates in MiB/s of input, their time ratio, and the bytes "
         "and records left. No object store, upload or swap. Defaults: issue 31's 1M records over 10k keys.",
     )
     bc.add_argument("--json", action="store_true", help="print one JSON object")
