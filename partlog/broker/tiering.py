@@ -27,6 +27,10 @@ Work per period is bounded: ``SEGMENTS_PER_PERIOD_MAX`` segments and
 ``BYTES_PER_PERIOD_MAX`` bytes, and a segment is built in memory, so it is
 at most ``SEGMENT_BYTES_BUILD_MAX`` whatever the topic's segment.bytes.
 
+After the builder, each period, the log cleaner
+(:class:`partlog.broker.cleaner.LogCleaner`) cleans the segments of
+compacted topics (``cleanup.policy`` compact, which implies tiering).
+
 The loop is started only once some topic enables tiering (at broker start,
 or when :meth:`Tiering.ensure_started` is called after a config change):
 a broker whose topics never enable it runs no task at all.
