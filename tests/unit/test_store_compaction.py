@@ -15,7 +15,7 @@ import pytest
 
 from partlog import Errors, MetadataStore, TopicIdPartition
 from partlog.kafka.record_batch import build_record_batch
-from partlog.kafka.records import FindBatchRequest
+from partlog.kafka.records import DeleteRecordsRequest, FindBatchRequest
 from partlog.store import SegmentSwap
 from partlog.store.compaction import SegmentRewrite
 from partlog.tiered.cleaner import OffsetMap, build_offset_map, clean_batch
@@ -125,3 +125,21 @@ def test_rewrite_refusals_change_nothing(store: MetadataStore) -> None:
         assert got.error == error, (got, req)
         assert store.segments(tp) == rows and store.file_usage() == usage
     assert store.check() == []
+
+
+def test_retention_and_delete_records_after_a_rewrite(store: MetadataStore) -> None:
+    tp, batches, swaps = _setup(store)
+    cleaned = _cleaned(batches)
+    req = _rewrite(tp, cleaned, swaps, 0, 7)
+    assert store.swap_to_segment(req).error == Errors.NONE
+    # A cut inside the cleaned segment keeps the counters and references exact.
+    [answer] = store.delete_records([DeleteRecordsRequest(tp, 4)])
+    assert answer.errors == Errors.NONE
+    assert store.partition_state(tp)["live_bytes"] == sum(len(c) for c in cleaned[2:])
+    assert store.file_usage()[req.object_key].live_bytes == sum(len(c) for c in cleaned[2:])
+    assert store.check() == []
+    # A rewrite of the old range now starts below the log start.
+    again = _rewrite(tp, cleaned, [SegmentSwap(tp, 0, 7, req.object_key, req.size, 1)], 0, 7)
+    assert store.swap_to_segment(again).error == Errors.OFFSET_OUT_OF_RANGE
+    assert store.delete_records([DeleteRecordsRequest(tp, 8)])[0].errors == Errors.NONE
+    assert store.file_usage() == {} and store.check() == []
