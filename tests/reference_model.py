@@ -18,6 +18,7 @@ What it models (per design.md; HWM == log end offset until replication):
 
 from __future__ import annotations
 
+import itertools
 import struct
 import uuid
 from collections import deque
@@ -370,6 +371,49 @@ class KafkaModel:
             b.key, b.byte_offset = key, at
             at += b.size
         part.segments = sorted([*part.segments, (start, end, size, key)])
+        return Errors.NONE, len(chosen)
+
+    def rewrite_segments(
+        self,
+        tp: TopicIdPartition,
+        start: int,
+        end: int,
+        key: str,
+        size: int,
+        replaced: tuple[str, ...],
+        headers: list[bytes],
+    ) -> tuple[Errors, int]:
+        """The cleaner's swap (compaction.md): the rows ``replaced`` give way
+        to one segment ``key`` of ``size`` bytes whose batches take
+        ``headers`` (well-formed cleaned ones): (error, moved)."""
+        sizes = [int.from_bytes(h[8:12], "big") + 12 for h in headers]
+        part = self.partitions.get(tp)
+        if part is None:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION, 0
+        if not key or size <= 0 or start > end or not replaced:
+            return Errors.INVALID_REQUEST, 0
+        if start < part.log_start or end >= part.hwm:
+            return Errors.OFFSET_OUT_OF_RANGE, 0
+        if (start, end, size, key) in part.segments:
+            return Errors.NONE, 0  # a repeat
+        rows = [seg for seg in part.segments if seg[0] <= end and seg[1] >= start]
+        if (
+            tuple(seg[3] for seg in rows) != replaced
+            or rows[0][0] != start
+            or rows[-1][1] != end
+            or any(a[1] + 1 != b[0] for a, b in itertools.pairwise(rows))
+        ):
+            return Errors.INVALID_REQUEST, 0
+        if any(b.key == key for p in self.partitions.values() for b in p.batches):
+            return Errors.INVALID_REQUEST, 0
+        chosen = [b for b in part.batches if start <= b.base <= end]
+        if len(chosen) != len(sizes) or not chosen or chosen[0].base != start or sum(sizes) != size:
+            return Errors.INVALID_REQUEST, 0
+        at = 0
+        for b, n, h in zip(chosen, sizes, headers, strict=True):
+            b.key, b.byte_offset, b.size, b.header = key, at, n, h
+            at += n
+        part.segments = sorted([seg for seg in part.segments if seg not in rows] + [(start, end, size, key)])
         return Errors.NONE, len(chosen)
 
     # ------------------------------------------------------------ reads

@@ -143,6 +143,17 @@ class BrokerMetrics:
             "partlog_tiered_pass_errors", "builder-loop passes that failed unexpectedly", registry=r
         )
         self.tiered_bytes = Counter("partlog_tiered_bytes", "batch bytes moved into tiered segments", registry=r)
+        self.cleaner_runs = Counter("partlog_cleaner_runs", "log cleaner passes started (compacted topics)", registry=r)
+        self.cleaner_errors = Counter(
+            "partlog_cleaner_errors", "log cleaner passes ended by a failure (read, batch, upload, swap)", registry=r
+        )
+        self.cleaner_bytes_read = Counter("partlog_cleaner_bytes_read", "segment bytes the cleaner read", registry=r)
+        self.cleaner_bytes_written = Counter(
+            "partlog_cleaner_bytes_written", "bytes of cleaned segments swapped in", registry=r
+        )
+        self.cleaner_records_removed = Counter(
+            "partlog_cleaner_records_removed", "records removed by cleaned segments swapped in", registry=r
+        )
         self.txn_markers = Counter(
             "partlog_txn_markers", "transaction markers asked of this broker as a leader, by answer", ["error"],
             registry=r,

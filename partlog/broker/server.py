@@ -597,6 +597,9 @@ class Broker:
     def topic_config(self, topic_id: uuid.UUID) -> TopicConfig:
         return self.store.topic_config(topic_id)
 
+    def compacted(self, topic_id: uuid.UUID) -> bool:
+        return topic_id in self.tiering.compacted_topics
+
     def alter_topic_configs(self, topic_id: uuid.UUID, configs: dict[str, str | int]) -> None:
         """Change a topic's configs in this broker's store; the builder loop
         starts once a topic sets remote.storage.enable.  TopicConfigError for

@@ -27,6 +27,10 @@ Work per period is bounded: ``SEGMENTS_PER_PERIOD_MAX`` segments and
 ``BYTES_PER_PERIOD_MAX`` bytes, and a segment is built in memory, so it is
 at most ``SEGMENT_BYTES_BUILD_MAX`` whatever the topic's segment.bytes.
 
+After the builder, each period, the log cleaner
+(:class:`partlog.broker.cleaner.LogCleaner`) cleans the segments of
+compacted topics (``cleanup.policy`` compact, which implies tiering).
+
 The loop is started only once some topic enables tiering (at broker start,
 or when :meth:`Tiering.ensure_started` is called after a config change):
 a broker whose topics never enable it runs no task at all.
@@ -40,6 +44,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from partlog.broker.cleaner import LogCleaner
 from partlog.broker.metrics import BrokerMetrics
 from partlog.broker.tasks import Tasks
 from partlog.fetch.reads import assemble, plan_reads
@@ -121,6 +126,10 @@ class Tiering:
         self._prefix = prefix
         self._cluster_id = cluster_id
         self._rsm: ObjectStoreRsm | None = None
+        # Compacted topics' cleaner, after the builder each period.
+        self.cleaner = LogCleaner(
+            broker_id, store, replicas, objects, lambda: self.rsm, metrics=metrics, clock=clock, entropy=entropy
+        )
         self.metrics = metrics
         self.tasks = tasks
         self.clock = clock
@@ -134,6 +143,10 @@ class Tiering:
         # tp -> (next untiered offset, when first seen): the age of a first
         # batch without a timestamp.
         self._first_seen: dict[TopicIdPartition, tuple[int, int]] = {}
+        # The topics with cleanup.policy compact, as of the last store read
+        # (at start, on a config change, each period): the Kafka front's
+        # produce asks it for every batch, too often for a store read.
+        self.compacted_topics: frozenset[uuid.UUID] = frozenset()
 
     @property
     def started(self) -> bool:
@@ -153,7 +166,8 @@ class Tiering:
     def ensure_started(self) -> bool:
         """Start the loop if some topic enables tiering and it is not running
         yet (a short store read); True when it runs."""
-        if not self._started and not self._stopping() and self._enabled_partitions():
+        enabled = self._enabled_partitions()  # (refreshes compacted_topics too)
+        if not self._started and not self._stopping() and enabled:
             self._started = True
             self.tasks.spawn(self._run())
             log.info("broker %d: tiering started, every %d ms", self.broker_id, self.interval_ms)
@@ -163,15 +177,19 @@ class Tiering:
         """The partitions of topics with remote.storage.enable, and their
         segment settings (this broker's leadership not checked)."""
         out: dict[TopicIdPartition, SegmentConfig] = {}
+        compacted = set()
         for topic_id, (_, partitions) in self.store.topics().items():
             try:
                 config = self.store.topic_config(topic_id)
             except KeyError:
                 continue  # deleted meanwhile
-            if config.remote_storage_enable:
+            if config.compact:
+                compacted.add(topic_id)
+            if config.tiered:
                 seg = segment_config(config)
                 for p in range(partitions):
                     out[TopicIdPartition(topic_id, p)] = seg
+        self.compacted_topics = frozenset(compacted)
         return out
 
     async def _run(self) -> None:
@@ -211,6 +229,7 @@ class Tiering:
                 if not await self._tier(w, plan):
                     break
                 swapped += 1
+        await self.cleaner.run_once([(w.tp, w.epoch) for w in work])
         return swapped
 
     def _plan(self, w: _Work) -> SegmentPlan | None:

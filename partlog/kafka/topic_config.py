@@ -27,6 +27,13 @@ SEGMENT_INDEX_BYTES_DEFAULT = 10 * 1024 * 1024
 SEGMENT_INDEX_BYTES_MIN = 24
 SEGMENT_INDEX_BYTES_MAX = 64 << 20
 INT64_MAX = 2**63 - 1
+# Compaction (docs/design/compaction.md): Kafka's defaults.
+CLEANUP_POLICY_DEFAULT = "delete"
+CLEANUP_POLICIES = ("compact", "delete")
+DELETE_RETENTION_MS_DEFAULT = 24 * 3600 * 1000
+MIN_COMPACTION_LAG_MS_DEFAULT = 0
+MAX_COMPACTION_LAG_MS_DEFAULT = INT64_MAX
+MIN_CLEANABLE_DIRTY_RATIO_DEFAULT = 0.5
 
 
 class TopicConfigError(ValueError):
@@ -47,6 +54,30 @@ class TopicConfig:
     segment_ms: int = SEGMENT_MS_DEFAULT
     segment_index_bytes: int = SEGMENT_INDEX_BYTES_DEFAULT
     index_interval_bytes: int = INDEX_INTERVAL_BYTES_DEFAULT
+    # Compaction: "delete", "compact" or "compact,delete" (normalized).
+    cleanup_policy: str = CLEANUP_POLICY_DEFAULT
+    delete_retention_ms: int = DELETE_RETENTION_MS_DEFAULT
+    min_compaction_lag_ms: int = MIN_COMPACTION_LAG_MS_DEFAULT
+    max_compaction_lag_ms: int = MAX_COMPACTION_LAG_MS_DEFAULT
+    min_cleanable_dirty_ratio: float = MIN_CLEANABLE_DIRTY_RATIO_DEFAULT
+
+    @property
+    def compact(self) -> bool:
+        """The log cleaner compacts this topic (cleanup.policy has compact)."""
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        """retention.ms and retention.bytes delete old batches (cleanup.policy
+        has delete); a compact-only topic keeps them (Kafka's ``config.delete``)."""
+        return "delete" in self.cleanup_policy.split(",")
+
+    @property
+    def tiered(self) -> bool:
+        """Leaders build segments for this topic: remote.storage.enable, or
+        compaction, which cleans segments (compact implies tiering: KIP-1163
+        wants compacted diskless topics to just work)."""
+        return self.remote_storage_enable or self.compact
 
     def to_configs(self) -> dict[str, str]:
         return {
@@ -63,6 +94,11 @@ class TopicConfig:
             "segment.ms": str(self.segment_ms),
             "segment.index.bytes": str(self.segment_index_bytes),
             "index.interval.bytes": str(self.index_interval_bytes),
+            "cleanup.policy": self.cleanup_policy,
+            "delete.retention.ms": str(self.delete_retention_ms),
+            "min.compaction.lag.ms": str(self.min_compaction_lag_ms),
+            "max.compaction.lag.ms": str(self.max_compaction_lag_ms),
+            "min.cleanable.dirty.ratio": repr(self.min_cleanable_dirty_ratio),
         }
 
     def with_configs(self, configs: Mapping[str, str | int]) -> TopicConfig:
@@ -84,6 +120,10 @@ class TopicConfig:
                     changes["remote_storage_enable"] = value.strip().lower() == "true"
                 else:
                     raise TopicConfigError(f"remote.storage.enable={value!r}: must be true or false")
+            elif key == "cleanup.policy":
+                changes["cleanup_policy"] = _cleanup_policy(value)
+            elif key == "min.cleanable.dirty.ratio":
+                changes["min_cleanable_dirty_ratio"] = _ratio(key, value)
             elif key in _INT_KEYS:
                 attr, minimum, maximum = _INT_KEYS[key]
                 try:
@@ -97,7 +137,40 @@ class TopicConfig:
                 changes[attr] = number
             else:
                 raise TopicConfigError(f"unknown topic config {key!r}; known: {sorted(_KNOWN)}")
-        return replace(self, **changes)  # type: ignore[arg-type]
+        out = replace(self, **changes)  # type: ignore[arg-type]
+        # Kafka's LogConfig.validateValues, after the single values.
+        if out.min_compaction_lag_ms > out.max_compaction_lag_ms:
+            raise TopicConfigError(
+                f"conflict topic config setting min.compaction.lag.ms ({out.min_compaction_lag_ms})"
+                f" > max.compaction.lag.ms ({out.max_compaction_lag_ms})"
+            )
+        return out
+
+
+def _cleanup_policy(value: object) -> str:
+    """cleanup.policy as Kafka's ValidList of compact and delete: a comma
+    separated list, each once; normalized to "compact,delete" order."""
+    if not isinstance(value, str):
+        raise TopicConfigError(f"cleanup.policy={value!r}: must be a list of compact and delete")
+    items = [v.strip() for v in value.split(",")]
+    if not value.strip() or any(v not in CLEANUP_POLICIES for v in items):
+        raise TopicConfigError(
+            f"Invalid value {value} for configuration cleanup.policy: String must be one of: compact, delete"
+        )
+    if len(set(items)) != len(items):
+        raise TopicConfigError(f"Configuration 'cleanup.policy' values must not be duplicated: {value}")
+    return ",".join(p for p in CLEANUP_POLICIES if p in items)
+
+
+def _ratio(key: str, value: object) -> float:
+    """A DOUBLE config in [0, 1] (Kafka's Range.between(0, 1))."""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise TopicConfigError(f"{key}={value!r}: not a number") from None
+    if not 0.0 <= number <= 1.0:  # (NaN fails both)
+        raise TopicConfigError(f"{key}={number}: must be between 0 and 1")
+    return number
 
 
 # key -> (attribute, minimum, maximum): Kafka's ranges (INT configs end at
@@ -112,5 +185,14 @@ _INT_KEYS: dict[str, tuple[str, int, int]] = {
     "segment.ms": ("segment_ms", 1, INT64_MAX),
     "segment.index.bytes": ("segment_index_bytes", SEGMENT_INDEX_BYTES_MIN, SEGMENT_INDEX_BYTES_MAX),
     "index.interval.bytes": ("index_interval_bytes", 0, INT32_MAX),
+    "delete.retention.ms": ("delete_retention_ms", 0, INT64_MAX),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", 0, INT64_MAX),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", 1, INT64_MAX),
 }
-_KNOWN = {"message.timestamp.type", "remote.storage.enable", *_INT_KEYS}
+_KNOWN = {
+    "message.timestamp.type",
+    "remote.storage.enable",
+    "cleanup.policy",
+    "min.cleanable.dirty.ratio",
+    *_INT_KEYS,
+}

@@ -58,6 +58,7 @@ from partlog.kafka_front.port import BrokerPort
 from partlog.kafka_front.txn_apis import TxnApis
 from partlog.kafka_front.txn_coordinator import TXN_STATE_PARTITIONS_DEFAULT, TxnCoordinator
 from partlog.kafka_front.txn_rpc import TxnRpcFront
+from partlog.tiered.cleaner import CleanerError, keyless_record
 from partlog.txn.coordinator import TRANSACTION_MAX_TIMEOUT_MS_DEFAULT, TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT
 
 log = logging.getLogger(__name__)
@@ -332,6 +333,8 @@ class KafkaApis(ApiHandlers):
                     # sequence numbers (TxnOffsetCommit's); from a client, as
                     # Kafka's leader, the sequence is out of order.
                     error, message = Errors.OUT_OF_ORDER_SEQUENCE_NUMBER, "transactional batch without a sequence"
+                if error is None and tp is not None:
+                    error, message = self._compacted_keys(tp, records)
                 seen.add(key)
                 if error is not None:
                     answers[key] = _produced(key[1], error, message)
@@ -363,6 +366,17 @@ class KafkaApis(ApiHandlers):
         }
 
     # -------------------------------------------------------------- fetch
+
+    def _compacted_keys(self, tp: TopicIdPartition, records: bytes) -> tuple[Errors | None, str | None]:
+        """Kafka's LogValidator on a compacted topic: every record has a key."""
+        if not self.broker.compacted(tp.topic_id):
+            return None, None
+        try:
+            if keyless_record(bytes(records)):
+                return Errors.INVALID_RECORD, "Compacted topic cannot accept message without key."
+        except CleanerError as e:
+            return Errors.CORRUPT_MESSAGE, str(e)
+        return None, None
 
     async def fetch(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         meta = self.broker.metadata

@@ -143,6 +143,10 @@ class BrokerPort(Protocol):
 
     def topic_config(self, topic_id: uuid.UUID) -> TopicConfig: ...
 
+    def compacted(self, topic_id: uuid.UUID) -> bool:
+        """The topic's cleanup.policy has compact (from memory: produce asks it)."""
+        ...
+
     def serves(self, tp: TopicIdPartition) -> bool:
         """This broker holds a replica of ``tp`` (leader or follower)."""
         ...

@@ -74,10 +74,11 @@ from partlog.kafka.records import (
 )
 from partlog.kafka.topic_config import TopicConfig
 from partlog.runtime import SYSTEM_CLOCK
-from partlog.store import retention, segments, topics
+from partlog.store import compaction, retention, topics
 from partlog.store.catalog import Catalog
 from partlog.store.check import check_store
 from partlog.store.checkpoint import Checkpointer
+from partlog.store.compaction import SegmentRewrite
 from partlog.store.env import open_files
 from partlog.store.epochs import EpochCache
 from partlog.store.follower_commit import FollowerCall, ReplicaAppend, ReplicaWrites
@@ -671,9 +672,9 @@ class MetadataStore:
 
     # ------------------------------------------------------------ deletion
 
-    def swap_to_segment(self, req: SegmentSwap, *, replicated: bool = False) -> SegmentSwapResult:
-        """Move a range's references to a tiered segment (:mod:`partlog.store.segments`), now by the store's clock."""
-        swap = functools.partial(segments.swap_to_segment, replicated=replicated)
+    def swap_to_segment(self, req: SegmentSwap | SegmentRewrite, *, replicated: bool = False) -> SegmentSwapResult:
+        """Move a range's references to a tiered segment, or swap in its cleaned copy (:mod:`.compaction`)."""
+        swap = functools.partial(compaction.swap, replicated=replicated)
         return self._write(lambda s: swap(s, self._catalog, self._log, self._index, req, now_ms=self._clock()))
 
     def segments(self, tp: TopicIdPartition, from_start: int = 0, rows_max: int | None = None) -> list[Segment]:

@@ -175,6 +175,9 @@ class LogChunks:
     def add_segment(self, txn: lmdb.Transaction, part: Part, seg: Segment) -> None:
         txn.put(PART_KEY.pack(part.part_id, seg.start_offset), seg.pack(), db=self._segments)
 
+    def drop_segment(self, txn: lmdb.Transaction, part: Part, start_offset: int) -> None:
+        txn.delete(PART_KEY.pack(part.part_id, start_offset), db=self._segments)
+
     def _prune_segments(self, txn: lmdb.Transaction, part: Part, below: int | None, reaching: int | None) -> None:
         """Drop the rows ending below ``below`` (all if both are None) or
         reaching ``reaching``."""
@@ -245,6 +248,33 @@ class LogChunks:
                 cur.put(k, bytes(out))
             positioned = cur.next()
         return released, moved, position - first
+
+    def rewrite(self, txn: lmdb.Transaction, part: Part, entries: dict[int, bytes]) -> int:
+        """Replace whole entries in place: base offset -> the new entry's
+        bytes (same base offset, so chunk keys stay).  The caller validated
+        them and keeps the counters and the index; returns how many."""
+        done = 0
+        first, last = min(entries), max(entries)
+        cur = txn.cursor(db=self._db)
+        prefix = U32.pack(part.part_id)
+        positioned = self._seek_chunk(cur, PART_KEY.pack(part.part_id, first))
+        while positioned and cur.key()[:4] == prefix:
+            k = bytes(cur.key())
+            v = bytes(cur.value())
+            at, n = chunk_span(part.tp, k, v)
+            if at > last:
+                break
+            out = bytearray(v)
+            for i in range(n):
+                new = entries.get(chunk_base(v, i))
+                if new is not None:
+                    verify(len(new) == ENTRY_SIZE and chunk_base(new, 0) == chunk_base(v, i), "a bad rewritten entry")
+                    out[i * ENTRY_SIZE : (i + 1) * ENTRY_SIZE] = new
+                    done += 1
+            if out != v:
+                cur.put(k, bytes(out))
+            positioned = cur.next()
+        return done
 
     def _drop_entry(self, part: Part, e: Entry, per_file: dict[int, list[int]]) -> None:
         """Account for one dropped entry: live counters and file deltas (an

@@ -84,7 +84,9 @@ def enforce_retention(
 
 def _retention_point(txn: lmdb.Transaction, log: LogChunks, part: Part, hwm: int, cfg: TopicConfig, now: int) -> int:
     """The base offset of the first batch retention keeps (or the HWM)."""
-    if cfg.retention_ms < 0 and cfg.retention_bytes < 0:
+    # A compact-only topic keeps its batches whatever retention says
+    # (Kafka's deleteOldSegments checks config.delete first).
+    if not cfg.delete or (cfg.retention_ms < 0 and cfg.retention_bytes < 0):
         return part.log_start_offset
     size = part.live_bytes
     point = part.log_start_offset

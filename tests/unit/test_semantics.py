@@ -719,3 +719,13 @@ def test_concurrent_commits_group_commit(tmp_path: Path) -> None:
                     nxt = last + 1
         assert acked == {}
         assert sum(len(r) for r in results.values()) == sum(len(fetch_all(store, tp)) for tp in tps)
+
+
+def test_retention_skips_compact_only_topics(store: MetadataStore) -> None:
+    # As Kafka's deleteOldSegments: retention deletes only with cleanup.policy=delete.
+    configs: dict[str, str | int] = {"retention.bytes": 0, "cleanup.policy": "compact"}
+    [tp] = topic(store, **configs)
+    commit(store, [(tp, build_batch(1))] * 3)
+    assert store.enforce_retention() == {}
+    store.alter_topic_configs(tp.topic_id, {"cleanup.policy": "compact,delete"})
+    assert store.enforce_retention() == {tp: 3}

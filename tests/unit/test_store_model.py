@@ -33,6 +33,7 @@ from partlog import (
     TopicIdPartition,
 )
 from partlog.store import SegmentSwap
+from partlog.store.compaction import SegmentRewrite
 from partlog.wal.key import make_wal_key
 from tests.batches import build_batch, request
 from tests.clock import Clock
@@ -357,6 +358,48 @@ class StoreVsModel(RuleBasedStateMachine):
         want, moved = self.model.swap_to_segment(tp, start, end, key, size)
         assert (got.error, got.moved) == (want, moved), (req, got)
         event(f"swap: {want.name}")
+
+    @precondition(lambda self: any(p.segments for p in self.model.partitions.values()))
+    @rule(data=st.data())
+    def rewrite_segments(self, data: st.DataObject) -> None:
+        """The cleaner's swap: adjacent rows replaced by one segment whose
+        batches are smaller (emptied headers), sometimes with the wrong
+        rows, a size off, a header short, or a retry."""
+        tp = data.draw(st.sampled_from(sorted((t for t, p in self.model.partitions.items() if p.segments), key=str)))
+        part = self.model.partitions[tp]
+        i = data.draw(st.integers(0, len(part.segments) - 1))
+        j = data.draw(st.integers(i, min(len(part.segments) - 1, i + 2)))
+        rows = part.segments[i : j + 1]
+        start, end = rows[0][0], rows[-1][1]
+        replaced = tuple(r[3] for r in rows)
+        headers: list[bytes] = []
+        if start >= part.log_start:
+            for e in self.store.read_log(tp, start, 1 << 40).entries:
+                if e.base_offset > end:
+                    break
+                shrink = data.draw(st.booleans())
+                size = 61 + (e.size - 61) // 2 if shrink else e.size
+                h = bytearray(e.header)
+                h[8:12] = (size - 12).to_bytes(4, "big")
+                if shrink:
+                    h[57:61] = (0).to_bytes(4, "big")  # fewer records: none
+                headers.append(bytes(h))
+        mutation = data.draw(st.sampled_from(["none"] * 5 + ["rows", "size", "short", "retry"]))
+        self.segments_made += 1
+        key = f"tiered/{self.segments_made:x}.log"
+        if mutation == "rows" and len(replaced) > 1:
+            replaced = replaced[1:]
+        elif mutation == "short" and headers:
+            headers = headers[:-1]
+        elif mutation == "retry":
+            key = rows[0][3]
+        sizes = [int.from_bytes(h[8:12], "big") + 12 for h in headers]
+        size = sum(sizes) + (1 if mutation == "size" else 0)
+        req = SegmentRewrite(tp, start, end, key, size, 1, replaced, tuple(headers))
+        got = self.store.swap_to_segment(req)
+        want, moved = self.model.rewrite_segments(tp, start, end, key, size, replaced, headers)
+        assert (got.error, got.moved) == (want, moved), (req, got)
+        event(f"rewrite: {want.name}")
 
     @rule(explicit_now=st.booleans())
     def enforce_retention(self, explicit_now: bool) -> None:

@@ -429,7 +429,7 @@ def test_commit_deadline(store: MetadataStore, clock: Clock) -> None:
     ("configs", "named"),
     [
         ({"retention.msx": 1}, "retention.msx"),
-        ({"cleanup.policy": "compact"}, "cleanup.policy"),
+        ({"cleanup.policy": "compacted"}, "cleanup.policy"),
         ({"retention.ms": "abc"}, "retention.ms"),
         ({"retention.ms": -2}, "retention.ms"),
         ({"retention.bytes": -5}, "retention.bytes"),
