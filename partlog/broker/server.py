@@ -70,7 +70,7 @@ from partlog.controller.cluster_meta import (
     MetadataSource,
     StaticMetadata,
 )
-from partlog.fetch.reads import CACHE_BYTES_MAX_DEFAULT, RangeCache
+from partlog.fetch.reads import CACHE_BYTES_MAX_DEFAULT, SEGMENT_READ_CHUNK_BYTES_DEFAULT, RangeCache
 from partlog.kafka.errors import Errors, peer_error
 from partlog.kafka.principal_rules import PrincipalMapper
 from partlog.kafka.records import (
@@ -129,6 +129,9 @@ class BrokerConfig:
     commit_rpc_timeout_ms: int = COMMIT_RPC_TIMEOUT_MS_DEFAULT
     commit_deadline_ms: int = COMMIT_DEADLINE_MS_DEFAULT
     fetch_cache_bytes_max: int = CACHE_BYTES_MAX_DEFAULT
+    # Tiered segments are read in aligned chunks of this size (read-ahead
+    # through the fetch cache, docs/design/tiered-reads.md); 0: no read-ahead.
+    segment_read_chunk_bytes: int = SEGMENT_READ_CHUNK_BYTES_DEFAULT
     secret: bytes | None = field(default=None, repr=False)
     # TLS for the broker RPC: the server side (CERT_REQUIRED for mutual TLS)
     # and the context this broker connects to other brokers with.
@@ -151,8 +154,9 @@ class BrokerConfig:
         for name in names:
             if getattr(self, name) <= 0:
                 raise ValueError(f"BrokerConfig.{name} must be > 0, got {getattr(self, name)}")
-        if self.fetch_cache_bytes_max < 0:
-            raise ValueError(f"BrokerConfig.fetch_cache_bytes_max must be >= 0, got {self.fetch_cache_bytes_max}")
+        for name in ("fetch_cache_bytes_max", "segment_read_chunk_bytes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"BrokerConfig.{name} must be >= 0, got {getattr(self, name)}")
 
 
 class Broker:
@@ -298,6 +302,7 @@ class Broker:
             metadata=current,
             as_leader=lambda method, body: self.rpc.as_leader(method, body),
             clock=clock,
+            segment_read_chunk_bytes=config.segment_read_chunk_bytes,
         )
         self.rpc = RpcHandlers(
             bid,
