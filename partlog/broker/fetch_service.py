@@ -21,6 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from partlog.broker.local_segments import LocalSegments
 from partlog.broker.metrics import BrokerMetrics
 from partlog.broker.peers import Peers
 from partlog.controller.cluster_meta import MetadataSource
@@ -82,6 +83,7 @@ class FetchService:
         as_leader: Callable[[str, Any], Awaitable[Any]],
         clock: Clock,
         segment_read_chunk_bytes: int = SEGMENT_READ_CHUNK_BYTES_DEFAULT,
+        local: LocalSegments | None = None,
     ) -> None:
         self.clock = clock  # the long poll's deadline
         self.broker_id = broker_id
@@ -94,6 +96,8 @@ class FetchService:
         # cache holds enough of them; 0: exactly the batches' span.
         chunked = segment_read_chunk_bytes > 0 and cache.bytes_max >= CACHE_CHUNKS_MIN * segment_read_chunk_bytes
         self.chunk_bytes = segment_read_chunk_bytes if chunked else 0
+        # Local copies of recent segments, read before the cache and the store.
+        self.local = local
         self.data = data
         self.peers = peers
         self.metrics = metrics
@@ -162,7 +166,12 @@ class FetchService:
 
     async def _read(self, key: str, offset: int, length: int, fill: ObjectRead) -> bytes | BaseException:
         """Bytes ``[offset, offset + length)`` of ``key`` from the cache, else
-        from a GET of ``fill`` (which holds them), cached."""
+        from a GET of ``fill`` (which holds them), cached; a segment this
+        replica holds a copy of is read from its disk."""
+        if self.local is not None and self.local.holds(key):
+            held = await asyncio.to_thread(self.local.read, key, offset, length)
+            if held is not None:
+                return held
         cached = self.cache.get(key, offset, length)
         if cached is not None:
             self.metrics.fetch_cache_hits.inc()

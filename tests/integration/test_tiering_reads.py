@@ -2,18 +2,26 @@
 brokers with Kafka listeners (RF 3), a topic tiered once written.
 librdkafka's ListOffsets by timestamp answers the same before and after the
 swap, and its consumer reads every record once, in order, from offset 0;
-the leader reads the segments in chunks (few GETs)."""
+the leader reads the segments in chunks (few GETs).  A replica keeps its
+newest segments on disk and reads them without GETs."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from partlog.kafka.records import TopicIdPartition
+from partlog.broker.server import Broker, BrokerConfig
+from partlog.client.producer import Producer
+from partlog.controller.cluster_meta import StaticMetadata
+from partlog.kafka.records import FindBatchRequest, TopicIdPartition
+from partlog.produce.pipeline import ProduceConfig
+from partlog.wal.localdir_store import LocalDirStore
 from partlog.wal.s3_store import S3Store
 from tests.kafka_helpers import ClusterThread
 
@@ -115,3 +123,69 @@ def test_librdkafka_reads_tiered_segments_and_lists_offsets_by_time(cluster: Clu
     # Read in chunks of 8 MiB: one GET per segment (each under 1 MiB), not
     # one per fetch.  (A replica in the client's AZ may have served some.)
     assert leader.stats.fetch_gets - gets_before <= len(rows)
+
+
+@pytest.mark.timeout(120)
+def test_a_replica_keeps_its_newest_segments_on_disk_and_reads_them_without_gets(tmp_path: Path) -> None:
+    """Local copies (KIP-1163's third policy): the newest segments that fit
+    the partition's share are files on the broker's disk; a fetch of them
+    makes no GET; older copies are deleted once newer segments take the room."""
+
+    async def main() -> None:
+        meta = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"t": 1})
+        config = BrokerConfig(
+            1, "az1", str(tmp_path / "b1"), sync=False, produce=ProduceConfig(commit_interval_ms=5),
+            tiering_interval_ms=20, local_segment_bytes_per_partition=MiB * 5 // 2,
+        )  # fmt: skip
+        objects = LocalDirStore(tmp_path / "objects", fsync=False)
+        broker = Broker(config, meta, objects)
+        await broker.start()
+        broker.set_metadata(meta.with_ports({1: broker.port}))
+        [topic] = meta.topics()
+        tp = TopicIdPartition(topic.topic_id, 0)
+        copies = tmp_path / "b1" / "local-segments"
+        try:
+            broker.alter_topic_configs(topic.topic_id, {"remote.storage.enable": "true", "segment.bytes": MiB})
+            producer = Producer(("127.0.0.1", broker.port), linger_ms=2, batch_bytes_max=64 << 10)
+            await producer.start()
+
+            async def write(n: int) -> None:
+                await asyncio.gather(*[producer.send(tp, f"{i:05d}".encode() * 1600) for i in range(n)])
+
+            async def newest_two_held() -> list[Any]:
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline:
+                    rows = broker.store.segments(tp)
+                    if len(rows) >= 4 and set(broker.local_segments.held) == {r.object_key for r in rows[-2:]}:
+                        return rows
+                    await asyncio.sleep(0.05)
+                raise AssertionError(f"held {list(broker.local_segments.held)}, rows {broker.store.segments(tp)}")
+
+            await write(640)  # ~5 MiB: four segments of 1 MiB and a tail
+            rows = await newest_two_held()
+            assert len(list(copies.iterdir())) == 2  # complete files only, no temporary left
+            m = broker.metrics
+            assert m.local_segment_bytes._value.get() == rows[-1].size + rows[-2].size
+            gets, hits = broker.stats.fetch_gets, m.local_segment_hits._value.get()
+            newest = rows[-1]
+            answer = await broker.fetch(
+                [FindBatchRequest(tp, newest.start_offset, newest.size)], max_wait_ms=0, min_bytes=1,
+                max_bytes=newest.size,
+            )  # fmt: skip
+            assert answer["partitions"][0][3] == objects.get(newest.object_key)
+            assert broker.stats.fetch_gets == gets and m.local_segment_hits._value.get() > hits
+            # The oldest segment is not held: read through the store.
+            await broker.fetch([FindBatchRequest(tp, 0, 1000)], max_wait_ms=0, min_bytes=1, max_bytes=1000)
+            assert broker.stats.fetch_gets == gets + 1
+
+            await write(400)  # more segments: the copies move to the newest two
+            await producer.flush()
+            later = await newest_two_held()
+            assert later[-1].start_offset > newest.start_offset
+            assert len(list(copies.iterdir())) == 2
+            assert m.local_segment_downloads._value.get() >= 4
+            await producer.close()
+        finally:
+            await broker.stop()
+
+    asyncio.run(main())
