@@ -17,7 +17,8 @@ Once the builder has closed every segment it can (the tail left is less
 than a segment), partlog's consumer (fetches of ``partition_fetch_kib``,
 Kafka's default 1 MiB) reads partition 0 of each topic from offset 0 to the
 end of the last segment, on a cold fetch cache:
-GET requests per 4 MiB read (the broker's ``partlog_fetch_gets``) and MiB/s
+GET requests per 4 MiB read (the broker's ``partlog_fetch_gets``; local
+segment copies are off, so every segment byte comes from the store) and MiB/s
 for both, their ratio, and verdicts against the issue's targets (GETs <= 1
 per 4 MiB from segments; throughput >= 3x the WAL read).  Bounded: ``mib``
 at most ``MIB_MAX``, and every phase ends by ``deadline_s`` (TimeoutError).
@@ -123,6 +124,7 @@ async def _run(
         1, "az1", os.path.join(data_dir, "b1"), sync=False,
         produce=ProduceConfig(commit_interval_ms=COMMIT_INTERVAL_MS),
         tiering_interval_ms=TIERING_INTERVAL_MS, segment_read_chunk_bytes=chunk_bytes,
+        local_segment_bytes_per_partition=0,  # every segment read from the store
     )  # fmt: skip
     broker = Broker(config, meta, objects)
     await broker.start()

@@ -227,7 +227,8 @@ def add_parser(sub: Subparsers) -> None:
         "0 to the last segment's end on a cold fetch cache with partlog's consumer (fetches of "
         "--partition-fetch-kib KiB): MiB/s and GET requests per 4 MiB read, their ratio, and verdicts against "
         "issue 31's targets (GETs <= 1 per 4 MiB from segments, "
-        "throughput >= 3x the WAL read). Writes about 2 x --mib MiB; bounded by --deadline-s.",
+        "throughput >= 3x the WAL read). Local segment copies are off: every segment byte comes from the store. "
+        "Writes about 2 x --mib MiB; bounded by --deadline-s.",
     )
     bt.add_argument("--json", action="store_true", help="print one JSON object")
     bt.add_argument("--mib", type=_mib, default=1024, help="MiB of partition 0's history per topic (default 1024)")
