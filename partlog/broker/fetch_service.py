@@ -49,6 +49,10 @@ from partlog.wal.objectstore import ObjectStore
 
 log = logging.getLogger(__name__)
 
+# Chunk GETs started ahead of a segment's reader at once (each at most a
+# chunk: 32 MiB in flight with the default chunk).
+PREFETCHES_MAX = 4
+
 
 class NewData:
     """Wakes whoever waits for entries to become visible on this broker.
@@ -98,6 +102,10 @@ class FetchService:
         self.chunk_bytes = segment_read_chunk_bytes if chunked else 0
         # Local copies of recent segments, read before the cache and the store.
         self.local = local
+        # GETs running, by (key, offset, length): a reader of a chunk being
+        # read (ahead) awaits that GET rather than sending another.
+        self._inflight: dict[tuple[str, int, int], asyncio.Future[bytes | BaseException]] = {}
+        self._prefetches = 0
         self.data = data
         self.peers = peers
         self.metrics = metrics
@@ -162,7 +170,24 @@ class FetchService:
             return got if isinstance(got, BaseException) else (r.offset, got)
         chunks = segment_chunks(r, self.chunk_bytes)
         parts = await asyncio.gather(*(self._read(r.key, c.want_offset, c.want_length, c.fill) for c in chunks))
+        self._prefetch_after(chunks[-1].fill)
         return join_chunks(r, chunks, parts)
+
+    def _prefetch_after(self, last: ObjectRead) -> None:
+        """Start the GET of the chunk after ``last``, which a reader going
+        forward asks for next, while it reads this one from the cache: when
+        ``last`` is cached whole (a shorter one ends the segment) and the
+        next is neither cached nor being read."""
+        nxt = ObjectRead(last.key, last.offset + last.length, last.length)
+        if self._prefetches >= PREFETCHES_MAX or self.cache.cached_bytes(last.key, last.offset) < last.length:
+            return
+        if self.cache.cached_bytes(nxt.key, nxt.offset) or (nxt.key, nxt.offset, nxt.length) in self._inflight:
+            return
+        self._prefetches += 1
+        self._get(nxt).add_done_callback(lambda _: self._prefetch_done())
+
+    def _prefetch_done(self) -> None:
+        self._prefetches -= 1
 
     async def _read(self, key: str, offset: int, length: int, fill: ObjectRead) -> bytes | BaseException:
         """Bytes ``[offset, offset + length)`` of ``key`` from the cache, else
@@ -176,14 +201,29 @@ class FetchService:
         if cached is not None:
             self.metrics.fetch_cache_hits.inc()
             return cached
+        data = await asyncio.shield(self._get(fill))
+        if isinstance(data, BaseException):
+            return data
+        return data[offset - fill.offset : offset - fill.offset + length]
+
+    def _get(self, fill: ObjectRead) -> asyncio.Future[bytes | BaseException]:
+        """The GET of ``fill``, cached once read: the one running, or a new one."""
+        flight = (fill.key, fill.offset, fill.length)
+        running = self._inflight.get(flight)
+        if running is None:
+            running = self._inflight[flight] = asyncio.ensure_future(self._get_now(fill))
+            running.add_done_callback(lambda _: self._inflight.pop(flight, None))
+        return running
+
+    async def _get_now(self, fill: ObjectRead) -> bytes | BaseException:
         self.metrics.fetch_gets.inc()
         try:
-            data = await asyncio.to_thread(self.objects.get_range, key, fill.offset, fill.length)
+            data = await asyncio.to_thread(self.objects.get_range, fill.key, fill.offset, fill.length)
         except Exception as e:  # answered as a retriable error for the partitions that needed it
             return e
-        self.cache.put(key, fill.offset, data)
+        self.cache.put(fill.key, fill.offset, data)
         self.metrics.cache_bytes.set(self.cache.bytes)
-        return data[offset - fill.offset : offset - fill.offset + length]
+        return data
 
     # -------------------------------------------------------------- routing
 

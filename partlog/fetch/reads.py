@@ -237,6 +237,16 @@ class RangeCache:
         self.misses += 1
         return None
 
+    def cached_bytes(self, key: str, offset: int) -> int:
+        """How many bytes from ``offset`` one cached read of ``key`` holds
+        (0: none); neither a hit nor a use."""
+        best = 0
+        for start in self._by_key.get(key, ()):
+            data = self._entries[(key, start)]
+            if start <= offset < start + len(data):
+                best = max(best, start + len(data) - offset)
+        return best
+
     def put(self, key: str, offset: int, data: bytes) -> None:
         if len(data) > self.bytes_max:
             return
