@@ -50,7 +50,7 @@ PARTITIONS_MAX = 256
 # The builder makes segments of at most 64 MiB (SEGMENT_BYTES_BUILD_MAX).
 SEGMENT_MIB_MAX = 64
 # No new segment for this long: the builder has closed all it can.
-SETTLED_S = 3.0
+SETTLED_S = 10.0
 # Issue 31's targets for the catch-up read.
 GETS_PER_4_MIB_TARGET = 1.0
 THROUGHPUT_RATIO_TARGET = 3.0
