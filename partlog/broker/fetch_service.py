@@ -201,7 +201,12 @@ class FetchService:
         if cached is not None:
             self.metrics.fetch_cache_hits.inc()
             return cached
-        data = await asyncio.shield(self._get(fill))
+        if not (self.chunk_bytes and is_segment_key(fill.key)):
+            # A WAL object's read: no reader shares it (and no task, so the
+            # simulation's schedule stays the one it always was).
+            data = await self._get_now(fill)
+        else:
+            data = await asyncio.shield(self._get(fill))
         if isinstance(data, BaseException):
             return data
         return data[offset - fill.offset : offset - fill.offset + length]
