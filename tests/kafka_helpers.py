@@ -16,6 +16,7 @@ from partlog.kafka_front.apis import FrontConfig
 from partlog.tools.cluster_options import ClusterOptions
 from partlog.tools.local_cluster import LocalCluster
 from partlog.wal.localdir_store import LocalDirStore
+from partlog.wal.objectstore import ObjectStore
 
 T = TypeVar("T")
 
@@ -24,7 +25,9 @@ class ClusterThread:
     """A LocalCluster (controller, brokers with Kafka listeners) on an event
     loop in a background thread."""
 
-    def __init__(self, data_dir: str, front: FrontConfig | None = None, **opts: Any) -> None:
+    def __init__(
+        self, data_dir: str, front: FrontConfig | None = None, objects: ObjectStore | None = None, **opts: Any
+    ) -> None:
         defaults: dict[str, Any] = {
             "azs": 3,
             "brokers_per_az": 1,
@@ -38,7 +41,8 @@ class ClusterThread:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.cluster = LocalCluster(self.opts, data_dir, LocalDirStore(f"{data_dir}/objects"), front=front)
+        store = objects or LocalDirStore(f"{data_dir}/objects")
+        self.cluster = LocalCluster(self.opts, data_dir, store, front=front)
         self.call(self.cluster.start())
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:

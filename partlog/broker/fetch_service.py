@@ -3,7 +3,8 @@ long-poll, and requests routed to other brokers.
 
 * ``fetch``: partitions this broker holds a replica of (any replica serves
   up to its HWM, KIP-392 style): the store's coordinates, one ranged GET per
-  WAL object (through a :class:`RangeCache`), assembled; a fetch with too
+  WAL object, or aligned chunks of a tiered segment (both through a
+  :class:`RangeCache`), assembled; a fetch with too
   little data waits until ``NewData`` wakes it (a commit landed, an HWM
   moved) or ``max_wait_ms`` passes.
 * ``fetch_routed``: any partition: read here, or fetched over the broker RPC
@@ -20,10 +21,21 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from partlog.broker.local_segments import LocalSegments
 from partlog.broker.metrics import BrokerMetrics
 from partlog.broker.peers import Peers
 from partlog.controller.cluster_meta import MetadataSource
-from partlog.fetch.reads import RangeCache, assemble, plan_reads
+from partlog.fetch.reads import (
+    CACHE_CHUNKS_MIN,
+    SEGMENT_READ_CHUNK_BYTES_DEFAULT,
+    ObjectRead,
+    RangeCache,
+    assemble,
+    is_segment_key,
+    join_chunks,
+    plan_reads,
+    segment_chunks,
+)
 from partlog.kafka.errors import Errors, peer_error
 from partlog.kafka.records import BatchInfo, FindBatchRequest, ListOffsetsRequest, TopicIdPartition
 from partlog.replication.manager import ReplicaManager
@@ -36,6 +48,10 @@ from partlog.store import MetadataStore
 from partlog.wal.objectstore import ObjectStore
 
 log = logging.getLogger(__name__)
+
+# Chunk GETs started ahead of a segment's reader at once (each at most a
+# chunk: 32 MiB in flight with the default chunk).
+PREFETCHES_MAX = 4
 
 
 class NewData:
@@ -70,6 +86,8 @@ class FetchService:
         metadata: Callable[[], MetadataSource],
         as_leader: Callable[[str, Any], Awaitable[Any]],
         clock: Clock,
+        segment_read_chunk_bytes: int = SEGMENT_READ_CHUNK_BYTES_DEFAULT,
+        local: LocalSegments | None = None,
     ) -> None:
         self.clock = clock  # the long poll's deadline
         self.broker_id = broker_id
@@ -78,6 +96,16 @@ class FetchService:
         self.replicas = replicas
         self.objects = objects
         self.cache = cache
+        # Segment reads in aligned chunks (partlog.fetch.reads), while the
+        # cache holds enough of them; 0: exactly the batches' span.
+        chunked = segment_read_chunk_bytes > 0 and cache.bytes_max >= CACHE_CHUNKS_MIN * segment_read_chunk_bytes
+        self.chunk_bytes = segment_read_chunk_bytes if chunked else 0
+        # Local copies of recent segments, read before the cache and the store.
+        self.local = local
+        # GETs running, by (key, offset, length): a reader of a chunk being
+        # read (ahead) awaits that GET rather than sending another.
+        self._inflight: dict[tuple[str, int, int], asyncio.Future[bytes | BaseException]] = {}
+        self._prefetches = 0
         self.data = data
         self.peers = peers
         self.metrics = metrics
@@ -107,7 +135,7 @@ class FetchService:
             if f.errors == Errors.NONE:
                 by_tp[req.topic_id_partition] = list(f.batches)
         reads = plan_reads([b for bs in by_tp.values() for b in bs])
-        got = await asyncio.gather(*(self._read(r.key, r.offset, r.length) for r in reads))
+        got = await asyncio.gather(*(self._read_planned(r) for r in reads))
         data = assemble(by_tp, {r.key: g for r, g in zip(reads, got, strict=True)})
         for d in data:
             if d.error == Errors.CORRUPT_MESSAGE:
@@ -136,19 +164,71 @@ class FetchService:
                 )  # fmt: skip
         return {"partitions": out}
 
-    async def _read(self, key: str, offset: int, length: int) -> tuple[int, bytes] | BaseException:
+    async def _read_planned(self, r: ObjectRead) -> tuple[int, bytes] | BaseException:
+        if not self.chunk_bytes or not is_segment_key(r.key):
+            got = await self._read(r.key, r.offset, r.length, r)
+            return got if isinstance(got, BaseException) else (r.offset, got)
+        chunks = segment_chunks(r, self.chunk_bytes)
+        parts = await asyncio.gather(*(self._read(r.key, c.want_offset, c.want_length, c.fill) for c in chunks))
+        self._prefetch_after(chunks[-1].fill)
+        return join_chunks(r, chunks, parts)
+
+    def _prefetch_after(self, last: ObjectRead) -> None:
+        """Start the GET of the chunk after ``last``, which a reader going
+        forward asks for next, while it reads this one from the cache: when
+        ``last`` is cached whole (a shorter one ends the segment) and the
+        next is neither cached nor being read."""
+        nxt = ObjectRead(last.key, last.offset + last.length, last.length)
+        if self._prefetches >= PREFETCHES_MAX or self.cache.cached_bytes(last.key, last.offset) < last.length:
+            return
+        if self.cache.cached_bytes(nxt.key, nxt.offset) or (nxt.key, nxt.offset, nxt.length) in self._inflight:
+            return
+        self._prefetches += 1
+        self._get(nxt).add_done_callback(lambda _: self._prefetch_done())
+
+    def _prefetch_done(self) -> None:
+        self._prefetches -= 1
+
+    async def _read(self, key: str, offset: int, length: int, fill: ObjectRead) -> bytes | BaseException:
+        """Bytes ``[offset, offset + length)`` of ``key`` from the cache, else
+        from a GET of ``fill`` (which holds them), cached; a segment this
+        replica holds a copy of is read from its disk."""
+        if self.local is not None and self.local.holds(key):
+            held = await asyncio.to_thread(self.local.read, key, offset, length)
+            if held is not None:
+                return held
         cached = self.cache.get(key, offset, length)
         if cached is not None:
             self.metrics.fetch_cache_hits.inc()
-            return offset, cached
+            return cached
+        if not (self.chunk_bytes and is_segment_key(fill.key)):
+            # A WAL object's read: no reader shares it (and no task, so the
+            # simulation's schedule stays the one it always was).
+            data = await self._get_now(fill)
+        else:
+            data = await asyncio.shield(self._get(fill))
+        if isinstance(data, BaseException):
+            return data
+        return data[offset - fill.offset : offset - fill.offset + length]
+
+    def _get(self, fill: ObjectRead) -> asyncio.Future[bytes | BaseException]:
+        """The GET of ``fill``, cached once read: the one running, or a new one."""
+        flight = (fill.key, fill.offset, fill.length)
+        running = self._inflight.get(flight)
+        if running is None:
+            running = self._inflight[flight] = asyncio.ensure_future(self._get_now(fill))
+            running.add_done_callback(lambda _: self._inflight.pop(flight, None))
+        return running
+
+    async def _get_now(self, fill: ObjectRead) -> bytes | BaseException:
         self.metrics.fetch_gets.inc()
         try:
-            data = await asyncio.to_thread(self.objects.get_range, key, offset, length)
+            data = await asyncio.to_thread(self.objects.get_range, fill.key, fill.offset, fill.length)
         except Exception as e:  # answered as a retriable error for the partitions that needed it
             return e
-        self.cache.put(key, offset, data)
+        self.cache.put(fill.key, fill.offset, data)
         self.metrics.cache_bytes.set(self.cache.bytes)
-        return offset, data
+        return data
 
     # -------------------------------------------------------------- routing
 

@@ -184,6 +184,19 @@ class BrokerMetrics:
         waiting.set_function(uploads_waiting)
         self.cache_bytes = Gauge("partlog_fetch_cache_bytes", "bytes held by the fetch cache", registry=r)
         self.cache_bytes_max = Gauge("partlog_fetch_cache_bytes_max", "limit of partlog_fetch_cache_bytes", registry=r)
+        # Local copies of recent tiered segments (partlog.broker.local_segments).
+        self.local_segment_bytes = Gauge(
+            "partlog_local_segment_bytes", "bytes of tiered segments held on this broker's disk", registry=r
+        )
+        self.local_segment_hits = Counter(
+            "partlog_local_segment_hits", "fetch reads answered from a local segment copy", registry=r
+        )
+        self.local_segment_downloads = Counter(
+            "partlog_local_segment_downloads", "tiered segments copied to this broker's disk", registry=r
+        )
+        self.local_segment_download_errors = Counter(
+            "partlog_local_segment_download_errors", "local segment copies that failed (retried)", registry=r
+        )
         # Calls to the cluster metadata (the controller) that failed; the
         # broker keeps retrying them, so a count is what shows it.
         self.metadata_errors = Gauge(

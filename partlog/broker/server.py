@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import ssl
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -53,6 +54,11 @@ from partlog.acl import AuthorizerConfig
 from partlog.acl.source import AclSource
 from partlog.broker.fetch_service import FetchService, NewData
 from partlog.broker.leader_commits import LeaderCommits
+from partlog.broker.local_segments import (
+    LOCAL_SEGMENT_BYTES_MAX_DEFAULT,
+    LOCAL_SEGMENT_BYTES_PER_PARTITION_DEFAULT,
+    LocalSegments,
+)
 from partlog.broker.metrics import BrokerMetrics, BrokerStats
 from partlog.broker.peers import Peers
 from partlog.broker.produce_driver import PRODUCE_TIMEOUT_MS_DEFAULT, ProduceDriver
@@ -70,7 +76,7 @@ from partlog.controller.cluster_meta import (
     MetadataSource,
     StaticMetadata,
 )
-from partlog.fetch.reads import CACHE_BYTES_MAX_DEFAULT, RangeCache
+from partlog.fetch.reads import CACHE_BYTES_MAX_DEFAULT, SEGMENT_READ_CHUNK_BYTES_DEFAULT, RangeCache
 from partlog.kafka.errors import Errors, peer_error
 from partlog.kafka.principal_rules import PrincipalMapper
 from partlog.kafka.records import (
@@ -129,6 +135,13 @@ class BrokerConfig:
     commit_rpc_timeout_ms: int = COMMIT_RPC_TIMEOUT_MS_DEFAULT
     commit_deadline_ms: int = COMMIT_DEADLINE_MS_DEFAULT
     fetch_cache_bytes_max: int = CACHE_BYTES_MAX_DEFAULT
+    # Tiered segments are read in aligned chunks of this size (read-ahead
+    # through the fetch cache, docs/design/tiered-reads.md); 0: no read-ahead.
+    segment_read_chunk_bytes: int = SEGMENT_READ_CHUNK_BYTES_DEFAULT
+    # Local copies of each served partition's newest segments (KIP-1163's
+    # third policy), at most this many bytes a partition (0: off) and in all.
+    local_segment_bytes_per_partition: int = LOCAL_SEGMENT_BYTES_PER_PARTITION_DEFAULT
+    local_segment_bytes_max: int = LOCAL_SEGMENT_BYTES_MAX_DEFAULT
     secret: bytes | None = field(default=None, repr=False)
     # TLS for the broker RPC: the server side (CERT_REQUIRED for mutual TLS)
     # and the context this broker connects to other brokers with.
@@ -151,8 +164,10 @@ class BrokerConfig:
         for name in names:
             if getattr(self, name) <= 0:
                 raise ValueError(f"BrokerConfig.{name} must be > 0, got {getattr(self, name)}")
-        if self.fetch_cache_bytes_max < 0:
-            raise ValueError(f"BrokerConfig.fetch_cache_bytes_max must be >= 0, got {self.fetch_cache_bytes_max}")
+        for name in ("fetch_cache_bytes_max", "segment_read_chunk_bytes", "local_segment_bytes_per_partition",
+                     "local_segment_bytes_max"):  # fmt: skip
+            if getattr(self, name) < 0:
+                raise ValueError(f"BrokerConfig.{name} must be >= 0, got {getattr(self, name)}")
 
 
 class Broker:
@@ -285,6 +300,12 @@ class Broker:
             commit_rpc_timeout_ms=config.commit_rpc_timeout_ms,
         )
         self.producer_ids = ProducerIdBlocks(bid, tasks=self.tasks, metadata=current, clock=clock, entropy=entropy)
+        self.local_segments = LocalSegments(
+            os.path.join(config.data_dir, "local-segments"), self.store, self.replicas, objects, metrics=self.metrics,
+            tasks=self.tasks, stopping=stopping, interval_ms=config.tiering_interval_ms,
+            partition_bytes_max=config.local_segment_bytes_per_partition,
+            total_bytes_max=config.local_segment_bytes_max,
+        )  # fmt: skip
         self.fetches = FetchService(
             bid,
             config.az,
@@ -298,6 +319,8 @@ class Broker:
             metadata=current,
             as_leader=lambda method, body: self.rpc.as_leader(method, body),
             clock=clock,
+            segment_read_chunk_bytes=config.segment_read_chunk_bytes,
+            local=self.local_segments,
         )
         self.rpc = RpcHandlers(
             bid,
@@ -407,7 +430,8 @@ class Broker:
         self.tasks.spawn(self._retention_timer())
         if self.config.walmgr_address:
             self.tasks.spawn(self.notifier.run())
-        self.tiering.ensure_started()  # only if some topic enables it
+        if self.tiering.ensure_started():  # only if some topic enables it
+            self.local_segments.ensure_started()
         log.info("broker started id=%d az=%s port=%d", self.broker_id, self.config.az, self.port)
 
     async def stop(self) -> None:
@@ -605,7 +629,8 @@ class Broker:
         starts once a topic sets remote.storage.enable.  TopicConfigError for
         a bad value, KeyError for an unknown topic."""
         self.store.alter_topic_configs(topic_id, configs)
-        self.tiering.ensure_started()
+        if self.tiering.ensure_started():
+            self.local_segments.ensure_started()
 
     def serves(self, tp: TopicIdPartition) -> bool:
         return self.replicas.serves(tp)

@@ -21,6 +21,13 @@ So does an object that ends before a batch the log points at (truncated:
 the store answers RangeNotSatisfiable): retrying cannot make it longer.
 A read that fails otherwise (the object deleted under a racing walmgr, S3
 down) fails only the partitions that needed it, with a retriable error.
+
+A tiered segment's ``.log`` holds one partition's batches back to back, so
+its reads are widened to aligned chunks of ``chunk_bytes``
+(:func:`segment_chunks`, docs/design/tiered-reads.md): a consumer catching
+up reads the next chunk from the cache, and one GET serves ``chunk_bytes``
+of its history whatever its fetch size.  A WAL object's read is never
+widened (the bytes around a partition's are other partitions').
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from partlog.kafka.batch_header import CRC_START, HEADER_SIZE, LOG_OVERHEAD, MAG
 from partlog.kafka.crc32c import crc32c
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import BatchInfo, TopicIdPartition
+from partlog.wal.key import LOG_SUFFIX
 from partlog.wal.objectstore import RangeNotSatisfiableError
 
 _CRC = struct.Struct(">I")
@@ -43,6 +51,14 @@ _LENGTH = struct.Struct(">i")
 # consumers of a broker, so that N consumers of the same partitions cost one
 # GET, not N.
 CACHE_BYTES_MAX_DEFAULT = 256 * 1024 * 1024
+# A segment read's unit: 8 MiB, so that a catch-up read costs at most one GET
+# per 8 MiB of a segment (issue 31's target is one per 4 MiB, and the last
+# chunk of a segment is short); the cache holds 32 of them by default.
+SEGMENT_READ_CHUNK_BYTES_DEFAULT = 8 * 1024 * 1024
+# Read-ahead only while the cache holds this many chunks: with fewer, a
+# chunk could be evicted before its reader came back for the rest of it,
+# and every fetch would GET a whole chunk.
+CACHE_CHUNKS_MIN = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +92,55 @@ def plan_reads(batches: Sequence[BatchInfo]) -> list[ObjectRead]:
         else:
             spans[b.object_key] = (start, end)
     return [ObjectRead(key, lo, hi - lo) for key, (lo, hi) in spans.items()]
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRead:
+    """Part of an :class:`ObjectRead`, ``[want_offset, want_offset +
+    want_length)``, served from ``fill``: the aligned chunk read (and
+    cached) when no cached read holds it."""
+
+    want_offset: int
+    want_length: int
+    fill: ObjectRead
+
+
+def is_segment_key(key: str) -> bool:
+    """Whether ``key`` names a tiered segment's ``.log`` (a WAL key ends in
+    ``.wal``).  Only the read's size depends on it."""
+    return key.endswith(LOG_SUFFIX)
+
+
+def segment_chunks(read: ObjectRead, chunk_bytes: int) -> list[ChunkRead]:
+    """The aligned chunks of ``chunk_bytes`` that cover ``read``, in order,
+    each with the part of ``read`` it holds.  A chunk may run past the end
+    of the object: the store answers the bytes there are (HTTP ranges)."""
+    if chunk_bytes <= 0 or read.length <= 0:
+        raise ValueError(f"chunks of {chunk_bytes} bytes for a read of {read.length}")
+    out = []
+    end = read.offset + read.length
+    first = read.offset - read.offset % chunk_bytes
+    for start in range(first, end, chunk_bytes):
+        lo, hi = max(start, read.offset), min(start + chunk_bytes, end)
+        out.append(ChunkRead(lo, hi - lo, ObjectRead(read.key, start, chunk_bytes)))
+    return out
+
+
+def join_chunks(
+    read: ObjectRead, chunks: Sequence[ChunkRead], parts: Sequence[bytes | BaseException]
+) -> tuple[int, bytes] | BaseException:
+    """``read``'s bytes from the parts its ``chunks`` (:func:`segment_chunks`)
+    brought, in order, up to the first that came back short (the object
+    ends early: the batches past it fail their checks in :func:`assemble`).
+    A part that failed fails the whole read, as one GET's failure would."""
+    good: list[bytes] = []
+    for chunk, part in zip(chunks, parts, strict=True):
+        if isinstance(part, BaseException):
+            return part
+        good.append(part)
+        if len(part) < chunk.want_length:
+            break
+    return read.offset, b"".join(good)
 
 
 def batch_problem(batch: bytes, info: BatchInfo) -> str | None:
@@ -171,6 +236,16 @@ class RangeCache:
                 return data[offset - start : offset - start + length]
         self.misses += 1
         return None
+
+    def cached_bytes(self, key: str, offset: int) -> int:
+        """How many bytes from ``offset`` one cached read of ``key`` holds
+        (0: none); neither a hit nor a use."""
+        best = 0
+        for start in self._by_key.get(key, ()):
+            data = self._entries[(key, start)]
+            if start <= offset < start + len(data):
+                best = max(best, start + len(data) - offset)
+        return best
 
     def put(self, key: str, offset: int, data: bytes) -> None:
         if len(data) > self.bytes_max:

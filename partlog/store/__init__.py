@@ -689,10 +689,8 @@ class MetadataStore:
         return self._write(lambda s: retention.delete_records(s, self._log, self._txns, reqs))
 
     def enforce_retention(self, now_ms: int | None = None) -> dict[TopicIdPartition, int]:
-        """Apply retention.ms and retention.bytes to every partition, as Kafka's
-        log cleaner does for deleted segments, batch by batch, never past the
-        HWM; expire producer states.  Returns the new log start offsets of the
-        partitions that changed."""
+        """Apply retention.ms and retention.bytes to every partition batch by batch, never past the HWM, and
+        expire producer states.  Returns the new log start offsets of the partitions that changed."""
         now = self._clock() if now_ms is None else now_ms
         return self._write(
             lambda s: retention.enforce_retention(

