@@ -124,6 +124,7 @@ def chunk_changes(
     out: list[Chunk] = []
     compares: dict[tuple[bytes, str], Guard] = {}
     puts: list[tuple[bytes, bytes]] = []
+    put_keys: set[bytes] = set()
     members: list[PartitionChange] = []
     size = 0
 
@@ -133,6 +134,7 @@ def chunk_changes(
             out.append(Chunk(tuple(members), (candidate, *compares.values()), tuple(puts)))
         compares.clear()
         puts.clear()
+        put_keys.clear()
         members.clear()
         size = _guard_bytes(candidate)
 
@@ -146,7 +148,7 @@ def chunk_changes(
             raise ValueError(f"one partition change needs {alone_ops} ops, {alone_bytes} bytes: over the limits")
         for _ in range(2):
             clash = any((g.key, g.target) in compares and compares[(g.key, g.target)] != g for g in need)
-            clash = clash or any(k == put[0] for k, _ in puts)
+            clash = clash or put[0] in put_keys
             new = [g for g in need if (g.key, g.target) not in compares]
             ops = 1 + len(compares) + len(puts) + len(new) + 1
             grown = size + sum(map(_guard_bytes, new)) + _put_bytes(put)
@@ -158,6 +160,7 @@ def chunk_changes(
         for g in new:
             compares[(g.key, g.target)] = g
         puts.append(put)
+        put_keys.add(put[0])
         members.append(ch)
         size = grown
     close()

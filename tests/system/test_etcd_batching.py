@@ -199,3 +199,35 @@ async def _history(admin: EtcdMetadata) -> dict[int, list[PartitionInfo]]:
         with contextlib.suppress(Exception):
             await watch.cancel()
     return out
+
+
+# ------------------------------------------------- partlog bench metadata
+
+
+def test_bench_metadata_options_and_topics() -> None:
+    from partlog.tools import bench_metadata as bm
+
+    for bad in ((), (2,), (bm.PARTITIONS_MAX + 1,), (300,) * (bm.SIZES_MAX + 1)):
+        with pytest.raises(ValueError, match="--partitions"):
+            bm.MetadataBenchOptions(partitions=bad)
+    assert bm.topics(300) == {"bench": 300}
+    assert bm.topics(30_000) == {"bench": 10_000, "bench-1": 10_000, "bench-2": 10_000}
+    assert sum(bm.topics(25_001).values()) == 25_001 and max(bm.topics(25_001).values()) <= 10_000
+
+
+@needs_etcd
+def test_bench_metadata_at_a_small_size(capsys: pytest.CaptureFixture[str]) -> None:
+    """CI's size of `partlog bench metadata`: both back ends, one kill, and
+    the report with its verdicts (never asserted: timings)."""
+    from partlog.tools import bench_metadata as bm
+
+    r = bm.run(bm.MetadataBenchOptions(partitions=(30,), blocks=10, concurrency=2, rounds=3, fencing_rounds=1))
+    (run,) = r["runs"]
+    k = run["etcd"]
+    assert run["partitions"] == 30 and k["failover_ms"]["led"] == 10 and k["elections"]["count"] == 10
+    assert 1 <= k["elections"]["transactions"] <= 2  # 30 partitions fit one transaction
+    assert set(run["verdicts"]) == {"elections_ratio", "failover_p50", "failover_at_target_scale"}
+    assert not run["verdicts"]["failover_at_target_scale"]
+    bm.print_report(r)
+    out = capsys.readouterr().out
+    assert "30 partitions; the crashed broker led 10" in out and "verdicts (issue 32)" in out
