@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 from collections import defaultdict
 from collections.abc import Iterator
 
+import msgpack
 import pytest
 
 from partlog.controller.cluster_meta import NO_LEADER, BrokerInfo, PartitionInfo, TopicInfo
@@ -19,6 +21,7 @@ from partlog.controller.etcd_batch import TXN_OPS_MAX, Chunk
 from partlog.controller.etcd_controller import plan
 from partlog.controller.etcd_layout import dec_part
 from partlog.controller.etcd_meta import EtcdMetadata
+from partlog.kafka.records import TopicIdPartition
 from partlog.tools.etcd_launcher import EtcdCluster
 from tests.system.test_etcd_metadata import WAIT_S, Brokers, needs_etcd, with_brokers
 
@@ -231,3 +234,45 @@ def test_bench_metadata_at_a_small_size(capsys: pytest.CaptureFixture[str]) -> N
     bm.print_report(r)
     out = capsys.readouterr().out
     assert "30 partitions; the crashed broker led 10" in out and "verdicts (issue 32)" in out
+
+
+@needs_etcd
+def test_a_chunk_that_lost_a_compare_writes_only_what_did_not_move(etcd: EtcdCluster) -> None:
+    """A stale plan of several partitions, one of which a leader changed
+    meanwhile: the chunk fails, and its retry writes the others only."""
+
+    async def body(b: Brokers) -> None:
+        await b.start(3)
+        await b.admin.create_topics({"t": (6, 3)})
+        ctl = _controller(b)
+        assert await ctl.wait_for(lambda: ctl.topic("t") is not None, WAIT_S)
+        t = ctl.topic("t")
+        assert t is not None
+        # A plan made on a view where the last replica of partition 0 is no
+        # longer accepted: every partition it is in leaves its ISR.
+        gone = t.partitions[0].replicas[-1]
+        planned_on = copy.deepcopy(ctl.view)
+        planned_on.incarnations[gone] = -1
+        stale = plan(planned_on, unclean=False, elect_preferred=False)
+        assert len(stale.changes) == 6
+        # Meanwhile partition 0's leader commits its own ISR change.
+        tp, p = TopicIdPartition(t.topic_id, 0), t.partitions[0]
+        leader = b.sources[p.leader]
+        assert await leader.wait_for(lambda: leader.partition(tp) == p, WAIT_S)
+        shrink = tuple(r for r in p.isr if r != p.replicas[1])
+        committed = await leader.alter_partition(p.leader, tp, p.leader_epoch, p.partition_epoch, shrink)
+        assert isinstance(committed, PartitionInfo)
+        assert await ctl.wait_for(lambda: ctl.view.part_revision(tp) > 0, WAIT_S)
+        assert ctl.session is not None and ctl.acting is not None
+        conflicts, txns, writes = ctl.controller_conflicts, ctl.controller_txns, ctl.controller_writes
+        cand = ctl.keys.candidate(ctl.session.lease_id)
+        await ctl.acting.write_plan(stale, cand, ctl.view.candidates[cand])
+        assert ctl.controller_conflicts == conflicts + 1  # partition 0, dropped
+        assert ctl.controller_txns == txns + 2  # the chunk, then its retry
+        assert ctl.controller_writes == writes + 5
+        c = await ctl.conn.client()
+        assert msgpack.unpackb((await c.get(ctl.keys.part(tp))).value)[3] == list(committed.isr)
+        for ch in stale.changes[1:]:
+            assert msgpack.unpackb((await c.get(ctl.keys.part(ch.tp))).value)[3] == list(ch.new.isr)
+
+    with_brokers(etcd, body)

@@ -411,7 +411,8 @@ def _metadata(args: argparse.Namespace) -> int:
     except RuntimeError as e:  # etcd missing or failing to start, a step that timed out
         print(f"partlog bench metadata: {e}", file=sys.stderr)
         return 1
-    return _emit(args, result, bench_metadata.print_report)
+    code = _emit(args, result, bench_metadata.print_report)
+    return 1 if any("error" in run for run in result["runs"]) else code
 
 
 _RUNS = {
