@@ -17,7 +17,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from partlog.controller.etcd_batch import CHUNK_ATTEMPTS_MAX, Chunk, Guard, chunk_changes, still_valid
+from partlog.controller.etcd_batch import CHUNK_ATTEMPTS_MAX, Chunk, Guard, chunk_changes, iter_chunks, still_valid
 from partlog.controller.etcd_connection import ETCD_ERRORS, EtcdConnection, put_revision
 from partlog.controller.etcd_controller import Plan, plan
 from partlog.controller.etcd_layout import EtcdView, Keys, pack_value
@@ -170,7 +170,6 @@ class EtcdActingController:
             # Elections first: a partition without a leader takes no produce,
             # one that only shrinks its ISR still does.
             changes = sorted(todo.changes, key=lambda ch: not ch.election)
-            chunks = chunk_changes(changes, self.keys, Guard(candidate, "create", candidate_rev))
             in_flight = asyncio.Semaphore(CONTROLLER_TXNS_IN_FLIGHT_MAX)
 
             async def write(chunk: Chunk) -> bool:
@@ -178,12 +177,23 @@ class EtcdActingController:
                     return await self._write_chunk(chunk)
 
             # The chunks are independent (no partition is in two): in flight
-            # together, etcd commits them in few raft rounds.
+            # together, etcd commits them in few raft rounds.  Each is sent
+            # as soon as it is packed, so the first elections are on their
+            # way while the rest are packed.
             began = self.clock.monotonic()
+            tasks: list[asyncio.Task[bool]] = []
+            try:
+                for chunk in iter_chunks(changes, self.keys, Guard(candidate, "create", candidate_rev)):
+                    tasks.append(asyncio.ensure_future(write(chunk)))
+                    await asyncio.sleep(0)
+            except BaseException:
+                for task in tasks:
+                    task.cancel()
+                raise
             # Every chunk ends before the pass does (a failed one does not
             # leave others writing beside the next pass); then the first
             # error is raised.
-            done = await asyncio.gather(*(write(ch) for ch in chunks), return_exceptions=True)
+            done = await asyncio.gather(*tasks, return_exceptions=True)
             self.controller_write_s += self.clock.monotonic() - began
             self._schedule_adopt()
             for d in done:

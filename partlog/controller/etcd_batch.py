@@ -30,7 +30,7 @@ exactly one chunk, and a chunk never puts one key twice.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -46,6 +46,7 @@ __all__ = [
     "Guard",
     "chunk_changes",
     "guards_of",
+    "iter_chunks",
     "still_valid",
 ]
 
@@ -116,8 +117,21 @@ def chunk_changes(
     ops_max: int = TXN_OPS_MAX,
     bytes_max: int = TXN_REQUEST_BYTES_MAX,
 ) -> list[Chunk]:
+    """:func:`iter_chunks`, all of them."""
+    return list(iter_chunks(changes, keys, candidate, ops_max=ops_max, bytes_max=bytes_max))
+
+
+def iter_chunks(
+    changes: Iterable[PartitionChange],
+    keys: Keys,
+    candidate: Guard,
+    *,
+    ops_max: int = TXN_OPS_MAX,
+    bytes_max: int = TXN_REQUEST_BYTES_MAX,
+) -> Iterator[Chunk]:
     """Pack ``changes`` in order into chunks within ``ops_max`` and
-    ``bytes_max``, each guarded by ``candidate``.  A change whose guard
+    ``bytes_max``, each guarded by ``candidate``, each yielded once full (the
+    shell sends it while the rest are packed).  A change whose guard
     disagrees with one already in the chunk (one key, two revisions: the
     plan cannot make that, a caller could) starts a new chunk, so no chunk
     is bound to fail by its own compares."""
@@ -163,8 +177,10 @@ def chunk_changes(
         put_keys.add(put[0])
         members.append(ch)
         size = grown
+        yield from out
+        out.clear()
     close()
-    return out
+    yield from out
 
 
 def _guard_bytes(g: Guard) -> int:
