@@ -69,8 +69,12 @@ class Plan:
 def plan(view: EtcdView, *, unclean: bool, elect_preferred: bool) -> Plan:
     """What the acting controller should write next (see the module doc)."""
     out = Plan()
-    alive = view.accepted
+    # Read once: the plan asks for every replica of every partition.
+    accepted = frozenset(b for b in view.brokers if view.accepted(b))
+    alive = accepted.__contains__
     for tp, p in view.partitions():
+        if not elect_preferred and p.leader != NO_LEADER and accepted.issuperset(p.isr):
+            continue  # needs_reconcile is false: nothing to do (the common case, checked in C)
         new, was_unclean = p, False
         # An offline partition comes back with a broker; otherwise one left.
         reason = REASON_BROKER_REGISTERED if p.leader == NO_LEADER else REASON_BROKER_FENCED

@@ -307,8 +307,20 @@ class EtcdView:
         self.incarnations: dict[int, int] = {}
         self._topics: dict[str, _Topic] = {}
         self._by_id: dict[uuid.UUID, _Topic] = {}
-        # Partitions written since creation: (state, mod revision).
-        self._parts: dict[TopicIdPartition, tuple[PartitionInfo, int]] = {}
+        # Partitions written since creation, by topic id and index:
+        # (state, mod revision).
+        self._parts: dict[uuid.UUID, dict[int, tuple[PartitionInfo, int]]] = {}
+        # Per topic, built on demand: the partitions as created, their
+        # TopicIdPartitions, every partition's state now (kept up to date
+        # in place), and the topic as it is now (dropped at each change of
+        # one of its partitions).  A change of one partition rebuilds its
+        # topic only, by one tuple copy: failing over thousands of
+        # partitions adopts the view once per burst of events, and a
+        # per-partition rebuild of every topic made that the bottleneck.
+        self._created: dict[uuid.UUID, tuple[PartitionInfo, ...]] = {}
+        self._tps: dict[uuid.UUID, tuple[TopicIdPartition, ...]] = {}
+        self._current: dict[uuid.UUID, list[PartitionInfo]] = {}
+        self._infos: dict[uuid.UUID, TopicInfo] = {}
         self.deleted: dict[uuid.UUID, str] = {}
         self.producer_ids_next = 0
         # Election candidates: key -> (create revision, value).
@@ -393,8 +405,8 @@ class EtcdView:
                 raise MetadataError(f"topic {name!r}: id {created[0]} is another topic's or a deleted one's")
             if old is not None:
                 del self._topics[name], self._by_id[old.topic_id]
-                for p in range(len(old.replicas)):
-                    self._parts.pop(TopicIdPartition(old.topic_id, p), None)
+                for cache in (self._parts, self._created, self._tps, self._current, self._infos):
+                    cache.pop(old.topic_id, None)
             if created is not None:
                 nt = _Topic(created[0], name, kv.create_revision, created[1])
                 self._topics[name] = self._by_id[nt.topic_id] = nt
@@ -407,15 +419,14 @@ class EtcdView:
                 if v is None:
                     return  # a deleted topic's partitions going with it
                 raise MetadataError(f"partition {tid_hex[:40]}/{index[:20]} of no live topic")
-            tp = TopicIdPartition(tid, n)
             if v is None:
                 # Only a topic's deletion removes its partitions: a lone
                 # deletion would put it back as created (every replica in
                 # the ISR, epochs 0) and let a lagging replica lead.
                 raise MetadataError(f"partition {owner.name}/{n} deleted while its topic lives: keeping it")
             else:
-                what = f"partition {owner.name}/{tp.partition}"
-                self._parts[tp] = (dec_part(what, v, owner.replicas[tp.partition]), rev)
+                what = f"partition {owner.name}/{n}"
+                self._written(tid, n, dec_part(what, v, owner.replicas[n]), rev)
         elif k.startswith(keys.deleted):
             if v is None:
                 raise MetadataError("a deleted topic's record deleted: deletions are final, keeping it")
@@ -465,33 +476,56 @@ class EtcdView:
         return sum(len(t.replicas) for t in self._topics.values())
 
     def partition(self, tp: TopicIdPartition) -> PartitionInfo | None:
-        got = self._parts.get(tp)
+        got = self._parts.get(tp.topic_id, {}).get(tp.partition)
         if got is not None:
             return got[0]
         t = self._by_id.get(tp.topic_id)
         if t is None or not 0 <= tp.partition < len(t.replicas):
             return None
-        reps = t.replicas[tp.partition]
-        return PartitionInfo(reps[0], 0, reps, reps, 0)
+        return self._created_of(t)[tp.partition]
 
     def part_revision(self, tp: TopicIdPartition) -> int:
         """The mod revision of the partition's key (0: never written)."""
-        got = self._parts.get(tp)
+        got = self._parts.get(tp.topic_id, {}).get(tp.partition)
         return 0 if got is None else got[1]
 
     def set_partition(self, tp: TopicIdPartition, p: PartitionInfo, revision: int) -> None:
         """A change this process committed (the watch brings it too)."""
         if tp.topic_id in self._by_id and revision > self.part_revision(tp):
-            self._parts[tp] = (p, revision)
+            self._written(tp.topic_id, tp.partition, p, revision)
             self._snapshot = None
+
+    def _written(self, tid: uuid.UUID, i: int, p: PartitionInfo, revision: int) -> None:
+        self._parts.setdefault(tid, {})[i] = (p, revision)
+        current = self._current.get(tid)
+        if current is not None:
+            current[i] = p
+        self._infos.pop(tid, None)
 
     def partitions(self) -> Iterator[tuple[TopicIdPartition, PartitionInfo]]:
         for t in self._topics.values():
-            for i in range(len(t.replicas)):
-                tp = TopicIdPartition(t.topic_id, i)
-                p = self.partition(tp)
-                assert p is not None
-                yield tp, p
+            tps = self._tps.get(t.topic_id)
+            if tps is None:
+                tps = self._tps[t.topic_id] = tuple(TopicIdPartition(t.topic_id, i) for i in range(len(t.replicas)))
+            yield from zip(tps, self._info(t).partitions, strict=True)
+
+    def _created_of(self, t: _Topic) -> tuple[PartitionInfo, ...]:
+        got = self._created.get(t.topic_id)
+        if got is None:
+            got = self._created[t.topic_id] = tuple(PartitionInfo(r[0], 0, r, r, 0) for r in t.replicas)
+        return got
+
+    def _info(self, t: _Topic) -> TopicInfo:
+        """The topic as it is now: as created, with what was written since."""
+        got = self._infos.get(t.topic_id)
+        if got is None:
+            current = self._current.get(t.topic_id)
+            if current is None:
+                current = self._current[t.topic_id] = list(self._created_of(t))
+                for i, (p, _) in self._parts.get(t.topic_id, {}).items():
+                    current[i] = p
+            got = self._infos[t.topic_id] = TopicInfo(t.topic_id, t.name, tuple(current))
+        return got
 
     def leader_candidate(self) -> bytes | None:
         """The election key that leads (the lowest create revision)."""
@@ -508,10 +542,6 @@ class EtcdView:
         id, topics by name); ``version`` is the etcd revision."""
         if self._snapshot is None:
             brokers = [self.brokers[b].info for b in sorted(self.brokers)]
-            topics = []
-            for name in sorted(self._topics):
-                t = self._topics[name]
-                parts = tuple(self.partition(TopicIdPartition(t.topic_id, i)) for i in range(len(t.replicas)))
-                topics.append(TopicInfo(t.topic_id, name, parts))  # type: ignore[arg-type]
+            topics = [self._info(self._topics[name]) for name in sorted(self._topics)]
             self._snapshot = MetadataSnapshot(self.revision, brokers, topics, self.cluster_id, frozenset(self.deleted))
         return self._snapshot

@@ -389,6 +389,11 @@ class EtcdMetadata(SnapshotView):
         return 0 if self.acting is None else self.acting.controller_conflicts
 
     @property
+    def controller_txns(self) -> int:
+        """Transactions sent for partition changes (each carries a chunk)."""
+        return 0 if self.acting is None else self.acting.controller_txns
+
+    @property
     def leader_elections(self) -> int:
         return 0 if self.acting is None else self.acting.leader_elections
 

@@ -210,7 +210,13 @@ def add_parser(sub: Subparsers) -> None:
         "3-member cluster started on 127.0.0.1 (needs Debian's etcd-server). Prints etcd / embedded ratios.",
     )
     bmd.add_argument("--json", action="store_true", help="print one JSON object")
-    bmd.add_argument("--partitions", type=positive_int, default=300, help="partitions of the topic (default 300)")
+    bmd.add_argument(
+        "--partitions",
+        type=positive_int,
+        nargs="+",
+        default=[300],
+        help="partitions in all (a broker leads a third), one run per size: --partitions 300 3000 30000 (default 300)",
+    )
     bmd.add_argument("--blocks", type=int, default=300, help="producer-id blocks to allocate (default 300)")
     bmd.add_argument("--concurrency", type=positive_int, default=8, help="block requests in flight (default 8)")
     bmd.add_argument("--rounds", type=positive_int, default=50, help="propagation samples (default 50)")
@@ -445,7 +451,7 @@ def _metadata(args: argparse.Namespace) -> int:
 
     try:
         opts = bench_metadata.MetadataBenchOptions(
-            partitions=args.partitions,
+            partitions=tuple(args.partitions),
             blocks=args.blocks,
             concurrency=args.concurrency,
             rounds=args.rounds,
@@ -461,7 +467,8 @@ def _metadata(args: argparse.Namespace) -> int:
     except RuntimeError as e:  # etcd missing or failing to start, a step that timed out
         print(f"partlog bench metadata: {e}", file=sys.stderr)
         return 1
-    return _emit(args, result, bench_metadata.print_report)
+    code = _emit(args, result, bench_metadata.print_report)
+    return 1 if any("error" in run for run in result["runs"]) else code
 
 
 def _compaction(args: argparse.Namespace) -> int:
