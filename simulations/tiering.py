@@ -42,9 +42,10 @@ The same for both (assumptions, stated in the report):
 * one builder loop per broker as ``partlog/broker/tiering.py`` runs it: a
   pass every ``interval_s`` after the last one ends, at most
   ``SEGMENTS_PER_PERIOD_MAX`` segments and ``BYTES_PER_PERIOD_MAX`` bytes,
-  one segment at a time (its GETs in parallel, then three PUTs, then the
-  swap).  A broker whose leaders need more segments a second than that
-  falls behind, and its WAL files live longer every hour;
+  ``SEGMENT_BUILDS_IN_FLIGHT_MAX`` segments at a time (each: its GETs in
+  parallel, then three PUTs, then the swap).  A broker whose leaders need
+  more segments a second than that falls behind, and its WAL files live
+  longer every hour;
 * leaders spread evenly over brokers, load spread evenly over partitions;
 * a WAL object is deleted once every reference to it is gone and it is
   past walmgr's age gate, at the next cycle (the coordinator's cleaner gets
@@ -74,6 +75,7 @@ from enum import StrEnum
 from partlog.broker.server import RETENTION_CHECK_INTERVAL_MS_DEFAULT
 from partlog.broker.tiering import (
     BYTES_PER_PERIOD_MAX,
+    SEGMENT_BUILDS_IN_FLIGHT_MAX,
     SEGMENT_BYTES_BUILD_MAX,
     SEGMENTS_PER_PERIOD_MAX,
     TIERING_INTERVAL_MS_DEFAULT,
@@ -152,6 +154,7 @@ class TieringConfig:
     segment_bytes: int = SEGMENT_BYTES_DEFAULT
     interval_s: float = TIERING_INTERVAL_MS_DEFAULT / 1000
     segments_per_pass: int = SEGMENTS_PER_PERIOD_MAX
+    builds_in_flight: int = SEGMENT_BUILDS_IN_FLIGHT_MAX
     bytes_per_pass: int = BYTES_PER_PERIOD_MAX
     build_bytes_max: int = SEGMENT_BYTES_BUILD_MAX
     entries_max: int = PLAN_ENTRIES_MAX
@@ -166,7 +169,16 @@ class TieringConfig:
     def __post_init__(self) -> None:
         if self.retention_s <= 0 or self.segment_ms < 1 or self.segment_bytes < 1 or self.interval_s <= 0:
             raise ValueError("retention, segment.ms, segment.bytes and the interval must be positive")
-        if self.segments_per_pass < 1 or self.bytes_per_pass < 1 or self.build_bytes_max < 1 or self.entries_max < 1:
+        if (
+            min(
+                self.segments_per_pass,
+                self.builds_in_flight,
+                self.bytes_per_pass,
+                self.build_bytes_max,
+                self.entries_max,
+            )
+            < 1
+        ):
             raise ValueError("the builder's limits must be positive")
         if not 0 <= self.catchup_fraction <= 1:
             raise ValueError(f"catchup_fraction {self.catchup_fraction}: must be in [0, 1]")
@@ -286,17 +298,22 @@ def shape(load: Load, cfg: TieringConfig) -> Shape:
     read_s = load.get_ms / 1000 if cfg.build_source is BuildSource.WAL else 0.0
     seg_time = read_s + SEGMENT_OBJECTS * load.put_ms / 1000 + seg_bytes / load.put_bytes_per_s + SWAP_MS / 1000
     per_pass = min(cfg.segments_per_pass, max(1, math.ceil(cfg.bytes_per_pass / seg_bytes)))
-    capacity = per_pass / (cfg.interval_s + per_pass * seg_time)
-    # Segments built in one pass at steady state (a pass every interval + n x time).
-    used = min(per_pass, demand * cfg.interval_s / max(1e-9, 1 - demand * seg_time)) if demand < capacity else per_pass
+    # A pass builds its segments builds_in_flight at a time.
+    c = cfg.builds_in_flight
+    rounds = math.ceil(per_pass / c)
+    capacity = per_pass / (cfg.interval_s + rounds * seg_time)
+    # Segments built in one pass at steady state (a pass every interval + n / c x time).
+    used = (
+        min(per_pass, demand * cfg.interval_s / max(1e-9, 1 - demand * seg_time / c)) if demand < capacity else per_pass
+    )
     # The planner runs at passes: a segment closes at the first pass after
     # its rule fires, and is built in that pass behind the others.
-    close_mean = span + (cfg.interval_s + used * seg_time) / 2
+    close_mean = span + (cfg.interval_s + used * seg_time / c) / 2
     close_max = (span if by_time else _fill_max_s(span * lam, lam, cfg.segment_ms / 1000)) + (
-        cfg.interval_s + per_pass * seg_time
+        cfg.interval_s + rounds * seg_time
     )
-    delay_mean = seg_time * (used + 1) / 2
-    delay_max = seg_time * per_pass
+    delay_mean = seg_time * (used / c + 1) / 2
+    delay_max = seg_time * rounds
     return Shape(
         batch_rate=lam,
         byte_rate=rate,

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from partlog.broker.server import Broker, BrokerConfig
+from partlog.broker.tiering import SEGMENT_BUILDS_IN_FLIGHT_MAX
 from partlog.client.consumer import Consumer
 from partlog.client.producer import Producer
 from partlog.controller.cluster_meta import StaticMetadata, TopicInfo
@@ -195,6 +196,58 @@ def test_an_idle_tail_is_tiered_once_older_than_segment_ms(tmp_path: Path) -> No
             assert await _consume(broker, tp, 5) == [b"a", b"b", b"c", b"d", b"e"]
             assert broker.store.file_usage().keys() == {r.object_key for r in broker.store.segments(tp)}
             assert broker.store.check() == []
+
+    asyncio.run(main())
+
+
+class SlowSegmentStore(LocalDirStore):
+    """Tiered PUTs take a while; counts how many run at once."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root, fsync=False)
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self._lock = threading.Lock()
+
+    def put(self, key: str, data: bytes) -> None:
+        if not key.startswith("tiered/"):
+            super().put(key, data)
+            return
+        with self._lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            time.sleep(0.05)
+            super().put(key, data)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+
+@pytest.mark.timeout(120)
+def test_partitions_are_built_a_few_at_a_time(tmp_path: Path) -> None:
+    """Six partitions with a segment each to build: the loop uploads
+    several at once, never more than SEGMENT_BUILDS_IN_FLIGHT_MAX."""
+
+    async def main() -> None:
+        objects = SlowSegmentStore(tmp_path / "objects")
+        meta = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"t": 6})
+        broker = _broker(tmp_path, meta, objects)
+        await broker.start()
+        broker.set_metadata(meta.with_ports({1: broker.port}))
+        try:
+            [topic] = meta.topics()
+            tps = [TopicIdPartition(topic.topic_id, p) for p in range(6)]
+            for tp in tps:
+                await _produce(broker, tp, [b"x" * 100] * 5)
+            broker.alter_topic_configs(topic.topic_id, {"remote.storage.enable": "true", "segment.ms": 1})
+            await _until(lambda: all(_covered(broker.store.segments(tp)) == 5 for tp in tps), "every partition tiered")
+            assert 2 <= objects.most_in_flight <= SEGMENT_BUILDS_IN_FLIGHT_MAX
+            for tp in tps:
+                assert await _consume(broker, tp, 5) == [b"x" * 100] * 5
+            assert broker.store.check() == []
+        finally:
+            await broker.stop()
 
     asyncio.run(main())
 
