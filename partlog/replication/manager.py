@@ -79,6 +79,7 @@ from partlog.rpc.wire import (
 )
 from partlog.runtime import Clock
 from partlog.store import MetadataStore, StoreError
+from partlog.wal.objectstore import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,7 @@ class ReplicaManager:
         on_data: Callable[[], None],
         clock: Clock,
         on_store_failed: Callable[[], None] = lambda: None,
+        objects: ObjectStore | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.store = store
@@ -152,6 +154,7 @@ class ReplicaManager:
             on_data=on_data,
             metadata_changed=self._metadata_changed.waiter,
             on_store_failed=on_store_failed,
+            objects=objects,
         )
         self._next_token = 0
         # acks=all waits handed to callers (commit): kept alive until done.
@@ -470,7 +473,11 @@ class ReplicaManager:
                         # swapped, its entries may name WAL objects walmgr,
                         # asking the leader and the ISR, found unreferenced.
                         start = self.store.log_start_offset(p.topic_id_partition)
-                        joins = (p.log_start_offset < 0 or p.log_start_offset >= start) and not r.segments
+                        joins = (
+                            (p.log_start_offset < 0 or p.log_start_offset >= start)
+                            and not r.segments
+                            and not r.rewrites
+                        )
                         self._maybe_alter_isr(led, now, expand_for=replica_id if joins else None)
             # A fetch needs an answer now when it brings entries, segment
             # rows, an error or a divergence, or (KIP-1166) the follower's
@@ -478,6 +485,7 @@ class ReplicaManager:
             urgent = any(
                 r.entries or r.segments or r.error != Errors.NONE or r.diverging_epoch != NO_DIVERGENCE for r in results
             ) or (sends_hwm and any(p.high_watermark < self._hwm_of(p.topic_id_partition) for p in parts))
+            urgent = urgent or any(r.rewrites for r in results)
             left = deadline - self.clock.monotonic()
             if urgent or left <= 0 or self._stopping:
                 break
@@ -498,6 +506,7 @@ class ReplicaManager:
             for p, r in zip(parts, results, strict=True)
         ]
         self.stats.segment_swaps_sent += sum(len(r.segments) for r in final)
+        self.stats.segment_rewrites_sent += sum(len(r.rewrites) for r in final)
         return enc_replica_fetch_response(final)
 
     def _hwm_of(self, tp: TopicIdPartition) -> int:

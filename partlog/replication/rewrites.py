@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 
 from partlog.kafka import batch_header as bh
 from partlog.kafka.records import TopicIdPartition
-from partlog.rpc.wire import ReplicaSegment
+from partlog.rpc.wire import ROWS_CHECKED_PER_FETCH_MAX, ROWS_DIGEST_BYTES, ReplicaFetchPartition, ReplicaSegment
 from partlog.store import Segment
 from partlog.store.compaction import SegmentRewrite
 from partlog.tiered.cleaner import CleanerError, split_batches
@@ -35,9 +35,6 @@ from partlog.tiered.segment import SegmentFormatError, check_batch
 # built in memory up to 64 MiB (partlog/broker/cleaner.py,
 # CLEANED_SEGMENT_BYTES_MAX); a larger row is refused here.
 REWRITE_SEGMENT_BYTES_MAX = 64 << 20
-# The bytes of digest a follower sends for its window of rows.
-ROWS_DIGEST_BYTES = 16
-
 _ROW = struct.Struct(">qqqiH")
 
 
@@ -54,6 +51,33 @@ def rows_digest(rows: Iterable[Segment | ReplicaSegment]) -> bytes:
         h.update(_ROW.pack(r.start_offset, r.end_offset, r.size, r.uploader, len(key)))
         h.update(key)
     return h.digest()
+
+
+def rewrites_for_follower(
+    rows: Sequence[Segment], p: ReplicaFetchPartition, high_watermark: int
+) -> tuple[ReplicaSegment, ...]:
+    """The leader's answer to the follower's window ``p.rows_check``:
+    ``rows`` are the leader's from the window's start on (ascending, at
+    least ``ROWS_CHECKED_PER_FETCH_MAX + 1`` when it has that many).  None
+    when the rows starting in the window match the follower's digest;
+    else those rows, as ``segments_for_follower`` bounds them (ending at
+    or past the follower's log start, below its fetch offset and the HWM),
+    at most ``ROWS_CHECKED_PER_FETCH_MAX``."""
+    c = p.rows_check
+    if c is None:
+        return ()
+    window = [g for g in rows if c.from_offset <= g.start_offset <= c.through]
+    if len(window) <= ROWS_CHECKED_PER_FETCH_MAX and rows_digest(window) == c.digest:
+        return ()
+    bound = min(p.fetch_offset, high_watermark)
+    out: list[ReplicaSegment] = []
+    for g in window:
+        if g.end_offset < p.log_start_offset:
+            continue
+        if g.end_offset >= bound or len(out) == ROWS_CHECKED_PER_FETCH_MAX:
+            break
+        out.append(ReplicaSegment(g.start_offset, g.end_offset, g.size, g.uploader, g.object_key))
+    return tuple(out)
 
 
 def same_row(a: Segment | ReplicaSegment, b: Segment | ReplicaSegment) -> bool:
@@ -110,6 +134,7 @@ __all__ = [
     "ROWS_DIGEST_BYTES",
     "RewriteRefused",
     "rewrite_from_segment",
+    "rewrites_for_follower",
     "rows_digest",
     "rows_replaced",
     "same_row",

@@ -18,7 +18,9 @@ import struct
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,10 +31,23 @@ from partlog.kafka.record_batch import build_record_batch
 from partlog.replication.rewrites import (
     RewriteRefused,
     rewrite_from_segment,
+    rewrites_for_follower,
     rows_digest,
     rows_replaced,
 )
-from partlog.rpc.wire import ReplicaSegment
+from partlog.rpc.methods import BROKER_SCHEMAS
+from partlog.rpc.wire import (
+    ROWS_DIGEST_BYTES,
+    ReplicaFetchPartition,
+    ReplicaFetchResult,
+    ReplicaSegment,
+    RowsCheck,
+    WireError,
+    dec_replica_fetch,
+    dec_replica_fetch_response,
+    enc_replica_fetch,
+    enc_replica_fetch_response,
+)
 from partlog.store import Segment, SegmentSwap
 from partlog.store.compaction import SegmentRewrite
 from partlog.tiered.cleaner import OffsetMap, build_offset_map, clean_batch
@@ -317,3 +332,87 @@ def test_rows_digest_and_replaced() -> None:
     assert rows_replaced(ReplicaSegment(20, 29, 50, 1, "n"), [a, b]) == ()
     with pytest.raises(RewriteRefused):
         rows_replaced(ReplicaSegment(5, 19, 50, 1, "n"), [a, b])
+
+
+# ------------------------------------------------- the wire and the rule
+
+TPS = [TopicIdPartition(uuid.UUID(int=i + 1), i) for i in range(3)]
+hostile = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(max_size=4) | st.binary(max_size=20),
+    lambda inner: st.lists(inner, max_size=4),
+    max_leaves=20,
+)
+
+
+def check_request(checks: Any) -> dict[str, Any]:
+    body = enc_replica_fetch(3, 100, 10, [ReplicaFetchPartition(tp, 0, 5, 0, 5) for tp in TPS])
+    body["rows_checks"] = checks
+    return body
+
+
+@given(st.lists(st.lists(hostile, max_size=4) | hostile, max_size=4) | hostile)
+def test_hostile_rows_checks_decode_to_windows_or_a_wire_error(checks: Any) -> None:
+    body = check_request(checks)
+    schema_ok = True
+    try:
+        BROKER_SCHEMAS["replica_fetch"].check(body, "replica_fetch")
+    except WireError:
+        schema_ok = False
+    try:
+        *_, parts = dec_replica_fetch(body, 10)
+    except WireError:
+        return
+    assert schema_ok or checks is None  # the decoder accepts nothing the server's schema refuses
+    for p in parts:
+        c = p.rows_check
+        assert c is None or (
+            type(c.from_offset) is int
+            and type(c.through) is int
+            and 0 <= c.from_offset <= c.through < 2**63
+            and type(c.digest) is bytes
+            and len(c.digest) == ROWS_DIGEST_BYTES
+        )
+
+
+def test_checks_and_rewrites_round_trip_and_are_absent_for_older_peers() -> None:
+    check = RowsCheck(10, 99, bytes(range(ROWS_DIGEST_BYTES)))
+    parts = [ReplicaFetchPartition(TPS[0], 0, 5, 0, 5, 0, 99, check), ReplicaFetchPartition(TPS[1], 0, 5, 0, 5)]
+    req = msgpack.unpackb(msgpack.packb(enc_replica_fetch(3, 100, 10, parts)), raw=False)
+    BROKER_SCHEMAS["replica_fetch"].check(req, "replica_fetch")
+    assert dec_replica_fetch(req, 10)[3] == parts
+    rewrites = (ReplicaSegment(10, 49, 500, 1, "tiered/c.log"),)
+    results = [ReplicaFetchResult(Errors.NONE, 9, 0, 9, rewrites=rewrites), ReplicaFetchResult(Errors.NONE, 9, 0, 9)]
+    body = msgpack.unpackb(msgpack.packb(enc_replica_fetch_response(results)), raw=False)
+    assert dec_replica_fetch_response(body, 2) == results
+    older = enc_replica_fetch(3, 100, 10, [ReplicaFetchPartition(tp, 0, 5, 0, 5) for tp in TPS])
+    assert "rows_checks" not in older
+    assert "rewrites" not in enc_replica_fetch_response([ReplicaFetchResult(Errors.NONE, 5, 0, 5)])
+    bad = enc_replica_fetch_response(results)
+    bad["rewrites"] = [[[10, 9, 500, 1, "k"]], []]  # end before start
+    with pytest.raises(WireError):
+        dec_replica_fetch_response(bad, 2)
+
+
+def window_of(follower: list[Segment], start: int, through: int) -> ReplicaFetchPartition:
+    rows = [r for r in follower if start <= r.start_offset <= through]
+    return ReplicaFetchPartition(TPS[0], 0, 1000, 0, -1, 0, through, RowsCheck(start, through, rows_digest(rows)))
+
+
+def test_the_leader_answers_a_window_only_when_it_differs() -> None:
+    a, b, c = (Segment(10 * i, 10 * i + 9, 100, 1, f"tiered/{i}.log") for i in range(3))
+    merged = Segment(0, 19, 120, 1, "tiered/m.log")
+    # Same rows: nothing.
+    assert rewrites_for_follower([a, b, c], window_of([a, b, c], 0, 29), 1000) == ()
+    # The leader merged a and b: its rows starting in the window come back.
+    got = rewrites_for_follower([merged, c], window_of([a, b, c], 0, 29), 1000)
+    assert [g.object_key for g in got] == ["tiered/m.log", "tiered/2.log"]
+    # The follower lacks b (a refused swap): b comes back with the others.
+    got = rewrites_for_follower([a, b, c], window_of([a, c], 0, 29), 1000)
+    assert [g.object_key for g in got] == ["tiered/0.log", "tiered/1.log", "tiered/2.log"]
+    # Bounded by the follower's fetch offset and log start, and the HWM.
+    p = window_of([a, c], 0, 29)
+    assert [g.start_offset for g in rewrites_for_follower([a, b, c], p, 15)] == [0]
+    lso = ReplicaFetchPartition(TPS[0], 0, 1000, 0, -1, 10, 29, p.rows_check)
+    assert [g.start_offset for g in rewrites_for_follower([a, b, c], lso, 1000)] == [10, 20]
+    # No check: nothing.
+    assert rewrites_for_follower([a], ReplicaFetchPartition(TPS[0], 0, 1000, 0, -1), 1000) == ()
