@@ -85,7 +85,7 @@ from partlog.rpc.wire import (
 )
 from partlog.store import MetadataStore, ReplicaAppend, Segment, SegmentSwap, StoreError
 from partlog.store.compaction import SegmentRewrite
-from partlog.wal.objectstore import ObjectStore, ObjectStoreError
+from partlog.wal.objectstore import ObjectNotFoundError, ObjectStore, ObjectStoreError
 
 log = logging.getLogger(__name__)
 
@@ -364,19 +364,29 @@ class ReplicaFetchers:
                 budget -= g.size
                 data = self.objects.get_range(g.object_key, 0, g.size)
                 out.rewrites.setdefault(tp, []).append(rewrite_from_segment(tp, g, replaced, data))
-            except (RewriteRefused, ObjectStoreError, OSError, ValueError) as e:
+            except (RewriteRefused, ObjectNotFoundError) as e:
                 self._refused(tp, f, g, str(e))
+            except (ObjectStoreError, OSError, ValueError) as e:
+                self._refused(tp, f, g, str(e), remember=False)  # may pass: read again next time
         return out
 
     def _refused(
-        self, tp: TopicIdPartition, f: FollowedPartition, g: ReplicaSegment | SegmentRewrite, why: str
+        self,
+        tp: TopicIdPartition,
+        f: FollowedPartition,
+        g: ReplicaSegment | SegmentRewrite,
+        why: str,
+        *,
+        remember: bool = True,
     ) -> None:
-        """A leader row not taken here: its key remembered (not read again),
-        counted, logged at the 1st, 2nd, 4th... refusal; this replica keeps
-        its references (the safe side)."""
-        f.refused[g.object_key] = None
-        while len(f.refused) > REFUSED_ROWS_MAX:
-            del f.refused[next(iter(f.refused))]
+        """A leader row not taken here: counted, logged at the 1st, 2nd,
+        4th... refusal, its key remembered (not read again) unless the
+        cause may pass (a failed read); this replica keeps its references
+        (the safe side)."""
+        if remember:
+            f.refused[g.object_key] = None
+            while len(f.refused) > REFUSED_ROWS_MAX:
+                del f.refused[next(iter(f.refused))]
         self.stats.segment_rewrites_failed += 1
         failed = self.stats.segment_rewrites_failed
         if failed & (failed - 1) == 0:

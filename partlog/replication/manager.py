@@ -473,11 +473,7 @@ class ReplicaManager:
                         # swapped, its entries may name WAL objects walmgr,
                         # asking the leader and the ISR, found unreferenced.
                         start = self.store.log_start_offset(p.topic_id_partition)
-                        joins = (
-                            (p.log_start_offset < 0 or p.log_start_offset >= start)
-                            and not r.segments
-                            and not r.rewrites
-                        )
+                        joins = (p.log_start_offset < 0 or p.log_start_offset >= start) and not r.segments
                         self._maybe_alter_isr(led, now, expand_for=replica_id if joins else None)
             # A fetch needs an answer now when it brings entries, segment
             # rows, an error or a divergence, or (KIP-1166) the follower's
@@ -485,7 +481,6 @@ class ReplicaManager:
             urgent = any(
                 r.entries or r.segments or r.error != Errors.NONE or r.diverging_epoch != NO_DIVERGENCE for r in results
             ) or (sends_hwm and any(p.high_watermark < self._hwm_of(p.topic_id_partition) for p in parts))
-            urgent = urgent or any(r.rewrites for r in results)
             left = deadline - self.clock.monotonic()
             if urgent or left <= 0 or self._stopping:
                 break

@@ -14,19 +14,25 @@ gets the cleaned log.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 
-from partlog.broker.server import Broker
+from partlog.broker.server import Broker, BrokerConfig, start_brokers
+from partlog.client.producer import Producer
+from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.errors import Errors
 from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import TopicIdPartition
+from partlog.produce.pipeline import ProduceConfig
 from partlog.replication.config import ReplicationConfig
 from partlog.store.compaction import SegmentRewrite
 from partlog.tiered.cleaner import OffsetMap, build_offset_map, clean_batch, split_batches
+from partlog.wal.localdir_store import LocalDirStore
 from partlog.wal.objectstore import ObjectStore
+from tests.cluster_helpers import topic_partitions
 from tests.integration.test_replica_segments import build_segment, placement, read_through, three_replicas
-from tests.integration.test_replication import converged, cut_off, run_async, until
+from tests.integration.test_replication import by_id, converged, cut_off, run_async, until
 
 T0 = 1_700_000_000_000
 
@@ -101,3 +107,60 @@ async def test_followers_take_the_leaders_cleaned_segment(tmp_path: Path) -> Non
         through_far = await read_through(far, tp)
         assert through_far == await read_through(leader, tp)
         assert [v for _, v in through_far] == [b"v4", b"v5", b"v6", b"v7"]
+
+
+@run_async
+async def test_a_compacted_topic_cleaned_by_its_leader_is_cleaned_on_every_replica(tmp_path: Path) -> None:
+    """The builder and the cleaner as they run (20 ms periods), RF 3."""
+    objects = LocalDirStore(tmp_path / "objects", fsync=False)
+    meta = StaticMetadata.generate(azs=3, brokers_per_az=1, topics={"t": 1}, replication_factor=3)
+    configs = [
+        BrokerConfig(
+            b.broker_id,
+            b.az,
+            str(tmp_path / f"b{b.broker_id}"),
+            sync=False,
+            produce=ProduceConfig(commit_interval_ms=5),
+            replication=ReplicationConfig(replica_fetch_backoff_ms=50),
+            tiering_interval_ms=20,
+        )
+        for b in meta.brokers()
+    ]
+    brokers, meta = await start_brokers(configs, meta, objects)
+    try:
+        [tp] = topic_partitions(meta)
+        leader = by_id(brokers)[meta.partition(tp).leader]  # type: ignore[union-attr]
+        followers = [x for x in brokers if x is not leader]
+        for x in brokers:  # each store holds the topic's configs
+            x.alter_topic_configs(tp.topic_id, {"cleanup.policy": "compact", "segment.ms": 100})
+        producer = Producer(("127.0.0.1", leader.port), linger_ms=2)
+        await producer.start()
+        try:
+            await asyncio.gather(*[producer.send(tp, b"v%d" % i, key=b"k%d" % (i % 3)) for i in range(30)])
+        finally:
+            await producer.close()
+        removed = leader.metrics.cleaner_records_removed._value
+        await until(lambda: removed.get() == 27, "the leader to clean")  # all but the last per key
+        await until(lambda: converged(brokers, tp), "the replicas to converge")
+
+        def same(x: Broker) -> bool:
+            return (
+                x.store.segments(tp) == leader.store.segments(tp)
+                and x.store.read_log(tp, 0, 1 << 30).entries == leader.store.read_log(tp, 0, 1 << 30).entries
+                and x.store.file_usage() == leader.store.file_usage()
+            )
+
+        for x in followers:
+            await until(lambda x=x: same(x), f"broker {x.broker_id} to take the cleaned segments")  # type: ignore[misc]
+            assert x.replicas.stats.segment_rewrites_applied >= 1
+            assert x.store.check() == []
+        # No replica references a segment the leader let go of.
+        live = set(leader.store.file_usage())
+        for x in brokers:
+            assert set(x.store.file_usage()) == live
+        through_follower = await read_through(followers[0], tp)
+        assert through_follower == await read_through(leader, tp)
+        assert sorted(v or b"" for _, v in through_follower) == [b"v27", b"v28", b"v29"]
+    finally:
+        for x in brokers:
+            await x.stop()
