@@ -28,6 +28,8 @@ from hypothesis import strategies as st
 from partlog import Errors, MetadataStore, TopicIdPartition
 from partlog.kafka.crc32c import crc32c
 from partlog.kafka.record_batch import build_record_batch
+from partlog.replication.fetcher import ReplicaFetchers
+from partlog.replication.partition import FollowedPartition, segments_for_follower
 from partlog.replication.rewrites import (
     RewriteRefused,
     rewrite_from_segment,
@@ -37,6 +39,7 @@ from partlog.replication.rewrites import (
 )
 from partlog.rpc.methods import BROKER_SCHEMAS
 from partlog.rpc.wire import (
+    ROWS_CHECKED_PER_FETCH_MAX,
     ROWS_DIGEST_BYTES,
     ReplicaFetchPartition,
     ReplicaFetchResult,
@@ -51,8 +54,9 @@ from partlog.rpc.wire import (
 from partlog.store import Segment, SegmentSwap
 from partlog.store.compaction import SegmentRewrite
 from partlog.tiered.cleaner import OffsetMap, build_offset_map, clean_batch
+from partlog.wal.localdir_store import LocalDirStore
 from tests.clock import Clock
-from tests.unit.test_replica_segments import placement, segment_of
+from tests.unit.test_replica_segments import LEADER, fetchers_of, placement, segment_of
 from tests.unit.test_store_replication import BIG, T0, commit1, open_store, replicate, topic
 
 
@@ -416,3 +420,85 @@ def test_the_leader_answers_a_window_only_when_it_differs() -> None:
     assert [g.start_offset for g in rewrites_for_follower([a, b, c], lso, 1000)] == [10, 20]
     # No check: nothing.
     assert rewrites_for_follower([a], ReplicaFetchPartition(TPS[0], 0, 1000, 0, -1), 1000) == ()
+
+
+# ------------------------------------------------------- the follower's rounds
+
+
+class CountingStore(LocalDirStore):
+    def __init__(self, root: Path) -> None:
+        super().__init__(root, fsync=False)
+        self.gets: list[str] = []
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        self.gets.append(key)
+        return super().get_range(key, offset, length)
+
+
+def round_trip(
+    leader: MetadataStore, fetchers: ReplicaFetchers, followed: dict[TopicIdPartition, FollowedPartition]
+) -> None:
+    """One fetch round as the fetcher and the leader run it, below the network."""
+    [p] = fetchers._fetch_request(followed)
+    tp, f = p.topic_id_partition, followed[p.topic_id_partition]
+    hwm = leader.high_watermark(tp)
+    window = (
+        [] if p.rows_check is None else leader.segments(tp, p.rows_check.from_offset, ROWS_CHECKED_PER_FETCH_MAX + 1)
+    )
+    r = ReplicaFetchResult(
+        Errors.NONE,
+        hwm,
+        leader.log_start_offset(tp),
+        leader.log_end_offset(tp),
+        segments=segments_for_follower(leader.segments(tp, p.tiered_through + 1), p, hwm),
+        rewrites=rewrites_for_follower(window, p, hwm),
+    )
+    prepared = fetchers._prepare_rewrites([(tp, g, f) for g in r.rewrites])
+    fetchers._apply_fetch([(p, r, f)], prepared)
+
+
+def test_the_follower_finds_takes_and_refuses_rows_over_fetch_rounds(tmp_path: Path) -> None:
+    objects = CountingStore(tmp_path / "objects")
+    with (
+        open_store(tmp_path / "leader", Clock(T0)) as leader,
+        open_store(tmp_path / "follower", Clock(T0), auto_high_watermark=False) as follower,
+    ):
+        [tp] = topic([leader, follower])
+        raw = keyed(20)  # 40 offsets
+        for b in raw:
+            commit1(leader, tp, b)
+        replicate(leader, follower, tp)
+        followed = {tp: FollowedPartition(LEADER, 0)}
+        fetchers = fetchers_of(follower, followed)
+        fetchers.objects = objects
+        # Ten builder rows of two batches each, swapped on both.
+        for i in range(10):
+            sw = segment_of(leader, tp, 4 * i, 4 * i + 3)
+            assert leader.swap_to_segment(sw).error == Errors.NONE
+        for _ in range(3):
+            round_trip(leader, fetchers, followed)
+        assert follower.segments(tp) == leader.segments(tp)
+        assert objects.gets == []  # identical rows: nothing read
+        # The leader cleans rows 2..5 into one segment, and rows 8..9 into
+        # one whose object is corrupt.
+        stamped = stored(leader, tp, raw)
+        clean = cleaned(stamped)
+        good, data = leader_rewrite(leader, tp, clean[4:12], 8, 23)
+        objects.put(good.object_key, data)
+        bad, bad_data = leader_rewrite(leader, tp, clean[16:20], 32, 39)
+        objects.put(bad.object_key, bad_data[:-1] + bytes([bad_data[-1] ^ 1]))
+        for _ in range(4):  # windows of 8 rows: a whole cycle and more
+            round_trip(leader, fetchers, followed)
+        leader_rows = leader.segments(tp)
+        assert [r for r in follower.segments(tp) if r.start_offset < 32] == [
+            r for r in leader_rows if r.start_offset < 32
+        ]
+        assert fetchers.stats.segment_rewrites_applied == 1 and fetchers.stats.segment_rewrites_failed == 1
+        assert bad.object_key in followed[tp].refused
+        # The refused row is not read again; the follower keeps its rows there.
+        reads = len(objects.gets)
+        for _ in range(4):
+            round_trip(leader, fetchers, followed)
+        assert len(objects.gets) == reads
+        assert [r.start_offset for r in follower.segments(tp) if r.start_offset >= 32] == [32, 36]
+        assert follower.check() == []
