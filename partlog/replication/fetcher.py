@@ -35,6 +35,16 @@ be swapped).  A row the store refuses is skipped and counted: its entries keep
 their WAL references (the safe side: walmgr keeps an object any ISR member
 references).
 
+Rows the leader replaced (its cleaner's rewrites) or this replica refused
+come back through a check (docs/design/compaction.md, "Replicas"): each
+fetch names a window of this replica's rows by digest (``rows_check``,
+windows tiling ``[0, tiered_through]``), the leader answers its rows of a
+window that differs (``rewrites``), and this replica reads each row it
+lacks (one GET, bounded, in a worker thread before the apply and outside
+the roles lock) and applies it in the apply thread with the store's
+replicated rewrite, which checks it against its entries.  A row refused is
+counted and remembered (not read again); its references stay.
+
 The log end a fetch reports is read after the previous append returned,
 that is once it was durable (the journal's fdatasync): the leader never
 counts an entry toward the HWM that this broker could still lose.  Nor
