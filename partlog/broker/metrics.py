@@ -405,6 +405,9 @@ _REPLICATION_COUNTERS = {
     "segment_swaps_sent": ("partlog_replication_segment_swaps_sent", "segment rows sent to followers as a leader"),
     "segment_swaps_applied": ("partlog_replication_segment_swaps_applied", "leaders' segment swaps applied"),
     "segment_swaps_failed": ("partlog_replication_segment_swaps_failed", "leaders' segment swaps refused here"),
+    "segment_rewrites_sent": ("partlog_replication_segment_rewrites_sent", "rows sent for a follower to take over"),
+    "segment_rewrites_applied": ("partlog_replication_segment_rewrites_applied", "leaders' rows taken over here"),
+    "segment_rewrites_failed": ("partlog_replication_segment_rewrites_failed", "leaders' rows refused here"),
 }
 
 

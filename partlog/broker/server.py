@@ -236,6 +236,7 @@ class Broker:
             # A follower's fail-stopped store is reopened as a leader's is
             # (self.commits exists by the time a fetcher runs).
             on_store_failed=lambda: self.commits.store_failed(),
+            objects=objects,
         )
         self.pipeline = ProducePipeline(
             bid, config.produce, leader_of=metadata.leader_of, rand_hex=lambda: entropy.token_hex(8)

@@ -35,6 +35,16 @@ be swapped).  A row the store refuses is skipped and counted: its entries keep
 their WAL references (the safe side: walmgr keeps an object any ISR member
 references).
 
+Rows the leader replaced (its cleaner's rewrites) or this replica refused
+come back through a check (docs/design/compaction.md, "Replicas"): each
+fetch names a window of this replica's rows by digest (``rows_check``,
+windows tiling ``[0, tiered_through]``), the leader answers its rows of a
+window that differs (``rewrites``), and this replica reads each row it
+lacks (one GET, bounded, in a worker thread before the apply and outside
+the roles lock) and applies it in the apply thread with the store's
+replicated rewrite, which checks it against its entries.  A row refused is
+counted and remembered (not read again); its references stay.
+
 The log end a fetch reports is read after the previous append returned,
 that is once it was durable (the journal's fdatasync): the leader never
 counts an entry toward the HWM that this broker could still lose.  Nor
@@ -62,20 +72,48 @@ from partlog.replication.config import (
     ReplicationConfig,
 )
 from partlog.replication.partition import FollowedPartition
+from partlog.replication.rewrites import (
+    REWRITE_SEGMENT_BYTES_MAX,
+    RewriteRefused,
+    rewrite_from_segment,
+    rows_digest,
+    rows_replaced,
+    same_row,
+)
 from partlog.replication.stats import ReplicationStats
 from partlog.rpc.client import RpcClient, RpcConnectionError, RpcRemoteError, RpcTimeoutError
 from partlog.rpc.wire import (
     NO_DIVERGENCE,
+    ROWS_CHECKED_PER_FETCH_MAX,
     ReplicaFetchPartition,
     ReplicaFetchResult,
     ReplicaSegment,
+    RowsCheck,
     WireError,
     dec_replica_fetch_response,
     enc_replica_fetch,
 )
-from partlog.store import MetadataStore, ReplicaAppend, SegmentSwap, StoreError
+from partlog.store import MetadataStore, ReplicaAppend, Segment, SegmentSwap, StoreError
+from partlog.store.compaction import SegmentRewrite
+from partlog.wal.objectstore import ObjectNotFoundError, ObjectStore, ObjectStoreError
 
 log = logging.getLogger(__name__)
+
+# Bytes of leaders' segments one fetch round reads to take rows over (one
+# cleaned segment at most; the rest waits for the next round).
+REWRITE_BYTES_PER_FETCH_MAX = REWRITE_SEGMENT_BYTES_MAX
+# Keys of refused leader rows remembered per partition (not read again).
+REFUSED_ROWS_MAX = 64
+
+
+@dataclasses.dataclass(slots=True)
+class _Prepared:
+    """Leader rows to take over, read before the apply (module doc)."""
+
+    rewrites: dict[TopicIdPartition, list[SegmentRewrite]] = dataclasses.field(default_factory=dict)
+    # Partitions whose rows waited for the read budget: their window is
+    # checked again.
+    deferred: set[TopicIdPartition] = dataclasses.field(default_factory=set)
 
 
 class ReplicaFetchers:
@@ -101,8 +139,12 @@ class ReplicaFetchers:
         on_data: Callable[[], None],
         metadata_changed: Callable[[], asyncio.Event],
         on_store_failed: Callable[[], None] = lambda: None,
+        objects: ObjectStore | None = None,
     ) -> None:
         self.broker_id = broker_id
+        # Where leaders' segments are read to take their rows over (None:
+        # rows are not checked, as before compaction.md's "Replicas").
+        self.objects = objects
         self.store = store
         self.config = config
         self.stats = stats
@@ -199,6 +241,16 @@ class ReplicaFetchers:
                     await asyncio.shield(pending)
                 pending = None
                 received.clear()
+            prepared = _Prepared()
+            if any(r.rewrites for r in results):
+                # The GETs run outside the roles lock and the apply: a slow
+                # read never holds a role change.
+                rows = [(p.topic_id_partition, r.rewrites) for p, r in zip(parts, results, strict=True) if r.rewrites]
+                targets = [(tp, g, f) for tp, gs in rows if (f := followed.get(tp)) is not None for g in gs]
+                try:
+                    prepared = await asyncio.to_thread(self._prepare_rewrites, targets)
+                except (StoreError, KeyError) as e:
+                    log.warning("broker %d: reading rows to take over failed: %s", self.broker_id, e)
             async with self._roles:
                 # Apply only to partitions still followed from this leader at
                 # the epoch the fetch named (a role change may have come in).
@@ -213,7 +265,7 @@ class ReplicaFetchers:
                 # if this task is cancelled meanwhile): roles wait for it.
                 self._applying += 1
                 self._idle.clear()
-                applying = asyncio.ensure_future(asyncio.to_thread(self._apply_fetch, current))
+                applying = asyncio.ensure_future(asyncio.to_thread(self._apply_fetch, current, prepared))
                 applying.add_done_callback(self._end_apply)
             if injected_bugs.on("follower_ack_before_journal_sync"):
                 # The next fetch goes out now, reporting the entries just
@@ -269,12 +321,101 @@ class ReplicaFetchers:
                     hwm,
                     self.store.log_start_offset(tp),
                     f.tiered_through,
+                    self._rows_check(tp, f),
                 )
             )
         return parts
 
+    def _rows_check(self, tp: TopicIdPartition, f: FollowedPartition) -> RowsCheck | None:
+        """The next window of this replica's rows for the leader to compare:
+        at most ``ROWS_CHECKED_PER_FETCH_MAX`` rows from past the last
+        window; the last window reaches ``tiered_through`` (rows refused
+        here leave gaps, even no rows at all), then they start again from
+        0.  Windows tile ``[0, tiered_through]``, so every leader row
+        starting there is in one.  None before any row was sent here (or
+        without an object store to read segments from)."""
+        through = f.tiered_through
+        if self.objects is None or through is None or through < 0:
+            return None
+        if f.checked_through >= through:
+            f.checked_through = -1
+        start = f.checked_through + 1
+        rows = [r for r in self.store.segments(tp, start, ROWS_CHECKED_PER_FETCH_MAX) if r.start_offset <= through]
+        if len(rows) == ROWS_CHECKED_PER_FETCH_MAX:
+            through = rows[-1].end_offset
+        elif rows:
+            through = max(through, rows[-1].end_offset)
+        return RowsCheck(start, through, rows_digest(rows))
+
+    def _prepare_rewrites(self, targets: list[tuple[TopicIdPartition, ReplicaSegment, FollowedPartition]]) -> _Prepared:
+        """Read the leader rows this replica lacks (a worker thread, before
+        the apply): skip those it has or refused before, refuse those that
+        do not fit its rows, read the others' ``.log`` within the round's
+        budget and derive the store's rewrite from it."""
+        out = _Prepared()
+        assert self.objects is not None
+        budget = REWRITE_BYTES_PER_FETCH_MAX
+        own: dict[TopicIdPartition, list[Segment]] = {}
+        for tp, g, f in targets:
+            if tp in out.deferred:
+                continue
+            rows = own.get(tp)
+            if rows is None:
+                rows = own[tp] = self.store.segments(tp)
+            if any(same_row(r, g) for r in rows) or g.object_key in f.refused:
+                continue
+            try:
+                replaced = rows_replaced(g, rows)
+                if g.size > REWRITE_SEGMENT_BYTES_MAX:
+                    raise RewriteRefused(f"{g.size} bytes, over {REWRITE_SEGMENT_BYTES_MAX}")
+                if g.size > budget:
+                    out.deferred.add(tp)
+                    continue
+                budget -= g.size
+                data = self.objects.get_range(g.object_key, 0, g.size)
+                out.rewrites.setdefault(tp, []).append(rewrite_from_segment(tp, g, replaced, data))
+            except (RewriteRefused, ObjectNotFoundError) as e:
+                self._refused(tp, f, g, str(e))
+            except (ObjectStoreError, OSError, ValueError) as e:
+                self._refused(tp, f, g, str(e), remember=False)  # may pass: read again next time
+        return out
+
+    def _refused(
+        self,
+        tp: TopicIdPartition,
+        f: FollowedPartition,
+        g: ReplicaSegment | SegmentRewrite,
+        why: str,
+        *,
+        remember: bool = True,
+    ) -> None:
+        """A leader row not taken here: counted, logged at the 1st, 2nd,
+        4th... refusal, its key remembered (not read again) unless the
+        cause may pass (a failed read); this replica keeps its references
+        (the safe side)."""
+        if remember:
+            f.refused[g.object_key] = None
+            while len(f.refused) > REFUSED_ROWS_MAX:
+                del f.refused[next(iter(f.refused))]
+        self.stats.segment_rewrites_failed += 1
+        failed = self.stats.segment_rewrites_failed
+        if failed & (failed - 1) == 0:
+            log.warning(
+                "broker %d: the leader's row %s [%d, %d] %s not taken (%s); the references here stay "
+                "(%d refusals so far)",
+                self.broker_id,
+                tp,
+                g.start_offset,
+                g.end_offset,
+                g.object_key,
+                why,
+                failed,
+            )
+
     def _apply_fetch(
-        self, items: list[tuple[ReplicaFetchPartition, ReplicaFetchResult, FollowedPartition]]
+        self,
+        items: list[tuple[ReplicaFetchPartition, ReplicaFetchResult, FollowedPartition]],
+        prepared: _Prepared | None = None,
     ) -> tuple[bool, bool]:
         """Swap, append, truncate or reset (a worker thread): each
         partition's segment swaps first, then the appends of all partitions
@@ -295,6 +436,7 @@ class ReplicaFetchers:
                 )
                 removed = self.store.truncate_to(tp, offset)
                 f.tiered_through = None  # rows reaching the cut went with it
+                f.checked_through = -1
                 self.stats.truncations += 1
                 self.stats.entries_truncated += removed
                 log.info(
@@ -312,6 +454,14 @@ class ReplicaFetchers:
                     # held when it fetched, and the append may raise its log
                     # start into one of them (below it a swap is refused).
                     self._swap(tp, f, r.segments)
+                if prepared is not None and tp in prepared.rewrites:
+                    self._take_over(tp, f, prepared.rewrites[tp])
+                c = p.rows_check
+                if c is not None and (prepared is None or tp not in prepared.deferred):
+                    # The next window starts after this one, or after the
+                    # last row sent when the leader had more in it.
+                    full = len(r.rewrites) == ROWS_CHECKED_PER_FETCH_MAX
+                    f.checked_through = min(c.through, r.rewrites[-1].end_offset) if full else c.through
                 before = self.store.high_watermark(tp)
                 if r.entries or r.high_watermark > before or r.log_start_offset > 0:
                     appends.append(ReplicaAppend(tp, r.entries, r.high_watermark, r.log_start_offset))
@@ -325,6 +475,7 @@ class ReplicaFetchers:
                 elif leo < r.log_start_offset:
                     self.store.reset_to(tp, r.log_start_offset)
                 f.tiered_through = None
+                f.checked_through = -1
                 moved = True
             else:
                 stale = True
@@ -340,6 +491,18 @@ class ReplicaFetchers:
                 self.stats.entries_replicated += len(a.entries)
                 moved = moved or self.store.high_watermark(tp) > before
         return moved, stale
+
+    def _take_over(self, tp: TopicIdPartition, f: FollowedPartition, rewrites: list[SegmentRewrite]) -> None:
+        """Apply the leader rows read before the apply (the apply thread),
+        each in one store write that checks it against this log."""
+        for req in rewrites:
+            result = self.store.swap_to_segment(req, replicated=True)
+            if result.error != Errors.NONE:
+                self._refused(tp, f, req, f"{result.error.name}: {result.message}")
+                continue
+            self.stats.segment_rewrites_applied += 1
+            if f.tiered_through is not None:
+                f.tiered_through = max(f.tiered_through, req.end_offset)
 
     def _swap(self, tp: TopicIdPartition, f: FollowedPartition, rows: tuple[ReplicaSegment, ...]) -> None:
         """Apply the leader's segment rows of ``tp`` in order (the apply

@@ -79,6 +79,7 @@ from partlog.rpc.wire import (
 )
 from partlog.runtime import Clock
 from partlog.store import MetadataStore, StoreError
+from partlog.wal.objectstore import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,7 @@ class ReplicaManager:
         on_data: Callable[[], None],
         clock: Clock,
         on_store_failed: Callable[[], None] = lambda: None,
+        objects: ObjectStore | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.store = store
@@ -152,6 +154,7 @@ class ReplicaManager:
             on_data=on_data,
             metadata_changed=self._metadata_changed.waiter,
             on_store_failed=on_store_failed,
+            objects=objects,
         )
         self._next_token = 0
         # acks=all waits handed to callers (commit): kept alive until done.
@@ -498,6 +501,7 @@ class ReplicaManager:
             for p, r in zip(parts, results, strict=True)
         ]
         self.stats.segment_swaps_sent += sum(len(r.segments) for r in final)
+        self.stats.segment_rewrites_sent += sum(len(r.rewrites) for r in final)
         return enc_replica_fetch_response(final)
 
     def _hwm_of(self, tp: TopicIdPartition) -> int:

@@ -23,7 +23,14 @@ from partlog.kafka.errors import Errors
 from partlog.kafka.leader_epochs import diverging_epoch
 from partlog.kafka.records import TopicIdPartition
 from partlog.replication.replica_state import ReplicaState
-from partlog.rpc.wire import SEGMENT_SWAPS_PER_FETCH_MAX, ReplicaFetchPartition, ReplicaFetchResult, ReplicaSegment
+from partlog.replication.rewrites import rewrites_for_follower
+from partlog.rpc.wire import (
+    ROWS_CHECKED_PER_FETCH_MAX,
+    SEGMENT_SWAPS_PER_FETCH_MAX,
+    ReplicaFetchPartition,
+    ReplicaFetchResult,
+    ReplicaSegment,
+)
 from partlog.store import MetadataStore, OffsetOutOfRangeError, Segment, StoreError
 
 log = logging.getLogger(__name__)
@@ -70,6 +77,9 @@ class LedPartition:
             # From the first row the follower may lack: an LMDB read of a
             # few rows, on this same path.
             rows = store.segments(tp, p.tiered_through + 1, SEGMENT_SWAPS_PER_FETCH_MAX + 1)
+            # The follower's window of rows to compare (compaction.md).
+            check = p.rows_check
+            window = [] if check is None else store.segments(tp, check.from_offset, ROWS_CHECKED_PER_FETCH_MAX + 1)
         except OffsetOutOfRangeError:
             state = store.partition_state(tp)
             return ReplicaFetchResult(
@@ -85,6 +95,7 @@ class LedPartition:
             read.log_end_offset,
             entries=read.entries,
             segments=segments_for_follower(rows, p, self.rs.high_watermark),
+            rewrites=rewrites_for_follower(window, p, self.rs.high_watermark),
         )
 
 
@@ -116,11 +127,16 @@ class FollowedPartition:
     """A partition this broker follows: from which leader, at which epoch,
     and the end offset of its last segment row (None: not read from the
     store yet; the fetcher reads it before its first fetch, and again after
-    a truncation or a reset)."""
+    a truncation or a reset); the rows check's state."""
 
     leader: int
     leader_epoch: int
     tiered_through: int | None = None
+    # The end of the last window of rows checked against the leader's
+    # (-1: start from the first row), and the keys of leader rows refused
+    # here, oldest first (not read again: compaction.md, "Replicas").
+    checked_through: int = -1
+    refused: dict[str, None] = field(default_factory=dict)
 
 
 def with_hwm(r: ReplicaFetchResult, hwm: int) -> ReplicaFetchResult:

@@ -27,6 +27,11 @@ class ReplicationStats:
     segment_swaps_sent: int = 0
     segment_swaps_applied: int = 0
     segment_swaps_failed: int = 0
+    # Leaders' rows taken over here (a cleaned segment, a swap missed), or
+    # refused (compaction.md, "Replicas"); rows sent for that as a leader.
+    segment_rewrites_sent: int = 0
+    segment_rewrites_applied: int = 0
+    segment_rewrites_failed: int = 0
 
 
 __all__ = ["ReplicationStats"]

@@ -52,6 +52,7 @@ from partlog.rpc.schema import (
     Tuple,
     partition_item,
 )
+from partlog.rpc.wire import ROWS_DIGEST_BYTES
 
 # Partitions one transaction may hold: more is the coordinator's answer
 # (INVALID_REQUEST), never a bigger request to decode.
@@ -208,6 +209,13 @@ BROKER_SCHEMAS: dict[str, Schema] = {
             "log_start_offsets": List(Int(-1, INT64_MAX), PARTITIONS_MAX),
             # Issue 31: the end of each partition's last segment row (-1: none).
             "tiered_through": List(Int(-1, INT64_MAX), PARTITIONS_MAX),
+            # Issue 31: a window of each partition's rows, by digest (from -1: none).
+            "rows_checks": List(
+                Tuple(
+                    ("from", Int(-1, INT64_MAX)), ("through", Int(-1, INT64_MAX)), ("digest", Bytes(ROWS_DIGEST_BYTES))
+                ),
+                PARTITIONS_MAX,
+            ),
         },
     ),
     "delete_records": Map(

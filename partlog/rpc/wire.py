@@ -241,6 +241,14 @@ def dec_errors(code: Any, what: str) -> Errors:
 # rows the follower lacks, for it to apply with the same reference swap
 # (docs/design/tiered.md, "How replicas follow"); absent means none (an
 # older leader, which an older follower ignores).
+#
+# Rewrites (docs/design/compaction.md, "Replicas"): the request may carry
+# ``rows_checks``, one per partition, ``[from, through, digest]`` (the
+# digest of the follower's rows starting in ``[from, through]``; from -1:
+# none, ``[-1, -1, b""]``); the
+# answer ``rewrites``, shaped as ``segments``: the leader's rows starting
+# in a window whose digest differs from its own, for the follower to take
+# over its rows.  Each sent only when some partition has one.
 
 NO_DIVERGENCE = -2
 # Segment rows one answer carries per partition: a caught-up follower gets
@@ -250,6 +258,21 @@ SEGMENT_SWAPS_PER_FETCH_MAX = 8
 # A segment row's object key, in UTF-8 bytes: the bound every replicated
 # entry's key has (``partlog.wal.key``), which the store checks on appends.
 SEGMENT_KEY_BYTES_MAX = OBJECT_KEY_BYTES_MAX
+# A window of rows a follower checks per partition and fetch: at most this
+# many of its rows, and of the leader's rows starting in it at most this
+# many come back (the next window starts after the last one sent).
+ROWS_CHECKED_PER_FETCH_MAX = 8
+# The digest of a window of rows (BLAKE2b).
+ROWS_DIGEST_BYTES = 16
+
+
+@dataclass(frozen=True, slots=True)
+class RowsCheck:
+    """A follower's rows starting in ``[from_offset, through]``, by digest."""
+
+    from_offset: int
+    through: int
+    digest: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +301,8 @@ class ReplicaFetchPartition:
     # The end offset of the follower's last segment row; -1: none (or an
     # older follower).
     tiered_through: int = -1
+    # A window of the follower's rows for the leader to compare (None: none).
+    rows_check: RowsCheck | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,6 +316,8 @@ class ReplicaFetchResult:
     entries: tuple[ReplicatedEntry, ...] = ()
     # The leader's segment rows for the follower to swap to, ascending.
     segments: tuple[ReplicaSegment, ...] = ()
+    # The leader's rows starting in the follower's window when it differs.
+    rewrites: tuple[ReplicaSegment, ...] = ()
 
 
 def enc_replica_fetch(
@@ -316,6 +343,10 @@ def enc_replica_fetch(
     }
     if any(p.tiered_through >= 0 for p in parts):
         body["tiered_through"] = [p.tiered_through for p in parts]
+    if any(p.rows_check is not None for p in parts):
+        body["rows_checks"] = [
+            [-1, -1, b""] if (c := p.rows_check) is None else [c.from_offset, c.through, c.digest] for p in parts
+        ]
     return body
 
 
@@ -337,15 +368,41 @@ def dec_replica_fetch(body: Any, partitions_max: int) -> tuple[int, int, int, li
     )
     starts = _per_partition_offsets(m, "log_start_offsets", len(items))
     tiered = _per_partition_offsets(m, "tiered_through", len(items))
+    checks = _rows_checks(m.get("rows_checks"), len(items))
     return (
         replica_id,
         max_wait,
         entries_max,
         [
-            ReplicaFetchPartition(tp, rest[0], rest[1], rest[2], rest[3], lso, through)
-            for (tp, rest), lso, through in zip(items, starts, tiered, strict=True)
+            ReplicaFetchPartition(tp, rest[0], rest[1], rest[2], rest[3], lso, through, check)
+            for (tp, rest), lso, through, check in zip(items, starts, tiered, checks, strict=True)
         ],
     )
+
+
+def _rows_checks(v: Any, n: int) -> list[RowsCheck | None]:
+    """The optional ``rows_checks``: per partition ``[-1, -1, b""]`` (none)
+    or ``[from, through, digest]`` with ``0 <= from <= through < 2^63`` and a
+    digest of exactly ``ROWS_DIGEST_BYTES``; None when absent."""
+    if v is None:
+        return [None] * n
+    what = "replica_fetch.rows_checks"
+    if type(v) is not list or len(v) != n:
+        raise WireError(f"{what}: a list of {n} checks")
+    out: list[RowsCheck | None] = []
+    for c in v:
+        if type(c) is not list or len(c) != 3:
+            raise WireError(f"{what}: each [from, through, digest]")
+        start, through, digest = c
+        if [start, through, digest] == [-1, -1, b""]:
+            out.append(None)
+            continue
+        if type(start) is not int or type(through) is not int or not 0 <= start <= through < 1 << 63:
+            raise WireError(f"{what}: window [{start!r}, {through!r}] not int64s, 0 <= from <= through")
+        if type(digest) is not bytes or len(digest) != ROWS_DIGEST_BYTES:
+            raise WireError(f"{what}: a digest of {ROWS_DIGEST_BYTES} bytes")
+        out.append(RowsCheck(start, through, digest))
+    return out
 
 
 def _per_partition_offsets(m: dict[str, Any], name: str, n: int) -> list[int]:
@@ -387,6 +444,10 @@ def enc_replica_fetch_response(results: Sequence[ReplicaFetchResult]) -> dict[st
         body["segments"] = [
             [[g.start_offset, g.end_offset, g.size, g.uploader, g.object_key] for g in r.segments] for r in results
         ]
+    if any(r.rewrites for r in results):
+        body["rewrites"] = [
+            [[g.start_offset, g.end_offset, g.size, g.uploader, g.object_key] for g in r.rewrites] for r in results
+        ]
     return body
 
 
@@ -402,6 +463,7 @@ def dec_replica_fetch_response(body: Any, n_partitions: int) -> list[ReplicaFetc
         field(m, "partitions", "replica_fetch response"), "replica_fetch response.partitions", n_partitions
     )
     segments = dec_replica_segments(m.get("segments"), n_partitions)
+    rewrites = dec_replica_segments(m.get("rewrites"), n_partitions, "rewrites")
     for i, p in enumerate(parts):
         what = f"replica_fetch response.partitions[{i}]"
         err, hwm, lso, leo, div_epoch, div_end, raw_entries = expect_list(p, what, 7)
@@ -435,6 +497,7 @@ def dec_replica_fetch_response(body: Any, n_partitions: int) -> list[ReplicaFetc
                 expect_int(div_end, what),
                 tuple(entries),
                 segments[i],
+                rewrites[i],
             )
         )
     return out
@@ -448,8 +511,8 @@ def _utf8_bytes(s: str) -> int:
         return 0
 
 
-def dec_replica_segments(v: Any, n_partitions: int) -> list[tuple[ReplicaSegment, ...]]:
-    """A replica fetch answer's ``segments``: per partition, at most
+def dec_replica_segments(v: Any, n_partitions: int, name: str = "segments") -> list[tuple[ReplicaSegment, ...]]:
+    """A replica fetch answer's ``segments`` (or ``rewrites``): per partition, at most
     ``SEGMENT_SWAPS_PER_FETCH_MAX`` rows, strictly ascending and disjoint,
     each with non-negative offsets (start <= end), a positive size, a broker
     id and a non-empty key of at most ``SEGMENT_KEY_BYTES_MAX`` bytes, all
@@ -457,8 +520,8 @@ def dec_replica_segments(v: Any, n_partitions: int) -> list[tuple[ReplicaSegment
     if v is None:
         return [()] * n_partitions
     out = []
-    for i, rows in enumerate(expect_list(v, "replica_fetch response.segments", n_partitions)):
-        what = f"replica_fetch response.segments[{i}]"
+    for i, rows in enumerate(expect_list(v, f"replica_fetch response.{name}", n_partitions)):
+        what = f"replica_fetch response.{name}[{i}]"
         if type(rows) is not list or len(rows) > SEGMENT_SWAPS_PER_FETCH_MAX:
             raise WireError(f"{what}: a list of at most {SEGMENT_SWAPS_PER_FETCH_MAX} segment rows")
         got: list[ReplicaSegment] = []
