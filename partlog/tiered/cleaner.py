@@ -15,9 +15,10 @@ Two passes over the batches of a cleanable range, as Kafka's cleaner:
    clean past the horizon drops the batch's tombstones.
 
 A rewritten batch keeps its base offset, last offset delta, partition
-leader epoch, producer fields, max timestamp and compression (none or gzip;
-an emptied batch is written uncompressed), so offsets are preserved and
-gaps appear inside batches; its record count, length and CRC are new.
+leader epoch, producer fields, max timestamp and compression (any of
+Kafka's codecs, partlog.kafka.compression; an emptied batch is written
+uncompressed), so offsets are preserved and gaps appear inside batches;
+its record count, length and CRC are new.
 Partlog keeps a batch all of whose records went, as an empty batch (Kafka
 drops it unless the producer state needs it): the store keeps one entry
 per batch with no holes, and an empty v2 batch is valid to every client.
@@ -26,26 +27,27 @@ Left untouched, their keys never entering the map (so they neither drop
 nor are dropped: the safe side, more records than Kafka keeps, never
 fewer): control batches (transaction markers), transactional batches
 (Kafka removes aborted data; partlog's segments carry no ``.txnindex``
-yet), and batches compressed with a codec other than gzip.
+yet), and batches whose attributes name no codec (5-7: Kafka refuses
+them at produce, so none is stored).
 
 Input comes back from object storage, so everything is checked (framing,
-CRC, record framing, the record count, offset deltas within the batch,
-a decompressed size bound) and anything else raises :class:`CleanerError`:
+CRC, the compressed body, record framing, the record count, offset deltas
+within the batch, a decompressed size bound: a bomb costs at most
+:data:`DECOMPRESSED_BYTES_MAX`) and anything else raises :class:`CleanerError`:
 that run fails and nothing is swapped.
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import struct
-import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from partlog.kafka import batch_header as bh
 from partlog.kafka.batch_header import BatchHeader
+from partlog.kafka.compression import CODEC_NAMES, CODEC_NONE, CompressionError, compress, decompress
 from partlog.kafka.crc32c import crc32c
 from partlog.tiered.segment import SegmentFormatError, check_batch
 
@@ -58,13 +60,11 @@ OFFSET_MAP_ENTRY_BYTES = 24
 # Kafka's load factor (log.cleaner.io.buffer.load.factor): the map is full
 # at 90 % of its slots.
 OFFSET_MAP_LOAD_FACTOR = 0.9
-# A gzip batch is decompressed in memory: at most this much (a segment is
-# built in memory and is at most 64 MiB).
+# A compressed batch is decompressed in memory: at most this much (a
+# segment is built in memory and is at most 64 MiB).
 DECOMPRESSED_BYTES_MAX = 64 << 20
 # KIP-534's attribute bit: the base timestamp holds the delete horizon.
 ATTR_DELETE_HORIZON = 0x40
-COMPRESSION_NONE = 0
-COMPRESSION_GZIP = 1
 
 
 class CleanerError(ValueError):
@@ -230,19 +230,14 @@ def _header(batch: bytes) -> BatchHeader:
 def cleanable(h: BatchHeader) -> bool:
     """A batch whose records the cleaner reads and rewrites (module doc)."""
     codec = h.attributes & bh.ATTR_COMPRESSION_MASK
-    return not h.is_control and not h.is_transactional and codec in (COMPRESSION_NONE, COMPRESSION_GZIP)
+    return not h.is_control and not h.is_transactional and codec in CODEC_NAMES
 
 
 def _records(batch: bytes, h: BatchHeader) -> list[Record]:
-    body = batch[bh.HEADER_SIZE :]
-    if h.attributes & bh.ATTR_COMPRESSION_MASK == COMPRESSION_GZIP:
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        try:
-            body = d.decompress(body, DECOMPRESSED_BYTES_MAX)
-        except zlib.error as e:
-            raise CleanerError(f"batch at offset {h.base_offset}: gzip: {e}") from None
-        if d.unconsumed_tail or not d.eof:
-            raise CleanerError(f"batch at offset {h.base_offset}: gzip body truncated or over {DECOMPRESSED_BYTES_MAX}")
+    try:
+        body = decompress(h.attributes & bh.ATTR_COMPRESSION_MASK, batch[bh.HEADER_SIZE :], DECOMPRESSED_BYTES_MAX)
+    except CompressionError as e:
+        raise CleanerError(f"batch at offset {h.base_offset}: {e}") from None
     if h.record_count < 0:
         raise CleanerError(f"batch at offset {h.base_offset}: record count {h.record_count}")
     try:
@@ -281,8 +276,8 @@ def keyed_records(batches: Iterable[bytes]) -> int:
 def keyless_record(records: bytes) -> bool:
     """Whether a produced batch (or batches) holds a record without a key,
     which Kafka's LogValidator refuses on a compacted topic (INVALID_RECORD).
-    Batches the cleaner cannot read (a codec other than gzip) are taken as
-    keyed; CleanerError for what does not parse."""
+    Every codec is read (a batch naming none is taken as keyed);
+    CleanerError for what does not parse."""
     for batch in split_batches(records):
         h = _header(batch)
         readable = not h.is_control and cleanable(replace(h, attributes=h.attributes & ~bh.ATTR_TRANSACTIONAL))
@@ -333,8 +328,8 @@ def clean_batch(batch: bytes, offset_map: OffsetMap, *, now_ms: int, delete_rete
     codec = attributes & bh.ATTR_COMPRESSION_MASK
     if not kept:
         attributes &= ~bh.ATTR_COMPRESSION_MASK  # nothing to compress
-    elif codec == COMPRESSION_GZIP:
-        body = bytearray(gzip.compress(bytes(body), mtime=0))
+    elif codec != CODEC_NONE:
+        body = bytearray(compress(codec, bytes(body)))
     new = replace(
         h,
         batch_length=bh.HEADER_SIZE - bh.LOG_OVERHEAD + len(body),

@@ -1,7 +1,8 @@
 """The cleaner core (partlog/tiered/cleaner.py) against a reference model:
 any sequence of keyed writes, tombstones and keyless records, cut into
-batches (some gzip), compacted once or twice, read from the beginning with
-kafka-python's decoder (an independent one, which checks every CRC), equals
+batches (each with one of Kafka's codecs), compacted once or twice, read
+from the beginning with kafka-python's decoder (an independent one, which
+checks every CRC and decompresses with its own codec libraries), equals
 the latest value per key; tombstones go only once their delete horizon
 passed; offsets are preserved and strictly increasing.  Hostile input fails
 closed."""
@@ -14,10 +15,14 @@ import uuid
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kafka import codec as kc
 
+from partlog.kafka import batch_header as bh
+from partlog.kafka.compression import CODEC_NAMES, compress
 from partlog.kafka.crc32c import crc32c
 from partlog.kafka.record_batch import build_record_batch, parse_records
 from partlog.kafka.records import TopicIdPartition
+from partlog.tiered import cleaner
 from partlog.tiered.cleaner import (
     ATTR_DELETE_HORIZON,
     CleanerError,
@@ -25,6 +30,7 @@ from partlog.tiered.cleaner import (
     build_offset_map,
     clean_batch,
     keyed_records,
+    keyless_record,
     split_batches,
 )
 from partlog.tiered.segment import check_batch
@@ -44,14 +50,37 @@ writes = st.lists(
 )
 
 
-def _batches(ws: list[tuple[bytes | None, bytes | None]], cuts: list[int], gzip_mask: int) -> list[bytes]:
-    """The writes as batches at consecutive offsets, cut after the given counts."""
+# Whether kafka-python can build (and read) a batch with each codec here.
+KAFKA_PYTHON_HAS = {0: True, 1: kc.has_gzip(), 2: kc.has_snappy(), 3: kc.has_lz4(), 4: kc.has_zstd()}
+
+
+def _build(records: list[tuple[bytes | None, bytes | None, int]], codec: int) -> bytes:
+    """A batch with ``codec``: kafka-python's builder where its codec library
+    is installed, else (or where the builder kept a small batch uncompressed,
+    as it does when compressing does not pay) its uncompressed batch
+    recompressed with partlog's."""
+    if KAFKA_PYTHON_HAS[codec]:
+        built = build_record_batch(records, compression=codec)
+        if check_batch(built).attributes & bh.ATTR_COMPRESSION_MASK == codec:
+            return built
+    plain = build_record_batch(records)
+    body = compress(codec, plain[bh.HEADER_SIZE :])
+    out = bytearray(plain[: bh.HEADER_SIZE]) + body
+    struct.pack_into(">i", out, 8, len(out) - bh.LOG_OVERHEAD)
+    struct.pack_into(">h", out, 21, struct.unpack_from(">h", out, 21)[0] | codec)
+    struct.pack_into(">I", out, 17, crc32c(memoryview(out)[21:]))
+    return bytes(out)
+
+
+def _batches(ws: list[tuple[bytes | None, bytes | None]], cuts: list[int], codecs: list[int]) -> list[bytes]:
+    """The writes as batches at consecutive offsets, cut after the given
+    counts, compressed with the given codecs in turn."""
     out, offset, i, n = [], 0, 0, 0
     while i < len(ws):
         size = max(1, cuts[n % len(cuts)])
         chunk = ws[i : i + size]
         records = [(k, v, T0 + offset + j) for j, (k, v) in enumerate(chunk)]
-        batch = bytearray(build_record_batch(records, compression=1 if gzip_mask >> (n % 16) & 1 else 0))
+        batch = bytearray(_build(records, codecs[n % len(codecs)]))
         struct.pack_into(">q", batch, 0, offset)  # not under the CRC, as the leader stamps it
         out.append(bytes(batch))
         offset += len(chunk)
@@ -80,9 +109,15 @@ def _check_shape(before: list[bytes], after: list[bytes]) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(writes, st.lists(st.integers(1, 7), min_size=1, max_size=5), st.integers(0, 0xFFFF))
-def test_compacted_log_is_latest_per_key(ws: list[tuple[bytes | None, bytes | None]], cuts: list[int], gz: int) -> None:
-    before = _batches(ws, cuts, gz)
+@given(
+    writes,
+    st.lists(st.integers(1, 7), min_size=1, max_size=5),
+    st.lists(st.sampled_from(sorted(CODEC_NAMES)), min_size=1, max_size=5),
+)
+def test_compacted_log_is_latest_per_key(
+    ws: list[tuple[bytes | None, bytes | None]], cuts: list[int], codecs: list[int]
+) -> None:
+    before = _batches(ws, cuts, codecs)
     latest: dict[bytes, tuple[int, bytes | None]] = {}
     for offset, (k, v) in enumerate(ws):
         if k is not None:
@@ -164,3 +199,34 @@ def test_offset_map_bounded() -> None:
     m.put(b"\x00", 9)  # a known key still fits
     with pytest.raises(AssertionError):
         m.put(b"new", 10)
+
+
+@pytest.mark.parametrize("codec", [2, 3, 4], ids=["snappy", "lz4", "zstd"])
+def test_every_codec_is_cleaned_and_keeps_its_codec(codec: int) -> None:
+    batches = _batches([(b"k", b"v1"), (b"j", b"x"), (b"k", b"v2")], [3], [codec])
+    (cleaned,) = _clean(batches, T0)
+    h = check_batch(cleaned)
+    assert h.attributes & bh.ATTR_COMPRESSION_MASK == codec
+    assert [(r.key, r.value) for r in parse_records(TP, cleaned)] == [(b"j", b"x"), (b"k", b"v2")]
+    assert keyless_record(batches[0]) is False
+    assert keyless_record(_build([(None, b"v", T0)], codec)) is True
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4], ids=["gzip", "snappy", "lz4", "zstd"])
+def test_hostile_compressed_bodies_fail_closed(codec: int) -> None:
+    good = _build([(b"k", b"v" * 100, T0)], codec)
+    m = OffsetMap()
+    truncated = bytearray(good[:-3])
+    struct.pack_into(">i", truncated, 8, len(truncated) - bh.LOG_OVERHEAD)
+    struct.pack_into(">I", truncated, 17, crc32c(memoryview(truncated)[21:]))
+    for bad in (_corrupt(good, 62, b"\xde\xad\xbe\xef" * 2), bytes(truncated)):
+        with pytest.raises(CleanerError, match=CODEC_NAMES[codec]):
+            clean_batch(bad, m, now_ms=T0, delete_retention_ms=0)
+
+
+def test_decompression_bomb_fails_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A batch whose zstd body expands past the bound: refused, nothing allocated past it.
+    monkeypatch.setattr(cleaner, "DECOMPRESSED_BYTES_MAX", 1 << 16)
+    bomb = _build([(b"k", bytes(1 << 20), T0)], 4)
+    with pytest.raises(CleanerError, match="zstd: expands past 65536"):
+        clean_batch(bomb, OffsetMap(), now_ms=T0, delete_retention_ms=0)
