@@ -56,10 +56,10 @@ def _broker(tmp_path: Path, meta: StaticMetadata, objects: ObjectStore, interval
 
 @asynccontextmanager
 async def _one_broker(
-    tmp_path: Path, objects: ObjectStore
+    tmp_path: Path, objects: ObjectStore, partitions: int = 1
 ) -> AsyncIterator[tuple[Broker, TopicInfo, TopicIdPartition]]:
-    """One started broker leading the one partition of topic "t": (broker, topic, partition)."""
-    meta = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"t": 1})
+    """One started broker leading every partition of topic "t": (broker, topic, partition 0)."""
+    meta = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"t": partitions})
     broker = _broker(tmp_path, meta, objects)
     await broker.start()
     broker.set_metadata(meta.with_ports({1: broker.port}))
@@ -231,12 +231,7 @@ def test_partitions_are_built_a_few_at_a_time(tmp_path: Path) -> None:
 
     async def main() -> None:
         objects = SlowSegmentStore(tmp_path / "objects")
-        meta = StaticMetadata.generate(azs=1, brokers_per_az=1, topics={"t": 6})
-        broker = _broker(tmp_path, meta, objects)
-        await broker.start()
-        broker.set_metadata(meta.with_ports({1: broker.port}))
-        try:
-            [topic] = meta.topics()
+        async with _one_broker(tmp_path, objects, partitions=6) as (broker, topic, _):
             tps = [TopicIdPartition(topic.topic_id, p) for p in range(6)]
             for tp in tps:
                 await _produce(broker, tp, [b"x" * 100] * 5)
@@ -246,8 +241,6 @@ def test_partitions_are_built_a_few_at_a_time(tmp_path: Path) -> None:
             for tp in tps:
                 assert await _consume(broker, tp, 5) == [b"x" * 100] * 5
             assert broker.store.check() == []
-        finally:
-            await broker.stop()
 
     asyncio.run(main())
 
