@@ -56,6 +56,7 @@ def test_the_types_keep_the_comparisons_and_words_of_the_flags() -> None:
         (["consume", "t", "--bootstrap-server", "h:1", "--max-messages", "0"], "argument --max-messages: must be > 0"),
         (["topics", "create", "t", "--partitions", "0"], "partlog topics create: argument --partitions: must be > 0"),
         (["cluster", "--message-bytes", "1e8"], "partlog cluster: argument --message-bytes: invalid int value: '1e8'"),
+        (["cluster", "--tiering-segment-ms", "-1"], "partlog cluster: argument --tiering-segment-ms: must be >= 0"),
         (
             ["broker", "--id", "1", "--data-dir", "d", "--transaction-max-timeout-ms", "0"],
             "argument --transaction-max-timeout-ms: must be > 0",
@@ -70,3 +71,10 @@ def test_a_value_out_of_range_is_one_line_and_exit_2(
     assert ei.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and line in err, err
+
+
+def test_cluster_options_out_of_range_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    """Bounds checked by ClusterOptions (not argparse), before anything starts."""
+    assert main(["cluster", "--tiering-segment-ms", "1000", "--tiering-segment-bytes", "1000"]) == 2
+    err = capsys.readouterr().err
+    assert err == "partlog cluster: tiering-segment-bytes must be in [1,048,576, 2,147,483,647], got 1,000\n", err

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from partlog.tools.cmd.acls import add_authorizer_flags, authorizer_config
 from partlog.tools.cmd.common import progress_printer
-from partlog.tools.cmd.flags import non_negative_float, positive_float, positive_int
+from partlog.tools.cmd.flags import non_negative_float, non_negative_int, positive_float, positive_int
 
 if TYPE_CHECKING:
     from partlog.tools.cmd.common import Subparsers
@@ -68,7 +68,7 @@ def add_parser(sub: Subparsers) -> None:
     cl.add_argument("--no-walmgr", action="store_true", help="do not run a walmgr beside the brokers")
     cl.add_argument(
         "--tiering-segment-ms",
-        type=int,
+        type=non_negative_int,
         default=0,
         metavar="MS",
         help="tiered segments: set remote.storage.enable on the topic with segment.ms MS, so leaders move committed "
