@@ -16,13 +16,17 @@ the deletion gate measures), against the sampler's clock passed in.
 from __future__ import annotations
 
 import asyncio
-import time
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from partlog.produce.pipeline import ProduceConfig
+from partlog.tiered.remote_storage import TIERED_PREFIX_DEFAULT
 from partlog.wal.key import LOG_SUFFIX, WalKeyError, parse_wal_key
 from partlog.wal.objectstore import ObjectStore, iter_objects
 
+# The brokers' default WAL key prefix (ProduceConfig.key_prefix).
+WAL_PREFIX_DEFAULT = ProduceConfig().key_prefix
 # A listing is bounded: a census of more objects than this stops counting
 # there (and says so), so a huge shared bucket costs bounded time per sample.
 CENSUS_OBJECTS_MAX = 200_000
@@ -46,16 +50,23 @@ class Census:
     truncated: bool  # the listing stopped at CENSUS_OBJECTS_MAX
 
 
-def take_census(objects: ObjectStore, now_ms: int, wal_prefix: str = "") -> Census:
-    """List the store once and classify what it holds (other keys are ignored)."""
-    wal = wal_bytes = segs = seg_bytes = listed = 0
+def take_census(
+    objects: ObjectStore,
+    now_ms: int,
+    wal_prefix: str = WAL_PREFIX_DEFAULT,
+    tiered_prefix: str = TIERED_PREFIX_DEFAULT,
+) -> Census:
+    """List the cluster's two prefixes once each, at most
+    ``CENSUS_OBJECTS_MAX`` keys in all, and classify what they hold (other
+    keys are ignored; keys outside the prefixes are never listed)."""
+    wal = wal_bytes = segs = seg_bytes = 0
     oldest: int | None = None
-    truncated = False
-    for info in iter_objects(objects, wal_prefix):
-        listed += 1
-        if listed > CENSUS_OBJECTS_MAX:
-            truncated = True
-            break
+    listed = itertools.chain(
+        iter_objects(objects, wal_prefix.rstrip("/") + "/"), iter_objects(objects, tiered_prefix.rstrip("/") + "/")
+    )
+    infos = list(itertools.islice(listed, CENSUS_OBJECTS_MAX + 1))
+    truncated = len(infos) > CENSUS_OBJECTS_MAX
+    for info in infos[:CENSUS_OBJECTS_MAX]:
         if info.key.endswith(LOG_SUFFIX):
             segs += 1
             seg_bytes += info.size
@@ -73,11 +84,12 @@ def take_census(objects: ObjectStore, now_ms: int, wal_prefix: str = "") -> Cens
 
 @dataclass(slots=True)
 class CensusSampler:
-    """Samples :func:`take_census` every ``interval_ms`` in a thread until stopped."""
+    """Samples :func:`take_census` every ``interval_ms`` in a thread until
+    stopped; ``clock_ms`` is the wall clock the keys' ``created_ms`` use."""
 
     objects: ObjectStore
+    clock_ms: Callable[[], int]
     interval_ms: int = CENSUS_INTERVAL_MS_DEFAULT
-    clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000
     samples: list[Census] = field(default_factory=list)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 

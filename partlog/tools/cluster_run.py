@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from partlog.runtime import SYSTEM_CLOCK
 from partlog.tools.cluster_census import CensusSampler, summarize
 from partlog.tools.cluster_faults import fault_effects
 from partlog.tools.cluster_load import produce_load, verify
@@ -149,7 +150,8 @@ async def _run(
     mgr: Walmgr | None = None,
 ) -> dict[str, Any]:
     walmgr_runner = asyncio.ensure_future(mgr.run()) if mgr is not None else None
-    sampler = CensusSampler(objects)
+    # The brokers run on the system clock: their keys' created_ms is its wall time.
+    sampler = CensusSampler(objects, SYSTEM_CLOCK.wall_ms)
     census = asyncio.ensure_future(sampler.run())
     # One generator for the partition choices and the broker kills, as seeded.
     rng = random.Random(opts.seed)
