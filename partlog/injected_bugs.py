@@ -54,6 +54,11 @@ KNOWN: dict[str, str] = {
         "a WAL file opened while the previous round was in flight waits for its commit interval "
         "when that round completes, instead of closing (the round_done rule is missing)"
     ),
+    # The release grace (docs/design/release-grace.md).
+    "release_grace_ignored": (
+        "a store answers walmgr from its index alone: keys it released a moment ago, or holds for an "
+        "answer being applied, count as unreferenced"
+    ),
     # Tiered segments: found with `fuzz --tiering` (the leaders' builder loops).
     "swap_positions_off_by_one": (
         "a leader's reference swap repoints each entry one byte past its batch's position in the segment "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import socket
 import subprocess
@@ -90,9 +91,13 @@ async def running_cluster(
     commit_deadline_ms: int | None = None,
     walmgr_address: str = "",
     clock: Clock = SYSTEM_CLOCK,
+    release_grace_ms: int = 0,
 ) -> AsyncIterator[tuple[list[Broker], StaticMetadata]]:
     """Brokers on 127.0.0.1 sharing ``objects``, topic "t", on ``clock``;
-    stopped on exit."""
+    stopped on exit.  Without the release grace unless ``release_grace_ms``
+    says (docs/design/release-grace.md): these tests assert a reference
+    gone, and walmgr's deletion, as soon as it can be."""
+    replication = dataclasses.replace(replication or ReplicationConfig(), release_grace_ms=release_grace_ms)
     meta = StaticMetadata.generate(
         azs=azs, brokers_per_az=brokers_per_az, topics={"t": partitions}, replication_factor=replication_factor
     )
@@ -105,7 +110,7 @@ async def running_cluster(
             sync=sync,
             commit_rpc_timeout_ms=commit_rpc_timeout_ms,
             metrics_port=(metrics_ports or {}).get(b.broker_id, 0),
-            replication=replication or ReplicationConfig(),
+            replication=replication,
             walmgr_address=walmgr_address,
             commit_deadline_ms=commit_deadline_ms or COMMIT_DEADLINE_MS_DEFAULT,
         )

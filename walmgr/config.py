@@ -53,6 +53,10 @@ FULL_SCAN_INTERVAL_MS_DEFAULT = 3_600_000
 # retry small and spreads deletes over the cycle.
 DELETE_BATCH_SIZE_DEFAULT = 250
 CHECK_TIMEOUT_MS_DEFAULT = 10_000
+# The longest one deletion's answers (its leader check to the end of its
+# sweep) may span; longer, and the round keeps all.  Under half the brokers'
+# release grace (60 s: partlog.store.release_grace, where the argument is).
+VERDICT_WINDOW_MS_DEFAULT = 25_000
 # How long a one-shot command (gc --once, scan) waits for the cluster
 # metadata before it gives up with an error; the daemon keeps retrying (and
 # logs and counts every failure: walmgr_metadata_errors).
@@ -160,6 +164,7 @@ class WalmgrConfig:
     full_scan_interval_ms: int = FULL_SCAN_INTERVAL_MS_DEFAULT
     delete_batch_size: int = DELETE_BATCH_SIZE_DEFAULT
     check_timeout_ms: int = CHECK_TIMEOUT_MS_DEFAULT
+    verdict_window_ms: int = VERDICT_WINDOW_MS_DEFAULT  # < brokers' release_grace_ms / 2
     # "controller://HOST:PORT", "etcd://HOST:PORT[,...][/PREFIX]", a static
     # cluster TOML file, or "" for none.
     metadata: str = ""
@@ -276,6 +281,7 @@ class WalmgrConfig:
             "full_scan_interval_ms",
             "check_timeout_ms",
             "metadata_timeout_ms",
+            "verdict_window_ms",
         )
         for name in positive:
             if getattr(self, name) <= 0:

@@ -837,9 +837,19 @@ class Walmgr:
             return Decision([], {}, {r.key: "no cluster id known" for r in cands})
         plan: CheckPlan = plan_checks(cands, self._topic_deleted, self._leader, self.cluster_id, self._isr)
         brokers = list(plan.by_broker)
+        started = self.clock.monotonic()
         answers = await asyncio.gather(*(self._asker.referenced_files(b, plan.by_broker[b]) for b in brokers))
         decision = decide(plan, dict(zip(brokers, answers, strict=True)), self._leader, self._isr)
-        return await self._sweep(decision)
+        decision = await self._sweep(decision)
+        took_ms = (self.clock.monotonic() - started) * 1000
+        if decision.delete and took_ms > self.config.verdict_window_ms:
+            # Answers further apart than this may miss a reference moving
+            # between brokers (partlog.store.release_grace): ask again.
+            why = f"answers spanned {took_ms:.0f} ms, over verdict_window_ms={self.config.verdict_window_ms}"
+            log.warning("walmgr kept %d keys: %s", len(decision.delete), why)
+            doubt = {**decision.doubt, **dict.fromkeys(decision.delete, why)}
+            decision = Decision([], decision.referenced, doubt)
+        return decision
 
     async def _sweep(self, decision: Decision) -> Decision:
         """Every listed broker asked about the keys ``decision`` would

@@ -398,6 +398,10 @@ _REPLICATION_COUNTERS = {
     "replica_fetches_parked": ("partlog_replication_fetches_parked", "replica fetches parked with nothing to send"),
     "replica_fetches_sent": ("partlog_replication_fetches_sent", "replica fetches sent as a follower"),
     "replica_fetch_errors": ("partlog_replication_fetch_errors", "replica fetches that failed (connection, refusal)"),
+    "replica_answers_stale": (
+        "partlog_replication_answers_stale",
+        "fetch answers dropped as older than replica_answer_age_max_ms when they would be applied",
+    ),
     "isr_shrinks": ("partlog_replication_isr_shrinks", "ISR shrinks committed by the controller"),
     "isr_expands": ("partlog_replication_isr_expands", "ISR expansions committed by the controller"),
     "alter_partition_failures": ("partlog_replication_alter_partition_failures", "ISR changes refused or unanswered"),
@@ -455,6 +459,21 @@ _STORE_METRICS = {
     "aborted_ranges_cut": (
         "partlog_store_aborted_ranges_cut",
         "READ_COMMITTED reads whose range was cut to list at most partlog_aborted_txns_per_fetch_max aborts",
+        True,
+    ),
+    "release_grace_keys": (
+        "partlog_store_release_grace_keys",
+        "object keys released or held within the release grace (limit partlog_store_release_grace_keys_max)",
+        False,
+    ),
+    "release_grace_keys_max": (
+        "partlog_store_release_grace_keys_max",
+        "released keys remembered before every key counts for a grace (a blanket)",
+        False,
+    ),
+    "release_grace_blankets": (
+        "partlog_store_release_grace_blankets",
+        "blanket graces begun (store opens, and overflows of partlog_store_release_grace_keys_max)",
         True,
     ),
     "checkpoint_backpressure": (

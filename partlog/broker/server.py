@@ -223,6 +223,7 @@ class Broker:
             monotonic=clock.monotonic,
             auto_high_watermark=False,
             checkpoint_thread=config.store_checkpoint_thread,
+            release_grace_ms=config.replication.release_grace_ms,
         )
         self.replicas = ReplicaManager(
             bid,

@@ -501,7 +501,10 @@ class ProducePipeline:
         self.stats.rotations[reason] = self.stats.rotations.get(reason, 0) + 1
         segment_id = self._next_segment_id
         self._next_segment_id += 1
-        key = str(make_wal_key(self.config.key_prefix, now_ms, self.broker_id, self._rand_hex()))
+        # The key's time is never before the footer's (the opening): after a
+        # clock stepped back walmgr would hold the file INVALID for ever.
+        key_ms = max(now_ms, opened_ms)
+        key = str(make_wal_key(self.config.key_prefix, key_ms, self.broker_id, self._rand_hex()))
         built = builder.build()
         seg_batches = []
         for coord, (produce_id, index, tp, batch) in zip(built.coordinates, batches, strict=True):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from partlog.replication.replica_state import REPLICA_LAG_TIME_MAX_MS_DEFAULT
+from partlog.store.release_grace import RELEASE_GRACE_MS_DEFAULT
 
 # Kafka's replica.fetch.wait.max.ms and replica.fetch.backoff.ms defaults.
 REPLICA_FETCH_WAIT_MAX_MS_DEFAULT = 500
@@ -34,6 +35,10 @@ REPLICA_SERVE_INLINE_ENTRIES_MAX = 64
 # How often the leader reconsiders the ISR (lagging followers), and how long
 # it waits after the controller refused or did not answer a change.
 ISR_CHECK_INTERVAL_MS = 250
+# A fetch answer older than this (from the request's send) when the follower
+# would apply it is dropped and fetched again: at most half the release
+# grace (partlog.store.release_grace, where the argument is).
+REPLICA_ANSWER_AGE_MAX_MS_DEFAULT = 20_000
 ALTER_PARTITION_BACKOFF_MS = 500
 
 
@@ -47,6 +52,11 @@ class ReplicationConfig:
     min_insync_replicas: int = 1
     # Send the follower's HWM in fetches (KIP-1166); off only to measure it.
     fetch_sends_high_watermark: bool = True
+    # A released object key counts as referenced this long (0: off, only
+    # for tests that need walmgr to delete at once); answers older than
+    # replica_answer_age_max_ms are not applied.
+    release_grace_ms: int = RELEASE_GRACE_MS_DEFAULT
+    replica_answer_age_max_ms: int = REPLICA_ANSWER_AGE_MAX_MS_DEFAULT
 
     def __post_init__(self) -> None:
         for name in (
@@ -54,6 +64,7 @@ class ReplicationConfig:
             "replica_fetch_backoff_ms",
             "replica_fetch_entries_max",
             "min_insync_replicas",
+            "replica_answer_age_max_ms",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"ReplicationConfig.{name} must be > 0, got {getattr(self, name)}")
@@ -62,11 +73,24 @@ class ReplicationConfig:
                 f"ReplicationConfig.replica_fetch_wait_max_ms must be in [0, {REPLICA_FETCH_WAIT_MS_MAX}], "
                 f"got {self.replica_fetch_wait_max_ms}"
             )
+        if self.release_grace_ms < 0:
+            raise ValueError(f"ReplicationConfig.release_grace_ms must be >= 0, got {self.release_grace_ms}")
+        if self.release_grace_ms and 2 * self.replica_answer_age_max_ms > self.release_grace_ms:
+            raise ValueError(
+                f"ReplicationConfig.replica_answer_age_max_ms ({self.replica_answer_age_max_ms}) must be at most "
+                f"half of release_grace_ms ({self.release_grace_ms})"
+            )
+        if self.replica_fetch_wait_max_ms >= self.replica_answer_age_max_ms:
+            raise ValueError(
+                f"ReplicationConfig.replica_fetch_wait_max_ms ({self.replica_fetch_wait_max_ms}) must be under "
+                f"replica_answer_age_max_ms ({self.replica_answer_age_max_ms}): a parked answer would always be dropped"
+            )
 
 
 __all__ = [
     "ALTER_PARTITION_BACKOFF_MS",
     "ISR_CHECK_INTERVAL_MS",
+    "REPLICA_ANSWER_AGE_MAX_MS_DEFAULT",
     "REPLICA_FETCH_BACKOFF_MS_DEFAULT",
     "REPLICA_FETCH_BUILD_INLINE_PARTITIONS_MAX",
     "REPLICA_FETCH_ENTRIES_MAX_DEFAULT",

@@ -57,6 +57,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
@@ -95,6 +96,7 @@ from partlog.rpc.wire import (
 )
 from partlog.store import MetadataStore, ReplicaAppend, Segment, SegmentSwap, StoreError
 from partlog.store.compaction import SegmentRewrite
+from partlog.store.release_grace import Hold
 from partlog.wal.objectstore import ObjectNotFoundError, ObjectStore, ObjectStoreError
 
 log = logging.getLogger(__name__)
@@ -140,8 +142,10 @@ class ReplicaFetchers:
         metadata_changed: Callable[[], asyncio.Event],
         on_store_failed: Callable[[], None] = lambda: None,
         objects: ObjectStore | None = None,
+        monotonic: Callable[[], float],
     ) -> None:
         self.broker_id = broker_id
+        self._monotonic = monotonic  # seconds: an answer's age (release_grace.py)
         # Where leaders' segments are read to take their rows over (None:
         # rows are not checked, as before compaction.md's "Replicas").
         self.objects = objects
@@ -219,6 +223,7 @@ class ReplicaFetchers:
                 self.broker_id, cfg.replica_fetch_wait_max_ms, cfg.replica_fetch_entries_max, parts
             )
             self.stats.replica_fetches_sent += 1
+            sent = self._monotonic()
             try:
                 client = await self._client(leader)
                 raw = await client.call(
@@ -261,11 +266,19 @@ class ReplicaFetchers:
                     and f.leader == leader
                     and f.leader_epoch == p.current_leader_epoch
                 ]
+                if (self._monotonic() - sent) * 1000 > cfg.replica_answer_age_max_ms:
+                    # Its objects may be past their release grace at the
+                    # leader: walmgr may delete them (release_grace.py).
+                    self._stale_answer(leader, sent)
+                    continue
+                # Its objects count as referenced here from now on.
+                hold = self.store.release_grace.hold(_answer_keys(current, prepared))
                 # In flight from here until the store calls returned (even
                 # if this task is cancelled meanwhile): roles wait for it.
                 self._applying += 1
                 self._idle.clear()
                 applying = asyncio.ensure_future(asyncio.to_thread(self._apply_fetch, current, prepared))
+                applying.add_done_callback(functools.partial(_end_hold, self.store, hold))
                 applying.add_done_callback(self._end_apply)
             if injected_bugs.on("follower_ack_before_journal_sync"):
                 # The next fetch goes out now, reporting the entries just
@@ -291,6 +304,21 @@ class ReplicaFetchers:
                 await self._pause(min(backoff, 0.1))
         if self._fetchers.get(leader) is asyncio.current_task():
             del self._fetchers[leader]
+
+    def _stale_answer(self, leader: int, sent: float) -> None:
+        """An answer too old to apply: counted, logged at the 1st, 2nd, 4th... time."""
+        self.stats.replica_answers_stale += 1
+        n = self.stats.replica_answers_stale
+        if n & (n - 1) == 0:
+            log.warning(
+                "broker %d: dropped a fetch answer from %d, %.1f s after its request (over "
+                "replica_answer_age_max_ms=%d; %d dropped so far)",
+                self.broker_id,
+                leader,
+                self._monotonic() - sent,
+                self.config.replica_answer_age_max_ms,
+                n,
+            )
 
     async def _pause(self, seconds: float) -> None:
         """Sleep, but wake early when the metadata changes (a leader's address
@@ -534,6 +562,21 @@ class ReplicaFetchers:
                     result.message,
                     failed,
                 )
+
+
+def _end_hold(store: MetadataStore, hold: Hold, _done: object) -> None:
+    store.release_grace.end_hold(hold)
+
+
+def _answer_keys(
+    items: list[tuple[ReplicaFetchPartition, ReplicaFetchResult, FollowedPartition]], prepared: _Prepared
+) -> set[str]:
+    """The objects an apply of these answers may come to reference: its
+    entries' WAL objects, the rows' segments, the rows taken over."""
+    keys = {e.object_key for _, r, _ in items for e in r.entries}
+    keys.update(g.object_key for _, r, _ in items for g in r.segments)
+    keys.update(req.object_key for reqs in prepared.rewrites.values() for req in reqs)
+    return keys
 
 
 __all__ = ["ReplicaFetchers"]

@@ -155,6 +155,7 @@ class ReplicaManager:
             metadata_changed=self._metadata_changed.waiter,
             on_store_failed=on_store_failed,
             objects=objects,
+            monotonic=clock.monotonic,
         )
         self._next_token = 0
         # acks=all waits handed to callers (commit): kept alive until done.

@@ -18,6 +18,8 @@ class ReplicationStats:
     replica_fetches_parked: int = 0
     replica_fetches_sent: int = 0
     replica_fetch_errors: int = 0
+    # Answers dropped as older than replica_answer_age_max_ms when applied.
+    replica_answers_stale: int = 0
     isr_shrinks: int = 0
     isr_expands: int = 0
     alter_partition_failures: int = 0

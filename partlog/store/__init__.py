@@ -1,46 +1,42 @@
 """MetadataStore: one broker's metadata logs, in one LMDB environment.
 
-Each partition this broker leads or follows has a metadata log of entries
-``[patched 61-byte v2 batch header | WAL reference]``: as leader it sequences
-commits exactly as a Kafka partition leader sequences its log, as follower it
-appends the leader's entries at the leader's offsets and epochs
+Each partition this broker leads or follows has a metadata log of entries ``[patched 61-byte v2
+batch header | WAL reference]``: as leader it sequences commits exactly as a Kafka partition leader
+sequences its log, as follower it appends the leader's entries at the leader's offsets and epochs
 (:meth:`MetadataStore.read_log`, :meth:`~MetadataStore.append_replicated`,
 :meth:`~MetadataStore.truncate_to`, :meth:`~MetadataStore.reset_to`; with
-``auto_high_watermark=False`` the owner drives the high watermark).  The API
-mirrors KIP-1164's BatchCoordinator, per leader (:mod:`partlog.kafka.records`).
+``auto_high_watermark=False`` the owner drives the high watermark).  The API mirrors KIP-1164's
+BatchCoordinator, per leader (:mod:`partlog.kafka.records`).
 
-Concurrent ``commit_file`` calls are sequenced into a group against the
-in-memory state, made durable by ONE journal append before anyone is
-answered, and applied to LMDB later by checkpoints; every other write runs
-exclusively (:mod:`~partlog.store.writes`).  Each operation validates before
-it writes.  A failed commit, or a failed check of the durable state
-(:func:`layout.verify <partlog.store.layout.verify>`), fail-stops the store
-until :meth:`reopen <MetadataStore.reopen>`.  Readers read LMDB plus the
-overlay of durable groups not yet applied, never the caches, so a
+Concurrent ``commit_file`` calls are sequenced into a group against the in-memory state, made
+durable by ONE journal append before anyone is answered, and applied to LMDB later by checkpoints;
+every other write runs exclusively (:mod:`~partlog.store.writes`).  Each operation validates before
+it writes.  A failed commit, or a failed check of the durable state (:func:`layout.verify
+<partlog.store.layout.verify>`), fail-stops the store until :meth:`reopen <MetadataStore.reopen>`.
+Readers read LMDB plus the overlay of durable groups not yet applied, never the caches, so a
 ``readonly`` store in another process, which follows the journal, sees the same.
 
-:class:`MetadataStore` is the facade and the only public class.  As Kafka's
-``UnifiedLog`` owns ``LocalLog``, ``ProducerStateManager`` and
-``LeaderEpochFileCache``, it owns components, each with its own state:
+:class:`MetadataStore` is the facade and the only public class.  As Kafka's ``UnifiedLog`` owns
+``LocalLog``, ``ProducerStateManager`` and ``LeaderEpochFileCache``, it owns components, each with
+its own state:
 
-* :mod:`~partlog.store.env`: the LMDB environment (transactions, map growth,
-  the gate closing waits for); :mod:`~partlog.store.catalog`: topics,
-  partition states, id counters and in-memory high watermarks;
+* :mod:`~partlog.store.env`: the LMDB environment (transactions, map growth, the gate closing waits
+  for); :mod:`~partlog.store.catalog`: topics, partition states, id counters and in-memory high
+  watermarks;
 * :mod:`~partlog.store.log`: the log chunks (entries: read, append, cut);
-  :mod:`~partlog.store.index`: file references, pending ones too (walmgr's);
-* :mod:`~partlog.store.epochs`, :mod:`~partlog.store.producers`,
-  :mod:`~partlog.store.txns`: the leader-epoch cache, the producer table,
-  the partitions' transactions and aborted-transaction index;
-  :mod:`~partlog.store.verification`: KIP-890 guards, in memory;
-* :mod:`~partlog.store.sequencer`: the pure :class:`Sequencer` (Kafka's
-  sequencing of a commit: state in, answers and a delta out), and
-  :mod:`~partlog.store.markers` (a transaction marker's);
+  :mod:`~partlog.store.index`: file references, pending ones too (walmgr's), and
+  :mod:`~partlog.store.release_grace`: those released a moment ago;
+* :mod:`~partlog.store.epochs`, :mod:`~partlog.store.producers`, :mod:`~partlog.store.txns`: the
+  leader-epoch cache, the producer table, the partitions' transactions and aborted-transaction
+  index; :mod:`~partlog.store.verification`: KIP-890 guards, in memory;
+* :mod:`~partlog.store.sequencer`: the pure :class:`Sequencer` (Kafka's sequencing of a commit:
+  state in, answers and a delta out), and :mod:`~partlog.store.markers` (a transaction marker's);
 * :mod:`~partlog.store.writes` (on :mod:`~partlog.store.group_commit`),
   :mod:`~partlog.store.checkpoint` (with :mod:`~partlog.store.journal`) and
-  :mod:`~partlog.store.view`: the write paths, durability and recovery, and
-  what readers see; :mod:`~partlog.store.staged`: how writes see state;
-* ``reads``, ``replication``, ``retention``, ``topics``, ``check``: operations
-  that span components; ``layout``: formats, records, errors; ``options``: open's.
+  :mod:`~partlog.store.view`: the write paths, durability and recovery, and what readers see;
+  :mod:`~partlog.store.staged`: how writes see state;
+* ``reads``, ``replication``, ``retention``, ``topics``, ``check``: operations that span components;
+  ``layout``: formats, records, errors; ``options``: open's.
 """
 
 from __future__ import annotations
@@ -108,6 +104,7 @@ from partlog.store.markers import prepare_markers
 from partlog.store.options import StoreOptions
 from partlog.store.producers import ProducerTable
 from partlog.store.reads import LogReader
+from partlog.store.release_grace import RELEASED_KEYS_MAX, ReleaseGrace
 from partlog.store.replication import FollowerLog
 from partlog.store.segments import Segment, SegmentSwap, SegmentSwapResult
 from partlog.store.sequencer import prepare
@@ -162,11 +159,14 @@ class MetadataStore:
         self.checkpoint_groups_max = options.checkpoint_groups_max
         self.checkpoint_interval_ms = options.checkpoint_interval_ms
         self.checkpoint_backlog_groups_max = options.backlog_groups_max
-        # close() is final and excludes reopen(): a reopen in a worker thread
-        # must not open an environment nobody closes after the owner closed.
-        self._lifecycle = threading.Lock()
-        self._shut = False
-        self.verification = VerificationGuards()  # KIP-890's, in memory; they outlive a reopen
+        # close() is final and excludes reopen(): a reopen in a worker thread must not open
+        # an environment nobody closes after the owner closed.
+        self._lifecycle, self._shut = threading.Lock(), False
+        self.verification = VerificationGuards()  # KIP-890's, in memory; they outlive a reopen too
+        # Outlives a reopen (a follower's holds span it); an open starts a blanket grace, unless new.
+        self.release_grace = ReleaseGrace(options.release_grace_ms, options.monotonic or SYSTEM_CLOCK.monotonic)
+        if os.path.exists(os.path.join(path, "data.mdb")):
+            self.release_grace.opened()
         self._attach()
 
     def _attach(self) -> None:
@@ -186,6 +186,7 @@ class MetadataStore:
             ProducerTable(env),
             TxnTable(env),
         )
+        index.grace = self.release_grace
         log_chunks = LogChunks(env, index)
         checkpoints = Checkpointer(
             env,
@@ -269,6 +270,7 @@ class MetadataStore:
         checkpoint_thread: bool = True,
         journal_segment_bytes: int = JOURNAL_SEGMENT_BYTES_DEFAULT,
         checkpoint_backlog_groups_max: int | None = None,
+        release_grace_ms: int = 0,
     ) -> Self:
         """Open (creating unless ``readonly``) the store in directory ``path``,
         replaying its journal.  The options are
@@ -278,21 +280,14 @@ class MetadataStore:
         the directory is not a store, or one of another cluster.
         """
         options = StoreOptions(
-            sync=sync,
-            readonly=readonly,
-            commit_deadline_ms=commit_deadline_ms,
-            producer_id_expiration_ms=producer_id_expiration_ms,
-            clock=clock,
-            monotonic=monotonic,
-            map_size_bytes=map_size_bytes,
-            group_commit_batches_max=group_commit_batches_max,
-            auto_high_watermark=auto_high_watermark,
-            checkpoint_groups_max=checkpoint_groups_max,
-            checkpoint_interval_ms=checkpoint_interval_ms,
-            checkpoint_thread=checkpoint_thread,
-            journal_segment_bytes=journal_segment_bytes,
+            sync=sync, readonly=readonly, commit_deadline_ms=commit_deadline_ms,
+            producer_id_expiration_ms=producer_id_expiration_ms, clock=clock, monotonic=monotonic,
+            map_size_bytes=map_size_bytes, group_commit_batches_max=group_commit_batches_max,
+            auto_high_watermark=auto_high_watermark, checkpoint_groups_max=checkpoint_groups_max,
+            checkpoint_interval_ms=checkpoint_interval_ms, checkpoint_thread=checkpoint_thread,
+            journal_segment_bytes=journal_segment_bytes, release_grace_ms=release_grace_ms,
             checkpoint_backlog_groups_max=checkpoint_backlog_groups_max,
-        )
+        )  # fmt: skip
         store = cls(os.fspath(path), options)
         if cluster_id is not None:
             try:
@@ -320,9 +315,9 @@ class MetadataStore:
         with self._lifecycle:
             if self._shut:
                 raise StoreError(f"{self.path}: the store was closed; it is not reopened")
-            hwms = dict(self._catalog.hwms)
-            reopens = self.stats.get("reopens", 0)
+            hwms, reopens = dict(self._catalog.hwms), self.stats.get("reopens", 0)
             self._close_env(checkpoint=True)
+            self.release_grace.opened()
             self._attach()
             self._catalog.restore_hwms(hwms)
             self.stats["reopens"] = reopens + 1
@@ -458,8 +453,10 @@ class MetadataStore:
             "overlay_groups": len(self._checkpoints.overlay),
             "checkpoint_groups_max": self.checkpoint_groups_max,
             "checkpoint_backlog_groups_max": self.checkpoint_backlog_groups_max,
+            "release_grace_keys": self.release_grace.size(), "release_grace_blankets": self.release_grace.blankets,
+            "release_grace_keys_max": RELEASED_KEYS_MAX,
             **self._reads.stats,
-        }
+        }  # fmt: skip
 
     # ------------------------------------------------------------ topics and the cluster
 
@@ -566,9 +563,13 @@ class MetadataStore:
     def referenced_files(self, object_keys: Iterable[str]) -> set[str]:
         """The subset of ``object_keys`` that some entry of this store references
         (entries above the HWM, commits not yet durable: store.md, "References
-        stay visible") or a segments row names (tiered-gate.md)."""
+        stay visible"), a segments row names (tiered-gate.md), or the
+        release grace covers (``partlog.store.release_grace``)."""
         keys = list(object_keys)
-        return self._index.referenced(self._views, keys) | self._reads.segment_row_keys(keys)
+        # The grace last: a release is noted before its write commits, so a
+        # key the index no longer holds is covered by then.
+        found = self._index.referenced(self._views, keys) | self._reads.segment_row_keys(keys)
+        return found | self.release_grace.covered(keys)
 
     def file_usage(self) -> dict[str, FileUsage]:
         """Live batches and bytes per referenced WAL object."""

@@ -32,6 +32,7 @@ from partlog.store.layout import (
     inconsistent,
     verify,
 )
+from partlog.store.release_grace import ReleaseGrace
 from partlog.store.view import ReadView, Txn, Views, overlay_file
 from partlog.wal.key import OBJECT_KEY_BYTES_MAX
 
@@ -46,6 +47,10 @@ class FileIndex:
         # yet applied to LMDB: key -> [file_id, batches].
         self.pending: dict[str, list[int]] = {}
         self._pending_lock = threading.Lock()
+        # Keys released a moment ago still count (release_grace.py); the
+        # store sets it.  A write that aborts after noting a release only
+        # keeps a key referenced a little longer: the safe side.
+        self.grace: ReleaseGrace | None = None
 
     # ------------------------------------------------------------ pending references
 
@@ -156,6 +161,8 @@ class FileIndex:
         if live_batches == 0:
             txn.delete(key, db=self._db_files)
             txn.delete(U64.pack(file_id), db=self._db_file_ids)
+            if self.grace is not None:
+                self.grace.released((bytes(key).decode(),))
         else:
             txn.put(key, FILE_RECORD.pack(fid, live_batches, live_bytes, uploader, fsize), db=self._db_files)
 

@@ -173,23 +173,35 @@ class LogChunks:
         return Segment.unpack(int(PART_KEY.unpack(cur.key())[1]), cur.value())
 
     def add_segment(self, txn: lmdb.Transaction, part: Part, seg: Segment) -> None:
+        old = self.segment_at(txn, part, seg.start_offset)
         txn.put(PART_KEY.pack(part.part_id, seg.start_offset), seg.pack(), db=self._segments)
+        if old is not None and old.object_key != seg.object_key:
+            self._released(old)
 
     def drop_segment(self, txn: lmdb.Transaction, part: Part, start_offset: int) -> None:
+        old = self.segment_at(txn, part, start_offset)
         txn.delete(PART_KEY.pack(part.part_id, start_offset), db=self._segments)
+        if old is not None:
+            self._released(old)
+
+    def _released(self, row: Segment) -> None:
+        """A row's object is no longer referenced here (release_grace.py)."""
+        if self._index.grace is not None:
+            self._index.grace.released((row.object_key,))
 
     def _prune_segments(self, txn: lmdb.Transaction, part: Part, below: int | None, reaching: int | None) -> None:
         """Drop the rows ending below ``below`` (all if both are None) or
         reaching ``reaching``."""
         doomed = [
-            seg.start_offset
+            seg
             for seg in self.segments(txn, part)
             if (below is None and reaching is None)
             or (below is not None and seg.end_offset < below)
             or (reaching is not None and seg.end_offset >= reaching)
         ]
-        for start in doomed:
-            txn.delete(PART_KEY.pack(part.part_id, start), db=self._segments)
+        for seg in doomed:
+            txn.delete(PART_KEY.pack(part.part_id, seg.start_offset), db=self._segments)
+            self._released(seg)
 
     # ------------------------------------------------------------ writes
 

@@ -55,6 +55,8 @@ class StoreOptions:
     overlay's memory and read cost stay bounded); None means the larger of
     256 and 4 x ``checkpoint_groups_max`` (:attr:`backlog_groups_max`).
     ``journal_segment_bytes``: the size of each preallocated journal file.
+    ``release_grace_ms``: a key released counts as referenced this long
+    after (``partlog.store.release_grace``; 0: off, a broker's store sets it).
     """
 
     sync: bool = True
@@ -71,6 +73,7 @@ class StoreOptions:
     checkpoint_thread: bool = True
     journal_segment_bytes: int = JOURNAL_SEGMENT_BYTES_DEFAULT
     checkpoint_backlog_groups_max: int | None = None
+    release_grace_ms: int = 0
 
     def __post_init__(self) -> None:
         for name in (
@@ -83,6 +86,8 @@ class StoreOptions:
             value = getattr(self, name)
             if value <= 0:
                 raise ValueError(f"{name} must be > 0, got {value}")
+        if self.release_grace_ms < 0:
+            raise ValueError(f"release_grace_ms must be >= 0, got {self.release_grace_ms}")
         if self.backlog_groups_max < self.checkpoint_groups_max:
             raise ValueError(
                 f"checkpoint_backlog_groups_max must be >= checkpoint_groups_max ({self.checkpoint_groups_max}),"

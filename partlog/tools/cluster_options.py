@@ -16,6 +16,11 @@ from partlog.limits import PARTITIONS_PER_TOPIC_MAX
 DEMO_COMMIT_DEADLINE_MS = 2_000
 DEMO_MAX_CLOCK_SKEW_MS = 500
 DEMO_GRACE_MS = 500
+# The release grace scaled as the deadlines (docs/design/release-grace.md):
+# answers older than half of it are dropped, walmgr's answers span less.
+DEMO_RELEASE_GRACE_MS = 3_000
+DEMO_REPLICA_ANSWER_AGE_MAX_MS = 1_400
+DEMO_VERDICT_WINDOW_MS = 1_400
 # Bounds on the options (flags are checked against them, so a typo such as
 # --message-bytes 1e8 is a clear error, not a 23 GB allocation):
 # a record must fit a batch under the topic's max.message.bytes (Kafka's

@@ -53,9 +53,18 @@ from partlog.kafka_front.listeners import ListenerSecurity, ListenerSpec, Securi
 from partlog.kafka_front.scram import NoCredentials
 from partlog.node import BrokerNode, NodeConfig
 from partlog.produce.pipeline import ProduceConfig, SendCommit
+from partlog.replication.config import ReplicationConfig
 from partlog.replication.stats import ReplicationStats
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
-from partlog.tools.cluster_options import DEMO_COMMIT_DEADLINE_MS, DEMO_GRACE_MS, DEMO_MAX_CLOCK_SKEW_MS, ClusterOptions
+from partlog.tools.cluster_options import (
+    DEMO_COMMIT_DEADLINE_MS,
+    DEMO_GRACE_MS,
+    DEMO_MAX_CLOCK_SKEW_MS,
+    DEMO_RELEASE_GRACE_MS,
+    DEMO_REPLICA_ANSWER_AGE_MAX_MS,
+    DEMO_VERDICT_WINDOW_MS,
+    ClusterOptions,
+)
 from partlog.tools.etcd_launcher import EtcdCluster
 from partlog.wal.objectstore import ObjectStore
 from walmgr.config import WalmgrConfig
@@ -70,6 +79,10 @@ HEARTBEAT_INTERVAL_MS = 500
 STARTUP_TIMEOUT_S = 60.0
 # How often the walmgr beside the brokers runs a cycle (a full scan every 10).
 WALMGR_CYCLE_MS = 1_000
+# The brokers' replication with walmgr: the demo-sized release grace.
+DEMO_REPLICATION = ReplicationConfig(
+    release_grace_ms=DEMO_RELEASE_GRACE_MS, replica_answer_age_max_ms=DEMO_REPLICA_ANSWER_AGE_MAX_MS
+)
 # Segment ids an orphan-injecting broker remembers its choice for.
 ORPHAN_CHOICES_MAX = 10_000
 
@@ -178,6 +191,7 @@ class LocalCluster:
             sync=self.opts.sync,
             commit_deadline_ms=DEMO_COMMIT_DEADLINE_MS if self.opts.walmgr else COMMIT_DEADLINE_MS_DEFAULT,
             walmgr_address=self.walmgr_address,
+            replication=DEMO_REPLICATION if self.opts.walmgr else ReplicationConfig(),
         )
 
     async def start(self) -> None:
@@ -403,6 +417,7 @@ async def start_walmgr(opts: ClusterOptions, data_dir: str, objects: ObjectStore
         commit_deadline_ms=DEMO_COMMIT_DEADLINE_MS,
         max_clock_skew_ms=DEMO_MAX_CLOCK_SKEW_MS,
         grace_ms=DEMO_GRACE_MS,
+        verdict_window_ms=DEMO_VERDICT_WINDOW_MS,
         cycle_interval_ms=WALMGR_CYCLE_MS,
         full_scan_interval_ms=10 * WALMGR_CYCLE_MS,
         listen=f"127.0.0.1:{port}",

@@ -35,9 +35,12 @@ from simulations.dst.config import (
     HEARTBEAT_INTERVAL_MS,
     LEADER_IMBALANCE_CHECK_INTERVAL_MS,
     MAX_CLOCK_SKEW_MS,
+    RELEASE_GRACE_MS,
+    REPLICA_ANSWER_AGE_MAX_MS,
     SESSION_TIMEOUT_MS,
     TIERING_INTERVAL_MS,
     TOPIC,
+    VERDICT_WINDOW_MS,
     WALMGR_CYCLE_MS,
     Shape,
 )
@@ -170,7 +173,10 @@ class Cluster:
             commit_rpc_timeout_ms=3_000,
             commit_deadline_ms=COMMIT_DEADLINE_MS,
             replication=ReplicationConfig(
-                replica_lag_time_max_ms=2_000, min_insync_replicas=self.shape.min_insync_replicas
+                replica_lag_time_max_ms=2_000,
+                min_insync_replicas=self.shape.min_insync_replicas,
+                release_grace_ms=RELEASE_GRACE_MS,
+                replica_answer_age_max_ms=REPLICA_ANSWER_AGE_MAX_MS,
             ),
             walmgr_address=f"127.0.0.1:{self.walmgr.port}" if self.walmgr is not None and self.walmgr.port else "",
             # (Without tiering the loop never starts: the interval is moot.)
@@ -348,6 +354,7 @@ class Cluster:
             cycle_interval_ms=WALMGR_CYCLE_MS,
             full_scan_interval_ms=5_000,
             check_timeout_ms=2_000,
+            verdict_window_ms=VERDICT_WINDOW_MS,
             listen=f"127.0.0.1:{self.walmgr.port if self.walmgr is not None else 0}",
         )
         metadata = ControllerMetadata("127.0.0.1", self.controller_port)

@@ -21,6 +21,11 @@ GRACE_MS = 500
 SESSION_TIMEOUT_MS = 6_000  # the controller fences a silent broker after this (KRaft: 9 s)
 HEARTBEAT_INTERVAL_MS = 500
 WALMGR_CYCLE_MS = 1_000
+# The brokers' release grace and answer age limit (partlog.store.release_grace),
+# scaled down as the deadlines above, and walmgr's verdict window under half the grace.
+RELEASE_GRACE_MS = 3_000
+REPLICA_ANSWER_AGE_MAX_MS = 1_400
+VERDICT_WINDOW_MS = 1_400
 LEADER_IMBALANCE_CHECK_INTERVAL_MS = 5_000
 # With Shape.tiering: the brokers' builder loop runs this often (1 s in
 # production), so a seed builds and swaps several segments per partition.

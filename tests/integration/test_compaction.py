@@ -25,6 +25,7 @@ from partlog.client.producer import Producer
 from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.records import TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig
+from partlog.replication.config import ReplicationConfig
 from partlog.tools.cluster_options import ClusterOptions
 from partlog.tools.local_cluster import LocalCluster
 from partlog.wal.localdir_store import LocalDirStore
@@ -165,6 +166,8 @@ async def _broker(tmp_path: Path, objects: LocalDirStore) -> AsyncIterator[tuple
     config = BrokerConfig(
         1, "az1", str(tmp_path / "b1"), sync=False, produce=ProduceConfig(commit_interval_ms=5),
         tiering_interval_ms=20,
+        # References are asserted gone as soon as they move (no release grace).
+        replication=ReplicationConfig(release_grace_ms=0),
     )  # fmt: skip
     broker = Broker(config, meta, objects)
     await broker.start()

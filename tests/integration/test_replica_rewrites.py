@@ -121,7 +121,8 @@ async def test_a_compacted_topic_cleaned_by_its_leader_is_cleaned_on_every_repli
             str(tmp_path / f"b{b.broker_id}"),
             sync=False,
             produce=ProduceConfig(commit_interval_ms=5),
-            replication=ReplicationConfig(replica_fetch_backoff_ms=50),
+            # References are asserted gone as soon as they move (no release grace).
+            replication=ReplicationConfig(replica_fetch_backoff_ms=50, release_grace_ms=0),
             tiering_interval_ms=20,
         )
         for b in meta.brokers()

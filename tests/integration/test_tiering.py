@@ -22,6 +22,7 @@ from partlog.client.producer import Producer
 from partlog.controller.cluster_meta import StaticMetadata, TopicInfo
 from partlog.kafka.records import FindBatchRequest, TopicIdPartition
 from partlog.produce.pipeline import ProduceConfig
+from partlog.replication.config import ReplicationConfig
 from partlog.store import Segment, SegmentSwap, SegmentSwapResult
 from partlog.store.layout import SEGMENT_SWAP_DEADLINE_MS_DEFAULT
 from partlog.wal.key import parse_segment_key
@@ -50,6 +51,8 @@ def _broker(tmp_path: Path, meta: StaticMetadata, objects: ObjectStore, interval
     config = BrokerConfig(
         1, "az1", str(tmp_path / "b1"), sync=False, produce=ProduceConfig(commit_interval_ms=5),
         tiering_interval_ms=interval_ms,
+        # References are asserted gone as soon as they move (no release grace).
+        replication=ReplicationConfig(release_grace_ms=0),
     )  # fmt: skip
     return Broker(config, meta, objects)
 

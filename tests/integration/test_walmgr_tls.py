@@ -15,6 +15,7 @@ from partlog.controller.cluster_meta import StaticMetadata
 from partlog.kafka.errors import Errors
 from partlog.kafka.record_batch import build_record_batch
 from partlog.produce.pipeline import ProduceConfig
+from partlog.replication.config import ReplicationConfig
 from partlog.runtime import SYSTEM_CLOCK, SkewedClock
 from partlog.wal.localdir_store import LocalDirStore
 from tests.cluster_helpers import topic_partitions
@@ -39,6 +40,7 @@ def test_walmgr_checks_references_over_mutual_tls(tmp_path: Path, certs: Path) -
             produce=ProduceConfig(commit_interval_ms=20),
             sync=False,
             commit_deadline_ms=DEADLINE_MS,
+            replication=ReplicationConfig(release_grace_ms=0),  # walmgr deletes at once
             server_ssl=server_context(certs, mutual=True),
             client_ssl=client_context(certs, with_cert=True),
         )

@@ -11,6 +11,7 @@ acks=all answer): it must never report from such a store.
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,7 @@ def test_a_fail_stopped_follower_never_reports_entries_it_lost(tmp_path: Path, m
                 on_data=lambda: None,
                 metadata_changed=lambda: changed,
                 on_store_failed=lambda: reopen_asked.append(True),
+                monotonic=time.monotonic,
             )
             holder.append(fetchers)
             fetchers.start()

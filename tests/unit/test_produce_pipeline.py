@@ -23,6 +23,7 @@ from partlog.produce.pipeline import (
     Upload,
 )
 from partlog.produce.rotation import RotationReason
+from partlog.wal.key import parse_wal_key
 from partlog.wal.segment import check_segment
 from tests.batches import build_batch
 
@@ -453,3 +454,15 @@ def test_each_request_carries_its_own_transactional_id() -> None:
     [commit] = [c for c in p.upload_done(up.segment_id, T0 + 1) if isinstance(c, SendCommit)]
     assert len(commit.requests) == 3
     assert commit.transactional_ids == ((0, "victim"), (2, "impostor"))
+
+
+def test_a_clock_stepped_back_never_names_a_file_before_its_footer() -> None:
+    """Regression (`fuzz --tiering` seed 5): the wall clock stepped back while
+    a file was open, and the key (named at the close) said an earlier time
+    than the footer (the opening); walmgr held that file INVALID for ever."""
+    p = _pipeline(commit_interval_ms=250, rotation_grace_ms=250)
+    assert p.produce(1, [(TPS[0], BATCHES[0])], T0 + 1_000) == []
+    [up] = p.tick(T0 + 1_000 - 150)  # the clock stepped back 150 ms; the file closes (rotation rule)
+    assert isinstance(up, Upload)
+    footer = check_segment(up.data, key=up.key)
+    assert parse_wal_key(up.key).created_ms >= footer.created_ms == T0 + 1_000

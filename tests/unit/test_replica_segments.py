@@ -15,6 +15,7 @@ Real LMDB, real v2 batches; every store ends with ``check() == []``.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -281,6 +282,7 @@ def fetchers_of(store: MetadataStore, following: dict[TopicIdPartition, Followed
         drop_client=no_drop,
         on_data=lambda: None,
         metadata_changed=asyncio.Event,
+        monotonic=time.monotonic,
     )
 
 

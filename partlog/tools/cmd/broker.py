@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 from partlog.kafka_front.listeners import registration_text
 from partlog.limits import BROKER_ID_MAX, PORT_MAX
 from partlog.produce.rotation import ROTATION_GRACE_MS_DEFAULT
+from partlog.replication.config import REPLICA_ANSWER_AGE_MAX_MS_DEFAULT
 from partlog.rpc.secret import read_secret_file
+from partlog.store.release_grace import RELEASE_GRACE_MS_DEFAULT
 from partlog.tools.cmd.acls import add_authorizer_flags, authorizer_config
 from partlog.tools.cmd.common import add_rpc_limits, add_tls, cluster_id_arg, host_port, rpc_limits, tls_contexts
 from partlog.tools.cmd.flags import int_in, non_negative_int, positive_int
@@ -157,6 +159,16 @@ def add_parser(sub: Subparsers) -> None:
         "replication factor (default 1, as Kafka's)",
     )
     br.add_argument(
+        "--release-grace-ms",
+        type=non_negative_int,
+        default=RELEASE_GRACE_MS_DEFAULT,
+        metavar="MS",
+        help="an object this broker stops referencing still counts as referenced to walmgr this long, "
+        "and a replica applies no fetch answer older than half of it (min(20000, MS/2)); walmgr's "
+        f"verdict_window_ms must stay under MS/2 (default {RELEASE_GRACE_MS_DEFAULT}; 0 turns it off: "
+        "walmgr may then delete an object a follower is about to reference; docs/design/release-grace.md)",
+    )
+    br.add_argument(
         "--no-sync",
         action="store_true",
         help="do not fsync the metadata store: a power loss may undo the last commits, acknowledged ones "
@@ -244,6 +256,16 @@ def run(args: argparse.Namespace) -> int:
     except (ObjectStoreError, ValueError) as e:
         print(f"partlog broker: {e}", file=sys.stderr)
         return 2
+    try:
+        replication = ReplicationConfig(
+            min_insync_replicas=args.min_insync_replicas,
+            release_grace_ms=args.release_grace_ms,
+            replica_answer_age_max_ms=min(REPLICA_ANSWER_AGE_MAX_MS_DEFAULT, args.release_grace_ms // 2)
+            or REPLICA_ANSWER_AGE_MAX_MS_DEFAULT,
+        )
+    except ValueError as e:
+        print(f"partlog broker: --release-grace-ms {args.release_grace_ms}: {e}", file=sys.stderr)
+        return 2
     config = BrokerConfig(
         args.id,
         me.az,
@@ -256,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
             wal_puts_per_s_max=args.wal_puts_per_s_max,
         ),
         sync=not args.no_sync,
-        replication=ReplicationConfig(min_insync_replicas=args.min_insync_replicas),
+        replication=replication,
         secret=secret,
         server_ssl=tls.server if tls is not None else None,
         client_ssl=tls.client if tls is not None else None,
