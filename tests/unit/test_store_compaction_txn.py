@@ -53,7 +53,8 @@ def _read(
 
 
 def test_cleaned_transactions_and_idempotent_retries(store: MetadataStore) -> None:
-    [tp] = topic([store], **{"cleanup.policy": "compact"})
+    [tp] = topic([store])
+    store.alter_topic_configs(tp.topic_id, {"cleanup.policy": "compact"})
     idem = [
         build_record_batch([(b"a", b"%d" % s, T0)], producer_id=B, producer_epoch=0, base_sequence=s) for s in range(3)
     ]
