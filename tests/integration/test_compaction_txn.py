@@ -191,6 +191,11 @@ def test_confluent_transactions_on_a_compacted_topic(tmp_path: Path) -> None:
         plain.produce(TOPIC, key=b"k00", value=b"plain")
         plain.flush(30)
         latest[b"k00"] = b"plain"
+        # The coordinator writes the last COMMIT marker after it answered EndTxn.
+        deadline = time.monotonic() + 30
+        stable = broker.store.last_stable_offset
+        while stable(tp) < broker.store.high_watermark(tp) and time.monotonic() < deadline:
+            time.sleep(0.05)
         hwm = broker.store.high_watermark(tp)
         assert broker.store.last_stable_offset(tp) == hwm
 
