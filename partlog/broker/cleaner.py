@@ -4,12 +4,15 @@ shell around :mod:`partlog.tiered.cleaner` for topics with
 (:mod:`partlog.broker.tiering`) after it built segments.
 
 Only tiered segments are cleaned: the untiered tail (in WAL objects) is
-Kafka's active segment, never cleaned.  For each partition this broker
-leads, a *pass* (Kafka's ``Cleaner.clean``):
+Kafka's active segment, never cleaned; nor is anything at or past the
+last stable offset (Kafka's first uncleanable offset is at most the LSO:
+an open transaction's data may yet be aborted).  For each partition this
+broker leads, a *pass* (Kafka's ``Cleaner.clean``):
 
 1. the dirty rows are those at or past the partition's first dirty offset
    (Kafka's cleaner checkpoint; here in memory: a new leader starts with
-   its whole tiered log dirty, which costs one more clean, nothing else);
+   its whole tiered log dirty, which costs one more clean, nothing else)
+   and wholly below the LSO;
    the pass starts when the dirty bytes are at least
    ``min.cleanable.dirty.ratio`` of the tiered bytes from the log start, or
    when the first dirty row holds a batch older than
@@ -19,7 +22,9 @@ leads, a *pass* (Kafka's ``Cleaner.clean``):
    ``min.compaction.lag.ms`` or whose keys would not fit the map;
 3. the rows from the log start to the map's end are grouped (adjacent,
    their sizes adding up to at most the segment size) and each group is
-   read, cleaned, built (``SegmentBuilder``), uploaded under a fresh id
+   read, cleaned (its aborted transactions, as a READ_COMMITTED fetch of
+   its range lists them, lose their data), built (``SegmentBuilder``),
+   uploaded under a fresh id
    and swapped in (``MetadataStore.swap_to_segment(SegmentRewrite)``) if
    the broker still leads at the epoch of the pass; a group the clean does
    not shrink is left as it is;
@@ -42,7 +47,7 @@ from dataclasses import dataclass, field
 
 from partlog.broker.metrics import BrokerMetrics
 from partlog.kafka.errors import Errors
-from partlog.kafka.records import TopicIdPartition
+from partlog.kafka.records import AbortedTxn, FindBatchRequest, IsolationLevel, TopicIdPartition
 from partlog.kafka.topic_config import TopicConfig
 from partlog.replication.manager import ReplicaManager
 from partlog.runtime import Clock, Entropy
@@ -52,6 +57,7 @@ from partlog.tiered.cleaner import (
     DEDUPE_BUFFER_BYTES_DEFAULT,
     CleanerError,
     OffsetMap,
+    TxnFilter,
     build_offset_map,
     clean_batch,
     keyed_records,
@@ -160,6 +166,23 @@ class LogCleaner:
         self.metrics.cleaner_bytes_read.inc(row.size)
         return data
 
+    def _aborted(self, tp: TopicIdPartition, start: int, end: int, size: int) -> list[AbortedTxn]:
+        """The aborted transactions with data in ``[start, end]`` (rows of
+        ``size`` bytes, below the LSO), as Fetch computes them: READ_COMMITTED
+        FindBatches over the range (the store's aborted index, Kafka's
+        ``collectAbortedTxns``).  An answer cut at the aborted transactions
+        one fetch lists is continued from where it ended."""
+        found: dict[AbortedTxn, None] = {}
+        offset = start
+        while offset <= end:
+            [r] = self.store.find_batches([FindBatchRequest(tp, offset, size, IsolationLevel.READ_COMMITTED)], size)
+            if r.errors != Errors.NONE or not r.batches:
+                stable = r.last_stable_offset
+                raise CleanerError(f"{tp}: no committed batch at {offset} ({r.errors.name}, LSO {stable})")
+            found.update(dict.fromkeys(r.aborted))
+            offset = r.batches[-1].metadata.last_offset + 1
+        return list(found)
+
     async def _clean(self, tp: TopicIdPartition, epoch: int) -> int:
         try:
             config = self.store.topic_config(tp.topic_id)
@@ -189,9 +212,12 @@ class LogCleaner:
     async def _start(self, tp: TopicIdPartition, epoch: int, config: TopicConfig) -> _Pass | None:
         """A new pass: the offset map over the dirty rows (module doc)."""
         log_start = await asyncio.to_thread(self.store.log_start_offset, tp)
+        stable = await asyncio.to_thread(self.store.last_stable_offset, tp)
         rows = [r for r in await asyncio.to_thread(self.store.segments, tp) if r.start_offset >= log_start]
         first_dirty = max(self._first_dirty.get(tp, 0), log_start)
+        # Never at or past the LSO (Kafka's firstUncleanableDirtyOffset), nor after it.
         dirty = [r for r in rows if r.start_offset >= first_dirty]
+        dirty = dirty[: next((i for i, r in enumerate(dirty) if r.end_offset >= stable), len(dirty))]
         if not dirty:
             return None
         now = self.clock.wall_ms()
@@ -215,7 +241,8 @@ class LogCleaner:
                 if i == 0:
                     raise CleanerError(f"the dedupe buffer ({self.dedupe_buffer_bytes} bytes) holds no whole segment")
                 break
-            build_offset_map(batches, offset_map)
+            txns = TxnFilter(await asyncio.to_thread(self._aborted, tp, row.start_offset, row.end_offset, row.size))
+            build_offset_map(batches, offset_map, txns)
             map_end = row.end_offset
         if map_end < 0:
             return None
@@ -228,9 +255,13 @@ class LogCleaner:
         in (counted; the pass ends)."""
         now = self.clock.wall_ms()
         cleaned, removed = [], 0
+        start, end, size = group[0].start_offset, group[-1].end_offset, sum(r.size for r in group)
+        txns = TxnFilter(await asyncio.to_thread(self._aborted, tp, start, end, size))
         for row in group:
             for batch in split_batches(await self._read(row)):
-                c = clean_batch(batch, p.offset_map, now_ms=now, delete_retention_ms=config.delete_retention_ms)
+                c = clean_batch(
+                    batch, p.offset_map, now_ms=now, delete_retention_ms=config.delete_retention_ms, txns=txns
+                )
                 cleaned.append(c.data)
                 removed += c.records_removed
         old_size = sum(r.size for r in group)

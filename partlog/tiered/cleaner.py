@@ -14,21 +14,31 @@ Two passes over the batches of a cleanable range, as Kafka's cleaner:
    timestamp deltas rebased so their timestamps do not change); a later
    clean past the horizon drops the batch's tombstones.
 
+Transactional batches (given a :class:`TxnFilter`, Kafka's
+``CleanedTransactionMetadata``: the aborted transactions of the range, as
+Fetch lists them): a batch of an aborted transaction loses every record
+and its keys never enter the map (Kafka's ``onBatchRead``); a committed
+one is cleaned as any other, its header (producer id, epoch, sequence,
+the transactional bit) kept, as Kafka's ``filterInto`` keeps it.  Without
+a filter they are left untouched, as before the rules were built.
+
 A rewritten batch keeps its base offset, last offset delta, partition
 leader epoch, producer fields, max timestamp and compression (any of
 Kafka's codecs, partlog.kafka.compression; an emptied batch is written
 uncompressed), so offsets are preserved and gaps appear inside batches;
 its record count, length and CRC are new.
 Partlog keeps a batch all of whose records went, as an empty batch (Kafka
-drops it unless the producer state needs it): the store keeps one entry
-per batch with no holes, and an empty v2 batch is valid to every client.
+drops it unless the producer state needs it, ``RETAIN_EMPTY``): the store
+keeps one entry per batch with no holes, and an empty v2 batch is valid to
+every client; so every producer's last batch and sequence stay.
 
 Left untouched, their keys never entering the map (so they neither drop
 nor are dropped: the safe side, more records than Kafka keeps, never
-fewer): control batches (transaction markers), transactional batches
-(Kafka removes aborted data; partlog's segments carry no ``.txnindex``
-yet), and batches whose attributes name no codec (5-7: Kafka refuses
-them at produce, so none is stored).
+fewer): control batches (transaction markers: the store keeps each as an
+inline entry, which a rewrite may not change; Kafka drops one once its
+transaction's data is gone and its delete horizon passed), and batches
+whose attributes name no codec (5-7: Kafka refuses them at produce, so
+none is stored).
 
 Input comes back from object storage, so everything is checked (framing,
 CRC, the compressed body, record framing, the record count, offset deltas
@@ -40,6 +50,7 @@ that run fails and nothing is swapped.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -48,7 +59,9 @@ from typing import NamedTuple
 from partlog.kafka import batch_header as bh
 from partlog.kafka.batch_header import BatchHeader
 from partlog.kafka.compression import CODEC_NAMES, CODEC_NONE, CompressionError, compress, decompress
+from partlog.kafka.control_batch import end_txn_marker
 from partlog.kafka.crc32c import crc32c
+from partlog.kafka.records import AbortedTxn
 from partlog.tiered.segment import SegmentFormatError, check_batch
 
 # Kafka's log.cleaner.dedupe.buffer.size is 128 MiB of 24-byte entries (a
@@ -227,10 +240,52 @@ def _header(batch: bytes) -> BatchHeader:
         raise CleanerError(str(e)) from None
 
 
-def cleanable(h: BatchHeader) -> bool:
-    """A batch whose records the cleaner reads and rewrites (module doc)."""
-    codec = h.attributes & bh.ATTR_COMPRESSION_MASK
-    return not h.is_control and not h.is_transactional and codec in CODEC_NAMES
+def _readable(h: BatchHeader) -> bool:
+    """A data batch whose records the cleaner can read (a known codec)."""
+    return not h.is_control and h.attributes & bh.ATTR_COMPRESSION_MASK in CODEC_NAMES
+
+
+def cleanable(h: BatchHeader, transactions: bool = False) -> bool:
+    """A batch whose records the cleaner reads and rewrites (module doc);
+    ``transactions``: transactional ones too (a :class:`TxnFilter` says
+    which are aborted)."""
+    return _readable(h) and (transactions or not h.is_transactional)
+
+
+class TxnFilter:
+    """Kafka's ``CleanedTransactionMetadata``, the half that finds aborted
+    data: fed the aborted transactions (producer id, first offset) of a
+    range, then every batch of the range in offset order
+    (:meth:`aborted`).  A producer's transactional batches from its aborted
+    transaction's first offset to its ABORT marker are aborted data."""
+
+    def __init__(self, aborted: Iterable[AbortedTxn] = ()) -> None:
+        self._pending: list[tuple[int, int]] = []  # (first offset, producer id), a heap
+        self._added: set[tuple[int, int]] = set()
+        self._aborting: set[int] = set()  # producers inside an aborted transaction
+        self.add(aborted)
+
+    def add(self, aborted: Iterable[AbortedTxn]) -> None:
+        """More aborted transactions (Kafka's ``addAbortedTransactions``);
+        one listed again (ranges overlap) is taken once."""
+        for a in aborted:
+            t = (a.first_offset, a.producer_id)
+            if t not in self._added:
+                self._added.add(t)
+                heapq.heappush(self._pending, t)
+
+    def aborted(self, batch: bytes, h: BatchHeader) -> bool:
+        """Whether ``batch`` (the next in offset order, header ``h``) holds
+        aborted data (Kafka's ``onBatchRead``); an ABORT marker ends its
+        producer's aborted transaction (``onControlBatchRead``)."""
+        while self._pending and self._pending[0][0] <= h.base_offset + h.last_offset_delta:
+            self._aborting.add(heapq.heappop(self._pending)[1])
+        if h.is_control:
+            marker = end_txn_marker(batch)
+            if marker is not None and not marker[0]:
+                self._aborting.discard(h.producer_id)
+            return False
+        return h.is_transactional and h.producer_id in self._aborting
 
 
 def _records(batch: bytes, h: BatchHeader) -> list[Record]:
@@ -246,14 +301,16 @@ def _records(batch: bytes, h: BatchHeader) -> list[Record]:
         raise CleanerError(f"batch at offset {h.base_offset}: {e}") from None
 
 
-def build_offset_map(batches: Iterable[bytes], offset_map: OffsetMap) -> int:
+def build_offset_map(batches: Iterable[bytes], offset_map: OffsetMap, txns: TxnFilter | None = None) -> int:
     """Put the keys of ``batches`` (offset order, each checked) into
-    ``offset_map``; returns the records read.  The caller leaves room for
-    them (:func:`keyed_records`); CleanerError for a bad batch."""
+    ``offset_map``, those of aborted data (``txns``) left out; returns the
+    records read.  The caller leaves room for them (:func:`keyed_records`);
+    CleanerError for a bad batch."""
     n = 0
     for batch in batches:
         h = _header(batch)
-        if not cleanable(h):
+        aborted = txns is not None and txns.aborted(batch, h)
+        if aborted or not cleanable(h, txns is not None):
             continue
         for r in _records(batch, h):
             n += 1
@@ -263,12 +320,13 @@ def build_offset_map(batches: Iterable[bytes], offset_map: OffsetMap) -> int:
 
 
 def keyed_records(batches: Iterable[bytes]) -> int:
-    """The keyed records of ``batches``' cleanable ones: at most the keys a
-    map needs room for, to decide whether a segment fits before adding it."""
+    """The keyed records of ``batches``' data batches, transactional ones
+    too: at least the keys a map needs room for, to decide whether a
+    segment fits before adding it."""
     n = 0
     for batch in batches:
         h = _header(batch)
-        if cleanable(h):
+        if _readable(h):
             n += sum(1 for r in _records(batch, h) if r.key is not None)
     return n
 
@@ -280,8 +338,7 @@ def keyless_record(records: bytes) -> bool:
     CleanerError for what does not parse."""
     for batch in split_batches(records):
         h = _header(batch)
-        readable = not h.is_control and cleanable(replace(h, attributes=h.attributes & ~bh.ATTR_TRANSACTIONAL))
-        if readable and any(r.key is None for r in _records(batch, h)):
+        if _readable(h) and any(r.key is None for r in _records(batch, h)):
             return True
     return False
 
@@ -304,16 +361,23 @@ def retain(r: Record, offset: int, offset_map: OffsetMap, retain_deletes: bool) 
     return r.has_value or retain_deletes
 
 
-def clean_batch(batch: bytes, offset_map: OffsetMap, *, now_ms: int, delete_retention_ms: int) -> CleanedBatch:
-    """``batch`` with the records the map supersedes removed (module doc);
-    the same bytes when nothing changes.  CleanerError for a bad batch."""
+def clean_batch(
+    batch: bytes, offset_map: OffsetMap, *, now_ms: int, delete_retention_ms: int, txns: TxnFilter | None = None
+) -> CleanedBatch:
+    """``batch`` with the records the map supersedes removed, all of them
+    when it is aborted data (``txns``, fed every batch in offset order:
+    module doc); the same bytes when nothing changes.  CleanerError for a
+    bad batch."""
     h = _header(batch)
-    if not cleanable(h):
+    aborted = txns is not None and txns.aborted(batch, h)
+    if not cleanable(h, txns is not None):
         return CleanedBatch(batch, h, 0)
     records = _records(batch, h)
     horizon_set = bool(h.attributes & ATTR_DELETE_HORIZON)
     retain_deletes = not horizon_set or now_ms < h.base_timestamp
-    kept = [r for r in records if retain(r, h.base_offset + r.offset_delta, offset_map, retain_deletes)]
+    kept: list[Record] = []
+    if not aborted:
+        kept = [r for r in records if retain(r, h.base_offset + r.offset_delta, offset_map, retain_deletes)]
     stamp = not horizon_set and any(not r.has_value for r in kept)
     if len(kept) == len(records) and not stamp:
         return CleanedBatch(batch, h, 0)
@@ -350,6 +414,7 @@ __all__ = [
     "CleanedBatch",
     "CleanerError",
     "OffsetMap",
+    "TxnFilter",
     "build_offset_map",
     "clean_batch",
     "cleanable",
