@@ -263,3 +263,24 @@ def test_a_broker_down_during_a_change_applies_it_when_it_comes_back(cluster: Cl
     finally:
         cluster.restart(victim)
     _every_store(cluster, "cfg-d", lambda x: x.retention_bytes == -1 and x.segment_ms == 7_200_000)
+
+
+def test_the_topics_cli_creates_with_configs_alters_and_prints_them(
+    cluster: ClusterThread, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from partlog.tools.cli import main
+
+    c = cluster.cluster
+    target = ["--controller", f"127.0.0.1:{c.controller.port}"] if c.controller else ["--metadata", c.etcd_url]
+    assert main(["topics", "create", "cfg-cli", "--partitions", "1", "--replication-factor", "1",
+                 "--config", "retention.ms=5000", *target]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert main(["topics", "configs", "cfg-cli", "--set", "segment.ms=7000", "--append", "cleanup.policy=compact",
+                 "--delete", "retention.ms", *target]) == 0  # fmt: skip
+    assert capsys.readouterr().out.splitlines() == ["cleanup.policy=delete,compact", "segment.ms=7000"]
+    assert main(["topics", "configs", "cfg-cli", "--set", "segment.ms=never", *target]) == 1
+    err = capsys.readouterr().err
+    assert "INVALID_CONFIG" in err and "Not a number of type LONG" in err
+    assert main(["topics", "configs", "cfg-cli", *target]) == 0
+    assert capsys.readouterr().out.splitlines() == ["cleanup.policy=delete,compact", "segment.ms=7000"]
+    _every_store(cluster, "cfg-cli", lambda x: x.compact and x.segment_ms == 7000)
