@@ -52,7 +52,10 @@ class AdminApis(ApiHandlers):
             )
             for n, (p, rf) in topics.items()
         }
-        answer: dict[str, Any] = await metadata.create_topics(shaped, configs)
+        # Without configs as before configs: a source of an embedder's may not take them.
+        answer: dict[str, Any] = await (
+            metadata.create_topics(shaped, configs) if configs else metadata.create_topics(shaped)
+        )
         return answer
 
     async def create_topics(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
