@@ -55,14 +55,14 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         c.close()
 
 
-_ADMINS: dict[int, Any] = {}
+_ADMINS: dict[str, Any] = {}
 
 
 def _admin(c: ClusterThread) -> Any:
     """One client per cluster, kept: a dropped client fails its futures."""
-    if id(c) not in _ADMINS:
-        _ADMINS[id(c)] = AdminClient({"bootstrap.servers": c.bootstrap})
-    return _ADMINS[id(c)]
+    if c.bootstrap not in _ADMINS:
+        _ADMINS[c.bootstrap] = AdminClient({"bootstrap.servers": c.bootstrap})
+    return _ADMINS[c.bootstrap]
 
 
 def _topic_id(c: ClusterThread, name: str) -> uuid.UUID:
@@ -284,3 +284,35 @@ def test_the_topics_cli_creates_with_configs_alters_and_prints_them(
     assert main(["topics", "configs", "cfg-cli", *target]) == 0
     assert capsys.readouterr().out.splitlines() == ["cleanup.policy=delete,compact", "segment.ms=7000"]
     _every_store(cluster, "cfg-cli", lambda x: x.compact and x.segment_ms == 7000)
+
+
+def test_altering_needs_alter_configs_on_the_topic(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """With an authorizer: refused (TOPIC_AUTHORIZATION_FAILED) until an
+    operator grants ALTER_CONFIGS on the topic, then served."""
+    from partlog.acl import AuthorizerConfig
+    from partlog.kafka_front.apis import FrontConfig
+    from partlog.tools.cli import main
+    from partlog.tools.local_cluster import TOPIC
+
+    c = ClusterThread(str(tmp_path_factory.mktemp("configs-acl")), front=FrontConfig(authorizer=AuthorizerConfig()),
+                      azs=1, partitions=1, replication_factor=1)  # fmt: skip
+    try:
+        assert c.cluster.controller is not None
+        at = ["--controller", f"127.0.0.1:{c.cluster.controller.port}"]
+        with pytest.raises(KafkaException) as e:
+            _incremental(c, TOPIC, _op("retention.ms", "5000", AlterConfigOpType.SET))
+        assert e.value.args[0].name() == "TOPIC_AUTHORIZATION_FAILED"
+        for op in ("alter-configs", "describe"):
+            assert main(["acls", "add", "--resource-type", "topic", "--name", TOPIC, "--principal",
+                         "User:ANONYMOUS", "--operation", op, *at]) == 0  # fmt: skip
+        deadline = time.monotonic() + WAIT_S
+        while True:  # the broker follows the controller's ACLs (a long-poll)
+            try:
+                _incremental(c, TOPIC, _op("retention.ms", "5000", AlterConfigOpType.SET))
+                break
+            except KafkaException:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        _every_store(c, TOPIC, lambda x: x.retention_ms == 5000)
+    finally:
+        c.close()
