@@ -70,7 +70,7 @@ import os
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from partlog.controller.cluster_meta import (
     NO_LEADER,
@@ -81,11 +81,9 @@ from partlog.controller.cluster_meta import (
     kafka_listener_ports,
 )
 from partlog.controller.model import (
-    BROKER_SESSION_TIMEOUT_MS_DEFAULT,
     DELETED_TOPICS_MAX,
     FENCED_NEW_INCARNATION,
     FENCED_SESSION_TIMEOUT,
-    LEADER_IMBALANCE_CHECK_INTERVAL_MS_DEFAULT,
     REASON_ALTER_PARTITION,
     REASON_BROKER_FENCED,
     REASON_BROKER_REGISTERED,
@@ -94,6 +92,7 @@ from partlog.controller.model import (
     BrokerFenced,
     BrokerRegistered,
     BrokerRegistration,
+    ControllerConfig,
     ControllerEvent,
     IsrChanged,
     LeaderChanged,
@@ -115,7 +114,7 @@ from partlog.controller.rules import (
 from partlog.controller.scram_store import ScramStore
 from partlog.controller.state_store import ControllerStateError, ControllerStateStore
 from partlog.kafka.errors import Errors
-from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock
+from partlog.kafka.producer_ids import ProducerIdBlock
 from partlog.kafka.records import TopicIdPartition
 from partlog.limits import BROKERS_MAX, PARTITIONS_PER_CLUSTER_MAX, PARTITIONS_PER_TOPIC_MAX, PORT_MAX
 from partlog.runtime import SYSTEM_ENTROPY
@@ -125,38 +124,6 @@ __all__ = ["Controller", "ControllerConfig"]
 # Events wait here until the shell takes them (it logs them); a core driven
 # without a shell must not grow without bound.
 EVENTS_MAX = 10_000
-
-
-@dataclass(frozen=True, slots=True)
-class ControllerConfig:
-    data_dir: str | os.PathLike[str]
-    broker_session_timeout_ms: int = BROKER_SESSION_TIMEOUT_MS_DEFAULT
-    unclean_leader_election_enable: bool = False
-    # 0 disables periodic preferred-leader election.
-    leader_imbalance_check_interval_ms: int = LEADER_IMBALANCE_CHECK_INTERVAL_MS_DEFAULT
-    producer_id_block_size: int = PRODUCER_ID_BLOCK_SIZE
-    # The cluster id a new state directory gets (None: a random one); for an
-    # existing directory it must match the one kept there.
-    cluster_id: uuid.UUID | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.data_dir, str | os.PathLike) or not os.fspath(self.data_dir):
-            raise ValueError(f"ControllerConfig.data_dir must be a non-empty path, got {self.data_dir!r}")
-        if self.cluster_id is not None and not isinstance(self.cluster_id, uuid.UUID):
-            raise ValueError(f"ControllerConfig.cluster_id must be a uuid.UUID, got {self.cluster_id!r}")
-        for name, low in (
-            ("broker_session_timeout_ms", 1),
-            ("leader_imbalance_check_interval_ms", 0),
-            ("producer_id_block_size", 1),
-        ):
-            v = getattr(self, name)
-            if type(v) is not int or v < low:
-                raise ValueError(f"ControllerConfig.{name} must be an integer >= {low}, got {v!r}")
-        if type(self.unclean_leader_election_enable) is not bool:
-            raise ValueError(
-                f"ControllerConfig.unclean_leader_election_enable must be a bool, "
-                f"got {self.unclean_leader_election_enable!r}"
-            )
 
 
 # ---------------------------------------------------------------- the core
