@@ -67,6 +67,7 @@ from partlog.broker.rpc_authz import RpcClusterAuthz
 from partlog.broker.rpc_handlers import RpcHandlers
 from partlog.broker.tasks import Tasks
 from partlog.broker.tiering import TIERING_INTERVAL_MS_DEFAULT, Tiering
+from partlog.broker.topic_configs import TopicConfigSync
 from partlog.broker.txn_verification import TXN_VERIFICATION_TIMEOUT_MS, TxnVerification
 from partlog.broker.walmgr_notifier import WalmgrNotifier
 from partlog.controller.cluster_meta import (
@@ -86,7 +87,7 @@ from partlog.kafka.records import (
     TopicIdPartition,
     TxnMarkerRequest,
 )
-from partlog.kafka.topic_config import TopicConfig
+from partlog.kafka.topic_config import TopicConfig, TopicConfigError
 from partlog.produce.pipeline import BatchResult, ProduceConfig, ProducePipeline
 from partlog.replication.config import ReplicationConfig
 from partlog.replication.manager import ReplicaManager
@@ -201,6 +202,7 @@ class Broker:
         # changes (the Kafka front end names topics on every request).
         self.topic_index: dict[str, tuple[uuid.UUID, int]] = {}
         self._topic_ids: set[uuid.UUID] = set()
+        self._config_sync = TopicConfigSync(INTERNAL_TOPIC_CONFIGS)
 
         def current() -> MetadataSource:
             return self.metadata
@@ -425,6 +427,7 @@ class Broker:
     async def start(self) -> None:
         await self.listen()
         await asyncio.to_thread(self.store.create_topic_and_partitions, self._new_topics(self.metadata))
+        self._sync_topic_configs(self.metadata)
         self.metadata.add_listener(self._metadata_changed)
         await self._apply_roles(self.metadata)
         self.replicas.start()
@@ -466,8 +469,19 @@ class Broker:
         reqs = self._new_topics(metadata)
         if reqs:
             self.store.create_topic_and_partitions(reqs)
+        self._sync_topic_configs(metadata)
         if not self._stopping:
             self.tasks.spawn(self._apply_roles(metadata))
+
+    def _sync_topic_configs(self, metadata: MetadataSource) -> None:
+        """Give the store the controller's topic configs (see TopicConfigSync)."""
+        for topic, whole in self._config_sync.pending(metadata.topics()):
+            try:
+                self.alter_topic_configs(topic.topic_id, whole)
+            except (TopicConfigError, KeyError) as e:
+                log.error("broker %d: topic %s configs not applied: %s", self.broker_id, topic.name, e)
+                continue
+            self._config_sync.applied(topic)
 
     async def _apply_roles(self, metadata: MetadataSource) -> None:
         """Take the roles ``metadata`` gives this broker, then drop the logs

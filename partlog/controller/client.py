@@ -46,6 +46,7 @@ from typing import Any, TypeVar
 from partlog.controller.cluster_meta import (
     BrokerInfo,
     ClusterMismatchError,
+    ConfigChange,
     PartitionInfo,
     TopicInfo,
 )
@@ -53,6 +54,7 @@ from partlog.controller.model import MetadataSnapshot
 from partlog.controller.view import ControllerUnavailableError, SnapshotView
 from partlog.controller.wire import (
     dec_alter_partition_response,
+    dec_alter_topic_configs_response,
     dec_create_topics_response,
     dec_delete_topics_response,
     dec_heartbeat_response,
@@ -60,6 +62,7 @@ from partlog.controller.wire import (
     dec_poll_response,
     dec_register_response,
     enc_alter_partition,
+    enc_alter_topic_configs,
     enc_broker_epoch,
     enc_create_topics,
     enc_delete_topics,
@@ -436,8 +439,11 @@ class ControllerMetadata(SnapshotView):
 
     # --------------------------------------------------------------- admin
 
-    async def create_topics(self, topics: Mapping[str, tuple[int, int]]) -> dict[str, TopicInfo | Errors]:
-        """Create topics ``{name: (partitions, replication_factor)}``.
+    async def create_topics(
+        self, topics: Mapping[str, tuple[int, int]], configs: Mapping[str, Mapping[str, str]] | None = None
+    ) -> dict[str, TopicInfo | Errors]:
+        """Create topics ``{name: (partitions, replication_factor)}``, with
+        the config overrides ``configs`` names (INVALID_CONFIG when bad).
 
         Per topic: the TopicInfo as created (or as it exists, when it exists
         with the same shape), or the error (TOPIC_ALREADY_EXISTS,
@@ -445,7 +451,7 @@ class ControllerMetadata(SnapshotView):
         bad name; COORDINATOR_NOT_AVAILABLE / REQUEST_TIMED_OUT when the
         controller cannot be reached: retry).  Returns once this view holds
         the created topics (or after ``request_timeout_ms``)."""
-        out = await self._admin("create_topics", enc_create_topics(topics), dec_create_topics_response)
+        out = await self._admin("create_topics", enc_create_topics(topics, configs), dec_create_topics_response)
         if isinstance(out, Errors):
             return dict.fromkeys(topics, out)
         created = {t.topic_id for t in out.values() if isinstance(t, TopicInfo)}
@@ -462,6 +468,20 @@ class ControllerMetadata(SnapshotView):
             return dict.fromkeys(names, out)
         gone = {t for t in out.values() if isinstance(t, uuid.UUID)}
         await self._view_until(lambda: not gone & self._topics.keys())
+        return out
+
+    async def alter_topic_configs(
+        self, changes: Mapping[str, ConfigChange], *, validate_only: bool
+    ) -> dict[str, tuple[Errors, str | None]]:
+        """Alter topics' config overrides (see :meth:`Controller.alter_topic_configs`);
+        returns once this view holds the controller's version after the change."""
+        answer = await self._admin(
+            "alter_topic_configs", enc_alter_topic_configs(changes, validate_only), dec_alter_topic_configs_response
+        )
+        if isinstance(answer, Errors):
+            return dict.fromkeys(changes, (answer, None))
+        version, out = answer
+        await self._view_until(lambda: self._version >= version)
         return out
 
     async def admin_call(self, method: str, body: Any, decode: Callable[[Any], T]) -> T | Errors:

@@ -39,6 +39,7 @@ from typing import Any, Protocol, runtime_checkable
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import ProducerIdBlock
 from partlog.kafka.records import TopicIdPartition
+from partlog.kafka.topic_config import ConfigOp
 from partlog.runtime import SYSTEM_ENTROPY
 
 # A partition without a leader (all of its ISR is down).
@@ -139,6 +140,10 @@ class TopicInfo:
     topic_id: uuid.UUID
     name: str
     partitions: tuple[PartitionInfo, ...]
+    # The controller's config overrides (Kafka's dynamic topic configs),
+    # sorted (name, value) pairs; None: the controller never configured the
+    # topic, and brokers keep what their stores hold (docs/design/topic-configs.md).
+    configs: tuple[tuple[str, str], ...] | None = None
 
     @property
     def num_partitions(self) -> int:
@@ -274,12 +279,33 @@ class TopicAdmin(Protocol):
     """A source that creates and deletes topics through its controller (the
     embedded controller's client, etcd); a static cluster file does not."""
 
-    async def create_topics(self, topics: Mapping[str, tuple[int, int]]) -> dict[str, TopicInfo | Errors]:
-        """``{name: (partitions, replication_factor)}``, -1 for the default;
-        per topic its TopicInfo or why not."""
+    async def create_topics(
+        self, topics: Mapping[str, tuple[int, int]], configs: Mapping[str, Mapping[str, str]] | None = None
+    ) -> dict[str, TopicInfo | Errors]:
+        """``{name: (partitions, replication_factor)}``, -1 for the default,
+        and the config overrides of those that have some (validated before:
+        INVALID_CONFIG when not); per topic its TopicInfo or why not."""
         ...
 
     async def delete_topics(self, names: list[str]) -> dict[str, uuid.UUID | Errors]: ...
+
+
+# One topic's config change: (replace, ops); replace is AlterConfigs (the
+# SET ops are the whole new set), else IncrementalAlterConfigs.
+ConfigChange = tuple[bool, Sequence[ConfigOp]]
+
+
+@runtime_checkable
+class TopicConfigAdmin(Protocol):
+    """A source whose controller keeps topic config overrides."""
+
+    async def alter_topic_configs(
+        self, changes: Mapping[str, ConfigChange], *, validate_only: bool
+    ) -> dict[str, tuple[Errors, str | None]]:
+        """Per topic name: NONE, INVALID_CONFIG with Kafka's message,
+        UNKNOWN_TOPIC_OR_PARTITION, or a retriable error; applied changes are
+        in this source's topics when it answers."""
+        ...
 
 
 @runtime_checkable

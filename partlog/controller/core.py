@@ -69,22 +69,21 @@ from __future__ import annotations
 import os
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import replace
 
 from partlog.controller.cluster_meta import (
     NO_LEADER,
+    ConfigChange,
     PartitionInfo,
     TopicInfo,
     check_alter_partition,
     kafka_listener_ports,
 )
 from partlog.controller.model import (
-    BROKER_SESSION_TIMEOUT_MS_DEFAULT,
     DELETED_TOPICS_MAX,
     FENCED_NEW_INCARNATION,
     FENCED_SESSION_TIMEOUT,
-    LEADER_IMBALANCE_CHECK_INTERVAL_MS_DEFAULT,
     REASON_ALTER_PARTITION,
     REASON_BROKER_FENCED,
     REASON_BROKER_REGISTERED,
@@ -93,6 +92,7 @@ from partlog.controller.model import (
     BrokerFenced,
     BrokerRegistered,
     BrokerRegistration,
+    ControllerConfig,
     ControllerEvent,
     IsrChanged,
     LeaderChanged,
@@ -100,21 +100,23 @@ from partlog.controller.model import (
     TopicDeleted,
 )
 from partlog.controller.producer_ids import ProducerIdManager, ProducerIdsExhaustedError
-from partlog.controller.rules import after_fencing, assign_replicas, bump, preferred, valid_topic_name
+from partlog.controller.rules import (
+    Overrides,
+    after_fencing,
+    alter_overrides,
+    assign_replicas,
+    bump,
+    check_broker_args,
+    new_overrides,
+    preferred,
+    valid_topic_name,
+)
 from partlog.controller.scram_store import ScramStore
 from partlog.controller.state_store import ControllerStateError, ControllerStateStore
 from partlog.kafka.errors import Errors
-from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock
+from partlog.kafka.producer_ids import ProducerIdBlock
 from partlog.kafka.records import TopicIdPartition
-from partlog.limits import (
-    AZ_CHARS_MAX,
-    BROKER_ID_MAX,
-    BROKERS_MAX,
-    HOST_CHARS_MAX,
-    PARTITIONS_PER_CLUSTER_MAX,
-    PARTITIONS_PER_TOPIC_MAX,
-    PORT_MAX,
-)
+from partlog.limits import BROKERS_MAX, PARTITIONS_PER_CLUSTER_MAX, PARTITIONS_PER_TOPIC_MAX, PORT_MAX
 from partlog.runtime import SYSTEM_ENTROPY
 
 __all__ = ["Controller", "ControllerConfig"]
@@ -122,38 +124,6 @@ __all__ = ["Controller", "ControllerConfig"]
 # Events wait here until the shell takes them (it logs them); a core driven
 # without a shell must not grow without bound.
 EVENTS_MAX = 10_000
-
-
-@dataclass(frozen=True, slots=True)
-class ControllerConfig:
-    data_dir: str | os.PathLike[str]
-    broker_session_timeout_ms: int = BROKER_SESSION_TIMEOUT_MS_DEFAULT
-    unclean_leader_election_enable: bool = False
-    # 0 disables periodic preferred-leader election.
-    leader_imbalance_check_interval_ms: int = LEADER_IMBALANCE_CHECK_INTERVAL_MS_DEFAULT
-    producer_id_block_size: int = PRODUCER_ID_BLOCK_SIZE
-    # The cluster id a new state directory gets (None: a random one); for an
-    # existing directory it must match the one kept there.
-    cluster_id: uuid.UUID | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.data_dir, str | os.PathLike) or not os.fspath(self.data_dir):
-            raise ValueError(f"ControllerConfig.data_dir must be a non-empty path, got {self.data_dir!r}")
-        if self.cluster_id is not None and not isinstance(self.cluster_id, uuid.UUID):
-            raise ValueError(f"ControllerConfig.cluster_id must be a uuid.UUID, got {self.cluster_id!r}")
-        for name, low in (
-            ("broker_session_timeout_ms", 1),
-            ("leader_imbalance_check_interval_ms", 0),
-            ("producer_id_block_size", 1),
-        ):
-            v = getattr(self, name)
-            if type(v) is not int or v < low:
-                raise ValueError(f"ControllerConfig.{name} must be an integer >= {low}, got {v!r}")
-        if type(self.unclean_leader_election_enable) is not bool:
-            raise ValueError(
-                f"ControllerConfig.unclean_leader_election_enable must be a bool, "
-                f"got {self.unclean_leader_election_enable!r}"
-            )
 
 
 # ---------------------------------------------------------------- the core
@@ -169,6 +139,7 @@ class _Draft:
         self.parts: dict[TopicIdPartition, PartitionInfo] = {}
         self.new_topics: dict[uuid.UUID, tuple[str, int]] = {}
         self.deleted_topics: dict[uuid.UUID, str] = {}
+        self.configs: dict[uuid.UUID, Overrides] = {}
         self.broker_epoch_last: int | None = None
         self.events: list[ControllerEvent] = []
         self.elections = 0
@@ -176,9 +147,8 @@ class _Draft:
         self.preferred_elections = 0
 
     def empty(self) -> bool:
-        return not (
-            self.brokers or self.parts or self.new_topics or self.deleted_topics or self.broker_epoch_last is not None
-        )
+        staged = (self.brokers, self.parts, self.new_topics, self.deleted_topics, self.configs)
+        return not any(staged) and self.broker_epoch_last is None
 
     def broker(self, broker_id: int) -> BrokerRegistration | None:
         b = self.brokers.get(broker_id)
@@ -293,6 +263,7 @@ class Controller:
         self._parts: dict[TopicIdPartition, PartitionInfo] = {}
         self._offline: set[TopicIdPartition] = set()
         self._deleted: dict[uuid.UUID, str] = {}
+        self._configs: dict[uuid.UUID, Overrides] = {}  # the configured topics' overrides
         self._events: deque[ControllerEvent] = deque(maxlen=EVENTS_MAX)
         self._snapshot: MetadataSnapshot | None = None
         self._next_preferred_check_ms = now_ms + config.leader_imbalance_check_interval_ms
@@ -322,6 +293,7 @@ class Controller:
             self._topic_ids[name] = tid
             self._num_partitions[tid] = n
         self._deleted.update(stored.deleted)
+        self._configs.update(stored.configs)
         for tp, p in stored.parts.items():
             self._parts[tp] = p
             if p.leader == NO_LEADER:
@@ -356,6 +328,7 @@ class Controller:
             new_topics=d.new_topics,
             parts=d.parts,
             deleted_topics={tid: (name, self._num_partitions[tid]) for tid, name in d.deleted_topics.items()},
+            configs=d.configs,
         )
         # Durable: now publish.
         self.version = version
@@ -367,6 +340,7 @@ class Controller:
             self._topic_ids[name] = tid
             self._num_partitions[tid] = n
         self._parts.update(d.parts)
+        self._configs.update(d.configs)
         for tp, p in d.parts.items():
             if p.leader == NO_LEADER:
                 self._offline.add(tp)
@@ -379,6 +353,7 @@ class Controller:
                 self._offline.discard(gone)
             del self._topic_names[tid]
             del self._topic_ids[name]
+            self._configs.pop(tid, None)
             self._deleted[tid] = name
         self._events.extend(d.events)
         self.leader_elections += d.elections
@@ -409,7 +384,7 @@ class Controller:
         broker restarted within its session timeout and lost its in-memory
         state).  Offline partitions are then re-elected: the broker that is
         the sole ISR member of an offline partition leads it again."""
-        _check_broker_args(broker_id, az, host, port)
+        check_broker_args(broker_id, az, host, port)
         if type(kafka_port) is not int or not 0 <= kafka_port <= PORT_MAX:
             raise ValueError(f"kafka_port must be in [0, {PORT_MAX}], got {kafka_port!r}")
         if kafka_listeners:
@@ -479,7 +454,9 @@ class Controller:
 
     # -------------------------------------------------------------- topics
 
-    def create_topic(self, name: str, partitions: int, replication_factor: int) -> TopicInfo | Errors:
+    def create_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str] | None = None
+    ) -> TopicInfo | Errors:
         """Create a topic over the alive brokers (see :func:`assign_replicas`),
         ISR = replicas, epochs 0.
 
@@ -489,7 +466,8 @@ class Controller:
         at start) succeeds; another shape is TOPIC_ALREADY_EXISTS.  Errors:
         INVALID_REQUEST (a name Kafka would refuse), INVALID_PARTITIONS
         (< 1, or over PARTITIONS_PER_TOPIC_MAX / PARTITIONS_PER_CLUSTER_MAX in all),
-        INVALID_REPLICATION_FACTOR (< 1 or more than the alive brokers)."""
+        INVALID_REPLICATION_FACTOR (< 1 or more than the alive brokers),
+        INVALID_CONFIG (``configs``, the topic's overrides, do not validate)."""
         if not valid_topic_name(name):
             return Errors.INVALID_REQUEST
         existing = self._topic_ids.get(name)
@@ -506,6 +484,9 @@ class Controller:
         alive = [b.info() for b in self._brokers.values() if not b.fenced]
         if not 1 <= replication_factor <= len(alive):
             return Errors.INVALID_REPLICATION_FACTOR
+        overrides = new_overrides(configs)
+        if isinstance(overrides, Errors):
+            return overrides
         tid = self._new_uuid()
         if tid in self._topic_names or tid in self._deleted:
             # A repeating uuid source: refuse rather than merge two topics
@@ -513,6 +494,8 @@ class Controller:
             return Errors.TOPIC_ALREADY_EXISTS
         d = _Draft(self)
         d.new_topics[tid] = (name, partitions)
+        if overrides is not None:
+            d.configs[tid] = overrides
         for p, reps in enumerate(assign_replicas(alive, partitions, replication_factor, len(self._parts))):
             d.parts[TopicIdPartition(tid, p)] = PartitionInfo(reps[0], 0, reps, reps, 0)
         self._commit(d)
@@ -538,6 +521,27 @@ class Controller:
             d.deleted_topics[tid] = name
             d.events.append(TopicDeleted(name, tid))
             out[name] = tid
+        self._commit(d)
+        return out
+
+    def alter_topic_configs(
+        self, changes: Mapping[str, ConfigChange], *, validate_only: bool = False
+    ) -> dict[str, tuple[Errors, str | None]]:
+        """Kafka's IncrementalAlterConfigs / AlterConfigs on topics, one
+        durable change for all: per name NONE, INVALID_CONFIG with Kafka's
+        message (checked first, as Kafka's controller) or
+        UNKNOWN_TOPIC_OR_PARTITION.  A topic once configured stays so (its
+        overrides may become empty): brokers then follow the controller."""
+        d = _Draft(self)
+        out: dict[str, tuple[Errors, str | None]] = {}
+        for name, change in changes.items():
+            tid = self._topic_ids.get(name)
+            err, why, new = alter_overrides(None if tid is None else self._configs.get(tid), change)
+            if err == Errors.NONE and tid is None:
+                err = Errors.UNKNOWN_TOPIC_OR_PARTITION
+            out[name] = (err, why)
+            if err == Errors.NONE and not validate_only and tid is not None and self._configs.get(tid) != new:
+                d.configs[tid] = new
         self._commit(d)
         return out
 
@@ -606,7 +610,8 @@ class Controller:
 
     def _topic_info(self, tid: uuid.UUID) -> TopicInfo:
         n = self._num_partitions[tid]
-        return TopicInfo(tid, self._topic_names[tid], tuple(self._parts[TopicIdPartition(tid, p)] for p in range(n)))
+        parts = tuple(self._parts[TopicIdPartition(tid, p)] for p in range(n))
+        return TopicInfo(tid, self._topic_names[tid], parts, self._configs.get(tid))
 
     def registration(self, broker_id: int) -> BrokerRegistration | None:
         return self._brokers.get(broker_id)
@@ -650,18 +655,8 @@ class Controller:
                     assert b is not None and not b.fenced, f"{tp}: isr member {r} is not alive"
         assert self._offline == {tp for tp, p in self._parts.items() if p.leader == NO_LEADER}
         assert not self._deleted.keys() & self._topic_names.keys(), "a topic both live and deleted"
+        assert self._configs.keys() <= self._topic_names.keys(), "configs of no live topic"
         assert all(tp.topic_id in self._num_partitions for tp in self._parts), "a partition of no topic"
         for tid, n in self._num_partitions.items():
             assert all(TopicIdPartition(tid, p) in self._parts for p in range(n)), f"topic {tid}: partitions missing"
         assert all(b.broker_epoch <= self._broker_epoch_last for b in self._brokers.values())
-
-
-def _check_broker_args(broker_id: int, az: str, host: str, port: int) -> None:
-    if not 0 <= broker_id <= BROKER_ID_MAX:
-        raise ValueError(f"broker_id must be in [0, {BROKER_ID_MAX}], got {broker_id}")
-    if not 0 < len(az) <= AZ_CHARS_MAX:
-        raise ValueError(f"az must be 1-{AZ_CHARS_MAX} characters, got {az!r:.300}")
-    if len(host) > HOST_CHARS_MAX:
-        raise ValueError(f"host must be at most {HOST_CHARS_MAX} characters")
-    if not 0 <= port <= PORT_MAX:
-        raise ValueError(f"port must be in [0, {PORT_MAX}], got {port}")

@@ -5,7 +5,8 @@ actor, so the process that needs it writes it with a compare-and-swap.
 * AlterPartition: compare the partition's revision and the sender's broker
   epoch (and every added replica's);
 * producer-id blocks: compare-and-swap on a counter, KIP-730's scheme;
-* topic creation and deletion.
+* topic creation and deletion;
+* topic config overrides: compare-and-swap on the topic's configs key.
 
 Calls that need the quorum answer retriable errors
 (``COORDINATOR_NOT_AVAILABLE``, ``REQUEST_TIMED_OUT``) when etcd cannot be
@@ -17,19 +18,33 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
 import aetcd.exceptions
 import aetcd.utils
 
-from partlog.controller.cluster_meta import MetadataError, PartitionInfo, TopicInfo, check_alter_partition
+from partlog.controller.cluster_meta import (
+    ConfigChange,
+    MetadataError,
+    PartitionInfo,
+    TopicInfo,
+    check_alter_partition,
+)
 from partlog.controller.etcd_connection import ETCD_ERRORS, EtcdConnection, put_revision
-from partlog.controller.etcd_layout import EtcdView, Keys, dec_counter, enc_part, enc_topic, pack_value
+from partlog.controller.etcd_layout import (
+    EtcdView,
+    Keys,
+    dec_counter,
+    enc_part,
+    enc_topic,
+    enc_topic_configs,
+    pack_value,
+)
 from partlog.controller.etcd_session import EtcdSession
 from partlog.controller.model import DELETED_TOPICS_MAX, REASON_ALTER_PARTITION
-from partlog.controller.rules import assign_replicas, bump, valid_topic_name
+from partlog.controller.rules import alter_overrides, assign_replicas, bump, new_overrides, valid_topic_name
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import PRODUCER_ID_MAX, ProducerIdBlock
 from partlog.kafka.records import TopicIdPartition
@@ -39,9 +54,11 @@ __all__ = ["EtcdAdmin"]
 
 log = logging.getLogger(__name__)
 
-# Compare-and-swap attempts on the producer-id counter before answering a
-# retriable error (each loses only to another broker's success).
+# Compare-and-swap attempts on the producer-id counter (and on a topic's
+# configs) before answering a retriable error (each loses only to another
+# process's success).
 PRODUCER_ID_CAS_ATTEMPTS_MAX = 32
+CONFIG_CAS_ATTEMPTS_MAX = 32
 
 
 def _fresh_counter(value: bytes, revision: int, floor: int) -> tuple[int, int]:
@@ -244,7 +261,12 @@ class EtcdAdmin:
     # ---------------------------------------------------------------- topics
 
     async def create_topic(
-        self, name: str, partitions: int, rf: int, cluster_id: uuid.UUID | None
+        self,
+        name: str,
+        partitions: int,
+        rf: int,
+        cluster_id: uuid.UUID | None,
+        configs: Mapping[str, str] | None = None,
     ) -> TopicInfo | Errors:
         """Create one topic by one transaction that succeeds only if the name
         is free and the prefix still holds ``cluster_id``; the same shape
@@ -265,6 +287,9 @@ class EtcdAdmin:
         alive = [b.info for bid, b in sorted(self.view.brokers.items()) if self.view.accepted(bid)]
         if not 1 <= rf <= len(alive):
             return Errors.INVALID_REPLICATION_FACTOR
+        overrides = new_overrides(configs)
+        if isinstance(overrides, Errors):
+            return overrides
         tid = self._new_uuid()
         replicas = assign_replicas(alive, partitions, rf, self.view.partition_count())
         try:
@@ -272,7 +297,10 @@ class EtcdAdmin:
             t = c.transactions
             ok, _ = await self.conn.txn(
                 [t.create(self.keys.topic(name)) == 0, t.value(self.keys.cluster_id) == str(cluster_id).encode()],
-                [t.put(self.keys.topic(name), enc_topic(tid, replicas))],
+                [
+                    t.put(self.keys.topic(name), enc_topic(tid, replicas)),
+                    *([] if overrides is None else [t.put(self.keys.topic_configs(tid), enc_topic_configs(overrides))]),
+                ],
             )
             if not ok:
                 # Someone else created it (or the cluster id moved): read it.
@@ -285,7 +313,7 @@ class EtcdAdmin:
             self._failed("create_topics", e)
             return Errors.COORDINATOR_NOT_AVAILABLE
         parts = tuple(PartitionInfo(r[0], 0, r, r, 0) for r in replicas)
-        return TopicInfo(tid, name, parts)
+        return TopicInfo(tid, name, parts, overrides)
 
     def _same_shape(self, name: str, partitions: int, rf: int) -> TopicInfo | Errors | None:
         got = self.view.topic_of(name)
@@ -317,6 +345,7 @@ class EtcdAdmin:
                 [
                     t.delete(self.keys.topic(name)),
                     t.delete(parts, range_end=aetcd.utils.prefix_range_end(parts)),
+                    t.delete(self.keys.topic_configs(tid)),
                     t.put(self.keys.deleted_topic(tid), pack_value(name)),
                 ],
             )
@@ -324,3 +353,43 @@ class EtcdAdmin:
             self._failed("delete_topics", e)
             return Errors.COORDINATOR_NOT_AVAILABLE
         return tid if ok else Errors.UNKNOWN_TOPIC_OR_PARTITION
+
+    async def alter_topic_configs(
+        self, name: str, change: ConfigChange, validate_only: bool
+    ) -> tuple[Errors, str | None, tuple[tuple[str, str], ...] | None]:
+        """One topic's overrides after ``change`` (see
+        :meth:`Controller.alter_topic_configs`), by compare-and-swap on its
+        configs key while the topic lives: (error, message, the overrides
+        written, None when nothing was)."""
+        for _ in range(CONFIG_CAS_ATTEMPTS_MAX):
+            if self.view.frozen:
+                return Errors.COORDINATOR_NOT_AVAILABLE, None, None
+            got = self.view.topic_of(name)
+            current, cfg_rev = self.view.configs_of(got[0]) if got is not None else (None, 0)
+            err, why, new = alter_overrides(current, change)
+            if err == Errors.NONE and got is None:
+                err = Errors.UNKNOWN_TOPIC_OR_PARTITION
+            if err != Errors.NONE or got is None or validate_only or new == current:
+                return err, why, None
+            tid, rev = got
+            key = self.keys.topic_configs(tid)
+            try:
+                c = await self.conn.client()
+                t = c.transactions
+                compare = [t.create(self.keys.topic(name)) == rev, t.mod(key) == cfg_rev]
+                ok, _ = await self.conn.txn(compare, [t.put(key, enc_topic_configs(new))])
+            except (aetcd.exceptions.ConnectionTimeoutError, TimeoutError):
+                return Errors.REQUEST_TIMED_OUT, None, None
+            except ETCD_ERRORS as e:
+                self._failed("alter_topic_configs", e)
+                return Errors.COORDINATOR_NOT_AVAILABLE, None, None
+            if ok:
+                return Errors.NONE, None, new
+            # Another change won: decide again on what the view brings.
+            await self._view_until(self._moved(name, got, cfg_rev))
+        return Errors.COORDINATOR_NOT_AVAILABLE, None, None
+
+    def _moved(self, name: str, topic: tuple[uuid.UUID, int], cfg_rev: int) -> Callable[[], bool]:
+        """Whether the view moved past the topic and configs revision a lost
+        compare-and-swap was decided on."""
+        return lambda: self.view.topic_of(name) != topic or self.view.configs_of(topic[0])[1] != cfg_rev

@@ -21,6 +21,8 @@ cluster's prefix, because every key is ``P + "/" + ...``)::
                               the partition is as created (first replica leads,
                               ISR = replicas, epochs 0)
     P/deleted/<topic hex>     the deleted topic's name (kept for good)
+    P/configs/<topic hex>     [[name, value]]: the config overrides of a topic
+                              the controller configured (deleted with it)
     P/producer_ids            the first producer id of the next block
     P/election/<lease hex>    the acting controller's election (etcd's recipe:
                               the lowest create revision leads)
@@ -59,7 +61,7 @@ from partlog.controller.etcd_url import (
 )
 from partlog.controller.model import MetadataSnapshot
 from partlog.controller.rules import valid_topic_name
-from partlog.controller.wire import dec_partition, enc_partition
+from partlog.controller.wire import dec_configs, dec_partition, enc_configs, enc_partition
 from partlog.kafka.records import TopicIdPartition
 from partlog.limits import AZ_CHARS_MAX, BROKER_ID_MAX, HOST_CHARS_MAX, PARTITIONS_PER_TOPIC_MAX, PORT_MAX
 from partlog.rpc.wire import WireError
@@ -99,6 +101,7 @@ class Keys:
         self.topics = self.root + b"topics/"
         self.parts = self.root + b"parts/"
         self.deleted = self.root + b"deleted/"
+        self.configs = self.root + b"configs/"
         self.producer_ids = self.root + b"producer_ids"
         self.election = self.root + b"election/"
 
@@ -119,6 +122,9 @@ class Keys:
 
     def deleted_topic(self, topic_id: uuid.UUID) -> bytes:
         return self.deleted + topic_id.hex.encode()
+
+    def topic_configs(self, topic_id: uuid.UUID) -> bytes:
+        return self.configs + topic_id.hex.encode()
 
     def candidate(self, lease_id: int) -> bytes:
         return self.election + f"{lease_id:016x}".encode()
@@ -211,6 +217,17 @@ def dec_topic(name: str, value: bytes) -> tuple[uuid.UUID, tuple[tuple[int, ...]
     if not parts:
         raise MetadataError(f"{what}: no partitions")
     return uuid.UUID(bytes=tid), tuple(_replicas(r, f"{what}.partitions[{i}]") for i, r in enumerate(parts))
+
+
+def enc_topic_configs(configs: tuple[tuple[str, str], ...]) -> bytes:
+    return pack_value(enc_configs(configs))
+
+
+def dec_topic_configs(what: str, value: bytes) -> tuple[tuple[str, str], ...]:
+    try:
+        return dec_configs(_unpack(value, what), what)
+    except WireError as e:
+        raise MetadataError(str(e)) from None
 
 
 def enc_part(p: PartitionInfo) -> bytes:
@@ -322,6 +339,8 @@ class EtcdView:
         self._current: dict[uuid.UUID, list[PartitionInfo]] = {}
         self._infos: dict[uuid.UUID, TopicInfo] = {}
         self.deleted: dict[uuid.UUID, str] = {}
+        # Configured topics' overrides, by topic id: (overrides, mod revision).
+        self._configs: dict[uuid.UUID, tuple[tuple[tuple[str, str], ...], int]] = {}
         self.producer_ids_next = 0
         # Election candidates: key -> (create revision, value).
         self.candidates: dict[bytes, int] = {}
@@ -436,6 +455,15 @@ class EtcdView:
             tid = deleted_id
             name = _unpack(v, "deleted topic name")
             self.deleted[tid] = _str(name, "deleted topic name", 255)
+        elif k.startswith(keys.configs):
+            tid = _canonical_topic_id(k[len(keys.configs) :].decode(errors="replace"))
+            if tid is None:
+                raise MetadataError(f"topic configs key {k[-40:]!r}")
+            if v is None:
+                self._configs.pop(tid, None)
+            else:
+                self._configs[tid] = (dec_topic_configs(f"configs of topic {tid}", v), rev)
+            self._infos.pop(tid, None)
         elif k == keys.producer_ids:
             # Only grows: a deleted or lowered counter would hand ids out twice.
             if v is None:
@@ -484,6 +512,12 @@ class EtcdView:
             return None
         return self._created_of(t)[tp.partition]
 
+    def configs_of(self, topic_id: uuid.UUID) -> tuple[tuple[tuple[str, str], ...] | None, int]:
+        """A topic's overrides (None: never configured) and the mod revision
+        of their key (0: none)."""
+        got = self._configs.get(topic_id)
+        return (None, 0) if got is None else got
+
     def part_revision(self, tp: TopicIdPartition) -> int:
         """The mod revision of the partition's key (0: never written)."""
         got = self._parts.get(tp.topic_id, {}).get(tp.partition)
@@ -524,7 +558,10 @@ class EtcdView:
                 current = self._current[t.topic_id] = list(self._created_of(t))
                 for i, (p, _) in self._parts.get(t.topic_id, {}).items():
                     current[i] = p
-            got = self._infos[t.topic_id] = TopicInfo(t.topic_id, t.name, tuple(current))
+            configs = self._configs.get(t.topic_id)
+            got = self._infos[t.topic_id] = TopicInfo(
+                t.topic_id, t.name, tuple(current), None if configs is None else configs[0]
+            )
         return got
 
     def leader_candidate(self) -> bytes | None:

@@ -51,6 +51,7 @@ from aetcd.rtypes import EventKind
 from partlog.controller.cluster_meta import (
     BrokerInfo,
     ClusterMismatchError,
+    ConfigChange,
     MetadataError,
     PartitionInfo,
     TopicInfo,
@@ -414,7 +415,9 @@ class EtcdMetadata(SnapshotView):
         :meth:`EtcdAdmin.allocate_producer_ids`)."""
         return await self._admin.allocate_producer_ids(broker_id)
 
-    async def create_topics(self, topics: Mapping[str, tuple[int, int]]) -> dict[str, TopicInfo | Errors]:
+    async def create_topics(
+        self, topics: Mapping[str, tuple[int, int]], configs: Mapping[str, Mapping[str, str]] | None = None
+    ) -> dict[str, TopicInfo | Errors]:
         """Create topics ``{name: (partitions, replication_factor)}``, each
         by one transaction that succeeds only if the name is free; answers as
         :meth:`ControllerMetadata.create_topics`, once this view holds them.
@@ -422,7 +425,7 @@ class EtcdMetadata(SnapshotView):
         out: dict[str, TopicInfo | Errors] = {}
         created: set[uuid.UUID] = set()
         for name, (partitions, rf) in topics.items():
-            answer = await self._admin.create_topic(name, partitions, rf, self._cluster_id)
+            answer = await self._admin.create_topic(name, partitions, rf, self._cluster_id, (configs or {}).get(name))
             out[name] = answer
             if isinstance(answer, TopicInfo):
                 created.add(answer.topic_id)
@@ -443,3 +446,22 @@ class EtcdMetadata(SnapshotView):
         gone = {t for t in out.values() if isinstance(t, uuid.UUID)}
         await self._view_until(lambda: not gone & self._topics.keys())
         return out
+
+    async def alter_topic_configs(
+        self, changes: Mapping[str, ConfigChange], *, validate_only: bool
+    ) -> dict[str, tuple[Errors, str | None]]:
+        """Alter topics' config overrides, each by one compare-and-swap (see
+        :meth:`EtcdAdmin.alter_topic_configs`); answers once this view holds them."""
+        out: dict[str, tuple[Errors, str | None]] = {}
+        written: dict[str, tuple[tuple[str, str], ...]] = {}
+        for name, change in changes.items():
+            err, why, new = await self._admin.alter_topic_configs(name, change, validate_only)
+            out[name] = (err, why)
+            if new is not None:
+                written[name] = new
+        await self._view_until(lambda: all(self._configs_seen(n, c) for n, c in written.items()))
+        return out
+
+    def _configs_seen(self, name: str, configs: tuple[tuple[str, str], ...]) -> bool:
+        t = self.topic(name)
+        return t is None or t.configs == configs

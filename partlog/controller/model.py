@@ -2,17 +2,20 @@
 controller, :mod:`partlog.controller.core`, and the etcd one,
 :mod:`partlog.controller.etcd_meta`): a broker as the controller keeps it,
 the snapshot brokers learn, the events a change emits and their reasons,
-and the defaults and bounds both back ends apply.  Types only: no rules
+the defaults and bounds both back ends apply, and the embedded
+controller's configuration (``ControllerConfig``).  Types only: no rules
 (:mod:`partlog.controller.rules`), no I/O.
 """
 
 from __future__ import annotations
 
+import os
 import uuid
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from partlog.controller.cluster_meta import BrokerInfo, TopicInfo
+from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE
 
 __all__ = [
     "BROKER_SESSION_TIMEOUT_MS_DEFAULT",
@@ -28,6 +31,7 @@ __all__ = [
     "BrokerFenced",
     "BrokerRegistered",
     "BrokerRegistration",
+    "ControllerConfig",
     "ControllerEvent",
     "IsrChanged",
     "LeaderChanged",
@@ -82,6 +86,38 @@ class MetadataSnapshot(NamedTuple):
     topics: list[TopicInfo]
     cluster_id: uuid.UUID | None = None
     deleted_topics: frozenset[uuid.UUID] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    data_dir: str | os.PathLike[str]
+    broker_session_timeout_ms: int = BROKER_SESSION_TIMEOUT_MS_DEFAULT
+    unclean_leader_election_enable: bool = False
+    # 0 disables periodic preferred-leader election.
+    leader_imbalance_check_interval_ms: int = LEADER_IMBALANCE_CHECK_INTERVAL_MS_DEFAULT
+    producer_id_block_size: int = PRODUCER_ID_BLOCK_SIZE
+    # The cluster id a new state directory gets (None: a random one); for an
+    # existing directory it must match the one kept there.
+    cluster_id: uuid.UUID | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.data_dir, str | os.PathLike) or not os.fspath(self.data_dir):
+            raise ValueError(f"ControllerConfig.data_dir must be a non-empty path, got {self.data_dir!r}")
+        if self.cluster_id is not None and not isinstance(self.cluster_id, uuid.UUID):
+            raise ValueError(f"ControllerConfig.cluster_id must be a uuid.UUID, got {self.cluster_id!r}")
+        for name, low in (
+            ("broker_session_timeout_ms", 1),
+            ("leader_imbalance_check_interval_ms", 0),
+            ("producer_id_block_size", 1),
+        ):
+            v = getattr(self, name)
+            if type(v) is not int or v < low:
+                raise ValueError(f"ControllerConfig.{name} must be an integer >= {low}, got {v!r}")
+        if type(self.unclean_leader_election_enable) is not bool:
+            raise ValueError(
+                f"ControllerConfig.unclean_leader_election_enable must be a bool, "
+                f"got {self.unclean_leader_election_enable!r}"
+            )
 
 
 # ------------------------------------------------------------------ events

@@ -12,17 +12,23 @@ module doc for the rules in words)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
-from partlog.controller.cluster_meta import NO_LEADER, BrokerInfo, PartitionInfo
+from partlog.controller.cluster_meta import NO_LEADER, BrokerInfo, ConfigChange, PartitionInfo
+from partlog.kafka.errors import Errors
+from partlog.kafka.topic_config import TopicConfigError, apply_config_ops, validate_overrides
+from partlog.limits import AZ_CHARS_MAX, BROKER_ID_MAX, HOST_CHARS_MAX, PORT_MAX
 
 __all__ = [
     "TOPIC_NAME_CHARS_MAX",
     "after_fencing",
+    "alter_overrides",
     "assign_replicas",
     "bump",
+    "check_broker_args",
     "needs_reconcile",
+    "new_overrides",
     "preferred",
     "valid_topic_name",
 ]
@@ -117,3 +123,40 @@ def needs_reconcile(p: PartitionInfo, alive: Callable[[int], bool]) -> bool:
     """Whether :func:`after_fencing` has anything to do for ``p``: it is
     offline, or its leader or an ISR member is not alive."""
     return p.leader == NO_LEADER or not all(alive(r) for r in p.isr)
+
+
+Overrides = tuple[tuple[str, str], ...]
+
+
+def new_overrides(configs: Mapping[str, str] | None) -> Overrides | Errors | None:
+    """A new topic's overrides as kept (None: none asked), or INVALID_CONFIG."""
+    if not configs:
+        return None
+    try:
+        validate_overrides(configs)
+    except TopicConfigError:
+        return Errors.INVALID_CONFIG
+    return tuple(sorted(configs.items()))
+
+
+def alter_overrides(current: Overrides | None, change: ConfigChange) -> tuple[Errors, str | None, Overrides]:
+    """A topic's overrides after ``change`` (Kafka's ConfigurationControlManager:
+    validated whole), or INVALID_CONFIG and Kafka's message."""
+    replace_all, ops = change
+    try:
+        new = apply_config_ops(dict(current or ()), ops, replace=replace_all)
+    except TopicConfigError as e:
+        return Errors.INVALID_CONFIG, str(e), current or ()
+    return Errors.NONE, None, tuple(sorted(new.items()))
+
+
+def check_broker_args(broker_id: int, az: str, host: str, port: int) -> None:
+    """A registration's own fields (ValueError: the caller's bug, see Controller)."""
+    if not 0 <= broker_id <= BROKER_ID_MAX:
+        raise ValueError(f"broker_id must be in [0, {BROKER_ID_MAX}], got {broker_id}")
+    if not 0 < len(az) <= AZ_CHARS_MAX:
+        raise ValueError(f"az must be 1-{AZ_CHARS_MAX} characters, got {az!r:.300}")
+    if len(host) > HOST_CHARS_MAX:
+        raise ValueError(f"host must be at most {HOST_CHARS_MAX} characters")
+    if not 0 <= port <= PORT_MAX:
+        raise ValueError(f"port must be in [0, {PORT_MAX}], got {port}")

@@ -26,8 +26,12 @@ field)::
                        -> {"error", "partition": [leader, ...] or nil}
     allocate_producer_ids {"broker_id", "broker_epoch"}
                        -> {"error", "broker_id", "first_producer_id", "size"}
-    create_topics         {"topics": [[name, partitions, replication_factor]]}
+    create_topics         {"topics": [[name, partitions, replication_factor]],
+                           "configs"?: [[name, [[config, value]]]]}
                        -> {"version", "topics": [[name, error, topic or nil]]}
+    alter_topic_configs   {"topics": [[name, replace, [[op, config, value or nil]]]],
+                           "validate_only"?}
+                       -> {"version", "topics": [[name, error, message or nil]]}
 """
 
 from __future__ import annotations
@@ -47,12 +51,15 @@ from partlog.controller.model import BrokerFenced, BrokerRegistered, IsrChanged,
 from partlog.controller.scram_store import CONTROLLER_SCRAM_SCHEMAS, scram_handlers
 from partlog.controller.wire import (
     dec_alter_partition,
+    dec_alter_topic_configs,
     dec_broker_epoch,
     dec_create_topics,
+    dec_create_topics_configs,
     dec_delete_topics,
     dec_poll,
     dec_register,
     enc_alter_partition_response,
+    enc_alter_topic_configs_response,
     enc_create_topics_response,
     enc_delete_topics_response,
     enc_heartbeat_response,
@@ -152,6 +159,7 @@ class ControllerServer:
             "allocate_producer_ids": self._handle_allocate_producer_ids,
             "create_topics": self._handle_create_topics,
             "delete_topics": self._handle_delete_topics,
+            "alter_topic_configs": self._handle_alter_topic_configs,
         }
         # The challenge names the cluster: brokers and walmgr refuse another's controller.
         self._server = RpcServer(
@@ -330,7 +338,11 @@ class ControllerServer:
 
     async def _handle_create_topics(self, body: Any) -> Any:
         wanted = _decode(dec_create_topics, body)
-        answers = [(name, await self._create_topic(name, partitions, rf)) for name, partitions, rf in wanted]
+        configs = _decode(dec_create_topics_configs, body)
+        answers = [
+            (name, await self._create_topic(name, partitions, rf, dict(configs.get(name, ()))))
+            for name, partitions, rf in wanted
+        ]
         return enc_create_topics_response(self._published_version, answers)
 
     async def _handle_delete_topics(self, body: Any) -> Any:
@@ -338,9 +350,17 @@ class ControllerServer:
         answer = await self._run(lambda c: c.delete_topics(names))
         return enc_delete_topics_response(answer)
 
-    async def _create_topic(self, name: str, partitions: int, rf: int) -> TopicInfo | Errors:
+    async def _handle_alter_topic_configs(self, body: Any) -> Any:
+        changes, validate_only = _decode(dec_alter_topic_configs, body)
+        answer = await self._run(lambda c: c.alter_topic_configs(changes, validate_only=validate_only))
+        if not validate_only:
+            for name, (err, _) in answer.items():
+                log.info("topic configs altered name=%.300s error=%s", name, err.name)
+        return enc_alter_topic_configs_response(self._published_version, answer)
+
+    async def _create_topic(self, name: str, partitions: int, rf: int, configs: dict[str, str]) -> TopicInfo | Errors:
         before = self._published_version
-        answer = await self._run(lambda c: c.create_topic(name, partitions, rf))
+        answer = await self._run(lambda c: c.create_topic(name, partitions, rf, configs))
         if isinstance(answer, Errors):
             log.info("create topic refused name=%.300s error=%s", name, answer.name)
         elif self._published_version != before:

@@ -12,7 +12,8 @@ Layout of ``data_dir``::
 
     LOCK            flock'ed by the controller that owns the directory
     metadata/       LMDB: meta (format, version, last broker epoch, cluster id), brokers,
-                    topics, parts (one value per partition), deleted_topics
+                    topics, parts (one value per partition), deleted_topics,
+                    topic_configs (a configured topic's overrides: [[name, value]])
     producer_ids/   LMDB of the ProducerIdManager (opened by the controller)
 """
 
@@ -23,7 +24,7 @@ import os
 import struct
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import lmdb
@@ -31,7 +32,7 @@ import msgpack
 
 from partlog.controller.cluster_meta import PartitionInfo
 from partlog.controller.model import BrokerRegistration
-from partlog.controller.wire import dec_partition, enc_partition
+from partlog.controller.wire import dec_configs, dec_partition, enc_configs, enc_partition
 from partlog.kafka.records import TopicIdPartition
 from partlog.rpc.wire import WireError, expect_int, expect_list, expect_str
 
@@ -77,6 +78,8 @@ class StoredState:
     # deleted topic id -> name
     deleted: dict[uuid.UUID, str]
     parts: dict[TopicIdPartition, PartitionInfo]
+    # topic id -> its config overrides (only topics the controller configured)
+    configs: dict[uuid.UUID, tuple[tuple[str, str], ...]] = field(default_factory=dict)
 
 
 class ControllerStateStore:
@@ -93,7 +96,7 @@ class ControllerStateStore:
         self._lock_fd = _lock_dir(root)
         try:
             # sync/metasync: a change is on disk before it is published or answered.
-            self._env = lmdb.open(meta_dir, map_size=MAP_SIZE_BYTES, max_dbs=5, sync=True, metasync=True)
+            self._env = lmdb.open(meta_dir, map_size=MAP_SIZE_BYTES, max_dbs=6, sync=True, metasync=True)
         except BaseException:
             os.close(self._lock_fd)
             raise
@@ -104,6 +107,7 @@ class ControllerStateStore:
             self._db_parts = self._env.open_db(b"parts")
             # Deleted topics: id -> name (kept: walmgr needs to know them).
             self._db_deleted = self._env.open_db(b"deleted_topics")
+            self._db_configs = self._env.open_db(b"topic_configs")
         except BaseException:
             self.close()
             raise
@@ -116,6 +120,7 @@ class ControllerStateStore:
         topics: dict[uuid.UUID, tuple[str, int]] = {}
         deleted: dict[uuid.UUID, str] = {}
         parts: dict[TopicIdPartition, PartitionInfo] = {}
+        configs: dict[uuid.UUID, tuple[tuple[str, str], ...]] = {}
         with self._env.begin() as txn:
             fmt = txn.get(_KEY_FORMAT, db=self._db_meta)
             if fmt is None:
@@ -143,6 +148,8 @@ class ControllerStateStore:
                 for k, v in txn.cursor(db=self._db_parts):
                     tp = TopicIdPartition(uuid.UUID(bytes=bytes(k[:16])), _U32.unpack(k[16:])[0])
                     parts[tp] = dec_partition(msgpack.unpackb(v))
+                for k, v in txn.cursor(db=self._db_configs):
+                    configs[uuid.UUID(bytes=bytes(k))] = dec_configs(msgpack.unpackb(v), "topic configs")
             except (ValueError, TypeError, struct.error, WireError) as e:
                 raise ControllerStateError(f"{self.data_dir}: unreadable controller state: {e!r}") from e
         cluster_id = None
@@ -150,7 +157,9 @@ class ControllerStateStore:
             if len(stored_cluster) != 16:
                 raise ControllerStateError(f"{self.data_dir}: unreadable cluster id {bytes(stored_cluster)!r}")
             cluster_id = uuid.UUID(bytes=bytes(stored_cluster))
-        return StoredState(fmt is not None, version, broker_epoch_last, cluster_id, brokers, topics, deleted, parts)
+        return StoredState(
+            fmt is not None, version, broker_epoch_last, cluster_id, brokers, topics, deleted, parts, configs
+        )
 
     def write_identity(self, version: int, cluster_id: uuid.UUID) -> None:
         """Mark the directory with this code's format and the cluster id it
@@ -169,10 +178,12 @@ class ControllerStateStore:
         new_topics: Mapping[uuid.UUID, tuple[str, int]],
         parts: Mapping[TopicIdPartition, PartitionInfo],
         deleted_topics: Mapping[uuid.UUID, tuple[str, int]],
+        configs: Mapping[uuid.UUID, tuple[tuple[str, str], ...]] | None = None,
     ) -> None:
         """Write one change durably with ``version``: the brokers and
         partitions it sets, the topics it creates, and the topics it deletes
-        (id -> (name, partitions): their partitions go, the name is kept).
+        (id -> (name, partitions): their partitions go, the name is kept),
+        and the config overrides it sets (id -> sorted pairs).
         Everything is encoded before the transaction begins, so the
         transaction itself only puts (nothing in it can fail but the disk)."""
         puts: list[tuple[Any, bytes, bytes]] = [(self._db_meta, _KEY_VERSION, _U64.pack(version))]
@@ -184,10 +195,13 @@ class ControllerStateStore:
             puts.append((self._db_topics, tid.bytes, msgpack.packb([name, n])))
         for tp, p in parts.items():
             puts.append((self._db_parts, tp.topic_id.bytes + _U32.pack(tp.partition), msgpack.packb(enc_partition(p))))
+        for tid, pairs in (configs or {}).items():
+            puts.append((self._db_configs, tid.bytes, msgpack.packb(enc_configs(pairs))))
         deletes: list[tuple[Any, bytes]] = []
         for tid, (name, n) in deleted_topics.items():
             puts.append((self._db_deleted, tid.bytes, msgpack.packb(name)))
             deletes.append((self._db_topics, tid.bytes))
+            deletes.append((self._db_configs, tid.bytes))
             deletes.extend((self._db_parts, tid.bytes + _U32.pack(p)) for p in range(n))
         with self._env.begin(write=True) as txn:
             for db, k, v in puts:

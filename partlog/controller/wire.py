@@ -12,7 +12,7 @@ what the controller's LMDB state and etcd keep.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from partlog.controller.cluster_meta import BrokerInfo, PartitionInfo, TopicInfo, kafka_listener_ports
@@ -20,14 +20,19 @@ from partlog.controller.model import MetadataSnapshot
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import ProducerIdBlock
 from partlog.kafka.records import TopicIdPartition
+from partlog.kafka.topic_config import TOPIC_CONFIG_OPS_MAX, ConfigOp
 from partlog.limits import AZ_CHARS_MAX, BROKER_ID_MAX, BROKERS_MAX, HOST_CHARS_MAX, PORT_MAX, TOPICS_PER_REQUEST_MAX
 from partlog.rpc.wire import WireError, expect_bytes, expect_int, expect_list, expect_map, expect_str, field
 
 __all__ = [
     "dec_alter_partition",
     "dec_alter_partition_response",
+    "dec_alter_topic_configs",
+    "dec_alter_topic_configs_response",
     "dec_broker_epoch",
+    "dec_configs",
     "dec_create_topics",
+    "dec_create_topics_configs",
     "dec_create_topics_response",
     "dec_delete_topics",
     "dec_delete_topics_response",
@@ -41,7 +46,10 @@ __all__ = [
     "dec_topic",
     "enc_alter_partition",
     "enc_alter_partition_response",
+    "enc_alter_topic_configs",
+    "enc_alter_topic_configs_response",
     "enc_broker_epoch",
+    "enc_configs",
     "enc_create_topics",
     "enc_create_topics_response",
     "enc_delete_topics",
@@ -73,11 +81,16 @@ def dec_partition(v: Any, what: str = "partition") -> PartitionInfo:
 
 
 def enc_topic(t: TopicInfo) -> list[Any]:
-    return [t.name, t.topic_id.bytes, [enc_partition(p) for p in t.partitions]]
+    # The config overrides only when the controller keeps some (four items).
+    configs = [] if t.configs is None else [enc_configs(t.configs)]
+    return [t.name, t.topic_id.bytes, [enc_partition(p) for p in t.partitions], *configs]
 
 
 def dec_topic(v: Any, what: str = "topic") -> TopicInfo:
-    name, tid, parts = expect_list(v, what, 3)
+    items = expect_list(v, what)
+    if len(items) not in (3, 4):
+        raise WireError(f"{what}: expected 3 or 4 items, got {len(items)}")
+    name, tid, parts = items[:3]
     raw = expect_bytes(tid, f"{what}.topic_id")
     if len(raw) != 16:
         raise WireError(f"{what}.topic_id: expected 16 bytes, got {len(raw)}")
@@ -87,7 +100,26 @@ def dec_topic(v: Any, what: str = "topic") -> TopicInfo:
         tuple(
             dec_partition(p, f"{what}.partitions[{i}]") for i, p in enumerate(expect_list(parts, f"{what}.partitions"))
         ),
+        dec_configs(items[3], f"{what}.configs") if len(items) == 4 else None,
     )
+
+
+def enc_configs(configs: Iterable[tuple[str, str]]) -> list[list[str]]:
+    return [[k, v] for k, v in configs]
+
+
+def dec_configs(v: Any, what: str) -> tuple[tuple[str, str], ...]:
+    """Config overrides as sorted (name, value) pairs, each name once."""
+    items = expect_list(v, what)
+    if len(items) > TOPIC_CONFIG_OPS_MAX:
+        raise WireError(f"{what}: at most {TOPIC_CONFIG_OPS_MAX} configs, got {len(items)}")
+    out = {}
+    for i, item in enumerate(items):
+        k, val = expect_list(item, f"{what}[{i}]", 2)
+        out[expect_str(k, f"{what}[{i}].name")] = expect_str(val, f"{what}[{i}].value")
+    if len(out) != len(items):
+        raise WireError(f"{what}: a config named twice")
+    return tuple(sorted(out.items()))
 
 
 def _dec_error(m: dict[str, Any], what: str) -> Errors:
@@ -372,8 +404,23 @@ def dec_delete_topics_response(body: Any) -> dict[str, uuid.UUID | Errors]:
     return out
 
 
-def enc_create_topics(topics: Mapping[str, tuple[int, int]]) -> dict[str, Any]:
-    return {"topics": [[name, partitions, rf] for name, (partitions, rf) in topics.items()]}
+def enc_create_topics(
+    topics: Mapping[str, tuple[int, int]], configs: Mapping[str, Mapping[str, str]] | None = None
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"topics": [[name, partitions, rf] for name, (partitions, rf) in topics.items()]}
+    if configs:  # only when some topic has overrides: older controllers refuse the field
+        out["configs"] = [[name, enc_configs(sorted(c.items()))] for name, c in configs.items() if c]
+    return out
+
+
+def dec_create_topics_configs(body: Any) -> dict[str, tuple[tuple[str, str], ...]]:
+    """The config overrides a create_topics asks, by topic name."""
+    w = "create_topics"
+    out = {}
+    for i, item in enumerate(expect_list(expect_map(body, w).get("configs", []), f"{w}.configs")):
+        name, configs = expect_list(item, f"{w}.configs[{i}]", 2)
+        out[expect_str(name, f"{w}.configs[{i}].name")] = dec_configs(configs, f"{w}.configs[{i}].configs")
+    return out
 
 
 def dec_create_topics(body: Any) -> list[tuple[str, int, int]]:
@@ -410,3 +457,54 @@ def dec_create_topics_response(body: Any) -> dict[str, TopicInfo | Errors]:
         err = _dec_error({"error": code}, what)
         out[expect_str(name, f"{what}.name")] = err if err != Errors.NONE else dec_topic(topic, f"{what}.topic")
     return out
+
+
+# alter_topic_configs
+
+
+def enc_alter_topic_configs(
+    changes: Mapping[str, tuple[bool, Sequence[ConfigOp]]], validate_only: bool
+) -> dict[str, Any]:
+    return {
+        "topics": [[name, replace, [[o.op, o.name, o.value] for o in ops]] for name, (replace, ops) in changes.items()],
+        "validate_only": validate_only,
+    }
+
+
+def dec_alter_topic_configs(body: Any) -> tuple[dict[str, tuple[bool, tuple[ConfigOp, ...]]], bool]:
+    w = "alter_topic_configs"
+    m = expect_map(body, w)
+    items = expect_list(field(m, "topics", w), f"{w}.topics")
+    if len(items) > TOPICS_PER_REQUEST_MAX:
+        raise WireError(f"{w}.topics: at most {TOPICS_PER_REQUEST_MAX}, got {len(items)}")
+    out: dict[str, tuple[bool, tuple[ConfigOp, ...]]] = {}
+    for i, item in enumerate(items):
+        what = f"{w}.topics[{i}]"
+        name, replace, ops = expect_list(item, what, 3)
+        if not isinstance(replace, bool):
+            raise WireError(f"{what}.replace: not a bool")
+        decoded = []
+        for j, op in enumerate(expect_list(ops, f"{what}.ops")):
+            code, key, value = expect_list(op, f"{what}.ops[{j}]", 3)
+            code = expect_int(code, f"{what}.ops[{j}].op")
+            if not 0 <= code <= 3 or (value is None) != (code == 1):
+                raise WireError(f"{what}.ops[{j}]: op {code} with value {value!r:.40}")
+            value = None if value is None else expect_str(value, f"{what}.ops[{j}].value")
+            decoded.append(ConfigOp(code, expect_str(key, f"{what}.ops[{j}].name"), value))
+        out[expect_str(name, f"{what}.name")] = (replace, tuple(decoded))
+    return out, bool(m.get("validate_only", False))
+
+
+def enc_alter_topic_configs_response(version: int, out: Mapping[str, tuple[Errors, str | None]]) -> dict[str, Any]:
+    return {"version": version, "topics": [[name, int(err), msg] for name, (err, msg) in out.items()]}
+
+
+def dec_alter_topic_configs_response(body: Any) -> tuple[int, dict[str, tuple[Errors, str | None]]]:
+    w = "alter_topic_configs response"
+    m = expect_map(body, w)
+    out: dict[str, tuple[Errors, str | None]] = {}
+    for i, item in enumerate(expect_list(field(m, "topics", w), f"{w}.topics")):
+        name, code, msg = expect_list(item, f"{w}.topics[{i}]", 3)
+        err = _dec_error({"error": code}, f"{w}.topics[{i}]")
+        out[expect_str(name, f"{w}.topics[{i}].name")] = (err, None if msg is None else expect_str(msg, f"{w}.msg"))
+    return expect_int(field(m, "version", w), f"{w}.version"), out

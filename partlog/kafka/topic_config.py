@@ -1,8 +1,14 @@
-"""Per-topic configuration, by Kafka's config names, with Kafka's defaults."""
+"""Per-topic configuration, by Kafka's config names, with Kafka's defaults.
+
+:class:`TopicConfig` is a topic's whole config; a topic's *overrides* (the
+keys set for it, Kafka's dynamic topic configs) are a ``{name: value}`` map
+the controller keeps (docs/design/topic-configs.md).  :func:`apply_config_ops`
+is IncrementalAlterConfigs' and AlterConfigs' rule over overrides, shared by
+both controllers; errors carry Kafka's messages (TopicConfigError)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from partlog.kafka.batch_header import INT32_MAX
@@ -111,7 +117,7 @@ class TopicConfig:
                 elif value == "LogAppendTime":
                     changes["message_timestamp_type"] = TimestampType.LOG_APPEND_TIME
                 else:
-                    raise TopicConfigError(f"message.timestamp.type={value!r}: must be CreateTime or LogAppendTime")
+                    raise TopicConfigError(_invalid(key, value, "String must be one of: CreateTime, LogAppendTime"))
             elif key == "remote.storage.enable":
                 # Kafka's BOOLEAN type: a bool, or "true" / "false" in any case.
                 if isinstance(value, bool):
@@ -119,7 +125,7 @@ class TopicConfig:
                 elif isinstance(value, str) and value.strip().lower() in ("true", "false"):
                     changes["remote_storage_enable"] = value.strip().lower() == "true"
                 else:
-                    raise TopicConfigError(f"remote.storage.enable={value!r}: must be true or false")
+                    raise TopicConfigError(_invalid(key, value, "Expected value to be either true or false"))
             elif key == "cleanup.policy":
                 changes["cleanup_policy"] = _cleanup_policy(value)
             elif key == "min.cleanable.dirty.ratio":
@@ -129,14 +135,14 @@ class TopicConfig:
                 try:
                     number = int(value)
                 except (TypeError, ValueError):
-                    raise TopicConfigError(f"{key}={value!r}: not an integer") from None
+                    raise TopicConfigError(_invalid(key, value, f"Not a number of type {CONFIG_TYPES[key]}")) from None
                 if number < minimum:
-                    raise TopicConfigError(f"{key}={number}: must be >= {minimum}")
+                    raise TopicConfigError(_invalid(key, number, f"Value must be at least {minimum}"))
                 if number > maximum:
-                    raise TopicConfigError(f"{key}={number}: must be <= {maximum}")
+                    raise TopicConfigError(_invalid(key, number, f"Value must be no more than {maximum}"))
                 changes[attr] = number
             else:
-                raise TopicConfigError(f"unknown topic config {key!r}; known: {sorted(_KNOWN)}")
+                raise TopicConfigError(f"Unknown topic config name: {key}")
         out = replace(self, **changes)  # type: ignore[arg-type]
         # Kafka's LogConfig.validateValues, after the single values.
         if out.min_compaction_lag_ms > out.max_compaction_lag_ms:
@@ -151,7 +157,7 @@ def _cleanup_policy(value: object) -> str:
     """cleanup.policy as Kafka's ValidList of compact and delete: a comma
     separated list, each once; normalized to "compact,delete" order."""
     if not isinstance(value, str):
-        raise TopicConfigError(f"cleanup.policy={value!r}: must be a list of compact and delete")
+        raise TopicConfigError(_invalid("cleanup.policy", value, "must be a list of compact and delete"))
     items = [v.strip() for v in value.split(",")]
     if not value.strip() or any(v not in CLEANUP_POLICIES for v in items):
         raise TopicConfigError(
@@ -167,9 +173,9 @@ def _ratio(key: str, value: object) -> float:
     try:
         number = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise TopicConfigError(f"{key}={value!r}: not a number") from None
+        raise TopicConfigError(_invalid(key, value, "Not a number of type DOUBLE")) from None
     if not 0.0 <= number <= 1.0:  # (NaN fails both)
-        raise TopicConfigError(f"{key}={number}: must be between 0 and 1")
+        raise TopicConfigError(_invalid(key, number, "Value must be between 0.0 and 1.0"))
     return number
 
 
@@ -196,3 +202,88 @@ _KNOWN = {
     "min.cleanable.dirty.ratio",
     *_INT_KEYS,
 }
+
+
+def _invalid(key: str, value: object, why: str) -> str:
+    """Kafka's ConfigException text (a hostile value is cut short)."""
+    return f"Invalid value {value!s:.200} for configuration {key}: {why}"
+
+
+# Kafka's ConfigDef types of the configs TopicConfig knows (DescribeConfigs'
+# config_type, and the "Not a number of type" messages).
+CONFIG_TYPES: dict[str, str] = {
+    "message.timestamp.type": "STRING",
+    "retention.ms": "LONG",
+    "retention.bytes": "LONG",
+    "max.message.bytes": "INT",
+    "message.timestamp.before.max.ms": "LONG",
+    "message.timestamp.after.max.ms": "LONG",
+    "remote.storage.enable": "BOOLEAN",
+    "segment.bytes": "INT",
+    "segment.ms": "LONG",
+    "segment.index.bytes": "INT",
+    "index.interval.bytes": "INT",
+    "cleanup.policy": "LIST",
+    "delete.retention.ms": "LONG",
+    "min.compaction.lag.ms": "LONG",
+    "max.compaction.lag.ms": "LONG",
+    "min.cleanable.dirty.ratio": "DOUBLE",
+}
+TOPIC_CONFIG_NAMES = frozenset(CONFIG_TYPES)
+
+# Kafka's AlterConfigOp.OpType ids (IncrementalAlterConfigs).
+OP_SET = 0
+OP_DELETE = 1
+OP_APPEND = 2
+OP_SUBTRACT = 3
+_OP_NAMES = {OP_APPEND: "APPEND", OP_SUBTRACT: "SUBTRACT"}
+
+# Bounds on what one request may ask of one topic (Kafka has none; a value
+# of a known config is at most a few dozen characters).
+TOPIC_CONFIG_NAME_CHARS_MAX = 255
+TOPIC_CONFIG_VALUE_CHARS_MAX = 1_000
+TOPIC_CONFIG_OPS_MAX = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigOp:
+    """One IncrementalAlterConfigs entry; ``value`` None only for DELETE."""
+
+    op: int
+    name: str
+    value: str | None
+
+
+def validate_overrides(overrides: Mapping[str, str]) -> TopicConfig:
+    """The topic config these overrides make; TopicConfigError (Kafka's
+    message) for an unknown name or a bad value."""
+    return TopicConfig().with_configs(overrides)
+
+
+def apply_config_ops(current: Mapping[str, str], ops: Sequence[ConfigOp], *, replace: bool = False) -> dict[str, str]:
+    """The overrides after ``ops``, validated whole (Kafka's
+    ConfigurationControlManager): SET sets, DELETE removes, APPEND and
+    SUBTRACT change a LIST config's items, starting from its override, else
+    its default.  ``replace`` (AlterConfigs): the result holds only what
+    ``ops`` set.  TopicConfigError with Kafka's message."""
+    out: dict[str, str] = {} if replace else dict(current)
+    for o in ops:
+        if o.op == OP_SET:
+            assert o.value is not None, f"SET {o.name} without a value"
+            out[o.name] = o.value
+        elif o.op == OP_DELETE:
+            out.pop(o.name, None)
+        else:
+            assert o.op in _OP_NAMES, f"config op {o.op}"
+            if CONFIG_TYPES.get(o.name) != "LIST":
+                raise TopicConfigError(f"Can't {_OP_NAMES[o.op]} to key {o.name} because its type is not LIST.")
+            assert o.value is not None, f"{_OP_NAMES[o.op]} {o.name} without a value"
+            items = [v for v in out.get(o.name, TopicConfig().to_configs()[o.name]).split(",") if v]
+            for v in o.value.split(","):
+                if o.op == OP_APPEND and v not in items:
+                    items.append(v)
+                elif o.op == OP_SUBTRACT and v in items:
+                    items.remove(v)
+            out[o.name] = ",".join(items)
+    validate_overrides(out)
+    return out

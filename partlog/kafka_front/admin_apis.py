@@ -1,7 +1,8 @@
-"""The admin APIs of the Kafka front end: CreateTopics and DeleteTopics
-(through the controller, for a metadata source that has one), DeleteRecords
-(answered by each partition's leader) and DescribeConfigs (topic configs
-from this broker's store, broker configs from its own)."""
+"""The admin APIs of the Kafka front end: CreateTopics (with topic configs,
+validated here and kept by the controller) and DeleteTopics (through the
+controller, for a metadata source that has one) and DeleteRecords (answered
+by each partition's leader).  The config APIs are
+:mod:`partlog.kafka_front.config_apis`'s."""
 
 from __future__ import annotations
 
@@ -15,51 +16,31 @@ from partlog.controller.cluster_meta import TopicAdmin
 from partlog.controller.rules import valid_topic_name
 from partlog.kafka.errors import Errors, peer_error
 from partlog.kafka.records import TopicIdPartition
+from partlog.kafka.topic_config import TopicConfig, TopicConfigError, validate_overrides
+from partlog.kafka_front.config_apis import ConfigApis
 from partlog.kafka_front.group_coordinator import INTERNAL_TOPICS
 from partlog.kafka_front.handler import ApiHandlers, Session, kafka_error
 from partlog.kafka_front.port import BrokerPort
 
-# DescribeConfigs: Kafka's ConfigResource.Type and ConfigSource codes.
-_RESOURCE_TOPIC = 2
-_RESOURCE_BROKER = 4
-_SOURCE_STATIC = 4  # STATIC_BROKER_CONFIG
-_SOURCE_DEFAULT = 5  # DEFAULT_CONFIG
 _NO_ID = uuid.UUID(int=0)
-
-
-def _config_type(value: str) -> int:
-    """Kafka's ConfigType code of a value: BOOLEAN 1, STRING 2, LONG 5."""
-    if value in ("true", "false"):
-        return 1
-    try:
-        int(value)
-    except ValueError:
-        return 2
-    return 5
 
 
 class AdminApis(ApiHandlers):
     """``num_partitions`` and ``default_replication_factor``: what a topic
     created without them gets (Kafka's num.partitions and
-    default.replication.factor); ``static_configs``: the broker configs
-    DescribeConfigs shows, by their Kafka names."""
+    default.replication.factor)."""
 
-    def __init__(
-        self,
-        broker: BrokerPort,
-        *,
-        num_partitions: int,
-        default_replication_factor: int,
-        static_configs: Mapping[str, str],
-    ) -> None:
+    def __init__(self, broker: BrokerPort, *, num_partitions: int, default_replication_factor: int) -> None:
         super().__init__(broker)
         self.num_partitions = num_partitions
         self.default_replication_factor = default_replication_factor
-        self.static_configs = dict(static_configs)
 
-    async def create(self, topics: Mapping[str, tuple[int, int]]) -> dict[str, Any]:
+    async def create(
+        self, topics: Mapping[str, tuple[int, int]], configs: Mapping[str, Mapping[str, str]] | None = None
+    ) -> dict[str, Any]:
         """Create ``{name: (partitions, replication_factor)}`` through the
-        controller; -1 means the default.  Per topic: the TopicInfo or the error."""
+        controller, with the config overrides ``configs`` names (validated
+        before); -1 means the default.  Per topic: the TopicInfo or the error."""
         metadata = self.broker.metadata
         if not isinstance(metadata, TopicAdmin):
             return dict.fromkeys(topics, Errors.INVALID_REQUEST)
@@ -71,12 +52,16 @@ class AdminApis(ApiHandlers):
             )
             for n, (p, rf) in topics.items()
         }
-        answer: dict[str, Any] = await metadata.create_topics(shaped)
+        # Without configs as before configs: a source of an embedder's may not take them.
+        answer: dict[str, Any] = await (
+            metadata.create_topics(shaped, configs) if configs else metadata.create_topics(shaped)
+        )
         return answer
 
     async def create_topics(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         results = []
         wanted: dict[str, tuple[int, int]] = {}
+        overrides: dict[str, dict[str, str]] = {}
         refused: dict[str, tuple[Errors, str]] = {}
         named = Counter(t.name for t in body.topics)
         existing = self._topics_by_name()
@@ -95,17 +80,19 @@ class AdminApis(ApiHandlers):
                 refused[t.name] = (Errors.INVALID_REQUEST, f"{t.name} is internal: the group coordinator makes it")
             elif t.assignments:
                 refused[t.name] = (Errors.INVALID_REQUEST, "manual replica assignments are not supported")
-            elif t.configs:
-                refused[t.name] = (Errors.INVALID_CONFIG, "topic configs at creation are not supported yet")
+            elif (bad := _bad_configs(t.configs)) is not None:
+                refused[t.name] = (Errors.INVALID_CONFIG, bad)
             else:
                 wanted[t.name] = (t.num_partitions, t.replication_factor)
+                if t.configs:  # as Kafka's map: a key named twice, the last value
+                    overrides[t.name] = {c.name: c.value for c in t.configs}
         if not isinstance(self.broker.metadata, TopicAdmin):
             for n in wanted:
                 refused[n] = (Errors.INVALID_REQUEST, "this cluster's topics come from its static cluster file")
             wanted = {}
         answers: dict[str, Any] = {}
         if wanted and not getattr(body, "validate_only", False):
-            answers = await self.create(wanted)
+            answers = await self.create(wanted, overrides)
         for t in body.topics:
             if t.name in refused:
                 err, msg = refused[t.name]
@@ -118,7 +105,9 @@ class AdminApis(ApiHandlers):
                 results.append(_created(t.name, a, f"{a.name.lower()}"))
             else:
                 rf = len(a.partitions[0].replicas) if a.partitions else -1
-                results.append(_created(t.name, Errors.NONE, None, a.topic_id, a.num_partitions, rf))
+                row = _created(t.name, Errors.NONE, None, a.topic_id, a.num_partitions, rf)
+                row["configs"] = ConfigApis.created_configs(a, TopicConfig().with_configs(dict(a.configs or ())))
+                results.append(row)
         return {"throttle_time": 0, "topics": results}
 
     async def delete_topics(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
@@ -209,56 +198,19 @@ class AdminApis(ApiHandlers):
             by_topic.setdefault(name, []).append(part)
         return {"throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]}
 
-    async def describe_configs(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
-        results = []
-        topics = self._topics_by_name()
-        for r in body.resources:
-            rtype, name = int(r.resource_type), r.resource_name
-            base = {"resource_type": rtype, "resource_name": name, "error_message": None, "configs": []}
-            if rtype == _RESOURCE_TOPIC:
-                t = topics.get(name)
-                if not self.authz.topic(session, AclOperation.DESCRIBE_CONFIGS, name):
-                    results.append({**base, "error_code": int(Errors.TOPIC_AUTHORIZATION_FAILED)})
-                    continue
-                if not valid_topic_name(name):
-                    results.append({**base, "error_code": int(Errors.INVALID_TOPIC_EXCEPTION)})
-                    continue
-                if t is None:
-                    results.append({**base, "error_code": int(Errors.UNKNOWN_TOPIC_OR_PARTITION)})
-                    continue
-                configs = {
-                    k: (v, _SOURCE_DEFAULT) for k, v in self.broker.topic_config(t.topic_id).to_configs().items()
-                }
-            elif rtype == _RESOURCE_BROKER:
-                if not self.authz.cluster(session, AclOperation.DESCRIBE_CONFIGS):
-                    results.append({**base, "error_code": int(Errors.CLUSTER_AUTHORIZATION_FAILED)})
-                    continue
-                if name not in ("", str(self.broker.broker_id)):
-                    results.append({**base, "error_code": int(Errors.INVALID_REQUEST),
-                                    "error_message": f"this is broker {self.broker.broker_id}"})  # fmt: skip
-                    continue
-                configs = {k: (v, _SOURCE_STATIC) for k, v in self._broker_configs().items()}
-            else:
-                why = f"resource type {rtype} is not served (2 topic, 4 broker)"
-                results.append({**base, "error_code": int(Errors.INVALID_REQUEST), "error_message": why})
-                continue
-            keys = r.configuration_keys
-            chosen = configs if keys is None else {k: configs[k] for k in keys if k in configs}
-            entries = [
-                {"name": k, "value": v, "read_only": True, "config_source": src, "is_sensitive": False,
-                 "synonyms": [], "config_type": _config_type(v), "documentation": None}
-                for k, (v, src) in sorted(chosen.items())
-            ]  # fmt: skip
-            results.append({**base, "error_code": 0, "configs": entries})
-        return {"throttle_time": 0, "results": results}
 
-    def _broker_configs(self) -> dict[str, str]:
-        return {
-            "broker.id": str(self.broker.broker_id),
-            "broker.rack": self.broker.az,
-            **self.static_configs,
-            "min.insync.replicas": str(self.broker.min_insync_replicas),
-        }
+def _bad_configs(configs: Any) -> str | None:
+    """Kafka's message for CreateTopics configs that do not validate (None: they do)."""
+    if not configs:
+        return None
+    nulls = [c.name for c in configs if c.value is None]
+    if nulls:
+        return "Null value not supported for topic configs: " + ",".join(nulls)
+    try:
+        validate_overrides({c.name: c.value for c in configs})
+    except TopicConfigError as e:
+        return str(e)
+    return None
 
 
 def _created(

@@ -40,6 +40,7 @@ from partlog.kafka.records import FindBatchRequest, IsolationLevel, ListOffsetsR
 from partlog.kafka_front.acl_apis import AclApis
 from partlog.kafka_front.admin_apis import AdminApis
 from partlog.kafka_front.authz import Authz, denied
+from partlog.kafka_front.config_apis import ConfigApis
 from partlog.kafka_front.group_apis import GroupApis
 from partlog.kafka_front.group_coordinator import (
     INTERNAL_TOPICS,
@@ -115,6 +116,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     30: (1, 3),  # CreateAcls
     31: (1, 3),  # DeleteAcls
     32: (1, 4),  # DescribeConfigs
+    33: (0, 2),  # AlterConfigs
+    44: (0, 1),  # IncrementalAlterConfigs
     36: (0, 2),  # SaslAuthenticate
     50: (0, 0),  # DescribeUserScramCredentials
     51: (0, 0),  # AlterUserScramCredentials
@@ -199,8 +202,8 @@ class KafkaApis(ApiHandlers):
             broker,
             num_partitions=self.config.num_partitions,
             default_replication_factor=self.config.default_replication_factor,
-            static_configs={**self.config.kafka_configs(), **(listener_configs or {})},
         )
+        configs = ConfigApis(broker, static_configs={**self.config.kafka_configs(), **(listener_configs or {})})
         self.txns = TxnCoordinator(
             broker,
             partitions=self.config.transaction_state_log_num_partitions,
@@ -222,7 +225,7 @@ class KafkaApis(ApiHandlers):
             txns=self.txns,
             admin=self.admin,
         )
-        for h in (self.admin, group, self.txn, acls, metadata):
+        for h in (self.admin, configs, group, self.txn, acls, metadata):
             h.authz = self.authz
         self.handlers: dict[int, Handler] = {
             0: self.produce,
@@ -251,7 +254,9 @@ class KafkaApis(ApiHandlers):
             29: acls.describe_acls,
             30: acls.create_acls,
             31: acls.delete_acls,
-            32: self.admin.describe_configs,
+            32: configs.describe_configs,
+            33: configs.alter_configs,
+            44: configs.incremental_alter_configs,
             65: self.txn.describe_transactions,
             66: self.txn.list_transactions,
         }

@@ -71,6 +71,8 @@ API_KEYS: dict[int, str] = {
     26: "EndTxn",
     28: "TxnOffsetCommit",
     32: "DescribeConfigs",
+    33: "AlterConfigs",
+    44: "IncrementalAlterConfigs",
     36: "SaslAuthenticate",
     50: "DescribeUserScramCredentials",
     51: "AlterUserScramCredentials",

@@ -16,6 +16,11 @@ the uploader is a signed int32, file sizes and byte offsets fit an int64.
 
 from __future__ import annotations
 
+from partlog.kafka.topic_config import (
+    TOPIC_CONFIG_NAME_CHARS_MAX,
+    TOPIC_CONFIG_OPS_MAX,
+    TOPIC_CONFIG_VALUE_CHARS_MAX,
+)
 from partlog.limits import (
     ABORTED_TXNS_PER_FETCH_MAX,
     AZ_CHARS_MAX,
@@ -42,6 +47,7 @@ from partlog.rpc.schema import (
     PARTITION,
     PORT,
     TOPIC_ID,
+    Bool,
     Bytes,
     Int,
     List,
@@ -247,6 +253,10 @@ _ACL_FILTER = Tuple(
     _ACL_CODE, Nullable(_ACL_STR), _ACL_CODE, Nullable(_ACL_STR), Nullable(_ACL_STR), _ACL_CODE, _ACL_CODE
 )
 _BROKER_EPOCH = Map(required={"broker_id": BROKER_ID, "broker_epoch": INT64})
+_CONFIG_NAME = Str(TOPIC_CONFIG_NAME_CHARS_MAX)
+_CONFIG_VALUE = Str(TOPIC_CONFIG_VALUE_CHARS_MAX)
+_CONFIG = Tuple(_CONFIG_NAME, _CONFIG_VALUE)
+_CONFIG_OP = Tuple(Int(0, 3), _CONFIG_NAME, Nullable(_CONFIG_VALUE))
 
 CONTROLLER_SCHEMAS: dict[str, Schema] = {
     "register_broker": Map(
@@ -273,9 +283,24 @@ CONTROLLER_SCHEMAS: dict[str, Schema] = {
                 Tuple(("name", Str(TOPIC_NAME_BYTES_MAX)), ("partitions", INT32), ("replication_factor", INT16)),
                 TOPICS_PER_REQUEST_MAX,
             )
-        }
+        },
+        optional={
+            "configs": List(
+                Tuple(Str(TOPIC_NAME_BYTES_MAX), List(_CONFIG, TOPIC_CONFIG_OPS_MAX)), TOPICS_PER_REQUEST_MAX
+            )
+        },
     ),
     "delete_topics": Map(required={"topics": List(Str(TOPIC_NAME_BYTES_MAX), TOPICS_PER_REQUEST_MAX)}),
+    # partlog.controller.wire: a topic's overrides, and IncrementalAlterConfigs'
+    # [op, name, value or nil] (docs/design/topic-configs.md).
+    "alter_topic_configs": Map(
+        required={
+            "topics": List(
+                Tuple(Str(TOPIC_NAME_BYTES_MAX), Bool(), List(_CONFIG_OP, TOPIC_CONFIG_OPS_MAX)), TOPICS_PER_REQUEST_MAX
+            )
+        },
+        optional={"validate_only": Bool()},
+    ),
     # partlog.controller.acls: a binding is [resource_type, name, pattern_type,
     # principal, host, operation, permission]; a filter's strings may be nil.
     "acls_poll": Map(required={"version": INT64, "max_wait_ms": NON_NEGATIVE_INT32}),

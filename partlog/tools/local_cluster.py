@@ -210,7 +210,11 @@ class LocalCluster:
             if not await admin.wait_for(lambda: all(admin.view.accepted(i) for i in ids), STARTUP_TIMEOUT_S):
                 raise RuntimeError("the brokers were not accepted by an acting controller in time")
         rf = min(self.opts.replication_factor, len(self.layout.brokers()))
-        answer = (await self.admin.create_topics({TOPIC: (self.opts.partitions, rf)}))[TOPIC]
+        # The topic's configs are the controller's (docs/design/topic-configs.md):
+        # every broker, and one restarted, gives its store them.
+        configs = {k: str(v) for k, v in self.topic_configs().items()}
+        shape = {TOPIC: (self.opts.partitions, rf)}
+        answer = (await self.admin.create_topics(shape, {TOPIC: configs} if configs else None))[TOPIC]
         if isinstance(answer, Errors):
             raise RuntimeError(f"cannot create topic {TOPIC}: {answer.name}")
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -218,30 +222,9 @@ class LocalCluster:
             if time.monotonic() > deadline:
                 raise RuntimeError("partition leaders were not elected in time")
             await asyncio.sleep(0.05)
-        if self.opts.tiering_segment_ms:
-            await self._configure_topic(deadline)
-
-    async def _configure_topic(self, deadline: float) -> None:
-        """Give every broker's store the topic's configs, once it knows the
-        topic (from its metadata, shortly after the leaders are elected).
-        Stores keep them, so a restarted broker has them too."""
-        topic_id = self.partitions()[0].topic_id
-        pending = dict(self.brokers)
-        while pending:
-            for broker_id, broker in list(pending.items()):
-                try:
-                    broker.alter_topic_configs(topic_id, self.topic_configs())
-                    del pending[broker_id]
-                except KeyError:
-                    pass  # not in this broker's store yet
-            if pending:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"brokers {sorted(pending)} did not learn the topic in time")
-                await asyncio.sleep(0.05)
 
     def topic_configs(self) -> dict[str, str | int]:
-        """The topic's configs every broker's store gets (topic configs are
-        per broker until issue 32 has the controller keep them): tiering."""
+        """The topic's configs, created with it (tiering)."""
         if not self.opts.tiering_segment_ms:
             return {}
         return {

@@ -215,6 +215,20 @@ def _configs(rtype: int, name: str) -> dict[str, Any]:
     return {"resources": [{"resource_type": rtype, "resource_name": name, "configuration_keys": None}]}
 
 
+def _alter(name: str, rtype: int = 2, op: int = 0, value: str | None = "60000", twice: bool = False,
+           key: str = "retention.ms") -> dict[str, Any]:  # fmt: skip
+    """IncrementalAlterConfigs v1, validate_only (the open cluster's topic stays as it is)."""
+    resource = {"resource_type": rtype, "resource_name": name,
+                "configs": [{"name": key, "config_operation": op, "value": value}]}  # fmt: skip
+    return {"resources": [resource] * (2 if twice else 1), "validate_only": True}
+
+
+def _alter_whole(name: str, value: str = "60000") -> dict[str, Any]:
+    """AlterConfigs v2, validate_only."""
+    resource = {"resource_type": 2, "resource_name": name, "configs": [{"name": "retention.ms", "value": value}]}
+    return {"resources": [resource], "validate_only": True}
+
+
 def _init(txn: str | None) -> dict[str, Any]:
     return {"transactional_id": txn, "transaction_timeout": 60_000}
 
@@ -282,6 +296,7 @@ DELREC = _first("topics", "partitions", "error_code")
 CREATED = _first("topics", "error_code")
 DELETED = _first("responses", "error_code")
 CONFIGS = _first("results", "error_code")
+ALTERED = _first("responses", "error_code")
 ADDED = _first("results_by_topic_v3_and_below", "results_by_partition", "partition_error_code")
 ACL_CREATED = _first("results", "error_code")
 ACL_DELETED = _first("filter_results", "error_code")
@@ -530,6 +545,33 @@ ROWS = [
          E.TOPIC_AUTHORIZATION_FAILED, "ConfigHelper.handleDescribeConfigsRequest (before existence)"),
     _row("describe-configs-refused-broker", "locked", "any", 32, 4, _configs(4, ""), CONFIGS,
          E.CLUSTER_AUTHORIZATION_FAILED, "ConfigHelper.handleDescribeConfigsRequest (DESCRIBE_CONFIGS on the cluster)"),
+    # ------------------------------------- IncrementalAlterConfigs, AlterConfigs
+    _row("alter-configs-unknown-topic", "open", "any", 44, 1, _alter(MISSING), ALTERED,
+         E.UNKNOWN_TOPIC_OR_PARTITION, "ConfigurationControlManager.validateAlterConfig (existenceChecker)"),
+    _row("alter-configs-bad-value", "open", "any", 44, 1, _alter(TOPIC, value="soon"), ALTERED, E.INVALID_CONFIG,
+         "ConfigurationControlManager.validateAlterConfig (ConfigException)"),
+    _row("alter-configs-bad-value-unknown-topic", "open", "any", 44, 1, _alter(MISSING, value="soon"), ALTERED,
+         E.INVALID_CONFIG, "ConfigurationControlManager.validateAlterConfig (validated before existence)"),
+    _row("alter-configs-unknown-name", "open", "any", 44, 1, _alter(TOPIC, key="no.such"), ALTERED,
+         E.INVALID_CONFIG, "LogConfig.validateNames (Unknown topic config name)"),
+    _row("alter-configs-append-not-list", "open", "any", 44, 1, _alter(TOPIC, op=2), ALTERED, E.INVALID_CONFIG,
+         "ConfigurationControlManager.incrementalAlterConfigResource (type is not LIST)"),
+    _row("alter-configs-resource-twice", "open", "any", 44, 1, _alter(TOPIC, twice=True), ALTERED,
+         E.INVALID_REQUEST, "ConfigAdminManager.preprocess (Each resource must appear at most once)"),
+    _row("alter-configs-null-value", "open", "any", 44, 1, _alter(TOPIC, value=None), ALTERED, E.INVALID_REQUEST,
+         "ConfigAdminManager.preprocess (Null value not supported)"),
+    _row("alter-configs-other-broker", "open", "any", 44, 1, _alter("99", rtype=4), ALTERED, E.INVALID_REQUEST,
+         "ConfigAdminManager.validateResourceNameIsCurrentNodeId"),
+    _row("alter-configs-refused", "locked", "any", 44, 1, _alter(TOPIC), ALTERED, E.TOPIC_AUTHORIZATION_FAILED,
+         "KafkaApis.handleIncrementalAlterConfigsRequest (ALTER_CONFIGS on the topic)"),
+    _row("alter-configs-refused-missing", "locked", "any", 44, 1, _alter(MISSING), ALTERED,
+         E.TOPIC_AUTHORIZATION_FAILED, "KafkaApis.handleIncrementalAlterConfigsRequest (before existence)"),
+    _row("alter-configs-whole-unknown-topic", "open", "any", 33, 2, _alter_whole(MISSING), ALTERED,
+         E.UNKNOWN_TOPIC_OR_PARTITION, "ConfigurationControlManager.legacyAlterConfigResource (existence)"),
+    _row("alter-configs-whole-bad-value", "open", "any", 33, 2, _alter_whole(TOPIC, "-7"), ALTERED,
+         E.INVALID_CONFIG, "ConfigurationControlManager.validateAlterConfig (ConfigException)"),
+    _row("alter-configs-whole-refused", "locked", "any", 33, 2, _alter_whole(TOPIC), ALTERED,
+         E.TOPIC_AUTHORIZATION_FAILED, "ControllerApis.handleLegacyAlterConfigs (ALTER_CONFIGS on the topic)"),
     # ---------------------------------------------------------- InitProducerId
     _row("init-pid-empty-txn-id", "open", "txn_coordinator", 22, 4, _init(""), TOP, E.INVALID_REQUEST,
          "TransactionCoordinator.handleInitProducerId (transactionalId.isEmpty)"),
@@ -637,6 +679,8 @@ NO_LEAK = [
     (19, 7, lambda n: _create(n)),
     (20, 6, lambda n: _delete(n)),
     (32, 4, lambda n: _configs(2, n)),
+    (44, 1, _alter),
+    (33, 2, _alter_whole),
     (24, 3, lambda n: _add_parts(topic=n)),
     (28, 3, lambda n: _txn_commit(topic=n)),
 ]

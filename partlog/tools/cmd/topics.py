@@ -1,10 +1,12 @@
-"""``partlog topics create``: create a topic through the controller or etcd."""
+"""``partlog topics create`` and ``partlog topics configs``: create a topic,
+and show or alter its config overrides, through the controller or etcd
+(docs/design/topic-configs.md)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from partlog.rpc.secret import read_secret_file
 from partlog.tools.cmd.common import add_tls, admin_metadata, host_port, tls_contexts
@@ -12,6 +14,33 @@ from partlog.tools.cmd.flags import TIMEOUT_MS_MAX, positive_int, positive_int_a
 
 if TYPE_CHECKING:
     from partlog.tools.cmd.common import Subparsers
+
+
+def _target(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--controller", default=None, metavar="HOST:PORT", help="the controller's address")
+    p.add_argument(
+        "--metadata",
+        default=None,
+        metavar="etcd[+tls]://HOST:PORT[,...][/PREFIX][?QUERY]",
+        help="or the cluster's etcd (QUERY: see partlog broker --help)",
+    )
+    p.add_argument("--secret-file", default=None, help="file holding the shared secret of the controller's RPCs")
+    p.add_argument("--cluster-id", default=None, metavar="UUID", help="refuse a controller of another cluster")
+    add_tls(p)
+    p.add_argument(
+        "--timeout-ms",
+        type=positive_int_at_most(TIMEOUT_MS_MAX),
+        default=30_000,
+        help="give up if the controller does not answer (default 30000)",
+    )
+
+
+def _pair(text: str) -> tuple[str, str]:
+    name, eq, value = text.partition("=")
+    if not eq or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name, value
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -24,29 +53,37 @@ def add_parser(sub: Subparsers) -> None:
         "--replication-factor replicas each, placed in distinct AZs while the factor is at most the number of AZs. "
         "Creating an existing topic with the same shape succeeds; another shape is TOPIC_ALREADY_EXISTS (exit 1).",
     )
-    tc.add_argument("name", metavar="NAME")
-    tc.add_argument("--controller", default=None, metavar="HOST:PORT", help="the controller's address")
-    tc.add_argument(
-        "--metadata",
-        default=None,
-        metavar="etcd[+tls]://HOST:PORT[,...][/PREFIX][?QUERY]",
-        help="or the cluster's etcd (QUERY: see partlog broker --help)",
-    )
+    _target(tc)
     tc.add_argument("--partitions", type=positive_int, required=True, help="number of partitions")
     tc.add_argument("--replication-factor", type=positive_int, default=3, help="replicas per partition (default 3)")
-    tc.add_argument("--secret-file", default=None, help="file holding the shared secret of the controller's RPCs")
-    tc.add_argument("--cluster-id", default=None, metavar="UUID", help="refuse a controller of another cluster")
-    add_tls(tc)
     tc.add_argument(
-        "--timeout-ms",
-        type=positive_int_at_most(TIMEOUT_MS_MAX),
-        default=30_000,
-        help="give up if the controller does not answer (default 30000)",
+        "--config",
+        type=_pair,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a topic config override, by Kafka's name (repeatable; a bad one: INVALID_CONFIG, exit 1)",
     )
+    cf = tp_sub.add_parser(
+        "configs",
+        help="show or alter a topic's config overrides",
+        description="Without changes, prints topic NAME's config overrides the controller keeps, one NAME=VALUE "
+        "a line (the rest are Kafka's defaults). With changes, applies them as one IncrementalAlterConfigs: "
+        "--set, --delete (back to the default), --append and --subtract (list configs: cleanup.policy). "
+        "The controller validates the result whole (INVALID_CONFIG names the bad value, exit 1); brokers apply "
+        "it to their stores without a restart.",
+    )
+    _target(cf)
+    for flag, what in (("--set", "set NAME to VALUE"), ("--append", "add VALUE's items to list config NAME"),
+                       ("--subtract", "remove VALUE's items from list config NAME")):  # fmt: skip
+        cf.add_argument(
+            flag, type=_pair, action="append", default=[], metavar="NAME=VALUE", help=f"{what} (repeatable)"
+        )
+    cf.add_argument("--delete", action="append", default=[], metavar="NAME", help="drop override NAME (repeatable)")
+    cf.add_argument("--validate-only", action="store_true", help="check the changes, change nothing")
 
 
 def run(args: argparse.Namespace) -> int:
-    # "create" is the only subcommand.
     import asyncio
     import logging
 
@@ -55,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     from partlog.kafka.errors import Errors
 
     if (args.controller is None) == (args.metadata is None):
-        print("partlog topics create: give exactly one of --controller HOST:PORT and --metadata etcd://...",
+        print(f"partlog topics {args.topics}: give exactly one of --controller HOST:PORT and --metadata etcd://...",
               file=sys.stderr)  # fmt: skip
         return 2
     host, port, etcd_target = "", 0, None  # the one the flags name is set below
@@ -67,7 +104,9 @@ def run(args: argparse.Namespace) -> int:
 
             etcd_target = parse_etcd_url(args.metadata)
     except ValueError as e:
-        print(f"partlog topics create: {'--controller' if args.controller else '--metadata'}: {e}", file=sys.stderr)
+        print(
+            f"partlog topics {args.topics}: {'--controller' if args.controller else '--metadata'}: {e}", file=sys.stderr
+        )
         return 2
 
     secret = read_secret_file(args.secret_file)
@@ -82,17 +121,22 @@ def run(args: argparse.Namespace) -> int:
             await client.start(timeout_ms=args.timeout_ms)  # retries until the controller answers
         except MetadataError as e:  # no cluster under that prefix, or another cluster
             await client.stop()
-            print(f"partlog topics create: {e}", file=sys.stderr)
+            print(f"partlog topics {args.topics}: {e}", file=sys.stderr)
             return 2
         except ControllerUnavailableError as e:
             await client.stop()
-            print(f"partlog topics create: {e}", file=sys.stderr)
+            print(f"partlog topics {args.topics}: {e}", file=sys.stderr)
             return 1
         except BaseException:
             await client.stop()
             raise
         try:
-            answer = (await client.create_topics({args.name: (args.partitions, args.replication_factor)}))[args.name]
+            if args.topics == "configs":
+                return await _configs(client, args)
+            configs = {args.name: dict(args.config)} if args.config else None
+            answer = (await client.create_topics({args.name: (args.partitions, args.replication_factor)}, configs))[
+                args.name
+            ]
         finally:
             await client.stop()
         if isinstance(answer, Errors):
@@ -102,3 +146,31 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     return asyncio.run(create())
+
+
+async def _configs(client: Any, args: argparse.Namespace) -> int:
+    """``topics configs``: print the overrides, or alter them."""
+    from partlog.kafka.errors import Errors
+    from partlog.kafka.topic_config import OP_APPEND, OP_DELETE, OP_SET, OP_SUBTRACT, ConfigOp
+
+    ops = [ConfigOp(OP_SET, k, v) for k, v in args.set]
+    ops += [ConfigOp(OP_DELETE, k, None) for k in args.delete]
+    ops += [ConfigOp(OP_APPEND, k, v) for k, v in args.append]
+    ops += [ConfigOp(OP_SUBTRACT, k, v) for k, v in args.subtract]
+    if len({o.name for o in ops}) != len(ops):
+        print("partlog topics configs: a config named twice (Kafka refuses it)", file=sys.stderr)
+        return 2
+    if ops:
+        [(err, why)] = (
+            await client.alter_topic_configs({args.name: (False, ops)}, validate_only=args.validate_only)
+        ).values()
+        if err != Errors.NONE:
+            print(f"partlog topics configs: {args.name}: {err.name}{f': {why}' if why else ''}", file=sys.stderr)
+            return 1
+    topic = client.topic(args.name)
+    if topic is None:
+        print(f"partlog topics configs: {args.name}: {Errors.UNKNOWN_TOPIC_OR_PARTITION.name}", file=sys.stderr)
+        return 1
+    for k, v in topic.configs or ():
+        print(f"{k}={v}")
+    return 0
