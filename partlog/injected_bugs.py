@@ -59,6 +59,10 @@ KNOWN: dict[str, str] = {
         "a store answers walmgr from its index alone: keys it released a moment ago, or holds for an "
         "answer being applied, count as unreferenced"
     ),
+    "follower_applies_stale_answers": (
+        "a follower applies a fetch answer however long ago it was requested (no answer age limit): "
+        "an answer may name an object its leader let go of a grace ago"
+    ),
     # Tiered segments: found with `fuzz --tiering` (the leaders' builder loops).
     "swap_positions_off_by_one": (
         "a leader's reference swap repoints each entry one byte past its batch's position in the segment "

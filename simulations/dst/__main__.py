@@ -68,8 +68,14 @@ def _shape(args: argparse.Namespace) -> Shape:
     return dataclasses.replace(shape, tiering=True) if args.tiering else shape
 
 
+# --tiering: beside those, a leader's answers to one follower late past the
+# answer age limit now and then (the release grace's case).
+TIERING_SLOW_REPLIES_PER_MIN = 6.0
+
+
 def _faults(args: argparse.Namespace) -> Faults:
-    return FUZZ_TXN_FAULTS if args.txn else FUZZ_FAULTS
+    faults = FUZZ_TXN_FAULTS if args.txn else FUZZ_FAULTS
+    return dataclasses.replace(faults, slow_replies_per_min=TIERING_SLOW_REPLIES_PER_MIN) if args.tiering else faults
 
 
 def _replay_command(

@@ -104,6 +104,11 @@ class Faults:
     # while (delay, and reordering across connections).
     slow_links_per_min: float = 1.0
     slow_link_extra_ms: tuple[float, float] = (50.0, 1_500.0)
+    # One broker's segments to another take this much longer for a while
+    # (one direction: a leader's fetch answers to one follower, late past
+    # the answer age limit; docs/design/release-grace.md).
+    slow_replies_per_min: float = 0.0
+    slow_reply_extra_ms: tuple[float, float] = (2_000.0, 6_000.0)
     # A broker's clock jumps to another offset within clock_skew_ms.
     clock_jumps_per_min: float = 1.0
     # DeleteRecords on a partition's current leader, up to a few entries
