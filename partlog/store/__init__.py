@@ -443,9 +443,8 @@ class MetadataStore:
         self._exclusive(copy)
 
     def store_stats(self) -> dict[str, int]:
-        """Counters and gauges for metrics: group commits, checkpoints and the
-        groups they applied, groups replayed at open, map resizes, the journal's
-        records and bytes, the overlay's length against ``checkpoint_groups_max``."""
+        """Counters and gauges for metrics: group commits, checkpoints and the groups they applied, groups
+        replayed at open, map resizes, the journal's records and bytes, the overlay's length, the grace."""
         return {
             **self.stats,
             "journal_records": self._journal.stats["records"],
@@ -560,16 +559,17 @@ class MetadataStore:
         """log_start_offset, log_end_offset, high_watermark, leader_epoch, live_batches, live_bytes."""
         return self._reads.partition_state(tp)
 
-    def referenced_files(self, object_keys: Iterable[str]) -> set[str]:
-        """The subset of ``object_keys`` that some entry of this store references
-        (entries above the HWM, commits not yet durable: store.md, "References
-        stay visible"), a segments row names (tiered-gate.md), or the
-        release grace covers (``partlog.store.release_grace``)."""
+    def references_held(self, object_keys: Iterable[str]) -> set[str]:
+        """The ``object_keys`` an entry references (above the HWM, not yet durable too: store.md) or a row names."""
         keys = list(object_keys)
-        # The grace last: a release is noted before its write commits, so a
-        # key the index no longer holds is covered by then.
-        found = self._index.referenced(self._views, keys) | self._reads.segment_row_keys(keys)
-        return found | self.release_grace.covered(keys)
+        return self._index.referenced(self._views, keys) | self._reads.segment_row_keys(keys)
+
+    def referenced_files(self, object_keys: Iterable[str]) -> set[str]:
+        """walmgr's answer: :meth:`references_held`, and what the release grace covers
+        (``partlog.store.release_grace``), asked last: a release is noted before its write
+        commits, so a key the index no longer holds is covered by then."""
+        keys = list(object_keys)
+        return self.references_held(keys) | self.release_grace.covered(keys)
 
     def file_usage(self) -> dict[str, FileUsage]:
         """Live batches and bytes per referenced WAL object."""

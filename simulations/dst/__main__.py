@@ -274,7 +274,7 @@ INVARIANTS = [
     "no offset acknowledged twice with acks=all",
     "every record read was sent; no gaps in offsets",
     "no WAL object deleted while its partition's leader or an ISR member references it",
-    "no reference to a deleted object appears afterwards",
+    "no reference to a deleted object appears afterwards (on any broker whose log lacked it then)",
     "file-reference index = recount of the log",
     "controller epochs monotonic, one leader per epoch",
     "leader HWM monotonic within an epoch and never past an ISR member's log end",

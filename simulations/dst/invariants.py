@@ -108,15 +108,21 @@ class Observed:
     # Deleted keys a stale replica's divergent tail still references
     # (reported once, as events): broker -> keys.
     stale_references: dict[int, set[str]] = field(default_factory=dict)
+    # Keys walmgr was about to delete that a broker's log did not reference
+    # then: it must never gain them (a late fetch answer would; docs/design/
+    # release-grace.md).  broker -> keys.
+    clean_at_delete: dict[int, set[str]] = field(default_factory=dict)
     # Each broker's clock skew at the last rotation check.
     skew_seen: dict[int, int] = field(default_factory=dict)
 
     def forget_hwms(self, bid: int) -> None:
         """A broker lost its unsynced writes: its HWMs may be back where
         they were (the monotonic-HWM invariant is for a leader within its
-        epoch, and it leads no more)."""
+        epoch, and it leads no more), and its log may hold again references
+        it had let go of."""
         for key in [key for key in self.hwm_seen if key[0] == bid]:
             del self.hwm_seen[key]
+        self.clean_at_delete.pop(bid, None)
 
 
 def check_controller(cluster: ClusterView, observed: Observed, journal: Journal) -> None:
@@ -153,7 +159,9 @@ def check_delete(cluster: ClusterView, observed: Observed, journal: Journal, key
             _check_segment_delete(cluster, key, journal)
     check_controller(cluster, observed, journal)  # the controller's decisions as of now
     for bid, store, crashed in cluster.stores():
-        held = store.referenced_files(wanted)
+        # (What its log holds: the release grace answers walmgr, not this.)
+        held = store.references_held(wanted)
+        observed.clean_at_delete.setdefault(bid, set()).update(wanted - held)
         if not held:
             continue
         for tp, offset, key in _references(_all_partitions(cluster), store, held):
@@ -243,16 +251,21 @@ def check_stores(cluster: ClusterView, journal: Journal) -> None:
 
 def check_no_new_references(cluster: ClusterView, observed: Observed, journal: Journal) -> None:
     """After walmgr deleted an object, no leader or ISR member may gain
-    a reference to it (a commit that came after the gate passed)."""
+    a reference to it (a commit that came after the gate passed), and no
+    broker whose log did not reference it when walmgr deleted it may gain
+    one (a fetch answer applied late: docs/design/release-grace.md)."""
     gone = set(cluster.objects.deleted)
     if not gone:
         return
     for bid, broker in sorted(cluster.brokers.items()):
         if broker.store._closed:
             continue
-        held = broker.store.referenced_files(gone) - observed.stale_references.get(bid, set())
+        held = broker.store.references_held(gone) - observed.stale_references.get(bid, set())
         if not held:
             continue
+        gained = held & observed.clean_at_delete.get(bid, set())
+        for tp, offset, key in _references(_all_partitions(cluster), broker.store, gained):
+            journal.violated(f"{tp} offset {offset} on broker {bid} references {key}, gained after walmgr deleted it")
         for tp, offset, key in _references(_all_partitions(cluster), broker.store, held):
             info = observed.partition_info.get(tp)
             if info is None or bid == info.leader or bid in info.isr:

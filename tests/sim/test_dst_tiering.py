@@ -27,6 +27,17 @@ TIERING_FIRST_FAILING_SEED = {
     # Found at t=6.0 s of seed 1: an orphan of 1,148 ms deleted (the swap deadline is 5 min).
     "walmgr_segment_gate_without_swap_deadline": 1,
 }
+# The release grace's two bugs (docs/design/release-grace.md), each alone and
+# both together: not found by `fuzz --tiering` seeds 1-10, slow replies
+# (+2-6 s, six a minute) and the invariant that no broker gains a reference
+# to a deleted object included.  The race needs a late answer naming a WAL
+# object whose every partition swapped it out, and walmgr deleting it, in
+# one answer's delay; the unit tests (tests/unit/test_release_grace.py,
+# tests/unit/test_fetcher_answer_age.py) fail with either bug.
+TIERING_NOT_FOUND = {
+    "release_grace_ignored": "seeds 1-10 pass",
+    "follower_applies_stale_answers": "seeds 1-10 pass",
+}
 
 
 def test_tiering_seeds_pass_and_swap_on_leaders_and_followers() -> None:
