@@ -72,6 +72,7 @@ API_KEYS: dict[int, str] = {
     28: "TxnOffsetCommit",
     32: "DescribeConfigs",
     36: "SaslAuthenticate",
+    37: "CreatePartitions",
     50: "DescribeUserScramCredentials",
     51: "AlterUserScramCredentials",
     65: "DescribeTransactions",
