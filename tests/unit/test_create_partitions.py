@@ -17,6 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from partlog.acl import AclBinding, AclOperation, AclPermission, AuthorizerConfig, PatternType, ResourceType
+from partlog.acl.source import LocalAcls
 from partlog.controller.cluster_meta import NO_LEADER, PartitionInfo, TopicInfo
 from partlog.controller.core import Controller
 from partlog.controller.etcd_layout import KV, EtcdView, Keys, enc_part, enc_topic
@@ -32,6 +34,10 @@ from partlog.controller.partition_admin import (
 from partlog.controller.rules import Refused, assign_replicas
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
+from partlog.kafka_front.apis import SUPPORTED_VERSIONS
+from partlog.kafka_front.authz import Authz
+from partlog.kafka_front.codec import build, response_class
+from partlog.kafka_front.handler import Session
 from partlog.kafka_front.partition_apis import PartitionApis
 from partlog.limits import PARTITIONS_PER_TOPIC_MAX
 from partlog.rpc.wire import WireError
@@ -260,3 +266,40 @@ def test_hostile_requests_fail_only_their_topic(front: Controller, hostile: list
     assert front.topic("keep") == keep
     front.check()
     front.delete_topics([good])
+
+
+def test_alter_on_the_topic_is_needed(front: Controller) -> None:
+    """Kafka's check: ALTER on the topic, after the duplicate check; the
+    denied topic is not grown, the allowed one is."""
+    source = LocalAcls()
+    allowed = AclBinding(ResourceType.TOPIC, "yes", PatternType.LITERAL, "User:ANONYMOUS", "*", AclOperation.ALTER,
+                         AclPermission.ALLOW)  # fmt: skip
+    asyncio.run(source.create_acls([allowed]))
+    create(front, "yes", 1, 1)
+    create(front, "no", 1, 1)
+    apis, _ = _handler(front)
+    apis.authz = Authz(AuthorizerConfig(), source)
+    body = _request([("yes", 2, None), ("no", 2, None)])
+    out = asyncio.run(apis.create_partitions(SimpleNamespace(api_version=3), body, Session("10.0.0.7:1")))
+    got = {r["name"]: r["error_code"] for r in out["results"]}
+    assert got == {"yes": 0, "no": int(Errors.TOPIC_AUTHORIZATION_FAILED)}
+    assert front.topic("no").num_partitions == 1  # type: ignore[union-attr]
+    # Every version encodes the answer.
+    for version in range(SUPPORTED_VERSIONS[37][0], SUPPORTED_VERSIONS[37][1] + 1):
+        assert len(build(response_class(37, version), out).results) == 2
+
+
+class _SlowAdmin:
+    async def create_partitions(
+        self, topics: dict[str, NewPartitions], validate_only: bool
+    ) -> dict[str, TopicInfo | Refused]:
+        await asyncio.sleep(3600)
+        raise AssertionError("not reached")
+
+
+def test_the_timeout_answers_request_timed_out() -> None:
+    apis = PartitionApis(SimpleNamespace(metadata=_SlowAdmin()))  # type: ignore[arg-type]
+    body = _request([("t", 3, None)])
+    body.timeout = 50
+    got = _answer(apis, body)
+    assert got["t"][0] == int(Errors.REQUEST_TIMED_OUT)

@@ -1,0 +1,176 @@
+"""CreatePartitions with real Kafka clients (confluent-kafka's AdminClient,
+producer and group consumer) against a running cluster, on the embedded
+controller and on etcd: the topic grows, Metadata shows the new partitions,
+a producer that refreshes its metadata spreads over them, a group consumer
+gets them after its rebalance, and every refusal has Kafka's error code.
+The controllers' decisions and the hostile-request bounds are unit-tested in
+tests/unit/test_create_partitions.py."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.integration.test_kafka_front import _ask
+from tests.kafka_helpers import ClusterThread, kio_answer, kio_request
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+_ETCD = pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd is not installed")
+
+
+@pytest.fixture(scope="module", params=["embedded", pytest.param("etcd", marks=_ETCD)])
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterThread]:
+    metadata = "" if request.param == "embedded" else "etcd"
+    c = ClusterThread(str(tmp_path_factory.mktemp(f"grow-{request.param}")), partitions=3, metadata=metadata)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def _admin(cluster: ClusterThread) -> Any:
+    from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+
+    return AdminClient({"bootstrap.servers": cluster.bootstrap})
+
+
+def _create(admin: Any, name: str, partitions: int, rf: int = 3) -> None:
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+
+    admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=rf)])[name].result(30)
+
+
+def _grow(admin: Any, name: str, count: int, assignment: Any = None, validate_only: bool = False) -> None:
+    from confluent_kafka.admin import NewPartitions  # type: ignore[attr-defined]
+
+    asked = NewPartitions(name, count) if assignment is None else NewPartitions(name, count, assignment)
+    admin.create_partitions([asked], validate_only=validate_only, operation_timeout=30)[name].result(30)
+
+
+def _partitions(admin: Any, name: str) -> dict[int, list[int]]:
+    t = admin.list_topics(name, timeout=10).topics[name]
+    return {p.id: list(p.replicas) for p in t.partitions.values()}
+
+
+def test_a_grown_topic_is_produced_to_and_consumed_from_by_real_clients(cluster: ClusterThread) -> None:
+    from confluent_kafka import Consumer, Producer
+
+    admin = _admin(cluster)
+    _create(admin, "grow", 2)
+    refresh = {"topic.metadata.refresh.interval.ms": 500}
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "g-grow",
+                         "auto.offset.reset": "earliest", **refresh})  # fmt: skip
+    consumer.subscribe(["grow"])
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5, **refresh})
+    acked: dict[int, set[bytes]] = {}
+
+    def done(err: object, msg: Any) -> None:
+        assert err is None, err
+        acked.setdefault(msg.partition(), set()).add(msg.value())
+
+    def produce(tag: str, n: int) -> None:
+        for i in range(n):
+            producer.produce("grow", key=f"{tag}{i}".encode(), value=f"{tag}{i}".encode(), on_delivery=done)
+        assert producer.flush(60) == 0
+
+    got: dict[int, set[bytes]] = {}
+
+    def consume_until(done: Any) -> None:
+        deadline = time.monotonic() + 60
+        while not done() and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is not None and not m.error():
+                got.setdefault(m.partition() or 0, set()).add(m.value() or b"")
+
+    produce("a", 100)
+    consume_until(lambda: sum(map(len, got.values())) >= 100)
+    before = _partitions(admin, "grow")
+    _grow(admin, "grow", 5)
+    after = _partitions(admin, "grow")
+    assert sorted(after) == [0, 1, 2, 3, 4] and {p: after[p] for p in before} == before
+    assert all(len(set(r)) == 3 for r in after.values())
+    # The producer's default partitioner spreads keys over the new partitions
+    # once its metadata refresh has seen them.
+    deadline = time.monotonic() + 60
+    while not {3, 4} <= acked.keys() and time.monotonic() < deadline:
+        produce(f"b{time.monotonic()}-", 50)
+        time.sleep(0.2)
+    assert {3, 4} <= acked.keys(), sorted(acked)
+    # The group rebalanced onto them: every acknowledged record is read.
+    consume_until(lambda: all(acked[p] <= got.get(p, set()) for p in acked))
+    consumer.close()
+    assert {p: acked[p] - got.get(p, set()) for p in acked} == {p: set() for p in acked}
+
+
+def test_manual_assignments_and_validate_only(cluster: ClusterThread) -> None:
+    admin = _admin(cluster)
+    _create(admin, "manual", 1, rf=2)
+    _grow(admin, "manual", 3, validate_only=True)
+    assert len(_partitions(admin, "manual")) == 1
+    _grow(admin, "manual", 3, assignment=[[3, 1], [2, 3]])
+    got = _partitions(admin, "manual")
+    assert got[1] == [3, 1] and got[2] == [2, 3]
+
+
+def _raw(cluster: ClusterThread, topics: list[tuple[str, int, Any]], validate_only: bool = False) -> list[Any]:
+    """CreatePartitions v3 as sent (the AdminClient checks some input itself)."""
+    body = {
+        "topics": [
+            {"name": n, "count": c, "assignments": None if a is None else [{"broker_ids": r} for r in a]}
+            for n, c, a in topics
+        ],
+        "timeout": 30_000,
+        "validate_only": validate_only,
+    }
+    answer = kio_answer(37, 3, _ask(cluster.kafka_port(1), kio_request(37, 3, 7, body)))
+    return [(r.name, r.error_code, r.error_message) for r in answer.results]
+
+
+@pytest.mark.parametrize(
+    ("count", "assignment", "error", "says"),
+    [
+        (2, None, 37, "Topic already has 2 partition(s)."),  # INVALID_PARTITIONS
+        (1, None, 37, "The topic refused currently has 2 partition(s); 1 would not be an increase."),
+        (4, [[1, 2]], 39, "Attempted to add 2 additional partition(s), but only 1 assignment(s) were specified."),
+        (3, [[1, 99]], 39, "The manual partition assignment includes broker 99, but no such broker is registered."),
+        (3, [[2, 2]], 39, "The manual partition assignment includes the broker 2 more than once."),
+        (3, [[]], 39, "The manual partition assignment includes an empty replica list."),
+        (
+            3,
+            [[1, 2, 3]],
+            39,
+            "The manual partition assignment includes a partition with 3 replica(s), but this is "
+            "not consistent with previous partitions, which have 2 replica(s).",
+        ),
+    ],
+)
+def test_refusals(cluster: ClusterThread, count: int, assignment: Any, error: int, says: str) -> None:
+    admin = _admin(cluster)
+    if "refused" not in admin.list_topics(timeout=10).topics:
+        _create(admin, "refused", 2, rf=2)
+    assert _raw(cluster, [("refused", count, assignment)]) == [("refused", error, says)]
+    assert len(_partitions(admin, "refused")) == 2
+
+
+def test_the_admin_client_sees_the_error_codes(cluster: ClusterThread) -> None:
+    admin = _admin(cluster)
+    _create(admin, "codes", 2, rf=2)
+    with pytest.raises(confluent_kafka.KafkaException, match="INVALID_PARTITIONS"):
+        _grow(admin, "codes", 2)
+    with pytest.raises(confluent_kafka.KafkaException, match="INVALID_REPLICA_ASSIGNMENT"):
+        _grow(admin, "codes", 3, [[1, 99]])
+
+
+def test_unknown_internal_and_duplicate_topics(cluster: ClusterThread) -> None:
+    admin = _admin(cluster)
+    with pytest.raises(confluent_kafka.KafkaException, match="UNKNOWN_TOPIC_OR_PART"):
+        _grow(admin, "never-was", 3)
+    with pytest.raises(confluent_kafka.KafkaException, match="INVALID_REQUEST"):
+        _grow(admin, "__consumer_offsets", 100)
+    # A topic named twice (the AdminClient refuses to send it).
+    assert _raw(cluster, [("grow", 9, None), ("grow", 9, None)]) == [("grow", 42, "Duplicate topic name.")]
