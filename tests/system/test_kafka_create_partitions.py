@@ -34,7 +34,7 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 
 
 def _admin(cluster: ClusterThread) -> Any:
-    from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+    from confluent_kafka.admin import AdminClient
 
     return AdminClient({"bootstrap.servers": cluster.bootstrap})
 

@@ -298,7 +298,7 @@ class _SlowAdmin:
 
 
 def test_the_timeout_answers_request_timed_out() -> None:
-    apis = PartitionApis(SimpleNamespace(metadata=_SlowAdmin()))  # type: ignore[arg-type]
+    apis = PartitionApis(SimpleNamespace(metadata=_SlowAdmin()))
     body = _request([("t", 3, None)])
     body.timeout = 50
     got = _answer(apis, body)
