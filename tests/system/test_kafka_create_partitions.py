@@ -52,9 +52,16 @@ def _grow(admin: Any, name: str, count: int, assignment: Any = None, validate_on
     admin.create_partitions([asked], validate_only=validate_only, operation_timeout=30)[name].result(30)
 
 
-def _partitions(admin: Any, name: str) -> dict[int, list[int]]:
-    t = admin.list_topics(name, timeout=10).topics[name]
-    return {p.id: list(p.replicas) for p in t.partitions.values()}
+def _partitions(admin: Any, name: str, n: int | None = None) -> dict[int, list[int]]:
+    """The topic's replicas by partition, once the broker asked shows ``n``
+    partitions (each broker's view follows the controller's a little later)."""
+    deadline = time.monotonic() + 30
+    while True:
+        t = admin.list_topics(name, timeout=10).topics[name]
+        got = {p.id: list(p.replicas) for p in t.partitions.values()}
+        if n is None or len(got) == n or time.monotonic() > deadline:
+            return got
+        time.sleep(0.1)
 
 
 def test_a_grown_topic_is_produced_to_and_consumed_from_by_real_clients(cluster: ClusterThread) -> None:
@@ -91,7 +98,7 @@ def test_a_grown_topic_is_produced_to_and_consumed_from_by_real_clients(cluster:
     consume_until(lambda: sum(map(len, got.values())) >= 100)
     before = _partitions(admin, "grow")
     _grow(admin, "grow", 5)
-    after = _partitions(admin, "grow")
+    after = _partitions(admin, "grow", 5)
     assert sorted(after) == [0, 1, 2, 3, 4] and {p: after[p] for p in before} == before
     assert all(len(set(r)) == 3 for r in after.values())
     # The producer's default partitioner spreads keys over the new partitions
@@ -113,7 +120,7 @@ def test_manual_assignments_and_validate_only(cluster: ClusterThread) -> None:
     _grow(admin, "manual", 3, validate_only=True)
     assert len(_partitions(admin, "manual")) == 1
     _grow(admin, "manual", 3, assignment=[[3, 1], [2, 3]])
-    got = _partitions(admin, "manual")
+    got = _partitions(admin, "manual", 3)
     assert got[1] == [3, 1] and got[2] == [2, 3]
 
 
@@ -174,3 +181,23 @@ def test_unknown_internal_and_duplicate_topics(cluster: ClusterThread) -> None:
         _grow(admin, "__consumer_offsets", 100)
     # A topic named twice (the AdminClient refuses to send it).
     assert _raw(cluster, [("grow", 9, None), ("grow", 9, None)]) == [("grow", 42, "Duplicate topic name.")]
+
+
+def test_the_topics_cli_adds_partitions(cluster: ClusterThread, capsys: pytest.CaptureFixture[str]) -> None:
+    """``partlog topics add-partitions`` through the controller or etcd,
+    whichever the cluster has."""
+    from partlog.tools.cli import main
+
+    admin = _admin(cluster)
+    _create(admin, "by-cli", 1, rf=2)
+    c = cluster.cluster
+    where = ["--metadata", c.etcd_url] if c.etcd_url else ["--controller", f"127.0.0.1:{c.controller.port}"]
+    assert main(["topics", "add-partitions", "by-cli", "--partitions", "3", "--validate-only", *where]) == 0
+    assert "would have 3 partitions" in capsys.readouterr().out
+    assert main(["topics", "add-partitions", "by-cli", "--partitions", "3", "--replica-assignment", "1:2,3:1",
+                 *where]) == 0  # fmt: skip
+    assert "has 3 partitions" in capsys.readouterr().out
+    got = _partitions(admin, "by-cli", 3)
+    assert got[1] == [1, 2] and got[2] == [3, 1]
+    assert main(["topics", "add-partitions", "by-cli", "--partitions", "2", *where]) == 1
+    assert "INVALID_PARTITIONS: The topic by-cli currently has 3 partition(s)" in capsys.readouterr().err
