@@ -191,7 +191,8 @@ def test_the_topics_cli_adds_partitions(cluster: ClusterThread, capsys: pytest.C
     admin = _admin(cluster)
     _create(admin, "by-cli", 1, rf=2)
     c = cluster.cluster
-    where = ["--metadata", c.etcd_url] if c.etcd_url else ["--controller", f"127.0.0.1:{c.controller.port}"]
+    port = c.controller.port if c.controller is not None else 0
+    where = ["--metadata", c.etcd_url] if c.etcd_url else ["--controller", f"127.0.0.1:{port}"]
     assert main(["topics", "add-partitions", "by-cli", "--partitions", "3", "--validate-only", *where]) == 0
     assert "would have 3 partitions" in capsys.readouterr().out
     assert main(["topics", "add-partitions", "by-cli", "--partitions", "3", "--replica-assignment", "1:2,3:1",
