@@ -159,6 +159,8 @@ class FaultInjector:
             "retention": f.retention_changes_per_min,
             "power_loss": f.power_losses_per_min,
         }
+        if f.create_partitions_per_min > 0:  # absent when off: the draws stay as they were
+            rates["create_partitions"] = f.create_partitions_per_min
         if self.txn is not None:
             rates |= {
                 "txn_coordinator_crash": f.txn_coordinator_crashes_per_min,
@@ -248,6 +250,10 @@ class FaultInjector:
             self._schedule(rng.uniform(*f.partition_s), functools.partial(self._unslow, link))
         elif kind == "delete_records":
             await self._delete_records(k, rng)
+        elif kind == "create_partitions" and cluster.controller is not None:
+            grown = await cluster.create_partitions(rng.randint(1, 3))
+            if grown:
+                count(kind, f"#{k} {grown}")
         elif kind == "power_loss":
             alive = sorted(b for b, broker in cluster.brokers.items() if not broker.store._closed)
             if len(alive) <= 1:
