@@ -61,8 +61,8 @@ KNOWN: dict[str, str] = {
     ),
     # CreatePartitions: found with `fuzz --create-partitions`.
     "broker_skips_added_partitions": (
-        "a broker creates the partitions of new topics only, not those CreatePartitions adds to a topic "
-        "it has (its store never holds them: it cannot lead or follow them)"
+        "a broker's store creates the partitions of new topics only, not those CreatePartitions adds to a "
+        "topic it has (it cannot lead or follow them)"
     ),
     # In the simulation's own stand-ins (simulations/dst): the transaction
     # coordinator and the consume-transform-produce application.

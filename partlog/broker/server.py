@@ -50,7 +50,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from partlog import injected_bugs
 from partlog.acl import AuthorizerConfig
 from partlog.acl.source import AclSource
 from partlog.broker.fetch_service import FetchService, NewData
@@ -344,14 +343,11 @@ class Broker:
     # ------------------------------------------------------------ lifecycle
 
     def _new_topics(self, metadata: MetadataSource) -> list[CreateTopicAndPartitionsRequest]:
-        """Topics of ``metadata`` this broker has not created yet, or has
-        with fewer partitions (CreatePartitions: the store adds the missing
-        ones); only those cost a store write.  Refreshes the index of topics by name."""
+        """Topics of ``metadata`` this broker lacks, or has with fewer partitions (CreatePartitions: the
+        store adds the missing ones); only those cost a store write.  Refreshes the index of topics by name."""
         topics = metadata.topics()
         self.topic_index = {t.name: (t.topic_id, t.num_partitions) for t in topics}
         new = [t for t in topics if self._topic_sizes.get(t.topic_id, 0) < t.num_partitions]
-        if injected_bugs.on("broker_skips_added_partitions"):
-            new = [t for t in new if t.topic_id not in self._topic_sizes]
         self._topic_sizes.update((t.topic_id, t.num_partitions) for t in new)
         return [
             CreateTopicAndPartitionsRequest(
