@@ -5,19 +5,21 @@ topics (:class:`PartitionAdmin`), and the controller RPC's bodies::
     create_partitions  {"topics": [[name, count, [[broker ids]] or nil]], "validate_only"}
                     -> {"version", "topics": [[name, error, message or nil, topic or nil]]}
 
+(its request schema is ``partlog.rpc.methods``'s, beside the other methods').
+
 Both controllers decide with :func:`partlog.controller.rules.added_partitions`
 (the embedded one in :meth:`Controller.create_partitions
 <partlog.controller.core.Controller.create_partitions>`, etcd's in
 :meth:`EtcdAdmin.create_partitions
 <partlog.controller.etcd_admin.EtcdAdmin.create_partitions>`); a refusal
 travels with Kafka's message.  Bounds: a request names at most
-TOPICS_PER_REQUEST_MAX topics and ASSIGNED_REPLICAS_PER_REQUEST_MAX broker
-ids in all its assignments (the Kafka front end refuses the topics past
-that, one by one, before it asks)."""
+TOPICS_PER_REQUEST_MAX topics and ASSIGNMENT_ITEMS_PER_REQUEST_MAX
+assignments and broker ids in them (the Kafka front end refuses the topics
+past that, one by one, before it asks)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -25,40 +27,26 @@ from partlog.controller.cluster_meta import TopicInfo
 from partlog.controller.rules import Refused
 from partlog.controller.wire import dec_topic, enc_topic
 from partlog.kafka.errors import Errors
-from partlog.limits import BROKERS_MAX, PARTITIONS_PER_TOPIC_MAX, TOPICS_PER_REQUEST_MAX
-from partlog.rpc.schema import BROKER_ID, INT32, Bool, List, Map, Nullable, Str, Tuple
+from partlog.limits import TOPICS_PER_REQUEST_MAX
 from partlog.rpc.wire import WireError, expect_int, expect_list, expect_map, expect_str, field
 
 __all__ = [
-    "ASSIGNED_REPLICAS_PER_REQUEST_MAX",
-    "CREATE_PARTITIONS_SCHEMA",
+    "ASSIGNMENT_ITEMS_PER_REQUEST_MAX",
     "NewPartitions",
     "PartitionAdmin",
+    "assignment_items",
     "dec_create_partitions",
     "dec_create_partitions_response",
     "enc_create_partitions",
     "enc_create_partitions_response",
 ]
 
-# Broker ids in all of one request's manual assignments: well inside the RPC
-# body's element limit (partlog.rpc.schema's BODY_ELEMENTS_MAX, 1,000,000).
-ASSIGNED_REPLICAS_PER_REQUEST_MAX = 250_000
+# Assignments and the broker ids in them, all of one request's together
+# (each counts one): well inside the RPC body's element limit
+# (partlog.rpc.schema's BODY_ELEMENTS_MAX, 1,000,000).
+ASSIGNMENT_ITEMS_PER_REQUEST_MAX = 250_000
 # What a message may carry back (Kafka's are one sentence).
 _MESSAGE_CHARS_MAX = 1_000
-
-CREATE_PARTITIONS_SCHEMA = Map(
-    required={
-        "topics": List(
-            Tuple(
-                ("name", Str(1024)),
-                ("count", INT32),
-                ("assignments", Nullable(List(List(BROKER_ID, BROKERS_MAX), PARTITIONS_PER_TOPIC_MAX))),
-            ),
-            TOPICS_PER_REQUEST_MAX,
-        ),
-        "validate_only": Bool(),
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +73,11 @@ class PartitionAdmin(Protocol):
         ...
 
 
+def assignment_items(assignments: Iterable[Sequence[int]]) -> int:
+    """What ``assignments`` count against ASSIGNMENT_ITEMS_PER_REQUEST_MAX."""
+    return sum(1 + len(a) for a in assignments)
+
+
 def enc_create_partitions(topics: Mapping[str, NewPartitions], validate_only: bool) -> dict[str, Any]:
     return {
         "topics": [
@@ -105,7 +98,7 @@ def dec_create_partitions(body: Any) -> tuple[dict[str, NewPartitions], bool]:
     if type(validate_only) is not bool:
         raise WireError(f"{w}.validate_only: a bool, got {validate_only!r:.40}")
     out: dict[str, NewPartitions] = {}
-    ids = 0
+    items_in_all = 0
     for i, it in enumerate(items):
         what = f"{w}.topics[{i}]"
         name, count, raw = expect_list(it, what, 3)
@@ -115,13 +108,13 @@ def dec_create_partitions(body: Any) -> tuple[dict[str, NewPartitions], bool]:
                 tuple(expect_int(b, f"{what}.assignments[]") for b in expect_list(a, f"{what}.assignments"))
                 for a in expect_list(raw, f"{what}.assignments")
             )
-            ids += sum(len(a) for a in assignments)
+            items_in_all += assignment_items(assignments)
         name = expect_str(name, f"{what}.name")
         if name in out:
             raise WireError(f"{what}: topic {name!r:.300} named twice")
         out[name] = NewPartitions(expect_int(count, f"{what}.count"), assignments)
-    if ids > ASSIGNED_REPLICAS_PER_REQUEST_MAX:
-        raise WireError(f"{w}: {ids} assigned replicas, at most {ASSIGNED_REPLICAS_PER_REQUEST_MAX}")
+    if items_in_all > ASSIGNMENT_ITEMS_PER_REQUEST_MAX:
+        raise WireError(f"{w}: {items_in_all} assignment items, at most {ASSIGNMENT_ITEMS_PER_REQUEST_MAX}")
     return out, validate_only
 
 

@@ -46,7 +46,6 @@ from partlog.controller.cluster_meta import NO_LEADER, TopicInfo
 from partlog.controller.core import Controller, ControllerConfig
 from partlog.controller.model import BrokerFenced, BrokerRegistered, IsrChanged, LeaderChanged, TopicDeleted
 from partlog.controller.partition_admin import (
-    CREATE_PARTITIONS_SCHEMA,
     NewPartitions,
     dec_create_partitions,
     enc_create_partitions_response,
@@ -170,7 +169,7 @@ class ControllerServer:
             secret=self._secret,
             ssl=self._ssl,
             cluster_id=controller.cluster_id,
-            schemas={**CONTROLLER_SCHEMAS, **CONTROLLER_SCRAM_SCHEMAS, "create_partitions": CREATE_PARTITIONS_SCHEMA},
+            schemas={**CONTROLLER_SCHEMAS, **CONTROLLER_SCRAM_SCHEMAS},
             clock=self.clock,
             entropy=self.entropy,
         )

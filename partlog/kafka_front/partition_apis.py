@@ -30,12 +30,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from partlog.acl import AclOperation
-from partlog.controller.partition_admin import ASSIGNED_REPLICAS_PER_REQUEST_MAX, NewPartitions, PartitionAdmin
+from partlog.controller.partition_admin import (
+    ASSIGNMENT_ITEMS_PER_REQUEST_MAX,
+    NewPartitions,
+    PartitionAdmin,
+    assignment_items,
+)
 from partlog.controller.rules import Refused, valid_topic_name
 from partlog.kafka.errors import Errors
 from partlog.kafka_front.group_coordinator import INTERNAL_TOPICS
 from partlog.kafka_front.handler import ApiHandlers, Session, duration_ms, kafka_error
-from partlog.limits import PARTITIONS_PER_TOPIC_MAX
+from partlog.limits import BROKERS_MAX, PARTITIONS_PER_TOPIC_MAX
 
 __all__ = ["CREATE_PARTITIONS_KEY", "PartitionApis"]
 
@@ -65,17 +70,19 @@ class PartitionApis(ApiHandlers):
                 refused[name] = Refused(Errors.INVALID_REQUEST, f"{name} is internal: its partition count is fixed")
             elif t.assignments is not None and (
                 len(t.assignments) > PARTITIONS_PER_TOPIC_MAX
-                or assigned + sum(len(a.broker_ids) for a in t.assignments) > ASSIGNED_REPLICAS_PER_REQUEST_MAX
+                or any(len(a.broker_ids) > BROKERS_MAX for a in t.assignments)
+                or assigned + assignment_items(a.broker_ids for a in t.assignments) > ASSIGNMENT_ITEMS_PER_REQUEST_MAX
             ):
-                why = f"at most {PARTITIONS_PER_TOPIC_MAX} assignments and {ASSIGNED_REPLICAS_PER_REQUEST_MAX} "
-                refused[name] = Refused(Errors.INVALID_REPLICA_ASSIGNMENT, why + "broker ids in one request")
+                why = (f"at most {PARTITIONS_PER_TOPIC_MAX} assignments of {BROKERS_MAX} brokers, and "
+                       f"{ASSIGNMENT_ITEMS_PER_REQUEST_MAX} assignments and broker ids in one request")  # fmt: skip
+                refused[name] = Refused(Errors.INVALID_REPLICA_ASSIGNMENT, why)
             elif admin is None:
                 refused[name] = Refused(Errors.INVALID_REQUEST, "this cluster's topics come from its static file")
             else:
                 assignments = None
                 if t.assignments is not None:
                     assignments = tuple(tuple(int(b) for b in a.broker_ids) for a in t.assignments)
-                    assigned += sum(len(a) for a in assignments)
+                    assigned += assignment_items(assignments)
                 wanted[name] = NewPartitions(int(t.count), assignments)
         answers: dict[str, Any] = {}
         if wanted and admin is not None:

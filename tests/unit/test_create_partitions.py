@@ -13,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,7 +24,7 @@ from partlog.controller.cluster_meta import NO_LEADER, PartitionInfo, TopicInfo
 from partlog.controller.core import Controller
 from partlog.controller.etcd_layout import KV, EtcdView, Keys, enc_part, enc_topic
 from partlog.controller.partition_admin import (
-    ASSIGNED_REPLICAS_PER_REQUEST_MAX,
+    ASSIGNMENT_ITEMS_PER_REQUEST_MAX,
     NewPartitions,
     PartitionAdmin,
     dec_create_partitions,
@@ -39,7 +40,8 @@ from partlog.kafka_front.authz import Authz
 from partlog.kafka_front.codec import build, response_class
 from partlog.kafka_front.handler import Session
 from partlog.kafka_front.partition_apis import PartitionApis
-from partlog.limits import PARTITIONS_PER_TOPIC_MAX
+from partlog.limits import BROKERS_MAX, PARTITIONS_PER_TOPIC_MAX
+from partlog.rpc.methods import CONTROLLER_SCHEMAS
 from partlog.rpc.wire import WireError
 from tests.unit.test_controller import config, create, register
 
@@ -161,8 +163,8 @@ def test_the_rpc_bodies_round_trip_and_are_bounded() -> None:
     ]
     got = dec_create_partitions_response(enc_create_partitions_response(3, answers))
     assert got["a"] == info and got["b"] == Refused(Errors.INVALID_PARTITIONS, "x" * 1_000)
-    huge = {"a": NewPartitions(2, ((1,) * (ASSIGNED_REPLICAS_PER_REQUEST_MAX + 1),))}
-    with pytest.raises(WireError, match="assigned replicas"):
+    huge = {"a": NewPartitions(2, ((1,) * (ASSIGNMENT_ITEMS_PER_REQUEST_MAX + 1),))}
+    with pytest.raises(WireError, match="assignment items"):
         dec_create_partitions(enc_create_partitions(huge, False))
     twice = {"topics": [["a", 2, None], ["a", 3, None]], "validate_only": False}
     with pytest.raises(WireError, match="named twice"):
@@ -173,7 +175,10 @@ def test_the_rpc_bodies_round_trip_and_are_bounded() -> None:
 
 
 class _CoreAdmin:
-    """A metadata source whose controller is the embedded core, in process."""
+    """A metadata source whose controller is the embedded core, in process,
+    asked through the RPC's bodies as the server takes them (msgpack, the
+    method's schema, the decoder): a request the schema refused would fail
+    every topic in it."""
 
     def __init__(self, c: Controller) -> None:
         self.c = c
@@ -183,7 +188,13 @@ class _CoreAdmin:
         self, topics: dict[str, NewPartitions], validate_only: bool
     ) -> dict[str, TopicInfo | Refused]:
         self.asked += 1
-        return {n: self.c.create_partitions(n, a.count, a.assignments, validate_only) for n, a in topics.items()}
+        body = msgpack.unpackb(msgpack.packb(enc_create_partitions(topics, validate_only)))
+        CONTROLLER_SCHEMAS["create_partitions"].check(body, "create_partitions")
+        wanted, only = dec_create_partitions(body)
+        answers = [(n, self.c.create_partitions(n, a.count, a.assignments, only)) for n, a in wanted.items()]
+        return dec_create_partitions_response(
+            msgpack.unpackb(msgpack.packb(enc_create_partitions_response(0, answers)))
+        )
 
 
 def _request(topics: list[tuple[str, int, list[list[int]] | None]], validate_only: bool = False) -> Any:
@@ -226,12 +237,14 @@ def test_the_handler_answers_duplicates_internal_topics_and_bad_names_before_the
 
 
 _counts = st.one_of(st.integers(-(2**31), 2**31 - 1), st.integers(-3, 12))
-_ids = st.one_of(st.integers(0, 2**31 - 1), st.integers(0, 5))
-_assignments = st.one_of(
+_ids = st.one_of(st.integers(-(2**31), 2**31 - 1), st.integers(-1, 5))
+_assignments: st.SearchStrategy[list[list[int]] | None] = st.one_of(
     st.none(),
     st.lists(st.lists(_ids, max_size=6), max_size=12),
-    # Beyond the request's bound: refused for that topic alone, never sent.
+    # Beyond the request's bounds: refused for that topic alone, never sent.
     st.just([[1, 2]] * (PARTITIONS_PER_TOPIC_MAX + 1)),
+    st.just([[1] * (BROKERS_MAX + 1)]),
+    st.just([[] for _ in range(PARTITIONS_PER_TOPIC_MAX)]),
 )
 
 
