@@ -335,9 +335,12 @@ class EtcdAdmin:
                 return Refused(Errors.COORDINATOR_NOT_AVAILABLE, "etcd cannot be reached")
             if ok:
                 log.info("etcd: topic %s grown to %d partitions", name, asked.count)
-                return TopicInfo(t.topic_id, name, tuple(PartitionInfo(r[0], 0, r, r, 0) for r in replicas))
+                return TopicInfo(t.topic_id, name, (*t.partitions, *new))
             # Changed meanwhile (grown, deleted, re-created): decide again on the newer view.
-            await self._view_until(self._moved(name, modified))
+            moved = self._moved(name, modified)
+            await self._view_until(moved)
+            if not moved():  # the cluster id, not the topic (or a view that stopped following)
+                return Refused(Errors.COORDINATOR_NOT_AVAILABLE, "etcd holds another cluster or is not followed")
         return Refused(Errors.COORDINATOR_NOT_AVAILABLE, "the topic kept changing: retry")
 
     def _moved(self, name: str, modified: int) -> Callable[[], bool]:

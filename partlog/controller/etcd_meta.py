@@ -446,6 +446,9 @@ class EtcdMetadata(SnapshotView):
         grown = {t.topic_id: t.num_partitions for t in out.values() if isinstance(t, TopicInfo)}
         if not validate_only:
             await self._view_grown(grown)
+            for name, answer in out.items():
+                if isinstance(answer, TopicInfo):
+                    out[name] = self.topic(name) or answer
         return out
 
     async def delete_topics(self, names: list[str]) -> dict[str, uuid.UUID | Errors]:

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from partlog.controller.cluster_meta import PartitionInfo
+from partlog.kafka.errors import Errors
 from tests.integration.test_kafka_front import _ask
 from tests.kafka_helpers import ClusterThread, kio_answer, kio_request
 
@@ -202,3 +204,49 @@ def test_the_topics_cli_adds_partitions(cluster: ClusterThread, capsys: pytest.C
     assert got[1] == [1, 2] and got[2] == [3, 1]
     assert main(["topics", "add-partitions", "by-cli", "--partitions", "2", *where]) == 1
     assert "INVALID_PARTITIONS: The topic by-cli currently has 3 partition(s)" in capsys.readouterr().err
+
+
+# ------------------------------------------------- etcd's compare-and-swap, no brokers
+
+
+@_ETCD
+def test_etcd_growth_races_and_keeps_written_partition_states(tmp_path: Any) -> None:
+    """Two admins grow one topic at once: one transaction wins, the other
+    decides again on the newer view and gets Kafka's answer; a partition
+    whose ISR changed before the growth keeps its state after it."""
+    import asyncio
+
+    from partlog.controller.partition_admin import NewPartitions
+    from partlog.controller.rules import Refused
+    from partlog.kafka.records import TopicIdPartition
+    from partlog.tools.etcd_launcher import EtcdCluster
+    from tests.system.test_etcd_metadata import WAIT_S, Brokers, with_brokers
+
+    async def body(b: Brokers) -> None:
+        await b.start(3)
+        await b.admin.create_topics({"t": (2, 3)})
+        t = b.admin.topic("t")
+        assert t is not None
+        p = t.partitions[0]
+        tp = TopicIdPartition(t.topic_id, 0)
+        leader = b.sources[p.leader]
+        assert await leader.wait_for(lambda: leader.partition(tp) is not None, WAIT_S)
+        shrunk = await leader.alter_partition(p.leader, tp, p.leader_epoch, p.partition_epoch, (p.leader,))
+        assert isinstance(shrunk, PartitionInfo), shrunk
+        other = b.sources[p.replicas[-1]]
+        assert await other.wait_for(lambda: other.partition(tp) == shrunk, WAIT_S)
+        one, two = await asyncio.gather(
+            b.admin.create_partitions({"t": NewPartitions(4)}, False),
+            other.create_partitions({"t": NewPartitions(4)}, False),
+        )
+        answers = [one["t"], two["t"]]
+        refused = [a for a in answers if isinstance(a, Refused)]
+        assert len(refused) == 1, answers
+        assert refused[0] == Refused(Errors.INVALID_PARTITIONS, "Topic already has 4 partition(s).")
+        assert await b.admin.wait_for(lambda: b.admin.topic("t").num_partitions == 4, WAIT_S)  # type: ignore[union-attr]
+        grown = b.admin.topic("t")
+        assert grown is not None and grown.partitions[0] == shrunk and grown.partitions[1] == t.partitions[1]
+        assert b.admin.view.refused == 0
+
+    with EtcdCluster(str(tmp_path / "etcd")) as etcd:
+        with_brokers(etcd, body)
