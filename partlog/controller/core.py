@@ -540,7 +540,7 @@ class Controller:
         new = added_partitions(name, info.partitions, count, assignments, alive_brokers=alive,
                                registered=self._brokers.__contains__, cluster_partitions=len(self._parts))  # fmt: skip
         if isinstance(new, Refused) or validate_only:
-            return new if isinstance(new, Refused) else TopicInfo(tid, name, (*info.partitions, *new))
+            return new if isinstance(new, Refused) else replace(info, partitions=(*info.partitions, *new))
         d = _Draft(self)
         d.new_topics[tid] = (name, count)
         for i, p in enumerate(new, start=info.num_partitions):

@@ -318,7 +318,7 @@ class EtcdAdmin:
                                    registered=self.view.brokers.__contains__,
                                    cluster_partitions=self.view.partition_count())  # fmt: skip
             if isinstance(new, Refused) or validate_only:
-                return new if isinstance(new, Refused) else TopicInfo(t.topic_id, name, (*t.partitions, *new))
+                return new if isinstance(new, Refused) else replace(t, partitions=(*t.partitions, *new))
             replicas = [p.replicas for p in (*t.partitions, *new)]
             try:
                 c = await self.conn.client()
@@ -335,7 +335,7 @@ class EtcdAdmin:
                 return Refused(Errors.COORDINATOR_NOT_AVAILABLE, "etcd cannot be reached")
             if ok:
                 log.info("etcd: topic %s grown to %d partitions", name, asked.count)
-                return TopicInfo(t.topic_id, name, (*t.partitions, *new))
+                return replace(t, partitions=(*t.partitions, *new))
             # Changed meanwhile (grown, deleted, re-created): decide again on the newer view.
             moved = self._moved(name, modified)
             await self._view_until(moved)

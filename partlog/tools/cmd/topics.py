@@ -46,7 +46,7 @@ def add_parser(sub: Subparsers) -> None:
         type=_assignment,
         default=None,
         metavar="B:B,B:B",
-        help="the replicas of each added partition, leader first, as kafka-topics.sh takes them: partitions "
+        help="the replicas of each added partition, preferred leader first, as kafka-topics.sh takes them: partitions "
         "separated by ',', their broker ids by ':' (one entry per added partition)",
     )
     ta.add_argument("--validate-only", action="store_true", help="check the request, change nothing")
