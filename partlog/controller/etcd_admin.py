@@ -337,13 +337,13 @@ class EtcdAdmin:
                 log.info("etcd: topic %s grown to %d partitions", name, asked.count)
                 return replace(t, partitions=(*t.partitions, *new))
             # Changed meanwhile (grown, deleted, re-created): decide again on the newer view.
-            moved = self._moved(name, modified)
+            moved = self._topic_moved(name, modified)
             await self._view_until(moved)
             if not moved():  # the cluster id, not the topic (or a view that stopped following)
                 return Refused(Errors.COORDINATOR_NOT_AVAILABLE, "etcd holds another cluster or is not followed")
         return Refused(Errors.COORDINATOR_NOT_AVAILABLE, "the topic kept changing: retry")
 
-    def _moved(self, name: str, modified: int) -> Callable[[], bool]:
+    def _topic_moved(self, name: str, modified: int) -> Callable[[], bool]:
         return lambda: self.view.topic_modified(name) != modified
 
     def _topic_now(self, name: str) -> TopicInfo | None:
