@@ -47,6 +47,8 @@ __all__ = ["CREATE_PARTITIONS_KEY", "PartitionApis"]
 log = logging.getLogger(__name__)
 
 CREATE_PARTITIONS_KEY = 37
+# Kafka's message for UNKNOWN_TOPIC_OR_PARTITION, as the controllers answer it.
+_UNKNOWN_TOPIC = "This server does not host this topic-partition."
 
 
 class PartitionApis(ApiHandlers):
@@ -65,7 +67,7 @@ class PartitionApis(ApiHandlers):
             elif not self.authz.topic(session, AclOperation.ALTER, name):
                 refused[name] = Refused(Errors.TOPIC_AUTHORIZATION_FAILED, "ALTER on the topic is needed")
             elif not valid_topic_name(name):
-                refused[name] = Refused(Errors.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic.")
+                refused[name] = Refused(Errors.UNKNOWN_TOPIC_OR_PARTITION, _UNKNOWN_TOPIC)
             elif name in INTERNAL_TOPICS:
                 refused[name] = Refused(Errors.INVALID_REQUEST, f"{name} is internal: its partition count is fixed")
             elif t.assignments is not None and (
