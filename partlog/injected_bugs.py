@@ -59,14 +59,15 @@ KNOWN: dict[str, str] = {
         "a store answers walmgr from its index alone: keys it released a moment ago, or holds for an "
         "answer being applied, count as unreferenced"
     ),
-    "follower_applies_stale_answers": (
-        "a follower applies a fetch answer however long ago it was requested (no answer age limit): "
-        "an answer may name an object its leader let go of a grace ago"
-    ),
     # Tiered segments: found with `fuzz --tiering` (the leaders' builder loops).
     "swap_positions_off_by_one": (
         "a leader's reference swap repoints each entry one byte past its batch's position in the segment "
         "(reads through the segment return the wrong bytes)"
+    ),
+    # CreatePartitions: found with `fuzz --create-partitions`.
+    "broker_skips_added_partitions": (
+        "a broker's store creates the partitions of new topics only, not those CreatePartitions adds to a "
+        "topic it has (it cannot lead or follow them)"
     ),
     # In the simulation's own stand-ins (simulations/dst): the transaction
     # coordinator and the consume-transform-produce application.

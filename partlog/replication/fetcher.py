@@ -266,9 +266,7 @@ class ReplicaFetchers:
                     and f.leader == leader
                     and f.leader_epoch == p.current_leader_epoch
                 ]
-                if (self._monotonic() - sent) * 1000 > cfg.replica_answer_age_max_ms and not injected_bugs.on(
-                    "follower_applies_stale_answers"
-                ):
+                if (self._monotonic() - sent) * 1000 > cfg.replica_answer_age_max_ms:
                     # Its objects may be past their release grace at the
                     # leader: walmgr may delete them (release_grace.py).
                     self._stale_answer(leader, sent)

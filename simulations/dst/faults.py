@@ -53,14 +53,11 @@ class Links:
         self.black_holes: set[frozenset[str]] = set()  # of the down AZ pairs: SYNs vanish
         self.cut_pairs: set[frozenset[str]] = set()  # node pairs (controller isolation)
         self.slow_links: dict[frozenset[str], float] = {}  # AZ pair -> extra seconds
-        self.slow_directions: dict[tuple[str, str], float] = {}  # (from node, to node) -> extra seconds
 
     def latency_s(self, a: str, b: str) -> float:
         az_a, az_b = self._az(a), self._az(b)
         lo, hi = self.faults.latency_same_az_ms if az_a == az_b else self.faults.latency_cross_az_ms
         extra = self.slow_links.get(frozenset({az_a, az_b}), 0.0) if self.slow_links else 0.0
-        if self.slow_directions:
-            extra += self.slow_directions.get((a, b), 0.0)
         return self.network.rng.uniform(lo, hi) / 1000 + extra
 
     def reachable(self, a: str, b: str) -> bool:
@@ -76,7 +73,6 @@ class Links:
         self.black_holes.clear()
         self.cut_pairs.clear()
         self.slow_links.clear()
-        self.slow_directions.clear()
 
 
 class FaultInjector:
@@ -163,8 +159,8 @@ class FaultInjector:
             "retention": f.retention_changes_per_min,
             "power_loss": f.power_losses_per_min,
         }
-        if f.slow_replies_per_min > 0:  # (absent otherwise: the other shapes' draws stay as they were)
-            rates["slow_reply"] = f.slow_replies_per_min
+        if f.create_partitions_per_min > 0:  # absent when off: the draws stay as they were
+            rates["create_partitions"] = f.create_partitions_per_min
         if self.txn is not None:
             rates |= {
                 "txn_coordinator_crash": f.txn_coordinator_crashes_per_min,
@@ -252,15 +248,12 @@ class FaultInjector:
             links.slow_links[link] = extra_ms / 1000
             count(kind, f"#{k} {a}-{b} +{extra_ms:.0f} ms")
             self._schedule(rng.uniform(*f.partition_s), functools.partial(self._unslow, link))
-        elif kind == "slow_reply":
-            src, dst = rng.sample(sorted(cluster.az_of), 2)
-            direction = (f"b{src}", f"b{dst}")
-            extra_ms = rng.uniform(*f.slow_reply_extra_ms)
-            links.slow_directions[direction] = extra_ms / 1000
-            count(kind, f"#{k} b{src}->b{dst} +{extra_ms:.0f} ms")
-            self._schedule(rng.uniform(*f.partition_s), functools.partial(self._unslow_direction, direction))
         elif kind == "delete_records":
             await self._delete_records(k, rng)
+        elif kind == "create_partitions" and cluster.controller is not None:
+            grown = await cluster.create_partitions(rng.randint(1, 3))
+            if grown:
+                count(kind, f"#{k} {grown}")
         elif kind == "power_loss":
             alive = sorted(b for b, broker in cluster.brokers.items() if not broker.store._closed)
             if len(alive) <= 1:
@@ -398,10 +391,6 @@ class FaultInjector:
     async def _unslow(self, link: frozenset[str]) -> None:
         self.links.slow_links.pop(link, None)
         self.journal.event(f"fast {sorted(link)}")
-
-    async def _unslow_direction(self, direction: tuple[str, str]) -> None:
-        self.links.slow_directions.pop(direction, None)
-        self.journal.event(f"fast {direction[0]}->{direction[1]}")
 
     async def _restart_controller(self) -> None:
         async with self.cluster.restarting_ctl:
