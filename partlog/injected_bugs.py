@@ -68,6 +68,11 @@ KNOWN: dict[str, str] = {
         "a leader's reference swap repoints each entry one byte past its batch's position in the segment "
         "(reads through the segment return the wrong bytes)"
     ),
+    # CreatePartitions: found with `fuzz --create-partitions`.
+    "broker_skips_added_partitions": (
+        "a broker's store creates the partitions of new topics only, not those CreatePartitions adds to a "
+        "topic it has (it cannot lead or follow them)"
+    ),
     # In the simulation's own stand-ins (simulations/dst): the transaction
     # coordinator and the consume-transform-produce application.
     "txn_markers_before_prepare": (

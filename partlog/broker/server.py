@@ -201,7 +201,7 @@ class Broker:
         # Topics by name: (topic id, partitions), rebuilt when the metadata
         # changes (the Kafka front end names topics on every request).
         self.topic_index: dict[str, tuple[uuid.UUID, int]] = {}
-        self._topic_ids: set[uuid.UUID] = set()
+        self._topic_sizes: dict[uuid.UUID, int] = {}  # the partitions the store has, by topic
         self._config_sync = TopicConfigSync(INTERNAL_TOPIC_CONFIGS)
 
         def current() -> MetadataSource:
@@ -346,12 +346,12 @@ class Broker:
     # ------------------------------------------------------------ lifecycle
 
     def _new_topics(self, metadata: MetadataSource) -> list[CreateTopicAndPartitionsRequest]:
-        """Topics of ``metadata`` this broker has not created yet (only those
-        cost a store write); refreshes the index of topics by name."""
+        """Topics of ``metadata`` this broker lacks, or has with fewer partitions (CreatePartitions: the
+        store adds the missing ones); only those cost a store write.  Refreshes the index of topics by name."""
         topics = metadata.topics()
         self.topic_index = {t.name: (t.topic_id, t.num_partitions) for t in topics}
-        new = [t for t in topics if t.topic_id not in self._topic_ids]
-        self._topic_ids.update(t.topic_id for t in new)
+        new = [t for t in topics if self._topic_sizes.get(t.topic_id, 0) < t.num_partitions]
+        self._topic_sizes.update((t.topic_id, t.num_partitions) for t in new)
         return [
             CreateTopicAndPartitionsRequest(
                 t.topic_id, t.name, t.num_partitions, INTERNAL_TOPIC_CONFIGS.get(t.name, {})

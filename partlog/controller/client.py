@@ -51,6 +51,8 @@ from partlog.controller.cluster_meta import (
     TopicInfo,
 )
 from partlog.controller.model import MetadataSnapshot
+from partlog.controller.partition_admin import NewPartitions, dec_create_partitions_response, enc_create_partitions
+from partlog.controller.rules import Refused
 from partlog.controller.view import ControllerUnavailableError, SnapshotView
 from partlog.controller.wire import (
     dec_alter_partition_response,
@@ -456,6 +458,21 @@ class ControllerMetadata(SnapshotView):
             return dict.fromkeys(topics, out)
         created = {t.topic_id for t in out.values() if isinstance(t, TopicInfo)}
         await self._view_until(lambda: created <= self._topics.keys())
+        return out
+
+    async def create_partitions(
+        self, topics: Mapping[str, NewPartitions], validate_only: bool
+    ) -> dict[str, TopicInfo | Refused]:
+        """Grow topics (see :class:`~partlog.controller.partition_admin.PartitionAdmin`);
+        a controller that cannot be reached answers every topic with its
+        retriable error.  Returns once this view holds the new partitions."""
+        body = enc_create_partitions(topics, validate_only)
+        out = await self._admin("create_partitions", body, dec_create_partitions_response)
+        if isinstance(out, Errors):
+            return dict.fromkeys(topics, Refused(out, f"the controller did not answer: {out.name}"))
+        grown = {t.topic_id: t.num_partitions for t in out.values() if isinstance(t, TopicInfo)}
+        if not validate_only:
+            await self._view_grown(grown)
         return out
 
     async def delete_topics(self, names: list[str]) -> dict[str, uuid.UUID | Errors]:

@@ -69,7 +69,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 
 from partlog.controller.cluster_meta import (
@@ -102,6 +102,8 @@ from partlog.controller.model import (
 from partlog.controller.producer_ids import ProducerIdManager, ProducerIdsExhaustedError
 from partlog.controller.rules import (
     Overrides,
+    Refused,
+    added_partitions,
     after_fencing,
     alter_overrides,
     assign_replicas,
@@ -137,7 +139,7 @@ class _Draft:
         self.c = c
         self.brokers: dict[int, BrokerRegistration] = {}
         self.parts: dict[TopicIdPartition, PartitionInfo] = {}
-        self.new_topics: dict[uuid.UUID, tuple[str, int]] = {}
+        self.new_topics: dict[uuid.UUID, tuple[str, int]] = {}  # created or grown: id -> (name, partitions)
         self.deleted_topics: dict[uuid.UUID, str] = {}
         self.configs: dict[uuid.UUID, Overrides] = {}
         self.broker_epoch_last: int | None = None
@@ -498,6 +500,28 @@ class Controller:
             d.configs[tid] = overrides
         for p, reps in enumerate(assign_replicas(alive, partitions, replication_factor, len(self._parts))):
             d.parts[TopicIdPartition(tid, p)] = PartitionInfo(reps[0], 0, reps, reps, 0)
+        self._commit(d)
+        return self._topic_info(tid)
+
+    def create_partitions(
+        self, name: str, count: int, assignments: Sequence[Sequence[int]] | None, validate_only: bool = False
+    ) -> TopicInfo | Refused:
+        """Grow topic ``name`` to ``count`` partitions (Kafka's CreatePartitions), as
+        :func:`~partlog.controller.rules.added_partitions` decides, in one transaction with the
+        topic's new count (``validate_only``: decide, write nothing); existing partitions untouched."""
+        tid = self._topic_ids.get(name)
+        if tid is None:
+            return Refused(Errors.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        info = self._topic_info(tid)
+        alive = [b.info() for b in self._brokers.values() if not b.fenced]
+        new = added_partitions(name, info.partitions, count, assignments, alive_brokers=alive,
+                               registered=self._brokers.__contains__, cluster_partitions=len(self._parts))  # fmt: skip
+        if isinstance(new, Refused) or validate_only:
+            return new if isinstance(new, Refused) else replace(info, partitions=(*info.partitions, *new))
+        d = _Draft(self)
+        d.new_topics[tid] = (name, count)
+        for i, p in enumerate(new, start=info.num_partitions):
+            d.parts[TopicIdPartition(tid, i)] = p
         self._commit(d)
         return self._topic_info(tid)
 

@@ -5,7 +5,7 @@ actor, so the process that needs it writes it with a compare-and-swap.
 * AlterPartition: compare the partition's revision and the sender's broker
   epoch (and every added replica's);
 * producer-id blocks: compare-and-swap on a counter, KIP-730's scheme;
-* topic creation and deletion;
+* topic creation, growth (CreatePartitions) and deletion;
 * topic config overrides: compare-and-swap on the topic's configs key.
 
 Calls that need the quorum answer retriable errors
@@ -44,7 +44,16 @@ from partlog.controller.etcd_layout import (
 )
 from partlog.controller.etcd_session import EtcdSession
 from partlog.controller.model import DELETED_TOPICS_MAX, REASON_ALTER_PARTITION
-from partlog.controller.rules import alter_overrides, assign_replicas, bump, new_overrides, valid_topic_name
+from partlog.controller.partition_admin import NewPartitions
+from partlog.controller.rules import (
+    Refused,
+    added_partitions,
+    alter_overrides,
+    assign_replicas,
+    bump,
+    new_overrides,
+    valid_topic_name,
+)
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import PRODUCER_ID_MAX, ProducerIdBlock
 from partlog.kafka.records import TopicIdPartition
@@ -59,6 +68,9 @@ log = logging.getLogger(__name__)
 # process's success).
 PRODUCER_ID_CAS_ATTEMPTS_MAX = 32
 CONFIG_CAS_ATTEMPTS_MAX = 32
+# Compare-and-swap attempts of one CreatePartitions on its topic's key (each
+# loses only to another change of that topic).
+TOPIC_CAS_ATTEMPTS_MAX = 8
 
 
 def _fresh_counter(value: bytes, revision: int, floor: int) -> tuple[int, int]:
@@ -314,6 +326,64 @@ class EtcdAdmin:
             return Errors.COORDINATOR_NOT_AVAILABLE
         parts = tuple(PartitionInfo(r[0], 0, r, r, 0) for r in replicas)
         return TopicInfo(tid, name, parts, overrides)
+
+    async def create_partitions(
+        self, name: str, asked: NewPartitions, validate_only: bool, cluster_id: uuid.UUID | None
+    ) -> TopicInfo | Refused:
+        """Grow a topic by one transaction that rewrites its key with the
+        same id and the added partitions' replicas (decided by
+        :func:`~partlog.controller.rules.added_partitions` over the brokers
+        the acting controller has accepted); it succeeds only if the key is
+        unchanged since the view read it and the prefix still holds
+        ``cluster_id``.  A lost compare decides again on the newer view.
+
+        The new partitions are as created (first replica leads, ISR =
+        replicas): a manual assignment naming a broker that is not alive
+        is fixed by the acting controller's next pass, as for a new topic
+        whose broker died meanwhile (the embedded controller starts them
+        with the alive ISR at once)."""
+        for _ in range(TOPIC_CAS_ATTEMPTS_MAX):
+            if self.view.frozen:
+                return Refused(Errors.COORDINATOR_NOT_AVAILABLE, "this process's view of etcd is frozen")
+            t = self._topic_now(name)
+            modified = self.view.topic_modified(name)
+            if t is None or modified is None:
+                return Refused(Errors.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+            alive = [b.info for bid, b in sorted(self.view.brokers.items()) if self.view.accepted(bid)]
+            new = added_partitions(name, t.partitions, asked.count, asked.assignments, alive_brokers=alive,
+                                   registered=self.view.brokers.__contains__,
+                                   cluster_partitions=self.view.partition_count())  # fmt: skip
+            if isinstance(new, Refused) or validate_only:
+                return new if isinstance(new, Refused) else replace(t, partitions=(*t.partitions, *new))
+            replicas = [p.replicas for p in (*t.partitions, *new)]
+            try:
+                c = await self.conn.client()
+                tx = c.transactions
+                key = self.keys.topic(name)
+                ok, _ = await self.conn.txn(
+                    [tx.mod(key) == modified, tx.value(self.keys.cluster_id) == str(cluster_id).encode()],
+                    [tx.put(key, enc_topic(t.topic_id, replicas))],
+                )
+            except (aetcd.exceptions.ConnectionTimeoutError, TimeoutError):
+                return Refused(Errors.REQUEST_TIMED_OUT, "etcd did not answer in time: the partitions may be added")
+            except ETCD_ERRORS as e:
+                self._failed("create_partitions", e)
+                return Refused(Errors.COORDINATOR_NOT_AVAILABLE, "etcd cannot be reached")
+            if ok:
+                log.info("etcd: topic %s grown to %d partitions", name, asked.count)
+                return replace(t, partitions=(*t.partitions, *new))
+            # Changed meanwhile (grown, deleted, re-created): decide again on the newer view.
+            moved = self._topic_moved(name, modified)
+            await self._view_until(moved)
+            if not moved():  # the cluster id, not the topic (or a view that stopped following)
+                return Refused(Errors.COORDINATOR_NOT_AVAILABLE, "etcd holds another cluster or is not followed")
+        return Refused(Errors.COORDINATOR_NOT_AVAILABLE, "the topic kept changing: retry")
+
+    def _topic_moved(self, name: str, modified: int) -> Callable[[], bool]:
+        return lambda: self.view.topic_modified(name) != modified
+
+    def _topic_now(self, name: str) -> TopicInfo | None:
+        return next((x for x in self.view.snapshot().topics if x.name == name), None)
 
     def _same_shape(self, name: str, partitions: int, rf: int) -> TopicInfo | Errors | None:
         got = self.view.topic_of(name)

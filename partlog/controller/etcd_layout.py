@@ -15,7 +15,9 @@ cluster's prefix, because every key is ``P + "/" + ...``)::
                               the broker epoch of that incarnation
     P/incarnations/<id>       the broker epoch the acting controller has
                               accepted (the older incarnation is fenced first)
-    P/topics/<name>           [topic id (16 bytes), [[replicas] per partition]]
+    P/topics/<name>           [topic id (16 bytes), [[replicas] per partition]]:
+                              CreatePartitions rewrites it with the same id
+                              and more partitions, the existing ones as they were
     P/parts/<topic hex>/<p>   [leader, leader epoch, replicas, isr, partition epoch]:
                               written at the partition's first change; absent,
                               the partition is as created (first replica leads,
@@ -299,6 +301,7 @@ class _Topic:
     name: str
     revision: int  # the create revision of its key: fences a re-created name
     replicas: tuple[tuple[int, ...], ...]
+    modified: int  # the mod revision of its key: fences a concurrent CreatePartitions
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,12 +425,15 @@ class EtcdView:
             other = created is not None and created[0] in self._by_id and (old is None or old.topic_id != created[0])
             if created is not None and (created[0] in self.deleted or other):
                 raise MetadataError(f"topic {name!r}: id {created[0]} is another topic's or a deleted one's")
+            if old is not None and created is not None and old.topic_id == created[0]:
+                self._grown(old, created[1], rev)
+                return
             if old is not None:
                 del self._topics[name], self._by_id[old.topic_id]
                 for cache in (self._parts, self._created, self._tps, self._current, self._infos):
                     cache.pop(old.topic_id, None)
             if created is not None:
-                nt = _Topic(created[0], name, kv.create_revision, created[1])
+                nt = _Topic(created[0], name, kv.create_revision, created[1], rev)
                 self._topics[name] = self._by_id[nt.topic_id] = nt
         elif k.startswith(keys.parts):
             tid_hex, _, index = k[len(keys.parts) :].decode(errors="replace").partition("/")
@@ -478,6 +484,19 @@ class EtcdView:
             else:
                 self.candidates[k] = kv.create_revision
 
+    def _grown(self, old: _Topic, replicas: tuple[tuple[int, ...], ...], revision: int) -> None:
+        """Topic ``old`` rewritten with the same id: CreatePartitions added
+        partitions.  Its partitions keep their states (dropping them would
+        put each back as created and let a lagging replica lead); anything
+        but the same partitions and more is refused."""
+        n = len(old.replicas)
+        if len(replicas) < n or replicas[:n] != old.replicas:
+            raise MetadataError(f"topic {old.name!r}: rewritten with other partitions than it has: keeping it")
+        nt = _Topic(old.topic_id, old.name, old.revision, replicas, revision)
+        self._topics[nt.name] = self._by_id[nt.topic_id] = nt
+        for cache in (self._created, self._tps, self._current, self._infos):
+            cache.pop(nt.topic_id, None)
+
     @staticmethod
     def _id(key: bytes, prefix: bytes) -> int:
         text = key[len(prefix) :].decode(errors="replace")
@@ -495,6 +514,11 @@ class EtcdView:
         """(topic id, create revision of its key) for a live topic."""
         t = self._topics.get(name)
         return None if t is None else (t.topic_id, t.revision)
+
+    def topic_modified(self, name: str) -> int | None:
+        """The mod revision of a live topic's key (it moves when it grows)."""
+        t = self._topics.get(name)
+        return None if t is None else t.modified
 
     def topic_revision(self, topic_id: uuid.UUID) -> tuple[str, int] | None:
         t = self._by_id.get(topic_id)

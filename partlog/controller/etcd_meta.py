@@ -63,6 +63,8 @@ from partlog.controller.etcd_connection import ETCD_ERRORS, EtcdConnection
 from partlog.controller.etcd_layout import KV, EtcdTarget, EtcdView, Keys, dec_uuid, pack_value, parse_etcd_url
 from partlog.controller.etcd_session import EtcdSession
 from partlog.controller.model import BROKER_SESSION_TIMEOUT_MS_DEFAULT, LEADER_IMBALANCE_CHECK_INTERVAL_MS_DEFAULT
+from partlog.controller.partition_admin import NewPartitions
+from partlog.controller.rules import Refused
 from partlog.controller.view import SnapshotView
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock
@@ -433,6 +435,23 @@ class EtcdMetadata(SnapshotView):
         for name, answer in out.items():
             if isinstance(answer, TopicInfo):
                 out[name] = self.topic(name) or answer
+        return out
+
+    async def create_partitions(
+        self, topics: Mapping[str, NewPartitions], validate_only: bool
+    ) -> dict[str, TopicInfo | Refused]:
+        """Grow topics, each by one transaction (see
+        :meth:`EtcdAdmin.create_partitions`); answers once this view holds
+        the new partitions."""
+        out: dict[str, TopicInfo | Refused] = {}
+        for name, asked in topics.items():
+            out[name] = await self._admin.create_partitions(name, asked, validate_only, self._cluster_id)
+        grown = {t.topic_id: t.num_partitions for t in out.values() if isinstance(t, TopicInfo)}
+        if not validate_only:
+            await self._view_grown(grown)
+            for name, answer in out.items():
+                if isinstance(answer, TopicInfo):
+                    out[name] = self.topic(name) or answer
         return out
 
     async def delete_topics(self, names: list[str]) -> dict[str, uuid.UUID | Errors]:

@@ -12,16 +12,25 @@ module doc for the rules in words)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from partlog.controller.cluster_meta import NO_LEADER, BrokerInfo, ConfigChange, PartitionInfo
 from partlog.kafka.errors import Errors
 from partlog.kafka.topic_config import TopicConfigError, apply_config_ops, validate_overrides
-from partlog.limits import AZ_CHARS_MAX, BROKER_ID_MAX, HOST_CHARS_MAX, PORT_MAX
+from partlog.limits import (
+    AZ_CHARS_MAX,
+    BROKER_ID_MAX,
+    HOST_CHARS_MAX,
+    PARTITIONS_PER_CLUSTER_MAX,
+    PARTITIONS_PER_TOPIC_MAX,
+    PORT_MAX,
+)
 
 __all__ = [
     "TOPIC_NAME_CHARS_MAX",
+    "Refused",
+    "added_partitions",
     "after_fencing",
     "alter_overrides",
     "assign_replicas",
@@ -80,6 +89,111 @@ def assign_replicas(brokers: Iterable[BrokerInfo], partitions: int, rf: int, sta
                 reps.append(b.broker_id)
         out.append(tuple(reps))
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A request the controller refuses, with Kafka's error and message."""
+
+    error: Errors
+    message: str
+
+
+def added_partitions(
+    name: str,
+    parts: Sequence[PartitionInfo],
+    count: int,
+    assignments: Sequence[Sequence[int]] | None,
+    *,
+    alive_brokers: Sequence[BrokerInfo],
+    registered: Callable[[int], bool],
+    cluster_partitions: int,
+) -> list[PartitionInfo] | Refused:
+    """The partitions that grow topic ``name`` (now ``parts``) to ``count``,
+    as Kafka's ReplicationControlManager.createPartitions decides them and
+    in its order of checks: INVALID_PARTITIONS (not an increase, or over our
+    limits), INVALID_REPLICA_ASSIGNMENT (as many assignments as partitions
+    added, each valid: see :func:`_check_assignment`), then placement.
+
+    Without ``assignments`` the new partitions are placed as a new topic's
+    are (:func:`assign_replicas` over ``alive_brokers``, the topic's
+    replication factor, starting at ``cluster_partitions``): leader the
+    first replica, ISR = replicas, epochs 0.  With them, the ISR is the
+    assigned replicas that are alive and the first of them leads (Kafka's)."""
+    current = len(parts)
+    assert current > 0, f"topic {name} without partitions"
+    if count == current:
+        return Refused(Errors.INVALID_PARTITIONS, f"Topic already has {current} partition(s).")
+    if count < current:
+        return Refused(
+            Errors.INVALID_PARTITIONS,
+            f"The topic {name} currently has {current} partition(s); {count} would not be an increase.",
+        )
+    added = count - current
+    if count > PARTITIONS_PER_TOPIC_MAX or cluster_partitions + added > PARTITIONS_PER_CLUSTER_MAX:
+        return Refused(
+            Errors.INVALID_PARTITIONS,
+            f"{count} partition(s) is more than a topic may have ({PARTITIONS_PER_TOPIC_MAX}) or than the "
+            f"cluster has room for ({PARTITIONS_PER_CLUSTER_MAX - cluster_partitions} more)",
+        )
+    if assignments is not None and len(assignments) != added:
+        return Refused(
+            Errors.INVALID_REPLICA_ASSIGNMENT,
+            f"Attempted to add {added} additional partition(s), but only {len(assignments)} assignment(s) "
+            "were specified.",
+        )
+    rf = len(parts[0].replicas)
+    alive = {b.broker_id for b in alive_brokers}
+    if assignments is not None:
+        out = []
+        for i, asked in enumerate(assignments):
+            why = _check_assignment(asked, registered, rf)
+            if why is not None:
+                return Refused(Errors.INVALID_REPLICA_ASSIGNMENT, why)
+            reps = tuple(asked)
+            isr = tuple(r for r in reps if r in alive)
+            if not isr:
+                return Refused(
+                    Errors.INVALID_REPLICA_ASSIGNMENT,
+                    f"All brokers specified in the manual partition assignment for partition {current + i} "
+                    "are fenced or in controlled shutdown.",
+                )
+            out.append(PartitionInfo(isr[0], 0, reps, isr, 0))
+        return out
+    if not alive:
+        return Refused(
+            Errors.INVALID_REPLICATION_FACTOR,
+            f"Unable to replicate the partition {rf} time(s): All brokers are currently fenced or in "
+            "controlled shutdown.",
+        )
+    if rf > len(alive):
+        return Refused(
+            Errors.INVALID_REPLICATION_FACTOR,
+            f"The target replication factor of {rf} cannot be reached because only {len(alive)} broker(s) "
+            "are registered.",
+        )
+    return [PartitionInfo(r[0], 0, r, r, 0) for r in assign_replicas(alive_brokers, added, rf, cluster_partitions)]
+
+
+def _check_assignment(replicas: Sequence[int], registered: Callable[[int], bool], rf: int) -> str | None:
+    """Kafka's validateManualPartitionAssignment: why ``replicas`` cannot be
+    a new partition's replicas (None: they can).  Brokers are checked in id
+    order, as Kafka does, so the message names the same broker."""
+    if not replicas:
+        return "The manual partition assignment includes an empty replica list."
+    previous = None
+    for b in sorted(replicas):
+        if not registered(b):
+            return f"The manual partition assignment includes broker {b}, but no such broker is registered."
+        if b == previous:
+            return f"The manual partition assignment includes the broker {b} more than once."
+        previous = b
+    if len(replicas) != rf:
+        return (
+            f"The manual partition assignment includes a partition with {len(replicas)} replica(s), but this "
+            f"is not consistent with previous partitions, which have {rf} replica(s)."
+        )
+    return None
 
 
 def after_fencing(p: PartitionInfo, alive: Callable[[int], bool], unclean: bool) -> tuple[PartitionInfo, bool]:

@@ -29,6 +29,7 @@ field)::
     create_topics         {"topics": [[name, partitions, replication_factor]],
                            "configs"?: [[name, [[config, value]]]]}
                        -> {"version", "topics": [[name, error, topic or nil]]}
+    create_partitions     see :mod:`partlog.controller.partition_admin`
     alter_topic_configs   {"topics": [[name, replace, [[op, config, value or nil]]]],
                            "validate_only"?}
                        -> {"version", "topics": [[name, error, message or nil]]}
@@ -48,6 +49,12 @@ from partlog.controller.acls import AclService
 from partlog.controller.cluster_meta import NO_LEADER, TopicInfo
 from partlog.controller.core import Controller, ControllerConfig
 from partlog.controller.model import BrokerFenced, BrokerRegistered, IsrChanged, LeaderChanged, TopicDeleted
+from partlog.controller.partition_admin import (
+    NewPartitions,
+    dec_create_partitions,
+    enc_create_partitions_response,
+)
+from partlog.controller.rules import Refused
 from partlog.controller.scram_store import CONTROLLER_SCRAM_SCHEMAS, scram_handlers
 from partlog.controller.wire import (
     dec_alter_partition,
@@ -158,6 +165,7 @@ class ControllerServer:
             "alter_partition": self._handle_alter_partition,
             "allocate_producer_ids": self._handle_allocate_producer_ids,
             "create_topics": self._handle_create_topics,
+            "create_partitions": self._handle_create_partitions,
             "delete_topics": self._handle_delete_topics,
             "alter_topic_configs": self._handle_alter_topic_configs,
         }
@@ -344,6 +352,21 @@ class ControllerServer:
             for name, partitions, rf in wanted
         ]
         return enc_create_topics_response(self._published_version, answers)
+
+    async def _handle_create_partitions(self, body: Any) -> Any:
+        wanted, validate_only = _decode(dec_create_partitions, body)
+        answers = []
+        for name, n in wanted.items():
+            answers.append((name, await self._create_partitions(name, n, validate_only)))
+        return enc_create_partitions_response(self._published_version, answers)
+
+    async def _create_partitions(self, name: str, n: NewPartitions, validate_only: bool) -> TopicInfo | Refused:
+        answer = await self._run(lambda c: c.create_partitions(name, n.count, n.assignments, validate_only))
+        if isinstance(answer, Refused):
+            log.info("create partitions refused name=%.300s error=%s", name, answer.error.name)
+        elif not validate_only:
+            log.info("topic grown name=%s id=%s partitions=%d", name, answer.topic_id, answer.num_partitions)
+        return answer
 
     async def _handle_delete_topics(self, body: Any) -> Any:
         names = _decode(dec_delete_topics, body)

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import replace
 
 from partlog.controller.cluster_meta import (
@@ -211,6 +211,17 @@ class SnapshotView:
         """Wait until this view satisfies ``done`` (a change the controller
         made is here), at most ``request_timeout_ms``."""
         await self.wait_for(done, self.request_timeout_ms / 1000)
+
+    async def _view_grown(self, grown: Mapping[uuid.UUID, int]) -> None:
+        """Wait until this view holds topics ``{id: at least partitions}``
+        (CreatePartitions; a topic deleted meanwhile counts as held), at
+        most ``request_timeout_ms``."""
+
+        def held(tid: uuid.UUID, n: int) -> bool:
+            t = self._topics.get(tid)
+            return t is None or t.num_partitions >= n
+
+        await self._view_until(lambda: all(held(tid, n) for tid, n in grown.items()))
 
     async def wait_for(self, done: Callable[[], bool], timeout_s: float) -> bool:
         """Wait until ``done()`` holds for this view (tests, tools, the

@@ -55,6 +55,7 @@ from partlog.kafka_front.handler import (
     kafka_error,
 )
 from partlog.kafka_front.metadata_api import MetadataApi
+from partlog.kafka_front.partition_apis import CREATE_PARTITIONS_KEY, PartitionApis
 from partlog.kafka_front.port import BrokerPort
 from partlog.kafka_front.txn_apis import TxnApis
 from partlog.kafka_front.txn_coordinator import TXN_STATE_PARTITIONS_DEFAULT, TxnCoordinator
@@ -118,6 +119,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     32: (1, 4),  # DescribeConfigs
     33: (0, 2),  # AlterConfigs
     44: (0, 1),  # IncrementalAlterConfigs
+    37: (0, 3),  # CreatePartitions
     36: (0, 2),  # SaslAuthenticate
     50: (0, 0),  # DescribeUserScramCredentials
     51: (0, 0),  # AlterUserScramCredentials
@@ -225,7 +227,8 @@ class KafkaApis(ApiHandlers):
             txns=self.txns,
             admin=self.admin,
         )
-        for h in (self.admin, configs, group, self.txn, acls, metadata):
+        partitions = PartitionApis(broker)
+        for h in (self.admin, configs, group, self.txn, acls, metadata, partitions):
             h.authz = self.authz
         self.handlers: dict[int, Handler] = {
             0: self.produce,
@@ -257,6 +260,7 @@ class KafkaApis(ApiHandlers):
             32: configs.describe_configs,
             33: configs.alter_configs,
             44: configs.incremental_alter_configs,
+            CREATE_PARTITIONS_KEY: partitions.create_partitions,
             65: self.txn.describe_transactions,
             66: self.txn.list_transactions,
         }

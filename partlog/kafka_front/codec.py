@@ -74,6 +74,7 @@ API_KEYS: dict[int, str] = {
     33: "AlterConfigs",
     44: "IncrementalAlterConfigs",
     36: "SaslAuthenticate",
+    37: "CreatePartitions",
     50: "DescribeUserScramCredentials",
     51: "AlterUserScramCredentials",
     65: "DescribeTransactions",

@@ -290,6 +290,21 @@ CONTROLLER_SCHEMAS: dict[str, Schema] = {
             )
         },
     ),
+    # [name, new count, each added partition's replicas or nil] (partlog.controller.partition_admin).
+    "create_partitions": Map(
+        required={
+            "topics": List(
+                Tuple(
+                    ("name", Str(TOPIC_NAME_BYTES_MAX)),
+                    ("count", INT32),
+                    # Any int32: an id no broker has is the controller's answer (Kafka's).
+                    ("assignments", Nullable(List(List(INT32, BROKERS_MAX), PARTITIONS_PER_TOPIC_MAX))),
+                ),
+                TOPICS_PER_REQUEST_MAX,
+            ),
+            "validate_only": Bool(),
+        }
+    ),
     "delete_topics": Map(required={"topics": List(Str(TOPIC_NAME_BYTES_MAX), TOPICS_PER_REQUEST_MAX)}),
     # partlog.controller.wire: a topic's overrides, and IncrementalAlterConfigs'
     # [op, name, value or nil] (docs/design/topic-configs.md).

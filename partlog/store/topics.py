@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+from partlog import injected_bugs
 from partlog.kafka.records import CreateTopicAndPartitionsRequest, TopicIdPartition
 from partlog.kafka.topic_config import TopicConfig
 from partlog.store.catalog import Catalog
@@ -56,7 +57,7 @@ def create_topics(
     for r, cfg in zip(reqs, configs, strict=True):
         topic = s.topic(r.topic_id)
         if topic is not None:
-            if r.num_partitions <= topic.num_partitions:
+            if r.num_partitions <= topic.num_partitions or injected_bugs.on("broker_skips_added_partitions"):
                 continue
             first = topic.num_partitions
             topic = Topic(topic.name, r.num_partitions, topic.config)

@@ -1,7 +1,8 @@
 """``python -m simulations.dst``: deterministic simulation of the whole system.
 
     python -m simulations.dst fuzz [--seeds N | --hours H] [--first-seed S] [--inject NAME] [--txn] [--tiering]
-    python -m simulations.dst replay SEED [--inject NAME] [--events] [--txn] [--tiering]
+                                   [--create-partitions]
+    python -m simulations.dst replay SEED [--inject NAME] [--events] [--txn] [--tiering] [--create-partitions]
     python -m simulations.dst --list-injections
 
 Each seed's line (and ``--json``'s ``digests``) ends in its digest: a hash
@@ -51,6 +52,9 @@ FUZZ_FAULTS = Faults(
     retention_changes_per_min=3.0,
 )
 
+# --create-partitions: an operator grows the topic this often, under the same faults.
+CREATE_PARTITIONS_PER_MIN = 6.0
+
 # --txn: the transaction faults beside those (a coordinator crash between
 # Prepare and the markers, lost markers, a leader crash with a transaction
 # open, a transformer's crash).
@@ -75,17 +79,30 @@ TIERING_SLOW_REPLIES_PER_MIN = 6.0
 
 def _faults(args: argparse.Namespace) -> Faults:
     faults = FUZZ_TXN_FAULTS if args.txn else FUZZ_FAULTS
-    return dataclasses.replace(faults, slow_replies_per_min=TIERING_SLOW_REPLIES_PER_MIN) if args.tiering else faults
+    if getattr(args, "tiering", False):
+        faults = dataclasses.replace(faults, slow_replies_per_min=TIERING_SLOW_REPLIES_PER_MIN)
+    grow = getattr(args, "create_partitions", False)  # bench has no such flag
+    return dataclasses.replace(faults, create_partitions_per_min=CREATE_PARTITIONS_PER_MIN) if grow else faults
 
 
 def _replay_command(
-    seed: int, inject: list[str], only_faults: list[int] | None = None, txn: bool = False, tiering: bool = False
+    seed: int,
+    inject: list[str],
+    only_faults: list[int] | None = None,
+    txn: bool = False,
+    tiering: bool = False,
+    create_partitions: bool = False,
 ) -> str:
     extra = (" --txn" if txn else "") + (" --tiering" if tiering else "")
+    extra += " --create-partitions" if create_partitions else ""
     extra += "".join(f" --inject {name}" for name in inject)
     if only_faults is not None:
         extra += f" --only-faults {','.join(map(str, only_faults)) or 'none'}"
     return f"python -m simulations.dst replay {seed}{extra}"
+
+
+def _replay(args: argparse.Namespace, seed: int, only_faults: list[int] | None = None) -> str:
+    return _replay_command(seed, args.inject, only_faults, args.txn, args.tiering, args.create_partitions)
 
 
 def _line(r: Result) -> str:
@@ -138,7 +155,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
             if not args.json:
                 for v in r.violations[:3]:
                     print(f"  {v}")
-                print(f"  replay: {_replay_command(seed, args.inject, txn=args.txn, tiering=args.tiering)}", flush=True)
+                print(f"  replay: {_replay(args, seed)}", flush=True)
                 if args.shrink_runs > 0:
                     _print_shrunk(r, args)
             if args.stop_at_first:
@@ -186,7 +203,7 @@ def _print_shrunk(first: Result, args: argparse.Namespace) -> None:
     kept = best.fault_numbers
     print(f"  minimised ({runs} runs): {len(kept)} of {len(first.fault_numbers)} faults still fail:")
     print(f"    {best.violations[0]}")
-    print(f"  replay: {_replay_command(first.seed, args.inject, kept, txn=args.txn, tiering=args.tiering)}")
+    print(f"  replay: {_replay(args, first.seed, kept)}")
     print("  trace:")
     for t, what in best.events:
         if not what.startswith("deleted ") and not what.endswith(": skipped"):
@@ -358,6 +375,12 @@ def build_parser() -> argparse.ArgumentParser:
             "--txn",
             action="store_true",
             help="add transactional producers, their coordinator's stand-in and a read_committed reader",
+        )
+        sp.add_argument(
+            "--create-partitions",
+            action="store_true",
+            help=f"grow the topic by CreatePartitions through the controller, {CREATE_PARTITIONS_PER_MIN:g} times a "
+            "minute (1-3 partitions each), while the faults run: producers spread over the new partitions",
         )
         sp.add_argument(
             "--tiering",

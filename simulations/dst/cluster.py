@@ -21,6 +21,8 @@ from partlog.broker.tiering import TIERING_INTERVAL_MS_DEFAULT
 from partlog.controller.client import ControllerMetadata
 from partlog.controller.cluster_meta import BrokerInfo, StaticMetadata
 from partlog.controller.core import ControllerConfig
+from partlog.controller.partition_admin import NewPartitions
+from partlog.controller.rules import Refused
 from partlog.controller.server import ControllerServer
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
@@ -32,6 +34,7 @@ from simulations.dst.config import (
     BROKER_PORT_BASE,
     COMMIT_DEADLINE_MS,
     GRACE_MS,
+    GROWN_PARTITIONS_MAX,
     HEARTBEAT_INTERVAL_MS,
     LEADER_IMBALANCE_CHECK_INTERVAL_MS,
     MAX_CLOCK_SKEW_MS,
@@ -156,6 +159,23 @@ class Cluster:
             for bid in sorted(self.brokers):
                 await run_node(f"b{bid}", self._enable_tiering(self.brokers[bid]))
         self.journal.event("cluster up")
+
+    async def create_partitions(self, added: int) -> str:
+        """Grow the topic by ``added`` partitions through the controller (as
+        an operator's CreatePartitions); once the admin's view holds them,
+        the producers spread over them.  What was done ("" for nothing:
+        at GROWN_PARTITIONS_MAX, or the controller did not answer)."""
+        t = self.admin.topic(TOPIC) if self.admin is not None else None
+        if self.admin is None or t is None or t.num_partitions + added > GROWN_PARTITIONS_MAX:
+            return ""
+        count = t.num_partitions + added
+        answer = (await self.admin.create_partitions({TOPIC: NewPartitions(count)}, False))[TOPIC]
+        grown = self.admin.topic(TOPIC)
+        if grown is not None and grown.num_partitions > len(self.partitions):
+            self.partitions = [TopicIdPartition(grown.topic_id, p) for p in range(grown.num_partitions)]
+        if isinstance(answer, Refused):
+            return ""
+        return f"{t.num_partitions} -> {answer.num_partitions} partitions"
 
     # ------------------------------------------------------------ brokers
 

@@ -31,6 +31,8 @@ LEADER_IMBALANCE_CHECK_INTERVAL_MS = 5_000
 # production), so a seed builds and swaps several segments per partition.
 TIERING_INTERVAL_MS = 500
 BROKER_PORT_BASE = 9_100
+# Faults.create_partitions_per_min grows the topic up to this many partitions.
+GROWN_PARTITIONS_MAX = 40
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,11 @@ class Faults:
     # Modelled as whole transactions lost (LMDB's MDB_NOMETASYNC contract).
     power_losses_per_min: float = 1.0
     power_loss_unsynced_s: tuple[float, float] = (0.0, 1.0)
+    # CreatePartitions on the topic (an operator's, through the controller):
+    # 1-3 partitions more each time, up to GROWN_PARTITIONS_MAX in all; the
+    # producers then spread over them and the read-back verifies them.
+    # 0 (the default): never, and the run is exactly what it was before.
+    create_partitions_per_min: float = 0.0
     # With transactions (Shape.txn_producers > 0) only: the coordinator's
     # host crashes after the first marker of its next decision is written
     # (between Prepare and the markers); the next marker calls are lost

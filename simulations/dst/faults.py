@@ -163,8 +163,11 @@ class FaultInjector:
             "retention": f.retention_changes_per_min,
             "power_loss": f.power_losses_per_min,
         }
-        if f.slow_replies_per_min > 0:  # (absent otherwise: the other shapes' draws stay as they were)
+        # Each absent when off: the other shapes' draws stay as they were.
+        if f.slow_replies_per_min > 0:
             rates["slow_reply"] = f.slow_replies_per_min
+        if f.create_partitions_per_min > 0:
+            rates["create_partitions"] = f.create_partitions_per_min
         if self.txn is not None:
             rates |= {
                 "txn_coordinator_crash": f.txn_coordinator_crashes_per_min,
@@ -261,6 +264,10 @@ class FaultInjector:
             self._schedule(rng.uniform(*f.partition_s), functools.partial(self._unslow_direction, direction))
         elif kind == "delete_records":
             await self._delete_records(k, rng)
+        elif kind == "create_partitions" and cluster.controller is not None:
+            grown = await cluster.create_partitions(rng.randint(1, 3))
+            if grown:
+                count(kind, f"#{k} {grown}")
         elif kind == "power_loss":
             alive = sorted(b for b, broker in cluster.brokers.items() if not broker.store._closed)
             if len(alive) <= 1:

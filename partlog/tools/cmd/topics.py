@@ -1,6 +1,7 @@
-"""``partlog topics create`` and ``partlog topics configs``: create a topic,
-and show or alter its config overrides, through the controller or etcd
-(docs/design/topic-configs.md)."""
+"""``partlog topics create``, ``partlog topics configs`` and ``partlog topics
+add-partitions``: create a topic, show or alter its config overrides
+(docs/design/topic-configs.md), or add partitions to it (Kafka's
+CreatePartitions, docs/design/admin-apis.md), through the controller or etcd."""
 
 from __future__ import annotations
 
@@ -81,6 +82,33 @@ def add_parser(sub: Subparsers) -> None:
         )
     cf.add_argument("--delete", action="append", default=[], metavar="NAME", help="drop override NAME (repeatable)")
     cf.add_argument("--validate-only", action="store_true", help="check the changes, change nothing")
+    ta = tp_sub.add_parser(
+        "add-partitions",
+        help="grow a topic to more partitions (Kafka's CreatePartitions)",
+        description="Asks the controller to grow topic NAME to --partitions partitions in all; the existing "
+        "partitions are untouched. The new ones get the topic's replication factor and are placed as a new "
+        "topic's (distinct AZs while the factor is at most the number of AZs), or as --replica-assignment says. "
+        "A count that is not an increase is INVALID_PARTITIONS, a bad assignment INVALID_REPLICA_ASSIGNMENT "
+        "(exit 1, with the controller's reason). Keys hash to other partitions afterwards, as with Kafka.",
+    )
+    _target(ta)
+    ta.add_argument("--partitions", type=positive_int, required=True, help="the new number of partitions in all")
+    ta.add_argument(
+        "--replica-assignment",
+        type=_assignment,
+        default=None,
+        metavar="B:B,B:B",
+        help="the replicas of each added partition, preferred leader first, as kafka-topics.sh takes them: "
+        "partitions separated by ',', their broker ids by ':' (one entry per added partition)",
+    )
+    ta.add_argument("--validate-only", action="store_true", help="check the request, change nothing")
+
+
+def _assignment(text: str) -> tuple[tuple[int, ...], ...]:
+    try:
+        return tuple(tuple(int(b) for b in part.split(":")) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: broker ids separated by ':', partitions by ','") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -133,6 +161,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             if args.topics == "configs":
                 return await _configs(client, args)
+            if args.topics == "add-partitions":
+                return await _add_partitions(client, args)
             configs = {args.name: dict(args.config)} if args.config else None
             answer = (await client.create_topics({args.name: (args.partitions, args.replication_factor)}, configs))[
                 args.name
@@ -173,4 +203,19 @@ async def _configs(client: Any, args: argparse.Namespace) -> int:
         return 1
     for k, v in topic.configs or ():
         print(f"{k}={v}")
+    return 0
+
+
+async def _add_partitions(client: Any, args: argparse.Namespace) -> int:
+    """``topics add-partitions``: grow the topic, print the outcome."""
+    from partlog.controller.partition_admin import NewPartitions
+    from partlog.controller.rules import Refused
+
+    asked = {args.name: NewPartitions(args.partitions, args.replica_assignment)}
+    answer = (await client.create_partitions(asked, args.validate_only))[args.name]
+    if isinstance(answer, Refused):
+        print(f"partlog topics add-partitions: {args.name}: {answer.error.name}: {answer.message}", file=sys.stderr)
+        return 1
+    done = "would have" if args.validate_only else "has"
+    print(f"topic {answer.name} {done} {answer.num_partitions} partitions: leaders {list(answer.leaders)}")
     return 0
