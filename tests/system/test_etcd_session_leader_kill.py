@@ -28,9 +28,12 @@ LEADER_KILLS = 12
 # one comes back: longer than a keep-alive period (a third of the TTL).
 AFTER_KILL_S = 3.0
 NEW_LEADER_WAIT_S = 15.0
+# One run's bound (about 5 s a kill when all goes well).
+RUN_S = 300.0
 
 
 async def _new_leader(cluster: EtcdCluster, old: int) -> int:
+    """The raft leader, once it is not member ``old``."""
     deadline = time.monotonic() + NEW_LEADER_WAIT_S
     while time.monotonic() < deadline:
         leader = await asyncio.to_thread(cluster.leader)
@@ -48,37 +51,41 @@ def test_sessions_survive_etcd_leader_kills(tmp_path: object, round_: int) -> No
 
 async def _sessions_survive_etcd_leader_kills(tmp: str) -> None:
     with EtcdCluster(tmp) as cluster:
-        b = Brokers(cluster.url("/leader-kill"))
-        try:
-            for bid in range(1, BROKERS + 1):
-                m = EtcdMetadata(
-                    b.url, BrokerInfo(bid, f"az{bid}", "127.0.0.1", 9000 + bid), create_cluster=True,
-                    session_timeout_ms=SESSION_MS,
-                )  # fmt: skip
-                await m.start(timeout_ms=10_000)
-                b.sources[bid] = m
-            await b.admin.start(timeout_ms=10_000)
-            admin = b.admin
-            assert await admin.wait_for(lambda: all(admin.view.accepted(x) for x in b.sources), WAIT_S)
-            epochs = {bid: m.broker_epoch for bid, m in b.sources.items()}
-            leases = {bid: m.session.lease_id for bid, m in b.sources.items() if m.session is not None}
-            for kill in range(LEADER_KILLS):
-                leader = await asyncio.to_thread(cluster.leader)
-                assert leader is not None
-                await asyncio.to_thread(cluster.kill, leader)
-                await _new_leader(cluster, leader)
-                await asyncio.sleep(AFTER_KILL_S)
-                await asyncio.to_thread(cluster.restart, leader)
-                gone = {bid: m.broker_epoch for bid, m in b.sources.items() if m.broker_epoch != epochs[bid]}
-                assert not gone, f"kill {kill}: sessions ended (new epochs {gone}, were {epochs})"
-            # Every lease is still the first one, and etcd still holds it
-            # with time left; the controller fenced nobody.
-            c = await admin.conn.client()
-            for bid, m in b.sources.items():
-                assert m.registrations == 1 and m.session is not None and m.session.lease_id == leases[bid]
-                info = await c.get_lease_info(leases[bid])
-                assert info.TTL > 0, (bid, info)
-            assert all(admin.view.accepted(x) for x in b.sources)
-            assert all(m.acting is None or m.acting.leader_elections == 0 for m in b.sources.values())
-        finally:
-            await b.stop()
+        async with asyncio.timeout(RUN_S):
+            await _kill_leaders(cluster)
+
+
+async def _kill_leaders(cluster: EtcdCluster) -> None:
+    b = Brokers(cluster.url("/leader-kill"))
+    try:
+        for bid in range(1, BROKERS + 1):
+            m = EtcdMetadata(
+                b.url, BrokerInfo(bid, f"az{bid}", "127.0.0.1", 9000 + bid), create_cluster=True,
+                session_timeout_ms=SESSION_MS,
+            )  # fmt: skip
+            await m.start(timeout_ms=10_000)
+            b.sources[bid] = m
+        await b.admin.start(timeout_ms=10_000)
+        admin = b.admin
+        assert await admin.wait_for(lambda: all(admin.view.accepted(x) for x in b.sources), WAIT_S)
+        epochs = {bid: m.broker_epoch for bid, m in b.sources.items()}
+        leases = {bid: m.session.lease_id for bid, m in b.sources.items() if m.session is not None}
+        for kill in range(LEADER_KILLS):
+            leader = await _new_leader(cluster, -1)  # any (an election may be under way)
+            await asyncio.to_thread(cluster.kill, leader)
+            await _new_leader(cluster, leader)
+            await asyncio.sleep(AFTER_KILL_S)
+            await asyncio.to_thread(cluster.restart, leader)
+            gone = {bid: m.broker_epoch for bid, m in b.sources.items() if m.broker_epoch != epochs[bid]}
+            assert not gone, f"kill {kill}: sessions ended (new epochs {gone}, were {epochs})"
+        # Every lease is still the first one, and etcd still holds it
+        # with time left; the controller fenced nobody.
+        c = await admin.conn.client()
+        for bid, m in b.sources.items():
+            assert m.registrations == 1 and m.session is not None and m.session.lease_id == leases[bid]
+            info = await c.get_lease_info(leases[bid])
+            assert info.TTL > 0, (bid, info)
+        assert all(admin.view.accepted(x) for x in b.sources)
+        assert all(m.acting is None or m.acting.leader_elections == 0 for m in b.sources.values())
+    finally:
+        await b.stop()
