@@ -2,7 +2,15 @@
 :class:`~partlog.controller.etcd_meta.EtcdMetadata`: a lease of the session
 timeout, kept alive every third of it, and ``brokers/<id>`` put under it.
 
-The put's revision is the broker epoch.  A lease that expired (etcd did not
+The put's revision is the broker epoch.  The lease outlives an etcd
+leader change (the new leader renews every lease for a full TTL), so a
+keep-alive never gives up: an attempt that hangs (on a dead member, or a
+follower waiting for an election) is abandoned after half a keep-alive
+period and sent again at once, which gRPC's round robin sends to the next
+live member.  The session is lost only when etcd itself says the lease is
+gone: a keep-alive answered with no TTL is checked with ``LeaseTimeToLive``
+first (etcd's Go client likewise trusts only etcd's word, or a whole TTL
+without any answer).  A lease that expired (etcd did not
 hear from us for a session) fences the broker: the next registration is a
 new incarnation with a new epoch, and the metadata source's listeners run
 (the broker re-derives its roles, as after a fencing by the embedded
@@ -29,6 +37,17 @@ log = logging.getLogger(__name__)
 
 # A registration waiting for another session's lease logs every this many attempts.
 DUPLICATE_LOG_EVERY = 30
+# A keep-alive attempt gets this share of the keep-alive period (a third of
+# the TTL) before it is abandoned and sent again: etcd holds a renewal on a
+# follower until a leader answers (up to its request timeout, 5 s plus two
+# election timeouts), longer than the period.
+KEEPALIVE_ATTEMPT_PERIOD_SHARE = 0.5
+# The longest pause between two keep-alive attempts, as a share of the
+# period: failures are retried promptly, the next member is tried at once.
+KEEPALIVE_RETRY_PERIOD_SHARE = 0.125
+# A renewal this share of the TTL after the previous one is logged: the
+# lease came close to expiring (etcd or this process's loop was slow).
+KEEPALIVE_LATE_TTL_SHARE = 2 / 3
 
 
 class EtcdSession:
@@ -62,6 +81,13 @@ class EtcdSession:
         # Registration attempts refused because another session holds the id.
         self.duplicate_waits = 0
         self.keepalives = 0
+        # Keep-alive attempts that got no usable answer (timed out, failed,
+        # or a "no TTL" etcd's LeaseTimeToLive refuted) and were retried.
+        self.keepalive_retries = 0
+        # Keep-alives answered "no TTL" while LeaseTimeToLive still had one.
+        self.keepalive_refuted = 0
+        # The longest time between two renewals of one lease (seconds).
+        self.keepalive_gap_s_max = 0.0
 
     def incarnation_gone(self, epoch: int) -> None:
         """The incarnation of ``epoch`` is over: register again (once)."""
@@ -146,37 +172,63 @@ class EtcdSession:
     async def run(self, cluster_id: uuid.UUID, on_new_incarnation: Callable[[], None]) -> None:
         """Keep the lease alive; when it is gone or the incarnation ended,
         register again and call ``on_new_incarnation``.  Runs until cancelled."""
-        period_s = self._lease_ttl_s() / 3
+        ttl_s = self._lease_ttl_s()
+        period_s = ttl_s / 3
+        loop = asyncio.get_running_loop()
+        renewed = loop.time()
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(period_s):
                     await self._reregister.wait()
             if not self._reregister.is_set():
                 if await self._keep_alive(period_s):
+                    now = loop.time()
+                    gap, renewed = now - renewed, now
+                    self.keepalive_gap_s_max = max(self.keepalive_gap_s_max, gap)
+                    if gap > ttl_s * KEEPALIVE_LATE_TTL_SHARE:
+                        log.warning("etcd: broker lease %x renewed %.1f s after the last renewal (TTL %d s)",
+                                    self.lease_id, gap, ttl_s)  # fmt: skip
                     continue
                 log.warning("etcd: broker lease %x expired: this incarnation is fenced", self.lease_id)
             self._reregister.clear()
             await self.register(cluster_id)
+            renewed = loop.time()
             # The broker restarts its role: its partitions' roles come from
             # the views that follow (the controller moved its leaderships).
             on_new_incarnation()
 
     async def _keep_alive(self, period_s: float) -> bool:
-        """Renew the lease; False once etcd says it is gone.  A failed
-        attempt is retried at once with a short backoff (each bounded by the
-        period): waiting a whole period between tries could let the lease
-        run out while one member is slow to answer."""
+        """Renew the lease; False once etcd says it is gone.  Each attempt
+        is bounded by a share of the period and a failed one is retried
+        promptly (see the module doc): waiting a whole period between tries
+        could let the lease run out while one member hangs."""
+        attempt_s = period_s * KEEPALIVE_ATTEMPT_PERIOD_SHARE
         attempt = 0
         while True:
             try:
-                async with asyncio.timeout(period_s):
+                async with asyncio.timeout(attempt_s):
                     c = await self.conn.client()
                     reply = await c.refresh_lease(self.lease_id)
-                if reply is None or reply.TTL <= 0:
+                # None: the stream ended without an answer (no word on the lease).
+                if reply is not None and reply.TTL > 0:
+                    self.keepalives += 1
+                    return True
+                if reply is not None and await self._lease_gone(attempt_s):
                     return False
-                self.keepalives += 1
-                return True
+                if reply is not None:
+                    self.keepalive_refuted += 1
+                    log.warning("etcd: a keep-alive of lease %x said it is gone, etcd says it is not: retrying",
+                                self.lease_id)  # fmt: skip
             except ETCD_ERRORS as e:  # TimeoutError among them
                 self._failed("keepalive", e)
-            await asyncio.sleep(min(self._backoff(attempt), period_s))
+            self.keepalive_retries += 1
+            await asyncio.sleep(min(self._backoff(attempt), period_s * KEEPALIVE_RETRY_PERIOD_SHARE))
             attempt += 1
+
+    async def _lease_gone(self, timeout_s: float) -> bool:
+        """etcd's own word (LeaseTimeToLive, answered by its leader) that the
+        lease is gone; an error here propagates (the caller retries)."""
+        async with asyncio.timeout(timeout_s):
+            c = await self.conn.client()
+            info = await c.get_lease_info(self.lease_id, keys=False)
+        return int(info.TTL) <= 0
