@@ -23,7 +23,9 @@ pytestmark = pytest.mark.timeout(600)
 # (`python -m simulations.dst fuzz --tiering --inject NAME --stop-at-first
 # --shrink-runs 0`, from seed 1; docs/design/dst.md, "Injected bugs").
 TIERING_FIRST_FAILING_SEED = {
-    "swap_positions_off_by_one": 1,
+    # Seed 2 since the slow replies (issue 31's release grace): seed 1 now
+    # fails first on its producers, stuck on a partition the bug broke.
+    "swap_positions_off_by_one": 2,
     # Found at t=6.0 s of seed 1: an orphan of 1,148 ms deleted (the swap deadline is 5 min).
     "walmgr_segment_gate_without_swap_deadline": 1,
 }

@@ -229,6 +229,12 @@ def _alter_whole(name: str, value: str = "60000") -> dict[str, Any]:
     return {"resources": [resource], "validate_only": True}
 
 
+def _grow(name: str, count: int) -> dict[str, Any]:
+    """CreatePartitions v3, validate_only (the open cluster's topic stays as it is)."""
+    return {"topics": [{"name": name, "count": count, "assignments": None}], "timeout": 10_000,
+            "validate_only": True}  # fmt: skip
+
+
 def _init(txn: str | None) -> dict[str, Any]:
     return {"transactional_id": txn, "transaction_timeout": 60_000}
 
@@ -297,6 +303,7 @@ CREATED = _first("topics", "error_code")
 DELETED = _first("responses", "error_code")
 CONFIGS = _first("results", "error_code")
 ALTERED = _first("responses", "error_code")
+GROWN = _first("results", "error_code")
 ADDED = _first("results_by_topic_v3_and_below", "results_by_partition", "partition_error_code")
 ACL_CREATED = _first("results", "error_code")
 ACL_DELETED = _first("filter_results", "error_code")
@@ -572,6 +579,13 @@ ROWS = [
          E.INVALID_CONFIG, "ConfigurationControlManager.validateAlterConfig (ConfigException)"),
     _row("alter-configs-whole-refused", "locked", "any", 33, 2, _alter_whole(TOPIC), ALTERED,
          E.TOPIC_AUTHORIZATION_FAILED, "ControllerApis.handleLegacyAlterConfigs (ALTER_CONFIGS on the topic)"),
+    # ---------------------------------------------------------- CreatePartitions
+    _row("create-partitions-unknown-topic", "open", "any", 37, 3, _grow(MISSING, 64), GROWN,
+         E.UNKNOWN_TOPIC_OR_PARTITION, "ReplicationControlManager.createPartitions (no such topic)"),
+    _row("create-partitions-not-more", "open", "any", 37, 3, _grow(TOPIC, 1), GROWN, E.INVALID_PARTITIONS,
+         "ReplicationControlManager.createPartition (the count must be greater than the current one)"),
+    _row("create-partitions-refused", "locked", "any", 37, 3, _grow(TOPIC, 64), GROWN, E.TOPIC_AUTHORIZATION_FAILED,
+         "ControllerApis.createPartitions (ALTER on the topic)"),
     # ---------------------------------------------------------- InitProducerId
     _row("init-pid-empty-txn-id", "open", "txn_coordinator", 22, 4, _init(""), TOP, E.INVALID_REQUEST,
          "TransactionCoordinator.handleInitProducerId (transactionalId.isEmpty)"),
