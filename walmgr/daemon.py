@@ -204,6 +204,11 @@ class WalmgrMetrics:
             "wrong partitions (a writer's bug); each is kept and logged",
             registry=r,
         )
+        self.over_verdict_window = Counter(
+            "walmgr_rounds_over_verdict_window",
+            "check rounds whose answers spanned more than verdict_window_ms: every key kept (release-grace.md)",
+            registry=r,
+        )
         self.sweep_rpcs = Counter("walmgr_sweep_rpcs", "keys_referenced RPCs sent to brokers (the sweep)", registry=r)
         self.sweep_keys = Counter("walmgr_sweep_keys", "keys asked in the sweep, summed over brokers", registry=r)
         self.delete_failures = Counter("walmgr_delete_failures", "deletions the store did not confirm", registry=r)
@@ -847,6 +852,8 @@ class Walmgr:
             # between brokers (partlog.store.release_grace): ask again.
             why = f"answers spanned {took_ms:.0f} ms, over verdict_window_ms={self.config.verdict_window_ms}"
             log.warning("walmgr kept %d keys: %s", len(decision.delete), why)
+            if self.metrics is not None:
+                self.metrics.over_verdict_window.inc()
             doubt = {**decision.doubt, **dict.fromkeys(decision.delete, why)}
             decision = Decision([], decision.referenced, doubt)
         return decision
