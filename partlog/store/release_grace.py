@@ -1,7 +1,7 @@
 """The release grace: object keys a store stopped referencing a moment ago,
 or is about to reference, still answered as referenced to walmgr.
 
-Why (docs/design/tiered.md, "How replicas follow"): a leader's fetch
+Why (docs/design/release-grace.md, where the argument is): a leader's fetch
 answer names the objects of the entries (and segment rows) it carries.  The
 answer may be built just before the leader swaps, rewrites or trims those
 references away, and be applied by the follower a moment later.  Without a
@@ -15,8 +15,9 @@ and delete an object the follower is about to reference.  With it:
   apply it (``ReplicationConfig.replica_answer_age_max_ms``), and holds the
   keys of an answer it applies from that check until the apply returned
   (:meth:`ReleaseGrace.hold`), then for the grace;
-- a store just opened (or reopened after a fail-stop) does not know what it
-  released before: it answers every key as referenced for ``grace_ms``;
+- an existing store opened (or reopened after a fail-stop) does not know
+  what it released before: it answers every key as referenced for
+  ``grace_ms`` (a store just created released nothing: no blanket);
 - more released keys than ``RELEASED_KEYS_MAX`` within one grace: the map
   is dropped and every key counts as referenced for ``grace_ms`` (bounded
   memory, on the safe side).
