@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from partlog.controller.etcd_batch import CHUNK_ATTEMPTS_MAX, Chunk, Guard, chunk_changes, iter_chunks, still_valid
 from partlog.controller.etcd_connection import ETCD_ERRORS, EtcdConnection, put_revision
-from partlog.controller.etcd_controller import Plan, plan
+from partlog.controller.etcd_controller import PartitionChange, Plan, plan
 from partlog.controller.etcd_layout import EtcdView, Keys, pack_value
 from partlog.controller.etcd_session import EtcdSession
 from partlog.runtime import Clock
@@ -167,40 +167,17 @@ class EtcdActingController:
         t = c.transactions
         guard = t.create(candidate) == candidate_rev
         if todo.changes:
-            # Elections first: a partition without a leader takes no produce,
-            # one that only shrinks its ISR still does.
-            changes = sorted(todo.changes, key=lambda ch: not ch.election)
-            in_flight = asyncio.Semaphore(CONTROLLER_TXNS_IN_FLIGHT_MAX)
-
-            async def write(chunk: Chunk) -> bool:
-                async with in_flight:
-                    return await self._write_chunk(chunk)
-
-            # The chunks are independent (no partition is in two): in flight
-            # together, etcd commits them in few raft rounds.  Each is sent
-            # as soon as it is packed, so the first elections are on their
-            # way while the rest are packed.
-            began = self.clock.monotonic()
-            tasks: list[asyncio.Task[bool]] = []
-            try:
-                for chunk in iter_chunks(changes, self.keys, Guard(candidate, "create", candidate_rev)):
-                    tasks.append(asyncio.ensure_future(write(chunk)))
-                    await asyncio.sleep(0)
-            except BaseException:
-                for task in tasks:
-                    task.cancel()
-                raise
-            # Every chunk ends before the pass does (a failed one does not
-            # leave others writing beside the next pass); then the first
-            # error is raised.
-            done = await asyncio.gather(*tasks, return_exceptions=True)
-            self.controller_write_s += self.clock.monotonic() - began
-            self._schedule_adopt()
-            for d in done:
-                if isinstance(d, BaseException):
-                    raise d
-            if not all(done):
-                return  # the watch brings what changed; the next pass re-plans
+            # Elections first, and alone: a partition without a leader takes
+            # no produce, one that only shrinks its ISR still does.  The ISR
+            # changes wait until every election landed, so they compete with
+            # none of them, neither in etcd's raft rounds nor in the watchers'
+            # queues (a broker's fencing shrinks twice as many ISRs as it
+            # hands over leaderships, with RF 3).
+            elections = [ch for ch in todo.changes if ch.election]
+            others = [ch for ch in todo.changes if not ch.election]
+            for part in (elections, others):
+                if part and not await self._write_changes(part, candidate, candidate_rev):
+                    return  # the watch brings what changed; the next pass re-plans
         for bid, epoch in todo.accept:
             ok, _ = await self.conn.txn(
                 [guard, t.mod(self.keys.broker(bid)) == epoch], [t.put(self.keys.incarnation(bid), pack_value(epoch))]
@@ -208,6 +185,39 @@ class EtcdActingController:
             if ok:
                 self.controller_writes += 1
                 log.info("etcd controller: broker %d incarnation epoch=%d accepted", bid, epoch)
+
+    async def _write_changes(self, changes: list[PartitionChange], candidate: bytes, candidate_rev: int) -> bool:
+        """Write ``changes`` in chunks, several in flight; whether every
+        change landed.  Every chunk ends before this returns (a failed one
+        does not leave others writing beside the next pass); then the first
+        error is raised."""
+        in_flight = asyncio.Semaphore(CONTROLLER_TXNS_IN_FLIGHT_MAX)
+
+        async def write(chunk: Chunk) -> bool:
+            async with in_flight:
+                return await self._write_chunk(chunk)
+
+        # The chunks are independent (no partition is in two): in flight
+        # together, etcd commits them in few raft rounds.  Each is sent as
+        # soon as it is packed, so the first are on their way while the
+        # rest are packed.
+        began = self.clock.monotonic()
+        tasks: list[asyncio.Task[bool]] = []
+        try:
+            for chunk in iter_chunks(changes, self.keys, Guard(candidate, "create", candidate_rev)):
+                tasks.append(asyncio.ensure_future(write(chunk)))
+                await asyncio.sleep(0)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            raise
+        done = await asyncio.gather(*tasks, return_exceptions=True)
+        self.controller_write_s += self.clock.monotonic() - began
+        self._schedule_adopt()
+        for d in done:
+            if isinstance(d, BaseException):
+                raise d
+        return all(done)
 
     async def _write_chunk(self, chunk: Chunk) -> bool:
         """One chunk's transaction; after a lost compare, again with only the

@@ -23,6 +23,7 @@ preferred leaders).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from partlog.controller.cluster_meta import NO_LEADER, PartitionInfo
@@ -66,13 +67,36 @@ class Plan:
         return not self.changes and not self.accept
 
 
-def plan(view: EtcdView, *, unclean: bool, elect_preferred: bool) -> Plan:
-    """What the acting controller should write next (see the module doc)."""
-    out = Plan()
-    # Read once: the plan asks for every replica of every partition.
+def plan(view: EtcdView, *, unclean: bool, elect_preferred: bool, leaderless_first: bool = True) -> Plan:
+    """What the acting controller should write next (see the module doc).
+
+    Partitions without a live leader come first and alone (unless
+    ``leaderless_first`` is false: everything at once): when a broker
+    leading many partitions dies, the plan holds only their elections (and
+    the ISR changes those elections make), so they are decided, written and
+    seen by the brokers without waiting for the ISR shrinks of the
+    partitions it only followed (twice as many with RF 3), which the next
+    pass plans once they have landed."""
     accepted = frozenset(b for b in view.brokers if view.accepted(b))
+    if leaderless_first:
+        leaderless = [(tp, p) for tp, p in view.partitions() if p.leader == NO_LEADER or p.leader not in accepted]
+        out = _plan(view, leaderless, accepted, unclean=unclean, elect_preferred=False)
+        if out.changes:
+            return out
+    return _plan(view, view.partitions(), accepted, unclean=unclean, elect_preferred=elect_preferred)
+
+
+def _plan(
+    view: EtcdView,
+    parts: Iterable[tuple[TopicIdPartition, PartitionInfo]],
+    accepted: frozenset[int],
+    *,
+    unclean: bool,
+    elect_preferred: bool,
+) -> Plan:
+    out = Plan()
     alive = accepted.__contains__
-    for tp, p in view.partitions():
+    for tp, p in parts:
         if not elect_preferred and p.leader != NO_LEADER and accepted.issuperset(p.isr):
             continue  # needs_reconcile is false: nothing to do (the common case, checked in C)
         new, was_unclean = p, False

@@ -215,3 +215,27 @@ def test_view_keeps_what_must_not_go_back() -> None:
     assert view.frozen
     view.apply(KV(KEYS.broker(7), enc_broker(BrokerInfo(7, "a", "h", 1), 5), 11, 11))
     assert 7 not in view.brokers and view.cluster_id == uuid.UUID(int=1)
+
+
+def test_a_plan_elects_first_and_shrinks_isrs_in_the_next_pass() -> None:
+    """A dead broker that led some partitions and followed others: the
+    first plan holds only the elections (written and seen first), the next
+    one the ISR shrinks of the partitions it only followed."""
+    view = EtcdView(KEYS)
+    reps = [(1, 2, 3), (2, 3, 1), (3, 1, 2), (1, 3, 2)]
+    kvs = [KV(KEYS.cluster_id, str(uuid.UUID(int=1)).encode(), 1, 1), KV(KEYS.topic("t"), enc_topic(TID, reps), 2, 2)]
+    for b in (1, 2, 3):
+        kvs.append(KV(KEYS.broker(b), enc_broker(BrokerInfo(b, "a", "h", b), 7), 10 + b, 10 + b))
+        kvs.append(KV(KEYS.incarnation(b), msgpack.packb(10 + b), 20 + b, 20 + b))
+    view.load(kvs, 30)
+    kvs = [kv for kv in kvs if kv.key not in (KEYS.broker(1), KEYS.incarnation(1))]  # broker 1 died
+    view.load(kvs, 31)
+    first = plan(view, unclean=False, elect_preferred=False)
+    assert sorted(ch.tp.partition for ch in first.changes) == [0, 3] and all(ch.election for ch in first.changes)
+    assert not first.accept
+    whole = plan(view, unclean=False, elect_preferred=False, leaderless_first=False)
+    assert sorted(ch.tp.partition for ch in whole.changes) == [0, 1, 2, 3]
+    for ch in first.changes:
+        view.set_partition(ch.tp, ch.new, 40 + ch.tp.partition)
+    second = plan(view, unclean=False, elect_preferred=False)
+    assert sorted(ch.tp.partition for ch in second.changes) == [1, 2] and not any(ch.election for ch in second.changes)
