@@ -3,7 +3,8 @@ subprocess against a running cluster on the embedded controller and on
 etcd.  Healthy, it exits 0 with every broker alive and answering; after a
 broker is killed, exit 1 with that broker fenced and its partitions
 under-replicated; walmgr's registry and metrics endpoint are read; a
-controller that does not answer is one line and exit 2."""
+controller that does not answer, or of another cluster, is one line and
+exit 2."""
 
 from __future__ import annotations
 
@@ -103,6 +104,9 @@ def test_status_healthy_then_a_broker_killed(cluster: ClusterThread, tmp_path: A
         lines = table.stdout.splitlines()
         assert lines[0].startswith("CONTROLLER") and lines[-1].split() == ["HEALTH", "healthy"]
         assert any(line.startswith("WALMGR") and "unknown" in line for line in lines)
+
+        other = _status(*target, "--cluster-id", "00000000-0000-0000-0000-000000000001")
+        assert other.returncode == 2 and len(other.stderr.splitlines()) == 1 and "belongs to cluster" in other.stderr
 
         cluster.kill(3)
         admin = lc.admin
