@@ -59,6 +59,8 @@ def is_metrics_url(where: str) -> bool:
 
 def read_registry(where: str) -> WalmgrStatus:
     """The registry at ``where`` (its directory, or a walmgr config file)."""
+    import lmdb
+
     from walmgr.config import WalmgrConfigError, load_config
     from walmgr.model import State
     from walmgr.registry import COUNTER_DELETED_FILES, Registry, RegistryError
@@ -71,26 +73,25 @@ def read_registry(where: str) -> WalmgrStatus:
             counts = reg.counts()
             last_cycle = reg.meta_get("last_cycle_ms")
             last_full = reg.meta_get("last_full_scan_ms")
-            deleted = reg.meta_get(COUNTER_DELETED_FILES, 0)
+            deleted = int(reg.meta_get(COUNTER_DELETED_FILES, 0))
             cluster_id = reg.cluster_id
-    except (RegistryError, WalmgrConfigError, OSError) as e:
+        tracked = sum(counts.get(s, (0, 0))[0] for s in (State.TRACKED, State.CANDIDATE, State.PLANNED))
+        return WalmgrStatus(
+            "registry",
+            where,
+            last_cycle_ms=int(last_cycle) if last_cycle else None,
+            last_full_scan_ms=int(last_full) if last_full else None,
+            cluster_id=None if cluster_id is None else str(cluster_id),
+            deleted_files=deleted,
+            tracked=tracked,
+            planned=counts.get(State.PLANNED, (0, 0))[0],
+        )
+    # A registry that does not decode (msgpack's errors are ValueErrors) is
+    # an unreadable source, as a missing one.
+    except (RegistryError, WalmgrConfigError, OSError, lmdb.Error, ValueError, TypeError) as e:
         # The registry's messages begin with its path, which ``where`` already names.
         text = str(e).removeprefix(f"registry {os.path.abspath(path)}: ")
         return WalmgrStatus("registry", where, error=" ".join(text.split()) or type(e).__name__)
-
-    def files(*states: State) -> int:
-        return sum(counts.get(s, (0, 0))[0] for s in states)
-
-    return WalmgrStatus(
-        "registry",
-        where,
-        last_cycle_ms=int(last_cycle) if last_cycle else None,
-        last_full_scan_ms=int(last_full) if last_full else None,
-        cluster_id=None if cluster_id is None else str(cluster_id),
-        deleted_files=int(deleted),
-        tracked=files(State.TRACKED, State.CANDIDATE, State.PLANNED),
-        planned=files(State.PLANNED),
-    )
 
 
 def fetch_metrics(url: str, timeout_s: float, now_ms: int) -> WalmgrStatus:

@@ -145,3 +145,14 @@ def test_walmgr_registry_is_read(tmp_path: object) -> None:
     assert (w.error, w.last_cycle_ms, w.cluster_id, w.deleted_files, w.tracked) == ("", NOW_MS, CID, 0, 0)
     missing = read_registry(path + "/none")
     assert missing.error == "no walmgr registry here (data.mdb missing)"
+
+
+def test_walmgr_registry_named_by_its_config_file_or_undecodable(tmp_path: object) -> None:
+    path = str(tmp_path)
+    with Registry(f"{path}/reg") as reg:
+        reg.meta_set("last_cycle_ms", "not a time")
+    config = f"{path}/walmgr.toml"
+    with open(config, "w") as f:
+        f.write(f'store = "file://{path}/objects"\nregistry = "{path}/reg"\nmetadata = "controller://127.0.0.1:1"\n')
+    w = read_registry(config)
+    assert w.where == config and w.error == "invalid literal for int() with base 10: 'not a time'"
