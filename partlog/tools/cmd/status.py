@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 # A broker's port is asked at most this long by default: a status must come
 # back in seconds even with several brokers down (they are asked at once).
 PROBE_TIMEOUT_MS_DEFAULT = 1_000
+# Connections being opened at once: a large cluster's probes must not run
+# the process out of file descriptors (the default soft limit is 1,024).
+PROBES_IN_FLIGHT_MAX = 64
 # The metadata's answer: shorter than the topics tool's 30 s, since a status
 # that hangs is no status.
 METADATA_TIMEOUT_MS_DEFAULT = 5_000
@@ -233,9 +236,11 @@ async def _probe_all(alive: list[BrokerInfo], args: argparse.Namespace) -> dict[
     if args.no_probe:
         return {}
     t = args.probe_timeout_ms
+    in_flight = asyncio.Semaphore(PROBES_IN_FLIGHT_MAX // 2)  # two connections per broker
 
     async def both(b: BrokerInfo) -> tuple[str | None, str | None]:
-        rpc, kafka = await asyncio.gather(_probe((b.host, b.port), t), _probe(kafka_address(b), t))
+        async with in_flight:
+            rpc, kafka = await asyncio.gather(_probe((b.host, b.port), t), _probe(kafka_address(b), t))
         return rpc, kafka
 
     outcomes = await asyncio.gather(*(both(b) for b in alive))
