@@ -21,6 +21,7 @@ from partlog.tools.cmd import (
     controller,
     metadata,
     produce,
+    status,
     topics,
     users,
     wal,
@@ -42,6 +43,7 @@ COMMANDS = {
     "broker": broker,
     "wal": wal,
     "metadata": metadata,
+    "status": status,
 }
 
 
