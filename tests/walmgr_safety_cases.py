@@ -71,7 +71,8 @@ from tests.walmgr_helpers import TEST_CLUSTER_ID, listed, orphan, segment
 from walmgr import cli
 from walmgr.bench import empty_broker
 from walmgr.config import WalmgrConfig
-from walmgr.daemon import CycleReport, Walmgr
+from walmgr.cycle_report import CycleReport
+from walmgr.daemon import Walmgr
 from walmgr.deleter import execute_plan
 from walmgr.model import ObjectRecord, Source, State
 from walmgr.registry import Registry

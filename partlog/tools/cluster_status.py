@@ -280,6 +280,7 @@ def walmgr_json(w: WalmgrStatus, now_ms: int) -> dict[str, Any]:
         "metadata_errors": w.metadata_errors,
         "tracked": w.tracked,
         "planned": w.planned,
+        "last_cycle_counts": w.last_cycle,
     }
 
 
@@ -350,6 +351,11 @@ def _walmgr_line(w: WalmgrStatus, now_ms: int) -> str:
         last = "no cycle completed yet"
     else:
         last = f"last cycle ended {_iso(w.last_cycle_ms)} ({max(0, now_ms - w.last_cycle_ms) // 1000} s ago)"
+    if w.last_cycle is not None:
+        c = w.last_cycle
+        last += (f" (candidates {c['candidates']}, deleted {c['deleted_files']}, kept referenced "
+                 f"{c['kept_referenced']}, kept on doubt {c['kept_doubt']}, delete failures {c['delete_failures']}"
+                 f"{', scan error: ' + str(c['scan_error']) if c['scan_error'] else ''})")  # fmt: skip
     parts = [f"{w.source} {w.where}: {last}"]
     since = "in all" if w.source == "registry" else "since start"
     for name, v in (("cycles", w.cycles), ("deleted", w.deleted_files), ("kept referenced", w.kept_referenced),

@@ -51,6 +51,10 @@ class WalmgrStatus:
     metadata_errors: int | None = None
     tracked: int | None = None  # objects not yet deleted (tracked, candidate, planned)
     planned: int | None = None
+    # The last cycle's own counts (registry only; walmgr keeps them since
+    # this release): candidates, kept_referenced, kept_doubt, deleted_files,
+    # delete_failures, and its scan error ("" when none).
+    last_cycle: dict[str, int | str] | None = None
 
 
 def is_metrics_url(where: str) -> bool:
@@ -62,6 +66,7 @@ def read_registry(where: str) -> WalmgrStatus:
     import lmdb
 
     from walmgr.config import WalmgrConfigError, load_config
+    from walmgr.cycle_report import LAST_CYCLE_META
     from walmgr.model import State
     from walmgr.registry import COUNTER_DELETED_FILES, Registry, RegistryError
 
@@ -73,6 +78,7 @@ def read_registry(where: str) -> WalmgrStatus:
             counts = reg.counts()
             last_cycle = reg.meta_get("last_cycle_ms")
             last_full = reg.meta_get("last_full_scan_ms")
+            summary = reg.meta_get(LAST_CYCLE_META)
             deleted = int(reg.meta_get(COUNTER_DELETED_FILES, 0))
             cluster_id = reg.cluster_id
         tracked = sum(counts.get(s, (0, 0))[0] for s in (State.TRACKED, State.CANDIDATE, State.PLANNED))
@@ -85,6 +91,7 @@ def read_registry(where: str) -> WalmgrStatus:
             deleted_files=deleted,
             tracked=tracked,
             planned=counts.get(State.PLANNED, (0, 0))[0],
+            last_cycle=_summary(summary),
         )
     # A registry that does not decode (msgpack's errors are ValueErrors) is
     # an unreadable source, as a missing one.
@@ -92,6 +99,25 @@ def read_registry(where: str) -> WalmgrStatus:
         # The registry's messages begin with its path, which ``where`` already names.
         text = str(e).removeprefix(f"registry {os.path.abspath(path)}: ")
         return WalmgrStatus("registry", where, error=" ".join(text.split()) or type(e).__name__)
+
+
+_SUMMARY_KEYS = ("candidates", "kept_referenced", "kept_doubt", "deleted_files", "delete_failures")
+
+
+def _summary(v: object) -> dict[str, int | str] | None:
+    """The last cycle's summary as the registry holds it, checked (a value
+    of another shape, or from an older walmgr: None)."""
+    if not isinstance(v, dict):
+        return None
+    out: dict[str, int | str] = {}
+    for k in _SUMMARY_KEYS:
+        n = v.get(k)
+        if type(n) is not int or n < 0:
+            return None
+        out[k] = n
+    err = v.get("scan_error", "")
+    out["scan_error"] = err[:200] if isinstance(err, str) else ""
+    return out
 
 
 def fetch_metrics(url: str, timeout_s: float, now_ms: int) -> WalmgrStatus:

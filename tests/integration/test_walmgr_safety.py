@@ -49,7 +49,8 @@ from tests.walmgr_safety_cases import (
     until,
 )
 from walmgr import cli
-from walmgr.daemon import CycleReport, Walmgr
+from walmgr.cycle_report import CycleReport
+from walmgr.daemon import Walmgr
 from walmgr.model import State
 
 

@@ -21,7 +21,7 @@ from partlog.tools.cluster_status import (
     to_json,
 )
 from partlog.tools.walmgr_status import WalmgrStatus, parse_metrics, read_registry
-from walmgr.daemon import WalmgrMetrics
+from walmgr.metrics import WalmgrMetrics
 from walmgr.registry import Registry
 
 CID = str(uuid.UUID(int=7))
@@ -143,8 +143,27 @@ def test_walmgr_registry_is_read(tmp_path: object) -> None:
         reg.bind_cluster(uuid.UUID(CID))
     w = read_registry(path)  # beside a writer in another process: tests/system/test_cluster_status.py
     assert (w.error, w.last_cycle_ms, w.cluster_id, w.deleted_files, w.tracked) == ("", NOW_MS, CID, 0, 0)
+    assert w.last_cycle is None  # a registry of a walmgr that kept no summary
     missing = read_registry(path + "/none")
     assert missing.error == "no walmgr registry here (data.mdb missing)"
+
+
+def test_walmgr_last_cycle_summary_is_read_and_checked(tmp_path: object) -> None:
+    from walmgr.cycle_report import LAST_CYCLE_META, CycleReport
+    from walmgr.deleter import DeleteReport
+
+    report = CycleReport(started_ms=NOW_MS, candidates=5, referenced_count=3, doubt_count=1)
+    report.deleted = DeleteReport(deleted_files=1)
+    path = str(tmp_path)
+    with Registry(path) as reg:
+        reg.meta_set(LAST_CYCLE_META, report.summary())
+    got = read_registry(path).last_cycle
+    assert got == {"candidates": 5, "kept_referenced": 3, "kept_doubt": 1, "deleted_files": 1,
+                   "delete_failures": 0, "scan_error": ""}  # fmt: skip
+    for bad in ({"candidates": -1}, [1, 2], {**report.summary(), "kept_doubt": "x"}):
+        with Registry(path) as reg:
+            reg.meta_set(LAST_CYCLE_META, bad)
+        assert read_registry(path).last_cycle is None
 
 
 def test_walmgr_registry_named_by_its_config_file_or_undecodable(tmp_path: object) -> None:

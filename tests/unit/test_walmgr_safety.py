@@ -22,7 +22,8 @@ from partlog.wal.localdir_store import LocalDirStore
 from partlog.wal.objectstore import DeleteResult, ForwardingStore, ObjectStore, ObjectStoreError
 from tests.walmgr_helpers import listed
 from tests.walmgr_safety_cases import PREFIX, config, now_ms
-from walmgr.daemon import CycleReport, Walmgr
+from walmgr.cycle_report import CycleReport
+from walmgr.daemon import Walmgr
 from walmgr.deleter import execute_plan
 from walmgr.model import ObjectRecord, Source, State
 from walmgr.registry import Registry
