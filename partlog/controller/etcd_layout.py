@@ -528,6 +528,12 @@ class EtcdView:
         t = self._topics.get(name)
         return None if t is None else t.modified
 
+    def created_replicas(self, name: str) -> tuple[tuple[int, ...], ...] | None:
+        """A live topic's replicas as its key holds them (as created or grown;
+        a reassignment moves a partition's own, in its key, not these)."""
+        t = self._topics.get(name)
+        return None if t is None else t.replicas
+
     def topic_revision(self, topic_id: uuid.UUID) -> tuple[str, int] | None:
         t = self._by_id.get(topic_id)
         return None if t is None else (t.name, t.revision)

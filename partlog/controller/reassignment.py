@@ -37,6 +37,17 @@ leader epoch too (KRaft's triggerLeaderEpochBumpForReplicaReassignmentIfNeeded).
 Elections during a reassignment walk ``replicas`` in order, so they prefer
 target replicas, as Kafka's.
 
+The controller RPC's bodies (schemas in :mod:`partlog.rpc.methods`)::
+
+    alter_reassignments {"partitions": [[topic, partition, [broker ids] or nil]]}
+                     -> {"version", "partitions": [[topic, partition, error, message or nil]]}
+    list_reassignments  {"partitions": [[topic, partition]] or nil}
+                     -> {"reassignments": [[topic, partition, replicas, adding, removing]]}
+
+A request names a partition once (a Mapping on both sides; Kafka's
+controller decides each entry against the state before the request, so
+the last one would win): twice is a malformed body.
+
 Deliberate difference: Kafka's builder keeps the previous adding (removing)
 list when a replacing target computes an empty one; here both lists are
 always the ones the target computes (a target equal to the whole union ends
@@ -46,21 +57,32 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from partlog.controller.cluster_meta import NO_LEADER, PartitionInfo, TopicInfo
 from partlog.controller.rules import Refused, after_fencing
 from partlog.kafka.errors import Errors
+from partlog.limits import PARTITIONS_PER_CLUSTER_MAX
+from partlog.rpc.wire import WireError, expect_int, expect_list, expect_map, expect_str, field
 
 __all__ = [
     "NO_REASSIGNMENT_MESSAGE",
     "REASON_REASSIGNMENT",
+    "REASSIGNMENT_ITEMS_PER_REQUEST_MAX",
     "Reassignment",
     "ReassignmentAdmin",
     "cancel_reassignment",
     "check_target",
     "completed",
+    "dec_alter_reassignments",
+    "dec_alter_reassignments_response",
+    "dec_list_reassignments",
+    "dec_list_reassignments_response",
     "decide_reassignment",
+    "enc_alter_reassignments",
+    "enc_alter_reassignments_response",
+    "enc_list_reassignments",
+    "enc_list_reassignments_response",
     "listed",
     "reassigning",
     "reassignment_of",
@@ -76,6 +98,12 @@ __all__ = [
 NO_REASSIGNMENT_MESSAGE = "No partition reassignment is in progress."
 # The reason controller events and logs give for a reassignment's change.
 REASON_REASSIGNMENT = "reassignment"
+# Partitions and the broker ids of their targets, all of one request's
+# together (each counts one): well inside the RPC body's element limit
+# (partlog.rpc.schema's BODY_ELEMENTS_MAX, 1,000,000).
+REASSIGNMENT_ITEMS_PER_REQUEST_MAX = 250_000
+# What a message may carry back (Kafka's are one sentence).
+_MESSAGE_CHARS_MAX = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,3 +334,100 @@ def state_error(p: PartitionInfo, alive: Callable[[int], bool]) -> str | None:
     if reassigning(p) and set(target_of(p)) <= set(p.isr):
         return "a reassignment whose target is in the ISR left in progress"
     return None
+
+
+# ------------------------------------------------------------ RPC bodies
+
+_Changes = Mapping[tuple[str, int], Sequence[int] | None]
+
+
+def enc_alter_reassignments(changes: _Changes) -> dict[str, Any]:
+    return {"partitions": [[t, i, None if r is None else list(r)] for (t, i), r in changes.items()]}
+
+
+def dec_alter_reassignments(body: Any) -> dict[tuple[str, int], tuple[int, ...] | None]:
+    w = "alter_reassignments"
+    items = expect_list(field(expect_map(body, w), "partitions", w), f"{w}.partitions")
+    if len(items) > PARTITIONS_PER_CLUSTER_MAX:
+        raise WireError(f"{w}.partitions: at most {PARTITIONS_PER_CLUSTER_MAX}, got {len(items)}")
+    out: dict[tuple[str, int], tuple[int, ...] | None] = {}
+    count = 0
+    for n, item in enumerate(items):
+        what = f"{w}.partitions[{n}]"
+        topic, index, raw = expect_list(item, what, 3)
+        key = (expect_str(topic, f"{what}.topic"), expect_int(index, f"{what}.partition"))
+        target = None if raw is None else tuple(expect_int(b, f"{what}.replicas[]") for b in expect_list(raw, what))
+        count += 1 + len(target or ())
+        if key in out:
+            raise WireError(f"{what}: partition {key[0]!r:.300}:{key[1]} named twice")
+        out[key] = target
+    if count > REASSIGNMENT_ITEMS_PER_REQUEST_MAX:
+        raise WireError(f"{w}: {count} items, at most {REASSIGNMENT_ITEMS_PER_REQUEST_MAX}")
+    return out
+
+
+def enc_alter_reassignments_response(version: int, answers: Mapping[tuple[str, int], Refused | None]) -> dict[str, Any]:
+    return {
+        "version": version,
+        "partitions": [
+            [t, i, 0, None] if a is None else [t, i, int(a.error), a.message[:_MESSAGE_CHARS_MAX]]
+            for (t, i), a in answers.items()
+        ],
+    }
+
+
+def dec_alter_reassignments_response(body: Any) -> tuple[int, dict[tuple[str, int], Refused | None]]:
+    """(the controller's version once the changes were committed, the answers)."""
+    w = "alter_reassignments response"
+    m = expect_map(body, w)
+    out: dict[tuple[str, int], Refused | None] = {}
+    for n, item in enumerate(expect_list(field(m, "partitions", w), f"{w}.partitions")):
+        what = f"{w}.partitions[{n}]"
+        topic, index, code, message = expect_list(item, what, 4)
+        key = (expect_str(topic, f"{what}.topic"), expect_int(index, f"{what}.partition"))
+        code = expect_int(code, f"{what}.error")
+        if code == 0:
+            out[key] = None
+            continue
+        try:
+            err = Errors(code)
+        except ValueError:
+            err = Errors.UNKNOWN_SERVER_ERROR
+        out[key] = Refused(err, "" if message is None else expect_str(message, f"{what}.message")[:_MESSAGE_CHARS_MAX])
+    return expect_int(field(m, "version", w), f"{w}.version"), out
+
+
+def enc_list_reassignments(partitions: Iterable[tuple[str, int]] | None) -> dict[str, Any]:
+    return {"partitions": None if partitions is None else [[t, i] for t, i in partitions]}
+
+
+def dec_list_reassignments(body: Any) -> list[tuple[str, int]] | None:
+    w = "list_reassignments"
+    raw = field(expect_map(body, w), "partitions", w)
+    if raw is None:
+        return None
+    items = expect_list(raw, f"{w}.partitions")
+    if len(items) > PARTITIONS_PER_CLUSTER_MAX:
+        raise WireError(f"{w}.partitions: at most {PARTITIONS_PER_CLUSTER_MAX}, got {len(items)}")
+    out = []
+    for n, item in enumerate(items):
+        topic, index = expect_list(item, f"{w}.partitions[{n}]", 2)
+        out.append((expect_str(topic, f"{w}.partitions[{n}].topic"), expect_int(index, f"{w}.partitions[{n}].index")))
+    return out
+
+
+def enc_list_reassignments_response(found: Iterable[Reassignment]) -> dict[str, Any]:
+    return {
+        "reassignments": [[r.topic, r.partition, list(r.replicas), list(r.adding), list(r.removing)] for r in found]
+    }
+
+
+def dec_list_reassignments_response(body: Any) -> list[Reassignment]:
+    w = "list_reassignments response"
+    out = []
+    for n, item in enumerate(expect_list(field(expect_map(body, w), "reassignments", w), f"{w}.reassignments")):
+        what = f"{w}.reassignments[{n}]"
+        topic, index, replicas, adding, removing = expect_list(item, what, 5)
+        lists = [tuple(expect_int(b, f"{what}[]") for b in expect_list(v, what)) for v in (replicas, adding, removing)]
+        out.append(Reassignment(expect_str(topic, f"{what}.topic"), expect_int(index, f"{what}.partition"), *lists))
+    return out
