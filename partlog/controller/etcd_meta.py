@@ -466,7 +466,12 @@ class EtcdMetadata(SnapshotView):
             (name, index): await self._admin.alter_reassignment(name, index, target, unclean=unclean)
             for (name, index), target in changes.items()
         }
-        written = self.view.revision
+        # The last write's revision: the adopted view holds every change once it is there.
+        written = 0
+        for name, index in out:
+            got = self.view.topic_of(name)
+            if got is not None:
+                written = max(written, self.view.part_revision(TopicIdPartition(got[0], index)))
         await self._view_until(lambda: self._version >= written)
         return out
 
