@@ -19,7 +19,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from partlog.controller.cluster_meta import NO_LEADER, PartitionInfo
+from partlog.controller.cluster_meta import NO_LEADER, BrokerInfo, PartitionInfo
 from partlog.controller.core import Controller
 from partlog.controller.etcd_layout import dec_part, enc_part
 from partlog.controller.reassignment import (
@@ -41,6 +41,7 @@ from partlog.controller.reassignment import (
 from partlog.controller.rules import Refused
 from partlog.controller.wire import dec_partition, enc_partition
 from partlog.kafka.errors import Errors
+from partlog.kafka.records import TopicIdPartition
 from partlog.rpc.methods import CONTROLLER_SCHEMAS
 from partlog.rpc.wire import WireError
 from tests.unit.test_controller import config, create, part, register, tp_of
@@ -169,6 +170,61 @@ def test_cancel_that_needs_an_unclean_election_is_refused(tmp_path: Path) -> Non
         )
     }
     c.close()
+
+
+def test_elections_during_a_move_prefer_target_replicas(tmp_path: Path) -> None:
+    """Kafka's builder elects over the union, target first: with the leader
+    fenced, the ISR member in the target leads, not an earlier old replica."""
+    c = Controller(config(tmp_path / "ctl"), now_ms=0)
+    epochs = register(c, [1, 2, 3, 4])
+    create(c, "t", 1, 3)
+    tp = tp_of(c, "t")
+    p = part(c, tp)
+    first, second, third = p.replicas
+    fourth = next(b for b in (1, 2, 3, 4) if b not in p.replicas)
+    assert c.alter_reassignments({("t", 0): (fourth, third)}) == {("t", 0): None}
+    moving = part(c, tp)
+    assert moving.replicas == (fourth, third, *sorted((first, second)))
+    for b in (second, third, fourth):
+        assert c.heartbeat(b, epochs[b], 2_000) == Errors.NONE
+    c.tick(2_000)  # the leader (first) is fenced
+    c.check()
+    after = part(c, tp)
+    assert after.leader == third and reassigning(after)  # not second, which came first in the old order
+    assert after.leader_epoch == moving.leader_epoch + 1
+    c.close()
+
+
+def test_etcd_plan_completes_a_move_its_election_finishes() -> None:
+    """etcd's acting controller (sans-IO): the leader of a partition moving
+    off it dies; the unclean election puts the target's replica in the ISR,
+    which completes the move in the same write."""
+    import uuid
+
+    from partlog.controller.etcd_controller import plan
+    from partlog.controller.etcd_layout import KV, EtcdView, Keys, enc_broker, enc_topic, pack_value
+
+    keys, tid = Keys("/c"), uuid.UUID(int=7)
+    tp = TopicIdPartition(tid, 0)
+    moving = PartitionInfo(1, 0, (2, 1), (1,), 1, (2,), (1,))
+    view = EtcdView(keys)
+    view.load(
+        [
+            KV(keys.cluster_id, str(uuid.UUID(int=1)).encode(), 1, 1),
+            KV(keys.broker(2), enc_broker(BrokerInfo(2, "a", "h", 1), 5), 2, 2),  # broker 1 is gone
+            KV(keys.incarnation(2), pack_value(2), 3, 3),
+            KV(keys.topic("t"), enc_topic(tid, [(1,)]), 4, 4),
+            KV(keys.part(tp), enc_part(moving), 5, 5),
+        ],
+        5,
+    )
+    assert view.refused == 0 and view.partition(tp) == moving
+    (change,) = plan(view, unclean=True, elect_preferred=False).changes
+    assert change.tp == tp and change.unclean
+    assert change.new == PartitionInfo(2, 1, (2,), (2,), 2)
+    # Without unclean elections it goes offline, still moving (its last ISR member is the old replica).
+    (clean,) = plan(view, unclean=False, elect_preferred=False).changes
+    assert clean.new == PartitionInfo(NO_LEADER, 1, (2, 1), (1,), 2, (2,), (1,))
 
 
 def test_wire_round_trips_and_old_records() -> None:
