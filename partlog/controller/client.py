@@ -40,7 +40,7 @@ import contextlib
 import logging
 import ssl as ssl_module
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from partlog.controller.cluster_meta import (
@@ -52,6 +52,14 @@ from partlog.controller.cluster_meta import (
 )
 from partlog.controller.model import MetadataSnapshot
 from partlog.controller.partition_admin import NewPartitions, dec_create_partitions_response, enc_create_partitions
+from partlog.controller.reassignment import (
+    Reassignment,
+    dec_alter_reassignments_response,
+    dec_list_reassignments_response,
+    enc_alter_reassignments,
+    enc_list_reassignments,
+    listed,
+)
 from partlog.controller.rules import Refused
 from partlog.controller.view import ControllerUnavailableError, SnapshotView
 from partlog.controller.wire import (
@@ -473,6 +481,35 @@ class ControllerMetadata(SnapshotView):
         grown = {t.topic_id: t.num_partitions for t in out.values() if isinstance(t, TopicInfo)}
         if not validate_only:
             await self._view_grown(grown)
+        return out
+
+    async def alter_reassignments(
+        self, changes: Mapping[tuple[str, int], tuple[int, ...] | None]
+    ) -> dict[tuple[str, int], Refused | None]:
+        """Start, replace or cancel reassignments (see
+        :class:`~partlog.controller.reassignment.ReassignmentAdmin`); a
+        controller that cannot be reached answers every partition with its
+        retriable error.  Returns once this view holds the controller's
+        version after the change."""
+        out = await self._admin(
+            "alter_reassignments", enc_alter_reassignments(changes), dec_alter_reassignments_response
+        )
+        if isinstance(out, Errors):
+            return dict.fromkeys(changes, Refused(out, f"the controller did not answer: {out.name}"))
+        version, answers = out
+        await self._view_until(lambda: self._version >= version)
+        return answers
+
+    async def list_reassignments(self, partitions: Iterable[tuple[str, int]] | None) -> list[Reassignment]:
+        """The reassignments in progress (see
+        :class:`~partlog.controller.reassignment.ReassignmentAdmin`), as the
+        controller holds them; when it cannot be reached, as this view last
+        saw them (logged)."""
+        asked = None if partitions is None else list(partitions)
+        out = await self._admin("list_reassignments", enc_list_reassignments(asked), dec_list_reassignments_response)
+        if isinstance(out, Errors):
+            log.warning("list_reassignments: the controller did not answer (%s): answering from this view", out.name)
+            return listed(self.topics(), asked)
         return out
 
     async def delete_topics(self, names: list[str]) -> dict[str, uuid.UUID | Errors]:

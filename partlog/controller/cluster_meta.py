@@ -125,14 +125,20 @@ def kafka_listener_ports(text: str) -> dict[str, int]:
 @dataclass(frozen=True, slots=True)
 class PartitionInfo:
     """One partition's replica assignment and leadership, as the controller
-    last decided it.  ``partition_epoch`` grows with every change (leader or
-    ISR), so a stale AlterPartition is refused, as KRaft's partition epoch."""
+    last decided it.  ``partition_epoch`` grows with every change (leader,
+    ISR or replicas), so a stale AlterPartition is refused, as KRaft's
+    partition epoch.  During a reassignment (:mod:`partlog.controller.reassignment`)
+    ``replicas`` is the union, the target first, then ``removing``; ``adding``
+    are the target's new replicas (both by id, empty when none is in progress,
+    as KRaft's PartitionRegistration).  Brokers act on ``replicas`` only."""
 
     leader: int  # NO_LEADER when offline
     leader_epoch: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     partition_epoch: int = 0
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,10 +40,11 @@ Rules (Kafka's KRaft semantics, simplified):
   back as leader (Kafka also waits for a 10% per-broker imbalance; we do not).
 * **AlterPartition** is validated as Kafka's controller does (see
   :meth:`Controller.alter_partition`).
-* **Producer ids**: :class:`partlog.controller.producer_ids.ProducerIdManager`, in its
-  own LMDB environment under ``data_dir/producer_ids``; a block is durable
-  before it is returned.  Allocating a block is not a metadata change: it
-  does not bump ``version``.
+* **Reassignments** (:mod:`partlog.controller.reassignment`): every staged
+  partition change completes one whose target is in the ISR (``_Draft.set_part``).
+* **Producer ids**: :class:`partlog.controller.producer_ids.ProducerIdManager`
+  (``data_dir/producer_ids``), a block durable before it is returned; not a
+  metadata change (``version`` stays).
 
 Identity: a new state directory gets a random cluster id
 (``ControllerConfig.cluster_id`` to choose it), kept with the state and
@@ -55,7 +56,6 @@ Restart: reopening ``data_dir`` restores everything.  Brokers that were not
 fenced are restored as registered but not yet heard from: they get one full
 session timeout from the controller's start before they are fenced, as KRaft
 gives brokers after a controller failover.
-
 
 Where the rest is: the types and events in :mod:`partlog.controller.model`,
 the rules shared with the etcd back end (topic names, replica assignment,
@@ -100,6 +100,7 @@ from partlog.controller.model import (
     TopicDeleted,
 )
 from partlog.controller.producer_ids import ProducerIdManager, ProducerIdsExhaustedError
+from partlog.controller.reassignment import REASON_REASSIGNMENT, completed, decide_reassignment, state_error
 from partlog.controller.rules import (
     Overrides,
     Refused,
@@ -177,7 +178,8 @@ class _Draft:
 
     def set_part(self, tp: TopicIdPartition, new: PartitionInfo, reason: str, unclean: bool = False) -> None:
         old = self.part(tp)
-        new = bump(old, new)
+        # Every change of the ISR or the brokers may complete a reassignment.
+        new = bump(old, completed(new, self.alive))
         if new == old:
             return
         self.parts[tp] = new
@@ -605,7 +607,31 @@ class Controller:
             return p
         d.set_part(tp, replace(p, isr=isr), REASON_ALTER_PARTITION)
         self._commit(d)
-        return self._parts[tp]
+        # An ISR that completed a reassignment may have moved the leadership (Kafka's answer).
+        return self._parts[tp] if self._parts[tp].leader == broker_id else Errors.NEW_LEADER_ELECTED
+
+    def alter_reassignments(
+        self, changes: Mapping[tuple[str, int], Sequence[int] | None]
+    ) -> dict[tuple[str, int], Refused | None]:
+        """Kafka's AlterPartitionReassignments, one durable change for all, each
+        partition as :func:`~partlog.controller.reassignment.decide_reassignment`
+        decides: None when done (started, replaced, completed, cancelled, or nothing to do)."""
+        d, out, unclean = (
+            _Draft(self),
+            dict[tuple[str, int], Refused | None](),
+            self.config.unclean_leader_election_enable,
+        )
+        for (name, index), target in changes.items():
+            tp = TopicIdPartition(self._topic_ids.get(name) or uuid.UUID(int=0), index)
+            p = d.part(tp) if tp in self._parts else None
+            new = decide_reassignment(name, index, target, p, topic_known=name in self._topic_ids,
+                                      registered=self._brokers.__contains__, alive=d.alive,
+                                      unclean=unclean)  # fmt: skip
+            out[(name, index)] = new if isinstance(new, Refused) else None
+            if not isinstance(new, Refused):
+                d.set_part(tp, new, REASON_REASSIGNMENT)
+        self._commit(d)
+        return out
 
     # -------------------------------------------------------- producer ids
 
@@ -661,22 +687,10 @@ class Controller:
         return out
 
     def check(self) -> None:
-        """Assert the invariants every committed state keeps (tests call it
-        after each step): a leader is alive and in the ISR; the ISR is a
-        non-empty subset of the replicas in replicas order; an ISR of a
-        partition with a leader holds only alive brokers; an offline
-        partition keeps exactly its last ISR member."""
+        """Assert the invariants every committed state keeps (tests call it after each step):
+        each partition's (:func:`~partlog.controller.reassignment.state_error`), the tables' agreement."""
         for tp, p in self._parts.items():
-            assert len(set(p.replicas)) == len(p.replicas) > 0, f"{tp}: replicas {p.replicas}"
-            assert p.isr and p.isr == tuple(r for r in p.replicas if r in p.isr), f"{tp}: isr {p.isr} of {p.replicas}"
-            assert p.leader_epoch >= 0 and p.partition_epoch >= p.leader_epoch, f"{tp}: epochs {p}"
-            if p.leader == NO_LEADER:
-                assert len(p.isr) == 1, f"{tp}: offline with isr {p.isr}"
-            else:
-                assert p.leader in p.isr, f"{tp}: leader {p.leader} not in isr {p.isr}"
-                for r in p.isr:
-                    b = self._brokers.get(r)
-                    assert b is not None and not b.fenced, f"{tp}: isr member {r} is not alive"
+            assert state_error(p, _Draft(self).alive) is None, f"{tp}: {state_error(p, _Draft(self).alive)}: {p}"
         assert self._offline == {tp for tp, p in self._parts.items() if p.leader == NO_LEADER}
         assert not self._deleted.keys() & self._topic_names.keys(), "a topic both live and deleted"
         assert self._configs.keys() <= self._topic_names.keys(), "configs of no live topic"

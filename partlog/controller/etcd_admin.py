@@ -6,7 +6,10 @@ actor, so the process that needs it writes it with a compare-and-swap.
   epoch (and every added replica's);
 * producer-id blocks: compare-and-swap on a counter, KIP-730's scheme;
 * topic creation, growth (CreatePartitions) and deletion;
-* topic config overrides: compare-and-swap on the topic's configs key.
+* topic config overrides: compare-and-swap on the topic's configs key;
+* reassignments (:mod:`partlog.controller.reassignment`): compare-and-swap
+  per partition, as AlterPartition; an AlterPartition whose ISR takes in
+  the whole target completes the reassignment in its own transaction.
 
 Calls that need the quorum answer retriable errors
 (``COORDINATOR_NOT_AVAILABLE``, ``REQUEST_TIMED_OUT``) when etcd cannot be
@@ -26,6 +29,7 @@ import aetcd.exceptions
 import aetcd.utils
 
 from partlog.controller.cluster_meta import (
+    NO_LEADER,
     ConfigChange,
     MetadataError,
     PartitionInfo,
@@ -45,6 +49,7 @@ from partlog.controller.etcd_layout import (
 from partlog.controller.etcd_session import EtcdSession
 from partlog.controller.model import DELETED_TOPICS_MAX, REASON_ALTER_PARTITION
 from partlog.controller.partition_admin import NewPartitions
+from partlog.controller.reassignment import REASON_REASSIGNMENT, completed, decide_reassignment
 from partlog.controller.rules import (
     Refused,
     added_partitions,
@@ -69,8 +74,10 @@ log = logging.getLogger(__name__)
 PRODUCER_ID_CAS_ATTEMPTS_MAX = 32
 CONFIG_CAS_ATTEMPTS_MAX = 32
 # Compare-and-swap attempts of one CreatePartitions on its topic's key (each
-# loses only to another change of that topic).
+# loses only to another change of that topic), and of one partition's
+# reassignment on its partition key (each loses to an ISR change or an election).
 TOPIC_CAS_ATTEMPTS_MAX = 8
+PARTITION_CAS_ATTEMPTS_MAX = 8
 
 
 def _fresh_counter(value: bytes, revision: int, floor: int) -> tuple[int, int]:
@@ -146,9 +153,12 @@ class EtcdAdmin:
         added = sorted(set(asked) - set(p.isr))
         if not all(self.view.accepted(r) for r in added):
             return Errors.INELIGIBLE_REPLICA
-        new = bump(p, replace(p, isr=tuple(r for r in p.replicas if r in set(asked))))
+        new = bump(p, completed(replace(p, isr=tuple(r for r in p.replicas if r in set(asked))), self.view.accepted))
         if new == p:
             return p
+        if new.leader != p.leader and new.leader != NO_LEADER:
+            # A completed reassignment moved the leadership: its incarnation is compared too.
+            added = sorted({*added, new.leader})
         # Every revision compared is read with ``p``, before any await: one
         # read after it could be newer than the state ``new`` was built on.
         owner = self.view.topic_revision(tp.topic_id)
@@ -178,7 +188,8 @@ class EtcdAdmin:
             self._schedule_adopt()
             log.info("etcd: %s/%d isr %s -> %s (%s)", owner[0], tp.partition, list(p.isr), list(new.isr),
                      REASON_ALTER_PARTITION)  # fmt: skip
-            return new
+            # Kafka's answer when the ISR completed a reassignment that moved the leadership.
+            return new if new.leader == broker_id else Errors.NEW_LEADER_ELECTED
 
         def got(i: int) -> Any:
             return resp[i][0][1] if len(resp) > i and resp[i] else None
@@ -355,7 +366,9 @@ class EtcdAdmin:
                                    cluster_partitions=self.view.partition_count())  # fmt: skip
             if isinstance(new, Refused) or validate_only:
                 return new if isinstance(new, Refused) else replace(t, partitions=(*t.partitions, *new))
-            replicas = [p.replicas for p in (*t.partitions, *new)]
+            # The key keeps the existing partitions' replicas as it holds them
+            # (a reassigned partition's own are in its partition key).
+            replicas = [*(self.view.created_replicas(name) or ()), *(p.replicas for p in new)]
             try:
                 c = await self.conn.client()
                 tx = c.transactions
@@ -378,6 +391,71 @@ class EtcdAdmin:
             if not moved():  # the cluster id, not the topic (or a view that stopped following)
                 return Refused(Errors.COORDINATOR_NOT_AVAILABLE, "etcd holds another cluster or is not followed")
         return Refused(Errors.COORDINATOR_NOT_AVAILABLE, "the topic kept changing: retry")
+
+    async def alter_reassignment(
+        self, name: str, index: int, target: tuple[int, ...] | None, *, unclean: bool
+    ) -> Refused | None:
+        """One partition of AlterPartitionReassignments as
+        :func:`~partlog.controller.reassignment.decide_reassignment` decides it
+        over the brokers the acting controller accepted, written by one
+        transaction that succeeds only if the partition key, the topic and
+        the prefix's cluster id are as the view read them (and a new
+        leader's incarnation).  A lost compare decides again on the newer view."""
+        for _ in range(PARTITION_CAS_ATTEMPTS_MAX):
+            if self.view.frozen:
+                return Refused(Errors.COORDINATOR_NOT_AVAILABLE, "this process's view of etcd is frozen")
+            got = self.view.topic_of(name)
+            tp = TopicIdPartition(got[0], index) if got is not None else None
+            p = None if tp is None else self.view.partition(tp)
+            decided = decide_reassignment(name, index, target, p, topic_known=got is not None,
+                                          registered=self.view.brokers.__contains__, alive=self.view.accepted,
+                                          unclean=unclean)  # fmt: skip
+            if isinstance(decided, Refused):
+                return decided
+            assert got is not None and tp is not None and p is not None
+            new = bump(p, decided)
+            if new == p:
+                return None
+            part_rev = self.view.part_revision(tp)
+            leader = self.view.brokers.get(new.leader) if new.leader != p.leader else None
+            try:
+                c = await self.conn.client()
+                t = c.transactions
+                compare = [
+                    t.mod(self.keys.part(tp)) == part_rev,
+                    t.create(self.keys.topic(name)) == got[1],
+                    t.value(self.keys.cluster_id) == str(self.view.cluster_id).encode(),
+                ]
+                if leader is not None:
+                    compare.append(t.mod(self.keys.broker(new.leader)) == leader.epoch)
+                ok, resp = await self.conn.txn(compare, [t.put(self.keys.part(tp), enc_part(new))])
+            except (aetcd.exceptions.ConnectionTimeoutError, TimeoutError):
+                return Refused(Errors.REQUEST_TIMED_OUT, "etcd did not answer in time: the reassignment may be done")
+            except ETCD_ERRORS as e:
+                self._failed("alter_reassignments", e)
+                return Refused(Errors.COORDINATOR_NOT_AVAILABLE, "etcd cannot be reached")
+            if ok:
+                self.view.set_partition(tp, new, put_revision(resp))
+                self._schedule_adopt()
+                log.info("etcd: %s/%d replicas %s -> %s adding %s removing %s (%s)", name, index, list(p.replicas),
+                         list(new.replicas), list(new.adding), list(new.removing), REASON_REASSIGNMENT)  # fmt: skip
+                return None
+            moved = self._part_moved(tp, part_rev, new.leader if leader is not None else None)
+            await self._view_until(moved)
+            if not moved():
+                return Refused(Errors.COORDINATOR_NOT_AVAILABLE, "etcd holds another cluster or is not followed")
+        return Refused(Errors.COORDINATOR_NOT_AVAILABLE, "the partition kept changing: retry")
+
+    def _part_moved(self, tp: TopicIdPartition, part_rev: int, leader: int | None) -> Callable[[], bool]:
+        """Whether the view moved past what a lost compare was decided on:
+        the partition, its topic, or the new ``leader``'s incarnation."""
+        topic = self.view.topic_revision(tp.topic_id)
+        seen = None if leader is None else self.view.brokers.get(leader)
+        return lambda: (
+            self.view.part_revision(tp) != part_rev
+            or self.view.topic_revision(tp.topic_id) != topic
+            or (leader is not None and self.view.brokers.get(leader) != seen)
+        )
 
     def _topic_moved(self, name: str, modified: int) -> Callable[[], bool]:
         return lambda: self.view.topic_modified(name) != modified

@@ -3,9 +3,11 @@
 With etcd there is no controller process: brokers register and change ISRs
 themselves, by compare-and-swap transactions.  What needs one actor (fencing
 a broker whose lease expired, electing leaders, accepting a new incarnation,
-preferred-leader elections) is done by whichever process won etcd's
-election, with the rules of :mod:`partlog.controller.rules`, the same ones
-the embedded controller runs.
+preferred-leader elections, completing a reassignment whose target those
+bring into the ISR) is done by whichever process won etcd's election, with
+the rules of :mod:`partlog.controller.rules` and
+:mod:`partlog.controller.reassignment`, the same ones the embedded
+controller runs.
 
 Decisions are level-triggered: :func:`plan` compares the whole view with
 what the rules want, so a controller that takes over mid-way (its
@@ -29,6 +31,7 @@ from dataclasses import dataclass, field
 from partlog.controller.cluster_meta import NO_LEADER, PartitionInfo
 from partlog.controller.etcd_layout import EtcdView
 from partlog.controller.model import REASON_BROKER_FENCED, REASON_BROKER_REGISTERED, REASON_PREFERRED
+from partlog.controller.reassignment import completed
 from partlog.controller.rules import after_fencing, bump, needs_reconcile, preferred
 from partlog.kafka.records import TopicIdPartition
 
@@ -106,7 +109,8 @@ def _plan(
             new, was_unclean = after_fencing(p, alive, unclean)
         if elect_preferred and new == p:
             new, reason = preferred(p, alive), REASON_PREFERRED
-        new = bump(p, new)
+        # A changed ISR or leader may complete a reassignment, in the same write.
+        new = bump(p, completed(new, alive))
         if new != p:
             owner = view.topic_revision(tp.topic_id)
             assert owner is not None  # view.partitions() yields live topics only

@@ -18,10 +18,12 @@ cluster's prefix, because every key is ``P + "/" + ...``)::
     P/topics/<name>           [topic id (16 bytes), [[replicas] per partition]]:
                               CreatePartitions rewrites it with the same id
                               and more partitions, the existing ones as they were
-    P/parts/<topic hex>/<p>   [leader, leader epoch, replicas, isr, partition epoch]:
-                              written at the partition's first change; absent,
-                              the partition is as created (first replica leads,
-                              ISR = replicas, epochs 0)
+    P/parts/<topic hex>/<p>   [leader, leader epoch, replicas, isr, partition epoch
+                              (, adding, removing while reassigned)]: written at
+                              the partition's first change; absent, the
+                              partition is as created (first replica leads,
+                              ISR = replicas, epochs 0); its replicas are its
+                              own (a reassignment moves them off the topic's)
     P/deleted/<topic hex>     the deleted topic's name (kept for good)
     P/configs/<topic hex>     [[name, value]]: the config overrides of a topic
                               the controller configured (deleted with it)
@@ -62,6 +64,7 @@ from partlog.controller.etcd_url import (
     parse_etcd_url,
 )
 from partlog.controller.model import MetadataSnapshot
+from partlog.controller.reassignment import shape_error
 from partlog.controller.rules import valid_topic_name
 from partlog.controller.wire import dec_configs, dec_partition, enc_configs, enc_partition
 from partlog.kafka.records import TopicIdPartition
@@ -236,15 +239,20 @@ def enc_part(p: PartitionInfo) -> bytes:
     return pack_value(enc_partition(p))
 
 
-def dec_part(what: str, value: bytes, replicas: tuple[int, ...]) -> PartitionInfo:
-    """A partition's state, checked against its topic's replicas and the
-    invariants every committed state keeps."""
+def dec_part(what: str, value: bytes) -> PartitionInfo:
+    """A partition's state, checked against the invariants every committed
+    state keeps.  Its replicas are its own: a reassignment moves them away
+    from the topic key's, which stay as created."""
     try:
         p = dec_partition(_unpack(value, what), what)
     except WireError as e:
         raise MetadataError(str(e)) from None
-    if p.replicas != replicas:
-        raise MetadataError(f"{what}: replicas {list(p.replicas)}, the topic says {list(replicas)}")
+    for name, ids in (("replicas", p.replicas), ("adding", p.adding), ("removing", p.removing)):
+        if len(ids) > REPLICAS_MAX or not all(0 <= r <= BROKER_ID_MAX for r in ids):
+            raise MetadataError(f"{what}: {name} {list(ids)[:REPLICAS_MAX]} too many or not broker ids")
+    why = shape_error(p)
+    if why is not None:
+        raise MetadataError(f"{what}: {why}")
     if not p.isr or p.isr != tuple(r for r in p.replicas if r in p.isr) or len(set(p.isr)) != len(p.isr):
         raise MetadataError(f"{what}: isr {list(p.isr)} is not a subset of the replicas in their order")
     if p.leader != NO_LEADER and p.leader not in p.isr:
@@ -451,7 +459,7 @@ class EtcdView:
                 raise MetadataError(f"partition {owner.name}/{n} deleted while its topic lives: keeping it")
             else:
                 what = f"partition {owner.name}/{n}"
-                self._written(tid, n, dec_part(what, v, owner.replicas[n]), rev)
+                self._written(tid, n, dec_part(what, v), rev)
         elif k.startswith(keys.deleted):
             if v is None:
                 raise MetadataError("a deleted topic's record deleted: deletions are final, keeping it")
@@ -519,6 +527,12 @@ class EtcdView:
         """The mod revision of a live topic's key (it moves when it grows)."""
         t = self._topics.get(name)
         return None if t is None else t.modified
+
+    def created_replicas(self, name: str) -> tuple[tuple[int, ...], ...] | None:
+        """A live topic's replicas as its key holds them (as created or grown;
+        a reassignment moves a partition's own, in its key, not these)."""
+        t = self._topics.get(name)
+        return None if t is None else t.replicas
 
     def topic_revision(self, topic_id: uuid.UUID) -> tuple[str, int] | None:
         t = self._by_id.get(topic_id)

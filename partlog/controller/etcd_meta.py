@@ -28,7 +28,7 @@ shared client (:mod:`partlog.controller.etcd_connection`):
   (:mod:`partlog.controller.etcd_admin`): AlterPartition (compare the
   partition's revision and the sender's broker epoch), producer-id blocks
   (compare-and-swap on a counter, KIP-730's scheme), topic creation and
-  deletion.
+  deletion, reassignments.
 
 When etcd cannot be reached the view stays as it was, so brokers keep
 serving with their last view, as Kafka brokers do; calls that need the
@@ -43,7 +43,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import aetcd.exceptions
 from aetcd.rtypes import EventKind
@@ -64,6 +64,7 @@ from partlog.controller.etcd_layout import KV, EtcdTarget, EtcdView, Keys, dec_u
 from partlog.controller.etcd_session import EtcdSession
 from partlog.controller.model import BROKER_SESSION_TIMEOUT_MS_DEFAULT, LEADER_IMBALANCE_CHECK_INTERVAL_MS_DEFAULT
 from partlog.controller.partition_admin import NewPartitions
+from partlog.controller.reassignment import Reassignment, listed
 from partlog.controller.rules import Refused
 from partlog.controller.view import SnapshotView
 from partlog.kafka.errors import Errors
@@ -453,6 +454,31 @@ class EtcdMetadata(SnapshotView):
                 if isinstance(answer, TopicInfo):
                     out[name] = self.topic(name) or answer
         return out
+
+    async def alter_reassignments(
+        self, changes: Mapping[tuple[str, int], tuple[int, ...] | None]
+    ) -> dict[tuple[str, int], Refused | None]:
+        """Start, replace or cancel reassignments, each partition by one
+        compare-and-swap (see :meth:`EtcdAdmin.alter_reassignment`); answers
+        once this view holds them."""
+        unclean = self.unclean_leader_election_enable
+        out = {
+            (name, index): await self._admin.alter_reassignment(name, index, target, unclean=unclean)
+            for (name, index), target in changes.items()
+        }
+        # The last write's revision: the adopted view holds every change once it is there.
+        written = 0
+        for name, index in out:
+            got = self.view.topic_of(name)
+            if got is not None:
+                written = max(written, self.view.part_revision(TopicIdPartition(got[0], index)))
+        await self._view_until(lambda: self._version >= written)
+        return out
+
+    async def list_reassignments(self, partitions: Iterable[tuple[str, int]] | None) -> list[Reassignment]:
+        """The reassignments in progress this view holds (see
+        :class:`~partlog.controller.reassignment.ReassignmentAdmin`)."""
+        return listed(self.topics(), partitions)
 
     async def delete_topics(self, names: list[str]) -> dict[str, uuid.UUID | Errors]:
         """Delete topics by name, each by one transaction (the topic key,

@@ -216,10 +216,13 @@ def after_fencing(p: PartitionInfo, alive: Callable[[int], bool], unclean: bool)
 
 
 def bump(old: PartitionInfo, new: PartitionInfo) -> PartitionInfo:
-    """``new`` with the epochs a change from ``old`` earns."""
-    if new.leader != old.leader:
+    """``new`` with the epochs a change from ``old`` earns: a new leader, or
+    replicas that lose a member (a reassignment's end, KRaft's rule), bump
+    both; any other change (ISR, replicas, a reassignment's lists) the
+    partition epoch."""
+    if new.leader != old.leader or not set(old.replicas) <= set(new.replicas):
         return replace(new, leader_epoch=old.leader_epoch + 1, partition_epoch=old.partition_epoch + 1)
-    if new.isr != old.isr:
+    if (new.isr, new.replicas, new.adding, new.removing) != (old.isr, old.replicas, old.adding, old.removing):
         return replace(new, leader_epoch=old.leader_epoch, partition_epoch=old.partition_epoch + 1)
     return old
 

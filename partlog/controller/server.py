@@ -30,6 +30,8 @@ field)::
                            "configs"?: [[name, [[config, value]]]]}
                        -> {"version", "topics": [[name, error, topic or nil]]}
     create_partitions     see :mod:`partlog.controller.partition_admin`
+    alter_reassignments   see :mod:`partlog.controller.reassignment`
+    list_reassignments    see :mod:`partlog.controller.reassignment`
     alter_topic_configs   {"topics": [[name, replace, [[op, config, value or nil]]]],
                            "validate_only"?}
                        -> {"version", "topics": [[name, error, message or nil]]}
@@ -53,6 +55,13 @@ from partlog.controller.partition_admin import (
     NewPartitions,
     dec_create_partitions,
     enc_create_partitions_response,
+)
+from partlog.controller.reassignment import (
+    dec_alter_reassignments,
+    dec_list_reassignments,
+    enc_alter_reassignments_response,
+    enc_list_reassignments_response,
+    listed,
 )
 from partlog.controller.rules import Refused
 from partlog.controller.scram_store import CONTROLLER_SCRAM_SCHEMAS, scram_handlers
@@ -166,6 +175,8 @@ class ControllerServer:
             "allocate_producer_ids": self._handle_allocate_producer_ids,
             "create_topics": self._handle_create_topics,
             "create_partitions": self._handle_create_partitions,
+            "alter_reassignments": self._handle_alter_reassignments,
+            "list_reassignments": self._handle_list_reassignments,
             "delete_topics": self._handle_delete_topics,
             "alter_topic_configs": self._handle_alter_topic_configs,
         }
@@ -367,6 +378,20 @@ class ControllerServer:
         elif not validate_only:
             log.info("topic grown name=%s id=%s partitions=%d", name, answer.topic_id, answer.num_partitions)
         return answer
+
+    async def _handle_alter_reassignments(self, body: Any) -> Any:
+        changes = _decode(dec_alter_reassignments, body)
+        answer = await self._run(lambda c: c.alter_reassignments(changes))
+        # Kafka's one line per request; each partition's change is logged as its event.
+        refused = sum(r is not None for r in answer.values())
+        log.info("altered %d of %d partition reassignment(s)", len(answer) - refused, len(answer))
+        return enc_alter_reassignments_response(self._published_version, answer)
+
+    async def _handle_list_reassignments(self, body: Any) -> Any:
+        partitions = _decode(dec_list_reassignments, body)
+        return enc_list_reassignments_response(
+            await self._run(lambda c: listed(c.snapshot().topics, partitions), write=False)
+        )
 
     async def _handle_delete_topics(self, body: Any) -> Any:
         names = _decode(dec_delete_topics, body)

@@ -12,7 +12,8 @@ Layout of ``data_dir``::
 
     LOCK            flock'ed by the controller that owns the directory
     metadata/       LMDB: meta (format, version, last broker epoch, cluster id), brokers,
-                    topics, parts (one value per partition), deleted_topics,
+                    topics, parts (one value per partition, wire.enc_partition's:
+                    a reassignment's lists only while one is in progress), deleted_topics,
                     topic_configs (a configured topic's overrides: [[name, value]])
     producer_ids/   LMDB of the ProducerIdManager (opened by the controller)
 """

@@ -66,18 +66,35 @@ __all__ = [
 
 
 def enc_partition(p: PartitionInfo) -> list[Any]:
-    return [p.leader, p.leader_epoch, list(p.replicas), list(p.isr), p.partition_epoch]
+    # The reassignment's lists only while one is in progress (seven items):
+    # a settled partition encodes as before reassignments existed.
+    moving = [list(p.adding), list(p.removing)] if p.adding or p.removing else []
+    return [p.leader, p.leader_epoch, list(p.replicas), list(p.isr), p.partition_epoch, *moving]
 
 
 def dec_partition(v: Any, what: str = "partition") -> PartitionInfo:
-    leader, leader_epoch, replicas, isr, partition_epoch = expect_list(v, what, 5)
+    items = expect_list(v, what)
+    if len(items) not in (5, 7):
+        raise WireError(f"{what}: expected 5 or 7 items, got {len(items)}")
+    leader, leader_epoch, replicas, isr, partition_epoch = items[:5]
+    adding, removing = (
+        (_broker_ids(items[5], f"{what}.adding"), _broker_ids(items[6], f"{what}.removing"))
+        if len(items) == 7
+        else ((), ())
+    )
     return PartitionInfo(
         expect_int(leader, f"{what}.leader"),
         expect_int(leader_epoch, f"{what}.leader_epoch"),
-        tuple(expect_int(r, f"{what}.replicas[]") for r in expect_list(replicas, f"{what}.replicas")),
-        tuple(expect_int(r, f"{what}.isr[]") for r in expect_list(isr, f"{what}.isr")),
+        _broker_ids(replicas, f"{what}.replicas"),
+        _broker_ids(isr, f"{what}.isr"),
         expect_int(partition_epoch, f"{what}.partition_epoch"),
+        adding,
+        removing,
     )
+
+
+def _broker_ids(v: Any, what: str) -> tuple[int, ...]:
+    return tuple(expect_int(r, f"{what}[]") for r in expect_list(v, what))
 
 
 def enc_topic(t: TopicInfo) -> list[Any]:

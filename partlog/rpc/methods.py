@@ -306,6 +306,27 @@ CONTROLLER_SCHEMAS: dict[str, Schema] = {
         }
     ),
     "delete_topics": Map(required={"topics": List(Str(TOPIC_NAME_BYTES_MAX), TOPICS_PER_REQUEST_MAX)}),
+    # [topic, partition, target broker ids or nil to cancel] (partlog.controller.reassignment);
+    # any int32: an unknown partition or broker is the controller's answer (Kafka's).
+    "alter_reassignments": Map(
+        required={
+            "partitions": List(
+                Tuple(
+                    ("topic", Str(TOPIC_NAME_BYTES_MAX)),
+                    ("partition", INT32),
+                    ("replicas", Nullable(List(INT32, BROKERS_MAX))),
+                ),
+                PARTITIONS_PER_CLUSTER_MAX,
+            )
+        }
+    ),
+    "list_reassignments": Map(
+        required={
+            "partitions": Nullable(
+                List(Tuple(("topic", Str(TOPIC_NAME_BYTES_MAX)), ("partition", INT32)), PARTITIONS_PER_CLUSTER_MAX)
+            )
+        }
+    ),
     # partlog.controller.wire: a topic's overrides, and IncrementalAlterConfigs'
     # [op, name, value or nil] (docs/design/topic-configs.md).
     "alter_topic_configs": Map(

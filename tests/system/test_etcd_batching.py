@@ -179,7 +179,7 @@ async def _final(admin: EtcdMetadata, t: TopicInfo) -> list[PartitionInfo]:
     prefix = admin.keys.parts_of(t.topic_id)
     got = {int(kv.key[len(prefix) :]): kv.value for kv in await c.get_prefix(prefix)}
     assert len(got) == len(t.partitions)  # every partition was written
-    return [dec_part(f"partition {i}", got[i], t.partitions[i].replicas) for i in range(len(t.partitions))]
+    return [dec_part(f"partition {i}", got[i]) for i in range(len(t.partitions))]
 
 
 async def _history(admin: EtcdMetadata) -> dict[int, list[PartitionInfo]]:
@@ -200,7 +200,7 @@ async def _history(admin: EtcdMetadata) -> dict[int, list[PartitionInfo]]:
             except TimeoutError:
                 break
             i = int(ev.kv.key[len(prefix) :])
-            out[i].append(dec_part(f"partition {i}", ev.kv.value, t.partitions[i].replicas))
+            out[i].append(dec_part(f"partition {i}", ev.kv.value))
     finally:
         with contextlib.suppress(Exception):
             await watch.cancel()
