@@ -57,6 +57,11 @@ from partlog.kafka_front.handler import (
 from partlog.kafka_front.metadata_api import MetadataApi
 from partlog.kafka_front.partition_apis import CREATE_PARTITIONS_KEY, PartitionApis
 from partlog.kafka_front.port import BrokerPort
+from partlog.kafka_front.reassign_apis import (
+    ALTER_PARTITION_REASSIGNMENTS_KEY,
+    LIST_PARTITION_REASSIGNMENTS_KEY,
+    ReassignApis,
+)
 from partlog.kafka_front.txn_apis import TxnApis
 from partlog.kafka_front.txn_coordinator import TXN_STATE_PARTITIONS_DEFAULT, TxnCoordinator
 from partlog.kafka_front.txn_rpc import TxnRpcFront
@@ -120,6 +125,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     33: (0, 2),  # AlterConfigs
     44: (0, 1),  # IncrementalAlterConfigs
     37: (0, 3),  # CreatePartitions
+    45: (0, 1),  # AlterPartitionReassignments (v1: KIP-860)
+    46: (0, 0),  # ListPartitionReassignments
     36: (0, 2),  # SaslAuthenticate
     50: (0, 0),  # DescribeUserScramCredentials
     51: (0, 0),  # AlterUserScramCredentials
@@ -228,7 +235,8 @@ class KafkaApis(ApiHandlers):
             admin=self.admin,
         )
         partitions = PartitionApis(broker)
-        for h in (self.admin, configs, group, self.txn, acls, metadata, partitions):
+        reassign = ReassignApis(broker)
+        for h in (self.admin, configs, group, self.txn, acls, metadata, partitions, reassign):
             h.authz = self.authz
         self.handlers: dict[int, Handler] = {
             0: self.produce,
@@ -261,6 +269,8 @@ class KafkaApis(ApiHandlers):
             33: configs.alter_configs,
             44: configs.incremental_alter_configs,
             CREATE_PARTITIONS_KEY: partitions.create_partitions,
+            ALTER_PARTITION_REASSIGNMENTS_KEY: reassign.alter_partition_reassignments,
+            LIST_PARTITION_REASSIGNMENTS_KEY: reassign.list_partition_reassignments,
             65: self.txn.describe_transactions,
             66: self.txn.list_transactions,
         }

@@ -75,6 +75,8 @@ API_KEYS: dict[int, str] = {
     44: "IncrementalAlterConfigs",
     36: "SaslAuthenticate",
     37: "CreatePartitions",
+    45: "AlterPartitionReassignments",
+    46: "ListPartitionReassignments",
     50: "DescribeUserScramCredentials",
     51: "AlterUserScramCredentials",
     65: "DescribeTransactions",

@@ -1,7 +1,8 @@
 """``partlog topics create``, ``partlog topics configs`` and ``partlog topics
 add-partitions``: create a topic, show or alter its config overrides
 (docs/design/topic-configs.md), or add partitions to it (Kafka's
-CreatePartitions, docs/design/admin-apis.md), through the controller or etcd."""
+CreatePartitions, docs/design/admin-apis.md), through the controller or etcd.
+The reassignment commands are in :mod:`partlog.tools.cmd.reassign`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from partlog.rpc.secret import read_secret_file
+from partlog.tools.cmd import reassign
 from partlog.tools.cmd.common import add_tls, admin_metadata, host_port, tls_contexts
 from partlog.tools.cmd.flags import TIMEOUT_MS_MAX, positive_int, positive_int_at_most
 
@@ -17,8 +19,11 @@ if TYPE_CHECKING:
     from partlog.tools.cmd.common import Subparsers
 
 
-def _target(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name", metavar="NAME")
+def _target(p: argparse.ArgumentParser, name_required: bool = True) -> None:
+    if name_required:
+        p.add_argument("name", metavar="NAME")
+    else:
+        p.add_argument("name", metavar="NAME", nargs="?", default=None, help="one topic (default: every topic)")
     p.add_argument("--controller", default=None, metavar="HOST:PORT", help="the controller's address")
     p.add_argument(
         "--metadata",
@@ -102,6 +107,7 @@ def add_parser(sub: Subparsers) -> None:
         "partitions separated by ',', their broker ids by ':' (one entry per added partition)",
     )
     ta.add_argument("--validate-only", action="store_true", help="check the request, change nothing")
+    reassign.add_parsers(tp_sub, _target)
 
 
 def _assignment(text: str) -> tuple[tuple[int, ...], ...]:
@@ -163,6 +169,8 @@ def run(args: argparse.Namespace) -> int:
                 return await _configs(client, args)
             if args.topics == "add-partitions":
                 return await _add_partitions(client, args)
+            if args.topics in reassign.COMMANDS:
+                return await reassign.run_command(client, args)
             configs = {args.name: dict(args.config)} if args.config else None
             answer = (await client.create_topics({args.name: (args.partitions, args.replication_factor)}, configs))[
                 args.name
