@@ -116,7 +116,7 @@ class ReassignApis(ApiHandlers):
         p = None if tp is None else self.broker.metadata.partition(tp)
         if p is None:
             return None
-        adding = set(getattr(p, "adding", ()))
+        adding = set(p.adding)
         current = len([r for r in p.replicas if r not in adding])
         if len(target) == current:
             return None

@@ -106,13 +106,8 @@ class ClusterStatus:
 
 
 def reassignment_of(p: PartitionInfo) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(adding, removing) of a partition being reassigned, () when not.
-
-    The two fields are being added to PartitionInfo by the reassignment
-    work (issue 32) at the same time as this command; until that lands they
-    may be absent, so they are read by name.  Once merged this is
-    ``(p.adding, p.removing)``."""
-    return tuple(getattr(p, "adding", ())), tuple(getattr(p, "removing", ()))
+    """(adding, removing) of a partition being reassigned, () when not."""
+    return p.adding, p.removing
 
 
 def kafka_address(b: BrokerInfo) -> tuple[str, int] | None:
@@ -168,7 +163,9 @@ def summarize(
                     followed[r] = followed.get(r, 0) + 1
             if p.leader == NO_LEADER:
                 note("offline", row)
-            if len(p.isr) < len(p.replicas):
+            # Kafka's replication factor during a move: the replicas
+            # without those being added (which join the ISR as they catch up).
+            if len(p.isr) < len(p.replicas) - len(adding):
                 note("under_replicated", row)
             # KIP-966's effective minimum: a minimum above the replicas is allowed.
             if len(p.isr) < min(min_insync_replicas, len(p.replicas)):
