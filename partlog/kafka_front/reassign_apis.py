@@ -40,12 +40,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from partlog.acl import AclOperation
-from partlog.controller.partition_admin import ASSIGNMENT_ITEMS_PER_REQUEST_MAX
-from partlog.controller.reassignment import Reassignment, ReassignmentAdmin
+from partlog.controller.reassignment import REASSIGNMENT_ITEMS_PER_REQUEST_MAX, Reassignment, ReassignmentAdmin
 from partlog.controller.rules import Refused, valid_topic_name
 from partlog.kafka.errors import Errors
 from partlog.kafka_front.handler import ApiHandlers, Session, duration_ms, kafka_error
-from partlog.limits import BROKERS_MAX
+from partlog.limits import BROKERS_MAX, PARTITIONS_PER_CLUSTER_MAX
 
 __all__ = ["ALTER_PARTITION_REASSIGNMENTS_KEY", "LIST_PARTITION_REASSIGNMENTS_KEY", "ReassignApis"]
 
@@ -56,6 +55,8 @@ LIST_PARTITION_REASSIGNMENTS_KEY = 46
 # Kafka's message for a request the principal may not make (AuthHelper).
 _NOT_AUTHORIZED = "Request is not authorized."
 _UNKNOWN_TOPIC = "This server does not host this topic-partition."
+_TOO_BIG = (f"at most {BROKERS_MAX} replicas per partition, {PARTITIONS_PER_CLUSTER_MAX} partitions, and "
+            f"{REASSIGNMENT_ITEMS_PER_REQUEST_MAX} partitions and broker ids together in one request")  # fmt: skip
 
 Key = tuple[str, int]
 
@@ -84,12 +85,10 @@ class ReassignApis(ApiHandlers):
                 target = None if p.replicas is None else tuple(int(b) for b in p.replicas)
                 if named[key] > 1:
                     refused[key] = Refused(Errors.INVALID_REQUEST, "Duplicate partition in one request.")
-                elif target is not None and (
-                    len(target) > BROKERS_MAX or items + 1 + len(target) > ASSIGNMENT_ITEMS_PER_REQUEST_MAX
-                ):
-                    why = (f"at most {BROKERS_MAX} replicas per partition, and {ASSIGNMENT_ITEMS_PER_REQUEST_MAX} "
-                           "partitions and broker ids in one request")  # fmt: skip
-                    refused[key] = Refused(Errors.INVALID_REPLICA_ASSIGNMENT, why)
+                elif len(wanted) >= PARTITIONS_PER_CLUSTER_MAX or (target is not None and (
+                    len(target) > BROKERS_MAX or items + 1 + len(target) > REASSIGNMENT_ITEMS_PER_REQUEST_MAX
+                )):
+                    refused[key] = Refused(Errors.INVALID_REPLICA_ASSIGNMENT, _TOO_BIG)
                 elif not valid_topic_name(t.name):
                     refused[key] = Refused(Errors.UNKNOWN_TOPIC_OR_PARTITION, _UNKNOWN_TOPIC)
                 elif target is not None and not allow_rf_change and (rf_why := self._rf_changed(key, target)):
