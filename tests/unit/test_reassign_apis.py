@@ -73,7 +73,7 @@ def _apis(c: Controller) -> tuple[ReassignApis, _CoreAdmin]:
     admin = _CoreAdmin(c)
     assert isinstance(admin, ReassignmentAdmin)
     index = {t.name: (t.topic_id, t.num_partitions) for t in c.snapshot().topics}
-    return ReassignApis(SimpleNamespace(metadata=admin, topic_index=index)), admin  # type: ignore[arg-type]
+    return ReassignApis(SimpleNamespace(metadata=admin, topic_index=index)), admin
 
 
 def _body(parts: list[tuple[str, int, list[int] | None]], allow_rf_change: bool = True) -> Any:
@@ -155,7 +155,7 @@ def test_the_cluster_acls_decide_first(core: Controller) -> None:
     out = _alter(apis, _body([("t", 0, [1]), ("t", 1, None)]), session=who)
     assert out["error_code"] == Errors.CLUSTER_AUTHORIZATION_FAILED
     assert set(_codes(out).values()) == {Errors.CLUSTER_AUTHORIZATION_FAILED} and not admin.asked
-    listing = asyncio.run(apis.list_partition_reassignments(SimpleNamespace(), SimpleNamespace(topics=None), who))  # type: ignore[arg-type]
+    listing = asyncio.run(apis.list_partition_reassignments(SimpleNamespace(), SimpleNamespace(topics=None), who))
     assert listing["error_code"] == 0
 
 
