@@ -258,7 +258,12 @@ class ReplicaManager:
         if info.leader == me:
             led = self._led.get(tp)
             if led is not None and led.leader_epoch == info.leader_epoch:
-                if info.partition_epoch > led.rs.partition_epoch:
+                if info.partition_epoch <= led.rs.partition_epoch:
+                    return
+                if info.replicas != led.rs.replicas:
+                    # A reassignment added or removed replicas.
+                    self._complete(led, led.rs.replicas_changed(info.replicas, info.isr, info.partition_epoch, now))
+                else:
                     # The controller changed the ISR itself (fenced a dead follower).
                     self._complete(led, led.rs.isr_committed(set(info.isr), info.partition_epoch))
                 return
