@@ -494,7 +494,7 @@ class MetadataStore:
     def delete_topics(self, topic_ids: Iterable[uuid.UUID]) -> None:
         """Delete topics: their logs, producer states, epochs and file references."""
         ids = set(topic_ids)
-        self._write(lambda s: self._topics.delete_topics(s, ids))
+        self._write(lambda s: topics.delete_topics(s, self._topics, ids))
 
     def drop_partition_logs(self, tps: Iterable[TopicIdPartition]) -> list[TopicIdPartition]:
         """Empty the logs of partitions this broker no longer replicates (:meth:`topics.PartitionDrops.renew`);

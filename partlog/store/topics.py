@@ -102,17 +102,6 @@ class PartitionDrops:
     epochs: EpochCache
     txns: TxnTable
 
-    def delete_topics(self, s: Staged, ids: Iterable[uuid.UUID]) -> None:
-        """Delete topics: their logs, producer states, epochs and file references."""
-        for tid in ids:
-            topic = s.topic(tid)
-            if topic is None:
-                continue
-            for p in range(topic.num_partitions):
-                self._drop(s, TopicIdPartition(tid, p))
-            self.catalog.delete_topic(s.txn, tid)
-            s.topics[tid] = None
-
     def renew(self, s: Staged, tps: Iterable[TopicIdPartition]) -> list[TopicIdPartition]:
         """Replace each partition that holds anything (entries, or a log
         start moved) by a new, empty one, as its topic's creation made it:
@@ -125,13 +114,13 @@ class PartitionDrops:
             part = s.part(tp)
             if part is None or part.log_end_offset == part.log_start_offset == 0:
                 continue  # unknown, or as created: nothing to release
-            self._drop(s, tp)
+            self.drop(s, tp)
             add_partition(s, self.catalog, self.epochs, tp)
             s.hwms[tp] = (0, True)  # lowers the in-memory HWM of the old log
             renewed.append(tp)
         return renewed
 
-    def _drop(self, s: Staged, tp: TopicIdPartition) -> None:
+    def drop(self, s: Staged, tp: TopicIdPartition) -> None:
         """Delete the partition: its log (releasing its file references), producer states, epochs, transactions."""
         part = s.part(tp)
         if part is None:
@@ -145,3 +134,15 @@ class PartitionDrops:
         s.txns[part.part_id] = b""
         self.catalog.delete_partition(s.txn, part)
         s.parts[tp] = None
+
+
+def delete_topics(s: Staged, drops: PartitionDrops, ids: Iterable[uuid.UUID]) -> None:
+    """Delete topics: their logs, producer states, epochs and file references."""
+    for tid in ids:
+        topic = s.topic(tid)
+        if topic is None:
+            continue
+        for p in range(topic.num_partitions):
+            drops.drop(s, TopicIdPartition(tid, p))
+        drops.catalog.delete_topic(s.txn, tid)
+        s.topics[tid] = None
