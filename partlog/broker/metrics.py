@@ -412,6 +412,10 @@ _REPLICATION_COUNTERS = {
     "segment_rewrites_sent": ("partlog_replication_segment_rewrites_sent", "rows sent for a follower to take over"),
     "segment_rewrites_applied": ("partlog_replication_segment_rewrites_applied", "leaders' rows taken over here"),
     "segment_rewrites_failed": ("partlog_replication_segment_rewrites_failed", "leaders' rows refused here"),
+    "partitions_dropped": (
+        "partlog_replication_partitions_dropped",
+        "logs dropped of partitions this broker no longer replicates",
+    ),
 }
 
 

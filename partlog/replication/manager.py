@@ -250,6 +250,7 @@ class ReplicaManager:
                 self._resign(tp)
             for tp in [tp for tp in self._following if tp not in known]:
                 del self._following[tp]
+            await self._drop_unreplicated(metadata)
             self._fetchers.start()
             self._metadata_changed.fire()
 
@@ -258,7 +259,12 @@ class ReplicaManager:
         if info.leader == me:
             led = self._led.get(tp)
             if led is not None and led.leader_epoch == info.leader_epoch:
-                if info.partition_epoch > led.rs.partition_epoch:
+                if info.partition_epoch <= led.rs.partition_epoch:
+                    return
+                if info.replicas != led.rs.replicas:
+                    # A reassignment added or removed replicas.
+                    self._complete(led, led.rs.replicas_changed(info.replicas, info.isr, info.partition_epoch, now))
+                else:
                     # The controller changed the ISR itself (fenced a dead follower).
                     self._complete(led, led.rs.isr_committed(set(info.isr), info.partition_epoch))
                 return
@@ -298,6 +304,43 @@ class ReplicaManager:
             if tp in self._led:
                 self._resign(tp)
             self._following.pop(tp, None)
+
+    async def _drop_unreplicated(self, metadata: MetadataSource) -> None:
+        """Empty the logs of partitions ``metadata`` says this broker does
+        not replicate (a reassignment removed it): their references would
+        keep WAL objects alive for ever, and a later re-adding must start
+        from an empty log, not a stale one.  The metadata this broker holds
+        decides (it is the controller's, newer than any it held before), in
+        one pass without awaiting, and only for partitions the roles just
+        taken neither lead nor follow; the roles lock is held, so no role is
+        taken meanwhile.  The store notes the released keys in its release
+        grace.  A failure is logged; the next metadata tries again."""
+        me = self.broker_id
+        doomed = []
+        for topic in metadata.topics():
+            for p, info in enumerate(topic.partitions):
+                tp = TopicIdPartition(topic.topic_id, p)
+                # No replicas at all: a placeholder, not a decision.
+                if not info.replicas or me in info.replicas or tp in self._led or tp in self._following:
+                    continue
+                try:
+                    if self.store.log_end_offset(tp) == self.store.log_start_offset(tp) == 0:
+                        continue  # as created: nothing to drop
+                except KeyError:
+                    continue  # not created here yet
+                doomed.append(tp)
+        if not doomed:
+            return
+        try:
+            dropped = await asyncio.to_thread(self.store.drop_partition_logs, doomed)
+        except StoreError as e:
+            log.error(
+                "broker %d: dropping the logs of %d partitions it no longer replicates failed: %s", me, len(doomed), e
+            )
+            return
+        self.stats.partitions_dropped += len(dropped)
+        for tp in dropped:
+            log.info("broker %d no longer replicates %s: its log was dropped", me, tp)
 
     def _is_live(self, broker_id: int) -> bool:
         return self.metadata.broker(broker_id) is not None

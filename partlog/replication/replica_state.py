@@ -6,8 +6,9 @@ Inputs carry the time as a value: ``follower_fetch`` (a follower fetched at
 log end moved).  ISR changes are two-phase, as Kafka's AlterPartition:
 ``isr_proposal(now)`` says which ISR the leader wants (followers lagging for
 ``replica_lag_time_max_ms`` out, caught-up ones in); the shell asks the
-controller, then reports ``isr_committed`` or ``isr_failed``.  The HWM only
-moves forward.
+controller, then reports ``isr_committed`` or ``isr_failed``;
+``replicas_changed`` takes a reassignment's new replica set at the same
+leader epoch.  The HWM only moves forward.
 
 Kafka's rules, kept here:
 
@@ -201,6 +202,47 @@ class ReplicaState:
         self.partition_epoch = partition_epoch
         self._pending = None
         self._uncertain = frozenset()
+        return self._advance()
+
+    def replicas_changed(
+        self,
+        replicas: tuple[int, ...],
+        isr: set[int] | frozenset[int] | tuple[int, ...],
+        partition_epoch: int,
+        now_ms: int,
+    ) -> list[AckResult]:
+        """The controller changed the replica set at the same leader epoch (a
+        reassignment adds the target's replicas, then removes the old ones),
+        committing ``isr`` at ``partition_epoch``.
+
+        An added replica starts unknown: log end 0, never caught up (Kafka's
+        empty ``ReplicaState``), so it neither holds the HWM back nor joins
+        the ISR before it fetched up to the HWM (the usual expansion).  A
+        removed one is forgotten, with any pending or uncertain ISR change
+        naming it (the controller refuses an ISR outside the replicas).  A
+        newer partition epoch settles a pending change as ``isr_committed``
+        does.  A stale one (below ours) is ignored."""
+        if partition_epoch < self.partition_epoch:
+            return []
+        if self.leader_id not in replicas or len(set(replicas)) != len(replicas):
+            raise ValueError(f"replicas {replicas} must name the leader {self.leader_id} once each")
+        self._now_ms = max(self._now_ms, now_ms)
+        keep = set(replicas)
+        for r in [r for r in self._followers if r not in keep]:
+            del self._followers[r]
+        never = now_ms - self.replica_lag_time_max_ms - 1  # not caught up, and no fetch counts
+        for r in replicas:
+            if r != self.leader_id and r not in self._followers:
+                self._followers[r] = _Follower(last_caught_up_ms=never, last_fetch_ms=never)
+        self.replicas = tuple(replicas)
+        if partition_epoch > self.partition_epoch:
+            self._pending = None
+            self._uncertain = frozenset()
+        elif self._pending is not None:
+            self._pending &= keep
+        self._uncertain &= keep
+        self.isr = (set(isr) & keep) | {self.leader_id}
+        self.partition_epoch = partition_epoch
         return self._advance()
 
     def isr_failed(self, outcome_unknown: bool = False) -> None:

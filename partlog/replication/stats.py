@@ -34,6 +34,8 @@ class ReplicationStats:
     segment_rewrites_sent: int = 0
     segment_rewrites_applied: int = 0
     segment_rewrites_failed: int = 0
+    # Logs of partitions this broker no longer replicates (reassignment), dropped.
+    partitions_dropped: int = 0
 
 
 __all__ = ["ReplicationStats"]

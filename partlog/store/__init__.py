@@ -179,13 +179,8 @@ class MetadataStore:
         env, journal = open_files(self.path, o)
         stats = env.stats
         clock = o.clock or SYSTEM_CLOCK.wall_ms
-        catalog, index, epochs, producers, txns = (
-            Catalog(env),
-            FileIndex(env),
-            EpochCache(env),
-            ProducerTable(env),
-            TxnTable(env),
-        )
+        catalog, index, epochs = Catalog(env), FileIndex(env), EpochCache(env)
+        producers, txns = ProducerTable(env), TxnTable(env)
         index.grace = self.release_grace
         log_chunks = LogChunks(env, index)
         checkpoints = Checkpointer(
@@ -233,6 +228,7 @@ class MetadataStore:
         self._catalog, self._index, self._log, self._epochs, self._txns = catalog, index, log_chunks, epochs, txns
         self._producers, self._checkpoints, self._views, self._writes = producers, checkpoints, views, writes
         self._pipeline = writes.pipeline
+        self._topics = topics.PartitionDrops(catalog, log_chunks, producers, epochs, txns)
         self._read = views.read  # a view: LMDB plus the journal's overlay
         self._reads = LogReader(
             views, catalog=catalog, log=log_chunks, index=index, epochs=epochs, txns=txns, readonly=o.readonly
@@ -498,9 +494,13 @@ class MetadataStore:
     def delete_topics(self, topic_ids: Iterable[uuid.UUID]) -> None:
         """Delete topics: their logs, producer states, epochs and file references."""
         ids = set(topic_ids)
-        self._write(
-            lambda s: topics.delete_topics(s, self._catalog, self._log, self._producers, self._epochs, self._txns, ids)
-        )
+        self._write(lambda s: topics.delete_topics(s, self._topics, ids))
+
+    def drop_partition_logs(self, tps: Iterable[TopicIdPartition]) -> list[TopicIdPartition]:
+        """Empty the logs of partitions this broker no longer replicates (:meth:`topics.PartitionDrops.renew`);
+        returns those that held anything.  Unknown partitions are skipped."""
+        wanted = list(tps)
+        return self._write(lambda s: self._topics.renew(s, wanted))
 
     def topic_config(self, topic_id: uuid.UUID) -> TopicConfig:
         """The topic's config, from the durable state; KeyError for an unknown topic."""

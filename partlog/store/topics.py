@@ -4,13 +4,16 @@ cluster id the store is bound to.
 Each function runs inside an exclusive write (a
 :class:`~partlog.store.staged.Staged`); deleting a topic removes its
 partitions' logs (releasing their file references), producer states,
-leader epochs and transactions in the same transaction.
+leader epochs and transactions in the same transaction; a partition this
+broker no longer replicates is dropped the same way and created anew,
+empty (:class:`PartitionDrops`).
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from partlog import injected_bugs
@@ -67,11 +70,15 @@ def create_topics(
         s.topics[r.topic_id] = topic
         catalog.put_topic(s.txn, r.topic_id, topic)
         for p in range(first, r.num_partitions):
-            tp = TopicIdPartition(r.topic_id, p)
-            part_id = s.next_id(b"next_part_id")
-            part = catalog.add_partition(s.txn, tp, part_id)
-            epochs.start(s.txn, part_id)
-            s.parts[tp] = part
+            add_partition(s, catalog, epochs, TopicIdPartition(r.topic_id, p))
+
+
+def add_partition(s: Staged, catalog: Catalog, epochs: EpochCache, tp: TopicIdPartition) -> None:
+    """A new, empty partition under a new id."""
+    part_id = s.next_id(b"next_part_id")
+    part = catalog.add_partition(s.txn, tp, part_id)
+    epochs.start(s.txn, part_id)
+    s.parts[tp] = part
 
 
 def alter_topic(s: Staged, catalog: Catalog, topic_id: uuid.UUID, configs: dict[str, str | int]) -> None:
@@ -84,33 +91,58 @@ def alter_topic(s: Staged, catalog: Catalog, topic_id: uuid.UUID, configs: dict[
     catalog.put_topic(s.txn, topic_id, topic)
 
 
-def delete_topics(
-    s: Staged,
-    catalog: Catalog,
-    log: LogChunks,
-    producers: ProducerTable,
-    epochs: EpochCache,
-    txns: TxnTable,
-    ids: Iterable[uuid.UUID],
-) -> None:
+@dataclass(frozen=True, slots=True)
+class PartitionDrops:
+    """The components a partition's log lives in, to drop it whole: for a
+    deleted topic, or for a partition this broker no longer replicates."""
+
+    catalog: Catalog
+    log: LogChunks
+    producers: ProducerTable
+    epochs: EpochCache
+    txns: TxnTable
+
+    def renew(self, s: Staged, tps: Iterable[TopicIdPartition]) -> list[TopicIdPartition]:
+        """Replace each partition that holds anything (entries, or a log
+        start moved) by a new, empty one, as its topic's creation made it:
+        its entries' and segment rows' references are released (noted by the
+        release grace, :mod:`~partlog.store.release_grace`), its producer
+        states, epochs and transactions go, its HWM becomes 0.  A broker that
+        is a replica again later fetches it all anew.  Returns the renewed."""
+        renewed = []
+        for tp in tps:
+            part = s.part(tp)
+            if part is None or part.log_end_offset == part.log_start_offset == 0:
+                continue  # unknown, or as created: nothing to release
+            self.drop(s, tp)
+            add_partition(s, self.catalog, self.epochs, tp)
+            s.hwms[tp] = (0, True)  # lowers the in-memory HWM of the old log
+            renewed.append(tp)
+        return renewed
+
+    def drop(self, s: Staged, tp: TopicIdPartition) -> None:
+        """Delete the partition: its log (releasing its file references), producer states, epochs, transactions."""
+        part = s.part(tp)
+        if part is None:
+            return
+        self.log.drop_below(s.txn, part, None)
+        self.producers.drop(s.txn, part.part_id)
+        for k in self.producers.keys_of(part.part_id, s.producers):
+            s.producers[k] = None
+        self.epochs.drop(s.txn, part.part_id)
+        self.txns.drop(s.txn, part.part_id)
+        s.txns[part.part_id] = b""
+        self.catalog.delete_partition(s.txn, part)
+        s.parts[tp] = None
+
+
+def delete_topics(s: Staged, drops: PartitionDrops, ids: Iterable[uuid.UUID]) -> None:
     """Delete topics: their logs, producer states, epochs and file references."""
     for tid in ids:
         topic = s.topic(tid)
         if topic is None:
             continue
         for p in range(topic.num_partitions):
-            tp = TopicIdPartition(tid, p)
-            part = s.part(tp)
-            if part is None:
-                continue
-            log.drop_below(s.txn, part, None)
-            producers.drop(s.txn, part.part_id)
-            for k in producers.keys_of(part.part_id, s.producers):
-                s.producers[k] = None
-            epochs.drop(s.txn, part.part_id)
-            txns.drop(s.txn, part.part_id)
-            s.txns[part.part_id] = b""
-            catalog.delete_partition(s.txn, part)
-            s.parts[tp] = None
-        catalog.delete_topic(s.txn, tid)
+            drops.drop(s, TopicIdPartition(tid, p))
+        drops.catalog.delete_topic(s.txn, tid)
         s.topics[tid] = None
