@@ -110,9 +110,15 @@ class ReplicaState:
             self.isr = set(self.replicas)  # a new leader starts from the ISR it was elected with
         self.isr.add(self.leader_id)
         self._now_ms = self.start_ms
+        # ISR members count as caught up when the leadership starts; the
+        # others not before they fetch (Kafka's resetReplicaState), so a
+        # replica still catching up (one a reassignment adds) does not hold
+        # the new leader's HWM back.
+        never = self.start_ms - self.replica_lag_time_max_ms - 1
         for r in self.replicas:
             if r != self.leader_id:
-                self._followers.setdefault(r, _Follower(last_caught_up_ms=self.start_ms, last_fetch_ms=self.start_ms))
+                caught = self.start_ms if r in self.isr else never
+                self._followers.setdefault(r, _Follower(last_caught_up_ms=caught, last_fetch_ms=caught))
 
     # ------------------------------------------------------------- inputs
 
@@ -230,7 +236,7 @@ class ReplicaState:
         keep = set(replicas)
         for r in [r for r in self._followers if r not in keep]:
             del self._followers[r]
-        never = now_ms - self.replica_lag_time_max_ms - 1  # not caught up, and no fetch counts
+        never = now_ms - self.replica_lag_time_max_ms - 1  # as a new leader's replicas out of the ISR
         for r in replicas:
             if r != self.leader_id and r not in self._followers:
                 self._followers[r] = _Follower(last_caught_up_ms=never, last_fetch_ms=never)

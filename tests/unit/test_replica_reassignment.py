@@ -201,3 +201,16 @@ def test_a_removal_drops_a_pending_change_and_completes_waiting_acks() -> None:
     assert s.replicas_changed((1, 2, 3), (1, 2, 3), 0, 220) == [] and s.replicas == (1, 3)
     with pytest.raises(ValueError, match="leader"):
         s.replicas_changed((2, 3), (2, 3), 2, 230)
+
+
+def test_a_new_leader_does_not_wait_for_a_replica_outside_the_isr() -> None:
+    """The leader moved while an added replica was catching up: as in
+    Kafka's resetReplicaState, only ISR members count as caught up when the
+    leadership starts, so the HWM does not wait for the others' lag time."""
+    s = ReplicaState(leader_id=1, replicas=(1, 2, 3), isr={1, 2}, replica_lag_time_max_ms=100, start_ms=1000)
+    s.leader_appended(10, 1000)
+    s.follower_fetch(2, 10, 1010)
+    assert s.high_watermark == 10  # broker 3 (log end 0) is not waited for
+    s.follower_fetch(3, 0, 1020)
+    s.follower_fetch(3, 10, 1030)  # caught up as of its previous fetch, at the HWM: it joins
+    assert s.isr_proposal(1030, expand_for=3) == (1, 2, 3)
