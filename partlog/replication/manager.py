@@ -223,7 +223,15 @@ class ReplicaManager:
 
     @property
     def under_replicated(self) -> int:
-        return sum(1 for led in self._led.values() if len(led.rs.isr) < len(led.rs.replicas))
+        """Led partitions whose ISR is smaller than their replication factor:
+        during a reassignment, Kafka's (the replicas without those being
+        added, which join as they catch up)."""
+        n = 0
+        for tp, led in self._led.items():
+            p = self.metadata.partition(tp)
+            adding = 0 if p is None else len(p.adding)
+            n += len(led.rs.isr) < len(led.rs.replicas) - adding
+        return n
 
     def isr(self, tp: TopicIdPartition) -> set[int] | None:
         led = self._led.get(tp)
