@@ -31,8 +31,10 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 
 _ETCD = pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd is not installed")
 JS_DIR = Path(__file__).parent / "js"
-# Records the producer sends during a move (bounded: the test's load).
+# Records the producer sends during a move (bounded: the test's load), of
+# 2 KiB each, one every 2 ms: about 1 MiB/s, the load for a move.
 _RECORDS_MAX = 3_000
+_VALUE_BYTES = 2_048
 
 
 @pytest.fixture(scope="module", params=["embedded", pytest.param("etcd", marks=_ETCD)])
@@ -112,7 +114,7 @@ def test_kafkajs_moves_a_partition_and_its_leader_under_load_with_nothing_lost(c
 
         i = 0
         while not stop.is_set() and i < _RECORDS_MAX:
-            producer.produce("move", f"r{i}".encode(), partition=0, on_delivery=done)
+            producer.produce("move", f"r{i}:".encode().ljust(_VALUE_BYTES, b"."), partition=0, on_delivery=done)
             producer.poll(0)
             i += 1
             time.sleep(0.002)
@@ -150,7 +152,8 @@ def test_kafkajs_moves_a_partition_and_its_leader_under_load_with_nothing_lost(c
     assert acked, "the producer got no acknowledgement"
     assert sorted(set(got)) == sorted(got), "a record was read twice"
     assert set(acked) <= set(got), f"{len(set(acked) - set(got))} acknowledged records lost"
-    print(f"\nmoved move/0 {before} -> {target} in {result['ms']} ms under load ({len(acked)} records acked)")
+    mib = len(acked) * _VALUE_BYTES / 2**20
+    print(f"\nmoved move/0 {before} -> {target} in {result['ms']} ms under load ({len(acked)} records, {mib:.1f} MiB acked)")
 
 
 def test_refusals_carry_kafkas_codes(cluster: ClusterThread) -> None:

@@ -14,7 +14,9 @@ async function errorType(call) {
     await call();
     return "NONE";
   } catch (e) {
-    return e.type || e.name || String(e);
+    // Per-partition errors come as a KafkaJSAggregateError of protocol errors.
+    const inner = Array.isArray(e.errors) && e.errors.length ? e.errors[0] : e;
+    return inner.type || inner.name || String(inner);
   }
 }
 
