@@ -153,7 +153,8 @@ def test_kafkajs_moves_a_partition_and_its_leader_under_load_with_nothing_lost(c
     assert sorted(set(got)) == sorted(got), "a record was read twice"
     assert set(acked) <= set(got), f"{len(set(acked) - set(got))} acknowledged records lost"
     mib = len(acked) * _VALUE_BYTES / 2**20
-    print(f"\nmoved move/0 {before} -> {target} in {result['ms']} ms under load ({len(acked)} records, {mib:.1f} MiB acked)")
+    print(f"\nmoved move/0 {before} -> {target} in {result['ms']} ms under load "
+          f"({len(acked)} records, {mib:.1f} MiB acked)")
 
 
 def test_refusals_carry_kafkas_codes(cluster: ClusterThread) -> None:
