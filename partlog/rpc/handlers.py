@@ -1,6 +1,6 @@
-"""What an RPC handler sees besides its body: the :data:`Handler` type, a
-:class:`Deferred` answer, and :func:`peer_version`, the protocol version of
-the connection whose request it serves (docs/design/upgrades.md).
+"""What an RPC handler sees besides its body: the :data:`Handler` type and
+:func:`peer_version`, the protocol version of the connection whose request
+it serves (docs/design/upgrades.md).
 
 The server (``partlog.rpc.server``) sets the version around each handler
 call; tasks a handler starts inherit it (``contextvars``).
@@ -9,14 +9,12 @@ call; tasks a handler starts inherit it (``contextvars``).
 from __future__ import annotations
 
 import contextvars
-import inspect
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from partlog.rpc.frame import RPC_VERSION
 
-__all__ = ["PEER_VERSION", "Deferred", "Handler", "close_unstarted", "peer_version"]
+__all__ = ["PEER_VERSION", "Handler", "peer_version"]
 
 Handler = Callable[[Any], Awaitable[Any]]
 
@@ -31,19 +29,3 @@ def peer_version() -> int:
     knows it.  Outside a handler, ``RPC_VERSION``: an in-process caller
     speaks this version."""
     return PEER_VERSION.get()
-
-
-@dataclass(frozen=True, slots=True)
-class Deferred:
-    """A handler's answer that is not ready yet: the server awaits ``answer``
-    outside the connection's ordered queue, then sends what it returns (or
-    the error it raises, as for a handler)."""
-
-    answer: Awaitable[Any]
-
-
-def close_unstarted(aw: Awaitable[Any]) -> None:
-    """Close ``aw`` if it is a coroutine that never ran: nobody will await it
-    now, and Python would warn "coroutine ... was never awaited"."""
-    if inspect.iscoroutine(aw) and inspect.getcoroutinestate(aw) == inspect.CORO_CREATED:
-        aw.close()

@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import ssl as ssl_module
 import struct
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from partlog.kafka.principal_rules import NoMatchingRule, PrincipalMapper
@@ -68,7 +70,7 @@ from partlog.rpc.frame import (
     encode_error,
     encode_frame,
 )
-from partlog.rpc.handlers import PEER_VERSION, Deferred, Handler, close_unstarted, peer_version
+from partlog.rpc.handlers import PEER_VERSION, Handler, peer_version
 from partlog.rpc.metrics import RpcMetrics
 from partlog.rpc.peer import Authorize, RpcPeer, peer_principal
 from partlog.rpc.schema import DecodeLimits, Schema, body_limits
@@ -92,6 +94,22 @@ _HELLO_LIMITS = HELLO_SCHEMA.limits()
 __all__ = ["Deferred", "Handler", "RpcServer", "close_unstarted", "peer_version"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """A handler's answer that is not ready yet: the server awaits ``answer``
+    outside the connection's ordered queue, then sends what it returns (or
+    the error it raises, as for a handler)."""
+
+    answer: Awaitable[Any]
+
+
+def close_unstarted(aw: Awaitable[Any]) -> None:
+    """Close ``aw`` if it is a coroutine that never ran: nobody will await it
+    now, and Python would warn "coroutine ... was never awaited"."""
+    if inspect.iscoroutine(aw) and inspect.getcoroutinestate(aw) == inspect.CORO_CREATED:
+        aw.close()
 
 
 class RpcServer:
@@ -381,10 +399,8 @@ class _ServerConnection:
     async def serve(self) -> None:
         server = self.server
         try:
-            challenge = challenge_body(self.nonce, server.cluster_id)
-            self.send(
-                encode_frame(Kind.REQUEST, CONNECTION_REQUEST_ID, CHALLENGE_METHOD, challenge, version=self.version)
-            )
+            body = challenge_body(self.nonce, server.cluster_id)
+            self.send(encode_frame(Kind.REQUEST, CONNECTION_REQUEST_ID, CHALLENGE_METHOD, body, version=self.version))
             try:
                 async with asyncio.timeout(server.handshake_timeout_ms / 1000):
                     # Strangers get one small frame, decoded under tight limits.
