@@ -36,8 +36,9 @@ say ``{"version": 1}`` alone, its server decodes a hello under limits
 that admit no other key, and it checks every envelope against 1.  So the
 challenge's envelope and ``version`` say ``RPC_VERSION_MIN``; a client
 sends ``versions`` only to a server whose challenge had them; a peer
-without ``versions`` speaks exactly its ``version``; and the handshake's
-frames before the answer carry ``RPC_VERSION_MIN``, the answer ``v``.
+without ``versions`` speaks exactly its ``version``; the hello and its
+answer carry ``v`` in their envelopes, and the server's errors before the
+hello ``RPC_VERSION_MIN``.
 
 The server's fresh nonce makes a recorded hello useless on another connection.
 The secret authenticates the client only; it neither hides nor protects the
