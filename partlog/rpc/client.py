@@ -27,7 +27,6 @@ from partlog.rpc.frame import (
     CONNECTION_REQUEST_ID,
     HANDSHAKE_FRAME_BYTES_MAX,
     HELLO_METHOD,
-    PROTOCOL_VERSION,
     REQUEST_ID_MAX,
     RPC_FRAME_BYTES_MAX,
     Frame,
@@ -37,11 +36,12 @@ from partlog.rpc.frame import (
     Kind,
     RpcError,
     RpcErrorCode,
+    challenge_versions,
     check_cluster,
-    check_version,
     code_name,
     encode_frame,
     hello_body,
+    negotiate,
     parse_challenge,
 )
 from partlog.rpc.metrics import RpcMetrics
@@ -112,6 +112,7 @@ class RpcClient:
         timeout_ms: int,
         frame_bytes_max: int,
         metrics: RpcMetrics,
+        version: int,
         server_cluster_id: uuid.UUID | None = None,
     ) -> None:
         self._reader = reader
@@ -120,6 +121,9 @@ class RpcClient:
         self.timeout_ms = timeout_ms
         self.frame_bytes_max = frame_bytes_max
         self.metrics = metrics
+        # The protocol version the handshake agreed on (docs/design/upgrades.md):
+        # send a field only if this version knows it.
+        self.version = version
         # The cluster the server named in its challenge (None: it named none).
         self.server_cluster_id = server_cluster_id
         self.peer = peer_name(writer)
@@ -146,7 +150,9 @@ class RpcClient:
         ``cluster_id``: this side's cluster, sent in the hello; a server
         naming another in its challenge is refused before the hello
         (CLUSTER_MISMATCH).  The server's, if it names one, is
-        ``server_cluster_id`` afterwards.
+        ``server_cluster_id`` afterwards; the protocol version both speak,
+        ``version`` (a server none of whose versions this side speaks is
+        refused before the hello: VERSION_MISMATCH).
 
         ``timeout_ms`` is also the default timeout of :meth:`call`.  Raises
         :class:`RpcHandshakeError` if the server refused (``code`` says why)
@@ -166,20 +172,27 @@ class RpcClient:
                 challenge = await cls._next_frame(reader, decoder, metrics, received)
                 nonce, server_cluster_id = parse_challenge(challenge)
                 check_cluster(server_cluster_id, cluster_id, "server")
-                hello = encode_frame(
-                    Kind.REQUEST, CONNECTION_REQUEST_ID, HELLO_METHOD, hello_body(secret, nonce, cluster_id)
-                )
+                server_versions = challenge_versions(challenge)
+                version = negotiate(server_versions, "server")
+                body = hello_body(secret, nonce, cluster_id, server_versions)
+                hello = encode_frame(Kind.REQUEST, CONNECTION_REQUEST_ID, HELLO_METHOD, body, version=version)
                 writer.write(hello)
                 metrics.frames_out += 1
                 metrics.bytes_out += len(hello)
                 answer = await cls._next_frame(reader, decoder, metrics, received)
-                check_version(answer)
                 if answer.kind == Kind.ERROR:
                     code, message = answer.body
                     metrics.count_error(code)
                     raise RpcError(code, message)
                 if answer.kind != Kind.RESPONSE or answer.request_id != CONNECTION_REQUEST_ID:
                     raise FrameError(f"expected the hello response, got {answer.kind.name} {answer.method!r:.60}")
+                agreed = answer.body.get("version") if type(answer.body) is dict else None
+                if answer.version != version or agreed != version:
+                    raise RpcError(
+                        RpcErrorCode.VERSION_MISMATCH,
+                        f"server answered the hello at version {agreed!r:.20} (envelope {answer.version}), "
+                        f"this client asked for version {version}",
+                    )
             decoder.frame_bytes_max = frame_bytes_max
         except BaseException as e:
             if writer is not None:
@@ -205,6 +218,7 @@ class RpcClient:
             timeout_ms=timeout_ms,
             frame_bytes_max=frame_bytes_max,
             metrics=metrics,
+            version=version,
             server_cluster_id=server_cluster_id,
         )
 
@@ -245,7 +259,9 @@ class RpcClient:
         request_id = self._next_request_id
         assert request_id <= REQUEST_ID_MAX
         self._next_request_id += 1
-        data = encode_frame(Kind.REQUEST, request_id, method, body, frame_bytes_max=self.frame_bytes_max)
+        data = encode_frame(
+            Kind.REQUEST, request_id, method, body, frame_bytes_max=self.frame_bytes_max, version=self.version
+        )
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         try:
@@ -305,8 +321,8 @@ class RpcClient:
 
     def _deliver(self, frame: Frame) -> str | None:
         """Resolve the call a frame answers; a reason to close, or None."""
-        if frame.version != PROTOCOL_VERSION:
-            return f"server switched to protocol version {frame.version}"
+        if frame.version != self.version:
+            return f"server switched from protocol version {self.version} to {frame.version}"
         if frame.kind == Kind.REQUEST:
             return f"server sent a request {frame.method!r:.60}"
         if frame.kind == Kind.ERROR:

@@ -17,12 +17,28 @@ the connection; only what goes inside ``body`` may change with the version.
 
 Handshake (request id 0 belongs to the connection itself)::
 
-    server -> client   REQUEST  0 "challenge" {"version": 1, "nonce": 32 random bytes, "cluster": 16 bytes}
-    client -> server   REQUEST  0 "hello"     {"version": 1, "auth": HMAC-SHA256(secret, nonce) or b"",
+    server -> client   REQUEST  0 "challenge" {"version": lo, "versions": [lo, hi],
+                                               "nonce": 32 random bytes, "cluster": 16 bytes}
+    client -> server   REQUEST  0 "hello"     {"version": v, "versions": [lo, hi],
+                                               "auth": HMAC-SHA256(secret, nonce) or b"",
                                                "cluster": 16 bytes}
-    server -> client   RESPONSE 0 "hello"     {"version": 1}
+    server -> client   RESPONSE 0 "hello"     {"version": v}
                     or ERROR    0 "hello"     [AUTH_FAILED | VERSION_MISMATCH | CLUSTER_MISMATCH | ..., message],
                                               then close
+
+Versions (docs/design/upgrades.md): each side speaks a range of protocol
+versions, ``RPC_VERSION_MIN`` to ``RPC_VERSION``; the connection runs at
+``v``, the highest version both speak, and every frame after the hello
+carries it in its envelope.  A side whose range does not overlap the
+peer's is refused with VERSION_MISMATCH naming both ranges.  Version 1
+(partlog up to commit e739335) knows no range: its challenge and hello
+say ``{"version": 1}`` alone, its server decodes a hello under limits
+that admit no other key, and it checks every envelope against 1.  So the
+challenge's envelope and ``version`` say ``RPC_VERSION_MIN``; a client
+sends ``versions`` only to a server whose challenge had them; a peer
+without ``versions`` speaks exactly its ``version``; the hello and its
+answer carry ``v`` in their envelopes, and the server's errors before the
+hello ``RPC_VERSION_MIN``.
 
 The server's fresh nonce makes a recorded hello useless on another connection.
 The secret authenticates the client only; it neither hides nor protects the
@@ -58,9 +74,17 @@ from typing import Any
 
 import msgpack
 
-from partlog.rpc.schema import BODY_ELEMENTS_MAX, Bytes, DecodeLimits, Int, Map
+from partlog.rpc.schema import BODY_ELEMENTS_MAX, Bytes, DecodeLimits, Int, Map, Tuple
 
-PROTOCOL_VERSION = 1
+# Protocol versions this side speaks (the envelope's first element):
+#   1  partlog up to e739335: one version in the hello, unknown fields refused.
+#   2  a version range in the handshake; a request's unknown optional fields
+#      are skipped (partlog.rpc.schema.Map).  Fields added since e739335 are
+#      sent only at 2 and above.
+RPC_VERSION_MIN = 1
+RPC_VERSION = 2
+# The first version whose handshake carries a range ("versions").
+RANGE_VERSION = 2
 
 # Kafka's socket.request.max.bytes is 100 MiB.  Our largest frames are produce
 # requests and fetch responses carrying record batches; a broker's WAL buffer
@@ -102,9 +126,10 @@ CONNECTION_REQUEST_ID = 0
 CHALLENGE_METHOD = "challenge"
 HELLO_METHOD = "hello"
 # The hello's shape, for its decoding limits (check_hello checks the values).
+_VERSION = Int(0, 1 << 31)
 HELLO_SCHEMA = Map(
-    required={"version": Int(0, 1 << 31), "auth": Bytes(64)},
-    optional={"cluster": Bytes(16)},
+    required={"version": _VERSION, "auth": Bytes(64)},
+    optional={"cluster": Bytes(16), "versions": Tuple(("lo", _VERSION), ("hi", _VERSION))},
 )
 
 
@@ -207,15 +232,15 @@ def encode_frame(
     body: Any,
     *,
     frame_bytes_max: int = RPC_FRAME_BYTES_MAX,
-    version: int = PROTOCOL_VERSION,
+    version: int = RPC_VERSION,
 ) -> bytes:
     """Return one frame: length prefix and msgpack payload.
 
     Raises :class:`FrameTooLargeError` if the payload exceeds
     ``frame_bytes_max`` (the peer would refuse it and drop the connection, so
     the sender refuses first), and ``TypeError``/``OverflowError`` from msgpack
-    if ``body`` holds something msgpack cannot encode.  ``version`` exists so
-    tests can play a peer from another version.
+    if ``body`` holds something msgpack cannot encode.  ``version``: the
+    connection's (the handshake's frames: see the module docstring).
     """
     assert 0 <= request_id <= REQUEST_ID_MAX, request_id
     assert len(method) <= METHOD_CHARS_MAX, method
@@ -225,9 +250,10 @@ def encode_frame(
     return _LENGTH.pack(len(payload)) + payload
 
 
-def encode_error(request_id: int, method: str, code: int, message: str) -> bytes:
+def encode_error(request_id: int, method: str, code: int, message: str, version: int = RPC_VERSION) -> bytes:
     """An ERROR frame; the message is cut to ``ERROR_MESSAGE_CHARS_MAX``."""
-    return encode_frame(Kind.ERROR, request_id, method, [int(code), message[:ERROR_MESSAGE_CHARS_MAX]])
+    body = [int(code), message[:ERROR_MESSAGE_CHARS_MAX]]
+    return encode_frame(Kind.ERROR, request_id, method, body, version=version)
 
 
 def decode_envelope(head: bytes | bytearray) -> tuple[int, Kind, int, str, int]:
@@ -428,9 +454,47 @@ class FrameDecoder:
 CLUSTER_ID_BYTES = 16
 
 
+@dataclass(frozen=True, slots=True)
+class VersionRange:
+    """The protocol versions one side speaks, ``lo`` to ``hi`` inclusive."""
+
+    lo: int
+    hi: int
+
+    def __str__(self) -> str:
+        return f"version {self.lo}" if self.lo == self.hi else f"versions {self.lo}-{self.hi}"
+
+
+OUR_VERSIONS = VersionRange(RPC_VERSION_MIN, RPC_VERSION)
+
+
+def negotiate(peer: VersionRange, who: str, ours: VersionRange = OUR_VERSIONS) -> int:
+    """The highest version both ranges hold; ``RpcError(VERSION_MISMATCH)``
+    naming both when they do not overlap."""
+    version = min(peer.hi, ours.hi)
+    if version < max(peer.lo, ours.lo):
+        raise RpcError(RpcErrorCode.VERSION_MISMATCH, f"{who} speaks protocol {peer}, this side speaks {ours}")
+    return version
+
+
+def _versions_field(body: dict[str, Any], who: str) -> VersionRange:
+    """A challenge's or hello's range: ``versions``, else (version 1, which
+    knows no range) exactly its ``version``."""
+    raw = body.get("versions")
+    if raw is None:
+        version = body.get("version")
+        if type(version) is not int:
+            raise RpcError(RpcErrorCode.VERSION_MISMATCH, f"{who} names no protocol version: {version!r:.20}")
+        return VersionRange(version, version)
+    if type(raw) is not list or len(raw) != 2 or any(type(v) is not int for v in raw) or not 0 <= raw[0] <= raw[1]:
+        raise RpcError(RpcErrorCode.VERSION_MISMATCH, f"{who}'s versions are not [lo, hi]: {raw!r:.40}")
+    return VersionRange(raw[0], raw[1])
+
+
 def challenge_body(nonce: bytes, cluster_id: uuid.UUID | None = None) -> dict[str, Any]:
     assert len(nonce) == CHALLENGE_NONCE_BYTES
-    body: dict[str, Any] = {"version": PROTOCOL_VERSION, "nonce": nonce}
+    # "version": a client of version 1 checks it equals its own.
+    body: dict[str, Any] = {"version": RPC_VERSION_MIN, "versions": [RPC_VERSION_MIN, RPC_VERSION], "nonce": nonce}
     if cluster_id is not None:
         body["cluster"] = cluster_id.bytes
     return body
@@ -443,8 +507,17 @@ def auth_proof(secret: bytes | None, nonce: bytes) -> bytes:
     return hmac.new(secret, nonce, hashlib.sha256).digest()
 
 
-def hello_body(secret: bytes | None, nonce: bytes, cluster_id: uuid.UUID | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"version": PROTOCOL_VERSION, "auth": auth_proof(secret, nonce)}
+def hello_body(
+    secret: bytes | None, nonce: bytes, cluster_id: uuid.UUID | None = None, server: VersionRange = OUR_VERSIONS
+) -> dict[str, Any]:
+    """The hello to a server speaking ``server`` (its challenge's range,
+    :func:`challenge_versions`): ``version`` is the one the connection will
+    run at; ``versions`` only for a server that knows the field (a version 1
+    server refuses a hello with any key it does not know)."""
+    version = negotiate(server, "server")
+    body: dict[str, Any] = {"version": version, "auth": auth_proof(secret, nonce)}
+    if server.hi >= RANGE_VERSION:
+        body["versions"] = [RPC_VERSION_MIN, RPC_VERSION]
     if cluster_id is not None:
         body["cluster"] = cluster_id.bytes
     return body
@@ -468,13 +541,20 @@ def check_cluster(peer: uuid.UUID | None, own: uuid.UUID | None, who: str) -> No
         raise RpcError(RpcErrorCode.CLUSTER_MISMATCH, f"{who} belongs to cluster {peer}, this side to cluster {own}")
 
 
-def check_version(frame: Frame) -> None:
-    """Raise ``RpcError(VERSION_MISMATCH)`` unless the frame is our version."""
-    if frame.version != PROTOCOL_VERSION:
+def check_version(frame: Frame, version: int) -> None:
+    """Raise ``RpcError(VERSION_MISMATCH)`` unless the frame carries the
+    connection's ``version``."""
+    if frame.version != version:
         raise RpcError(
             RpcErrorCode.VERSION_MISMATCH,
-            f"peer speaks protocol version {frame.version}, this side speaks version {PROTOCOL_VERSION}",
+            f"peer sent a frame of protocol version {frame.version}, the connection runs at version {version}",
         )
+
+
+def challenge_versions(frame: Frame) -> VersionRange:
+    """The versions the server's challenge offers (call after
+    :func:`parse_challenge` accepted the frame)."""
+    return _versions_field(frame.body, "server")
 
 
 def parse_challenge(frame: Frame) -> tuple[bytes, uuid.UUID | None]:
@@ -482,53 +562,45 @@ def parse_challenge(frame: Frame) -> tuple[bytes, uuid.UUID | None]:
     server's cluster id (None if it names none).
 
     Raises :class:`RpcError` with the server's code if the server refused the
-    connection (an ERROR frame), VERSION_MISMATCH if it speaks another
-    version, CLUSTER_MISMATCH for a malformed cluster id, and
+    connection (an ERROR frame), VERSION_MISMATCH if no version of its
+    range is ours, CLUSTER_MISMATCH for a malformed cluster id, and
     :class:`FrameError` if the frame is no challenge.
     """
-    check_version(frame)
     if frame.kind == Kind.ERROR:
         code, message = frame.body
         raise RpcError(code, f"server refused the connection: {message}")
     body = frame.body
     if frame.kind != Kind.REQUEST or frame.method != CHALLENGE_METHOD or type(body) is not dict:
         raise FrameError(f"expected the server's challenge, got {frame.kind.name} {frame.method!r}")
-    version = body.get("version")
-    if version != PROTOCOL_VERSION:
-        raise RpcError(
-            RpcErrorCode.VERSION_MISMATCH,
-            f"server speaks protocol version {version!r:.20}, this client speaks version {PROTOCOL_VERSION}",
-        )
+    negotiate(challenge_versions(frame), "server")
     nonce = body.get("nonce")
     if type(nonce) is not bytes or len(nonce) != CHALLENGE_NONCE_BYTES:
         raise FrameError(f"challenge nonce must be {CHALLENGE_NONCE_BYTES} bytes")
     return nonce, _cluster_field(body, "server")
 
 
-def check_hello(frame: Frame, secret: bytes | None, nonce: bytes, cluster_id: uuid.UUID | None = None) -> None:
-    """The server's check of the client's first frame.
+def check_hello(frame: Frame, secret: bytes | None, nonce: bytes, cluster_id: uuid.UUID | None = None) -> int:
+    """The server's check of the client's first frame; returns the version
+    the connection runs at.
 
-    Returns if the client may proceed; raises :class:`RpcError` with
-    VERSION_MISMATCH, HANDSHAKE_REQUIRED (first frame not a hello),
+    Raises :class:`RpcError` with VERSION_MISMATCH (no version of the
+    client's range is ours), HANDSHAKE_REQUIRED (first frame not a hello),
     AUTH_FAILED or CLUSTER_MISMATCH (the hello names another cluster than
     ``cluster_id``).  Without a server secret any proof is accepted; a hello
     naming no cluster is accepted (plain clients do not know it).
     """
-    check_version(frame)
     if frame.kind != Kind.REQUEST or frame.method != HELLO_METHOD:
         raise RpcError(
             RpcErrorCode.HANDSHAKE_REQUIRED, f"first frame must be a hello request, got {frame.method!r:.60}"
         )
     body = frame.body
-    if type(body) is not dict or body.get("version") != PROTOCOL_VERSION:
-        version = body.get("version") if type(body) is dict else None
-        raise RpcError(
-            RpcErrorCode.VERSION_MISMATCH,
-            f"hello asks for protocol version {version!r:.20}, this server speaks version {PROTOCOL_VERSION}",
-        )
+    if type(body) is not dict:
+        raise RpcError(RpcErrorCode.HANDSHAKE_REQUIRED, f"a hello's body is a map, got {type(body).__name__}")
+    version = negotiate(_versions_field(body, "client"), "client")
     if secret is not None:
         proof = body.get("auth")
         # compare_digest: a plain == leaks through timing how many leading bytes matched.
         if type(proof) is not bytes or not hmac.compare_digest(proof, auth_proof(secret, nonce)):
             raise RpcError(RpcErrorCode.AUTH_FAILED, "shared secret does not match" if proof else "secret required")
     check_cluster(_cluster_field(body, "client"), cluster_id, "client")
+    return version

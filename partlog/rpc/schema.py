@@ -12,6 +12,15 @@ decoded, before it costs more memory than a legal one could
 Violations raise :class:`partlog.rpc.wire.WireError` naming the field; the RPC
 server answers BAD_REQUEST for that request only.
 
+A :class:`Map` skips fields it does not know (a newer peer's optional
+fields, docs/design/upgrades.md) but fails closed: at most
+``UNKNOWN_FIELDS_PER_MAP_MAX`` of them per map, named by strings of at
+most ``UNKNOWN_FIELD_NAME_BYTES_MAX`` bytes, and a schema's decoding
+limits grow only by what they may hold (``UNKNOWN_ELEMENTS_SLACK_*``):
+their lists, strings and byte strings stay within the longest the schema
+has, so a hostile body costs at most a bounded share more than a legal one.
+A missing required field is still refused.
+
 Schemas are values: ``Int(lo, hi)``, ``Bytes(max_len, min_len)``,
 ``Str(max_bytes)``, ``List(item, max_items)``, ``Tuple(*items)`` (a
 fixed-length list), ``Map(required={...}, optional={...})``,
@@ -35,6 +44,17 @@ INT64_MIN = -(1 << 63)
 # per request being decoded.  The largest legal requests (a reference check
 # of 100,000 keys, a produce of 10,000 batches) stay far below it.
 BODY_ELEMENTS_MAX = 1_000_000
+# Unknown fields (a newer peer's) a Map skips; one more is refused.  A
+# release adds a few fields to a body, not dozens.
+UNKNOWN_FIELDS_PER_MAP_MAX = 8
+# An unknown field's name, in UTF-8 bytes: ours are under 32.
+UNKNOWN_FIELD_NAME_BYTES_MAX = 64
+# Objects unknown fields may add to a body: a share (1/DIVISOR) of what a
+# legal body holds, at least MIN.  A newer peer's "beside the items" list
+# (one value per item of a list whose items hold several) fits in it; a
+# field that does not is sent only to a version that knows it.
+UNKNOWN_ELEMENTS_SLACK_DIVISOR = 4
+UNKNOWN_ELEMENTS_SLACK_MIN = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,14 +88,22 @@ class Schema:
         return DecodeLimits(
             array_len_max=max([n.max_items for n in nodes if isinstance(n, List)] +
                               [len(n.items) for n in nodes if isinstance(n, Tuple)] + [0]),
-            map_len_max=max([len(n.required) + len(n.optional) for n in nodes if isinstance(n, Map)] + [0]),
-            # Map keys are strings too.
+            map_len_max=max([len(n.required) + len(n.optional) + UNKNOWN_FIELDS_PER_MAP_MAX
+                             for n in nodes if isinstance(n, Map)] + [0]),
+            # Map keys are strings too, unknown ones included.
             str_bytes_max=max([n.max_bytes for n in nodes if isinstance(n, Str)] +
                               [len(k.encode()) for n in nodes if isinstance(n, Map)
-                               for k in (*n.required, *n.optional)] + [0]),
+                               for k in (*n.required, *n.optional)] +
+                              [UNKNOWN_FIELD_NAME_BYTES_MAX if any(isinstance(n, Map) for n in nodes) else 0]),
             bin_bytes_max=max([n.max_len for n in nodes if isinstance(n, Bytes)] + [0]),
-            elements_max=min(self.elements(), BODY_ELEMENTS_MAX),
+            elements_max=min(_with_slack(self.elements()) if any(isinstance(n, Map) for n in nodes)
+                             else self.elements(), BODY_ELEMENTS_MAX),
         )  # fmt: skip
+
+
+def _with_slack(elements: int) -> int:
+    """``elements`` and what unknown fields may add to them."""
+    return elements + max(UNKNOWN_ELEMENTS_SLACK_MIN, elements // UNKNOWN_ELEMENTS_SLACK_DIVISOR)
 
 
 @dataclass(frozen=True)
@@ -194,8 +222,10 @@ class Tuple(Schema):
 
 @dataclass(frozen=True)
 class Map(Schema):
-    """A struct: string keys, each with its schema.  Unknown keys are
-    refused (a misspelt field must not be silently ignored)."""
+    """A struct: string keys, each with its schema.  Up to
+    ``UNKNOWN_FIELDS_PER_MAP_MAX`` unknown string keys are skipped, their
+    values unchecked (a newer peer's optional fields; the decoding limits
+    bounded them); more, or a key that is no string, is refused."""
 
     required: Mapping[str, Schema]
     optional: Mapping[str, Schema] = field(default_factory=dict)
@@ -207,13 +237,19 @@ class Map(Schema):
             if name not in v:
                 raise WireError(f"{where}: missing field {name!r}")
             s.check(v[name], f"{where}.{name}")
+        unknown = 0
         for name, x in v.items():
             if name in self.required:
                 continue
             opt = self.optional.get(name)
-            if opt is None:
-                raise WireError(f"{where}: unknown field {name!r:.60}")
-            opt.check(x, f"{where}.{name}")
+            if opt is not None:
+                opt.check(x, f"{where}.{name}")
+                continue
+            unknown += 1
+            if type(name) is not str or unknown > UNKNOWN_FIELDS_PER_MAP_MAX:
+                raise WireError(
+                    f"{where}: unknown field {name!r:.60} (at most {UNKNOWN_FIELDS_PER_MAP_MAX} unknown string keys)"
+                )
         return v
 
     def elements(self) -> int:
@@ -276,6 +312,10 @@ __all__ = [
     "TIMESTAMP",
     "TOPIC_ID",
     "TOPIC_NAME",
+    "UNKNOWN_ELEMENTS_SLACK_DIVISOR",
+    "UNKNOWN_ELEMENTS_SLACK_MIN",
+    "UNKNOWN_FIELDS_PER_MAP_MAX",
+    "UNKNOWN_FIELD_NAME_BYTES_MAX",
     "Bool",
     "Bytes",
     "DecodeLimits",

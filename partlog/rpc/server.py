@@ -36,7 +36,7 @@ import logging
 import ssl as ssl_module
 import struct
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,8 +52,8 @@ from partlog.rpc.frame import (
     HELLO_SCHEMA,
     LENGTH_PREFIX_BYTES,
     METHOD_CHARS_MAX,
-    PROTOCOL_VERSION,
     RPC_FRAME_BYTES_MAX,
+    RPC_VERSION_MIN,
     Frame,
     FrameError,
     FrameTooLargeError,
@@ -70,6 +70,7 @@ from partlog.rpc.frame import (
     encode_error,
     encode_frame,
 )
+from partlog.rpc.handlers import PEER_VERSION, Handler, peer_version
 from partlog.rpc.metrics import RpcMetrics
 from partlog.rpc.peer import Authorize, RpcPeer, peer_principal
 from partlog.rpc.schema import DecodeLimits, Schema, body_limits
@@ -90,11 +91,9 @@ from partlog.runtime import SYSTEM_CLOCK, SYSTEM_ENTROPY, Clock, Entropy
 _LENGTH = struct.Struct(">I")
 _HELLO_LIMITS = HELLO_SCHEMA.limits()
 
-__all__ = ["Deferred", "Handler", "RpcServer", "close_unstarted"]
+__all__ = ["Deferred", "Handler", "RpcServer", "close_unstarted", "peer_version"]
 
 log = logging.getLogger(__name__)
-
-Handler = Callable[[Any], Awaitable[Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,6 +379,9 @@ class _ServerConnection:
         self.ip = str(addr[0]) if isinstance(addr, tuple) else str(addr)
         self.nonce = server.entropy.token_bytes(CHALLENGE_NONCE_BYTES)
         self.authenticated = False
+        # The protocol version of every frame: the lowest we speak until the
+        # hello agreed on one (a version 1 client checks the challenge's).
+        self.version = RPC_VERSION_MIN
         # Who the peer is, once the hello passed (only with an authorize hook).
         self.who: RpcPeer | None = None
         # Released when a request's answer is written; the read loop waits on
@@ -397,8 +399,8 @@ class _ServerConnection:
     async def serve(self) -> None:
         server = self.server
         try:
-            challenge = challenge_body(self.nonce, server.cluster_id)
-            self.send(encode_frame(Kind.REQUEST, CONNECTION_REQUEST_ID, CHALLENGE_METHOD, challenge))
+            body = challenge_body(self.nonce, server.cluster_id)
+            self.send(encode_frame(Kind.REQUEST, CONNECTION_REQUEST_ID, CHALLENGE_METHOD, body, version=self.version))
             try:
                 async with asyncio.timeout(server.handshake_timeout_ms / 1000):
                     # Strangers get one small frame, decoded under tight limits.
@@ -523,7 +525,7 @@ class _ServerConnection:
         try:
             if isinstance(frame.body, InvalidBody):
                 raise RpcError(RpcErrorCode.HANDSHAKE_REQUIRED, f"first frame must be a hello: {frame.body.reason}")
-            check_hello(frame, self.server.secret, self.nonce, self.server.cluster_id)
+            version = check_hello(frame, self.server.secret, self.nonce, self.server.cluster_id)
             if self.server.authorize is not None:
                 self.who = RpcPeer(self._principal(), self.ip)
         except RpcError as e:
@@ -531,8 +533,9 @@ class _ServerConnection:
             return False
         self.authenticated = True
         self.metrics.handshakes_open -= 1
-        self.send(encode_frame(Kind.RESPONSE, frame.request_id, HELLO_METHOD, {"version": PROTOCOL_VERSION}))
-        log.debug("rpc hello ok peer=%s", self.peer)
+        self.version = version
+        self.send(encode_frame(Kind.RESPONSE, frame.request_id, HELLO_METHOD, {"version": version}, version=version))
+        log.debug("rpc hello ok peer=%s version=%d", self.peer, version)
         return True
 
     def _principal(self) -> str:
@@ -546,7 +549,7 @@ class _ServerConnection:
         of the server's budget until answered); False if the connection must
         close (both released here then)."""
         try:
-            check_version(frame)
+            check_version(frame, self.version)
         except RpcError as e:
             self.refuse(e.code, e.message, frame.method)
             self._done(cost)
@@ -622,6 +625,7 @@ class _ServerConnection:
                     assert handler is not None
                     body = self._checked_body(frame)
                     self._check_authorized(frame.method)
+                    PEER_VERSION.set(self.version)
                     answer = await handler(body)
                     if isinstance(answer, Deferred):
                         # The in-flight slot and the budget pass to the task that answers.
@@ -647,7 +651,12 @@ class _ServerConnection:
                 return
             try:
                 data = encode_frame(
-                    Kind.RESPONSE, frame.request_id, frame.method, answer, frame_bytes_max=self.server.frame_bytes_max
+                    Kind.RESPONSE,
+                    frame.request_id,
+                    frame.method,
+                    answer,
+                    frame_bytes_max=self.server.frame_bytes_max,
+                    version=self.version,
                 )
             except FrameTooLargeError as e:
                 log.error("rpc response too large method=%s peer=%s: %s", frame.method, self.peer, e)
@@ -682,7 +691,7 @@ class _ServerConnection:
 
     def send_error(self, request_id: int, method: str, code: int, message: str) -> None:
         self.metrics.count_error(code)
-        self.send(encode_error(request_id, method, code, message))
+        self.send(encode_error(request_id, method, code, message, self.version))
 
     def refuse(self, code: int, message: str, method: str = "") -> None:
         """Log and answer a protocol violation or refusal, with the

@@ -224,8 +224,9 @@ def dec_errors(code: Any, what: str) -> Errors:
 # Beside the items, one per partition: ``log_start_offsets`` (the
 # follower's log starts) and ``tiered_through`` (the end offset of the
 # follower's last tiered-segment row, -1 for none; sent only when some
-# partition has one, so an older leader is refused nothing until tiering
-# swapped something).
+# partition has one).  Every field here is version 1's (e739335 has them
+# all), so each goes to a peer of any version this side speaks; a field
+# added later goes only to a peer whose version knows it.
 #
 #   response {"keys": [[object_key, uploader, file_size], ...],
 #             "partitions": [[error, high_watermark, log_start_offset,
@@ -337,8 +338,10 @@ def enc_replica_fetch(
             ]
             for p in parts
         ],
-        # Beside the items.  A leader of an older version refuses the unknown
-        # key (BAD_REQUEST): upgrade every broker together (design.md).
+        # Beside the items.  Version 1 (e739335) knows it, as it knows
+        # tiered_through and rows_checks: sent at every version this side
+        # speaks.  A field added later is sent only at the version that
+        # knows it (docs/design/upgrades.md).
         "log_start_offsets": [p.log_start_offset for p in parts],
     }
     if any(p.tiered_through >= 0 for p in parts):
@@ -572,9 +575,9 @@ def enc_reference_checks(checks: Sequence[tuple[str, TopicIdPartition, int, Aske
     """Checks of (key, partition, leader epoch, replicas asked or None)."""
     body: dict[str, Any] = {"checks": [[key, *enc_tp(tp), epoch] for key, tp, epoch, _ in checks]}
     if any(asked is not None for *_, asked in checks):
-        # Beside the items (a broker of an older version refuses the unknown
-        # key: upgrade brokers before walmgr); [] for a check that names
-        # none, which no leader's ISR fits in.
+        # Beside the items (version 1, e739335, knows it: sent at every
+        # version); [] for a check that names none, which no leader's ISR
+        # fits in.
         body["asked"] = [list(asked) if asked is not None else [] for *_, asked in checks]
     return body
 

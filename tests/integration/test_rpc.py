@@ -25,6 +25,8 @@ import pytest
 from partlog.rpc.client import RpcClient, RpcConnectionError, RpcHandshakeError, RpcRemoteError, RpcTimeoutError
 from partlog.rpc.frame import (
     CHALLENGE_NONCE_BYTES,
+    RPC_VERSION,
+    RPC_VERSION_MIN,
     Frame,
     FrameDecoder,
     FrameTooLargeError,
@@ -85,7 +87,7 @@ class Raw:
         return raw, challenge.body["nonce"]
 
     async def hello(self, nonce: bytes, secret: bytes | None = None) -> None:
-        self.send(encode_frame(Kind.REQUEST, 0, "hello", {"version": 1, "auth": auth_proof(secret, nonce)}))
+        self.send(encode_frame(Kind.REQUEST, 0, "hello", {"version": RPC_VERSION, "auth": auth_proof(secret, nonce)}))
         answer = await self.next_frame()
         assert answer.kind == Kind.RESPONSE, answer
 
@@ -403,31 +405,35 @@ def test_handshake_timeout() -> None:
 
 @pytest.mark.timeout(30)
 def test_version_mismatch() -> None:
-    async def test(server: RpcServer) -> None:
-        # A client from version 2 (same envelope, another version number).
-        raw, _ = await Raw.connect(server.port)
-        raw.send(encode_frame(Kind.REQUEST, 0, "hello", {"version": 2, "auth": b""}, version=2))
-        message = await raw.expect_error_then_eof(RpcErrorCode.VERSION_MISMATCH)
-        assert "version 2" in message and "version 1" in message
+    # A version this side does not speak (RPC_VERSION + 1; version 2 was
+    # the mismatch before versions were ranges).
+    v = RPC_VERSION + 1
 
-        # Version 1 envelope, but asking for version 2.
+    async def test(server: RpcServer) -> None:
+        # A client of version v only (same envelope, another version number).
         raw, _ = await Raw.connect(server.port)
-        raw.send(encode_frame(Kind.REQUEST, 0, "hello", {"version": 2, "auth": b""}))
+        raw.send(encode_frame(Kind.REQUEST, 0, "hello", {"version": v, "auth": b""}, version=v))
+        message = await raw.expect_error_then_eof(RpcErrorCode.VERSION_MISMATCH)
+        assert f"version {v}" in message and f"versions {RPC_VERSION_MIN}-{RPC_VERSION}" in message
+
+        # Version 1 envelope, but asking for version v.
+        raw, _ = await Raw.connect(server.port)
+        raw.send(encode_frame(Kind.REQUEST, 0, "hello", {"version": v, "auth": b""}))
         await raw.expect_error_then_eof(RpcErrorCode.VERSION_MISMATCH)
 
     serve()(test)
 
-    # A server from version 2: the client refuses at connect.
+    # A server of version v: the client refuses at connect.
     async def v2_server(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         nonce = os.urandom(CHALLENGE_NONCE_BYTES)
-        writer.write(encode_frame(Kind.REQUEST, 0, "challenge", {"version": 2, "nonce": nonce}, version=2))
+        writer.write(encode_frame(Kind.REQUEST, 0, "challenge", {"version": v, "nonce": nonce}, version=v))
         await reader.read()
         writer.close()
 
     async def main() -> None:
         server = await asyncio.start_server(v2_server, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
-        with pytest.raises(RpcHandshakeError, match="version 2") as e:
+        with pytest.raises(RpcHandshakeError, match=f"version {v}") as e:
             await RpcClient.connect("127.0.0.1", port)
         assert e.value.code == RpcErrorCode.VERSION_MISMATCH
         server.close()

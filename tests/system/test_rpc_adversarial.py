@@ -56,6 +56,7 @@ from partlog.rpc.client import RpcClient
 from partlog.rpc.frame import (
     CONNECTION_REQUEST_ID,
     HELLO_METHOD,
+    RPC_VERSION,
     FrameDecoder,
     Kind,
     RpcError,
@@ -370,7 +371,7 @@ def _bomb_frame(method: str, total_bytes: int, nested: bool) -> bytes:
     else:
         array = b"\xdd" + struct.pack(">I", n) + b"\x90" * n
     body = b"\x81" + msgpack.packb(field) + array
-    envelope: bytes = msgpack.packb([1, int(Kind.REQUEST), 5, method], use_bin_type=True)
+    envelope: bytes = msgpack.packb([RPC_VERSION, int(Kind.REQUEST), 5, method], use_bin_type=True)
     payload = b"\x95" + envelope[1:] + body  # the 4-array envelope becomes a 5-array with the body
     return struct.pack(">I", len(payload)) + bytes(payload)
 

@@ -27,7 +27,7 @@ from partlog.broker.rpc_handlers import RpcHandlers
 from partlog.kafka.principal_rules import ANONYMOUS, NoMatchingRule, PrincipalMapper
 from partlog.kafka_front.listeners import SecurityProtocol
 from partlog.kafka_front.server import _Connection
-from partlog.rpc.frame import HELLO_METHOD, PROTOCOL_VERSION, Frame, FrameDecoder, Kind, RpcErrorCode, hello_body
+from partlog.rpc.frame import HELLO_METHOD, RPC_VERSION, Frame, FrameDecoder, Kind, RpcErrorCode, hello_body
 from partlog.rpc.methods import BROKER_SCHEMAS
 from partlog.rpc.peer import RpcPeer, peer_principal
 from partlog.rpc.schema import Map, Str
@@ -88,7 +88,7 @@ def _serve(
             conn.who = RpcPeer(conn._principal(), conn.ip)
         for i, (method, body) in enumerate(requests, 1):
             await conn.in_flight.acquire()
-            assert conn.dispatch(Frame(PROTOCOL_VERSION, Kind.REQUEST, i, method, body), 0)
+            assert conn.dispatch(Frame(conn.version, Kind.REQUEST, i, method, body), 0)
             await asyncio.gather(*conn.tasks)
         return writer.frames
 
@@ -154,7 +154,7 @@ def test_the_hello_names_a_tls_peer_or_fails_its_authentication(rules: str, prin
         server = RpcServer({}, authorize=lambda peer, method: True, principal_mapper=PrincipalMapper.parse(rules))
         writer = _Writer(_Ssl(cert))
         conn = _ServerConnection(server, MagicMock(), writer)  # type: ignore[arg-type]
-        hello = Frame(PROTOCOL_VERSION, Kind.REQUEST, 0, HELLO_METHOD, hello_body(None, conn.nonce))
+        hello = Frame(RPC_VERSION, Kind.REQUEST, 0, HELLO_METHOD, hello_body(None, conn.nonce))
         return conn.hello(hello), conn, writer
 
     ok, conn, writer = asyncio.run(main())

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from partlog.rpc.frame import (
-    PROTOCOL_VERSION,
+    RPC_VERSION,
     Frame,
     FrameDecoder,
     FrameError,
@@ -72,7 +72,7 @@ def test_decoder_reassembles_frames_across_any_chunking(
     for a, b in itertools.pairwise(points):
         got.extend(decoder.feed(stream[a:b]))
     assert [(f.kind, f.request_id, f.method, f.body) for f in got] == [tuple(f) for f in frames]
-    assert all(f.version == PROTOCOL_VERSION for f in got)
+    assert all(f.version == RPC_VERSION for f in got)
     assert decoder.buffered_bytes == 0
 
 
