@@ -66,6 +66,7 @@ from partlog.limits import PARTITIONS_PER_CLUSTER_MAX
 from partlog.rpc.wire import WireError, expect_int, expect_list, expect_map, expect_str, field
 
 __all__ = [
+    "LISTS_RPC_VERSION",
     "NO_REASSIGNMENT_MESSAGE",
     "REASON_REASSIGNMENT",
     "REASSIGNMENT_ITEMS_PER_REQUEST_MAX",
@@ -92,7 +93,13 @@ __all__ = [
     "target_of",
     "unknown_partition",
     "unknown_topic",
+    "without_lists",
 ]
+
+# The first RPC version whose peers decode a partition's adding and
+# removing lists (docs/design/upgrades.md): a version 1 peer (e739335)
+# refuses the seven-item partition value, so it gets the union alone.
+LISTS_RPC_VERSION = 2
 
 # Kafka's Errors.NO_REASSIGNMENT_IN_PROGRESS.message().
 NO_REASSIGNMENT_MESSAGE = "No partition reassignment is in progress."
@@ -150,6 +157,14 @@ def target_of(p: PartitionInfo) -> tuple[int, ...]:
 def reassignment_of(topic: str, index: int, p: PartitionInfo) -> Reassignment | None:
     """``p``'s reassignment as listed, None when it is settled."""
     return Reassignment(topic, index, p.replicas, p.adding, p.removing) if reassigning(p) else None
+
+
+def without_lists(p: PartitionInfo) -> PartitionInfo:
+    """``p`` as a version 1 peer can decode it: the replicas (the union
+    during a move) without the adding and removing lists.  Such a broker
+    follows the union; it neither drops its log nor lets a replica join at
+    the same leader epoch, so moves wait for it (docs/design/upgrades.md)."""
+    return replace(p, adding=(), removing=()) if reassigning(p) else p
 
 
 def unknown_topic(name: str) -> Refused:

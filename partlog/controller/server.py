@@ -45,23 +45,34 @@ import logging
 import os
 import ssl as ssl_module
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from partlog.controller.acls import AclService
-from partlog.controller.cluster_meta import NO_LEADER, TopicInfo
+from partlog.controller.cluster_meta import NO_LEADER, PartitionInfo, TopicInfo
 from partlog.controller.core import Controller, ControllerConfig
-from partlog.controller.model import BrokerFenced, BrokerRegistered, IsrChanged, LeaderChanged, TopicDeleted
+from partlog.controller.model import (
+    BrokerFenced,
+    BrokerRegistered,
+    IsrChanged,
+    LeaderChanged,
+    MetadataSnapshot,
+    TopicDeleted,
+)
 from partlog.controller.partition_admin import (
     NewPartitions,
     dec_create_partitions,
     enc_create_partitions_response,
 )
 from partlog.controller.reassignment import (
+    LISTS_RPC_VERSION,
     dec_alter_reassignments,
     dec_list_reassignments,
     enc_alter_reassignments_response,
     enc_list_reassignments_response,
     listed,
+    reassigning,
+    without_lists,
 )
 from partlog.controller.rules import Refused
 from partlog.controller.scram_store import CONTROLLER_SCRAM_SCHEMAS, scram_handlers
@@ -85,6 +96,7 @@ from partlog.controller.wire import (
 )
 from partlog.kafka.errors import Errors
 from partlog.rpc.frame import RpcError, RpcErrorCode
+from partlog.rpc.handlers import peer_version
 from partlog.rpc.methods import CONTROLLER_SCHEMAS
 from partlog.rpc.server import RpcServer
 from partlog.rpc.wire import WireError
@@ -137,6 +149,8 @@ class ControllerServer:
         self._tick_task: asyncio.Task[None] | None = None
         self._published_version = -1
         self._published: dict[str, Any] = {}
+        # The same for version 1 peers, without a move's lists (upgrades.md).
+        self._published_v1: dict[str, Any] = {}
         # Set and replaced on every published change: parked polls wait on it.
         self._changed = asyncio.Event()
         self.tick_interval_ms = max(
@@ -252,9 +266,13 @@ class ControllerServer:
         if c.version == self._published_version:
             return
         # Encoded once per version; every poller shares it.
-        body = enc_snapshot(c.snapshot())
+        snapshot = c.snapshot()
+        body = enc_snapshot(snapshot)
         self._published_version = c.version
         self._published = body
+        self._published_v1 = body
+        if any(reassigning(p) for t in snapshot.topics for p in t.partitions):
+            self._published_v1 = enc_snapshot(_without_lists(snapshot))
         self._changed.set()
         self._changed = asyncio.Event()
 
@@ -341,11 +359,13 @@ class ControllerServer:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(left):
                     await changed.wait()
-        return self._published
+        return self._published if peer_version() >= LISTS_RPC_VERSION else self._published_v1
 
     async def _handle_alter_partition(self, body: Any) -> Any:
         bid, epoch, tp, leader_epoch, partition_epoch, isr = _decode(dec_alter_partition, body)
         answer = await self._run(lambda c: c.alter_partition(bid, epoch, tp, leader_epoch, partition_epoch, isr))
+        if isinstance(answer, PartitionInfo) and peer_version() < LISTS_RPC_VERSION:
+            answer = without_lists(answer)
         return enc_alter_partition_response(answer)
 
     async def _handle_allocate_producer_ids(self, body: Any) -> Any:
@@ -421,3 +441,12 @@ def _decode(fn: Callable[[Any], T], body: Any) -> T:
         return fn(body)
     except WireError as e:
         raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
+
+
+def _without_lists(s: MetadataSnapshot) -> MetadataSnapshot:
+    """``s`` for version 1 peers: moving partitions without their lists."""
+    topics = [
+        replace(t, partitions=tuple(map(without_lists, t.partitions))) if any(map(reassigning, t.partitions)) else t
+        for t in s.topics
+    ]
+    return s._replace(topics=topics)

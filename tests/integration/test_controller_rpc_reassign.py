@@ -74,3 +74,53 @@ def test_reassignment_through_the_rpc(tmp_path: Path) -> None:
             await server.stop()
 
     run(main)
+
+
+@pytest.mark.timeout(60)
+def test_a_version_1_broker_gets_a_moving_partition_without_its_lists(tmp_path: Path) -> None:
+    """e739335's brokers decode a partition of five items only: while a move
+    is in progress, a version 1 connection's snapshot and AlterPartition
+    answer carry the union without the lists (docs/design/upgrades.md),
+    a version 2 connection's carry both."""
+    import asyncio
+
+    from partlog.controller.wire import dec_poll_response
+    from partlog.rpc.frame import Kind, encode_frame
+    from tests.integration.test_rpc_versions import _Peer
+
+    async def main() -> None:
+        server = ControllerServer(config(tmp_path / "ctl"))
+        await server.start()
+        brokers = {b: client(server, b, secret=None) for b in (1, 2)}
+        try:
+            for b in brokers.values():
+                await b.start()
+            created = (await brokers[1].create_topics({"t": (1, 1)}))["t"]
+            assert isinstance(created, TopicInfo)
+            old = created.partitions[0].leader
+            new = 3 - old
+            assert await brokers[1].alter_reassignments({("t", 0): (new,)}) == {("t", 0): None}
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            v1 = _Peer(reader, writer)
+            await v1.next_frame()  # the challenge
+            writer.write(encode_frame(Kind.REQUEST, 0, "hello", {"version": 1, "auth": b""}, version=1))
+            assert (await v1.next_frame()).body == {"version": 1}
+            writer.write(encode_frame(Kind.REQUEST, 1, "metadata_poll", {"version": -1, "max_wait_ms": 0}, version=1))
+            got = await v1.next_frame()
+            [raw] = got.body["topics"][0][2]
+            assert len(raw) == 5 and raw[2] == [new, old]  # the union, no lists
+            writer.close()
+            rpc = await RpcClient.connect("127.0.0.1", server.port)
+            try:
+                snapshot = dec_poll_response(await rpc.call("metadata_poll", {"version": -1, "max_wait_ms": 0}))
+            finally:
+                await rpc.close()
+            assert snapshot is not None
+            moving = snapshot.topics[0].partitions[0]
+            assert (moving.replicas, moving.adding, moving.removing) == ((new, old), (new,), (old,))
+        finally:
+            for c in brokers.values():
+                await c.stop()
+            await server.stop()
+
+    run(main)
