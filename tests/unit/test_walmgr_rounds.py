@@ -24,7 +24,7 @@ from partlog.kafka.records import TopicIdPartition
 from partlog.wal.localdir_store import LocalDirStore
 from tests.clock import Clock
 from tests.walmgr_helpers import listed, orphan
-from walmgr import daemon
+from walmgr import cycle_report, daemon
 from walmgr.config import WalmgrConfig
 from walmgr.decide import Decision
 from walmgr.model import ObjectRecord, State
@@ -95,7 +95,7 @@ def _run(tmp: Path, keys_kinds: list[str], flips: list[bool], round_objects: int
 
 def test_rounds_smaller_than_the_candidates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(daemon, "CHECK_ROUND_OBJECTS", 4)
-    monkeypatch.setattr(daemon, "REPORT_KEYS_MAX", 3)
+    monkeypatch.setattr(cycle_report, "REPORT_KEYS_MAX", 3)
     kinds = ["free", "doubt", "referenced", "free", "doubt", "free", "doubt", "free", "referenced", "free", "doubt"]
     _run(tmp_path, kinds, [True, False, True, True], round_objects=4, report_max=3)
 
@@ -112,5 +112,5 @@ def test_any_round_size_decides_each_candidate_once_and_deletes_only_the_free(
 ) -> None:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(daemon, "CHECK_ROUND_OBJECTS", round_objects)
-        mp.setattr(daemon, "REPORT_KEYS_MAX", report_max)
+        mp.setattr(cycle_report, "REPORT_KEYS_MAX", report_max)
         _run(tmp_path_factory.mktemp("rounds"), kinds, flips, round_objects, report_max)
