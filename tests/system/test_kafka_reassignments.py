@@ -206,3 +206,42 @@ def _metadata_flag(cluster: ClusterThread) -> list[str]:
     if c.controller is not None:
         return ["--controller", f"127.0.0.1:{c.controller.port}"]
     return ["--metadata", c.etcd_url]
+
+
+def test_kafka_python_moves_lists_and_cancels(cluster: ClusterThread) -> None:
+    """kafka-python's admin (AlterPartitionReassignments and
+    ListPartitionReassignments): a move to a broker that is down stays in
+    progress and is listed with Kafka's fields; a cancel reverts it; a
+    second cancel is NO_REASSIGNMENT_IN_PROGRESS.  On etcd a broker that
+    is down is not registered (its session key went with its lease), so
+    the move is refused there (reassignment.md, "Registered")."""
+    pytest.importorskip("kafka")
+    from kafka import TopicPartition
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import InvalidReplicationAssignmentError, NoReassignmentInProgressError
+
+    admin = _admin(cluster)
+    _create(admin, "kp", 1, 1)
+    [before] = _replicas(admin, "kp")[0]
+    down = next(b for b in sorted(cluster.cluster.brokers) if b != before and b != 1)  # broker 1 answers the admin
+    cluster.kill(down)
+    deadline = time.monotonic() + 60  # fenced: the metadata no longer lists it, clients do not dial it
+    while down in admin.list_topics(timeout=10).brokers and time.monotonic() < deadline:
+        time.sleep(0.2)
+    kp = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{cluster.kafka_port(1)}", request_timeout_ms=30_000)
+    try:
+        tp = TopicPartition("kp", 0)
+        if cluster.cluster.controller is None:  # etcd
+            assert kp.alter_partition_reassignments({tp: [down]}) == {tp: InvalidReplicationAssignmentError}
+            assert kp.alter_partition_reassignments({tp: None}) == {tp: NoReassignmentInProgressError}
+            return
+        assert kp.alter_partition_reassignments({tp: [down]}) == {tp: None}
+        listed = kp.list_partition_reassignments([tp])
+        assert listed == {tp: {"replicas": [down, before], "adding_replicas": [down], "removing_replicas": [before]}}
+        assert kp.alter_partition_reassignments({tp: None}) == {tp: None}
+        assert kp.list_partition_reassignments() == {}
+        assert kp.alter_partition_reassignments({tp: None}) == {tp: NoReassignmentInProgressError}
+    finally:
+        kp.close()
+        cluster.restart(down)
+    assert _settled(admin, "kp", {0: [before]}) == {0: [before]}
