@@ -64,7 +64,10 @@ PARTITIONS_MAX = 30_000
 SIZES_MAX = 4
 BLOCKS_MAX = 100_000
 ROUNDS_MAX = 10_000
-FENCING_ROUNDS_MAX = 20
+# Kills of brokers 1, 2, ...: the sessions have no brokers behind them, so
+# a restarted victim never rejoins an ISR, and a third kill (of the last
+# ISR member) would take every partition offline, measuring nothing.
+FENCING_ROUNDS_MAX = 2
 WAIT_S = 60.0
 # Issue 32's targets (etcd, 3 members on loopback).
 ELECTIONS_RATIO_TARGET = 0.25

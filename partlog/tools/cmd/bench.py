@@ -220,7 +220,12 @@ def add_parser(sub: Subparsers) -> None:
     bmd.add_argument("--blocks", type=int, default=300, help="producer-id blocks to allocate (default 300)")
     bmd.add_argument("--concurrency", type=positive_int, default=8, help="block requests in flight (default 8)")
     bmd.add_argument("--rounds", type=positive_int, default=50, help="propagation samples (default 50)")
-    bmd.add_argument("--fencing-rounds", type=int, default=2, help="broker kills (default 2)")
+    bmd.add_argument(
+        "--fencing-rounds",
+        type=int,
+        default=2,
+        help="broker kills, 1 or 2 (default 2): a restarted session rejoins no ISR, so a third would find none",
+    )
 
     bc = bench_sub.add_parser(
         "compaction",
