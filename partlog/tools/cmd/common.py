@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from partlog.rpc import server_limits as rpc
-from partlog.tools.cmd.flags import positive_int
+from partlog.tools.cmd.flags import TIMEOUT_MS_MAX, positive_int, positive_int_at_most
 
 if TYPE_CHECKING:
     from partlog.rpc.server_limits import ServerLimits
@@ -69,6 +69,28 @@ def admin_metadata(
 
     return ControllerMetadata(
         host, port, cluster_id=cluster_id_arg(args.cluster_id), secret=secret, ssl=tls.client if tls else None
+    )
+
+
+def add_metadata_target(p: argparse.ArgumentParser, *, timeout_ms: int = 30_000, timeout_help: str = "") -> None:
+    """The flags naming the cluster's metadata, as every one-shot admin
+    command takes them (``admin_metadata`` reads them): the controller or
+    etcd, the controller's secret and TLS, the cluster id, the timeout."""
+    p.add_argument("--controller", default=None, metavar="HOST:PORT", help="the controller's address")
+    p.add_argument(
+        "--metadata",
+        default=None,
+        metavar="etcd[+tls]://HOST:PORT[,...][/PREFIX][?QUERY]",
+        help="or the cluster's etcd (QUERY: see partlog broker --help)",
+    )
+    p.add_argument("--secret-file", default=None, help="file holding the shared secret of the controller's RPCs")
+    p.add_argument("--cluster-id", default=None, metavar="UUID", help="refuse a controller of another cluster")
+    add_tls(p)
+    p.add_argument(
+        "--timeout-ms",
+        type=positive_int_at_most(TIMEOUT_MS_MAX),
+        default=timeout_ms,
+        help=f"{timeout_help or 'give up if the controller does not answer'} (default {timeout_ms})",
     )
 
 

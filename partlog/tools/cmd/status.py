@@ -32,7 +32,7 @@ from partlog.tools.cluster_status import (
     to_json,
     unreachable_json,
 )
-from partlog.tools.cmd.common import add_tls, admin_metadata, host_port, tls_contexts
+from partlog.tools.cmd.common import add_metadata_target, admin_metadata, host_port, tls_contexts
 from partlog.tools.cmd.flags import TIMEOUT_MS_MAX, int_in, positive_int, positive_int_at_most
 
 if TYPE_CHECKING:
@@ -79,21 +79,10 @@ def add_parser(sub: Subparsers) -> None:
         description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--controller", default=None, metavar="HOST:PORT", help="the controller's address")
-    p.add_argument(
-        "--metadata",
-        default=None,
-        metavar="etcd[+tls]://HOST:PORT[,...][/PREFIX][?QUERY]",
-        help="or the cluster's etcd (QUERY: see partlog broker --help)",
-    )
-    p.add_argument("--secret-file", default=None, help="file holding the shared secret of the controller's RPCs")
-    p.add_argument("--cluster-id", default=None, metavar="UUID", help="refuse a controller of another cluster")
-    add_tls(p)
-    p.add_argument(
-        "--timeout-ms",
-        type=positive_int_at_most(TIMEOUT_MS_MAX),
-        default=METADATA_TIMEOUT_MS_DEFAULT,
-        help=f"exit 2 if the metadata does not answer within this (default {METADATA_TIMEOUT_MS_DEFAULT})",
+    add_metadata_target(
+        p,
+        timeout_ms=METADATA_TIMEOUT_MS_DEFAULT,
+        timeout_help="exit 2 if the metadata does not answer within this",
     )
     p.add_argument(
         "--probe-timeout-ms",

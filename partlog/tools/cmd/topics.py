@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from partlog.rpc.secret import read_secret_file
 from partlog.tools.cmd import reassign
-from partlog.tools.cmd.common import add_tls, admin_metadata, host_port, tls_contexts
-from partlog.tools.cmd.flags import TIMEOUT_MS_MAX, positive_int, positive_int_at_most
+from partlog.tools.cmd.common import add_metadata_target, admin_metadata, host_port, tls_contexts
+from partlog.tools.cmd.flags import positive_int
 
 if TYPE_CHECKING:
     from partlog.tools.cmd.common import Subparsers
@@ -24,22 +24,7 @@ def _target(p: argparse.ArgumentParser, name_required: bool = True) -> None:
         p.add_argument("name", metavar="NAME")
     else:
         p.add_argument("name", metavar="NAME", nargs="?", default=None, help="one topic (default: every topic)")
-    p.add_argument("--controller", default=None, metavar="HOST:PORT", help="the controller's address")
-    p.add_argument(
-        "--metadata",
-        default=None,
-        metavar="etcd[+tls]://HOST:PORT[,...][/PREFIX][?QUERY]",
-        help="or the cluster's etcd (QUERY: see partlog broker --help)",
-    )
-    p.add_argument("--secret-file", default=None, help="file holding the shared secret of the controller's RPCs")
-    p.add_argument("--cluster-id", default=None, metavar="UUID", help="refuse a controller of another cluster")
-    add_tls(p)
-    p.add_argument(
-        "--timeout-ms",
-        type=positive_int_at_most(TIMEOUT_MS_MAX),
-        default=30_000,
-        help="give up if the controller does not answer (default 30000)",
-    )
+    add_metadata_target(p)
 
 
 def _pair(text: str) -> tuple[str, str]:

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from partlog.kafka.scram_credential import MECHANISM_IDS, MECHANISM_NAMES, SCRAM_ITERATIONS_MAX, SCRAM_ITERATIONS_MIN
 from partlog.rpc.secret import read_secret_file
-from partlog.tools.cmd.common import add_tls, admin_metadata, host_port, tls_contexts
-from partlog.tools.cmd.flags import TIMEOUT_MS_MAX, int_in, positive_int_at_most
+from partlog.tools.cmd.common import add_metadata_target, admin_metadata, host_port, tls_contexts
+from partlog.tools.cmd.flags import int_in
 
 if TYPE_CHECKING:
     from partlog.tools.cmd.common import Subparsers
@@ -52,19 +52,7 @@ def add_parser(sub: Subparsers) -> None:
                 choices=sorted(MECHANISM_IDS),
                 help="SCRAM mechanism, repeatable (default both)",
             )
-        p.add_argument("--controller", default=None, metavar="HOST:PORT", help="the controller's address")
-        p.add_argument(
-            "--metadata", default=None, metavar="etcd://HOST:PORT[,...][/PREFIX]", help="or the cluster's etcd"
-        )
-        p.add_argument("--secret-file", default=None, help="file holding the shared secret of the controller's RPCs")
-        p.add_argument("--cluster-id", default=None, metavar="UUID", help="refuse a controller of another cluster")
-        add_tls(p)
-        p.add_argument(
-            "--timeout-ms",
-            type=positive_int_at_most(TIMEOUT_MS_MAX),
-            default=30_000,
-            help="give up if the controller does not answer (default 30000)",
-        )
+        add_metadata_target(p)
 
 
 def _password(args: argparse.Namespace) -> str:
