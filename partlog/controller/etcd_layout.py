@@ -335,6 +335,9 @@ class EtcdView:
         self.incarnations: dict[int, int] = {}
         self._topics: dict[str, _Topic] = {}
         self._by_id: dict[uuid.UUID, _Topic] = {}
+        # The same by ``topic_id.hex``, the spelling partition keys use: a
+        # failover brings one event per partition to every broker's view.
+        self._by_hex: dict[str, _Topic] = {}
         # Partitions written since creation, by topic id and index:
         # (state, mod revision).
         self._parts: dict[uuid.UUID, dict[int, tuple[PartitionInfo, int]]] = {}
@@ -437,16 +440,17 @@ class EtcdView:
                 self._grown(old, created[1], rev)
                 return
             if old is not None:
-                del self._topics[name], self._by_id[old.topic_id]
+                del self._topics[name], self._by_id[old.topic_id], self._by_hex[old.topic_id.hex]
                 for cache in (self._parts, self._created, self._tps, self._current, self._infos):
                     cache.pop(old.topic_id, None)
             if created is not None:
                 nt = _Topic(created[0], name, kv.create_revision, created[1], rev)
-                self._topics[name] = self._by_id[nt.topic_id] = nt
+                self._topics[name] = self._by_id[nt.topic_id] = self._by_hex[nt.topic_id.hex] = nt
         elif k.startswith(keys.parts):
             tid_hex, _, index = k[len(keys.parts) :].decode(errors="replace").partition("/")
-            tid = _canonical_topic_id(tid_hex)
-            owner = None if tid is None else self._by_id.get(tid)
+            # Only the canonical spelling (uuid.hex) of a live topic's id is found.
+            owner = self._by_hex.get(tid_hex)
+            tid = None if owner is None else owner.topic_id
             n = _canonical_int(index, PARTITIONS_PER_TOPIC_MAX)
             if tid is None or owner is None or n is None or n >= len(owner.replicas):
                 if v is None:
@@ -501,7 +505,7 @@ class EtcdView:
         if len(replicas) < n or replicas[:n] != old.replicas:
             raise MetadataError(f"topic {old.name!r}: rewritten with other partitions than it has: keeping it")
         nt = _Topic(old.topic_id, old.name, old.revision, replicas, revision)
-        self._topics[nt.name] = self._by_id[nt.topic_id] = nt
+        self._topics[nt.name] = self._by_id[nt.topic_id] = self._by_hex[nt.topic_id.hex] = nt
         for cache in (self._created, self._tps, self._current, self._infos):
             cache.pop(nt.topic_id, None)
 
