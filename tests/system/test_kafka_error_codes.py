@@ -235,6 +235,11 @@ def _grow(name: str, count: int) -> dict[str, Any]:
             "validate_only": True}  # fmt: skip
 
 
+def _move(name: str, replicas: list[int] | None) -> dict[str, Any]:
+    """AlterPartitionReassignments v0 of partition 0 (None: a cancel)."""
+    return {"timeout": 10_000, "topics": [{"name": name, "partitions": [{"partition_index": 0, "replicas": replicas}]}]}
+
+
 def _init(txn: str | None) -> dict[str, Any]:
     return {"transactional_id": txn, "transaction_timeout": 60_000}
 
@@ -304,6 +309,7 @@ DELETED = _first("responses", "error_code")
 CONFIGS = _first("results", "error_code")
 ALTERED = _first("responses", "error_code")
 GROWN = _first("results", "error_code")
+MOVED = _first("responses", "partitions", "error_code")
 ADDED = _first("results_by_topic_v3_and_below", "results_by_partition", "partition_error_code")
 ACL_CREATED = _first("results", "error_code")
 ACL_DELETED = _first("filter_results", "error_code")
@@ -586,6 +592,17 @@ ROWS = [
          "ReplicationControlManager.createPartition (the count must be greater than the current one)"),
     _row("create-partitions-refused", "locked", "any", 37, 3, _grow(TOPIC, 64), GROWN, E.TOPIC_AUTHORIZATION_FAILED,
          "ControllerApis.createPartitions (ALTER on the topic)"),
+    # -------------------------------------------- Alter/ListPartitionReassignments
+    _row("reassign-unknown-topic", "open", "any", 45, 0, _move(MISSING, [1]), MOVED, E.UNKNOWN_TOPIC_OR_PARTITION,
+         "ReplicationControlManager.alterPartitionReassignment (Unable to find a topic)"),
+    _row("reassign-cancel-none", "open", "any", 45, 0, _move(TOPIC, None), MOVED, E.NO_REASSIGNMENT_IN_PROGRESS,
+         "ReplicationControlManager.cancelPartitionReassignment"),
+    _row("reassign-unregistered", "open", "any", 45, 0, _move(TOPIC, [99]), MOVED, E.INVALID_REPLICA_ASSIGNMENT,
+         "ReplicationControlManager.validateManualPartitionAssignment (no such broker is registered)"),
+    _row("reassign-refused", "locked", "any", 45, 0, _move(TOPIC, [1]), TOP, E.CLUSTER_AUTHORIZATION_FAILED,
+         "ControllerApis.handleAlterPartitionReassignments (ALTER on the cluster)"),
+    _row("list-reassignments-refused", "locked", "any", 46, 0, {"timeout": 10_000, "topics": None}, TOP,
+         E.CLUSTER_AUTHORIZATION_FAILED, "ControllerApis.handleListPartitionReassignments (DESCRIBE on the cluster)"),
     # ---------------------------------------------------------- InitProducerId
     _row("init-pid-empty-txn-id", "open", "txn_coordinator", 22, 4, _init(""), TOP, E.INVALID_REQUEST,
          "TransactionCoordinator.handleInitProducerId (transactionalId.isEmpty)"),
