@@ -533,6 +533,8 @@ class GroupCoordinator:
         # is checked only when the request names one (v3+).
         if generation >= 0 or member_id or group_instance_id is not None:
             g = part.groups.group(group_id)
+            if g is not None and g.fenced(group_instance_id, member_id):
+                return dict.fromkeys(offsets, Errors.FENCED_INSTANCE_ID)
             if g is None or member_id not in g.members:
                 return dict.fromkeys(offsets, Errors.UNKNOWN_MEMBER_ID)
             if generation != g.generation:

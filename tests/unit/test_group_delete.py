@@ -72,6 +72,8 @@ def test_an_emptied_group_with_offsets_is_listed_with_its_protocol_type() -> Non
             assert (await live.commit_offsets("g", "stale", 1, {("data", 0): (3, -1, None)}, "i1")) == {
                 ("data", 0): Errors.FENCED_INSTANCE_ID
             }
+            fenced = await live.commit_txn_offsets("g", 7, 0, "stale", 1, "i1", {("data", 0): (4, -1, None)})
+            assert fenced == {("data", 0): Errors.FENCED_INSTANCE_ID}
             assert (await live.leave("g", [member], ["i1"]))[1] == [Errors.NONE]
             [part] = live._parts.values()
             part.groups.tick(10**15)  # the emptied group is forgotten; its offsets stay
