@@ -262,6 +262,10 @@ def test_instance_ids_follow_the_reference_model(ops: list[Any]) -> None:
             g.tick(now)
         collect()
         group = g.group("grp")
+        members = group.members.values() if group is not None else []
+        assert g.metadata_bytes == sum(
+            sum(len(n) + len(meta) for n, meta in m.protocols) + len(m.assignment) for m in members
+        )
         if group is not None:
             statics = {m.group_instance_id: mid for mid, m in group.members.items() if m.group_instance_id}
             assert group.static == statics  # one member per instance id, and back
