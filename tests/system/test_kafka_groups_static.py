@@ -6,6 +6,7 @@ delete_consumer_groups gets Kafka's per-group codes."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -137,3 +138,54 @@ def test_delete_consumer_groups_answers_kafkas_codes(cluster: ClusterThread) -> 
     listed = {g.group_id for g in admin.list_consumer_groups().result(30).valid}
     assert "del-empty" not in listed and "del-busy" in listed
     busy.consumer.close()
+
+
+def test_aiokafka_static_consumer_restarts_without_a_rebalance(cluster: ClusterThread) -> None:
+    aiokafka = pytest.importorskip("aiokafka")
+    from aiokafka import ConsumerRebalanceListener  # type: ignore[import-untyped]
+
+    _ensure_topic(cluster)
+
+    class Seen(ConsumerRebalanceListener):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.events: list[str] = []
+
+        async def on_partitions_revoked(self, revoked: Any) -> None:
+            self.events.append("revoke")
+
+        async def on_partitions_assigned(self, assigned: Any) -> None:
+            self.events.append("assign")
+
+    def consumer(instance: str) -> Any:
+        return aiokafka.AIOKafkaConsumer(bootstrap_servers=cluster.bootstrap, group_id="static-aio",
+                                         group_instance_id=instance, session_timeout_ms=SESSION_MS,
+                                         heartbeat_interval_ms=300)  # fmt: skip
+
+    async def assigned(c: Any, others: list[Any]) -> set[int]:
+        deadline = time.monotonic() + WAIT_S
+        while not c.assignment() or any(not o.assignment() for o in others):
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        return {tp.partition for tp in c.assignment()}
+
+    async def main() -> None:
+        seen = Seen()
+        a, b = consumer("a"), consumer("b")
+        await a.start()
+        await b.start()
+        a.subscribe(["t"])
+        b.subscribe(["t"], listener=seen)
+        await assigned(a, [b])
+        await asyncio.sleep(1)  # past the first rebalances
+        held, before = {tp.partition for tp in a.assignment()}, list(seen.events)
+        await a.stop()  # a static member's stop sends no LeaveGroup (aiokafka)
+        again = consumer("a")
+        await again.start()
+        again.subscribe(["t"])
+        assert await assigned(again, []) == held
+        await asyncio.sleep(1)
+        assert seen.events == before
+        await again.stop()
+        await b.stop()
+
+    asyncio.run(main())
