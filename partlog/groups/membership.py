@@ -8,6 +8,14 @@ timeout passed, dropping those that did not), the first member to join is
 the leader and computes the assignment on the client, and members that
 miss their session timeout are removed.
 
+Static members (KIP-345, ``group.instance.id``): an instance id maps to one
+member id.  A join naming a known instance id with no member id (a restart)
+takes the old member's place: in Stable, when the group's protocol would not
+change, with no rebalance and the old assignment; any request naming the
+instance id with another member id is FENCED_INSTANCE_ID.  A static member
+that does not rejoin a rebalance stays until its session timeout (Kafka's
+``onCompleteJoin`` drops only dynamic ones).
+
 Time comes in as ``now_ms``; answers to requests that must wait (a join
 until the rebalance completes, a follower's sync until the leader's) come
 out of :meth:`Groups.take_completions`, keyed by the waiting request's
@@ -88,6 +96,12 @@ class Group:
     pending: dict[str, int] = field(default_factory=dict)
     # The rebalance in progress started from an empty group.
     initial: bool = False
+    # Static members: group.instance.id -> member id.
+    static: dict[str, str] = field(default_factory=dict)
+
+    def fenced(self, group_instance_id: str | None, member_id: str) -> bool:
+        """Kafka's isStaticMemberFenced: the instance id maps to another member."""
+        return group_instance_id is not None and self.static.get(group_instance_id, member_id) != member_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +156,10 @@ class Groups:
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self._new_uuid = new_uuid  # member ids (handed in: sans-IO)
         self.groups: dict[str, Group] = {}
+        # Protocol types of groups forgotten once empty (their committed
+        # offsets live on in the shell): ListGroups and DescribeGroups report
+        # them as Kafka does, "consumer" and not "".  At most GROUPS_MAX.
+        self.emptied_types: dict[str, str] = {}
         self._completions: list[Completion] = []
         # Bytes of every member's protocols and assignment (METADATA_BYTES_MAX).
         self.metadata_bytes = 0
@@ -180,6 +198,7 @@ class Groups:
         group_instance_id: str | None,
         require_known_member_id: bool,
         now_ms: int,
+        supports_skip_assignment: bool = False,
     ) -> dict[str, Any] | None:
         """A JoinGroup: its answer now, or None when it waits for the
         rebalance (the answer then comes as a Completion for ``token``)."""
@@ -196,11 +215,19 @@ class Groups:
             if len(self.groups) >= GROUPS_MAX:
                 return join_answer(Errors.COORDINATOR_NOT_AVAILABLE)
             g = self.groups[group_id] = Group(group_id)
+            self.emptied_types.pop(group_id, None)
         if g.members and g.protocol_type != protocol_type:
             return join_answer(Errors.INCONSISTENT_GROUP_PROTOCOL)
         if g.members and not self._supports_some(g, protocols):
             return join_answer(Errors.INCONSISTENT_GROUP_PROTOCOL)
-        if not member_id:
+        if not member_id and group_instance_id is not None:
+            # Kafka's doStaticNewMemberJoinGroup: no MEMBER_ID_REQUIRED round.
+            member_id = f"{group_instance_id}-{self._new_uuid()}"
+            old = g.static.get(group_instance_id)
+            if old is not None:
+                return self._static_rejoin(g, token, old, member_id, protocols, session_timeout_ms,
+                                           rebalance_timeout_ms, supports_skip_assignment, now_ms)  # fmt: skip
+        elif not member_id:
             member_id = f"{client_id or 'member'}-{self._new_uuid()}"
             if require_known_member_id:
                 # KIP-394: the client joins again with the id it was given.
@@ -208,7 +235,11 @@ class Groups:
                     del g.pending[next(iter(g.pending))]
                 g.pending[member_id] = now_ms + session_timeout_ms
                 return join_answer(Errors.MEMBER_ID_REQUIRED, member_id=member_id)
-        elif member_id not in g.members and member_id not in g.pending:
+        elif member_id not in g.pending and g.fenced(group_instance_id, member_id):
+            return join_answer(Errors.FENCED_INSTANCE_ID)
+        elif member_id not in g.pending and (
+            member_id not in g.members or (group_instance_id is not None and group_instance_id not in g.static)
+        ):
             # An id we did not hand out, or forgot (a new coordinator): the
             # client drops it and joins anew.
             return join_answer(Errors.UNKNOWN_MEMBER_ID)
@@ -226,6 +257,8 @@ class Groups:
                        list(protocols), group_instance_id)  # fmt: skip
             g.members[member_id] = m
             g.protocol_type = protocol_type
+            if group_instance_id is not None:
+                g.static[group_instance_id] = member_id
         elif m.join_token is not None:
             # A second join of the same member replaces the first (the
             # client gave up on it); the old one is answered as retriable.
@@ -247,6 +280,65 @@ class Groups:
             self._prepare_rebalance(g, now_ms)
         m.join_token = token
         g.joined.add(member_id)
+        self._maybe_complete_join(g, now_ms)
+        return None
+
+    def _static_rejoin(
+        self,
+        g: Group,
+        token: Any,
+        old_id: str,
+        new_id: str,
+        protocols: list[tuple[str, bytes]],
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        supports_skip_assignment: bool,
+        now_ms: int,
+    ) -> dict[str, Any] | None:
+        """Kafka's updateStaticMemberAndRebalance: the known static member
+        ``old_id`` rejoins as ``new_id`` (a restart) and takes its place,
+        keeping its assignment; the old id's waiting requests are fenced."""
+        m = g.members[old_id]
+        growth = _protocols_bytes(protocols) - _protocols_bytes(m.protocols)
+        if self.metadata_bytes + growth > METADATA_BYTES_MAX:
+            return join_answer(Errors.COORDINATOR_NOT_AVAILABLE)
+        self.metadata_bytes += growth
+        current_leader = g.leader
+        for waiting, answer in ((m.join_token, join_answer), (m.sync_token, sync_answer)):
+            if waiting is not None:
+                self._completions.append(Completion(waiting, answer(Errors.FENCED_INSTANCE_ID)))
+        m.join_token = m.sync_token = None
+        # The new id takes the old one's place in join order (the leader
+        # and protocol votes follow that order).
+        g.members = {(new_id if mid == old_id else mid): o for mid, o in g.members.items()}
+        m.member_id = new_id
+        assert m.group_instance_id is not None
+        g.static[m.group_instance_id] = new_id
+        if g.leader == old_id:
+            g.leader = new_id
+        if old_id in g.joined:
+            g.joined.discard(old_id)
+            g.joined.add(new_id)
+        m.protocols = list(protocols)
+        m.session_timeout_ms = session_timeout_ms
+        m.rebalance_timeout_ms = rebalance_timeout_ms
+        m.last_heartbeat_ms = now_ms
+        assert g.state is not GroupState.EMPTY, "a group with a static member has members"
+        if g.state is GroupState.STABLE and self._choose_protocol(g) == g.protocol:
+            # No rebalance: the member syncs and gets its old assignment.
+            if supports_skip_assignment:
+                # JoinGroup v9+ (KIP-814): the leader is told it leads, and
+                # not to run its assignor (a Stable group keeps assignments).
+                leads = g.leader == new_id
+                return {**self._join_done(g, m), "skip_assignment": leads}
+            # Before v9: the old leader id, so a restarted leader does not
+            # run a trivial assignment a Stable group would ignore.
+            return {**self._join_done(g, m), "members": [], "leader": current_leader}
+        if g.state is not GroupState.PREPARING_REBALANCE:
+            # CompletingRebalance: the leader may be assigning the old id.
+            self._prepare_rebalance(g, now_ms)
+        m.join_token = token
+        g.joined.add(new_id)
         self._maybe_complete_join(g, now_ms)
         return None
 
@@ -299,9 +391,15 @@ class Groups:
         due = now_ms >= g.rebalance_deadline_ms
         if not due and (g.initial or not set(g.members) <= g.joined):
             return
-        # Members that did not rejoin in time leave the group.
-        for mid in [mid for mid in g.members if mid not in g.joined]:
+        # Dynamic members that did not rejoin in time leave the group;
+        # static ones stay until their session timeout (Kafka's onCompleteJoin).
+        for mid in [mid for mid, m in g.members.items() if mid not in g.joined and m.group_instance_id is None]:
             self.metadata_bytes -= _member_bytes(g.members.pop(mid))
+        if g.members and not g.joined:
+            # Only static members that have not rejoined: no leader to
+            # elect; wait another rebalance timeout (Kafka's DelayedJoin).
+            g.rebalance_deadline_ms = now_ms + max(m.rebalance_timeout_ms for m in g.members.values())
+            return
         g.generation += 1
         if not g.members:
             g.state = GroupState.EMPTY
@@ -309,8 +407,9 @@ class Groups:
             g.protocol = None
             return
         g.protocol = self._choose_protocol(g)
-        if g.leader not in g.members:
-            g.leader = next(iter(g.members))
+        if g.leader not in g.joined:
+            # Kafka's maybeElectNewJoinedLeader: a member that rejoined.
+            g.leader = next(mid for mid in g.members if mid in g.joined)
         g.state = GroupState.COMPLETING_REBALANCE
         for m in g.members.values():
             if m.join_token is not None:
@@ -342,8 +441,11 @@ class Groups:
         generation: int,
         assignments: dict[str, bytes],
         now_ms: int,
+        group_instance_id: str | None = None,
     ) -> dict[str, Any] | None:
         g = self.groups.get(group_id)
+        if g is not None and g.fenced(group_instance_id, member_id):
+            return sync_answer(Errors.FENCED_INSTANCE_ID)
         if g is None or member_id not in g.members:
             return sync_answer(Errors.UNKNOWN_MEMBER_ID)
         if generation != g.generation:
@@ -378,8 +480,12 @@ class Groups:
 
     # ---------------------------------------------------------- heartbeat
 
-    def heartbeat(self, group_id: str, member_id: str, generation: int, now_ms: int) -> Errors:
+    def heartbeat(
+        self, group_id: str, member_id: str, generation: int, now_ms: int, group_instance_id: str | None = None
+    ) -> Errors:
         g = self.groups.get(group_id)
+        if g is not None and g.fenced(group_instance_id, member_id):
+            return Errors.FENCED_INSTANCE_ID
         if g is None or member_id not in g.members:
             return Errors.UNKNOWN_MEMBER_ID
         m = g.members[member_id]
@@ -390,9 +496,24 @@ class Groups:
             return Errors.REBALANCE_IN_PROGRESS
         return Errors.NONE
 
-    def leave(self, group_id: str, member_id: str, now_ms: int) -> Errors:
+    def leave(self, group_id: str, member_id: str, now_ms: int, group_instance_id: str | None = None) -> Errors:
+        """One member of a LeaveGroup, by Kafka's rules: an empty member id
+        with an instance id removes that static member (an admin's
+        removal); a pending id is forgotten; an instance id mapped to
+        another member is FENCED_INSTANCE_ID."""
         g = self.groups.get(group_id)
-        if g is None or member_id not in g.members:
+        if g is None:
+            return Errors.UNKNOWN_MEMBER_ID
+        if not member_id:
+            current = g.static.get(group_instance_id) if group_instance_id is not None else None
+            if current is None:
+                return Errors.UNKNOWN_MEMBER_ID
+            member_id = current
+        elif g.pending.pop(member_id, None) is not None:
+            return Errors.NONE
+        elif g.fenced(group_instance_id, member_id):
+            return Errors.FENCED_INSTANCE_ID
+        if member_id not in g.members:
             return Errors.UNKNOWN_MEMBER_ID
         self._remove(g, member_id, now_ms)
         return Errors.NONE
@@ -401,6 +522,8 @@ class Groups:
         m = g.members.pop(member_id)
         self.metadata_bytes -= _member_bytes(m)
         g.joined.discard(member_id)
+        if m.group_instance_id is not None:
+            del g.static[m.group_instance_id]
         if m.join_token is not None:
             self._completions.append(Completion(m.join_token, join_answer(Errors.UNKNOWN_MEMBER_ID)))
         if m.sync_token is not None:
@@ -416,7 +539,9 @@ class Groups:
             self._prepare_rebalance(g, now_ms)
         self._maybe_complete_join(g, now_ms)
 
-    def check_commit(self, group_id: str, member_id: str, generation: int, now_ms: int) -> Errors:
+    def check_commit(
+        self, group_id: str, member_id: str, generation: int, now_ms: int, group_instance_id: str | None = None
+    ) -> Errors:
         """Whether an OffsetCommit of this member and generation may be
         written, by Kafka's rules (GroupCoordinator.handleCommitOffsets): a
         simple commit (generation < 0) only while the group has no members;
@@ -427,6 +552,8 @@ class Groups:
         g = self.groups.get(group_id)
         if generation < 0 and (g is None or not g.members):
             return Errors.NONE
+        if g is not None and g.fenced(group_instance_id, member_id):
+            return Errors.FENCED_INSTANCE_ID
         if g is not None and g.state is GroupState.COMPLETING_REBALANCE:
             return Errors.REBALANCE_IN_PROGRESS
         if g is None or member_id not in g.members:
@@ -451,6 +578,10 @@ class Groups:
                 # Nothing left to remember (offsets live in the shell): the
                 # slot goes back to GROUPS_MAX.
                 del self.groups[g.group_id]
+                if g.protocol_type:
+                    if len(self.emptied_types) >= GROUPS_MAX:
+                        del self.emptied_types[next(iter(self.emptied_types))]
+                    self.emptied_types[g.group_id] = g.protocol_type
 
     def drop_all(self) -> None:
         """This coordinator no longer serves these groups (its offsets
@@ -462,7 +593,24 @@ class Groups:
                 if m.sync_token is not None:
                     self._completions.append(Completion(m.sync_token, sync_answer(Errors.NOT_COORDINATOR)))
         self.groups.clear()
+        self.emptied_types.clear()
         self.metadata_bytes = 0
+
+    def forget(self, group_id: str) -> Errors:
+        """DeleteGroups' check and removal of ``group_id``'s membership
+        (Kafka's: a group with members is NON_EMPTY_GROUP); the caller
+        deletes its offsets."""
+        g = self.groups.get(group_id)
+        if g is not None and g.members:
+            return Errors.NON_EMPTY_GROUP
+        self.groups.pop(group_id, None)
+        self.emptied_types.pop(group_id, None)
+        return Errors.NONE
+
+    def protocol_type(self, group_id: str) -> str:
+        """The group's protocol type, kept once it is empty ("" if none)."""
+        g = self.groups.get(group_id)
+        return (g.protocol_type or "") if g is not None else self.emptied_types.get(group_id, "")
 
 
 def _protocols_bytes(protocols: list[tuple[str, bytes]]) -> int:

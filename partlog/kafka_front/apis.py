@@ -105,6 +105,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     14: (0, 5),  # SyncGroup
     15: (0, 5),  # DescribeGroups
     16: (0, 4),  # ListGroups
+    42: (0, 2),  # DeleteGroups
     17: (0, 1),  # SaslHandshake (v0: raw tokens follow, as before KIP-152)
     19: (2, 7),  # CreateTopics
     20: (1, 6),  # DeleteTopics
@@ -255,6 +256,7 @@ class KafkaApis(ApiHandlers):
             14: group.sync_group,
             15: group.describe_groups,
             16: group.list_groups,
+            42: group.delete_groups,
             20: self.admin.delete_topics,
             21: self.admin.delete_records,
             23: self.offset_for_leader_epoch,

@@ -59,6 +59,7 @@ API_KEYS: dict[int, str] = {
     14: "SyncGroup",
     15: "DescribeGroups",
     16: "ListGroups",
+    42: "DeleteGroups",
     17: "SaslHandshake",
     18: "ApiVersions",
     19: "CreateTopics",

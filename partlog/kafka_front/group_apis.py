@@ -1,6 +1,6 @@
 """The consumer-group APIs of the Kafka front end: FindCoordinator,
 JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
-ListGroups and DescribeGroups, mapped onto this broker's
+ListGroups, DescribeGroups and DeleteGroups, mapped onto this broker's
 :class:`partlog.kafka_front.group_coordinator.GroupCoordinator`
 (FindCoordinator of key type 1, transactions, onto its
 :class:`partlog.kafka_front.txn_coordinator.TxnCoordinator`)."""
@@ -14,6 +14,7 @@ from partlog.acl import AclOperation
 from partlog.kafka.errors import Errors
 from partlog.kafka_front.authz import denied
 from partlog.kafka_front.group_coordinator import GroupCoordinator
+from partlog.kafka_front.group_delete import delete_groups
 from partlog.kafka_front.handler import ApiHandlers, Session, duration_ms
 from partlog.kafka_front.port import BrokerPort
 from partlog.kafka_front.txn_coordinator import TxnCoordinator
@@ -77,18 +78,21 @@ class GroupApis(ApiHandlers):
             protocols=[(p.name, bytes(p.metadata)) for p in body.protocols],
             group_instance_id=getattr(body, "group_instance_id", None),
             require_known_member_id=req.api_version >= 4,
+            supports_skip_assignment=req.api_version >= 9,
         )
 
     async def sync_group(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         if not self.authz.group(session, AclOperation.READ, body.group_id):
             return denied(req, Errors.GROUP_AUTHORIZATION_FAILED)
         assignments = {a.member_id: bytes(a.assignment) for a in body.assignments}
-        return await self.groups.sync(body.group_id, body.member_id, int(body.generation_id), assignments)
+        instance = getattr(body, "group_instance_id", None)
+        return await self.groups.sync(body.group_id, body.member_id, int(body.generation_id), assignments, instance)
 
     async def heartbeat(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         if not self.authz.group(session, AclOperation.READ, body.group_id):
             return denied(req, Errors.GROUP_AUTHORIZATION_FAILED)
-        error = await self.groups.heartbeat(body.group_id, body.member_id, int(body.generation_id))
+        instance = getattr(body, "group_instance_id", None)
+        error = await self.groups.heartbeat(body.group_id, body.member_id, int(body.generation_id), instance)
         return {"throttle_time": 0, "error_code": int(error)}
 
     async def leave_group(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
@@ -96,7 +100,8 @@ class GroupApis(ApiHandlers):
             return denied(req, Errors.GROUP_AUTHORIZATION_FAILED)
         if req.api_version >= 3:
             ids = [m.member_id for m in body.members]
-            error, each = await self.groups.leave(body.group_id, ids)
+            instances = [m.group_instance_id for m in body.members]
+            error, each = await self.groups.leave(body.group_id, ids, instances)
             if error != Errors.NONE:
                 # As Kafka's error response: the request's error, no members.
                 return {"throttle_time": 0, "error_code": int(error), "members": []}
@@ -126,7 +131,10 @@ class GroupApis(ApiHandlers):
                     p.committed_metadata,
                 )
         if wanted or not answers:
-            answers.update(await self.groups.commit_offsets(body.group_id, body.member_id or "", generation, wanted))
+            instance = getattr(body, "group_instance_id", None)
+            answers.update(
+                await self.groups.commit_offsets(body.group_id, body.member_id or "", generation, wanted, instance)
+            )
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (name, p), e in answers.items():
             by_topic.setdefault(name, []).append({"partition_index": p, "error_code": int(e)})
@@ -189,6 +197,14 @@ class GroupApis(ApiHandlers):
                 groups.append({"error_code": int(Errors.GROUP_AUTHORIZATION_FAILED), "group_id": g, "group_state": "",
                                "protocol_type": "", "protocol_data": "", "members": []})  # fmt: skip
         return {"throttle_time": 0, "groups": groups}
+
+    async def delete_groups(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        # As Kafka: DELETE on each group, else GROUP_AUTHORIZATION_FAILED for it.
+        names = list(dict.fromkeys(body.groups_names))
+        allowed = [g for g in names if self.authz.group(session, AclOperation.DELETE, g)]
+        done = await delete_groups(self.groups, allowed)
+        results = [{"group_id": g, "error_code": int(done.get(g, Errors.GROUP_AUTHORIZATION_FAILED))} for g in names]
+        return {"throttle_time": 0, "results": results}
 
 
 __all__ = ["GroupApis"]

@@ -280,6 +280,8 @@ class GroupCoordinator:
                 offsets = held[group] = {}
             if value is None:
                 offsets.pop((topic, p), None)
+                if not offsets:  # every offset deleted (DeleteGroups): the group is gone
+                    del held[group]
                 return
             offset, epoch, meta, ts = msgpack.unpackb(value)
             if not all(type(x) is int for x in (offset, epoch, ts)) or not isinstance(meta, str):
@@ -331,24 +333,27 @@ class GroupCoordinator:
         return await self._wait(part, token, fut, now)
 
     async def sync(
-        self, group_id: str, member_id: str, generation: int, assignments: dict[str, bytes]
+        self, group_id: str, member_id: str, generation: int, assignments: dict[str, bytes], instance: str | None = None
     ) -> dict[str, Any]:
         error, part, _ = await self._partition(group_id)
         if part is None:
             return sync_answer(error)
         token, fut = self._token()
-        now = part.groups.sync(token, group_id, member_id, generation, assignments, self.broker.clock.wall_ms())
+        now_ms = self.broker.clock.wall_ms()
+        now = part.groups.sync(token, group_id, member_id, generation, assignments, now_ms, instance)
         return await self._wait(part, token, fut, now)
 
-    async def heartbeat(self, group_id: str, member_id: str, generation: int) -> Errors:
+    async def heartbeat(self, group_id: str, member_id: str, generation: int, instance: str | None = None) -> Errors:
         error, part, _ = await self._partition(group_id)
         if part is None:
             return error
-        answer = part.groups.heartbeat(group_id, member_id, generation, self.broker.clock.wall_ms())
+        answer = part.groups.heartbeat(group_id, member_id, generation, self.broker.clock.wall_ms(), instance)
         self._complete(part.groups.take_completions(), wake=False)
         return answer
 
-    async def leave(self, group_id: str, member_ids: list[str]) -> tuple[Errors, list[Errors]]:
+    async def leave(
+        self, group_id: str, member_ids: list[str], instances: list[str | None] | None = None
+    ) -> tuple[Errors, list[Errors]]:
         error, part, _ = await self._partition(group_id)
         if part is None:
             return error, [error] * len(member_ids)
@@ -356,7 +361,9 @@ class GroupCoordinator:
             # As Kafka's classicGroupLeave: no such group is the request's
             # UNKNOWN_MEMBER_ID.
             return Errors.UNKNOWN_MEMBER_ID, [Errors.UNKNOWN_MEMBER_ID] * len(member_ids)
-        out = [part.groups.leave(group_id, m, self.broker.clock.wall_ms()) for m in member_ids]
+        now = self.broker.clock.wall_ms()
+        out = [part.groups.leave(group_id, m, now, i) for m, i in zip(member_ids, instances or [None] * len(member_ids),
+                                                                      strict=True)]  # fmt: skip
         self._complete(part.groups.take_completions())
         return Errors.NONE, out
 
@@ -385,13 +392,14 @@ class GroupCoordinator:
         member_id: str,
         generation: int,
         offsets: Mapping[tuple[str, int], tuple[int, int, str | None]],
+        instance: str | None = None,
     ) -> dict[tuple[str, int], Errors]:
         """Write ``{(topic, partition): (offset, leader_epoch, metadata)}``
         for the group; per partition the error."""
         error, part, tp = await self._partition(group_id, empty_ok=True)
         if part is None or tp is None:
             return dict.fromkeys(offsets, error)
-        error = part.groups.check_commit(group_id, member_id, generation, self.broker.clock.wall_ms())
+        error = part.groups.check_commit(group_id, member_id, generation, self.broker.clock.wall_ms(), instance)
         if error != Errors.NONE:
             return dict.fromkeys(offsets, error)
         if group_id not in part.offsets and len(part.offsets) >= OFFSET_GROUPS_MAX:
@@ -525,6 +533,8 @@ class GroupCoordinator:
         # is checked only when the request names one (v3+).
         if generation >= 0 or member_id or group_instance_id is not None:
             g = part.groups.group(group_id)
+            if g is not None and g.fenced(group_instance_id, member_id):
+                return dict.fromkeys(offsets, Errors.FENCED_INSTANCE_ID)
             if g is None or member_id not in g.members:
                 return dict.fromkeys(offsets, Errors.UNKNOWN_MEMBER_ID)
             if generation != g.generation:
@@ -580,7 +590,7 @@ class GroupCoordinator:
                 out.append((g.group_id, g.protocol_type or "", g.state.value))
             for gid in part.offsets:
                 if gid not in part.groups.groups:
-                    out.append((gid, "", "Empty"))
+                    out.append((gid, part.groups.protocol_type(gid), "Empty"))
         return out
 
     async def describe(self, group_id: str) -> dict[str, Any]:
@@ -591,8 +601,10 @@ class GroupCoordinator:
             return {**base, "error_code": int(error)}
         g = part.groups.group(group_id)
         if g is None:
-            state = "Empty" if group_id in part.offsets else "Dead"
-            return {**base, "error_code": 0, "group_state": state}
+            if group_id not in part.offsets:
+                return {**base, "error_code": 0, "group_state": "Dead"}
+            kept = part.groups.protocol_type(group_id)  # as Kafka: an emptied group keeps it
+            return {**base, "error_code": 0, "group_state": "Empty", "protocol_type": kept}
         stable = g.state.value == "Stable"
         members = [
             {

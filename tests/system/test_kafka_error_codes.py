@@ -513,6 +513,13 @@ ROWS = [
     # -------------------------------------------------------------- ListGroups
     _row("list-groups-refused", "locked", "any", 16, 4, {"states_filter": []}, _list_groups, (E.NONE, []),
          "KafkaApis.handleListGroupsRequest (groups without DESCRIBE are left out)"),
+    # ------------------------------------------------------------ DeleteGroups
+    _row("delete-groups-not-coordinator", "open", "not_coordinator", 42, 2, {"groups_names": [GROUP]}, CONFIGS,
+         E.NOT_COORDINATOR, "GroupCoordinator.handleDeleteGroups (validateGroupStatus, per group)"),
+    _row("delete-groups-unknown-group", "open", "coordinator", 42, 2, {"groups_names": ["no-such-group"]}, CONFIGS,
+         E.GROUP_ID_NOT_FOUND, "GroupCoordinator.handleDeleteGroups (groupNotExists)"),
+    _row("delete-groups-refused", "locked", "any", 42, 2, {"groups_names": [GROUP]}, CONFIGS,
+         E.GROUP_AUTHORIZATION_FAILED, "KafkaApis.handleDeleteGroupsRequest (DELETE on the group)"),
     # ----------------------------------------------------------- DeleteRecords
     _row("delete-records-not-leader", "open", "follower", 21, 2, _delete_records(), DELREC, E.NOT_LEADER_OR_FOLLOWER,
          "ReplicaManager.deleteRecordsOnLocalLog (getPartitionOrException)", ANY_BROKER_SERVES),
