@@ -274,7 +274,7 @@ class FaultInjector:
             if grown:
                 count(kind, f"#{k} {grown}")
         elif kind == "reassign" and self.reassigner is not None and cluster.controller is not None:
-            await self.reassigner.inject(k, rng)
+            await self.reassigner.inject(k, rng, self._schedule)
         elif kind == "power_loss":
             alive = sorted(b for b, broker in cluster.brokers.items() if not broker.store._closed)
             if len(alive) <= 1:

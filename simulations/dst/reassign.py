@@ -5,8 +5,9 @@ docs/design/reassignment.md, "The simulation").
 simulation already holds (``ControllerMetadata``, a
 :class:`~partlog.controller.reassignment.ReassignmentAdmin`), it moves a
 random settled partition of the topic to a target of the same size (its
-leader moved away to a broker outside the replicas, or one follower), or
-now and then cancels a move in progress; at most
+leader moved away to a broker outside the replicas, or one follower),
+sometimes cancelled again a moment later, or now and then cancels a move
+in progress; at most
 ``REASSIGNMENTS_IN_PROGRESS_MAX`` moves are in progress (past it, a
 cancel).  Moves are journalled; ``reassign_started``,
 ``reassign_completed`` and ``reassign_cancelled`` are counted as the
@@ -26,7 +27,9 @@ The checks a move adds (beside every invariant the run checks anyway):
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
+from collections.abc import Awaitable, Callable
 
 from partlog.broker.server import Broker
 from partlog.controller.reassignment import reassigning, target_of
@@ -40,6 +43,10 @@ from simulations.dst.journal import Journal
 CANCEL_SHARE = 0.15
 # Of the moves: the leader's replica moved away (else one follower's).
 LEADER_MOVE_SHARE = 0.5
+# Of the moves started: cancelled again this soon (virtual seconds), racing
+# the added replica's catch-up and the move's completion.
+CANCEL_SOON_SHARE = 0.25
+CANCEL_SOON_S = (0.0, 0.3)
 # How long a broker may hold a log of a partition it no longer replicates
 # once its roles say so (virtual seconds; it applies metadata in milliseconds).
 DROP_GRACE_S = 2.0
@@ -61,8 +68,11 @@ class Reassigner:
         # holding a log it no longer replicates).
         self.holding: dict[tuple[int, TopicIdPartition], tuple[Broker, float]] = {}
 
-    async def inject(self, k: int, rng: random.Random) -> None:
-        """Fault number ``k``: a move started or a move in progress cancelled."""
+    async def inject(
+        self, k: int, rng: random.Random, schedule: Callable[[float, Callable[[], Awaitable[None]]], None]
+    ) -> None:
+        """Fault number ``k``: a move started (``schedule``, the injector's:
+        maybe its cancel a moment later) or a move in progress cancelled."""
         admin = self.cluster.admin
         topic = admin.topic(TOPIC) if admin is not None else None
         if admin is None or topic is None:
@@ -98,6 +108,21 @@ class Reassigner:
         else:
             self.journal.count("reassign_started", f"#{k} {what}")
             self.moving[index] = target
+            if rng.random() < CANCEL_SOON_SHARE:
+                schedule(rng.uniform(*CANCEL_SOON_S), functools.partial(self._cancel, k, index, target))
+        self.look()
+
+    async def _cancel(self, k: int, index: int, target: tuple[int, ...]) -> None:
+        """Fault ``k``'s move of partition ``index`` cancelled, if the
+        admin's view still shows it in progress (the controller may have
+        completed it meanwhile: NO_REASSIGNMENT_IN_PROGRESS, journalled)."""
+        admin = self.cluster.admin
+        topic = admin.topic(TOPIC) if admin is not None else None
+        if admin is None or topic is None or not reassigning(topic.partitions[index]):
+            return
+        answer = (await admin.alter_reassignments({(TOPIC, index): None}))[(TOPIC, index)]
+        refused = "" if answer is None else f": refused {answer.error.name}: {answer.message[:80]}"
+        self.journal.event(f"#{k} reassign: cancel the move of partition {index} to {list(target)}{refused}")
         self.look()
 
     def look(self) -> None:
@@ -172,7 +197,7 @@ class Reassigner:
             await asyncio.sleep(WATCH_INTERVAL_S)
             left = self._in_progress()
         if left != []:
-            self.journal.violated(f"moves still in progress {within_s:.0f} s after the faults stopped: {left}")
+            self.journal.violated(f"moves still in progress {within_s:.0f} s after the run settled: {left}")
         await asyncio.sleep(DROP_GRACE_S + 2 * WATCH_INTERVAL_S)
         self.look()
         self.check_dropped()

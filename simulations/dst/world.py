@@ -19,6 +19,8 @@ The parts, as TigerBeetle's VOPR splits its simulator:
 * :mod:`simulations.dst.workload`: the producers, the ledger of what was
   acknowledged, and the verifier that reads it back;
 * :mod:`simulations.dst.faults`: when which fault happens, and its heal;
+* :mod:`simulations.dst.reassign`: an operator's partition moves (a fault
+  with ``Faults.reassign_per_min``) and the checks they add;
 * :mod:`simulations.dst.invariants`: the checks (listed there), each over
   a read-only view of the cluster;
 * :mod:`simulations.dst.journal`: the events and violations a run records.

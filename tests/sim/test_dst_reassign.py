@@ -22,7 +22,9 @@ pytestmark = pytest.mark.timeout(600)
 # --shrink-runs 0`, from seed 1), with what it reports.  Seed 2 fails without
 # any bug (REASSIGN_FAILING_WITHOUT_A_BUG), so it is no finding of either:
 # reassign_completes_early passes seed 1, and seed 3 is its first failure
-# of its own (a move completed with a replica that had nothing in the ISR).
+# of its own (a move completed with a replica that had nothing in the ISR);
+# seeds 4-7 fail too, 6 and 7 with an acknowledged offset reused (the empty
+# replica led).
 REASSIGN_FIRST_FAILING_SEED = {"replica_drops_log_while_listed": 1, "reassign_completes_early": 3}
 REASSIGN_FOUND_AS = {
     # t=1.1 s: the moved leader, in `removing`, dropped its log.
