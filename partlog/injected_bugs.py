@@ -73,6 +73,15 @@ KNOWN: dict[str, str] = {
         "a broker's store creates the partitions of new topics only, not those CreatePartitions adds to a "
         "topic it has (it cannot lead or follow them)"
     ),
+    # Partition reassignment: found with `fuzz --reassign`.
+    "reassign_completes_early": (
+        "the controller completes a reassignment once any target replica is in the ISR, not all of them "
+        "(a replica without the data joins the ISR, and may lead)"
+    ),
+    "replica_drops_log_while_listed": (
+        "a broker drops its log of a partition it is being removed from while it is still a replica "
+        "(in the reassignment's removing list)"
+    ),
     # In the simulation's own stand-ins (simulations/dst): the transaction
     # coordinator and the consume-transform-produce application.
     "txn_markers_before_prepare": (

@@ -59,6 +59,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
+from partlog import injected_bugs
 from partlog.controller.cluster_meta import NO_LEADER, PartitionInfo, TopicInfo
 from partlog.controller.rules import Refused, after_fencing
 from partlog.kafka.errors import Errors
@@ -304,7 +305,7 @@ def completed(p: PartitionInfo, alive: Callable[[int], bool]) -> PartitionInfo:
     if not reassigning(p):
         return p
     target = target_of(p)
-    if not set(target) <= set(p.isr):
+    if not (set(target) & set(p.isr) if injected_bugs.on("reassign_completes_early") else set(target) <= set(p.isr)):
         return p
     leader, isr = p.leader, target
     if leader not in target:

@@ -329,7 +329,9 @@ class ReplicaManager:
             for p, info in enumerate(topic.partitions):
                 tp = TopicIdPartition(topic.topic_id, p)
                 # No replicas at all: a placeholder, not a decision.
-                if not info.replicas or me in info.replicas or tp in self._led or tp in self._following:
+                listed = me in info.replicas or tp in self._led or tp in self._following
+                early = me in info.removing and injected_bugs.on("replica_drops_log_while_listed")
+                if not info.replicas or (listed and not early):
                     continue
                 try:
                     if self.store.log_end_offset(tp) == self.store.log_start_offset(tp) == 0:

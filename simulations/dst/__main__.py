@@ -1,8 +1,9 @@
 """``python -m simulations.dst``: deterministic simulation of the whole system.
 
     python -m simulations.dst fuzz [--seeds N | --hours H] [--first-seed S] [--inject NAME] [--txn] [--tiering]
-                                   [--create-partitions]
+                                   [--create-partitions] [--reassign]
     python -m simulations.dst replay SEED [--inject NAME] [--events] [--txn] [--tiering] [--create-partitions]
+                                          [--reassign]
     python -m simulations.dst --list-injections
 
 Each seed's line (and ``--json``'s ``digests``) ends in its digest: a hash
@@ -54,6 +55,8 @@ FUZZ_FAULTS = Faults(
 
 # --create-partitions: an operator grows the topic this often, under the same faults.
 CREATE_PARTITIONS_PER_MIN = 6.0
+# --reassign: an operator moves a partition (or cancels a move) this often.
+REASSIGN_PER_MIN = 12.0
 
 # --txn: the transaction faults beside those (a coordinator crash between
 # Prepare and the markers, lost markers, a leader crash with a transaction
@@ -81,8 +84,11 @@ def _faults(args: argparse.Namespace) -> Faults:
     faults = FUZZ_TXN_FAULTS if args.txn else FUZZ_FAULTS
     if getattr(args, "tiering", False):
         faults = dataclasses.replace(faults, slow_replies_per_min=TIERING_SLOW_REPLIES_PER_MIN)
-    grow = getattr(args, "create_partitions", False)  # bench has no such flag
-    return dataclasses.replace(faults, create_partitions_per_min=CREATE_PARTITIONS_PER_MIN) if grow else faults
+    if getattr(args, "create_partitions", False):  # bench has no such flag
+        faults = dataclasses.replace(faults, create_partitions_per_min=CREATE_PARTITIONS_PER_MIN)
+    if getattr(args, "reassign", False):
+        faults = dataclasses.replace(faults, reassign_per_min=REASSIGN_PER_MIN)
+    return faults
 
 
 def _replay_command(
@@ -92,9 +98,10 @@ def _replay_command(
     txn: bool = False,
     tiering: bool = False,
     create_partitions: bool = False,
+    reassign: bool = False,
 ) -> str:
     extra = (" --txn" if txn else "") + (" --tiering" if tiering else "")
-    extra += " --create-partitions" if create_partitions else ""
+    extra += (" --create-partitions" if create_partitions else "") + (" --reassign" if reassign else "")
     extra += "".join(f" --inject {name}" for name in inject)
     if only_faults is not None:
         extra += f" --only-faults {','.join(map(str, only_faults)) or 'none'}"
@@ -102,7 +109,8 @@ def _replay_command(
 
 
 def _replay(args: argparse.Namespace, seed: int, only_faults: list[int] | None = None) -> str:
-    return _replay_command(seed, args.inject, only_faults, args.txn, args.tiering, args.create_partitions)
+    flags = (args.txn, args.tiering, args.create_partitions, args.reassign)
+    return _replay_command(seed, args.inject, only_faults, *flags)
 
 
 def _line(r: Result) -> str:
@@ -175,6 +183,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         "acks1_lost": acks1[1],
         "invariants": _invariants(args),
         **({"tiering": dict(tiering)} if args.tiering else {}),
+        **({"reassignments": _moves(faults)} if args.reassign else {}),
         "digests": {str(seed_): digest for seed_, digest in digests.items()},
     }
     if args.json:
@@ -188,10 +197,17 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         print("faults injected      " + (", ".join(f"{k} {v}" for k, v in sorted(faults.items())) or "none"))
         if args.tiering and tiering:
             print("tiering              " + ", ".join(f"{v:,} {k}" for k, v in tiering.items()))
+        if args.reassign:
+            print("reassignments        " + ", ".join(f"{v} {k}" for k, v in _moves(faults).items()))
         print("invariants checked   " + "; ".join(_invariants(args)))
         if args.inject:
             print(f"injected bugs        {', '.join(args.inject)}")
     return 1 if failed else 0
+
+
+def _moves(faults: Counter[str]) -> dict[str, int]:
+    """The moves of --reassign: started, completed, cancelled."""
+    return {what: faults[f"reassign_{what}"] for what in ("started", "completed", "cancelled")}
 
 
 def _print_shrunk(first: Result, args: argparse.Namespace) -> None:
@@ -302,7 +318,19 @@ INVARIANTS = [
 
 
 def _invariants(args: argparse.Namespace) -> list[str]:
-    return INVARIANTS + (TXN_INVARIANTS if args.txn else []) + (TIERING_INVARIANTS if args.tiering else [])
+    return (
+        INVARIANTS
+        + (TXN_INVARIANTS if args.txn else [])
+        + (TIERING_INVARIANTS if args.tiering else [])
+        + (REASSIGN_INVARIANTS if args.reassign else [])
+    )
+
+
+# With --reassign, beside those.
+REASSIGN_INVARIANTS = [
+    "a broker out of a partition's replicas (by the metadata it applied) holds no log of it",
+    "every move completed or cancelled once faults stop",
+]
 
 
 # With --tiering, beside those.
@@ -381,6 +409,12 @@ def build_parser() -> argparse.ArgumentParser:
             action="store_true",
             help=f"grow the topic by CreatePartitions through the controller, {CREATE_PARTITIONS_PER_MIN:g} times a "
             "minute (1-3 partitions each), while the faults run: producers spread over the new partitions",
+        )
+        sp.add_argument(
+            "--reassign",
+            action="store_true",
+            help=f"reassign partitions through the controller, {REASSIGN_PER_MIN:g} times a minute, while the faults "
+            "run: a partition's leader or one follower moved to another broker, now and then a move cancelled",
         )
         sp.add_argument(
             "--tiering",

@@ -33,6 +33,9 @@ TIERING_INTERVAL_MS = 500
 BROKER_PORT_BASE = 9_100
 # Faults.create_partitions_per_min grows the topic up to this many partitions.
 GROWN_PARTITIONS_MAX = 40
+# Faults.reassign_per_min: at most this many moves in progress at once
+# (past it, the operator cancels one instead of starting another).
+REASSIGNMENTS_IN_PROGRESS_MAX = 3
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,11 @@ class Faults:
     # producers then spread over them and the read-back verifies them.
     # 0 (the default): never, and the run is exactly what it was before.
     create_partitions_per_min: float = 0.0
+    # AlterPartitionReassignments on the topic (an operator's, through the
+    # controller): a partition moved to a target of the same size (its
+    # leader moved away, or one follower), now and then a move in progress
+    # cancelled (simulations/dst/reassign.py).  0 (the default): never.
+    reassign_per_min: float = 0.0
     # With transactions (Shape.txn_producers > 0) only: the coordinator's
     # host crashes after the first marker of its next decision is written
     # (between Prepare and the markers); the next marker calls are lost

@@ -30,6 +30,7 @@ from simulations.dst.cluster import Cluster
 from simulations.dst.config import Faults
 from simulations.dst.invariants import Observed, check_controller
 from simulations.dst.journal import Journal
+from simulations.dst.reassign import Reassigner
 from simulations.dst.runtime import SimNetwork, run_node
 from simulations.dst.txn import TxnWorkload
 from simulations.dst.workload import Ledger, Workload
@@ -117,6 +118,8 @@ class FaultInjector:
             {bid: self.rng.randint(-faults.clock_skew_ms, faults.clock_skew_ms) for bid in cluster.az_of}
         )
         self.links = Links(cluster.network, faults, cluster.az_of_node)
+        # The operator's moves (Faults.reassign_per_min), None when off.
+        self.reassigner = Reassigner(cluster, journal) if faults.reassign_per_min > 0 else None
         self.delete_calls = 0
         self.on = True
         self._task: asyncio.Task[None] | None = None
@@ -168,6 +171,8 @@ class FaultInjector:
             rates["slow_reply"] = f.slow_replies_per_min
         if f.create_partitions_per_min > 0:
             rates["create_partitions"] = f.create_partitions_per_min
+        if f.reassign_per_min > 0:
+            rates["reassign"] = f.reassign_per_min
         if self.txn is not None:
             rates |= {
                 "txn_coordinator_crash": f.txn_coordinator_crashes_per_min,
@@ -268,6 +273,8 @@ class FaultInjector:
             grown = await cluster.create_partitions(rng.randint(1, 3))
             if grown:
                 count(kind, f"#{k} {grown}")
+        elif kind == "reassign" and self.reassigner is not None and cluster.controller is not None:
+            await self.reassigner.inject(k, rng, self._schedule)
         elif kind == "power_loss":
             alive = sorted(b for b, broker in cluster.brokers.items() if not broker.store._closed)
             if len(alive) <= 1:

@@ -19,6 +19,8 @@ The parts, as TigerBeetle's VOPR splits its simulator:
 * :mod:`simulations.dst.workload`: the producers, the ledger of what was
   acknowledged, and the verifier that reads it back;
 * :mod:`simulations.dst.faults`: when which fault happens, and its heal;
+* :mod:`simulations.dst.reassign`: an operator's partition moves (a fault
+  with ``Faults.reassign_per_min``) and the checks they add;
 * :mod:`simulations.dst.invariants`: the checks (listed there), each over
   a read-only view of the cluster;
 * :mod:`simulations.dst.journal`: the events and violations a run records.
@@ -70,6 +72,7 @@ from simulations.dst.invariants import (
     lost_acks1,
 )
 from simulations.dst.journal import Journal, Violation
+from simulations.dst.reassign import MOVES_SETTLE_S
 from simulations.dst.runtime import SimNetwork, VirtualLoop, deterministic_process, run_node
 from simulations.dst.store import SimObjectStore
 from simulations.dst.tiering import check_tiered
@@ -187,6 +190,9 @@ class World:
                 self.transformer_tasks = self.ctp.start(on_read)
                 self.injector.transformers = list(self.ctp.names)
             checks_txn = run_node("checker", self._check_txns_periodically())
+        reassigner = self.injector.reassigner
+        if reassigner is not None:
+            watch = run_node("checker", reassigner.watch())
         self.injector.start()
         await asyncio.sleep(self.shape.duration_s)
         # Faults stop; everything comes back.
@@ -219,6 +225,9 @@ class World:
         if self.txn is not None:
             await self._settle_transactions()
         await asyncio.sleep(self.shape.settle_s)
+        if reassigner is not None:
+            await reassigner.settle(MOVES_SETTLE_S)
+            watch.cancel()
         checks.cancel()
         if self.txn is not None:
             checks_txn.cancel()

@@ -15,6 +15,7 @@ from partlog import injected_bugs
 from tests.paths import REPO
 from tests.sim.test_dst import INJECTED
 from tests.sim.test_dst_create_partitions import CREATE_PARTITIONS_FIRST_FAILING_SEED
+from tests.sim.test_dst_reassign import REASSIGN_FIRST_FAILING_SEED, REASSIGN_NOT_FOUND
 from tests.sim.test_dst_tiering import TIERING_FIRST_FAILING_SEED, TIERING_NOT_FOUND
 from tests.sim.test_dst_txn import TXN_FIRST_FAILING_SEED
 
@@ -123,13 +124,16 @@ FEW_SEEDS = 5
 def test_each_injected_bug_states_whether_a_few_seeds_find_it() -> None:
     # The transaction bugs are found with `fuzz --txn` (tests/sim/test_dst_txn.py),
     # the tiering bug with `fuzz --tiering` (tests/sim/test_dst_tiering.py).
-    # and the CreatePartitions bug with `fuzz --create-partitions` (tests/sim/test_dst_create_partitions.py);
+    # and the CreatePartitions bug with `fuzz --create-partitions` (tests/sim/test_dst_create_partitions.py),
+    # the reassignment bugs with `fuzz --reassign` (tests/sim/test_dst_reassign.py);
     # the release grace's are not found (TIERING_NOT_FOUND).
     other_modes = (
         TXN_FIRST_FAILING_SEED.keys()
         | TIERING_FIRST_FAILING_SEED.keys()
         | CREATE_PARTITIONS_FIRST_FAILING_SEED.keys()
+        | REASSIGN_FIRST_FAILING_SEED.keys()
         | TIERING_NOT_FOUND.keys()
+        | REASSIGN_NOT_FOUND.keys()
     )
     assert FIRST_FAILING_SEED.keys() | other_modes == injected_bugs.KNOWN.keys()
     found_within_few = sorted(name for name, seed in FIRST_FAILING_SEED.items() if seed <= FEW_SEEDS)
