@@ -57,6 +57,7 @@ from partlog.kafka_front.handler import (
 from partlog.kafka_front.metadata_api import MetadataApi
 from partlog.kafka_front.partition_apis import CREATE_PARTITIONS_KEY, PartitionApis
 from partlog.kafka_front.port import BrokerPort
+from partlog.kafka_front.read_replica import preferred_read_replica
 from partlog.kafka_front.reassign_apis import (
     ALTER_PARTITION_REASSIGNMENTS_KEY,
     LIST_PARTITION_REASSIGNMENTS_KEY,
@@ -88,6 +89,9 @@ EXACT_LOOKUPS_IN_FLIGHT = 16
 # Produce timeouts beyond this are cut to it (Kafka has no cap; ours bounds
 # how long a request holds its connection's slot).
 PRODUCE_TIMEOUT_MS_MAX = 300_000
+
+# Kafka's replica.selector.class for follower fetching (KIP-392).
+RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
 # The versions served (see design.md "Kafka front end").
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
@@ -152,6 +156,9 @@ class FrontConfig:
     # Kafka's authorizer (super.users, allow.everyone.if.no.acl.found); None:
     # none, every request allowed and the ACL APIs answer SECURITY_DISABLED.
     authorizer: AuthorizerConfig | None = None
+    # KIP-392 follower fetching (Kafka's replica.selector.class set to the
+    # RackAwareReplicaSelector): partlog/kafka_front/read_replica.py.
+    rack_aware_replica_selector: bool = False
 
     def __post_init__(self) -> None:
         if type(self.group_initial_rebalance_delay_ms) is not int or self.group_initial_rebalance_delay_ms < 0:
@@ -184,6 +191,7 @@ class FrontConfig:
             "transaction.state.log.num.partitions": str(self.transaction_state_log_num_partitions),
             "transaction.max.timeout.ms": str(self.transaction_max_timeout_ms),
             "transactional.id.expiration.ms": str(self.transactional_id_expiration_ms),
+            "replica.selector.class": RACK_AWARE_SELECTOR if self.rack_aware_replica_selector else "",
         }
 
 
@@ -399,6 +407,10 @@ class KafkaApis(ApiHandlers):
             return Errors.CORRUPT_MESSAGE, str(e)
         return None, None
 
+    def _az_of(self, broker_id: int) -> str | None:
+        b = self.broker.metadata.broker(broker_id)
+        return None if b is None else b.az
+
     async def fetch(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         meta = self.broker.metadata
         rack = getattr(body, "rack_id", "") or None
@@ -413,6 +425,10 @@ class KafkaApis(ApiHandlers):
         # Kafka's fetch.max.bytes caps what a client asks (55 MiB).
         max_bytes = min(max(1, int(getattr(body, "max_bytes", FETCH_MAX_BYTES))), FETCH_MAX_BYTES)
         asked: list[tuple[str, Any, TopicIdPartition | None, Errors | None]] = []
+        # KIP-392: partitions this client should fetch from another broker.
+        redirect: dict[TopicIdPartition, int] = {}
+        nearest = rack is not None and req.api_version >= 11 and self.config.rack_aware_replica_selector
+        me = self.broker.broker_id
         for ft in body.topics:
             readable = self.authz.topic(session, AclOperation.READ, ft.topic)
             for fp in ft.partitions:
@@ -427,6 +443,8 @@ class KafkaApis(ApiHandlers):
                     cle = int(getattr(fp, "current_leader_epoch", -1))
                     if info is not None and cle >= 0 and cle != info.leader_epoch:
                         error = Errors.FENCED_LEADER_EPOCH if cle < info.leader_epoch else Errors.UNKNOWN_LEADER_EPOCH
+                    elif nearest and (to := preferred_read_replica(info, self._az_of, rack, me)) >= 0:
+                        redirect[tp] = to
                 asked.append((ft.topic, fp, tp, error))
         # Kafka's isolation_level (v4+): READ_COMMITTED reads up to the last
         # stable offset and learns the aborted transactions in the range.
@@ -437,7 +455,7 @@ class KafkaApis(ApiHandlers):
                 tp, int(fp.fetch_offset), min(max(1, int(fp.partition_max_bytes)), FETCH_MAX_BYTES), isolation
             )
             for _, fp, tp, err in asked
-            if err is None and tp is not None
+            if err is None and tp is not None and tp not in redirect
         ]
         answers = await self.broker.fetch_routed(
             reqs, max_wait_ms=max_wait_ms, min_bytes=int(body.min_bytes), max_bytes=max_bytes, az=session.az
@@ -456,6 +474,9 @@ class KafkaApis(ApiHandlers):
             }
             if err is not None:
                 part["error_code"] = int(err)
+            elif tp in redirect:
+                # No records: the client fetches them from the replica named.
+                part.update(error_code=0, preferred_read_replica=redirect[tp])
             else:
                 code, hwm, lso, records, _message, stable, aborted = next(it)
                 part.update(

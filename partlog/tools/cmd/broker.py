@@ -81,6 +81,13 @@ def add_parser(sub: Subparsers) -> None:
         default=600_000,
         help="close a connection idle this long (default 600000, as Kafka)",
     )
+    kg.add_argument(
+        "--rack-aware-replica-selector",
+        action="store_true",
+        help="send a consumer that names its AZ (client.rack) to the in-sync replica there with "
+        "preferred_read_replica (KIP-392; Kafka's replica.selector.class=RackAwareReplicaSelector); "
+        "default: this broker serves or forwards its fetches",
+    )
     tg = br.add_argument_group("transactions (Kafka's transaction coordinator configs)")
     tg.add_argument(
         "--transaction-max-timeout-ms",
@@ -297,6 +304,7 @@ def run(args: argparse.Namespace) -> int:
             transactional_id_expiration_ms=args.transactional_id_expiration_ms,
             transaction_state_log_num_partitions=args.transaction_state_partitions,
             authorizer=authorizer_config(args),
+            rack_aware_replica_selector=args.rack_aware_replica_selector,
         ),
         kafka_limits=ListenerLimits(
             request_bytes_max=args.kafka_request_bytes_max,
