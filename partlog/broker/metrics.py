@@ -272,6 +272,11 @@ class BrokerMetrics:
         read at scrape time): group commits, journal, checkpoints, overlay."""
         self.registry.register(_StoreCollector(stats))
 
+    def watch_metadata_session(self, stats: Callable[[], dict[str, float]]) -> None:
+        """Expose an etcd metadata session's counters (``EtcdMetadata.session_stats``,
+        read at scrape time): registrations, lease keep-alives and their retries."""
+        self.registry.register(_StoreCollector(stats, _SESSION_METRICS))
+
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
         """Expose the metrics at http://host:port/metrics (a daemon thread)
         until :meth:`close`."""
@@ -489,12 +494,40 @@ _STORE_METRICS = {
 
 
 class _StoreCollector(Collector):
-    def __init__(self, stats: Callable[[], dict[str, int]]) -> None:
+    """Counters and gauges read from one ``stats()`` dict at scrape time."""
+
+    def __init__(
+        self, stats: Callable[[], dict[str, int]] | Callable[[], dict[str, float]],
+        metrics: dict[str, tuple[str, str, bool]] | None = None,
+    ) -> None:  # fmt: skip
         self._stats = stats
+        self._metrics = _STORE_METRICS if metrics is None else metrics
 
     def collect(self):  # type: ignore[no-untyped-def]  # prometheus-client's own signature
         st = self._stats()
-        for key, (name, doc, counter) in _STORE_METRICS.items():
+        for key, (name, doc, counter) in self._metrics.items():
             family = CounterMetricFamily(name, doc) if counter else GaugeMetricFamily(name, doc)
             family.add_metric([], float(st.get(key, 0)))
             yield family
+
+
+# An etcd metadata session's counters (partlog.controller.etcd_session):
+# key -> (metric, help, is a counter).
+_SESSION_METRICS: dict[str, tuple[str, str, bool]] = {
+    "registrations": ("partlog_etcd_registrations", "incarnations this broker registered in etcd", True),
+    "duplicate_waits": (
+        "partlog_etcd_duplicate_waits", "registrations refused because another session held the broker id", True
+    ),
+    "keepalives": ("partlog_etcd_keepalives", "lease keep-alives etcd answered", True),
+    "keepalive_retries": (
+        "partlog_etcd_keepalive_retries", "keep-alives without a usable answer (timed out, failed, refuted), retried",
+        True,
+    ),
+    "keepalive_refuted": (
+        "partlog_etcd_keepalive_refuted", "keep-alives answered 'no TTL' while LeaseTimeToLive still had one", True
+    ),
+    "keepalive_gap_s_max": (
+        "partlog_etcd_keepalive_gap_seconds_max", "the longest time between two renewals of this broker's lease",
+        False,
+    ),
+}

@@ -260,6 +260,8 @@ class Broker:
             lambda: self.replicas.stats, lambda: self.replicas.leaders, lambda: self.replicas.under_replicated
         )
         self.metrics.watch_store(self.store.store_stats)
+        if callable(session_stats := getattr(self.metadata, "session_stats", None)):  # etcd's (EtcdMetadata)
+            self.metrics.watch_metadata_session(session_stats)
         self.stats = BrokerStats(self.metrics)
         self.notifier = WalmgrNotifier(
             bid,

@@ -380,6 +380,13 @@ class EtcdMetadata(SnapshotView):
     def keepalives(self) -> int:
         return 0 if self.session is None else self.session.keepalives
 
+    def session_stats(self) -> dict[str, float]:
+        """The session's counters by name (broker metrics; zeros without one)."""
+        s = self.session
+        names = ("registrations", "duplicate_waits", "keepalives", "keepalive_retries", "keepalive_refuted",
+                 "keepalive_gap_s_max")  # fmt: skip
+        return {n: float(getattr(s, n)) if s is not None else 0.0 for n in names}
+
     @property
     def elections_won(self) -> int:
         return 0 if self.acting is None else self.acting.elections_won
