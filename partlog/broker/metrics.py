@@ -270,12 +270,12 @@ class BrokerMetrics:
     def watch_store(self, stats: Callable[[], dict[str, int]]) -> None:
         """Expose the metadata store's counters (``MetadataStore.store_stats``,
         read at scrape time): group commits, journal, checkpoints, overlay."""
-        self.registry.register(_StoreCollector(stats))
+        self.registry.register(_StatsCollector(stats))
 
     def watch_metadata_session(self, stats: Callable[[], dict[str, float]]) -> None:
         """Expose an etcd metadata session's counters (``EtcdMetadata.session_stats``,
         read at scrape time): registrations, lease keep-alives and their retries."""
-        self.registry.register(_StoreCollector(stats, _SESSION_METRICS))
+        self.registry.register(_StatsCollector(stats, _SESSION_METRICS))
 
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
         """Expose the metrics at http://host:port/metrics (a daemon thread)
@@ -493,7 +493,7 @@ _STORE_METRICS = {
 }
 
 
-class _StoreCollector(Collector):
+class _StatsCollector(Collector):
     """Counters and gauges read from one ``stats()`` dict at scrape time."""
 
     def __init__(

@@ -12,12 +12,15 @@ and returns a mapping of plain values that
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from partlog.controller.cluster_meta import TopicInfo
+from partlog.controller.rules import Refused
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
 from partlog.kafka_front.authz import Authz
@@ -76,6 +79,29 @@ class ApiHandlers:
         if t is None or not 0 <= partition < t[1]:
             return None
         return TopicIdPartition(t[0], partition)
+
+
+K = TypeVar("K", bound=Hashable)
+log = logging.getLogger(__name__)
+
+
+async def within_timeout(
+    call: Awaitable[Mapping[K, Any]], timeout_ms: int, keys: Iterable[K], what: str
+) -> dict[K, Any]:
+    """An admin request's answer from the controller, waited for at most the
+    request's ``timeout_ms`` (Kafka's rule): past it every key is
+    REQUEST_TIMED_OUT (the change may still happen, as with Kafka); <= 0
+    waits only as long as the controller client's own request timeout."""
+    if timeout_ms <= 0:
+        return dict(await call)
+    try:
+        async with asyncio.timeout(timeout_ms / 1000):
+            return dict(await call)
+    except TimeoutError:
+        wanted = list(keys)
+        log.info("%s: %d still pending after %d ms", what, len(wanted), timeout_ms)
+        late = Refused(Errors.REQUEST_TIMED_OUT, f"not done within {timeout_ms} ms: the change may still happen")
+        return dict.fromkeys(wanted, late)
 
 
 def duration_ms(value: Any) -> int:

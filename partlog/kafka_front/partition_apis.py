@@ -23,8 +23,6 @@ the controller client's own request timeout.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -39,12 +37,11 @@ from partlog.controller.partition_admin import (
 from partlog.controller.rules import Refused, valid_topic_name
 from partlog.kafka.errors import Errors
 from partlog.kafka_front.group_coordinator import INTERNAL_TOPICS
-from partlog.kafka_front.handler import ApiHandlers, Session, duration_ms, kafka_error
+from partlog.kafka_front.handler import ApiHandlers, Session, duration_ms, kafka_error, within_timeout
 from partlog.limits import BROKERS_MAX, PARTITIONS_PER_TOPIC_MAX
 
 __all__ = ["CREATE_PARTITIONS_KEY", "PartitionApis"]
 
-log = logging.getLogger(__name__)
 
 CREATE_PARTITIONS_KEY = 37
 # Kafka's message for UNKNOWN_TOPIC_OR_PARTITION, as the controllers answer it.
@@ -88,7 +85,12 @@ class PartitionApis(ApiHandlers):
                 wanted[name] = NewPartitions(int(t.count), assignments)
         answers: dict[str, Any] = {}
         if wanted and admin is not None:
-            answers = await self._ask(admin, wanted, bool(body.validate_only), duration_ms(body.timeout))
+            answers = await within_timeout(
+                admin.create_partitions(wanted, bool(body.validate_only)),
+                duration_ms(body.timeout),
+                wanted,
+                "create partitions",
+            )
         results = []
         for name in dict.fromkeys(t.name for t in body.topics):
             a = refused.get(name) or answers.get(name)
@@ -97,17 +99,3 @@ class PartitionApis(ApiHandlers):
             else:
                 results.append({"name": name, "error_code": 0, "error_message": None})
         return {"throttle_time": 0, "results": results}
-
-    async def _ask(
-        self, admin: PartitionAdmin, wanted: dict[str, NewPartitions], validate_only: bool, timeout_ms: int
-    ) -> dict[str, Any]:
-        call = admin.create_partitions(wanted, validate_only)
-        if timeout_ms <= 0:
-            return dict(await call)
-        try:
-            async with asyncio.timeout(timeout_ms / 1000):
-                return dict(await call)
-        except TimeoutError:
-            log.info("create partitions: %d topic(s) still pending after %d ms", len(wanted), timeout_ms)
-            late = Refused(Errors.REQUEST_TIMED_OUT, f"not done within {timeout_ms} ms: the partitions may be added")
-            return dict.fromkeys(wanted, late)

@@ -33,8 +33,6 @@ file) refuses every change with INVALID_REQUEST and lists nothing.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -43,12 +41,11 @@ from partlog.acl import AclOperation
 from partlog.controller.reassignment import REASSIGNMENT_ITEMS_PER_REQUEST_MAX, Reassignment, ReassignmentAdmin
 from partlog.controller.rules import Refused, valid_topic_name
 from partlog.kafka.errors import Errors
-from partlog.kafka_front.handler import ApiHandlers, Session, duration_ms, kafka_error
+from partlog.kafka_front.handler import ApiHandlers, Session, duration_ms, kafka_error, within_timeout
 from partlog.limits import BROKERS_MAX, PARTITIONS_PER_CLUSTER_MAX
 
 __all__ = ["ALTER_PARTITION_REASSIGNMENTS_KEY", "LIST_PARTITION_REASSIGNMENTS_KEY", "ReassignApis"]
 
-log = logging.getLogger(__name__)
 
 ALTER_PARTITION_REASSIGNMENTS_KEY = 45
 LIST_PARTITION_REASSIGNMENTS_KEY = 46
@@ -100,7 +97,9 @@ class ReassignApis(ApiHandlers):
                     wanted[key] = target
         answers: dict[Key, Refused | None] = {}
         if wanted and admin is not None:
-            answers = await self._ask(admin, wanted, duration_ms(body.timeout))
+            answers = await within_timeout(
+                admin.alter_reassignments(wanted), duration_ms(body.timeout), wanted, "alter reassignments"
+            )
         for key in wanted:
             if key not in answers:  # a controller that left one out: never say it was done
                 answers[key] = Refused(Errors.UNKNOWN_SERVER_ERROR, "the controller did not answer for it")
@@ -121,20 +120,6 @@ class ReassignApis(ApiHandlers):
             return None
         return (f"The replication factor is changed from {current} to {len(target)} "
                 "but allowReplicationFactorChange is false.")  # fmt: skip
-
-    async def _ask(
-        self, admin: ReassignmentAdmin, wanted: dict[Key, tuple[int, ...] | None], timeout_ms: int
-    ) -> dict[Key, Refused | None]:
-        call = admin.alter_reassignments(wanted)
-        if timeout_ms <= 0:
-            return dict(await call)
-        try:
-            async with asyncio.timeout(timeout_ms / 1000):
-                return dict(await call)
-        except TimeoutError:
-            log.info("alter reassignments: %d partition(s) still pending after %d ms", len(wanted), timeout_ms)
-            late = Refused(Errors.REQUEST_TIMED_OUT, f"not done within {timeout_ms} ms: the change may still happen")
-            return dict.fromkeys(wanted, late)
 
     async def list_partition_reassignments(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         if not self.authz.cluster(session, AclOperation.DESCRIBE):
