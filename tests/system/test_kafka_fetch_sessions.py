@@ -143,11 +143,13 @@ def test_an_evicted_session_is_found_missing_and_the_client_goes_on(tmp_path: An
         cluster.close()
 
 
-def _fetch_bytes(port: int, session_id: int, epoch: int, partitions: range, correlation: int) -> tuple[int, Any]:
+def _fetch_bytes(port: int, session_id: int, epoch: int, partitions: range, correlation: int,
+                 forget: range = range(0)) -> tuple[int, Any]:  # fmt: skip
     named = [{"partition": i, "fetch_offset": 0, "partition_max_bytes": 1024 * 1024, "current_leader_epoch": -1,
               "last_fetched_epoch": -1, "log_start_offset": -1} for i in partitions]  # fmt: skip
     body = {"replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 50 * 1024 * 1024, "isolation_level": 0,
-            "session_id": session_id, "session_epoch": epoch, "rack_id": "", "forgotten_topics_data": [],
+            "session_id": session_id, "session_epoch": epoch, "rack_id": "",
+            "forgotten_topics_data": [{"topic": TOPIC, "partitions": list(forget)}] if forget else [],
             "topics": [{"topic": TOPIC, "partitions": named}] if named else []}  # fmt: skip
     with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
         s.sendall(kio_request(1, 12, correlation, body))
@@ -169,6 +171,12 @@ def test_idle_fetch_answers_of_200_partitions_with_and_without_a_session(tmp_pat
         assert int(answer.error_code) == 0 and answer.responses == ()
         _, answer = _fetch_bytes(port, sid, 1, range(0), 4)
         assert int(answer.error_code) == 71  # INVALID_FETCH_SESSION_EPOCH: epoch 1 was used
+        _, answer = _fetch_bytes(port, sid, 2, range(0), 5, forget=range(100))
+        assert int(answer.error_code) == 0 and int(answer.session_id) == sid
+        node = cluster.cluster.nodes[min(cluster.cluster.brokers)]
+        assert node.kafka is not None
+        held = node.kafka.apis.fetches.sessions.get(sid)
+        assert held is not None and sorted(held.partitions) == [(TOPIC, i) for i in range(100, 200)]
         print(f"\nidle fetch of {len(parts)} partitions: {sessionless} bytes sessionless, {full} full, "
               f"{incremental} incremental: {sessionless / incremental:.0f}x smaller")  # fmt: skip
         assert incremental * 20 < sessionless
