@@ -1,6 +1,7 @@
 """The Kafka APIs a broker's front end serves, mapped onto the broker: the
-dispatch table, and the data plane (Metadata, Produce, Fetch, ListOffsets,
-OffsetForLeaderEpoch, InitProducerId, ApiVersions).  The admin APIs are in
+dispatch table, and the data plane (Metadata, Produce, ListOffsets,
+OffsetForLeaderEpoch, InitProducerId, ApiVersions).  Fetch and its sessions
+are in :mod:`partlog.kafka_front.fetch_api`; the admin APIs are in
 :mod:`partlog.kafka_front.admin_apis`, the group APIs in
 :mod:`partlog.kafka_front.group_apis`, the transaction APIs in
 :mod:`partlog.kafka_front.txn_apis`; all work on the broker's port
@@ -34,13 +35,14 @@ from partlog.acl.source import AclSource
 from partlog.groups.membership import INITIAL_REBALANCE_DELAY_MS_DEFAULT
 from partlog.kafka import batch_header as bh
 from partlog.kafka.errors import Errors, peer_error
-from partlog.kafka.leader_epochs import diverging_epoch
 from partlog.kafka.record_batch import parse_records
 from partlog.kafka.records import FindBatchRequest, IsolationLevel, ListOffsetsRequest, TopicIdPartition
 from partlog.kafka_front.acl_apis import AclApis
 from partlog.kafka_front.admin_apis import AdminApis
 from partlog.kafka_front.authz import Authz, denied
 from partlog.kafka_front.config_apis import ConfigApis
+from partlog.kafka_front.fetch_api import FetchApi, FetchConfig
+from partlog.kafka_front.fetch_sessions import FETCH_SESSION_CACHE_SLOTS_DEFAULT, FETCH_SESSION_EVICTION_MS_DEFAULT
 from partlog.kafka_front.group_apis import GroupApis
 from partlog.kafka_front.group_coordinator import (
     INTERNAL_TOPICS,
@@ -57,7 +59,6 @@ from partlog.kafka_front.handler import (
 from partlog.kafka_front.metadata_api import MetadataApi
 from partlog.kafka_front.partition_apis import CREATE_PARTITIONS_KEY, PartitionApis
 from partlog.kafka_front.port import BrokerPort
-from partlog.kafka_front.read_replica import preferred_read_replica
 from partlog.kafka_front.reassign_apis import (
     ALTER_PARTITION_REASSIGNMENTS_KEY,
     LIST_PARTITION_REASSIGNMENTS_KEY,
@@ -78,10 +79,6 @@ MESSAGE_MAX_BYTES_DEFAULT = 1_048_588
 # one gets (Kafka's default.replication.factor is 1; three AZs want 3).
 NUM_PARTITIONS_DEFAULT = 1
 DEFAULT_REPLICATION_FACTOR = 3
-# Kafka's replica.fetch.wait.max.ms bound on a consumer's max_wait_ms here.
-FETCH_MAX_WAIT_MS_MAX = 30_000
-# Kafka's fetch.max.bytes broker default: the most one fetch answers.
-FETCH_MAX_BYTES = 55 * 1024 * 1024
 # ListOffsets by timestamp reads one batch per partition to find the exact
 # record: at most this many per request, this many at once per listener.
 EXACT_LOOKUPS_MAX = 1_000
@@ -159,6 +156,10 @@ class FrontConfig:
     # KIP-392 follower fetching (Kafka's replica.selector.class set to the
     # RackAwareReplicaSelector): partlog/kafka_front/read_replica.py.
     rack_aware_replica_selector: bool = False
+    # KIP-227's max.incremental.fetch.session.cache.slots and
+    # min.incremental.fetch.session.eviction.ms (0 slots: no sessions).
+    fetch_session_cache_slots: int = FETCH_SESSION_CACHE_SLOTS_DEFAULT
+    fetch_session_eviction_ms: int = FETCH_SESSION_EVICTION_MS_DEFAULT
 
     def __post_init__(self) -> None:
         if type(self.group_initial_rebalance_delay_ms) is not int or self.group_initial_rebalance_delay_ms < 0:
@@ -178,6 +179,10 @@ class FrontConfig:
             v = getattr(self, name)
             if type(v) is not int or v <= 0:
                 raise ValueError(f"Kafka listener: {name} must be a positive integer, got {v!r}")
+        for name in ("fetch_session_cache_slots", "fetch_session_eviction_ms"):
+            v = getattr(self, name)
+            if type(v) is not int or v < 0:
+                raise ValueError(f"Kafka listener: {name} must be an integer >= 0, got {v!r}")
 
     def kafka_configs(self) -> dict[str, str]:
         """These settings by their Kafka broker config names (DescribeConfigs)."""
@@ -192,6 +197,8 @@ class FrontConfig:
             "transaction.max.timeout.ms": str(self.transaction_max_timeout_ms),
             "transactional.id.expiration.ms": str(self.transactional_id_expiration_ms),
             "replica.selector.class": RACK_AWARE_SELECTOR if self.rack_aware_replica_selector else "",
+            "max.incremental.fetch.session.cache.slots": str(self.fetch_session_cache_slots),
+            "min.incremental.fetch.session.eviction.ms": str(self.fetch_session_eviction_ms),
         }
 
 
@@ -245,11 +252,15 @@ class KafkaApis(ApiHandlers):
         )
         partitions = PartitionApis(broker)
         reassign = ReassignApis(broker)
-        for h in (self.admin, configs, group, self.txn, acls, metadata, partitions, reassign):
+        # One fetch session cache per front end (KIP-227).
+        self.fetches = FetchApi(broker, FetchConfig(self.config.rack_aware_replica_selector,
+                                                    self.config.fetch_session_cache_slots,
+                                                    self.config.fetch_session_eviction_ms))  # fmt: skip
+        for h in (self.admin, configs, group, self.txn, acls, metadata, partitions, reassign, self.fetches):
             h.authz = self.authz
         self.handlers: dict[int, Handler] = {
             0: self.produce,
-            1: self.fetch,
+            1: self.fetches.fetch,
             2: self.list_offsets,
             3: metadata.metadata,
             18: self.api_versions,
@@ -406,116 +417,6 @@ class KafkaApis(ApiHandlers):
         except CleanerError as e:
             return Errors.CORRUPT_MESSAGE, str(e)
         return None, None
-
-    def _az_of(self, broker_id: int) -> str | None:
-        b = self.broker.metadata.broker(broker_id)
-        return None if b is None else b.az
-
-    async def fetch(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
-        meta = self.broker.metadata
-        rack = getattr(body, "rack_id", "") or None
-        if rack:
-            session.az = rack
-        if getattr(body, "session_id", 0) != 0 or getattr(body, "session_epoch", -1) > 0:
-            # We never hand out fetch sessions (the answer's session id is
-            # 0), so an incremental fetch names one we do not have.
-            return {"throttle_time": 0, "error_code": int(Errors.FETCH_SESSION_ID_NOT_FOUND), "session_id": 0,
-                    "responses": []}  # fmt: skip
-        max_wait_ms = min(max(0, duration_ms(body.max_wait)), FETCH_MAX_WAIT_MS_MAX)
-        # Kafka's fetch.max.bytes caps what a client asks (55 MiB).
-        max_bytes = min(max(1, int(getattr(body, "max_bytes", FETCH_MAX_BYTES))), FETCH_MAX_BYTES)
-        asked: list[tuple[str, Any, TopicIdPartition | None, Errors | None]] = []
-        # KIP-392: partitions this client should fetch from another broker.
-        redirect: dict[TopicIdPartition, int] = {}
-        nearest = rack is not None and req.api_version >= 11 and self.config.rack_aware_replica_selector
-        me = self.broker.broker_id
-        for ft in body.topics:
-            readable = self.authz.topic(session, AclOperation.READ, ft.topic)
-            for fp in ft.partitions:
-                tp = self._tp(ft.topic, int(fp.partition))
-                error: Errors | None = None
-                if not readable:
-                    error = Errors.TOPIC_AUTHORIZATION_FAILED
-                elif tp is None:
-                    error = Errors.UNKNOWN_TOPIC_OR_PARTITION
-                else:
-                    info = meta.partition(tp)
-                    cle = int(getattr(fp, "current_leader_epoch", -1))
-                    if info is not None and cle >= 0 and cle != info.leader_epoch:
-                        error = Errors.FENCED_LEADER_EPOCH if cle < info.leader_epoch else Errors.UNKNOWN_LEADER_EPOCH
-                    elif nearest and (to := preferred_read_replica(info, self._az_of, rack, me)) >= 0:
-                        redirect[tp] = to
-                asked.append((ft.topic, fp, tp, error))
-        # Kafka's isolation_level (v4+): READ_COMMITTED reads up to the last
-        # stable offset and learns the aborted transactions in the range.
-        committed = int(getattr(body, "isolation_level", 0)) == IsolationLevel.READ_COMMITTED
-        isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
-        reqs = [
-            FindBatchRequest(
-                tp, int(fp.fetch_offset), min(max(1, int(fp.partition_max_bytes)), FETCH_MAX_BYTES), isolation
-            )
-            for _, fp, tp, err in asked
-            if err is None and tp is not None and tp not in redirect
-        ]
-        answers = await self.broker.fetch_routed(
-            reqs, max_wait_ms=max_wait_ms, min_bytes=int(body.min_bytes), max_bytes=max_bytes, az=session.az
-        )
-        it = iter(answers)
-        by_topic: dict[str, list[dict[str, Any]]] = {}
-        for name, fp, tp, err in asked:
-            part: dict[str, Any] = {
-                "partition_index": int(fp.partition),
-                "high_watermark": -1,
-                "last_stable_offset": -1,
-                "log_start_offset": -1,
-                "aborted_transactions": None,
-                "preferred_read_replica": -1,
-                "records": b"",
-            }
-            if err is not None:
-                part["error_code"] = int(err)
-            elif tp in redirect:
-                # No records: the client fetches them from the replica named.
-                part.update(error_code=0, preferred_read_replica=redirect[tp])
-            else:
-                code, hwm, lso, records, _message, stable, aborted = next(it)
-                part.update(
-                    error_code=kafka_error(peer_error(code)),
-                    high_watermark=hwm,
-                    last_stable_offset=stable if stable >= 0 else hwm,
-                    log_start_offset=lso,
-                    records=records,
-                )
-                if committed:
-                    # Kafka answers null for READ_UNCOMMITTED, the list otherwise.
-                    part["aborted_transactions"] = [
-                        {"producer_id": pid, "first_offset": first} for pid, first in aborted
-                    ]
-                last_epoch = int(getattr(fp, "last_fetched_epoch", -1))
-                if code == 0 and last_epoch >= 0 and req.api_version >= 12 and tp is not None:
-                    diverging = self._diverging(tp, last_epoch, int(fp.fetch_offset))
-                    if diverging is not None:
-                        part.update(diverging_epoch={"epoch": diverging[0], "end_offset": diverging[1]}, records=b"")
-            by_topic.setdefault(name, []).append(part)
-        return {
-            "throttle_time": 0,
-            "error_code": 0,
-            "session_id": 0,
-            "responses": [{"topic": n, "partitions": ps} for n, ps in by_topic.items()],
-        }
-
-    def _diverging(self, tp: TopicIdPartition, last_fetched_epoch: int, fetch_offset: int) -> tuple[int, int] | None:
-        """Kafka's check on a v12+ fetch: the (epoch, end offset) the
-        consumer must truncate to when its last fetched epoch ends before
-        its fetch offset in this replica's log; None when it does not (or
-        this broker holds no replica to judge by)."""
-        broker = self.broker
-        if not broker.serves(tp):
-            return None
-        end = diverging_epoch(
-            broker.leader_epoch_cache(tp), broker.log_end_offset(tp), fetch_offset, last_fetched_epoch
-        )
-        return None if end is None else (end.leader_epoch, end.end_offset)
 
     async def list_offsets(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         meta = self.broker.metadata

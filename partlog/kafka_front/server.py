@@ -60,6 +60,7 @@ from partlog.kafka_front.codec import (
     read_buffered,
     response_class,
 )
+from partlog.kafka_front.fetch_api import FetchSessionCollector
 from partlog.kafka_front.handler import Session
 from partlog.kafka_front.listeners import ListenerSecurity, ListenerSpec, SecurityProtocol
 from partlog.kafka_front.port import BrokerPort
@@ -279,6 +280,7 @@ class KafkaListener:
         self.ports: dict[str, int] = {}
         self.metrics = ListenerMetrics(registry if registry is not None else CollectorRegistry())
         self.metrics.registry.register(_TxnCollector(self.apis.txns))
+        self.metrics.registry.register(FetchSessionCollector(self.apis.fetches.sessions))
         if self.apis.authz.enabled:
             self.metrics.registry.register(AuthzCollector(self.apis.authz))
         steps = {step: self.metrics.txn_step_seconds.labels(step) for step in TXN_STEPS}

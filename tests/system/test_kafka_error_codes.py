@@ -155,10 +155,21 @@ def _produce(topic: str = TOPIC, records: bytes | None = None, txn: str | None =
         {"name": topic, "partition_data": [{"index": 0, "records": records or _records()}]}]}  # fmt: skip
 
 
-def _fetch(topic: str = TOPIC) -> dict[str, Any]:
+def _fetch(topic: str = TOPIC, session_id: int = 0, epoch: int = -1) -> dict[str, Any]:
     part = {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1024}
-    return {"max_wait": 0, "min_bytes": 0, "forgotten_topics_data": [],
-            "topics": [{"topic": topic, "partitions": [part]}]}  # fmt: skip
+    return {"max_wait": 0, "min_bytes": 0, "forgotten_topics_data": [], "session_id": session_id,
+            "session_epoch": epoch, "topics": [{"topic": topic, "partitions": [part]}]}  # fmt: skip
+
+
+def _fetch_in_session(epoch: int) -> Callable[[Ctx], dict[str, Any]]:
+    """An incremental fetch (naming no partition) of a session made just now."""
+
+    def data(ctx: Ctx) -> dict[str, Any]:
+        session_id = int(_ask(ctx.ports["any"], 1, 12, _fetch(epoch=0)).session_id)
+        assert session_id != 0
+        return {**_fetch(session_id=session_id, epoch=epoch), "topics": []}
+
+    return data
 
 
 def _list_offsets(topic: str = TOPIC) -> dict[str, Any]:
@@ -420,6 +431,12 @@ ROWS = [
          "KafkaApis.handleFetchRequest (READ before metadataCache.contains)"),
     _row("fetch-refused-missing-topic", "locked", "any", 1, 12, _fetch(MISSING), FETCH, E.TOPIC_AUTHORIZATION_FAILED,
          "KafkaApis.handleFetchRequest (READ before metadataCache.contains)"),
+    _row("fetch-session-not-found", "open", "any", 1, 12, _fetch(session_id=0x5E55, epoch=1), TOP,
+         E.FETCH_SESSION_ID_NOT_FOUND, "FetchManager.newContext (cache.get: SessionErrorContext)"),
+    _row("fetch-session-wrong-epoch", "open", "any", 1, 12, _fetch_in_session(2), TOP,
+         E.INVALID_FETCH_SESSION_EPOCH, "FetchManager.newContext (session.epoch != reqMetadata.epoch)"),
+    _row("fetch-session-refused-topic", "locked", "any", 1, 12, _fetch_in_session(1), FETCH,
+         E.TOPIC_AUTHORIZATION_FAILED, "KafkaApis.handleFetchRequest (READ on each partition of the session)"),
     # ------------------------------------------------------------- ListOffsets
     _row("list-offsets-not-leader", "open", "follower", 2, 7, _list_offsets(), LIST, E.NOT_LEADER_OR_FOLLOWER,
          "ReplicaManager.fetchOffset (getPartitionOrException)", ANY_BROKER_SERVES),
