@@ -54,15 +54,12 @@ from partlog.controller.rules import (
     Refused,
     added_partitions,
     alter_overrides,
-    assign_replicas,
     bump,
-    new_overrides,
-    valid_topic_name,
 )
+from partlog.controller.topic_create import Assignment, CreateState, NewTopic, PlannedTopic, plan_topic
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import PRODUCER_ID_MAX, ProducerIdBlock
 from partlog.kafka.records import TopicIdPartition
-from partlog.limits import PARTITIONS_PER_CLUSTER_MAX, PARTITIONS_PER_TOPIC_MAX
 
 __all__ = ["EtcdAdmin"]
 
@@ -290,31 +287,30 @@ class EtcdAdmin:
         rf: int,
         cluster_id: uuid.UUID | None,
         configs: Mapping[str, str] | None = None,
-    ) -> TopicInfo | Errors:
+        assignments: tuple[Assignment, ...] | None = None,
+    ) -> TopicInfo | Errors | Refused:
         """Create one topic by one transaction that succeeds only if the name
         is free and the prefix still holds ``cluster_id``; the same shape
-        again answers the existing topic.  Replicas are assigned over the
-        brokers the acting controller has accepted."""
+        again answers the existing topic.  Decided as the embedded
+        controller decides (:func:`~partlog.controller.topic_create.plan_topic`):
+        replicas over the brokers the acting controller has accepted, or as
+        ``assignments`` say (registered: a broker with a registration key;
+        active: accepted).  A new partition starts led by its first replica
+        with ISR = replicas (etcd keeps the replicas alone until a change);
+        the acting controller moves a fenced one's leadership as it does any."""
         if self.view.frozen:
             return Errors.COORDINATOR_NOT_AVAILABLE
-        if not valid_topic_name(name):
-            return Errors.INVALID_REQUEST
-        if (
-            not 1 <= partitions <= PARTITIONS_PER_TOPIC_MAX
-            or self.view.partition_count() + partitions > PARTITIONS_PER_CLUSTER_MAX
-        ):
-            return Errors.INVALID_PARTITIONS
-        existing = self._same_shape(name, partitions, rf)
-        if existing is not None:
-            return existing
         alive = [b.info for bid, b in sorted(self.view.brokers.items()) if self.view.accepted(bid)]
-        if not 1 <= rf <= len(alive):
-            return Errors.INVALID_REPLICATION_FACTOR
-        overrides = new_overrides(configs)
-        if isinstance(overrides, Errors):
-            return overrides
+        # The snapshot is read only for a name the view holds (a retried create).
+        held = lambda n: self._topic_now(n) if self.view.topic_of(n) is not None else None  # noqa: E731
+        state = CreateState(alive, self.view.brokers.__contains__, self.view.partition_count(), held)
+        plan = plan_topic(NewTopic(name, partitions, rf, configs, assignments), state)
+        if not isinstance(plan, PlannedTopic):
+            return plan
+        overrides = plan.overrides
+        shape = (len(plan.parts), len(plan.parts[0].replicas))
         tid = self._new_uuid()
-        replicas = assign_replicas(alive, partitions, rf, self.view.partition_count())
+        replicas = [p.replicas for p in plan.parts]
         try:
             c = await self.conn.client()
             t = c.transactions
@@ -328,7 +324,7 @@ class EtcdAdmin:
             if not ok:
                 # Someone else created it (or the cluster id moved): read it.
                 await self._view_until(lambda: self.view.topic_of(name) is not None)
-                existing = self._same_shape(name, partitions, rf)
+                existing = self._same_shape(name, *shape)
                 return existing if existing is not None else Errors.TOPIC_ALREADY_EXISTS
         except (aetcd.exceptions.ConnectionTimeoutError, TimeoutError):
             return Errors.REQUEST_TIMED_OUT
