@@ -142,3 +142,18 @@ def test_zero_timeout_times_out_before_the_controller(cluster: ClusterThread) ->
     assert frame is not None
     assert kio_answer(19, 5, frame).topics[0].error_code == Errors.REQUEST_TIMED_OUT
     assert "never" not in _admin(cluster).list_topics(timeout=10).topics
+
+
+def test_cli_replica_assignment(cluster: ClusterThread, capsys: pytest.CaptureFixture[str]) -> None:
+    """``partlog topics create --replica-assignment``, as kafka-topics.sh takes it."""
+    from partlog.tools.cli import main
+
+    c = cluster.cluster
+    target = ["--controller", f"127.0.0.1:{c.controller.port}"] if c.controller else ["--metadata", c.etcd_url]
+    a, b, _ = sorted(_admin(cluster).list_topics(timeout=10).brokers)
+    assert main(["topics", "create", "cli-placed", "--replica-assignment", f"{b}:{a},{a}:{b}", *target]) == 0
+    assert capsys.readouterr().out.startswith("topic cli-placed")
+    assert _replicas(_admin(cluster), "cli-placed") == {0: (b, [b, a]), 1: (a, [a, b])}
+    assert main(["topics", "create", "cli-bad", "--replica-assignment", f"{a}:{a}", *target]) == 1
+    assert "INVALID_REPLICA_ASSIGNMENT" in capsys.readouterr().err
+    assert main(["topics", "create", "cli-both", "--partitions", "1", "--replica-assignment", f"{a}", *target]) == 2
