@@ -66,7 +66,7 @@ from partlog.controller.model import BROKER_SESSION_TIMEOUT_MS_DEFAULT, LEADER_I
 from partlog.controller.partition_admin import NewPartitions
 from partlog.controller.reassignment import Reassignment, listed
 from partlog.controller.rules import Refused
-from partlog.controller.topic_create import Assignment
+from partlog.controller.topic_create import Assignment, NewTopic
 from partlog.controller.view import SnapshotView
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock
@@ -435,8 +435,8 @@ class EtcdMetadata(SnapshotView):
         timeout_ms: int | None = None,
     ) -> dict[str, TopicInfo | Errors | Refused]:
         """Create topics ``{name: (partitions, replication_factor)}`` (and
-        the manual ``assignments`` of those that have them), each by one
-        transaction that succeeds only if the name is free; answers as
+        the manual ``assignments`` of those that have them) in as few
+        transactions as etcd takes (:meth:`EtcdAdmin.create_topics`); answers as
         :meth:`ControllerMetadata.create_topics`, once this view holds them.
         Replicas are assigned over the brokers the acting controller has
         accepted.  Past ``timeout_ms`` the topics not yet answered are
@@ -445,14 +445,12 @@ class EtcdMetadata(SnapshotView):
         created: set[uuid.UUID] = set()
         try:
             async with asyncio.timeout(None if timeout_ms is None else timeout_ms / 1000):
-                for name, (partitions, rf) in topics.items():
-                    asked = tuple(assignments[name]) if assignments and name in assignments else None
-                    answer = await self._admin.create_topic(
-                        name, partitions, rf, self._cluster_id, (configs or {}).get(name), asked
-                    )
-                    out[name] = answer
-                    if isinstance(answer, TopicInfo):
-                        created.add(answer.topic_id)
+                asked = [
+                    NewTopic(name, p, rf, (configs or {}).get(name), tuple((assignments or {}).get(name, ())) or None)
+                    for name, (p, rf) in topics.items()
+                ]
+                out.update(await self._admin.create_topics(asked, self._cluster_id))
+                created.update(a.topic_id for a in out.values() if isinstance(a, TopicInfo))
                 await self._view_until(lambda: created <= self._topics.keys())
         except TimeoutError:
             late = Refused(Errors.REQUEST_TIMED_OUT, f"not done within {timeout_ms} ms: the topic may still be created")
