@@ -52,7 +52,7 @@ class AdminApis(ApiHandlers):
         topics: Mapping[str, tuple[int, int]],
         configs: Mapping[str, Mapping[str, str]] | None = None,
         assignments: Mapping[str, Sequence[Assignment]] | None = None,
-        timeout_ms: int = CREATE_TOPICS_TIMEOUT_MS_MAX,
+        timeout_ms: int | None = None,
     ) -> dict[str, Any]:
         """Create ``{name: (partitions, replication_factor)}`` through the
         controller, with the config overrides ``configs`` names (validated
@@ -65,7 +65,8 @@ class AdminApis(ApiHandlers):
         request share its ``timeout_ms`` (capped at CREATE_TOPICS_TIMEOUT_MS_MAX):
         past it the topics not answered are REQUEST_TIMED_OUT (Kafka's
         controller answers so when a request's deadline passes; they may
-        still be created)."""
+        still be created).  None (Metadata's auto-creation, which has no
+        timeout): each call is bounded by the source's own timeout, as before."""
         metadata = self.broker.metadata
         if not isinstance(metadata, TopicAdmin):
             return dict.fromkeys(topics, Errors.INVALID_REQUEST)
@@ -79,11 +80,11 @@ class AdminApis(ApiHandlers):
             )
             for n, (p, rf) in topics.items()
         }
-        timeout_ms = min(timeout_ms, CREATE_TOPICS_TIMEOUT_MS_MAX)
-        timed = _takes_timeout(metadata)
+        bound = CREATE_TOPICS_TIMEOUT_MS_MAX if timeout_ms is None else min(timeout_ms, CREATE_TOPICS_TIMEOUT_MS_MAX)
+        timed = timeout_ms is not None and _takes_timeout(metadata)
         answer: dict[str, Any] = {}
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_ms / 1000
+        deadline = loop.time() + bound / 1000
         try:
             async with asyncio.timeout_at(deadline):
                 for chunk in _chunks(shaped, assignments or {}):
@@ -103,8 +104,8 @@ class AdminApis(ApiHandlers):
                     )
         except TimeoutError:
             log.info("create_topics: %d of %d not answered within %d ms", len(shaped) - len(answer), len(shaped),
-                     timeout_ms)  # fmt: skip
-            late = Refused(Errors.REQUEST_TIMED_OUT, f"not done within {timeout_ms} ms: the topic may still be created")
+                     bound)  # fmt: skip
+            late = Refused(Errors.REQUEST_TIMED_OUT, f"not done within {bound} ms: the topic may still be created")
             answer.update((n, late) for n in shaped if n not in answer)
         return answer
 
