@@ -457,7 +457,7 @@ class ControllerMetadata(SnapshotView):
         configs: Mapping[str, Mapping[str, str]] | None = None,
         *,
         assignments: None = None,
-        timeout_ms: int | None = None,
+        timeout_ms: None = None,
     ) -> dict[str, TopicInfo | Errors]: ...
 
     @overload
@@ -466,7 +466,7 @@ class ControllerMetadata(SnapshotView):
         topics: Mapping[str, tuple[int, int]],
         configs: Mapping[str, Mapping[str, str]] | None = None,
         *,
-        assignments: Mapping[str, Sequence[Assignment]],
+        assignments: Mapping[str, Sequence[Assignment]] | None = None,
         timeout_ms: int | None = None,
     ) -> dict[str, TopicInfo | Errors | Refused]: ...
 
@@ -489,7 +489,8 @@ class ControllerMetadata(SnapshotView):
         INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR, INVALID_REQUEST for a
         bad name, a Refused with Kafka's message; COORDINATOR_NOT_AVAILABLE /
         REQUEST_TIMED_OUT when the controller cannot be reached: retry).  A
-        Refused only comes with assignments (hence the overloads).  A
+        Refused only comes with assignments or ``timeout_ms`` (hence the
+        overloads; past ``timeout_ms``: REQUEST_TIMED_OUT naming it).  A
         controller older than RPC version 3 cannot take assignments: those
         topics are UNSUPPORTED_VERSION here, the others go on.  Returns once
         this view holds the created topics; the call waits at most
@@ -508,6 +509,9 @@ class ControllerMetadata(SnapshotView):
             return refused
         body = enc_create_topics(topics, configs, encoded)
         out = await self._admin("create_topics", body, dec_create_topics_response, timeout_ms)
+        if out == Errors.REQUEST_TIMED_OUT and timeout_ms is not None:
+            late = Refused(out, f"not done within {timeout_ms} ms: the topic may still be created")
+            return {**dict.fromkeys(topics, late), **refused}
         if isinstance(out, Errors):
             return {**dict.fromkeys(topics, out), **refused}
         created = {t.topic_id for t in out.values() if isinstance(t, TopicInfo)}
