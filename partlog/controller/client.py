@@ -40,8 +40,8 @@ import contextlib
 import logging
 import ssl as ssl_module
 import uuid
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar, overload
 
 from partlog.controller.cluster_meta import (
     BrokerInfo,
@@ -61,6 +61,7 @@ from partlog.controller.reassignment import (
     listed,
 )
 from partlog.controller.rules import Refused
+from partlog.controller.topic_create import ASSIGNMENTS_RPC_VERSION, Assignment, enc_assignments
 from partlog.controller.view import ControllerUnavailableError, SnapshotView
 from partlog.controller.wire import (
     dec_alter_partition_response,
@@ -449,24 +450,80 @@ class ControllerMetadata(SnapshotView):
 
     # --------------------------------------------------------------- admin
 
+    @overload
     async def create_topics(
-        self, topics: Mapping[str, tuple[int, int]], configs: Mapping[str, Mapping[str, str]] | None = None
-    ) -> dict[str, TopicInfo | Errors]:
+        self,
+        topics: Mapping[str, tuple[int, int]],
+        configs: Mapping[str, Mapping[str, str]] | None = None,
+        *,
+        assignments: None = None,
+        timeout_ms: None = None,
+    ) -> dict[str, TopicInfo | Errors]: ...
+
+    @overload
+    async def create_topics(
+        self,
+        topics: Mapping[str, tuple[int, int]],
+        configs: Mapping[str, Mapping[str, str]] | None = None,
+        *,
+        assignments: Mapping[str, Sequence[Assignment]] | None = None,
+        timeout_ms: int | None = None,
+    ) -> dict[str, TopicInfo | Errors | Refused]: ...
+
+    async def create_topics(
+        self,
+        topics: Mapping[str, tuple[int, int]],
+        configs: Mapping[str, Mapping[str, str]] | None = None,
+        *,
+        assignments: Mapping[str, Sequence[Assignment]] | None = None,
+        timeout_ms: int | None = None,
+    ) -> dict[str, TopicInfo | Errors | Refused] | dict[str, TopicInfo | Errors]:
         """Create topics ``{name: (partitions, replication_factor)}``, with
-        the config overrides ``configs`` names (INVALID_CONFIG when bad).
+        the config overrides ``configs`` names (INVALID_CONFIG when bad) and
+        the manual replica ``assignments`` of those that have them (their
+        shape -1, -1; see :mod:`partlog.controller.topic_create`), in one
+        controller transaction.
 
         Per topic: the TopicInfo as created (or as it exists, when it exists
         with the same shape), or the error (TOPIC_ALREADY_EXISTS,
         INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR, INVALID_REQUEST for a
-        bad name; COORDINATOR_NOT_AVAILABLE / REQUEST_TIMED_OUT when the
-        controller cannot be reached: retry).  Returns once this view holds
-        the created topics (or after ``request_timeout_ms``)."""
-        out = await self._admin("create_topics", enc_create_topics(topics, configs), dec_create_topics_response)
+        bad name, a Refused with Kafka's message; COORDINATOR_NOT_AVAILABLE /
+        REQUEST_TIMED_OUT when the controller cannot be reached: retry).  A
+        Refused only comes with assignments or ``timeout_ms`` (hence the
+        overloads; past ``timeout_ms``: REQUEST_TIMED_OUT naming it).  A
+        controller older than RPC version 3 cannot take assignments: those
+        topics are UNSUPPORTED_VERSION here, the others go on.  Returns once
+        this view holds the created topics; the call waits at most
+        ``timeout_ms`` (None: ``request_timeout_ms``) for the controller."""
+        refused: dict[str, TopicInfo | Errors | Refused] = {}
+        encoded = None
+        if assignments:
+            version = await self._controller_version()
+            if version is not None and version < ASSIGNMENTS_RPC_VERSION:
+                why = f"the controller speaks RPC version {version}: manual assignments need {ASSIGNMENTS_RPC_VERSION}"
+                refused = dict.fromkeys(assignments, Refused(Errors.UNSUPPORTED_VERSION, why))
+                topics = {n: shape for n, shape in topics.items() if n not in assignments}
+            else:
+                encoded = enc_assignments(assignments)
+        if not topics:
+            return refused
+        body = enc_create_topics(topics, configs, encoded)
+        out = await self._admin("create_topics", body, dec_create_topics_response, timeout_ms)
+        if out == Errors.REQUEST_TIMED_OUT and timeout_ms is not None:
+            late = Refused(out, f"not done within {timeout_ms} ms: the topic may still be created")
+            return {**dict.fromkeys(topics, late), **refused}
         if isinstance(out, Errors):
-            return dict.fromkeys(topics, out)
+            return {**dict.fromkeys(topics, out), **refused}
         created = {t.topic_id for t in out.values() if isinstance(t, TopicInfo)}
         await self._view_until(lambda: created <= self._topics.keys())
-        return out
+        return {**out, **refused}
+
+    async def _controller_version(self) -> int | None:
+        """The RPC version of the connection to the controller (None: it cannot be reached now)."""
+        try:
+            return (await self._connected()).version
+        except (*_UNREACHABLE, ClusterMismatchError):
+            return None
 
     async def create_partitions(
         self, topics: Mapping[str, NewPartitions], validate_only: bool
@@ -542,12 +599,15 @@ class ControllerMetadata(SnapshotView):
         """One admin RPC of a module beside this one (scram_client), errors as ``_admin``'s."""
         return await self._admin(method, body, decode)
 
-    async def _admin(self, method: str, body: Any, decode: Callable[[Any], T]) -> T | Errors:
+    async def _admin(
+        self, method: str, body: Any, decode: Callable[[Any], T], timeout_ms: int | None = None
+    ) -> T | Errors:
         """An admin call's decoded answer, or the error that stands for all
         it asked (controller unreachable or slow: retriable; refused:
-        INVALID_REQUEST; an answer that does not decode: UNKNOWN_SERVER_ERROR)."""
+        INVALID_REQUEST; an answer that does not decode: UNKNOWN_SERVER_ERROR).
+        ``timeout_ms``: the call's bound (None: ``request_timeout_ms``)."""
         try:
-            return decode(await self._call(method, body))
+            return decode(await self._call(method, body, timeout_ms))
         except WireError as e:
             log.error("%s: bad answer: %s", method, e)
             return Errors.UNKNOWN_SERVER_ERROR

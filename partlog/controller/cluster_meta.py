@@ -286,11 +286,21 @@ class TopicAdmin(Protocol):
     embedded controller's client, etcd); a static cluster file does not."""
 
     async def create_topics(
-        self, topics: Mapping[str, tuple[int, int]], configs: Mapping[str, Mapping[str, str]] | None = None
-    ) -> dict[str, TopicInfo | Errors]:
+        self,
+        topics: Mapping[str, tuple[int, int]],
+        configs: Mapping[str, Mapping[str, str]] | None = None,
+        *,
+        assignments: Mapping[str, Sequence[tuple[int, tuple[int, ...]]]] | None = None,
+        timeout_ms: int | None = None,
+    ) -> Mapping[str, Any]:
         """``{name: (partitions, replication_factor)}``, -1 for the default,
-        and the config overrides of those that have some (validated before:
-        INVALID_CONFIG when not); per topic its TopicInfo or why not."""
+        the config overrides of those that have some (validated before:
+        INVALID_CONFIG when not), the manual replica assignments
+        ``[(partition, replicas)]`` of those that have them (shape -1, -1),
+        and how long to wait for the controller; per topic its TopicInfo or
+        why not (an Errors, or a ``rules.Refused`` with Kafka's message).
+        An embedder's source may take neither keyword: callers pass them
+        only when they have them."""
         ...
 
     async def delete_topics(self, names: list[str]) -> dict[str, uuid.UUID | Errors]: ...

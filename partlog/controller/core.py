@@ -107,19 +107,17 @@ from partlog.controller.rules import (
     added_partitions,
     after_fencing,
     alter_overrides,
-    assign_replicas,
     bump,
     check_broker_args,
-    new_overrides,
     preferred,
-    valid_topic_name,
 )
 from partlog.controller.scram_store import ScramStore
 from partlog.controller.state_store import ControllerStateError, ControllerStateStore
+from partlog.controller.topic_create import CreateState, NewTopic, plan_topics
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import ProducerIdBlock
 from partlog.kafka.records import TopicIdPartition
-from partlog.limits import BROKERS_MAX, PARTITIONS_PER_CLUSTER_MAX, PARTITIONS_PER_TOPIC_MAX, PORT_MAX
+from partlog.limits import BROKERS_MAX, PORT_MAX
 from partlog.runtime import SYSTEM_ENTROPY
 
 __all__ = ["Controller", "ControllerConfig"]
@@ -461,49 +459,32 @@ class Controller:
     def create_topic(
         self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str] | None = None
     ) -> TopicInfo | Errors:
-        """Create a topic over the alive brokers (see :func:`assign_replicas`),
-        ISR = replicas, epochs 0.
+        """One topic by :meth:`create_topics` (a Refused is only for assignments)."""
+        answer = self.create_topics([NewTopic(name, partitions, replication_factor, configs)])[name]
+        return answer.error if isinstance(answer, Refused) else answer
 
-        Re-creating a topic with the same shape (partitions and replication
-        factor) returns the existing topic unchanged, so a retried or
-        concurrent create (every process of a cluster creating its topics
-        at start) succeeds; another shape is TOPIC_ALREADY_EXISTS.  Errors:
-        INVALID_REQUEST (a name Kafka would refuse), INVALID_PARTITIONS
-        (< 1, or over PARTITIONS_PER_TOPIC_MAX / PARTITIONS_PER_CLUSTER_MAX in all),
-        INVALID_REPLICATION_FACTOR (< 1 or more than the alive brokers),
-        INVALID_CONFIG (``configs``, the topic's overrides, do not validate)."""
-        if not valid_topic_name(name):
-            return Errors.INVALID_REQUEST
-        existing = self._topic_ids.get(name)
-        if existing is not None:
-            info = self._topic_info(existing)
-            if info.num_partitions == partitions and len(info.partitions[0].replicas) == replication_factor:
-                return info
-            return Errors.TOPIC_ALREADY_EXISTS
-        if (
-            not 1 <= partitions <= PARTITIONS_PER_TOPIC_MAX
-            or len(self._parts) + partitions > PARTITIONS_PER_CLUSTER_MAX
-        ):
-            return Errors.INVALID_PARTITIONS
+    def create_topics(self, topics: Sequence[NewTopic]) -> dict[str, TopicInfo | Errors | Refused]:
+        """Create topics over the alive brokers (or as their assignments say),
+        ISR = replicas, epochs 0, all in ONE transaction (one fsync, one new
+        version), each decided as :func:`~partlog.controller.topic_create.plan_topic`
+        says.  Re-creating a topic with the same shape answers it unchanged
+        (a retried or concurrent create succeeds); another shape is
+        TOPIC_ALREADY_EXISTS."""
         alive = [b.info() for b in self._brokers.values() if not b.fenced]
-        if not 1 <= replication_factor <= len(alive):
-            return Errors.INVALID_REPLICATION_FACTOR
-        overrides = new_overrides(configs)
-        if isinstance(overrides, Errors):
-            return overrides
-        tid = self._new_uuid()
-        if tid in self._topic_names or tid in self._deleted:
-            # A repeating uuid source: refuse rather than merge two topics
-            # (or bring back a deleted one, whose objects walmgr may delete).
-            return Errors.TOPIC_ALREADY_EXISTS
+        state = CreateState(alive, self._brokers.__contains__, len(self._parts), self.topic)
+        # A repeating uuid source: refuse rather than merge two topics (or
+        # bring back a deleted one, whose objects walmgr may delete).
+        out = plan_topics(topics, state, self._new_uuid, lambda t: t in self._topic_names or t in self._deleted)
         d = _Draft(self)
-        d.new_topics[tid] = (name, partitions)
-        if overrides is not None:
-            d.configs[tid] = overrides
-        for p, reps in enumerate(assign_replicas(alive, partitions, replication_factor, len(self._parts))):
-            d.parts[TopicIdPartition(tid, p)] = PartitionInfo(reps[0], 0, reps, reps, 0)
+        for name, a in out.items():
+            if isinstance(a, TopicInfo) and a.topic_id not in self._topic_names:
+                d.new_topics[a.topic_id] = (name, a.num_partitions)
+                if a.configs is not None:
+                    d.configs[a.topic_id] = a.configs
+                for p, part in enumerate(a.partitions):
+                    d.parts[TopicIdPartition(a.topic_id, p)] = part
         self._commit(d)
-        return self._topic_info(tid)
+        return out
 
     def create_partitions(
         self, name: str, count: int, assignments: Sequence[Sequence[int]] | None, validate_only: bool = False

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -36,6 +36,7 @@ from partlog.controller.cluster_meta import (
     TopicInfo,
     check_alter_partition,
 )
+from partlog.controller.etcd_batch import TXN_OP_OVERHEAD_BYTES, TXN_OPS_MAX, TXN_REQUEST_BYTES_MAX
 from partlog.controller.etcd_connection import ETCD_ERRORS, EtcdConnection, put_revision
 from partlog.controller.etcd_layout import (
     EtcdView,
@@ -54,15 +55,12 @@ from partlog.controller.rules import (
     Refused,
     added_partitions,
     alter_overrides,
-    assign_replicas,
     bump,
-    new_overrides,
-    valid_topic_name,
 )
+from partlog.controller.topic_create import Assignment, CreateState, NewTopic, PlannedTopic, plan_topic, plan_topics
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import PRODUCER_ID_MAX, ProducerIdBlock
 from partlog.kafka.records import TopicIdPartition
-from partlog.limits import PARTITIONS_PER_CLUSTER_MAX, PARTITIONS_PER_TOPIC_MAX
 
 __all__ = ["EtcdAdmin"]
 
@@ -290,31 +288,28 @@ class EtcdAdmin:
         rf: int,
         cluster_id: uuid.UUID | None,
         configs: Mapping[str, str] | None = None,
-    ) -> TopicInfo | Errors:
+        assignments: tuple[Assignment, ...] | None = None,
+    ) -> TopicInfo | Errors | Refused:
         """Create one topic by one transaction that succeeds only if the name
         is free and the prefix still holds ``cluster_id``; the same shape
-        again answers the existing topic.  Replicas are assigned over the
-        brokers the acting controller has accepted."""
+        again answers the existing topic.  Decided as the embedded
+        controller decides (:func:`~partlog.controller.topic_create.plan_topic`):
+        replicas over the brokers the acting controller has accepted, or as
+        ``assignments`` say (registered: a broker with a registration key;
+        active: accepted).  A new partition starts led by its first replica
+        with ISR = replicas (etcd keeps the replicas alone until a change);
+        the acting controller moves a fenced one's leadership as it does any."""
         if self.view.frozen:
             return Errors.COORDINATOR_NOT_AVAILABLE
-        if not valid_topic_name(name):
-            return Errors.INVALID_REQUEST
-        if (
-            not 1 <= partitions <= PARTITIONS_PER_TOPIC_MAX
-            or self.view.partition_count() + partitions > PARTITIONS_PER_CLUSTER_MAX
-        ):
-            return Errors.INVALID_PARTITIONS
-        existing = self._same_shape(name, partitions, rf)
-        if existing is not None:
-            return existing
         alive = [b.info for bid, b in sorted(self.view.brokers.items()) if self.view.accepted(bid)]
-        if not 1 <= rf <= len(alive):
-            return Errors.INVALID_REPLICATION_FACTOR
-        overrides = new_overrides(configs)
-        if isinstance(overrides, Errors):
-            return overrides
+        state = CreateState(alive, self.view.brokers.__contains__, self.view.partition_count(), self._held)
+        plan = plan_topic(NewTopic(name, partitions, rf, configs, assignments), state)
+        if not isinstance(plan, PlannedTopic):
+            return plan
+        overrides = plan.overrides
+        shape = (len(plan.parts), len(plan.parts[0].replicas))
         tid = self._new_uuid()
-        replicas = assign_replicas(alive, partitions, rf, self.view.partition_count())
+        replicas = [p.replicas for p in plan.parts]
         try:
             c = await self.conn.client()
             t = c.transactions
@@ -328,7 +323,7 @@ class EtcdAdmin:
             if not ok:
                 # Someone else created it (or the cluster id moved): read it.
                 await self._view_until(lambda: self.view.topic_of(name) is not None)
-                existing = self._same_shape(name, partitions, rf)
+                existing = self._same_shape(name, *shape)
                 return existing if existing is not None else Errors.TOPIC_ALREADY_EXISTS
         except (aetcd.exceptions.ConnectionTimeoutError, TimeoutError):
             return Errors.REQUEST_TIMED_OUT
@@ -337,6 +332,75 @@ class EtcdAdmin:
             return Errors.COORDINATOR_NOT_AVAILABLE
         parts = tuple(PartitionInfo(r[0], 0, r, r, 0) for r in replicas)
         return TopicInfo(tid, name, parts, overrides)
+
+    async def create_topics(
+        self, topics: Sequence[NewTopic], cluster_id: uuid.UUID | None
+    ) -> dict[str, TopicInfo | Errors | Refused]:
+        """Create a CreateTopics request's topics: decided together
+        (:func:`~partlog.controller.topic_create.plan_topics`, as the embedded
+        controller) and written in as few transactions as etcd takes
+        (``TXN_OPS_MAX`` compares and puts, ``TXN_REQUEST_BYTES_MAX`` bytes):
+        one raft round, one revision and one view update per transaction
+        rather than per topic.  Each transaction puts its topics only if
+        every name is free and the prefix still holds ``cluster_id``; when
+        one fails (a name taken meanwhile), its topics go one by one
+        (:meth:`create_topic`), so each gets its own answer."""
+        if self.view.frozen:
+            return dict.fromkeys((t.name for t in topics), Errors.COORDINATOR_NOT_AVAILABLE)
+        alive = [b.info for bid, b in sorted(self.view.brokers.items()) if self.view.accepted(bid)]
+        state = CreateState(alive, self.view.brokers.__contains__, self.view.partition_count(), self._held)
+        out = plan_topics(topics, state, self._new_uuid, lambda _tid: False)
+        new = [a for a in out.values() if isinstance(a, TopicInfo) and self.view.topic_of(a.name) is None]
+        by_name = {t.name: t for t in topics}
+        chunk: list[TopicInfo] = []
+        ops, size = 1, 0  # the cluster id's compare
+        for info in new:
+            puts = self._topic_puts(info)
+            cost = 1 + len(puts)  # its name's compare and its puts
+            more = sum(len(k) + len(v) + TXN_OP_OVERHEAD_BYTES for k, v in puts)
+            if chunk and (ops + cost > TXN_OPS_MAX or size + more > TXN_REQUEST_BYTES_MAX):
+                out.update(await self._put_topics(chunk, by_name, cluster_id))
+                chunk, ops, size = [], 1, 0
+            chunk.append(info)
+            ops, size = ops + cost, size + more
+        if chunk:
+            out.update(await self._put_topics(chunk, by_name, cluster_id))
+        return out
+
+    def _topic_puts(self, info: TopicInfo) -> list[tuple[bytes, bytes]]:
+        puts = [(self.keys.topic(info.name), enc_topic(info.topic_id, [p.replicas for p in info.partitions]))]
+        if info.configs is not None:
+            puts.append((self.keys.topic_configs(info.topic_id), enc_topic_configs(info.configs)))
+        return puts
+
+    async def _put_topics(
+        self, chunk: list[TopicInfo], asked: Mapping[str, NewTopic], cluster_id: uuid.UUID | None
+    ) -> dict[str, TopicInfo | Errors | Refused]:
+        """One transaction creating ``chunk``; topic by topic when it fails."""
+        try:
+            c = await self.conn.client()
+            t = c.transactions
+            ok, _ = await self.conn.txn(
+                [
+                    *(t.create(self.keys.topic(info.name)) == 0 for info in chunk),
+                    t.value(self.keys.cluster_id) == str(cluster_id).encode(),
+                ],
+                [t.put(k, v) for info in chunk for k, v in self._topic_puts(info)],
+            )
+        except (aetcd.exceptions.ConnectionTimeoutError, TimeoutError):
+            return dict.fromkeys((info.name for info in chunk), Errors.REQUEST_TIMED_OUT)
+        except ETCD_ERRORS as e:
+            self._failed("create_topics", e)
+            return dict.fromkeys((info.name for info in chunk), Errors.COORDINATOR_NOT_AVAILABLE)
+        if ok:
+            return {info.name: info for info in chunk}
+        out: dict[str, TopicInfo | Errors | Refused] = {}
+        for info in chunk:
+            n = asked[info.name]
+            out[info.name] = await self.create_topic(
+                n.name, n.partitions, n.replication_factor, cluster_id, n.configs, n.assignments
+            )
+        return out
 
     async def create_partitions(
         self, name: str, asked: NewPartitions, validate_only: bool, cluster_id: uuid.UUID | None
@@ -459,6 +523,11 @@ class EtcdAdmin:
 
     def _topic_moved(self, name: str, modified: int) -> Callable[[], bool]:
         return lambda: self.view.topic_modified(name) != modified
+
+    def _held(self, name: str) -> TopicInfo | None:
+        """The topic ``name`` as the view holds it; the snapshot is read
+        only for a name the view has (a retried create)."""
+        return self._topic_now(name) if self.view.topic_of(name) is not None else None
 
     def _topic_now(self, name: str) -> TopicInfo | None:
         return next((x for x in self.view.snapshot().topics if x.name == name), None)

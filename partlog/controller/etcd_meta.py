@@ -43,7 +43,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import aetcd.exceptions
 from aetcd.rtypes import EventKind
@@ -66,6 +66,7 @@ from partlog.controller.model import BROKER_SESSION_TIMEOUT_MS_DEFAULT, LEADER_I
 from partlog.controller.partition_admin import NewPartitions
 from partlog.controller.reassignment import Reassignment, listed
 from partlog.controller.rules import Refused
+from partlog.controller.topic_create import Assignment, NewTopic
 from partlog.controller.view import SnapshotView
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import PRODUCER_ID_BLOCK_SIZE, ProducerIdBlock
@@ -426,20 +427,34 @@ class EtcdMetadata(SnapshotView):
         return await self._admin.allocate_producer_ids(broker_id)
 
     async def create_topics(
-        self, topics: Mapping[str, tuple[int, int]], configs: Mapping[str, Mapping[str, str]] | None = None
-    ) -> dict[str, TopicInfo | Errors]:
-        """Create topics ``{name: (partitions, replication_factor)}``, each
-        by one transaction that succeeds only if the name is free; answers as
+        self,
+        topics: Mapping[str, tuple[int, int]],
+        configs: Mapping[str, Mapping[str, str]] | None = None,
+        *,
+        assignments: Mapping[str, Sequence[Assignment]] | None = None,
+        timeout_ms: int | None = None,
+    ) -> dict[str, TopicInfo | Errors | Refused]:
+        """Create topics ``{name: (partitions, replication_factor)}`` (and
+        the manual ``assignments`` of those that have them) in as few
+        transactions as etcd takes (:meth:`EtcdAdmin.create_topics`); answers as
         :meth:`ControllerMetadata.create_topics`, once this view holds them.
-        Replicas are assigned over the brokers the acting controller has accepted."""
-        out: dict[str, TopicInfo | Errors] = {}
+        Replicas are assigned over the brokers the acting controller has
+        accepted.  Past ``timeout_ms`` the topics not yet answered are
+        REQUEST_TIMED_OUT (the one in flight may still be created)."""
+        out: dict[str, TopicInfo | Errors | Refused] = {}
         created: set[uuid.UUID] = set()
-        for name, (partitions, rf) in topics.items():
-            answer = await self._admin.create_topic(name, partitions, rf, self._cluster_id, (configs or {}).get(name))
-            out[name] = answer
-            if isinstance(answer, TopicInfo):
-                created.add(answer.topic_id)
-        await self._view_until(lambda: created <= self._topics.keys())
+        try:
+            async with asyncio.timeout(None if timeout_ms is None else timeout_ms / 1000):
+                asked = [
+                    NewTopic(name, p, rf, (configs or {}).get(name), tuple((assignments or {}).get(name, ())) or None)
+                    for name, (p, rf) in topics.items()
+                ]
+                out.update(await self._admin.create_topics(asked, self._cluster_id))
+                created.update(a.topic_id for a in out.values() if isinstance(a, TopicInfo))
+                await self._view_until(lambda: created <= self._topics.keys())
+        except TimeoutError:
+            late = Refused(Errors.REQUEST_TIMED_OUT, f"not done within {timeout_ms} ms: the topic may still be created")
+            out.update((name, late) for name in topics if name not in out)
         for name, answer in out.items():
             if isinstance(answer, TopicInfo):
                 out[name] = self.topic(name) or answer

@@ -35,6 +35,7 @@ __all__ = [
     "alter_overrides",
     "assign_replicas",
     "bump",
+    "check_assignment",
     "check_broker_args",
     "needs_reconcile",
     "new_overrides",
@@ -113,7 +114,7 @@ def added_partitions(
     as Kafka's ReplicationControlManager.createPartitions decides them and
     in its order of checks: INVALID_PARTITIONS (not an increase, or over our
     limits), INVALID_REPLICA_ASSIGNMENT (as many assignments as partitions
-    added, each valid: see :func:`_check_assignment`), then placement.
+    added, each valid: see :func:`check_assignment`), then placement.
 
     Without ``assignments`` the new partitions are placed as a new topic's
     are (:func:`assign_replicas` over ``alive_brokers``, the topic's
@@ -147,7 +148,7 @@ def added_partitions(
     if assignments is not None:
         out = []
         for i, asked in enumerate(assignments):
-            why = _check_assignment(asked, registered, rf)
+            why = check_assignment(asked, registered, rf)
             if why is not None:
                 return Refused(Errors.INVALID_REPLICA_ASSIGNMENT, why)
             reps = tuple(asked)
@@ -175,9 +176,10 @@ def added_partitions(
     return [PartitionInfo(r[0], 0, r, r, 0) for r in assign_replicas(alive_brokers, added, rf, cluster_partitions)]
 
 
-def _check_assignment(replicas: Sequence[int], registered: Callable[[int], bool], rf: int) -> str | None:
+def check_assignment(replicas: Sequence[int], registered: Callable[[int], bool], rf: int | None) -> str | None:
     """Kafka's validateManualPartitionAssignment: why ``replicas`` cannot be
-    a new partition's replicas (None: they can).  Brokers are checked in id
+    a new partition's replicas (None: they can; ``rf`` None: the first
+    partition of a new topic, any count).  Brokers are checked in id
     order, as Kafka does, so the message names the same broker."""
     if not replicas:
         return "The manual partition assignment includes an empty replica list."
@@ -188,7 +190,7 @@ def _check_assignment(replicas: Sequence[int], registered: Callable[[int], bool]
         if b == previous:
             return f"The manual partition assignment includes the broker {b} more than once."
         previous = b
-    if len(replicas) != rf:
+    if rf is not None and len(replicas) != rf:
         return (
             f"The manual partition assignment includes a partition with {len(replicas)} replica(s), but this "
             f"is not consistent with previous partitions, which have {rf} replica(s)."

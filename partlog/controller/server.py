@@ -76,6 +76,7 @@ from partlog.controller.reassignment import (
 )
 from partlog.controller.rules import Refused
 from partlog.controller.scram_store import CONTROLLER_SCRAM_SCHEMAS, scram_handlers
+from partlog.controller.topic_create import ASSIGNMENTS_RPC_VERSION, NewTopic, dec_create_topics_assignments
 from partlog.controller.wire import (
     dec_alter_partition,
     dec_alter_topic_configs,
@@ -378,11 +379,24 @@ class ControllerServer:
     async def _handle_create_topics(self, body: Any) -> Any:
         wanted = _decode(dec_create_topics, body)
         configs = _decode(dec_create_topics_configs, body)
-        answers = [
-            (name, await self._create_topic(name, partitions, rf, dict(configs.get(name, ()))))
+        assigned = _decode(dec_create_topics_assignments, body)
+        topics = [
+            NewTopic(name, partitions, rf, dict(configs.get(name, ())), assigned.get(name))
             for name, partitions, rf in wanted
         ]
-        return enc_create_topics_response(self._published_version, answers)
+        # One transaction for the whole request: one fsync and one new
+        # version (one snapshot for every poller), not one per topic.
+        answers = await self._run(lambda c: c.create_topics(topics))
+        for t in topics:
+            a = answers[t.name]
+            if isinstance(a, TopicInfo):
+                log.info("topic created or present name=%s id=%s partitions=%d", t.name, a.topic_id, a.num_partitions)
+            else:
+                log.info("create topic refused name=%.300s error=%s", t.name, _error_name(a))
+        messages = peer_version() >= ASSIGNMENTS_RPC_VERSION
+        return enc_create_topics_response(
+            self._published_version, [(t.name, answers[t.name]) for t in topics], messages
+        )
 
     async def _handle_create_partitions(self, body: Any) -> Any:
         wanted, validate_only = _decode(dec_create_partitions, body)
@@ -426,14 +440,9 @@ class ControllerServer:
                 log.info("topic configs altered name=%.300s error=%s", name, err.name)
         return enc_alter_topic_configs_response(self._published_version, answer)
 
-    async def _create_topic(self, name: str, partitions: int, rf: int, configs: dict[str, str]) -> TopicInfo | Errors:
-        before = self._published_version
-        answer = await self._run(lambda c: c.create_topic(name, partitions, rf, configs))
-        if isinstance(answer, Errors):
-            log.info("create topic refused name=%.300s error=%s", name, answer.name)
-        elif self._published_version != before:
-            log.info("topic created name=%s id=%s partitions=%d rf=%d", name, answer.topic_id, partitions, rf)
-        return answer
+
+def _error_name(a: Errors | Refused) -> str:
+    return a.error.name if isinstance(a, Refused) else a.name
 
 
 def _decode(fn: Callable[[Any], T], body: Any) -> T:

@@ -17,6 +17,7 @@ from typing import Any
 
 from partlog.controller.cluster_meta import BrokerInfo, PartitionInfo, TopicInfo, kafka_listener_ports
 from partlog.controller.model import MetadataSnapshot
+from partlog.controller.rules import Refused
 from partlog.kafka.errors import Errors
 from partlog.kafka.producer_ids import ProducerIdBlock
 from partlog.kafka.records import TopicIdPartition
@@ -63,6 +64,10 @@ __all__ = [
     "enc_snapshot",
     "enc_topic",
 ]
+
+
+# What a refusal's message may carry back (Kafka's are one sentence).
+_MESSAGE_CHARS_MAX = 1_000
 
 
 def enc_partition(p: PartitionInfo) -> list[Any]:
@@ -422,11 +427,18 @@ def dec_delete_topics_response(body: Any) -> dict[str, uuid.UUID | Errors]:
 
 
 def enc_create_topics(
-    topics: Mapping[str, tuple[int, int]], configs: Mapping[str, Mapping[str, str]] | None = None
+    topics: Mapping[str, tuple[int, int]],
+    configs: Mapping[str, Mapping[str, str]] | None = None,
+    assignments: list[Any] | None = None,
 ) -> dict[str, Any]:
+    """``assignments``: the encoded manual assignments
+    (:func:`partlog.controller.topic_create.enc_assignments`), for a
+    controller of RPC version 3 only."""
     out: dict[str, Any] = {"topics": [[name, partitions, rf] for name, (partitions, rf) in topics.items()]}
     if configs:  # only when some topic has overrides: older controllers refuse the field
         out["configs"] = [[name, enc_configs(sorted(c.items()))] for name, c in configs.items() if c]
+    if assignments:
+        out["assignments"] = assignments
     return out
 
 
@@ -458,21 +470,38 @@ def dec_create_topics(body: Any) -> list[tuple[str, int, int]]:
     return out
 
 
-def enc_create_topics_response(version: int, answers: Iterable[tuple[str, TopicInfo | Errors]]) -> dict[str, Any]:
-    return {
-        "version": version,
-        "topics": [[name, int(a), None] if isinstance(a, Errors) else [name, 0, enc_topic(a)] for name, a in answers],
-    }
+def enc_create_topics_response(
+    version: int, answers: Iterable[tuple[str, TopicInfo | Errors | Refused]], messages: bool = False
+) -> dict[str, Any]:
+    """``messages``: a refusal's message as a fourth item (a peer of RPC
+    version 3; an older one decodes exactly three items)."""
+
+    def row(name: str, a: TopicInfo | Errors | Refused) -> list[Any]:
+        if isinstance(a, TopicInfo):
+            return [name, 0, enc_topic(a)]
+        err, why = (a.error, a.message[:_MESSAGE_CHARS_MAX]) if isinstance(a, Refused) else (a, None)
+        return [name, int(err), None, why] if messages else [name, int(err), None]
+
+    return {"version": version, "topics": [row(name, a) for name, a in answers]}
 
 
-def dec_create_topics_response(body: Any) -> dict[str, TopicInfo | Errors]:
+def dec_create_topics_response(body: Any) -> dict[str, TopicInfo | Errors | Refused]:
     w = "create_topics response"
-    out: dict[str, TopicInfo | Errors] = {}
+    out: dict[str, TopicInfo | Errors | Refused] = {}
     for i, item in enumerate(expect_list(field(expect_map(body, w), "topics", w), f"{w}.topics")):
         what = f"{w}.topics[{i}]"
-        name, code, topic = expect_list(item, what, 3)
+        items = expect_list(item, what)
+        if len(items) not in (3, 4):
+            raise WireError(f"{what}: expected 3 or 4 items, got {len(items)}")
+        name, code, topic = items[:3]
         err = _dec_error({"error": code}, what)
-        out[expect_str(name, f"{what}.name")] = err if err != Errors.NONE else dec_topic(topic, f"{what}.topic")
+        name = expect_str(name, f"{what}.name")
+        if err == Errors.NONE:
+            out[name] = dec_topic(topic, f"{what}.topic")
+        elif len(items) == 4 and items[3] is not None:
+            out[name] = Refused(err, expect_str(items[3], f"{what}.message")[:_MESSAGE_CHARS_MAX])
+        else:
+            out[name] = err
     return out
 
 

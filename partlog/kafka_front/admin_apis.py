@@ -6,23 +6,35 @@ by each partition's leader).  The config APIs are
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import logging
 import uuid
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from partlog.acl import AclOperation
 from partlog.controller.cluster_meta import TopicAdmin
-from partlog.controller.rules import valid_topic_name
+from partlog.controller.partition_admin import ASSIGNMENT_ITEMS_PER_REQUEST_MAX
+from partlog.controller.rules import Refused, valid_topic_name
+from partlog.controller.topic_create import Assignment, assignment_bounds, shape_refusal
 from partlog.kafka.errors import Errors, peer_error
 from partlog.kafka.records import TopicIdPartition
 from partlog.kafka.topic_config import TopicConfig, TopicConfigError, validate_overrides
 from partlog.kafka_front.config_apis import ConfigApis
 from partlog.kafka_front.group_coordinator import INTERNAL_TOPICS
-from partlog.kafka_front.handler import ApiHandlers, Session, kafka_error
+from partlog.kafka_front.handler import ApiHandlers, Session, duration_ms, kafka_error
 from partlog.kafka_front.port import BrokerPort
+from partlog.limits import TOPICS_PER_REQUEST_MAX
 
 _NO_ID = uuid.UUID(int=0)
+log = logging.getLogger(__name__)
+
+# The longest a CreateTopics waits for the controller, whatever timeout_ms
+# it asks (Kafka has no cap; a connection's request must not pin a handler
+# for ever).  1,000 topics take well under a second (docs/design/create-topics.md).
+CREATE_TOPICS_TIMEOUT_MS_MAX = 300_000
 
 
 class AdminApis(ApiHandlers):
@@ -36,36 +48,77 @@ class AdminApis(ApiHandlers):
         self.default_replication_factor = default_replication_factor
 
     async def create(
-        self, topics: Mapping[str, tuple[int, int]], configs: Mapping[str, Mapping[str, str]] | None = None
+        self,
+        topics: Mapping[str, tuple[int, int]],
+        configs: Mapping[str, Mapping[str, str]] | None = None,
+        assignments: Mapping[str, Sequence[Assignment]] | None = None,
+        timeout_ms: int | None = None,
     ) -> dict[str, Any]:
         """Create ``{name: (partitions, replication_factor)}`` through the
         controller, with the config overrides ``configs`` names (validated
-        before); -1 means the default.  Per topic: the TopicInfo or the error."""
+        before) and the manual ``assignments`` of those that have them;
+        -1 means the default (with assignments: what they say).  Per topic:
+        the TopicInfo or the error (an Errors or a Refused).
+
+        At most TOPICS_PER_REQUEST_MAX topics (and ASSIGNMENT_ITEMS_PER_REQUEST_MAX
+        assignment items) go in one controller call; the calls of one
+        request share its ``timeout_ms`` (capped at CREATE_TOPICS_TIMEOUT_MS_MAX):
+        past it the topics not answered are REQUEST_TIMED_OUT (Kafka's
+        controller answers so when a request's deadline passes; they may
+        still be created).  None (Metadata's auto-creation, which has no
+        timeout): each call is bounded by the source's own timeout, as before."""
         metadata = self.broker.metadata
         if not isinstance(metadata, TopicAdmin):
             return dict.fromkeys(topics, Errors.INVALID_REQUEST)
         live = len(self.broker.metadata.brokers())
         shaped = {
-            n: (
+            n: (p, rf)
+            if assignments and n in assignments
+            else (
                 self.num_partitions if p == -1 else p,
                 min(self.default_replication_factor, max(1, live)) if rf == -1 else rf,
             )
             for n, (p, rf) in topics.items()
         }
-        # Without configs as before configs: a source of an embedder's may not take them.
-        answer: dict[str, Any] = await (
-            metadata.create_topics(shaped, configs) if configs else metadata.create_topics(shaped)
-        )
+        bound = CREATE_TOPICS_TIMEOUT_MS_MAX if timeout_ms is None else min(timeout_ms, CREATE_TOPICS_TIMEOUT_MS_MAX)
+        timed = timeout_ms is not None and _takes_timeout(metadata)
+        answer: dict[str, Any] = {}
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + bound / 1000
+        try:
+            async with asyncio.timeout_at(deadline):
+                for chunk in _chunks(shaped, assignments or {}):
+                    # Without configs (or assignments, or a timeout) as before them: a source of
+                    # an embedder's may not take them.
+                    kwargs: dict[str, Any] = {}
+                    if timed:  # the controller call's own bound: what is left of the request's
+                        kwargs["timeout_ms"] = max(1, int((deadline - loop.time()) * 1000))
+                    asked = {n: assignments[n] for n in chunk if assignments and n in assignments}
+                    if asked:
+                        kwargs["assignments"] = asked
+                    given = {n: configs[n] for n in chunk if configs and n in configs}
+                    answer.update(
+                        await metadata.create_topics(chunk, given, **kwargs)
+                        if given or kwargs
+                        else await metadata.create_topics(chunk)
+                    )
+        except TimeoutError:
+            log.info("create_topics: %d of %d not answered within %d ms", len(shaped) - len(answer), len(shaped),
+                     bound)  # fmt: skip
+            late = Refused(Errors.REQUEST_TIMED_OUT, f"not done within {bound} ms: the topic may still be created")
+            answer.update((n, late) for n in shaped if n not in answer)
         return answer
 
     async def create_topics(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         results = []
         wanted: dict[str, tuple[int, int]] = {}
         overrides: dict[str, dict[str, str]] = {}
+        assigned: dict[str, tuple[Assignment, ...]] = {}
         refused: dict[str, tuple[Errors, str]] = {}
         named = Counter(t.name for t in body.topics)
         existing = self._topics_by_name()
         for t in body.topics:
+            asked = tuple((int(a.partition_index), tuple(int(b) for b in a.broker_ids)) for a in t.assignments)
             if named[t.name] > 1:
                 # As Kafka: a name given twice is refused, and not created.
                 refused[t.name] = (Errors.INVALID_REQUEST, "topic named twice in one request")
@@ -78,21 +131,31 @@ class AdminApis(ApiHandlers):
                 refused[t.name] = (Errors.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists.")
             elif t.name in INTERNAL_TOPICS:
                 refused[t.name] = (Errors.INVALID_REQUEST, f"{t.name} is internal: the group coordinator makes it")
-            elif t.assignments:
-                refused[t.name] = (Errors.INVALID_REQUEST, "manual replica assignments are not supported")
             elif (bad := _bad_configs(t.configs)) is not None:
                 refused[t.name] = (Errors.INVALID_CONFIG, bad)
+            elif asked and (bad_assignment := _bad_assignments(t, asked)) is not None:
+                # As Kafka's createTopic: the configs first, then the assignments.
+                refused[t.name] = (bad_assignment.error, bad_assignment.message)
             else:
                 wanted[t.name] = (t.num_partitions, t.replication_factor)
                 if t.configs:  # as Kafka's map: a key named twice, the last value
                     overrides[t.name] = {c.name: c.value for c in t.configs}
+                if asked:
+                    assigned[t.name] = asked
         if not isinstance(self.broker.metadata, TopicAdmin):
             for n in wanted:
                 refused[n] = (Errors.INVALID_REQUEST, "this cluster's topics come from its static cluster file")
             wanted = {}
         answers: dict[str, Any] = {}
-        if wanted and not getattr(body, "validate_only", False):
-            answers = await self.create(wanted, overrides)
+        timeout_ms = duration_ms(body.timeout)
+        validate_only = getattr(body, "validate_only", False)
+        if wanted and not validate_only and timeout_ms <= 0:
+            # Kafka's controller takes the request's deadline as now + timeout_ms:
+            # one already passed times the write out before it runs.
+            late = f"timeout_ms {timeout_ms}: the deadline passed before the controller ran the request"
+            refused.update(dict.fromkeys(wanted, (Errors.REQUEST_TIMED_OUT, late)))
+        elif wanted and not validate_only:
+            answers = await self.create(wanted, overrides, assigned, timeout_ms)
         for t in body.topics:
             if t.name in refused:
                 err, msg = refused[t.name]
@@ -101,6 +164,8 @@ class AdminApis(ApiHandlers):
             a = answers.get(t.name)
             if a is None:  # validate_only
                 results.append(_created(t.name, Errors.NONE, None, partitions=t.num_partitions))
+            elif isinstance(a, Refused):
+                results.append(_created(t.name, a.error, a.message))
             elif isinstance(a, Errors):
                 results.append(_created(t.name, a, f"{a.name.lower()}"))
             else:
@@ -199,6 +264,38 @@ class AdminApis(ApiHandlers):
         return {"throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]}
 
 
+def _bad_assignments(t: Any, asked: Sequence[Assignment]) -> Refused | None:
+    """What the front end refuses of a topic's assignments before the
+    controller: Kafka's -1 shape rule, and what no cluster of ours could
+    take (bounds the request forwarded); the controller checks the rest."""
+    return shape_refusal(t.num_partitions, t.replication_factor) or assignment_bounds(asked)
+
+
+def _chunks(
+    topics: Mapping[str, tuple[int, int]], assignments: Mapping[str, Sequence[Assignment]]
+) -> list[dict[str, tuple[int, int]]]:
+    """``topics`` in controller calls of at most TOPICS_PER_REQUEST_MAX
+    topics and ASSIGNMENT_ITEMS_PER_REQUEST_MAX assignment items (a topic
+    alone over it still goes alone: the controller refuses it)."""
+    out: list[dict[str, tuple[int, int]]] = [{}]
+    items = 0
+    for name, shape in topics.items():
+        cost = sum(1 + len(r) for _, r in assignments.get(name, ()))
+        if out[-1] and (len(out[-1]) >= TOPICS_PER_REQUEST_MAX or items + cost > ASSIGNMENT_ITEMS_PER_REQUEST_MAX):
+            out.append({})
+            items = 0
+        out[-1][name] = shape
+        items += cost
+    return out
+
+
+def _takes_timeout(source: TopicAdmin) -> bool:
+    """Whether ``source``'s create_topics takes ``timeout_ms`` (ours do; an
+    embedder's :class:`TopicAdmin` may predate it: the request's deadline
+    then bounds the wait alone)."""
+    return "timeout_ms" in inspect.signature(source.create_topics).parameters
+
+
 def _bad_configs(configs: Any) -> str | None:
     """Kafka's message for CreateTopics configs that do not validate (None: they do)."""
     if not configs:
@@ -232,4 +329,4 @@ def _created(
     }
 
 
-__all__ = ["AdminApis"]
+__all__ = ["CREATE_TOPICS_TIMEOUT_MS_MAX", "AdminApis"]

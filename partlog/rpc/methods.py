@@ -287,7 +287,16 @@ CONTROLLER_SCHEMAS: dict[str, Schema] = {
         optional={
             "configs": List(
                 Tuple(Str(TOPIC_NAME_BYTES_MAX), List(_CONFIG, TOPIC_CONFIG_OPS_MAX)), TOPICS_PER_REQUEST_MAX
-            )
+            ),
+            # RPC version 3: [name, [[partition index, replicas]]]; any int32 (the controller answers
+            # bad ids and indexes, as Kafka's); partlog.controller.topic_create bounds the items in all.
+            "assignments": List(
+                Tuple(
+                    Str(TOPIC_NAME_BYTES_MAX),
+                    List(Tuple(INT32, List(INT32, BROKERS_MAX)), PARTITIONS_PER_TOPIC_MAX),
+                ),
+                TOPICS_PER_REQUEST_MAX,
+            ),
         },
     ),
     # [name, new count, each added partition's replicas or nil] (partlog.controller.partition_admin).

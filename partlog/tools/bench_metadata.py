@@ -319,10 +319,10 @@ async def _measure(
     names = list(wanted)
     answers = await admin.create_topics({name: (n, BROKERS) for name, n in wanted.items()})
     for got in answers.values():
-        if isinstance(got, Errors):
-            raise RuntimeError(f"{side.name}: topic creation refused: {got.name}")
+        if not isinstance(got, TopicInfo):
+            raise RuntimeError(f"{side.name}: topic creation refused: {got}")
     created = answers[TOPIC]
-    assert not isinstance(created, Errors)
+    assert isinstance(created, TopicInfo)
     tid = created.topic_id
 
     def everywhere() -> bool:

@@ -218,6 +218,13 @@ def _create(*names: str) -> dict[str, Any]:
                        for n in names], "timeout": 10_000}  # fmt: skip
 
 
+def _create_placed(name: str, replicas: list[int], shape: int = -1, timeout: int = 10_000) -> dict[str, Any]:
+    """A CreateTopics of one topic of one partition on ``replicas`` (shape -1: Kafka's rule)."""
+    placed = [{"partition_index": 0, "broker_ids": replicas}]
+    return {"topics": [{"name": name, "num_partitions": shape, "replication_factor": -1, "assignments": placed,
+                        "configs": []}], "timeout": timeout}  # fmt: skip
+
+
 def _delete(name: str | None = None, topic_id: uuid.UUID | None = None) -> dict[str, Any]:
     return {"timeout": 10_000, "topics": [{"name": name, "topic_id": topic_id or uuid.UUID(int=0)}]}
 
@@ -557,6 +564,12 @@ ROWS = [
          "KafkaApis.handleCreateTopicsRequest (CREATE on the cluster or topic)"),
     _row("create-topics-refused-existing", "locked", "any", 19, 7, _create(TOPIC), CREATED,
          E.TOPIC_AUTHORIZATION_FAILED, "KafkaApis.handleCreateTopicsRequest (CREATE before existence)"),
+    _row("create-topics-unregistered-replica", "open", "any", 19, 7, _create_placed("placed-99", [99]), CREATED,
+         E.INVALID_REPLICA_ASSIGNMENT, "ReplicationControlManager.validateManualPartitionAssignment"),
+    _row("create-topics-assignment-and-count", "open", "any", 19, 7, _create_placed("placed-n", [99], 1), CREATED,
+         E.INVALID_REQUEST, "ReplicationControlManager.createTopic (numPartitions was not set to -1)"),
+    _row("create-topics-zero-timeout", "open", "any", 19, 7, {**_create("late"), "timeout": 0}, CREATED,
+         E.REQUEST_TIMED_OUT, "KafkaEventQueue (deadline now + timeoutMs passed: TimeoutException)"),
     # ------------------------------------------------------------ DeleteTopics
     _row("delete-topics-unknown", "open", "any", 20, 6, _delete(MISSING), DELETED, E.UNKNOWN_TOPIC_OR_PARTITION,
          "KafkaApis.handleDeleteTopicsRequest (metadataCache.contains)"),

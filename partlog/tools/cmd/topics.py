@@ -45,8 +45,16 @@ def add_parser(sub: Subparsers) -> None:
         "Creating an existing topic with the same shape succeeds; another shape is TOPIC_ALREADY_EXISTS (exit 1).",
     )
     _target(tc)
-    tc.add_argument("--partitions", type=positive_int, required=True, help="number of partitions")
-    tc.add_argument("--replication-factor", type=positive_int, default=3, help="replicas per partition (default 3)")
+    tc.add_argument("--partitions", type=positive_int, default=None, help="number of partitions")
+    tc.add_argument("--replication-factor", type=positive_int, default=None, help="replicas per partition (default 3)")
+    tc.add_argument(
+        "--replica-assignment",
+        type=_assignment,
+        default=None,
+        metavar="B:B,B:B",
+        help="each partition's replicas, preferred leader first, as kafka-topics.sh takes them: partitions "
+        "separated by ',', their broker ids by ':' (instead of --partitions and --replication-factor)",
+    )
     tc.add_argument(
         "--config",
         type=_pair,
@@ -108,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
 
     from partlog.controller.client import ControllerUnavailableError
     from partlog.controller.cluster_meta import MetadataError
+    from partlog.controller.rules import Refused
     from partlog.kafka.errors import Errors
 
     if (args.controller is None) == (args.metadata is None):
@@ -128,6 +137,12 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
 
+    if args.topics == "create" and (args.partitions is None) == (args.replica_assignment is None):
+        print("partlog topics create: give --partitions or --replica-assignment (one of them)", file=sys.stderr)
+        return 2
+    if args.topics == "create" and args.replica_assignment is not None and args.replication_factor is not None:
+        print("partlog topics create: --replica-assignment says the replication factor", file=sys.stderr)
+        return 2
     secret = read_secret_file(args.secret_file)
     tls = tls_contexts(args)
     # One-shot: the final error sums up the retries, which are not logged one by one.
@@ -157,13 +172,19 @@ def run(args: argparse.Namespace) -> int:
             if args.topics in reassign.COMMANDS:
                 return await reassign.run_command(client, args)
             configs = {args.name: dict(args.config)} if args.config else None
-            answer = (await client.create_topics({args.name: (args.partitions, args.replication_factor)}, configs))[
-                args.name
-            ]
+            if args.replica_assignment is None:
+                shape = (args.partitions, args.replication_factor or 3)
+                answer = (await client.create_topics({args.name: shape}, configs))[args.name]
+            else:  # Kafka's rule: the assignment says the shape (-1, -1)
+                placed = {args.name: list(enumerate(args.replica_assignment))}
+                answer = (await client.create_topics({args.name: (-1, -1)}, configs, assignments=placed))[args.name]
         finally:
             await client.stop()
         if isinstance(answer, Errors):
             print(f"partlog topics create: {args.name}: {answer.name}", file=sys.stderr)
+            return 1
+        if isinstance(answer, Refused):
+            print(f"partlog topics create: {args.name}: {answer.error.name}: {answer.message}", file=sys.stderr)
             return 1
         print(f"topic {answer.name} id {answer.topic_id}: leaders {list(answer.leaders)}")
         return 0
