@@ -155,7 +155,7 @@ class FrontConfig:
     authorizer: AuthorizerConfig | None = None
     # KIP-392 follower fetching (Kafka's replica.selector.class set to the
     # RackAwareReplicaSelector): partlog/kafka_front/read_replica.py.
-    rack_aware_replica_selector: bool = False
+    rack_aware_replica_selector: bool = True
     # KIP-227's max.incremental.fetch.session.cache.slots and
     # min.incremental.fetch.session.eviction.ms (0 slots: no sessions).
     fetch_session_cache_slots: int = FETCH_SESSION_CACHE_SLOTS_DEFAULT

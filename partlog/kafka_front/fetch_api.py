@@ -50,7 +50,7 @@ FETCH_MAX_BYTES = 55 * 1024 * 1024
 class FetchConfig:
     """The fetch path's settings (FrontConfig's)."""
 
-    rack_aware_replica_selector: bool = False
+    rack_aware_replica_selector: bool = True
     session_cache_slots: int = FETCH_SESSION_CACHE_SLOTS_DEFAULT
     session_eviction_ms: int = FETCH_SESSION_EVICTION_MS_DEFAULT
 

@@ -9,9 +9,10 @@ answers for any partition): among the partition's ISR members in the
 client's AZ, the leader if it is one, else the first in ISR order.  This
 broker redirects only when it is not one of them; with none in that AZ
 there is no preference (-1), and the fetch is served or forwarded as
-before (out-of-sync replicas are never preferred).  Off unless the
-listener's ``rack_aware_replica_selector`` is on (Kafka:
-``replica.selector.class``, unset by default).  Sans-IO."""
+before (out-of-sync replicas are never preferred).  On unless the
+listener's ``rack_aware_replica_selector`` is off: Kafka leaves
+``replica.selector.class`` unset by default, but every partlog topic is
+diskless, and KIP-1163 sends diskless consumers to their own AZ.  Sans-IO."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Fetch from the nearest replica (KIP-392, KIP-1163's read path) with the
-rack-aware selector on: a Fetch naming an AZ is answered by a broker
+rack-aware selector on (the default): a Fetch naming an AZ is answered by a broker
 outside it with ``preferred_read_replica`` (the in-sync replica there) and
 no records, and by that replica with the records; librdkafka's
 ``client.rack`` consumer, bootstrapped elsewhere, reads everything through
@@ -26,7 +26,7 @@ RECORDS = 200
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterThread]:
-    front = FrontConfig(rack_aware_replica_selector=True)
+    front = FrontConfig()  # the selector is on by default
     c = ClusterThread(str(tmp_path_factory.mktemp("near")), front=front, azs=3, brokers_per_az=1, partitions=1)
     try:
         yield c

@@ -42,3 +42,20 @@ def test_no_az_named_means_no_preference() -> None:
     assert preferred_read_replica(info, {1: "a", 2: "b"}.get, "", 3) == NO_PREFERENCE
     assert preferred_read_replica(info, {1: "a", 2: "b"}.get, "b", 3) == 2
     assert preferred_read_replica(None, {1: "a"}.get, "a", 3) == NO_PREFERENCE
+
+
+def test_the_selector_is_on_unless_turned_off() -> None:
+    """KIP-1163 sends diskless consumers to their AZ: on by default, for the
+    listener and for `partlog broker`, and `--no-rack-aware-replica-selector`
+    turns it off."""
+    from partlog.kafka_front.apis import FrontConfig
+    from partlog.kafka_front.fetch_api import FetchConfig
+    from partlog.tools.cli import build_parser
+
+    assert FrontConfig().rack_aware_replica_selector
+    assert FetchConfig().rack_aware_replica_selector
+    assert FrontConfig().kafka_configs()["replica.selector.class"] != ""
+    parser = build_parser()
+    base = ["broker", "--id", "1", "--data-dir", "/nonexistent", "--controller", "127.0.0.1:1"]
+    assert parser.parse_args(base).rack_aware_replica_selector
+    assert not parser.parse_args([*base, "--no-rack-aware-replica-selector"]).rack_aware_replica_selector

@@ -83,10 +83,11 @@ def add_parser(sub: Subparsers) -> None:
     )
     kg.add_argument(
         "--rack-aware-replica-selector",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="send a consumer that names its AZ (client.rack) to the in-sync replica there with "
-        "preferred_read_replica (KIP-392; Kafka's replica.selector.class=RackAwareReplicaSelector); "
-        "default: this broker serves or forwards its fetches",
+        "preferred_read_replica (KIP-392; Kafka's replica.selector.class=RackAwareReplicaSelector), "
+        "as KIP-1163 asks of diskless topics (default: on; --no-... serves or forwards every fetch here)",
     )
     tg = br.add_argument_group("transactions (Kafka's transaction coordinator configs)")
     tg.add_argument(
