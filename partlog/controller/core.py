@@ -8,7 +8,7 @@ value; nothing here reads a clock, starts a thread or touches a socket, so
 the asyncio shell (:mod:`partlog.controller.server`), the tests and the
 simulations drive the same object.
 
-Durability: every state change is validated and staged first (``_Draft``),
+Durability: every state change is validated and staged first (``Draft``),
 then written in ONE LMDB write transaction (``sync=True``: fsynced) together
 with the bumped ``version`` by :class:`~partlog.controller.state_store.ControllerStateStore`,
 and only then applied to memory and returned.  A failed write
@@ -24,14 +24,13 @@ Rules (Kafka's KRaft semantics, simplified):
   its in-memory state).  ``heartbeat`` keeps an incarnation alive; ``tick``
   fences those silent for longer than ``broker_session_timeout_ms``.  A
   fenced broker must register again (``BROKER_ID_NOT_REGISTERED``).
-* **Fencing.**  The fenced broker leaves every ISR, except where it is the
-  last member (KRaft keeps it, so the partition can come back with its
-  data).  Partitions it led elect the first replica (in ``replicas`` order)
-  that is alive and in the ISR; with none the partition is offline (leader
-  ``NO_LEADER``), unless ``unclean_leader_election_enable``: then the first
-  alive replica leads with ISR = {it}.
-* **Offline partitions** are re-elected whenever brokers register (the last
-  ISR member coming back leads again) and on every tick (unclean election).
+* **Fencing, ELR** (:mod:`partlog.controller.elr`, KIP-966).  The fenced
+  broker leaves every ISR, for the ELR when the ISR falls below min ISR.
+  Partitions it led elect the first alive ISR member, else ELR member;
+  with none they are offline (``NO_LEADER``), unless unclean leader election
+  is on.  A registration after an unclean shutdown leaves every ISR and ELR.
+* **Offline partitions** are re-elected whenever brokers register (an ELR
+  member coming back leads again) and on every tick (unclean election).
 * **Epochs.**  Every leader change (including to and from ``NO_LEADER``)
   bumps ``leader_epoch`` and ``partition_epoch``; every ISR change bumps
   ``partition_epoch``.
@@ -41,7 +40,7 @@ Rules (Kafka's KRaft semantics, simplified):
 * **AlterPartition** is validated as Kafka's controller does (see
   :meth:`Controller.alter_partition`).
 * **Reassignments** (:mod:`partlog.controller.reassignment`): every staged
-  partition change completes one whose target is in the ISR (``_Draft.set_part``).
+  partition change completes one whose target is in the ISR (``Draft.set_part``).
 * **Producer ids**: :class:`partlog.controller.producer_ids.ProducerIdManager`
   (``data_dir/producer_ids``), a block durable before it is returned; not a
   metadata change (``version`` stays).
@@ -69,9 +68,10 @@ from __future__ import annotations
 import os
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
+from partlog.controller import elr
 from partlog.controller.cluster_meta import (
     NO_LEADER,
     ConfigChange,
@@ -80,38 +80,31 @@ from partlog.controller.cluster_meta import (
     check_alter_partition,
     kafka_listener_ports,
 )
+from partlog.controller.draft import Draft
 from partlog.controller.model import (
     DELETED_TOPICS_MAX,
     FENCED_NEW_INCARNATION,
     FENCED_SESSION_TIMEOUT,
     REASON_ALTER_PARTITION,
-    REASON_BROKER_FENCED,
     REASON_BROKER_REGISTERED,
     REASON_OFFLINE,
-    REASON_PREFERRED,
-    BrokerFenced,
     BrokerRegistered,
     BrokerRegistration,
     ControllerConfig,
     ControllerEvent,
-    IsrChanged,
-    LeaderChanged,
     MetadataSnapshot,
     TopicDeleted,
 )
 from partlog.controller.producer_ids import ProducerIdManager, ProducerIdsExhaustedError
-from partlog.controller.reassignment import REASON_REASSIGNMENT, completed, decide_reassignment, state_error
+from partlog.controller.reassignment import REASON_REASSIGNMENT, decide_reassignment, state_error
 from partlog.controller.rules import (
     Overrides,
     Refused,
     added_partitions,
-    after_fencing,
     alter_overrides,
     assign_replicas,
-    bump,
     check_broker_args,
     new_overrides,
-    preferred,
     valid_topic_name,
 )
 from partlog.controller.scram_store import ScramStore
@@ -127,99 +120,6 @@ __all__ = ["Controller", "ControllerConfig"]
 # Events wait here until the shell takes them (it logs them); a core driven
 # without a shell must not grow without bound.
 EVENTS_MAX = 10_000
-
-
-# ---------------------------------------------------------------- the core
-
-
-class _Draft:
-    """Changes staged over the controller's state: validate and decide
-    against it, then write it in one transaction, then apply it."""
-
-    def __init__(self, c: Controller) -> None:
-        self.c = c
-        self.brokers: dict[int, BrokerRegistration] = {}
-        self.parts: dict[TopicIdPartition, PartitionInfo] = {}
-        self.new_topics: dict[uuid.UUID, tuple[str, int]] = {}  # created or grown: id -> (name, partitions)
-        self.deleted_topics: dict[uuid.UUID, str] = {}
-        self.configs: dict[uuid.UUID, Overrides] = {}
-        self.broker_epoch_last: int | None = None
-        self.events: list[ControllerEvent] = []
-        self.elections = 0
-        self.unclean_elections = 0
-        self.preferred_elections = 0
-
-    def empty(self) -> bool:
-        staged = (self.brokers, self.parts, self.new_topics, self.deleted_topics, self.configs)
-        return not any(staged) and self.broker_epoch_last is None
-
-    def broker(self, broker_id: int) -> BrokerRegistration | None:
-        b = self.brokers.get(broker_id)
-        return b if b is not None else self.c._brokers.get(broker_id)
-
-    def alive(self, broker_id: int) -> bool:
-        b = self.broker(broker_id)
-        return b is not None and not b.fenced
-
-    def part(self, tp: TopicIdPartition) -> PartitionInfo:
-        p = self.parts.get(tp)
-        return p if p is not None else self.c._parts[tp]
-
-    def all_parts(self) -> Iterator[tuple[TopicIdPartition, PartitionInfo]]:
-        for tp in self.c._parts:
-            yield tp, self.part(tp)
-        for tp, p in self.parts.items():
-            if tp not in self.c._parts:
-                yield tp, p
-
-    def topic_name(self, tp: TopicIdPartition) -> str:
-        name = self.c._topic_names.get(tp.topic_id)
-        return name if name is not None else self.new_topics[tp.topic_id][0]
-
-    def set_part(self, tp: TopicIdPartition, new: PartitionInfo, reason: str, unclean: bool = False) -> None:
-        old = self.part(tp)
-        # Every change of the ISR or the brokers may complete a reassignment.
-        new = bump(old, completed(new, self.alive))
-        if new == old:
-            return
-        self.parts[tp] = new
-        name = self.topic_name(tp)
-        if new.leader != old.leader:
-            if new.leader != NO_LEADER:
-                self.elections += 1
-                self.unclean_elections += unclean
-                self.preferred_elections += reason == REASON_PREFERRED
-            self.events.append(
-                LeaderChanged(name, tp.partition, new.leader, new.leader_epoch, new.isr, reason, unclean)
-            )
-        else:
-            self.events.append(IsrChanged(name, tp.partition, new.isr, new.partition_epoch, reason))
-
-    def fence(self, broker_ids: Iterable[int], reason: str) -> None:
-        """Fence these brokers and fix up every partition they touch."""
-        dead = set()
-        for bid in broker_ids:
-            b = self.broker(bid)
-            assert b is not None and not b.fenced, f"fencing broker {bid} that is not alive"
-            self.brokers[bid] = replace(b, fenced=True)
-            self.events.append(BrokerFenced(bid, b.broker_epoch, reason))
-            dead.add(bid)
-        self.reconcile(dead, REASON_BROKER_FENCED)
-
-    def elect_preferred(self) -> None:
-        for tp, p in list(self.all_parts()):
-            new = preferred(p, self.alive)
-            if new is not p:
-                self.set_part(tp, new, REASON_PREFERRED)
-
-    def reconcile(self, brokers: set[int], reason: str) -> None:
-        """Re-derive ISR and leader of every partition replicated on
-        ``brokers`` or offline."""
-        unclean = self.c.config.unclean_leader_election_enable
-        for tp, p in list(self.all_parts()):
-            if tp in self.c._offline or p.leader == NO_LEADER or not brokers.isdisjoint(p.replicas):
-                new, was_unclean = after_fencing(p, self.alive, unclean)
-                self.set_part(tp, new, reason, was_unclean)
 
 
 class Controller:
@@ -319,7 +219,7 @@ class Controller:
             self._store.write_identity(self.version, self.cluster_id)
         self.check()
 
-    def _commit(self, d: _Draft) -> None:
+    def _commit(self, d: Draft) -> None:
         """Write ``d`` in one durable transaction with version + 1, then apply
         it (nothing is applied when the write fails)."""
         if d.empty():
@@ -379,15 +279,16 @@ class Controller:
     # ------------------------------------------------------------- brokers
 
     def register_broker(
-        self, broker_id: int, az: str, host: str, port: int, now_ms: int, kafka_port: int = 0, kafka_listeners: str = ""
-    ) -> int | Errors:
+        self, broker_id: int, az: str, host: str, port: int, now_ms: int, kafka_port: int = 0,
+        kafka_listeners: str = "", unclean_shutdown: bool = False,
+    ) -> int | Errors:  # fmt: skip
         """Start a new incarnation of ``broker_id``; returns its broker epoch
         (or INVALID_REQUEST when BROKERS_MAX distinct brokers are known).
 
         An incarnation still alive under an older epoch is fenced first (the
         broker restarted within its session timeout and lost its in-memory
-        state).  Offline partitions are then re-elected: the broker that is
-        the sole ISR member of an offline partition leads it again."""
+        state).  After an unclean shutdown it then leaves every ISR and ELR
+        (KIP-966).  Offline partitions are then re-elected."""
         check_broker_args(broker_id, az, host, port)
         if type(kafka_port) is not int or not 0 <= kafka_port <= PORT_MAX:
             raise ValueError(f"kafka_port must be in [0, {PORT_MAX}], got {kafka_port!r}")
@@ -396,7 +297,7 @@ class Controller:
         old = self._brokers.get(broker_id)
         if old is None and len(self._brokers) >= BROKERS_MAX:
             return Errors.INVALID_REQUEST
-        d = _Draft(self)
+        d = Draft(self)
         if old is not None and not old.fenced:
             d.fence([broker_id], FENCED_NEW_INCARNATION)
         epoch = self._broker_epoch_last + 1
@@ -405,6 +306,8 @@ class Controller:
             broker_id, az, host, port, epoch, fenced=False, kafka_port=kafka_port, kafka_listeners=kafka_listeners
         )
         d.events.append(BrokerRegistered(broker_id, epoch, az, host, port))
+        if unclean_shutdown:
+            d.forget(broker_id)
         d.reconcile({broker_id}, REASON_BROKER_REGISTERED)
         self._commit(d)
         self._last_heartbeat_ms[broker_id] = now_ms
@@ -436,7 +339,7 @@ class Controller:
         expired = sorted(
             bid for bid, b in self._brokers.items() if not b.fenced and now_ms - self._last_heartbeat_ms[bid] > timeout
         )
-        d = _Draft(self)
+        d = Draft(self)
         if expired:
             d.fence(expired, FENCED_SESSION_TIMEOUT)
         elif self.config.unclean_leader_election_enable and self._offline:
@@ -452,7 +355,7 @@ class Controller:
     def elect_preferred_leaders(self) -> None:
         """Run the preferred-leader election now (what ``tick`` does every
         ``leader_imbalance_check_interval_ms``)."""
-        d = _Draft(self)
+        d = Draft(self)
         d.elect_preferred()
         self._commit(d)
 
@@ -496,7 +399,7 @@ class Controller:
             # A repeating uuid source: refuse rather than merge two topics
             # (or bring back a deleted one, whose objects walmgr may delete).
             return Errors.TOPIC_ALREADY_EXISTS
-        d = _Draft(self)
+        d = Draft(self)
         d.new_topics[tid] = (name, partitions)
         if overrides is not None:
             d.configs[tid] = overrides
@@ -520,7 +423,7 @@ class Controller:
                                registered=self._brokers.__contains__, cluster_partitions=len(self._parts))  # fmt: skip
         if isinstance(new, Refused) or validate_only:
             return new if isinstance(new, Refused) else replace(info, partitions=(*info.partitions, *new))
-        d = _Draft(self)
+        d = Draft(self)
         d.new_topics[tid] = (name, count)
         for i, p in enumerate(new, start=info.num_partitions):
             d.parts[TopicIdPartition(tid, i)] = p
@@ -532,7 +435,7 @@ class Controller:
         of them. Per name: the deleted topic's id, or UNKNOWN_TOPIC_OR_PARTITION.
         A deleted topic's id is kept for good, in every snapshot, so brokers
         drop its logs and walmgr knows its partitions reference nothing."""
-        d = _Draft(self)
+        d = Draft(self)
         out: dict[str, uuid.UUID | Errors] = {}
         for name in names:
             if name in out:
@@ -558,7 +461,7 @@ class Controller:
         message (checked first, as Kafka's controller) or
         UNKNOWN_TOPIC_OR_PARTITION.  A topic once configured stays so (its
         overrides may become empty): brokers then follow the controller."""
-        d = _Draft(self)
+        d = Draft(self)
         out: dict[str, tuple[Errors, str | None]] = {}
         for name, change in changes.items():
             tid = self._topic_ids.get(name)
@@ -599,13 +502,13 @@ class Controller:
             return err
         assert p is not None
         wanted = set(asked)
-        d = _Draft(self)
+        d = Draft(self)
         if any(not d.alive(r) for r in wanted - set(p.isr)):
             return Errors.INELIGIBLE_REPLICA
         isr = tuple(r for r in p.replicas if r in wanted)
         if isr == p.isr:
             return p
-        d.set_part(tp, replace(p, isr=isr), REASON_ALTER_PARTITION)
+        d.set_part(tp, elr.shrink(p, isr, d.min_isr(tp)), REASON_ALTER_PARTITION)
         self._commit(d)
         # An ISR that completed a reassignment may have moved the leadership (Kafka's answer).
         return self._parts[tp] if self._parts[tp].leader == broker_id else Errors.NEW_LEADER_ELECTED
@@ -617,7 +520,7 @@ class Controller:
         partition as :func:`~partlog.controller.reassignment.decide_reassignment`
         decides: None when done (started, replaced, completed, cancelled, or nothing to do)."""
         d, out, unclean = (
-            _Draft(self),
+            Draft(self),
             dict[tuple[str, int], Refused | None](),
             self.config.unclean_leader_election_enable,
         )
@@ -690,7 +593,7 @@ class Controller:
         """Assert the invariants every committed state keeps (tests call it after each step):
         each partition's (:func:`~partlog.controller.reassignment.state_error`), the tables' agreement."""
         for tp, p in self._parts.items():
-            assert state_error(p, _Draft(self).alive) is None, f"{tp}: {state_error(p, _Draft(self).alive)}: {p}"
+            assert state_error(p, Draft(self).alive) is None, f"{tp}: {state_error(p, Draft(self).alive)}: {p}"
         assert self._offline == {tp for tp, p in self._parts.items() if p.leader == NO_LEADER}
         assert not self._deleted.keys() & self._topic_names.keys(), "a topic both live and deleted"
         assert self._configs.keys() <= self._topic_names.keys(), "configs of no live topic"

@@ -81,8 +81,9 @@ from partlog.rpc.schema import BODY_ELEMENTS_MAX, Bytes, DecodeLimits, Int, Map,
 #   2  a version range in the handshake; a request's unknown optional fields
 #      are skipped (partlog.rpc.schema.Map).  Fields added since e739335 are
 #      sent only at 2 and above.
+#   3  KIP-966: a registration's unclean_shutdown, a partition's ELR.
 RPC_VERSION_MIN = 1
-RPC_VERSION = 2
+RPC_VERSION = 3
 # The first version whose handshake carries a range ("versions").
 RANGE_VERSION = 2
 
