@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from partlog import injected_bugs
 from partlog.controller.cluster_meta import NO_LEADER, PartitionInfo
 
 __all__ = ["ELR_RPC_VERSION", "MIN_ISR_CONFIG", "elect", "forget", "min_isr", "normalized", "shrink"]
@@ -41,6 +42,8 @@ MIN_ISR_CONFIG = "min.insync.replicas"
 
 def min_isr(overrides: Sequence[tuple[str, str]] | None, default: int) -> int:
     """A topic's min ISR: its override, else the cluster's ``default``."""
+    if injected_bugs.on("controller_without_elr"):
+        return 0
     value = dict(overrides or ()).get(MIN_ISR_CONFIG)
     return int(value) if value is not None else default
 

@@ -133,3 +133,48 @@ def test_the_model_finds_an_unclean_broker_kept_in_the_elr() -> None:
     assert run_model(ops, 3) is None
     why = run_model(ops, 3, forget=False)
     assert why is not None and "outside the safe replicas" in why
+
+
+# ------------------------------------------------------------- etcd (in part)
+
+
+def test_etcd_never_elects_an_unclean_broker_from_a_stale_isr() -> None:
+    """etcd keeps KRaft's older rule (no ELR), but an incarnation registered
+    after an unclean shutdown leaves every ISR, even as its last member,
+    before the acting controller accepts it: the partition stays offline."""
+    import uuid
+
+    from partlog.controller.cluster_meta import BrokerInfo
+    from partlog.controller.etcd_controller import plan
+    from partlog.controller.etcd_layout import KV, EtcdView, Keys, enc_broker, enc_part, enc_topic, pack_value
+    from partlog.kafka.records import TopicIdPartition
+
+    keys, tid = Keys("/c"), uuid.UUID(int=7)
+    tp = TopicIdPartition(tid, 0)
+    offline = PartitionInfo(NO_LEADER, 1, (1, 2), (1,), 2)  # 1 was the last ISR member
+    for unclean in (False, True):
+        view = EtcdView(keys)
+        view.load(
+            [
+                KV(keys.cluster_id, str(uuid.UUID(int=1)).encode(), 1, 1),
+                KV(keys.broker(1), enc_broker(BrokerInfo(1, "a", "h", 1), 5, unclean), 6, 6),  # back, not accepted
+                KV(keys.broker(2), enc_broker(BrokerInfo(2, "a", "h", 2), 5), 2, 2),
+                KV(keys.incarnation(2), pack_value(2), 3, 3),
+                KV(keys.topic("t"), enc_topic(tid, [(1, 2)]), 4, 4),
+                KV(keys.part(tp), enc_part(offline), 5, 5),
+            ],
+            6,
+        )
+        assert view.refused == 0 and view.brokers[1].unclean_shutdown is unclean
+        first = plan(view, unclean=False, elect_preferred=False)
+        if not unclean:
+            assert first.changes == [] and first.accept == [(1, 6)]  # accepted, then it leads again
+            continue
+        (change,) = first.changes
+        assert change.new == PartitionInfo(NO_LEADER, 1, (1, 2), (), 3) and first.accept == []
+        view.apply(KV(keys.part(tp), enc_part(change.new), 5, 7))
+        assert view.refused == 0 and view.partition(tp) == change.new
+        second = plan(view, unclean=False, elect_preferred=False)
+        assert second.changes == [] and second.accept == [(1, 6)]
+        view.apply(KV(keys.incarnation(1), pack_value(6), 8, 8))
+        assert plan(view, unclean=False, elect_preferred=False).empty()  # offline: nobody eligible

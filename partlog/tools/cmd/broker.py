@@ -368,9 +368,10 @@ def run(args: argparse.Namespace) -> int:
             )
             config = replace(config, kafka_security=replace(security, credentials=creds))
         broker = BrokerNode(config, source, store)
-        if controller_source is not None and args.metadata is None:
-            # KIP-966: reported with the registration (etcd: see docs/design/elr.md).
-            controller_source.unclean_shutdown = broker.broker.store.unclean_shutdown
+        if controller_source is not None:
+            # KIP-966: reported with the registration (docs/design/elr.md).
+            reporter = controller_source.session if args.metadata is not None else controller_source
+            reporter.unclean_shutdown = broker.broker.store.unclean_shutdown
         try:
             if controller_source is not None:
                 # The cluster id first (the store must belong to it), then the
