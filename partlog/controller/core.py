@@ -8,7 +8,7 @@ value; nothing here reads a clock, starts a thread or touches a socket, so
 the asyncio shell (:mod:`partlog.controller.server`), the tests and the
 simulations drive the same object.
 
-Durability: every state change is validated and staged first (``Draft``),
+Durability: every state change is validated and staged first (``_Draft``),
 then written in ONE LMDB write transaction (``sync=True``: fsynced) together
 with the bumped ``version`` by :class:`~partlog.controller.state_store.ControllerStateStore`,
 and only then applied to memory and returned.  A failed write
@@ -40,7 +40,7 @@ Rules (Kafka's KRaft semantics, simplified):
 * **AlterPartition** is validated as Kafka's controller does (see
   :meth:`Controller.alter_partition`).
 * **Reassignments** (:mod:`partlog.controller.reassignment`): every staged
-  partition change completes one whose target is in the ISR (``Draft.set_part``).
+  partition change completes one whose target is in the ISR (``_Draft.set_part``).
 * **Producer ids**: :class:`partlog.controller.producer_ids.ProducerIdManager`
   (``data_dir/producer_ids``), a block durable before it is returned; not a
   metadata change (``version`` stays).
@@ -80,7 +80,7 @@ from partlog.controller.cluster_meta import (
     check_alter_partition,
     kafka_listener_ports,
 )
-from partlog.controller.draft import Draft
+from partlog.controller.draft import Draft as _Draft
 from partlog.controller.model import (
     DELETED_TOPICS_MAX,
     FENCED_NEW_INCARNATION,
@@ -219,7 +219,7 @@ class Controller:
             self._store.write_identity(self.version, self.cluster_id)
         self.check()
 
-    def _commit(self, d: Draft) -> None:
+    def _commit(self, d: _Draft) -> None:
         """Write ``d`` in one durable transaction with version + 1, then apply
         it (nothing is applied when the write fails)."""
         if d.empty():
@@ -297,7 +297,7 @@ class Controller:
         old = self._brokers.get(broker_id)
         if old is None and len(self._brokers) >= BROKERS_MAX:
             return Errors.INVALID_REQUEST
-        d = Draft(self)
+        d = _Draft(self)
         if old is not None and not old.fenced:
             d.fence([broker_id], FENCED_NEW_INCARNATION)
         epoch = self._broker_epoch_last + 1
@@ -339,7 +339,7 @@ class Controller:
         expired = sorted(
             bid for bid, b in self._brokers.items() if not b.fenced and now_ms - self._last_heartbeat_ms[bid] > timeout
         )
-        d = Draft(self)
+        d = _Draft(self)
         if expired:
             d.fence(expired, FENCED_SESSION_TIMEOUT)
         elif self.config.unclean_leader_election_enable and self._offline:
@@ -355,7 +355,7 @@ class Controller:
     def elect_preferred_leaders(self) -> None:
         """Run the preferred-leader election now (what ``tick`` does every
         ``leader_imbalance_check_interval_ms``)."""
-        d = Draft(self)
+        d = _Draft(self)
         d.elect_preferred()
         self._commit(d)
 
@@ -399,7 +399,7 @@ class Controller:
             # A repeating uuid source: refuse rather than merge two topics
             # (or bring back a deleted one, whose objects walmgr may delete).
             return Errors.TOPIC_ALREADY_EXISTS
-        d = Draft(self)
+        d = _Draft(self)
         d.new_topics[tid] = (name, partitions)
         if overrides is not None:
             d.configs[tid] = overrides
@@ -423,7 +423,7 @@ class Controller:
                                registered=self._brokers.__contains__, cluster_partitions=len(self._parts))  # fmt: skip
         if isinstance(new, Refused) or validate_only:
             return new if isinstance(new, Refused) else replace(info, partitions=(*info.partitions, *new))
-        d = Draft(self)
+        d = _Draft(self)
         d.new_topics[tid] = (name, count)
         for i, p in enumerate(new, start=info.num_partitions):
             d.parts[TopicIdPartition(tid, i)] = p
@@ -435,7 +435,7 @@ class Controller:
         of them. Per name: the deleted topic's id, or UNKNOWN_TOPIC_OR_PARTITION.
         A deleted topic's id is kept for good, in every snapshot, so brokers
         drop its logs and walmgr knows its partitions reference nothing."""
-        d = Draft(self)
+        d = _Draft(self)
         out: dict[str, uuid.UUID | Errors] = {}
         for name in names:
             if name in out:
@@ -461,7 +461,7 @@ class Controller:
         message (checked first, as Kafka's controller) or
         UNKNOWN_TOPIC_OR_PARTITION.  A topic once configured stays so (its
         overrides may become empty): brokers then follow the controller."""
-        d = Draft(self)
+        d = _Draft(self)
         out: dict[str, tuple[Errors, str | None]] = {}
         for name, change in changes.items():
             tid = self._topic_ids.get(name)
@@ -502,7 +502,7 @@ class Controller:
             return err
         assert p is not None
         wanted = set(asked)
-        d = Draft(self)
+        d = _Draft(self)
         if any(not d.alive(r) for r in wanted - set(p.isr)):
             return Errors.INELIGIBLE_REPLICA
         isr = tuple(r for r in p.replicas if r in wanted)
@@ -520,7 +520,7 @@ class Controller:
         partition as :func:`~partlog.controller.reassignment.decide_reassignment`
         decides: None when done (started, replaced, completed, cancelled, or nothing to do)."""
         d, out, unclean = (
-            Draft(self),
+            _Draft(self),
             dict[tuple[str, int], Refused | None](),
             self.config.unclean_leader_election_enable,
         )
@@ -593,7 +593,7 @@ class Controller:
         """Assert the invariants every committed state keeps (tests call it after each step):
         each partition's (:func:`~partlog.controller.reassignment.state_error`), the tables' agreement."""
         for tp, p in self._parts.items():
-            assert state_error(p, Draft(self).alive) is None, f"{tp}: {state_error(p, Draft(self).alive)}: {p}"
+            assert state_error(p, _Draft(self).alive) is None, f"{tp}: {state_error(p, _Draft(self).alive)}: {p}"
         assert self._offline == {tp for tp, p in self._parts.items() if p.leader == NO_LEADER}
         assert not self._deleted.keys() & self._topic_names.keys(), "a topic both live and deleted"
         assert self._configs.keys() <= self._topic_names.keys(), "configs of no live topic"
