@@ -78,6 +78,15 @@ KNOWN: dict[str, str] = {
         "the controller completes a reassignment once any target replica is in the ISR, not all of them "
         "(a replica without the data joins the ISR, and may lead)"
     ),
+    # KIP-966: found with `fuzz --reassign` (seed 2), and not found.
+    "controller_without_elr": (
+        "the controller runs without eligible leader replicas (KRaft before KIP-966): a fenced last ISR "
+        "member stays the ISR and leads again when it returns, whatever a power loss took from it"
+    ),
+    "unclean_shutdown_ignored": (
+        "a broker whose store lost acknowledged entries in a power loss registers as clean (it stays in "
+        "the ELR, and may lead without them)"
+    ),
     "replica_drops_log_while_listed": (
         "a broker drops its log of a partition it is being removed from while it is still a replica "
         "(in the reassignment's removing list)"

@@ -130,6 +130,7 @@ class BrokerConfig:
     port: int = 0
     produce: ProduceConfig = field(default_factory=ProduceConfig)
     sync: bool = True
+    boot_id: str | None = None  # the machine's, for KIP-966's unclean shutdown (partlog.store.shutdown)
     # The store's checkpoints in a thread of their own (False: inline, by
     # count, as the deterministic simulation needs).
     store_checkpoint_thread: bool = True
@@ -226,6 +227,7 @@ class Broker:
             auto_high_watermark=False,
             checkpoint_thread=config.store_checkpoint_thread,
             release_grace_ms=config.replication.release_grace_ms,
+            boot_id=config.boot_id,
         )
         self.replicas = ReplicaManager(
             bid,

@@ -43,6 +43,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
+from partlog import injected_bugs
 from partlog.controller.cluster_meta import (
     BrokerInfo,
     ClusterMismatchError,
@@ -50,6 +51,7 @@ from partlog.controller.cluster_meta import (
     PartitionInfo,
     TopicInfo,
 )
+from partlog.controller.elr import ELR_RPC_VERSION
 from partlog.controller.model import MetadataSnapshot
 from partlog.controller.partition_admin import NewPartitions, dec_create_partitions_response, enc_create_partitions
 from partlog.controller.reassignment import (
@@ -172,6 +174,9 @@ class ControllerMetadata(SnapshotView):
         self._register_lock = asyncio.Lock()
         self._broker_epoch = -1
         self._reregister = asyncio.Event()
+        # Set by the broker before start() when its store shut down uncleanly
+        # (KIP-966): sent with the next registration, until one is answered.
+        self.unclean_shutdown = False
         # Counters for tests and metrics.
         self.registrations = 0
         self.heartbeats_answered = 0
@@ -300,8 +305,14 @@ class ControllerMetadata(SnapshotView):
         attempt = 0
         while True:
             try:
-                answer = dec_register_response(await self._call("register_broker", enc_register(self.broker_info)))
+                # KIP-966's flag, to controllers that know it (an older one registers us as clean).
+                unclean = self.unclean_shutdown and (await self._connected()).version >= ELR_RPC_VERSION
+                unclean = unclean and not injected_bugs.on("unclean_shutdown_ignored")
+                body = enc_register(self.broker_info, unclean)
+                answer = dec_register_response(await self._call("register_broker", body))
                 if not isinstance(answer, Errors):
+                    # Reported: the controller took this broker out of every ISR and ELR.
+                    self.unclean_shutdown = False
                     self._broker_epoch = answer
                     self.registrations += 1
                     log.info("broker registered with the controller id=%d epoch=%d", bid, answer)

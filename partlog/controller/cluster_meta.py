@@ -130,7 +130,8 @@ class PartitionInfo:
     partition epoch.  During a reassignment (:mod:`partlog.controller.reassignment`)
     ``replicas`` is the union, the target first, then ``removing``; ``adding``
     are the target's new replicas (both by id, empty when none is in progress,
-    as KRaft's PartitionRegistration).  Brokers act on ``replicas`` only."""
+    as KRaft's PartitionRegistration).  Brokers act on ``replicas`` only.
+    The ISR may be empty (offline, its last members in ``elr``)."""
 
     leader: int  # NO_LEADER when offline
     leader_epoch: int
@@ -139,6 +140,9 @@ class PartitionInfo:
     partition_epoch: int = 0
     adding: tuple[int, ...] = ()
     removing: tuple[int, ...] = ()
+    # KIP-966's eligible leader replicas (partlog.controller.elr): out of the
+    # ISR, disjoint from it, each with every committed record.
+    elr: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

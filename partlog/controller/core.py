@@ -24,14 +24,13 @@ Rules (Kafka's KRaft semantics, simplified):
   its in-memory state).  ``heartbeat`` keeps an incarnation alive; ``tick``
   fences those silent for longer than ``broker_session_timeout_ms``.  A
   fenced broker must register again (``BROKER_ID_NOT_REGISTERED``).
-* **Fencing.**  The fenced broker leaves every ISR, except where it is the
-  last member (KRaft keeps it, so the partition can come back with its
-  data).  Partitions it led elect the first replica (in ``replicas`` order)
-  that is alive and in the ISR; with none the partition is offline (leader
-  ``NO_LEADER``), unless ``unclean_leader_election_enable``: then the first
-  alive replica leads with ISR = {it}.
-* **Offline partitions** are re-elected whenever brokers register (the last
-  ISR member coming back leads again) and on every tick (unclean election).
+* **Fencing, ELR** (:mod:`partlog.controller.elr`, KIP-966).  The fenced
+  broker leaves every ISR, for the ELR when the ISR falls below min ISR.
+  Partitions it led elect the first alive ISR member, else ELR member;
+  with none they are offline (``NO_LEADER``), unless unclean leader election
+  is on.  A registration after an unclean shutdown leaves every ISR and ELR.
+* **Offline partitions** are re-elected whenever brokers register (an ELR
+  member coming back leads again) and on every tick (unclean election).
 * **Epochs.**  Every leader change (including to and from ``NO_LEADER``)
   bumps ``leader_epoch`` and ``partition_epoch``; every ISR change bumps
   ``partition_epoch``.
@@ -69,9 +68,10 @@ from __future__ import annotations
 import os
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
+from partlog.controller import elr
 from partlog.controller.cluster_meta import (
     NO_LEADER,
     ConfigChange,
@@ -80,36 +80,29 @@ from partlog.controller.cluster_meta import (
     check_alter_partition,
     kafka_listener_ports,
 )
+from partlog.controller.draft import Draft as _Draft
 from partlog.controller.model import (
     DELETED_TOPICS_MAX,
     FENCED_NEW_INCARNATION,
     FENCED_SESSION_TIMEOUT,
     REASON_ALTER_PARTITION,
-    REASON_BROKER_FENCED,
     REASON_BROKER_REGISTERED,
     REASON_OFFLINE,
-    REASON_PREFERRED,
-    BrokerFenced,
     BrokerRegistered,
     BrokerRegistration,
     ControllerConfig,
     ControllerEvent,
-    IsrChanged,
-    LeaderChanged,
     MetadataSnapshot,
     TopicDeleted,
 )
 from partlog.controller.producer_ids import ProducerIdManager, ProducerIdsExhaustedError
-from partlog.controller.reassignment import REASON_REASSIGNMENT, completed, decide_reassignment, state_error
+from partlog.controller.reassignment import REASON_REASSIGNMENT, decide_reassignment, state_error
 from partlog.controller.rules import (
     Overrides,
     Refused,
     added_partitions,
-    after_fencing,
     alter_overrides,
-    bump,
     check_broker_args,
-    preferred,
 )
 from partlog.controller.scram_store import ScramStore
 from partlog.controller.state_store import ControllerStateError, ControllerStateStore
@@ -125,99 +118,6 @@ __all__ = ["Controller", "ControllerConfig"]
 # Events wait here until the shell takes them (it logs them); a core driven
 # without a shell must not grow without bound.
 EVENTS_MAX = 10_000
-
-
-# ---------------------------------------------------------------- the core
-
-
-class _Draft:
-    """Changes staged over the controller's state: validate and decide
-    against it, then write it in one transaction, then apply it."""
-
-    def __init__(self, c: Controller) -> None:
-        self.c = c
-        self.brokers: dict[int, BrokerRegistration] = {}
-        self.parts: dict[TopicIdPartition, PartitionInfo] = {}
-        self.new_topics: dict[uuid.UUID, tuple[str, int]] = {}  # created or grown: id -> (name, partitions)
-        self.deleted_topics: dict[uuid.UUID, str] = {}
-        self.configs: dict[uuid.UUID, Overrides] = {}
-        self.broker_epoch_last: int | None = None
-        self.events: list[ControllerEvent] = []
-        self.elections = 0
-        self.unclean_elections = 0
-        self.preferred_elections = 0
-
-    def empty(self) -> bool:
-        staged = (self.brokers, self.parts, self.new_topics, self.deleted_topics, self.configs)
-        return not any(staged) and self.broker_epoch_last is None
-
-    def broker(self, broker_id: int) -> BrokerRegistration | None:
-        b = self.brokers.get(broker_id)
-        return b if b is not None else self.c._brokers.get(broker_id)
-
-    def alive(self, broker_id: int) -> bool:
-        b = self.broker(broker_id)
-        return b is not None and not b.fenced
-
-    def part(self, tp: TopicIdPartition) -> PartitionInfo:
-        p = self.parts.get(tp)
-        return p if p is not None else self.c._parts[tp]
-
-    def all_parts(self) -> Iterator[tuple[TopicIdPartition, PartitionInfo]]:
-        for tp in self.c._parts:
-            yield tp, self.part(tp)
-        for tp, p in self.parts.items():
-            if tp not in self.c._parts:
-                yield tp, p
-
-    def topic_name(self, tp: TopicIdPartition) -> str:
-        name = self.c._topic_names.get(tp.topic_id)
-        return name if name is not None else self.new_topics[tp.topic_id][0]
-
-    def set_part(self, tp: TopicIdPartition, new: PartitionInfo, reason: str, unclean: bool = False) -> None:
-        old = self.part(tp)
-        # Every change of the ISR or the brokers may complete a reassignment.
-        new = bump(old, completed(new, self.alive))
-        if new == old:
-            return
-        self.parts[tp] = new
-        name = self.topic_name(tp)
-        if new.leader != old.leader:
-            if new.leader != NO_LEADER:
-                self.elections += 1
-                self.unclean_elections += unclean
-                self.preferred_elections += reason == REASON_PREFERRED
-            self.events.append(
-                LeaderChanged(name, tp.partition, new.leader, new.leader_epoch, new.isr, reason, unclean)
-            )
-        else:
-            self.events.append(IsrChanged(name, tp.partition, new.isr, new.partition_epoch, reason))
-
-    def fence(self, broker_ids: Iterable[int], reason: str) -> None:
-        """Fence these brokers and fix up every partition they touch."""
-        dead = set()
-        for bid in broker_ids:
-            b = self.broker(bid)
-            assert b is not None and not b.fenced, f"fencing broker {bid} that is not alive"
-            self.brokers[bid] = replace(b, fenced=True)
-            self.events.append(BrokerFenced(bid, b.broker_epoch, reason))
-            dead.add(bid)
-        self.reconcile(dead, REASON_BROKER_FENCED)
-
-    def elect_preferred(self) -> None:
-        for tp, p in list(self.all_parts()):
-            new = preferred(p, self.alive)
-            if new is not p:
-                self.set_part(tp, new, REASON_PREFERRED)
-
-    def reconcile(self, brokers: set[int], reason: str) -> None:
-        """Re-derive ISR and leader of every partition replicated on
-        ``brokers`` or offline."""
-        unclean = self.c.config.unclean_leader_election_enable
-        for tp, p in list(self.all_parts()):
-            if tp in self.c._offline or p.leader == NO_LEADER or not brokers.isdisjoint(p.replicas):
-                new, was_unclean = after_fencing(p, self.alive, unclean)
-                self.set_part(tp, new, reason, was_unclean)
 
 
 class Controller:
@@ -377,15 +277,16 @@ class Controller:
     # ------------------------------------------------------------- brokers
 
     def register_broker(
-        self, broker_id: int, az: str, host: str, port: int, now_ms: int, kafka_port: int = 0, kafka_listeners: str = ""
-    ) -> int | Errors:
+        self, broker_id: int, az: str, host: str, port: int, now_ms: int, kafka_port: int = 0,
+        kafka_listeners: str = "", unclean_shutdown: bool = False,
+    ) -> int | Errors:  # fmt: skip
         """Start a new incarnation of ``broker_id``; returns its broker epoch
         (or INVALID_REQUEST when BROKERS_MAX distinct brokers are known).
 
         An incarnation still alive under an older epoch is fenced first (the
         broker restarted within its session timeout and lost its in-memory
-        state).  Offline partitions are then re-elected: the broker that is
-        the sole ISR member of an offline partition leads it again."""
+        state).  After an unclean shutdown it then leaves every ISR and ELR
+        (KIP-966).  Offline partitions are then re-elected."""
         check_broker_args(broker_id, az, host, port)
         if type(kafka_port) is not int or not 0 <= kafka_port <= PORT_MAX:
             raise ValueError(f"kafka_port must be in [0, {PORT_MAX}], got {kafka_port!r}")
@@ -403,6 +304,8 @@ class Controller:
             broker_id, az, host, port, epoch, fenced=False, kafka_port=kafka_port, kafka_listeners=kafka_listeners
         )
         d.events.append(BrokerRegistered(broker_id, epoch, az, host, port))
+        if unclean_shutdown:
+            d.forget(broker_id)
         d.reconcile({broker_id}, REASON_BROKER_REGISTERED)
         self._commit(d)
         self._last_heartbeat_ms[broker_id] = now_ms
@@ -586,7 +489,7 @@ class Controller:
         isr = tuple(r for r in p.replicas if r in wanted)
         if isr == p.isr:
             return p
-        d.set_part(tp, replace(p, isr=isr), REASON_ALTER_PARTITION)
+        d.set_part(tp, elr.shrink(p, isr, d.min_isr(tp)), REASON_ALTER_PARTITION)
         self._commit(d)
         # An ISR that completed a reassignment may have moved the leadership (Kafka's answer).
         return self._parts[tp] if self._parts[tp].leader == broker_id else Errors.NEW_LEADER_ELECTED

@@ -26,11 +26,16 @@ preferred leaders).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from partlog.controller.cluster_meta import NO_LEADER, PartitionInfo
 from partlog.controller.etcd_layout import EtcdView
-from partlog.controller.model import REASON_BROKER_FENCED, REASON_BROKER_REGISTERED, REASON_PREFERRED
+from partlog.controller.model import (
+    REASON_BROKER_FENCED,
+    REASON_BROKER_REGISTERED,
+    REASON_PREFERRED,
+    REASON_UNCLEAN_SHUTDOWN,
+)
 from partlog.controller.reassignment import completed
 from partlog.controller.rules import after_fencing, bump, needs_reconcile, preferred
 from partlog.kafka.records import TopicIdPartition
@@ -99,6 +104,10 @@ def _plan(
 ) -> Plan:
     out = Plan()
     alive = accepted.__contains__
+    # KIP-966, in part (docs/design/elr.md): incarnations that registered after
+    # an unclean shutdown and are not accepted yet leave every ISR, even as its
+    # last member, before they are accepted: none is elected from a stale ISR.
+    lost = {b for b, r in view.brokers.items() if r.unclean_shutdown and view.incarnations.get(b) != r.epoch}
     for tp, p in parts:
         if not elect_preferred and p.leader != NO_LEADER and accepted.issuperset(p.isr):
             continue  # needs_reconcile is false: nothing to do (the common case, checked in C)
@@ -107,6 +116,9 @@ def _plan(
         reason = REASON_BROKER_REGISTERED if p.leader == NO_LEADER else REASON_BROKER_FENCED
         if needs_reconcile(p, alive):
             new, was_unclean = after_fencing(p, alive, unclean)
+        if lost.intersection(new.isr):
+            new = replace(new, isr=tuple(r for r in new.isr if r not in lost))
+            reason = REASON_UNCLEAN_SHUTDOWN
         if elect_preferred and new == p:
             new, reason = preferred(p, alive), REASON_PREFERRED
         # A changed ISR or leader may complete a reassignment, in the same write.

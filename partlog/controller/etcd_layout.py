@@ -179,16 +179,27 @@ def _replicas(v: Any, what: str) -> tuple[int, ...]:
     return reps
 
 
-def enc_broker(b: BrokerInfo, lease_id: int) -> bytes:
-    # The listeners' names only when the broker has them (six items).
-    return pack_value(
-        [b.az, b.host, b.port, b.kafka_port, lease_id, *([b.kafka_listeners] if b.kafka_listeners else [])]
-    )
+def enc_broker(b: BrokerInfo, lease_id: int, unclean_shutdown: bool = False) -> bytes:
+    # The listeners' names only when the broker has them (six items); KIP-966's
+    # unclean shutdown as a seventh (then the listeners always), which an older
+    # view refuses: upgrade every broker first (docs/design/elr.md).
+    extra = [b.kafka_listeners, True] if unclean_shutdown else [b.kafka_listeners] if b.kafka_listeners else []
+    return pack_value([b.az, b.host, b.port, b.kafka_port, lease_id, *extra])
+
+
+def broker_unclean(value: bytes) -> bool:
+    """Whether a broker's value (:func:`enc_broker`) says its store shut down uncleanly."""
+    items = _unpack(value, "broker")
+    return isinstance(items, list) and len(items) == 7 and items[6] is True
 
 
 def dec_broker(broker_id: int, value: bytes) -> tuple[BrokerInfo, int]:
     what = f"broker {broker_id}"
     items = _unpack(value, what)
+    if isinstance(items, list) and len(items) == 7 and isinstance(items[6], bool):
+        items.pop()  # the unclean shutdown (broker_unclean)
+        if items[5] == "":
+            items.pop()  # no listeners' names
     if isinstance(items, list) and len(items) == 6:
         listeners = _str(items.pop(), f"{what}.kafka_listeners", KAFKA_LISTENERS_CHARS_MAX)
         try:
@@ -247,14 +258,17 @@ def dec_part(what: str, value: bytes) -> PartitionInfo:
         p = dec_partition(_unpack(value, what), what)
     except WireError as e:
         raise MetadataError(str(e)) from None
-    for name, ids in (("replicas", p.replicas), ("adding", p.adding), ("removing", p.removing)):
+    for name, ids in (("replicas", p.replicas), ("adding", p.adding), ("removing", p.removing), ("elr", p.elr)):
         if len(ids) > REPLICAS_MAX or not all(0 <= r <= BROKER_ID_MAX for r in ids):
             raise MetadataError(f"{what}: {name} {list(ids)[:REPLICAS_MAX]} too many or not broker ids")
     why = shape_error(p)
     if why is not None:
         raise MetadataError(f"{what}: {why}")
-    if not p.isr or p.isr != tuple(r for r in p.replicas if r in p.isr) or len(set(p.isr)) != len(p.isr):
+    # An empty ISR only offline (an unclean shutdown's last member gone; an older view refuses it).
+    if (not p.isr and p.leader != NO_LEADER) or p.isr != tuple(r for r in p.replicas if r in p.isr):
         raise MetadataError(f"{what}: isr {list(p.isr)} is not a subset of the replicas in their order")
+    if p.elr != tuple(r for r in p.replicas if r in p.elr and r not in p.isr):
+        raise MetadataError(f"{what}: elr {list(p.elr)} is not out of the isr, within the replicas in their order")
     if p.leader != NO_LEADER and p.leader not in p.isr:
         raise MetadataError(f"{what}: leader {p.leader} is not in the isr {list(p.isr)}")
     if not 0 <= p.leader_epoch <= p.partition_epoch < 1 << 31:
@@ -301,6 +315,7 @@ class RegisteredBroker:
     info: BrokerInfo
     epoch: int  # the mod revision of its key: one per incarnation
     lease: int
+    unclean_shutdown: bool = False  # KIP-966: its store may have lost acknowledged entries
 
 
 @dataclass(frozen=True, slots=True)
@@ -419,7 +434,7 @@ class EtcdView:
                 self.brokers.pop(bid, None)
             else:
                 info, lease = dec_broker(bid, v)
-                self.brokers[bid] = RegisteredBroker(info, rev, lease)
+                self.brokers[bid] = RegisteredBroker(info, rev, lease, broker_unclean(v))
         elif k.startswith(keys.incarnations):
             bid = self._id(k, keys.incarnations)
             if v is None:

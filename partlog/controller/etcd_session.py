@@ -74,6 +74,9 @@ class EtcdSession:
         self.lease_id = 0
         # This incarnation's epoch; -1 while (re)registering.
         self.broker_epoch = -1
+        # KIP-966: this process's store shut down uncleanly; every registration
+        # says so (the acting controller acts on it before it accepts one).
+        self.unclean_shutdown = False
         self.registered = asyncio.Event()
         self._reregister = asyncio.Event()
         # Counters for tests, metrics and the benchmark.
@@ -134,7 +137,7 @@ class EtcdSession:
                 lease = await c.lease(self._lease_ttl_s())
                 ok, resp = await self.conn.txn(
                     [t.create(key) == 0, t.value(self.keys.cluster_id) == str(cluster_id).encode()],
-                    [t.put(key, enc_broker(bi, lease.id), lease=lease.id)],
+                    [t.put(key, enc_broker(bi, lease.id, self.unclean_shutdown), lease=lease.id)],
                     [t.get(key), t.get(self.keys.cluster_id)],
                 )
                 if ok:

@@ -28,6 +28,7 @@ __all__ = [
     "REASON_BROKER_REGISTERED",
     "REASON_OFFLINE",
     "REASON_PREFERRED",
+    "REASON_UNCLEAN_SHUTDOWN",
     "BrokerFenced",
     "BrokerRegistered",
     "BrokerRegistration",
@@ -53,6 +54,7 @@ REASON_BROKER_FENCED = "broker_fenced"
 REASON_BROKER_REGISTERED = "broker_registered"
 REASON_PREFERRED = "preferred"
 REASON_ALTER_PARTITION = "alter_partition"
+REASON_UNCLEAN_SHUTDOWN = "unclean_shutdown"  # a registration after one (KIP-966)
 REASON_OFFLINE = "offline_partition"  # the periodic unclean election of offline partitions
 # Why a broker was fenced.
 FENCED_SESSION_TIMEOUT = "session_timeout"
@@ -93,6 +95,8 @@ class ControllerConfig:
     data_dir: str | os.PathLike[str]
     broker_session_timeout_ms: int = BROKER_SESSION_TIMEOUT_MS_DEFAULT
     unclean_leader_election_enable: bool = False
+    # The cluster's min.insync.replicas (a topic's override wins): the ELR's threshold.
+    min_insync_replicas: int = 1
     # 0 disables periodic preferred-leader election.
     leader_imbalance_check_interval_ms: int = LEADER_IMBALANCE_CHECK_INTERVAL_MS_DEFAULT
     producer_id_block_size: int = PRODUCER_ID_BLOCK_SIZE
@@ -109,6 +113,7 @@ class ControllerConfig:
             ("broker_session_timeout_ms", 1),
             ("leader_imbalance_check_interval_ms", 0),
             ("producer_id_block_size", 1),
+            ("min_insync_replicas", 1),
         ):
             v = getattr(self, name)
             if type(v) is not int or v < low:

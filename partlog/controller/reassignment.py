@@ -332,18 +332,21 @@ def shape_error(p: PartitionInfo) -> str | None:
 
 def state_error(p: PartitionInfo, alive: Callable[[int], bool]) -> str | None:
     """Which invariant of a committed state ``p`` breaks (None: none): its
-    shape (:func:`shape_error`); the ISR a non-empty subset of the replicas
-    in their order; epochs in order; a leader alive and in the ISR, whose
-    ISR holds only alive brokers; an offline partition keeping exactly its
-    last ISR member; and no reassignment left whose target is in the ISR."""
+    shape (:func:`shape_error`); the ISR a subset of the replicas in their
+    order (empty only when offline), the ELR too and out of the ISR; epochs
+    in order; a leader alive and in the ISR, whose ISR holds only alive
+    brokers; an offline partition keeping at most its last ISR member; and
+    no reassignment left whose target is in the ISR."""
     why = shape_error(p)
     if why is not None:
         return why
-    if not p.isr or p.isr != tuple(r for r in p.replicas if r in p.isr):
-        return "the ISR is empty or not a subset of the replicas in their order"
+    if p.isr != tuple(r for r in p.replicas if r in p.isr) or (not p.isr and p.leader != NO_LEADER):
+        return "the ISR is not a subset of the replicas in their order, or empty under a leader"
+    if p.elr != tuple(r for r in p.replicas if r in p.elr and r not in p.isr):
+        return "the ELR is not within the replicas in their order, or meets the ISR"
     if not 0 <= p.leader_epoch <= p.partition_epoch:
         return "epochs out of order"
-    if p.leader == NO_LEADER and len(p.isr) != 1:
+    if p.leader == NO_LEADER and len(p.isr) > 1:
         return "offline with more than its last ISR member"
     if p.leader != NO_LEADER and (p.leader not in p.isr or not all(alive(r) for r in p.isr)):
         return "a leader outside the ISR, or an ISR member not alive"

@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from partlog.controller import elr
 from partlog.controller.cluster_meta import NO_LEADER, BrokerInfo, ConfigChange, PartitionInfo
 from partlog.kafka.errors import Errors
 from partlog.kafka.topic_config import TopicConfigError, apply_config_ops, validate_overrides
@@ -198,23 +199,30 @@ def check_assignment(replicas: Sequence[int], registered: Callable[[int], bool],
     return None
 
 
-def after_fencing(p: PartitionInfo, alive: Callable[[int], bool], unclean: bool) -> tuple[PartitionInfo, bool]:
+def after_fencing(
+    p: PartitionInfo, alive: Callable[[int], bool], unclean: bool, min_isr: int = 0
+) -> tuple[PartitionInfo, bool]:
     """``p`` once dead brokers left its ISR and, if it has no live leader, an
     election ran.  Returns (new state, whether the election was unclean).
-    Epochs are bumped by the caller, which compares with ``p``."""
+    With ``min_isr`` > 0 the ELR rules apply (:mod:`partlog.controller.elr`:
+    the dead leave the ISR, even the last, for the ELR); with 0 KRaft's
+    older rule keeps the last ISR member.  An unclean election (none
+    eligible, ``unclean`` on) leads with the first alive replica, ISR = {it},
+    ELR cleared.  Epochs are bumped by the caller, which compares with ``p``."""
     isr = tuple(r for r in p.isr if alive(r))
-    if not isr:
+    if min_isr > 0:
+        p = elr.shrink(p, isr, min_isr)
+    else:
         # KRaft keeps the last member: it has every committed record.
-        isr = (p.leader,) if p.leader in p.isr else p.isr[:1]
-    leader = p.leader
-    was_unclean = False
-    if leader == NO_LEADER or not alive(leader):
-        leader = next((r for r in p.replicas if r in isr and alive(r)), NO_LEADER)
-        if leader == NO_LEADER and unclean:
-            leader = next((r for r in p.replicas if alive(r)), NO_LEADER)
-            if leader != NO_LEADER:
-                isr, was_unclean = (leader,), True
-    return replace(p, leader=leader, isr=isr), was_unclean
+        p = replace(p, isr=isr or ((p.leader,) if p.leader in p.isr else p.isr[:1]))
+    if p.leader != NO_LEADER and alive(p.leader) and p.leader in p.isr:
+        return p, False
+    p = elr.elect(p, alive)
+    if p.leader == NO_LEADER and unclean:
+        leader = next((r for r in p.replicas if alive(r)), NO_LEADER)
+        if leader != NO_LEADER:
+            return replace(p, leader=leader, isr=(leader,), elr=()), True
+    return p, False
 
 
 def bump(old: PartitionInfo, new: PartitionInfo) -> PartitionInfo:
@@ -224,7 +232,13 @@ def bump(old: PartitionInfo, new: PartitionInfo) -> PartitionInfo:
     partition epoch."""
     if new.leader != old.leader or not set(old.replicas) <= set(new.replicas):
         return replace(new, leader_epoch=old.leader_epoch + 1, partition_epoch=old.partition_epoch + 1)
-    if (new.isr, new.replicas, new.adding, new.removing) != (old.isr, old.replicas, old.adding, old.removing):
+    if (new.isr, new.replicas, new.adding, new.removing, new.elr) != (
+        old.isr,
+        old.replicas,
+        old.adding,
+        old.removing,
+        old.elr,
+    ):
         return replace(new, leader_epoch=old.leader_epoch, partition_epoch=old.partition_epoch + 1)
     return old
 

@@ -51,6 +51,7 @@ from typing import Any, TypeVar
 from partlog.controller.acls import AclService
 from partlog.controller.cluster_meta import NO_LEADER, PartitionInfo, TopicInfo
 from partlog.controller.core import Controller, ControllerConfig
+from partlog.controller.elr import ELR_RPC_VERSION
 from partlog.controller.model import (
     BrokerFenced,
     BrokerRegistered,
@@ -86,6 +87,7 @@ from partlog.controller.wire import (
     dec_delete_topics,
     dec_poll,
     dec_register,
+    dec_unclean_shutdown,
     enc_alter_partition_response,
     enc_alter_topic_configs_response,
     enc_create_topics_response,
@@ -152,6 +154,7 @@ class ControllerServer:
         self._published: dict[str, Any] = {}
         # The same for version 1 peers, without a move's lists (upgrades.md).
         self._published_v1: dict[str, Any] = {}
+        self._published_v2: dict[str, Any] = {}  # without the ELR (before ELR_RPC_VERSION)
         # Set and replaced on every published change: parked polls wait on it.
         self._changed = asyncio.Event()
         self.tick_interval_ms = max(
@@ -271,7 +274,10 @@ class ControllerServer:
         body = enc_snapshot(snapshot)
         self._published_version = c.version
         self._published = body
-        self._published_v1 = body
+        self._published_v1 = self._published_v2 = body
+        if any(p.elr for t in snapshot.topics for p in t.partitions):
+            snapshot = _without_elr(snapshot)
+            self._published_v1 = self._published_v2 = enc_snapshot(snapshot)
         if any(reassigning(p) for t in snapshot.topics for p in t.partitions):
             self._published_v1 = enc_snapshot(_without_lists(snapshot))
         self._changed.set()
@@ -334,11 +340,11 @@ class ControllerServer:
     # ------------------------------------------------------------- handlers
 
     async def _handle_register(self, body: Any) -> Any:
-        info = _decode(dec_register, body)
+        info, unclean = _decode(dec_register, body), _decode(dec_unclean_shutdown, body)
         listeners = info.kafka_listeners
         epoch = await self._run(
             lambda c: c.register_broker(
-                info.broker_id, info.az, info.host, info.port, self.clock.wall_ms(), info.kafka_port, listeners
+                info.broker_id, info.az, info.host, info.port, self.clock.wall_ms(), info.kafka_port, listeners, unclean
             )
         )
         return enc_register_response(epoch)
@@ -360,11 +366,15 @@ class ControllerServer:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(left):
                     await changed.wait()
-        return self._published if peer_version() >= LISTS_RPC_VERSION else self._published_v1
+        if peer_version() >= ELR_RPC_VERSION:
+            return self._published
+        return self._published_v2 if peer_version() >= LISTS_RPC_VERSION else self._published_v1
 
     async def _handle_alter_partition(self, body: Any) -> Any:
         bid, epoch, tp, leader_epoch, partition_epoch, isr = _decode(dec_alter_partition, body)
         answer = await self._run(lambda c: c.alter_partition(bid, epoch, tp, leader_epoch, partition_epoch, isr))
+        if isinstance(answer, PartitionInfo) and peer_version() < ELR_RPC_VERSION:
+            answer = replace(answer, elr=())
         if isinstance(answer, PartitionInfo) and peer_version() < LISTS_RPC_VERSION:
             answer = without_lists(answer)
         return enc_alter_partition_response(answer)
@@ -450,6 +460,12 @@ def _decode(fn: Callable[[Any], T], body: Any) -> T:
         return fn(body)
     except WireError as e:
         raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
+
+
+def _without_elr(s: MetadataSnapshot) -> MetadataSnapshot:
+    """``s`` for peers before version 3: partitions without their ELR."""
+    topics = [replace(t, partitions=tuple(replace(p, elr=()) for p in t.partitions)) for t in s.topics]
+    return s._replace(topics=topics)
 
 
 def _without_lists(s: MetadataSnapshot) -> MetadataSnapshot:

@@ -45,6 +45,7 @@ __all__ = [
     "dec_register",
     "dec_register_response",
     "dec_topic",
+    "dec_unclean_shutdown",
     "enc_alter_partition",
     "enc_alter_partition_response",
     "enc_alter_topic_configs",
@@ -73,20 +74,23 @@ _MESSAGE_CHARS_MAX = 1_000
 def enc_partition(p: PartitionInfo) -> list[Any]:
     # The reassignment's lists only while one is in progress (seven items):
     # a settled partition encodes as before reassignments existed.
-    moving = [list(p.adding), list(p.removing)] if p.adding or p.removing else []
-    return [p.leader, p.leader_epoch, list(p.replicas), list(p.isr), p.partition_epoch, *moving]
+    # The ELR, when not empty, as an eighth item (the lists then always).
+    moving = [list(p.adding), list(p.removing)] if p.adding or p.removing or p.elr else []
+    elr = [list(p.elr)] if p.elr else []
+    return [p.leader, p.leader_epoch, list(p.replicas), list(p.isr), p.partition_epoch, *moving, *elr]
 
 
 def dec_partition(v: Any, what: str = "partition") -> PartitionInfo:
     items = expect_list(v, what)
-    if len(items) not in (5, 7):
-        raise WireError(f"{what}: expected 5 or 7 items, got {len(items)}")
+    if len(items) not in (5, 7, 8):
+        raise WireError(f"{what}: expected 5, 7 or 8 items, got {len(items)}")
     leader, leader_epoch, replicas, isr, partition_epoch = items[:5]
     adding, removing = (
         (_broker_ids(items[5], f"{what}.adding"), _broker_ids(items[6], f"{what}.removing"))
-        if len(items) == 7
+        if len(items) >= 7
         else ((), ())
     )
+    elr = _broker_ids(items[7], f"{what}.elr") if len(items) == 8 else ()
     return PartitionInfo(
         expect_int(leader, f"{what}.leader"),
         expect_int(leader_epoch, f"{what}.leader_epoch"),
@@ -95,6 +99,7 @@ def dec_partition(v: Any, what: str = "partition") -> PartitionInfo:
         expect_int(partition_epoch, f"{what}.partition_epoch"),
         adding,
         removing,
+        elr,
     )
 
 
@@ -155,11 +160,25 @@ def _dec_error(m: dict[str, Any], what: str) -> Errors:
 # register_broker
 
 
-def enc_register(b: BrokerInfo) -> dict[str, Any]:
-    out = {"broker_id": b.broker_id, "az": b.az, "host": b.host, "port": b.port, "kafka_port": b.kafka_port}
+def enc_register(b: BrokerInfo, unclean_shutdown: bool = False) -> dict[str, Any]:
+    """``unclean_shutdown`` (KIP-966; the caller sends it only at RPC version
+    3 and above): the broker's store may have lost acknowledged entries."""
+    out: dict[str, Any] = {"broker_id": b.broker_id, "az": b.az, "host": b.host, "port": b.port}
+    out["kafka_port"] = b.kafka_port
     if b.kafka_listeners:
         out["kafka_listeners"] = b.kafka_listeners
+    if unclean_shutdown:
+        out["unclean_shutdown"] = True
     return out
+
+
+def dec_unclean_shutdown(body: Any) -> bool:
+    """A registration's ``unclean_shutdown`` (absent: False, a clean shutdown
+    or an older broker)."""
+    v = expect_map(body, "register_broker").get("unclean_shutdown", False)
+    if type(v) is not bool:
+        raise WireError(f"register_broker.unclean_shutdown: expected a bool, got {type(v).__name__}")
+    return v
 
 
 def dec_register(body: Any) -> BrokerInfo:

@@ -82,7 +82,8 @@ from partlog.rpc.schema import BODY_ELEMENTS_MAX, Bytes, DecodeLimits, Int, Map,
 #      are skipped (partlog.rpc.schema.Map).  Fields added since e739335 are
 #      sent only at 2 and above.
 #   3  create_topics' manual replica "assignments" and its refusals' messages
-#      (partlog.controller.topic_create.ASSIGNMENTS_RPC_VERSION).
+#      (partlog.controller.topic_create.ASSIGNMENTS_RPC_VERSION); KIP-966: a
+#      registration's unclean_shutdown, a partition's ELR.
 RPC_VERSION_MIN = 1
 RPC_VERSION = 3
 # The first version whose handshake carries a range ("versions").

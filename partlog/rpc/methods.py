@@ -261,7 +261,8 @@ _CONFIG_OP = Tuple(Int(0, 3), _CONFIG_NAME, Nullable(_CONFIG_VALUE))
 CONTROLLER_SCHEMAS: dict[str, Schema] = {
     "register_broker": Map(
         required={"broker_id": BROKER_ID, "az": Str(AZ_CHARS_MAX), "host": Str(HOST_CHARS_MAX), "port": PORT},
-        optional={"kafka_port": PORT, "kafka_listeners": Str(1_000)},  # cluster_meta.KAFKA_LISTENERS_CHARS_MAX
+        # kafka_listeners: cluster_meta.KAFKA_LISTENERS_CHARS_MAX; unclean_shutdown: version 3 (KIP-966).
+        optional={"kafka_port": PORT, "kafka_listeners": Str(1_000), "unclean_shutdown": Bool()},
     ),
     "heartbeat": _BROKER_EPOCH,
     "allocate_producer_ids": _BROKER_EPOCH,

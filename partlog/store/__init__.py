@@ -1,42 +1,36 @@
 """MetadataStore: one broker's metadata logs, in one LMDB environment.
 
-Each partition this broker leads or follows has a metadata log of entries ``[patched 61-byte v2
-batch header | WAL reference]``: as leader it sequences commits exactly as a Kafka partition leader
-sequences its log, as follower it appends the leader's entries at the leader's offsets and epochs
-(:meth:`MetadataStore.read_log`, :meth:`~MetadataStore.append_replicated`,
-:meth:`~MetadataStore.truncate_to`, :meth:`~MetadataStore.reset_to`; with
-``auto_high_watermark=False`` the owner drives the high watermark).  The API mirrors KIP-1164's
-BatchCoordinator, per leader (:mod:`partlog.kafka.records`).
+Each partition this broker leads or follows has a metadata log of entries ``[patched 61-byte v2 batch header | WAL
+reference]``: as leader it sequences commits exactly as a Kafka partition leader sequences its log, as follower it
+appends the leader's entries at the leader's offsets and epochs (:meth:`MetadataStore.read_log`,
+:meth:`~MetadataStore.append_replicated`, :meth:`~MetadataStore.truncate_to`, :meth:`~MetadataStore.reset_to`; with
+``auto_high_watermark=False`` the owner drives the high watermark).  The API mirrors KIP-1164's BatchCoordinator, per
+leader (:mod:`partlog.kafka.records`).
 
-Concurrent ``commit_file`` calls are sequenced into a group against the in-memory state, made
-durable by ONE journal append before anyone is answered, and applied to LMDB later by checkpoints;
-every other write runs exclusively (:mod:`~partlog.store.writes`).  Each operation validates before
-it writes.  A failed commit, or a failed check of the durable state (:func:`layout.verify
-<partlog.store.layout.verify>`), fail-stops the store until :meth:`reopen <MetadataStore.reopen>`.
-Readers read LMDB plus the overlay of durable groups not yet applied, never the caches, so a
+Concurrent ``commit_file`` calls are sequenced into a group against the in-memory state, made durable by ONE journal
+append before anyone is answered, and applied to LMDB later by checkpoints; every other write runs exclusively
+(:mod:`~partlog.store.writes`).  Each operation validates before it writes.  A failed commit, or a failed check of the
+durable state (:func:`layout.verify <partlog.store.layout.verify>`), fail-stops the store until :meth:`reopen
+<MetadataStore.reopen>`. Readers read LMDB plus the overlay of durable groups not yet applied, never the caches, so a
 ``readonly`` store in another process, which follows the journal, sees the same.
 
-:class:`MetadataStore` is the facade and the only public class.  As Kafka's ``UnifiedLog`` owns
-``LocalLog``, ``ProducerStateManager`` and ``LeaderEpochFileCache``, it owns components, each with
-its own state:
+:class:`MetadataStore` is the facade and the only public class.  As Kafka's ``UnifiedLog`` owns ``LocalLog``,
+``ProducerStateManager`` and ``LeaderEpochFileCache``, it owns components, each with its own state:
 
-* :mod:`~partlog.store.env`: the LMDB environment (transactions, map growth, the gate closing waits
-  for); :mod:`~partlog.store.catalog`: topics, partition states, id counters and in-memory high
-  watermarks;
-* :mod:`~partlog.store.log`: the log chunks (entries: read, append, cut);
-  :mod:`~partlog.store.index`: file references, pending ones too (walmgr's), and
-  :mod:`~partlog.store.release_grace`: those released a moment ago;
-* :mod:`~partlog.store.epochs`, :mod:`~partlog.store.producers`, :mod:`~partlog.store.txns`: the
-  leader-epoch cache, the producer table, the partitions' transactions and aborted-transaction
-  index; :mod:`~partlog.store.verification`: KIP-890 guards, in memory;
-* :mod:`~partlog.store.sequencer`: the pure :class:`Sequencer` (Kafka's sequencing of a commit:
-  state in, answers and a delta out), and :mod:`~partlog.store.markers` (a transaction marker's);
-* :mod:`~partlog.store.writes` (on :mod:`~partlog.store.group_commit`),
-  :mod:`~partlog.store.checkpoint` (with :mod:`~partlog.store.journal`) and
-  :mod:`~partlog.store.view`: the write paths, durability and recovery, and what readers see;
-  :mod:`~partlog.store.staged`: how writes see state;
-* ``reads``, ``replication``, ``retention``, ``topics``, ``check``: operations that span components;
-  ``layout``: formats, records, errors; ``options``: open's.
+* :mod:`~partlog.store.env`: the LMDB environment (transactions, map growth, the gate closing waits for);
+  :mod:`~partlog.store.catalog`: topics, partition states, id counters and in-memory high watermarks;
+* :mod:`~partlog.store.log`: the log chunks (entries: read, append, cut); :mod:`~partlog.store.index`: file
+  references, pending ones too (walmgr's), and :mod:`~partlog.store.release_grace`: those released a moment ago;
+* :mod:`~partlog.store.epochs`, :mod:`~partlog.store.producers`, :mod:`~partlog.store.txns`: the leader-epoch cache,
+  the producer table, the partitions' transactions and aborted-transaction index; :mod:`~partlog.store.verification`:
+  KIP-890 guards, in memory;
+* :mod:`~partlog.store.sequencer`: the pure :class:`Sequencer` (Kafka's sequencing of a commit: state in, answers and
+  a delta out), and :mod:`~partlog.store.markers` (a transaction marker's);
+* :mod:`~partlog.store.writes` (on :mod:`~partlog.store.group_commit`), :mod:`~partlog.store.checkpoint` (with
+  :mod:`~partlog.store.journal`) and :mod:`~partlog.store.view`: the write paths, durability and recovery, and what
+  readers see; :mod:`~partlog.store.staged`: how writes see state;
+* ``reads``, ``replication``, ``retention``, ``topics``, ``check``: operations that span components; ``layout``:
+  formats, records, errors; ``options``: open's; ``shutdown``: the unclean-shutdown marker.
 """
 
 from __future__ import annotations
@@ -70,7 +64,7 @@ from partlog.kafka.records import (
 )
 from partlog.kafka.topic_config import TopicConfig
 from partlog.runtime import SYSTEM_CLOCK
-from partlog.store import compaction, retention, topics
+from partlog.store import compaction, retention, shutdown, topics
 from partlog.store.catalog import Catalog
 from partlog.store.check import check_store
 from partlog.store.checkpoint import Checkpointer
@@ -167,6 +161,7 @@ class MetadataStore:
         self.release_grace = ReleaseGrace(options.release_grace_ms, options.monotonic or SYSTEM_CLOCK.monotonic)
         if os.path.exists(os.path.join(path, "data.mdb")):
             self.release_grace.opened()
+        self.unclean_shutdown = not self.readonly and shutdown.opened(path, sync=options.sync, boot_id=options.boot_id)
         self._attach()
 
     def _attach(self) -> None:
@@ -267,13 +262,13 @@ class MetadataStore:
         journal_segment_bytes: int = JOURNAL_SEGMENT_BYTES_DEFAULT,
         checkpoint_backlog_groups_max: int | None = None,
         release_grace_ms: int = 0,
+        boot_id: str | None = None,
     ) -> Self:
-        """Open (creating unless ``readonly``) the store in directory ``path``,
-        replaying its journal.  The options are
-        :class:`~partlog.store.options.StoreOptions` (each explained there);
-        ``cluster_id``: :meth:`bind_cluster` to it (not with ``readonly``).
-        Raises ValueError for an option out of range, :class:`StoreError` if
-        the directory is not a store, or one of another cluster.
+        """Open (creating unless ``readonly``) the store in directory ``path``, replaying its journal.  The
+        options are :class:`~partlog.store.options.StoreOptions` (each explained there); ``cluster_id``:
+        :meth:`bind_cluster` to it (not with ``readonly``).  ``unclean_shutdown``: whether the previous run may
+        have lost acknowledged writes (KIP-966: :mod:`partlog.store.shutdown`, ``boot_id``).  Raises ValueError
+        for an option out of range, :class:`StoreError` if the directory is not a store, or one of another cluster.
         """
         options = StoreOptions(
             sync=sync, readonly=readonly, commit_deadline_ms=commit_deadline_ms,
@@ -282,7 +277,7 @@ class MetadataStore:
             auto_high_watermark=auto_high_watermark, checkpoint_groups_max=checkpoint_groups_max,
             checkpoint_interval_ms=checkpoint_interval_ms, checkpoint_thread=checkpoint_thread,
             journal_segment_bytes=journal_segment_bytes, release_grace_ms=release_grace_ms,
-            checkpoint_backlog_groups_max=checkpoint_backlog_groups_max,
+            checkpoint_backlog_groups_max=checkpoint_backlog_groups_max, boot_id=boot_id,
         )  # fmt: skip
         store = cls(os.fspath(path), options)
         if cluster_id is not None:
@@ -326,20 +321,25 @@ class MetadataStore:
         without, it stays for the next open to replay (the simulations' crash)."""
         with self._lifecycle:
             self._shut = True
-            self._close_env(checkpoint=checkpoint)
+            if self._close_env(checkpoint=checkpoint):
+                shutdown.closed_cleanly(self.path)
 
-    def _close_env(self, *, checkpoint: bool) -> None:
+    def _close_env(self, *, checkpoint: bool) -> bool:
+        """True: closed with everything on disk (checkpointed, LMDB synced)."""
         self._checkpoints.stop_thread()
-        if self._env.gate.close():
-            self._closed = True
-            if checkpoint and not self.readonly and self._pipeline.failed is None:
-                try:
-                    self._checkpoints.checkpoint()
-                except Exception:
-                    # Nothing is lost: the next open replays the journal.
-                    log.exception("checkpoint at close failed path=%s", self.path)
-            self._env.close()
-            self._journal.close()
+        if not self._env.gate.close():
+            return False
+        self._closed, clean = True, checkpoint and not self.readonly and self._pipeline.failed is None
+        if clean:
+            try:
+                self._checkpoints.checkpoint()
+            except Exception:
+                # Nothing is lost: the next open replays the journal.
+                log.exception("checkpoint at close failed path=%s", self.path)
+                clean = False
+        self._env.close(sync=clean)
+        self._journal.close()
+        return clean
 
     def __enter__(self) -> Self:
         return self

@@ -140,8 +140,11 @@ class LmdbEnv:
         ) = dbs
         self.gate = LmdbGate(lambda: StoreError(f"{self.path}: store is closed"))
 
-    def close(self) -> None:
-        """Close LMDB; the caller closed the gate first (no transaction left)."""
+    def close(self, *, sync: bool = False) -> None:
+        """Close LMDB (``sync``: fsynced first, as ``sync=False`` writes are
+        not); the caller closed the gate first (no transaction left)."""
+        if sync:
+            self._env.sync(True)
         self._env.close()
 
     # ------------------------------------------------------------ reads

@@ -55,6 +55,8 @@ class StoreOptions:
     overlay's memory and read cost stay bounded); None means the larger of
     256 and 4 x ``checkpoint_groups_max`` (:attr:`backlog_groups_max`).
     ``journal_segment_bytes``: the size of each preallocated journal file.
+    ``boot_id``: the machine's boot id (None: unknown), for
+    :mod:`partlog.store.shutdown`'s unclean-shutdown rule.
     ``release_grace_ms``: a key released counts as referenced this long
     after (``partlog.store.release_grace``; 0: off, a broker's store sets it).
     """
@@ -74,6 +76,7 @@ class StoreOptions:
     journal_segment_bytes: int = JOURNAL_SEGMENT_BYTES_DEFAULT
     checkpoint_backlog_groups_max: int | None = None
     release_grace_ms: int = 0
+    boot_id: str | None = None
 
     def __post_init__(self) -> None:
         for name in (

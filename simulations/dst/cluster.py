@@ -99,6 +99,9 @@ class Cluster:
         self.az_of = {b.broker_id: b.az for b in self.layout.brokers()}
         # Each broker's clock offset (ms); the faults draw and move them.
         self.skew_ms = dict.fromkeys(self.az_of, 0)
+        # Each machine's boot count (its boot id): a power loss reboots it,
+        # a process crash does not (partlog.store.shutdown's rule).
+        self.boots = dict.fromkeys(self.az_of, 0)
         self.controller: ControllerServer | None = None
         self.controller_port = 0
         self.brokers: dict[int, Broker] = {}
@@ -187,6 +190,7 @@ class Cluster:
             port=BROKER_PORT_BASE + bid,
             produce=ProduceConfig(commit_interval_ms=50),
             sync=False,
+            boot_id=f"machine-{bid}-boot-{self.boots[bid]}",
             # No threads in the simulation: checkpoints run inline, by count.
             store_checkpoint_thread=False,
             retention_check_interval_ms=1_000,
@@ -212,6 +216,8 @@ class Cluster:
             self._broker_config(bid), source, self.objects, clock=BrokerClock(self, bid), entropy=self.entropy
         )
         self.brokers[bid] = broker
+        # KIP-966: reported with the registration (the node's CLI does the same).
+        source.unclean_shutdown = broker.store.unclean_shutdown
         await broker.listen()
         await source.start()
         await broker.start()
@@ -336,6 +342,8 @@ class Cluster:
             broker_session_timeout_ms=SESSION_TIMEOUT_MS,
             # Leaders move back to preferred replicas every few seconds.
             leader_imbalance_check_interval_ms=LEADER_IMBALANCE_CHECK_INTERVAL_MS,
+            # The brokers' min ISR: the ELR's threshold (docs/design/elr.md).
+            min_insync_replicas=self.shape.min_insync_replicas,
         )
         server = ControllerServer(cfg, port=self.controller_port, clock=self.clock, entropy=self.entropy)
         await server.start()

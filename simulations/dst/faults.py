@@ -397,6 +397,7 @@ class FaultInjector:
         shutil.rmtree(os.path.join(path, "journal"), ignore_errors=True)
         shutil.rmtree(snapshot, ignore_errors=True)
         self.observed.forget_hwms(bid)
+        cluster.boots[bid] += 1  # the machine reboots
         self.journal.count("power_loss", f"#{k} broker {bid}")
         self._schedule(restart_after_s, functools.partial(cluster.restart_broker, bid))
 

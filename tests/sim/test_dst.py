@@ -149,24 +149,37 @@ def test_a_failure_is_shrunk_and_its_minimised_replay_still_fails() -> None:
 def test_a_power_loss_under_min_isr_1_loses_acknowledged_records() -> None:
     """The power-loss fault bites: with min.insync.replicas=1 a lone ISR
     member that loses its unsynced tail loses what it acknowledged (Kafka's
-    contract too; design.md, Durability).  Seed 2 shows it with twenty power
-    losses a minute.  (Schedules move with the code: at six a minute seed 1
-    showed it until walmgr listed the tiered prefix too, and seeds 1-24 no
-    longer do; at the fuzz shape's one a minute, seed 29 did until walmgr's
-    sweep came.  At six a minute seed 1 also lost acknowledged records at
-    min.insync.replicas=2: a last ISR member that lost its tail is
-    re-elected, as in Kafka before KIP-966 (docs/design/store.md,
-    Durability): so this test makes no claim about 2.)"""
-    code = (
-        "import dataclasses, json\n"
-        "from simulations.dst.world import run\n"
-        "from simulations.dst.__main__ import FUZZ_SHAPE, FUZZ_FAULTS\n"
-        "faults = dataclasses.replace(FUZZ_FAULTS, power_losses_per_min=20.0)\n"
-        "r = run(2, dataclasses.replace(FUZZ_SHAPE, min_insync_replicas=1), faults)\n"
-        "print(json.dumps([r.violations, r.faults.get('power_loss', 0)]))\n"
-    )
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, check=False)
-    violations, power_losses = json.loads(p.stdout.strip().splitlines()[-1])
+    contract before KIP-966; design.md, Durability).  Seed 2 shows it with
+    twenty power losses a minute, with KIP-966's two rules switched off
+    (injected bugs controller_without_elr and unclean_shutdown_ignored);
+    with them, the member registers unclean, nothing else may lead, and the
+    partition stays offline instead (docs/design/elr.md): no record lost,
+    its producers stuck.  (Schedules move with the code: at six a minute
+    seed 1 showed it until walmgr listed the tiered prefix too, and seeds
+    1-24 no longer do; at the fuzz shape's one a minute, seed 29 did until
+    walmgr's sweep came.)"""
+
+    def run_seed_2(*bugs: str) -> tuple[list[str], int]:
+        code = (
+            "import dataclasses, json\n"
+            "from partlog import injected_bugs\n"
+            "from simulations.dst.world import run\n"
+            "from simulations.dst.__main__ import FUZZ_SHAPE, FUZZ_FAULTS\n"
+            f"injected_bugs.enable({list(bugs)!r})\n"
+            "faults = dataclasses.replace(FUZZ_FAULTS, power_losses_per_min=20.0)\n"
+            "r = run(2, dataclasses.replace(FUZZ_SHAPE, min_insync_replicas=1), faults)\n"
+            "print(json.dumps([r.violations, r.faults.get('power_loss', 0)]))\n"
+        )
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env,
+                           check=False)  # fmt: skip
+        violations, power_losses = json.loads(p.stdout.strip().splitlines()[-1])
+        return violations, power_losses
+
+    violations, power_losses = run_seed_2("controller_without_elr", "unclean_shutdown_ignored")
     assert power_losses >= 1
     assert violations and "acknowledged for" in violations[0], violations
+    violations, power_losses = run_seed_2()
+    assert power_losses >= 1
+    assert not any("acknowledged for" in v for v in violations), violations
+    assert violations and "still hold records" in violations[0], violations

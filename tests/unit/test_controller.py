@@ -206,8 +206,9 @@ def test_last_isr_member_dies_then_comes_back_as_leader(ctl: Controller) -> None
     shrink_isr(ctl, epochs, tp, (leader,))
     kill(ctl, epochs, {leader}, 0)
     p = part(ctl, tp)
-    # Offline: the follower is alive but not in sync; the ISR keeps its last member.
-    assert (p.leader, p.isr, p.leader_epoch) == (NO_LEADER, (leader,), 1)
+    # Offline: the follower is alive but not in sync; the last ISR member
+    # leaves the ISR for the ELR (KIP-966).
+    assert (p.leader, p.isr, p.elr, p.leader_epoch) == (NO_LEADER, (), (leader,), 1)
     assert ctl.offline_partitions == 1 and ctl.leader_elections == 0
     assert [b.broker_id for b in ctl.snapshot().brokers] == [follower]
     # The next ticks change nothing without unclean election.
@@ -238,7 +239,7 @@ def test_unclean_election_only_when_enabled(tmp_path: Path) -> None:
                 assert c.unclean_leader_elections == 1 and c.leader_elections == 1
                 assert any(isinstance(e, LeaderChanged) and e.unclean for e in c.take_events())
             else:
-                assert (p.leader, p.isr) == (NO_LEADER, (r0,))
+                assert (p.leader, p.isr, p.elr) == (NO_LEADER, (), (r0,))
                 assert c.unclean_leader_elections == 0
 
 
@@ -477,7 +478,7 @@ def test_producer_ids_never_repeat_across_restarts(steps: list[tuple[str, int]],
 class ControllerMachine(RuleBasedStateMachine):
     """Random registrations, heartbeats, time, ISR changes and restarts.
     Invariants: the controller's own checks; epochs never go back; a new
-    leader comes from the ISR before the change (clean election)."""
+    leader comes from the ISR or ELR before the change (clean election)."""
 
     BROKERS = (1, 2, 3, 4)
 
@@ -545,7 +546,7 @@ class ControllerMachine(RuleBasedStateMachine):
                     assert p.leader_epoch >= old.leader_epoch and p.partition_epoch >= old.partition_epoch
                     if p.leader != old.leader and p.leader != NO_LEADER:
                         # A clean election: from the ISR as it was before.
-                        assert p.leader in old.isr, (old, p)
+                        assert p.leader in old.isr + old.elr, (old, p)
                         assert p.leader_epoch > old.leader_epoch
                     if p != old:
                         assert p.partition_epoch > old.partition_epoch

@@ -184,6 +184,22 @@ def add_parser(sub: Subparsers) -> None:
     )
 
 
+# Linux's id of this boot: a store's unclean-shutdown rule compares it with
+# its previous run's (partlog.store.shutdown).
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+
+def read_boot_id(path: str = BOOT_ID_PATH) -> str | None:
+    """This machine's boot id, or None where it cannot be read (then every
+    unclean close counts as an unclean shutdown, Kafka's rule)."""
+    try:
+        with open(path, encoding="ascii") as f:
+            text = f.read(200).strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text if 0 < len(text) <= 128 else None
+
+
 def run(args: argparse.Namespace) -> int:
     import asyncio
     import logging
@@ -286,6 +302,7 @@ def run(args: argparse.Namespace) -> int:
             wal_puts_per_s_max=args.wal_puts_per_s_max,
         ),
         sync=not args.no_sync,
+        boot_id=read_boot_id(),
         replication=replication,
         secret=secret,
         server_ssl=tls.server if tls is not None else None,
@@ -352,6 +369,10 @@ def run(args: argparse.Namespace) -> int:
             )
             config = replace(config, kafka_security=replace(security, credentials=creds))
         broker = BrokerNode(config, source, store)
+        if controller_source is not None:
+            # KIP-966: reported with the registration (docs/design/elr.md).
+            reporter = controller_source.session if args.metadata is not None else controller_source
+            reporter.unclean_shutdown = broker.broker.store.unclean_shutdown
         try:
             if controller_source is not None:
                 # The cluster id first (the store must belong to it), then the

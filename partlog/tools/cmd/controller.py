@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from partlog.limits import PORT_MAX
 from partlog.rpc.secret import read_secret_file
 from partlog.tools.cmd.common import add_tls, cluster_id_arg, tls_contexts
-from partlog.tools.cmd.flags import TIMEOUT_MS_MAX, int_in, positive_int_at_most
+from partlog.tools.cmd.flags import TIMEOUT_MS_MAX, int_in, positive_int, positive_int_at_most
 from partlog.util.cli_errors import one_line
 
 if TYPE_CHECKING:
@@ -41,6 +41,14 @@ def add_parser(sub: Subparsers) -> None:
         action="store_true",
         help="elect an out-of-sync replica when no ISR member is alive (may lose acknowledged data)",
     )
+    ctl.add_argument(
+        "--min-insync-replicas",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="the brokers' min.insync.replicas (a topic's override wins): replicas that leave an ISR below it "
+        "stay eligible leaders (KIP-966's ELR; default 1, as Kafka's)",
+    )
     ctl.add_argument("--secret-file", default=None, help="file holding the shared secret of its RPCs (>= 16 bytes)")
     ctl.add_argument(
         "--cluster-id",
@@ -66,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
             args.data_dir,
             broker_session_timeout_ms=args.session_timeout_ms,
             unclean_leader_election_enable=args.unclean_leader_election,
+            min_insync_replicas=args.min_insync_replicas,
             cluster_id=cluster_id_arg(args.cluster_id),
         )
     except ValueError as e:
