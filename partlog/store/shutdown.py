@@ -31,7 +31,7 @@ import os
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BOOT_ID_CHARS_MAX", "MARKER_FILE", "closed_cleanly", "opened"]
+__all__ = ["BOOT_ID_CHARS_MAX", "BOOT_ID_PATH", "MARKER_FILE", "closed_cleanly", "opened", "read_boot_id"]
 
 MARKER_FILE = "running.json"
 # A boot id is a UUID (36 characters); a marker beyond this is not ours.
@@ -106,3 +106,20 @@ def _fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# Linux's id of this boot: a store's unclean-shutdown rule compares it with
+# its previous run's.
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+
+def read_boot_id(path: str = BOOT_ID_PATH) -> str | None:
+    """This machine's boot id, for the shells (the broker CLI, ``partlog
+    cluster``), or None where it cannot be read (then every unclean close
+    counts as an unclean shutdown, Kafka's rule)."""
+    try:
+        with open(path, encoding="ascii") as f:
+            text = f.read(200).strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text if 0 < len(text) <= BOOT_ID_CHARS_MAX else None

@@ -56,6 +56,7 @@ from partlog.produce.pipeline import ProduceConfig, SendCommit
 from partlog.replication.config import ReplicationConfig
 from partlog.replication.stats import ReplicationStats
 from partlog.store import COMMIT_DEADLINE_MS_DEFAULT
+from partlog.store.shutdown import read_boot_id
 from partlog.tools.cluster_options import (
     DEMO_COMMIT_DEADLINE_MS,
     DEMO_GRACE_MS,
@@ -189,6 +190,7 @@ class LocalCluster:
                 commit_interval_ms=self.opts.commit_interval_ms, buffer_bytes_max=self.opts.buffer_bytes_max
             ),
             sync=self.opts.sync,
+            boot_id=read_boot_id(),
             commit_deadline_ms=DEMO_COMMIT_DEADLINE_MS if self.opts.walmgr else COMMIT_DEADLINE_MS_DEFAULT,
             walmgr_address=self.walmgr_address,
             replication=DEMO_REPLICATION if self.opts.walmgr else ReplicationConfig(),

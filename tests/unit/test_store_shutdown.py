@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from partlog.store import MetadataStore
-from partlog.store.shutdown import MARKER_FILE, closed_cleanly, opened
-from partlog.tools.cmd.broker import read_boot_id
+from partlog.store.shutdown import MARKER_FILE, closed_cleanly, opened, read_boot_id
 
 
 def run(path: Path, *, boot: str | None, sync: bool = False, clean: bool) -> bool:

@@ -13,6 +13,7 @@ from partlog.produce.rotation import ROTATION_GRACE_MS_DEFAULT
 from partlog.replication.config import REPLICA_ANSWER_AGE_MAX_MS_DEFAULT
 from partlog.rpc.secret import read_secret_file
 from partlog.store.release_grace import RELEASE_GRACE_MS_DEFAULT
+from partlog.store.shutdown import read_boot_id
 from partlog.tools.cmd.acls import add_authorizer_flags, authorizer_config
 from partlog.tools.cmd.common import add_rpc_limits, add_tls, cluster_id_arg, host_port, rpc_limits, tls_contexts
 from partlog.tools.cmd.flags import int_in, non_negative_int, positive_int
@@ -184,20 +185,6 @@ def add_parser(sub: Subparsers) -> None:
     )
 
 
-# Linux's id of this boot: a store's unclean-shutdown rule compares it with
-# its previous run's (partlog.store.shutdown).
-BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
-
-
-def read_boot_id(path: str = BOOT_ID_PATH) -> str | None:
-    """This machine's boot id, or None where it cannot be read (then every
-    unclean close counts as an unclean shutdown, Kafka's rule)."""
-    try:
-        with open(path, encoding="ascii") as f:
-            text = f.read(200).strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return text if 0 < len(text) <= 128 else None
 
 
 def run(args: argparse.Namespace) -> int:
