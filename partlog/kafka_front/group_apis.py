@@ -1,6 +1,7 @@
 """The consumer-group APIs of the Kafka front end: FindCoordinator,
 JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
-ListGroups, DescribeGroups and DeleteGroups, mapped onto this broker's
+ListGroups, DescribeGroups, DeleteGroups and KIP-848's
+ConsumerGroupHeartbeat and ConsumerGroupDescribe, mapped onto this broker's
 :class:`partlog.kafka_front.group_coordinator.GroupCoordinator`
 (FindCoordinator of key type 1, transactions, onto its
 :class:`partlog.kafka_front.txn_coordinator.TxnCoordinator`)."""
@@ -13,6 +14,8 @@ from typing import Any
 from partlog.acl import AclOperation
 from partlog.kafka.errors import Errors
 from partlog.kafka_front.authz import denied
+from partlog.kafka_front.consumer_assignor import Assignment
+from partlog.kafka_front.consumer_group import HEARTBEAT_INTERVAL_MS_DEFAULT, ConsumerGroup, HeartbeatIn
 from partlog.kafka_front.group_coordinator import GroupCoordinator
 from partlog.kafka_front.group_delete import delete_groups
 from partlog.kafka_front.handler import ApiHandlers, Session, duration_ms
@@ -132,9 +135,8 @@ class GroupApis(ApiHandlers):
                 )
         if wanted or not answers:
             instance = getattr(body, "group_instance_id", None)
-            answers.update(
-                await self.groups.commit_offsets(body.group_id, body.member_id or "", generation, wanted, instance)
-            )
+            answers.update(await self.groups.commit_offsets(body.group_id, body.member_id or "", generation, wanted,
+                                                            instance, api_version=req.api_version))  # fmt: skip
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (name, p), e in answers.items():
             by_topic.setdefault(name, []).append({"partition_index": p, "error_code": int(e)})
@@ -198,6 +200,58 @@ class GroupApis(ApiHandlers):
                                "protocol_type": "", "protocol_data": "", "members": []})  # fmt: skip
         return {"throttle_time": 0, "groups": groups}
 
+    async def consumer_group_heartbeat(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        """KIP-848's ConsumerGroupHeartbeat, with Kafka's ACL checks: READ on
+        the group, DESCRIBE on every subscribed topic named."""
+        answer: dict[str, Any] = {"throttle_time": 0, "error_code": 0, "error_message": None,
+                                  "member_id": body.member_id, "member_epoch": -1,
+                                  "heartbeat_interval": 0, "assignment": None}  # fmt: skip
+        if not self.authz.group(session, AclOperation.READ, body.group_id):
+            return {**answer, "error_code": int(Errors.GROUP_AUTHORIZATION_FAILED)}
+        names = body.subscribed_topic_names
+        if names and not all(self.authz.topic(session, AclOperation.DESCRIBE, n) for n in names):
+            return {**answer, "error_code": int(Errors.TOPIC_AUTHORIZATION_FAILED)}
+        owned = None
+        if body.topic_partitions is not None:
+            owned = frozenset((t.topic_id, int(p)) for t in body.topic_partitions if t.topic_id is not None
+                              for p in t.partitions)  # fmt: skip
+        rebalance = duration_ms(body.rebalance_timeout)
+        hb = HeartbeatIn(
+            body.group_id, body.member_id, int(body.member_epoch), body.instance_id, body.rack_id, rebalance,
+            tuple(names) if names is not None else None, getattr(body, "subscribed_topic_regex", None),
+            body.server_assignor, owned, req.client_id or "", session.host,
+        )  # fmt: skip
+        out = await self.groups.consumer_heartbeat(hb, self.broker.topic_index, req.api_version)
+        if out.error != Errors.NONE:
+            return {**answer, "error_code": int(out.error), "error_message": out.message}
+        given = None if out.assignment is None else {"topic_partitions": _by_topic(out.assignment)}
+        return {**answer, "member_id": out.member_id, "member_epoch": out.member_epoch,
+                "heartbeat_interval": HEARTBEAT_INTERVAL_MS_DEFAULT, "assignment": given}  # fmt: skip
+
+    async def consumer_group_describe(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        """KIP-848's ConsumerGroupDescribe: DESCRIBE on each group, and on
+        every topic its members subscribe to or are assigned (Kafka 4)."""
+        groups = []
+        names = {tid: name for name, (tid, _) in self.broker.topic_index.items()}
+        for gid in body.group_ids:
+            base: dict[str, Any] = {"group_id": gid, "error_message": None, "group_state": "", "group_epoch": -1,
+                                    "assignment_epoch": -1, "assignor_name": "", "members": [],
+                                    "authorized_operations": -2147483648}  # fmt: skip
+            if not self.authz.group(session, AclOperation.DESCRIBE, gid):
+                groups.append({**base, "error_code": int(Errors.GROUP_AUTHORIZATION_FAILED)})
+                continue
+            error, g = await self.groups.consumer_group(gid)
+            if g is None:
+                groups.append({**base, "error_code": int(error), "error_message": f"Group {gid} not found."})
+                continue
+            topics = {n for m in g.members.values() for n in m.subscribed}
+            topics |= {names.get(tid, "") for m in g.members.values() for tid, _ in m.assigned} - {""}
+            if not all(self.authz.topic(session, AclOperation.DESCRIBE, n) for n in topics):
+                groups.append({**base, "error_code": int(Errors.TOPIC_AUTHORIZATION_FAILED)})
+                continue
+            groups.append({**base, "error_code": 0, **_described(g, names)})
+        return {"throttle_time": 0, "groups": groups}
+
     async def delete_groups(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         # As Kafka: DELETE on each group, else GROUP_AUTHORIZATION_FAILED for it.
         names = list(dict.fromkeys(body.groups_names))
@@ -205,6 +259,30 @@ class GroupApis(ApiHandlers):
         done = await delete_groups(self.groups, allowed)
         results = [{"group_id": g, "error_code": int(done.get(g, Errors.GROUP_AUTHORIZATION_FAILED))} for g in names]
         return {"throttle_time": 0, "results": results}
+
+
+def _by_topic(assignment: Assignment, names: Mapping[Any, str] | None = None) -> list[dict[str, Any]]:
+    """An assignment as the wire's topic_partitions, sorted."""
+    by: dict[Any, list[int]] = {}
+    for tid, p in sorted(assignment):
+        by.setdefault(tid, []).append(p)
+    if names is None:
+        return [{"topic_id": tid, "partitions": ps} for tid, ps in by.items()]
+    return [{"topic_id": tid, "topic_name": names.get(tid, ""), "partitions": ps} for tid, ps in by.items()]
+
+
+def _described(g: ConsumerGroup, names: Mapping[Any, str]) -> dict[str, Any]:
+    members = []
+    for m in g.members.values():
+        target = g.target.get(m.member_id, frozenset())
+        members.append({"member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
+                        "member_epoch": m.member_epoch, "client_id": m.client_id, "client_host": m.client_host,
+                        "subscribed_topic_names": sorted(m.subscribed), "subscribed_topic_regex": None,
+                        "assignment": {"topic_partitions": _by_topic(m.assigned, names)},
+                        "target_assignment": {"topic_partitions": _by_topic(target, names)},
+                        "member_type": 1})  # fmt: skip
+    return {"group_state": g.state, "group_epoch": g.group_epoch, "assignment_epoch": g.assignment_epoch,
+            "assignor_name": g.assignor, "members": members}  # fmt: skip
 
 
 __all__ = ["GroupApis"]
