@@ -314,9 +314,7 @@ class ConsumerGroups:
         target = g.target.get(m.member_id, frozenset())
         if m.state is MemberState.UNREVOKED_PARTITIONS:
             if owned is None or owned & m.revoking:
-                if m.revoke_deadline_ms is not None and now_ms >= m.revoke_deadline_ms:
-                    self._remove(g, m)  # should not happen: tick fences it first
-                return
+                return  # still revoking (tick fences it at its rebalance timeout)
             for tp in m.revoking:
                 if g.owners.get(tp) == m.member_id:
                     del g.owners[tp]
