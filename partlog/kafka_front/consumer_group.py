@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -111,8 +112,8 @@ class Member:
     revoking: Assignment = frozenset()
     # The rebalance timeout's deadline while it must revoke partitions.
     revoke_deadline_ms: int | None = None
-    # The assignment last sent: the next answer carries it only if changed.
-    sent: Assignment | None = None
+    # The server assignor it asks for (the group uses the most asked).
+    assignor: str | None = None
 
 
 @dataclass(slots=True)
@@ -177,19 +178,24 @@ class ConsumerGroups:
             return HeartbeatOut(Errors.UNSUPPORTED_ASSIGNOR, req.member_id,
                                 message=f"{req.server_assignor} is not supported: {', '.join(ASSIGNORS)}")  # fmt: skip
         g = self.groups.get(req.group_id)
-        if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
-            return self._leave(g, req, now_ms)
         if g is None:
             if req.member_epoch != JOIN_EPOCH:
-                # In memory only: a new coordinator forgot the group.
-                return HeartbeatOut(Errors.UNKNOWN_MEMBER_ID, req.member_id)
+                # In memory only: a new coordinator forgot the group (Kafka,
+                # which keeps it, answers GROUP_ID_NOT_FOUND for none).
+                return HeartbeatOut(Errors.UNKNOWN_MEMBER_ID, req.member_id, message=f"Group {req.group_id} not found.")
             if len(self.groups) >= GROUPS_MAX:
                 return HeartbeatOut(Errors.COORDINATOR_NOT_AVAILABLE, req.member_id)
             g = ConsumerGroup(req.group_id)
+        if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+            return self._leave(g, req, now_ms)
+        if len(g.members) >= self.members_max and (not req.member_id or req.member_id not in g.members):
+            return HeartbeatOut(Errors.GROUP_MAX_SIZE_REACHED, req.member_id,
+                                message=f"the group has its maximum of {self.members_max} members")  # fmt: skip
         found = self._member(g, req, now_ms)
         if isinstance(found, HeartbeatOut):
             return found
         m, changed = found
+        before = m.assigned
         self.groups[g.group_id] = g
         m.session_deadline_ms = now_ms + self.session_timeout_ms
         subscribed = {n: topics[n] for n in sorted(_subscribed(g)) if n in topics}
@@ -199,61 +205,75 @@ class ConsumerGroups:
         if g.group_epoch != g.assignment_epoch:
             self._compute_target(g)
         self._reconcile(g, m, req.owned, now_ms)
-        send = req.member_epoch == JOIN_EPOCH or m.sent != m.assigned or (
-            req.owned is not None and req.owned != m.assigned)  # fmt: skip
-        m.sent = m.assigned
-        return HeartbeatOut(Errors.NONE, m.member_id, m.member_epoch, m.assigned if send else None)
+        # As Kafka: the assignment goes out on a full request or a change.
+        full = req.member_epoch == JOIN_EPOCH or (
+            req.rebalance_timeout_ms != -1 and req.subscribed_topic_names is not None and req.owned is not None
+        )
+        return HeartbeatOut(
+            Errors.NONE, m.member_id, m.member_epoch, m.assigned if full or m.assigned != before else None
+        )
 
     def _member(self, g: ConsumerGroup, req: HeartbeatIn, now_ms: int) -> HeartbeatOut | tuple[Member, bool]:
         """The request's member (created on a join) and whether the group
-        epoch must move; or the error answer."""
-        m = g.members.get(req.member_id)
+        epoch must move; or the error answer (Kafka's
+        getOrMaybeSubscribe{Dynamic,Static}ConsumerGroupMember)."""
+        mid = req.member_id or str(self._new_uuid())
         if req.member_epoch != JOIN_EPOCH:
-            if m is None:
-                return HeartbeatOut(Errors.UNKNOWN_MEMBER_ID, req.member_id)
-            if req.instance_id is not None and req.instance_id != m.instance_id:
-                return HeartbeatOut(Errors.FENCED_INSTANCE_ID, req.member_id)
+            found = self._known(g, req)
+            if isinstance(found, HeartbeatOut):
+                return found
+            m = found
             if req.member_epoch != m.member_epoch and not (
-                req.member_epoch == m.previous_epoch and req.owned is not None and req.owned <= m.assigned
-            ):
-                # Kafka's throwIfMemberEpochIsInvalid: a retried heartbeat of
-                # the previous epoch is fine if it owns nothing it lost.
+                req.member_epoch < m.member_epoch and req.member_epoch == m.previous_epoch
+                and req.owned is not None and req.owned <= m.assigned
+            ):  # fmt: skip
+                # A retried heartbeat of the previous epoch is fine if it owns
+                # nothing it lost (its answer may have been lost).
                 return HeartbeatOut(Errors.FENCED_MEMBER_EPOCH, req.member_id)
             return m, self._update(m, req)
-        timeout = req.rebalance_timeout_ms
         if req.instance_id is not None and req.instance_id in g.static:
             old = g.members[g.static[req.instance_id]]
-            if old.member_epoch != STATIC_LEAVE_EPOCH and old.member_id != req.member_id:
+            if old.member_epoch != STATIC_LEAVE_EPOCH:
                 return HeartbeatOut(Errors.UNRELEASED_INSTANCE_ID, req.member_id,
-                                    message=f"instance {req.instance_id} is still in use")  # fmt: skip
-            # A static member back: the new member id takes its place, epoch
-            # and assignment (no rebalance unless its subscription changed).
-            old_id = old.member_id
-            del g.members[old_id]
-            old.member_id = req.member_id or str(self._new_uuid())
-            if old.member_epoch == STATIC_LEAVE_EPOCH:
-                old.member_epoch = old.previous_epoch
-            old.sent = None
-            g.members[old.member_id] = old
-            g.static[req.instance_id] = old.member_id
-            g.target[old.member_id] = g.target.pop(old_id, frozenset())
-            for tp in old.assigned | old.revoking:
-                g.owners[tp] = old.member_id
+                                    message=f"{req.instance_id} is owned by {old.member_id}")  # fmt: skip
+            # A static member back: the new member id takes its place and
+            # its assignment, at epoch 0 (no rebalance unless its
+            # subscription changed).
+            del g.members[old.member_id]
+            g.target[mid] = g.target.pop(old.member_id, frozenset())
+            old.member_id, old.member_epoch, old.previous_epoch = mid, JOIN_EPOCH, JOIN_EPOCH
+            g.members[mid] = old
+            g.static[req.instance_id] = mid
+            for tp in old.assigned:
+                g.owners[tp] = mid
             return old, self._update(old, req)
-        if m is not None:  # a join of a member the group has: start it again
-            self._remove(g, m)
-        if len(g.members) >= self.members_max:
-            return HeartbeatOut(Errors.GROUP_MAX_SIZE_REACHED, req.member_id,
-                                message=f"the group has {self.members_max} members")  # fmt: skip
-        m = Member(req.member_id or str(self._new_uuid()), req.instance_id, req.rack_id, req.client_id,
-                   req.client_host, frozenset(req.subscribed_topic_names or ()), timeout,
-                   now_ms + self.session_timeout_ms)  # fmt: skip
-        g.members[m.member_id] = m
+        known = g.members.get(mid)
+        if known is not None:
+            # A join of a member id the group has (its client was fenced, or
+            # restarted with the id it keeps for life): it starts again.
+            self._remove(g, known)
+        m = Member(mid, req.instance_id, req.rack_id, req.client_id, req.client_host,
+                   frozenset(req.subscribed_topic_names or ()), req.rebalance_timeout_ms,
+                   now_ms + self.session_timeout_ms, assignor=req.server_assignor)  # fmt: skip
+        g.members[mid] = m
         if m.instance_id is not None:
-            g.static[m.instance_id] = m.member_id
-        if req.server_assignor is not None:
-            g.assignor = req.server_assignor
+            g.static[m.instance_id] = mid
         return m, True
+
+    @staticmethod
+    def _known(g: ConsumerGroup, req: HeartbeatIn) -> Member | HeartbeatOut:
+        """The member a heartbeat or leave names: by instance id when it
+        gives one, which must be the member id's (FENCED_INSTANCE_ID)."""
+        if req.instance_id is None:
+            m = g.members.get(req.member_id)
+            return m if m is not None else HeartbeatOut(Errors.UNKNOWN_MEMBER_ID, req.member_id)
+        m = g.members.get(g.static.get(req.instance_id, ""))
+        if m is None:
+            return HeartbeatOut(Errors.UNKNOWN_MEMBER_ID, req.member_id,
+                                message=f"Instance id {req.instance_id} is unknown.")  # fmt: skip
+        if m.member_id != req.member_id:
+            return HeartbeatOut(Errors.FENCED_INSTANCE_ID, req.member_id)
+        return m
 
     @staticmethod
     def _update(m: Member, req: HeartbeatIn) -> bool:
@@ -263,23 +283,28 @@ class ConsumerGroups:
             m.rebalance_timeout_ms = req.rebalance_timeout_ms
         if req.rack_id is not None:
             m.rack_id = req.rack_id
+        if req.server_assignor is not None:
+            m.assignor = req.server_assignor
         if req.subscribed_topic_names is not None and frozenset(req.subscribed_topic_names) != m.subscribed:
             m.subscribed = frozenset(req.subscribed_topic_names)
             return True
         return False
 
-    def _leave(self, g: ConsumerGroup | None, req: HeartbeatIn, now_ms: int) -> HeartbeatOut:
-        m = g.members.get(req.member_id) if g is not None else None
-        if g is None or m is None:
-            return HeartbeatOut(Errors.UNKNOWN_MEMBER_ID, req.member_id, req.member_epoch)
+    def _leave(self, g: ConsumerGroup, req: HeartbeatIn, now_ms: int) -> HeartbeatOut:
+        """Kafka's consumerGroupLeave: -1 removes the member, -2 (a static
+        member) keeps it and its assignment until it comes back or its
+        session ends, and frees what it was revoking."""
+        found = self._known(g, req)
+        if isinstance(found, HeartbeatOut):
+            return found
+        m = found
         if req.member_epoch == STATIC_LEAVE_EPOCH:
-            if m.instance_id is None or req.instance_id != m.instance_id:
-                return HeartbeatOut(Errors.FENCED_INSTANCE_ID, req.member_id)
-            # Kept, with its assignment, until it comes back or its session ends.
-            if m.member_epoch != STATIC_LEAVE_EPOCH:
-                m.previous_epoch, m.member_epoch = m.member_epoch, STATIC_LEAVE_EPOCH
+            for tp in m.revoking:
+                if g.owners.get(tp) == m.member_id:
+                    del g.owners[tp]
+            m.revoking, m.revoke_deadline_ms, m.member_epoch = frozenset(), None, STATIC_LEAVE_EPOCH
             m.session_deadline_ms = now_ms + self.session_timeout_ms
-            return HeartbeatOut(Errors.NONE, req.member_id, STATIC_LEAVE_EPOCH)
+            return HeartbeatOut(Errors.NONE, m.member_id, STATIC_LEAVE_EPOCH)
         self._remove(g, m)
         self._after_removal(g, now_ms)
         return HeartbeatOut(Errors.NONE, req.member_id, LEAVE_EPOCH)
@@ -305,6 +330,10 @@ class ConsumerGroups:
     # --------------------------------------------------------- assignment
 
     def _compute_target(self, g: ConsumerGroup) -> None:
+        """Kafka's TargetAssignmentBuilder, with its preferred assignor: the
+        one most members ask for (ties: by name), else the default."""
+        asked = Counter(m.assignor for m in g.members.values() if m.assignor is not None)
+        g.assignor = min(asked, key=lambda a: (-asked[a], a)) if asked else ASSIGNORS[0]
         subs = {mid: m.subscribed for mid, m in g.members.items()}
         g.target = assign(g.assignor, subs, g.topics, g.target)
         g.assignment_epoch = g.group_epoch
@@ -383,31 +412,34 @@ def _subscribed(g: ConsumerGroup) -> set[str]:
 
 
 def _invalid(req: HeartbeatIn, version: int) -> str | None:
-    """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid, in its order."""
-    if version >= 1 and not req.member_id:
-        return "MemberId can't be empty."
+    """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid, in its order
+    (v1, KIP-1082: the client makes its member id, never empty), then our
+    bounds on the request's lists."""
     if not req.group_id:
         return "GroupId can't be empty."
     if req.instance_id is not None and not req.instance_id:
         return "InstanceId can't be empty."
     if req.rack_id is not None and not req.rack_id:
         return "RackId can't be empty."
+    if req.subscribed_topic_regex:  # librdkafka sends "" for none
+        return "SubscribedTopicRegex is not supported."
+    named = req.member_epoch > 0 or req.member_epoch == LEAVE_EPOCH or (version >= 1 and req.member_epoch == JOIN_EPOCH)
+    if named and not req.member_id:
+        return "MemberId can't be empty."
     if req.member_epoch == JOIN_EPOCH:
         if req.rebalance_timeout_ms == -1:
             return "RebalanceTimeoutMs must be provided in first request."
-        if req.owned:
+        if req.owned is None or req.owned:
             return "TopicPartitions must be empty when (re-)joining."
-        if req.subscribed_topic_names is None and not req.subscribed_topic_regex:
-            return "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
+        if not req.subscribed_topic_names:
+            return "SubscribedTopicNames must be set in first request."
     elif req.member_epoch == STATIC_LEAVE_EPOCH:
+        if not req.member_id:
+            return "MemberId can't be empty."
         if req.instance_id is None:
             return "InstanceId can't be null."
-    elif req.member_epoch < STATIC_LEAVE_EPOCH:
-        return f"MemberEpoch {req.member_epoch} is invalid."
-    elif version == 0 and req.member_epoch != LEAVE_EPOCH and not req.member_id:
-        return "MemberId can't be empty."
-    if req.subscribed_topic_regex:  # librdkafka sends "" for none
-        return "SubscribedTopicRegex is not supported."
+    elif req.member_epoch < 0 and req.member_epoch != LEAVE_EPOCH:
+        return "MemberEpoch is invalid."
     if len(req.subscribed_topic_names or ()) > SUBSCRIBED_TOPICS_MAX:
         return f"more than {SUBSCRIBED_TOPICS_MAX} subscribed topics"
     if req.owned is not None and len(req.owned) > OWNED_PARTITIONS_MAX:

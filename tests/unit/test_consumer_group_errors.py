@@ -22,7 +22,8 @@ TOPICS = {"t": (T, 6)}
 
 
 def join(core: ConsumerGroups, mid: str, now: int = 0, **kw: object) -> HeartbeatOut:
-    fields: dict[str, object] = {"subscribed_topic_names": ("t",), "rebalance_timeout_ms": 30_000, **kw}
+    fields: dict[str, object] = {"subscribed_topic_names": ("t",), "rebalance_timeout_ms": 30_000,
+                                 "owned": frozenset(), **kw}  # fmt: skip
     return core.heartbeat(HeartbeatIn("g", mid, 0, **fields), TOPICS, now)  # type: ignore[arg-type]
 
 
@@ -45,31 +46,37 @@ def test_the_error_codes_are_kafkas(error: Errors, code: int) -> None:
     assert int(error) == code
 
 
+def J(**kw: object) -> HeartbeatIn:
+    """A valid join of member m to group g, with ``kw`` changed."""
+    fields: dict[str, object] = {"group_id": "g", "member_id": "m", "member_epoch": 0, "rebalance_timeout_ms": 1,
+                                 "subscribed_topic_names": ("t",), "owned": frozenset(), **kw}  # fmt: skip
+    return HeartbeatIn(**fields)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
-    ("req", "error"),
+    ("req", "error", "message"),
     [
-        (HeartbeatIn("g", "", 0, rebalance_timeout_ms=1, subscribed_topic_names=("t",)), Errors.INVALID_REQUEST),
-        (HeartbeatIn("", "m", 0, rebalance_timeout_ms=1, subscribed_topic_names=("t",)), Errors.INVALID_REQUEST),
-        (HeartbeatIn("g", "m", 0, subscribed_topic_names=("t",)), Errors.INVALID_REQUEST),  # no rebalance timeout
-        (HeartbeatIn("g", "m", 0, rebalance_timeout_ms=1), Errors.INVALID_REQUEST),  # no subscription
-        (HeartbeatIn("g", "m", -3), Errors.INVALID_REQUEST),
-        (HeartbeatIn("g", "m", -2), Errors.INVALID_REQUEST),  # static leave without an instance id
-        (HeartbeatIn("g", "m", 0, rebalance_timeout_ms=1, subscribed_topic_regex="t.*"), Errors.INVALID_REQUEST),
-        (
-            HeartbeatIn("g", "m", 0, rebalance_timeout_ms=1, subscribed_topic_names=("t",), owned=frozenset({(T, 0)})),
-            Errors.INVALID_REQUEST,
-        ),
-        (
-            HeartbeatIn("g", "m", 0, rebalance_timeout_ms=1, subscribed_topic_names=("t",), server_assignor="sticky"),
-            Errors.UNSUPPORTED_ASSIGNOR,
-        ),
-        (HeartbeatIn("g", "m", 3, owned=frozenset()), Errors.UNKNOWN_MEMBER_ID),  # unknown group (memory only)
-        (HeartbeatIn("g", "m", -1), Errors.UNKNOWN_MEMBER_ID),
+        (J(member_id=""), Errors.INVALID_REQUEST, "MemberId can't be empty."),
+        (J(group_id=""), Errors.INVALID_REQUEST, "GroupId can't be empty."),
+        (J(instance_id=""), Errors.INVALID_REQUEST, "InstanceId can't be empty."),
+        (J(rack_id=""), Errors.INVALID_REQUEST, "RackId can't be empty."),
+        (J(rebalance_timeout_ms=-1), Errors.INVALID_REQUEST, "RebalanceTimeoutMs must be provided in first request."),
+        (J(owned=None), Errors.INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining."),
+        (J(owned=frozenset({(T, 0)})), Errors.INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining."),
+        (J(subscribed_topic_names=None), Errors.INVALID_REQUEST, "SubscribedTopicNames must be set in first request."),
+        (J(subscribed_topic_regex="t.*"), Errors.INVALID_REQUEST, "SubscribedTopicRegex is not supported."),
+        (J(member_epoch=-3), Errors.INVALID_REQUEST, "MemberEpoch is invalid."),
+        (J(member_epoch=-2), Errors.INVALID_REQUEST, "InstanceId can't be null."),
+        (J(server_assignor="sticky"), Errors.UNSUPPORTED_ASSIGNOR, None),
+        (J(member_epoch=3), Errors.UNKNOWN_MEMBER_ID, "Group g not found."),  # in memory only
+        (J(member_epoch=-1), Errors.UNKNOWN_MEMBER_ID, "Group g not found."),
     ],
 )
-def test_refused_requests(req: HeartbeatIn, error: Errors) -> None:
+def test_refused_requests(req: HeartbeatIn, error: Errors, message: str | None) -> None:
     core = ConsumerGroups()
-    assert core.heartbeat(req, TOPICS, 0).error == error
+    out = core.heartbeat(req, TOPICS, 0)
+    assert out.error == error
+    assert message is None or out.message == message
     assert core.group("g") is None
 
 
@@ -120,6 +127,10 @@ def test_static_members_leave_and_come_back_to_their_assignment() -> None:
     core = ConsumerGroups()
     a = join(core, "a", instance_id="i1")
     assert join(core, "a2", instance_id="i1").error == Errors.UNRELEASED_INSTANCE_ID
+    beat = HeartbeatIn("g", "x", 1, instance_id="i1", owned=frozenset())
+    assert core.heartbeat(beat, TOPICS, 0).error == Errors.FENCED_INSTANCE_ID
+    beat = HeartbeatIn("g", "a", 1, instance_id="i9", owned=frozenset())
+    assert core.heartbeat(beat, TOPICS, 0).error == Errors.UNKNOWN_MEMBER_ID
     left = core.heartbeat(HeartbeatIn("g", "a", -2, instance_id="i1"), TOPICS, 0)
     assert (left.error, left.member_epoch) == (Errors.NONE, -2)
     back = join(core, "a2", instance_id="i1")

@@ -44,7 +44,7 @@ class ConsumerGroupModel(RuleBasedStateMachine):
 
     def _beat(self, mid: str, **kw: object) -> None:
         c = self.clients[mid]
-        owned = None if c.epoch == 0 else c.owned
+        owned = frozenset() if c.epoch == 0 else c.owned
         req = HeartbeatIn(GROUP, mid, c.epoch, owned=owned, subscribed_topic_names=tuple(sorted(c.subscribed)),
                           rebalance_timeout_ms=SESSION_TIMEOUT_MS_DEFAULT, **kw)  # type: ignore[arg-type]  # fmt: skip
         out = self.core.heartbeat(req, TOPICS, self.now)
