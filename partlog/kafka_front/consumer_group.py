@@ -384,8 +384,10 @@ class ConsumerGroups:
 
     # ------------------------------------------------------------- offsets
 
-    def check_commit(self, group_id: str, member_id: str, member_epoch: int, api_version: int) -> Errors:
-        """Kafka's ConsumerGroup.validateOffsetCommit (not transactional)."""
+    def check_commit(
+        self, group_id: str, member_id: str, member_epoch: int, *, api_version: int = 9, transactional: bool = False
+    ) -> Errors:
+        """Kafka's ConsumerGroup.validateOffsetCommit."""
         g = self.groups.get(group_id)
         assert g is not None
         if member_epoch < 0 and not g.members:
@@ -393,7 +395,7 @@ class ConsumerGroups:
         m = g.members.get(member_id)
         if m is None:
             return Errors.UNKNOWN_MEMBER_ID
-        if api_version < 9:
+        if api_version < 9 and not transactional:
             return Errors.UNSUPPORTED_VERSION
         return Errors.NONE if member_epoch == m.member_epoch else Errors.STALE_MEMBER_EPOCH
 

@@ -437,7 +437,7 @@ class GroupCoordinator:
         if part is None or tp is None:
             return dict.fromkeys(offsets, error)
         if part.consumers.group(group_id) is not None:
-            error = part.consumers.check_commit(group_id, member_id, generation, api_version)
+            error = part.consumers.check_commit(group_id, member_id, generation, api_version=api_version)
         else:
             error = part.groups.check_commit(group_id, member_id, generation, self.broker.clock.wall_ms(), instance)
         if error != Errors.NONE:
@@ -571,7 +571,15 @@ class GroupCoordinator:
             return dict.fromkeys(offsets, error)
         # Kafka's validateOffsetCommit for a transactional commit: a member
         # is checked only when the request names one (v3+).
-        if generation >= 0 or member_id or group_instance_id is not None:
+        if part.consumers.group(group_id) is not None:
+            # A KIP-848 group: Kafka's validateOffsetCommit, always, a stale
+            # epoch told as ILLEGAL_GENERATION (what transactional clients know).
+            error = part.consumers.check_commit(group_id, member_id, generation, transactional=True)
+            if error != Errors.NONE:
+                return dict.fromkeys(
+                    offsets, error if error != Errors.STALE_MEMBER_EPOCH else Errors.ILLEGAL_GENERATION
+                )
+        elif generation >= 0 or member_id or group_instance_id is not None:
             g = part.groups.group(group_id)
             if g is not None and g.fenced(group_instance_id, member_id):
                 return dict.fromkeys(offsets, Errors.FENCED_INSTANCE_ID)

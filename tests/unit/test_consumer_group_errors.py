@@ -165,13 +165,14 @@ def test_session_and_rebalance_timeouts_remove_members() -> None:
 def test_offset_commit_checks_the_member_epoch() -> None:
     core = ConsumerGroups()
     join(core, "a")
-    assert core.check_commit("g", "a", 1, 9) == Errors.NONE
-    assert core.check_commit("g", "a", 0, 9) == Errors.STALE_MEMBER_EPOCH
-    assert core.check_commit("g", "x", 1, 9) == Errors.UNKNOWN_MEMBER_ID
-    assert core.check_commit("g", "a", 1, 8) == Errors.UNSUPPORTED_VERSION
-    assert core.check_commit("g", "", -1, 9) == Errors.UNKNOWN_MEMBER_ID  # members: no admin commit
+    assert core.check_commit("g", "a", 1) == Errors.NONE
+    assert core.check_commit("g", "a", 0) == Errors.STALE_MEMBER_EPOCH
+    assert core.check_commit("g", "x", 1) == Errors.UNKNOWN_MEMBER_ID
+    assert core.check_commit("g", "a", 1, api_version=8) == Errors.UNSUPPORTED_VERSION
+    assert core.check_commit("g", "a", 1, api_version=3, transactional=True) == Errors.NONE
+    assert core.check_commit("g", "", -1) == Errors.UNKNOWN_MEMBER_ID  # members: no admin commit
     core.heartbeat(HeartbeatIn("g", "a", -1), TOPICS, 0)
-    assert core.check_commit("g", "", -1, 9) == Errors.NONE  # empty: an admin's commit
+    assert core.check_commit("g", "", -1) == Errors.NONE  # empty: an admin's commit
 
 
 def test_assignors() -> None:
