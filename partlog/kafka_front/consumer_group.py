@@ -233,7 +233,9 @@ class ConsumerGroups:
             return m, self._update(m, req)
         if req.instance_id is not None and req.instance_id in g.static:
             old = g.members[g.static[req.instance_id]]
-            if old.member_epoch != STATIC_LEAVE_EPOCH:
+            # Kafka refuses while the instance is in use; its own member id
+            # (kept for life since KIP-1082) rejoining after a fence is let in.
+            if old.member_epoch != STATIC_LEAVE_EPOCH and old.member_id != mid:
                 return HeartbeatOut(Errors.UNRELEASED_INSTANCE_ID, req.member_id,
                                     message=f"{req.instance_id} is owned by {old.member_id}")  # fmt: skip
             # A static member back: the new member id takes its place and
@@ -352,10 +354,13 @@ class ConsumerGroups:
             return
         kept = m.assigned & target
         revoke = m.assigned - target
-        if revoke:
+        if revoke and (owned is None or owned & revoke):
             m.state, m.assigned, m.revoking = MemberState.UNREVOKED_PARTITIONS, kept, revoke
             m.revoke_deadline_ms = now_ms + max(m.rebalance_timeout_ms, 0)
             return
+        for tp in revoke:  # the member says it holds them no more
+            if g.owners.get(tp) == m.member_id:
+                del g.owners[tp]
         free = frozenset(tp for tp in target - kept if g.owners.get(tp, m.member_id) == m.member_id)
         for tp in free:
             g.owners[tp] = m.member_id

@@ -28,8 +28,9 @@ GROUP = "g"
 
 
 class Client:
-    def __init__(self, subscribed: frozenset[str]) -> None:
+    def __init__(self, subscribed: frozenset[str], instance_id: str | None = None) -> None:
         self.subscribed = subscribed
+        self.instance_id = instance_id
         self.epoch = 0
         self.owned: Assignment = frozenset()
 
@@ -42,12 +43,19 @@ class ConsumerGroupModel(RuleBasedStateMachine):
         self.clients: dict[str, Client] = {}
         self.last_group_epoch = 0
 
-    def _beat(self, mid: str, **kw: object) -> None:
+    def _beat(self, mid: str, *, lost: bool = False, **kw: object) -> None:
         c = self.clients[mid]
         owned = frozenset() if c.epoch == 0 else c.owned
         req = HeartbeatIn(GROUP, mid, c.epoch, owned=owned, subscribed_topic_names=tuple(sorted(c.subscribed)),
-                          rebalance_timeout_ms=SESSION_TIMEOUT_MS_DEFAULT, **kw)  # type: ignore[arg-type]  # fmt: skip
+                          rebalance_timeout_ms=SESSION_TIMEOUT_MS_DEFAULT, instance_id=c.instance_id,
+                          **kw)  # type: ignore[arg-type]  # fmt: skip
         out = self.core.heartbeat(req, TOPICS, self.now)
+        if lost:
+            return  # the answer never reached the client
+        if out.error == Errors.FENCED_MEMBER_EPOCH and c.epoch > 0:
+            # As a client: it gives up everything and joins again.
+            c.owned, c.epoch = frozenset(), 0
+            return self._beat(mid)
         assert out.error == Errors.NONE, out
         assert out.member_epoch >= c.epoch, "a member epoch went back"
         c.epoch = out.member_epoch
@@ -58,8 +66,41 @@ class ConsumerGroupModel(RuleBasedStateMachine):
     @rule(mid=st.sampled_from(MEMBERS), subs=st.sets(st.sampled_from(sorted(TOPICS)), min_size=1),
           assignor=st.sampled_from((None, *ASSIGNORS)))  # fmt: skip
     def join(self, mid: str, subs: set[str], assignor: str | None) -> None:
-        self.clients[mid] = Client(frozenset(subs))
+        old = self.clients.get(mid)
+        self.clients[mid] = Client(frozenset(subs), old.instance_id if old is not None else None)
         self._beat(mid, server_assignor=assignor)
+
+    def _free_ids(self) -> list[str]:
+        """Member ids not in use whose instance id is not in use either."""
+        used = {c.instance_id for c in self.clients.values()}
+        return [m for m in MEMBERS if m not in self.clients and f"i-{m}" not in used]
+
+    @precondition(lambda self: self._free_ids())
+    @rule(data=st.data(), subs=st.sets(st.sampled_from(sorted(TOPICS)), min_size=1))
+    def join_static(self, data: st.DataObject, subs: set[str]) -> None:
+        mid = data.draw(st.sampled_from(self._free_ids()))
+        self.clients[mid] = Client(frozenset(subs), f"i-{mid}")
+        self._beat(mid)
+
+    @precondition(lambda self: any(c.instance_id for c in self.clients.values()))
+    @rule(data=st.data())
+    def static_member_restarts(self, data: st.DataObject) -> None:
+        """A static member leaves (-2), its process drops what it held, and
+        comes back under a new member id: same instance, same assignment."""
+        mid = data.draw(st.sampled_from(sorted(m for m, c in self.clients.items() if c.instance_id)))
+        c = self.clients.pop(mid)
+        out = self.core.heartbeat(HeartbeatIn(GROUP, mid, -2, instance_id=c.instance_id), TOPICS, self.now)
+        assert (out.error, out.member_epoch) == (Errors.NONE, -2)
+        new_mid = f"{mid}'"
+        if new_mid in self.clients or len(new_mid) > 6:
+            new_mid = mid  # keep the ids few
+        self.clients[new_mid] = Client(c.subscribed, c.instance_id)
+        self._beat(new_mid)
+
+    @precondition(lambda self: self.clients)
+    @rule(data=st.data())
+    def an_answer_is_lost(self, data: st.DataObject) -> None:
+        self._beat(data.draw(st.sampled_from(sorted(self.clients))), lost=True)
 
     @precondition(lambda self: self.clients)
     @rule(data=st.data())
@@ -77,7 +118,8 @@ class ConsumerGroupModel(RuleBasedStateMachine):
     @rule(data=st.data())
     def leave(self, data: st.DataObject) -> None:
         mid = data.draw(st.sampled_from(sorted(self.clients)))
-        out = self.core.heartbeat(HeartbeatIn(GROUP, mid, -1), TOPICS, self.now)
+        c = self.clients[mid]
+        out = self.core.heartbeat(HeartbeatIn(GROUP, mid, -1, instance_id=c.instance_id), TOPICS, self.now)
         assert out.error == Errors.NONE and out.member_epoch == -1
         del self.clients[mid]
 
@@ -86,7 +128,11 @@ class ConsumerGroupModel(RuleBasedStateMachine):
     def stale_heartbeat_is_fenced(self, data: st.DataObject) -> None:
         mid = data.draw(st.sampled_from(sorted(self.clients)))
         c = self.clients[mid]
-        out = self.core.heartbeat(HeartbeatIn(GROUP, mid, c.epoch + 1, owned=c.owned), TOPICS, self.now)
+        g = self.core.group(GROUP)
+        assert g is not None
+        ahead = g.members[mid].member_epoch + 1  # ahead of the coordinator
+        req = HeartbeatIn(GROUP, mid, ahead, owned=c.owned, instance_id=c.instance_id)
+        out = self.core.heartbeat(req, TOPICS, self.now)
         assert out.error == Errors.FENCED_MEMBER_EPOCH
 
     @rule()
