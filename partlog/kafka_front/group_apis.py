@@ -242,7 +242,8 @@ class GroupApis(ApiHandlers):
                 continue
             error, g = await self.groups.consumer_group(gid)
             if g is None:
-                groups.append({**base, "error_code": int(error), "error_message": f"Group {gid} not found."})
+                found = f"Group {gid} not found." if error == Errors.GROUP_ID_NOT_FOUND else None
+                groups.append({**base, "error_code": int(error), "error_message": found})
                 continue
             topics = {n for m in g.members.values() for n in m.subscribed}
             topics |= {names.get(tid, "") for m in g.members.values() for tid, _ in m.assigned} - {""}

@@ -4,15 +4,18 @@ the classic protocol still served beside it."""
 
 from __future__ import annotations
 
+import socket
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from partlog.kafka.errors import Errors
 from partlog.tools.local_cluster import TOPIC
-from tests.kafka_helpers import ClusterThread
+from tests.kafka_helpers import ClusterThread, kio_answer, kio_request, read_frame
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
@@ -100,5 +103,93 @@ def test_the_classic_protocol_still_works_beside_it(cluster: ClusterThread) -> N
     reads: list[Counter[tuple[int, int]]] = [Counter()]
     try:
         _poll_until([c], reads, lambda: acked <= set(reads[0]))
+    finally:
+        c.close()
+
+
+def _ask(port: int, api_key: int, version: int, body: dict[str, Any]) -> Any:
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(kio_request(api_key, version, 7, body))
+        frame = read_frame(s)
+    assert frame is not None
+    return kio_answer(api_key, version, frame)
+
+
+def _join(group: str, member: str, topics: tuple[str, ...] = (TOPIC,)) -> dict[str, Any]:
+    return {"group_id": group, "member_id": member, "member_epoch": 0, "rebalance_timeout": 30_000,
+            "subscribed_topic_names": list(topics), "topic_partitions": []}  # fmt: skip
+
+
+def test_the_wire_answers(cluster: ClusterThread) -> None:
+    """ConsumerGroupHeartbeat, ConsumerGroupDescribe and the classic APIs'
+    answers about a KIP-848 group, request by request."""
+    versions = _ask(cluster.kafka_port(1), 18, 3, {"client_software_name": "t", "client_software_version": "1"})
+    served = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in versions.api_keys}
+    assert served[68] == (0, 1) and served[69] == (0, 1) and served[8][1] == 9
+    group = "g-wire"
+    found = _ask(cluster.kafka_port(1), 10, 3, {"key": group, "key_type": 0})
+    assert found.error_code == 0
+    port, other = found.port, next(p for b, p in cluster.cluster.kafka_ports.items() if b != found.node_id)
+    assert _ask(other, 68, 1, _join(group, "m1")).error_code == Errors.NOT_COORDINATOR
+    hb = _ask(port, 68, 1, _join(group, "m1"))
+    assert (hb.error_code, hb.member_id, hb.member_epoch, int(hb.heartbeat_interval.total_seconds())) == (0, "m1", 1, 5)
+    [tp] = hb.assignment.topic_partitions
+    assert sorted(tp.partitions) == list(range(PARTITIONS))
+    assert _ask(port, 68, 1, {**_join(group, "m2"), "server_assignor": "sticky"}).error_code == 112
+    assert _ask(port, 68, 1, {**_join(group, "m2"), "member_epoch": 5}).error_code == Errors.UNKNOWN_MEMBER_ID
+    assert _ask(port, 68, 1, {**_join(group, "m1"), "member_epoch": 9}).error_code == 110  # FENCED_MEMBER_EPOCH
+    assert _ask(port, 68, 1, {**_join(group, "m2"), "member_epoch": -3}).error_code == Errors.INVALID_REQUEST
+    # The classic protocol is refused for it, and sees it as Kafka 4 does.
+    classic = {"group_id": group, "session_timeout": 10_000, "rebalance_timeout": 10_000, "member_id": "",
+               "group_instance_id": None, "protocol_type": "consumer",
+               "protocols": [{"name": "range", "metadata": b""}]}  # fmt: skip
+    assert _ask(port, 11, 5, classic).error_code == Errors.INCONSISTENT_GROUP_PROTOCOL
+    listed = _ask(port, 16, 4, {"states_filter": []})
+    assert {(g.group_id, g.protocol_type) for g in listed.groups} >= {(group, "consumer")}
+    [d] = _ask(port, 15, 5, {"groups": [group], "include_authorized_operations": False}).groups
+    assert (d.error_code, d.group_state) == (0, "Dead")
+    # ConsumerGroupDescribe.
+    [g] = _ask(port, 69, 1, {"group_ids": [group], "include_authorized_operations": False}).groups
+    assert (g.error_code, g.group_state, g.group_epoch, g.assignment_epoch, g.assignor_name) == (
+        0, "Stable", 1, 1, "uniform")  # fmt: skip
+    [m] = g.members
+    assert (m.member_id, m.member_epoch, list(m.subscribed_topic_names)) == ("m1", 1, [TOPIC])
+    assert m.assignment.topic_partitions[0].topic_name == TOPIC
+    at = _ask(port, 10, 3, {"key": "g-none", "key_type": 0}).port
+    [none] = _ask(at, 69, 1, {"group_ids": ["g-none"], "include_authorized_operations": False}).groups
+    assert (none.error_code, none.error_message) == (Errors.GROUP_ID_NOT_FOUND, "Group g-none not found.")
+    # OffsetCommit: v9 with the member epoch; v8 refused for such a member.
+    offset = {"partition_index": 0, "committed_offset": 3, "committed_leader_epoch": -1, "committed_metadata": None}
+    commit = {"group_id": group, "generation_id_or_member_epoch": 1, "member_id": "m1", "group_instance_id": None,
+              "topics": [{"name": TOPIC, "partitions": [offset]}]}  # fmt: skip
+    assert _ask(port, 8, 9, commit).topics[0].partitions[0].error_code == 0
+    stale = {**commit, "generation_id_or_member_epoch": 0}
+    assert _ask(port, 8, 9, stale).topics[0].partitions[0].error_code == 113  # STALE_MEMBER_EPOCH
+    old = {**commit, "generation_id": 1}
+    del old["generation_id_or_member_epoch"]
+    assert _ask(port, 8, 8, old).topics[0].partitions[0].error_code == Errors.UNSUPPORTED_VERSION
+    fetched = _ask(port, 9, 7, {"group_id": group, "topics": [{"name": TOPIC, "partition_indexes": [0]}],
+                                "require_stable": False})  # fmt: skip
+    assert fetched.topics[0].partitions[0].committed_offset == 3
+    # Leaving: the group is empty, a classic member may take the id over.
+    left = _ask(port, 68, 1, {**_join(group, "m1"), "member_epoch": -1})
+    assert (left.error_code, left.member_epoch) == (0, -1)
+    [g] = _ask(port, 69, 1, {"group_ids": [group], "include_authorized_operations": False}).groups
+    assert (g.group_state, g.members) == ("Empty", ())
+    assert uuid.UUID(int=0) != tp.topic_id
+
+
+def test_a_classic_group_with_members_refuses_the_new_protocol(cluster: ClusterThread) -> None:
+    group = "g-classic-busy"
+    c = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                                  "auto.offset.reset": "earliest"})  # fmt: skip
+    c.subscribe([TOPIC])
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while not c.assignment() and time.monotonic() < deadline:
+            c.poll(0.1)
+        assert c.assignment()
+        port = _ask(cluster.kafka_port(1), 10, 3, {"key": group, "key_type": 0}).port
+        assert _ask(port, 68, 1, _join(group, "m1")).error_code == Errors.GROUP_ID_NOT_FOUND
     finally:
         c.close()
