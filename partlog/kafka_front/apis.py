@@ -98,7 +98,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     3: (0, 12),  # Metadata
     18: (0, 4),  # ApiVersions
     8: (2, 9),  # OffsetCommit (v9: KIP-848's member epoch)
-    9: (1, 7),  # OffsetFetch
+    9: (1, 9),  # OffsetFetch (v8: several groups; v9: KIP-848's member epoch)
     10: (0, 4),  # FindCoordinator
     11: (0, 7),  # JoinGroup
     12: (0, 4),  # Heartbeat

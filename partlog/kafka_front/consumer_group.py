@@ -414,6 +414,17 @@ class ConsumerGroups:
         return True
 
 
+def check_fetch(g: ConsumerGroup, member_id: str | None, member_epoch: int) -> Errors:
+    """Kafka's ConsumerGroup.validateOffsetFetch (OffsetFetch v9+): no
+    member id and a negative epoch is an admin client's fetch."""
+    if member_id is None and member_epoch < 0:
+        return Errors.NONE
+    m = g.members.get(member_id or "")
+    if m is None:
+        return Errors.UNKNOWN_MEMBER_ID
+    return Errors.NONE if member_epoch == m.member_epoch else Errors.STALE_MEMBER_EPOCH
+
+
 def _subscribed(g: ConsumerGroup) -> set[str]:
     return {n for m in g.members.values() for n in m.subscribed}
 
@@ -464,4 +475,5 @@ __all__ = [
     "HeartbeatOut",
     "Member",
     "MemberState",
+    "check_fetch",
 ]

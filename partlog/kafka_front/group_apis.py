@@ -15,7 +15,7 @@ from partlog.acl import AclOperation
 from partlog.kafka.errors import Errors
 from partlog.kafka_front.authz import denied
 from partlog.kafka_front.consumer_assignor import Assignment
-from partlog.kafka_front.consumer_group import HEARTBEAT_INTERVAL_MS_DEFAULT, ConsumerGroup, HeartbeatIn
+from partlog.kafka_front.consumer_group import HEARTBEAT_INTERVAL_MS_DEFAULT, ConsumerGroup, HeartbeatIn, check_fetch
 from partlog.kafka_front.group_coordinator import GroupCoordinator
 from partlog.kafka_front.group_delete import delete_groups
 from partlog.kafka_front.handler import ApiHandlers, Session, duration_ms
@@ -143,14 +143,45 @@ class GroupApis(ApiHandlers):
         return {"throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]}
 
     async def offset_fetch(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        require_stable = bool(getattr(body, "require_stable", False))
+        if req.api_version >= 8:
+            # v8+: several groups; v9: a KIP-848 member's id and epoch.
+            groups = []
+            for g in body.groups:
+                wanted = None if g.topics is None else [(t.name, int(p)) for t in g.topics for p in t.partition_indexes]
+                member = (getattr(g, "member_id", None), int(getattr(g, "member_epoch", -1)))
+                error, topics = await self._fetch_group(g.group_id, wanted, require_stable, session, member)
+                groups.append({"group_id": g.group_id, "topics": topics, "error_code": int(error)})
+            return {"throttle_time": 0, "groups": groups}
         wanted = None
         if body.topics is not None:
             wanted = [(t.name, int(p)) for t in body.topics for p in t.partition_indexes]
-        require_stable = bool(getattr(body, "require_stable", False))
-        if self.authz.group(session, AclOperation.DESCRIBE, body.group_id):
-            error, found = await self.groups.fetch_offsets(body.group_id, wanted, require_stable)
-        else:
-            error, found = Errors.GROUP_AUTHORIZATION_FAILED, {}
+        error, topics = await self._fetch_group(body.group_id, wanted, require_stable, session)
+        if error != Errors.NONE and req.api_version < 2 and wanted is not None:
+            # v0-v1 have no top-level error: each partition carries it.
+            by_topic: dict[str, list[dict[str, Any]]] = {}
+            for name, p in wanted:
+                by_topic.setdefault(name, []).append({"partition_index": p, "committed_offset": -1, "metadata": "",
+                                                      "error_code": int(error)})  # fmt: skip
+            topics = [{"name": n, "partitions": ps} for n, ps in by_topic.items()]
+        return {"throttle_time": 0, "topics": topics, "error_code": int(error)}
+
+    async def _fetch_group(
+        self,
+        group_id: str,
+        wanted: list[tuple[str, int]] | None,
+        require_stable: bool,
+        session: Session,
+        member: tuple[str | None, int] = (None, -1),
+    ) -> tuple[Errors, list[dict[str, Any]]]:
+        """One group's committed offsets as the answer's topics, and its error."""
+        if not self.authz.group(session, AclOperation.DESCRIBE, group_id):
+            return Errors.GROUP_AUTHORIZATION_FAILED, []
+        if member != (None, -1):
+            _, g = await self.groups.consumer_group(group_id)
+            if g is not None and (refused := check_fetch(g, *member)) != Errors.NONE:
+                return refused, []
+        error, found = await self.groups.fetch_offsets(group_id, wanted, require_stable)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         described: dict[str, bool] = {}
         for (name, p), c in found.items():
@@ -170,14 +201,7 @@ class GroupApis(ApiHandlers):
             elif c is not None:
                 row.update(committed_offset=c.offset, committed_leader_epoch=c.leader_epoch, metadata=c.metadata)
             by_topic.setdefault(name, []).append(row)
-        if error != Errors.NONE and req.api_version < 2 and wanted is not None:
-            # v0-v1 have no top-level error: each partition carries it.
-            by_topic = {}
-            for name, p in wanted:
-                by_topic.setdefault(name, []).append({"partition_index": p, "committed_offset": -1, "metadata": "",
-                                                      "error_code": int(error)})  # fmt: skip
-        topics = [{"name": n, "partitions": ps} for n, ps in by_topic.items()]
-        return {"throttle_time": 0, "topics": topics, "error_code": int(error)}
+        return error, [{"name": n, "partitions": ps} for n, ps in by_topic.items()]
 
     async def list_groups(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         states = {s.lower() for s in getattr(body, "states_filter", ())}

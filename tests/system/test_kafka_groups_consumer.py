@@ -171,6 +171,14 @@ def test_the_wire_answers(cluster: ClusterThread) -> None:
     fetched = _ask(port, 9, 7, {"group_id": group, "topics": [{"name": TOPIC, "partition_indexes": [0]}],
                                 "require_stable": False})  # fmt: skip
     assert fetched.topics[0].partitions[0].committed_offset == 3
+    # OffsetFetch v9: the member's epoch, as Kafka's validateOffsetFetch.
+    topics = [{"name": TOPIC, "partition_indexes": [0]}]
+    for member, epoch, error in (("m1", 1, 0), (None, -1, 0), ("m1", 0, 113), ("m9", 1, Errors.UNKNOWN_MEMBER_ID)):
+        ask = {"group_id": group, "member_id": member, "member_epoch": epoch, "topics": topics}
+        [fg] = _ask(port, 9, 9, {"groups": [ask], "require_stable": False}).groups
+        assert fg.error_code == error, (member, epoch)
+        assert not error or not fg.topics
+        assert error or fg.topics[0].partitions[0].committed_offset == 3
     # Leaving: the group is empty, a classic member may take the id over.
     left = _ask(port, 68, 1, {**_join(group, "m1"), "member_epoch": -1})
     assert (left.error_code, left.member_epoch) == (0, -1)
