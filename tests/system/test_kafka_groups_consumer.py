@@ -4,7 +4,6 @@ the classic protocol still served beside it."""
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from collections import Counter
@@ -15,7 +14,8 @@ import pytest
 
 from partlog.kafka.errors import Errors
 from partlog.tools.local_cluster import TOPIC
-from tests.kafka_helpers import ClusterThread, kio_answer, kio_request, read_frame
+from tests.integration.test_kafka_group_errors import _call as _ask
+from tests.kafka_helpers import ClusterThread
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
@@ -105,14 +105,6 @@ def test_the_classic_protocol_still_works_beside_it(cluster: ClusterThread) -> N
         _poll_until([c], reads, lambda: acked <= set(reads[0]))
     finally:
         c.close()
-
-
-def _ask(port: int, api_key: int, version: int, body: dict[str, Any]) -> Any:
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
-        s.sendall(kio_request(api_key, version, 7, body))
-        frame = read_frame(s)
-    assert frame is not None
-    return kio_answer(api_key, version, frame)
 
 
 def _join(group: str, member: str, topics: tuple[str, ...] = (TOPIC,)) -> dict[str, Any]:
