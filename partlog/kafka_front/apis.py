@@ -104,8 +104,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     12: (0, 4),  # Heartbeat
     13: (0, 5),  # LeaveGroup
     14: (0, 5),  # SyncGroup
-    15: (0, 5),  # DescribeGroups
-    16: (0, 4),  # ListGroups
+    15: (0, 6),  # DescribeGroups (v6: KIP-1043's GROUP_ID_NOT_FOUND)
+    16: (0, 5),  # ListGroups (v5: KIP-848's group type)
     42: (0, 2),  # DeleteGroups
     17: (0, 1),  # SaslHandshake (v0: raw tokens follow, as before KIP-152)
     19: (2, 7),  # CreateTopics

@@ -205,20 +205,31 @@ class GroupApis(ApiHandlers):
 
     async def list_groups(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         states = {s.lower() for s in getattr(body, "states_filter", ())}
+        # v5 (KIP-848): each group's type, "classic" or "consumer", and a filter on it.
+        types = {t.lower() for t in getattr(body, "types_filter", ())}
+        modern = self.groups.consumer_groups_here()
         # As Kafka: DESCRIBE on the cluster lists all, else those the principal may describe.
         every = self.authz.cluster(session, AclOperation.DESCRIBE)
-        groups = [
-            {"group_id": g, "protocol_type": pt, "group_state": st}
-            for g, pt, st in self.groups.groups_here()
-            if (not states or st.lower() in states) and (every or self.authz.group(session, AclOperation.DESCRIBE, g))
-        ]
+        groups = []
+        for g, pt, st in self.groups.groups_here():
+            gt = "consumer" if g in modern else "classic"
+            if (states and st.lower() not in states) or (types and gt not in types):
+                continue
+            if every or self.authz.group(session, AclOperation.DESCRIBE, g):
+                groups.append({"group_id": g, "protocol_type": pt, "group_state": st, "group_type": gt})
         return {"throttle_time": 0, "error_code": 0, "groups": groups}
 
     async def describe_groups(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         groups = []
+        modern = self.groups.consumer_groups_here() if req.api_version >= 6 else set()
         for g in body.groups:
             if self.authz.group(session, AclOperation.DESCRIBE, g):
-                groups.append(await self.groups.describe(g))
+                d = await self.groups.describe(g)
+                if req.api_version >= 6 and d["error_code"] == 0 and d["group_state"] == "Dead":
+                    # v6 (KIP-1043): no such group, or no classic group, is an error.
+                    why = "is not a classic group" if g in modern else "not found"
+                    d = {**d, "error_code": int(Errors.GROUP_ID_NOT_FOUND), "error_message": f"Group {g} {why}."}
+                groups.append(d)
             else:
                 groups.append({"error_code": int(Errors.GROUP_AUTHORIZATION_FAILED), "group_id": g, "group_state": "",
                                "protocol_type": "", "protocol_data": "", "members": []})  # fmt: skip

@@ -334,8 +334,7 @@ class GroupCoordinator:
             # client backed off instead of finding the coordinator).
             return join_answer(error, member_id=member_id)
         if not part.consumers.forget_empty(group_id):
-            # A KIP-848 group with members (Kafka 4 would take the member in
-            # through online migration, not served here).
+            # A KIP-848 group with members (Kafka 4 migrates the member in: not served).
             return join_answer(Errors.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
         token, fut = self._token()
         now = part.groups.join(token, group_id, member_id, now_ms=self.broker.clock.wall_ms(), **kw)
@@ -380,8 +379,8 @@ class GroupCoordinator:
         while True:
             self._wake.clear()
             now = self.broker.clock.wall_ms()
-            due = [d for p in self._parts.values() for d in (p.groups.next_deadline_ms(),
-                                                              p.consumers.next_deadline_ms())]  # fmt: skip
+            due = [p.groups.next_deadline_ms() for p in self._parts.values()]
+            due += [p.consumers.next_deadline_ms() for p in self._parts.values()]
             nearest = min((d for d in due if d is not None), default=now + TICK_MS_MAX)
             delay = max(0.0, min(nearest - now, TICK_MS_MAX) / 1000)
             with contextlib.suppress(TimeoutError):
@@ -403,8 +402,7 @@ class GroupCoordinator:
         if part is None:
             return HeartbeatOut(error, req.member_id)
         if req.group_id and part.groups.forget(req.group_id) != Errors.NONE:
-            # A classic group with members (Kafka 4 upgrades it online only
-            # when its policy allows; not served here).
+            # A classic group with members (Kafka 4 may upgrade it online: not served).
             return HeartbeatOut(Errors.GROUP_ID_NOT_FOUND, req.member_id,
                                 message=f"Group {req.group_id} is not a consumer group.")  # fmt: skip
         answer = part.consumers.heartbeat(req, topics, self.broker.clock.wall_ms(), version=version)
@@ -629,6 +627,10 @@ class GroupCoordinator:
             for key in values:
                 out[key] = error
         return out
+
+    def consumer_groups_here(self) -> set[str]:
+        """The KIP-848 groups among those (ListGroups v5's group type)."""
+        return {g for p in self._parts.values() for g in p.consumers.groups}
 
     def groups_here(self) -> list[tuple[str, str, str]]:
         """(group id, protocol type, state) of every group this broker coordinates."""

@@ -138,8 +138,14 @@ def test_the_wire_answers(cluster: ClusterThread) -> None:
     assert _ask(port, 11, 5, classic).error_code == Errors.INCONSISTENT_GROUP_PROTOCOL
     listed = _ask(port, 16, 4, {"states_filter": []})
     assert {(g.group_id, g.protocol_type) for g in listed.groups} >= {(group, "consumer")}
+    listed = _ask(port, 16, 5, {"states_filter": [], "types_filter": ["Consumer"]})
+    assert {(g.group_id, g.group_type) for g in listed.groups} == {(group, "consumer")}
+    listed = _ask(port, 16, 5, {"states_filter": [], "types_filter": ["classic"]})
+    assert group not in {g.group_id for g in listed.groups}
     [d] = _ask(port, 15, 5, {"groups": [group], "include_authorized_operations": False}).groups
     assert (d.error_code, d.group_state) == (0, "Dead")
+    [d] = _ask(port, 15, 6, {"groups": [group], "include_authorized_operations": False}).groups
+    assert (d.error_code, d.error_message, d.group_state) == (69, f"Group {group} is not a classic group.", "Dead")
     # ConsumerGroupDescribe.
     [g] = _ask(port, 69, 1, {"group_ids": [group], "include_authorized_operations": False}).groups
     assert (g.error_code, g.group_state, g.group_epoch, g.assignment_epoch, g.assignor_name) == (
