@@ -544,6 +544,9 @@ ROWS = [
     _row("describe-groups-unknown-group", "open", "coordinator", 15, 5,
          {"groups": ["no-such-group"], "include_authorized_operations": False}, _describe_groups, (E.NONE, "Dead"),
          "GroupMetadataManager.describeGroups (GroupIdNotFoundException: state Dead)"),
+    _row("describe-groups-v6-unknown-group", "open", "coordinator", 15, 6,
+         {"groups": ["no-such-group"], "include_authorized_operations": False}, _describe_groups,
+         (E.GROUP_ID_NOT_FOUND, "Dead"), "GroupMetadataManager.describeGroups (v6+: the error, KIP-1043)"),
     _row("describe-groups-refused", "locked", "any", 15, 5, {"groups": [GROUP], "include_authorized_operations": False},
          GROUPS, E.GROUP_AUTHORIZATION_FAILED, "KafkaApis.handleDescribeGroupsRequest (DESCRIBE on the group)"),
     # -------------------------------------------------------------- ListGroups
