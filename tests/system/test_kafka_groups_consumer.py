@@ -199,3 +199,34 @@ def test_a_classic_group_with_members_refuses_the_new_protocol(cluster: ClusterT
         assert _ask(port, 68, 1, _join(group, "m1")).error_code == Errors.GROUP_ID_NOT_FOUND
     finally:
         c.close()
+
+
+def test_members_join_the_new_coordinator_after_it_moves(tmp_path: Any) -> None:
+    """Membership is in memory: the coordinator's broker dies, the new one
+    answers UNKNOWN_MEMBER_ID, the member joins it at epoch 0 and reads on."""
+    c = ClusterThread(str(tmp_path), partitions=PARTITIONS)
+    try:
+        group = "g-moved"
+        first = _produce(c, 60, "m")
+        consumer = _consumer(c, group, **{"enable.auto.commit": True, "auto.commit.interval.ms": 200})
+        reads: list[Counter[tuple[int, int]]] = [Counter()]
+        try:
+            _poll_until([consumer], reads, lambda: first <= set(reads[0]))
+            ports = dict(c.cluster.kafka_ports)
+            old = _ask(next(iter(ports.values())), 10, 3, {"key": group, "key_type": 0}).node_id
+            c.kill(old)
+            live = next(p for b, p in ports.items() if b != old)
+            second = _produce(c, 60, "n")
+
+            def rejoined() -> bool:
+                found = _ask(live, 10, 3, {"key": group, "key_type": 0})
+                if found.error_code or found.node_id == old:
+                    return False
+                [g] = _ask(found.port, 69, 1, {"group_ids": [group], "include_authorized_operations": False}).groups
+                return g.error_code == 0 and g.group_state == "Stable" and len(g.members) == 1
+
+            _poll_until([consumer], reads, lambda: second <= set(reads[0]) and rejoined())
+        finally:
+            consumer.close()
+    finally:
+        c.close()
