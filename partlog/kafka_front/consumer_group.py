@@ -45,7 +45,8 @@ from partlog.kafka_front.consumer_assignor import ASSIGNORS, Assignment, TopicPa
 
 log = logging.getLogger(__name__)
 
-# Kafka's group.consumer.session.timeout.ms and heartbeat.interval.ms.
+# Kafka's group.consumer.session.timeout.ms and heartbeat.interval.ms (the
+# interval every answer tells the member).
 SESSION_TIMEOUT_MS_DEFAULT = 45_000
 HEARTBEAT_INTERVAL_MS_DEFAULT = 5_000
 # Kafka's group.consumer.max.size is unbounded; ours bounds a group's memory.
@@ -149,13 +150,11 @@ class ConsumerGroups:
         self,
         *,
         session_timeout_ms: int = SESSION_TIMEOUT_MS_DEFAULT,
-        heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS_DEFAULT,
         members_max: int = GROUP_MEMBERS_MAX,
         new_uuid: Callable[[], uuid.UUID] = uuid.uuid4,
     ) -> None:
-        assert 0 < heartbeat_interval_ms < session_timeout_ms
+        assert session_timeout_ms > HEARTBEAT_INTERVAL_MS_DEFAULT and members_max > 0
         self.session_timeout_ms = session_timeout_ms
-        self.heartbeat_interval_ms = heartbeat_interval_ms
         self.members_max = members_max
         self._new_uuid = new_uuid
         self.groups: dict[str, ConsumerGroup] = {}
