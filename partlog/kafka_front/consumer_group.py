@@ -183,6 +183,9 @@ class ConsumerGroups:
                 # which keeps it, answers GROUP_ID_NOT_FOUND for none).
                 return HeartbeatOut(Errors.UNKNOWN_MEMBER_ID, req.member_id, message=f"Group {req.group_id} not found.")
             if len(self.groups) >= GROUPS_MAX:
+                # Empty groups hold only their epochs (offsets live apart): they go first.
+                self.groups = {gid: held for gid, held in self.groups.items() if held.members}
+            if len(self.groups) >= GROUPS_MAX:
                 return HeartbeatOut(Errors.COORDINATOR_NOT_AVAILABLE, req.member_id)
             g = ConsumerGroup(req.group_id)
         if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
@@ -307,7 +310,7 @@ class ConsumerGroups:
             m.session_deadline_ms = now_ms + self.session_timeout_ms
             return HeartbeatOut(Errors.NONE, m.member_id, STATIC_LEAVE_EPOCH)
         self._remove(g, m)
-        self._after_removal(g, now_ms)
+        self._after_removal(g)
         return HeartbeatOut(Errors.NONE, req.member_id, LEAVE_EPOCH)
 
     def _remove(self, g: ConsumerGroup, m: Member) -> None:
@@ -320,7 +323,7 @@ class ConsumerGroups:
                 del g.owners[tp]
         g.group_epoch += 1
 
-    def _after_removal(self, g: ConsumerGroup, now_ms: int) -> None:
+    def _after_removal(self, g: ConsumerGroup) -> None:
         if not g.members:
             # As Kafka: an empty group stays (its offsets do), at its epoch.
             g.target.clear()
@@ -384,7 +387,7 @@ class ConsumerGroups:
             for m in gone:
                 self._remove(g, m)
             if gone:
-                self._after_removal(g, now_ms)
+                self._after_removal(g)
 
     # ------------------------------------------------------------- offsets
 

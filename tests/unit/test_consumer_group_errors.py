@@ -187,3 +187,14 @@ def test_assignors() -> None:
     assert u3["a"] <= u["a"] and u3["b"] <= u["b"]
     # Only subscribers get a topic's partitions.
     assert assign(UNIFORM, {"a": frozenset({"x"})}, TOPICS, {}) == {"a": frozenset()}
+
+
+def test_empty_groups_make_room_for_new_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("partlog.kafka_front.consumer_group.GROUPS_MAX", 2)
+    core = ConsumerGroups()
+    for g in ("g1", "g2"):
+        assert core.heartbeat(J(group_id=g), TOPICS, 0).error == Errors.NONE
+    assert core.heartbeat(J(group_id="g3"), TOPICS, 0).error == Errors.COORDINATOR_NOT_AVAILABLE
+    core.heartbeat(HeartbeatIn("g1", "m", -1), TOPICS, 0)
+    assert core.heartbeat(J(group_id="g3"), TOPICS, 0).error == Errors.NONE
+    assert set(core.groups) == {"g2", "g3"}
