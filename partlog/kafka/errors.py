@@ -93,6 +93,11 @@ class Errors(IntEnum):
     TRANSACTIONAL_ID_NOT_FOUND = 105
     FETCH_SESSION_TOPIC_ID_ERROR = 106
     NEW_LEADER_ELECTED = 108
+    # KIP-848's consumer groups (ConsumerGroupHeartbeat, OffsetCommit v9+).
+    FENCED_MEMBER_EPOCH = 110
+    UNRELEASED_INSTANCE_ID = 111
+    UNSUPPORTED_ASSIGNOR = 112
+    STALE_MEMBER_EPOCH = 113
 
     # --- partlog's own codes, outside Kafka's range on purpose -------------
     # A commit whose WAL object is older than commit.deadline.ms.  The

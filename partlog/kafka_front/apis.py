@@ -97,15 +97,15 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     2: (1, 7),  # ListOffsets
     3: (0, 12),  # Metadata
     18: (0, 4),  # ApiVersions
-    8: (2, 8),  # OffsetCommit
-    9: (1, 7),  # OffsetFetch
+    8: (2, 9),  # OffsetCommit (v9: KIP-848's member epoch)
+    9: (1, 9),  # OffsetFetch (v8: several groups; v9: KIP-848's member epoch)
     10: (0, 4),  # FindCoordinator
     11: (0, 7),  # JoinGroup
     12: (0, 4),  # Heartbeat
     13: (0, 5),  # LeaveGroup
     14: (0, 5),  # SyncGroup
-    15: (0, 5),  # DescribeGroups
-    16: (0, 4),  # ListGroups
+    15: (0, 6),  # DescribeGroups (v6: KIP-1043's GROUP_ID_NOT_FOUND)
+    16: (0, 5),  # ListGroups (v5: KIP-848's group type)
     42: (0, 2),  # DeleteGroups
     17: (0, 1),  # SaslHandshake (v0: raw tokens follow, as before KIP-152)
     19: (2, 7),  # CreateTopics
@@ -134,6 +134,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     51: (0, 0),  # AlterUserScramCredentials
     65: (0, 0),  # DescribeTransactions
     66: (0, 1),  # ListTransactions
+    68: (0, 1),  # ConsumerGroupHeartbeat (KIP-848)
+    69: (0, 1),  # ConsumerGroupDescribe
 }
 
 
@@ -294,6 +296,8 @@ class KafkaApis(ApiHandlers):
             LIST_PARTITION_REASSIGNMENTS_KEY: reassign.list_partition_reassignments,
             65: self.txn.describe_transactions,
             66: self.txn.list_transactions,
+            68: group.consumer_group_heartbeat,
+            69: group.consumer_group_describe,
         }
 
     # ------------------------------------------------------------ versions

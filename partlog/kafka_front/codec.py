@@ -82,6 +82,8 @@ API_KEYS: dict[int, str] = {
     51: "AlterUserScramCredentials",
     65: "DescribeTransactions",
     66: "ListTransactions",
+    68: "ConsumerGroupHeartbeat",
+    69: "ConsumerGroupDescribe",
 }
 API_VERSIONS_KEY = 18
 

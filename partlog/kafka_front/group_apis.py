@@ -1,6 +1,7 @@
 """The consumer-group APIs of the Kafka front end: FindCoordinator,
 JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
-ListGroups, DescribeGroups and DeleteGroups, mapped onto this broker's
+ListGroups, DescribeGroups, DeleteGroups and KIP-848's
+ConsumerGroupHeartbeat and ConsumerGroupDescribe, mapped onto this broker's
 :class:`partlog.kafka_front.group_coordinator.GroupCoordinator`
 (FindCoordinator of key type 1, transactions, onto its
 :class:`partlog.kafka_front.txn_coordinator.TxnCoordinator`)."""
@@ -13,6 +14,8 @@ from typing import Any
 from partlog.acl import AclOperation
 from partlog.kafka.errors import Errors
 from partlog.kafka_front.authz import denied
+from partlog.kafka_front.consumer_assignor import Assignment
+from partlog.kafka_front.consumer_group import HEARTBEAT_INTERVAL_MS_DEFAULT, ConsumerGroup, HeartbeatIn, check_fetch
 from partlog.kafka_front.group_coordinator import GroupCoordinator
 from partlog.kafka_front.group_delete import delete_groups
 from partlog.kafka_front.handler import ApiHandlers, Session, duration_ms
@@ -132,23 +135,53 @@ class GroupApis(ApiHandlers):
                 )
         if wanted or not answers:
             instance = getattr(body, "group_instance_id", None)
-            answers.update(
-                await self.groups.commit_offsets(body.group_id, body.member_id or "", generation, wanted, instance)
-            )
+            answers.update(await self.groups.commit_offsets(body.group_id, body.member_id or "", generation, wanted,
+                                                            instance, api_version=req.api_version))  # fmt: skip
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (name, p), e in answers.items():
             by_topic.setdefault(name, []).append({"partition_index": p, "error_code": int(e)})
         return {"throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in by_topic.items()]}
 
     async def offset_fetch(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        require_stable = bool(getattr(body, "require_stable", False))
+        if req.api_version >= 8:
+            # v8+: several groups; v9: a KIP-848 member's id and epoch.
+            groups = []
+            for g in body.groups:
+                wanted = None if g.topics is None else [(t.name, int(p)) for t in g.topics for p in t.partition_indexes]
+                member = (getattr(g, "member_id", None), int(getattr(g, "member_epoch", -1)))
+                error, topics = await self._fetch_group(g.group_id, wanted, require_stable, session, member)
+                groups.append({"group_id": g.group_id, "topics": topics, "error_code": int(error)})
+            return {"throttle_time": 0, "groups": groups}
         wanted = None
         if body.topics is not None:
             wanted = [(t.name, int(p)) for t in body.topics for p in t.partition_indexes]
-        require_stable = bool(getattr(body, "require_stable", False))
-        if self.authz.group(session, AclOperation.DESCRIBE, body.group_id):
-            error, found = await self.groups.fetch_offsets(body.group_id, wanted, require_stable)
-        else:
-            error, found = Errors.GROUP_AUTHORIZATION_FAILED, {}
+        error, topics = await self._fetch_group(body.group_id, wanted, require_stable, session)
+        if error != Errors.NONE and req.api_version < 2 and wanted is not None:
+            # v0-v1 have no top-level error: each partition carries it.
+            by_topic: dict[str, list[dict[str, Any]]] = {}
+            for name, p in wanted:
+                by_topic.setdefault(name, []).append({"partition_index": p, "committed_offset": -1, "metadata": "",
+                                                      "error_code": int(error)})  # fmt: skip
+            topics = [{"name": n, "partitions": ps} for n, ps in by_topic.items()]
+        return {"throttle_time": 0, "topics": topics, "error_code": int(error)}
+
+    async def _fetch_group(
+        self,
+        group_id: str,
+        wanted: list[tuple[str, int]] | None,
+        require_stable: bool,
+        session: Session,
+        member: tuple[str | None, int] = (None, -1),
+    ) -> tuple[Errors, list[dict[str, Any]]]:
+        """One group's committed offsets as the answer's topics, and its error."""
+        if not self.authz.group(session, AclOperation.DESCRIBE, group_id):
+            return Errors.GROUP_AUTHORIZATION_FAILED, []
+        if member != (None, -1):
+            _, g = await self.groups.consumer_group(group_id)
+            if g is not None and (refused := check_fetch(g, *member)) != Errors.NONE:
+                return refused, []
+        error, found = await self.groups.fetch_offsets(group_id, wanted, require_stable)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         described: dict[str, bool] = {}
         for (name, p), c in found.items():
@@ -168,34 +201,91 @@ class GroupApis(ApiHandlers):
             elif c is not None:
                 row.update(committed_offset=c.offset, committed_leader_epoch=c.leader_epoch, metadata=c.metadata)
             by_topic.setdefault(name, []).append(row)
-        if error != Errors.NONE and req.api_version < 2 and wanted is not None:
-            # v0-v1 have no top-level error: each partition carries it.
-            by_topic = {}
-            for name, p in wanted:
-                by_topic.setdefault(name, []).append({"partition_index": p, "committed_offset": -1, "metadata": "",
-                                                      "error_code": int(error)})  # fmt: skip
-        topics = [{"name": n, "partitions": ps} for n, ps in by_topic.items()]
-        return {"throttle_time": 0, "topics": topics, "error_code": int(error)}
+        return error, [{"name": n, "partitions": ps} for n, ps in by_topic.items()]
 
     async def list_groups(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         states = {s.lower() for s in getattr(body, "states_filter", ())}
+        # v5 (KIP-848): each group's type, "classic" or "consumer", and a filter on it.
+        types = {t.lower() for t in getattr(body, "types_filter", ())}
+        modern = self.groups.consumer_groups_here()
         # As Kafka: DESCRIBE on the cluster lists all, else those the principal may describe.
         every = self.authz.cluster(session, AclOperation.DESCRIBE)
-        groups = [
-            {"group_id": g, "protocol_type": pt, "group_state": st}
-            for g, pt, st in self.groups.groups_here()
-            if (not states or st.lower() in states) and (every or self.authz.group(session, AclOperation.DESCRIBE, g))
-        ]
+        groups = []
+        for g, pt, st in self.groups.groups_here():
+            gt = "consumer" if g in modern else "classic"
+            if (states and st.lower() not in states) or (types and gt not in types):
+                continue
+            if every or self.authz.group(session, AclOperation.DESCRIBE, g):
+                groups.append({"group_id": g, "protocol_type": pt, "group_state": st, "group_type": gt})
         return {"throttle_time": 0, "error_code": 0, "groups": groups}
 
     async def describe_groups(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         groups = []
+        modern = self.groups.consumer_groups_here() if req.api_version >= 6 else set()
         for g in body.groups:
             if self.authz.group(session, AclOperation.DESCRIBE, g):
-                groups.append(await self.groups.describe(g))
+                d = await self.groups.describe(g)
+                if req.api_version >= 6 and d["error_code"] == 0 and d["group_state"] == "Dead":
+                    # v6 (KIP-1043): no such group, or no classic group, is an error.
+                    why = "is not a classic group" if g in modern else "not found"
+                    d = {**d, "error_code": int(Errors.GROUP_ID_NOT_FOUND), "error_message": f"Group {g} {why}."}
+                groups.append(d)
             else:
                 groups.append({"error_code": int(Errors.GROUP_AUTHORIZATION_FAILED), "group_id": g, "group_state": "",
                                "protocol_type": "", "protocol_data": "", "members": []})  # fmt: skip
+        return {"throttle_time": 0, "groups": groups}
+
+    async def consumer_group_heartbeat(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        """KIP-848's ConsumerGroupHeartbeat, with Kafka's ACL checks: READ on
+        the group, DESCRIBE on every subscribed topic named."""
+        answer: dict[str, Any] = {"throttle_time": 0, "error_code": 0, "error_message": None,
+                                  "member_id": body.member_id, "member_epoch": -1,
+                                  "heartbeat_interval": 0, "assignment": None}  # fmt: skip
+        if not self.authz.group(session, AclOperation.READ, body.group_id):
+            return {**answer, "error_code": int(Errors.GROUP_AUTHORIZATION_FAILED)}
+        names = body.subscribed_topic_names
+        if names and not all(self.authz.topic(session, AclOperation.DESCRIBE, n) for n in names):
+            return {**answer, "error_code": int(Errors.TOPIC_AUTHORIZATION_FAILED)}
+        owned = None
+        if body.topic_partitions is not None:
+            owned = frozenset((t.topic_id, int(p)) for t in body.topic_partitions if t.topic_id is not None
+                              for p in t.partitions)  # fmt: skip
+        rebalance = duration_ms(body.rebalance_timeout)
+        hb = HeartbeatIn(
+            body.group_id, body.member_id, int(body.member_epoch), body.instance_id, body.rack_id, rebalance,
+            tuple(names) if names is not None else None, getattr(body, "subscribed_topic_regex", None),
+            body.server_assignor, owned, req.client_id or "", session.host,
+        )  # fmt: skip
+        out = await self.groups.consumer_heartbeat(hb, self.broker.topic_index, req.api_version)
+        if out.error != Errors.NONE:
+            return {**answer, "error_code": int(out.error), "error_message": out.message}
+        given = None if out.assignment is None else {"topic_partitions": _by_topic(out.assignment)}
+        return {**answer, "member_id": out.member_id, "member_epoch": out.member_epoch,
+                "heartbeat_interval": HEARTBEAT_INTERVAL_MS_DEFAULT, "assignment": given}  # fmt: skip
+
+    async def consumer_group_describe(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        """KIP-848's ConsumerGroupDescribe: DESCRIBE on each group, and on
+        every topic its members subscribe to or are assigned (Kafka 4)."""
+        groups = []
+        names = {tid: name for name, (tid, _) in self.broker.topic_index.items()}
+        for gid in body.group_ids:
+            base: dict[str, Any] = {"group_id": gid, "error_message": None, "group_state": "", "group_epoch": -1,
+                                    "assignment_epoch": -1, "assignor_name": "", "members": [],
+                                    "authorized_operations": -2147483648}  # fmt: skip
+            if not self.authz.group(session, AclOperation.DESCRIBE, gid):
+                groups.append({**base, "error_code": int(Errors.GROUP_AUTHORIZATION_FAILED)})
+                continue
+            error, g = await self.groups.consumer_group(gid)
+            if g is None:
+                found = f"Group {gid} not found." if error == Errors.GROUP_ID_NOT_FOUND else None
+                groups.append({**base, "error_code": int(error), "error_message": found})
+                continue
+            topics = {n for m in g.members.values() for n in m.subscribed}
+            topics |= {names.get(tid, "") for m in g.members.values() for tid, _ in m.assigned} - {""}
+            if not all(self.authz.topic(session, AclOperation.DESCRIBE, n) for n in topics):
+                groups.append({**base, "error_code": int(Errors.TOPIC_AUTHORIZATION_FAILED)})
+                continue
+            groups.append({**base, "error_code": 0, **_described(g, names)})
         return {"throttle_time": 0, "groups": groups}
 
     async def delete_groups(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
@@ -205,6 +295,30 @@ class GroupApis(ApiHandlers):
         done = await delete_groups(self.groups, allowed)
         results = [{"group_id": g, "error_code": int(done.get(g, Errors.GROUP_AUTHORIZATION_FAILED))} for g in names]
         return {"throttle_time": 0, "results": results}
+
+
+def _by_topic(assignment: Assignment, names: Mapping[Any, str] | None = None) -> list[dict[str, Any]]:
+    """An assignment as the wire's topic_partitions, sorted."""
+    by: dict[Any, list[int]] = {}
+    for tid, p in sorted(assignment):
+        by.setdefault(tid, []).append(p)
+    if names is None:
+        return [{"topic_id": tid, "partitions": ps} for tid, ps in by.items()]
+    return [{"topic_id": tid, "topic_name": names.get(tid, ""), "partitions": ps} for tid, ps in by.items()]
+
+
+def _described(g: ConsumerGroup, names: Mapping[Any, str]) -> dict[str, Any]:
+    members = []
+    for m in g.members.values():
+        target = g.target.get(m.member_id, frozenset())
+        members.append({"member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
+                        "member_epoch": m.member_epoch, "client_id": m.client_id, "client_host": m.client_host,
+                        "subscribed_topic_names": sorted(m.subscribed), "subscribed_topic_regex": None,
+                        "assignment": {"topic_partitions": _by_topic(m.assigned, names)},
+                        "target_assignment": {"topic_partitions": _by_topic(target, names)},
+                        "member_type": 1})  # fmt: skip
+    return {"group_state": g.state, "group_epoch": g.group_epoch, "assignment_epoch": g.assignment_epoch,
+            "assignor_name": g.assignor, "members": members}  # fmt: skip
 
 
 __all__ = ["GroupApis"]

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -44,6 +45,7 @@ from partlog.kafka.coordinator_key import java_string_hash, partition_for
 from partlog.kafka.errors import Errors
 from partlog.kafka.record_batch import build_record_batch, parse_records
 from partlog.kafka.records import TopicIdPartition
+from partlog.kafka_front.consumer_group import ConsumerGroup, ConsumerGroups, HeartbeatIn, HeartbeatOut
 from partlog.kafka_front.internal_log import (
     batches,
     coordinator_of,
@@ -105,6 +107,8 @@ class _Partition:
     # pending entry gone).
     in_flight: dict[int, int] = field(default_factory=dict)
     heard: dict[int, list[tuple[int, bool]]] = field(default_factory=dict)
+    # KIP-848 groups (group.protocol=consumer), beside the classic ones.
+    consumers: ConsumerGroups = field(default_factory=ConsumerGroups)
 
 
 class GroupCoordinator:
@@ -192,6 +196,7 @@ class GroupCoordinator:
                 Groups(initial_rebalance_delay_ms=self.initial_rebalance_delay_ms, new_uuid=self.broker.entropy.uuid4),
                 {},
                 asyncio.Event(),
+                consumers=ConsumerGroups(new_uuid=self.broker.entropy.uuid4),
             )
             self._parts[index] = part
             self._loads.add(asyncio.ensure_future(self._load(tp, part)))
@@ -328,6 +333,9 @@ class GroupCoordinator:
             # missing one failed the encoding (UNKNOWN_SERVER_ERROR, and the
             # client backed off instead of finding the coordinator).
             return join_answer(error, member_id=member_id)
+        if not part.consumers.forget_empty(group_id):
+            # A KIP-848 group with members (Kafka 4 migrates the member in: not served).
+            return join_answer(Errors.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
         token, fut = self._token()
         now = part.groups.join(token, group_id, member_id, now_ms=self.broker.clock.wall_ms(), **kw)
         return await self._wait(part, token, fut, now)
@@ -372,6 +380,7 @@ class GroupCoordinator:
             self._wake.clear()
             now = self.broker.clock.wall_ms()
             due = [p.groups.next_deadline_ms() for p in self._parts.values()]
+            due += [p.consumers.next_deadline_ms() for p in self._parts.values()]
             nearest = min((d for d in due if d is not None), default=now + TICK_MS_MAX)
             delay = max(0.0, min(nearest - now, TICK_MS_MAX) / 1000)
             with contextlib.suppress(TimeoutError):
@@ -381,8 +390,32 @@ class GroupCoordinator:
             now = self.broker.clock.wall_ms()
             for p in list(self._parts.values()):
                 p.groups.tick(now)
+                p.consumers.tick(now)
                 self._complete(p.groups.take_completions(), wake=False)
             self._wake.clear()
+
+    async def consumer_heartbeat(
+        self, req: HeartbeatIn, topics: Mapping[str, tuple[uuid.UUID, int]], version: int
+    ) -> HeartbeatOut:
+        """ConsumerGroupHeartbeat at this group's coordinator."""
+        error, part, _ = await self._partition(req.group_id, empty_ok=True)
+        if part is None:
+            return HeartbeatOut(error, req.member_id)
+        if req.group_id and part.groups.forget(req.group_id) != Errors.NONE:
+            # A classic group with members (Kafka 4 may upgrade it online: not served).
+            return HeartbeatOut(Errors.GROUP_ID_NOT_FOUND, req.member_id,
+                                message=f"Group {req.group_id} is not a consumer group.")  # fmt: skip
+        answer = part.consumers.heartbeat(req, topics, self.broker.clock.wall_ms(), version=version)
+        self._wake.set()
+        return answer
+
+    async def consumer_group(self, group_id: str) -> tuple[Errors, ConsumerGroup | None]:
+        """(error, the KIP-848 group or None) for ConsumerGroupDescribe."""
+        error, part, _ = await self._partition(group_id, empty_ok=True)
+        if part is None:
+            return error, None
+        g = part.consumers.group(group_id)
+        return (Errors.NONE, g) if g is not None else (Errors.GROUP_ID_NOT_FOUND, None)
 
     # -------------------------------------------------------------- offsets
 
@@ -393,13 +426,18 @@ class GroupCoordinator:
         generation: int,
         offsets: Mapping[tuple[str, int], tuple[int, int, str | None]],
         instance: str | None = None,
+        api_version: int = 9,
     ) -> dict[tuple[str, int], Errors]:
         """Write ``{(topic, partition): (offset, leader_epoch, metadata)}``
-        for the group; per partition the error."""
+        for the group; per partition the error.  A KIP-848 group checks the
+        member epoch (``generation``) instead of a generation."""
         error, part, tp = await self._partition(group_id, empty_ok=True)
         if part is None or tp is None:
             return dict.fromkeys(offsets, error)
-        error = part.groups.check_commit(group_id, member_id, generation, self.broker.clock.wall_ms(), instance)
+        if part.consumers.group(group_id) is not None:
+            error = part.consumers.check_commit(group_id, member_id, generation, api_version=api_version)
+        else:
+            error = part.groups.check_commit(group_id, member_id, generation, self.broker.clock.wall_ms(), instance)
         if error != Errors.NONE:
             return dict.fromkeys(offsets, error)
         if group_id not in part.offsets and len(part.offsets) >= OFFSET_GROUPS_MAX:
@@ -531,7 +569,15 @@ class GroupCoordinator:
             return dict.fromkeys(offsets, error)
         # Kafka's validateOffsetCommit for a transactional commit: a member
         # is checked only when the request names one (v3+).
-        if generation >= 0 or member_id or group_instance_id is not None:
+        if part.consumers.group(group_id) is not None:
+            # A KIP-848 group: Kafka's validateOffsetCommit, always, a stale
+            # epoch told as ILLEGAL_GENERATION (what transactional clients know).
+            error = part.consumers.check_commit(group_id, member_id, generation, transactional=True)
+            if error != Errors.NONE:
+                return dict.fromkeys(
+                    offsets, error if error != Errors.STALE_MEMBER_EPOCH else Errors.ILLEGAL_GENERATION
+                )
+        elif generation >= 0 or member_id or group_instance_id is not None:
             g = part.groups.group(group_id)
             if g is not None and g.fenced(group_instance_id, member_id):
                 return dict.fromkeys(offsets, Errors.FENCED_INSTANCE_ID)
@@ -582,14 +628,20 @@ class GroupCoordinator:
                 out[key] = error
         return out
 
+    def consumer_groups_here(self) -> set[str]:
+        """The KIP-848 groups among those (ListGroups v5's group type)."""
+        return {g for p in self._parts.values() for g in p.consumers.groups}
+
     def groups_here(self) -> list[tuple[str, str, str]]:
         """(group id, protocol type, state) of every group this broker coordinates."""
         out = []
         for part in self._parts.values():
             for g in part.groups.groups.values():
                 out.append((g.group_id, g.protocol_type or "", g.state.value))
+            for cg in part.consumers.groups.values():
+                out.append((cg.group_id, "consumer", cg.state))
             for gid in part.offsets:
-                if gid not in part.groups.groups:
+                if gid not in part.groups.groups and gid not in part.consumers.groups:
                     out.append((gid, part.groups.protocol_type(gid), "Empty"))
         return out
 
@@ -601,7 +653,8 @@ class GroupCoordinator:
             return {**base, "error_code": int(error)}
         g = part.groups.group(group_id)
         if g is None:
-            if group_id not in part.offsets:
+            if group_id not in part.offsets or part.consumers.group(group_id) is not None:
+                # As Kafka 4 below v6: a KIP-848 group is no classic group, Dead.
                 return {**base, "error_code": 0, "group_state": "Dead"}
             kept = part.groups.protocol_type(group_id)  # as Kafka: an emptied group keeps it
             return {**base, "error_code": 0, "group_state": "Empty", "protocol_type": kept}

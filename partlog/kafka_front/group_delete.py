@@ -47,8 +47,10 @@ async def _delete_one(coordinator: GroupCoordinator, group_id: str) -> Errors:
         return error
     groups = part.groups
     known = group_id in part.offsets or groups.group(group_id) is not None or group_id in groups.emptied_types
-    if not known:
+    if not known and part.consumers.group(group_id) is None:
         return Errors.GROUP_ID_NOT_FOUND
+    if not part.consumers.forget_empty(group_id):  # a KIP-848 group with members
+        return Errors.NON_EMPTY_GROUP
     error = groups.forget(group_id)
     if error != Errors.NONE:
         return error

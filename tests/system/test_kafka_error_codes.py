@@ -196,6 +196,15 @@ def _join(group: str = GROUP) -> dict[str, Any]:
             "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b""}]}  # fmt: skip
 
 
+def _cg_heartbeat(group: str = GROUP, epoch: int = 0, assignor: str | None = None) -> dict[str, Any]:
+    return {"group_id": group, "member_id": "m-1", "member_epoch": epoch, "rebalance_timeout": 10_000,
+            "subscribed_topic_names": [TOPIC], "server_assignor": assignor, "topic_partitions": []}  # fmt: skip
+
+
+def _cg_describe(group: str = GROUP) -> dict[str, Any]:
+    return {"group_ids": [group], "include_authorized_operations": False}
+
+
 def _sync(group: str = GROUP) -> dict[str, Any]:
     return {"group_id": group, "generation_id": 1, "member_id": "m-1", "protocol_type": "consumer",
             "protocol_name": "range", "assignments": []}  # fmt: skip
@@ -382,6 +391,9 @@ def _row(id: str, cluster: str, target: str, api: int, version: int, data: Any, 
 
 
 ANY_BROKER_PRODUCES = "any broker accepts produce for any partition (KIP-1163 diskless: design.md)"
+CONSUMER_GROUPS_IN_MEMORY = ("KIP-848 membership lives in memory: a group a coordinator does not know may have "
+                             "moved from another, so its members are told UNKNOWN_MEMBER_ID and rejoin "
+                             "(docs/design/groups-consumer.md)")  # fmt: skip
 ANY_BROKER_SERVES = "a broker without the partition forwards the request to one with it (design.md)"
 
 ROWS = [
@@ -532,11 +544,35 @@ ROWS = [
     _row("describe-groups-unknown-group", "open", "coordinator", 15, 5,
          {"groups": ["no-such-group"], "include_authorized_operations": False}, _describe_groups, (E.NONE, "Dead"),
          "GroupMetadataManager.describeGroups (GroupIdNotFoundException: state Dead)"),
+    _row("describe-groups-v6-unknown-group", "open", "coordinator", 15, 6,
+         {"groups": ["no-such-group"], "include_authorized_operations": False}, _describe_groups,
+         (E.GROUP_ID_NOT_FOUND, "Dead"), "GroupMetadataManager.describeGroups (v6+: the error, KIP-1043)"),
     _row("describe-groups-refused", "locked", "any", 15, 5, {"groups": [GROUP], "include_authorized_operations": False},
          GROUPS, E.GROUP_AUTHORIZATION_FAILED, "KafkaApis.handleDescribeGroupsRequest (DESCRIBE on the group)"),
     # -------------------------------------------------------------- ListGroups
     _row("list-groups-refused", "locked", "any", 16, 4, {"states_filter": []}, _list_groups, (E.NONE, []),
          "KafkaApis.handleListGroupsRequest (groups without DESCRIBE are left out)"),
+    # ------------------------------------------- ConsumerGroupHeartbeat (KIP-848)
+    _row("cg-heartbeat-not-coordinator", "open", "not_coordinator", 68, 1, _cg_heartbeat(), TOP, E.NOT_COORDINATOR,
+         "CoordinatorRuntime.scheduleWriteOperation (NotCoordinatorException)"),
+    _row("cg-heartbeat-empty-group", "open", "coordinator", 68, 1, _cg_heartbeat(""), TOP, E.INVALID_REQUEST,
+         "GroupMetadataManager.throwIfConsumerGroupHeartbeatRequestIsInvalid (GroupId can't be empty)"),
+    _row("cg-heartbeat-invalid-epoch", "open", "coordinator", 68, 1, _cg_heartbeat(epoch=-3), TOP, E.INVALID_REQUEST,
+         "GroupMetadataManager.throwIfConsumerGroupHeartbeatRequestIsInvalid (MemberEpoch is invalid)"),
+    _row("cg-heartbeat-unsupported-assignor", "open", "coordinator", 68, 1, _cg_heartbeat(assignor="sticky"), TOP,
+         E.UNSUPPORTED_ASSIGNOR, "GroupMetadataManager.throwIfConsumerGroupHeartbeatRequestIsInvalid"),
+    _row("cg-heartbeat-unknown-group", "open", "coordinator", 68, 1, _cg_heartbeat("no-such-group", epoch=3), TOP,
+         E.GROUP_ID_NOT_FOUND, "GroupMetadataManager.getOrMaybeCreateConsumerGroup (GroupIdNotFoundException)",
+         xfail=CONSUMER_GROUPS_IN_MEMORY),
+    _row("cg-heartbeat-refused-group", "locked", "any", 68, 1, _cg_heartbeat(), TOP, E.GROUP_AUTHORIZATION_FAILED,
+         "KafkaApis.handleConsumerGroupHeartbeat (READ on the group)"),
+    # ------------------------------------------------------ ConsumerGroupDescribe
+    _row("cg-describe-not-coordinator", "open", "not_coordinator", 69, 0, _cg_describe(), GROUPS, E.NOT_COORDINATOR,
+         "CoordinatorRuntime.scheduleReadOperation (NotCoordinatorException, per group)"),
+    _row("cg-describe-unknown-group", "open", "coordinator", 69, 0, _cg_describe("no-such-group"), GROUPS,
+         E.GROUP_ID_NOT_FOUND, "GroupMetadataManager.consumerGroupDescribe (GroupIdNotFoundException)"),
+    _row("cg-describe-refused", "locked", "any", 69, 0, _cg_describe(), GROUPS, E.GROUP_AUTHORIZATION_FAILED,
+         "KafkaApis.handleConsumerGroupDescribe (DESCRIBE on the group)"),
     # ------------------------------------------------------------ DeleteGroups
     _row("delete-groups-not-coordinator", "open", "not_coordinator", 42, 2, {"groups_names": [GROUP]}, CONFIGS,
          E.NOT_COORDINATOR, "GroupCoordinator.handleDeleteGroups (validateGroupStatus, per group)"),
