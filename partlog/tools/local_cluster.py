@@ -142,7 +142,7 @@ class LocalCluster:
     ) -> None:
         self.opts = opts
         # Every broker's Kafka listener config (the authorizer's tests set one).
-        self.front = front or FrontConfig(authorizer=opts.authorizer)
+        self.front = front or FrontConfig(authorizer=opts.authorizer, num_partitions=opts.num_partitions)
         self.data_dir = data_dir
         self.objects = objects
         self.layout = StaticMetadata.generate(azs=opts.azs, brokers_per_az=opts.brokers_per_az, topics={})
