@@ -89,6 +89,9 @@ class ClusterOptions:
     # Kafka's num.partitions: partitions of a topic the brokers auto-create
     # (librdkafka's test suite expects 4: scripts/conformance).
     num_partitions: int = NUM_PARTITIONS_DEFAULT
+    # Kafka's auto.create.topics.enable (the suite's "noautocreate" scenario
+    # turns it off).
+    auto_create_topics: bool = True
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.orphan_rate <= 1.0:

@@ -37,6 +37,12 @@ def add_parser(sub: Subparsers) -> None:
         help="partitions of a topic the brokers auto-create (Kafka's num.partitions; default 1)",
     )
     cl.add_argument(
+        "--no-auto-create",
+        action="store_true",
+        help="answer Metadata for an unknown topic with UNKNOWN_TOPIC_OR_PARTITION instead of creating it "
+        "(Kafka's auto.create.topics.enable=false)",
+    )
+    cl.add_argument(
         "--replication-factor",
         type=positive_int,
         default=3,
@@ -172,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
             tiering_segment_ms=args.tiering_segment_ms,
             tiering_segment_bytes=args.tiering_segment_bytes,
             num_partitions=args.num_partitions,
+            auto_create_topics=not args.no_auto_create,
         )
     except ValueError as e:
         print(f"partlog cluster: {e}", file=sys.stderr)
