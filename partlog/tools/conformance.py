@@ -231,9 +231,10 @@ def fetch_source(cache: Path, tarball: Path | None, say: IO[str]) -> Path:
     return src
 
 
-def _has_header(name: str) -> bool:
+def _has_header(name: str, language: str = "c") -> bool:
+    compiler = "g++" if language == "c++" else "gcc"
     r = subprocess.run(
-        ["gcc", "-E", "-x", "c", "-"], input=f"#include <{name}>\n", capture_output=True, text=True, check=False
+        [compiler, "-E", "-x", language, "-"], input=f"#include <{name}>\n", capture_output=True, text=True, check=False
     )
     return r.returncode == 0
 
@@ -253,15 +254,20 @@ def configure_flags() -> list[str]:
 
 
 def build(src: Path, log: Path, say: IO[str]) -> float:
-    """Builds the library and the test runner once; seconds spent (0: reused)."""
-    if (src / BUILT_MARKER).is_file() and (src / "tests" / "test-runner").is_file():
+    """Builds the library and the test runner once (again when the machine
+    gained or lost an optional library); seconds spent (0: reused)."""
+    flags = configure_flags()
+    # RapidJSON is found by configure itself; a newly installed one rebuilds.
+    stamp = f"{RDKAFKA_VERSION} {' '.join(flags)} rapidjson={_has_header('rapidjson/schema.h', 'c++')}\n"
+    marker = src / BUILT_MARKER
+    if marker.is_file() and marker.read_text() == stamp and (src / "tests" / "test-runner").is_file():
         return 0.0
     for tool in ("gcc", "g++", "make"):
         if shutil.which(tool) is None:
             raise ConformanceError(f"{tool} is needed to build librdkafka's test runner")
     t0 = time.monotonic()
     steps = [
-        ["./configure", *configure_flags()],
+        ["./configure", *flags],
         ["make", f"-j{BUILD_JOBS}", "libs"],
         ["make", f"-j{BUILD_JOBS}", "-C", "tests", "build"],
     ]
@@ -270,7 +276,7 @@ def build(src: Path, log: Path, say: IO[str]) -> float:
             print(f"conformance: {' '.join(cmd)} (in {src}; log {log})", file=say, flush=True)
             if subprocess.run(cmd, cwd=src, stdout=out, stderr=subprocess.STDOUT, check=False).returncode != 0:
                 raise ConformanceError(f"{' '.join(cmd)} failed; see {log}")
-    (src / BUILT_MARKER).write_text(f"{RDKAFKA_VERSION}\n")
+    marker.write_text(stamp)
     return time.monotonic() - t0
 
 
@@ -294,6 +300,10 @@ class Cluster:
             f"--replication-factor={BROKERS}",
             f"--num-partitions={AUTO_CREATE_PARTITIONS}",
             f"--data-dir={self.data_dir}",
+            # Kafka's authorizer, allowing what no ACL names (as the
+            # suite's clusters: 0081, 0109, 0115, 0119 add ACLs).
+            "--authorizer",
+            "--allow-everyone-if-no-acl-found",
             *SCENARIOS[scenario],
         ]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True)
@@ -331,12 +341,14 @@ class Cluster:
 
 def kafka_path(log_dir: Path) -> Path:
     """A directory standing in for a Kafka distribution: its
-    ``bin/kafka-topics.sh`` runs partlog.tools.kafka_topics_shim."""
+    ``bin/kafka-topics.sh`` and ``bin/kafka-acls.sh`` run
+    partlog.tools.kafka_topics_shim and partlog.tools.kafka_acls_shim."""
     path = log_dir / "kafka"
-    script = path / "bin" / "kafka-topics.sh"
-    script.parent.mkdir(parents=True, exist_ok=True)
-    script.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m partlog.tools.kafka_topics_shim "$@"\n')
-    script.chmod(0o755)
+    (path / "bin").mkdir(parents=True, exist_ok=True)
+    for name, module in (("kafka-topics.sh", "kafka_topics_shim"), ("kafka-acls.sh", "kafka_acls_shim")):
+        script = path / "bin" / name
+        script.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m partlog.tools.{module} "$@"\n')
+        script.chmod(0o755)
     return path
 
 
@@ -543,6 +555,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     say = sys.stderr
     try:
         src = fetch_source(cache_dir(), args.tarball, say)
+        tests = select(parse_suite((src / "tests" / "test.c").read_text()), args)
         log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="conformance-logs-"))
         log_dir.mkdir(parents=True, exist_ok=True)
         build_s = build(src, log_dir / "build.log", say)
@@ -550,7 +563,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"conformance: built librdkafka {RDKAFKA_VERSION} in {build_s:.0f}s", file=say, flush=True)
         if args.build_only:
             return 0
-        tests = select(parse_suite((src / "tests" / "test.c").read_text()), args)
         t0 = time.monotonic()
         rows = run_suite(src, tests, args.cap_s, args.total_s, args.keep_going, log_dir, say)
         run_s = time.monotonic() - t0

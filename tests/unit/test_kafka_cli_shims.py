@@ -1,5 +1,6 @@
-"""The kafka-topics.sh stand-in librdkafka's tests call (partlog.tools.kafka_topics_shim):
-its command line, as the suite's test_kafka_topics() writes it."""
+"""The kafka-topics.sh and kafka-acls.sh stand-ins librdkafka's tests call
+(partlog.tools.kafka_topics_shim, partlog.tools.kafka_acls_shim):
+their command lines, as the suite writes them."""
 
 from __future__ import annotations
 
@@ -30,3 +31,18 @@ def test_alter_needs_partitions_and_one_action_is_required() -> None:
     for bad in ("--alter --topic t", "--topic t", "--create --delete --topic t", "--create --topic t --config x"):
         with pytest.raises(SystemExit):
             _parse(f"--bootstrap-server b:1 {bad}")
+
+
+def test_kafka_acls_stand_in_reads_the_suites_command_lines() -> None:
+    from partlog.tools.kafka_acls_shim import parse_args as acls_args
+
+    add = acls_args(
+        shlex.split("--bootstrap-server b:1 --add --deny-principal 'User:*' --operation All --deny-host '*' --topic t")
+    )
+    assert (add.add, add.deny_principal, add.deny_host, add.operation, add.topic) == (True, "User:*", "*", "All", "t")
+    rm = acls_args(
+        shlex.split("--bootstrap-server b:1 --remove --force --allow-principal 'User:*' --operation Describe --topic t")
+    )
+    assert (rm.remove, rm.allow_principal, rm.allow_host) == (True, "User:*", "*")
+    with pytest.raises(SystemExit):
+        acls_args(shlex.split("--bootstrap-server b:1 --add --operation All --topic t"))  # no principal
