@@ -76,6 +76,7 @@ SCENARIOS: dict[str, tuple[str, ...]] = {"default": (), "noautocreate": ("--no-a
 # Broker-backed tests that need what partlog leaves out on purpose (the
 # suite's own skips, SSL/SASL/version gates, come from the runner itself).
 NOT_APPLICABLE: dict[str, str] = {
+    "0098": "needs Kafka's Java client: the test builds a Java transactional producer against $KAFKA_PATH/libs",
     "0055": "diskless by design: an acks=all produce waits for its WAL file's upload and commit "
     "(partlog cluster's --commit-interval-ms 250), the test wants < 10 ms",
     "0170": "share groups (KIP-932): out of scope",
