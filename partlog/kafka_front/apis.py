@@ -67,7 +67,7 @@ from partlog.kafka_front.reassign_apis import (
 from partlog.kafka_front.txn_apis import TxnApis
 from partlog.kafka_front.txn_coordinator import TXN_STATE_PARTITIONS_DEFAULT, TxnCoordinator
 from partlog.kafka_front.txn_rpc import TxnRpcFront
-from partlog.tiered.cleaner import CleanerError, keyless_record
+from partlog.tiered.cleaner import CleanerError, keyless_indices
 from partlog.txn.coordinator import TRANSACTION_MAX_TIMEOUT_MS_DEFAULT, TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT
 
 log = logging.getLogger(__name__)
@@ -86,6 +86,9 @@ EXACT_LOOKUPS_IN_FLIGHT = 16
 # Produce timeouts beyond this are cut to it (Kafka has no cap; ours bounds
 # how long a request holds its connection's slot).
 PRODUCE_TIMEOUT_MS_MAX = 300_000
+# Record errors a refused batch's error message shows (Kafka's LogValidator:
+# "only showing the first three errors at most").
+RECORD_ERRORS_SHOWN = 3
 
 # Kafka's replica.selector.class for follower fetching (KIP-392).
 RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
@@ -352,6 +355,7 @@ class KafkaApis(ApiHandlers):
                 tp = self._tp(td.name, key[1])
                 error: Errors | None = None
                 message = None
+                record_errors: list[dict[str, Any]] = []
                 records = pd.records
                 if key in seen:
                     error, message = Errors.INVALID_REQUEST, "partition named twice in one request"
@@ -378,10 +382,10 @@ class KafkaApis(ApiHandlers):
                     # Kafka's leader, the sequence is out of order.
                     error, message = Errors.OUT_OF_ORDER_SEQUENCE_NUMBER, "transactional batch without a sequence"
                 if error is None and tp is not None:
-                    error, message = self._compacted_keys(tp, records)
+                    error, message, record_errors = self._compacted_keys(tp, td.name, records)
                 seen.add(key)
                 if error is not None:
-                    answers[key] = _produced(key[1], error, message)
+                    answers[key] = _produced(key[1], error, message) | {"record_errors": record_errors}
                 else:
                     assert tp is not None
                     batches.append((tp, bytes(records)))
@@ -411,16 +415,29 @@ class KafkaApis(ApiHandlers):
 
     # -------------------------------------------------------------- fetch
 
-    def _compacted_keys(self, tp: TopicIdPartition, records: bytes) -> tuple[Errors | None, str | None]:
-        """Kafka's LogValidator on a compacted topic: every record has a key."""
+    def _compacted_keys(
+        self, tp: TopicIdPartition, topic: str, records: bytes
+    ) -> tuple[Errors | None, str | None, list[dict[str, Any]]]:
+        """Kafka's LogValidator on a compacted topic: every record has a key;
+        the keyless ones are named by index (KIP-467: librdkafka fails those
+        with INVALID_RECORD, the rest of the batch with
+        _INVALID_DIFFERENT_RECORD, and retries nothing)."""
         if not self.broker.compacted(tp.topic_id):
-            return None, None
+            return None, None, []
         try:
-            if keyless_record(bytes(records)):
-                return Errors.INVALID_RECORD, "Compacted topic cannot accept message without key."
+            keyless = keyless_indices(bytes(records))
         except CleanerError as e:
-            return Errors.CORRUPT_MESSAGE, str(e)
-        return None, None
+            return Errors.CORRUPT_MESSAGE, str(e), []
+        if not keyless:
+            return None, None, []
+        why = f"Compacted topic cannot accept message without key in topic partition {topic}-{tp.partition}."
+        errors = [{"batch_index": i, "batch_index_error_message": why} for i in keyless]
+        shown = ", ".join(f"RecordError(batchIndex={i}, message='{why}')" for i in keyless[:RECORD_ERRORS_SHOWN])
+        message = (
+            f"One or more records have been rejected due to {len(keyless)} record errors in total, "
+            f"and only showing the first three errors at most: [{shown}]"
+        )
+        return Errors.INVALID_RECORD, message, errors
 
     async def list_offsets(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         meta = self.broker.metadata

@@ -336,11 +336,24 @@ def keyless_record(records: bytes) -> bool:
     which Kafka's LogValidator refuses on a compacted topic (INVALID_RECORD).
     Every codec is read (a batch naming none is taken as keyed);
     CleanerError for what does not parse."""
+    return bool(keyless_indices(records))
+
+
+def keyless_indices(records: bytes) -> list[int]:
+    """The indices of a produced batch's records without a key (counted on
+    across batches), as Kafka's LogValidator names them in a Produce
+    answer's record errors (KIP-467); CleanerError for what does not parse."""
+    out: list[int] = []
+    index = 0
     for batch in split_batches(records):
         h = _header(batch)
-        if _readable(h) and any(r.key is None for r in _records(batch, h)):
-            return True
-    return False
+        if not _readable(h):
+            continue
+        for r in _records(batch, h):
+            if r.key is None:
+                out.append(index)
+            index += 1
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -419,6 +432,7 @@ __all__ = [
     "clean_batch",
     "cleanable",
     "keyed_records",
+    "keyless_indices",
     "keyless_record",
     "retain",
     "split_batches",

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from partlog.acl import AuthorizerConfig
 from partlog.kafka.batch_header import INT32_MAX
 from partlog.kafka.topic_config import MAX_MESSAGE_BYTES_DEFAULT, SEGMENT_BYTES_MIN
+from partlog.kafka_front.apis import NUM_PARTITIONS_DEFAULT
 from partlog.kafka_front.listeners import ListenerSecurity
 from partlog.limits import PARTITIONS_PER_TOPIC_MAX
 
@@ -85,6 +86,12 @@ class ClusterOptions:
     # gives the object census (partlog.tools.cluster_census); 0: off.
     tiering_segment_ms: int = 0
     tiering_segment_bytes: int = SEGMENT_BYTES_MIN
+    # Kafka's num.partitions: partitions of a topic the brokers auto-create
+    # (librdkafka's test suite expects 4: scripts/conformance).
+    num_partitions: int = NUM_PARTITIONS_DEFAULT
+    # Kafka's auto.create.topics.enable (the suite's "noautocreate" scenario
+    # turns it off).
+    auto_create_topics: bool = True
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.orphan_rate <= 1.0:
@@ -100,6 +107,7 @@ class ClusterOptions:
             "rate_per_producer",
             "message_bytes",
             "commit_interval_ms",
+            "num_partitions",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{_flag(name)} must be > 0, got {getattr(self, name)}")
@@ -107,6 +115,7 @@ class ClusterOptions:
             "azs": (self.azs, BROKERS_MAX),
             "brokers_per_az": (self.azs * self.brokers_per_az, BROKERS_MAX),
             "partitions": (self.partitions, PARTITIONS_PER_TOPIC_MAX),
+            "num_partitions": (self.num_partitions, PARTITIONS_PER_TOPIC_MAX),
             "producers_per_az": (self.azs * self.producers_per_az, PRODUCERS_MAX),
             "rate_per_producer": (self.rate_per_producer, RATE_PER_PRODUCER_MAX),
             "message_bytes": (self.message_bytes, MESSAGE_BYTES_MAX),

@@ -143,7 +143,11 @@ class LocalCluster:
     ) -> None:
         self.opts = opts
         # Every broker's Kafka listener config (the authorizer's tests set one).
-        self.front = front or FrontConfig(authorizer=opts.authorizer)
+        self.front = front or FrontConfig(
+            authorizer=opts.authorizer,
+            num_partitions=opts.num_partitions,
+            auto_create_topics_enable=opts.auto_create_topics,
+        )
         self.data_dir = data_dir
         self.objects = objects
         self.layout = StaticMetadata.generate(azs=opts.azs, brokers_per_az=opts.brokers_per_az, topics={})

@@ -30,6 +30,7 @@ from partlog.tiered.cleaner import (
     build_offset_map,
     clean_batch,
     keyed_records,
+    keyless_indices,
     keyless_record,
     split_batches,
 )
@@ -210,6 +211,13 @@ def test_every_codec_is_cleaned_and_keeps_its_codec(codec: int) -> None:
     assert [(r.key, r.value) for r in parse_records(TP, cleaned)] == [(b"j", b"x"), (b"k", b"v2")]
     assert keyless_record(batches[0]) is False
     assert keyless_record(_build([(None, b"v", T0)], codec)) is True
+
+
+@pytest.mark.parametrize("codec", [0, 3], ids=["none", "lz4"])
+def test_keyless_indices_names_each_record_without_a_key_for_the_produce_answer(codec: int) -> None:
+    batch = _build([(None, b"a", T0), (b"k", b"b", T0), (b"j", b"c", T0), (None, b"d", T0)], codec)
+    assert keyless_indices(batch) == [0, 3]  # KIP-467's batch_index of each
+    assert keyless_indices(_build([(b"k", b"v", T0)], codec)) == []
 
 
 @pytest.mark.parametrize("codec", [1, 2, 3, 4], ids=["gzip", "snappy", "lz4", "zstd"])

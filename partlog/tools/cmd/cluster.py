@@ -31,6 +31,18 @@ def add_parser(sub: Subparsers) -> None:
     cl.add_argument("--brokers-per-az", type=positive_int, default=2, help="brokers per AZ (default 2)")
     cl.add_argument("--partitions", type=positive_int, default=12, help="partitions of the test topic (default 12)")
     cl.add_argument(
+        "--num-partitions",
+        type=positive_int,
+        default=1,
+        help="partitions of a topic the brokers auto-create (Kafka's num.partitions; default 1)",
+    )
+    cl.add_argument(
+        "--no-auto-create",
+        action="store_true",
+        help="answer Metadata for an unknown topic with UNKNOWN_TOPIC_OR_PARTITION instead of creating it "
+        "(Kafka's auto.create.topics.enable=false)",
+    )
+    cl.add_argument(
         "--replication-factor",
         type=positive_int,
         default=3,
@@ -165,6 +177,8 @@ def run(args: argparse.Namespace) -> int:
             authorizer=authorizer_config(args),
             tiering_segment_ms=args.tiering_segment_ms,
             tiering_segment_bytes=args.tiering_segment_bytes,
+            num_partitions=args.num_partitions,
+            auto_create_topics=not args.no_auto_create,
         )
     except ValueError as e:
         print(f"partlog cluster: {e}", file=sys.stderr)
