@@ -40,6 +40,11 @@ DELETE_RETENTION_MS_DEFAULT = 24 * 3600 * 1000
 MIN_COMPACTION_LAG_MS_DEFAULT = 0
 MAX_COMPACTION_LAG_MS_DEFAULT = INT64_MAX
 MIN_CLEANABLE_DIRTY_RATIO_DEFAULT = 0.5
+# Kept and described, not applied (design.md): batches stay as the producer
+# compressed them, and partlog has no local segment files to delete late.
+COMPRESSION_TYPE_DEFAULT = "producer"
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+FILE_DELETE_DELAY_MS_DEFAULT = 60_000
 
 
 class TopicConfigError(ValueError):
@@ -66,6 +71,8 @@ class TopicConfig:
     min_compaction_lag_ms: int = MIN_COMPACTION_LAG_MS_DEFAULT
     max_compaction_lag_ms: int = MAX_COMPACTION_LAG_MS_DEFAULT
     min_cleanable_dirty_ratio: float = MIN_CLEANABLE_DIRTY_RATIO_DEFAULT
+    compression_type: str = COMPRESSION_TYPE_DEFAULT
+    file_delete_delay_ms: int = FILE_DELETE_DELAY_MS_DEFAULT
 
     @property
     def compact(self) -> bool:
@@ -105,6 +112,8 @@ class TopicConfig:
             "min.compaction.lag.ms": str(self.min_compaction_lag_ms),
             "max.compaction.lag.ms": str(self.max_compaction_lag_ms),
             "min.cleanable.dirty.ratio": repr(self.min_cleanable_dirty_ratio),
+            "compression.type": self.compression_type,
+            "file.delete.delay.ms": str(self.file_delete_delay_ms),
         }
 
     def with_configs(self, configs: Mapping[str, str | int]) -> TopicConfig:
@@ -130,6 +139,12 @@ class TopicConfig:
                 changes["cleanup_policy"] = _cleanup_policy(value)
             elif key == "min.cleanable.dirty.ratio":
                 changes["min_cleanable_dirty_ratio"] = _ratio(key, value)
+            elif key == "compression.type":
+                # Kafka's ValidString, case-sensitive.
+                if value not in COMPRESSION_TYPES:
+                    why = f"String must be one of: {', '.join(COMPRESSION_TYPES)}"
+                    raise TopicConfigError(_invalid(key, value, why))
+                changes["compression_type"] = value
             elif key in _INT_KEYS:
                 attr, minimum, maximum = _INT_KEYS[key]
                 try:
@@ -194,12 +209,14 @@ _INT_KEYS: dict[str, tuple[str, int, int]] = {
     "delete.retention.ms": ("delete_retention_ms", 0, INT64_MAX),
     "min.compaction.lag.ms": ("min_compaction_lag_ms", 0, INT64_MAX),
     "max.compaction.lag.ms": ("max_compaction_lag_ms", 1, INT64_MAX),
+    "file.delete.delay.ms": ("file_delete_delay_ms", 0, INT64_MAX),
 }
 _KNOWN = {
     "message.timestamp.type",
     "remote.storage.enable",
     "cleanup.policy",
     "min.cleanable.dirty.ratio",
+    "compression.type",
     *_INT_KEYS,
 }
 
@@ -228,6 +245,8 @@ CONFIG_TYPES: dict[str, str] = {
     "min.compaction.lag.ms": "LONG",
     "max.compaction.lag.ms": "LONG",
     "min.cleanable.dirty.ratio": "DOUBLE",
+    "compression.type": "STRING",
+    "file.delete.delay.ms": "LONG",
 }
 TOPIC_CONFIG_NAMES = frozenset(CONFIG_TYPES)
 

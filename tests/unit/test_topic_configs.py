@@ -252,3 +252,18 @@ def test_a_broker_applies_a_configured_topics_whole_config_once() -> None:
     emptied = TopicInfo(t.topic_id, "t", p, ())
     [(_, whole)] = sync.pending([emptied])
     assert whole == TopicConfig().to_configs()
+
+
+def test_compression_type_and_file_delete_delay_are_kept_as_kafka_validates_them() -> None:
+    """Kafka's topic configs librdkafka's tests set (0077, 0081): kept and
+    described, validated as Kafka's ConfigDef does, not applied."""
+    from partlog.kafka.topic_config import TopicConfig, TopicConfigError, validate_overrides
+
+    c = validate_overrides({"compression.type": "zstd", "file.delete.delay.ms": "10000"})
+    assert (c.compression_type, c.file_delete_delay_ms) == ("zstd", 10_000)
+    assert TopicConfig().to_configs()["compression.type"] == "producer"
+    assert TopicConfig().to_configs()["file.delete.delay.ms"] == "60000"
+    for bad in ({"compression.type": "ZSTD"}, {"compression.type": ""}, {"file.delete.delay.ms": "-1"},
+                {"file.delete.delay.ms": "soon"}):  # fmt: skip
+        with pytest.raises(TopicConfigError, match="Invalid value"):
+            validate_overrides(bad)
