@@ -151,7 +151,7 @@ class ConsumerGroups:
         *,
         session_timeout_ms: int = SESSION_TIMEOUT_MS_DEFAULT,
         members_max: int = GROUP_MEMBERS_MAX,
-        new_uuid: Callable[[], uuid.UUID] = uuid.uuid4,
+        new_uuid: Callable[[], uuid.UUID],
     ) -> None:
         assert session_timeout_ms > HEARTBEAT_INTERVAL_MS_DEFAULT and members_max > 0
         self.session_timeout_ms = session_timeout_ms

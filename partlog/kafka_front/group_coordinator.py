@@ -95,6 +95,8 @@ class _Partition:
     groups: Groups
     offsets: dict[str, dict[tuple[str, int], Committed]]
     loaded: asyncio.Event
+    # KIP-848 groups (group.protocol=consumer), beside the classic ones.
+    consumers: ConsumerGroups
     # Transactional offsets not yet committed or aborted: by producer id, group.
     pending: dict[int, dict[str, dict[tuple[str, int], Committed]]] = field(default_factory=dict)
     # Markers heard while loading: (offset, producer id, committed),
@@ -107,8 +109,6 @@ class _Partition:
     # pending entry gone).
     in_flight: dict[int, int] = field(default_factory=dict)
     heard: dict[int, list[tuple[int, bool]]] = field(default_factory=dict)
-    # KIP-848 groups (group.protocol=consumer), beside the classic ones.
-    consumers: ConsumerGroups = field(default_factory=ConsumerGroups)
 
 
 class GroupCoordinator:
@@ -196,7 +196,7 @@ class GroupCoordinator:
                 Groups(initial_rebalance_delay_ms=self.initial_rebalance_delay_ms, new_uuid=self.broker.entropy.uuid4),
                 {},
                 asyncio.Event(),
-                consumers=ConsumerGroups(new_uuid=self.broker.entropy.uuid4),
+                ConsumerGroups(new_uuid=self.broker.entropy.uuid4),
             )
             self._parts[index] = part
             self._loads.add(asyncio.ensure_future(self._load(tp, part)))

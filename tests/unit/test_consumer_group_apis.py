@@ -34,7 +34,7 @@ class StubGroups:
     """The coordinator's two KIP-848 calls over one in-memory core."""
 
     def __init__(self) -> None:
-        self.core = ConsumerGroups()
+        self.core = ConsumerGroups(new_uuid=uuid.uuid4)
 
     async def consumer_heartbeat(self, req: HeartbeatIn, topics: Any, version: int) -> HeartbeatOut:
         return self.core.heartbeat(req, topics, 0, version=version)

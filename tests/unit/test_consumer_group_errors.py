@@ -73,7 +73,7 @@ def J(**kw: object) -> HeartbeatIn:
     ],
 )
 def test_refused_requests(req: HeartbeatIn, error: Errors, message: str | None) -> None:
-    core = ConsumerGroups()
+    core = ConsumerGroups(new_uuid=uuid.uuid4)
     out = core.heartbeat(req, TOPICS, 0)
     assert out.error == error
     assert message is None or out.message == message
@@ -81,7 +81,7 @@ def test_refused_requests(req: HeartbeatIn, error: Errors, message: str | None) 
 
 
 def test_hostile_lists_fail_that_request_only() -> None:
-    core = ConsumerGroups()
+    core = ConsumerGroups(new_uuid=uuid.uuid4)
     out = join(core, "m", subscribed_topic_names=tuple(f"t{i}" for i in range(10_001)))
     assert out.error == Errors.INVALID_REQUEST
     assert join(core, "m").error == Errors.NONE
@@ -93,7 +93,7 @@ def test_hostile_lists_fail_that_request_only() -> None:
 
 
 def test_epochs_fencing_and_a_retried_heartbeat() -> None:
-    core = ConsumerGroups()
+    core = ConsumerGroups(new_uuid=uuid.uuid4)
     a = join(core, "a")
     assert (a.error, a.member_epoch, len(a.assignment or ())) == (Errors.NONE, 1, 6)
     full = a.assignment
@@ -118,13 +118,13 @@ def test_epochs_fencing_and_a_retried_heartbeat() -> None:
 
 
 def test_the_group_size_is_bounded() -> None:
-    core = ConsumerGroups(members_max=2)
+    core = ConsumerGroups(members_max=2, new_uuid=uuid.uuid4)
     assert join(core, "a").error == join(core, "b").error == Errors.NONE
     assert join(core, "c").error == Errors.GROUP_MAX_SIZE_REACHED
 
 
 def test_static_members_leave_and_come_back_to_their_assignment() -> None:
-    core = ConsumerGroups()
+    core = ConsumerGroups(new_uuid=uuid.uuid4)
     a = join(core, "a", instance_id="i1")
     assert join(core, "a2", instance_id="i1").error == Errors.UNRELEASED_INSTANCE_ID
     beat = HeartbeatIn("g", "x", 1, instance_id="i1", owned=frozenset())
@@ -144,7 +144,7 @@ def test_static_members_leave_and_come_back_to_their_assignment() -> None:
 
 
 def test_session_and_rebalance_timeouts_remove_members() -> None:
-    core = ConsumerGroups()
+    core = ConsumerGroups(new_uuid=uuid.uuid4)
     a = join(core, "a")
     join(core, "b", now=1_000)
     core.tick(44_999)
@@ -153,7 +153,7 @@ def test_session_and_rebalance_timeouts_remove_members() -> None:
     core.tick(45_000)  # a never heartbeated again
     assert set(g.members) == {"b"} and g.group_epoch == 3
     # A member that does not revoke within its rebalance timeout is fenced.
-    core2 = ConsumerGroups()
+    core2 = ConsumerGroups(new_uuid=uuid.uuid4)
     join(core2, "a", rebalance_timeout_ms=5_000)
     join(core2, "b")
     core2.heartbeat(HeartbeatIn("g", "a", 1, owned=a.assignment), TOPICS, 100)
@@ -163,7 +163,7 @@ def test_session_and_rebalance_timeouts_remove_members() -> None:
 
 
 def test_offset_commit_checks_the_member_epoch() -> None:
-    core = ConsumerGroups()
+    core = ConsumerGroups(new_uuid=uuid.uuid4)
     join(core, "a")
     assert core.check_commit("g", "a", 1) == Errors.NONE
     assert core.check_commit("g", "a", 0) == Errors.STALE_MEMBER_EPOCH
@@ -191,7 +191,7 @@ def test_assignors() -> None:
 
 def test_empty_groups_make_room_for_new_ones(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("partlog.kafka_front.consumer_group.GROUPS_MAX", 2)
-    core = ConsumerGroups()
+    core = ConsumerGroups(new_uuid=uuid.uuid4)
     for g in ("g1", "g2"):
         assert core.heartbeat(J(group_id=g), TOPICS, 0).error == Errors.NONE
     assert core.heartbeat(J(group_id="g3"), TOPICS, 0).error == Errors.COORDINATOR_NOT_AVAILABLE

@@ -38,7 +38,7 @@ class Client:
 class ConsumerGroupModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.core = ConsumerGroups()
+        self.core = ConsumerGroups(new_uuid=uuid.uuid4)
         self.now = 0
         self.clients: dict[str, Client] = {}
         self.last_group_epoch = 0

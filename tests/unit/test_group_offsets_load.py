@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from partlog.groups.membership import Groups
 from partlog.kafka.record_batch import build_record_batch
 from partlog.kafka.records import TopicIdPartition
+from partlog.kafka_front.consumer_group import ConsumerGroups
 from partlog.kafka_front.group_coordinator import Committed, GroupCoordinator, _Partition
 
 TP = TopicIdPartition(uuid.UUID(int=1), 0)
@@ -26,7 +27,7 @@ def _coordinator() -> GroupCoordinator:
 
 
 def _part() -> _Partition:
-    return _Partition(0, Groups(), {}, asyncio.Event())
+    return _Partition(0, Groups(), {}, asyncio.Event(), ConsumerGroups(new_uuid=uuid.uuid4))
 
 
 def _record(group: Any, topic: Any, p: Any, value: Any, ts: int = 1) -> tuple[bytes | None, bytes | None, int]:
