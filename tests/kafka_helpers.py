@@ -5,12 +5,15 @@ to it from the test's thread."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import socket
 import struct
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from concurrent.futures import Future
 from typing import Any, TypeVar
+
+import pytest
 
 from partlog.kafka_front.apis import FrontConfig
 from partlog.tools.cluster_options import ClusterOptions
@@ -145,3 +148,29 @@ def kio_answer(api_key: int, version: int, frame: bytes) -> Any:
     offset = 4 + (1 if cls.__flexible__ and api_key != 18 else 0)
     body, _ = entity_reader(cls)(frame, offset)
     return body
+
+
+# The two metadata back ends, for a module fixture's params (etcd's tests
+# skip where etcd is not installed).
+BACK_ENDS = ["embedded", pytest.param("etcd", marks=pytest.mark.skipif(shutil.which("etcd") is None,
+                                                                        reason="etcd is not installed"))]  # fmt: skip
+
+
+def cluster_on_back_end(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, name: str, **opts: Any
+) -> Iterator[ClusterThread]:
+    """A module fixture's body: a ClusterThread on ``request.param``'s back
+    end (one of BACK_ENDS), closed after the module."""
+    metadata = "" if request.param == "embedded" else "etcd"
+    c = ClusterThread(str(tmp_path_factory.mktemp(f"{name}-{request.param}")), metadata=metadata, **opts)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def admin_client(cluster: ClusterThread) -> Any:
+    """confluent-kafka's AdminClient bootstrapped at ``cluster``."""
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": cluster.bootstrap})

@@ -18,27 +18,20 @@ import pytest
 from partlog.controller.cluster_meta import PartitionInfo
 from partlog.kafka.errors import Errors
 from tests.integration.test_kafka_front import _ask
-from tests.kafka_helpers import ClusterThread, kio_answer, kio_request
+from tests.kafka_helpers import BACK_ENDS, ClusterThread, admin_client, cluster_on_back_end, kio_answer, kio_request
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
 _ETCD = pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd is not installed")
 
 
-@pytest.fixture(scope="module", params=["embedded", pytest.param("etcd", marks=_ETCD)])
+@pytest.fixture(scope="module", params=BACK_ENDS)
 def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterThread]:
-    metadata = "" if request.param == "embedded" else "etcd"
-    c = ClusterThread(str(tmp_path_factory.mktemp(f"grow-{request.param}")), partitions=3, metadata=metadata)
-    try:
-        yield c
-    finally:
-        c.close()
+    yield from cluster_on_back_end(request, tmp_path_factory, "grow", partitions=3)
 
 
 def _admin(cluster: ClusterThread) -> Any:
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient({"bootstrap.servers": cluster.bootstrap})
+    return admin_client(cluster)
 
 
 def _create(admin: Any, name: str, partitions: int, rf: int = 3) -> None:

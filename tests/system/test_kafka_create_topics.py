@@ -10,7 +10,6 @@ tests/system/test_kafka_create_topics_slow.py."""
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -18,27 +17,18 @@ from typing import Any
 import pytest
 
 from partlog.kafka.errors import Errors
-from tests.kafka_helpers import ClusterThread
+from tests.kafka_helpers import BACK_ENDS, ClusterThread, admin_client, cluster_on_back_end
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
-_ETCD = pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd is not installed")
 
-
-@pytest.fixture(scope="module", params=["embedded", pytest.param("etcd", marks=_ETCD)])
+@pytest.fixture(scope="module", params=BACK_ENDS)
 def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterThread]:
-    metadata = "" if request.param == "embedded" else "etcd"
-    c = ClusterThread(str(tmp_path_factory.mktemp(f"create-{request.param}")), partitions=3, metadata=metadata)
-    try:
-        yield c
-    finally:
-        c.close()
+    yield from cluster_on_back_end(request, tmp_path_factory, "create", partitions=3)
 
 
 def _admin(cluster: ClusterThread) -> Any:
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient({"bootstrap.servers": cluster.bootstrap})
+    return admin_client(cluster)
 
 
 def _replicas(admin: Any, name: str) -> dict[int, tuple[int, list[int]]]:

@@ -25,7 +25,7 @@ import pytest
 
 from partlog.kafka.errors import Errors
 from tests.integration.test_kafka_front import _ask
-from tests.kafka_helpers import ClusterThread, kio_answer, kio_request
+from tests.kafka_helpers import BACK_ENDS, ClusterThread, admin_client, cluster_on_back_end, kio_answer, kio_request
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
@@ -37,22 +37,13 @@ _RECORDS_MAX = 3_000
 _VALUE_BYTES = 2_048
 
 
-@pytest.fixture(scope="module", params=["embedded", pytest.param("etcd", marks=_ETCD)])
+@pytest.fixture(scope="module", params=BACK_ENDS)
 def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterThread]:
-    metadata = "" if request.param == "embedded" else "etcd"
-    c = ClusterThread(
-        str(tmp_path_factory.mktemp(f"move-{request.param}")), azs=2, brokers_per_az=2, partitions=1, metadata=metadata
-    )
-    try:
-        yield c
-    finally:
-        c.close()
+    yield from cluster_on_back_end(request, tmp_path_factory, "move", azs=2, brokers_per_az=2, partitions=1)
 
 
 def _admin(cluster: ClusterThread) -> Any:
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient({"bootstrap.servers": cluster.bootstrap})
+    return admin_client(cluster)
 
 
 def _create(admin: Any, name: str, partitions: int, rf: int) -> None:
@@ -153,8 +144,10 @@ def test_kafkajs_moves_a_partition_and_its_leader_under_load_with_nothing_lost(c
     assert sorted(set(got)) == sorted(got), "a record was read twice"
     assert set(acked) <= set(got), f"{len(set(acked) - set(got))} acknowledged records lost"
     mib = len(acked) * _VALUE_BYTES / 2**20
-    print(f"\nmoved move/0 {before} -> {target} in {result['ms']} ms under load "
-          f"({len(acked)} records, {mib:.1f} MiB acked)")
+    print(
+        f"\nmoved move/0 {before} -> {target} in {result['ms']} ms under load "
+        f"({len(acked)} records, {mib:.1f} MiB acked)"
+    )
 
 
 def test_refusals_carry_kafkas_codes(cluster: ClusterThread) -> None:
