@@ -14,9 +14,12 @@ twice (data pages, then the meta page); a write plus ``fdatasync`` into a
 preallocated file costs about 200 us.  At 64 batches per group that is the
 difference between ~130k and ~320k batches/s before any Python work.
 
-Layout: a directory of segments ``<first_seq:020d>.jnl``, each preallocated
-with zeros to ``segment_bytes`` (so an append changes no file metadata and
-``fdatasync`` writes only the record's blocks).  A record is::
+Layout: a directory of segments ``<first_seq:020d>.jnl``, each filled with
+zeros ahead of the appends, 1 MiB at a time up to ``segment_bytes`` (so an
+append changes no file metadata and ``fdatasync`` writes only the record's
+blocks, but once a MiB; a store that writes little holds 1 MiB, not a whole
+segment, which matters for the many small stores of tests and tools).  A
+record is::
 
     length u32 | crc32c u32 | seq u64 | payload (length bytes)
 
@@ -54,6 +57,7 @@ _HEADER = struct.Struct(">IIQ")  # length, crc32c, seq
 _CRC_PREFIX = struct.Struct(">I")  # length, as the CRC covers it
 _SEQ = struct.Struct(">Q")
 _SUFFIX = ".jnl"
+# A segment is filled with zeros this far ahead of its appends.
 _ZEROS_CHUNK_BYTES = 1 << 20
 # A follower (readonly store) reads at most this much of a segment per step.
 _FOLLOW_CHUNK_BYTES = 1 << 20
@@ -104,6 +108,7 @@ class Journal:
         self._fd = -1
         self._segment_first = 0  # first seq of the segment being written
         self._pos = 0
+        self._filled = 0  # bytes of the segment being written that exist (zeros or records)
         self._next_seq = 0
         # first seq -> segment path, of every segment on disk, oldest first
         self._segments: dict[int, str] = {}
@@ -256,6 +261,13 @@ class Journal:
         record = _HEADER.pack(length, _record_crc(length, seq, payload), seq) + payload
         if self._pos + len(record) > self.segment_bytes and self._pos > 0:
             self._open_segment(seq)
+        end = self._pos + len(record)
+        if end > self._filled:
+            # Zeros up to the next chunk boundary (or the segment's end),
+            # synced by this append's fdatasync with the file's new size.
+            target = max(end, min(self.segment_bytes, -(-end // _ZEROS_CHUNK_BYTES) * _ZEROS_CHUNK_BYTES))
+            self._fill(self._fd, self._filled, target)
+            self._filled = target
         os.pwrite(self._fd, record, self._pos)
         if self.sync:
             os.fdatasync(self._fd)
@@ -287,9 +299,16 @@ class Journal:
             os.close(self._fd)
             self._fd = -1
 
+    @staticmethod
+    def _fill(fd: int, start: int, end: int) -> None:
+        """Write zeros over bytes [start, end) of the file."""
+        zeros = bytes(min(_ZEROS_CHUNK_BYTES, end - start))
+        while start < end:
+            start += os.pwrite(fd, zeros[: min(end - start, len(zeros))], start)
+
     def _open_segment(self, first_seq: int) -> None:
         """Switch to a new segment whose first record will be ``first_seq``:
-        a recycled spare renamed, or a new file written full of zeros."""
+        a recycled spare renamed, or a new file with its first chunk of zeros."""
         path = os.path.join(self.directory, _segment_name(first_seq))
         with self._lock:
             # A segment of this name may be on disk already (a crash right
@@ -306,10 +325,7 @@ class Journal:
             tmp = path + ".tmp"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
-                zeros = bytes(_ZEROS_CHUNK_BYTES)
-                left = self.segment_bytes
-                while left > 0:
-                    left -= os.write(fd, zeros[: min(left, len(zeros))])
+                self._fill(fd, 0, min(self.segment_bytes, _ZEROS_CHUNK_BYTES))
                 if self.sync:
                     os.fsync(fd)
             finally:
@@ -320,6 +336,8 @@ class Journal:
             _fsync_dir(self.directory)
         self._close_fd()
         self._fd = os.open(path, os.O_RDWR)
+        # A recycled spare is as long as its last use filled it.
+        self._filled = os.fstat(self._fd).st_size
         with self._lock:
             self._segments[first_seq] = path
             self._segment_first = first_seq

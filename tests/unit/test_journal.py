@@ -240,3 +240,40 @@ def test_checkpoint_backlog_below_the_checkpoint_size_is_refused(tmp_path: Path)
         assert "checkpoint_backlog_groups_max" in str(e)
     else:
         raise AssertionError("accepted a backlog limit below the checkpoint size")
+
+
+def test_segments_are_filled_with_zeros_a_chunk_ahead_not_whole(tmp_path: Path) -> None:
+    """A segment starts as one MiB of zeros and grows a MiB at a time up to
+    segment_bytes (a store that writes little holds 1 MiB, not 16); records
+    across the chunk boundaries, a recycled spare shorter than a segment and
+    a torn tail past the last chunk all replay as written."""
+    segment = 3 << 20
+    j = Journal(str(tmp_path / "j"), sync=True, segment_bytes=segment)
+    j.start(1)
+    [first] = os.listdir(tmp_path / "j")
+    assert os.path.getsize(tmp_path / "j" / first) == 1 << 20
+    rng = random.Random(7)
+    data = [rng.randbytes(rng.randint(1, 300_000)) for _ in range(80)]
+    for i, p in enumerate(data, 1):
+        j.append(p)
+        if i == 3:
+            assert os.path.getsize(tmp_path / "j" / first) <= 2 << 20
+        if i % 10 == 0:
+            j.release(i - 2)
+    assert j.stats["rotations"] + j.stats["created"] > 2 and j.stats["recycled"] > 0
+    sizes = [os.path.getsize(tmp_path / "j" / n) for n in os.listdir(tmp_path / "j")]
+    assert all(s % (1 << 20) == 0 or s > segment for s in sizes), sizes
+    j.close()
+    again = Journal(str(tmp_path / "j"), sync=True, segment_bytes=segment)
+    assert list(again.replay(70)) == list(enumerate(data, 1))[70:]
+    # A torn record past the filled part: replay stops before it.
+    again.start(81)
+    again.append(b"x" * 10)
+    path = again._segments[81]
+    again.close()
+    with open(path, "r+b") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        f.write(b"\x00\x00\x10\x00torn")
+    assert os.path.getsize(path) == size + 8
+    assert [s for s, _ in Journal(str(tmp_path / "j"), sync=True, segment_bytes=segment).replay(80)] == [81]
