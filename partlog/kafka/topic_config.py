@@ -45,6 +45,11 @@ MIN_CLEANABLE_DIRTY_RATIO_DEFAULT = 0.5
 COMPRESSION_TYPE_DEFAULT = "producer"
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 FILE_DELETE_DELAY_MS_DEFAULT = 60_000
+# Kept and described, and met whatever their value: they bound how long
+# Kafka may hold appended records unflushed, and partlog acknowledges a
+# batch only once its WAL file is durable in object storage.
+FLUSH_MESSAGES_DEFAULT = 2**63 - 1
+FLUSH_MS_DEFAULT = 2**63 - 1
 
 
 class TopicConfigError(ValueError):
@@ -73,6 +78,8 @@ class TopicConfig:
     min_cleanable_dirty_ratio: float = MIN_CLEANABLE_DIRTY_RATIO_DEFAULT
     compression_type: str = COMPRESSION_TYPE_DEFAULT
     file_delete_delay_ms: int = FILE_DELETE_DELAY_MS_DEFAULT
+    flush_messages: int = FLUSH_MESSAGES_DEFAULT
+    flush_ms: int = FLUSH_MS_DEFAULT
 
     @property
     def compact(self) -> bool:
@@ -114,6 +121,8 @@ class TopicConfig:
             "min.cleanable.dirty.ratio": repr(self.min_cleanable_dirty_ratio),
             "compression.type": self.compression_type,
             "file.delete.delay.ms": str(self.file_delete_delay_ms),
+            "flush.messages": str(self.flush_messages),
+            "flush.ms": str(self.flush_ms),
         }
 
     def with_configs(self, configs: Mapping[str, str | int]) -> TopicConfig:
@@ -210,6 +219,8 @@ _INT_KEYS: dict[str, tuple[str, int, int]] = {
     "min.compaction.lag.ms": ("min_compaction_lag_ms", 0, INT64_MAX),
     "max.compaction.lag.ms": ("max_compaction_lag_ms", 1, INT64_MAX),
     "file.delete.delay.ms": ("file_delete_delay_ms", 0, INT64_MAX),
+    "flush.messages": ("flush_messages", 1, INT64_MAX),
+    "flush.ms": ("flush_ms", 0, INT64_MAX),
 }
 _KNOWN = {
     "message.timestamp.type",
@@ -247,6 +258,8 @@ CONFIG_TYPES: dict[str, str] = {
     "min.cleanable.dirty.ratio": "DOUBLE",
     "compression.type": "STRING",
     "file.delete.delay.ms": "LONG",
+    "flush.messages": "LONG",
+    "flush.ms": "LONG",
 }
 TOPIC_CONFIG_NAMES = frozenset(CONFIG_TYPES)
 

@@ -58,6 +58,8 @@ _TYPE_CODES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUB
 BROKER_SYNONYMS = {
     "cleanup.policy": "log.cleanup.policy",
     "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "flush.messages": "log.flush.interval.messages",
+    "flush.ms": "log.flush.interval.ms",
     "index.interval.bytes": "log.index.interval.bytes",
     "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
     "max.message.bytes": "message.max.bytes",

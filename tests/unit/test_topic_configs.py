@@ -267,3 +267,18 @@ def test_compression_type_and_file_delete_delay_are_kept_as_kafka_validates_them
                 {"file.delete.delay.ms": "soon"}):  # fmt: skip
         with pytest.raises(TopicConfigError, match="Invalid value"):
             validate_overrides(bad)
+
+
+def test_flush_configs_are_kept_and_met_whatever_their_value() -> None:
+    """flush.messages and flush.ms (librdkafka's 0081 sets flush.ms): Kafka's
+    ranges (at least 1 and 0), default Long.MAX_VALUE; partlog acknowledges
+    only durable batches, so any value is met."""
+    from partlog.kafka.topic_config import TopicConfig, TopicConfigError, validate_overrides
+
+    c = validate_overrides({"flush.ms": "12345678", "flush.messages": "1"})
+    assert (c.flush_ms, c.flush_messages) == (12_345_678, 1)
+    assert TopicConfig().to_configs()["flush.ms"] == str(2**63 - 1)
+    assert TopicConfig().to_configs()["flush.messages"] == str(2**63 - 1)
+    for bad in ({"flush.messages": "0"}, {"flush.ms": "-1"}, {"flush.ms": "soon"}, {"flush.ms": str(2**63)}):
+        with pytest.raises(TopicConfigError, match="Invalid value"):
+            validate_overrides(bad)
