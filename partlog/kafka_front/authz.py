@@ -72,6 +72,14 @@ class Authz:
         a = self.authorizer
         return a.authorize_any(who.principal, who.host, AclOperation.WRITE, ResourceType.TOPIC)
 
+    def authorized_operations(self, who: Caller, resource_type: ResourceType, name: str) -> int:
+        """Kafka's ``authorizedOperations``: a bit (1 << code) for each of
+        the operations the resource type supports that ``who`` may do on
+        ``name`` (DESCRIBE implied by READ, WRITE, DELETE or ALTER, as the
+        authorizer rules) -- Metadata's and the describe APIs' field."""
+        ops = SUPPORTED_OPERATIONS[resource_type]
+        return sum(1 << int(op) for op in ops if self.allowed(who, op, resource_type, name))
+
     def create_topic(self, who: Caller, name: str) -> bool:
         """CREATE on the cluster or on the topic, as Kafka's CreateTopics and
         Metadata's auto-creation."""
@@ -91,6 +99,21 @@ class Authz:
                 n for n in asked if n and n not in existing and n not in refused and not self.create_topic(who, n)
             )
         return refused
+
+
+# Kafka's AclEntry.supportedOperations, for the types partlog describes.
+SUPPORTED_OPERATIONS: dict[ResourceType, tuple[AclOperation, ...]] = {
+    ResourceType.TOPIC: (AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE,
+                         AclOperation.DELETE, AclOperation.ALTER, AclOperation.DESCRIBE_CONFIGS,
+                         AclOperation.ALTER_CONFIGS),
+    ResourceType.GROUP: (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE,
+                         AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS),
+    ResourceType.CLUSTER: (AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
+                           AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
+                           AclOperation.DESCRIBE),
+}  # fmt: skip
+# Kafka's "not asked for" value of an authorized_operations field (Integer.MIN_VALUE).
+OPERATIONS_NOT_ASKED = -(2**31)
 
 
 def denied(req: Any, error: Errors) -> dict[str, Any]:

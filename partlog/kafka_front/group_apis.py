@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from partlog.acl import AclOperation
+from partlog.acl import AclOperation, ResourceType
 from partlog.kafka.errors import Errors
 from partlog.kafka_front.authz import denied
 from partlog.kafka_front.consumer_assignor import Assignment
@@ -229,6 +229,8 @@ class GroupApis(ApiHandlers):
                     # v6 (KIP-1043): no such group, or no classic group, is an error.
                     why = "is not a classic group" if g in modern else "not found"
                     d = {**d, "error_code": int(Errors.GROUP_ID_NOT_FOUND), "error_message": f"Group {g} {why}."}
+                elif d["error_code"] == 0 and getattr(body, "include_authorized_operations", False):
+                    d = {**d, "authorized_operations": self.authz.authorized_operations(session, ResourceType.GROUP, g)}
                 groups.append(d)
             else:
                 groups.append({"error_code": int(Errors.GROUP_AUTHORIZATION_FAILED), "group_id": g, "group_state": "",
@@ -285,6 +287,8 @@ class GroupApis(ApiHandlers):
             if not all(self.authz.topic(session, AclOperation.DESCRIBE, n) for n in topics):
                 groups.append({**base, "error_code": int(Errors.TOPIC_AUTHORIZATION_FAILED)})
                 continue
+            if body.include_authorized_operations:
+                base["authorized_operations"] = self.authz.authorized_operations(session, ResourceType.GROUP, gid)
             groups.append({**base, "error_code": 0, **_described(g, names)})
         return {"throttle_time": 0, "groups": groups}
 

@@ -26,10 +26,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from partlog.acl import AclOperation
+from partlog.acl import CLUSTER_NAME, AclOperation, ResourceType
 from partlog.controller.rules import valid_topic_name
 from partlog.kafka.errors import Errors
 from partlog.kafka_front.admin_apis import AdminApis
+from partlog.kafka_front.authz import OPERATIONS_NOT_ASKED
 from partlog.kafka_front.group_coordinator import INTERNAL_TOPICS, OFFSETS_TOPIC, GroupCoordinator
 from partlog.kafka_front.handler import ApiHandlers, Session, client_az
 from partlog.kafka_front.port import BrokerPort
@@ -131,8 +132,18 @@ class MetadataApi(ApiHandlers):
                 out.append(_missing(a, refused))
                 continue
             out.append(self._described(name, t, listening, az))
+        if getattr(body, "include_topic_authorized_operations", False):
+            # As Kafka: for the topics described; an error's entry keeps "not asked".
+            for entry in out:
+                if entry["error_code"] == 0:
+                    ops = self.authz.authorized_operations(session, ResourceType.TOPIC, entry["name"])
+                    entry["topic_authorized_operations"] = ops
+        cluster_ops = OPERATIONS_NOT_ASKED
+        if 8 <= req.api_version <= 10 and getattr(body, "include_cluster_authorized_operations", False):
+            cluster_ops = self.authz.authorized_operations(session, ResourceType.CLUSTER, CLUSTER_NAME)
         cluster_id = meta.cluster_id
         return {
+            "cluster_authorized_operations": cluster_ops,
             "throttle_time": 0,
             "brokers": brokers,
             "cluster_id": str(cluster_id) if cluster_id is not None else None,
