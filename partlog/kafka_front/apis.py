@@ -493,9 +493,12 @@ class KafkaApis(ApiHandlers):
         """Kafka's answer to a lookup by timestamp is the first RECORD at or
         after it; the store knows batches only (design.md), so the batch it
         names is read and its records searched.  When the batch cannot be
-        read or decoded, the batch's base offset stands (a few records early)."""
-        error, _, offset = answer
-        if req.timestamp < 0 or error != Errors.NONE or offset < 0:
+        read or decoded, the batch's base offset stands (a few records early).
+        MAX_TIMESTAMP (-3) is the first record of that batch whose timestamp
+        is the batch's max (Kafka's ``offsetOfMaxTimestamp``, KAFKA-16310)."""
+        error, best_ts, offset = answer
+        at_max = req.timestamp == ListOffsetsRequest.MAX_TIMESTAMP
+        if (req.timestamp < 0 and not at_max) or error != Errors.NONE or offset < 0:
             return answer
         async with self._exact_slots:
             [(code, _hwm, _lso, records, _msg, _stable, _aborted)] = await self.broker.fetch_routed(
@@ -505,7 +508,7 @@ class KafkaApis(ApiHandlers):
             return answer
         try:
             for r in parse_records(req.topic_id_partition, records, offset):
-                if r.timestamp >= req.timestamp:
+                if r.timestamp == best_ts if at_max else r.timestamp >= req.timestamp:
                     return Errors.NONE, r.timestamp, r.offset
         except Exception as e:  # a codec this process lacks, a damaged batch: the batch's answer stands
             log.info("ListOffsets of %s: batch at %d not searched: %s", req.topic_id_partition, offset, e)

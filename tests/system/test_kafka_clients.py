@@ -138,6 +138,30 @@ def test_watermarks_and_offsets_for_times(cluster: ClusterThread) -> None:
     c.close()
 
 
+def test_list_offsets_finds_the_record_not_the_batch(cluster: ClusterThread) -> None:
+    """librdkafka's 0081 ListOffsets: three records in one batch, stamped
+    +100, +400, +250: the max timestamp is record 1 (Kafka's
+    offsetOfMaxTimestamp), a lookup by time the first record at or after it."""
+    from confluent_kafka import Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec  # type: ignore[attr-defined]
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("max-ts", num_partitions=1, replication_factor=1)])["max-ts"].result(30)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 100})
+    base = 10_000_000
+    for stamp in (base + 100, base + 400, base + 250):
+        p.produce("max-ts", value=b"m", partition=0, timestamp=stamp)
+    assert p.flush(30) == 0
+    tp = TopicPartition("max-ts", 0)
+    for spec, (offset, stamp) in [(OffsetSpec.earliest(), (0, -1)), (OffsetSpec.latest(), (3, -1)),
+                                  (OffsetSpec.max_timestamp(), (1, base + 400)),
+                                  (OffsetSpec.for_timestamp(base + 50), (0, base + 100)),
+                                  (OffsetSpec.for_timestamp(base + 300), (1, base + 400)),
+                                  (OffsetSpec.for_timestamp(base + 150), (1, base + 400))]:  # fmt: skip
+        got = admin.list_offsets({tp: spec})[tp].result(30)
+        assert (got.offset, got.timestamp) == (offset, stamp), spec
+
+
 def test_admin_creates_topics_and_metadata_lists_them(cluster: ClusterThread) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
