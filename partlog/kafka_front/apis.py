@@ -110,6 +110,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     15: (0, 6),  # DescribeGroups (v6: KIP-1043's GROUP_ID_NOT_FOUND)
     16: (0, 5),  # ListGroups (v5: KIP-848's group type)
     42: (0, 2),  # DeleteGroups
+    47: (0, 0),  # OffsetDelete (KIP-496)
     17: (0, 1),  # SaslHandshake (v0: raw tokens follow, as before KIP-152)
     19: (2, 7),  # CreateTopics
     20: (1, 6),  # DeleteTopics
@@ -281,6 +282,7 @@ class KafkaApis(ApiHandlers):
             15: group.describe_groups,
             16: group.list_groups,
             42: group.delete_groups,
+            47: group.offset_delete,
             20: self.admin.delete_topics,
             21: self.admin.delete_records,
             23: self.offset_for_leader_epoch,

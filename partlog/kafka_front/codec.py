@@ -60,6 +60,7 @@ API_KEYS: dict[int, str] = {
     15: "DescribeGroups",
     16: "ListGroups",
     42: "DeleteGroups",
+    47: "OffsetDelete",
     17: "SaslHandshake",
     18: "ApiVersions",
     19: "CreateTopics",

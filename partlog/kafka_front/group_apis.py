@@ -19,8 +19,10 @@ from partlog.kafka_front.consumer_group import HEARTBEAT_INTERVAL_MS_DEFAULT, Co
 from partlog.kafka_front.group_coordinator import GroupCoordinator
 from partlog.kafka_front.group_delete import delete_groups
 from partlog.kafka_front.handler import ApiHandlers, Session, duration_ms
+from partlog.kafka_front.offset_delete import delete_offsets
 from partlog.kafka_front.port import BrokerPort
 from partlog.kafka_front.txn_coordinator import TxnCoordinator
+from partlog.limits import PARTITIONS_PER_CLUSTER_MAX
 
 # FindCoordinator's key types (Kafka's CoordinatorType).
 KEY_TYPE_GROUP = 0
@@ -299,6 +301,37 @@ class GroupApis(ApiHandlers):
         done = await delete_groups(self.groups, allowed)
         results = [{"group_id": g, "error_code": int(done.get(g, Errors.GROUP_AUTHORIZATION_FAILED))} for g in names]
         return {"throttle_time": 0, "results": results}
+
+    async def offset_delete(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
+        """OffsetDelete (KIP-496), Kafka's handleOffsetDeleteRequest: DELETE
+        on the group (else the whole answer GROUP_AUTHORIZATION_FAILED); per
+        topic READ (else TOPIC_AUTHORIZATION_FAILED), known, each partition
+        in range (else UNKNOWN_TOPIC_OR_PARTITION); the rest to the coordinator."""
+        answer: dict[str, Any] = {"throttle_time": 0, "error_code": 0, "topics": []}
+        if not self.authz.group(session, AclOperation.DELETE, body.group_id):
+            return {**answer, "error_code": int(Errors.GROUP_AUTHORIZATION_FAILED)}
+        if sum(len(t.partitions) for t in body.topics) > PARTITIONS_PER_CLUSTER_MAX:
+            return {**answer, "error_code": int(Errors.INVALID_REQUEST)}  # more than any cluster holds
+        index = self.broker.topic_index
+        rows: dict[str, list[dict[str, int]]] = {}
+        asked: list[tuple[str, list[int]]] = []
+        for t in body.topics:
+            ps = [int(p.partition_index) for p in t.partitions]
+            known = index.get(t.name)
+            if not self.authz.topic(session, AclOperation.READ, t.name):
+                refused = {p: Errors.TOPIC_AUTHORIZATION_FAILED for p in ps}
+            else:
+                count = known[1] if known is not None else 0
+                refused = {p: Errors.UNKNOWN_TOPIC_OR_PARTITION for p in ps if not 0 <= p < count}
+                if len(refused) < len(ps):
+                    asked.append((t.name, [p for p in ps if p not in refused]))
+            rows.setdefault(t.name, []).extend({"partition_index": p, "error_code": int(e)} for p, e in refused.items())
+        error, done = await delete_offsets(self.groups, body.group_id, asked) if asked else (Errors.NONE, {})
+        if error != Errors.NONE:
+            return {**answer, "error_code": int(error)}
+        for name, answered in done.items():
+            rows[name].extend({"partition_index": p, "error_code": int(e)} for p, e in answered)
+        return {**answer, "topics": [{"name": n, "partitions": ps} for n, ps in rows.items()]}
 
 
 def _by_topic(assignment: Assignment, names: Mapping[Any, str] | None = None) -> list[dict[str, Any]]:

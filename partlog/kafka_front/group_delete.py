@@ -22,10 +22,12 @@ import msgpack
 
 from partlog.kafka.errors import Errors
 from partlog.kafka.record_batch import build_record_batch
+from partlog.kafka.records import TopicIdPartition
 from partlog.kafka_front.group_coordinator import (
     OFFSETS_COMMIT_TIMEOUT_MS,
     GroupCoordinator,
     _commit_error,
+    _Partition,
 )
 
 log = logging.getLogger(__name__)
@@ -58,6 +60,15 @@ async def _delete_one(coordinator: GroupCoordinator, group_id: str) -> Errors:
     if not keys:
         part.offsets.pop(group_id, None)
         return Errors.NONE
+    return await tombstone_offsets(coordinator, part, tp, group_id, keys)
+
+
+async def tombstone_offsets(
+    coordinator: GroupCoordinator, part: _Partition, tp: TopicIdPartition, group_id: str, keys: list[tuple[str, int]]
+) -> Errors:
+    """Delete ``keys`` of the group's committed offsets durably: one
+    tombstone each in its offsets partition (acks=all, as a commit), then
+    from memory.  DeleteGroups and OffsetDelete share it."""
     now = coordinator.broker.clock.wall_ms()
     batch = build_record_batch([(msgpack.packb([group_id, topic, p]), None, now) for topic, p in keys])
     [result] = await coordinator.broker.produce([(tp, batch)], acks=-1, timeout_ms=OFFSETS_COMMIT_TIMEOUT_MS)
@@ -69,7 +80,7 @@ async def _delete_one(coordinator: GroupCoordinator, group_id: str) -> Errors:
         # may not have seen the tombstones; the client asks it again.
         error = Errors.NOT_COORDINATOR
     if error != Errors.NONE:
-        log.warning("deleting the offsets of group %s failed: %s", group_id, error.name)
+        log.warning("deleting offsets of group %s failed: %s", group_id, error.name)
         return error
     held = part.offsets.get(group_id, {})
     for i, key in enumerate(keys):
@@ -82,4 +93,4 @@ async def _delete_one(coordinator: GroupCoordinator, group_id: str) -> Errors:
     return Errors.NONE
 
 
-__all__ = ["delete_groups"]
+__all__ = ["delete_groups", "tombstone_offsets"]

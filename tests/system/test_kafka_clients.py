@@ -153,8 +153,9 @@ def test_list_offsets_finds_the_record_not_the_batch(cluster: ClusterThread) -> 
         p.produce("max-ts", value=b"m", partition=0, timestamp=stamp)
     assert p.flush(30) == 0
     tp = TopicPartition("max-ts", 0)
-    for spec, (offset, stamp) in [(OffsetSpec.earliest(), (0, -1)), (OffsetSpec.latest(), (3, -1)),
-                                  (OffsetSpec.max_timestamp(), (1, base + 400)),
+    spec_of: Any = OffsetSpec  # untyped in confluent-kafka's stubs
+    for spec, (offset, stamp) in [(spec_of.earliest(), (0, -1)), (spec_of.latest(), (3, -1)),
+                                  (spec_of.max_timestamp(), (1, base + 400)),
                                   (OffsetSpec.for_timestamp(base + 50), (0, base + 100)),
                                   (OffsetSpec.for_timestamp(base + 300), (1, base + 400)),
                                   (OffsetSpec.for_timestamp(base + 150), (1, base + 400))]:  # fmt: skip

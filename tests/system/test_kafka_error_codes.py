@@ -191,6 +191,10 @@ def _offset_fetch(group: str = GROUP, topic: str = TOPIC) -> dict[str, Any]:
     return {"group_id": group, "topics": [{"name": topic, "partition_indexes": [0]}]}
 
 
+def _offset_delete(group: str = GROUP, topic: str = TOPIC) -> dict[str, Any]:
+    return {"group_id": group, "topics": [{"name": topic, "partitions": [{"partition_index": 0}]}]}
+
+
 def _join(group: str = GROUP) -> dict[str, Any]:
     return {"group_id": group, "session_timeout": 10_000, "rebalance_timeout": 10_000, "member_id": "",
             "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b""}]}  # fmt: skip
@@ -580,6 +584,17 @@ ROWS = [
          E.GROUP_ID_NOT_FOUND, "GroupCoordinator.handleDeleteGroups (groupNotExists)"),
     _row("delete-groups-refused", "locked", "any", 42, 2, {"groups_names": [GROUP]}, CONFIGS,
          E.GROUP_AUTHORIZATION_FAILED, "KafkaApis.handleDeleteGroupsRequest (DELETE on the group)"),
+    # ------------------------------------------------------------ OffsetDelete
+    _row("offset-delete-not-coordinator", "open", "not_coordinator", 47, 0, _offset_delete(), TOP, E.NOT_COORDINATOR,
+         "GroupCoordinatorService.deleteOffsets (NotCoordinatorException)"),
+    _row("offset-delete-unknown-group", "open", "coordinator", 47, 0, _offset_delete("no-such-group"), TOP,
+         E.GROUP_ID_NOT_FOUND, "OffsetMetadataManager.validateOffsetDelete (GroupIdNotFoundException)"),
+    _row("offset-delete-empty-group-id", "open", "any", 47, 0, _offset_delete(""), TOP, E.INVALID_GROUP_ID,
+         "GroupCoordinatorService.deleteOffsets (isGroupIdNotEmpty)"),
+    _row("offset-delete-unknown-topic", "open", "coordinator", 47, 0, _offset_delete(topic=MISSING), DELREC,
+         E.UNKNOWN_TOPIC_OR_PARTITION, "KafkaApis.handleOffsetDeleteRequest (metadataCache.contains)"),
+    _row("offset-delete-refused", "locked", "any", 47, 0, _offset_delete(), TOP, E.GROUP_AUTHORIZATION_FAILED,
+         "KafkaApis.handleOffsetDeleteRequest (DELETE on the group)"),
     # ----------------------------------------------------------- DeleteRecords
     _row("delete-records-not-leader", "open", "follower", 21, 2, _delete_records(), DELREC, E.NOT_LEADER_OR_FOLLOWER,
          "ReplicaManager.deleteRecordsOnLocalLog (getPartitionOrException)", ANY_BROKER_SERVES),
