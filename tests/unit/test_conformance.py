@@ -10,6 +10,7 @@ import pytest
 from partlog.tools.conformance import (
     CAP_MARK,
     NOT_APPLICABLE,
+    SUITE_SCENARIO,
     ConformanceError,
     SuiteTest,
     parse_suite,
@@ -40,6 +41,8 @@ struct test tests[] = {
           .scenario = "noautocreate"),
     _TEST(0103_transactions, 0, TEST_BRKVER(0, 11, 0, 0), .scenario = "default,ak23"),
     _TEST(0104_old_broker, 0, .scenario = "ak23"),
+    _TEST(0129_fetch_aborted_msgs, 0, TEST_BRKVER(0, 11, 0, 0)),
+    _TEST(0130_lowlatency_named, 0, .scenario = "lowlatency"),
     _TEST(8001_fetch_from_follower_mock_manual, TEST_F_MANUAL),
     _TEST(0171_share_consumer_consume, 0),
     {NULL}};
@@ -56,6 +59,8 @@ def test_parse_suite_reads_each_entry_with_its_flags_and_scenario() -> None:
         "0107_topic_recreate",
         "0103_transactions",
         "0104_old_broker",
+        "0129_fetch_aborted_msgs",
+        "0130_lowlatency_named",
         "8001_fetch_from_follower_mock_manual",
         "0171_share_consumer_consume",
     ]
@@ -77,6 +82,11 @@ def test_static_reason_runs_broker_backed_tests_of_the_scenarios_partlog_makes()
     scenarios = {t.name: scenario_of(t) for t in parse_suite(TEST_C)}
     assert scenarios["0103_transactions"] == "default"
     assert scenarios["0107_topic_recreate"] == "noautocreate"
+    # 0129 runs the default scenario on partlog's 50 ms commit cluster; a
+    # suite entry naming "lowlatency" itself is no scenario partlog makes.
+    assert scenarios["0129_fetch_aborted_msgs"] == "lowlatency"
+    assert SUITE_SCENARIO["lowlatency"] == "default"
+    assert reasons["0130_lowlatency_named"] == "needs scenario lowlatency"
     assert reasons["0171_share_consumer_consume"] == NOT_APPLICABLE["0171"]
 
 
