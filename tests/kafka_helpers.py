@@ -20,6 +20,7 @@ from partlog.tools.cluster_options import ClusterOptions
 from partlog.tools.local_cluster import LocalCluster
 from partlog.wal.localdir_store import LocalDirStore
 from partlog.wal.objectstore import ObjectStore
+from tests.tmpdirs import module_dir
 
 T = TypeVar("T")
 
@@ -162,11 +163,12 @@ def cluster_on_back_end(
     """A module fixture's body: a ClusterThread on ``request.param``'s back
     end (one of BACK_ENDS), closed after the module."""
     metadata = "" if request.param == "embedded" else "etcd"
-    c = ClusterThread(str(tmp_path_factory.mktemp(f"{name}-{request.param}")), metadata=metadata, **opts)
-    try:
-        yield c
-    finally:
-        c.close()
+    with module_dir(tmp_path_factory, f"{name}-{request.param}") as d:
+        c = ClusterThread(str(d), metadata=metadata, **opts)
+        try:
+            yield c
+        finally:
+            c.close()
 
 
 def admin_client(cluster: ClusterThread) -> Any:

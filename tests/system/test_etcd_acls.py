@@ -38,6 +38,7 @@ from partlog.controller.etcd_url import parse_etcd_url
 from partlog.kafka_front.apis import FrontConfig
 from partlog.tools.etcd_launcher import EtcdCluster
 from partlog.tools.local_cluster import TOPIC
+from tests.tmpdirs import module_dir
 
 needs_etcd = pytest.mark.skipif(
     shutil.which("etcd") is None, reason="etcd is not installed (scripts/test installs Debian's etcd-server)"
@@ -47,7 +48,7 @@ WAIT_S = 20.0
 
 @pytest.fixture(scope="module")
 def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
-    with EtcdCluster(str(tmp_path_factory.mktemp("etcd")), members=1) as cluster:
+    with module_dir(tmp_path_factory, "etcd") as d, EtcdCluster(str(d), members=1) as cluster:
         yield cluster
 
 

@@ -24,6 +24,7 @@ from partlog.controller.etcd_meta import EtcdMetadata
 from partlog.kafka.records import TopicIdPartition
 from partlog.tools.etcd_launcher import EtcdCluster
 from tests.system.test_etcd_metadata import WAIT_S, Brokers, needs_etcd, with_brokers
+from tests.tmpdirs import module_dir
 
 # Enough partitions that a fencing needs many chunks, few enough for CI.
 PARTITIONS = 600
@@ -48,7 +49,7 @@ def _settled(admin: EtcdMetadata, victim: int) -> bool:
 
 @pytest.fixture(scope="module")
 def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
-    with EtcdCluster(str(tmp_path_factory.mktemp("etcd"))) as cluster:
+    with module_dir(tmp_path_factory, "etcd") as d, EtcdCluster(str(d)) as cluster:
         yield cluster
 
 

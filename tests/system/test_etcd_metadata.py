@@ -22,6 +22,7 @@ from partlog.controller.etcd_meta import EtcdMetadata
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
 from partlog.tools.etcd_launcher import EtcdCluster
+from tests.tmpdirs import module_dir
 
 needs_etcd = pytest.mark.skipif(
     shutil.which("etcd") is None, reason="etcd is not installed (scripts/test installs Debian's etcd-server)"
@@ -36,7 +37,7 @@ WAIT_S = 20.0
 
 @pytest.fixture(scope="module")
 def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
-    with EtcdCluster(str(tmp_path_factory.mktemp("etcd"))) as cluster:
+    with module_dir(tmp_path_factory, "etcd") as d, EtcdCluster(str(d)) as cluster:
         yield cluster
 
 
