@@ -9,10 +9,13 @@ import pytest
 
 from partlog.tools.conformance import (
     CAP_MARK,
+    CAP_S_DEFAULT,
+    CAP_S_MIN,
     NOT_APPLICABLE,
     SUITE_SCENARIO,
     ConformanceError,
     SuiteTest,
+    cap_for,
     parse_suite,
     parse_summary,
     rows_of,
@@ -144,3 +147,11 @@ def test_rows_of_an_aborted_runner_take_the_banners_and_the_first_failure() -> N
     assert rows[0].seconds == 1.81878
     capped = rows_of(entries[2:], out + f"\n{CAP_MARK} 120s\n", 120.0)
     assert capped[0].reason == "over its cap of 120s: not reached: the runner aborted"
+
+
+def test_a_long_number_gets_its_minimum_cap_within_the_runs_budget() -> None:
+    assert cap_for("0001", CAP_S_DEFAULT, 10_000) == CAP_S_DEFAULT
+    assert cap_for("0113", CAP_S_DEFAULT, 10_000) == CAP_S_MIN["0113"] > CAP_S_DEFAULT
+    assert cap_for("0113", 2_000, 10_000) == 2_000
+    assert cap_for("0113", CAP_S_DEFAULT, 300) == 300  # the run's --total-s still bounds it
+    assert cap_for("0001", CAP_S_DEFAULT, -5) == 1.0
