@@ -91,7 +91,7 @@ async def delete_offsets(
         subscribed.update(n for m in consumers.members.values() for n in m.subscribed)
     held = part.offsets.get(group_id, {})
     out: dict[str, list[tuple[int, Errors]]] = {}
-    keys: list[tuple[str, int]] = []
+    keys: dict[tuple[str, int], None] = {}  # in order, each once (a topic named twice)
     for name, partitions in topics:
         rows = out.setdefault(name, [])
         for p in dict.fromkeys(partitions):
@@ -99,9 +99,9 @@ async def delete_offsets(
                 rows.append((p, Errors.GROUP_SUBSCRIBED_TO_TOPIC))
             elif (name, p) in held and (name, p) not in keys:
                 rows.append((p, Errors.NONE))
-                keys.append((name, p))
+                keys[(name, p)] = None
     if keys:
-        error = await tombstone_offsets(coordinator, part, tp, group_id, keys)
+        error = await tombstone_offsets(coordinator, part, tp, group_id, list(keys))
         if error != Errors.NONE:
             return error, {}
     return Errors.NONE, out

@@ -8,17 +8,19 @@ DeleteConsumerGroupOffsets)."""
 
 from __future__ import annotations
 
+import socket
 import struct
 import time
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from partlog.kafka.errors import Errors
 from partlog.kafka_front.offset_delete import subscription_topics
 from partlog.tools.local_cluster import TOPIC
-from tests.kafka_helpers import ClusterThread
+from tests.kafka_helpers import ClusterThread, kio_answer, kio_request, read_frame
 
 kafka = pytest.importorskip("kafka")
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -119,3 +121,36 @@ def test_hostile_subscription_bytes_never_raise(data: bytes) -> None:
     got = subscription_topics(data)
     assert got is None or all(isinstance(t, str) for t in got)
     assert got is None or len(got) <= len(data)
+
+
+_ALLOWED = {0, int(Errors.NOT_COORDINATOR), int(Errors.GROUP_ID_NOT_FOUND), int(Errors.INVALID_GROUP_ID),
+            int(Errors.UNKNOWN_TOPIC_OR_PARTITION), int(Errors.INVALID_REQUEST)}  # fmt: skip
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    group=st.sampled_from(["od-empty", "", "od-never", "x" * 300]),
+    topics=st.lists(
+        st.tuples(st.sampled_from([TOPIC, "nope", "", "bad name!"]),
+                  st.lists(st.integers(-(2**31), 2**31 - 1) | st.integers(-2, 4), max_size=30)),
+        max_size=6,
+    ),
+)  # fmt: skip
+def test_hostile_requests_fail_only_themselves(
+    cluster: ClusterThread, group: str, topics: list[tuple[str, list[int]]]
+) -> None:
+    """Negative, duplicate and huge partition indexes, topics named twice,
+    empty and invalid names: each request is answered with Kafka's codes, and
+    the connection serves the next request."""
+    named = [{"name": n, "partitions": [{"partition_index": p} for p in ps]} for n, ps in topics]
+    data = {"group_id": group, "topics": named}
+    port = int(cluster.bootstrap.split(",")[0].rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        for correlation in (1, 2):  # twice on one connection
+            sock.sendall(kio_request(47, 0, correlation, data))
+            frame = read_frame(sock)
+            assert frame is not None
+            answer = kio_answer(47, 0, frame)
+            assert int(answer.error_code) in _ALLOWED
+            codes = {int(p.error_code) for t in answer.topics for p in t.partitions}
+            assert codes <= _ALLOWED
