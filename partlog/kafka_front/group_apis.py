@@ -13,7 +13,7 @@ from typing import Any
 
 from partlog.acl import AclOperation, ResourceType
 from partlog.kafka.errors import Errors
-from partlog.kafka_front.authz import denied
+from partlog.kafka_front.authz import OPERATIONS_NOT_ASKED, denied
 from partlog.kafka_front.consumer_assignor import Assignment
 from partlog.kafka_front.consumer_group import HEARTBEAT_INTERVAL_MS_DEFAULT, ConsumerGroup, HeartbeatIn, check_fetch
 from partlog.kafka_front.group_coordinator import GroupCoordinator
@@ -275,7 +275,7 @@ class GroupApis(ApiHandlers):
         for gid in body.group_ids:
             base: dict[str, Any] = {"group_id": gid, "error_message": None, "group_state": "", "group_epoch": -1,
                                     "assignment_epoch": -1, "assignor_name": "", "members": [],
-                                    "authorized_operations": -2147483648}  # fmt: skip
+                                    "authorized_operations": OPERATIONS_NOT_ASKED}  # fmt: skip
             if not self.authz.group(session, AclOperation.DESCRIBE, gid):
                 groups.append({**base, "error_code": int(Errors.GROUP_AUTHORIZATION_FAILED)})
                 continue

@@ -45,6 +45,7 @@ from partlog.kafka.coordinator_key import java_string_hash, partition_for
 from partlog.kafka.errors import Errors
 from partlog.kafka.record_batch import build_record_batch, parse_records
 from partlog.kafka.records import TopicIdPartition
+from partlog.kafka_front.authz import OPERATIONS_NOT_ASKED
 from partlog.kafka_front.consumer_group import ConsumerGroup, ConsumerGroups, HeartbeatIn, HeartbeatOut
 from partlog.kafka_front.internal_log import (
     batches,
@@ -648,7 +649,7 @@ class GroupCoordinator:
     async def describe(self, group_id: str) -> dict[str, Any]:
         error, part, _ = await self._partition(group_id, empty_ok=True)
         base: dict[str, Any] = {"group_id": group_id, "group_state": "", "protocol_type": "", "protocol_data": "",
-                                "members": [], "authorized_operations": -2147483648}  # fmt: skip
+                                "members": [], "authorized_operations": OPERATIONS_NOT_ASKED}  # fmt: skip
         if part is None:
             return {**base, "error_code": int(error)}
         g = part.groups.group(group_id)

@@ -116,6 +116,7 @@ class MetadataApi(ApiHandlers):
         if asked is None:
             # All topics: those the principal may describe.
             asked = [_Asked(n) for n in sorted(topics) if self.authz.topic(session, AclOperation.DESCRIBE, n)]
+        with_ops = bool(getattr(body, "include_topic_authorized_operations", False))
         out = []
         done = 0  # topics and partitions answered since the loop was last handed back
         for a in asked:
@@ -131,13 +132,14 @@ class MetadataApi(ApiHandlers):
             if t is None:
                 out.append(_missing(a, refused))
                 continue
-            out.append(self._described(name, t, listening, az))
-        if getattr(body, "include_topic_authorized_operations", False):
-            # As Kafka: for the topics described; an error's entry keeps "not asked".
-            for entry in out:
-                if entry["error_code"] == 0:
-                    ops = self.authz.authorized_operations(session, ResourceType.TOPIC, entry["name"])
-                    entry["topic_authorized_operations"] = ops
+            entry = self._described(name, t, listening, az)
+            if with_ops:
+                # As Kafka: for the topics described; an error's entry keeps
+                # "not asked".  Inside the sliced loop: 8 decisions a topic.
+                entry["topic_authorized_operations"] = self.authz.authorized_operations(
+                    session, ResourceType.TOPIC, name
+                )
+            out.append(entry)
         cluster_ops = OPERATIONS_NOT_ASKED
         if 8 <= req.api_version <= 10 and getattr(body, "include_cluster_authorized_operations", False):
             cluster_ops = self.authz.authorized_operations(session, ResourceType.CLUSTER, CLUSTER_NAME)
