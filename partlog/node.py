@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from partlog.broker.server import Broker, BrokerConfig
 from partlog.controller.acl_sources import FollowedAcls, acl_source_for
 from partlog.controller.cluster_meta import MetadataSource
+from partlog.controller.dynamic_configs import dynamic_config_source_for
 from partlog.kafka_front.apis import FrontConfig
 from partlog.kafka_front.listeners import ListenerSecurity, ListenerSpec
 from partlog.kafka_front.server import KafkaListener, ListenerLimits
@@ -73,6 +74,10 @@ class BrokerNode:
         self.broker = make_broker(config.broker, metadata, objects, clock=clock, entropy=entropy)
         self.kafka: KafkaListener | None = None
         self.acls = acl_source_for(metadata) if config.kafka.authorizer is not None else None
+        # BROKER and GROUP resources' configs: the broker applies the log.*
+        # topic defaults, the Kafka front serves and applies the rest.
+        self.dynamic_configs = dynamic_config_source_for(metadata)
+        self.broker.follow_dynamic_configs(self.dynamic_configs)
 
         # The broker RPC's peers need CLUSTER_ACTION when the authorizer is on,
         # their certificates mapped by the Kafka listeners' rules.
@@ -126,11 +131,15 @@ class BrokerNode:
         await self.broker.start()
         if isinstance(self.acls, FollowedAcls):
             await self.acls.start()
+        if isinstance(self.dynamic_configs, FollowedAcls):  # the same start/stop protocol
+            await self.dynamic_configs.start()
 
     async def stop(self) -> None:
         """Stop the Kafka listener, then the broker (see ``Broker.stop``)."""
         if isinstance(self.acls, FollowedAcls):
             await self.acls.stop()
+        if isinstance(self.dynamic_configs, FollowedAcls):
+            await self.dynamic_configs.stop()
         if self.kafka is not None:
             await self.kafka.close()
         await self.broker.stop()

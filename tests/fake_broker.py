@@ -15,6 +15,7 @@ from typing import Any, cast
 
 from partlog.broker.txn_verification import produce_error
 from partlog.controller.cluster_meta import BrokerInfo, PartitionInfo, TopicInfo
+from partlog.controller.dynamic_configs import LocalConfigs
 from partlog.kafka.batch_header import ATTR_CONTROL, ATTR_TRANSACTIONAL, CRC_START, HEADER_SIZE
 from partlog.kafka.crc32c import crc32c_update
 from partlog.kafka.errors import Errors
@@ -83,6 +84,7 @@ class FakeBroker:
         self.az = "az1"
         self.min_insync_replicas = 1
         self.metadata = FakeMetadata(broker_id)
+        self.dynamic_configs = LocalConfigs()
         self.logs: dict[TopicIdPartition, list[tuple[int, bytes]]] = {}
         # Partitions this broker leads, at which epoch (absent: all at 0).
         self.epochs: dict[TopicIdPartition, int | None] = {}

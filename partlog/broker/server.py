@@ -67,7 +67,7 @@ from partlog.broker.rpc_authz import RpcClusterAuthz
 from partlog.broker.rpc_handlers import RpcHandlers
 from partlog.broker.tasks import Tasks
 from partlog.broker.tiering import TIERING_INTERVAL_MS_DEFAULT, Tiering
-from partlog.broker.topic_configs import TopicConfigSync
+from partlog.broker.topic_configs import INTERNAL_TOPIC_CONFIGS, TopicConfigSync
 from partlog.broker.txn_verification import TXN_VERIFICATION_TIMEOUT_MS, TxnVerification
 from partlog.broker.walmgr_notifier import WalmgrNotifier
 from partlog.controller.cluster_meta import (
@@ -77,6 +77,7 @@ from partlog.controller.cluster_meta import (
     MetadataSource,
     StaticMetadata,
 )
+from partlog.controller.dynamic_configs import DynamicConfigSource, LocalConfigs
 from partlog.fetch.reads import CACHE_BYTES_MAX_DEFAULT, SEGMENT_READ_CHUNK_BYTES_DEFAULT, RangeCache
 from partlog.kafka.errors import Errors, peer_error
 from partlog.kafka.principal_rules import PrincipalMapper
@@ -109,16 +110,6 @@ assert TXN_VERIFICATION_TIMEOUT_MS <= COMMIT_RPC_TIMEOUT_MS_DEFAULT // 2
 # Kafka's log.retention.check.interval.ms default: how often the broker
 # applies retention.ms / retention.bytes to the partitions it leads.
 RETENTION_CHECK_INTERVAL_MS_DEFAULT = 300_000
-
-
-# Committed offsets live in __consumer_offsets (partlog.kafka_front), and
-# transactional ids in __transaction_state; neither is compacted: retention
-# must never drop a group's last commit or an id's last state, so every
-# broker keeps their logs whole (Kafka compacts them instead).
-INTERNAL_TOPIC_CONFIGS: dict[str, dict[str, str | int]] = {
-    "__consumer_offsets": {"retention.ms": -1, "retention.bytes": -1},
-    "__transaction_state": {"retention.ms": -1, "retention.bytes": -1},
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +195,7 @@ class Broker:
         self.topic_index: dict[str, tuple[uuid.UUID, int]] = {}
         self._topic_sizes: dict[uuid.UUID, int] = {}  # the partitions the store has, by topic
         self._config_sync = TopicConfigSync(INTERNAL_TOPIC_CONFIGS)
+        self.dynamic_configs: DynamicConfigSource = LocalConfigs()  # follow_dynamic_configs
 
         def current() -> MetadataSource:
             return self.metadata
@@ -479,13 +471,20 @@ class Broker:
 
     def _sync_topic_configs(self, metadata: MetadataSource) -> None:
         """Give the store the controller's topic configs (see TopicConfigSync)."""
-        for topic, whole in self._config_sync.pending(metadata.topics()):
+        defaults = self.dynamic_configs.configs.topic_defaults(self.broker_id)
+        for topic, whole in self._config_sync.pending(metadata.topics(), defaults):
             try:
                 self.alter_topic_configs(topic.topic_id, whole)
             except (TopicConfigError, KeyError) as e:
                 log.error("broker %d: topic %s configs not applied: %s", self.broker_id, topic.name, e)
                 continue
-            self._config_sync.applied(topic)
+            self._config_sync.applied(topic, defaults)
+
+    def follow_dynamic_configs(self, source: DynamicConfigSource) -> None:
+        """Take the cluster's dynamic configs from ``source`` (the node's);
+        its ``log.*`` topic defaults reach the store on every change."""
+        self.dynamic_configs = source
+        source.add_listener(lambda: self._sync_topic_configs(self.metadata))
 
     async def _apply_roles(self, metadata: MetadataSource) -> None:
         """Take the roles ``metadata`` gives this broker, then drop the logs

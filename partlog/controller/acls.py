@@ -251,12 +251,17 @@ class ControllerAcls:
             self._loaded = True
 
     async def _poll_loop(self) -> None:
+        me = asyncio.current_task()
         while True:
             try:
                 await self._poll_once(ACLS_POLL_WAIT_MS)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # a lost controller: keep the last ACLs, ask again
+                if me is not None and me.cancelling():
+                    # A connection's close swallowed our cancel (RpcClient.close
+                    # awaits its reader): stop() must not wait for ever.
+                    raise asyncio.CancelledError from e
                 log.warning("acls_poll failed: %s", e)
                 await asyncio.sleep(ACLS_POLL_RETRY_MS / 1000)
 

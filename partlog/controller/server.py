@@ -51,6 +51,7 @@ from typing import Any, TypeVar
 from partlog.controller.acls import AclService
 from partlog.controller.cluster_meta import NO_LEADER, PartitionInfo, TopicInfo
 from partlog.controller.core import Controller, ControllerConfig
+from partlog.controller.dynamic_configs import CONTROLLER_DYNAMIC_CONFIG_SCHEMAS, DynamicConfigService
 from partlog.controller.elr import ELR_RPC_VERSION
 from partlog.controller.model import (
     BrokerFenced,
@@ -171,20 +172,24 @@ class ControllerServer:
         assert self._controller is None, "started twice"
         now_ms = self.clock.wall_ms()
 
-        def open_state() -> tuple[Controller, AclService]:
+        def open_state() -> tuple[Controller, AclService, DynamicConfigService]:
             c = Controller(self.config, now_ms=now_ms, new_uuid=self.entropy.uuid4)
             try:
-                # The ACLs (partlog.controller.acls) keep their own LMDB and lock.
-                return c, AclService(os.path.join(os.fspath(self.config.data_dir), "acls"))
+                # The ACLs (partlog.controller.acls) and the dynamic configs
+                # keep their own LMDB and lock.
+                data_dir = os.fspath(self.config.data_dir)
+                acls = AclService(os.path.join(data_dir, "acls"))
+                return c, acls, DynamicConfigService(os.path.join(data_dir, "dynamic_configs"))
             except BaseException:
                 c.close()
                 raise
 
-        controller, acls = await asyncio.to_thread(open_state)
+        controller, acls, dynamic_configs = await asyncio.to_thread(open_state)
         self._controller = controller
         self._publish()
         handlers: dict[str, Callable[[Any], Awaitable[Any]]] = {
             **acls.handlers(),
+            **dynamic_configs.handlers(),  # BROKER and GROUP resources' configs
             **scram_handlers(controller.scram),  # KIP-554's credentials
             "register_broker": self._handle_register,
             "heartbeat": self._handle_heartbeat,
@@ -206,7 +211,7 @@ class ControllerServer:
             secret=self._secret,
             ssl=self._ssl,
             cluster_id=controller.cluster_id,
-            schemas={**CONTROLLER_SCHEMAS, **CONTROLLER_SCRAM_SCHEMAS},
+            schemas={**CONTROLLER_SCHEMAS, **CONTROLLER_SCRAM_SCHEMAS, **CONTROLLER_DYNAMIC_CONFIG_SCHEMAS},
             clock=self.clock,
             entropy=self.entropy,
         )

@@ -11,9 +11,12 @@ null value, the resource type, a broker's name), then ALTER_CONFIGS on the
 topic, then the controller (the configs validated whole: INVALID_CONFIG
 with Kafka's message; then the topic's existence).
 
-Broker configs: partlog has none that change at run time; an alteration of
-a BROKER resource with configs answers INVALID_REQUEST naming them (Kafka's
-answer for configs it cannot update dynamically).
+BROKER resources (one broker's, or ``""`` the cluster's default) and GROUP
+resources (a KIP-848 group's session timeout and heartbeat interval) keep
+Kafka's dynamic configs (:mod:`partlog.kafka.dynamic_config`) in the
+cluster's metadata, through the broker's :class:`DynamicConfigSource`:
+checked there, answered once this broker holds the change.  The ``log.*``
+ones are the defaults of topics without their own override.
 
 DescribeConfigs of a topic lists what :class:`TopicConfig` implements, the
 values this broker's store enforces, DYNAMIC_TOPIC_CONFIG for an override
@@ -22,19 +25,30 @@ partlog: STATIC_BROKER_CONFIG, read-only)."""
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
 from partlog.acl import AclOperation
 from partlog.controller.cluster_meta import ConfigChange, TopicConfigAdmin, TopicInfo
+from partlog.controller.dynamic_configs import CHANGES_PER_REQUEST_MAX, CONFIGS_PER_RESOURCE_MAX
 from partlog.controller.rules import valid_topic_name
+from partlog.kafka.dynamic_config import (
+    GROUP_CONFIG_DEFAULTS,
+    RESOURCE_BROKER,
+    RESOURCE_GROUP,
+    RESOURCE_NAME_CHARS_MAX,
+    TOPIC_SYNONYMS,
+    DynamicChange,
+)
 from partlog.kafka.errors import Errors
 from partlog.kafka.topic_config import (
     CONFIG_TYPES,
     OP_DELETE,
     OP_SET,
     OP_SUBTRACT,
+    TOPIC_CONFIG_NAME_CHARS_MAX,
     TOPIC_CONFIG_OPS_MAX,
     TOPIC_CONFIG_VALUE_CHARS_MAX,
     ConfigOp,
@@ -46,37 +60,22 @@ from partlog.limits import TOPICS_PER_REQUEST_MAX
 
 __all__ = ["ConfigApis", "topic_config_entries"]
 
+log = logging.getLogger(__name__)
+
 # Kafka's ConfigResource.Type, ConfigSource and ConfigType codes.
 RESOURCE_TOPIC = 2
-RESOURCE_BROKER = 4
 SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_DYNAMIC_BROKER = 2  # DYNAMIC_BROKER_CONFIG: this broker's
+SOURCE_DYNAMIC_DEFAULT_BROKER = 3  # DYNAMIC_DEFAULT_BROKER_CONFIG: the cluster's
 SOURCE_STATIC = 4  # STATIC_BROKER_CONFIG
 SOURCE_DEFAULT = 5  # DEFAULT_CONFIG
+SOURCE_GROUP = 8  # GROUP_CONFIG
 _TYPE_CODES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7}
 # The broker config each topic config defaults from (Kafka's
 # ServerTopicConfigSynonyms), named by DescribeConfigs' DEFAULT_CONFIG synonym.
-BROKER_SYNONYMS = {
-    "cleanup.policy": "log.cleanup.policy",
-    "delete.retention.ms": "log.cleaner.delete.retention.ms",
-    "flush.messages": "log.flush.interval.messages",
-    "flush.ms": "log.flush.interval.ms",
-    "index.interval.bytes": "log.index.interval.bytes",
-    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
-    "max.message.bytes": "message.max.bytes",
-    "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
-    "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
-    "message.timestamp.type": "log.message.timestamp.type",
-    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
-    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
-    "retention.bytes": "log.retention.bytes",
-    "retention.ms": "log.retention.ms",
-    "segment.bytes": "log.segment.bytes",
-    "segment.index.bytes": "log.index.size.max.bytes",
-    "segment.ms": "log.roll.ms",
-}
+BROKER_SYNONYMS = {topic: broker for broker, topic in TOPIC_SYNONYMS.items()}
 _DEFAULTS = TopicConfig().to_configs()
 _STATIC_ONLY = "this cluster's topics come from its static cluster file"
-_OK: tuple[Errors, str | None] = (Errors.NONE, None)
 
 
 def _config_type(value: str) -> int:
@@ -91,12 +90,17 @@ def _config_type(value: str) -> int:
 
 
 def topic_config_entries(
-    enforced: Mapping[str, str], overrides: Mapping[str, str], min_insync_replicas: int
+    enforced: Mapping[str, str],
+    overrides: Mapping[str, str],
+    min_insync_replicas: int,
+    broker_sources: Mapping[str, int] | None = None,
 ) -> dict[str, tuple[str, int, bool]]:
     """A topic's configs as DescribeConfigs lists them: name -> (value,
-    source, read_only).  ``enforced``: the store's whole config."""
+    source, read_only).  ``enforced``: the store's whole config;
+    ``broker_sources``: the source of each default a dynamic broker config sets."""
+    dynamic = broker_sources or {}
     out = {
-        k: (overrides[k], SOURCE_DYNAMIC_TOPIC, False) if k in overrides else (v, SOURCE_DEFAULT, False)
+        k: (overrides[k], SOURCE_DYNAMIC_TOPIC, False) if k in overrides else (v, dynamic.get(k, SOURCE_DEFAULT), False)
         for k, v in enforced.items()
     }
     out["min.insync.replicas"] = (str(min_insync_replicas), SOURCE_STATIC, True)
@@ -131,7 +135,8 @@ class ConfigApis(ApiHandlers):
                     results.append({**base, "error_code": int(Errors.UNKNOWN_TOPIC_OR_PARTITION)})
                     continue
                 enforced = self.broker.topic_config(t.topic_id).to_configs()
-                configs = topic_config_entries(enforced, dict(t.configs or ()), self.broker.min_insync_replicas)
+                overrides = dict(t.configs or ())
+                configs = topic_config_entries(enforced, overrides, self.broker.min_insync_replicas, self._sources())
             elif rtype == RESOURCE_BROKER:
                 if not self.authz.cluster(session, AclOperation.DESCRIBE_CONFIGS):
                     results.append({**base, "error_code": int(Errors.CLUSTER_AUTHORIZATION_FAILED)})
@@ -140,9 +145,20 @@ class ConfigApis(ApiHandlers):
                     results.append({**base, "error_code": int(Errors.INVALID_REQUEST),
                                     "error_message": f"this is broker {self.broker.broker_id}"})  # fmt: skip
                     continue
-                configs = {k: (v, SOURCE_STATIC, True) for k, v in self._broker_configs().items()}
+                configs = self._broker_entries(name)
+            elif rtype == RESOURCE_GROUP:
+                if not self.authz.group(session, AclOperation.DESCRIBE_CONFIGS, name):
+                    results.append({**base, "error_code": int(Errors.GROUP_AUTHORIZATION_FAILED)})
+                    continue
+                if not name:
+                    results.append({**base, "error_code": int(Errors.INVALID_REQUEST),
+                                    "error_message": "Group name must not be empty"})  # fmt: skip
+                    continue
+                held = self.broker.dynamic_configs.configs.of(RESOURCE_GROUP, name)
+                configs = {k: (held[k], SOURCE_GROUP, False) if k in held else (str(v), SOURCE_DEFAULT, False)
+                           for k, v in GROUP_CONFIG_DEFAULTS.items()}  # fmt: skip
             else:
-                why = f"resource type {rtype} is not served (2 topic, 4 broker)"
+                why = f"resource type {rtype} is not served (2 topic, 4 broker, 32 group)"
                 results.append({**base, "error_code": int(Errors.INVALID_REQUEST), "error_message": why})
                 continue
             keys = r.configuration_keys
@@ -173,6 +189,30 @@ class ConfigApis(ApiHandlers):
             "min.insync.replicas": str(self.broker.min_insync_replicas),
         }
 
+    def _broker_entries(self, name: str) -> dict[str, tuple[str, int, bool]]:
+        """A BROKER resource's configs: ``""`` the cluster's dynamic defaults
+        alone (as Kafka), this broker's id its static configs, the topic
+        defaults' broker configs and every dynamic one set."""
+        held = self.broker.dynamic_configs.configs
+        cluster = held.of(RESOURCE_BROKER, "")
+        if not name:
+            return {k: (v, SOURCE_DYNAMIC_DEFAULT_BROKER, False) for k, v in cluster.items()}
+        out = {k: (v, SOURCE_STATIC, True) for k, v in self._broker_configs().items()}
+        out.update({broker: (_DEFAULTS[topic], SOURCE_DEFAULT, False) for broker, topic in TOPIC_SYNONYMS.items()})
+        out.update({k: (v, SOURCE_DYNAMIC_DEFAULT_BROKER, False) for k, v in cluster.items()})
+        out.update({k: (v, SOURCE_DYNAMIC_BROKER, False) for k, v in held.of(RESOURCE_BROKER, name).items()})
+        return out
+
+    def _sources(self) -> dict[str, int]:
+        """Topic config name -> the source of its default, for those a
+        dynamic broker config sets (this broker's over the cluster's)."""
+        held = self.broker.dynamic_configs.configs
+        out = {TOPIC_SYNONYMS[k]: SOURCE_DYNAMIC_DEFAULT_BROKER for k in held.of(RESOURCE_BROKER, "")
+               if k in TOPIC_SYNONYMS}  # fmt: skip
+        mine = held.of(RESOURCE_BROKER, str(self.broker.broker_id))
+        out.update({TOPIC_SYNONYMS[k]: SOURCE_DYNAMIC_BROKER for k in mine if k in TOPIC_SYNONYMS})
+        return out
+
     # ------------------------------------------------------------ alter
 
     async def incremental_alter_configs(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
@@ -185,17 +225,23 @@ class ConfigApis(ApiHandlers):
         named = Counter((int(r.resource_type), r.resource_name) for r in body.resources)
         answers: list[tuple[Errors, str | None] | None] = []
         changes: dict[str, ConfigChange] = {}
+        dynamic: list[DynamicChange] = []
         for r in body.resources:
             refusal = self._refusal(r, named, session, incremental)
-            if refusal is None and int(r.resource_type) == RESOURCE_BROKER:
-                refusal = _OK  # nothing to change
-            elif refusal is None:  # a topic: the controller answers
-                ops = (ConfigOp(int(c.config_operation) if incremental else OP_SET, c.name, c.value) for c in r.configs)
-                changes[r.resource_name] = (not incremental, tuple(ops))
+            if refusal is None:
+                ops = tuple(ConfigOp(int(c.config_operation) if incremental else OP_SET, c.name, c.value)
+                            for c in r.configs)  # fmt: skip
+                if int(r.resource_type) == RESOURCE_TOPIC:  # the controller answers
+                    changes[r.resource_name] = (not incremental, ops)
+                else:  # BROKER or GROUP: the cluster's dynamic configs
+                    dynamic.append(DynamicChange(int(r.resource_type), r.resource_name, not incremental, ops))
             answers.append(refusal)
         decided = await self._controller(changes, bool(body.validate_only))
+        dynamic_answers = iter(await self._dynamic(dynamic, bool(body.validate_only)))
         rows = []
         for r, answer in zip(body.resources, answers, strict=True):
+            if answer is None and int(r.resource_type) != RESOURCE_TOPIC:
+                answer = next(dynamic_answers)
             err, why = answer if answer is not None else decided[r.resource_name]
             rows.append({"error_code": kafka_error(err), "error_message": why,
                          "resource_type": int(r.resource_type), "resource_name": r.resource_name})  # fmt: skip
@@ -219,22 +265,27 @@ class ConfigApis(ApiHandlers):
         nulls = [c.name for c, op in zip(r.configs, ops, strict=True) if c.value is None and op != OP_DELETE]
         if nulls:
             return Errors.INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls)
-        if rtype == RESOURCE_BROKER:
-            if name and name != str(self.broker.broker_id):
+        if rtype in (RESOURCE_BROKER, RESOURCE_GROUP):
+            if rtype == RESOURCE_BROKER and name and name != str(self.broker.broker_id):
                 why = f"Unexpected broker id, expected {self.broker.broker_id}, but received {name:.60}"
                 return Errors.INVALID_REQUEST, why
-            if r.configs:
-                # As Kafka for configs it cannot update at run time.
-                return Errors.INVALID_REQUEST, f"Cannot update these configs dynamically: {sorted(keys)}"
-            if not self.authz.cluster(session, AclOperation.ALTER_CONFIGS):
+            if rtype == RESOURCE_BROKER and not self.authz.cluster(session, AclOperation.ALTER_CONFIGS):
                 return Errors.CLUSTER_AUTHORIZATION_FAILED, None
-            return None
-        if rtype != RESOURCE_TOPIC:
-            return Errors.INVALID_REQUEST, f"Unknown resource type {rtype} (partlog serves 2 topic, 4 broker)"
-        if not self.authz.topic(session, AclOperation.ALTER_CONFIGS, name):
+            if rtype == RESOURCE_GROUP and not self.authz.group(session, AclOperation.ALTER_CONFIGS, name):
+                return Errors.GROUP_AUTHORIZATION_FAILED, None
+            if len(name) > RESOURCE_NAME_CHARS_MAX:
+                return Errors.INVALID_REQUEST, f"a resource name is at most {RESOURCE_NAME_CHARS_MAX} characters"
+            if len(r.configs) > CONFIGS_PER_RESOURCE_MAX:
+                return Errors.INVALID_REQUEST, f"at most {CONFIGS_PER_RESOURCE_MAX} configs per resource"
+        elif rtype != RESOURCE_TOPIC:
+            return Errors.INVALID_REQUEST, f"Unknown resource type {rtype} (partlog serves 2 topic, 4 broker, 32 group)"
+        elif not self.authz.topic(session, AclOperation.ALTER_CONFIGS, name):
             return Errors.TOPIC_AUTHORIZATION_FAILED, None
-        if len(r.configs) > TOPIC_CONFIG_OPS_MAX:
+        elif len(r.configs) > TOPIC_CONFIG_OPS_MAX:
             return Errors.INVALID_REQUEST, f"at most {TOPIC_CONFIG_OPS_MAX} configs per resource"
+        too_long = next((c.name for c in r.configs if len(c.name.encode()) > TOPIC_CONFIG_NAME_CHARS_MAX), None)
+        if too_long is not None:
+            return Errors.INVALID_CONFIG, f"Unknown config {too_long:.60}...: over {TOPIC_CONFIG_NAME_CHARS_MAX} bytes"
         chars_max = TOPIC_CONFIG_VALUE_CHARS_MAX
         long = next((c.name for c in r.configs if c.value is not None and len(c.value) > chars_max), None)
         if long is not None:
@@ -253,6 +304,21 @@ class ConfigApis(ApiHandlers):
         for i in range(0, len(names), TOPICS_PER_REQUEST_MAX):
             chunk = {n: changes[n] for n in names[i : i + TOPICS_PER_REQUEST_MAX]}
             out.update(await metadata.alter_topic_configs(chunk, validate_only=validate_only))
+        return out
+
+    async def _dynamic(self, changes: list[DynamicChange], validate_only: bool) -> list[tuple[Errors, str | None]]:
+        """The cluster's answers for BROKER and GROUP resources, in order."""
+        out: list[tuple[Errors, str | None]] = []
+        source = self.broker.dynamic_configs
+        for i in range(0, len(changes), CHANGES_PER_REQUEST_MAX):
+            chunk = changes[i : i + CHANGES_PER_REQUEST_MAX]
+            try:
+                out.extend(await source.alter_dynamic_configs(chunk, validate_only=validate_only))
+            except Exception as e:  # the controller or etcd unreachable: this request fails, retriably
+                log.warning("dynamic configs not altered: %s", e)
+                out.extend(
+                    [(Errors.REQUEST_TIMED_OUT, f"the cluster's metadata did not answer: {e}"[:500])] * len(chunk)
+                )
         return out
 
     @staticmethod

@@ -40,6 +40,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from partlog.kafka.dynamic_config import GroupSettings
 from partlog.kafka.errors import Errors
 from partlog.kafka_front.consumer_assignor import ASSIGNORS, Assignment, TopicPartition, assign
 
@@ -94,6 +95,8 @@ class HeartbeatOut:
     # The member's assignment, when the answer carries it (None: unchanged).
     assignment: Assignment | None = None
     message: str | None = None
+    # The group's consumer.heartbeat.interval.ms (its dynamic config, else Kafka's default).
+    heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS_DEFAULT
 
 
 @dataclass(slots=True)
@@ -152,9 +155,14 @@ class ConsumerGroups:
         session_timeout_ms: int = SESSION_TIMEOUT_MS_DEFAULT,
         members_max: int = GROUP_MEMBERS_MAX,
         new_uuid: Callable[[], uuid.UUID],
+        settings: Callable[[str], GroupSettings] | None = None,
     ) -> None:
+        """``settings``: a group's session timeout and heartbeat interval
+        (its dynamic GROUP configs); None: ``session_timeout_ms`` and Kafka's
+        default interval for every group."""
         assert session_timeout_ms > HEARTBEAT_INTERVAL_MS_DEFAULT and members_max > 0
-        self.session_timeout_ms = session_timeout_ms
+        fixed = GroupSettings(session_timeout_ms, HEARTBEAT_INTERVAL_MS_DEFAULT)
+        self._settings = settings or (lambda _group_id: fixed)
         self.members_max = members_max
         self._new_uuid = new_uuid
         self.groups: dict[str, ConsumerGroup] = {}
@@ -169,6 +177,9 @@ class ConsumerGroups:
     ) -> HeartbeatOut:
         """One heartbeat: validate, then apply.  ``topics``: every topic's
         name -> (id, partition count) the coordinator knows now."""
+        settings = self._settings(req.group_id)
+        # Set per request (the core is synchronous): the session of the request's group.
+        self.session_timeout_ms = settings.session_timeout_ms
         invalid = _invalid(req, version)
         if invalid is not None:
             log.info("ConsumerGroupHeartbeat of %s in %s refused: %s", req.member_id, req.group_id, invalid)
@@ -212,7 +223,11 @@ class ConsumerGroups:
             req.rebalance_timeout_ms != -1 and req.subscribed_topic_names is not None and req.owned is not None
         )
         return HeartbeatOut(
-            Errors.NONE, m.member_id, m.member_epoch, m.assigned if full or m.assigned != before else None
+            Errors.NONE,
+            m.member_id,
+            m.member_epoch,
+            m.assigned if full or m.assigned != before else None,
+            heartbeat_interval_ms=settings.heartbeat_interval_ms,
         )
 
     def _member(self, g: ConsumerGroup, req: HeartbeatIn, now_ms: int) -> HeartbeatOut | tuple[Member, bool]:

@@ -15,7 +15,7 @@ from partlog.acl import AclOperation, ResourceType
 from partlog.kafka.errors import Errors
 from partlog.kafka_front.authz import OPERATIONS_NOT_ASKED, denied
 from partlog.kafka_front.consumer_assignor import Assignment
-from partlog.kafka_front.consumer_group import HEARTBEAT_INTERVAL_MS_DEFAULT, ConsumerGroup, HeartbeatIn, check_fetch
+from partlog.kafka_front.consumer_group import ConsumerGroup, HeartbeatIn, check_fetch
 from partlog.kafka_front.group_coordinator import GroupCoordinator
 from partlog.kafka_front.group_delete import delete_groups
 from partlog.kafka_front.handler import ApiHandlers, Session, duration_ms
@@ -265,7 +265,7 @@ class GroupApis(ApiHandlers):
             return {**answer, "error_code": int(out.error), "error_message": out.message}
         given = None if out.assignment is None else {"topic_partitions": _by_topic(out.assignment)}
         return {**answer, "member_id": out.member_id, "member_epoch": out.member_epoch,
-                "heartbeat_interval": HEARTBEAT_INTERVAL_MS_DEFAULT, "assignment": given}  # fmt: skip
+                "heartbeat_interval": out.heartbeat_interval_ms, "assignment": given}  # fmt: skip
 
     async def consumer_group_describe(self, req: Any, body: Any, session: Session) -> Mapping[str, Any]:
         """KIP-848's ConsumerGroupDescribe: DESCRIBE on each group, and on

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from partlog.controller.cluster_meta import MetadataSource
+from partlog.controller.dynamic_configs import DynamicConfigSource
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import FindBatchRequest, ListOffsetsRequest, TopicIdPartition, TxnMarkerRequest
 from partlog.kafka.topic_config import TopicConfig
@@ -54,6 +55,11 @@ class BrokerPort(Protocol):
     @property
     def metadata(self) -> MetadataSource:
         """The cluster metadata now (a new source when it is replaced)."""
+        ...
+
+    @property
+    def dynamic_configs(self) -> DynamicConfigSource:
+        """The cluster's BROKER and GROUP resources' configs (Kafka's dynamic configs)."""
         ...
 
     @property

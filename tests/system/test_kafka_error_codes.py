@@ -246,6 +246,9 @@ def _configs(rtype: int, name: str) -> dict[str, Any]:
     return {"resources": [{"resource_type": rtype, "resource_name": name, "configuration_keys": None}]}
 
 
+SESSION = "consumer.session.timeout.ms"
+
+
 def _alter(name: str, rtype: int = 2, op: int = 0, value: str | None = "60000", twice: bool = False,
            key: str = "retention.ms") -> dict[str, Any]:  # fmt: skip
     """IncrementalAlterConfigs v1, validate_only (the open cluster's topic stays as it is)."""
@@ -646,6 +649,8 @@ ROWS = [
          E.TOPIC_AUTHORIZATION_FAILED, "ConfigHelper.handleDescribeConfigsRequest (before existence)"),
     _row("describe-configs-refused-broker", "locked", "any", 32, 4, _configs(4, ""), CONFIGS,
          E.CLUSTER_AUTHORIZATION_FAILED, "ConfigHelper.handleDescribeConfigsRequest (DESCRIBE_CONFIGS on the cluster)"),
+    _row("describe-configs-refused-group", "locked", "any", 32, 4, _configs(32, GROUP), CONFIGS,
+         E.GROUP_AUTHORIZATION_FAILED, "ConfigHelper.handleDescribeConfigsRequest (DESCRIBE_CONFIGS on the group)"),
     # ------------------------------------- IncrementalAlterConfigs, AlterConfigs
     _row("alter-configs-unknown-topic", "open", "any", 44, 1, _alter(MISSING), ALTERED,
          E.UNKNOWN_TOPIC_OR_PARTITION, "ConfigurationControlManager.validateAlterConfig (existenceChecker)"),
@@ -667,6 +672,14 @@ ROWS = [
          "KafkaApis.handleIncrementalAlterConfigsRequest (ALTER_CONFIGS on the topic)"),
     _row("alter-configs-refused-missing", "locked", "any", 44, 1, _alter(MISSING), ALTERED,
          E.TOPIC_AUTHORIZATION_FAILED, "KafkaApis.handleIncrementalAlterConfigsRequest (before existence)"),
+    _row("alter-configs-refused-group", "locked", "any", 44, 1, _alter(GROUP, rtype=32, key=SESSION, value="50000"),
+         ALTERED, E.GROUP_AUTHORIZATION_FAILED, "AuthHelper.authorize (ALTER_CONFIGS on the group)"),
+    _row("alter-configs-group-bounds", "open", "any", 44, 1, _alter(GROUP, rtype=32, key=SESSION, value="5000"),
+         ALTERED, E.INVALID_CONFIG, "GroupConfig.validateValues (min.session.timeout.ms)"),
+    _row("alter-configs-broker-static", "open", "any", 44, 1, _alter("", rtype=4, key="broker.id", value="7"),
+         ALTERED, E.INVALID_REQUEST, "ConfigAdminManager.validateBrokerConfigChange (Cannot update dynamically)"),
+    _row("alter-configs-broker-bad-value", "open", "any", 44, 1, _alter("", rtype=4, key="log.retention.ms",
+         value="soon"), ALTERED, E.INVALID_REQUEST, "ConfigAdminManager.validateBrokerConfigChange (KAFKA-13609)"),
     _row("alter-configs-whole-unknown-topic", "open", "any", 33, 2, _alter_whole(MISSING), ALTERED,
          E.UNKNOWN_TOPIC_OR_PARTITION, "ConfigurationControlManager.legacyAlterConfigResource (existence)"),
     _row("alter-configs-whole-bad-value", "open", "any", 33, 2, _alter_whole(TOPIC, "-7"), ALTERED,
