@@ -42,18 +42,13 @@ import msgpack
 from partlog.controller.cluster_meta import TopicInfo
 from partlog.groups.membership import Completion, Groups, join_answer, sync_answer
 from partlog.kafka.coordinator_key import java_string_hash, partition_for
+from partlog.kafka.dynamic_config import GroupSettings
 from partlog.kafka.errors import Errors
 from partlog.kafka.record_batch import build_record_batch, parse_records
 from partlog.kafka.records import TopicIdPartition
 from partlog.kafka_front.authz import OPERATIONS_NOT_ASKED
 from partlog.kafka_front.consumer_group import ConsumerGroup, ConsumerGroups, HeartbeatIn, HeartbeatOut
-from partlog.kafka_front.internal_log import (
-    batches,
-    coordinator_of,
-    ensure_internal_topic,
-    internal_topic,
-    read_to_end,
-)
+from partlog.kafka_front.internal_log import batches, coordinator_of, ensure_internal_topic, internal_topic, read_to_end
 from partlog.kafka_front.port import BrokerPort
 from partlog.txn.log import TXN_STATE_TOPIC
 
@@ -187,7 +182,10 @@ class GroupCoordinator:
             old = self._parts.pop(index, None)
             if old is not None:
                 self._drop(old)
-            return Errors.NOT_COORDINATOR, None, None
+            # Led here by the metadata, not yet by the replica (at start): Kafka's loading answer.
+            p = self.broker.metadata.partition(tp)
+            loading = p is not None and p.leader == self.broker.broker_id
+            return Errors.COORDINATOR_LOAD_IN_PROGRESS if loading else Errors.NOT_COORDINATOR, None, None
         part = self._parts.get(index)
         if part is None or part.leader_epoch != epoch:
             if part is not None:
@@ -197,7 +195,7 @@ class GroupCoordinator:
                 Groups(initial_rebalance_delay_ms=self.initial_rebalance_delay_ms, new_uuid=self.broker.entropy.uuid4),
                 {},
                 asyncio.Event(),
-                ConsumerGroups(new_uuid=self.broker.entropy.uuid4),
+                ConsumerGroups(new_uuid=self.broker.entropy.uuid4, settings=self._group_settings),
             )
             self._parts[index] = part
             self._loads.add(asyncio.ensure_future(self._load(tp, part)))
@@ -210,6 +208,9 @@ class GroupCoordinator:
         if self._parts.get(index) is not part:
             return Errors.NOT_COORDINATOR, None, None
         return Errors.NONE, part, tp
+
+    def _group_settings(self, group_id: str) -> GroupSettings:
+        return self.broker.dynamic_configs.configs.group(group_id)  # its GROUP configs, kept by the cluster
 
     def _drop(self, part: _Partition) -> None:
         part.groups.drop_all()

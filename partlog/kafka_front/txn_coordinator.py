@@ -195,9 +195,13 @@ class TxnCoordinator:
         t = self._topic()
         if t is None:
             return Errors.NOT_COORDINATOR, None
-        part = self._claim(TopicIdPartition(t.topic_id, partition_for(transactional_id, t.num_partitions)))
+        tp = TopicIdPartition(t.topic_id, partition_for(transactional_id, t.num_partitions))
+        part = self._claim(tp)
         if part is None:
-            return Errors.NOT_COORDINATOR, None
+            # Led here by the metadata, not yet by the replica (at start): Kafka's loading answer.
+            p = self.broker.metadata.partition(tp)
+            loading = p is not None and p.leader == self.broker.broker_id and not self._closed
+            return Errors.COORDINATOR_LOAD_IN_PROGRESS if loading else Errors.NOT_COORDINATOR, None
         if not part.loaded.is_set():
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(LOAD_WAIT_MS / 1000):

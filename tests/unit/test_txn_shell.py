@@ -6,6 +6,7 @@ new coordinator, and a failed write leaving the state as it was."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
@@ -163,7 +164,15 @@ def test_not_the_leader_is_not_coordinator() -> None:
     async def body(broker: FakeBroker) -> None:
         c = TxnCoordinator(broker.port())
         await c.find_coordinator("t")
-        broker.epochs[_txn_tp(broker, "t")] = None
+        tp = _txn_tp(broker, "t")
+        broker.epochs[tp] = None
+        # The metadata names this broker, its replica does not lead yet (at
+        # start): loading, retried in place, as Kafka's loading coordinator.
+        assert await c.init_producer_id("t", 10_000, None) == (Errors.COORDINATOR_LOAD_IN_PROGRESS, -1, -1)
+        t = broker.metadata.topics_by_name[TXN_STATE_TOPIC]
+        moved = dataclasses.replace(t.partitions[tp.partition], leader=broker.broker_id + 1)
+        parts = tuple(moved if i == tp.partition else p for i, p in enumerate(t.partitions))
+        broker.metadata.topics_by_name[TXN_STATE_TOPIC] = dataclasses.replace(t, partitions=parts)
         assert await c.init_producer_id("t", 10_000, None) == (Errors.NOT_COORDINATOR, -1, -1)
         await c.close()
 
