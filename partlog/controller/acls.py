@@ -47,6 +47,7 @@ from partlog.acl import (
     ResourceType,
 )
 from partlog.acl.source import apply_create, apply_delete
+from partlog.controller.long_poll import LongPolled
 from partlog.rpc.wire import WireError
 
 __all__ = ["ACLS_POLL_WAIT_MS", "AclService", "AclStateStore", "ControllerAcls", "dec_binding", "enc_binding"]
@@ -217,27 +218,20 @@ class AclService:
 Call = Callable[..., Awaitable[Any]]
 
 
-class ControllerAcls:
-    """A broker's view of the controller's ACLs (an ``AclSource``)."""
+class ControllerAcls(LongPolled):
+    """A broker's view of the controller's ACLs (an ``AclSource``): ``start``
+    reads them once (a broker never starts deciding on an empty set), then
+    follows their changes."""
+
+    METHOD = "acls_poll"
+    POLL_WAIT_MS = ACLS_POLL_WAIT_MS
+    RETRY_MS = ACLS_POLL_RETRY_MS
 
     def __init__(self, call: Call) -> None:
+        super().__init__()
         self._call = call
         self.acls = AclSet()
         self._loaded = False
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        """Read the ACLs once (so a broker never starts deciding on an empty
-        set), then follow their changes."""
-        await self._poll_once(0)
-        self._task = asyncio.create_task(self._poll_loop())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
 
     async def _poll_once(self, wait_ms: int) -> None:
         # The controller's versions start at 0 with no ACLs; -1 asks for them.
@@ -249,21 +243,6 @@ class ControllerAcls:
         if "acls" in resp and (not self._loaded or resp["version"] > self.acls.version):
             self.acls = AclSet([dec_binding(v) for v in resp["acls"]], resp["version"])
             self._loaded = True
-
-    async def _poll_loop(self) -> None:
-        me = asyncio.current_task()
-        while True:
-            try:
-                await self._poll_once(ACLS_POLL_WAIT_MS)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # a lost controller: keep the last ACLs, ask again
-                if me is not None and me.cancelling():
-                    # A connection's close swallowed our cancel (RpcClient.close
-                    # awaits its reader): stop() must not wait for ever.
-                    raise asyncio.CancelledError from e
-                log.warning("acls_poll failed: %s", e)
-                await asyncio.sleep(ACLS_POLL_RETRY_MS / 1000)
 
     async def create_acls(self, bindings: Sequence[AclBinding]) -> list[str | None]:
         resp = await self._call("create_acls", {"acls": [enc_binding(b) for b in bindings]})

@@ -35,6 +35,7 @@ import lmdb
 import msgpack
 
 from partlog.controller.client import ControllerMetadata
+from partlog.controller.long_poll import LongPolled
 from partlog.kafka.dynamic_config import (
     DYNAMIC_RESOURCES_MAX,
     RESOURCE_NAME_CHARS_MAX,
@@ -259,14 +260,18 @@ class DynamicConfigService:
 Call = Callable[..., Awaitable[Any]]
 
 
-class ControllerConfigs:
+class ControllerConfigs(LongPolled):
     """A broker's view of the controller's dynamic configs."""
 
+    METHOD = "configs_poll"
+    POLL_WAIT_MS = CONFIGS_POLL_WAIT_MS
+    RETRY_MS = CONFIGS_POLL_RETRY_MS
+
     def __init__(self, call: Call) -> None:
+        super().__init__()
         self._call = call
         self.configs = DynamicConfigs()
         self._loaded = False
-        self._task: asyncio.Task[None] | None = None
         self._listeners: list[Callable[[], None]] = []
 
     def add_listener(self, callback: Callable[[], None]) -> None:
@@ -279,13 +284,6 @@ class ControllerConfigs:
         with contextlib.suppress(Exception):
             await self._poll_once(0)
         self._task = asyncio.create_task(self._poll_loop())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
 
     async def _poll_once(self, wait_ms: int) -> None:
         asked = self.configs.version if self._loaded else -1
@@ -300,21 +298,6 @@ class ControllerConfigs:
                     callback()
                 except Exception:  # one listener's bug must not stop the others or the poll
                     log.exception("dynamic configs listener failed")
-
-    async def _poll_loop(self) -> None:
-        me = asyncio.current_task()
-        while True:
-            try:
-                await self._poll_once(CONFIGS_POLL_WAIT_MS)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # a lost controller: keep the last configs, ask again
-                if me is not None and me.cancelling():
-                    # A connection's close swallowed our cancel (RpcClient.close
-                    # awaits its reader): stop() must not wait for ever.
-                    raise asyncio.CancelledError from e
-                log.warning("configs_poll failed: %s", e)
-                await asyncio.sleep(CONFIGS_POLL_RETRY_MS / 1000)
 
     async def alter_dynamic_configs(
         self, changes: Sequence[DynamicChange], *, validate_only: bool

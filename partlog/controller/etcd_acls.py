@@ -43,8 +43,6 @@ change that cannot reach etcd raises :class:`EtcdUnavailableError`.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -58,7 +56,8 @@ from aetcd.rtypes import EventKind
 from partlog.acl import ACLS_MAX, AclBinding, AclBindingFilter, AclPermission, AclSet, invalid_binding
 from partlog.acl.source import apply_create, apply_delete
 from partlog.controller.acls import dec_binding, enc_binding
-from partlog.controller.etcd_connection import ETCD_ERRORS, EtcdConnection
+from partlog.controller.etcd_connection import ETCD_ERRORS
+from partlog.controller.etcd_follow import REFUSALS_LOGGED_MAX, EtcdFollower
 from partlog.controller.etcd_layout import Keys
 from partlog.controller.etcd_meta import (
     REQUEST_TIMEOUT_MS_DEFAULT,
@@ -80,9 +79,6 @@ ACL_VALUE_BYTES_MAX = 16 * 1024
 ETCD_TXN_OPS_MAX = 128
 # Keys per range read of the prefix (the set is read in such pages).
 ACL_READ_PAGE_KEYS = 1_000
-# Log lines for refused values per read or burst: a hostile writer's
-# thousand keys are counted, not logged a thousand times.
-REFUSALS_LOGGED_MAX = 10
 
 
 def acls_root(keys: Keys) -> bytes:
@@ -131,11 +127,12 @@ def _keep(held: dict[bytes, AclBinding], key: bytes, b: AclBinding) -> str | Non
     return f"{key[:80]!r}: over {ACLS_MAX} ACLs"
 
 
-class EtcdAcls:
-    """The cluster's ACLs on etcd at ``target`` (see the module doc):
-    ``await start()`` follows them, ``await stop()`` ends that and closes
-    the client.  The client is this object's own, not the metadata's: its
-    watch ends with :meth:`stop`, whichever of the two stops first."""
+class EtcdAcls(EtcdFollower):
+    """The cluster's ACLs on etcd at ``target`` (see the module doc and
+    :class:`~partlog.controller.etcd_follow.EtcdFollower`)."""
+
+    WHAT = "ACLs"
+    UNTIL_LOADED = "denying until etcd answers"
 
     def __init__(
         self,
@@ -145,47 +142,16 @@ class EtcdAcls:
         retry_backoff_ms: int = RETRY_BACKOFF_MS_DEFAULT,
         retry_backoff_max_ms: int = RETRY_BACKOFF_MAX_MS_DEFAULT,
     ) -> None:
-        assert 0 < retry_backoff_ms <= retry_backoff_max_ms, (retry_backoff_ms, retry_backoff_max_ms)
-        self.conn = EtcdConnection(target, request_timeout_ms)
-        self.root = acls_root(Keys(target.prefix))
-        self.retry_backoff_ms = retry_backoff_ms
-        self.retry_backoff_max_ms = retry_backoff_max_ms
+        super().__init__(
+            target,
+            acls_root(Keys(target.prefix)),
+            request_timeout_ms=request_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms,
+            retry_backoff_max_ms=retry_backoff_max_ms,
+        )
         self.acls = AclSet()
-        # Values refused (see the module doc); etcd calls that failed.
-        self.refused = 0
-        self.failures = 0
         # The bindings by key, as of ``revision`` (the set is rebuilt from it).
         self._held: dict[bytes, AclBinding] = {}
-        self.revision = 0
-        self._published = 0
-        self._publish_pending = False
-        self._loaded = asyncio.Event()
-        self._changed = asyncio.Event()
-        self._lock = asyncio.Lock()
-        self._task: asyncio.Task[None] | None = None
-
-    @property
-    def loaded(self) -> bool:
-        """etcd has answered once (before, the set is empty: deny)."""
-        return self._loaded.is_set()
-
-    async def start(self) -> None:
-        """Follow the ACLs; returns after the first read, or after the
-        request timeout with the set still empty (it keeps retrying)."""
-        self._task = asyncio.create_task(self._follow())
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.conn.request_timeout_ms / 1000):
-                await self._loaded.wait()
-        if not self.loaded:
-            log.warning("etcd %s: no ACLs read yet: denying until etcd answers", self.conn.target.url())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        await self.conn.close()
 
     # ------------------------------------------------------------ following
 
@@ -228,80 +194,25 @@ class EtcdAcls:
         self._refuse(refusals, refused)
         return held, revision
 
-    def _refuse(self, refusals: list[str], count: int | None = None) -> None:
-        """Count ``count`` refusals (``len(refusals)`` when None), logging
-        at most ``REFUSALS_LOGGED_MAX`` of ``refusals``."""
-        count = len(refusals) if count is None else count
-        self.refused += count
-        for why in refusals[:REFUSALS_LOGGED_MAX]:
-            log.error("etcd ACL refused: %s", why)
-        if count > REFUSALS_LOGGED_MAX:
-            log.error("etcd ACL refused: %d more", count - REFUSALS_LOGGED_MAX)
+    async def _reload(self) -> None:
+        self._held, self.revision = await self._read()
 
-    def _apply(self, kind: Any, key: bytes, value: bytes, revision: int) -> None:
+    def _apply_event(self, kind: Any, key: bytes, value: bytes) -> None:
         if kind == EventKind.DELETE:
             self._held.pop(key, None)
-        else:
-            got = _decode(self.root, key, value)
-            if isinstance(got, str):
-                # A valid binding overwritten by garbage is gone.
-                self._held.pop(key, None)
-                self._refuse([f"{key[:80]!r}: {got}"])
-            else:
-                why = _keep(self._held, key, got)
-                if why is not None:
-                    self._refuse([why])
-        self.revision = max(self.revision, revision)
-        # One rebuild per burst (a transaction's events arrive together).
-        if not self._publish_pending:
-            self._publish_pending = True
-            asyncio.get_running_loop().call_soon(self._publish)
-
-    def _publish(self) -> None:
-        self._publish_pending = False
-        if self._published == self.revision and self.loaded:
             return
+        got = _decode(self.root, key, value)
+        if isinstance(got, str):
+            # A valid binding overwritten by garbage is gone.
+            self._held.pop(key, None)
+            self._refuse([f"{key[:80]!r}: {got}"])
+        else:
+            why = _keep(self._held, key, got)
+            if why is not None:
+                self._refuse([why])
+
+    def _rebuild(self) -> None:
         self.acls = AclSet(self._held.values(), self.revision)
-        self._published = self.revision
-        self._loaded.set()
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
-
-    async def _follow(self) -> None:
-        attempt = 0
-        while True:
-            try:
-                self._held, self.revision = await self._read()
-                self._publish()
-                c = await self.conn.client()
-                watch = await c.watch_prefix(self.root, start_revision=self.revision + 1)
-                try:
-                    me = asyncio.current_task()
-                    if me is not None and me.cancelling():
-                        # Python 3.11's asyncio.wait_for (in aetcd's watch
-                        # creation) can swallow a cancel: stop() would wait for ever.
-                        raise asyncio.CancelledError
-                    async for ev in watch:
-                        attempt = 0
-                        self._apply(ev.kind, ev.kv.key, ev.kv.value, ev.kv.mod_revision)
-                finally:
-                    with contextlib.suppress(*ETCD_ERRORS):
-                        await watch.cancel()
-            except aetcd.exceptions.RevisionCompactedError as e:
-                log.warning("etcd %s: ACL watch revision compacted (%s): reading again", self.conn.target.url(), e)
-            except Exception as e:  # etcd's errors, and any other: following must not end
-                self.failures += 1
-                log.warning("etcd %s: ACLs: %r (retrying; keeping the last ACLs read)", self.conn.target.url(), e)
-                await asyncio.sleep(min(self.retry_backoff_ms << min(attempt, 30), self.retry_backoff_max_ms) / 1000)
-                attempt += 1
-
-    async def _until_seen(self, revision: int) -> None:
-        """Wait until this side's set is as of ``revision`` (bounded: a
-        lagging watch catches up later; the change is made either way)."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.conn.request_timeout_ms / 1000):
-                while self._published < revision:
-                    await self._changed.wait()
 
     # --------------------------------------------------------------- changes
 

@@ -41,8 +41,6 @@ A change that cannot reach etcd raises :class:`EtcdUnavailableError`.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -54,7 +52,8 @@ import aetcd.utils
 import msgpack
 from aetcd.rtypes import EventKind
 
-from partlog.controller.etcd_connection import ETCD_ERRORS, EtcdConnection
+from partlog.controller.etcd_connection import ETCD_ERRORS
+from partlog.controller.etcd_follow import REFUSALS_LOGGED_MAX, EtcdFollower
 from partlog.controller.etcd_layout import Keys
 from partlog.controller.etcd_meta import (
     REQUEST_TIMEOUT_MS_DEFAULT,
@@ -100,9 +99,6 @@ CONFIGS_READ_PAGE_KEYS = 1_000
 # Reads and decisions of one batch of changes when other writers keep
 # changing its resources in between: then the change times out.
 ALTER_ATTEMPTS_MAX = 5
-# Log lines for refused values per read or burst: a hostile writer's
-# thousand keys are counted, not logged a thousand times.
-REFUSALS_LOGGED_MAX = 10
 
 
 def configs_root(keys: Keys) -> bytes:
@@ -202,12 +198,11 @@ def _batches(changes: Sequence[DynamicChange]) -> Iterator[list[DynamicChange]]:
         yield batch
 
 
-class EtcdConfigs:
+class EtcdConfigs(EtcdFollower):
     """The cluster's dynamic configs on etcd at ``target`` (see the module
-    doc): ``await start()`` follows them, ``await stop()`` ends that and
-    closes the client.  The client is this object's own, not the
-    metadata's: its watch ends with :meth:`stop`, whichever of the two
-    stops first."""
+    doc and :class:`~partlog.controller.etcd_follow.EtcdFollower`)."""
+
+    WHAT = "dynamic configs"
 
     def __init__(
         self,
@@ -217,52 +212,21 @@ class EtcdConfigs:
         retry_backoff_ms: int = RETRY_BACKOFF_MS_DEFAULT,
         retry_backoff_max_ms: int = RETRY_BACKOFF_MAX_MS_DEFAULT,
     ) -> None:
-        assert 0 < retry_backoff_ms <= retry_backoff_max_ms, (retry_backoff_ms, retry_backoff_max_ms)
-        self.conn = EtcdConnection(target, request_timeout_ms)
-        self.root = configs_root(Keys(target.prefix))
-        self.retry_backoff_ms = retry_backoff_ms
-        self.retry_backoff_max_ms = retry_backoff_max_ms
+        super().__init__(
+            target,
+            configs_root(Keys(target.prefix)),
+            request_timeout_ms=request_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms,
+            retry_backoff_max_ms=retry_backoff_max_ms,
+        )
         self.configs = DynamicConfigs()
-        # Values refused (see the module doc); etcd calls that failed.
-        self.refused = 0
-        self.failures = 0
         # The configs by resource, as of ``revision`` (``configs`` is rebuilt from it).
         self._held: dict[Resource, dict[str, str]] = {}
-        self.revision = 0
-        self._published = 0
-        self._publish_pending = False
-        self._loaded = asyncio.Event()
-        self._changed = asyncio.Event()
-        self._lock = asyncio.Lock()
-        self._task: asyncio.Task[None] | None = None
         self._listeners: list[Callable[[], None]] = []
-
-    @property
-    def loaded(self) -> bool:
-        """etcd has answered once (before, ``configs`` are the defaults)."""
-        return self._loaded.is_set()
 
     def add_listener(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` after every change of ``configs``."""
         self._listeners.append(callback)
-
-    async def start(self) -> None:
-        """Follow the configs; returns after the first read, or after the
-        request timeout with the defaults still held (it keeps retrying)."""
-        self._task = asyncio.create_task(self._follow())
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.conn.request_timeout_ms / 1000):
-                await self._loaded.wait()
-        if not self.loaded:
-            log.warning("etcd %s: no dynamic configs read yet: defaults until etcd answers", self.conn.target.url())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        await self.conn.close()
 
     # ------------------------------------------------------------ following
 
@@ -295,95 +259,37 @@ class EtcdConfigs:
             key = resp.kvs[-1].key + b"\0"
         return out
 
-    def _refuse(self, refusals: list[str], count: int | None = None) -> None:
-        """Count ``count`` refusals (``len(refusals)`` when None), logging
-        at most ``REFUSALS_LOGGED_MAX`` of ``refusals``."""
-        count = len(refusals) if count is None else count
-        self.refused += count
-        for why in refusals[:REFUSALS_LOGGED_MAX]:
-            log.error("etcd dynamic config refused: %s", why)
-        if count > REFUSALS_LOGGED_MAX:
-            log.error("etcd dynamic config refused: %d more", count - REFUSALS_LOGGED_MAX)
+    async def _reload(self) -> None:
+        got = await self._read()
+        self._refuse(got.refusals, got.refused)
+        self._held, self.revision = got.held, got.revision
 
-    def _apply(self, kind: Any, key: bytes, value: bytes, revision: int) -> None:
+    def _apply_event(self, kind: Any, key: bytes, value: bytes) -> None:
         if kind == EventKind.DELETE:
             resource = _decode_key(self.root, key)
             if not isinstance(resource, str):
                 self._held.pop(resource, None)
-        else:
-            got = _decode(self.root, key, value)
-            if isinstance(got, str):
-                # A valid resource overwritten by garbage is gone (its defaults apply).
-                resource = _decode_key(self.root, key)
-                if not isinstance(resource, str):
-                    self._held.pop(resource, None)
-                self._refuse([f"{key[:80]!r}: {got}"])
-            else:
-                why = _keep(self._held, *got)
-                if why is not None:
-                    self._refuse([why])
-        self.revision = max(self.revision, revision)
-        # One rebuild per burst (a transaction's events arrive together).
-        if not self._publish_pending:
-            self._publish_pending = True
-            asyncio.get_running_loop().call_soon(self._publish)
-
-    def _publish(self) -> None:
-        self._publish_pending = False
-        if self._published == self.revision and self.loaded:
             return
+        got = _decode(self.root, key, value)
+        if isinstance(got, str):
+            # A valid resource overwritten by garbage is gone (its defaults apply).
+            resource = _decode_key(self.root, key)
+            if not isinstance(resource, str):
+                self._held.pop(resource, None)
+            self._refuse([f"{key[:80]!r}: {got}"])
+        else:
+            why = _keep(self._held, *got)
+            if why is not None:
+                self._refuse([why])
+
+    def _rebuild(self) -> None:
         # A copy: the watch goes on changing ``_held`` under readers of ``configs``.
         self.configs = DynamicConfigs({r: dict(c) for r, c in self._held.items()}, self.revision)
-        self._published = self.revision
-        self._loaded.set()
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
         for callback in self._listeners:
             try:
                 callback()
             except Exception:  # one listener's bug must not stop the others or the watch
                 log.exception("dynamic configs listener failed")
-
-    async def _follow(self) -> None:
-        attempt = 0
-        while True:
-            try:
-                got = await self._read()
-                self._refuse(got.refusals, got.refused)
-                self._held, self.revision = got.held, got.revision
-                self._publish()
-                c = await self.conn.client()
-                watch = await c.watch_prefix(self.root, start_revision=self.revision + 1)
-                try:
-                    me = asyncio.current_task()
-                    if me is not None and me.cancelling():
-                        # Python 3.11's asyncio.wait_for (in aetcd's watch
-                        # creation) can swallow a cancel: stop() would wait for ever.
-                        raise asyncio.CancelledError
-                    async for ev in watch:
-                        attempt = 0
-                        self._apply(ev.kind, ev.kv.key, ev.kv.value, ev.kv.mod_revision)
-                finally:
-                    with contextlib.suppress(*ETCD_ERRORS):
-                        await watch.cancel()
-            except aetcd.exceptions.RevisionCompactedError as e:
-                log.warning("etcd %s: configs watch revision compacted (%s): reading again", self.conn.target.url(), e)
-            except Exception as e:  # etcd's errors, and any other: following must not end
-                self.failures += 1
-                log.warning(
-                    "etcd %s: dynamic configs: %r (retrying; keeping the last configs read)", self.conn.target.url(), e
-                )
-                await asyncio.sleep(min(self.retry_backoff_ms << min(attempt, 30), self.retry_backoff_max_ms) / 1000)
-                attempt += 1
-
-    async def _until_seen(self, revision: int) -> None:
-        """Wait until this side's ``configs`` are as of ``revision``
-        (bounded: a lagging watch catches up later; the change is made
-        either way)."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.conn.request_timeout_ms / 1000):
-                while self._published < revision:
-                    await self._changed.wait()
 
     # --------------------------------------------------------------- changes
 

@@ -199,9 +199,10 @@ def test_bad_configs_are_refused_with_kafkas_codes_and_messages(cluster: Cluster
         (42, "Each resource must appear at most once.")
     ] * 2
     assert _describe(cluster, "cfg-h")["retention.ms"].source == DEFAULT
-    # Broker configs do not change at run time.
+    # A static broker config does not change at run time (dynamic ones:
+    # tests/system/test_kafka_dynamic_configs.py).
     resource = ConfigResource(ConfigResource.Type.BROKER, "1",
-                              incremental_configs=[_op("log.retention.ms", "5", AlterConfigOpType.SET)])  # fmt: skip
+                              incremental_configs=[_op("broker.id", "5", AlterConfigOpType.SET)])  # fmt: skip
     [(_, fut)] = a.incremental_alter_configs([resource]).items()
     with pytest.raises(KafkaException) as e:
         fut.result(WAIT_S)
