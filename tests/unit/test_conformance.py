@@ -4,6 +4,7 @@ runner's summary (partlog.tools.conformance), without building anything."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,7 @@ from partlog.tools.conformance import (
     ConformanceError,
     SuiteTest,
     cap_for,
+    conf_for,
     parse_suite,
     parse_summary,
     rows_of,
@@ -155,3 +157,12 @@ def test_a_long_number_gets_its_minimum_cap_within_the_runs_budget() -> None:
     assert cap_for("0113", 2_000, 10_000) == 2_000
     assert cap_for("0113", CAP_S_DEFAULT, 300) == 300  # the run's --total-s still bounds it
     assert cap_for("0001", CAP_S_DEFAULT, -5) == 1.0
+
+
+def test_a_number_with_a_timeout_multiplier_gets_its_own_conf(tmp_path: Path) -> None:
+    conf = tmp_path / "test-default.conf"
+    conf.write_text("metadata.broker.list=127.0.0.1:9092\n")
+    assert conf_for("0001", conf) == conf
+    own = conf_for("0081", conf)
+    assert own != conf and own.read_text() == conf.read_text() + "test.timeout.multiplier=3\n"
+    assert conf.read_text() == "metadata.broker.list=127.0.0.1:9092\n"
