@@ -277,6 +277,11 @@ class BrokerMetrics:
         read at scrape time): registrations, lease keep-alives and their retries."""
         self.registry.register(_StatsCollector(stats, _SESSION_METRICS))
 
+    def watch_dynamic_configs(self, stats: Callable[[], dict[str, int]]) -> None:
+        """Expose the cluster's dynamic configs as this broker holds them
+        (``Broker.follow_dynamic_configs``, read at scrape time)."""
+        self.registry.register(_StatsCollector(stats, _DYNAMIC_CONFIG_METRICS))
+
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
         """Expose the metrics at http://host:port/metrics (a daemon thread)
         until :meth:`close`."""
@@ -530,4 +535,14 @@ _SESSION_METRICS: dict[str, tuple[str, str, bool]] = {
         "partlog_etcd_keepalive_gap_seconds_max", "the longest time between two renewals of this broker's lease",
         False,
     ),
+}
+
+
+# The dynamic BROKER and GROUP configs this broker follows (partlog.kafka.dynamic_config).
+_DYNAMIC_CONFIG_METRICS: dict[str, tuple[str, str, bool]] = {
+    "resources": (
+        "partlog_dynamic_config_resources", "resources with dynamic configs held (at most DYNAMIC_RESOURCES_MAX)", False
+    ),
+    "refused": ("partlog_dynamic_config_refused", "kept values refused on reading (the defaults hold instead)", True),
+    "failures": ("partlog_dynamic_config_failures", "reads of the dynamic configs from etcd that failed", True),
 }

@@ -77,7 +77,7 @@ from partlog.controller.cluster_meta import (
     MetadataSource,
     StaticMetadata,
 )
-from partlog.controller.dynamic_configs import DynamicConfigSource, LocalConfigs
+from partlog.controller.dynamic_configs import DynamicConfigSource, LocalConfigs, source_stats
 from partlog.fetch.reads import CACHE_BYTES_MAX_DEFAULT, SEGMENT_READ_CHUNK_BYTES_DEFAULT, RangeCache
 from partlog.kafka.errors import Errors, peer_error
 from partlog.kafka.principal_rules import PrincipalMapper
@@ -485,6 +485,7 @@ class Broker:
         its ``log.*`` topic defaults reach the store on every change."""
         self.dynamic_configs = source
         source.add_listener(lambda: self._sync_topic_configs(self.metadata))
+        self.metrics.watch_dynamic_configs(lambda: source_stats(source))
 
     async def _apply_roles(self, metadata: MetadataSource) -> None:
         """Take the roles ``metadata`` gives this broker, then drop the logs

@@ -58,6 +58,7 @@ __all__ = [
     "dec_change",
     "dynamic_config_source_for",
     "enc_change",
+    "source_stats",
 ]
 
 log = logging.getLogger(__name__)
@@ -128,6 +129,15 @@ def _dec_configs(rows: Any, version: int) -> DynamicConfigs:
             continue
         out[(t, n)] = configs
     return DynamicConfigs(out, version)
+
+
+def source_stats(source: DynamicConfigSource) -> dict[str, int]:
+    """A source's figures for the broker's metrics: resources held, values
+    refused on reading and failed reads (etcd's follower counts the last two)."""
+    return {
+        "resources": len(source.configs.resources),
+        **{k: int(getattr(source, k, 0)) for k in ("refused", "failures")},
+    }
 
 
 def dynamic_config_source_for(metadata: object) -> DynamicConfigSource:

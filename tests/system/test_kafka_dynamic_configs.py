@@ -225,6 +225,13 @@ def test_group_configs_are_kept_described_and_applied(cluster: ClusterThread) ->
     _alter(cluster, GROUP, "dyn-g", ("consumer.heartbeat.interval.ms", "", DELETE))
     _until("interval back", lambda: _heartbeat_interval(cluster, "dyn-g") == 5000)
     assert _describe(cluster, GROUP, "dyn-g")["consumer.session.timeout.ms"].value == "50000"
+    # Every broker's metrics count what it holds.
+    from prometheus_client import generate_latest
+
+    for broker in cluster.cluster.brokers.values():
+        text = generate_latest(broker.metrics.registry).decode()
+        held = len(broker.dynamic_configs.configs.resources)
+        assert held >= 1 and f"partlog_dynamic_config_resources {float(held)}" in text
 
 
 def test_bad_group_configs_are_refused_with_kafkas_messages(cluster: ClusterThread) -> None:

@@ -180,3 +180,12 @@ def test_the_coordinator_applies_a_groups_session_and_interval() -> None:
     core.tick(50_000)
     assert set(core.groups["slow"].members) == {slow.member_id}
     assert not core.groups["fast"].members
+
+
+def test_the_sources_figures_for_the_metrics() -> None:
+    from partlog.controller.dynamic_configs import LocalConfigs, source_stats
+
+    local = LocalConfigs()
+    assert source_stats(local) == {"resources": 0, "refused": 0, "failures": 0}
+    local.configs = DynamicConfigs({(G, "g"): {S: "50000"}})
+    assert source_stats(local)["resources"] == 1
