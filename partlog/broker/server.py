@@ -67,7 +67,7 @@ from partlog.broker.rpc_authz import RpcClusterAuthz
 from partlog.broker.rpc_handlers import RpcHandlers
 from partlog.broker.tasks import Tasks
 from partlog.broker.tiering import TIERING_INTERVAL_MS_DEFAULT, Tiering
-from partlog.broker.topic_configs import INTERNAL_TOPIC_CONFIGS, TopicConfigSync
+from partlog.broker.topic_configs import INTERNAL_TOPIC_CONFIGS, TopicConfigApplier, TopicConfigSync
 from partlog.broker.txn_verification import TXN_VERIFICATION_TIMEOUT_MS, TxnVerification
 from partlog.broker.walmgr_notifier import WalmgrNotifier
 from partlog.controller.cluster_meta import (
@@ -76,6 +76,7 @@ from partlog.controller.cluster_meta import (
     KnowsDeletedTopics,
     MetadataSource,
     StaticMetadata,
+    TopicInfo,
 )
 from partlog.controller.dynamic_configs import DynamicConfigSource, LocalConfigs, source_stats
 from partlog.fetch.reads import CACHE_BYTES_MAX_DEFAULT, SEGMENT_READ_CHUNK_BYTES_DEFAULT, RangeCache
@@ -194,8 +195,11 @@ class Broker:
         # changes (the Kafka front end names topics on every request).
         self.topic_index: dict[str, tuple[uuid.UUID, int]] = {}
         self._topic_sizes: dict[uuid.UUID, int] = {}  # the partitions the store has, by topic
-        self._config_sync = TopicConfigSync(INTERNAL_TOPIC_CONFIGS)
         self.dynamic_configs: DynamicConfigSource = LocalConfigs()  # follow_dynamic_configs
+        self._configs_applier = TopicConfigApplier(
+            TopicConfigSync(INTERNAL_TOPIC_CONFIGS), lambda: self.metadata.topics(),
+            lambda: self.dynamic_configs.configs.topic_defaults(self.broker_id), self._write_topic_configs,
+            lambda run: self.tasks.spawn(run))  # fmt: skip
 
         def current() -> MetadataSource:
             return self.metadata
@@ -423,7 +427,7 @@ class Broker:
     async def start(self) -> None:
         await self.listen()
         await asyncio.to_thread(self.store.create_topic_and_partitions, self._new_topics(self.metadata))
-        self._sync_topic_configs(self.metadata)
+        self._configs_applier.apply_all()
         self.metadata.add_listener(self._metadata_changed)
         await self._apply_roles(self.metadata)
         self.replicas.start()
@@ -465,26 +469,23 @@ class Broker:
         reqs = self._new_topics(metadata)
         if reqs:
             self.store.create_topic_and_partitions(reqs)
-        self._sync_topic_configs(metadata)
+        self._configs_applier.schedule()
         if not self._stopping:
             self.tasks.spawn(self._apply_roles(metadata))
 
-    def _sync_topic_configs(self, metadata: MetadataSource) -> None:
-        """Give the store the controller's topic configs (see TopicConfigSync)."""
-        defaults = self.dynamic_configs.configs.topic_defaults(self.broker_id)
-        for topic, whole in self._config_sync.pending(metadata.topics(), defaults):
-            try:
-                self.alter_topic_configs(topic.topic_id, whole)
-            except (TopicConfigError, KeyError) as e:
-                log.error("broker %d: topic %s configs not applied: %s", self.broker_id, topic.name, e)
-                continue
-            self._config_sync.applied(topic, defaults)
+    def _write_topic_configs(self, topic: TopicInfo, whole: dict[str, str | int]) -> bool:
+        """Give the store a topic's whole config (TopicConfigApplier); False: not applied."""
+        try:
+            self.alter_topic_configs(topic.topic_id, whole)
+        except (TopicConfigError, KeyError) as e:
+            log.error("broker %d: topic %s configs not applied: %s", self.broker_id, topic.name, e)
+            return False
+        return True
 
     def follow_dynamic_configs(self, source: DynamicConfigSource) -> None:
-        """Take the cluster's dynamic configs from ``source`` (the node's);
-        its ``log.*`` topic defaults reach the store on every change."""
+        """Follow the node's dynamic configs: their ``log.*`` topic defaults reach the store."""
         self.dynamic_configs = source
-        source.add_listener(lambda: self._sync_topic_configs(self.metadata))
+        source.add_listener(self._configs_applier.schedule)
         self.metrics.watch_dynamic_configs(lambda: source_stats(source))
 
     async def _apply_roles(self, metadata: MetadataSource) -> None:

@@ -11,18 +11,21 @@ A topic the controller never configured keeps what the store holds, so
 ``Broker.alter_topic_configs`` (tools, tests) still sets it, until the
 cluster has dynamic topic defaults: then it is treated as configured with
 no overrides (and stays so in this process, so their removal reaches it).
-Sans-IO: this decides what to write; the broker writes it.
+:class:`TopicConfigSync` decides what to write (sans-IO);
+:class:`TopicConfigApplier` paces the broker's writes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from typing import Any
 
 from partlog.controller.cluster_meta import TopicInfo
 from partlog.kafka.topic_config import TopicConfig
 
-__all__ = ["INTERNAL_TOPIC_CONFIGS", "TopicConfigSync"]
+__all__ = ["INTERNAL_TOPIC_CONFIGS", "TopicConfigApplier", "TopicConfigSync"]
 
 
 # Committed offsets live in __consumer_offsets (partlog.kafka_front), and
@@ -44,6 +47,20 @@ class TopicConfigSync:
         # Per topic: its overrides and the defaults, as last applied.
         self._applied: dict[uuid.UUID, tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]] = {}
 
+    def whole(self, t: TopicInfo, defaults: Mapping[str, str] | None = None) -> dict[str, str | int] | None:
+        """The whole config ``t``'s store gets, if it changed since last
+        applied (None: nothing to write)."""
+        base = tuple(sorted((defaults or {}).items()))
+        configs = t.configs
+        if configs is None and (base or t.topic_id in self._applied):
+            # Never configured by the controller, but the cluster's
+            # dynamic defaults apply to it (and, once applied, their removal).
+            configs = ()
+        if configs is None or self._applied.get(t.topic_id) == (configs, base):
+            return None
+        merged = {**dict(base), **dict(configs), **self._internal.get(t.name, {})}
+        return dict(TopicConfig().with_configs(merged).to_configs())
+
     def pending(
         self, topics: Iterable[TopicInfo], defaults: Mapping[str, str] | None = None
     ) -> list[tuple[TopicInfo, dict[str, str | int]]]:
@@ -53,22 +70,74 @@ class TopicConfigSync:
         they do not validate here: a newer controller's key)."""
         out = []
         live = set()
-        base = tuple(sorted((defaults or {}).items()))
         for t in topics:
             live.add(t.topic_id)
-            configs = t.configs
-            if configs is None and (base or t.topic_id in self._applied):
-                # Never configured by the controller, but the cluster's
-                # dynamic defaults apply to it (and, once applied, their removal).
-                configs = ()
-            if configs is None or self._applied.get(t.topic_id) == (configs, base):
-                continue
-            merged = {**dict(base), **dict(configs), **self._internal.get(t.name, {})}
-            whole: dict[str, str | int] = dict(TopicConfig().with_configs(merged).to_configs())
-            out.append((t, whole))
+            whole = self.whole(t, defaults)
+            if whole is not None:
+                out.append((t, whole))
         for gone in self._applied.keys() - live:
             del self._applied[gone]
         return out
 
     def applied(self, topic: TopicInfo, defaults: Mapping[str, str] | None = None) -> None:
         self._applied[topic.topic_id] = (topic.configs or (), tuple(sorted((defaults or {}).items())))
+
+
+class TopicConfigApplier:
+    """Runs :class:`TopicConfigSync` for a broker: ``apply_all`` at start
+    (before it serves), ``schedule`` on every change of the metadata or of
+    the dynamic defaults.  A scheduled pass writes the pending topics
+    ``TOPICS_PER_SLICE`` at a time, handing the event loop back between
+    slices: a dynamic default changes every topic's config at once (each
+    write a durable store transaction), and a broker that wrote a thousand
+    in one go missed its controller heartbeats and was fenced (librdkafka's
+    0081 against a cluster with the suite's topics).  Each topic's config is
+    computed just before it is written, so a pass never writes a stale one;
+    one pass runs at a time, and a change meanwhile runs another."""
+
+    TOPICS_PER_SLICE = 8
+
+    def __init__(
+        self,
+        sync: TopicConfigSync,
+        topics: Callable[[], Iterable[TopicInfo]],
+        defaults: Callable[[], Mapping[str, str]],
+        write: Callable[[TopicInfo, dict[str, str | int]], bool],
+        spawn: Callable[[Coroutine[Any, Any, None]], None],
+    ) -> None:
+        self.sync = sync
+        self._topics, self._defaults, self._write, self._spawn = topics, defaults, write, spawn
+        self._running = False
+        self._again = False
+
+    def apply_all(self) -> None:
+        defaults = self._defaults()
+        for topic, whole in self.sync.pending(self._topics(), defaults):
+            if self._write(topic, whole):
+                self.sync.applied(topic, defaults)
+
+    def schedule(self) -> None:
+        if self._running:
+            self._again = True
+            return
+        self._running = True
+        self._spawn(self._run())
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                self._again = False
+                todo = [t.topic_id for t, _ in self.sync.pending(self._topics(), self._defaults())]
+                for i in range(0, len(todo), self.TOPICS_PER_SLICE):
+                    by_id = {t.topic_id: t for t in self._topics()}
+                    defaults = self._defaults()
+                    for tid in todo[i : i + self.TOPICS_PER_SLICE]:
+                        t = by_id.get(tid)
+                        whole = None if t is None else self.sync.whole(t, defaults)
+                        if t is not None and whole is not None and self._write(t, whole):
+                            self.sync.applied(t, defaults)
+                    await asyncio.sleep(0)
+                if not self._again:
+                    return
+        finally:
+            self._running = False

@@ -229,8 +229,10 @@ class ConfigApis(ApiHandlers):
         for r in body.resources:
             refusal = self._refusal(r, named, session, incremental)
             if refusal is None:
-                ops = tuple(ConfigOp(int(c.config_operation) if incremental else OP_SET, c.name, c.value)
-                            for c in r.configs)  # fmt: skip
+                # A DELETE's value is ignored, as Kafka does (librdkafka 0081 sends one).
+                codes = [int(c.config_operation) if incremental else OP_SET for c in r.configs]
+                ops = tuple(ConfigOp(op, c.name, None if op == OP_DELETE else c.value)
+                            for c, op in zip(r.configs, codes, strict=True))  # fmt: skip
                 if int(r.resource_type) == RESOURCE_TOPIC:  # the controller answers
                     changes[r.resource_name] = (not incremental, ops)
                 else:  # BROKER or GROUP: the cluster's dynamic configs

@@ -39,6 +39,7 @@ SET, DELETE = AlterConfigOpType.SET, AlterConfigOpType.DELETE
 APPEND, SUBTRACT = AlterConfigOpType.APPEND, AlterConfigOpType.SUBTRACT
 # Kafka's ConfigSource codes.
 DYNAMIC_BROKER, DYNAMIC_DEFAULT_BROKER, DEFAULT, GROUP_CONFIG = 2, 3, 5, 8
+SESSION_TIMEOUT = "consumer.session.timeout.ms"
 
 
 @pytest.fixture(scope="module", params=["embedded", "etcd"])
@@ -287,3 +288,13 @@ def test_hostile_alterations_fail_alone_and_keep_only_valid_configs(
         for (t, n), configs in broker.dynamic_configs.configs.resources.items():
             assert invalid_resource(t, n, configs) is None, (t, n, configs)
     assert _describe(cluster, GROUP, "dyn-h") is not None
+
+
+def test_a_delete_with_a_value_is_a_delete(cluster: ClusterThread) -> None:
+    # librdkafka 0081 sends DELETE compression.type=lz4: Kafka ignores the
+    # value; partlog's controller refused it (INVALID_REQUEST).
+    _alter(cluster, ConfigResource.Type.TOPIC, TOPIC, ("compression.type", "lz4", SET))
+    _alter(cluster, ConfigResource.Type.TOPIC, TOPIC, ("compression.type", "lz4", DELETE))
+    _alter(cluster, GROUP, "dyn-d", (SESSION_TIMEOUT, "50000", SET))
+    _alter(cluster, GROUP, "dyn-d", (SESSION_TIMEOUT, "50000", DELETE))
+    assert _describe(cluster, GROUP, "dyn-d")[SESSION_TIMEOUT].source == DEFAULT

@@ -282,3 +282,53 @@ def test_flush_configs_are_kept_and_met_whatever_their_value() -> None:
     for bad in ({"flush.messages": "0"}, {"flush.ms": "-1"}, {"flush.ms": "soon"}, {"flush.ms": str(2**63)}):
         with pytest.raises(TopicConfigError, match="Invalid value"):
             validate_overrides(bad)
+
+
+def test_the_applier_writes_many_topics_in_slices_and_never_stale() -> None:
+    # Regression (librdkafka 0081 on a cluster with the suite's topics): a
+    # dynamic default changed every topic at once and the broker, writing
+    # them all without yielding, missed its heartbeats and was fenced.
+    import asyncio
+
+    from partlog.broker.topic_configs import TopicConfigApplier
+    from partlog.controller.cluster_meta import TopicInfo
+
+    topics = {f"t{i}": TopicInfo(uuid.UUID(int=i + 1), f"t{i}", (), configs=()) for i in range(50)}
+    defaults: dict[str, str] = {}
+    written: list[tuple[str, object]] = []
+    ticks: list[int] = []
+
+    def write(t: TopicInfo, whole: dict[str, str | int]) -> bool:
+        written.append((t.name, whole["retention.ms"]))
+        return t.name != "t7"  # one store refuses: not retried for ever
+
+    async def run() -> None:
+        tasks: list[asyncio.Task[None]] = []
+        applier = TopicConfigApplier(TopicConfigSync({}), lambda: topics.values(), lambda: defaults, write,
+                                     lambda c: tasks.append(asyncio.ensure_future(c)))  # fmt: skip
+        applier.apply_all()
+        assert len(written) == 50
+        written.clear()
+
+        async def ticker() -> None:
+            for _ in range(100):
+                ticks.append(len(written))
+                await asyncio.sleep(0)
+
+        defaults["retention.ms"] = "1000"
+        applier.schedule()
+        applier.schedule()  # one pass at a time
+        tick = asyncio.ensure_future(ticker())
+        # A topic changed during the pass is written with its newest config.
+        await asyncio.sleep(0)
+        topics["t49"] = TopicInfo(topics["t49"].topic_id, "t49", (), configs=(("retention.ms", "5"),))
+        while tasks and not all(t.done() for t in tasks):
+            await asyncio.gather(*tasks)
+        await tick
+        assert len(tasks) == 1
+        assert {n for n, _ in written} == set(topics)
+        assert dict(written)["t49"] == "5" and dict(written)["t0"] == "1000"
+        # The loop ran between slices: not everything was written in one go.
+        assert any(0 < n < 50 for n in ticks)
+
+    asyncio.run(run())
