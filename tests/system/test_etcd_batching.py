@@ -56,7 +56,9 @@ def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
 @needs_etcd
 def test_a_fencing_moves_many_partitions_in_few_transactions(etcd: EtcdCluster) -> None:
     async def body(b: Brokers) -> None:
-        await b.start(3)
+        # The victim's session is revoked, not expired: the others' must not
+        # lapse under load (a CI rehearsal's did at 2 s, and the ISR shrank twice).
+        await b.start(3, session_timeout_ms=10_000)
         assert not isinstance((await b.admin.create_topics({"t": (PARTITIONS, 3)}))["t"], Exception)
         admin = b.admin
         assert await admin.wait_for(lambda: admin.topic("t") is not None, WAIT_S)

@@ -54,17 +54,18 @@ class Brokers:
         self.admin = EtcdMetadata(url)
 
     async def add(self, bid: int, **kw: object) -> EtcdMetadata:
+        kw.setdefault("session_timeout_ms", SESSION_MS)
         m = EtcdMetadata(
             self.url, BrokerInfo(bid, f"az{bid % 3}", "127.0.0.1", 9000 + bid), create_cluster=True,
-            session_timeout_ms=SESSION_MS, **kw,  # type: ignore[arg-type]
+            **kw,  # type: ignore[arg-type]
         )  # fmt: skip
         await m.start(timeout_ms=10_000)
         self.sources[bid] = m
         return m
 
-    async def start(self, n: int) -> None:
+    async def start(self, n: int, **kw: object) -> None:
         for bid in range(1, n + 1):
-            await self.add(bid)
+            await self.add(bid, **kw)
         await self.admin.start(timeout_ms=10_000)
         assert await self.admin.wait_for(lambda: all(self.admin.view.accepted(b) for b in self.sources), WAIT_S)
 
