@@ -94,11 +94,9 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
 # Tests whose timeouts assume Kafka's produce round trip of a millisecond or
 # so: 0129 sends 112 requests one at a time within 30 s, while an acks=all
 # answer waits for its WAL file's upload and commit, early closes capped at
-# one per commit interval (4 a second at partlog cluster's 250 ms); 0081
-# gives DeleteGroups, whose tombstones are such a write, 1.5 s, which a
-# loaded 2-core machine missed once in two whole runs.  They run in the
-# suite's default scenario, on a cluster committing every 50 ms.
-LOW_LATENCY: frozenset[str] = frozenset({"0129", "0081"})
+# one per commit interval (4 a second at partlog cluster's 250 ms).  They
+# run in the suite's default scenario, on a cluster committing every 50 ms.
+LOW_LATENCY: frozenset[str] = frozenset({"0129"})
 # The suite scenario a partlog scenario runs the tests in (TEST_SCENARIO).
 SUITE_SCENARIO = {"lowlatency": "default"}
 
