@@ -178,8 +178,6 @@ class ConsumerGroups:
         """One heartbeat: validate, then apply.  ``topics``: every topic's
         name -> (id, partition count) the coordinator knows now."""
         settings = self._settings(req.group_id)
-        # Set per request (the core is synchronous): the session of the request's group.
-        self.session_timeout_ms = settings.session_timeout_ms
         invalid = _invalid(req, version)
         if invalid is not None:
             log.info("ConsumerGroupHeartbeat of %s in %s refused: %s", req.member_id, req.group_id, invalid)
@@ -210,7 +208,7 @@ class ConsumerGroups:
         m, changed = found
         before = m.assigned
         self.groups[g.group_id] = g
-        m.session_deadline_ms = now_ms + self.session_timeout_ms
+        m.session_deadline_ms = now_ms + settings.session_timeout_ms
         subscribed = {n: topics[n] for n in sorted(_subscribed(g)) if n in topics}
         if changed or subscribed != g.topics:
             g.group_epoch += 1
@@ -273,7 +271,7 @@ class ConsumerGroups:
             self._remove(g, known)
         m = Member(mid, req.instance_id, req.rack_id, req.client_id, req.client_host,
                    frozenset(req.subscribed_topic_names or ()), req.rebalance_timeout_ms,
-                   now_ms + self.session_timeout_ms, assignor=req.server_assignor)  # fmt: skip
+                   now_ms + self._settings(g.group_id).session_timeout_ms, assignor=req.server_assignor)  # fmt: skip
         g.members[mid] = m
         if m.instance_id is not None:
             g.static[m.instance_id] = mid
@@ -322,7 +320,7 @@ class ConsumerGroups:
                 if g.owners.get(tp) == m.member_id:
                     del g.owners[tp]
             m.revoking, m.revoke_deadline_ms, m.member_epoch = frozenset(), None, STATIC_LEAVE_EPOCH
-            m.session_deadline_ms = now_ms + self.session_timeout_ms
+            m.session_deadline_ms = now_ms + self._settings(g.group_id).session_timeout_ms
             return HeartbeatOut(Errors.NONE, m.member_id, STATIC_LEAVE_EPOCH)
         self._remove(g, m)
         self._after_removal(g)
