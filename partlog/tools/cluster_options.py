@@ -36,6 +36,13 @@ DURATION_S_MAX = 86_400.0
 # the WAL buffer must rotate well inside the demo commit deadline, or every
 # commit of a segment is refused as too old.
 COMMIT_INTERVAL_MS_MAX = DEMO_COMMIT_DEADLINE_MS // 2
+# Demo-sized failure detection: a dead broker is fenced (and its partitions
+# get new leaders) within the session timeout.  Kafka's default
+# broker.session.timeout.ms is 9 s; brokers heartbeat every 500 ms here, so
+# the session must span a few heartbeats, and a minute is already slow.
+DEMO_BROKER_SESSION_TIMEOUT_MS = 3_000
+BROKER_SESSION_TIMEOUT_MS_MIN = 2_000
+BROKER_SESSION_TIMEOUT_MS_MAX = 60_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +99,9 @@ class ClusterOptions:
     # Kafka's auto.create.topics.enable (the suite's "noautocreate" scenario
     # turns it off).
     auto_create_topics: bool = True
+    # Kafka's broker.session.timeout.ms: how long a broker that stopped
+    # heartbeating (or whose etcd lease lapsed) keeps its registration.
+    broker_session_timeout_ms: int = DEMO_BROKER_SESSION_TIMEOUT_MS
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.orphan_rate <= 1.0:
@@ -137,6 +147,11 @@ class ClusterOptions:
             )
         if self.duration_s <= 0:
             raise ValueError(f"duration must be > 0, got {self.duration_s}")
+        if not BROKER_SESSION_TIMEOUT_MS_MIN <= self.broker_session_timeout_ms <= BROKER_SESSION_TIMEOUT_MS_MAX:
+            raise ValueError(
+                f"broker-session-timeout-ms must be in [{BROKER_SESSION_TIMEOUT_MS_MIN:,}, "
+                f"{BROKER_SESSION_TIMEOUT_MS_MAX:,}], got {self.broker_session_timeout_ms:,}"
+            )
         if self.kill_broker_every_s < 0 or self.restart_after_s < 0:
             raise ValueError("kill-broker-every and restart-after must be >= 0")
         if self.metadata not in ("", "etcd"):

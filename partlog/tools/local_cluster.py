@@ -72,9 +72,8 @@ from walmgr.config import WalmgrConfig
 from walmgr.daemon import Walmgr
 
 TOPIC = "partlog-cluster"
-# Demo-sized failure detection: a dead broker is fenced (and its partitions
-# get new leaders) within the session timeout.  Kafka's defaults are 9 s and 2 s.
-SESSION_TIMEOUT_MS = 3_000
+# Brokers heartbeat the embedded controller this often (Kafka's default is
+# 2 s; the session timeout is ClusterOptions.broker_session_timeout_ms).
 HEARTBEAT_INTERVAL_MS = 500
 # How long the cluster may take to elect every partition's first leader.
 STARTUP_TIMEOUT_S = 60.0
@@ -168,7 +167,9 @@ class LocalCluster:
         self.etcd_url = ""
         if not opts.metadata:
             self.controller = ControllerServer(
-                ControllerConfig(os.path.join(data_dir, "controller"), broker_session_timeout_ms=SESSION_TIMEOUT_MS)
+                ControllerConfig(
+                    os.path.join(data_dir, "controller"), broker_session_timeout_ms=opts.broker_session_timeout_ms
+                )
             )
         self.brokers: dict[int, Broker] = {}
         self.nodes: dict[int, BrokerNode] = {}
@@ -254,7 +255,9 @@ class LocalCluster:
             return ControllerMetadata(
                 "127.0.0.1", self.controller.port, me, heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS
             )
-        return EtcdMetadata(self.etcd_url, me, create_cluster=me is not None, session_timeout_ms=SESSION_TIMEOUT_MS)
+        return EtcdMetadata(
+            self.etcd_url, me, create_cluster=me is not None, session_timeout_ms=self.opts.broker_session_timeout_ms
+        )
 
     @property
     def leader_elections(self) -> int:

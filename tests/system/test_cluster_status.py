@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from partlog.tools.local_cluster import LocalCluster, free_ports
-from tests.kafka_helpers import ClusterThread
+from tests.kafka_helpers import QUICK_FENCING_MS, ClusterThread
 from walmgr.config import WalmgrConfig
 from walmgr.daemon import Walmgr
 
@@ -49,7 +49,9 @@ def _json(*args: str) -> tuple[int, dict[str, Any]]:
 @pytest.fixture(params=["embedded", pytest.param("etcd", marks=_ETCD)])
 def cluster(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[ClusterThread]:
     metadata = "" if request.param == "embedded" else "etcd"
-    c = ClusterThread(str(tmp_path), partitions=3, brokers_per_az=1, metadata=metadata)
+    c = ClusterThread(
+        str(tmp_path), partitions=3, brokers_per_az=1, metadata=metadata, broker_session_timeout_ms=QUICK_FENCING_MS
+    )
     try:
         yield c
     finally:

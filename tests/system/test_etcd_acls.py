@@ -237,12 +237,13 @@ def _poll(cond: Callable[[], bool]) -> bool:
 @needs_etcd
 def test_two_brokers_share_acls_through_etcd(tmp_path_factory: pytest.TempPathFactory) -> None:
     kafka_admin = pytest.importorskip("confluent_kafka.admin")
-    from tests.kafka_helpers import ClusterThread
+    from tests.kafka_helpers import QUICK_FENCING_MS, ClusterThread
 
     c = ClusterThread(
         str(tmp_path_factory.mktemp("etcd-acls")),
         front=FrontConfig(authorizer=AuthorizerConfig()),
         metadata="etcd",
+        broker_session_timeout_ms=QUICK_FENCING_MS,
         azs=1,
         brokers_per_az=2,
         partitions=1,

@@ -21,7 +21,7 @@ from partlog.kafka.dynamic_config import invalid_resource
 from partlog.kafka.errors import Errors
 from partlog.kafka.topic_config import TopicConfig
 from partlog.tools.local_cluster import TOPIC
-from tests.kafka_helpers import ClusterThread, kio_answer, kio_request, read_frame
+from tests.kafka_helpers import QUICK_FENCING_MS, ClusterThread, kio_answer, kio_request, read_frame
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import KafkaException  # noqa: E402
@@ -51,6 +51,7 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         metadata="etcd" if request.param == "etcd" else "",
         azs=2,
         brokers_per_az=1,
+        broker_session_timeout_ms=QUICK_FENCING_MS,
         replication_factor=2,
         partitions=1,
     )

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from partlog.tools.local_cluster import TOPIC
-from tests.kafka_helpers import ClusterThread
+from tests.kafka_helpers import QUICK_FENCING_MS, ClusterThread
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
@@ -142,7 +142,9 @@ def _kafka_python_producer(
 
 @pytest.mark.slow
 def test_idempotent_kafka_producers_lose_and_duplicate_nothing_while_brokers_die(tmp_path: Any) -> None:
-    cluster = ClusterThread(str(tmp_path), brokers_per_az=2, partitions=PARTITIONS)
+    cluster = ClusterThread(
+        str(tmp_path), brokers_per_az=2, partitions=PARTITIONS, broker_session_timeout_ms=QUICK_FENCING_MS
+    )
     try:
         acked: dict[str, list[tuple[int, int, bytes]]] = {}
         failed: dict[str, list[Any]] = {}

@@ -21,7 +21,7 @@ import pytest
 
 from partlog.kafka_front.apis import FrontConfig
 from partlog.tools.local_cluster import TOPIC
-from tests.kafka_helpers import ClusterThread, kio_answer, kio_request, read_frame
+from tests.kafka_helpers import QUICK_FENCING_MS, ClusterThread, kio_answer, kio_request, read_frame
 
 kafka = pytest.importorskip("kafka")
 
@@ -32,7 +32,9 @@ READ_S = 60.0
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterThread]:
-    c = ClusterThread(str(tmp_path_factory.mktemp("fsess")), partitions=PARTITIONS)
+    c = ClusterThread(
+        str(tmp_path_factory.mktemp("fsess")), partitions=PARTITIONS, broker_session_timeout_ms=QUICK_FENCING_MS
+    )
     try:
         yield c
     finally:

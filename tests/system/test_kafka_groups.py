@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from partlog.tools.local_cluster import TOPIC
-from tests.kafka_helpers import ClusterThread
+from tests.kafka_helpers import QUICK_FENCING_MS, ClusterThread
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
@@ -60,7 +60,9 @@ while True:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterThread]:
-    c = ClusterThread(str(tmp_path_factory.mktemp("groups")), partitions=PARTITIONS)
+    c = ClusterThread(
+        str(tmp_path_factory.mktemp("groups")), partitions=PARTITIONS, broker_session_timeout_ms=QUICK_FENCING_MS
+    )
     try:
         yield c
     finally:

@@ -15,7 +15,7 @@ import pytest
 from partlog.kafka.errors import Errors
 from partlog.tools.local_cluster import TOPIC
 from tests.integration.test_kafka_group_errors import _call as _ask
-from tests.kafka_helpers import ClusterThread
+from tests.kafka_helpers import QUICK_FENCING_MS, ClusterThread
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
@@ -204,7 +204,7 @@ def test_a_classic_group_with_members_refuses_the_new_protocol(cluster: ClusterT
 def test_members_join_the_new_coordinator_after_it_moves(tmp_path: Any) -> None:
     """Membership is in memory: the coordinator's broker dies, the new one
     answers UNKNOWN_MEMBER_ID, the member joins it at epoch 0 and reads on."""
-    c = ClusterThread(str(tmp_path), partitions=PARTITIONS)
+    c = ClusterThread(str(tmp_path), partitions=PARTITIONS, broker_session_timeout_ms=QUICK_FENCING_MS)
     try:
         group = "g-moved"
         first = _produce(c, 60, "m")

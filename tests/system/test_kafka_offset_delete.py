@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from partlog.kafka.errors import Errors
 from partlog.kafka_front.offset_delete import subscription_topics
 from partlog.tools.local_cluster import TOPIC
-from tests.kafka_helpers import ClusterThread, kio_answer, kio_request, read_frame
+from tests.kafka_helpers import QUICK_FENCING_MS, ClusterThread, kio_answer, kio_request, read_frame
 
 kafka = pytest.importorskip("kafka")
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -33,7 +33,9 @@ from kafka.errors import GroupIdNotFoundError, NoError, UnknownTopicOrPartitionE
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterThread]:
-    c = ClusterThread(str(tmp_path_factory.mktemp("odel")), azs=1, brokers_per_az=1, replication_factor=1)
+    c = ClusterThread(str(tmp_path_factory.mktemp("odel")), azs=1, brokers_per_az=1, replication_factor=1,
+        broker_session_timeout_ms=QUICK_FENCING_MS,
+    )  # fmt: skip
     try:
         yield c
     finally:

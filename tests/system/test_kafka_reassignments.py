@@ -25,7 +25,15 @@ import pytest
 
 from partlog.kafka.errors import Errors
 from tests.integration.test_kafka_front import _ask
-from tests.kafka_helpers import BACK_ENDS, ClusterThread, admin_client, cluster_on_back_end, kio_answer, kio_request
+from tests.kafka_helpers import (
+    BACK_ENDS,
+    QUICK_FENCING_MS,
+    ClusterThread,
+    admin_client,
+    cluster_on_back_end,
+    kio_answer,
+    kio_request,
+)
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
@@ -39,7 +47,8 @@ _VALUE_BYTES = 2_048
 
 @pytest.fixture(scope="module", params=BACK_ENDS)
 def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterThread]:
-    yield from cluster_on_back_end(request, tmp_path_factory, "move", azs=2, brokers_per_az=2, partitions=1)
+    yield from cluster_on_back_end(request, tmp_path_factory, "move", azs=2, brokers_per_az=2, partitions=1,
+                                  broker_session_timeout_ms=QUICK_FENCING_MS)  # fmt: skip
 
 
 def _admin(cluster: ClusterThread) -> Any:

@@ -21,7 +21,7 @@ import pytest
 
 from partlog.kafka.topic_config import TopicConfig
 from tests.integration.test_kafka_front import _ask
-from tests.kafka_helpers import ClusterThread, kio_answer, kio_request
+from tests.kafka_helpers import QUICK_FENCING_MS, ClusterThread, kio_answer, kio_request
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import KafkaException  # noqa: E402
@@ -48,6 +48,7 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         str(tmp_path_factory.mktemp(f"configs-{request.param}")),
         metadata="etcd" if request.param == "etcd" else "",
         partitions=1,
+        broker_session_timeout_ms=QUICK_FENCING_MS,
     )
     try:
         yield c

@@ -15,7 +15,7 @@ import pytest
 
 from partlog.kafka_front.group_coordinator import partition_for
 from partlog.kafka_front.txn_coordinator import TXN_STATE_PARTITIONS_DEFAULT, TXN_STATE_TOPIC
-from tests.kafka_helpers import ClusterThread
+from tests.kafka_helpers import QUICK_FENCING_MS, ClusterThread
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
@@ -27,7 +27,7 @@ CONSUME_S = 90
 
 @pytest.fixture
 def cluster(tmp_path: Any) -> Iterator[ClusterThread]:
-    c = ClusterThread(str(tmp_path))
+    c = ClusterThread(str(tmp_path), broker_session_timeout_ms=QUICK_FENCING_MS)
     try:
         from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 

@@ -78,3 +78,17 @@ def test_cluster_options_out_of_range_are_one_line_and_exit_2(capsys: pytest.Cap
     assert main(["cluster", "--tiering-segment-ms", "1000", "--tiering-segment-bytes", "1000"]) == 2
     err = capsys.readouterr().err
     assert err == "partlog cluster: tiering-segment-bytes must be in [1,048,576, 2,147,483,647], got 1,000\n", err
+
+
+def test_the_broker_session_timeout_is_bounded_and_its_help_names_the_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from partlog.tools.cluster_options import DEMO_BROKER_SESSION_TIMEOUT_MS
+
+    assert main(["cluster", "--broker-session-timeout-ms", "1000"]) == 2
+    err = capsys.readouterr().err
+    assert err == "partlog cluster: broker-session-timeout-ms must be in [2,000, 60,000], got 1,000\n", err
+    with pytest.raises(SystemExit):
+        main(["cluster", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"broker.session.timeout.ms; default {DEMO_BROKER_SESSION_TIMEOUT_MS:,})" in out, out

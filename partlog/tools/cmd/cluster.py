@@ -37,6 +37,15 @@ def add_parser(sub: Subparsers) -> None:
         help="partitions of a topic the brokers auto-create (Kafka's num.partitions; default 1)",
     )
     cl.add_argument(
+        "--broker-session-timeout-ms",
+        type=positive_int,
+        default=None,
+        # The default is cluster_options.DEMO_BROKER_SESSION_TIMEOUT_MS (a
+        # unit test keeps this text true); that module loads slowly.
+        help="fence a broker that has not heartbeated (or whose etcd lease lapsed) for this many ms "
+        "(Kafka's broker.session.timeout.ms; default 3,000)",
+    )
+    cl.add_argument(
         "--no-auto-create",
         action="store_true",
         help="answer Metadata for an unknown topic with UNKNOWN_TOPIC_OR_PARTITION instead of creating it "
@@ -152,6 +161,9 @@ def run(args: argparse.Namespace) -> int:
         if args.endpoint:
             sep = "&" if "?" in store_url else "?"
             store_url = f"{store_url}{sep}endpoint={args.endpoint}"
+    session = (
+        {} if args.broker_session_timeout_ms is None else {"broker_session_timeout_ms": args.broker_session_timeout_ms}
+    )
     try:
         opts = ClusterOptions(
             azs=args.azs,
@@ -179,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
             tiering_segment_bytes=args.tiering_segment_bytes,
             num_partitions=args.num_partitions,
             auto_create_topics=not args.no_auto_create,
+            **session,
         )
     except ValueError as e:
         print(f"partlog cluster: {e}", file=sys.stderr)
