@@ -406,6 +406,18 @@ _REPLICATION_COUNTERS = {
     "entries_replicated": ("partlog_replication_entries_replicated", "entries appended as a follower"),
     "replica_fetches_served": ("partlog_replication_fetches_served", "replica fetches served as a leader"),
     "replica_fetches_parked": ("partlog_replication_fetches_parked", "replica fetches parked with nothing to send"),
+    "replica_fetch_wakeups": (
+        "partlog_replication_fetch_wakeups",
+        "parked replica fetches woken by an append or HWM move, then served again",
+    ),
+    "replica_partitions_served": (
+        "partlog_replication_partitions_served",
+        "partitions read from the store for replica fetches as a leader",
+    ),
+    "replica_partitions_served_again": (
+        "partlog_replication_partitions_served_again",
+        "of those, partitions read again by a parked replica fetch that an append or HWM move woke",
+    ),
     "replica_fetches_sent": ("partlog_replication_fetches_sent", "replica fetches sent as a follower"),
     "replica_fetch_errors": ("partlog_replication_fetch_errors", "replica fetches that failed (connection, refusal)"),
     "replica_answers_stale": (

@@ -65,7 +65,7 @@ from partlog import injected_bugs
 from partlog.controller.cluster_meta import NO_LEADER
 from partlog.kafka.batch_header import BatchHeader
 from partlog.kafka.errors import Errors
-from partlog.kafka.leader_epochs import UNDEFINED_EPOCH, EpochEndOffset, truncation_offset
+from partlog.kafka.leader_epochs import EpochEndOffset, truncation_offset
 from partlog.kafka.records import TopicIdPartition
 from partlog.replication.config import (
     REPLICA_FETCH_BUILD_INLINE_PARTITIONS_MAX,
@@ -337,7 +337,6 @@ class ReplicaFetchers:
             raise StoreError(f"broker {self.broker_id}: the store fail-stopped; no fetch until it is reopened")
         parts = []
         for tp, f in followed.items():
-            cache = self.store.leader_epoch_cache(tp)
             hwm = self.store.high_watermark(tp) if self.config.fetch_sends_high_watermark else -1
             if f.tiered_through is None:
                 rows = self.store.segments(tp)
@@ -347,7 +346,7 @@ class ReplicaFetchers:
                     tp,
                     f.leader_epoch,
                     self.store.log_end_offset(tp),
-                    cache[-1][0] if cache else UNDEFINED_EPOCH,
+                    self.store.latest_leader_epoch(tp),
                     hwm,
                     self.store.log_start_offset(tp),
                     f.tiered_through,

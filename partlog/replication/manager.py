@@ -497,13 +497,32 @@ class ReplicaManager:
         deadline = self.clock.monotonic() + min(max_wait, REPLICA_FETCH_WAIT_MS_MAX) / 1000
         sends_hwm = all(p.high_watermark >= 0 for p in parts)
         parked = False
+        results: list[ReplicaFetchResult] = []
+        seen: list[object] = []
         while True:
             appended = self._appended.waiter()
             hwm_moved = self._hwm_moved.waiter()
-            if self._serve_inline(entries_max, parts):
-                results = self._serve(replica_id, entries_max, parts)
+            # Woken, serve again only the partitions whose log, leader or
+            # HWM moved: an append to one of a thousand partitions must not
+            # read the other 999 again.  An unchanged partition's earlier
+            # answer is still one the leader could have given.
+            now_seen = [self._serve_key(p.topic_id_partition) for p in parts]
+            todo = [i for i, k in enumerate(now_seen) if not results or k != seen[i]]
+            seen = now_seen
+            asked = [parts[i] for i in todo]
+            self.stats.replica_partitions_served += len(asked)
+            if results:
+                self.stats.replica_fetch_wakeups += 1
+                self.stats.replica_partitions_served_again += len(asked)
+            if self._serve_inline(entries_max, asked):
+                fresh = self._serve(replica_id, entries_max, asked)
             else:
-                results = await asyncio.to_thread(self._serve, replica_id, entries_max, parts)
+                fresh = await asyncio.to_thread(self._serve, replica_id, entries_max, asked)
+            if not results:
+                results = fresh
+            else:
+                for i, r in zip(todo, fresh, strict=True):
+                    results[i] = r
             now = self.clock.wall_ms()
             for p, r in zip(parts, results, strict=True):
                 if r.error == Errors.NONE and r.diverging_epoch == NO_DIVERGENCE:
@@ -557,6 +576,20 @@ class ReplicaManager:
         self.stats.segment_swaps_sent += sum(len(r.segments) for r in final)
         self.stats.segment_rewrites_sent += sum(len(r.rewrites) for r in final)
         return enc_replica_fetch_response(final)
+
+    def _serve_key(self, tp: TopicIdPartition) -> object:
+        """What a served partition's answer depends on, from memory: its log
+        end and start, and the leader state (epochs, replicas, HWM) serving
+        it.  Segment rows and rewrites wait for the next fetch (at most
+        ``replica.fetch.wait.max.ms``), as they did between appends."""
+        led = self._led.get(tp)
+        try:
+            ends = (self.store.log_end_offset(tp), self.store.log_start_offset(tp))
+        except KeyError:
+            ends = None
+        if led is None:
+            return ends
+        return (ends, led.leader_epoch, led.rs.partition_epoch, led.rs.replicas, led.rs.high_watermark)
 
     def _hwm_of(self, tp: TopicIdPartition) -> int:
         led = self._led.get(tp)

@@ -61,7 +61,14 @@ class LedPartition:
             return ReplicaFetchResult(Errors.UNKNOWN_LEADER_EPOCH)
         try:
             leo = store.log_end_offset(tp)
-            div = diverging_epoch(store.leader_epoch_cache(tp), leo, p.fetch_offset, p.last_fetched_epoch)
+            # The usual case, a follower whose last entry is of the newest
+            # epoch, needs no cache: that epoch ends at the log end
+            # (end_offset_for_epoch), so there is no divergence.
+            div = (
+                None
+                if p.fetch_offset <= leo and store.latest_leader_epoch(tp) == p.last_fetched_epoch
+                else diverging_epoch(store.leader_epoch_cache(tp), leo, p.fetch_offset, p.last_fetched_epoch)
+            )
             if unfenced:
                 div = None
             if div is not None:

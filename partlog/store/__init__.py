@@ -138,8 +138,7 @@ class MetadataStore:
 
     The API mirrors KIP-1164's BatchCoordinator, per leader.  Thread-safe:
     any number of threads may call any method; writes from concurrent callers
-    share transactions (group commit).  Made by :meth:`open`.
-    """
+    share transactions (group commit).  Made by :meth:`open`."""
 
     def __init__(self, path: str, options: StoreOptions) -> None:
         self.path = path
@@ -536,23 +535,20 @@ class MetadataStore:
     def log_end_offset(self, tp: TopicIdPartition) -> int:
         """The partition's log end offset, from memory: no transaction.  On a
         leader it includes commits sequenced but not yet durable (at most two
-        groups ahead).  KeyError for an unknown partition."""
+        groups ahead).  KeyError: unknown."""
         return self._reads.known_part(tp).log_end_offset
 
     def log_start_offset(self, tp: TopicIdPartition) -> int:
-        """The partition's log start offset, from memory.  KeyError for an
-        unknown partition."""
+        """The partition's log start offset, from memory (KeyError: unknown)."""
         return self._reads.known_part(tp).log_start_offset
 
     def last_stable_offset(self, tp: TopicIdPartition) -> int:
-        """Kafka's LSO (:func:`partlog.store.txns.last_stable_offset`), from
-        memory as :meth:`high_watermark`; KeyError for an unknown partition."""
+        """Kafka's LSO (:func:`partlog.store.txns.last_stable_offset`), from memory (KeyError: unknown)."""
         return self._reads.last_stable_offset(tp)
 
     def high_watermark(self, tp: TopicIdPartition) -> int:
         """The effective high watermark (persisted or set in memory, whichever
-        is ahead, capped at the log end), from memory.  KeyError for an
-        unknown partition."""
+        is ahead, capped at the log end), from memory (KeyError: unknown)."""
         return self._catalog.effective_hwm(self._reads.known_part(tp))
 
     def partition_state(self, tp: TopicIdPartition) -> dict[str, int]:
@@ -594,6 +590,10 @@ class MetadataStore:
     def leader_epoch_cache(self, tp: TopicIdPartition) -> list[tuple[int, int]]:
         """(leader_epoch, start_offset) pairs, ascending."""
         return self._reads.leader_epoch_cache(tp)
+
+    def latest_leader_epoch(self, tp: TopicIdPartition) -> int:
+        """The newest epoch of the cache, -1 if empty: one LMDB lookup."""
+        return self._reads.latest_leader_epoch(tp)
 
     def read_log(
         self, tp: TopicIdPartition, from_offset: int, max_bytes: int, max_entries: int | None = None

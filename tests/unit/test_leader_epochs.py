@@ -84,3 +84,18 @@ def test_divergence_never_keeps_a_divergent_entry(logs: tuple[list[int], list[in
     # What remains is a prefix of the leader's log: fetching on from its end is safe.
     assert follower == leader[: len(follower)], (leader, follower)
     assert len(follower) >= min(follower_hwm, common)
+
+
+@given(
+    starts=st.lists(st.integers(0, 50), min_size=1, max_size=6, unique=True),
+    first=st.integers(0, 5),
+    data=st.data(),
+)
+def test_a_follower_at_the_newest_epoch_never_diverges(starts: list[int], first: int, data: st.DataObject) -> None:
+    """The replica fetches' shortcut (partlog.replication.partition): a fetch
+    whose last fetched epoch is the cache's newest, at or below the log end,
+    never diverges, so the leader reads only that epoch, not the cache."""
+    cache = [(first + i * 2, s) for i, s in enumerate(sorted(starts))]
+    leo = data.draw(st.integers(cache[-1][1], 60))
+    fetch_offset = data.draw(st.integers(0, leo))
+    assert diverging_epoch(cache, leo, fetch_offset, cache[-1][0]) is None

@@ -166,12 +166,15 @@ def view(store: MetadataStore, tp: TopicIdPartition, *, skip: Sequence[str] = ()
     [fetch] = store.find_batches([FindBatchRequest(tp, state["log_start_offset"], BIG)], BIG)
     targets = [EARLIEST, LATEST, MAX_TS, T0 - 1, T0, T0 + 1, T0 + 5, T0 + 10**9]
     offsets = store.list_offsets([ListOffsetsRequest(tp, t) for t in targets])
+    epochs = store.leader_epoch_cache(tp)
+    # The replica fetches' one-lookup form agrees with the whole cache.
+    assert store.latest_leader_epoch(tp) == (epochs[-1][0] if epochs else -1)
     out = {
         "state": state,
         "fetch": (fetch.errors, fetch.log_start_offset, fetch.high_watermark),
         "batches": [(b.object_key, b.metadata) for b in fetch.batches],
         "offsets": [(r.errors, r.timestamp, r.offset) for r in offsets],
-        "epochs": store.leader_epoch_cache(tp),
+        "epochs": epochs,
         "log": whole_log(store, tp),
         "producers": producers(store, tp),
     }
