@@ -412,11 +412,15 @@ _REPLICATION_COUNTERS = {
     ),
     "replica_partitions_served": (
         "partlog_replication_partitions_served",
-        "partitions read from the store for replica fetches as a leader",
+        "partitions served in replica fetches as a leader (read, or answered unchanged)",
     ),
     "replica_partitions_served_again": (
         "partlog_replication_partitions_served_again",
         "of those, partitions read again by a parked replica fetch that an append or HWM move woke",
+    ),
+    "replica_partitions_unchanged": (
+        "partlog_replication_partitions_unchanged",
+        "partitions of replica fetches answered as last time, nothing having moved: no store read",
     ),
     "replica_fetches_sent": ("partlog_replication_fetches_sent", "replica fetches sent as a follower"),
     "replica_fetch_errors": ("partlog_replication_fetch_errors", "replica fetches that failed (connection, refusal)"),

@@ -83,6 +83,10 @@ from partlog.wal.objectstore import ObjectStore
 
 log = logging.getLogger(__name__)
 
+# A partition's log end and start, and its leader state (epoch, partition
+# epoch, replicas, HWM; None: not led here): ReplicaManager._serve_key.
+_ServeKey = tuple[int, int, tuple[int, int, tuple[int, ...], int] | None]
+
 # AlterPartition answers that leave its outcome unknown (the request may
 # have been applied): the members it would add stay in the maximal ISR.
 _ALTER_OUTCOME_UNKNOWN = frozenset(
@@ -498,16 +502,17 @@ class ReplicaManager:
         sends_hwm = all(p.high_watermark >= 0 for p in parts)
         parked = False
         results: list[ReplicaFetchResult] = []
-        seen: list[object] = []
+        seen: list[_ServeKey | None] = []
         while True:
             appended = self._appended.waiter()
             hwm_moved = self._hwm_moved.waiter()
             # Woken, serve again only the partitions whose log, leader or
-            # HWM moved: an append to one of a thousand partitions must not
-            # read the other 999 again.  An unchanged partition's earlier
-            # answer is still one the leader could have given.
+            # HWM moved, or whose last read was behind its log end: an append
+            # to one of a thousand partitions must not read the other 999
+            # again.  An unchanged partition's earlier answer is still one
+            # the leader could have given.
             now_seen = [self._serve_key(p.topic_id_partition) for p in parts]
-            todo = [i for i, k in enumerate(now_seen) if not results or k != seen[i]]
+            todo = [i for i, k in enumerate(now_seen) if not results or k != seen[i] or self._behind(results[i], k)]
             seen = now_seen
             asked = [parts[i] for i in todo]
             self.stats.replica_partitions_served += len(asked)
@@ -577,19 +582,27 @@ class ReplicaManager:
         self.stats.segment_rewrites_sent += sum(len(r.rewrites) for r in final)
         return enc_replica_fetch_response(final)
 
-    def _serve_key(self, tp: TopicIdPartition) -> object:
+    def _serve_key(self, tp: TopicIdPartition) -> _ServeKey | None:
         """What a served partition's answer depends on, from memory: its log
         end and start, and the leader state (epochs, replicas, HWM) serving
-        it.  Segment rows and rewrites wait for the next fetch (at most
-        ``replica.fetch.wait.max.ms``), as they did between appends."""
-        led = self._led.get(tp)
+        it (None: an unknown partition).  Segment rows and rewrites wait for
+        the next fetch (at most ``replica.fetch.wait.max.ms``), as they did
+        between appends."""
         try:
-            ends = (self.store.log_end_offset(tp), self.store.log_start_offset(tp))
+            leo, lso = self.store.log_end_offset(tp), self.store.log_start_offset(tp)
         except KeyError:
-            ends = None
+            return None
+        led = self._led.get(tp)
         if led is None:
-            return ends
-        return (ends, led.leader_epoch, led.rs.partition_epoch, led.rs.replicas, led.rs.high_watermark)
+            return leo, lso, None
+        return leo, lso, (led.leader_epoch, led.rs.partition_epoch, led.rs.replicas, led.rs.high_watermark)
+
+    @staticmethod
+    def _behind(r: ReplicaFetchResult, key: _ServeKey | None) -> bool:
+        """Whether answer ``r`` read less than the log end in ``key``: a
+        commit sequenced but not yet durable when it was read, readable
+        once durable with the key unchanged."""
+        return key is not None and r.error == Errors.NONE and r.log_end_offset < key[0]
 
     def _hwm_of(self, tp: TopicIdPartition) -> int:
         led = self._led.get(tp)
@@ -623,7 +636,10 @@ class ReplicaManager:
             if led is None or replica_id == self.broker_id or replica_id not in led.rs.replicas:
                 out.append(ReplicaFetchResult(Errors.NOT_LEADER_OR_FOLLOWER))
                 continue
+            last = led.quiet.get(replica_id)
             out.append(led.read_for_follower(self.store, replica_id, p, entries_max))
+            if last is not None and out[-1] is last[3]:
+                self.stats.replica_partitions_unchanged += 1
         return out
 
     # --------------------------------------------------------------- the ISR

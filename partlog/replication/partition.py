@@ -46,6 +46,12 @@ class LedPartition:
     waiters: dict[int, asyncio.Future[Errors]] = field(default_factory=dict)
     alter_inflight: bool = False
     alter_backoff_until_ms: int = 0
+    # Per replica: its last fetch here answered with nothing to send, the
+    # partition's version (MetadataStore.partition_version) and the HWM
+    # taken before that answer was read, and the answer.  The same fetch
+    # while neither moved gets it again without a read: most fetches of a
+    # cluster of many quiet partitions are exactly that.
+    quiet: dict[int, tuple[ReplicaFetchPartition, object, int, ReplicaFetchResult]] = field(default_factory=dict)
 
     def read_for_follower(
         self, store: MetadataStore, replica_id: int, p: ReplicaFetchPartition, entries_max: int
@@ -59,8 +65,20 @@ class LedPartition:
             return ReplicaFetchResult(Errors.FENCED_LEADER_EPOCH)
         if p.current_leader_epoch > self.leader_epoch and not unfenced:
             return ReplicaFetchResult(Errors.UNKNOWN_LEADER_EPOCH)
+        # Both taken before the reads: a write sequenced after them replaces
+        # the version, so an answer kept here is never older than its key.
+        hwm = self.rs.high_watermark
         try:
-            leo = store.log_end_offset(tp)
+            version: object | None = store.partition_version(tp)
+        except KeyError:
+            version = None
+        last = self.quiet.get(replica_id)
+        if last is not None and last[1] is version and last[2] == hwm and last[0] == p:
+            return last[3]
+        try:
+            # From memory, after the version: a write standing in between
+            # replaced it, so the answer kept below is never found again.
+            leo, lso = store.log_end_offset(tp), store.log_start_offset(tp)
             # The usual case, a follower whose last entry is of the newest
             # epoch, needs no cache: that epoch ends at the log end
             # (end_offset_for_epoch), so there is no divergence.
@@ -95,15 +113,28 @@ class LedPartition:
         except (StoreError, KeyError) as e:
             log.warning("replica fetch of %s by broker %d failed: %s", tp, replica_id, e)
             return ReplicaFetchResult(Errors.KAFKA_STORAGE_ERROR)
-        return ReplicaFetchResult(
+        answer = ReplicaFetchResult(
             Errors.NONE,
-            self.rs.high_watermark,
+            hwm,
             read.log_start_offset,
             read.log_end_offset,
             entries=read.entries,
-            segments=segments_for_follower(rows, p, self.rs.high_watermark),
-            rewrites=rewrites_for_follower(window, p, self.rs.high_watermark),
+            segments=segments_for_follower(rows, p, hwm),
+            rewrites=rewrites_for_follower(window, p, hwm),
         )
+        # Kept only if the read saw all the version holds: a commit is in
+        # the version once sequenced, readable once durable, and nothing
+        # replaces the version in between.
+        if (
+            version is not None
+            and (leo, lso) == (read.log_end_offset, read.log_start_offset)
+            and check is None
+            and not (answer.entries or answer.segments or answer.rewrites)
+        ):
+            self.quiet[replica_id] = (p, version, hwm, answer)
+        else:
+            self.quiet.pop(replica_id, None)
+        return answer
 
 
 def segments_for_follower(

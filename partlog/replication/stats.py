@@ -17,11 +17,13 @@ class ReplicationStats:
     replica_fetches_served: int = 0
     replica_fetches_parked: int = 0
     # Parked fetches woken (each wake serves the fetch again); partitions
-    # read from the store for replica fetches, and how many of those reads
-    # were a woken fetch reading one again.
+    # served in replica fetches, and how many of those a woken fetch served
+    # again.
     replica_fetch_wakeups: int = 0
     replica_partitions_served: int = 0
     replica_partitions_served_again: int = 0
+    # Partitions answered with the replica's last, unchanged answer (no read).
+    replica_partitions_unchanged: int = 0
     replica_fetches_sent: int = 0
     replica_fetch_errors: int = 0
     # Answers dropped as older than replica_answer_age_max_ms when applied.

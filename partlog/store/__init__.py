@@ -506,8 +506,7 @@ class MetadataStore:
         return self._reads.topic_config(topic_id)
 
     def topics(self) -> dict[uuid.UUID, tuple[str, int]]:
-        """topic_id -> (name, number of partitions) of every topic, from the
-        durable state (so a ``readonly`` store in another process sees them)."""
+        """topic_id -> (name, partitions) of every topic, durable (a ``readonly`` store sees them)."""
         return self._reads.topics()
 
     def partitions(self) -> list[TopicIdPartition]:
@@ -573,9 +572,8 @@ class MetadataStore:
             return self._index.usage(txn)
 
     def check(self) -> list[str]:
-        """Full consistency check: every entry's CRC, contiguous offsets, the
-        partition counters, the transactions and the file index recomputed
-        from the logs.  Returns the problems found (empty when sound)."""
+        """Full consistency check: every entry's CRC, contiguous offsets, the partition counters,
+        the transactions and the file index recomputed from the logs.  Returns the problems found."""
         return check_store(
             self._views, catalog=self._catalog, log=self._log, epochs=self._epochs, index=self._index, txns=self._txns
         )
@@ -583,8 +581,7 @@ class MetadataStore:
     # ------------------------------------------------------------ leader epochs and replication
 
     def set_leader_epoch(self, tp: TopicIdPartition, leader_epoch: int) -> None:
-        """Become leader at ``leader_epoch`` (>= the current one): new entries are
-        stamped with it, and the epoch cache records where it starts."""
+        """Lead at ``leader_epoch`` (>= the current): new entries get it, the epoch cache its start."""
         self._write(lambda s: self._epochs.become_leader(s, tp, leader_epoch))
 
     def leader_epoch_cache(self, tp: TopicIdPartition) -> list[tuple[int, int]]:
@@ -594,6 +591,10 @@ class MetadataStore:
     def latest_leader_epoch(self, tp: TopicIdPartition) -> int:
         """The newest epoch of the cache, -1 if empty: one LMDB lookup."""
         return self._reads.latest_leader_epoch(tp)
+
+    def partition_version(self, tp: TopicIdPartition) -> object:
+        """A token (``is``) replaced by each write to the partition, once sequenced (copy on write)."""
+        return self._reads.known_part(tp)
 
     def read_log(
         self, tp: TopicIdPartition, from_offset: int, max_bytes: int, max_entries: int | None = None
@@ -607,8 +608,7 @@ class MetadataStore:
         returned with them are one snapshot.
 
         Raises :class:`OffsetOutOfRangeError` when ``from_offset`` is below
-        the log start or past the log end, KeyError for an unknown partition.
-        """
+        the log start or past the log end, KeyError for an unknown partition."""
         return self._reads.read_log(tp, from_offset, max_bytes, max_entries)
 
     def set_high_watermark(self, tp: TopicIdPartition, high_watermark: int) -> int:

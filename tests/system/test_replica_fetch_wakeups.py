@@ -62,3 +62,35 @@ def test_a_woken_fetch_reads_only_the_partitions_that_moved(cluster: ClusterThre
     # too), never the 30 idle ones: before, every wake read all 31.
     assert again <= 3 * wakeups, (again, wakeups, served)
     assert served > again  # the first serve of each fetch still reads them all
+
+
+def test_quiet_partitions_are_answered_without_a_read(cluster: ClusterThread) -> None:
+    """A follower's fetch of a partition where nothing moved since its last
+    fetch gets that answer again, without reading the store."""
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+
+    admin = admin_client(cluster)
+    admin.create_topics([NewTopic("quiet", IDLE, replica_assignment=[[1, 2, 3]] * IDLE)])["quiet"].result(30)
+    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for p in range(IDLE):
+        producer.produce("quiet", b"x", partition=p)
+    assert producer.flush(30) == 0
+    stats = cluster.cluster.brokers[1].replicas.stats
+    time.sleep(1.0)  # the followers catch up and learn the HWM
+    served, unchanged = stats.replica_partitions_served, stats.replica_partitions_unchanged
+    time.sleep(2.0)  # ~4 fetches per follower, each naming the 30 partitions
+    served = stats.replica_partitions_served - served
+    unchanged = stats.replica_partitions_unchanged - unchanged
+    assert served >= 2 * IDLE, served
+    # Nothing was produced: all but a fetch's worth were answered unchanged.
+    assert unchanged >= served - 2 * IDLE, (unchanged, served)
+    # The followers hold every record and the leader's HWM.
+    tps = [tp for tp in cluster.cluster.brokers[1].store.partitions() if tp.topic_id == _topic_id(cluster, "quiet")]
+    assert len(tps) == IDLE
+    for b in (2, 3):
+        store = cluster.cluster.brokers[b].store
+        assert [(store.log_end_offset(tp), store.high_watermark(tp)) for tp in tps] == [(1, 1)] * IDLE
+
+
+def _topic_id(cluster: ClusterThread, name: str) -> object:
+    return next(tid for tid, (n, _) in cluster.cluster.brokers[1].store.topics().items() if n == name)
