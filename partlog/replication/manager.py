@@ -583,11 +583,9 @@ class ReplicaManager:
         return enc_replica_fetch_response(final)
 
     def _serve_key(self, tp: TopicIdPartition) -> _ServeKey | None:
-        """What a served partition's answer depends on, from memory: its log
-        end and start, and the leader state (epochs, replicas, HWM) serving
-        it (None: an unknown partition).  Segment rows and rewrites wait for
-        the next fetch (at most ``replica.fetch.wait.max.ms``), as they did
-        between appends."""
+        """What a served partition's answer depends on, from memory: log end
+        and start, the leader state (None: an unknown partition).  Segment
+        rows and rewrites wait for the next fetch, as between appends."""
         try:
             leo, lso = self.store.log_end_offset(tp), self.store.log_start_offset(tp)
         except KeyError:
@@ -599,9 +597,8 @@ class ReplicaManager:
 
     @staticmethod
     def _behind(r: ReplicaFetchResult, key: _ServeKey | None) -> bool:
-        """Whether answer ``r`` read less than the log end in ``key``: a
-        commit sequenced but not yet durable when it was read, readable
-        once durable with the key unchanged."""
+        """Whether ``r`` read less than ``key``'s log end: a commit sequenced,
+        not durable then, becomes readable with the key unchanged."""
         return key is not None and r.error == Errors.NONE and r.log_end_offset < key[0]
 
     def _hwm_of(self, tp: TopicIdPartition) -> int:
