@@ -635,7 +635,7 @@ class ReplicaManager:
                 continue
             last = led.quiet.get(replica_id)
             out.append(led.read_for_follower(self.store, replica_id, p, entries_max))
-            if last is not None and out[-1] is last[3]:
+            if last is not None and out[-1] is last.answer:
                 self.stats.replica_partitions_unchanged += 1
         return out
 

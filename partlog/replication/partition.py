@@ -17,6 +17,7 @@ import dataclasses
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from partlog import injected_bugs
 from partlog.kafka.errors import Errors
@@ -36,6 +37,17 @@ from partlog.store import MetadataStore, OffsetOutOfRangeError, Segment, StoreEr
 log = logging.getLogger(__name__)
 
 
+class QuietAnswer(NamedTuple):
+    """A replica's last fetch of a led partition that had nothing to send:
+    the fetch, the partition's version and the HWM taken before its read,
+    and the answer (LedPartition.quiet)."""
+
+    fetch: ReplicaFetchPartition
+    version: object
+    high_watermark: int
+    answer: ReplicaFetchResult
+
+
 @dataclass(slots=True)
 class LedPartition:
     """A partition this broker leads."""
@@ -51,7 +63,7 @@ class LedPartition:
     # taken before that answer was read, and the answer.  The same fetch
     # while neither moved gets it again without a read: most fetches of a
     # cluster of many quiet partitions are exactly that.
-    quiet: dict[int, tuple[ReplicaFetchPartition, object, int, ReplicaFetchResult]] = field(default_factory=dict)
+    quiet: dict[int, QuietAnswer] = field(default_factory=dict)
 
     def read_for_follower(
         self, store: MetadataStore, replica_id: int, p: ReplicaFetchPartition, entries_max: int
@@ -73,8 +85,8 @@ class LedPartition:
         except KeyError:
             version = None
         last = self.quiet.get(replica_id)
-        if last is not None and last[1] is version and last[2] == hwm and last[0] == p:
-            return last[3]
+        if last is not None and last.version is version and last.high_watermark == hwm and last.fetch == p:
+            return last.answer
         try:
             # From memory, after the version: a write standing in between
             # replaced it, so the answer kept below is never found again.
@@ -131,7 +143,7 @@ class LedPartition:
             and check is None
             and not (answer.entries or answer.segments or answer.rewrites)
         ):
-            self.quiet[replica_id] = (p, version, hwm, answer)
+            self.quiet[replica_id] = QuietAnswer(p, version, hwm, answer)
         else:
             self.quiet.pop(replica_id, None)
         return answer
@@ -184,4 +196,4 @@ def with_hwm(r: ReplicaFetchResult, hwm: int) -> ReplicaFetchResult:
     return dataclasses.replace(r, high_watermark=hwm)
 
 
-__all__ = ["FollowedPartition", "LedPartition", "segments_for_follower", "with_hwm"]
+__all__ = ["FollowedPartition", "LedPartition", "QuietAnswer", "segments_for_follower", "with_hwm"]
