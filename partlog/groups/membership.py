@@ -543,10 +543,14 @@ class Groups:
         self, group_id: str, member_id: str, generation: int, now_ms: int, group_instance_id: str | None = None
     ) -> Errors:
         """Whether an OffsetCommit of this member and generation may be
-        written, by Kafka's rules (GroupCoordinator.handleCommitOffsets): a
-        simple commit (generation < 0) only while the group has no members;
-        REBALANCE_IN_PROGRESS only while the assignment is being handed out
-        (CompletingRebalance); a member's commit in Stable or
+        written, by Kafka's rules and in its order (ClassicGroup.
+        validateOffsetCommit): a simple commit (generation < 0) only while
+        the group has no members; then the member (FENCED_INSTANCE_ID,
+        UNKNOWN_MEMBER_ID), then the generation (ILLEGAL_GENERATION), and
+        only then REBALANCE_IN_PROGRESS while the assignment is being handed
+        out (CompletingRebalance). A member of an older generation is told
+        ILLEGAL_GENERATION even then, which a cooperative consumer committing
+        mid-rebalance expects. A member's commit in Stable or
         PreparingRebalance (a consumer commits in its revoke callback) is
         written and counts as a heartbeat."""
         g = self.groups.get(group_id)
@@ -554,12 +558,12 @@ class Groups:
             return Errors.NONE
         if g is not None and g.fenced(group_instance_id, member_id):
             return Errors.FENCED_INSTANCE_ID
-        if g is not None and g.state is GroupState.COMPLETING_REBALANCE:
-            return Errors.REBALANCE_IN_PROGRESS
         if g is None or member_id not in g.members:
             return Errors.UNKNOWN_MEMBER_ID
         if generation != g.generation:
             return Errors.ILLEGAL_GENERATION
+        if g.state is GroupState.COMPLETING_REBALANCE:
+            return Errors.REBALANCE_IN_PROGRESS
         g.members[member_id].last_heartbeat_ms = now_ms
         return Errors.NONE
 

@@ -214,6 +214,11 @@ def test_commits_follow_kafkas_state_rules() -> None:
     assert group is not None and group.state is GroupState.COMPLETING_REBALANCE
     # While the assignment is being handed out: REBALANCE_IN_PROGRESS.
     assert g.check_commit("grp", a, 1, 1) == Errors.REBALANCE_IN_PROGRESS
+    # Kafka checks the member and generation first (ClassicGroup.
+    # validateOffsetCommit): an older generation's commit mid-rebalance is
+    # ILLEGAL_GENERATION, a stranger's UNKNOWN_MEMBER_ID (librdkafka 0113).
+    assert g.check_commit("grp", a, 0, 1) == Errors.ILLEGAL_GENERATION
+    assert g.check_commit("grp", "stranger", 1, 1) == Errors.UNKNOWN_MEMBER_ID
     g.sync(3, "grp", a, 1, {a: b"x"}, 1)
     assert g.check_commit("grp", a, 1, 2) == Errors.NONE
     assert g.check_commit("grp", a, 0, 2) == Errors.ILLEGAL_GENERATION
