@@ -336,7 +336,10 @@ class ReplicaFetchers:
             # them from disk: the leader would count them toward its HWM.
             raise StoreError(f"broker {self.broker_id}: the store fail-stopped; no fetch until it is reopened")
         parts = []
-        for tp, f in followed.items():
+        # One LMDB read for every followed partition's newest epoch: a read
+        # each was a third of an idle broker's time with 2,000 partitions.
+        epochs = self.store.latest_leader_epochs(list(followed))
+        for (tp, f), last_epoch in zip(followed.items(), epochs, strict=True):
             hwm = self.store.high_watermark(tp) if self.config.fetch_sends_high_watermark else -1
             if f.tiered_through is None:
                 rows = self.store.segments(tp)
@@ -346,7 +349,7 @@ class ReplicaFetchers:
                     tp,
                     f.leader_epoch,
                     self.store.log_end_offset(tp),
-                    self.store.latest_leader_epoch(tp),
+                    last_epoch,
                     hwm,
                     self.store.log_start_offset(tp),
                     f.tiered_through,

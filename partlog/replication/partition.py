@@ -96,7 +96,7 @@ class LedPartition:
             # (end_offset_for_epoch), so there is no divergence.
             div = (
                 None
-                if p.fetch_offset <= leo and store.latest_leader_epoch(tp) == p.last_fetched_epoch
+                if p.fetch_offset <= leo and store.latest_leader_epochs([tp]) == [p.last_fetched_epoch]
                 else diverging_epoch(store.leader_epoch_cache(tp), leo, p.fetch_offset, p.last_fetched_epoch)
             )
             if unfenced:

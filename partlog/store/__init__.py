@@ -588,9 +588,9 @@ class MetadataStore:
         """(leader_epoch, start_offset) pairs, ascending."""
         return self._reads.leader_epoch_cache(tp)
 
-    def latest_leader_epoch(self, tp: TopicIdPartition) -> int:
-        """The newest epoch of the cache, -1 if empty: one LMDB lookup."""
-        return self._reads.latest_leader_epoch(tp)
+    def latest_leader_epochs(self, tps: Sequence[TopicIdPartition]) -> list[int]:
+        """The newest epoch of each cache, -1 if empty: one LMDB read for all."""
+        return self._reads.latest_leader_epochs(tps)
 
     def partition_version(self, tp: TopicIdPartition) -> object:
         """A token (``is``) replaced by each write to the partition, once sequenced (copy on write)."""

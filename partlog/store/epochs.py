@@ -57,13 +57,17 @@ class EpochCache:
             txn.delete(key, db=self._db)
         txn.put(EPOCH_KEY.pack(part_id, leader_epoch), I64.pack(start_offset), db=self._db)
 
-    def latest(self, txn: Txn, part_id: int) -> int:
-        """The newest epoch in the partition's cache, -1 if it is empty."""
-        prefix = U32.pack(part_id)
+    def latest(self, txn: Txn, part_ids: list[int]) -> list[int]:
+        """The newest epoch in each partition's cache, -1 where it is
+        empty: one cursor for all (a replica fetch asks for every followed
+        partition)."""
         cur = txn.cursor(db=self._db)
-        if last_under(cur, prefix) and cur.key()[:4] == prefix:
-            return int(EPOCH_KEY.unpack(cur.key())[1])
-        return -1
+        out = []
+        for part_id in part_ids:
+            prefix = U32.pack(part_id)
+            found = last_under(cur, prefix) and cur.key()[:4] == prefix
+            out.append(int(EPOCH_KEY.unpack(cur.key())[1]) if found else -1)
+        return out
 
     def entries(self, txn: Txn, part_id: int) -> list[tuple[int, int]]:
         """(leader_epoch, start_offset) pairs, ascending."""

@@ -391,14 +391,14 @@ class LogReader:
                 raise KeyError(f"unknown partition {tp}")
             return self._epochs.entries(txn, part.part_id)
 
-    def latest_leader_epoch(self, tp: TopicIdPartition) -> int:
-        """The newest epoch of the partition's cache (-1: empty), for the
-        replica fetches of every partition: the id from memory, one cursor
-        step, where :meth:`leader_epoch_cache` reads the state and every
-        entry.  KeyError for an unknown partition."""
-        part_id = self.known_part(tp).part_id
+    def latest_leader_epochs(self, tps: Sequence[TopicIdPartition]) -> list[int]:
+        """The newest epoch of each partition's cache (-1: empty), for the
+        replica fetches of every partition: ids from memory, one view and
+        one cursor step each, where :meth:`leader_epoch_cache` reads the
+        state and every entry.  KeyError for an unknown partition."""
+        part_ids = [self.known_part(tp).part_id for tp in tps]
         with self._views.read() as txn:
-            return self._epochs.latest(txn, part_id)
+            return self._epochs.latest(txn, part_ids)
 
     def partition_state(self, tp: TopicIdPartition) -> dict[str, int]:
         """log_start_offset, log_end_offset, high_watermark, leader_epoch, live_batches, live_bytes."""

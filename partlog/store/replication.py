@@ -331,7 +331,7 @@ class FollowerLog:
             raise KeyError(f"unknown partition {tp}")
         txn = s.txn
         part_id = part.part_id
-        latest_epoch = self._epochs.latest(txn, part_id)
+        latest_epoch = self._epochs.latest(txn, [part_id])[0]
         check_continues(tp, part, headers, latest_epoch)
         built = build_entries(
             s,

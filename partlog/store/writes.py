@@ -133,7 +133,7 @@ class Writes:
         return sequence_follower(
             state,
             call,
-            latest_epoch=lambda part_id: self._epochs.latest(state.snapshot(), part_id),
+            latest_epoch=lambda part_id: self._epochs.latest(state.snapshot(), [part_id])[0],
             effective_hwm=self._catalog.effective_hwm,
             producer_id_expiration_ms=self._sequencer.producer_id_expiration_ms,
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -150,11 +151,35 @@ class LocalDirStore:
         if not 1 <= max_keys <= LIST_KEYS_MAX:
             raise ValueError(f"max_keys must be in [1, {LIST_KEYS_MAX}], got {max_keys}")
         out: list[ObjectInfo] = []
-        for info in self._walk("", _utf8(prefix), _utf8(start_after)):
+        for info in self._walk(self._list_root(prefix), _utf8(prefix), _utf8(start_after)):
             if len(out) == max_keys:
                 return ListPage(out, True)
             out.append(info)
         return ListPage(out, False)
+
+    def _list_root(self, prefix: str) -> str:
+        """The deepest directory holding every key under ``prefix``: its
+        part before the last '/', as a directory ``d`` holds exactly the
+        keys starting with ``d/``.  A walmgr scan lists 256 shards a cycle;
+        from the root, each listing sorted the 256 shard directories again.
+        The root ("") for a prefix that names the temp directory, has a
+        component that is not a plain name, or leads through a symlink:
+        the walk from the root lists only what lies inside it."""
+        head, sep, _ = prefix.rpartition("/")
+        names = head.split("/")
+        if not sep or names[0] == LOCAL_TMP_DIR or any(n in ("", ".", "..") or "\0" in n for n in names):
+            return ""
+        path = self.root
+        for name in names:
+            path = os.path.join(path, name)
+            try:
+                if not stat.S_ISDIR(os.lstat(path).st_mode):
+                    return ""  # a symlink, or a file (no key lies below it)
+            except FileNotFoundError:
+                return head  # nothing to list: the walk finds no directory
+            except OSError:
+                return ""
+        return head
 
     def _walk(self, rel: str, prefix: bytes, start_after: bytes) -> Iterator[ObjectInfo]:
         """Keys under directory ``rel`` in UTF-8 byte order, pruned by prefix

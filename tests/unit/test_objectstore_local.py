@@ -6,9 +6,12 @@ tests/system/test_objectstore_s3.py)."""
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from partlog.wal.localdir_store import LocalDirStore
 from partlog.wal.objectstore import InvalidKeyError, ObjectStore, check_key
@@ -16,7 +19,7 @@ from partlog.wal.store_url import open_store
 
 # The contract's tests (and its fixture tricky_store), run against this module's store.
 from tests.objectstore_contract import *  # noqa: F403
-from tests.objectstore_contract import list_keys, put_all
+from tests.objectstore_contract import collect_pages, list_keys, model_list, put_all
 
 
 @pytest.fixture
@@ -106,3 +109,53 @@ def test_open_store_bad_urls(url: str, message: str) -> None:
     with pytest.raises(ValueError, match=message) as exc:
         open_store(url)
     assert repr(url) in str(exc.value)
+
+
+# Keys of a few short names, so prefixes land on, inside and beside
+# directories; "-" and "." sort below "/", "~" above it.
+_NAME = st.text(alphabet="ab-.~", min_size=1, max_size=3).filter(lambda n: n not in (".", ".."))
+_KEY = st.lists(_NAME, min_size=1, max_size=3).map("/".join)
+
+
+def _near(keys: list[str]) -> st.SearchStrategy[str]:
+    """A cut of one of ``keys`` (a prefix or start_after that lands on,
+    inside or beside its directories), or any short text."""
+    odd = st.text(alphabet="ab-.~/", max_size=8)
+    if not keys:
+        return odd
+    cut = st.tuples(st.sampled_from(keys), st.integers(0, 12)).map(lambda t: t[0][: t[1]])
+    return st.one_of(cut, odd)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_KEY, max_size=12).flatmap(lambda k: st.tuples(st.just(k), _near(k), _near(k), st.integers(1, 4))))
+def test_listings_from_the_prefix_directory_match_the_model(drawn: tuple[list[str], str, str, int]) -> None:
+    """list_page walks from the deepest directory its prefix names, not the
+    root: every prefix and start_after (odd ones included: '//', './',
+    '../', a file's name) lists exactly what ListObjectsV2 would."""
+    keys, prefix, start_after, page = drawn
+    with tempfile.TemporaryDirectory() as d:
+        store = LocalDirStore(Path(d) / "s", fsync=False)
+        stored = []
+        for k in keys:
+            try:
+                store.put(k, b"x")
+                stored.append(k)
+            except InvalidKeyError:
+                pass  # a key below an object, or an object over a directory
+        pages = collect_pages(store, prefix, start_after, page)
+        assert [o.key for p in pages for o in p.objects] == model_list(stored, prefix, start_after)
+
+
+def test_a_prefix_through_a_symlink_lists_from_the_root(tmp_path: Path) -> None:
+    """A directory inside the root that is a symlink is never listed
+    through, by a prefix naming it or from the root."""
+    outside = tmp_path / "outside"
+    (outside / "d").mkdir(parents=True)
+    (outside / "d" / "k").write_bytes(b"x")
+    store = LocalDirStore(tmp_path / "s", fsync=False)
+    store.put("in/k", b"x")
+    (tmp_path / "s" / "link").symlink_to(outside)
+    assert list_keys(store, "link/d/") == []
+    assert "link/d/k" not in list_keys(store, "")  # the link itself shows, as before
+    assert list_keys(store, "in/") == ["in/k"]

@@ -60,8 +60,8 @@ class TwoEndsStore:
     def log_start_offset(self, tp: TopicIdPartition) -> int:
         return self.version.log_start_offset
 
-    def latest_leader_epoch(self, tp: TopicIdPartition) -> int:
-        return 0
+    def latest_leader_epochs(self, tps: Any) -> list[int]:
+        return [0 for _ in tps]
 
     def leader_epoch_cache(self, tp: TopicIdPartition) -> list[tuple[int, int]]:
         return [(0, 0)]

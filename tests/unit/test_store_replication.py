@@ -168,7 +168,7 @@ def view(store: MetadataStore, tp: TopicIdPartition, *, skip: Sequence[str] = ()
     offsets = store.list_offsets([ListOffsetsRequest(tp, t) for t in targets])
     epochs = store.leader_epoch_cache(tp)
     # The replica fetches' one-lookup form agrees with the whole cache.
-    assert store.latest_leader_epoch(tp) == (epochs[-1][0] if epochs else -1)
+    assert store.latest_leader_epochs([tp]) == [epochs[-1][0] if epochs else -1]
     out = {
         "state": state,
         "fetch": (fetch.errors, fetch.log_start_offset, fetch.high_watermark),
@@ -911,8 +911,8 @@ def test_a_checkpoint_during_a_follower_append_hides_no_reference(tmp_path: Path
         epochs = follower._epochs
         real = epochs.latest
 
-        def latest_then_checkpoint(txn: Any, part_id: int) -> int:
-            value = real(txn, part_id)
+        def latest_then_checkpoint(txn: Any, part_ids: list[int]) -> list[int]:
+            value = real(txn, part_ids)
             follower._checkpoint()  # as the checkpoint thread may, right now
             return value
 
