@@ -170,3 +170,90 @@ def test_a_bad_tiered_through_fails_the_request(bad: Any) -> None:
             BROKER_SCHEMAS["replica_fetch"].check(request(bad), "replica_fetch")
     with pytest.raises(WireError):
         dec_replica_fetch(request(bad), 10)
+
+
+# Each field of a partition item, hostile or fine: the decoders' fast paths
+# (a quiet partition's usual item, inline) must decide as the checks do.
+_tid = st.binary(min_size=15, max_size=17) | st.just(uuid.UUID(int=7).bytes) | values
+_num = st.integers(-3, 2**63) | st.booleans() | st.none() | st.just(1.0)
+_bad = st.sampled_from([-1, -2, True, False, None, 1.0, b"", "x", [], b"\0" * 16]) | _tid | _num
+
+
+def _set(item: list[Any], at: int, v: Any) -> list[Any]:
+    """``item`` with field ``at`` replaced by ``v`` (none past its end)."""
+    return [v if i == at else x for i, x in enumerate(item)]
+
+
+def _wants(v: Any, kind: type) -> bool:
+    return type(v) is kind
+
+
+_fetch_item = st.tuples(
+    st.just(uuid.UUID(int=7).bytes), st.integers(0, 3), st.integers(-1, 2**63), st.integers(-1, 9), st.integers(-1, 9),
+    st.integers(-1, 9),
+).map(list)  # fmt: skip
+
+
+@given(
+    st.lists(
+        st.one_of(
+            _fetch_item.flatmap(lambda it: st.tuples(st.integers(0, 11), _bad).map(lambda t: _set(it, *t))),
+            st.tuples(_tid, _num, _num, _num, _num, _num).map(list),
+            values,
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_a_fetch_item_decodes_exactly_when_every_field_has_its_type(items: list[Any]) -> None:
+    body = enc_replica_fetch(3, 100, 10, [])
+    body["partitions"] = items
+    body["log_start_offsets"] = [-1] * len(items)
+    ok = all(
+        type(it) is list
+        and len(it) == 6
+        and _wants(it[0], bytes)
+        and len(it[0]) == 16
+        and _wants(it[1], int)
+        and it[1] >= 0
+        and all(_wants(x, int) for x in it[2:])
+        for it in items
+    )
+    try:
+        parts = dec_replica_fetch(body, 10)[3]
+    except WireError:
+        assert not ok
+        return
+    assert ok
+    for it, p in zip(items, parts, strict=True):
+        assert p.topic_id_partition == TopicIdPartition(uuid.UUID(bytes=it[0]), it[1])
+        assert [p.current_leader_epoch, p.fetch_offset, p.last_fetched_epoch, p.high_watermark] == it[2:]
+
+
+_answer_row = st.tuples(*[st.integers(-1, 2**63)] * 6, st.just([])).map(list)
+
+
+@given(
+    st.lists(
+        st.one_of(
+            _answer_row.flatmap(lambda r: st.tuples(st.integers(0, 13), _bad).map(lambda t: _set(r, *t))),
+            st.tuples(_num, _num, _num, _num, _num, _num, st.just([])).map(list),
+            values,
+        ),
+        max_size=3,
+    )
+)
+def test_an_answer_row_decodes_exactly_when_every_field_has_its_type(rows: list[Any]) -> None:
+    body = {"keys": [], "partitions": rows}
+    ok = all(type(r) is list and len(r) == 7 and all(_wants(x, int) for x in r[:6]) and r[6] == [] for r in rows)
+    try:
+        out = dec_replica_fetch_response(body, len(rows))
+    except WireError:
+        assert not ok
+        return
+    assert ok
+    for r, got in zip(rows, out, strict=True):
+        known = r[0] in {int(e) for e in Errors}
+        assert got.error == (Errors(r[0]) if known else Errors.UNKNOWN_SERVER_ERROR)
+        fields = [got.high_watermark, got.log_start_offset, got.log_end_offset]
+        assert [*fields, got.diverging_epoch, got.diverging_end_offset] == r[1:6] and got.entries == ()

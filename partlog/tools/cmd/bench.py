@@ -1,4 +1,4 @@
-"""``partlog bench commit|produce|kafka|latency|replication|metadata|tiering``: the
+"""``partlog bench commit|produce|kafka|quiet-topics|latency|replication|metadata|tiering``: the
 benchmarks (they print numbers, never assert).  Each runs a module of
 ``partlog.tools`` (``bench_commit``, ``bench_produce``, ...) and prints its
 result as a table or, with ``--json``, one JSON object."""
@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 # at most this many producers (threads), so a run stays bounded.
 SWEEP_POINTS_MAX = 4
 SWEEP_PRODUCERS_MAX = 64
+# bench quiet-topics: a bound on the cluster it builds (topics x partitions).
+QUIET_PARTITIONS_MAX = 20_000
 
 
 def _counts(text: str) -> tuple[int, ...]:
@@ -154,6 +156,28 @@ def add_parser(sub: Subparsers) -> None:
         help="with --transactions: producers per side, one thread each; a comma list (4,16) sweeps, the same "
         "count on both sides at each point (default 4). Bounded: about 3 x --seconds + 12 s per count, plus "
         "startup and the reads of everything written",
+    )
+
+    bq = bench_sub.add_parser(
+        "quiet-topics",
+        help="what quiet partitions cost: idle CPU and transaction latency with and without --topics more topics",
+        description="Starts a controller and 3 `partlog broker` processes (one per AZ, RF 3, durable commits) and "
+        "measures in A-B-A order: A with no other topic, B after creating --topics topics of "
+        "--partitions-per-topic partitions (RF 3, never written), A again after deleting them. Each phase: the "
+        "brokers' idle CPU over --idle-seconds, then --txns transactions of --records-per-txn records "
+        "(confluent-kafka, acks=all, linger 5 ms), each timed from its first produce to the return of "
+        "commit_transaction. Prints B / A ratios and verdicts (transaction median <= 2x; idle CPU added <= 0.1 "
+        "cores per 1,000 partitions). Bounded: 3 x (--idle-seconds + the transactions) plus the creation, "
+        "deletion and two --settle-seconds pauses.",
+    )
+    bq.add_argument("--json", action="store_true", help="print one JSON object")
+    bq.add_argument("--topics", type=positive_int, default=500, help="quiet topics in phase B (default 500)")
+    bq.add_argument("--partitions-per-topic", type=positive_int, default=4, help="their partitions (default 4)")
+    bq.add_argument("--idle-seconds", type=positive_float, default=20.0, help="idle CPU window per phase (default 20)")
+    bq.add_argument("--txns", type=positive_int, default=10, help="transactions per phase (default 10)")
+    bq.add_argument("--records-per-txn", type=positive_int, default=1000, help="records each (default 1,000)")
+    bq.add_argument(
+        "--settle-seconds", type=positive_float, default=10.0, help="pause after creating and deleting (default 10)"
     )
 
     bl = bench_sub.add_parser(
@@ -427,6 +451,24 @@ def _kafka(args: argparse.Namespace) -> int:
     return _emit(args, result, bench_kafka.print_report)
 
 
+def _quiet_topics(args: argparse.Namespace) -> int:
+    from partlog.tools import bench_quiet
+
+    if args.topics * args.partitions_per_topic > QUIET_PARTITIONS_MAX:
+        print(f"partlog bench quiet-topics: at most {QUIET_PARTITIONS_MAX:,} quiet partitions", file=sys.stderr)
+        return 2
+    result = bench_quiet.run(
+        topics=args.topics,
+        partitions_per_topic=args.partitions_per_topic,
+        idle_seconds=args.idle_seconds,
+        txns=args.txns,
+        records_per_txn=args.records_per_txn,
+        settle_s=args.settle_seconds,
+        progress=progress_printer(args),
+    )
+    return _emit(args, result, bench_quiet.print_report)
+
+
 def _latency(args: argparse.Namespace) -> int:
     from partlog.tools import bench_latency
 
@@ -542,6 +584,7 @@ _RUNS = {
     "commit": _commit,
     "produce": _produce,
     "kafka": _kafka,
+    "quiet-topics": _quiet_topics,
     "latency": _latency,
     "replication": _replication,
     "metadata": _metadata,

@@ -1,0 +1,32 @@
+"""``partlog bench quiet-topics`` end to end at a small size: its output's
+shape and that every transaction ran, never its timings."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.timeout(300)
+def test_a_small_run_measures_three_phases() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "partlog", "bench", "quiet-topics", "--topics", "5", "--partitions-per-topic", "2",
+         "--idle-seconds", "1", "--txns", "2", "--records-per-txn", "10", "--settle-seconds", "1", "--json"],
+        capture_output=True, timeout=280, check=True, text=True,
+    )  # fmt: skip
+    r = json.loads(out.stdout)
+    assert r["quiet_partitions"] == 10
+    for phase in r["phases"].values():
+        assert len(phase["txn_s"]) == 2 and phase["idle_cores"] >= 0
+    assert {r["txn_verdict"], r["idle_verdict"]} <= {"pass", "fail"}
+
+
+def test_the_cluster_it_builds_is_bounded() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "partlog", "bench", "quiet-topics", "--topics", "10000", "--partitions-per-topic", "3"],
+        capture_output=True, timeout=60, text=True,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "at most 20,000" in done.stderr
