@@ -176,7 +176,7 @@ def test_a_bad_tiered_through_fails_the_request(bad: Any) -> None:
 # (a quiet partition's usual item, inline) must decide as the checks do.
 _tid = st.binary(min_size=15, max_size=17) | st.just(uuid.UUID(int=7).bytes) | values
 _num = st.integers(-3, 2**63) | st.booleans() | st.none() | st.just(1.0)
-_bad = st.sampled_from([-1, -2, True, False, None, 1.0, b"", "x", [], b"\0" * 16]) | _tid | _num
+_bad: st.SearchStrategy[Any] = st.sampled_from([-1, -2, True, False, None, 1.0, b"", "x", [], b"\0" * 16]) | _tid | _num
 
 
 def _set(item: list[Any], at: int, v: Any) -> list[Any]:
