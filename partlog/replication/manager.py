@@ -509,8 +509,7 @@ class ReplicaManager:
             # Woken, serve again only the partitions whose log, leader or
             # HWM moved, or whose last read was behind its log end: an append
             # to one of a thousand partitions must not read the other 999
-            # again.  An unchanged partition's earlier answer is still one
-            # the leader could have given.
+            # again (an unchanged one's answer is still one we could give).
             now_seen = [self._serve_key(p.topic_id_partition) for p in parts]
             todo = [i for i, k in enumerate(now_seen) if not results or k != seen[i] or self._behind(results[i], k)]
             seen = now_seen
@@ -529,7 +528,8 @@ class ReplicaManager:
                 for i, r in zip(todo, fresh, strict=True):
                     results[i] = r
             now = self.clock.wall_ms()
-            for p, r in zip(parts, results, strict=True):
+            # Woken, only those served again: the next fetch renews the rest.
+            for p, r in ((parts[i], results[i]) for i in todo):
                 if r.error == Errors.NONE and r.diverging_epoch == NO_DIVERGENCE:
                     led = self._led.get(p.topic_id_partition)
                     if led is not None and led.leader_epoch == p.current_leader_epoch:
@@ -546,19 +546,20 @@ class ReplicaManager:
                         # to this fetch brings the leader's log start).  The
                         # leader's log start as of now, not the read's:
                         # retention may have moved it while the read ran.
-                        # Likewise, it joins only once it has every segment
-                        # row it can take (none in this answer): until it
-                        # swapped, its entries may name WAL objects walmgr,
-                        # asking the leader and the ISR, found unreferenced.
+                        # Likewise, only once it has every segment row it can
+                        # take (none in this answer): until it swapped, its
+                        # entries may name WAL objects walmgr found unreferenced.
                         start = self.store.log_start_offset(p.topic_id_partition)
                         joins = (p.log_start_offset < 0 or p.log_start_offset >= start) and not r.segments
                         self._maybe_alter_isr(led, now, expand_for=replica_id if joins else None)
             # A fetch needs an answer now when it brings entries, segment
             # rows, an error or a divergence, or (KIP-1166) the follower's
-            # HWM is behind ours.
+            # HWM is behind ours; the others were not urgent, nor moved.
             urgent = any(
-                r.entries or r.segments or r.error != Errors.NONE or r.diverging_epoch != NO_DIVERGENCE for r in results
-            ) or (sends_hwm and any(p.high_watermark < self._hwm_of(p.topic_id_partition) for p in parts))
+                (r := results[i]).entries or r.segments or r.error != Errors.NONE or r.diverging_epoch != NO_DIVERGENCE
+                or (sends_hwm and parts[i].high_watermark < self._hwm_of(parts[i].topic_id_partition))
+                for i in todo
+            )  # fmt: skip
             left = deadline - self.clock.monotonic()
             if urgent or left <= 0 or self._stopping:
                 break
