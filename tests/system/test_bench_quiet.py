@@ -24,9 +24,17 @@ def test_a_small_run_measures_three_phases() -> None:
     assert {r["txn_verdict"], r["idle_verdict"]} <= {"pass", "fail"}
 
 
-def test_the_cluster_it_builds_is_bounded() -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--topics", "10000", "--partitions-per-topic", "3"], "at most 20,000"),
+        (["--txns", "1001"], "--txns: must be in [1, 1000]"),
+        (["--idle-seconds", "601"], "--idle-seconds: must be in [1, 600]"),
+        (["--records-per-txn", "0"], "--records-per-txn: must be > 0"),
+    ],
+)
+def test_the_run_is_bounded(args: list[str], message: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "partlog", "bench", "quiet-topics", "--topics", "10000", "--partitions-per-topic", "3"],
-        capture_output=True, timeout=60, text=True,
-    )  # fmt: skip
-    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "at most 20,000" in done.stderr
+        [sys.executable, "-m", "partlog", "bench", "quiet-topics", *args], capture_output=True, timeout=60, text=True
+    )
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and message in done.stderr

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from partlog.tools.cmd.common import progress_printer
-from partlog.tools.cmd.flags import non_negative_int, positive_float, positive_int
+from partlog.tools.cmd.flags import non_negative_int, positive_float, positive_int, positive_int_at_most
 
 if TYPE_CHECKING:
     from partlog.tools.cmd.common import Subparsers
@@ -173,11 +173,18 @@ def add_parser(sub: Subparsers) -> None:
     bq.add_argument("--json", action="store_true", help="print one JSON object")
     bq.add_argument("--topics", type=positive_int, default=500, help="quiet topics in phase B (default 500)")
     bq.add_argument("--partitions-per-topic", type=positive_int, default=4, help="their partitions (default 4)")
-    bq.add_argument("--idle-seconds", type=positive_float, default=20.0, help="idle CPU window per phase (default 20)")
-    bq.add_argument("--txns", type=positive_int, default=10, help="transactions per phase (default 10)")
-    bq.add_argument("--records-per-txn", type=positive_int, default=1000, help="records each (default 1,000)")
     bq.add_argument(
-        "--settle-seconds", type=positive_float, default=10.0, help="pause after creating and deleting (default 10)"
+        "--idle-seconds", type=positive_int_at_most(600), default=20, help="idle CPU window per phase (default 20)"
+    )
+    bq.add_argument("--txns", type=positive_int_at_most(1000), default=10, help="transactions per phase (default 10)")
+    bq.add_argument(
+        "--records-per-txn", type=positive_int_at_most(100_000), default=1000, help="records each (default 1,000)"
+    )
+    bq.add_argument(
+        "--settle-seconds",
+        type=positive_int_at_most(600),
+        default=10,
+        help="pause after creating and deleting (default 10)",
     )
 
     bl = bench_sub.add_parser(
