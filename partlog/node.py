@@ -11,7 +11,8 @@ whose metrics go into the same registry (one ``/metrics`` for both).
 
 Order: ``listen`` binds the broker's RPC port, then the Kafka port; a Kafka
 port that cannot be bound gives the RPC port back, so a node that fails to
-listen holds no port.  ``stop`` closes the Kafka listener first (its
+listen holds no port.  Kafka requests are read only once ``start`` is done
+(the broker registered, its ACLs and configs followed).  ``stop`` closes the Kafka listener first (its
 requests go through the broker), then the broker.
 """
 
@@ -119,7 +120,7 @@ class BrokerNode:
             security=self.config.kafka_security,
         )
         try:
-            await kafka.start()
+            await kafka.start(serve=False)  # from ``start`` on
         except OSError as e:
             await self.broker.unlisten()
             where = ",".join(map(str, kafka.specs))
@@ -133,6 +134,10 @@ class BrokerNode:
             await self.acls.start()
         if isinstance(self.dynamic_configs, FollowedAcls):  # the same start/stop protocol
             await self.dynamic_configs.start()
+        if self.kafka is not None:
+            # Kafka reads no request before its startup ends (registered,
+            # metadata, authorizer): clients wait, unanswered, until then.
+            self.kafka.serve()
 
     async def stop(self) -> None:
         """Stop the Kafka listener, then the broker (see ``Broker.stop``)."""

@@ -33,13 +33,11 @@ import contextlib
 import functools
 import logging
 import ssl
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from prometheus_client import CollectorRegistry
 
 from partlog.acl.source import AclSource
 from partlog.kafka.errors import Errors
@@ -62,21 +60,17 @@ from partlog.kafka_front.codec import (
 )
 from partlog.kafka_front.fetch_api import FetchSessionCollector
 from partlog.kafka_front.handler import Session
+from partlog.kafka_front.listener_metrics import ListenerMetrics, TxnCollector
 from partlog.kafka_front.listeners import ListenerSecurity, ListenerSpec, SecurityProtocol
 from partlog.kafka_front.port import BrokerPort
 from partlog.kafka_front.principal import NoMatchingRule, cert_principal
 from partlog.kafka_front.scram_apis import CredentialAdmin, NoCredentialAdmin, ScramApis
 from partlog.kafka_front.txn_coordinator import STEPS as TXN_STEPS
-from partlog.kafka_front.txn_coordinator import TxnCoordinator
-from partlog.txn.coordinator import TRANSACTIONAL_IDS_MAX
 
 log = logging.getLogger(__name__)
 
 # Kafka's connections.max.idle.ms default (10 minutes).
 CONNECTIONS_MAX_IDLE_MS_DEFAULT = 600_000
-# Seconds: a coordinator's record is one WAL file's upload, commit and
-# replication (tens to hundreds of ms); markers a round to each leader.
-_TXN_STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4)
 CONNECTIONS_PER_IP_MAX_DEFAULT = 1_000
 CONNECTIONS_MAX_DEFAULT = 2_000
 # Requests read ahead of their answers on one connection (librdkafka keeps
@@ -147,104 +141,6 @@ class ListenerLimits:
         return min(self.other_request_bytes_max, self.request_bytes_max)
 
 
-class ListenerMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.registry = r = registry
-        self.connections = Gauge("partlog_kafka_connections", "open Kafka client connections", registry=r)
-        self.connections_refused = Counter(
-            "partlog_kafka_connections_refused",
-            "Kafka connections refused at accept, by limit",
-            ["limit"],
-            registry=r,
-        )
-        self.requests = Counter("partlog_kafka_requests", "Kafka requests answered, by API", ["api"], registry=r)
-        self.requests_unsupported = Counter(
-            "partlog_kafka_requests_unsupported", "Kafka requests of an API or version not served", registry=r
-        )
-        self.encoded_in_thread = Counter(
-            "partlog_kafka_answers_encoded_in_thread",
-            f"answers of more than {ENCODE_IN_THREAD_ITEMS} items built and encoded off the event loop",
-            registry=registry,
-        )
-        self.bad_requests = Counter(
-            "partlog_kafka_bad_requests", "Kafka connections closed for a malformed or oversized request", registry=r
-        )
-        self.idle_closed = Counter(
-            "partlog_kafka_idle_closed", "Kafka connections closed after connections.max.idle.ms", registry=r
-        )
-        self.frame_deadline_closed = Counter(
-            "partlog_kafka_frame_deadline_closed",
-            "Kafka connections closed because a started request did not arrive within the frame deadline",
-            registry=r,
-        )
-        self.request_bytes = Gauge(
-            "partlog_kafka_request_bytes_in_flight", "bytes of Kafka requests held (read or being read)", registry=r
-        )
-        self.request_bytes_max = Gauge(
-            "partlog_kafka_request_bytes_in_flight_max", "the listener's request byte budget", registry=r
-        )
-        self.txn_step_seconds = Histogram(
-            "partlog_kafka_txn_step_seconds",
-            "steps of transactions at this coordinator: write_<kind> a __transaction_state record durable "
-            "(write_add, write_end the Prepare*, write_complete, ...), markers all written, "
-            "prepared_to_complete from Prepare* durable to Complete* durable",
-            ["step"],
-            buckets=_TXN_STEP_BUCKETS,
-            registry=r,
-        )
-        self.auth_deadline_closed = Counter(
-            "partlog_kafka_auth_deadline_closed",
-            "Kafka connections closed because TLS or SASL was not done within the listener's auth deadline",
-            registry=r,
-        )
-        self.auth_failed = Counter(
-            "partlog_kafka_auth_failed",
-            "Kafka connections closed for failed authentication (SASL or the TLS principal), by listener",
-            ["listener"],
-            registry=r,
-        )
-        self.request_bytes_waits = Counter(
-            "partlog_kafka_request_bytes_waits",
-            "times a connection waited, unread, for room in the request byte budget",
-            registry=r,
-        )
-
-
-class _TxnCollector(Collector):
-    """The transaction coordinator's state at scrape time: transactional
-    ids by state (bounded per coordinator partition by
-    ``TRANSACTIONAL_IDS_MAX``), markers written and retried, timeouts."""
-
-    def __init__(self, txns: TxnCoordinator) -> None:
-        self._txns = txns
-
-    def collect(self) -> Iterator[Metric]:
-        by_state = GaugeMetricFamily(
-            "partlog_kafka_transactional_ids", "transactional ids this broker coordinates, by state", labels=["state"]
-        )
-        counts: dict[str, int] = {}
-        for meta in self._txns.transactions_here()[1]:
-            counts[meta.state.kafka_name] = counts.get(meta.state.kafka_name, 0) + 1
-        for state, n in sorted(counts.items()):
-            by_state.add_metric([state], n)
-        yield by_state
-        yield GaugeMetricFamily(
-            "partlog_kafka_transactional_ids_per_partition_max",
-            "limit of transactional ids per __transaction_state partition",
-            value=TRANSACTIONAL_IDS_MAX,
-        )
-        stats = self._txns.stats
-        for name, help_text in (
-            ("markers_written", "transaction markers written by this coordinator"),
-            ("marker_retries", "transaction markers sent again after a retriable error"),
-            ("timeouts", "transactions this coordinator aborted at their timeout"),
-            ("expirations", "transactional ids expired (transactional.id.expiration.ms)"),
-            ("concurrent_transactions", "AddPartitionsToTxn answered CONCURRENT_TRANSACTIONS (the client retries)"),
-            ("adds_held", "AddPartitionsToTxn held while the id's previous transaction completed"),
-        ):
-            yield CounterMetricFamily(f"partlog_kafka_txn_{name}", help_text, value=stats[name])
-
-
 class KafkaListener:
     """The Kafka listener of one broker.  ``await start()``, ``await close()``."""
 
@@ -278,8 +174,9 @@ class KafkaListener:
         self.port = self.specs[0].port  # the first listener's (0 until bound)
         # Each listener's bound port, by its name.
         self.ports: dict[str, int] = {}
-        self.metrics = ListenerMetrics(registry if registry is not None else CollectorRegistry())
-        self.metrics.registry.register(_TxnCollector(self.apis.txns))
+        registry = registry if registry is not None else CollectorRegistry()
+        self.metrics = ListenerMetrics(registry, ENCODE_IN_THREAD_ITEMS)
+        self.metrics.registry.register(TxnCollector(self.apis.txns))
         self.metrics.registry.register(FetchSessionCollector(self.apis.fetches.sessions))
         if self.apis.authz.enabled:
             self.metrics.registry.register(AuthzCollector(self.apis.authz))
@@ -294,8 +191,15 @@ class KafkaListener:
         self._room = asyncio.Condition()
         self.metrics.request_bytes_max.set(self.limits.request_bytes_in_flight_max)
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Set once the broker is registered and serving (``serve``): until
+        # then a connection waits unread, as Kafka's acceptors do until
+        # startup ends; an answer from a broker missing from its own
+        # metadata left librdkafka's admin client waiting for a controller.
+        self._serving = asyncio.Event()
 
-    async def start(self) -> None:
+    async def start(self, *, serve: bool = True) -> None:
+        """Bind every listener; requests are read from ``serve()`` on
+        (now, unless ``serve`` is False)."""
         try:
             for spec in self.specs:
                 tls = spec.protocol.tls
@@ -317,6 +221,11 @@ class KafkaListener:
         self.port = self.ports[self.specs[0].name]
         self.apis.groups.start()
         self.apis.txns.start()
+        if serve:
+            self.serve()
+
+    def serve(self) -> None:
+        self._serving.set()
 
     async def close(self) -> None:
         await self.apis.groups.close()
@@ -386,6 +295,7 @@ class KafkaListener:
             self._tasks.add(task)
         try:
             conn = _Connection(self, spec, reader, writer, f"{ip}:{peer[1] if peer else '?'}")
+            await self._serving.wait()
             if conn.tls_principal(writer.get_extra_info("ssl_object")):
                 await conn.run()
         except asyncio.CancelledError:

@@ -103,6 +103,7 @@ class BenchCluster:
         from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        wait_registered(admin, 3)
         admin.create_topics([NewTopic(TOPIC, num_partitions=partitions, replication_factor=3)])[TOPIC].result(60)
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -134,6 +135,17 @@ def stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+
+def wait_registered(admin: Any, brokers: int) -> None:
+    """Until the cluster lists ``brokers`` brokers: a broker binds its
+    ports before it registers, so a topic of RF 3 created as soon as the
+    third port listens may find fewer (INVALID_REPLICATION_FACTOR)."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while len(admin.list_topics(timeout=10).brokers) < brokers:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"fewer than {brokers} brokers registered after {STARTUP_TIMEOUT_S:g} s")
+        time.sleep(0.1)
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:

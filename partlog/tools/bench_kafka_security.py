@@ -45,7 +45,15 @@ from typing import Any
 
 from partlog.acl import CLUSTER_NAME, AclBinding, AclOperation, AclPermission, PatternType, ResourceType
 from partlog.acl.authorizer import AclSet, Authorizer, AuthorizerConfig
-from partlog.tools.bench_kafka import TOPIC, _confluent_throughput, _Load, _wait_port, spawn_partlog, stop_processes
+from partlog.tools.bench_kafka import (
+    TOPIC,
+    _confluent_throughput,
+    _Load,
+    _wait_port,
+    spawn_partlog,
+    stop_processes,
+    wait_registered,
+)
 
 TARGET_RATIO = 0.8
 # The target: p99 produce latency added by authorization.
@@ -123,6 +131,9 @@ class SecureBenchCluster:
         for i in range(3):
             _wait_port(sasl[i], self.procs[1 + i])
             _wait_port(plain[i], self.procs[1 + i])
+        from confluent_kafka.admin import AdminClient
+
+        wait_registered(AdminClient({"bootstrap.servers": ",".join(f"127.0.0.1:{p}" for p in plain)}), 3)
         controller = ["--controller", f"127.0.0.1:{ctl}"]
         self._partlog(["users", "add", USER, *controller, "--mechanism", "SCRAM-SHA-512"], PASSWORD)
         self._partlog(["topics", "create", TOPIC, *controller, "--partitions", str(partitions),
