@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 
 from partlog.kafka.records import TopicIdPartition
+from partlog.tools.bench_kafka import wait_registered
 from partlog.wal.localdir_store import LocalDirStore
 from tests.cluster_helpers import free_ports
 from tests.walmgr_helpers import orphan
@@ -300,6 +301,7 @@ def test_rolling_upgrade_from_the_previous_release_loses_and_duplicates_nothing(
     for b in BROKERS:
         cluster.start_broker(b, old=b in OLD_BROKERS)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    wait_registered(admin, len(BROKERS))  # ports are bound before registration
     [created] = admin.create_topics([NewTopic(TOPIC, PARTITIONS, replication_factor=len(BROKERS))]).values()
     created.result(WAIT_S)
     _wait("every partition led, all three replicas in sync", _fully_replicated(admin))

@@ -111,6 +111,10 @@ def test_leader_process_killed_with_sigkill_fails_over_to_the_isr(tmp_path: Path
             admin = ControllerMetadata("127.0.0.1", ctl_port)
             await admin.start()
             try:
+                # A broker binds its ports before it registers: RF 3 needs all three.
+                async with asyncio.timeout(60):
+                    while len(admin.brokers()) < 3:
+                        await asyncio.sleep(0.1)
                 topic = (await admin.create_topics({"t": (3, 3)}))["t"]
                 assert not isinstance(topic, Errors), topic
                 tps = [TopicIdPartition(topic.topic_id, p) for p in range(3)]
