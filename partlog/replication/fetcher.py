@@ -216,7 +216,7 @@ class ReplicaFetchers:
                 continue
             if received:
                 parts = [
-                    dataclasses.replace(p, fetch_offset=max(p.fetch_offset, received.get(p.topic_id_partition, -1)))
+                    p._replace(fetch_offset=max(p.fetch_offset, received.get(p.topic_id_partition, -1)))
                     for p in parts
                 ]
             body = enc_replica_fetch(

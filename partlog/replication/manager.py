@@ -588,7 +588,7 @@ class ReplicaManager:
         and start, the leader state (None: an unknown partition).  Segment
         rows and rewrites wait for the next fetch, as between appends."""
         try:
-            leo, lso = self.store.log_end_offset(tp), self.store.log_start_offset(tp)
+            leo, lso = self.store.log_bounds(tp)
         except KeyError:
             return None
         led = self._led.get(tp)

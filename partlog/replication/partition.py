@@ -13,7 +13,6 @@ does the asyncio work around them: parking fetches, the ISR, acks=all.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -193,7 +192,7 @@ def with_hwm(r: ReplicaFetchResult, hwm: int) -> ReplicaFetchResult:
     """``r`` reporting the leader's HWM ``hwm`` (-1: keep ``r``'s)."""
     if hwm < 0 or r.high_watermark == hwm:
         return r
-    return dataclasses.replace(r, high_watermark=hwm)
+    return r._replace(high_watermark=hwm)
 
 
 __all__ = ["FollowedPartition", "LedPartition", "QuietAnswer", "segments_for_follower", "with_hwm"]

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import (
@@ -303,8 +303,9 @@ class ReplicaSegment:
     object_key: str
 
 
-@dataclass(frozen=True, slots=True)
-class ReplicaFetchPartition:
+# Named tuples, not frozen dataclasses: a replica fetch builds some of each
+# per partition, and a frozen dataclass takes three times as long to build.
+class ReplicaFetchPartition(NamedTuple):
     topic_id_partition: TopicIdPartition
     current_leader_epoch: int
     fetch_offset: int
@@ -320,8 +321,7 @@ class ReplicaFetchPartition:
     rows_check: RowsCheck | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class ReplicaFetchResult:
+class ReplicaFetchResult(NamedTuple):
     error: Errors
     high_watermark: int = -1
     log_start_offset: int = -1

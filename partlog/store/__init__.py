@@ -532,14 +532,18 @@ class MetadataStore:
         return self._reads.list_offsets(requests)
 
     def log_end_offset(self, tp: TopicIdPartition) -> int:
-        """The partition's log end offset, from memory: no transaction.  On a
-        leader it includes commits sequenced but not yet durable (at most two
-        groups ahead).  KeyError: unknown."""
+        """The log end offset, from memory (no transaction); on a leader it includes commits
+        sequenced, not yet durable (at most two groups ahead).  KeyError: unknown."""
         return self._reads.known_part(tp).log_end_offset
 
     def log_start_offset(self, tp: TopicIdPartition) -> int:
         """The partition's log start offset, from memory (KeyError: unknown)."""
         return self._reads.known_part(tp).log_start_offset
+
+    def log_bounds(self, tp: TopicIdPartition) -> tuple[int, int]:
+        """(log end, log start) in one lookup (a replica fetch asks for every partition)."""
+        part = self._reads.known_part(tp)
+        return part.log_end_offset, part.log_start_offset
 
     def last_stable_offset(self, tp: TopicIdPartition) -> int:
         """Kafka's LSO (:func:`partlog.store.txns.last_stable_offset`), from memory (KeyError: unknown)."""
@@ -560,9 +564,8 @@ class MetadataStore:
         return self._index.referenced(self._views, keys) | self._reads.segment_row_keys(keys)
 
     def referenced_files(self, object_keys: Iterable[str]) -> set[str]:
-        """walmgr's answer: :meth:`references_held`, and what the release grace covers
-        (``partlog.store.release_grace``), asked last: a release is noted before its write
-        commits, so a key the index no longer holds is covered by then."""
+        """walmgr's answer: :meth:`references_held`, and what ``partlog.store.release_grace`` covers, asked
+        last: a release is noted before its write commits, so a key the index no longer holds is covered by then."""
         keys = list(object_keys)
         return self.references_held(keys) | self.release_grace.covered(keys)
 
@@ -599,12 +602,10 @@ class MetadataStore:
     def read_log(
         self, tp: TopicIdPartition, from_offset: int, max_bytes: int, max_entries: int | None = None
     ) -> LogRead:
-        """The leader's side of a follower fetch: entries from ``from_offset``
-        (the batch holding it, if it falls inside one) in offset order, above
-        the HWM too (followers replicate everything).  At least one entry if
-        there is any, then as many as keep the referenced batch bytes within
-        ``max_bytes`` and the count within ``max_entries`` (what a fetch
-        response carries).  One read transaction, so the entries and the offsets
+        """The leader's side of a follower fetch: entries from ``from_offset`` (the batch holding it, if it falls
+        inside one) in offset order, above the HWM too (followers replicate everything).  At least one entry if
+        there is any, then as many as keep the referenced batch bytes within ``max_bytes`` and the count within
+        ``max_entries`` (what a fetch response carries).  One read transaction: the entries and the offsets
         returned with them are one snapshot.
 
         Raises :class:`OffsetOutOfRangeError` when ``from_offset`` is below
@@ -620,9 +621,7 @@ class MetadataStore:
         it at once, and the next write of the partition (a commit, a deletion,
         a replicated append) persists it.  After a restart, or in a
         ``readonly`` store in another process, the persisted value may lag;
-        the owner re-derives the HWM from its replicas.  KeyError for an
-        unknown partition.
-        """
+        the owner re-derives the HWM from its replicas.  KeyError: unknown."""
         self._check_writable()
         return self._catalog.set_high_watermark(tp, high_watermark)
 
