@@ -422,6 +422,10 @@ _REPLICATION_COUNTERS = {
         "partlog_replication_partitions_unchanged",
         "partitions of replica fetches answered as last time, nothing having moved: no store read",
     ),
+    "replica_rows_omitted": (
+        "partlog_replication_answer_rows_omitted",
+        "partitions left out of sparse replica fetch answers as a leader (nothing there for the follower)",
+    ),
     "replica_fetches_sent": ("partlog_replication_fetches_sent", "replica fetches sent as a follower"),
     "replica_fetch_errors": ("partlog_replication_fetch_errors", "replica fetches that failed (connection, refusal)"),
     "replica_answers_stale": (

@@ -83,6 +83,7 @@ from partlog.replication.rewrites import (
 )
 from partlog.replication.stats import ReplicationStats
 from partlog.rpc.client import RpcClient, RpcConnectionError, RpcRemoteError, RpcTimeoutError
+from partlog.rpc.replica_rows import OMIT_QUIET, SPARSE_RPC_VERSION, dec_rows_of
 from partlog.rpc.wire import (
     NO_DIVERGENCE,
     ROWS_CHECKED_PER_FETCH_MAX,
@@ -226,9 +227,16 @@ class ReplicaFetchers:
             sent = self._monotonic()
             try:
                 client = await self._client(leader)
+                if client.version >= SPARSE_RPC_VERSION:
+                    body[OMIT_QUIET] = True
                 raw = await client.call(
                     "replica_fetch", body, timeout_ms=cfg.replica_fetch_wait_max_ms + REPLICA_FETCH_WAIT_MS_MAX
                 )
+                # A sparse answer's rows are for the partitions it names;
+                # the others' answers would change nothing here (quiet_noop).
+                rows_of = dec_rows_of(raw, len(parts))
+                if rows_of is not None:
+                    parts = [parts[i] for i in rows_of]
                 results = dec_replica_fetch_response(raw, len(parts))
             except (RpcConnectionError, OSError, RpcTimeoutError) as e:
                 self.stats.replica_fetch_errors += 1

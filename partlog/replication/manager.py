@@ -64,11 +64,14 @@ from partlog.replication.config import (
     ReplicationConfig,
 )
 from partlog.replication.fetcher import ReplicaFetchers
-from partlog.replication.partition import FollowedPartition, LedPartition, with_hwm
+from partlog.replication.partition import FollowedPartition, LedPartition, quiet_noop, with_hwm
 from partlog.replication.replica_state import AckResult, ReplicaState
+from partlog.replication.signal import Signal
 from partlog.replication.stats import ReplicationStats
 from partlog.rpc.client import RpcClient
 from partlog.rpc.frame import RpcError, RpcErrorCode
+from partlog.rpc.handlers import peer_version
+from partlog.rpc.replica_rows import OMIT_QUIET, SPARSE_RPC_VERSION, enc_sparse_response
 from partlog.rpc.wire import (
     NO_DIVERGENCE,
     ReplicaFetchPartition,
@@ -92,20 +95,6 @@ _ServeKey = tuple[int, int, tuple[int, int, tuple[int, ...], int] | None]
 _ALTER_OUTCOME_UNKNOWN = frozenset(
     {Errors.REQUEST_TIMED_OUT, Errors.COORDINATOR_NOT_AVAILABLE, Errors.UNKNOWN_SERVER_ERROR}
 )
-
-
-class _Signal:
-    """Wake every waiter at once; a waiter sees each fire after it started waiting."""
-
-    def __init__(self) -> None:
-        self._event = asyncio.Event()
-
-    def fire(self) -> None:
-        self._event.set()
-        self._event = asyncio.Event()
-
-    def waiter(self) -> asyncio.Event:
-        return self._event
 
 
 class ReplicaManager:
@@ -141,9 +130,9 @@ class ReplicaManager:
         self._led: dict[TopicIdPartition, LedPartition] = {}
         self._following: dict[TopicIdPartition, FollowedPartition] = {}
         self._roles = asyncio.Lock()
-        self._appended = _Signal()  # new entries on some led partition
-        self._hwm_moved = _Signal()  # the HWM of some led partition moved
-        self._metadata_changed = _Signal()
+        self._appended = Signal()  # new entries on some led partition
+        self._hwm_moved = Signal()  # the HWM of some led partition moved
+        self._metadata_changed = Signal()
         self._fetchers = ReplicaFetchers(
             broker_id,
             store,
@@ -581,6 +570,10 @@ class ReplicaManager:
         ]
         self.stats.segment_swaps_sent += sum(len(r.segments) for r in final)
         self.stats.segment_rewrites_sent += sum(len(r.rewrites) for r in final)
+        if body.get(OMIT_QUIET) is True and peer_version() >= SPARSE_RPC_VERSION:
+            rows_of = [i for i, (p, r) in enumerate(zip(parts, final, strict=True)) if not quiet_noop(p, r)]
+            self.stats.replica_rows_omitted += len(parts) - len(rows_of)
+            return enc_sparse_response(final, rows_of)
         return enc_replica_fetch_response(final)
 
     def _serve_key(self, tp: TopicIdPartition) -> _ServeKey | None:

@@ -25,6 +25,7 @@ from partlog.kafka.records import TopicIdPartition
 from partlog.replication.replica_state import ReplicaState
 from partlog.replication.rewrites import rewrites_for_follower
 from partlog.rpc.wire import (
+    NO_DIVERGENCE,
     ROWS_CHECKED_PER_FETCH_MAX,
     SEGMENT_SWAPS_PER_FETCH_MAX,
     ReplicaFetchPartition,
@@ -188,6 +189,27 @@ class FollowedPartition:
     refused: dict[str, None] = field(default_factory=dict)
 
 
+def quiet_noop(p: ReplicaFetchPartition, r: ReplicaFetchResult) -> bool:
+    """Whether the follower's apply of ``r``, the answer to ``p``, changes
+    nothing (``ReplicaFetchers._apply_fetch``), so a sparse answer may leave
+    it out: no error, divergence, entries or rows; no window of rows checked
+    (its answer moves ``checked_through``); and the leader's HWM, log start
+    and log end are the ones the follower sent (it never lowers its HWM or
+    log start, so neither moves)."""
+    return (
+        r.error == Errors.NONE
+        and r.diverging_epoch == NO_DIVERGENCE
+        and not r.entries
+        and not r.segments
+        and not r.rewrites
+        and p.rows_check is None
+        and p.high_watermark >= 0
+        and r.high_watermark == p.high_watermark
+        and r.log_start_offset == p.log_start_offset
+        and r.log_end_offset == p.fetch_offset
+    )
+
+
 def with_hwm(r: ReplicaFetchResult, hwm: int) -> ReplicaFetchResult:
     """``r`` reporting the leader's HWM ``hwm`` (-1: keep ``r``'s)."""
     if hwm < 0 or r.high_watermark == hwm:
@@ -195,4 +217,4 @@ def with_hwm(r: ReplicaFetchResult, hwm: int) -> ReplicaFetchResult:
     return r._replace(high_watermark=hwm)
 
 
-__all__ = ["FollowedPartition", "LedPartition", "QuietAnswer", "segments_for_follower", "with_hwm"]
+__all__ = ["FollowedPartition", "LedPartition", "QuietAnswer", "quiet_noop", "segments_for_follower", "with_hwm"]

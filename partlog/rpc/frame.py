@@ -84,8 +84,10 @@ from partlog.rpc.schema import BODY_ELEMENTS_MAX, Bytes, DecodeLimits, Int, Map,
 #   3  create_topics' manual replica "assignments" and its refusals' messages
 #      (partlog.controller.topic_create.ASSIGNMENTS_RPC_VERSION); KIP-966: a
 #      registration's unclean_shutdown, a partition's ELR.
+#   4  a replica fetch's sparse answer: "omit_quiet" asks for it, "rows_of"
+#      names the partitions it kept (partlog.rpc.replica_rows).
 RPC_VERSION_MIN = 1
-RPC_VERSION = 3
+RPC_VERSION = 4
 # The first version whose handshake carries a range ("versions").
 RANGE_VERSION = 2
 

@@ -215,6 +215,8 @@ BROKER_SCHEMAS: dict[str, Schema] = {
             "log_start_offsets": List(Int(-1, INT64_MAX), PARTITIONS_MAX),
             # Issue 31: the end of each partition's last segment row (-1: none).
             "tiered_through": List(Int(-1, INT64_MAX), PARTITIONS_MAX),
+            # RPC version 4: answer sparsely (partlog.rpc.replica_rows).
+            "omit_quiet": Bool(),
             # Issue 31: a window of each partition's rows, by digest (from -1: none).
             "rows_checks": List(
                 Tuple(

@@ -36,6 +36,9 @@ class _SlowFirstLeader:
     """Answers from the leader's store; the first answer arrives after the
     follower's clock moved past the age limit."""
 
+    # A leader before sparse answers (RPC version 4): it answers every partition.
+    version = 3
+
     def __init__(self, store: MetadataStore, clock: ManualClock) -> None:
         self.store = store
         self.clock = clock

@@ -37,6 +37,9 @@ class _Leader:
     """The leader's side of replica_fetch, from its store; records the fetch
     offsets the follower reported."""
 
+    # A leader before sparse answers (RPC version 4): it answers every partition.
+    version = 3
+
     def __init__(self, store: MetadataStore, fetchers: list[ReplicaFetchers]) -> None:
         self.store = store
         self.fetchers = fetchers
