@@ -10,9 +10,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import time
 from typing import Any
 
 import pytest
@@ -21,40 +19,15 @@ from hypothesis import strategies as st
 
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import DeleteRecordsRequest, TopicIdPartition
-from partlog.replication.config import ReplicationConfig
-from partlog.replication.fetcher import ReplicaFetchers
 from partlog.replication.partition import FollowedPartition, quiet_noop
-from partlog.replication.stats import ReplicationStats
 from partlog.rpc.replica_rows import ROWS_OF, dec_rows_of, enc_sparse_response
 from partlog.rpc.wire import NO_DIVERGENCE, ReplicaFetchResult, WireError, dec_replica_fetch_response
 from partlog.store import MetadataStore
 from tests.clock import Clock
+from tests.unit.test_replica_segments import fetchers_of
 from tests.unit.test_store_replication import T0, commit1, open_store, plain, topic
 
 LEADER = 1
-
-
-def _fetchers(follower: MetadataStore, following: dict[TopicIdPartition, FollowedPartition]) -> ReplicaFetchers:
-    async def never(_broker_id: int) -> Any:
-        raise AssertionError("no fetch is sent")
-
-    async def drop(_broker_id: int) -> None:
-        return None
-
-    return ReplicaFetchers(
-        2,
-        follower,
-        ReplicationConfig(),
-        ReplicationStats(),
-        following,
-        asyncio.Lock(),
-        client=never,
-        drop_client=drop,
-        on_data=lambda: None,
-        metadata_changed=asyncio.Event,
-        on_store_failed=lambda: None,
-        monotonic=time.monotonic,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +68,7 @@ def test_an_answer_left_out_changes_nothing(
 ) -> None:
     store, tp = follower
     f = FollowedPartition(LEADER, 0)
-    fetchers = _fetchers(store, {tp: f})
+    fetchers = fetchers_of(store, {tp: f})
     [p] = fetchers._fetch_request({tp: f})
     # The follower's own positions half the time, so quiet answers are common.
     r = ReplicaFetchResult(
@@ -119,7 +92,7 @@ def test_the_follower_asks_with_its_own_positions(follower: tuple[MetadataStore,
     log end, HWM and log start, so a quiet answer equals them."""
     store, tp = follower
     f = FollowedPartition(LEADER, 0)
-    [p] = _fetchers(store, {tp: f})._fetch_request({tp: f})
+    [p] = fetchers_of(store, {tp: f})._fetch_request({tp: f})
     assert (p.fetch_offset, p.high_watermark, p.log_start_offset) == (6, 3, 2)
     quiet = ReplicaFetchResult(Errors.NONE, 3, 2, 6)
     assert quiet_noop(p, quiet)
