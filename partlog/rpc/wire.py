@@ -74,15 +74,15 @@ def enc_tp(tp: TopicIdPartition) -> list[Any]:
     return [tp.topic_id.bytes, tp.partition]
 
 
-# Topic ids decoded once and kept (~100 B each); random ids only evict them.
-TOPIC_IDS_CACHED = 8192
+# Partitions decoded once and kept (~250 B each); random ones only evict them.
+PARTITIONS_CACHED = 32_768
 _INTS6 = (int,) * 6
 
 
-@functools.lru_cache(maxsize=TOPIC_IDS_CACHED)
-def _topic_id(raw: bytes) -> uuid.UUID:
-    """The UUID of 16 bytes, cached: every replica fetch names thousands of partitions."""
-    return uuid.UUID(bytes=raw)
+@functools.lru_cache(maxsize=PARTITIONS_CACHED)
+def _tp(raw: bytes, partition: int) -> TopicIdPartition:
+    """The partition of a 16-byte topic id, cached: every replica fetch names thousands."""
+    return TopicIdPartition(uuid.UUID(bytes=raw), partition)
 
 
 def dec_tp(v: Any, what: str = "partition") -> TopicIdPartition:
@@ -93,7 +93,7 @@ def dec_tp(v: Any, what: str = "partition") -> TopicIdPartition:
     part = expect_int(p, f"{what}.partition")
     if part < 0:
         raise WireError(f"{what}.partition: negative ({part})")
-    return TopicIdPartition(_topic_id(tid), part)
+    return _tp(tid, part)
 
 
 def dec_partition_items(
@@ -113,7 +113,7 @@ def dec_partition_items(
         raw, part = it[0], it[1]
         # dec_tp's checks, inline: thousands of items per replica fetch.
         if type(raw) is bytes and len(raw) == 16 and type(part) is int and part >= 0:
-            out.append((TopicIdPartition(_topic_id(raw), part), it[2:]))
+            out.append((_tp(raw, part), it[2:]))
         else:
             out.append((dec_tp(it[:2], f"{what}.{name}[{i}]"), it[2:]))
     return out
