@@ -347,8 +347,9 @@ class ReplicaFetchers:
         # One LMDB read for every followed partition's newest epoch: a read
         # each was a third of an idle broker's time with 2,000 partitions.
         epochs = self.store.latest_leader_epochs(list(followed))
+        sends_hwm = self.config.fetch_sends_high_watermark
         for (tp, f), last_epoch in zip(followed.items(), epochs, strict=True):
-            hwm = self.store.high_watermark(tp) if self.config.fetch_sends_high_watermark else -1
+            leo, lso, hwm = self.store.log_bounds(tp)
             if f.tiered_through is None:
                 rows = self.store.segments(tp)
                 f.tiered_through = rows[-1].end_offset if rows else -1
@@ -356,10 +357,10 @@ class ReplicaFetchers:
                 ReplicaFetchPartition(
                     tp,
                     f.leader_epoch,
-                    self.store.log_end_offset(tp),
+                    leo,
                     last_epoch,
-                    hwm,
-                    self.store.log_start_offset(tp),
+                    hwm if sends_hwm else -1,
+                    lso,
                     f.tiered_through,
                     self._rows_check(tp, f),
                 )

@@ -581,7 +581,7 @@ class ReplicaManager:
         and start, the leader state (None: an unknown partition).  Segment
         rows and rewrites wait for the next fetch, as between appends."""
         try:
-            leo, lso = self.store.log_bounds(tp)
+            leo, lso, _ = self.store.log_bounds(tp)
         except KeyError:
             return None
         led = self._led.get(tp)

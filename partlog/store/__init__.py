@@ -540,10 +540,10 @@ class MetadataStore:
         """The partition's log start offset, from memory (KeyError: unknown)."""
         return self._reads.known_part(tp).log_start_offset
 
-    def log_bounds(self, tp: TopicIdPartition) -> tuple[int, int]:
-        """(log end, log start) in one lookup (a replica fetch asks for every partition)."""
+    def log_bounds(self, tp: TopicIdPartition) -> tuple[int, int, int]:
+        """(log end, log start, high watermark) in one lookup (a replica fetch asks for every partition)."""
         part = self._reads.known_part(tp)
-        return part.log_end_offset, part.log_start_offset
+        return part.log_end_offset, part.log_start_offset, self._catalog.effective_hwm(part)
 
     def last_stable_offset(self, tp: TopicIdPartition) -> int:
         """Kafka's LSO (:func:`partlog.store.txns.last_stable_offset`), from memory (KeyError: unknown)."""
