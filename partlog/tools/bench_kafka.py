@@ -141,8 +141,16 @@ def wait_registered(admin: Any, brokers: int) -> None:
     """Until the cluster lists ``brokers`` brokers: a broker binds its
     ports before it registers, so a topic of RF 3 created as soon as the
     third port listens may find fewer (INVALID_REPLICATION_FACTOR)."""
+    from confluent_kafka import KafkaException
+
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while len(admin.list_topics(timeout=10).brokers) < brokers:
+    while True:
+        try:
+            # A broker still starting holds the request unanswered: ask again.
+            if len(admin.list_topics(timeout=10).brokers) >= brokers:
+                return
+        except KafkaException:
+            pass
         if time.monotonic() > deadline:
             raise RuntimeError(f"fewer than {brokers} brokers registered after {STARTUP_TIMEOUT_S:g} s")
         time.sleep(0.1)
