@@ -29,6 +29,7 @@ from typing import Any
 from partlog import injected_bugs
 from partlog.util.cli_errors import OneLineArgumentParser, run_cli, take_debug_flag
 from simulations.dst.config import Faults, Result, Shape
+from simulations.dst.runtime import LIVELOCK_STEPS_MAX
 from simulations.dst.shrink import shrink
 from simulations.dst.world import run
 
@@ -132,7 +133,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.hours * 3600 if args.hours else None
     seeds_run = 0
     sim_s = wall_s = 0.0
-    events = 0
+    events = busiest = 0
     acks1 = [0, 0]  # acknowledged, lost
     faults: Counter[str] = Counter()
     tiering: Counter[str] = Counter()
@@ -151,6 +152,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         sim_s += r.simulated_s
         wall_s += r.wall_s
         events += r.steps
+        busiest = max(busiest, r.busiest_second_steps)
         acks1[0] += r.acked_acks1
         acks1[1] += r.lost_acks1
         faults.update(r.faults)
@@ -178,6 +180,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         "simulated_s_per_wall_s": sim_s / wall_s if wall_s else 0.0,
         "events": events,
         "events_per_wall_s": events / wall_s if wall_s else 0.0,
+        "busiest_virtual_second_events": busiest,
         "faults": dict(sorted(faults.items())),
         "acks1_acknowledged": acks1[0],
         "acks1_lost": acks1[1],
@@ -192,7 +195,10 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         print()
         print(f"seeds run            {seeds_run} (failed: {summary['failed_seeds'] or 'none'})")
         print(f"simulated            {sim_s / 3600:.3f} h in {wall_s:.0f} s ({summary['simulated_s_per_wall_s']:.1f}x)")
-        print(f"events               {events:,} ({summary['events_per_wall_s']:,.0f}/s)")
+        print(
+            f"events               {events:,} ({summary['events_per_wall_s']:,.0f}/s; "
+            f"busiest virtual second {busiest:,}, livelock past {LIVELOCK_STEPS_MAX:,})"
+        )
         print(f"acks=1 records       {acks1[0]:,} acknowledged, {acks1[1]:,} lost in failovers (allowed)")
         print("faults injected      " + (", ".join(f"{k} {v}" for k, v in sorted(faults.items())) or "none"))
         if args.tiering and tiering:
@@ -313,7 +319,7 @@ INVARIANTS = [
     "leader HWM monotonic within an epoch and never past an ISR member's log end",
     "producers deliver what they hold once faults stop",
     "orphans past the gate deleted once faults stop",
-    "no task spins without waiting (livelock)",
+    "no task spins without waiting, nor retries without progress (livelock)",
 ]
 
 

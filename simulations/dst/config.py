@@ -211,6 +211,7 @@ class Result:
     # With Shape.tiering: segments uploaded, swaps on leaders and applied
     # on followers, rows held and entries read through segments at the end.
     tiering: dict[str, int] = field(default_factory=dict)
+    busiest_second_steps: int = 0  # runtime.LIVELOCK_STEPS_MAX is the limit
 
     @property
     def fault_numbers(self) -> list[int]:

@@ -386,6 +386,7 @@ def run(
         acked_acks1=len(ledger.acked1),
         lost_acks1=ledger.lost_acks1,
         tiering=world.tiering,
+        busiest_second_steps=world.loop.busiest_second_steps,
     )
 
 
