@@ -36,6 +36,10 @@ KNOWN: dict[str, str] = {
         "a follower's next fetch reports the entries it just received as its log end before their "
         "append is durable (the leader's HWM and acks=all pass entries the follower could lose)"
     ),
+    "replica_session_keeps_old_items": (
+        "a leader's replica fetch session keeps its first item of each partition, ignoring the changed ones an "
+        "incremental fetch sends: followers never move past their first fetch offsets"
+    ),
     "retention_past_hwm": "retention deletes batches above the high watermark (not yet committed)",
     "not_leader_counts_as_unreferenced": (
         "walmgr takes a NOT_LEADER answer (a follower's, or a moved leader's) as 'not referenced'"

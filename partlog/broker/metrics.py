@@ -426,6 +426,32 @@ _REPLICATION_COUNTERS = {
         "partlog_replication_answer_rows_omitted",
         "partitions left out of sparse replica fetch answers as a leader (nothing there for the follower)",
     ),
+    "replica_sessions_reset": (
+        "partlog_replication_sessions_reset",
+        "replica fetch sessions refused or lost by their leader, as a follower (a full fetch opens another)",
+    ),
+    "replica_sessions_opened": ("partlog_replication_sessions_opened", "replica fetch sessions opened as a leader"),
+    "replica_sessions_refused": (
+        "partlog_replication_sessions_refused",
+        "replica fetches refused for their session (unknown id, wrong epoch, invalid) as a leader",
+    ),
+    "replica_sessions_evicted": (
+        "partlog_replication_sessions_evicted",
+        "idle replica fetch sessions evicted for a new one past REPLICA_FETCH_SESSIONS_MAX (256) or "
+        "REPLICA_FETCH_SESSION_ITEMS_MAX (400,000 partitions), as a leader",
+    ),
+    "replica_fetches_sessionless": (
+        "partlog_replication_fetches_sessionless",
+        "full replica fetches served without a session (none fit those bounds), as a leader",
+    ),
+    "replica_fetches_incremental": (
+        "partlog_replication_fetches_incremental",
+        "replica fetches naming only what changed in their session, as a leader",
+    ),
+    "replica_items_not_sent": (
+        "partlog_replication_items_not_sent",
+        "partitions of sessions served from the session's copy (not in the request), as a leader",
+    ),
     "replica_fetches_sent": ("partlog_replication_fetches_sent", "replica fetches sent as a follower"),
     "replica_fetch_errors": ("partlog_replication_fetch_errors", "replica fetches that failed (connection, refusal)"),
     "replica_answers_stale": (
@@ -541,18 +567,24 @@ class _StatsCollector(Collector):
 _SESSION_METRICS: dict[str, tuple[str, str, bool]] = {
     "registrations": ("partlog_etcd_registrations", "incarnations this broker registered in etcd", True),
     "duplicate_waits": (
-        "partlog_etcd_duplicate_waits", "registrations refused because another session held the broker id", True
+        "partlog_etcd_duplicate_waits",
+        "registrations refused because another session held the broker id",
+        True,
     ),
     "keepalives": ("partlog_etcd_keepalives", "lease keep-alives etcd answered", True),
     "keepalive_retries": (
-        "partlog_etcd_keepalive_retries", "keep-alives without a usable answer (timed out, failed, refuted), retried",
+        "partlog_etcd_keepalive_retries",
+        "keep-alives without a usable answer (timed out, failed, refuted), retried",
         True,
     ),
     "keepalive_refuted": (
-        "partlog_etcd_keepalive_refuted", "keep-alives answered 'no TTL' while LeaseTimeToLive still had one", True
+        "partlog_etcd_keepalive_refuted",
+        "keep-alives answered 'no TTL' while LeaseTimeToLive still had one",
+        True,
     ),
     "keepalive_gap_s_max": (
-        "partlog_etcd_keepalive_gap_seconds_max", "the longest time between two renewals of this broker's lease",
+        "partlog_etcd_keepalive_gap_seconds_max",
+        "the longest time between two renewals of this broker's lease",
         False,
     ),
 }
@@ -561,7 +593,9 @@ _SESSION_METRICS: dict[str, tuple[str, str, bool]] = {
 # The dynamic BROKER and GROUP configs this broker follows (partlog.kafka.dynamic_config).
 _DYNAMIC_CONFIG_METRICS: dict[str, tuple[str, str, bool]] = {
     "resources": (
-        "partlog_dynamic_config_resources", "resources with dynamic configs held (at most DYNAMIC_RESOURCES_MAX)", False
+        "partlog_dynamic_config_resources",
+        "resources with dynamic configs held (at most DYNAMIC_RESOURCES_MAX)",
+        False,
     ),
     "refused": ("partlog_dynamic_config_refused", "kept values refused on reading (the defaults hold instead)", True),
     "failures": ("partlog_dynamic_config_failures", "reads of the dynamic configs from etcd that failed", True),

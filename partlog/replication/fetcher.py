@@ -81,9 +81,17 @@ from partlog.replication.rewrites import (
     rows_replaced,
     same_row,
 )
+from partlog.replication.sessions import FollowerSession
 from partlog.replication.stats import ReplicationStats
 from partlog.rpc.client import RpcClient, RpcConnectionError, RpcRemoteError, RpcTimeoutError
-from partlog.rpc.replica_rows import OMIT_QUIET, SPARSE_RPC_VERSION, dec_rows_of
+from partlog.rpc.replica_rows import (
+    OMIT_QUIET,
+    SESSION_RPC_VERSION,
+    SPARSE_RPC_VERSION,
+    dec_rows_of,
+    dec_session_answer,
+    enc_session,
+)
 from partlog.rpc.wire import (
     NO_DIVERGENCE,
     ROWS_CHECKED_PER_FETCH_MAX,
@@ -107,6 +115,9 @@ log = logging.getLogger(__name__)
 REWRITE_BYTES_PER_FETCH_MAX = REWRITE_SEGMENT_BYTES_MAX
 # Keys of refused leader rows remembered per partition (not read again).
 REFUSED_ROWS_MAX = 64
+# After the leader refused or lost this follower's fetch session: the pause
+# before the full fetch that opens a new one (short: nothing is wrong).
+SESSION_RESET_PAUSE_S = 0.01
 
 
 @dataclasses.dataclass(slots=True)
@@ -200,6 +211,9 @@ class ReplicaFetchers:
         # end its entries will make, reported before they are durable.
         pending: asyncio.Future[tuple[bool, bool]] | None = None
         received: dict[TopicIdPartition, int] = {}
+        # This leader's replica fetch session (a leader at SESSION_RPC_VERSION
+        # keeps one): any answer not applied resets it.
+        session = FollowerSession()
         while not self.stopping:
             followed = {tp: f for tp, f in self._following.items() if f.leader == leader}
             if not followed:
@@ -217,21 +231,35 @@ class ReplicaFetchers:
                 continue
             if received:
                 parts = [
-                    p._replace(fetch_offset=max(p.fetch_offset, received.get(p.topic_id_partition, -1)))
-                    for p in parts
+                    p._replace(fetch_offset=max(p.fetch_offset, received.get(p.topic_id_partition, -1))) for p in parts
                 ]
-            body = enc_replica_fetch(
-                self.broker_id, cfg.replica_fetch_wait_max_ms, cfg.replica_fetch_entries_max, parts
-            )
             self.stats.replica_fetches_sent += 1
             sent = self._monotonic()
             try:
                 client = await self._client(leader)
-                if client.version >= SPARSE_RPC_VERSION:
+                sparse = client.version >= SPARSE_RPC_VERSION
+                sessions = client.version >= SESSION_RPC_VERSION
+                items, sid, epoch, forgotten = session.request(parts) if sessions else (parts, 0, 0, [])
+                body = enc_replica_fetch(
+                    self.broker_id, cfg.replica_fetch_wait_max_ms, cfg.replica_fetch_entries_max, items
+                )
+                if sparse:
                     body[OMIT_QUIET] = True
+                if sessions:
+                    enc_session(body, sid, epoch, forgotten)
                 raw = await client.call(
                     "replica_fetch", body, timeout_ms=cfg.replica_fetch_wait_max_ms + REPLICA_FETCH_WAIT_MS_MAX
                 )
+                if sessions:
+                    got_sid, size, refused = dec_session_answer(raw)
+                    order = None if refused else session.answered(parts, items, forgotten, got_sid, size)
+                    if order is None:
+                        # The leader lost or refused the session: a full fetch opens another.
+                        self.stats.replica_sessions_reset += 1
+                        session.reset()
+                        await self._pause(min(backoff, SESSION_RESET_PAUSE_S))
+                        continue
+                    parts = order
                 # A sparse answer's rows are for the partitions it names;
                 # the others' answers would change nothing here (quiet_noop).
                 rows_of = dec_rows_of(raw, len(parts))
@@ -239,12 +267,14 @@ class ReplicaFetchers:
                     parts = [parts[i] for i in rows_of]
                 results = dec_replica_fetch_response(raw, len(parts))
             except (RpcConnectionError, OSError, RpcTimeoutError) as e:
+                session.reset()
                 self.stats.replica_fetch_errors += 1
                 log.debug("broker %d: fetch from %d failed: %s", self.broker_id, leader, e)
                 await self._drop_client(leader)
                 await self._pause(backoff)
                 continue
             except (RpcRemoteError, WireError) as e:
+                session.reset()
                 self.stats.replica_fetch_errors += 1
                 log.warning("broker %d: fetch from %d refused: %s", self.broker_id, leader, e)
                 await self._pause(backoff)
@@ -280,6 +310,7 @@ class ReplicaFetchers:
                     # Its objects may be past their release grace at the
                     # leader: walmgr may delete them (release_grace.py).
                     self._stale_answer(leader, sent)
+                    session.reset()
                     continue
                 # Its objects count as referenced here from now on.
                 hold = self.store.release_grace.hold(_answer_keys(current, prepared))
@@ -303,6 +334,7 @@ class ReplicaFetchers:
                 moved, stale = await asyncio.shield(applying)
             except (StoreError, KeyError, ValueError) as e:
                 log.error("broker %d: applying a fetch from %d failed: %s", self.broker_id, leader, e)
+                session.reset()
                 moved, stale = False, True
                 if self.store.failed is not None:
                     self._on_store_failed()

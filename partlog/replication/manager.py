@@ -55,8 +55,6 @@ from partlog.kafka.records import (
 )
 from partlog.replication.acks import await_acks
 from partlog.replication.config import (
-    ALTER_PARTITION_BACKOFF_MS,
-    ISR_CHECK_INTERVAL_MS,
     REPLICA_FETCH_PARTITIONS_MAX,
     REPLICA_FETCH_WAIT_MS_MAX,
     REPLICA_SERVE_INLINE_ENTRIES_MAX,
@@ -64,14 +62,25 @@ from partlog.replication.config import (
     ReplicationConfig,
 )
 from partlog.replication.fetcher import ReplicaFetchers
+from partlog.replication.isr import IsrChanges
 from partlog.replication.partition import FollowedPartition, LedPartition, quiet_noop, with_hwm
 from partlog.replication.replica_state import AckResult, ReplicaState
+from partlog.replication.sessions import ReplicaFetchSessions
 from partlog.replication.signal import Signal
 from partlog.replication.stats import ReplicationStats
 from partlog.rpc.client import RpcClient
 from partlog.rpc.frame import RpcError, RpcErrorCode
 from partlog.rpc.handlers import peer_version
-from partlog.rpc.replica_rows import OMIT_QUIET, SPARSE_RPC_VERSION, enc_sparse_response
+from partlog.rpc.replica_rows import (
+    OMIT_QUIET,
+    SESSION,
+    SESSION_ERROR,
+    SESSION_RPC_VERSION,
+    SESSION_SIZE,
+    SPARSE_RPC_VERSION,
+    dec_session,
+    enc_sparse_response,
+)
 from partlog.rpc.wire import (
     NO_DIVERGENCE,
     ReplicaFetchPartition,
@@ -90,14 +99,8 @@ log = logging.getLogger(__name__)
 # epoch, replicas, HWM; None: not led here): ReplicaManager._serve_key.
 _ServeKey = tuple[int, int, tuple[int, int, tuple[int, ...], int] | None]
 
-# AlterPartition answers that leave its outcome unknown (the request may
-# have been applied): the members it would add stay in the maximal ISR.
-_ALTER_OUTCOME_UNKNOWN = frozenset(
-    {Errors.REQUEST_TIMED_OUT, Errors.COORDINATOR_NOT_AVAILABLE, Errors.UNKNOWN_SERVER_ERROR}
-)
 
-
-class ReplicaManager:
+class ReplicaManager(IsrChanges):
     """One broker's replication: see the module doc.
 
     ``client(broker_id)`` returns a connected RPC client (the broker's pool);
@@ -133,6 +136,7 @@ class ReplicaManager:
         self._appended = Signal()  # new entries on some led partition
         self._hwm_moved = Signal()  # the HWM of some led partition moved
         self._metadata_changed = Signal()
+        self.sessions = ReplicaFetchSessions(clock.wall_ms(), self.stats)
         self._fetchers = ReplicaFetchers(
             broker_id,
             store,
@@ -482,10 +486,19 @@ class ReplicaManager:
     # ------------------------------------------------------- leader: fetches
 
     async def handle_replica_fetch(self, body: Any) -> Any:
+        version = peer_version()
+        sparse = version >= SPARSE_RPC_VERSION
         try:
             replica_id, max_wait, entries_max, parts = dec_replica_fetch(body, REPLICA_FETCH_PARTITIONS_MAX)
+            session = dec_session(body, REPLICA_FETCH_PARTITIONS_MAX) if version >= SESSION_RPC_VERSION else None
         except WireError as e:
             raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
+        sid = 0
+        if session is not None:  # the session's partitions: those sent, and the copy's others
+            got = self.sessions.resolve(replica_id, *session[:2], parts, session[2], int(self.clock.monotonic() * 1000))
+            if isinstance(got, str):
+                return {"keys": [], "partitions": [], SESSION_ERROR: got}
+            parts, sid = got
         self.stats.replica_fetches_served += 1
         deadline = self.clock.monotonic() + min(max_wait, REPLICA_FETCH_WAIT_MS_MAX) / 1000
         sends_hwm = all(p.high_watermark >= 0 for p in parts)
@@ -570,10 +583,13 @@ class ReplicaManager:
         ]
         self.stats.segment_swaps_sent += sum(len(r.segments) for r in final)
         self.stats.segment_rewrites_sent += sum(len(r.rewrites) for r in final)
-        if body.get(OMIT_QUIET) is True and peer_version() >= SPARSE_RPC_VERSION:
+        if sid or (sparse and body.get(OMIT_QUIET) is True):
             rows_of = [i for i, (p, r) in enumerate(zip(parts, final, strict=True)) if not quiet_noop(p, r)]
             self.stats.replica_rows_omitted += len(parts) - len(rows_of)
-            return enc_sparse_response(final, rows_of)
+            answer = enc_sparse_response(final, rows_of)
+            if sid:
+                answer[SESSION], answer[SESSION_SIZE] = sid, len(parts)
+            return answer
         return enc_replica_fetch_response(final)
 
     def _serve_key(self, tp: TopicIdPartition) -> _ServeKey | None:
@@ -632,62 +648,6 @@ class ReplicaManager:
             if last is not None and out[-1] is last.answer:
                 self.stats.replica_partitions_unchanged += 1
         return out
-
-    # --------------------------------------------------------------- the ISR
-
-    def _maybe_alter_isr(self, led: LedPartition, now: int, expand_for: int | None = None) -> None:
-        if led.alter_inflight or now < led.alter_backoff_until_ms:
-            return
-        proposal = led.rs.isr_proposal(now, expand_for)
-        if proposal is None:
-            return
-        led.alter_inflight = True
-        self._spawn(self._alter_isr(led, proposal))
-
-    async def _alter_isr(self, led: LedPartition, proposal: tuple[int, ...]) -> None:
-        before = set(led.rs.isr)
-        try:
-            answer = await self.metadata.alter_partition(
-                self.broker_id, led.tp, led.leader_epoch, led.rs.partition_epoch, proposal
-            )
-        except Exception as e:  # a MetadataSource must not raise, but one bug must not stop the ISR
-            log.exception("alter_partition raised")
-            answer = Errors.UNKNOWN_SERVER_ERROR if not isinstance(e, asyncio.CancelledError) else Errors.NONE
-        led.alter_inflight = False
-        if self._led.get(led.tp) is not led:
-            return
-        if isinstance(answer, PartitionInfo):
-            after = set(answer.isr)
-            if after < before:
-                self.stats.isr_shrinks += 1
-            elif after > before:
-                self.stats.isr_expands += 1
-            log.info("broker %d: ISR of %s now %s (was %s)", self.broker_id, led.tp, sorted(after), sorted(before))
-            self._complete(led, led.rs.isr_committed(after, answer.partition_epoch))
-        else:
-            self.stats.alter_partition_failures += 1
-            # No answer from the controller (timeout, connection lost, an
-            # unexpected error): it may have committed the change.
-            unknown = answer in _ALTER_OUTCOME_UNKNOWN
-            led.rs.isr_failed(outcome_unknown=unknown)
-            led.alter_backoff_until_ms = self.clock.wall_ms() + ALTER_PARTITION_BACKOFF_MS
-            log.info(
-                "broker %d: ISR change of %s to %s %s: %s",
-                self.broker_id,
-                led.tp,
-                proposal,
-                "unanswered" if unknown else "refused",
-                answer.name,
-            )
-
-    async def _isr_loop(self) -> None:
-        """Shrink the ISR of followers that stopped fetching (they send no
-        fetch that would trigger the check)."""
-        while not self._stopping:
-            await asyncio.sleep(ISR_CHECK_INTERVAL_MS / 1000)
-            now = self.clock.wall_ms()
-            for led in list(self._led.values()):
-                self._maybe_alter_isr(led, now)
 
 
 __all__ = ["ReplicaManager"]

@@ -27,6 +27,18 @@ class ReplicationStats:
     # Partitions left out of sparse answers (the follower's apply of them
     # would change nothing: partlog.rpc.replica_rows).
     replica_rows_omitted: int = 0
+    # Replica fetch sessions a leader refused or lost, as a follower.
+    replica_sessions_reset: int = 0
+    # As a leader: sessions opened, refused (unknown id, wrong epoch,
+    # invalid), evicted past REPLICA_FETCH_SESSIONS_MAX; incremental fetches,
+    # and the partitions they did not name (served from the session's copy).
+    replica_sessions_opened: int = 0
+    replica_sessions_refused: int = 0
+    replica_sessions_evicted: int = 0
+    replica_fetches_incremental: int = 0
+    replica_items_not_sent: int = 0
+    # Full fetches served without a session: none fit the leader's bounds.
+    replica_fetches_sessionless: int = 0
     replica_fetches_sent: int = 0
     replica_fetch_errors: int = 0
     # Answers dropped as older than replica_answer_age_max_ms when applied.

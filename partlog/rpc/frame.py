@@ -86,8 +86,10 @@ from partlog.rpc.schema import BODY_ELEMENTS_MAX, Bytes, DecodeLimits, Int, Map,
 #      registration's unclean_shutdown, a partition's ELR.
 #   4  a replica fetch's sparse answer: "omit_quiet" asks for it, "rows_of"
 #      names the partitions it kept (partlog.rpc.replica_rows).
+#   5  replica fetch sessions: a request's "session" and "forgotten", an
+#      answer's "session", "session_size" and "session_error".
 RPC_VERSION_MIN = 1
-RPC_VERSION = 4
+RPC_VERSION = 5
 # The first version whose handshake carries a range ("versions").
 RANGE_VERSION = 2
 

@@ -215,8 +215,11 @@ BROKER_SCHEMAS: dict[str, Schema] = {
             "log_start_offsets": List(Int(-1, INT64_MAX), PARTITIONS_MAX),
             # Issue 31: the end of each partition's last segment row (-1: none).
             "tiered_through": List(Int(-1, INT64_MAX), PARTITIONS_MAX),
-            # RPC version 4: answer sparsely (partlog.rpc.replica_rows).
+            # RPC version 4: answer sparsely; a fetch session's [id, epoch]
+            # and the partitions it drops (partlog.rpc.replica_rows).
             "omit_quiet": Bool(),
+            "session": Tuple(("session_id", NON_NEGATIVE_INT32), ("epoch", NON_NEGATIVE_INT32)),
+            "forgotten": List(partition_item(), PARTITIONS_MAX),
             # Issue 31: a window of each partition's rows, by digest (from -1: none).
             "rows_checks": List(
                 Tuple(

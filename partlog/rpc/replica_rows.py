@@ -19,12 +19,33 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from partlog.rpc.wire import ReplicaFetchResult, WireError, enc_replica_fetch_response, expect_map
+from partlog.kafka.records import TopicIdPartition
+from partlog.rpc.wire import (
+    ReplicaFetchResult,
+    WireError,
+    dec_partition_items,
+    enc_replica_fetch_response,
+    enc_tp,
+    expect_map,
+)
 
-# The first RPC version whose leaders answer sparsely when asked.
+# The first RPC version whose leaders answer sparsely when asked, and the
+# first that keeps replica fetch sessions (partlog.replication.sessions).
 SPARSE_RPC_VERSION = 4
+SESSION_RPC_VERSION = 5
 OMIT_QUIET = "omit_quiet"
 ROWS_OF = "rows_of"
+# A request's [session_id, epoch] ([0, 0]: open a new session with these
+# partitions); an answer's session id.
+SESSION = "session"
+# The partitions an incremental request drops from its session.
+FORGOTTEN = "forgotten"
+# An answer's refusal of the session (no rows): the follower opens a new one.
+SESSION_ERROR = "session_error"
+# The session's partitions after the request (the follower checks its copy).
+SESSION_SIZE = "session_size"
+SESSION_ERRORS = ("unknown", "epoch", "invalid")
+SESSION_ID_MAX = (1 << 31) - 1
 
 
 def enc_sparse_response(results: Sequence[ReplicaFetchResult], rows_of: list[int]) -> dict[str, Any]:
@@ -52,4 +73,52 @@ def dec_rows_of(body: Any, n_partitions: int) -> list[int] | None:
     return v
 
 
-__all__ = ["OMIT_QUIET", "ROWS_OF", "SPARSE_RPC_VERSION", "dec_rows_of", "enc_sparse_response"]
+def enc_session(body: dict[str, Any], session_id: int, epoch: int, forgotten: Sequence[TopicIdPartition]) -> None:
+    body[SESSION] = [session_id, epoch]
+    if forgotten:
+        body[FORGOTTEN] = [enc_tp(tp) for tp in forgotten]
+
+
+def dec_session(body: Any, partitions_max: int) -> tuple[int, int, list[TopicIdPartition]] | None:
+    """A request's (session_id, epoch, forgotten); None without a session
+    (an older follower).  Ids and epochs in [0, SESSION_ID_MAX]."""
+    m = expect_map(body, "replica_fetch")
+    v = m.get(SESSION)
+    if v is None:
+        return None
+    if type(v) is not list or len(v) != 2 or any(type(x) is not int or not 0 <= x <= SESSION_ID_MAX for x in v):
+        raise WireError(f"replica_fetch.{SESSION}: [session_id, epoch], ints in [0, {SESSION_ID_MAX}]")
+    forgotten = []
+    if FORGOTTEN in m:
+        items = dec_partition_items(m, FORGOTTEN, "replica_fetch", (), "[topic_id, partition]", partitions_max)
+        forgotten = [tp for tp, _ in items]
+    return v[0], v[1], forgotten
+
+
+def dec_session_answer(body: Any) -> tuple[int, int, str | None]:
+    """An answer's (session_id, session_size, session_error); (0, -1, None)
+    from a leader that kept no session."""
+    m = expect_map(body, "replica_fetch response")
+    sid, size, error = m.get(SESSION, 0), m.get(SESSION_SIZE, -1), m.get(SESSION_ERROR)
+    if type(sid) is not int or not 0 <= sid <= SESSION_ID_MAX or type(size) is not int or size < -1:
+        raise WireError(f"replica_fetch response: {SESSION} and {SESSION_SIZE} must be non-negative ints")
+    if error is not None and error not in SESSION_ERRORS:
+        raise WireError(f"replica_fetch response.{SESSION_ERROR}: one of {SESSION_ERRORS}, got {error!r:.40}")
+    return sid, size, error
+
+
+__all__ = [
+    "FORGOTTEN",
+    "OMIT_QUIET",
+    "ROWS_OF",
+    "SESSION",
+    "SESSION_ERROR",
+    "SESSION_RPC_VERSION",
+    "SESSION_SIZE",
+    "SPARSE_RPC_VERSION",
+    "dec_rows_of",
+    "dec_session",
+    "dec_session_answer",
+    "enc_session",
+    "enc_sparse_response",
+]

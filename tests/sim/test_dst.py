@@ -125,6 +125,17 @@ def test_an_injected_bug_is_found_and_the_failure_names_its_replay() -> None:
     assert "FAILED" in p.stdout
 
 
+def test_a_replication_livelock_is_found() -> None:
+    """A replica fetch session that keeps a follower's first items: its
+    followers re-fetch the same entries at once, for ever.  No invariant
+    breaks; the livelock check (loop steps per virtual second) ends the
+    seed within seconds of wall time instead of hours."""
+    name = "replica_session_keeps_old_items"
+    p = dst("fuzz", "--seeds", "1", "--inject", name, "--shrink-runs", "0", timeout_s=120)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "Livelock" in p.stdout and "steps within 1 s of virtual time" in p.stdout, p.stdout
+
+
 def test_cli_lists_injections_and_refuses_unknown_ones() -> None:
     p = dst("--list-injections")
     assert p.returncode == 0 and all(n in p.stdout for n in injected_bugs.KNOWN)

@@ -106,6 +106,9 @@ FIRST_FAILING_SEED = {
     "rotation_leaves_idle_file_open": 1,
     # Measured at issue 30: "leader's HWM passes ISR member's log end".
     "follower_ack_before_journal_sync": 2,
+    # Issue 33: the followers re-fetch the same entries for ever; the
+    # livelock check (steps per virtual second) ends seed 1 at t=2.7 s.
+    "replica_session_keeps_old_items": 1,
 }
 # walmgr's two checks guard each other (issue 29): a bug in the leader
 # check is masked by the sweep, and the sweep is only needed when a footer
@@ -140,6 +143,7 @@ def test_each_injected_bug_states_whether_a_few_seeds_find_it() -> None:
     assert found_within_few == [
         "acks_all_before_hwm",
         "follower_ack_before_journal_sync",
+        "replica_session_keeps_old_items",
         "rotation_leaves_idle_file_open",
         "walmgr_asks_only_leaders",
         "walmgr_gate_without_commit_deadline",

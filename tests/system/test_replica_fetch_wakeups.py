@@ -78,16 +78,23 @@ def test_quiet_partitions_are_answered_without_a_read(cluster: ClusterThread) ->
     stats = cluster.cluster.brokers[1].replicas.stats
     time.sleep(1.0)  # the followers catch up and learn the HWM
     served, unchanged = stats.replica_partitions_served, stats.replica_partitions_unchanged
-    omitted = stats.replica_rows_omitted
-    time.sleep(2.0)  # ~4 fetches per follower, each naming the 30 partitions
+    omitted, incremental = stats.replica_rows_omitted, stats.replica_fetches_incremental
+    not_sent = stats.replica_items_not_sent
+    time.sleep(2.0)  # ~4 fetches per follower, each serving the 30 partitions
     served = stats.replica_partitions_served - served
     unchanged = stats.replica_partitions_unchanged - unchanged
     omitted = stats.replica_rows_omitted - omitted
+    incremental = stats.replica_fetches_incremental - incremental
+    not_sent = stats.replica_items_not_sent - not_sent
     assert served >= 2 * IDLE, served
     # Nothing was produced: all but a fetch's worth were answered unchanged,
     # and left out of the (sparse) answers, the followers knowing it all.
     assert unchanged >= served - 2 * IDLE, (unchanged, served)
     assert served >= omitted >= served - 2 * IDLE, (omitted, served)
+    # The fetches were incremental (replica fetch sessions): the followers
+    # named none of the quiet partitions, the leader served its copy.
+    assert incremental >= 2, incremental
+    assert not_sent >= IDLE * (incremental - 1), (not_sent, incremental)
     # The followers hold every record and the leader's HWM.
     tps = [tp for tp in cluster.cluster.brokers[1].store.partitions() if tp.topic_id == _topic_id(cluster, "quiet")]
     assert len(tps) == IDLE
