@@ -540,6 +540,10 @@ class ReplicaManager(IsrChanges):
                         if r.log_end_offset > led.rs.log_end_offset:
                             self._complete(led, led.rs.leader_appended(r.log_end_offset, now))
                         self._complete(led, led.rs.follower_fetch(replica_id, p.fetch_offset, now))
+                        if replica_id in led.rs.isr:
+                            # Kafka's maybeExpandIsr: a fetch checks only
+                            # whether its follower joins; the ISR loop shrinks.
+                            continue
                         # A follower joins the ISR only once its log start
                         # has caught up too: below the leader's it may still
                         # hold entries retention or DeleteRecords removed,
@@ -572,10 +576,15 @@ class ReplicaManager(IsrChanges):
             if sends_hwm:
                 waits.append(asyncio.ensure_future(hwm_moved.wait()))
             try:
-                await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+                woken, _ = await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 for w in waits:
                     w.cancel()
+            if not woken:
+                # Timed out: nothing was appended nor moved an HWM, so the
+                # answers stand (the HWM is taken again below; a log start
+                # or leader moved meanwhile reaches the next fetch).
+                break
         # The HWM to report is the one after this fetch moved it.
         final = [
             r if r.error != Errors.NONE else with_hwm(r, self._hwm_of(p.topic_id_partition))

@@ -150,6 +150,20 @@ class ReplicaState:
         f = self._followers.get(follower_id)
         if f is None:
             raise ValueError(f"broker {follower_id} is not a follower of this partition")
+        leo = self.log_end_offset
+        if fetch_offset == leo == f.log_end_offset == self.high_watermark and not self._waiting:
+            # A caught-up follower fetching again at an unchanged log end:
+            # most fetches of a quiet partition.  Only its times move;
+            # _advance would find the HWM at the log end and nothing waiting
+            # (the same as _follower_fetch: a differential test checks it).
+            f.last_caught_up_ms = f.last_fetch_ms = now_ms
+            f.last_fetch_leader_leo = leo
+            if now_ms > self._now_ms:
+                self._now_ms = now_ms
+            return []
+        return self._follower_fetch(follower_id, f, fetch_offset, now_ms)
+
+    def _follower_fetch(self, follower_id: int, f: _Follower, fetch_offset: int, now_ms: int) -> list[AckResult]:
         if fetch_offset > self.log_end_offset:
             raise ValueError(
                 f"follower {follower_id} fetched at {fetch_offset}, past the log end {self.log_end_offset}"

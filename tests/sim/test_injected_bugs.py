@@ -97,7 +97,9 @@ FIRST_FAILING_SEED = {
     "walmgr_gate_without_commit_deadline": 1,
     "walmgr_asks_only_leaders": 1,
     "walmgr_skips_the_sweep": 1,
-    "acks_all_before_hwm": 2,  # 14 before issue 30's rotation and follower appends
+    # 14 before issue 30's rotation and follower appends, 2 at issue 30;
+    # issue 33: seeds 1-5 pass already at 04d06b2, seed 10 fails.
+    "acks_all_before_hwm": 10,
     "retention_past_hwm": 19,
     "not_leader_counts_as_unreferenced": 11,
     "no_fetch_epoch_fencing": 38,
@@ -141,7 +143,6 @@ def test_each_injected_bug_states_whether_a_few_seeds_find_it() -> None:
     assert FIRST_FAILING_SEED.keys() | other_modes == injected_bugs.KNOWN.keys()
     found_within_few = sorted(name for name, seed in FIRST_FAILING_SEED.items() if seed <= FEW_SEEDS)
     assert found_within_few == [
-        "acks_all_before_hwm",
         "follower_ack_before_journal_sync",
         "replica_session_keeps_old_items",
         "rotation_leaves_idle_file_open",

@@ -183,6 +183,18 @@ def test_a_caught_up_follower_about_to_join_holds_the_hwm_back() -> None:
     assert s.high_watermark == 10
 
 
+def test_a_caught_up_followers_fetch_advances_an_hwm_that_time_released() -> None:
+    """The fast path of a re-fetch at the log end is taken only with the HWM
+    there too: below it, the fetch may be what releases the HWM."""
+    s = ReplicaState(leader_id=1, replicas=(1, 2, 3), isr={1, 2}, replica_lag_time_max_ms=100)
+    s.follower_fetch(3, 0, 10)  # caught up (at 0), not in the ISR: holds the HWM back
+    s.leader_appended(5, 20)
+    s.follower_fetch(2, 5, 30)
+    assert s.high_watermark == 0
+    s.follower_fetch(2, 5, 200)  # 3 no longer caught up within the lag: it stops holding back
+    assert s.high_watermark == 5
+
+
 def test_leadership_lost_fails_the_waiting_appends() -> None:
     s = ReplicaState(leader_id=1, replicas=(1, 2), start_ms=1000)
     s.leader_appended(3, 1000, wait_token=4)
@@ -258,3 +270,60 @@ def test_an_expansion_whose_answer_was_lost_counts_until_settled() -> None:
     assert s.isr_proposal(310, expand_for=2) == (1, 2)
     s.isr_failed()
     assert s.maximal_isr == {1}
+
+
+def _state(s: ReplicaState) -> tuple[object, ...]:
+    followers = {r: (f.log_end_offset, f.last_caught_up_ms, f.last_fetch_leader_leo, f.last_fetch_ms)
+                 for r, f in s._followers.items()}  # fmt: skip
+    return (s.high_watermark, s.log_end_offset, sorted(s.isr), s._pending, s._uncertain, s._now_ms,
+            [(w.required_offset, w.token) for w in s._waiting], followers)  # fmt: skip
+
+
+class FastFetchMachine(RuleBasedStateMachine):
+    """``follower_fetch``'s fast path (a caught-up follower fetching again)
+    changes exactly what the full ``_follower_fetch`` would: two states, fed
+    the same steps, one through each, stay equal and answer alike."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = (
+            ReplicaState(leader_id=1, replicas=(1, 2, 3), min_insync_replicas=2, replica_lag_time_max_ms=LAG_MS)
+            for _ in range(2)
+        )
+        self.now = 0
+        self.token = 0
+
+    @rule(n=st.integers(0, 3), acks_all=st.booleans())
+    def append(self, n: int, acks_all: bool) -> None:
+        token = None
+        if acks_all:
+            token, self.token = self.token, self.token + 1
+        leo = self.a.log_end_offset + n
+        assert self.a.leader_appended(leo, self.now, token) == self.b.leader_appended(leo, self.now, token)
+
+    @rule(follower=st.sampled_from([2, 3]), data=st.data())
+    def fetch(self, follower: int, data: st.DataObject) -> None:
+        low = self.a._followers[follower].log_end_offset
+        offset = data.draw(st.sampled_from(sorted({low, self.a.log_end_offset, (low + self.a.log_end_offset) // 2})))
+        got = self.a.follower_fetch(follower, offset, self.now)
+        assert got == self.b._follower_fetch(follower, self.b._followers[follower], offset, self.now)
+
+    @rule(ms=st.sampled_from([0, 10, 500, LAG_MS + 1]))
+    def tick(self, ms: int) -> None:
+        self.now += ms
+
+    @rule(expand_for=st.sampled_from([None, 2, 3]))
+    def alter_isr(self, expand_for: int | None) -> None:
+        proposal = self.a.isr_proposal(self.now, expand_for)
+        assert proposal == self.b.isr_proposal(self.now, expand_for)
+        if proposal is not None:
+            epoch = self.a.partition_epoch + 1
+            assert self.a.isr_committed(set(proposal), epoch) == self.b.isr_committed(set(proposal), epoch)
+
+    @invariant()
+    def the_same(self) -> None:
+        assert _state(self.a) == _state(self.b)
+
+
+FastFetchMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
+test_the_fast_fetch_path_changes_what_the_full_one_would = FastFetchMachine.TestCase
