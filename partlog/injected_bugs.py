@@ -40,6 +40,11 @@ KNOWN: dict[str, str] = {
         "a leader's replica fetch session keeps its first item of each partition, ignoring the changed ones an "
         "incremental fetch sends: followers never move past their first fetch offsets"
     ),
+    "quiet_lane_ignores_writes": (
+        "a leader's replica fetch session answers a partition the follower did not name again with its last "
+        "quiet answer without checking that nothing was written since (nor the follower's times): the "
+        "follower misses new entries"
+    ),
     "retention_past_hwm": "retention deletes batches above the high watermark (not yet committed)",
     "not_leader_counts_as_unreferenced": (
         "walmgr takes a NOT_LEADER answer (a follower's, or a moved leader's) as 'not referenced'"

@@ -422,6 +422,11 @@ _REPLICATION_COUNTERS = {
         "partlog_replication_partitions_unchanged",
         "partitions of replica fetches answered as last time, nothing having moved: no store read",
     ),
+    "replica_partitions_quiet": (
+        "partlog_replication_partitions_quiet",
+        "session partitions of replica fetches answered in the quiet lane as a leader: the last answer, no "
+        "serve, only the follower's fetch times moved",
+    ),
     "replica_rows_omitted": (
         "partlog_replication_answer_rows_omitted",
         "partitions left out of sparse replica fetch answers as a leader (nothing there for the follower)",

@@ -32,6 +32,10 @@ REPLICA_FETCH_PARTITIONS_MAX = 100_000
 REPLICA_FETCH_BUILD_INLINE_PARTITIONS_MAX = 64
 REPLICA_SERVE_INLINE_PARTITIONS_MAX = 64
 REPLICA_SERVE_INLINE_ENTRIES_MAX = 64
+# A leader's walk over many partitions (a session fetch's, the ISR check's)
+# lets the event loop run other work after this many (~1-2 ms of Python):
+# a Kafka fetch on the same loop must not wait out a walk of thousands.
+PARTITIONS_PER_LOOP_SLICE = 256
 # How often the leader reconsiders the ISR (lagging followers), and how long
 # it waits after the controller refused or did not answer a change.
 ISR_CHECK_INTERVAL_MS = 250
@@ -90,6 +94,7 @@ class ReplicationConfig:
 __all__ = [
     "ALTER_PARTITION_BACKOFF_MS",
     "ISR_CHECK_INTERVAL_MS",
+    "PARTITIONS_PER_LOOP_SLICE",
     "REPLICA_ANSWER_AGE_MAX_MS_DEFAULT",
     "REPLICA_FETCH_BACKOFF_MS_DEFAULT",
     "REPLICA_FETCH_BUILD_INLINE_PARTITIONS_MAX",

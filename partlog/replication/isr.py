@@ -11,7 +11,7 @@ from typing import Any
 from partlog.controller.cluster_meta import MetadataSource, PartitionInfo
 from partlog.kafka.errors import Errors
 from partlog.kafka.records import TopicIdPartition
-from partlog.replication.config import ALTER_PARTITION_BACKOFF_MS, ISR_CHECK_INTERVAL_MS
+from partlog.replication.config import ALTER_PARTITION_BACKOFF_MS, ISR_CHECK_INTERVAL_MS, PARTITIONS_PER_LOOP_SLICE
 from partlog.replication.partition import LedPartition
 from partlog.replication.replica_state import AckResult
 from partlog.replication.stats import ReplicationStats
@@ -91,7 +91,11 @@ class IsrChanges:
         while not self._stopping:
             await asyncio.sleep(ISR_CHECK_INTERVAL_MS / 1000)
             now = self.clock.wall_ms()
-            for led in list(self._led.values()):
+            for i, led in enumerate(list(self._led.values())):
+                if i and not i % PARTITIONS_PER_LOOP_SLICE:
+                    await asyncio.sleep(0)
+                    if self._led.get(led.tp) is not led:
+                        continue  # no longer led, or led anew
                 self._maybe_alter_isr(led, now)
 
 

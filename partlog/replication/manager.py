@@ -55,6 +55,7 @@ from partlog.kafka.records import (
 )
 from partlog.replication.acks import await_acks
 from partlog.replication.config import (
+    PARTITIONS_PER_LOOP_SLICE,
     REPLICA_FETCH_PARTITIONS_MAX,
     REPLICA_FETCH_WAIT_MS_MAX,
     REPLICA_SERVE_INLINE_ENTRIES_MAX,
@@ -494,17 +495,24 @@ class ReplicaManager(IsrChanges):
         except WireError as e:
             raise RpcError(RpcErrorCode.BAD_REQUEST, str(e)) from e
         sid = 0
+        # An incremental fetch's items not sent again may take the quiet lane.
+        sent: set[TopicIdPartition] | None = None
         if session is not None:  # the session's partitions: those sent, and the copy's others
             got = self.sessions.resolve(replica_id, *session[:2], parts, session[2], int(self.clock.monotonic() * 1000))
             if isinstance(got, str):
                 return {"keys": [], "partitions": [], SESSION_ERROR: got}
+            if session[0] and got[1]:
+                sent = {p.topic_id_partition for p in parts}
             parts, sid = got
         self.stats.replica_fetches_served += 1
         deadline = self.clock.monotonic() + min(max_wait, REPLICA_FETCH_WAIT_MS_MAX) / 1000
         sends_hwm = all(p.high_watermark >= 0 for p in parts)
         parked = False
-        results: list[ReplicaFetchResult] = []
-        seen: list[_ServeKey | None] = []
+        results: list[ReplicaFetchResult | None] = [None] * len(parts)
+        seen: list[_ServeKey | None] = [None] * len(parts)
+        # Per partition, the led partition whose quiet answer it got (None:
+        # served, or not yet).
+        quiet_of: list[LedPartition | None] = [None] * len(parts)
         while True:
             appended = self._appended.waiter()
             hwm_moved = self._hwm_moved.waiter()
@@ -512,26 +520,41 @@ class ReplicaManager(IsrChanges):
             # HWM moved, or whose last read was behind its log end: an append
             # to one of a thousand partitions must not read the other 999
             # again (an unchanged one's answer is still one we could give).
-            now_seen = [self._serve_key(p.topic_id_partition) for p in parts]
-            todo = [i for i, k in enumerate(now_seen) if not results or k != seen[i] or self._behind(results[i], k)]
-            seen = now_seen
+            # The quiet lane first: a session item not sent again whose answer would be the
+            # last one and change nothing but the follower's times (moved once per request).
+            fetched_ms = None if parked else self.clock.wall_ms()
+            todo = []
+            for i, p in enumerate(parts):
+                if i and not i % PARTITIONS_PER_LOOP_SLICE:
+                    await asyncio.sleep(0)  # a change meanwhile fired the waiters: served again below
+                tp = p.topic_id_partition
+                if sent is not None and (not sent or tp not in sent):
+                    led = self._led.get(tp)
+                    quiet = None if led is None else led.quiet_fetch(self.store, replica_id, p, fetched_ms)
+                    if quiet is not None:
+                        results[i], quiet_of[i] = quiet, led
+                        continue
+                k = self._serve_key(tp)
+                r = results[i]
+                if r is None or quiet_of[i] is not None or k != seen[i] or self._behind(r, k):
+                    todo.append(i)
+                seen[i], quiet_of[i] = k, None
             asked = [parts[i] for i in todo]
             self.stats.replica_partitions_served += len(asked)
-            if results:
+            if parked:
                 self.stats.replica_fetch_wakeups += 1
                 self.stats.replica_partitions_served_again += len(asked)
+            else:
+                self.stats.replica_partitions_quiet += len(parts) - len(asked)
             if self._serve_inline(entries_max, asked):
                 fresh = self._serve(replica_id, entries_max, asked)
             else:
                 fresh = await asyncio.to_thread(self._serve, replica_id, entries_max, asked)
-            if not results:
-                results = fresh
-            else:
-                for i, r in zip(todo, fresh, strict=True):
-                    results[i] = r
+            for i, r in zip(todo, fresh, strict=True):
+                results[i] = r
             now = self.clock.wall_ms()
             # Woken, only those served again: the next fetch renews the rest.
-            for p, r in ((parts[i], results[i]) for i in todo):
+            for p, r in zip(asked, fresh, strict=True):
                 if r.error == Errors.NONE and r.diverging_epoch == NO_DIVERGENCE:
                     led = self._led.get(p.topic_id_partition)
                     if led is not None and led.leader_epoch == p.current_leader_epoch:
@@ -562,9 +585,9 @@ class ReplicaManager(IsrChanges):
             # rows, an error or a divergence, or (KIP-1166) the follower's
             # HWM is behind ours; the others were not urgent, nor moved.
             urgent = any(
-                (r := results[i]).entries or r.segments or r.error != Errors.NONE or r.diverging_epoch != NO_DIVERGENCE
-                or (sends_hwm and parts[i].high_watermark < self._hwm_of(parts[i].topic_id_partition))
-                for i in todo
+                r.entries or r.segments or r.error != Errors.NONE or r.diverging_epoch != NO_DIVERGENCE
+                or (sends_hwm and p.high_watermark < self._hwm_of(p.topic_id_partition))
+                for p, r in zip(asked, fresh, strict=True)
             )  # fmt: skip
             left = deadline - self.clock.monotonic()
             if urgent or left <= 0 or self._stopping:
@@ -586,14 +609,19 @@ class ReplicaManager(IsrChanges):
                 # or leader moved meanwhile reaches the next fetch).
                 break
         # The HWM to report is the one after this fetch moved it.
-        final = [
-            r if r.error != Errors.NONE else with_hwm(r, self._hwm_of(p.topic_id_partition))
-            for p, r in zip(parts, results, strict=True)
-        ]
-        self.stats.segment_swaps_sent += sum(len(r.segments) for r in final)
-        self.stats.segment_rewrites_sent += sum(len(r.rewrites) for r in final)
+        final: list[ReplicaFetchResult] = []
+        rows_of: list[int] = []  # of a sparse answer: the partitions whose apply would change something
+        for i, (p, r, led) in enumerate(zip(parts, results, quiet_of, strict=True)):
+            assert r is not None, "each partition was served or quiet"
+            if led is not None and led.rs.high_watermark == r.high_watermark:
+                final.append(r)  # a quiet answer whose HWM stands: nothing to apply (its quiet_noop held)
+                continue
+            final.append(r := r if r.error != Errors.NONE else with_hwm(r, self._hwm_of(p.topic_id_partition)))
+            self.stats.segment_swaps_sent += len(r.segments)
+            self.stats.segment_rewrites_sent += len(r.rewrites)
+            if not quiet_noop(p, r):
+                rows_of.append(i)
         if sid or (sparse and body.get(OMIT_QUIET) is True):
-            rows_of = [i for i, (p, r) in enumerate(zip(parts, final, strict=True)) if not quiet_noop(p, r)]
             self.stats.replica_rows_omitted += len(parts) - len(rows_of)
             answer = enc_sparse_response(final, rows_of)
             if sid:

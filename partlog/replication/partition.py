@@ -148,6 +148,36 @@ class LedPartition:
             self.quiet.pop(replica_id, None)
         return answer
 
+    def quiet_fetch(
+        self, store: MetadataStore, replica_id: int, p: ReplicaFetchPartition, now_ms: int | None
+    ) -> ReplicaFetchResult | None:
+        """``replica_id``'s last answer, if a fetch of ``p`` now would get it
+        again and change nothing but the follower's fetch times, which move
+        to ``now_ms`` (None: they moved already for this request): the quiet
+        lane of a session fetch, ``p`` being the session's copy of an item
+        the follower did not send again.
+
+        The full path would find: no fencing (the same leader epoch), the
+        same answer (the partition's version and HWM unchanged since it was
+        read), nothing for the follower to apply (``quiet_noop``), and a
+        caught-up ISR member at the log end and HWM with nothing waiting
+        (``ReplicaState.quiet_fetch``): no append, HWM move, ISR check or
+        urgency.  None otherwise (nothing changed): the full path's."""
+        last = self.quiet.get(replica_id)
+        if last is None or (last.fetch is not p and last.fetch != p) or p.current_leader_epoch != self.leader_epoch:
+            return None
+        answer = last.answer
+        if injected_bugs.on("quiet_lane_ignores_writes"):
+            return answer
+        try:
+            if last.version is not store.partition_version(p.topic_id_partition):
+                return None
+        except KeyError:
+            return None
+        if last.high_watermark != self.rs.high_watermark or not quiet_noop(p, answer):
+            return None
+        return answer if self.rs.quiet_fetch(replica_id, p.fetch_offset, now_ms) else None
+
 
 def segments_for_follower(
     rows: Iterable[Segment], p: ReplicaFetchPartition, high_watermark: int

@@ -163,6 +163,27 @@ class ReplicaState:
             return []
         return self._follower_fetch(follower_id, f, fetch_offset, now_ms)
 
+    def quiet_fetch(self, follower_id: int, fetch_offset: int, now_ms: int | None) -> bool:
+        """A fetch by ``follower_id`` at ``fetch_offset`` that would take the
+        fast path of :meth:`follower_fetch` (an ISR member at an unchanged
+        log end, with the HWM there and nothing waiting: a fetch by it checks
+        no ISR change either) is taken at ``now_ms`` as that call would take
+        it (None: only checked); False, and nothing changed, for any other
+        (the full path's to take)."""
+        f = self._followers.get(follower_id)
+        leo = self.log_end_offset
+        if (
+            f is None
+            or not fetch_offset == leo == f.log_end_offset == self.high_watermark
+            or self._waiting
+            or follower_id not in self.isr
+        ):
+            return False
+        if now_ms is not None:
+            done = self.follower_fetch(follower_id, fetch_offset, now_ms)
+            assert not done, "the fast path completes nothing"
+        return True
+
     def _follower_fetch(self, follower_id: int, f: _Follower, fetch_offset: int, now_ms: int) -> list[AckResult]:
         if fetch_offset > self.log_end_offset:
             raise ValueError(

@@ -24,6 +24,9 @@ class ReplicationStats:
     replica_partitions_served_again: int = 0
     # Partitions answered with the replica's last, unchanged answer (no read).
     replica_partitions_unchanged: int = 0
+    # Session partitions answered in the quiet lane (the last answer, no
+    # serve: only the follower's fetch times move).
+    replica_partitions_quiet: int = 0
     # Partitions left out of sparse answers (the follower's apply of them
     # would change nothing: partlog.rpc.replica_rows).
     replica_rows_omitted: int = 0

@@ -178,6 +178,35 @@ async def test_isr_shrinks_acks_all_refused_and_follower_catches_up(tmp_path: Pa
         assert leader.replicas.stats.isr_shrinks >= 2 and leader.replicas.stats.isr_expands >= 1
 
 
+@run_async
+async def test_quiet_partitions_keep_their_isr_while_answered_in_the_quiet_lane(tmp_path: Path) -> None:
+    """Quiet session partitions are answered in the quiet lane, which
+    still moves the followers' fetch times: without that, every quiet
+    follower would leave the ISR after replica_lag_time_max_ms."""
+    cfg = ReplicationConfig(replica_lag_time_max_ms=300, replica_fetch_backoff_ms=50, replica_fetch_wait_max_ms=100)
+    objects = LocalDirStore(tmp_path / "objects")
+    async with running_cluster(tmp_path, objects, partitions=6, replication_factor=3, replication=cfg) as (
+        brokers,
+        meta,
+    ):
+        tps = topic_partitions(meta)
+        b = by_id(brokers)
+        for tp in tps:
+            leader = next(x for x in brokers if x.replicas.is_leader(tp))
+            assert await produce_one(leader, tp, -1) == Errors.NONE
+        await until(lambda: all(converged(brokers, tp) for tp in tps), "followers to catch up")
+        quiet = sum(x.replicas.stats.replica_partitions_quiet for x in brokers)
+        await asyncio.sleep(2.0)  # over six lag times, fetching nothing new
+        assert sum(x.replicas.stats.replica_partitions_quiet for x in brokers) > quiet + 6 * len(tps)
+        assert all(x.replicas.isr(tp) == {1, 2, 3} for x in brokers for tp in tps if x.replicas.is_leader(tp))
+        assert sum(x.replicas.stats.isr_shrinks for x in brokers) == 0
+        # A follower that stops fetching still leaves (its session's last fetch ages).
+        heal = cut_off(b[3], {1, 2})
+        led1 = [tp for tp in tps if b[1].replicas.is_leader(tp)]
+        await until(lambda: all(b[1].replicas.isr(tp) == {1, 2} for tp in led1), "broker 3 to leave the ISR")
+        heal()
+
+
 @pytest.mark.slow
 @run_async
 async def test_leader_change_truncates_the_old_leaders_divergent_suffix(tmp_path: Path) -> None:

@@ -308,6 +308,22 @@ class FastFetchMachine(RuleBasedStateMachine):
         got = self.a.follower_fetch(follower, offset, self.now)
         assert got == self.b._follower_fetch(follower, self.b._followers[follower], offset, self.now)
 
+    @rule(follower=st.sampled_from([2, 3]), data=st.data(), check_only=st.booleans())
+    def quiet_fetch(self, follower: int, data: st.DataObject, check_only: bool) -> None:
+        # The quiet lane's fetch: taken only where the fast path would be,
+        # moving what the full path would; anything else changes nothing.
+        low = self.a._followers[follower].log_end_offset
+        offset = data.draw(st.sampled_from(sorted({low, self.a.log_end_offset})))
+        before = _state(self.a)
+        taken = self.a.quiet_fetch(follower, offset, None if check_only else self.now)
+        f = self.b._followers[follower]
+        fast = offset == self.b.log_end_offset == f.log_end_offset == self.b.high_watermark and not self.b._waiting
+        assert taken == (fast and follower in self.b.isr)
+        if taken and not check_only:
+            assert self.b._follower_fetch(follower, f, offset, self.now) == []
+        else:
+            assert _state(self.a) == before
+
     @rule(ms=st.sampled_from([0, 10, 500, LAG_MS + 1]))
     def tick(self, ms: int) -> None:
         self.now += ms
