@@ -91,11 +91,12 @@ class IsrChanges:
         while not self._stopping:
             await asyncio.sleep(ISR_CHECK_INTERVAL_MS / 1000)
             now = self.clock.wall_ms()
-            for i, led in enumerate(list(self._led.values())):
+            leds = list(self._led.values())
+            for i, led in enumerate(leds):
                 if i and not i % PARTITIONS_PER_LOOP_SLICE:
                     await asyncio.sleep(0)
-                    if self._led.get(led.tp) is not led:
-                        continue  # no longer led, or led anew
+                if i >= PARTITIONS_PER_LOOP_SLICE and self._led.get(led.tp) is not led:
+                    continue  # no longer led, or led anew, since the walk began
                 self._maybe_alter_isr(led, now)
 
 
