@@ -26,6 +26,7 @@ costs a bisect (``partlog bench latency`` measures it).
 from __future__ import annotations
 
 import bisect
+import functools
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -36,6 +37,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from partlog.limits import ABORTED_TXNS_PER_FETCH_MAX
+from partlog.util import gc_pauses
 
 # Seconds: object-store PUTs are ~100 ms at p50, up to 400 ms at p99
 # (KIP-1163); commits are milliseconds.
@@ -177,6 +179,19 @@ class BrokerMetrics:
             "partlog_aborted_txns_per_fetch_max", "limit of aborted transactions in one partition's fetch answer",
             registry=r,
         ).set(ABORTED_TXNS_PER_FETCH_MAX)  # fmt: skip
+        # The process's garbage-collector pauses (partlog.util.gc_pauses;
+        # zero unless the CLI installed the freezer).
+        for name, what, attr in (
+            ("partlog_gc_full_collections", "full garbage collections in this process", "full_collections"),
+            ("partlog_gc_full_collection_longest_ms", "the longest of them (ms)", "longest_full_ms"),
+            ("partlog_gc_freezes", "full collections over GC_FULL_PAUSE_FREEZE_MS that froze survivors", "freezes"),
+            (
+                "partlog_gc_full_pause_freeze_ms",
+                "limit: longer full collections freeze",
+                "freeze_ms",
+            ),
+        ):
+            Gauge(name, what, registry=r).set_function(functools.partial(_gc_stat, attr))
         up = Gauge("partlog_uploads_inflight", "WAL segment uploads running", registry=r)
         up.set_function(uploads_inflight)
         Gauge("partlog_uploads_inflight_max", "limit of partlog_uploads_inflight", registry=r).set(uploads_inflight_max)
@@ -295,6 +310,11 @@ class BrokerMetrics:
             if self._http_thread is not None:
                 self._http_thread.join(5)
             self._http = self._http_thread = None
+
+
+def _gc_stat(attr: str) -> float:
+    freezer = gc_pauses.installed()
+    return 0.0 if freezer is None else float(getattr(freezer, attr))
 
 
 class _StageCollector(Collector):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 from partlog.kafka_front.listeners import registration_text
@@ -20,6 +21,7 @@ from partlog.tools.cmd.flags import int_in, non_negative_int, positive_int
 from partlog.tools.cmd.kafka_listeners import add_listener_args, listener_config
 from partlog.txn.coordinator import TRANSACTION_MAX_TIMEOUT_MS_DEFAULT, TRANSACTIONAL_ID_EXPIRATION_MS_DEFAULT
 from partlog.txn.log import TXN_STATE_PARTITIONS_DEFAULT
+from partlog.util import gc_pauses
 
 if TYPE_CHECKING:
     from partlog.tools.cmd.common import Subparsers
@@ -183,8 +185,6 @@ def add_parser(sub: Subparsers) -> None:
         help="do not fsync the metadata store: a power loss may undo the last commits, acknowledged ones "
         "included, so rely on replicas (min.insync.replicas >= 2; design.md, Durability)",
     )
-
-
 
 
 def run(args: argparse.Namespace) -> int:
@@ -387,5 +387,7 @@ def run(args: argparse.Namespace) -> int:
             if controller_source is not None:
                 await controller_source.stop()
 
+    # Long-running: keep full garbage collections off the event loop's back.
+    gc_pauses.install(time.monotonic)  # the CLI reads the machine clock; never run in the simulation
     asyncio.run(serve())
     return 0

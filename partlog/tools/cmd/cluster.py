@@ -6,11 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 from partlog.tools.cmd.acls import add_authorizer_flags, authorizer_config
 from partlog.tools.cmd.common import progress_printer
 from partlog.tools.cmd.flags import non_negative_float, non_negative_int, positive_float, positive_int
+from partlog.util import gc_pauses
 
 if TYPE_CHECKING:
     from partlog.tools.cmd.common import Subparsers
@@ -219,6 +221,8 @@ def run(args: argparse.Namespace) -> int:
                 loop.add_signal_handler(sig, stop.set)
         return await cluster_run.run(opts, progress, ready=ready, serve_until=stop)
 
+    # Long-running: keep full garbage collections off the event loop's back.
+    gc_pauses.install(time.monotonic)  # the CLI reads the machine clock; never run in the simulation
     try:
         result = asyncio.run(main())
     except (ObjectStoreError, ValueError, RuntimeError, OSError) as e:
