@@ -432,7 +432,7 @@ _REPLICATION_COUNTERS = {
     ),
     "replica_partitions_served": (
         "partlog_replication_partitions_served",
-        "partitions served in replica fetches as a leader (read, or answered unchanged)",
+        "partitions served in replica fetches as a leader (read, or answered unchanged; not the quiet lane's)",
     ),
     "replica_partitions_served_again": (
         "partlog_replication_partitions_served_again",
