@@ -72,7 +72,8 @@ class FullCollectionFreezer:
         if took_ms > self.freeze_ms:
             gc.freeze()
             self.freezes += 1
-            log.info("a full garbage collection took %.0f ms: %d objects frozen", took_ms, gc.get_freeze_count())
+            # Debug: a command's stderr is its one-line error (the gauges count these).
+            log.debug("a full garbage collection took %.0f ms: %d objects frozen", took_ms, gc.get_freeze_count())
 
 
 def installed() -> FullCollectionFreezer | None:
