@@ -150,16 +150,12 @@ class ReplicaState:
         f = self._followers.get(follower_id)
         if f is None:
             raise ValueError(f"broker {follower_id} is not a follower of this partition")
-        leo = self.log_end_offset
-        if fetch_offset == leo == f.log_end_offset == self.high_watermark and not self._waiting:
+        if self._caught_up_again(f, fetch_offset):
             # A caught-up follower fetching again at an unchanged log end:
             # most fetches of a quiet partition.  Only its times move;
             # _advance would find the HWM at the log end and nothing waiting
             # (the same as _follower_fetch: a differential test checks it).
-            f.last_caught_up_ms = f.last_fetch_ms = now_ms
-            f.last_fetch_leader_leo = leo
-            if now_ms > self._now_ms:
-                self._now_ms = now_ms
+            self._fetched_again(f, now_ms)
             return []
         return self._follower_fetch(follower_id, f, fetch_offset, now_ms)
 
@@ -171,18 +167,23 @@ class ReplicaState:
         it (None: only checked); False, and nothing changed, for any other
         (the full path's to take)."""
         f = self._followers.get(follower_id)
-        leo = self.log_end_offset
-        if (
-            f is None
-            or not fetch_offset == leo == f.log_end_offset == self.high_watermark
-            or self._waiting
-            or follower_id not in self.isr
-        ):
+        if f is None or not self._caught_up_again(f, fetch_offset) or follower_id not in self.isr:
             return False
         if now_ms is not None:
-            done = self.follower_fetch(follower_id, fetch_offset, now_ms)
-            assert not done, "the fast path completes nothing"
+            self._fetched_again(f, now_ms)
         return True
+
+    def _caught_up_again(self, f: _Follower, fetch_offset: int) -> bool:
+        """``follower_fetch``'s fast path: the follower at the log end it
+        already reported, with the HWM there and nothing waiting."""
+        leo = self.log_end_offset
+        return fetch_offset == leo == f.log_end_offset == self.high_watermark and not self._waiting
+
+    def _fetched_again(self, f: _Follower, now_ms: int) -> None:
+        f.last_caught_up_ms = f.last_fetch_ms = now_ms
+        f.last_fetch_leader_leo = self.log_end_offset
+        if now_ms > self._now_ms:
+            self._now_ms = now_ms
 
     def _follower_fetch(self, follower_id: int, f: _Follower, fetch_offset: int, now_ms: int) -> list[AckResult]:
         if fetch_offset > self.log_end_offset:
