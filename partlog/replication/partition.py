@@ -217,6 +217,13 @@ class FollowedPartition:
     # here, oldest first (not read again: compaction.md, "Replicas").
     checked_through: int = -1
     refused: dict[str, None] = field(default_factory=dict)
+    # The last fetch item built for it without a rows check, and the
+    # partition's version (MetadataStore.partition_version) it was built
+    # from: while neither the version, the HWM nor the fields above moved,
+    # the next fetch sends it again without reading the newest epoch from
+    # LMDB (ReplicaFetchers._fetch_request).  None after a truncation,
+    # which may drop an empty epoch without a new version.
+    built: tuple[object, ReplicaFetchPartition] | None = None
 
 
 def quiet_noop(p: ReplicaFetchPartition, r: ReplicaFetchResult) -> bool:

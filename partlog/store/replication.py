@@ -391,7 +391,10 @@ class FollowerLog:
         if offset >= cached.log_end_offset:
             # No entry goes, but as Kafka an epoch this replica started
             # as leader without appending anything does: the new
-            # leader's entries may carry older epochs.
+            # leader's entries may carry older epochs.  The partition is
+            # written too: a new version (MetadataStore.partition_version)
+            # tells readers the newest epoch may have changed.
+            s.part(tp)
             self._epochs.truncate_from_end(s.txn, cached.part_id, cached.log_end_offset)
             return 0
         part = s.part(tp)
