@@ -71,7 +71,7 @@ from walmgr.model import ObjectRecord, Source, State
 from walmgr.paced_store import PacedStore
 from walmgr.progress import ProgressLog, ProgressSink, ScanProgress, fan_out
 from walmgr.registry import Registry
-from walmgr.scanner import Scanner, ScanReport, register_notifications
+from walmgr.scanner import Scanner, ScanReport, register_notifications, shard_lists_in_flight_for
 from walmgr.segments import (
     SegmentRound,
     is_segment_key,
@@ -353,6 +353,7 @@ class Walmgr:
             lookback_ms=cfg.commit_deadline_ms + cfg.max_clock_skew_ms,
             gone_age_ms=cfg.age_gate_ms,
             footer_reads_in_flight_max=cfg.footer_reads_max_in_flight,
+            shard_lists_in_flight_max=shard_lists_in_flight_for(self.store),
         )
         if full:
             sink = fan_out(
@@ -484,6 +485,7 @@ class Walmgr:
             await asyncio.to_thread(reg.purge_tombstones, self.clock.wall_ms(), cfg.tombstone_retention_ms)
             self._last_cycle_ms = last_cycle_ms = self.clock.wall_ms()
             summary = report.summary()
+
             # Registry writes commit (an fsync) off the event loop: inline,
             # one stalled a broker's loop sharing it for ~190 ms.
             def record() -> None:

@@ -186,23 +186,32 @@ class LocalDirStore:
         and start_after.  A directory ``d`` holds exactly the keys starting
         with ``d/``, so sorting entries by ``name`` for files and ``name/``
         for directories orders whole keys correctly."""
-        path = os.path.join(self.root, rel) if rel else self.root
+        path = os.fsencode(os.path.join(self.root, rel) if rel else self.root)
         try:
-            entries = list(os.scandir(path))
+            # Names as bytes: a key's bytes are its order, so the entries
+            # before start_after are skipped without decoding, sorting or
+            # a stat (a walmgr scan lists each shard from near its end).
+            names = os.listdir(path)
         except (FileNotFoundError, NotADirectoryError):
             return  # removed by a concurrent delete
-        items: list[tuple[bytes, os.DirEntry[str], bool]] = []
-        for e in entries:
-            if not rel and e.name == LOCAL_TMP_DIR:
+        base = _utf8(rel) + b"/" if rel else b""
+        items: list[tuple[bytes, os.stat_result, bool]] = []
+        for name in names:
+            if not rel and name == _LOCAL_TMP_DIR_BYTES:
+                continue
+            kb = base + name
+            if kb < start_after and not start_after.startswith(kb):
+                # Wholly before start_after, file or directory: they differ
+                # inside ``kb``, so ``kb + b"/"`` sorts before it too.
                 continue
             try:
-                is_dir = e.is_dir(follow_symlinks=False)
+                st = os.lstat(os.path.join(path, name))
             except OSError:
-                continue
-            key = f"{rel}/{e.name}" if rel else e.name
-            items.append((_utf8(key + "/" if is_dir else key), e, is_dir))
+                continue  # removed by a concurrent delete
+            is_dir = stat.S_ISDIR(st.st_mode)
+            items.append((kb + b"/" if is_dir else kb, st, is_dir))
         items.sort(key=lambda t: t[0])
-        for sort_key, e, is_dir in items:
+        for sort_key, st, is_dir in items:
             if is_dir:
                 # Skip a subtree wholly outside the prefix or before start_after.
                 if not (sort_key.startswith(prefix) or prefix.startswith(sort_key)):
@@ -210,13 +219,7 @@ class LocalDirStore:
                 if sort_key < start_after and not start_after.startswith(sort_key):
                     continue
                 yield from self._walk(sort_key[:-1].decode("utf-8", "surrogateescape"), prefix, start_after)
-            else:
-                if not sort_key.startswith(prefix) or sort_key <= start_after:
-                    continue
-                try:
-                    st = e.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
+            elif sort_key.startswith(prefix) and sort_key > start_after:
                 yield ObjectInfo(sort_key.decode("utf-8", "surrogateescape"), st.st_size, st.st_mtime_ns // 1_000_000)
 
     def delete_many(self, keys: Sequence[str]) -> DeleteResult:
@@ -258,6 +261,9 @@ def _fsync_dir(path: str) -> None:
 
 def _retriable_os(e: OSError) -> bool:
     return e.errno in (errno.EAGAIN, errno.EINTR, errno.EIO, errno.ENOSPC, errno.EMFILE, errno.ENFILE)
+
+
+_LOCAL_TMP_DIR_BYTES = os.fsencode(LOCAL_TMP_DIR)
 
 
 def _utf8(s: str) -> bytes:
