@@ -36,6 +36,7 @@ from partlog.fetch.reads import (
     plan_reads,
     segment_chunks,
 )
+from partlog.kafka.batch_header import HEADER_SIZE
 from partlog.kafka.errors import Errors, peer_error
 from partlog.kafka.records import BatchInfo, FindBatchRequest, ListOffsetsRequest, TopicIdPartition
 from partlog.replication.manager import ReplicaManager
@@ -52,6 +53,15 @@ log = logging.getLogger(__name__)
 # Chunk GETs started ahead of a segment's reader at once (each at most a
 # chunk: 32 MiB in flight with the default chunk).
 PREFETCHES_MAX = 4
+# A fetch finds its batches on the event loop, not in a worker thread, when
+# it names at most this many partitions and can find at most this many
+# batches (per partition, one per offset up to the log end and per header's
+# worth of its byte limit): a consumer at the tail of its partitions.  A
+# thread's two hand-offs wait for the interpreter behind any other busy
+# thread, up to its switch interval (5 ms) each; the bounded read costs
+# about 1-2 ms at most.
+FETCH_FIND_INLINE_PARTITIONS_MAX = 64
+FETCH_FIND_INLINE_BATCHES_MAX = 256
 
 
 class NewData:
@@ -121,7 +131,13 @@ class FetchService:
         deadline = self.clock.monotonic() + max_wait_ms / 1000
         while True:
             waiter = self.data.event
-            found = await asyncio.to_thread(self.store.find_batches, led, max_bytes) if led else []
+            if not led:
+                found = []
+            elif self._find_inline(led):
+                self.metrics.fetch_finds_inline.inc()
+                found = self.store.find_batches(led, max_bytes)
+            else:
+                found = await asyncio.to_thread(self.store.find_batches, led, max_bytes)
             total = sum(b.metadata.byte_size for f in found for b in f.batches)
             left = deadline - self.clock.monotonic()
             # Nothing led here: no commit of ours can help, answer now.
@@ -163,6 +179,22 @@ class FetchService:
                      answer.last_stable_offset, [[a.producer_id, a.first_offset] for a in answer.aborted]]
                 )  # fmt: skip
         return {"partitions": out}
+
+    def _find_inline(self, reqs: list[FindBatchRequest]) -> bool:
+        """Whether finding ``reqs``' batches is bounded, short work for the
+        event loop (``FETCH_FIND_INLINE_BATCHES_MAX``)."""
+        if len(reqs) > FETCH_FIND_INLINE_PARTITIONS_MAX:
+            return False
+        batches = 0
+        for r in reqs:
+            try:
+                behind = self.store.log_end_offset(r.topic_id_partition) - r.offset
+            except KeyError:
+                continue  # answered with an error, no batches
+            batches += min(max(0, behind), r.max_partition_fetch_bytes // HEADER_SIZE) + 1
+            if batches > FETCH_FIND_INLINE_BATCHES_MAX:
+                return False
+        return True
 
     async def _read_planned(self, r: ObjectRead) -> tuple[int, bytes] | BaseException:
         if not self.chunk_bytes or not is_segment_key(r.key):

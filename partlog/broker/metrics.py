@@ -171,6 +171,11 @@ class BrokerMetrics:
         )  # fmt: skip
         self.fetch_gets = Counter("partlog_fetch_gets", "object-store GETs made for fetches", registry=r)
         self.fetch_cache_hits = Counter("partlog_fetch_cache_hits", "fetch reads answered by the cache", registry=r)
+        self.fetch_finds_inline = Counter(
+            "partlog_fetch_finds_inline",
+            "fetches whose batches were found on the event loop (FETCH_FIND_INLINE_BATCHES_MAX), not a worker thread",
+            registry=r,
+        )
         inflight = Gauge("partlog_inflight_bytes", "produce bytes accepted and not yet answered", registry=r)
         inflight.set_function(inflight_bytes)
         Gauge("partlog_inflight_bytes_max", "limit of partlog_inflight_bytes", registry=r).set(inflight_bytes_max)
