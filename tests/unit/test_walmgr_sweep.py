@@ -56,3 +56,15 @@ def test_nothing_to_delete_asks_nobody_and_changes_nothing() -> None:
 def test_no_broker_listed_keeps_everything() -> None:
     out = sweep(Decision(["wal/k0"], {}, {}), [], {}, [])
     assert out.delete == [] and "no live broker" in out.doubt["wal/k0"]
+
+
+def test_a_deleted_topics_key_a_broker_still_holds_says_so() -> None:
+    """A key whose partitions all belong to deleted topics is cleared
+    without asking a leader; a broker that has not dropped those logs yet
+    still holds it.  That is expected, not a wrong footer: the reason says
+    which (the conformance run's log warned of 54 "wrong footers")."""
+    before = Decision(["wal/deleted", "wal/live"], {}, {})
+    out = sweep(before, [1], {1: frozenset({"wal/deleted", "wal/live"})}, [1], deleted_topics={"wal/deleted"})
+    assert out.delete == []
+    assert "not dropped its deleted topics' logs" in out.referenced["wal/deleted"]
+    assert "footer did not name" in out.referenced["wal/live"]
