@@ -46,6 +46,8 @@ class QuietAnswer(NamedTuple):
     version: object
     high_watermark: int
     answer: ReplicaFetchResult
+    # quiet_noop(fetch, answer): the same fetch again needs no new test.
+    noop: bool
 
 
 @dataclass(slots=True)
@@ -143,7 +145,7 @@ class LedPartition:
             and check is None
             and not (answer.entries or answer.segments or answer.rewrites)
         ):
-            self.quiet[replica_id] = QuietAnswer(p, version, hwm, answer)
+            self.quiet[replica_id] = QuietAnswer(p, version, hwm, answer, quiet_noop(p, answer))
         else:
             self.quiet.pop(replica_id, None)
         return answer
@@ -169,12 +171,9 @@ class LedPartition:
         answer = last.answer
         if injected_bugs.on("quiet_lane_ignores_writes"):
             return answer
-        try:
-            if last.version is not store.partition_version(p.topic_id_partition):
-                return None
-        except KeyError:
+        if not store.partition_version_is(last.version):
             return None
-        if last.high_watermark != self.rs.high_watermark or not quiet_noop(p, answer):
+        if last.high_watermark != self.rs.high_watermark or not last.noop:
             return None
         return answer if self.rs.quiet_fetch(replica_id, p.fetch_offset, now_ms) else None
 

@@ -550,8 +550,7 @@ class MetadataStore:
         return self._reads.last_stable_offset(tp)
 
     def high_watermark(self, tp: TopicIdPartition) -> int:
-        """The effective high watermark (persisted or set in memory, whichever
-        is ahead, capped at the log end), from memory (KeyError: unknown)."""
+        """The effective HWM (persisted or in memory, whichever is ahead, at most the log end); KeyError: unknown."""
         return self._catalog.effective_hwm(self._reads.known_part(tp))
 
     def partition_state(self, tp: TopicIdPartition) -> dict[str, int]:
@@ -575,8 +574,7 @@ class MetadataStore:
             return self._index.usage(txn)
 
     def check(self) -> list[str]:
-        """Full consistency check: every entry's CRC, contiguous offsets, the partition counters,
-        the transactions and the file index recomputed from the logs.  Returns the problems found."""
+        """The problems a full check finds: entry CRCs, offsets, counters, transactions, the file index."""
         return check_store(
             self._views, catalog=self._catalog, log=self._log, epochs=self._epochs, index=self._index, txns=self._txns
         )
@@ -598,6 +596,9 @@ class MetadataStore:
     def partition_version(self, tp: TopicIdPartition) -> object:
         """A token (``is``) replaced by each write to the partition, once sequenced (copy on write)."""
         return self._reads.known_part(tp)
+
+    def partition_version_is(self, version: object) -> bool:  # still current (LogReader.version_is)
+        return self._reads.version_is(version)
 
     def read_log(
         self, tp: TopicIdPartition, from_offset: int, max_bytes: int, max_entries: int | None = None

@@ -329,6 +329,16 @@ class LogReader:
             raise KeyError(f"unknown partition {tp}")
         return part
 
+    def version_is(self, version: object) -> bool:
+        """Whether ``version`` (a :class:`Part`, ``partition_version``'s token)
+        is still the partition's state: a lookup by its own ``tp``, the
+        catalog's key, hits by identity, where another instance of the
+        partition is compared in Python (a leader asks for every quiet
+        partition of every replica fetch).  A ``readonly`` store: never."""
+        if not isinstance(version, Part) or self._readonly:
+            return False
+        return self._catalog.parts.get(version.tp) is version
+
     def read_log(
         self, tp: TopicIdPartition, from_offset: int, max_bytes: int, max_entries: int | None = None
     ) -> LogRead:
