@@ -95,8 +95,6 @@ def test_enable_switches_on_exactly_the_named_bugs() -> None:
 # (tests/sim/test_dst.py, INJECTED).
 FIRST_FAILING_SEED = {
     "walmgr_gate_without_commit_deadline": 1,
-    "walmgr_asks_only_leaders": 1,
-    "walmgr_skips_the_sweep": 1,
     # 14 before issue 30's rotation and follower appends, 2 at issue 30;
     # issue 33: seeds 1-5 pass already at 04d06b2, seed 10 fails.
     "acks_all_before_hwm": 10,
@@ -114,6 +112,15 @@ FIRST_FAILING_SEED = {
     # Issue 33: followers never get new entries; "producers still hold
     # records 70 s after the faults stopped" at t=90 s of seed 1.
     "quiet_lane_ignores_writes": 1,
+}
+# Bugs the simulation no longer finds within the seeds tried, and how that
+# was measured: not a pass, a gap to close (docs/design/dst.md).
+NOT_FOUND_IN_SEEDS = {
+    # Seed 1 at issue 29; at stop 49 (issue 33) seeds 1-24 pass with both
+    # switched on (seed 1 at stop 48's code too): the follower a leader-only
+    # check misses is rarely behind the leader's removal when walmgr asks.
+    "walmgr_asks_only_leaders": "seeds 1-24 pass (with walmgr_skips_the_sweep)",
+    "walmgr_skips_the_sweep": "seeds 1-24 pass (with walmgr_asks_only_leaders)",
 }
 # walmgr's two checks guard each other (issue 29): a bug in the leader
 # check is masked by the sweep, and the sweep is only needed when a footer
@@ -143,16 +150,14 @@ def test_each_injected_bug_states_whether_a_few_seeds_find_it() -> None:
         | TIERING_NOT_FOUND.keys()
         | REASSIGN_NOT_FOUND.keys()
     )
-    assert FIRST_FAILING_SEED.keys() | other_modes == injected_bugs.KNOWN.keys()
+    assert FIRST_FAILING_SEED.keys() | NOT_FOUND_IN_SEEDS.keys() | other_modes == injected_bugs.KNOWN.keys()
     found_within_few = sorted(name for name, seed in FIRST_FAILING_SEED.items() if seed <= FEW_SEEDS)
     assert found_within_few == [
         "follower_ack_before_journal_sync",
         "quiet_lane_ignores_writes",
         "replica_session_keeps_old_items",
         "rotation_leaves_idle_file_open",
-        "walmgr_asks_only_leaders",
         "walmgr_gate_without_commit_deadline",
-        "walmgr_skips_the_sweep",
     ]
     assert FOUND_WITH.keys() <= injected_bugs.KNOWN.keys() and set(FOUND_WITH.values()) <= injected_bugs.KNOWN.keys()
     # The one CI checks with a seed (tests/sim/test_dst.py) is one of those,
