@@ -55,7 +55,9 @@ def _fetchers(store: MetadataStore, following: dict[TopicIdPartition, FollowedPa
     )
 
 
-def _fresh(fetchers: ReplicaFetchers, followed: dict[TopicIdPartition, FollowedPartition]) -> list[ReplicaFetchPartition]:
+def _fresh(
+    fetchers: ReplicaFetchers, followed: dict[TopicIdPartition, FollowedPartition]
+) -> list[ReplicaFetchPartition]:
     """The items a build from scratch makes (copies: the kept ones stay)."""
     return fetchers._fetch_request({tp: dataclasses.replace(f, built=None) for tp, f in followed.items()})
 
