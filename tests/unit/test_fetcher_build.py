@@ -12,10 +12,8 @@ a divergence, the follower truncates again, nothing changes).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,35 +22,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from partlog.kafka.records import TopicIdPartition
-from partlog.replication.config import ReplicationConfig
 from partlog.replication.fetcher import ReplicaFetchers
 from partlog.replication.partition import FollowedPartition
-from partlog.replication.stats import ReplicationStats
 from partlog.rpc.wire import ReplicaFetchPartition
 from partlog.store import MetadataStore
 from tests.clock import Clock
+from tests.unit.test_replica_segments import fetchers_of
 from tests.unit.test_store_replication import T0, commit1, open_store, plain, topic
 
 LEADER = 1
-
-
-def _fetchers(store: MetadataStore, following: dict[TopicIdPartition, FollowedPartition]) -> ReplicaFetchers:
-    async def unused(_broker_id: int) -> Any:
-        raise AssertionError("no fetch is sent here")
-
-    return ReplicaFetchers(
-        2,
-        store,
-        ReplicationConfig(),
-        ReplicationStats(),
-        following,
-        asyncio.Lock(),
-        client=unused,
-        drop_client=unused,
-        on_data=lambda: None,
-        metadata_changed=asyncio.Event,
-        monotonic=time.monotonic,
-    )
 
 
 def _fresh(
@@ -80,7 +58,7 @@ def test_an_unchanged_partition_sends_its_last_item_without_reading_its_epoch(
     with open_store(tmp_path / "s", Clock(T0)) as store:
         a, b = topic([store], partitions=2)
         followed = {a: FollowedPartition(LEADER, 0), b: FollowedPartition(LEADER, 0)}
-        fetchers = _fetchers(store, followed)
+        fetchers = fetchers_of(store, followed)
         reads = _counting_epoch_reads(store, monkeypatch)
         first = fetchers._fetch_request(followed)
         assert reads == [2]
@@ -97,7 +75,7 @@ def test_a_truncation_at_the_log_end_that_drops_an_empty_epoch_is_seen(tmp_path:
         [tp] = topic([store])
         commit1(store, tp, plain())
         followed = {tp: FollowedPartition(LEADER, 0)}
-        fetchers = _fetchers(store, followed)
+        fetchers = fetchers_of(store, followed)
         store.set_leader_epoch(tp, 3)  # led once, wrote nothing
         assert fetchers._fetch_request(followed)[0].last_fetched_epoch == 3
         store.truncate_to(tp, store.log_end_offset(tp))  # the new leader's divergence answer
@@ -129,7 +107,7 @@ def test_every_item_is_the_one_a_build_from_scratch_makes(ops: list[tuple[str, i
     ):
         tps = topic([store], partitions=2)
         followed = {tp: FollowedPartition(LEADER, 0) for tp in tps}
-        fetchers = _fetchers(store, followed)
+        fetchers = fetchers_of(store, followed)
         leader_epochs = [0, 0]
         for op, i, v in ops:
             tp = tps[i]
