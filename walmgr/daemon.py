@@ -660,7 +660,7 @@ class Walmgr:
             decision = Decision([], decision.referenced, doubt)
         return decision
 
-    async def _sweep(self, decision: Decision, deleted_topics: frozenset[str]) -> Decision:
+    async def _sweep(self, decision: Decision, deleted_topic_keys: frozenset[str]) -> Decision:
         """Every listed broker asked about the keys ``decision`` would
         delete (``walmgr.decide.sweep``): one ``keys_referenced`` RPC per
         broker and round, split at CHECKS_PER_RPC_MAX keys."""
@@ -670,10 +670,10 @@ class Walmgr:
         keys = decision.delete
         answers = await asyncio.gather(*(self._asker.keys_referenced(b, keys) for b in live))
         live_after = [b.broker_id for b in self.metadata.brokers()]
-        out = sweep(decision, live, dict(zip(live, answers, strict=True)), live_after, deleted_topics)
+        out = sweep(decision, live, dict(zip(live, answers, strict=True)), live_after, deleted_topic_keys)
         caught = [k for k in keys if k in out.referenced and k not in decision.referenced]
         for k in caught[:10]:
-            if k in deleted_topics:
+            if k in deleted_topic_keys:
                 # Expected: brokers drop a deleted topic's logs on their own time.
                 log.info("walmgr kept key=%s: %s", k, out.referenced[k])
             else:

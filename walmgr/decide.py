@@ -203,7 +203,7 @@ def sweep(
     live: Sequence[int],
     answers: Mapping[int, Set[str] | str],
     live_after: Sequence[int],
-    deleted_topics: Set[str] = frozenset(),
+    deleted_topic_keys: Set[str] = frozenset(),
 ) -> Decision:
     """Every live broker's word on the keys ``decision`` would delete
     (issue 29: no single wrong footer may cause a deletion).  ``live`` are
@@ -213,7 +213,7 @@ def sweep(
     answers were in.  A key any broker references is kept as referenced;
     every key is kept when a broker did not answer, when nobody was asked,
     or when the brokers listed changed meanwhile (one that joined was not
-    asked).  ``deleted_topics``: the keys whose every partition is a
+    asked).  ``deleted_topic_keys``: the keys whose every partition is a
     deleted topic's (no leader was asked): a broker that references one
     has not dropped those logs yet, which is expected for a while."""
     if not decision.delete or injected_bugs.on("walmgr_skips_the_sweep"):
@@ -242,7 +242,7 @@ def sweep(
                 referenced.setdefault(
                     k,
                     f"broker {b} references it (it has not dropped its deleted topics' logs yet)"
-                    if k in deleted_topics
+                    if k in deleted_topic_keys
                     else f"broker {b} references it (its footer did not name that partition)",
                 )
     return Decision([k for k in decision.delete if k not in referenced], referenced, doubt)

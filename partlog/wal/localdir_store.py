@@ -204,6 +204,8 @@ class LocalDirStore:
                 # Wholly before start_after, file or directory: they differ
                 # inside ``kb``, so ``kb + b"/"`` sorts before it too.
                 continue
+            if not (kb.startswith(prefix) or prefix.startswith(kb)):
+                continue  # outside the prefix, file or directory, likewise: no stat
             try:
                 st = os.lstat(os.path.join(path, name))
             except OSError:

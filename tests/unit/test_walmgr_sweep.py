@@ -64,7 +64,7 @@ def test_a_deleted_topics_key_a_broker_still_holds_says_so() -> None:
     still holds it.  That is expected, not a wrong footer: the reason says
     which (the conformance run's log warned of 54 "wrong footers")."""
     before = Decision(["wal/deleted", "wal/live"], {}, {})
-    out = sweep(before, [1], {1: frozenset({"wal/deleted", "wal/live"})}, [1], deleted_topics={"wal/deleted"})
+    out = sweep(before, [1], {1: frozenset({"wal/deleted", "wal/live"})}, [1], deleted_topic_keys={"wal/deleted"})
     assert out.delete == []
     assert "not dropped its deleted topics' logs" in out.referenced["wal/deleted"]
     assert "footer did not name" in out.referenced["wal/live"]
