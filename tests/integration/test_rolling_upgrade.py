@@ -53,9 +53,12 @@ PARTITIONS = 3
 BROKERS = {1: "az1", 2: "az2", 3: "az3"}
 OLD_BROKERS = (1, 3)  # broker 2 runs this tree's code from the start
 RECORDS_BEFORE = 150  # per producer, before the upgrade
-# Per producer while the old brokers restart: until they are all back, at
-# most this many.
-RECORDS_DURING_MAX = 3000
+# Per producer from the upgrade's start until the controller's upgrade is
+# done and the test says stop: at most this many.  At 10 ms apart that is
+# over 200 s, beyond the test's timeout: a bound, not a stop.  (3000 ran out
+# on a slow CI machine before the controller restarted, and "producers under
+# way after the controller's upgrade" waited for sends that never came.)
+RECORDS_DURING_MAX = 20_000
 WAIT_S = 60.0  # bound on any one wait; none is expected to come near it
 SESSION_TIMEOUT_MS = 3000
 OLD_MS = 3_600_000  # orphans this old are past walmgr's age gate
@@ -278,9 +281,16 @@ def _topic_id(admin: Any) -> uuid.UUID:
     return uuid.UUID(int=msb << 64 | lsb)
 
 
-def _more_sent(producers: Producers, records: int) -> Callable[[], bool]:
+def _more_sent(producers: Producers, records: int, threads: list[threading.Thread]) -> Callable[[], bool]:
     before = producers.sent
-    return lambda: producers.sent >= before + records
+
+    def check() -> bool:
+        if producers.sent >= before + records:
+            return True
+        assert any(t.is_alive() for t in threads), f"the producers stopped after {producers.sent} records"
+        return False
+
+    return check
 
 
 @pytest.fixture
@@ -328,7 +338,7 @@ def test_rolling_upgrade_from_the_previous_release_loses_and_duplicates_nothing(
     # The upgrade, one old broker at a time, while every producer sends.
     threads = producers.all(RECORDS_BEFORE, RECORDS_DURING_MAX, pause_s=0.01)
     for b in OLD_BROKERS:
-        _wait("producers under way", _more_sent(producers, 30))
+        _wait("producers under way", _more_sent(producers, 30, threads))
         cluster.stop(f"broker-{b}")
         cluster.start_broker(b, old=False)
         _wait(f"broker {b} back in every ISR", _fully_replicated(admin))
@@ -336,7 +346,7 @@ def test_rolling_upgrade_from_the_previous_release_loses_and_duplicates_nothing(
     # The controller last: the brokers' sessions and metadata polls move to it.
     cluster.stop("controller")
     cluster.start_controller(old=False)
-    _wait("producers under way after the controller's upgrade", _more_sent(producers, 30))
+    _wait("producers under way after the controller's upgrade", _more_sent(producers, 30, threads))
     _wait("every partition led and in sync", _fully_replicated(admin))
     producers.stop.set()
     _join(threads)
