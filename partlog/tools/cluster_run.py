@@ -50,14 +50,15 @@ async def run(
     opts: ClusterOptions,
     progress: Callable[[str], None] | None = None,
     *,
-    ready: Callable[[str, str], None] | None = None,
+    ready: Callable[[str, str, dict[str, str]], None] | None = None,
     serve_until: asyncio.Event | None = None,
 ) -> dict[str, Any]:
     """Run the cluster, produce, verify; the report.  Without ``data_dir``
     everything lives in a temporary directory, removed at the end.
 
-    ``ready`` is called with the Kafka bootstrap servers and the brokers'
-    RPC addresses (partlog's own client) once every listener accepts.
+    ``ready`` is called with the Kafka bootstrap servers (the first
+    listener's), the brokers' RPC addresses (partlog's own client) and
+    each listener's bootstrap servers by name, once every listener accepts.
     With ``serve_until`` the cluster runs no load of its own: it serves
     outside clients until the event is set, then stops."""
     temporary = opts.data_dir is None
@@ -75,7 +76,7 @@ async def _run_in(
     opts: ClusterOptions,
     data_dir: str,
     progress: Callable[[str], None] | None,
-    ready: Callable[[str, str], None] | None = None,
+    ready: Callable[[str, str, dict[str, str]], None] | None = None,
     serve_until: asyncio.Event | None = None,
 ) -> dict[str, Any]:
     objects: ObjectStore = (
@@ -94,7 +95,11 @@ async def _run_in(
         if mgr is not None:
             mgr.metadata = cluster.admin
         if ready is not None and cluster.kafka_ports:
-            ready(cluster.kafka_bootstrap(), ",".join(f"{h}:{p}" for h, p in cluster.bootstrap()))
+            ready(
+                cluster.kafka_bootstrap(),
+                ",".join(f"{h}:{p}" for h, p in cluster.bootstrap()),
+                cluster.kafka_bootstraps(),
+            )
         if serve_until is not None:
             runner = asyncio.ensure_future(mgr.run()) if mgr is not None else None
             await serve_until.wait()

@@ -46,6 +46,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO
 
+from partlog.tools.conformance_security import SECURE_SCENARIOS, SecuritySetupError, prepare, secure_bootstrap
+
 logger = logging.getLogger(__name__)
 
 RDKAFKA_VERSION = "2.15.1"
@@ -90,6 +92,11 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
     # partlog's own, not the suite's: the default scenario on a cluster that
     # commits WAL files every 50 ms, for the tests in LOW_LATENCY.
     "lowlatency": ("--commit-interval-ms=50",),
+    # partlog's own too, as trivup's --ssl and --sasl runs of the suite: the
+    # tests get an SSL listener (certificates in SSL_* variables) or a
+    # SASL_PLAINTEXT one and a SCRAM user (partlog.tools.conformance_security).
+    "ssl": (),
+    "sasl": (),
 }
 # Tests whose timeouts assume Kafka's produce round trip of a millisecond or
 # so: 0129 sends 112 requests one at a time within 30 s, while an acks=all
@@ -97,8 +104,16 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
 # one per commit interval (4 a second at partlog cluster's 250 ms).  They
 # run in the suite's default scenario, on a cluster committing every 50 ms.
 LOW_LATENCY: frozenset[str] = frozenset({"0129"})
+# Tests that need an SSL or SASL listener: they run in the suite's default
+# scenario on a cluster of that partlog scenario.
+SECURITY_TESTS: dict[str, str] = {"0097": "ssl", "0135": "sasl", "0142": "sasl"}
 # The suite scenario a partlog scenario runs the tests in (TEST_SCENARIO).
-SUITE_SCENARIO = {"lowlatency": "default"}
+SUITE_SCENARIO = {"lowlatency": "default", "ssl": "default", "sasl": "default"}
+# Tests run with the suite's SUBTESTS filter (a substring of the sub-test
+# names "function:line: ..."), and why: the rest of them is out of scope.
+SUBTESTS: dict[str, tuple[str, str]] = {
+    "0135": ("do_test:", "its share-consumer sub-tests (KIP-932, out of scope) left out"),
+}
 
 # Broker-backed tests that need what partlog leaves out on purpose (the
 # suite's own skips, SSL/SASL/version gates, come from the runner itself).
@@ -128,7 +143,7 @@ NOT_APPLICABLE: dict[str, str] = {
 # and admin (docs/design/conformance.md gives their times).
 SUBSETS: dict[str, tuple[str, ...]] = {
     "ci": ("0001", "0002", "0003", "0005", "0007", "0008", "0011", "0012", "0013", "0014", "0017", "0019",
-           "0021", "0022", "0029", "0031", "0034", "0035", "0036", "0039", "0040", "0044", "0048"),
+           "0021", "0022", "0029", "0031", "0034", "0035", "0036", "0039", "0040", "0044", "0048", "0097", "0135"),
 }  # fmt: skip
 
 
@@ -216,6 +231,8 @@ def scenario_of(t: SuiteTest) -> str | None:
     """The first of a test's scenarios a partlog cluster can be started for
     (``lowlatency`` for a default-scenario test in LOW_LATENCY)."""
     found = next((sc for sc in t.scenario.split(",") if sc in SCENARIOS and sc not in SUITE_SCENARIO), None)
+    if found == "default" and t.number in SECURITY_TESTS:
+        return SECURITY_TESTS[t.number]
     return "lowlatency" if found == "default" and t.number in LOW_LATENCY else found
 
 
@@ -336,7 +353,7 @@ def build(src: Path, log: Path, say: IO[str]) -> float:
 class Cluster:
     """``partlog cluster --serve`` in its own process group."""
 
-    def __init__(self, log_dir: Path, scenario: str) -> None:
+    def __init__(self, log_dir: Path, scenario: str, flags: Sequence[str] = ()) -> None:
         self.data_dir = Path(tempfile.mkdtemp(prefix="partlog-conformance-"))
         self.log = (log_dir / f"partlog-cluster-{scenario}.log").open("w")
         cmd = [
@@ -360,19 +377,30 @@ class Cluster:
             "--authorizer",
             "--allow-everyone-if-no-acl-found",
             *SCENARIOS[scenario],
+            *flags,
         ]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True)
+        # The first listener's bootstrap servers, and each listener's by name.
+        self.bootstraps: dict[str, str] = {}
         self.bootstrap = self._await_bootstrap()
 
     def _await_bootstrap(self) -> str:
+        """Reads ``bootstrap: ...`` and ``bootstrap NAME: ...`` up to the
+        ``rpc:`` line that follows them."""
         assert self.proc.stdout is not None
         deadline = time.monotonic() + CLUSTER_START_S_MAX
+        first = ""
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline()
             if not line:
                 break
-            if line.startswith("bootstrap: "):
-                return line.split(" ", 1)[1].strip()
+            head, _, value = line.partition(": ")
+            if head == "bootstrap":
+                first = value.strip()
+            elif head.startswith("bootstrap "):
+                self.bootstraps[head.split(" ", 1)[1]] = value.strip()
+            elif head == "rpc" and first:
+                return first
         self.stop()
         raise ConformanceError(f"partlog cluster --serve printed no bootstrap servers; see {self.log.name}")
 
@@ -408,7 +436,14 @@ def kafka_path(log_dir: Path) -> Path:
 
 
 def run_number(
-    src: Path, number: str, scenario: str, conf: Path, bootstrap: str, cap_s: float, log: Path
+    src: Path,
+    number: str,
+    scenario: str,
+    conf: Path,
+    bootstrap: str,
+    cap_s: float,
+    log: Path,
+    extra_env: dict[str, str] | None = None,
 ) -> tuple[str, float]:
     """Runs every entry of one test number under ``cap_s`` seconds; its
     output and the seconds it took.  Over its cap the runner is killed and
@@ -423,8 +458,11 @@ def run_number(
             "BROKERS": bootstrap,
             "RDKAFKA_TEST_CONF": str(conf),
             "LD_LIBRARY_PATH": f"{src / 'src'}:{src / 'src-cpp'}",
+            **(extra_env or {}),
         }
     )
+    if number in SUBTESTS:
+        env["SUBTESTS"] = SUBTESTS[number][0]
     t0 = time.monotonic()
     with log.open("w") as out:
         proc = subprocess.Popen(
@@ -522,11 +560,18 @@ def run_suite(
         if stop_reason:
             rows += [Row(t.name, "fail", 0.0, stop_reason) for _, ts in todo for t in ts]
             continue
-        cluster = Cluster(log_dir, scenario)
+        secure = prepare(scenario, log_dir / f"{scenario}-security") if scenario in SECURE_SCENARIOS else None
+        cluster = Cluster(log_dir, scenario, secure.cluster_flags if secure else ())
         try:
+            bootstrap = secure_bootstrap(cluster.bootstraps, secure) if secure else cluster.bootstrap
             conf = log_dir / f"test-{scenario}.conf"
-            conf.write_text(f"metadata.broker.list={cluster.bootstrap}\nbroker.address.family=v4\n")
-            print(f"conformance: scenario {scenario}: partlog at {cluster.bootstrap}; logs in {log_dir}", file=say)
+            lines = [
+                f"metadata.broker.list={bootstrap}",
+                "broker.address.family=v4",
+                *(secure.conf_lines if secure else ()),
+            ]
+            conf.write_text("\n".join(lines) + "\n")
+            print(f"conformance: scenario {scenario}: partlog at {bootstrap}; logs in {log_dir}", file=say)
             for number, entries in todo:
                 if not stop_reason and not cluster.alive():
                     stop_reason = "not run: the partlog cluster exited"
@@ -538,8 +583,11 @@ def run_suite(
                 cap = cap_for(number, cap_s, deadline - time.monotonic())
                 log = log_dir / (f"{number}.log" if scenario == "default" else f"{number}-{scenario}.log")
                 test_conf = conf_for(number, conf)
-                output, secs = run_number(src, number, scenario, test_conf, cluster.bootstrap, cap, log)
+                env = secure.env if secure else None
+                output, secs = run_number(src, number, scenario, test_conf, bootstrap, cap, log, env)
                 for row in rows_of(entries, output, secs):
+                    if number in SUBTESTS and row.result == "pass":
+                        row = Row(row.test, row.result, row.seconds, SUBTESTS[number][1])
                     rows.append(row)
                     print(f"conformance: {row.test:<48} {row.result:<4} {row.seconds:7.1f}s {row.reason}", file=say)
                 if not keep_going and any(r.result == "fail" for r in rows):
@@ -622,7 +670,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         t0 = time.monotonic()
         rows = run_suite(src, tests, args.cap_s, args.total_s, args.keep_going, log_dir, say)
         run_s = time.monotonic() - t0
-    except (ConformanceError, OSError) as e:
+    except (ConformanceError, SecuritySetupError, OSError) as e:
         if args.debug:
             raise
         print(f"scripts/conformance: {e}", file=sys.stderr)

@@ -380,6 +380,14 @@ class LocalCluster:
         """Kafka clients' bootstrap.servers: every broker's Kafka listener."""
         return ",".join(f"127.0.0.1:{self.kafka_ports[b]}" for b in sorted(self.kafka_ports))
 
+    def kafka_bootstraps(self) -> dict[str, str]:
+        """Each listener's bootstrap.servers, by its name (its protocol)."""
+        out: dict[str, list[str]] = {}
+        for b in sorted(self.kafka_listeners):
+            for spec in self.kafka_listeners[b]:
+                out.setdefault(spec.name, []).append(f"{spec.host}:{spec.port}")
+        return {name: ",".join(addresses) for name, addresses in out.items()}
+
     def bootstrap(self, az: str | None = None) -> list[tuple[str, int]]:
         """Live brokers' addresses, those in ``az`` first."""
         infos = sorted(self.layout.brokers(), key=lambda b: (b.az != az, b.broker_id))

@@ -54,3 +54,21 @@ def test_controller_and_topics_with_bad_arguments(tmp_path: Path, capsys: pytest
     with pytest.raises(SystemExit) as ei:
         main(["cluster", "--kill-broker-every", "-1"])
     assert ei.value.code == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--kafka-protocols", "PLAINTEXT,FOO"], "--kafka-protocols: 'FOO' is not a security protocol"),
+        (["--kafka-protocols", "SSL,ssl"], "--kafka-protocols: SSL is named twice"),
+        (["--kafka-protocols", "SSL"], "listener SSL://127.0.0.1:0: needs TLS files"),
+        (["--kafka-ssl-cert", "/nonexistent/c.pem"], "--kafka-ssl-cert and --kafka-ssl-key go together"),
+        (["--kafka-sasl-mechanisms", "GSSAPI"], "sasl.enabled.mechanisms GSSAPI: each one of"),
+    ],
+)
+def test_cluster_refuses_bad_kafka_listener_flags(
+    args: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["cluster", "--serve", *args]) == 2  # before any broker starts
+    err = capsys.readouterr().err
+    assert said in err and err.count("\n") == 1 and "Traceback" not in err, err

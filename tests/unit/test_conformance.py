@@ -25,6 +25,7 @@ from partlog.tools.conformance import (
     select,
     static_reason,
 )
+from partlog.tools.conformance_security import SECURE_SCENARIOS, prepare
 
 TEST_C = """
 #define _TEST(NAME, FLAGS, ...) { .name = #NAME }
@@ -166,3 +167,38 @@ def test_a_number_with_a_timeout_multiplier_gets_its_own_conf(tmp_path: Path) ->
     own = conf_for("0081", conf)
     assert own != conf and own.read_text() == conf.read_text() + "test.timeout.multiplier=3\n"
     assert conf.read_text() == "metadata.broker.list=127.0.0.1:9092\n"
+
+
+def test_the_ssl_and_sasl_tests_run_on_a_cluster_of_their_own_scenario() -> None:
+    table = """struct test tests[] = {
+    _TEST(0097_ssl_verify, 0),
+    _TEST(0097_ssl_verify_local, TEST_F_LOCAL),
+    _TEST(0135_sasl_credentials, 0),
+    _TEST(0142_reauthentication, 0, TEST_BRKVER(2, 2, 0, 0)),
+    {NULL}};"""
+    tests = {t.name: t for t in parse_suite(table)}
+    assert scenario_of(tests["0097_ssl_verify"]) == "ssl"
+    assert scenario_of(tests["0135_sasl_credentials"]) == "sasl"
+    assert scenario_of(tests["0142_reauthentication"]) == "sasl"
+    assert all(static_reason(tests[n]) is None for n in ("0097_ssl_verify", "0135_sasl_credentials"))
+    assert static_reason(tests["0097_ssl_verify_local"]) is not None
+    # They run in the suite's default scenario (TEST_SCENARIO), with the
+    # listener their partlog scenario gives them.
+    assert SUITE_SCENARIO["ssl"] == SUITE_SCENARIO["sasl"] == "default"
+    assert SECURE_SCENARIOS == {"ssl": "SSL", "sasl": "SASL_PLAINTEXT"}
+
+
+def test_the_ssl_scenario_makes_every_file_the_suite_names(tmp_path: Path) -> None:
+    secure = prepare("ssl", tmp_path)
+    for name in ("SSL_ca_pem", "SSL_ca_der", "SSL_all_cas_pem", "SSL_pub_pem", "SSL_pub_der", "SSL_priv_pem",
+                 "SSL_priv_der", "SSL_pkcs"):  # fmt: skip
+        assert Path(secure.env[name]).is_file(), name
+    assert secure.env["SSL_client_auth"] == "required"
+    assert Path(secure.env["SSL_all_cas_pem"]).read_text().count("BEGIN CERTIFICATE") == 2
+    assert "ENCRYPTED" in Path(secure.env["SSL_priv_pem"]).read_text()  # ssl.key.password opens it
+    assert f"ssl.key.password={secure.env['SSL_password']}" in secure.conf_lines
+    assert "--kafka-ssl-client-auth=required" in secure.cluster_flags
+    sasl = prepare("sasl", tmp_path)
+    assert sasl.user is not None and f"sasl.password={sasl.user[1]}" in sasl.conf_lines
+    with pytest.raises(ValueError):
+        prepare("default", tmp_path)

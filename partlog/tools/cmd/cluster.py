@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from partlog.tools.cmd.acls import add_authorizer_flags, authorizer_config
 from partlog.tools.cmd.common import progress_printer
 from partlog.tools.cmd.flags import non_negative_float, non_negative_int, positive_float, positive_int
+from partlog.tools.cmd.kafka_listeners import add_security_args
 from partlog.util import gc_pauses
 
 if TYPE_CHECKING:
@@ -144,6 +145,17 @@ def add_parser(sub: Subparsers) -> None:
         "Kafka listeners, whose anonymous clients stay under the ACLs); a Kafka admin client of --super-users "
         "manages the ACLs (CreateAcls)",
     )
+    g = cl.add_argument_group("Kafka listeners (each broker gets one per protocol, on a free port)")
+    g.add_argument(
+        "--kafka-protocols",
+        default="PLAINTEXT",
+        metavar="PROTOCOL[,...]",
+        help="the security protocols of every broker's Kafka listeners: PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL "
+        "(default PLAINTEXT); the first one's addresses are printed as 'bootstrap:', each one's as "
+        "'bootstrap PROTOCOL:'. SASL users are partlog users (partlog users, or a Kafka admin client's "
+        "AlterUserScramCredentials), kept by the controller or etcd",
+    )
+    add_security_args(g)
     cl.add_argument("--seed", type=int, default=0, help="seed for partition choice (default 0)")
     cl.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -167,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
         {} if args.broker_session_timeout_ms is None else {"broker_session_timeout_ms": args.broker_session_timeout_ms}
     )
     try:
+        protocols, security = _kafka_listeners(args)
         opts = ClusterOptions(
             azs=args.azs,
             brokers_per_az=args.brokers_per_az,
@@ -193,6 +206,8 @@ def run(args: argparse.Namespace) -> int:
             tiering_segment_bytes=args.tiering_segment_bytes,
             num_partitions=args.num_partitions,
             auto_create_topics=not args.no_auto_create,
+            kafka_protocol=protocols,
+            kafka_security=security,
             **session,
         )
     except ValueError as e:
@@ -202,12 +217,14 @@ def run(args: argparse.Namespace) -> int:
     progress = progress_printer(args)
     from partlog.wal.objectstore import ObjectStoreError
 
-    def ready(bootstrap: str, rpc: str) -> None:
+    def ready(bootstrap: str, rpc: str, listeners: dict[str, str]) -> None:
         # On stdout for scripts (stderr with --json, whose stdout is one
         # JSON object): the Kafka listeners accept from now on.  The RPC
         # addresses are for partlog's own client.
         out = sys.stderr if args.json else sys.stdout
         print(f"bootstrap: {bootstrap}", file=out, flush=True)
+        for protocol, servers in listeners.items():
+            print(f"bootstrap {protocol}: {servers}", file=out, flush=True)
         print(f"rpc: {rpc}", file=out, flush=True)
 
     async def main() -> dict[str, Any]:
@@ -237,3 +254,28 @@ def run(args: argparse.Namespace) -> int:
         print_report(result)
     ok = result["records_lost"] == 0 and result["records_duplicated"] == 0 and result["order_violations"] == 0
     return 0 if ok else 1
+
+
+def _kafka_listeners(args: argparse.Namespace) -> tuple[str, Any]:
+    """--kafka-protocols, checked (ValueError: one line), and the listeners'
+    security from its flags."""
+    from partlog.kafka_front.listeners import ListenerConfigError, ListenerSpec, SecurityProtocol
+    from partlog.tools.cmd.kafka_listeners import security_config
+
+    names = [p.strip().upper() for p in args.kafka_protocols.split(",")]
+    known = ", ".join(p.value for p in SecurityProtocol)
+    specs: list[ListenerSpec] = []
+    for name in names:
+        try:
+            protocol = SecurityProtocol(name)
+        except ValueError:
+            raise ValueError(f"--kafka-protocols: {name!r} is not a security protocol (one of {known})") from None
+        if any(s.protocol is protocol for s in specs):
+            raise ValueError(f"--kafka-protocols: {name} is named twice")
+        specs.append(ListenerSpec(protocol, "127.0.0.1", 0))
+    try:
+        security = security_config(args)
+        security.check(tuple(specs))
+    except ListenerConfigError as e:
+        raise ValueError(str(e)) from None
+    return ",".join(names), security

@@ -47,6 +47,12 @@ def add_listener_args(p: argparse.ArgumentParser) -> None:
         metavar="NAME://HOST:PORT[,...]",
         help="advertised.listeners: the address clients are told for a listener (default: the listener's own)",
     )
+    add_security_args(g)
+
+
+def add_security_args(g: argparse._ActionsContainer) -> None:
+    """The flags of the listeners' TLS files and SASL (``partlog broker``
+    and ``partlog cluster``)."""
     g.add_argument("--kafka-ssl-cert", default=None, metavar="FILE", help="SSL/SASL_SSL listeners' certificate (PEM)")
     g.add_argument("--kafka-ssl-key", default=None, metavar="FILE", help="its private key (PEM)")
     g.add_argument("--kafka-ssl-ca", default=None, metavar="FILE", help="CA that client certificates must chain to")
@@ -89,6 +95,14 @@ def listener_config(args: argparse.Namespace) -> tuple[tuple[ListenerSpec, ...],
     specs = parse_listeners(args.listeners, protocol_map) if args.listeners is not None else ()
     if args.advertised_listeners is not None:
         specs = parse_advertised(args.advertised_listeners, specs)
+    security = security_config(args)
+    security.check(specs)
+    return specs, security
+
+
+def security_config(args: argparse.Namespace) -> ListenerSecurity:
+    """The listeners' security from :func:`add_security_args`' flags;
+    ListenerConfigError (exit 2) names a bad one."""
     tls = None
     if args.kafka_ssl_cert or args.kafka_ssl_key:
         if not (args.kafka_ssl_cert and args.kafka_ssl_key):
@@ -97,14 +111,12 @@ def listener_config(args: argparse.Namespace) -> tuple[tuple[ListenerSpec, ...],
             args.kafka_ssl_cert, args.kafka_ssl_key, args.kafka_ssl_ca or "", ClientAuth(args.kafka_ssl_client_auth)
         )
         tls.context()  # the files load, or one line now
-    security = ListenerSecurity(
+    return ListenerSecurity(
         tls=tls,
         principal_rules=args.kafka_ssl_principal_mapping_rules,
         sasl_mechanisms=tuple(m.strip() for m in args.kafka_sasl_mechanisms.split(",") if m.strip()),
         auth_deadline_ms=args.kafka_auth_deadline_ms,
     )
-    security.check(specs)
-    return specs, security
 
 
-__all__ = ["ListenerConfigError", "add_listener_args", "listener_config"]
+__all__ = ["ListenerConfigError", "add_listener_args", "add_security_args", "listener_config", "security_config"]

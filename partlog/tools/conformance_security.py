@@ -1,0 +1,204 @@
+"""The SSL and SASL scenarios of ``scripts/conformance`` (partlog.tools.conformance):
+what trivup, the suite's own cluster tool, sets up for them, made here.
+
+* ``ssl``: a test CA, a broker certificate for 127.0.0.1 and a client's
+  key and certificate in every encoding the suite's 0097 reads (PEM, DER,
+  PKCS#12), in the ``SSL_*`` variables trivup's LibrdkafkaTestApp sets; the
+  brokers' only Kafka listener is SSL with ``ssl.client.auth=required``.
+* ``sasl``: a SASL_PLAINTEXT listener (SCRAM-SHA-512) beside a PLAINTEXT
+  one, and a SCRAM user made through the PLAINTEXT listener with Kafka's
+  AlterUserScramCredentials, as a Kafka operator would; the tests get the
+  SASL listener and that user's name and password in ``test.conf``.
+
+Certificates are made with the openssl command (as partlog's other test
+certificates); they live one day, in the run's log directory.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# The protocol of the listener each secure scenario's tests connect to.
+SECURE_SCENARIOS = {"ssl": "SSL", "sasl": "SASL_PLAINTEXT"}
+SASL_MECHANISM = "SCRAM-SHA-512"
+SCRAM_ITERATIONS = 4096  # Kafka's least
+SCRAM_USER = "conformance"
+# How long the Kafka admin call that makes the user may take.
+USER_CREATE_TIMEOUT_S = 30.0
+
+_OPENSSL_CNF = """
+[req]
+distinguished_name = dn
+[dn]
+[ca]
+basicConstraints = critical, CA:TRUE
+keyUsage = critical, keyCertSign, cRLSign
+subjectKeyIdentifier = hash
+[server]
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = serverAuth
+subjectAltName = IP:127.0.0.1, DNS:localhost
+[client]
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = clientAuth
+"""
+
+
+class SecuritySetupError(Exception):
+    """A certificate or the SCRAM user could not be made (one line)."""
+
+
+@dataclass
+class Secure:
+    """One secure scenario: the cluster's extra flags, the test.conf lines
+    beyond the bootstrap servers, the runner's extra environment, and the
+    listener its tests use."""
+
+    listener: str
+    cluster_flags: tuple[str, ...] = ()
+    conf_lines: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    # sasl: the user to make once the cluster is up.
+    user: tuple[str, str] | None = None
+
+
+def _openssl(d: Path, *args: str) -> None:
+    r = subprocess.run(["openssl", *args], cwd=d, capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        tail = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise SecuritySetupError(f"openssl {args[0]} in {d}: {tail}")
+
+
+def make_suite_certs(d: Path, password: str) -> dict[str, str]:
+    """A CA, an unused second CA, a broker certificate and a client's key and
+    certificate under ``d``; the ``SSL_*`` variables naming them (trivup's
+    names: ``SSL_pkcs``, ``SSL_pub_pem``, ``SSL_priv_der``, ...)."""
+    if shutil.which("openssl") is None:
+        raise SecuritySetupError("the openssl command is needed to make the ssl scenario's certificates")
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "openssl.cnf").write_text(_OPENSSL_CNF)
+    key = ["-newkey", "rsa:2048", "-nodes"]
+    for ca in ("ca", "unused-ca"):
+        _openssl(d, "req", "-x509", "-config", "openssl.cnf", "-extensions", "ca", *key, "-keyout", f"{ca}.key",
+                 "-out", f"{ca}.pem", "-days", "1", "-subj", f"/CN=partlog conformance {ca}")  # fmt: skip
+    for name, serial in (("broker", "2"), ("client", "3")):
+        _openssl(d, "req", "-new", "-config", "openssl.cnf", *key, "-keyout", f"{name}-plain.key",
+                 "-out", f"{name}.csr", "-subj", f"/CN=partlog conformance {name}")  # fmt: skip
+        _openssl(d, "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-set_serial", serial,
+                 "-days", "1", "-extfile", "openssl.cnf", "-extensions", "server" if name == "broker" else "client",
+                 "-out", f"{name}.pem")  # fmt: skip
+    # The client's key as trivup makes it: PEM encrypted with the password
+    # (ssl.key.password), DER, and a PKCS#12 keystore holding the key, its
+    # certificate and the CA (0097 reads the CA from it too).
+    _openssl(d, "pkey", "-in", "client-plain.key", "-aes256", "-passout", f"pass:{password}", "-out", "client.key")
+    _openssl(d, "pkey", "-in", "client-plain.key", "-outform", "DER", "-out", "client-key.der")
+    _openssl(d, "x509", "-in", "client.pem", "-outform", "DER", "-out", "client.der")
+    _openssl(d, "x509", "-in", "ca.pem", "-outform", "DER", "-out", "ca.der")
+    _openssl(d, "pkcs12", "-export", "-inkey", "client-plain.key", "-in", "client.pem", "-certfile", "ca.pem",
+             "-passout", f"pass:{password}", "-out", "client.p12")  # fmt: skip
+    (d / "all-cas.pem").write_text((d / "ca.pem").read_text() + (d / "unused-ca.pem").read_text())
+    return {
+        "SSL_ca_pem": str(d / "ca.pem"),
+        "SSL_ca_der": str(d / "ca.der"),
+        "SSL_all_cas_pem": str(d / "all-cas.pem"),
+        "SSL_unused_ca_pem": str(d / "unused-ca.pem"),
+        "SSL_pub_pem": str(d / "client.pem"),
+        "SSL_pub_der": str(d / "client.der"),
+        "SSL_priv_pem": str(d / "client.key"),
+        "SSL_priv_der": str(d / "client-key.der"),
+        "SSL_pkcs": str(d / "client.p12"),
+        "SSL_password": password,
+        "SSL_client_auth": "required",
+    }
+
+
+def prepare(scenario: str, d: Path) -> Secure:
+    """The secure scenario's certificates or user (made under ``d``) and
+    what the cluster and the tests need of them."""
+    if scenario == "ssl":
+        password = secrets.token_hex(8)
+        env = make_suite_certs(d, password)
+        return Secure(
+            listener="SSL",
+            cluster_flags=(
+                "--kafka-protocols=SSL",
+                f"--kafka-ssl-cert={d / 'broker.pem'}",
+                f"--kafka-ssl-key={d / 'broker-plain.key'}",
+                f"--kafka-ssl-ca={d / 'ca.pem'}",
+                "--kafka-ssl-client-auth=required",
+            ),
+            conf_lines=(
+                "security.protocol=SSL",
+                f"ssl.ca.location={env['SSL_ca_pem']}",
+                f"ssl.certificate.location={env['SSL_pub_pem']}",
+                f"ssl.key.location={env['SSL_priv_pem']}",
+                f"ssl.key.password={password}",
+            ),
+            env=env,
+        )
+    if scenario == "sasl":
+        password = secrets.token_hex(12)
+        return Secure(
+            listener="SASL_PLAINTEXT",
+            cluster_flags=("--kafka-protocols=SASL_PLAINTEXT,PLAINTEXT", f"--kafka-sasl-mechanisms={SASL_MECHANISM}"),
+            conf_lines=(
+                "security.protocol=SASL_PLAINTEXT",
+                f"sasl.mechanisms={SASL_MECHANISM}",
+                f"sasl.username={SCRAM_USER}",
+                f"sasl.password={password}",
+            ),
+            user=(SCRAM_USER, password),
+        )
+    raise ValueError(f"no secure scenario {scenario!r}")
+
+
+def make_user(plaintext_bootstrap: str, user: str, password: str) -> None:
+    """The SCRAM user, made through the cluster's PLAINTEXT listener with
+    Kafka's AlterUserScramCredentials (confluent-kafka's admin client)."""
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient({"bootstrap.servers": plaintext_bootstrap, "broker.address.family": "v4"})
+    upsert = UserScramCredentialUpsertion(
+        user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS), password.encode()
+    )
+    try:
+        for f in admin.alter_user_scram_credentials([upsert]).values():
+            f.result(USER_CREATE_TIMEOUT_S)
+    except Exception as e:  # the client's KafkaException: one line
+        raise SecuritySetupError(f"AlterUserScramCredentials for {user} at {plaintext_bootstrap}: {e}") from None
+
+
+def secure_bootstrap(bootstraps: dict[str, str], secure: Secure) -> str:
+    """The secure listener's bootstrap servers (of ``bootstraps``, each
+    listener's by name), once the scenario's user, if any, is made."""
+    bootstrap = bootstraps.get(secure.listener)
+    if bootstrap is None:
+        raise SecuritySetupError(f"partlog cluster printed no {secure.listener} bootstrap servers")
+    if secure.user is not None:
+        plaintext = bootstraps.get("PLAINTEXT")
+        if plaintext is None:
+            raise SecuritySetupError("partlog cluster printed no PLAINTEXT bootstrap servers to make the user on")
+        make_user(plaintext, *secure.user)
+    return bootstrap
+
+
+__all__ = [
+    "SECURE_SCENARIOS",
+    "Secure",
+    "SecuritySetupError",
+    "make_suite_certs",
+    "make_user",
+    "prepare",
+    "secure_bootstrap",
+]
