@@ -24,6 +24,23 @@ longer) in the handshake, a PLAINTEXT or SSL listener's or an
 authenticated one, is answered ILLEGAL_SASL_STATE, as Kafka's KafkaApis.
 A connection that has not authenticated by the deadline is closed by the
 listener (its read loop asks :attr:`AuthGate.deadline`).
+
+Re-authentication (KIP-368), with ``connections.max.reauth.ms`` > 0, as
+Kafka's KafkaChannel and SaslServerAuthenticator:
+
+* a completed authentication answers ``session_lifetime_ms`` =
+  connections.max.reauth.ms (PLAIN and SCRAM credentials do not expire),
+  and the session expires that long after;
+* a request that arrives after its session expired closes the connection
+  without an answer (Kafka's expired-connections-killed), except
+* SaslHandshake on the authenticated connection, which begins a
+  re-authentication (at most one a second; a second one within it is
+  answered ILLEGAL_SASL_STATE, and the connection kept): the same mechanism
+  must follow (another enabled one is answered, then the next frame closes
+  the connection), then SaslAuthenticate only, under the auth deadline; it
+  must prove the same principal ("Cannot change principals during
+  re-authentication"), else SASL_AUTHENTICATION_FAILED and the connection
+  closes; success starts a new session.  Requests already being served go on.
 """
 
 from __future__ import annotations
@@ -43,6 +60,9 @@ log = logging.getLogger(__name__)
 
 SASL_HANDSHAKE_KEY = 17
 SASL_AUTHENTICATE_KEY = 36
+# Kafka's KafkaChannel.MIN_REAUTH_INTERVAL_ONE_SECOND_NANOS: a connection
+# begins at most one re-authentication a second.
+REAUTH_INTERVAL_MIN_S = 1.0
 # A request frame before authentication is at most this (Kafka's
 # sasl.server.max.receive.size bounds it at 512 KiB; a handshake or a SCRAM
 # token with its header fits in far less).
@@ -53,6 +73,7 @@ class Step(enum.Enum):
     SERVE = "serve"  # the listener's handlers answer it
     ANSWER = "answer"  # the gate answers it (``answer``)
     CLOSE = "close"  # close the connection, no answer
+    EXPIRED = "expired"  # the session expired (KIP-368): close, no answer
 
 
 class _State(enum.Enum):
@@ -60,6 +81,7 @@ class _State(enum.Enum):
     AUTHENTICATE = "authenticate"  # SaslAuthenticate only
     RAW = "raw"  # raw size-prefixed tokens (after SaslHandshake v0)
     DONE = "done"  # authenticated, or a listener without SASL
+    REAUTH_BAD_MECHANISM = "reauth_bad_mechanism"  # the next frame closes the connection
     FAILED = "failed"
 
 
@@ -67,7 +89,14 @@ class AuthGate:
     """One connection's authentication state.  ``sasl`` False: nothing to
     do but answer stray SASL requests ILLEGAL_SASL_STATE."""
 
-    def __init__(self, sasl: bool, security: ListenerSecurity, nonce: Callable[[], str], deadline: float) -> None:
+    def __init__(
+        self,
+        sasl: bool,
+        security: ListenerSecurity,
+        nonce: Callable[[], str],
+        deadline: float,
+        monotonic: Callable[[], float] | None = None,
+    ) -> None:
         self.security = security
         self._nonce = nonce
         self._state = _State.HANDSHAKE if sasl else _State.DONE
@@ -76,6 +105,19 @@ class AuthGate:
         self.deadline: float | None = deadline if sasl else None
         self.principal: str | None = None  # set once SASL completes
         self.close_after_answer = False
+        # KIP-368 (``monotonic``: the listener's clock, needed with
+        # connections.max.reauth.ms > 0).
+        self._monotonic = monotonic
+        self.mechanism: str | None = None  # of the session
+        self.session_expires: float | None = None  # monotonic seconds; None: never
+        self._reauth_started: float | None = None
+        # While re-authenticating: the session's mechanism and principal.
+        self._previous: tuple[str, str] | None = None
+        self.reauthentications = 0  # completed
+
+    def _now(self) -> float:
+        assert self._monotonic is not None, "connections.max.reauth.ms needs the listener's clock"
+        return self._monotonic()
 
     @property
     def authenticated(self) -> bool:
@@ -92,6 +134,17 @@ class AuthGate:
 
     def classify(self, req: Request) -> Step:
         key = req.api_key
+        if self._state is _State.DONE and self.session_expires is not None:
+            if key == SASL_HANDSHAKE_KEY and self._begin_reauthentication():
+                return Step.ANSWER
+            if self._now() > self.session_expires:
+                log.info("kafka listener: %s after its session expired: closing", req.api_name)
+                self._state = _State.FAILED
+                return Step.EXPIRED
+        if self._state is _State.REAUTH_BAD_MECHANISM:
+            log.info("kafka listener: re-authentication with another mechanism than %s: closing", self.mechanism)
+            self._state = _State.FAILED
+            return Step.CLOSE
         if key in (SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY):
             if self._state is _State.HANDSHAKE and key == SASL_AUTHENTICATE_KEY:
                 return self._refuse(req, "during SASL handshake")
@@ -103,6 +156,21 @@ class AuthGate:
                 return Step.SERVE
             return self._refuse(req, "during SASL handshake")
         return Step.ANSWER  # ILLEGAL_SASL_STATE, then closed
+
+    def _begin_reauthentication(self) -> bool:
+        """A SaslHandshake on the authenticated connection: begin a
+        re-authentication, unless one began less than a second ago (Kafka's
+        MIN_REAUTH_INTERVAL; the handshake is then answered as any other
+        after authentication)."""
+        now = self._now()
+        if self._reauth_started is not None and now - self._reauth_started < REAUTH_INTERVAL_MIN_S:
+            return False
+        assert self.mechanism is not None and self.principal is not None
+        self._reauth_started = now
+        self._previous = (self.mechanism, self.principal)
+        self._state = _State.HANDSHAKE
+        self.deadline = now + self.security.auth_deadline_ms / 1000
+        return True
 
     def _refuse(self, req: Request, when: str) -> Step:
         log.info("kafka listener: unexpected Kafka request of type %s %s: closing", req.api_name, when)
@@ -149,6 +217,10 @@ class AuthGate:
             self._fail()
             log.info("kafka listener: SASL mechanism %r not enabled (%s)", mechanism, ",".join(enabled))
             return {"error_code": int(Errors.UNSUPPORTED_SASL_MECHANISM), "mechanisms": enabled}
+        if self._previous is not None and mechanism != self._previous[0]:
+            # Kafka answers, then fails the next frame without an answer.
+            self._state = _State.REAUTH_BAD_MECHANISM
+            return {"error_code": 0, "mechanisms": enabled}
         self._server = PlainServer() if mechanism == "PLAIN" else ScramServer(mechanism, self._nonce())
         self._state = _State.RAW if raw else _State.AUTHENTICATE
         return {"error_code": 0, "mechanisms": enabled}
@@ -171,19 +243,40 @@ class AuthGate:
                 out = server.client_final(token)
         except SaslFailure as e:
             self._fail()
-            log.info("kafka listener: SASL %s authentication failed: %s", server.mechanism, e)
+            what = "re-authentication" if self._previous is not None else "authentication"
+            log.info("kafka listener: SASL %s %s failed: %s", server.mechanism, what, e)
             # Kafka's message for every SaslException: it tells the client
             # neither whether the user exists nor which check failed.
             message = (
-                f"Authentication failed during authentication due to invalid credentials "
-                f"with SASL mechanism {server.mechanism}"
+                f"Authentication failed during {what} due to invalid credentials with SASL mechanism {server.mechanism}"
             )
             return _error(SASL_AUTHENTICATE_KEY, Errors.SASL_AUTHENTICATION_FAILED, message)
+        lifetime_ms = 0
         if server.user is not None:
-            self._state = _State.DONE
-            self.deadline = None
-            self.principal = f"User:{server.user}"
-        return {"error_code": 0, "error_message": None, "auth_bytes": out, "session_lifetime_ms": 0}
+            principal = f"User:{server.user}"
+            if self._previous is not None and principal != self._previous[1]:
+                self._fail()
+                before = self._previous[1].replace(":", ".", 1)
+                message = (
+                    f"Cannot change principals during re-authentication from {before}: {principal.replace(':', '.', 1)}"
+                )
+                log.info("kafka listener: %s", message)
+                return _error(SASL_AUTHENTICATE_KEY, Errors.SASL_AUTHENTICATION_FAILED, message)
+            lifetime_ms = self._complete(server.mechanism, principal)
+        return {"error_code": 0, "error_message": None, "auth_bytes": out, "session_lifetime": lifetime_ms}
+
+    def _complete(self, mechanism: str, principal: str) -> int:
+        """The session starts (again); its lifetime in ms (0: no expiry)."""
+        if self._previous is not None:
+            self.reauthentications += 1
+        self._state = _State.DONE
+        self._previous = None
+        self.deadline = None
+        self.mechanism = mechanism
+        self.principal = principal
+        lifetime_ms = self.security.connections_max_reauth_ms
+        self.session_expires = self._now() + lifetime_ms / 1000 if lifetime_ms > 0 else None
+        return lifetime_ms
 
     def _fail(self) -> None:
         self._state = _State.FAILED
@@ -193,7 +286,7 @@ class AuthGate:
 def _error(api_key: int, error: Errors, message: str) -> dict[str, Any]:
     if api_key == SASL_HANDSHAKE_KEY:
         return {"error_code": int(error), "mechanisms": []}
-    return {"error_code": int(error), "error_message": message, "auth_bytes": b"", "session_lifetime_ms": 0}
+    return {"error_code": int(error), "error_message": message, "auth_bytes": b"", "session_lifetime": 0}
 
 
 __all__ = ["SASL_AUTHENTICATE_KEY", "SASL_HANDSHAKE_KEY", "UNAUTHENTICATED_FRAME_BYTES_MAX", "AuthGate", "Step"]

@@ -74,6 +74,17 @@ class ListenerMetrics:
             ["listener"],
             registry=r,
         )
+        self.reauthentications = Counter(
+            "partlog_kafka_reauthentications",
+            "SASL re-authentications completed on open connections (KIP-368, connections.max.reauth.ms)",
+            registry=r,
+        )
+        self.expired_sessions_closed = Counter(
+            "partlog_kafka_expired_sessions_closed",
+            "Kafka connections closed because a request came after its SASL session expired "
+            "(connections.max.reauth.ms; Kafka's expired-connections-killed-count)",
+            registry=r,
+        )
         self.request_bytes_waits = Counter(
             "partlog_kafka_request_bytes_waits",
             "times a connection waited, unread, for room in the request byte budget",

@@ -40,6 +40,10 @@ from partlog.kafka_front.scram import MECHANISMS, CredentialLookup, NoCredential
 # bounds it only by connections.max.idle.ms, 10 minutes; a client that
 # connects and stops would otherwise hold a connection slot that long).
 AUTH_DEADLINE_MS_DEFAULT = 10_000
+# connections.max.reauth.ms at most this (24.8 days; Kafka takes any long):
+# a session of years is no session limit, and a bounded value keeps the
+# expiry arithmetic and the answer's session_lifetime_ms plain.
+REAUTH_MS_MAX = 2**31 - 1
 PORT_MAX = 65_535
 _LISTENER = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)://(\[[0-9a-fA-F:.]+\]|[^:/\s]*):(\d{1,5})$")
 _HOST = re.compile(r"^[A-Za-z0-9._-]+$|^[0-9a-fA-F:.]+$")
@@ -222,6 +226,10 @@ class ListenerSecurity:
     sasl_mechanisms: tuple[str, ...] = ("SCRAM-SHA-512", "SCRAM-SHA-256")
     credentials: CredentialLookup = field(default_factory=NoCredentials)
     auth_deadline_ms: int = AUTH_DEADLINE_MS_DEFAULT
+    # Kafka's connections.max.reauth.ms (KIP-368): a SASL session's lifetime,
+    # after which the client must re-authenticate on its connection or be
+    # disconnected at its next request; 0 (Kafka's default): never.
+    connections_max_reauth_ms: int = 0
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.sasl_mechanisms if m not in MECHANISMS]
@@ -232,10 +240,19 @@ class ListenerSecurity:
             )
         if type(self.auth_deadline_ms) is not int or self.auth_deadline_ms <= 0:
             raise ListenerConfigError(f"auth_deadline_ms must be a positive integer, got {self.auth_deadline_ms!r}")
+        reauth = self.connections_max_reauth_ms
+        if type(reauth) is not int or not 0 <= reauth <= REAUTH_MS_MAX:
+            raise ListenerConfigError(
+                f"connections.max.reauth.ms must be an integer in [0, {REAUTH_MS_MAX}], got {reauth!r}"
+            )
         try:
             PrincipalMapper.parse(self.principal_rules)
         except ValueError as e:
             raise ListenerConfigError(str(e)) from None
+
+    def kafka_configs(self) -> dict[str, str]:
+        """The settings Kafka has broker configs for, by those names (DescribeConfigs)."""
+        return {"connections.max.reauth.ms": str(self.connections_max_reauth_ms)}
 
     def mapper(self) -> PrincipalMapper:
         return PrincipalMapper.parse(self.principal_rules)
@@ -249,6 +266,7 @@ class ListenerSecurity:
 
 __all__ = [
     "AUTH_DEADLINE_MS_DEFAULT",
+    "REAUTH_MS_MAX",
     "ClientAuth",
     "ListenerConfigError",
     "ListenerSecurity",

@@ -166,7 +166,9 @@ class KafkaListener:
         self._ssl = self.security.tls.context() if self.security.tls is not None else None
         self._entropy = broker.entropy
         self.clock = broker.clock  # idle and frame deadlines
-        self.apis = KafkaApis(broker, config, self.limits.kafka_configs(), acl_source)
+        self.apis = KafkaApis(
+            broker, config, {**self.limits.kafka_configs(), **self.security.kafka_configs()}, acl_source
+        )
         creds = self.security.credentials
         admin = creds if isinstance(creds, CredentialAdmin) else NoCredentialAdmin()
         self.apis.handlers.update(ScramApis(admin, self.apis.authz).handlers())  # KIP-554
@@ -330,7 +332,8 @@ class _Connection:
         self.session = Session(peer, listener=spec.name)
         self.spec = spec
         deadline = listener.clock.monotonic() + listener.security.auth_deadline_ms / 1000
-        self.gate = AuthGate(spec.protocol.sasl, listener.security, lambda: listener._entropy.token_hex(24), deadline)
+        self.gate = AuthGate(spec.protocol.sasl, listener.security, lambda: listener._entropy.token_hex(24), deadline,
+                             listener.clock.monotonic)  # fmt: skip
         self.ip = peer.rsplit(":", 1)[0]
         self.frames = FrameReader(listener.limits.request_bytes_max)
         # Answers in request order: each entry is (request, its handler task).
@@ -477,6 +480,9 @@ class _Connection:
                     return
                 frame_deadline = None
                 step = self.gate.classify(req)
+                if step is Step.EXPIRED:
+                    self.listener.metrics.expired_sessions_closed.inc()
+                    return
                 if step is Step.CLOSE:
                     self.listener.metrics.auth_failed.labels(self.spec.name).inc()
                     return
@@ -501,22 +507,28 @@ class _Connection:
             await self.listener.release(reserved, self.ip)
 
     async def _gate_answer(self, req: Request) -> bytes | None:
+        done = self.gate.reauthentications
         try:
             data = await self.gate.answer(req)
         except Exception:
             log.exception("kafka listener: %s from %s failed", req.api_name, self.session.peer)
             self.gate.close_after_answer = True
             return None
+        if self.gate.reauthentications != done:
+            self.listener.metrics.reauthentications.inc()
         if self.gate.principal is not None:
             self.session.principal = self.gate.principal
         return data
 
     async def _raw_answer(self, token: bytes) -> bytes | None:
+        done = self.gate.reauthentications
         try:
             data = await self.gate.raw_answer(token)
         except Exception:
             log.exception("kafka listener: a raw SASL token from %s failed", self.session.peer)
             data = None
+        if self.gate.reauthentications != done:
+            self.listener.metrics.reauthentications.inc()
         if data is None:
             self.gate.close_after_answer = True
         if self.gate.principal is not None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import functools
 import hashlib
 import json
 import logging
@@ -42,10 +43,16 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import IO
 
+from partlog.tools.conformance_rows import (
+    CAP_MARK,
+    Row,
+    SuiteTest,
+    number_rows,
+)
 from partlog.tools.conformance_security import SECURE_SCENARIOS, SecuritySetupError, prepare, secure_bootstrap
 
 logger = logging.getLogger(__name__)
@@ -80,8 +87,6 @@ TIMEOUT_MULTIPLIER: dict[str, float] = {"0081": 3.0}
 TOTAL_S_DEFAULT = 4 * 3600
 CLUSTER_START_S_MAX = 60
 BUILT_MARKER = ".partlog-built"
-# Ends the log of a runner killed at its cap.
-CAP_MARK = "conformance: killed at its cap of"
 
 # The suite's scenarios (tests/scenarios/*.json) and the ``partlog cluster``
 # flags that make one: each has 4 partitions per auto-created topic and 3
@@ -109,34 +114,17 @@ LOW_LATENCY: frozenset[str] = frozenset({"0129"})
 SECURITY_TESTS: dict[str, str] = {"0097": "ssl", "0135": "sasl", "0142": "sasl"}
 # The suite scenario a partlog scenario runs the tests in (TEST_SCENARIO).
 SUITE_SCENARIO = {"lowlatency": "default", "ssl": "default", "sasl": "default"}
-# Tests run with the suite's SUBTESTS filter (a substring of the sub-test
-# names "function:line: ..."), and why: the rest of them is out of scope.
-SUBTESTS: dict[str, tuple[str, str]] = {
-    "0135": ("do_test:", "its share-consumer sub-tests (KIP-932, out of scope) left out"),
-}
-
+# Share groups (KIP-932): out of scope.
+SHARE_GROUP_TESTS = "0170 0171 0172 0173 0174 0175 0176 0177 0178 0179 0180 0181 0184 0185 0186 0190"
 # Broker-backed tests that need what partlog leaves out on purpose (the
 # suite's own skips, SSL/SASL/version gates, come from the runner itself).
 NOT_APPLICABLE: dict[str, str] = {
     "0098": "needs Kafka's Java client: the test builds a Java transactional producer against $KAFKA_PATH/libs",
+    "0126": "needs SASL/OAUTHBEARER with an OIDC token endpoint (KIP-768): partlog's SASL is PLAIN and SCRAM "
+    "(issue 29's scope; docs/security.md)",
     "0055": "diskless by design: an acks=all produce waits for its WAL file's upload and commit "
     "(partlog cluster's --commit-interval-ms 250), the test wants < 10 ms",
-    "0170": "share groups (KIP-932): out of scope",
-    "0171": "share groups (KIP-932): out of scope",
-    "0172": "share groups (KIP-932): out of scope",
-    "0173": "share groups (KIP-932): out of scope",
-    "0174": "share groups (KIP-932): out of scope",
-    "0175": "share groups (KIP-932): out of scope",
-    "0176": "share groups (KIP-932): out of scope",
-    "0177": "share groups (KIP-932): out of scope",
-    "0178": "share groups (KIP-932): out of scope",
-    "0179": "share groups (KIP-932): out of scope",
-    "0180": "share groups (KIP-932): out of scope",
-    "0181": "share groups (KIP-932): out of scope",
-    "0184": "share groups (KIP-932): out of scope",
-    "0185": "share groups (KIP-932): out of scope",
-    "0186": "share groups (KIP-932): out of scope",
-    "0190": "share groups (KIP-932): out of scope",
+    **dict.fromkeys(SHARE_GROUP_TESTS.split(), "share groups (KIP-932): out of scope"),
 }
 
 # The CI subset: quick tests that cover produce, consume, groups, offsets
@@ -155,30 +143,8 @@ class ConformanceError(Exception):
     """A setup step failed: printed as one line."""
 
 
-@dataclass(frozen=True, slots=True)
-class SuiteTest:
-    """One entry of tests/test.c's table."""
-
-    name: str  # e.g. 0045_subscribe_update_mock
-    number: str  # e.g. 0045
-    local: bool
-    manual: bool
-    known_issue: bool
-    scenario: str
-
-
-@dataclass(frozen=True, slots=True)
-class Row:
-    test: str
-    result: str  # pass, fail, n/a
-    seconds: float
-    reason: str
-
-
 _ENTRY = re.compile(r"_TEST\((\d{4}_\w+)\s*,\s*([^,)]*)")
 _SCENARIO = re.compile(r'\.scenario\s*=\s*"([^"]*)"')
-_ANSI = re.compile(r"\x1b\[[0-9;]*m|\x1b\(B")
-_SUMMARY = re.compile(r"^\|\s*(\d{4}_\w+)\s*\|\s*([A-Z]+)\s*\|\s*([0-9.]+)s\s*\|\s*(.*)$")
 
 
 def parse_suite(test_c: str) -> list[SuiteTest]:
@@ -444,6 +410,7 @@ def run_number(
     cap_s: float,
     log: Path,
     extra_env: dict[str, str] | None = None,
+    subtests: str | None = None,
 ) -> tuple[str, float]:
     """Runs every entry of one test number under ``cap_s`` seconds; its
     output and the seconds it took.  Over its cap the runner is killed and
@@ -461,8 +428,8 @@ def run_number(
             **(extra_env or {}),
         }
     )
-    if number in SUBTESTS:
-        env["SUBTESTS"] = SUBTESTS[number][0]
+    if subtests is not None:
+        env["SUBTESTS"] = subtests
     t0 = time.monotonic()
     with log.open("w") as out:
         proc = subprocess.Popen(
@@ -482,58 +449,24 @@ def run_number(
     return log.read_text(errors="replace"), time.monotonic() - t0
 
 
-def rows_of(entries: Sequence[SuiteTest], output: str, secs: float) -> list[Row]:
-    """The rows of one test number's entries from its runner's output: its
-    summary table, or (when the runner aborted or was killed before
-    printing one) the first failure it reported."""
-    got = parse_summary(output)
-    clean = _ANSI.sub("", output)
-    capped = CAP_MARK in clean
-    rows = []
-    for t in entries:
-        row = got.get(t.name)
-        if row is None and (ms := _passed_ms(clean, t.name)) is not None:
-            row = Row(t.name, "pass", ms / 1000, "")
-        if row is None:
-            why = first_failure(clean, t.name) or (
-                "started, no result" if f"[{t.name}" in clean else "not reached: the runner aborted"
-            )
-            if capped:
-                why = f"over its cap of {clean.rsplit(CAP_MARK, 1)[1].strip()}: {why}"
-            row = Row(t.name, "fail", secs, why)
-        rows.append(row)
-    return rows
-
-
-def _passed_ms(output: str, name: str) -> float | None:
-    """The duration of an entry whose PASSED banner the output holds."""
-    if f"Test {name} PASSED" not in output:
-        return None
-    m = re.search(re.escape(name) + r": duration ([0-9.]+)ms", output)
-    return float(m.group(1)) if m else 0.0
-
-
-def first_failure(output: str, name: str) -> str:
-    """``FILE:LINE: message`` of the first ``### Test "<name> ..." failed at``
-    block of a runner's (uncoloured) output, or ""."""
-    m = re.search(r'### Test "' + re.escape(name) + r'[^"]*" failed at (\S+?):(\d+):[^\n]*###\n([^\n]*)', output)
-    return f"{m.group(1)}:{m.group(2)}: {m.group(3).strip()}" if m else ""
-
-
-def parse_summary(output: str) -> dict[str, Row]:
-    """The runner's summary table (``| NAME | STATE | 1.2s | why``)."""
-    rows: dict[str, Row] = {}
-    for raw in output.splitlines():
-        m = _SUMMARY.match(_ANSI.sub("", raw).strip())
-        if m is None:
-            continue
-        name, state, secs, rest = m.groups()
-        reason = rest.lstrip("|").strip()
-        result = {"PASSED": "pass", "SKIPPED": "n/a"}.get(state, "fail")
-        if result == "fail" and not reason:
-            reason = state.lower()
-        rows[name] = Row(name, result, float(secs), reason)
-    return rows
+def _run_one(
+    src: Path,
+    number: str,
+    scenario: str,
+    conf: Path,
+    bootstrap: str,
+    env: dict[str, str] | None,
+    stem: Path,
+    cap_s: float,
+    deadline: float,
+    subtests: str | None,
+    i: int,
+) -> tuple[str, float]:
+    """One run of a test number (``i``: which of its SUBTESTS filters), its
+    log ``stem``.log (or -i.log), capped within the run's ``deadline``."""
+    log = stem.with_name(f"{stem.name}.log" if i == 0 else f"{stem.name}-{i}.log")
+    cap = cap_for(number, cap_s, deadline - time.monotonic())
+    return run_number(src, number, scenario, conf, bootstrap, cap, log, env, subtests)
 
 
 def _by_number(tests: Iterable[SuiteTest]) -> Iterator[tuple[str, list[SuiteTest]]]:
@@ -580,14 +513,12 @@ def run_suite(
                 if stop_reason:
                     rows += [Row(t.name, "fail", 0.0, stop_reason) for t in entries]
                     continue
-                cap = cap_for(number, cap_s, deadline - time.monotonic())
-                log = log_dir / (f"{number}.log" if scenario == "default" else f"{number}-{scenario}.log")
-                test_conf = conf_for(number, conf)
+                stem = log_dir / (number if scenario == "default" else f"{number}-{scenario}")
                 env = secure.env if secure else None
-                output, secs = run_number(src, number, scenario, test_conf, bootstrap, cap, log, env)
-                for row in rows_of(entries, output, secs):
-                    if number in SUBTESTS and row.result == "pass":
-                        row = Row(row.test, row.result, row.seconds, SUBTESTS[number][1])
+                at = (src, number, scenario, conf_for(number, conf), bootstrap, env, stem, cap_s, deadline)
+                run = functools.partial(_run_one, *at)
+
+                for row in number_rows(entries, number, run):
                     rows.append(row)
                     print(f"conformance: {row.test:<48} {row.result:<4} {row.seconds:7.1f}s {row.reason}", file=say)
                 if not keep_going and any(r.result == "fail" for r in rows):

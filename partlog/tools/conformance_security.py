@@ -5,7 +5,8 @@ what trivup, the suite's own cluster tool, sets up for them, made here.
   key and certificate in every encoding the suite's 0097 reads (PEM, DER,
   PKCS#12), in the ``SSL_*`` variables trivup's LibrdkafkaTestApp sets; the
   brokers' only Kafka listener is SSL with ``ssl.client.auth=required``.
-* ``sasl``: a SASL_PLAINTEXT listener (SCRAM-SHA-512) beside a PLAINTEXT
+* ``sasl``: a SASL_PLAINTEXT listener (SCRAM-SHA-512, sessions of
+  ``connections.max.reauth.ms`` = :data:`REAUTH_MS`) beside a PLAINTEXT
   one, and a SCRAM user made through the PLAINTEXT listener with Kafka's
   AlterUserScramCredentials, as a Kafka operator would; the tests get the
   SASL listener and that user's name and password in ``test.conf``.
@@ -27,6 +28,10 @@ SECURE_SCENARIOS = {"ssl": "SSL", "sasl": "SASL_PLAINTEXT"}
 SASL_MECHANISM = "SCRAM-SHA-512"
 SCRAM_ITERATIONS = 4096  # Kafka's least
 SCRAM_USER = "conformance"
+# The sasl scenario's connections.max.reauth.ms: 0142 re-authenticates its
+# clients once within each sub-test (each runs 1.2 times this long), and
+# every other SASL test sees its sessions renewed as Kafka's would be.
+REAUTH_MS = 10_000
 # How long the Kafka admin call that makes the user may take.
 USER_CREATE_TIMEOUT_S = 30.0
 
@@ -146,7 +151,11 @@ def prepare(scenario: str, d: Path) -> Secure:
         password = secrets.token_hex(12)
         return Secure(
             listener="SASL_PLAINTEXT",
-            cluster_flags=("--kafka-protocols=SASL_PLAINTEXT,PLAINTEXT", f"--kafka-sasl-mechanisms={SASL_MECHANISM}"),
+            cluster_flags=(
+                "--kafka-protocols=SASL_PLAINTEXT,PLAINTEXT",
+                f"--kafka-sasl-mechanisms={SASL_MECHANISM}",
+                f"--kafka-connections-max-reauth-ms={REAUTH_MS}",
+            ),
             conf_lines=(
                 "security.protocol=SASL_PLAINTEXT",
                 f"sasl.mechanisms={SASL_MECHANISM}",

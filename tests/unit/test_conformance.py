@@ -9,22 +9,19 @@ from pathlib import Path
 import pytest
 
 from partlog.tools.conformance import (
-    CAP_MARK,
     CAP_S_DEFAULT,
     CAP_S_MIN,
     NOT_APPLICABLE,
     SUITE_SCENARIO,
     ConformanceError,
-    SuiteTest,
     cap_for,
     conf_for,
     parse_suite,
-    parse_summary,
-    rows_of,
     scenario_of,
     select,
     static_reason,
 )
+from partlog.tools.conformance_rows import CAP_MARK, SUBTESTS, Row, SuiteTest, number_rows, parse_summary, rows_of
 from partlog.tools.conformance_security import SECURE_SCENARIOS, prepare
 
 TEST_C = """
@@ -202,3 +199,39 @@ def test_the_ssl_scenario_makes_every_file_the_suite_names(tmp_path: Path) -> No
     assert sasl.user is not None and f"sasl.password={sasl.user[1]}" in sasl.conf_lines
     with pytest.raises(ValueError):
         prepare("default", tmp_path)
+
+
+def _summary(name: str, state: str, secs: float = 1.0) -> str:
+    return f"| {name} | {state} | {secs:.3f}s | \n"
+
+
+def test_a_number_run_per_subtests_filter_gets_one_merged_row() -> None:
+    [t] = parse_suite("struct test tests[] = {\n    _TEST(0142_reauthentication, 0),\n    {NULL}};")
+    patterns, why = SUBTESTS["0142"]
+    assert len(patterns) > 1 and all(p.endswith(":") and "share" not in p for p in patterns)
+    seen: list[tuple[str | None, int]] = []
+
+    def runs(states: list[str]) -> list[Row]:
+        def run(subtests: str | None, i: int) -> tuple[str, float]:
+            seen.append((subtests, i))
+            return _summary(t.name, states[i]), 2.0
+
+        return number_rows([t], "0142", run)
+
+    [row] = runs(["PASSED"] * len(patterns))
+    assert (row.result, row.reason) == ("pass", why) and row.seconds == len(patterns) * 1.0
+    assert seen == [(p, i) for i, p in enumerate(patterns)]
+    [row] = runs(["PASSED", "FAILED"] + ["PASSED"] * (len(patterns) - 2))
+    assert row.result == "fail" and row.reason.startswith(f"SUBTESTS={patterns[1]}: ")
+    [row] = runs(["SKIPPED"] * len(patterns))
+    assert row.result == "n/a"
+    # A number without filters runs once, unfiltered.
+    seen.clear()
+    [plain] = parse_suite("struct test tests[] = {\n    _TEST(0001_multiobj, 0),\n    {NULL}};")
+
+    def once(subtests: str | None, i: int) -> tuple[str, float]:
+        seen.append((subtests, i))
+        return _summary(plain.name, "PASSED"), 1.0
+
+    [row] = number_rows([plain], "0001", once)
+    assert row.result == "pass" and seen == [(None, 0)]

@@ -12,6 +12,7 @@ import argparse
 
 from partlog.kafka_front.listeners import (
     AUTH_DEADLINE_MS_DEFAULT,
+    REAUTH_MS_MAX,
     ClientAuth,
     ListenerConfigError,
     ListenerSecurity,
@@ -21,7 +22,7 @@ from partlog.kafka_front.listeners import (
     parse_listeners,
     parse_protocol_map,
 )
-from partlog.tools.cmd.flags import positive_int
+from partlog.tools.cmd.flags import non_negative_int, positive_int
 
 
 def add_listener_args(p: argparse.ArgumentParser) -> None:
@@ -77,6 +78,15 @@ def add_security_args(g: argparse._ActionsContainer) -> None:
         "(default SCRAM-SHA-512,SCRAM-SHA-256; users: partlog users, kept by the controller or etcd)",
     )
     g.add_argument(
+        "--kafka-connections-max-reauth-ms",
+        type=non_negative_int,
+        default=0,
+        metavar="MS",
+        help="connections.max.reauth.ms (KIP-368): a SASL session lasts this long; the client re-authenticates on "
+        "its connection before then, or is disconnected at its next request (default 0: sessions never expire; "
+        f"at most {REAUTH_MS_MAX})",
+    )
+    g.add_argument(
         "--kafka-auth-deadline-ms",
         type=positive_int,
         default=AUTH_DEADLINE_MS_DEFAULT,
@@ -116,6 +126,7 @@ def security_config(args: argparse.Namespace) -> ListenerSecurity:
         principal_rules=args.kafka_ssl_principal_mapping_rules,
         sasl_mechanisms=tuple(m.strip() for m in args.kafka_sasl_mechanisms.split(",") if m.strip()),
         auth_deadline_ms=args.kafka_auth_deadline_ms,
+        connections_max_reauth_ms=args.kafka_connections_max_reauth_ms,
     )
 
 
