@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from partlog.acl import CLUSTER_NAME, AclBinding, AclOperation, AclPermission, PatternType, ResourceType
@@ -54,6 +55,7 @@ from partlog.tools.bench_kafka import (
     stop_processes,
     wait_registered,
 )
+from partlog.tools.loopback_certs import make_ca, make_signed
 
 TARGET_RATIO = 0.8
 # The issue's target: p99 produce latency added by authorization.
@@ -73,36 +75,12 @@ BENCH_ACLS = (("topic", TOPIC, "write"), ("topic", TOPIC, "describe"), ("cluster
 # others and needs CLUSTER_ACTION under the authorizer (docs/security.md, "The
 # broker RPC under the authorizer"): granted by ACL, not as a super user.
 BROKER_ACL = ("User:ANONYMOUS", "cluster", CLUSTER_NAME, "cluster-action")
-_EXT = """[req]
-distinguished_name = dn
-[dn]
-[ca]
-basicConstraints = critical, CA:TRUE
-keyUsage = critical, keyCertSign
-[server]
-basicConstraints = critical, CA:FALSE
-extendedKeyUsage = serverAuth
-subjectAltName = IP:127.0.0.1
-"""
 
 
 def make_certs(d: str) -> None:
-    """ca.crt, server.crt and server.key in ``d`` (RuntimeError without openssl)."""
-    if shutil.which("openssl") is None:
-        raise RuntimeError("the openssl command is needed to make the benchmark's certificates")
-    with open(os.path.join(d, "openssl.cnf"), "w") as f:
-        f.write(_EXT)
-
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
-
-    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    openssl("req", "-x509", "-config", "openssl.cnf", "-extensions", "ca", *key, "-keyout", "ca.key",
-            "-out", "ca.crt", "-days", "1", "-subj", "/CN=partlog bench CA")  # fmt: skip
-    openssl("req", "-new", "-config", "openssl.cnf", *key, "-keyout", "server.key", "-out", "server.csr",
-            "-subj", "/CN=partlog bench broker")  # fmt: skip
-    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-set_serial", "2",
-            "-days", "1", "-extfile", "openssl.cnf", "-extensions", "server", "-out", "server.crt")  # fmt: skip
+    """ca.crt, server.crt and server.key in ``d`` (CertError, a RuntimeError, without openssl)."""
+    make_ca(Path(d), "ca.crt", "ca.key", "partlog bench CA")
+    make_signed(Path(d), "server.crt", "server.key", "partlog bench broker", ca=("ca.crt", "ca.key"), serial=2)
 
 
 class SecureBenchCluster:

@@ -11,17 +11,17 @@ what trivup, the suite's own cluster tool, sets up for them, made here.
   AlterUserScramCredentials, as a Kafka operator would; the tests get the
   SASL listener and that user's name and password in ``test.conf``.
 
-Certificates are made with the openssl command (as partlog's other test
-certificates); they live one day, in the run's log directory.
+Certificates are made with the openssl command (partlog.tools.loopback_certs);
+they live one day, in the run's log directory.
 """
 
 from __future__ import annotations
 
 import secrets
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from partlog.tools.loopback_certs import RSA_KEY, CertError, make_ca, make_signed, openssl
 
 # The protocol of the listener each secure scenario's tests connect to.
 SECURE_SCENARIOS = {"ssl": "SSL", "sasl": "SASL_PLAINTEXT"}
@@ -34,25 +34,6 @@ SCRAM_USER = "conformance"
 REAUTH_MS = 10_000
 # How long the Kafka admin call that makes the user may take.
 USER_CREATE_TIMEOUT_S = 30.0
-
-_OPENSSL_CNF = """
-[req]
-distinguished_name = dn
-[dn]
-[ca]
-basicConstraints = critical, CA:TRUE
-keyUsage = critical, keyCertSign, cRLSign
-subjectKeyIdentifier = hash
-[server]
-basicConstraints = critical, CA:FALSE
-keyUsage = critical, digitalSignature, keyEncipherment
-extendedKeyUsage = serverAuth
-subjectAltName = IP:127.0.0.1, DNS:localhost
-[client]
-basicConstraints = critical, CA:FALSE
-keyUsage = critical, digitalSignature, keyEncipherment
-extendedKeyUsage = clientAuth
-"""
 
 
 class SecuritySetupError(Exception):
@@ -73,41 +54,14 @@ class Secure:
     user: tuple[str, str] | None = None
 
 
-def _openssl(d: Path, *args: str) -> None:
-    r = subprocess.run(["openssl", *args], cwd=d, capture_output=True, text=True, check=False)
-    if r.returncode != 0:
-        tail = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise SecuritySetupError(f"openssl {args[0]} in {d}: {tail}")
-
-
 def make_suite_certs(d: Path, password: str) -> dict[str, str]:
     """A CA, an unused second CA, a broker certificate and a client's key and
     certificate under ``d``; the ``SSL_*`` variables naming them (trivup's
     names: ``SSL_pkcs``, ``SSL_pub_pem``, ``SSL_priv_der``, ...)."""
-    if shutil.which("openssl") is None:
-        raise SecuritySetupError("the openssl command is needed to make the ssl scenario's certificates")
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "openssl.cnf").write_text(_OPENSSL_CNF)
-    key = ["-newkey", "rsa:2048", "-nodes"]
-    for ca in ("ca", "unused-ca"):
-        _openssl(d, "req", "-x509", "-config", "openssl.cnf", "-extensions", "ca", *key, "-keyout", f"{ca}.key",
-                 "-out", f"{ca}.pem", "-days", "1", "-subj", f"/CN=partlog conformance {ca}")  # fmt: skip
-    for name, serial in (("broker", "2"), ("client", "3")):
-        _openssl(d, "req", "-new", "-config", "openssl.cnf", *key, "-keyout", f"{name}-plain.key",
-                 "-out", f"{name}.csr", "-subj", f"/CN=partlog conformance {name}")  # fmt: skip
-        _openssl(d, "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-set_serial", serial,
-                 "-days", "1", "-extfile", "openssl.cnf", "-extensions", "server" if name == "broker" else "client",
-                 "-out", f"{name}.pem")  # fmt: skip
-    # The client's key as trivup makes it: PEM encrypted with the password
-    # (ssl.key.password), DER, and a PKCS#12 keystore holding the key, its
-    # certificate and the CA (0097 reads the CA from it too).
-    _openssl(d, "pkey", "-in", "client-plain.key", "-aes256", "-passout", f"pass:{password}", "-out", "client.key")
-    _openssl(d, "pkey", "-in", "client-plain.key", "-outform", "DER", "-out", "client-key.der")
-    _openssl(d, "x509", "-in", "client.pem", "-outform", "DER", "-out", "client.der")
-    _openssl(d, "x509", "-in", "ca.pem", "-outform", "DER", "-out", "ca.der")
-    _openssl(d, "pkcs12", "-export", "-inkey", "client-plain.key", "-in", "client.pem", "-certfile", "ca.pem",
-             "-passout", f"pass:{password}", "-out", "client.p12")  # fmt: skip
-    (d / "all-cas.pem").write_text((d / "ca.pem").read_text() + (d / "unused-ca.pem").read_text())
+    try:
+        _make_suite_certs(d, password)
+    except CertError as e:
+        raise SecuritySetupError(str(e)) from None
     return {
         "SSL_ca_pem": str(d / "ca.pem"),
         "SSL_ca_der": str(d / "ca.der"),
@@ -121,6 +75,25 @@ def make_suite_certs(d: Path, password: str) -> dict[str, str]:
         "SSL_password": password,
         "SSL_client_auth": "required",
     }
+
+
+def _make_suite_certs(d: Path, password: str) -> None:
+    for ca in ("ca", "unused-ca"):
+        make_ca(d, f"{ca}.pem", f"{ca}.key", f"partlog conformance {ca}", key_spec=RSA_KEY)
+    for name, serial in (("broker", 2), ("client", 3)):
+        usage = "server" if name == "broker" else "client"
+        make_signed(d, f"{name}.pem", f"{name}-plain.key", f"partlog conformance {name}", ca=("ca.pem", "ca.key"),
+                    serial=serial, usage=usage, key_spec=RSA_KEY)  # fmt: skip
+    # The client's key as trivup makes it: PEM encrypted with the password
+    # (ssl.key.password), DER, and a PKCS#12 keystore holding the key, its
+    # certificate and the CA (0097 reads the CA from it too).
+    openssl(d, "pkey", "-in", "client-plain.key", "-aes256", "-passout", f"pass:{password}", "-out", "client.key")
+    openssl(d, "pkey", "-in", "client-plain.key", "-outform", "DER", "-out", "client-key.der")
+    openssl(d, "x509", "-in", "client.pem", "-outform", "DER", "-out", "client.der")
+    openssl(d, "x509", "-in", "ca.pem", "-outform", "DER", "-out", "ca.der")
+    openssl(d, "pkcs12", "-export", "-inkey", "client-plain.key", "-in", "client.pem", "-certfile", "ca.pem",
+             "-passout", f"pass:{password}", "-out", "client.p12")  # fmt: skip
+    (d / "all-cas.pem").write_text((d / "ca.pem").read_text() + (d / "unused-ca.pem").read_text())
 
 
 def prepare(scenario: str, d: Path) -> Secure:

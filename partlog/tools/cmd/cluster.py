@@ -152,8 +152,8 @@ def add_parser(sub: Subparsers) -> None:
         metavar="PROTOCOL[,...]",
         help="the security protocols of every broker's Kafka listeners: PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL "
         "(default PLAINTEXT); the first one's addresses are printed as 'bootstrap:', each one's as "
-        "'bootstrap PROTOCOL:'. SASL users are partlog users (partlog users, or a Kafka admin client's "
-        "AlterUserScramCredentials), kept by the controller or etcd",
+        "'bootstrap PROTOCOL:'. Make SASL users with a Kafka admin client's AlterUserScramCredentials (on a "
+        "PLAINTEXT listener, say PLAINTEXT,SASL_PLAINTEXT), kept by the controller or etcd",
     )
     add_security_args(g)
     cl.add_argument("--seed", type=int, default=0, help="seed for partition choice (default 0)")
