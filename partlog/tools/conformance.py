@@ -84,6 +84,12 @@ CAP_S_MIN: dict[str, float] = {"0113": 900.0, "0081": 900.0}
 # group.initial.rebalance.delay.ms, besides DeleteAcls' and DeleteGroups'
 # sleeps: about 190 s a pass against partlog (over 290 s under load).
 TIMEOUT_MULTIPLIER: dict[str, float] = {"0081": 3.0}
+# The test.timeout.multiplier of every other number: what trivup, the
+# suite's own harness, writes in every test.conf (LibrdkafkaTestApp.py; the
+# runner adds 2 more where CI is set, as in partlog's CI).  It scales the
+# suite's timeouts and tolerances, e.g. 0127's 30 ms per fetch beyond
+# fetch.queue.backoff.ms to 60 ms.
+SUITE_TIMEOUT_MULTIPLIER = 2.0
 TOTAL_S_DEFAULT = 4 * 3600
 CLUSTER_START_S_MAX = 60
 BUILT_MARKER = ".partlog-built"
@@ -184,12 +190,14 @@ def cap_for(number: str, cap_s: float, left_s: float) -> float:
 
 
 def conf_for(number: str, conf: Path) -> Path:
-    """The test.conf one test number runs with: ``conf``, or beside it a copy
-    with the number's TIMEOUT_MULTIPLIER."""
+    """The test.conf one test number runs with: ``conf`` (which holds
+    SUITE_TIMEOUT_MULTIPLIER), or beside it a copy with the number's
+    TIMEOUT_MULTIPLIER instead."""
     if number not in TIMEOUT_MULTIPLIER:
         return conf
     out = conf.with_name(f"{conf.stem}-{number}.conf")
-    out.write_text(conf.read_text() + f"test.timeout.multiplier={TIMEOUT_MULTIPLIER[number]:g}\n")
+    kept = [line for line in conf.read_text().splitlines() if not line.startswith("test.timeout.multiplier=")]
+    out.write_text("\n".join([*kept, f"test.timeout.multiplier={TIMEOUT_MULTIPLIER[number]:g}"]) + "\n")
     return out
 
 
@@ -501,6 +509,7 @@ def run_suite(
             lines = [
                 f"metadata.broker.list={bootstrap}",
                 "broker.address.family=v4",
+                f"test.timeout.multiplier={SUITE_TIMEOUT_MULTIPLIER:g}",
                 *(secure.conf_lines if secure else ()),
             ]
             conf.write_text("\n".join(lines) + "\n")

@@ -13,6 +13,7 @@ from partlog.tools.conformance import (
     CAP_S_MIN,
     NOT_APPLICABLE,
     SUITE_SCENARIO,
+    SUITE_TIMEOUT_MULTIPLIER,
     ConformanceError,
     cap_for,
     conf_for,
@@ -159,11 +160,13 @@ def test_a_long_number_gets_its_minimum_cap_within_the_runs_budget() -> None:
 
 def test_a_number_with_a_timeout_multiplier_gets_its_own_conf(tmp_path: Path) -> None:
     conf = tmp_path / "test-default.conf"
-    conf.write_text("metadata.broker.list=127.0.0.1:9092\n")
+    base = f"metadata.broker.list=127.0.0.1:9092\ntest.timeout.multiplier={SUITE_TIMEOUT_MULTIPLIER:g}\n"
+    conf.write_text(base)
     assert conf_for("0001", conf) == conf
     own = conf_for("0081", conf)
-    assert own != conf and own.read_text() == conf.read_text() + "test.timeout.multiplier=3\n"
-    assert conf.read_text() == "metadata.broker.list=127.0.0.1:9092\n"
+    assert own != conf and own.read_text() == "metadata.broker.list=127.0.0.1:9092\ntest.timeout.multiplier=3\n"
+    assert conf.read_text() == base
+    assert SUITE_TIMEOUT_MULTIPLIER == 2.0  # trivup's, as LibrdkafkaTestApp.py writes it
 
 
 def test_the_ssl_and_sasl_tests_run_on_a_cluster_of_their_own_scenario() -> None:
