@@ -16,6 +16,7 @@ from partlog.tools.cmd.kafka_listeners import add_security_args
 from partlog.util import gc_pauses
 
 if TYPE_CHECKING:
+    from partlog.kafka_front.listeners import ListenerSecurity
     from partlog.tools.cmd.common import Subparsers
 
 
@@ -256,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def _kafka_listeners(args: argparse.Namespace) -> tuple[str, Any]:
+def _kafka_listeners(args: argparse.Namespace) -> tuple[str, ListenerSecurity]:
     """--kafka-protocols, checked (ValueError: one line), and the listeners'
     security from its flags."""
     from partlog.kafka_front.listeners import ListenerConfigError, ListenerSpec, SecurityProtocol
